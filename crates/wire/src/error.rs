@@ -1,0 +1,71 @@
+/// Why a request was refused. Each kind maps to exactly one status in [`Error::status`];
+/// the server answers with that status and closes the connection, because after a framing
+/// error it can no longer know where the next request starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("malformed request line")]
+    BadRequestLine,
+    #[error("malformed header field")]
+    BadHeader,
+    #[error("bare LF or bare CR used as a line ending")]
+    BareLineEnding,
+    #[error("invalid method token")]
+    BadMethod,
+    #[error("unsupported HTTP version")]
+    UnsupportedVersion,
+    #[error("request target is not in origin, absolute or asterisk form")]
+    BadTarget,
+    #[error("request target longer than the limit")]
+    UriTooLong,
+    #[error("request head larger than the limit")]
+    HeadTooLarge,
+    #[error("more header fields than the limit")]
+    TooManyHeaders,
+    #[error("missing or duplicated Host header in an HTTP/1.1 request")]
+    BadHost,
+    #[error("invalid Content-Length")]
+    BadContentLength,
+    #[error("more than one Content-Length")]
+    DuplicateContentLength,
+    #[error("both Content-Length and Transfer-Encoding")]
+    ContentLengthWithTransferEncoding,
+    #[error("Transfer-Encoding in an HTTP/1.0 request")]
+    TransferEncodingOnHttp10,
+    #[error("malformed Transfer-Encoding")]
+    BadTransferEncoding,
+    #[error("transfer coding other than chunked")]
+    UnsupportedTransferEncoding,
+    #[error("malformed chunked body")]
+    BadChunk,
+    #[error("request body larger than the limit")]
+    BodyTooLarge,
+    #[error("unsupported Expect value")]
+    BadExpectation,
+}
+
+impl Error {
+    /// The one status that answers this refusal.
+    pub fn status(self) -> u16 {
+        match self {
+            Error::UriTooLong => 414,
+            Error::HeadTooLarge | Error::TooManyHeaders => 431,
+            Error::UnsupportedVersion => 505,
+            Error::UnsupportedTransferEncoding => 501,
+            Error::BodyTooLarge => 413,
+            Error::BadExpectation => 417,
+            Error::BadRequestLine
+            | Error::BadHeader
+            | Error::BareLineEnding
+            | Error::BadMethod
+            | Error::BadTarget
+            | Error::BadHost
+            | Error::BadContentLength
+            | Error::DuplicateContentLength
+            | Error::ContentLengthWithTransferEncoding
+            | Error::TransferEncodingOnHttp10
+            | Error::BadTransferEncoding
+            | Error::BadChunk => 400,
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! `wire` is tessera's HTTP/1.1 codec: it turns bytes into request heads and body
+//! framing, and knows the status line and reason phrase of every status tessera sends.
+//!
+//! What it is for: strict parsing (RFC 9112) of requests received by the server, with
+//! explicit limits and one typed error per refusal, each mapped to exactly one HTTP status
+//! in [`Error::status`]. It does no I/O and never allocates: a request borrows the caller's
+//! buffer and header array, so the server can parse pipelined requests in a batch straight
+//! out of its read buffer.
+//!
+//! What it is not for: routing, responses bodies, or anything that touches a socket; that
+//! is `server`'s job.
+//!
+//! How it fits: `server` reads into a per-connection buffer and calls [`parse_request`] until
+//! it returns `Ok(None)` (need more bytes). Each request says how its body is framed
+//! ([`BodyFraming`]); the server reads or discards exactly that many bytes (with
+//! [`ChunkedDecoder`] for chunked bodies) so that keep-alive stays in sync.
+
+mod chunked;
+mod error;
+mod limits;
+mod request;
+mod response;
+
+pub use chunked::{Chunk, ChunkedDecoder};
+pub use error::Error;
+pub use limits::{Limits, MAX_HEADERS_CAP};
+pub use request::{parse_request, BodyFraming, HeaderStorage, Method, Request, Version};
+pub use response::{reason, status_line};

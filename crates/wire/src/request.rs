@@ -1,0 +1,543 @@
+use std::mem::MaybeUninit;
+
+use crate::{Error, Limits, MAX_HEADERS_CAP};
+
+pub use httparse::Header;
+
+/// Uninitialised room for the header fields of one request, kept on the caller's stack so
+/// that parsing never allocates and never pays for zeroing 256 entries. Make one with
+/// [`HeaderStorage::new`].
+pub struct HeaderStorage<'b>([MaybeUninit<Header<'b>>; MAX_HEADERS_CAP]);
+
+impl<'b> HeaderStorage<'b> {
+    #[inline]
+    pub fn new() -> Self {
+        HeaderStorage([const { MaybeUninit::uninit() }; MAX_HEADERS_CAP])
+    }
+}
+
+impl Default for HeaderStorage<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The request method. Methods tessera does not know are `Other`; the server answers
+/// them 501.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Trace,
+    Connect,
+    Patch,
+    Other,
+}
+
+impl Method {
+    fn from_token(token: &str) -> Method {
+        match token {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "TRACE" => Method::Trace,
+            "CONNECT" => Method::Connect,
+            "PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// How the request's body is delimited (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body: neither Content-Length nor Transfer-Encoding.
+    None,
+    /// Exactly this many bytes follow the head.
+    Length(u64),
+    /// A chunked body follows; decode it with [`crate::ChunkedDecoder`].
+    Chunked,
+}
+
+/// A parsed request head. It borrows the read buffer and the header storage.
+#[derive(Debug)]
+pub struct Request<'h, 'b> {
+    pub method: Method,
+    /// The method token as sent (useful for logs and for `Other`).
+    pub method_token: &'b str,
+    /// The request target as sent, in origin form (`/path?query`), asterisk form (`*`),
+    /// absolute form or authority form.
+    pub target: &'b [u8],
+    /// The path and query of the target: the target itself in origin form, the part after
+    /// the authority in absolute form (`/` when empty), `*` in asterisk form, and the
+    /// whole authority for CONNECT.
+    pub path: &'b [u8],
+    pub version: Version,
+    pub headers: &'h [Header<'b>],
+    /// Length of the head, CRLFCRLF included: the body (if any) starts here.
+    pub head_len: usize,
+    pub body: BodyFraming,
+    /// Whether the connection may carry another request after this one's response.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent.
+    pub expect_continue: bool,
+}
+
+impl Request<'_, '_> {
+    /// The value of the first header named `name` (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// Parses one request head from the start of `buf`.
+///
+/// Returns `Ok(None)` when `buf` holds only part of a head (read more and call again),
+/// and an error when the head is invalid or exceeds `limits`. On success the body, if
+/// any, starts at `head_len`.
+pub fn parse_request<'h, 'b>(
+    buf: &'b [u8],
+    storage: &'h mut HeaderStorage<'b>,
+    limits: &Limits,
+) -> Result<Option<Request<'h, 'b>>, Error> {
+    let max_headers = limits.max_headers.min(MAX_HEADERS_CAP);
+    let mut req = httparse::Request::new(&mut []);
+    let status = req.parse_with_uninit_headers(buf, &mut storage.0[..max_headers]);
+    let head_len = match status {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return partial(buf, limits).map(|()| None);
+        }
+        Err(e) => {
+            // httparse accepts some things we refuse (bare LF); report those first so the
+            // error names the real problem.
+            check_line_endings(buf)?;
+            return Err(match e {
+                httparse::Error::TooManyHeaders => Error::TooManyHeaders,
+                httparse::Error::Version => version_error(buf),
+                httparse::Error::Token => Error::BadMethod,
+                httparse::Error::HeaderName | httparse::Error::HeaderValue => Error::BadHeader,
+                httparse::Error::NewLine => Error::BadRequestLine,
+                httparse::Error::Status => Error::BadRequestLine,
+            });
+        }
+    };
+    if head_len > limits.max_head_size {
+        return Err(Error::HeadTooLarge);
+    }
+    check_line_endings(&buf[..head_len])?;
+
+    let (Some(method_token), Some(target), Some(minor)) = (req.method, req.path, req.version)
+    else {
+        return Err(Error::BadRequestLine);
+    };
+    let target = target.as_bytes();
+    if target.len() > limits.max_uri_length {
+        return Err(Error::UriTooLong);
+    }
+    let method = Method::from_token(method_token);
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let path = request_path(method, target)?;
+
+    let headers: &'h [Header<'b>] = req.headers;
+    let mut content_length: Option<u64> = None;
+    let mut transfer_encoding: Option<&[u8]> = None;
+    let mut hosts = 0;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    for h in headers {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if content_length.is_some() {
+                return Err(Error::DuplicateContentLength);
+            }
+            content_length = Some(parse_content_length(h.value)?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if transfer_encoding.is_some() {
+                // Two Transfer-Encoding fields combine into one list; a list is never
+                // exactly `chunked`, so refuse rather than guess.
+                return Err(Error::BadTransferEncoding);
+            }
+            transfer_encoding = Some(h.value);
+        } else if name.eq_ignore_ascii_case(b"host") {
+            hosts += 1;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in h.value.split(|&b| b == b',') {
+                let token = trim(token);
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive_token = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if trim(h.value).eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(Error::BadExpectation);
+            }
+        }
+    }
+    if version == Version::Http11 && hosts != 1 {
+        return Err(Error::BadHost);
+    }
+    if hosts > 1 {
+        return Err(Error::BadHost);
+    }
+    let body = match (content_length, transfer_encoding) {
+        (Some(_), Some(_)) => return Err(Error::ContentLengthWithTransferEncoding),
+        (None, Some(te)) => {
+            if version == Version::Http10 {
+                return Err(Error::TransferEncodingOnHttp10);
+            }
+            parse_transfer_encoding(te)?;
+            BodyFraming::Chunked
+        }
+        (Some(0), None) | (None, None) => BodyFraming::None,
+        (Some(n), None) => {
+            if n > limits.max_body_size {
+                return Err(Error::BodyTooLarge);
+            }
+            BodyFraming::Length(n)
+        }
+    };
+    let keep_alive = !close && (version == Version::Http11 || keep_alive_token);
+    Ok(Some(Request {
+        method,
+        method_token,
+        target,
+        path,
+        version,
+        headers,
+        head_len,
+        body,
+        keep_alive,
+        expect_continue: expect_continue && body != BodyFraming::None,
+    }))
+}
+
+/// A head is incomplete: refuse it now if it can only end up over a limit, so a client
+/// cannot make the server buffer without bound.
+fn partial(buf: &[u8], limits: &Limits) -> Result<(), Error> {
+    let line_end = memchr::memchr(b'\n', buf);
+    if line_end.is_none() && buf.len() > limits.max_uri_length + 64 {
+        // Still in the request line, and it is already longer than any line whose target
+        // fits the limit ("PATCH " + target + " HTTP/1.1\r\n" is well under 64 bytes more).
+        return Err(Error::UriTooLong);
+    }
+    if buf.len() >= limits.max_head_size {
+        return Err(Error::HeadTooLarge);
+    }
+    check_line_endings(buf)
+}
+
+/// RFC 9112 section 2.2 lets a recipient accept a bare LF; tessera does not, because
+/// two parsers that disagree on line endings disagree on where a request ends.
+fn check_line_endings(head: &[u8]) -> Result<(), Error> {
+    for i in memchr::memchr_iter(b'\n', head) {
+        if i == 0 || head[i - 1] != b'\r' {
+            return Err(Error::BareLineEnding);
+        }
+    }
+    for i in memchr::memchr_iter(b'\r', head) {
+        if head.get(i + 1).is_some_and(|&b| b != b'\n') {
+            return Err(Error::BareLineEnding);
+        }
+    }
+    Ok(())
+}
+
+/// httparse reports any bad version token the same way; a well-formed `HTTP/x.y` that is
+/// not 1.0 or 1.1 deserves 505, anything else is a malformed request line.
+fn version_error(buf: &[u8]) -> Error {
+    let line = match memchr::memchr(b'\r', buf) {
+        Some(end) => &buf[..end],
+        None => buf,
+    };
+    let version = match memchr::memrchr(b' ', line) {
+        Some(space) => &line[space + 1..],
+        None => return Error::BadRequestLine,
+    };
+    match version {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            Error::UnsupportedVersion
+        }
+        _ => Error::BadRequestLine,
+    }
+}
+
+fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
+    match target.first() {
+        Some(b'/') => Ok(target),
+        Some(b'*') if target.len() == 1 && method == Method::Options => Ok(target),
+        _ if method == Method::Connect => Ok(target),
+        _ => {
+            // Absolute form (RFC 9112 section 3.2.2): scheme "://" authority path-abempty.
+            let rest = strip_prefix_ignore_case(target, b"http://")
+                .or_else(|| strip_prefix_ignore_case(target, b"https://"))
+                .ok_or(Error::BadTarget)?;
+            let path_start = rest
+                .iter()
+                .position(|&b| b == b'/' || b == b'?')
+                .unwrap_or(rest.len());
+            if path_start == 0 {
+                return Err(Error::BadTarget);
+            }
+            let path = &rest[path_start..];
+            if path.first() == Some(&b'/') {
+                Ok(path)
+            } else {
+                // "http://host" or "http://host?q": the path is "/" (RFC 9112 section 3.2.1).
+                Ok(b"/")
+            }
+        }
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        Some(&s[prefix.len()..])
+    } else {
+        None
+    }
+}
+
+/// `Content-Length = 1*DIGIT` and nothing else: no sign, no spaces inside, no list.
+fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
+    let value = trim(value);
+    if value.is_empty() || value.len() > 19 {
+        // 19 digits always fit a u64; a longer value is either padding or overflow.
+        return Err(Error::BadContentLength);
+    }
+    let mut n: u64 = 0;
+    for &b in value {
+        if !b.is_ascii_digit() {
+            return Err(Error::BadContentLength);
+        }
+        n = n * 10 + u64::from(b - b'0');
+    }
+    Ok(n)
+}
+
+/// Only `chunked` alone is accepted. A list of valid codings gets 501 (we do not decode
+/// gzip or compress request bodies); anything that is not a token list gets 400.
+fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
+    let value = trim(value);
+    if value.eq_ignore_ascii_case(b"chunked") {
+        return Ok(());
+    }
+    let is_token_list = value.split(|&b| b == b',').all(|coding| {
+        let coding = trim(coding);
+        !coding.is_empty() && coding.iter().all(|&b| is_tchar(b))
+    });
+    if is_token_list {
+        Err(Error::UnsupportedTransferEncoding)
+    } else {
+        Err(Error::BadTransferEncoding)
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(buf: &[u8]) -> Result<Option<(Method, Vec<u8>, usize, BodyFraming, bool)>, Error> {
+        let mut storage = HeaderStorage::new();
+        parse_request(buf, &mut storage, &Limits::default())
+            .map(|r| r.map(|r| (r.method, r.path.to_vec(), r.head_len, r.body, r.keep_alive)))
+    }
+
+    #[test]
+    fn parses_simple_get() {
+        let buf = b"GET /a?b HTTP/1.1\r\nHost: x\r\n\r\nGET";
+        let (m, path, len, body, ka) = parse(buf).unwrap().unwrap();
+        assert_eq!(m, Method::Get);
+        assert_eq!(path, b"/a?b");
+        assert_eq!(len, buf.len() - 3);
+        assert_eq!(body, BodyFraming::None);
+        assert!(ka);
+    }
+
+    #[test]
+    fn partial_head_needs_more() {
+        assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap(), None);
+    }
+
+    #[test]
+    fn http10_closes_unless_keep_alive() {
+        assert!(!parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap().4);
+        assert!(
+            parse(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .4
+        );
+        assert!(
+            !parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .4
+        );
+    }
+
+    #[test]
+    fn absolute_form_yields_path() {
+        let (_, path, ..) = parse(b"GET http://example.com/x?y HTTP/1.1\r\nHost: e\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(path, b"/x?y");
+        let (_, path, ..) = parse(b"GET HTTP://example.com HTTP/1.1\r\nHost: e\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(path, b"/");
+    }
+
+    #[test]
+    fn rejects_cl_te_smuggling() {
+        let buf = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(parse(buf), Err(Error::ContentLengthWithTransferEncoding));
+    }
+
+    #[test]
+    fn rejects_duplicate_content_length_even_if_equal() {
+        let buf = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(parse(buf), Err(Error::DuplicateContentLength));
+    }
+
+    #[test]
+    fn rejects_signed_hex_and_overflowing_content_length() {
+        for cl in ["+3", "-3", "0x3", "3 3", "3,3", "", "99999999999999999999"] {
+            let buf = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadContentLength), "{cl:?}");
+        }
+    }
+
+    #[test]
+    fn transfer_encoding_must_be_exactly_chunked() {
+        let ok = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        assert_eq!(parse(ok).unwrap().unwrap().3, BodyFraming::Chunked);
+        let gzip = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(parse(gzip), Err(Error::UnsupportedTransferEncoding));
+        let junk = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked;\r\n\r\n";
+        assert_eq!(parse(junk), Err(Error::BadTransferEncoding));
+        let twice = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(parse(twice), Err(Error::BadTransferEncoding));
+        let old = b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(parse(old), Err(Error::TransferEncodingOnHttp10));
+    }
+
+    #[test]
+    fn rejects_bare_lf_and_bare_cr() {
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\nHost: x\r\n\r\n"),
+            Err(Error::BareLineEnding)
+        );
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost: x\n\n"),
+            Err(Error::BareLineEnding)
+        );
+        assert!(parse(b"GET / HTTP/1.1\r\nHost: x\ry\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn rejects_obs_fold_and_space_before_colon() {
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n"),
+            Err(Error::BadHeader)
+        );
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost : x\r\n\r\n"),
+            Err(Error::BadHeader)
+        );
+    }
+
+    #[test]
+    fn host_rules() {
+        assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Err(Error::BadHost));
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            Err(Error::BadHost)
+        );
+        assert!(parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().is_some());
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(
+            parse(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n"),
+            Err(Error::UnsupportedVersion)
+        );
+        assert_eq!(
+            parse(b"GET / HTTP/1.10\r\nHost: x\r\n\r\n"),
+            Err(Error::BadRequestLine)
+        );
+        assert!(parse(b"GET /\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn limits() {
+        let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000));
+        assert_eq!(parse(long.as_bytes()), Err(Error::UriTooLong));
+        let unfinished = format!("GET /{}", "a".repeat(9000));
+        assert_eq!(parse(unfinished.as_bytes()), Err(Error::UriTooLong));
+        let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n", "a".repeat(17000));
+        assert_eq!(parse(big.as_bytes()), Err(Error::HeadTooLarge));
+        let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..100 {
+            many.push_str(&format!("X-{i}: y\r\n"));
+        }
+        many.push_str("\r\n");
+        assert_eq!(parse(many.as_bytes()), Err(Error::TooManyHeaders));
+    }
+
+    #[test]
+    fn body_limit_and_expect() {
+        let big = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n";
+        assert_eq!(parse(big), Err(Error::BodyTooLarge));
+        let mut storage = HeaderStorage::new();
+        let buf = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-Continue\r\n\r\n";
+        let req = parse_request(buf, &mut storage, &Limits::default())
+            .unwrap()
+            .unwrap();
+        assert!(req.expect_continue);
+        let bad = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: fly\r\n\r\n";
+        assert_eq!(parse(bad), Err(Error::BadExpectation));
+    }
+}
