@@ -174,6 +174,12 @@ impl<S: State, T> Pool<S, T> {
             capacity <= NIL as usize,
             "pool capacity {capacity} is more than {NIL}"
         );
+        assert!(
+            initial.index() < S::COUNT,
+            "{initial:?} has index {} but there are {} states",
+            initial.index(),
+            S::COUNT
+        );
         let mut lists = vec![EMPTY; S::COUNT].into_boxed_slice();
         let links = (0..capacity as u32)
             .map(|i| Link {

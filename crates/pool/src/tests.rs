@@ -352,3 +352,19 @@ proptest! {
         check_links(&pool);
     }
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Misnumbered;
+
+impl State for Misnumbered {
+    const COUNT: usize = 1;
+    fn index(self) -> usize {
+        1
+    }
+}
+
+#[test]
+#[should_panic(expected = "there are 1 states")]
+fn new_rejects_a_state_index_out_of_range_even_when_empty() {
+    let _: Pool<Misnumbered, ()> = Pool::new(0, Misnumbered, 0, |_| ());
+}
