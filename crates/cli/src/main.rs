@@ -1,10 +1,16 @@
 //! The `tessera` binary: argument parsing, config loading and wiring of the library
 //! crates. Only this crate talks to the terminal and uses `anyhow`.
 
+mod serve;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "A fast, trustworthy web edge server")]
+#[command(
+    name = "tessera",
+    version,
+    about = "A fast, trustworthy web edge server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -12,9 +18,26 @@ struct Cli {
 
 // Each subcommand lives in its own module with its own `Args` and `run`.
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Serve static files (HTTP/1.1, keep-alive, pipelining, sendfile)
+    Serve(serve::Args),
+}
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     let cli = Cli::parse();
-    match cli.command {}
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("tessera: error: {e:#}");
+        std::process::exit(1);
+    }
 }

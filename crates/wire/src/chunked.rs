@@ -230,7 +230,11 @@ mod tests {
             b"0\r\nX: 1\n\r\n",
             b"\r\n",
         ] {
-            assert!(decode_all(bad, bad.len()).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                decode_all(bad, bad.len()).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

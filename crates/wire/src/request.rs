@@ -378,7 +378,10 @@ fn trim(mut s: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    fn parse(buf: &[u8]) -> Result<Option<(Method, Vec<u8>, usize, BodyFraming, bool)>, Error> {
+    /// Method, path, head length, body framing, keep-alive.
+    type Parsed = (Method, Vec<u8>, usize, BodyFraming, bool);
+
+    fn parse(buf: &[u8]) -> Result<Option<Parsed>, Error> {
         let mut storage = HeaderStorage::new();
         parse_request(buf, &mut storage, &Limits::default())
             .map(|r| r.map(|r| (r.method, r.path.to_vec(), r.head_len, r.body, r.keep_alive)))
@@ -445,7 +448,11 @@ mod tests {
     fn rejects_signed_hex_and_overflowing_content_length() {
         for cl in ["+3", "-3", "0x3", "3 3", "3,3", "", "99999999999999999999"] {
             let buf = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n");
-            assert_eq!(parse(buf.as_bytes()), Err(Error::BadContentLength), "{cl:?}");
+            assert_eq!(
+                parse(buf.as_bytes()),
+                Err(Error::BadContentLength),
+                "{cl:?}"
+            );
         }
     }
 
@@ -532,7 +539,8 @@ mod tests {
         let big = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n";
         assert_eq!(parse(big), Err(Error::BodyTooLarge));
         let mut storage = HeaderStorage::new();
-        let buf = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-Continue\r\n\r\n";
+        let buf =
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-Continue\r\n\r\n";
         let req = parse_request(buf, &mut storage, &Limits::default())
             .unwrap()
             .unwrap();

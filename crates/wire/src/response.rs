@@ -62,7 +62,9 @@ mod tests {
 
     #[test]
     fn status_lines_agree_with_reasons() {
-        for code in [100, 200, 204, 206, 301, 304, 400, 404, 413, 414, 431, 501, 505] {
+        for code in [
+            100, 200, 204, 206, 301, 304, 400, 404, 413, 414, 431, 501, 505,
+        ] {
             let expected = format!("HTTP/1.1 {code} {}\r\n", reason(code));
             assert_eq!(status_line(code), expected.as_bytes());
         }

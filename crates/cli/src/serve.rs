@@ -1,0 +1,85 @@
+//! `tessera serve`: load the config, apply command-line overrides, bind, run until
+//! SIGTERM or SIGINT, then shut down gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Directory to serve [default: examples/site]
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Address to listen on, IPv4 or IPv6 (`127.0.0.1:8080`, `[::1]:8080`); repeatable
+    /// [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    listen: Vec<SocketAddr>,
+    /// Worker threads, each with its own listener [default: number of cores]
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Listen backlog [default: 4096]
+    #[arg(long, value_name = "N")]
+    backlog: Option<u32>,
+    /// TOML config file; command-line options override it (keys: docs/config.md)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => load_config(path)?,
+        None => server::Config::default(),
+    };
+    if let Some(root) = args.root {
+        config.root = root;
+    }
+    if !args.listen.is_empty() {
+        config.listen = args.listen;
+    }
+    if let Some(workers) = args.workers {
+        anyhow::ensure!(workers > 0, "--workers must be at least 1");
+        config.workers = workers;
+    }
+    if let Some(backlog) = args.backlog {
+        config.backlog = backlog;
+    }
+    let root = config.root.clone();
+    let workers = config.worker_count();
+    let server = server::Server::bind(config)?;
+    for addr in server.local_addrs() {
+        eprintln!(
+            "tessera: serving {} on http://{addr}/ with {workers} worker{}",
+            root.display(),
+            if workers == 1 { "" } else { "s" }
+        );
+    }
+    let running = server.start()?;
+    wait_for_signal()?;
+    eprintln!("tessera: shutting down");
+    running.shutdown();
+    running.join();
+    Ok(())
+}
+
+fn load_config(path: &std::path::Path) -> anyhow::Result<server::Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    runtime.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok(())
+    })
+}

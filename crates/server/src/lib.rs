@@ -1,0 +1,173 @@
+//! `server` is tessera's HTTP/1.1 server: thread-per-core workers, connection handling
+//! (keep-alive, pipelining, body discarding), and static files sent with `sendfile(2)`.
+//!
+//! What it is for: accepting connections and answering requests as fast as the machine
+//! allows with memory that does not grow with load. Each worker is an OS thread running a
+//! single-threaded tokio runtime with its own `SO_REUSEPORT` listener per address, so the
+//! kernel spreads connections across workers and nothing on the request path takes a
+//! lock: the file cache and date header are per worker.
+//!
+//! What it is not for: parsing HTTP (that is `wire`), command-line handling or printing
+//! (that is `cli`; this crate reports through `tracing` and typed errors).
+//!
+//! How it fits: `cli` builds a [`Config`], calls [`Server::bind`] (which opens every
+//! listener, so errors surface before anything runs), prints [`Server::local_addrs`],
+//! then [`Server::start`]s the workers and calls [`Running::shutdown`] on SIGTERM/SIGINT.
+
+mod config;
+mod conn;
+mod date;
+mod files;
+mod output;
+mod worker;
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub use config::{Config, LimitsConfig};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("cannot open root directory {path}: {source}")]
+    Root {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cannot start worker thread: {0}")]
+    Thread(std::io::Error),
+    #[error(
+        "the kernel does not support openat2(2) (Linux 5.6 or newer is needed to serve files safely): {0}"
+    )]
+    NoOpenat2(std::io::Error),
+}
+
+/// What every worker shares, read-only after start.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub limits: wire::Limits,
+    /// The document root, opened once (`O_PATH`); every file is opened beneath it with
+    /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
+    pub root: OwnedFd,
+}
+
+/// A server whose listeners are open but whose workers have not started.
+pub struct Server {
+    shared: Arc<Shared>,
+    /// One listener per address for each worker, all bound with `SO_REUSEPORT`.
+    listeners: Vec<Vec<std::net::TcpListener>>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Server {
+    /// Checks the configuration, opens the root and binds every listener.
+    pub fn bind(config: Config) -> Result<Server, Error> {
+        config.validate().map_err(Error::Config)?;
+        let root = open_root(&config.root)?;
+        files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        let workers = config.worker_count();
+        let mut listeners: Vec<Vec<std::net::TcpListener>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        let mut addrs = Vec::new();
+        for &requested in &config.listen {
+            // With port 0 the first bind picks a port; the other workers join that one.
+            let mut addr = requested;
+            for worker in listeners.iter_mut() {
+                let listener = worker::bind(addr, config.backlog)
+                    .map_err(|source| Error::Listen { addr, source })?;
+                if addr.port() == 0 {
+                    addr = listener
+                        .local_addr()
+                        .map_err(|source| Error::Listen { addr, source })?;
+                }
+                worker.push(listener);
+            }
+            addrs.push(addr);
+        }
+        let limits = config.limits.to_wire();
+        Ok(Server {
+            shared: Arc::new(Shared {
+                config,
+                limits,
+                root,
+            }),
+            listeners,
+            addrs,
+        })
+    }
+
+    /// The addresses actually bound (port 0 resolved).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Starts one thread per worker.
+    pub fn start(self) -> Result<Running, Error> {
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let mut threads = Vec::new();
+        for (id, listeners) in self.listeners.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let shutdown = shutdown.subscribe();
+            let thread = std::thread::Builder::new()
+                .name(format!("tessera-worker-{id}"))
+                .spawn(move || worker::run(id, listeners, shared, shutdown))
+                .map_err(Error::Thread)?;
+            threads.push(thread);
+        }
+        Ok(Running { shutdown, threads })
+    }
+}
+
+/// Running workers.
+pub struct Running {
+    shutdown: tokio::sync::watch::Sender<bool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Graceful shutdown: workers stop accepting, finish the responses in flight, close
+    /// idle connections, and exit (after `shutdown_timeout` at the latest).
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits for every worker to exit.
+    pub fn join(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let err = |source| Error::Root {
+        path: path.to_owned(),
+        source,
+    };
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: c_path is a valid NUL-terminated string; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
