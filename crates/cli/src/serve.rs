@@ -46,6 +46,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let root = config.root.clone();
     let workers = config.worker_count();
+    // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
+    // address is printed still shuts down gracefully instead of killing the process.
+    let signals = Signals::install()?;
     let server = server::Server::bind(config)?;
     for addr in server.local_addrs() {
         eprintln!(
@@ -55,7 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let running = server.start()?;
-    wait_for_signal()?;
+    signals.wait();
     eprintln!("tessera: shutting down");
     running.shutdown();
     running.join();
@@ -68,18 +71,34 @@ fn load_config(path: &std::path::Path) -> anyhow::Result<server::Config> {
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()?;
-    runtime.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        Ok(())
-    })
+/// SIGTERM and SIGINT, caught on a small runtime of the main thread.
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        let (term, int) = runtime.block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            ))
+        })?;
+        Ok(Signals { runtime, term, int })
+    }
+
+    fn wait(mut self) {
+        self.runtime.block_on(async {
+            tokio::select! {
+                _ = self.term.recv() => {}
+                _ = self.int.recv() => {}
+            }
+        });
+    }
 }

@@ -1,0 +1,218 @@
+//! Starts the real `tessera` binary on an ephemeral loopback port and talks to it over
+//! raw TCP, so what is tested is what users run.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// `tessera serve --root ROOT --listen 127.0.0.1:0 --workers 1 EXTRA...`
+    pub fn start(root: &Path, extra: &[&str]) -> Server {
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--root".into(),
+            root.display().to_string(),
+            "--workers".into(),
+            "1".into(),
+        ];
+        if !extra.iter().any(|a| *a == "--listen") {
+            args.push("--listen".into());
+            args.push("127.0.0.1:0".into());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Server::start_args(&args)
+    }
+
+    pub fn start_args(args: &[String]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tessera");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = match lines.next() {
+                Some(Ok(line)) => line,
+                _ => {
+                    let status = child.wait().unwrap();
+                    panic!("tessera exited before listening: {status}");
+                }
+            };
+            if let Some(rest) = line.split("http://").nth(1) {
+                let addr = rest.split('/').next().unwrap();
+                break addr.parse().expect("listen address");
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, addr }
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream
+    }
+
+    /// Sends `raw` on a new connection and returns everything until the server closes.
+    pub fn exchange(&self, raw: &[u8]) -> Vec<u8> {
+        let mut stream = self.connect();
+        stream.write_all(raw).unwrap();
+        read_to_close(&mut stream)
+    }
+
+    /// One `GET path` on a new connection; the parsed response.
+    pub fn get(&self, path: &str) -> Response {
+        let mut stream = self.connect();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false)
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return all,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return all,
+            Err(e) => panic!("read failed after {} bytes: {e}", all.len()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads exactly one response (head plus Content-Length body; no body if `head_only` or
+/// the status has none) from the stream, byte by byte for the head so nothing of the next
+/// response is consumed.
+pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("read head");
+        assert!(n == 1, "connection closed inside a head: {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8(head).expect("utf-8 head");
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+    let status: u16 = status_line[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("header colon");
+            (n.to_string(), v.trim().to_string())
+        })
+        .collect();
+    let mut response = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head_only || status == 204 || status == 304 || status / 100 == 1 {
+        return response;
+    }
+    let len: usize = response
+        .header("content-length")
+        .expect("content-length")
+        .parse()
+        .unwrap();
+    response.body = vec![0; len];
+    stream.read_exact(&mut response.body).expect("read body");
+    response
+}
+
+/// Asserts the server closed the connection (after whatever it already sent).
+pub fn assert_closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 1024];
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Ok(n) => panic!("expected close, got {:?}", String::from_utf8_lossy(&buf[..n])),
+        Err(e) => panic!("expected close, got error {e}"),
+    }
+}
+
+/// A temporary site: a root directory with a few files, and a sibling directory outside
+/// the root holding a secret that must never be served.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+pub const SECRET: &[u8] = b"TOP-SECRET-OUTSIDE-ROOT";
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        std::fs::write(root.join("index.html"), b"<h1>home</h1>\n").unwrap();
+        std::fs::write(root.join("hello.txt"), b"hello world\n").unwrap();
+        std::fs::write(root.join("docs/index.html"), b"<h1>docs</h1>\n").unwrap();
+        std::fs::write(root.join("style.css"), b"body{}\n").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), SECRET).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt"))
+            .unwrap();
+        std::os::unix::fs::symlink("../secret.txt", root.join("escape-relative.txt")).unwrap();
+        std::os::unix::fs::symlink("hello.txt", root.join("inside.txt")).unwrap();
+        Site { dir }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    pub fn write(&self, name: &str, contents: &[u8]) {
+        std::fs::write(self.root().join(name), contents).unwrap();
+    }
+
+    pub fn serve(&self) -> Server {
+        Server::start(&self.root(), &[])
+    }
+}

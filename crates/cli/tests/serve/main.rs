@@ -1,0 +1,8 @@
+//! End-to-end tests of `tessera serve`: the real binary on a loopback port, raw bytes.
+
+mod harness;
+
+mod framing;
+mod lifecycle;
+mod security;
+mod static_files;
