@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Static files: tessera against nginx (and h2o when installed), side by side in one run.
+#
+# Each server runs with one worker pinned to core 0; wrk drives it from core 1 with 100
+# keep-alive connections. For each file size and round the servers take turns, so both
+# see the same machine noise; the script prints the median requests/s and the median
+# server CPU time per request (utime+stime of the server's process from /proc, divided by
+# the requests completed), and the ratios.
+#
+# usage: bench/peers.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s per server)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-5}
+SECONDS_PER_RUN=${2:-5}
+CONNECTIONS=100
+SERVER_CPU=0
+LOAD_CPU=1
+
+need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+need nginx nginx
+need wrk wrk
+need taskset util-linux
+
+cargo build --release --locked -q -p tessera
+TESSERA=$PWD/target/release/tessera
+
+work=$(mktemp -d /tmp/tessera-peers.XXXXXX)
+chmod 755 "$work"  # h2o started as root serves files as nobody
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [ -n "${KEEP_WORK:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+site=$work/site
+mkdir -p "$site"
+printf 'hello world\n' > "$site/12b.txt"
+head -c 65536 /dev/urandom > "$site/64k.bin"
+head -c 1048576 /dev/urandom > "$site/1m.bin"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# --- nginx: one process (master_process off), sendfile, open file cache, no access log.
+nginx_port=$(free_port)
+mkdir -p "$work/nginx"
+cat > "$work/nginx/nginx.conf" <<CONF
+worker_processes 1;
+master_process off;
+daemon off;
+error_log $work/nginx/error.log warn;
+pid $work/nginx/nginx.pid;
+events { worker_connections 4096; use epoll; multi_accept on; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 1s;
+    types { text/plain txt; application/octet-stream bin; }
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    server {
+        listen 127.0.0.1:$nginx_port reuseport;
+        root $site;
+    }
+}
+CONF
+taskset -c $SERVER_CPU nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+pids+=($!); nginx_pid=$!
+
+# --- tessera: one worker.
+tessera_port=$(free_port)
+taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_port" --workers 1 2>"$work/tessera.log" &
+pids+=($!); tessera_pid=$!
+
+# --- h2o, the fastest static server packaged here, when installed: one thread.
+h2o_pid=""
+if command -v h2o >/dev/null 2>&1; then
+    h2o_port=$(free_port)
+    cat > "$work/h2o.conf" <<CONF
+num-threads: 1
+listen:
+  host: 127.0.0.1
+  port: $h2o_port
+error-log: $work/h2o-error.log
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $site
+CONF
+    taskset -c $SERVER_CPU h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
+    pids+=($!); h2o_pid=$!
+fi
+
+wait_up() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/12b.txt" && return 0; sleep 0.1; done; echo "server on port $1 did not start" >&2; exit 1; }
+wait_up "$nginx_port"; wait_up "$tessera_port"
+[ -n "$h2o_pid" ] && wait_up "$h2o_port"
+
+# utime+stime in clock ticks of a process and all its threads, plus its children.
+cpu_ticks() {
+    local total=0 pid
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+HZ=$(getconf CLK_TCK)
+
+# One wrk run: prints "requests/s microseconds-of-server-cpu-per-request".
+measure() {
+    local pid=$1 port=$2 file=$3 before after out requests rps
+    before=$(cpu_ticks "$pid")
+    out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s "http://127.0.0.1:$port/$file")
+    after=$(cpu_ticks "$pid")
+    requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors: $out" >&2; fi
+    echo "$rps $(awk -v t=$((after - before)) -v hz="$HZ" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+servers="nginx tessera"
+[ -n "$h2o_pid" ] && servers="$servers h2o"
+declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid)
+declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=${h2o_port:-0})
+
+echo "# $(date -u +%F) $(nproc) cores, $(uname -r); server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+printf '%-8s %-8s %12s %12s\n' file server "requests/s" "cpu us/req"
+for file in 12b.txt 64k.bin 1m.bin; do
+    declare -A rps_runs=() cpu_runs=()
+    for _ in $(seq "$ROUNDS"); do
+        for s in $servers; do
+            read -r rps cpu < <(measure "${pid_of[$s]}" "${port_of[$s]}" "$file")
+            rps_runs[$s]+="$rps "
+            cpu_runs[$s]+="$cpu "
+        done
+    done
+    declare -A rps_med=() cpu_med=()
+    for s in $servers; do
+        rps_med[$s]=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
+        cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
+        printf '%-8s %-8s %12.0f %12.2f   (runs: %s)\n' "$file" "$s" "${rps_med[$s]}" "${cpu_med[$s]}" "${rps_runs[$s]% }"
+    done
+    awk -v t="${rps_med[tessera]}" -v n="${rps_med[nginx]}" -v tc="${cpu_med[tessera]}" -v nc="${cpu_med[nginx]}" -v f="$file" \
+        'BEGIN { printf "%-8s tessera/nginx: requests/s x%.2f, cpu per request x%.2f (nginx/tessera)\n", f, t / n, nc / tc }'
+    unset rps_runs cpu_runs rps_med cpu_med
+done
