@@ -28,7 +28,40 @@ pub struct Config {
     pub file_cache_entries: usize,
     /// Seconds a graceful shutdown waits for responses in flight. Default 10.
     pub shutdown_timeout: u64,
+    /// Most connections open at once, split evenly across workers. Default 16384. Each
+    /// worker's connection slots are allocated at start; when they are all taken the
+    /// oldest idle keep-alive connection is closed to admit a new one, and when none is
+    /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
+    pub max_connections: usize,
     pub limits: LimitsConfig,
+    pub timeouts: TimeoutsConfig,
+}
+
+/// `[timeouts]`, in seconds (fractions allowed). Each is the longest a connection may
+/// stay in one state; one periodic check per worker closes those that overstay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// Receiving a whole request head, from its first byte (or from accept). Default 10:
+    /// a slowloris client that trickles a header byte at a time is cut off here.
+    pub head: f64,
+    /// Receiving a whole request body. Default 30.
+    pub body: f64,
+    /// An idle keep-alive connection waiting for its next request. Default 60.
+    pub idle: f64,
+    /// A response that makes no write progress (the client stopped reading). Default 60.
+    pub write: f64,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        TimeoutsConfig {
+            head: 10.0,
+            body: 30.0,
+            idle: 60.0,
+            write: 60.0,
+        }
+    }
 }
 
 /// `[limits]`: the request limits (see `wire::Limits`).
@@ -56,7 +89,9 @@ impl Default for Config {
             sendfile_min_size: 16 * 1024,
             file_cache_entries: 4096,
             shutdown_timeout: 10,
+            max_connections: 16384,
             limits: LimitsConfig::default(),
+            timeouts: TimeoutsConfig::default(),
         }
     }
 }
@@ -112,6 +147,22 @@ impl Config {
                 "`limits.max_headers` must be between 1 and {}",
                 wire::MAX_HEADERS_CAP
             ));
+        }
+        if self.max_connections < self.worker_count() {
+            return Err("`max_connections` must be at least one per worker".into());
+        }
+        let t = &self.timeouts;
+        for (name, value) in [
+            ("head", t.head),
+            ("body", t.body),
+            ("idle", t.idle),
+            ("write", t.write),
+        ] {
+            if !(value > 0.0 && value <= 86400.0) {
+                return Err(format!(
+                    "`timeouts.{name}` must be between 0 and 86400 seconds"
+                ));
+            }
         }
         if self.workers > 1024 {
             return Err("`workers` must be at most 1024".into());

@@ -1,8 +1,13 @@
 use std::cell::{Cell, RefCell};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::io::Write;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The `Date:` header line, formatted at most once per second per worker.
-pub(crate) struct DateCache {
+/// The worker's clock: the `Date:` header line, formatted at most once per second, and
+/// a monotonic millisecond count for connection timeouts. Both are read once per batch
+/// of requests, not per request.
+pub(crate) struct Clock {
+    started: Instant,
+    millis: Cell<u64>,
     second: Cell<u64>,
     line: RefCell<[u8; DATE_LINE_LEN]>,
 }
@@ -10,36 +15,44 @@ pub(crate) struct DateCache {
 /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`
 const DATE_LINE_LEN: usize = 37;
 
-impl DateCache {
+impl Clock {
     pub fn new() -> Self {
-        let cache = DateCache {
+        let clock = Clock {
+            started: Instant::now(),
+            millis: Cell::new(0),
             second: Cell::new(u64::MAX),
             line: RefCell::new([0; DATE_LINE_LEN]),
         };
-        cache.refresh();
-        cache
+        clock.refresh();
+        clock
     }
 
-    /// Reformats the line if the second changed. Called once per batch of requests; the
-    /// clock read is a vDSO call, the formatting happens once a second.
+    /// Reads the clocks (vDSO calls) and reformats the date if the second changed. Never
+    /// allocates: the date is formatted straight into a fixed array.
     pub fn refresh(&self) {
+        self.millis.set(self.started.elapsed().as_millis() as u64);
         let now = SystemTime::now();
         let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         if second != self.second.get() {
             self.second.set(second);
-            let text = httpdate::fmt_http_date(now);
             let mut line = self.line.borrow_mut();
-            line[..6].copy_from_slice(b"Date: ");
-            line[6..35].copy_from_slice(&text.as_bytes()[..29]);
-            line[35..].copy_from_slice(b"\r\n");
+            let mut cursor = &mut line[..];
+            // The date is always 29 bytes, so this cannot run out of room.
+            let _ = write!(cursor, "Date: {}\r\n", httpdate::HttpDate::from(now));
         }
     }
 
+    /// Milliseconds since the worker started, as of the last refresh.
+    pub fn millis(&self) -> u64 {
+        self.millis.get()
+    }
+
+    /// The Unix second of the last refresh.
     pub fn second(&self) -> u64 {
         self.second.get()
     }
 
-    pub fn write(&self, out: &mut Vec<u8>) {
+    pub fn write_date(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.line.borrow()[..]);
     }
 }

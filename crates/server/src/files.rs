@@ -232,7 +232,7 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
     if normalize(raw_path, key).is_err() {
         return simple(worker, out, req, keep_alive, 400, b"");
     }
-    let now = worker.date.second();
+    let now = worker.clock.second();
     let cached = worker.files.borrow().get(key, now).cloned();
     let entry = match cached {
         Some(entry) => entry,
@@ -429,7 +429,7 @@ fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>,
 /// Status line, Server and Date.
 fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
     buf.extend_from_slice(b"Server: tessera\r\n");
-    worker.date.write(buf);
+    worker.clock.write_date(buf);
 }
 
 fn end_head(buf: &mut Vec<u8>, version: Version, keep_alive: bool) {

@@ -24,10 +24,12 @@ mod worker;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use config::{Config, LimitsConfig};
+pub use config::{Config, LimitsConfig, TimeoutsConfig};
+pub use worker::ConnState;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,8 @@ pub enum Error {
 /// What every worker shares, read-only after start.
 pub(crate) struct Shared {
     pub config: Config,
+    /// Connections per state for each worker, published by its periodic check.
+    pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
     /// The document root, opened once (`O_PATH`); every file is opened beneath it with
     /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
@@ -98,6 +102,7 @@ impl Server {
         let limits = config.limits.to_wire();
         Ok(Server {
             shared: Arc::new(Shared {
+                counts: (0..workers).map(|_| Default::default()).collect(),
                 config,
                 limits,
                 root,
@@ -125,17 +130,38 @@ impl Server {
                 .map_err(Error::Thread)?;
             threads.push(thread);
         }
-        Ok(Running { shutdown, threads })
+        Ok(Running {
+            shared: self.shared,
+            shutdown,
+            threads,
+        })
+    }
+}
+
+impl Shared {
+    pub(crate) fn slots_per_worker(&self) -> usize {
+        (self.config.max_connections / self.config.worker_count()).max(1)
     }
 }
 
 /// Running workers.
 pub struct Running {
+    shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Running {
+    /// Connections in `state` across all workers, as of the workers' last periodic check
+    /// (at most a quarter second old).
+    pub fn connections(&self, state: ConnState) -> usize {
+        self.shared
+            .counts
+            .iter()
+            .map(|c| c[state as usize].load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close
     /// idle connections, and exit (after `shutdown_timeout` at the latest).
     pub fn shutdown(&self) {

@@ -1,18 +1,24 @@
 //! The responses of one batch, gathered so they go out with as few system calls as
 //! possible: heads and small bodies in one `writev`, large bodies with `sendfile(2)`.
+//! Writes are attempted without waiting; only when the socket is full does the
+//! connection wait for writability (and only then counts as "writing" for timeouts).
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::files::FileEntry;
 
 /// Most iovecs handed to one writev; a batch of 100 pipelined responses needs 200 (head
-/// and body each), so they go out in a few calls. Kept on the stack.
+/// and body each), so they go out in a few calls. Kept on the stack of a synchronous
+/// function, never in a connection's future.
 const MAX_IOVECS: usize = 64;
+
+/// Most segments queued before the batch is flushed (fixed, so it never reallocates).
+const MAX_SEGMENTS: usize = 128;
 
 enum Segment {
     /// Bytes `start..end` of `Output::buf` (response heads, small generated bodies).
@@ -27,21 +33,39 @@ enum Segment {
     },
 }
 
-/// Responses waiting to be written. The buffers keep their capacity between batches, so
-/// the steady state does not allocate.
+/// Responses waiting to be written. Allocated once per buffer set and reused, so the
+/// steady state does not allocate: the batch is flushed before it could outgrow them.
 pub(crate) struct Output {
     buf: Vec<u8>,
     segments: Vec<Segment>,
     /// Where the bytes in `buf` not yet covered by a segment start.
     pending_from: usize,
+    /// Write progress: the segment being written and how much of it has gone out.
+    index: usize,
+    skip: u64,
+    /// Room kept free in `buf` for one more response head.
+    reserve: usize,
+}
+
+/// What one write attempt achieved.
+pub(crate) enum Progress {
+    /// Everything went out; the output is empty again.
+    Done,
+    /// The socket is full; wait for writability and call again.
+    Blocked { wrote: bool },
 }
 
 impl Output {
-    pub fn new() -> Self {
+    /// `reserve` is the largest response head the server can generate (it echoes the
+    /// request target in redirects, so it depends on `max_uri_length`).
+    pub fn new(reserve: usize) -> Self {
         Output {
-            buf: Vec::with_capacity(4096),
-            segments: Vec::with_capacity(16),
+            buf: Vec::with_capacity((2 * reserve).max(16 * 1024)),
+            segments: Vec::with_capacity(MAX_SEGMENTS),
             pending_from: 0,
+            index: 0,
+            skip: 0,
+            reserve,
         }
     }
 
@@ -54,9 +78,10 @@ impl Output {
         self.buf.is_empty() && self.segments.is_empty()
     }
 
-    /// Bytes queued so far (to decide when a batch is big enough to flush).
-    pub fn queued(&self) -> usize {
-        self.buf.len() + self.segments.len() * 1024
+    /// Whether the batch must be flushed before another response is added.
+    pub fn is_full(&self) -> bool {
+        self.buf.len() + self.reserve > self.buf.capacity()
+            || self.segments.len() + 3 > MAX_SEGMENTS
     }
 
     fn close_buf_segment(&mut self) {
@@ -79,100 +104,109 @@ impl Output {
         self.segments.push(Segment::File { entry, offset, len });
     }
 
-    /// Writes everything queued. On return the output is empty and reusable.
-    pub async fn flush(&mut self, stream: &mut TcpStream) -> io::Result<()> {
-        self.close_buf_segment();
-        let result = self.write_segments(stream).await;
+    fn clear(&mut self) {
         self.buf.clear();
         self.segments.clear();
         self.pending_from = 0;
-        result
+        self.index = 0;
+        self.skip = 0;
     }
 
-    async fn write_segments(&mut self, stream: &mut TcpStream) -> io::Result<()> {
-        let mut index = 0;
-        // Bytes of segments[index] already written.
-        let mut skip = 0usize;
-        while index < self.segments.len() {
-            if let Segment::File { entry, offset, len } = &self.segments[index] {
-                send_file(stream, entry, *offset, *len).await?;
-                index += 1;
-                continue;
-            }
-            let mut iovecs = [IoSlice::new(&[]); MAX_IOVECS];
-            let mut count = 0;
-            for segment in &self.segments[index..] {
-                let bytes: &[u8] = match segment {
-                    Segment::Buf { start, end } => &self.buf[*start..*end],
-                    Segment::Memory(entry) => entry.body(),
-                    Segment::File { .. } => break,
-                };
-                iovecs[count] = IoSlice::new(if count == 0 { &bytes[skip..] } else { bytes });
-                count += 1;
-                if count == MAX_IOVECS {
-                    break;
+    /// Writes as much as the socket takes without waiting.
+    pub fn try_write(&mut self, stream: &TcpStream) -> io::Result<Progress> {
+        self.close_buf_segment();
+        let mut wrote = false;
+        while self.index < self.segments.len() {
+            let written = match &self.segments[self.index] {
+                Segment::File { entry, offset, len } => {
+                    send_file(stream, entry, offset + self.skip, len - self.skip)
                 }
-            }
-            let mut written = stream.write_vectored(&iovecs[..count]).await?;
-            if written == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            // Advance past what went out.
-            while written > 0 {
-                let len = match &self.segments[index] {
-                    Segment::Buf { start, end } => end - start,
-                    Segment::Memory(entry) => entry.body().len(),
-                    Segment::File { .. } => unreachable!("writev never covers a file segment"),
-                } - skip;
-                if written >= len {
-                    written -= len;
-                    index += 1;
-                    skip = 0;
-                } else {
-                    skip += written;
-                    written = 0;
+                _ => self.write_memory_segments(stream),
+            };
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    wrote = true;
+                    self.advance(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(Progress::Blocked { wrote });
+                }
+                Err(e) => {
+                    self.clear();
+                    return Err(e);
                 }
             }
         }
-        Ok(())
+        self.clear();
+        Ok(Progress::Done)
+    }
+
+    /// One writev of the memory segments starting at `index` (up to a file segment).
+    fn write_memory_segments(&self, stream: &TcpStream) -> io::Result<usize> {
+        let mut iovecs = [IoSlice::new(&[]); MAX_IOVECS];
+        let mut count = 0;
+        for segment in &self.segments[self.index..] {
+            let bytes: &[u8] = match segment {
+                Segment::Buf { start, end } => &self.buf[*start..*end],
+                Segment::Memory(entry) => entry.body(),
+                Segment::File { .. } => break,
+            };
+            let skip = if count == 0 { self.skip as usize } else { 0 };
+            iovecs[count] = IoSlice::new(&bytes[skip..]);
+            count += 1;
+            if count == MAX_IOVECS {
+                break;
+            }
+        }
+        stream.try_write_vectored(&iovecs[..count])
+    }
+
+    fn advance(&mut self, mut written: u64) {
+        while written > 0 && self.index < self.segments.len() {
+            let len = match &self.segments[self.index] {
+                Segment::Buf { start, end } => (end - start) as u64,
+                Segment::Memory(entry) => entry.body().len() as u64,
+                Segment::File { len, .. } => *len,
+            } - self.skip;
+            if written >= len {
+                written -= len;
+                self.index += 1;
+                self.skip = 0;
+            } else {
+                self.skip += written;
+                written = 0;
+            }
+        }
+        // Zero-length segments (an empty in-memory body) need no write.
+        while let Some(Segment::Memory(entry)) = self.segments.get(self.index) {
+            if !entry.body().is_empty() {
+                break;
+            }
+            self.index += 1;
+        }
     }
 }
 
-/// Sends `len` bytes of the file from `offset` with sendfile(2) on the non-blocking
-/// socket. When the socket buffer is full (EAGAIN) the task waits for writability and
-/// resumes at the saved offset, so a slow reader holds only its own connection, never the
-/// worker (the design of nginx's ngx_linux_sendfile_chain and the Yaws sendfile driver).
-async fn send_file(
-    stream: &mut TcpStream,
-    entry: &FileEntry,
-    offset: u64,
-    len: u64,
-) -> io::Result<()> {
+/// One sendfile(2) of up to `len` bytes from `offset` on the non-blocking socket. When
+/// the socket buffer is full it returns WouldBlock and the connection waits for
+/// writability, resuming at the saved offset: a slow reader holds only its own
+/// connection, never the worker (nginx's ngx_linux_sendfile_chain, the Yaws sendfile
+/// driver). A return of 0 means the file shrank under us.
+fn send_file(stream: &TcpStream, entry: &FileEntry, offset: u64, len: u64) -> io::Result<usize> {
     let socket = stream.as_raw_fd();
     let file = entry.file.as_raw_fd();
     let mut offset = offset as libc::off_t;
-    let mut left = len;
-    while left > 0 {
-        // Linux moves at most 0x7ffff000 bytes per call.
-        let chunk = left.min(0x7fff_f000) as usize;
-        let result = stream.try_io(Interest::WRITABLE, || {
-            // SAFETY: both descriptors are open for the duration of the call and offset
-            // points to a live off_t.
-            let n = unsafe { libc::sendfile(socket, file, &mut offset, chunk) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as u64)
-            }
-        });
-        match result {
-            // The file shrank under us: the promised Content-Length can no longer be met,
-            // and the caller closes the connection.
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => left -= n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
-            Err(e) => return Err(e),
+    // Linux moves at most 0x7ffff000 bytes per call.
+    let chunk = len.min(0x7fff_f000) as usize;
+    stream.try_io(Interest::WRITABLE, || {
+        // SAFETY: both descriptors are open for the duration of the call and offset
+        // points to a live off_t.
+        let n = unsafe { libc::sendfile(socket, file, &mut offset, chunk) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
         }
-    }
-    Ok(())
+    })
 }

@@ -1,38 +1,209 @@
 //! A worker: one OS thread, one single-threaded tokio runtime, its own listeners, its own
-//! file cache and date header. Nothing here is shared with other workers except the
-//! read-only [`Shared`].
+//! connection slots, buffers, file cache and clock. Nothing here is shared with other
+//! workers except the read-only [`Shared`] and the published connection counts.
+//!
+//! Memory is a budget fixed at start: `max_connections / workers` slots (allocated at
+//! start by `pool`) and at most one buffer set per slot, taken only while a connection
+//! has bytes in hand and recycled through a free list, never freed, so the steady state
+//! allocates nothing.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pool::{Pool, SlotId, State};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use crate::date::DateCache;
+use crate::date::Clock;
 use crate::files::FileCache;
+use crate::output::Output;
 use crate::{conn, Shared};
+
+/// Where a connection is in its life. Each state's slots form a list ordered by when
+/// they entered it, so timeouts are found oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// No connection.
+    Free,
+    /// Receiving a request head (from accept, or from the first byte after idling).
+    ReadingHead,
+    /// Receiving (and discarding) a request body.
+    ReadingBody,
+    /// Producing a response that waits on something (not used by static files, which
+    /// answer synchronously; proxied and scripted responses will).
+    Handling,
+    /// The response is written and the socket is full: waiting for the client to read.
+    Writing,
+    /// A keep-alive connection between requests. Holds no buffer.
+    Idle,
+    /// Closed by a timeout or eviction; the slot frees when its task notices.
+    Closing,
+}
+
+impl State for ConnState {
+    const COUNT: usize = 7;
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl ConnState {
+    pub const ALL: [ConnState; 7] = [
+        ConnState::Free,
+        ConnState::ReadingHead,
+        ConnState::ReadingBody,
+        ConnState::Handling,
+        ConnState::Writing,
+        ConnState::Idle,
+        ConnState::Closing,
+    ];
+}
+
+/// A connection's read buffer and output batch, lent while it has bytes in hand.
+pub(crate) struct Buffers {
+    pub read: Box<[u8]>,
+    pub out: Output,
+}
 
 pub(crate) struct Worker {
     pub shared: Arc<Shared>,
-    pub date: DateCache,
+    pub id: usize,
+    pub clock: Clock,
     pub files: RefCell<FileCache>,
     /// Reused buffers for path handling: the normalised path and the C path to open.
     pub scratch: RefCell<(Vec<u8>, Vec<u8>)>,
+    /// Connection slots; each holds its socket's descriptor.
+    slots: RefCell<Pool<ConnState, RawFd>>,
+    /// Buffer sets not lent out, most recently returned last (so the hot ones are reused
+    /// and the rest stay cold, out of resident memory). Boxed so that a connection holds
+    /// one pointer, not the whole set, in its future.
+    #[allow(clippy::vec_box)]
+    spare: RefCell<Vec<Box<Buffers>>>,
+    slot_freed: Notify,
     shutting_down: Cell<bool>,
-    /// The sockets of open connections, to half-close them on shutdown.
-    connections: RefCell<slab::Slab<RawFd>>,
-    drained: Notify,
+    /// When the last eviction / accept-pause message was logged, and how many since.
+    evictions: RateLimitedLog,
+    pauses: RateLimitedLog,
+    timeouts: RateLimitedLog,
 }
 
 impl Worker {
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.get()
+    }
+
+    /// Moves a connection to `to` (a no-op if it is there already, so the time it
+    /// entered is kept). Returns false if the connection was closed by a timeout or
+    /// eviction: its task should end.
+    pub fn enter(&self, slot: SlotId, to: ConnState) -> bool {
+        let mut slots = self.slots.borrow_mut();
+        let from = slots.state(slot);
+        if from == ConnState::Closing {
+            return false;
+        }
+        if from != to {
+            slots.set_state(slot, from, to, self.clock.millis());
+        }
+        true
+    }
+
+    /// Records progress in the current state (a write that moved bytes).
+    pub fn touch(&self, slot: SlotId) {
+        let mut slots = self.slots.borrow_mut();
+        if slots.state(slot) != ConnState::Closing {
+            slots.touch(slot, self.clock.millis());
+        }
+    }
+
+    pub fn take_buffers(&self) -> Box<Buffers> {
+        self.spare.borrow_mut().pop().unwrap_or_else(|| {
+            // First use of this buffer set: bounded by the slot count, since each
+            // connection holds at most one; recycled forever after.
+            Box::new(Buffers {
+                read: vec![0u8; self.shared.limits.max_head_size].into_boxed_slice(),
+                out: Output::new(self.shared.limits.max_uri_length + 1024),
+            })
+        })
+    }
+
+    pub fn give_back(&self, buffers: Box<Buffers>) {
+        self.spare.borrow_mut().push(buffers);
+    }
+
+    /// Closes a connection from outside its task: both directions are shut down, so
+    /// whatever it waits on wakes with an error or end-of-file, and it frees its slot.
+    fn kill(&self, slots: &mut Pool<ConnState, RawFd>, slot: SlotId) {
+        let fd = slots[slot];
+        // SAFETY: fd is the open socket of a live connection of this worker.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        let from = slots.state(slot);
+        slots.set_state(slot, from, ConnState::Closing, self.clock.millis());
+    }
+
+    fn free(&self, slot: SlotId) {
+        let mut slots = self.slots.borrow_mut();
+        let from = slots.state(slot);
+        slots.set_state(slot, from, ConnState::Free, self.clock.millis());
+        drop(slots);
+        self.slot_freed.notify_one();
+    }
+
+    /// The periodic timeout check: for each timed state, close connections from the
+    /// oldest while they have expired; stop at the first that has not.
+    fn sweep(&self) {
+        self.clock.refresh();
+        let now = self.clock.millis();
+        let t = &self.shared.config.timeouts;
+        let mut slots = self.slots.borrow_mut();
+        for (state, seconds) in [
+            (ConnState::ReadingHead, t.head),
+            (ConnState::ReadingBody, t.body),
+            (ConnState::Idle, t.idle),
+            (ConnState::Writing, t.write),
+        ] {
+            let timeout = (seconds * 1000.0) as u64;
+            while let Some(slot) = slots.oldest_expired(state, now, timeout) {
+                self.kill(&mut slots, slot);
+                self.timeouts.event(now, |n| {
+                    tracing::info!(worker = self.id, ?state, closed = n, "connection timeouts");
+                });
+            }
+        }
+        let counts = &self.shared.counts[self.id];
+        for state in ConnState::ALL {
+            counts[state as usize].store(slots.count(state), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Logs at most once every 10 s, with how many events happened since the last line.
+struct RateLimitedLog {
+    last: Cell<Option<u64>>,
+    pending: Cell<u64>,
+}
+
+impl RateLimitedLog {
+    fn new() -> Self {
+        RateLimitedLog {
+            last: Cell::new(None),
+            pending: Cell::new(0),
+        }
+    }
+
+    fn event(&self, now: u64, log: impl FnOnce(u64)) {
+        self.pending.set(self.pending.get() + 1);
+        if self.last.get().is_none_or(|last| now >= last + 10_000) {
+            log(self.pending.get());
+            self.pending.set(0);
+            self.last.set(Some(now));
+        }
     }
 }
 
@@ -68,15 +239,21 @@ pub(crate) fn run(
             return;
         }
     };
+    let capacity = shared.slots_per_worker();
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let worker = Rc::new(Worker {
-            date: DateCache::new(),
+            id,
+            clock: Clock::new(),
             files: RefCell::new(FileCache::new(shared.config.file_cache_entries)),
             scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
+            slots: RefCell::new(Pool::new(capacity, ConnState::Free, 0, |_| -1)),
+            spare: RefCell::new(Vec::with_capacity(capacity)),
+            slot_freed: Notify::new(),
             shutting_down: Cell::new(false),
-            connections: RefCell::new(slab::Slab::with_capacity(64)),
-            drained: Notify::new(),
+            evictions: RateLimitedLog::new(),
+            pauses: RateLimitedLog::new(),
+            timeouts: RateLimitedLog::new(),
             shared,
         });
         for listener in listeners {
@@ -91,31 +268,52 @@ pub(crate) fn run(
                 Err(e) => tracing::error!(worker = id, error = %e, "cannot register listener"),
             }
         }
+        let sweeper = tokio::task::spawn_local({
+            let worker = worker.clone();
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(250));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    tick.tick().await;
+                    worker.sweep();
+                }
+            }
+        });
         while !*shutdown.borrow_and_update() {
             if shutdown.changed().await.is_err() {
                 break;
             }
         }
         worker.shutting_down.set(true);
-        for (_, &fd) in worker.connections.borrow().iter() {
-            // Idle connections see end-of-file and close; busy ones finish their
-            // response first and then close because the worker is shutting down.
-            // SAFETY: fd belongs to a live connection of this worker.
-            unsafe { libc::shutdown(fd, libc::SHUT_RD) };
+        {
+            let slots = worker.slots.borrow();
+            for state in ConnState::ALL {
+                if state == ConnState::Free {
+                    continue;
+                }
+                for (slot, _) in slots.iter(state) {
+                    // Idle connections see end-of-file and close; busy ones finish
+                    // their response first and then close because the worker is
+                    // shutting down.
+                    // SAFETY: the descriptor belongs to a live connection.
+                    unsafe { libc::shutdown(slots[slot], libc::SHUT_RD) };
+                }
+            }
         }
         let grace = Duration::from_secs(worker.shared.config.shutdown_timeout);
         let drained = async {
-            while !worker.connections.borrow().is_empty() {
-                worker.drained.notified().await;
+            while worker.slots.borrow().count(ConnState::Free) < capacity {
+                worker.slot_freed.notified().await;
             }
         };
         if tokio::time::timeout(grace, drained).await.is_err() {
             tracing::warn!(
                 worker = id,
-                open = worker.connections.borrow().len(),
+                open = capacity - worker.slots.borrow().count(ConnState::Free),
                 "shutdown timeout: closing connections still open"
             );
         }
+        sweeper.abort();
     });
 }
 
@@ -125,6 +323,41 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
+        // A slot first: accept only what we can hold; the listen backlog holds the rest.
+        loop {
+            {
+                let mut slots = worker.slots.borrow_mut();
+                if slots.count(ConnState::Free) > 0 {
+                    break;
+                }
+                worker.clock.refresh();
+                let now = worker.clock.millis();
+                if slots.count(ConnState::Closing) == 0 {
+                    if let Some(victim) = slots.oldest(ConnState::Idle) {
+                        worker.kill(&mut slots, victim);
+                        worker.evictions.event(now, |n| {
+                            tracing::warn!(
+                                worker = worker.id,
+                                evicted = n,
+                                "connection slots full: closing the oldest idle keep-alive connections"
+                            );
+                        });
+                    } else {
+                        worker.pauses.event(now, |n| {
+                            tracing::warn!(
+                                worker = worker.id,
+                                pauses = n,
+                                "connection slots full and none idle: accepting paused until one frees"
+                            );
+                        });
+                    }
+                }
+            }
+            tokio::select! {
+                _ = worker.slot_freed.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.changed() => return,
@@ -143,14 +376,23 @@ async fn accept_loop(
         }
         // Responses go out as whole batches; Nagle would only delay the last segment.
         let _ = stream.set_nodelay(true);
-        let key = worker.connections.borrow_mut().insert(stream.as_raw_fd());
+        worker.clock.refresh();
+        let slot = {
+            let mut slots = worker.slots.borrow_mut();
+            let Some(slot) = slots.take_oldest(
+                ConnState::Free,
+                ConnState::ReadingHead,
+                worker.clock.millis(),
+            ) else {
+                continue;
+            };
+            slots[slot] = stream.as_raw_fd();
+            slot
+        };
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
-            conn::serve(stream, &worker).await;
-            worker.connections.borrow_mut().remove(key);
-            if worker.is_shutting_down() {
-                worker.drained.notify_one();
-            }
+            conn::serve(stream, &worker, slot).await;
+            worker.free(slot);
         });
     }
 }

@@ -43,7 +43,9 @@ fn http10_without_keep_alive_closes() {
     let site = Site::new();
     let server = site.serve();
     let mut stream = server.connect();
-    stream.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n").unwrap();
+    stream
+        .write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut stream, false);
     assert_eq!(r.status, 200);
     assert_eq!(r.header("connection"), Some("close"));
@@ -94,7 +96,9 @@ fn bodies_are_discarded_and_keep_alive_stays_in_sync() {
     .unwrap();
     assert_eq!(read_response(&mut stream, false).body, b"hello world\n");
     stream
-        .write_all(b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /")
+        .write_all(
+            b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /",
+        )
         .unwrap();
     assert_eq!(read_response(&mut stream, false).status, 405);
     std::thread::sleep(std::time::Duration::from_millis(50));
@@ -111,7 +115,9 @@ fn expect_100_continue() {
     let server = site.serve();
     let mut stream = server.connect();
     stream
-        .write_all(b"PUT /up.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        .write_all(
+            b"PUT /up.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+        )
         .unwrap();
     let interim = read_response(&mut stream, true);
     assert_eq!(interim.status, 100);
@@ -130,7 +136,10 @@ fn malformed_heads_get_their_status_and_a_close() {
     let site = Site::new();
     let server = site.serve();
     let long_target = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
-    let big_header = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(17000));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(17000)
+    );
     let mut many = String::from("GET / HTTP/1.1\r\nHost: t\r\n");
     for i in 0..101 {
         many.push_str(&format!("X-{i}: v\r\n"));

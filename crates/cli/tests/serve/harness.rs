@@ -134,7 +134,11 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         let n = stream.read(&mut byte).expect("read head");
-        assert!(n == 1, "connection closed inside a head: {:?}", String::from_utf8_lossy(&head));
+        assert!(
+            n == 1,
+            "connection closed inside a head: {:?}",
+            String::from_utf8_lossy(&head)
+        );
         head.push(byte[0]);
     }
     let text = String::from_utf8(head).expect("utf-8 head");
@@ -173,7 +177,10 @@ pub fn assert_closed(stream: &mut TcpStream) {
     match stream.read(&mut buf) {
         Ok(0) => {}
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        Ok(n) => panic!("expected close, got {:?}", String::from_utf8_lossy(&buf[..n])),
+        Ok(n) => panic!(
+            "expected close, got {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
         Err(e) => panic!("expected close, got error {e}"),
     }
 }
@@ -197,8 +204,7 @@ impl Site {
         std::fs::write(root.join("docs/index.html"), b"<h1>docs</h1>\n").unwrap();
         std::fs::write(root.join("style.css"), b"body{}\n").unwrap();
         std::fs::write(dir.path().join("secret.txt"), SECRET).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt"))
-            .unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt")).unwrap();
         std::os::unix::fs::symlink("../secret.txt", root.join("escape-relative.txt")).unwrap();
         std::os::unix::fs::symlink("hello.txt", root.join("inside.txt")).unwrap();
         Site { dir }

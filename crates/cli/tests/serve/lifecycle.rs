@@ -29,7 +29,8 @@ fn slow_reader_does_not_block_its_worker() {
         );
     }
     // And the slow reader still gets every byte once it reads.
-    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let r = read_response(&mut slow, false);
     assert_eq!(r.body.len(), data.len());
     assert!(r.body.iter().all(|&b| b == 7));
@@ -55,7 +56,10 @@ fn sigterm_finishes_the_response_in_flight_and_exits_zero() {
     let mut all = first.to_vec();
     all.append(&mut rest);
     let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(all[head_end..] == data[..], "response cut short by shutdown");
+    assert!(
+        all[head_end..] == data[..],
+        "response cut short by shutdown"
+    );
     drop(idle);
     let status = server.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -85,7 +89,11 @@ fn config_file_sets_root_and_rejects_unknown_keys() {
         ),
     )
     .unwrap();
-    let server = Server::start_args(&["serve".into(), "--config".into(), config.display().to_string()]);
+    let server = Server::start_args(&[
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]);
     assert_eq!(server.get("/hello.txt").status, 200);
     let long = format!("/{}", "a".repeat(200));
     assert_eq!(server.get(&long).status, 414);
@@ -109,5 +117,8 @@ fn missing_root_is_a_clear_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("/no/such/dir") && stderr.contains("No such file"), "{stderr}");
+    assert!(
+        stderr.contains("/no/such/dir") && stderr.contains("No such file"),
+        "{stderr}"
+    );
 }

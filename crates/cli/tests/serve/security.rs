@@ -29,8 +29,14 @@ fn traversal_attempts_never_leave_the_root() {
         let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let response = server.exchange(raw.as_bytes());
         let text = String::from_utf8_lossy(&response);
-        assert!(!contains(&response, SECRET), "{path} leaked the secret: {text}");
-        assert!(!contains(&response, b"root:"), "{path} leaked /etc/passwd: {text}");
+        assert!(
+            !contains(&response, SECRET),
+            "{path} leaked the secret: {text}"
+        );
+        assert!(
+            !contains(&response, b"root:"),
+            "{path} leaked /etc/passwd: {text}"
+        );
         let status = &text[9..12];
         assert!(
             ["400", "403", "404"].contains(&status),

@@ -25,10 +25,19 @@ fn directory_index_redirect_and_missing_index() {
     let site = Site::new();
     let server = site.serve();
     let home = server.get("/");
-    assert_eq!((home.status, home.body.as_slice()), (200, &b"<h1>home</h1>\n"[..]));
-    assert_eq!(home.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        (home.status, home.body.as_slice()),
+        (200, &b"<h1>home</h1>\n"[..])
+    );
+    assert_eq!(
+        home.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
     let docs = server.get("/docs/");
-    assert_eq!((docs.status, docs.body.as_slice()), (200, &b"<h1>docs</h1>\n"[..]));
+    assert_eq!(
+        (docs.status, docs.body.as_slice()),
+        (200, &b"<h1>docs</h1>\n"[..])
+    );
     let redirect = server.get("/docs?x=1");
     assert_eq!(redirect.status, 301);
     assert_eq!(redirect.header("location"), Some("/docs/?x=1"));
@@ -100,7 +109,9 @@ fn large_file_is_byte_exact() {
     // 64 MiB of a pattern that differs at every offset modulo a prime, so a dropped,
     // repeated or reordered chunk cannot go unnoticed.
     let size = 64 << 20;
-    let data: Vec<u8> = (0..size).map(|i: usize| (i % 251) as u8 ^ (i >> 20) as u8).collect();
+    let data: Vec<u8> = (0..size)
+        .map(|i: usize| (i % 251) as u8 ^ (i >> 20) as u8)
+        .collect();
     site.write("big.bin", &data);
     let server = site.serve();
     let r = server.get("/big.bin");

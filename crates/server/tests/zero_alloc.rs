@@ -1,0 +1,92 @@
+//! Proves the steady-state request path allocates nothing: a keep-alive GET of a small
+//! static file, served by the real server in this process, 10,000 times.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts every allocation in the process (all threads: the worker and this client).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn keep_alive_get_of_a_small_file_allocates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
+    let config = server::Config {
+        root: dir.path().to_owned(),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        workers: 1,
+        max_connections: 64,
+        ..server::Config::default()
+    };
+    let server = server::Server::bind(config).unwrap();
+    let addr = server.local_addrs()[0];
+    let running = server.start().unwrap();
+
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    // Learn the response length once (it is constant: the Date line has a fixed width).
+    stream.write_all(request).unwrap();
+    let mut response = vec![0u8; 4096];
+    let mut len = 0;
+    while !response[..len].ends_with(b"hello world\n") {
+        len += stream.read(&mut response[len..]).unwrap();
+    }
+    // Warm-up: file cache, buffer sets, the runtime's own structures.
+    let exchange = |stream: &mut TcpStream, response: &mut [u8]| {
+        stream.write_all(request).unwrap();
+        stream.read_exact(&mut response[..len]).unwrap();
+        assert!(response[..len].starts_with(b"HTTP/1.1 200 OK\r\n"));
+    };
+    for _ in 0..2000 {
+        exchange(&mut stream, &mut response);
+    }
+
+    // The counter does see allocations (so a zero below means something).
+    let probe = ALLOCATIONS.load(Ordering::Relaxed);
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(16)));
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - probe, 1);
+
+    // At least 10,000 requests, and across at least two second boundaries so the
+    // once-a-second work (Date formatting, file cache re-checks, timeout sweeps) runs.
+    let started = std::time::Instant::now();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let mut requests = 0;
+    while requests < 10_000 || started.elapsed() < std::time::Duration::from_millis(2200) {
+        exchange(&mut stream, &mut response);
+        requests += 1;
+    }
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    // Exactly zero over 10,000 requests: the clock formats the Date header into a fixed
+    // array, the file cache re-checks an entry by reopening without allocating, buffers
+    // are recycled, and the output batch never grows.
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during {requests} keep-alive requests"
+    );
+
+    drop(stream);
+    running.shutdown();
+    running.join();
+}
