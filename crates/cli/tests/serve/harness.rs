@@ -22,7 +22,7 @@ impl Server {
             "--workers".into(),
             "1".into(),
         ];
-        if !extra.iter().any(|a| *a == "--listen") {
+        if !extra.contains(&"--listen") {
             args.push("--listen".into());
             args.push("127.0.0.1:0".into());
         }
