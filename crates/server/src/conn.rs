@@ -66,6 +66,22 @@ impl Conn<'_> {
         loop {
             // Wait for bytes. Without a partial request in hand, wait with no buffer.
             self.stream.readable().await?;
+            let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
+            match self.stream.try_read(&mut buffers.read[self.end..]) {
+                Ok(0) => return Ok(Ending::Closed),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Stale readiness: wait again, holding no buffer if none is needed.
+                    if self.end == 0 && matches!(self.discard, Discard::None) {
+                        if let Some(buffers) = self.buffers.take() {
+                            worker.give_back(buffers);
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            // Bytes arrived: from idle, a new request head starts its timer now.
             let state = if matches!(self.discard, Discard::None) {
                 ConnState::ReadingHead
             } else {
@@ -73,13 +89,6 @@ impl Conn<'_> {
             };
             if !worker.enter(self.slot, state) {
                 return Ok(Ending::Closed);
-            }
-            let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
-            match self.stream.try_read(&mut buffers.read[self.end..]) {
-                Ok(0) => return Ok(Ending::Closed),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
             }
             worker.clock.refresh();
             loop {

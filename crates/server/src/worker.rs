@@ -110,6 +110,10 @@ impl Worker {
         }
         if from != to {
             slots.set_state(slot, from, to, self.clock.millis());
+            if to == ConnState::Idle && slots.count(ConnState::Free) == 0 {
+                // An accept may be waiting for a slot: this one can now be evicted.
+                self.slot_freed.notify_one();
+            }
         }
         true
     }
@@ -323,7 +327,22 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        // A slot first: accept only what we can hold; the listen backlog holds the rest.
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors or memory: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // A slot for it. When none is free, make room by closing the oldest idle
+        // keep-alive connection; when none is idle, hold this one and accept nothing
+        // more until a slot frees (the listen backlog absorbs the rest).
         loop {
             {
                 let mut slots = worker.slots.borrow_mut();
@@ -358,19 +377,6 @@ async fn accept_loop(
                 _ = shutdown.changed() => return,
             }
         }
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of descriptors or memory: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
         if worker.is_shutting_down() {
             return;
         }

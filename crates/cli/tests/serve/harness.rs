@@ -84,6 +84,16 @@ impl Server {
         read_response(&mut stream, false)
     }
 
+    /// Resident memory of the server process, in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
     pub fn signal(&self, signal: i32) {
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
@@ -220,5 +230,12 @@ impl Site {
 
     pub fn serve(&self) -> Server {
         Server::start(&self.root(), &[])
+    }
+
+    /// Serves with a config file holding `toml` (one worker, an ephemeral port).
+    pub fn serve_with(&self, toml: &str) -> Server {
+        let config = self.dir.path().join("tessera.toml");
+        std::fs::write(&config, toml).unwrap();
+        Server::start(&self.root(), &["--config", config.to_str().unwrap()])
     }
 }

@@ -4,5 +4,6 @@ mod harness;
 
 mod framing;
 mod lifecycle;
+mod limits;
 mod security;
 mod static_files;
