@@ -49,6 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
     // address is printed still shuts down gracefully instead of killing the process.
     let signals = Signals::install()?;
+    raise_open_file_limit();
     let server = server::Server::bind(config)?;
     for addr in server.local_addrs() {
         eprintln!(
@@ -100,5 +101,22 @@ impl Signals {
                 _ = self.int.recv() => {}
             }
         });
+    }
+}
+
+/// Every connection is a descriptor: lift the soft limit to the hard one, as nginx's
+/// worker_rlimit_nofile and h2o do, so max_connections is not cut short by a default 1024.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }

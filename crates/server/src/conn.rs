@@ -53,7 +53,9 @@ pub(crate) async fn serve(stream: TcpStream, worker: &Worker, slot: SlotId) {
         discard: Discard::None,
     };
     if let Ok(Ending::Linger) = conn.run().await {
-        conn.linger().await;
+        // Boxed: its timer is large, and every connection's future (idle ones included)
+        // would otherwise carry room for it. One allocation per closing connection.
+        Box::pin(conn.linger()).await;
     }
     if let Some(buffers) = conn.buffers.take() {
         worker.give_back(buffers);
