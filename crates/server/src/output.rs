@@ -146,11 +146,15 @@ impl Output {
     fn write_memory_segments(&self, stream: &TcpStream) -> io::Result<usize> {
         let mut iovecs = [IoSlice::new(&[]); MAX_IOVECS];
         let mut count = 0;
+        let mut file_follows = false;
         for segment in &self.segments[self.index..] {
             let bytes: &[u8] = match segment {
                 Segment::Buf { start, end } => &self.buf[*start..*end],
                 Segment::Memory(entry) => entry.body(),
-                Segment::File { .. } => break,
+                Segment::File { .. } => {
+                    file_follows = true;
+                    break;
+                }
             };
             let skip = if count == 0 { self.skip as usize } else { 0 };
             iovecs[count] = IoSlice::new(&bytes[skip..]);
@@ -159,7 +163,27 @@ impl Output {
                 break;
             }
         }
-        stream.try_write_vectored(&iovecs[..count])
+        if !file_follows {
+            return stream.try_write_vectored(&iovecs[..count]);
+        }
+        // A response head followed by a sendfile body: MSG_MORE holds the head back so it
+        // leaves in the same packets as the start of the body instead of as a small
+        // packet of its own (what nginx's tcp_nopush does with TCP_CORK).
+        let socket = stream.as_raw_fd();
+        stream.try_io(Interest::WRITABLE, || {
+            // SAFETY: msghdr points at `count` live IoSlices (ABI-compatible with iovec).
+            let n = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iovecs.as_ptr() as *mut libc::iovec;
+                msg.msg_iovlen = count as _;
+                libc::sendmsg(socket, &msg, libc::MSG_MORE | libc::MSG_NOSIGNAL)
+            };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })
     }
 
     fn advance(&mut self, mut written: u64) {
