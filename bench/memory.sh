@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 CONNECTIONS=${1:-10000}
 ulimit -n "$(ulimit -Hn)"
 
-need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+source bench/lib.sh
 need nginx nginx
 need wrk wrk
 need python3 python3
@@ -28,7 +28,6 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/site" "$work/nginx"
 printf 'hello world\n' > "$work/site/12b.txt"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 nginx_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF
@@ -57,11 +56,7 @@ pids+=($!); nginx_pid=$!
 tessera_port=$(free_port)
 taskset -c 0 "$TESSERA" serve --root "$work/site" --listen "127.0.0.1:$tessera_port" --workers 1 --backlog 16384 2>"$work/tessera.log" &
 pids+=($!); tessera_pid=$!
-for port in $nginx_port $tessera_port; do
-    for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$port/12b.txt" && break; sleep 0.1; done
-done
-
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
 
 # Opens N connections, sends one request on each, reads each response, and holds them
 # idle until its stdin closes. Prints "ready" when all are answered.

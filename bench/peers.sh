@@ -16,7 +16,7 @@ CONNECTIONS=100
 SERVER_CPU=0
 LOAD_CPU=1
 
-need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+source bench/lib.sh
 need nginx nginx
 need wrk wrk
 need taskset util-linux
@@ -39,8 +39,6 @@ mkdir -p "$site"
 printf 'hello world\n' > "$site/12b.txt"
 head -c 65536 /dev/urandom > "$site/64k.bin"
 head -c 1048576 /dev/urandom > "$site/1m.bin"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # --- nginx: one process (master_process off), sendfile, open file cache, no access log.
 nginx_port=$(free_port)
@@ -101,33 +99,8 @@ CONF
     pids+=($!); h2o_pid=$!
 fi
 
-wait_up() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/12b.txt" && return 0; sleep 0.1; done; echo "server on port $1 did not start" >&2; exit 1; }
-wait_up "$nginx_port"; wait_up "$tessera_port"
-[ -n "$h2o_pid" ] && wait_up "$h2o_port"
-
-# utime+stime in clock ticks of a process and all its threads, plus its children.
-cpu_ticks() {
-    local total=0 pid
-    for pid in "$1" $(pgrep -P "$1" || true); do
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-    done
-    echo "$total"
-}
-HZ=$(getconf CLK_TCK)
-
-# One wrk run: prints "requests/s microseconds-of-server-cpu-per-request".
-measure() {
-    local pid=$1 port=$2 file=$3 before after out requests rps
-    before=$(cpu_ticks "$pid")
-    out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s "http://127.0.0.1:$port/$file")
-    after=$(cpu_ticks "$pid")
-    requests=$(echo "$out" | awk '/requests in/ {print $1}')
-    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors: $out" >&2; fi
-    echo "$rps $(awk -v t=$((after - before)) -v hz="$HZ" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
+[ -n "$h2o_pid" ] && wait_up "$h2o_port" 12b.txt
 
 servers="nginx tessera"
 [ -n "$h2o_pid" ] && servers="$servers h2o"
@@ -140,7 +113,7 @@ for file in 12b.txt 64k.bin 1m.bin; do
     declare -A rps_runs=() cpu_runs=()
     for _ in $(seq "$ROUNDS"); do
         for s in $servers; do
-            read -r rps cpu < <(measure "${pid_of[$s]}" "${port_of[$s]}" "$file")
+            read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/$file" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN")
             rps_runs[$s]+="$rps "
             cpu_runs[$s]+="$cpu "
         done

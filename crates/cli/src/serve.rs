@@ -21,6 +21,9 @@ pub struct Args {
     /// Listen backlog [default: 4096]
     #[arg(long, value_name = "N")]
     backlog: Option<u32>,
+    /// Append an access log (combined format unless the config says otherwise) to FILE
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<PathBuf>,
     /// TOML config file; command-line options override it (keys: docs/config.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -44,6 +47,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(backlog) = args.backlog {
         config.backlog = backlog;
     }
+    if let Some(path) = args.access_log {
+        config.access_log = Some(path);
+    }
     let root = config.root.clone();
     let workers = config.worker_count();
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
@@ -59,10 +65,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let running = server.start()?;
-    signals.wait();
+    signals.wait(|| running.reopen_logs());
     eprintln!("tessera: shutting down");
     running.shutdown();
+    let dropped = running.access_log_dropped();
     running.join();
+    if dropped > 0 {
+        eprintln!("tessera: {dropped} access log lines were dropped (the disk did not keep up)");
+    }
     Ok(())
 }
 
@@ -72,11 +82,13 @@ fn load_config(path: &std::path::Path) -> anyhow::Result<server::Config> {
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-/// SIGTERM and SIGINT, caught on a small runtime of the main thread.
+/// SIGTERM and SIGINT (stop) and SIGUSR1 (reopen logs), caught on a small runtime of
+/// the main thread.
 struct Signals {
     runtime: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -85,20 +97,30 @@ impl Signals {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?;
-        let (term, int) = runtime.block_on(async {
+        let (term, int, usr1) = runtime.block_on(async {
             Ok::<_, std::io::Error>((
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
+                signal(SignalKind::user_defined1())?,
             ))
         })?;
-        Ok(Signals { runtime, term, int })
+        Ok(Signals {
+            runtime,
+            term,
+            int,
+            usr1,
+        })
     }
 
-    fn wait(mut self) {
+    /// Waits for a stop signal, calling `reopen` on each SIGUSR1 meanwhile.
+    fn wait(mut self, reopen: impl Fn()) {
         self.runtime.block_on(async {
-            tokio::select! {
-                _ = self.term.recv() => {}
-                _ = self.int.recv() => {}
+            loop {
+                tokio::select! {
+                    _ = self.term.recv() => return,
+                    _ = self.int.recv() => return,
+                    _ = self.usr1.recv() => reopen(),
+                }
             }
         });
     }

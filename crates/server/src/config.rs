@@ -33,6 +33,11 @@ pub struct Config {
     /// oldest idle keep-alive connection is closed to admit a new one, and when none is
     /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
     pub max_connections: usize,
+    /// Access log file, appended to; none (the default) means no access log.
+    pub access_log: Option<PathBuf>,
+    /// `combined` (the default), `common`, or an Apache format string: `%h %l %u %t %r
+    /// %m %U %q %H %s %>s %b %B %D %T %{Header}i %{Header}o %%`.
+    pub access_log_format: String,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
 }
@@ -90,6 +95,8 @@ impl Default for Config {
             file_cache_entries: 4096,
             shutdown_timeout: 10,
             max_connections: 16384,
+            access_log: None,
+            access_log_format: "combined".into(),
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
         }

@@ -6,15 +6,17 @@
 //! 10,000 idle connections cheap.
 
 use std::io;
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use pool::SlotId;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 
+use crate::access_log::Entry;
 use crate::files;
-use crate::output::Progress;
+use crate::output::{Mark, Output, Progress};
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -36,6 +38,9 @@ enum Ending {
 struct Conn<'w> {
     worker: &'w Worker,
     stream: TcpStream,
+    peer: SocketAddr,
+    /// When the last read completed, for `%D` in access logs (only read when logging).
+    read_at: Option<Instant>,
     slot: SlotId,
     buffers: Option<Box<Buffers>>,
     start: usize,
@@ -43,10 +48,12 @@ struct Conn<'w> {
     discard: Discard,
 }
 
-pub(crate) async fn serve(stream: TcpStream, worker: &Worker, slot: SlotId) {
+pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, worker: &Worker, slot: SlotId) {
     let mut conn = Conn {
         worker,
         stream,
+        peer,
+        read_at: None,
         slot,
         buffers: None,
         start: 0,
@@ -78,6 +85,9 @@ impl Conn<'_> {
                 Ok(0) => return Ok(Ending::Closed),
                 Ok(n) => self.end += n,
                 Err(e) => return Err(e),
+            }
+            if self.read_at.is_some() || worker.log.borrow().is_some() {
+                self.read_at = Some(Instant::now());
             }
             // Bytes arrived: from idle, a new request head starts its timer now.
             let state = if matches!(self.discard, Discard::None) {
@@ -158,7 +168,9 @@ impl Conn<'_> {
                         out.buf()
                             .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                     }
+                    let mark = out.mark();
                     files::respond(&req, worker, out, keep_alive);
+                    log(worker, self.peer, self.read_at, Some(&req), b"", out, mark);
                     self.start += req.head_len;
                     self.discard = match req.body {
                         BodyFraming::None => Discard::None,
@@ -175,6 +187,7 @@ impl Conn<'_> {
                 Ok(None) => return Ok((false, false)),
                 Err(e) => {
                     tracing::debug!(error = %e, "refusing request");
+                    let mark = out.mark();
                     files::write_simple(
                         worker,
                         out.buf(),
@@ -183,6 +196,17 @@ impl Conn<'_> {
                         false,
                         Version::Http11,
                         false,
+                    );
+                    let pending = &read[self.start..self.end];
+                    let line_end = memchr::memchr2(b'\r', b'\n', pending).unwrap_or(pending.len());
+                    log(
+                        worker,
+                        self.peer,
+                        self.read_at,
+                        None,
+                        &pending[..line_end],
+                        out,
+                        mark,
                     );
                     return Ok((true, false));
                 }
@@ -249,6 +273,34 @@ impl Conn<'_> {
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
     }
+}
+
+/// Writes the access log line for the response just added to `out`.
+fn log(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    request: Option<&wire::Request<'_, '_>>,
+    raw_line: &[u8],
+    out: &Output,
+    mark: Mark,
+) {
+    let mut log = worker.log.borrow_mut();
+    let Some(log) = log.as_mut() else {
+        return;
+    };
+    let (status, head, body_bytes) = out.since(mark);
+    let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
+    let entry = Entry {
+        client,
+        request,
+        raw_line,
+        status,
+        head,
+        body_bytes,
+        micros,
+    };
+    log.record(&entry, &worker.clock.clf_time()[..]);
 }
 
 /// Consumes body bytes from `buf[*start..end]`. Returns whether the body is complete

@@ -10,6 +10,8 @@ pub(crate) struct Clock {
     millis: Cell<u64>,
     second: Cell<u64>,
     line: RefCell<[u8; DATE_LINE_LEN]>,
+    /// The same second as `[10/Oct/2000:13:55:36 +0000]`, for access logs.
+    clf: RefCell<[u8; 28]>,
 }
 
 /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`
@@ -22,6 +24,7 @@ impl Clock {
             millis: Cell::new(0),
             second: Cell::new(u64::MAX),
             line: RefCell::new([0; DATE_LINE_LEN]),
+            clf: RefCell::new([0; 28]),
         };
         clock.refresh();
         clock
@@ -39,6 +42,7 @@ impl Clock {
             let mut cursor = &mut line[..];
             // The date is always 29 bytes, so this cannot run out of room.
             let _ = write!(cursor, "Date: {}\r\n", httpdate::HttpDate::from(now));
+            crate::access_log::clf_time(second, &mut self.clf.borrow_mut());
         }
     }
 
@@ -50,6 +54,10 @@ impl Clock {
     /// The Unix second of the last refresh.
     pub fn second(&self) -> u64 {
         self.second.get()
+    }
+
+    pub fn clf_time(&self) -> std::cell::Ref<'_, [u8; 28]> {
+        self.clf.borrow()
     }
 
     pub fn write_date(&self, out: &mut Vec<u8>) {

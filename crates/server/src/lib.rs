@@ -14,6 +14,7 @@
 //! listener, so errors surface before anything runs), prints [`Server::local_addrs`],
 //! then [`Server::start`]s the workers and calls [`Running::shutdown`] on SIGTERM/SIGINT.
 
+mod access_log;
 mod config;
 mod conn;
 mod date;
@@ -24,10 +25,11 @@ mod worker;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+pub use access_log::FormatError;
 pub use config::{Config, LimitsConfig, TimeoutsConfig};
 pub use worker::ConnState;
 
@@ -47,6 +49,13 @@ pub enum Error {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("invalid access_log_format: {0}")]
+    LogFormat(#[from] FormatError),
+    #[error("cannot open access log {path}: {source}")]
+    AccessLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
     #[error(
@@ -58,6 +67,8 @@ pub enum Error {
 /// What every worker shares, read-only after start.
 pub(crate) struct Shared {
     pub config: Config,
+    /// The access log's drop counter and reopen flag.
+    pub log: Arc<access_log::Shared>,
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
@@ -72,12 +83,14 @@ pub struct Server {
     /// One listener per address for each worker, all bound with `SO_REUSEPORT`.
     listeners: Vec<Vec<std::net::TcpListener>>,
     addrs: Vec<SocketAddr>,
+    log_format: access_log::Format,
 }
 
 impl Server {
     /// Checks the configuration, opens the root and binds every listener.
     pub fn bind(config: Config) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
+        let log_format = access_log::Format::parse(&config.access_log_format)?;
         let root = open_root(&config.root)?;
         files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         let workers = config.worker_count();
@@ -103,12 +116,17 @@ impl Server {
         Ok(Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
+                log: Arc::new(access_log::Shared {
+                    dropped: AtomicU64::new(0),
+                    reopen: AtomicBool::new(false),
+                }),
                 config,
                 limits,
                 root,
             }),
             listeners,
             addrs,
+            log_format,
         })
     }
 
@@ -121,14 +139,31 @@ impl Server {
     pub fn start(self) -> Result<Running, Error> {
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let mut threads = Vec::new();
-        for (id, listeners) in self.listeners.into_iter().enumerate() {
+        let workers = self.listeners.len();
+        let mut logs: Vec<Option<access_log::WorkerLog>> = (0..workers).map(|_| None).collect();
+        if let Some(path) = &self.shared.config.access_log {
+            let (worker_logs, writer) =
+                access_log::start(path, &self.log_format, workers, self.shared.log.clone())
+                    .map_err(|source| Error::AccessLog {
+                        path: path.clone(),
+                        source,
+                    })?;
+            logs = worker_logs.into_iter().map(Some).collect();
+            // Joined last: it ends once every worker has flushed and dropped its end.
+            threads.push(writer);
+        }
+        for ((id, listeners), log) in self.listeners.into_iter().enumerate().zip(logs) {
             let shared = self.shared.clone();
             let shutdown = shutdown.subscribe();
             let thread = std::thread::Builder::new()
                 .name(format!("tessera-worker-{id}"))
-                .spawn(move || worker::run(id, listeners, shared, shutdown))
+                .spawn(move || worker::run(id, listeners, shared, log, shutdown))
                 .map_err(Error::Thread)?;
             threads.push(thread);
+        }
+        // Workers first, then the log writer.
+        if self.shared.config.access_log.is_some() {
+            threads.rotate_left(1);
         }
         Ok(Running {
             shared: self.shared,
@@ -160,6 +195,16 @@ impl Running {
             .iter()
             .map(|c| c[state as usize].load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Reopens the access log file (for SIGUSR1 after logrotate moved it).
+    pub fn reopen_logs(&self) {
+        self.shared.log.reopen.store(true, Ordering::Relaxed);
+    }
+
+    /// Access log lines dropped because the disk could not keep up (or failed).
+    pub fn access_log_dropped(&self) -> u64 {
+        self.shared.log.dropped.load(Ordering::Relaxed)
     }
 
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close

@@ -45,6 +45,15 @@ pub(crate) struct Output {
     skip: u64,
     /// Room kept free in `buf` for one more response head.
     reserve: usize,
+    /// Bytes queued outside `buf` (in-memory and file bodies), for access logs.
+    outside: u64,
+}
+
+/// Where the output stood before a response was added (see [`Output::since`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Mark {
+    buf: usize,
+    outside: u64,
 }
 
 /// What one write attempt achieved.
@@ -66,7 +75,36 @@ impl Output {
             index: 0,
             skip: 0,
             reserve,
+            outside: 0,
         }
+    }
+
+    pub fn mark(&self) -> Mark {
+        Mark {
+            buf: self.buf.len(),
+            outside: self.outside,
+        }
+    }
+
+    /// The response added since `mark`: its status, head, and body length.
+    pub fn since(&self, mark: Mark) -> (u16, &[u8], u64) {
+        let added = &self.buf[mark.buf..];
+        // Skip an interim 100 Continue written before the final response.
+        let start = if added.starts_with(b"HTTP/1.1 100 ") {
+            memchr::memmem::find(added, b"\r\n\r\n").map_or(0, |i| i + 4)
+        } else {
+            0
+        };
+        let response = &added[start..];
+        let head_len =
+            memchr::memmem::find(response, b"\r\n\r\n").map_or(response.len(), |i| i + 4);
+        let status = response
+            .get(9..12)
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = (response.len() - head_len) as u64 + (self.outside - mark.outside);
+        (status, &response[..head_len], body)
     }
 
     /// The buffer to append response heads and small bodies to.
@@ -96,11 +134,13 @@ impl Output {
 
     pub fn push_memory(&mut self, entry: Rc<FileEntry>) {
         self.close_buf_segment();
+        self.outside += entry.body().len() as u64;
         self.segments.push(Segment::Memory(entry));
     }
 
     pub fn push_file(&mut self, entry: Rc<FileEntry>, offset: u64, len: u64) {
         self.close_buf_segment();
+        self.outside += len;
         self.segments.push(Segment::File { entry, offset, len });
     }
 
@@ -110,6 +150,7 @@ impl Output {
         self.pending_from = 0;
         self.index = 0;
         self.skip = 0;
+        self.outside = 0;
     }
 
     /// Writes as much as the socket takes without waiting.

@@ -21,6 +21,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use crate::access_log::WorkerLog;
 use crate::date::Clock;
 use crate::files::FileCache;
 use crate::output::Output;
@@ -92,6 +93,10 @@ pub(crate) struct Worker {
     evictions: RateLimitedLog,
     pauses: RateLimitedLog,
     timeouts: RateLimitedLog,
+    /// This worker's end of the access log, if there is one.
+    pub log: RefCell<Option<WorkerLog>>,
+    drops: RateLimitedLog,
+    dropped_seen: Cell<u64>,
 }
 
 impl Worker {
@@ -180,6 +185,19 @@ impl Worker {
                 });
             }
         }
+        if let Some(log) = self.log.borrow_mut().as_mut() {
+            log.hand_off();
+        }
+        let dropped = self.shared.log.dropped.load(Ordering::Relaxed);
+        if self.id == 0 && dropped > self.dropped_seen.get() {
+            self.drops.event(now, |_| {
+                tracing::warn!(
+                    dropped_total = dropped,
+                    "access log lines dropped: the disk does not keep up"
+                );
+            });
+            self.dropped_seen.set(dropped);
+        }
         let counts = &self.shared.counts[self.id];
         for state in ConnState::ALL {
             counts[state as usize].store(slots.count(state), Ordering::Relaxed);
@@ -231,6 +249,7 @@ pub(crate) fn run(
     id: usize,
     listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
+    log: Option<WorkerLog>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -258,6 +277,9 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
+            log: RefCell::new(log),
+            drops: RateLimitedLog::new(),
+            dropped_seen: Cell::new(0),
             shared,
         });
         for listener in listeners {
@@ -318,6 +340,10 @@ pub(crate) fn run(
             );
         }
         sweeper.abort();
+        let log = worker.log.borrow_mut().take();
+        if let Some(mut log) = log {
+            log.flush_blocking();
+        }
     });
 }
 
@@ -331,8 +357,8 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
             _ = shutdown.changed() => return,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -397,7 +423,7 @@ async fn accept_loop(
         };
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
-            conn::serve(stream, &worker, slot).await;
+            conn::serve(stream, peer, &worker, slot).await;
             worker.free(slot);
         });
     }

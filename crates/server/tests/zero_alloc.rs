@@ -28,15 +28,24 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+// One test function: the counter is process-wide, so the two runs must not overlap.
 #[test]
 fn keep_alive_get_of_a_small_file_allocates_nothing() {
+    run(false);
+    // With the access log on, too: lines are formatted into recycled buffers.
+    run(true);
+}
+
+fn run(access_log: bool) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
+    let log_path = dir.path().join("access.log");
     let config = server::Config {
         root: dir.path().to_owned(),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,
+        access_log: access_log.then(|| log_path.clone()),
         ..server::Config::default()
     };
     let server = server::Server::bind(config).unwrap();

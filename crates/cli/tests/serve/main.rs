@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod access_log;
 mod framing;
 mod lifecycle;
 mod limits;

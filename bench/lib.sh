@@ -1,0 +1,42 @@
+# Shared helpers for the bench/ scripts (source it; it defines functions only).
+
+# need COMMAND PACKAGE: installs PACKAGE with apt when COMMAND is missing.
+need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+
+# A free loopback TCP port.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# wait_up PORT PATH: waits (at most 10 s) until http://127.0.0.1:PORT/PATH answers 2xx.
+wait_up() {
+    for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/$2" && return 0; sleep 0.1; done
+    echo "server on port $1 did not start" >&2
+    exit 1
+}
+
+# utime+stime in clock ticks of a process (all its threads) and its children.
+cpu_ticks() {
+    local total=0 pid
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+# Resident memory of a process in KiB.
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# Median of the numbers on standard input, one per line.
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# measure PID URL LOAD_CPU CONNECTIONS SECONDS: one wrk run pinned to LOAD_CPU against
+# the server PID; prints "requests/s server-cpu-microseconds-per-request".
+measure() {
+    local pid=$1 url=$2 cpu=$3 connections=$4 seconds=$5 before after out requests rps
+    before=$(cpu_ticks "$pid")
+    out=$(taskset -c "$cpu" wrk -t1 -c"$connections" -d"${seconds}s" "$url")
+    after=$(cpu_ticks "$pid")
+    requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors: $out" >&2; fi
+    echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
+}

@@ -1,0 +1,101 @@
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::harness::{read_response, Server, Site};
+
+/// Waits until `path` has at least `lines` lines (the writer flushes within a second).
+fn wait_for_lines(path: &std::path::Path, lines: usize) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let found: Vec<String> = text.lines().map(str::to_string).collect();
+        if found.len() >= lines || started.elapsed() > Duration::from_secs(10) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn combined_format_with_apache_escaping() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = Server::start(&site.root(), &["--access-log", log.to_str().unwrap()]);
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /hello.txt?a=1 HTTP/1.1\r\nHost: t\r\nReferer: http://example.com/\r\nUser-Agent: Agent \"quoted\" \\ \xc3\xa9\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 200);
+    stream.write_all(b"HEAD /missing HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut stream, true).status, 404);
+    let bad = server.exchange(b"GET / HTTP/1.1\r\n\r\n");
+    assert!(bad.starts_with(b"HTTP/1.1 400 "));
+    let lines = wait_for_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let time = r"\[\d\d/[A-Z][a-z][a-z]/\d{4}:\d\d:\d\d:\d\d \+0000\]";
+    let expected = [
+        format!(
+            r#"^127\.0\.0\.1 - - {time} "GET /hello\.txt\?a=1 HTTP/1\.1" 200 12 "http://example\.com/" "Agent \\"quoted\\" \\\\ \\xc3\\xa9"$"#
+        ),
+        format!(r#"^127\.0\.0\.1 - - {time} "HEAD /missing HTTP/1\.0" 404 - "-" "-"$"#),
+        format!(r#"^127\.0\.0\.1 - - {time} "GET / HTTP/1\.1" 400 \d+ "-" "-"$"#),
+    ];
+    for (line, pattern) in lines.iter().zip(expected) {
+        assert!(
+            regex_lite::Regex::new(&pattern).unwrap().is_match(line),
+            "{line}\n  !~ {pattern}"
+        );
+    }
+}
+
+#[test]
+fn custom_format_with_duration_and_response_headers() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {:?}\naccess_log_format = \"%m %U%q %s %B %D %{{Content-Type}}o %%\"\n",
+        log.display().to_string()
+    ));
+    assert_eq!(server.get("/style.css?v=2").status, 200);
+    let lines = wait_for_lines(&log, 1);
+    let re = regex_lite::Regex::new(r"^GET /style\.css\?v=2 200 7 \d+ text/css; charset=utf-8 %$")
+        .unwrap();
+    assert!(re.is_match(&lines[0]), "{}", lines[0]);
+}
+
+#[test]
+fn sigusr1_reopens_the_log_for_logrotate() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let rotated = site.dir.path().join("access.log.1");
+    let server = Server::start(&site.root(), &["--access-log", log.to_str().unwrap()]);
+    assert_eq!(server.get("/hello.txt").status, 200);
+    assert_eq!(wait_for_lines(&log, 1).len(), 1);
+    std::fs::rename(&log, &rotated).unwrap();
+    server.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.get("/style.css").status, 200);
+    let new_lines = wait_for_lines(&log, 1);
+    assert_eq!(new_lines.len(), 1);
+    assert!(new_lines[0].contains("/style.css"));
+    assert_eq!(wait_for_lines(&rotated, 1).len(), 1);
+}
+
+#[test]
+fn bad_format_is_a_clear_error() {
+    let site = Site::new();
+    let config = site.dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "access_log = \"/tmp/x.log\"\naccess_log_format = \"%h %Q\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("%Q"), "{stderr}");
+}

@@ -1,0 +1,490 @@
+//! The access log, written off the hot path.
+//!
+//! Each worker formats lines into its own buffer (no locks, no allocation: buffers are
+//! recycled). A full buffer is handed to one writer thread over a bounded channel and an
+//! empty one taken back; the writer does the `write(2)`s in large blocks. If the disk is
+//! slow or full and no empty buffer is available, the worker drops the buffered lines
+//! rather than wait, and counts them; the count is logged (rate-limited) and readable
+//! through [`crate::Running::access_log_dropped`]. Nothing on the request path ever
+//! blocks on the log. SIGUSR1 makes the writer reopen the file (logrotate's convention).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wire::Request;
+
+/// A buffer is handed to the writer when it holds this much.
+const BUFFER_SIZE: usize = 64 * 1024;
+/// Buffers per worker: one being filled, the others in flight or spare.
+const BUFFERS_PER_WORKER: usize = 4;
+
+/// One item of a compiled log format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Item {
+    Literal(Vec<u8>),
+    ClientIp,
+    Dash,
+    Time,
+    RequestLine,
+    Method,
+    Path,
+    Query,
+    Protocol,
+    Status,
+    /// Body bytes, `-` for none (`%b`).
+    BytesClf,
+    /// Body bytes, `0` for none (`%B`).
+    Bytes,
+    /// Microseconds from the request's arrival to its response being queued (`%D`).
+    Micros,
+    /// The same in whole seconds (`%T`).
+    Seconds,
+    RequestHeader(String),
+    ResponseHeader(String),
+}
+
+/// Why a log format string was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    #[error("unknown directive %{0} in access log format")]
+    Unknown(String),
+    #[error("unterminated %{{...}} in access log format")]
+    Unterminated,
+}
+
+/// A compiled log format.
+#[derive(Debug, Clone)]
+pub struct Format(Vec<Item>);
+
+pub const COMBINED: &str = r#"%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i""#;
+pub const COMMON: &str = r#"%h %l %u %t "%r" %>s %b"#;
+
+impl Format {
+    /// Compiles `combined`, `common`, or an Apache-style format string.
+    pub fn parse(spec: &str) -> Result<Format, FormatError> {
+        let spec = match spec {
+            "combined" => COMBINED,
+            "common" => COMMON,
+            other => other,
+        };
+        let mut items = Vec::new();
+        let mut literal = Vec::new();
+        let bytes = spec.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] != b'%' {
+                literal.push(bytes[i]);
+                i += 1;
+                continue;
+            }
+            i += 1;
+            let mut arg = None;
+            if bytes.get(i) == Some(&b'{') {
+                let end = spec[i..].find('}').ok_or(FormatError::Unterminated)? + i;
+                arg = Some(spec[i + 1..end].to_string());
+                i = end + 1;
+            }
+            if bytes.get(i) == Some(&b'>') {
+                i += 1;
+            }
+            let Some(&directive) = bytes.get(i) else {
+                return Err(FormatError::Unknown(String::new()));
+            };
+            i += 1;
+            let item = match (directive, arg) {
+                (b'%', None) => {
+                    literal.push(b'%');
+                    continue;
+                }
+                (b'h' | b'a', None) => Item::ClientIp,
+                (b'l' | b'u', None) => Item::Dash,
+                (b't', None) => Item::Time,
+                (b'r', None) => Item::RequestLine,
+                (b'm', None) => Item::Method,
+                (b'U', None) => Item::Path,
+                (b'q', None) => Item::Query,
+                (b'H', None) => Item::Protocol,
+                (b's', None) => Item::Status,
+                (b'b', None) => Item::BytesClf,
+                (b'B', None) => Item::Bytes,
+                (b'D', None) => Item::Micros,
+                (b'T', None) => Item::Seconds,
+                (b'i', Some(name)) => Item::RequestHeader(name),
+                (b'o', Some(name)) => Item::ResponseHeader(name),
+                (d, arg) => {
+                    return Err(FormatError::Unknown(match arg {
+                        Some(a) => format!("{{{a}}}{}", d as char),
+                        None => (d as char).to_string(),
+                    }))
+                }
+            };
+            if !literal.is_empty() {
+                items.push(Item::Literal(std::mem::take(&mut literal)));
+            }
+            items.push(item);
+        }
+        if !literal.is_empty() {
+            items.push(Item::Literal(literal));
+        }
+        Ok(Format(items))
+    }
+}
+
+/// What a log line needs to know about one response.
+pub(crate) struct Entry<'a> {
+    pub client: SocketAddr,
+    /// `None` when the request could not be parsed.
+    pub request: Option<&'a Request<'a, 'a>>,
+    /// For a request that could not be parsed: its first line as received, if any.
+    pub raw_line: &'a [u8],
+    pub status: u16,
+    /// The response head as sent (for `%{X}o`).
+    pub head: &'a [u8],
+    pub body_bytes: u64,
+    pub micros: u64,
+}
+
+impl Format {
+    pub(crate) fn write(&self, line: &mut Vec<u8>, entry: &Entry<'_>, time: &[u8]) {
+        let request = entry.request;
+        for item in &self.0 {
+            match item {
+                Item::Literal(bytes) => line.extend_from_slice(bytes),
+                Item::ClientIp => {
+                    let _ = write!(line, "{}", entry.client.ip());
+                }
+                Item::Dash => line.push(b'-'),
+                Item::Time => line.extend_from_slice(time),
+                Item::RequestLine => match request {
+                    Some(r) => {
+                        escape(line, r.method_token.as_bytes());
+                        line.push(b' ');
+                        escape(line, r.target);
+                        line.extend_from_slice(match r.version {
+                            wire::Version::Http10 => b" HTTP/1.0",
+                            wire::Version::Http11 => b" HTTP/1.1",
+                        });
+                    }
+                    None if !entry.raw_line.is_empty() => escape(line, entry.raw_line),
+                    None => line.push(b'-'),
+                },
+                Item::Method => match request {
+                    Some(r) => escape(line, r.method_token.as_bytes()),
+                    None => line.push(b'-'),
+                },
+                Item::Path => match request {
+                    Some(r) => escape(line, split_query(r.path).0),
+                    None => line.push(b'-'),
+                },
+                Item::Query => {
+                    if let Some(query) = request.and_then(|r| split_query(r.path).1) {
+                        line.push(b'?');
+                        escape(line, query);
+                    }
+                }
+                Item::Protocol => line.extend_from_slice(match request.map(|r| r.version) {
+                    Some(wire::Version::Http10) => b"HTTP/1.0",
+                    Some(wire::Version::Http11) => b"HTTP/1.1",
+                    None => b"-",
+                }),
+                Item::Status => {
+                    line.extend_from_slice(itoa::Buffer::new().format(entry.status).as_bytes())
+                }
+                Item::BytesClf if entry.body_bytes == 0 => line.push(b'-'),
+                Item::BytesClf | Item::Bytes => {
+                    line.extend_from_slice(itoa::Buffer::new().format(entry.body_bytes).as_bytes())
+                }
+                Item::Micros => {
+                    line.extend_from_slice(itoa::Buffer::new().format(entry.micros).as_bytes())
+                }
+                Item::Seconds => line.extend_from_slice(
+                    itoa::Buffer::new()
+                        .format(entry.micros / 1_000_000)
+                        .as_bytes(),
+                ),
+                Item::RequestHeader(name) => match request.and_then(|r| r.header(name)) {
+                    Some(value) => escape(line, value),
+                    None => line.push(b'-'),
+                },
+                Item::ResponseHeader(name) => match response_header(entry.head, name) {
+                    Some(value) => escape(line, value),
+                    None => line.push(b'-'),
+                },
+            }
+        }
+        line.push(b'\n');
+    }
+}
+
+fn split_query(path: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match memchr::memchr(b'?', path) {
+        Some(q) => (&path[..q], Some(&path[q + 1..])),
+        None => (path, None),
+    }
+}
+
+fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = memchr::memchr(b':', line)?;
+        if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+            let value = &line[colon + 1..];
+            let start = value.iter().position(|&b| b != b' ').unwrap_or(value.len());
+            Some(&value[start..])
+        } else {
+            None
+        }
+    })
+}
+
+/// Escapes as Apache does, so every line parses back: `"` and `\` get a backslash,
+/// control bytes and bytes above 0x7e become `\xhh`.
+fn escape(line: &mut Vec<u8>, value: &[u8]) {
+    for &b in value {
+        match b {
+            b'"' => line.extend_from_slice(b"\\\""),
+            b'\\' => line.extend_from_slice(b"\\\\"),
+            0x20..=0x7e => line.push(b),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                line.extend_from_slice(&[
+                    b'\\',
+                    b'x',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 15) as usize],
+                ]);
+            }
+        }
+    }
+}
+
+/// `[10/Oct/2000:13:55:36 +0000]` for a Unix second (UTC).
+pub(crate) fn clf_time(unix: u64, out: &mut [u8; 28]) {
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let days = (unix / 86400) as i64;
+    let secs = unix % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut cursor = &mut out[..];
+    let _ = write!(
+        cursor,
+        "[{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000]",
+        day,
+        std::str::from_utf8(MONTHS[(month - 1) as usize]).unwrap_or("Jan"),
+        year,
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+}
+
+/// Shared between the workers and the writer thread.
+pub(crate) struct Shared {
+    pub dropped: AtomicU64,
+    pub reopen: AtomicBool,
+}
+
+/// A worker's end: the buffer being filled and the way to the writer.
+pub(crate) struct WorkerLog {
+    pub format: Format,
+    current: Vec<u8>,
+    /// Lines in `current`, to count drops in lines.
+    lines: u64,
+    to_writer: SyncSender<Vec<u8>>,
+    spare: Receiver<Vec<u8>>,
+    shared: Arc<Shared>,
+}
+
+impl WorkerLog {
+    /// Appends one line.
+    pub fn record(&mut self, entry: &Entry<'_>, time: &[u8]) {
+        self.format.write(&mut self.current, entry, time);
+        self.lines += 1;
+        if self.current.len() >= BUFFER_SIZE - 4096 {
+            self.hand_off();
+        }
+    }
+
+    /// Hands the current buffer to the writer if an empty one is available to carry on
+    /// with; otherwise drops its lines (counted). Called when full and once a second.
+    pub fn hand_off(&mut self) {
+        if self.current.is_empty() {
+            return;
+        }
+        match self.spare.try_recv() {
+            Ok(empty) => {
+                let full = std::mem::replace(&mut self.current, empty);
+                let lines = std::mem::take(&mut self.lines);
+                // Never fails while the writer runs: the channel has room for every
+                // buffer there is.
+                if self.to_writer.try_send(full).is_err() {
+                    self.shared.dropped.fetch_add(lines, Ordering::Relaxed);
+                }
+            }
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                self.shared.dropped.fetch_add(self.lines, Ordering::Relaxed);
+                self.current.clear();
+                self.lines = 0;
+            }
+        }
+    }
+
+    /// At shutdown: wait for a spare buffer if need be, so nothing is lost.
+    pub fn flush_blocking(&mut self) {
+        if self.current.is_empty() {
+            return;
+        }
+        let full = std::mem::take(&mut self.current);
+        let _ = self.to_writer.send(full);
+    }
+}
+
+/// Opens the log and starts its writer thread; returns one [`WorkerLog`] per worker.
+pub(crate) fn start(
+    path: &Path,
+    format: &Format,
+    workers: usize,
+    shared: Arc<Shared>,
+) -> io::Result<(Vec<WorkerLog>, std::thread::JoinHandle<()>)> {
+    let file = open(path)?;
+    let (to_writer, from_workers) =
+        std::sync::mpsc::sync_channel::<Vec<u8>>(workers * BUFFERS_PER_WORKER);
+    let mut logs = Vec::new();
+    let mut returns = Vec::new();
+    for _ in 0..workers {
+        let (give, spare) = std::sync::mpsc::sync_channel(BUFFERS_PER_WORKER);
+        for _ in 1..BUFFERS_PER_WORKER {
+            let _ = give.try_send(Vec::with_capacity(BUFFER_SIZE));
+        }
+        returns.push(give);
+        logs.push(WorkerLog {
+            format: format.clone(),
+            current: Vec::with_capacity(BUFFER_SIZE),
+            lines: 0,
+            to_writer: to_writer.clone(),
+            spare,
+            shared: shared.clone(),
+        });
+    }
+    drop(to_writer);
+    let path = path.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("tessera-access-log".into())
+        .spawn(move || writer(file, path, from_workers, returns, shared))?;
+    Ok((logs, thread))
+}
+
+fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The writer thread: writes each buffer whole, returns it to a worker that needs one,
+/// and reopens the file when asked. Ends when every worker has dropped its end.
+fn writer(
+    mut file: File,
+    path: PathBuf,
+    from_workers: Receiver<Vec<u8>>,
+    returns: Vec<SyncSender<Vec<u8>>>,
+    shared: Arc<Shared>,
+) {
+    let mut next_return = 0;
+    loop {
+        if shared.reopen.swap(false, Ordering::Relaxed) {
+            match open(&path) {
+                Ok(new) => file = new,
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e, "cannot reopen access log")
+                }
+            }
+        }
+        let mut buffer = match from_workers.recv_timeout(Duration::from_millis(500)) {
+            Ok(buffer) => buffer,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if let Err(e) = file.write_all(&buffer) {
+            let lines = memchr::memchr_iter(b'\n', &buffer).count() as u64;
+            shared.dropped.fetch_add(lines, Ordering::Relaxed);
+            tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");
+        }
+        buffer.clear();
+        // Give it back to whichever worker has room for it (round robin).
+        for i in 0..returns.len() {
+            let target = (next_return + i) % returns.len();
+            match returns[target].try_send(buffer) {
+                Ok(()) => {
+                    next_return = target + 1;
+                    break;
+                }
+                Err(
+                    std::sync::mpsc::TrySendError::Full(b)
+                    | std::sync::mpsc::TrySendError::Disconnected(b),
+                ) => buffer = b,
+            }
+        }
+    }
+    let _ = file.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clf_time_formats_utc() {
+        let mut out = [0u8; 28];
+        clf_time(971_186_136, &mut out);
+        assert_eq!(&out, b"[10/Oct/2000:13:55:36 +0000]");
+        clf_time(0, &mut out);
+        assert_eq!(&out, b"[01/Jan/1970:00:00:00 +0000]");
+        clf_time(1_709_210_096, &mut out); // leap day
+        assert_eq!(&out, b"[29/Feb/2024:12:34:56 +0000]");
+    }
+
+    #[test]
+    fn escapes_like_apache() {
+        let mut line = Vec::new();
+        escape(&mut line, b"a\"b\\c\x01\xff d");
+        assert_eq!(line, b"a\\\"b\\\\c\\x01\\xff d");
+    }
+
+    #[test]
+    fn parses_formats_and_refuses_unknown_directives() {
+        assert_eq!(
+            Format::parse("combined").unwrap().0.len(),
+            Format::parse(COMBINED).unwrap().0.len()
+        );
+        assert!(matches!(Format::parse("%h %Z"), Err(FormatError::Unknown(d)) if d == "Z"));
+        assert!(matches!(
+            Format::parse("%{Referer"),
+            Err(FormatError::Unterminated)
+        ));
+        let f = Format::parse("100%% %D %{X-A}o").unwrap();
+        assert_eq!(f.0[0], Item::Literal(b"100% ".to_vec()));
+    }
+
+    #[test]
+    fn finds_response_headers() {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: \"x\"\r\n\r\n";
+        assert_eq!(response_header(head, "etag"), Some(&b"\"x\""[..]));
+        assert_eq!(response_header(head, "missing"), None);
+    }
+}
