@@ -174,3 +174,83 @@ fn a_flood_beyond_the_limit_stays_within_the_memory_budget() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(server.get("/hello.txt").body, b"hello world\n");
 }
+
+#[test]
+fn slow_body_closes_at_the_body_timeout() {
+    let site = Site::new();
+    let server = site.serve_with("[timeouts]\nbody = 1.0\n");
+    let mut stream = server.connect();
+    stream
+        .write_all(b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 405);
+    let started = Instant::now();
+    // One body byte every 100 ms would take 100 s; the body timeout ends it after 1 s.
+    while stream.write_all(b"x").is_ok() && !is_closed(&mut stream) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "slow body still open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(800));
+}
+
+#[test]
+fn a_client_that_never_reads_closes_at_the_write_timeout() {
+    let site = Site::new();
+    site.write("big.bin", &vec![1u8; 16 << 20]);
+    let server = site.serve_with("[timeouts]\nwrite = 1.0\n");
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&server.addr.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    stream
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    // The server gave up: reading now ends (EOF or reset) long before 16 MiB.
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(
+        total < 16 << 20,
+        "the stalled response was not cut off ({total} bytes)"
+    );
+}
+
+#[test]
+fn abusive_clients_do_not_delay_a_well_behaved_one() {
+    let site = Site::new();
+    site.write("big.bin", &vec![1u8; 4 << 20]);
+    let server = site.serve_with("[timeouts]\nhead = 2.0\nbody = 2.0\nwrite = 2.0\n");
+    let mut abusers = Vec::new();
+    for i in 0..300 {
+        let mut s = server.connect();
+        let _ = match i % 3 {
+            // Slowloris: half a head.
+            0 => s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nX-A: "),
+            // Slow body: a head promising a body that never comes.
+            1 => s.write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\nabc"),
+            // Slow reader: a big response nobody reads.
+            _ => s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"),
+        };
+        abusers.push(s);
+    }
+    let mut worst = Duration::ZERO;
+    let mut good = server.connect();
+    for _ in 0..200 {
+        let asked = Instant::now();
+        assert_eq!(get_on(&mut good, "/hello.txt"), b"hello world\n");
+        worst = worst.max(asked.elapsed());
+    }
+    assert!(
+        worst < Duration::from_millis(250),
+        "worst latency {worst:?} next to 300 abusers"
+    );
+}
