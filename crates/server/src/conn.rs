@@ -100,7 +100,7 @@ impl Conn<'_> {
             }
             worker.clock.refresh();
             loop {
-                let (close, more) = self.answer_buffered()?;
+                let (close, more) = self.answer_buffered();
                 self.flush().await?;
                 if close {
                     return Ok(Ending::Linger);
@@ -136,28 +136,36 @@ impl Conn<'_> {
 
     /// Parses and answers every complete request in the buffer, into the output batch.
     /// Returns (close after flushing, complete requests still buffered).
-    fn answer_buffered(&mut self) -> io::Result<(bool, bool)> {
+    fn answer_buffered(&mut self) -> (bool, bool) {
         let worker = self.worker;
         let limits = &worker.shared.limits;
         let Some(buffers) = self.buffers.as_mut() else {
-            return Ok((false, false));
+            return (false, false);
         };
         let Buffers { read, out } = &mut **buffers;
         loop {
-            if !skip_body(
+            match skip_body(
                 &mut self.discard,
                 read,
                 &mut self.start,
                 self.end,
                 limits.max_body_size,
-            )? {
-                return Ok((false, false));
+            ) {
+                Ok(true) => {}
+                Ok(false) => return (false, false),
+                // A malformed or oversized chunked body: the responses already queued
+                // still go out, then the connection closes (nothing after the bad
+                // body can be trusted to start a request).
+                Err(e) => {
+                    tracing::debug!(error = %e, "bad request body");
+                    return (true, false);
+                }
             }
             if self.start == self.end {
-                return Ok((false, false));
+                return (false, false);
             }
             if out.is_full() {
-                return Ok((false, true));
+                return (false, true);
             }
             let mut storage = HeaderStorage::new();
             match wire::parse_request(&read[self.start..self.end], &mut storage, limits) {
@@ -181,10 +189,10 @@ impl Conn<'_> {
                         },
                     };
                     if !keep_alive {
-                        return Ok((true, false));
+                        return (true, false);
                     }
                 }
-                Ok(None) => return Ok((false, false)),
+                Ok(None) => return (false, false),
                 Err(e) => {
                     tracing::debug!(error = %e, "refusing request");
                     let mark = out.mark();
@@ -208,7 +216,7 @@ impl Conn<'_> {
                         out,
                         mark,
                     );
-                    return Ok((true, false));
+                    return (true, false);
                 }
             }
         }
