@@ -69,7 +69,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("tessera: shutting down");
     running.shutdown();
     let dropped = running.access_log_dropped();
+    let refusals = running.refusals();
     running.join();
+    if !refusals.is_empty() {
+        let total: u64 = refusals.iter().map(|(_, n)| n).sum();
+        let detail: Vec<String> = refusals
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        eprintln!("tessera: refused {total} requests ({})", detail.join(", "));
+    }
     if dropped > 0 {
         eprintln!("tessera: {dropped} access log lines were dropped (the disk did not keep up)");
     }

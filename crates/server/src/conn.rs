@@ -157,7 +157,7 @@ impl Conn<'_> {
                 // still go out, then the connection closes (nothing after the bad
                 // body can be trusted to start a request).
                 Err(e) => {
-                    tracing::debug!(error = %e, "bad request body");
+                    worker.refused(self.peer, e);
                     return (true, false);
                 }
             }
@@ -194,7 +194,7 @@ impl Conn<'_> {
                 }
                 Ok(None) => return (false, false),
                 Err(e) => {
-                    tracing::debug!(error = %e, "refusing request");
+                    worker.refused(self.peer, e);
                     let mark = out.mark();
                     files::write_simple(
                         worker,
@@ -320,7 +320,7 @@ fn skip_body(
     start: &mut usize,
     end: usize,
     max_body_size: u64,
-) -> io::Result<bool> {
+) -> Result<bool, wire::Error> {
     match discard {
         Discard::None => Ok(true),
         Discard::Length(left) => {
@@ -334,18 +334,13 @@ fn skip_body(
             Ok(false)
         }
         Discard::Chunked { decoder, seen } => loop {
-            let (used, chunk) = decoder
-                .decode(&buf[*start..end])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let (used, chunk) = decoder.decode(&buf[*start..end])?;
             *start += used;
             match chunk {
                 Chunk::Data(data) => {
                     *seen += data.len() as u64;
                     if *seen > max_body_size {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            wire::Error::BodyTooLarge,
-                        ));
+                        return Err(wire::Error::BodyTooLarge);
                     }
                 }
                 Chunk::Done => {

@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub config: Config,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
+    /// Requests refused, per reason (indexed by `wire::Error::index`).
+    pub refusals: [AtomicU64; wire::Error::ALL.len()],
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
@@ -116,6 +118,7 @@ impl Server {
         Ok(Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
+                refusals: Default::default(),
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),
@@ -195,6 +198,21 @@ impl Running {
             .iter()
             .map(|c| c[state as usize].load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Requests refused so far, per reason (`wire::Error::name`), leaving out reasons
+    /// never seen.
+    pub fn refusals(&self) -> Vec<(&'static str, u64)> {
+        wire::Error::ALL
+            .iter()
+            .map(|e| {
+                (
+                    e.name(),
+                    self.shared.refusals[e.index()].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).

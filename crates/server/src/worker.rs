@@ -97,6 +97,7 @@ pub(crate) struct Worker {
     pub log: RefCell<Option<WorkerLog>>,
     drops: RateLimitedLog,
     dropped_seen: Cell<u64>,
+    refusals: RateLimitedLog,
 }
 
 impl Worker {
@@ -129,6 +130,22 @@ impl Worker {
         if slots.state(slot) != ConnState::Closing {
             slots.touch(slot, self.clock.millis());
         }
+    }
+
+    /// Counts a refused request and logs it (at most one line every 10 s per worker,
+    /// with the number refused since the last line).
+    pub fn refused(&self, client: SocketAddr, error: wire::Error) {
+        self.shared.refusals[error.index()].fetch_add(1, Ordering::Relaxed);
+        self.refusals.event(self.clock.millis(), |n| {
+            tracing::info!(
+                worker = self.id,
+                %client,
+                reason = error.name(),
+                status = error.status(),
+                refused_since_last_line = n,
+                "refused a request: {error}"
+            );
+        });
     }
 
     pub fn take_buffers(&self) -> Box<Buffers> {
@@ -280,6 +297,7 @@ pub(crate) fn run(
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
+            refusals: RateLimitedLog::new(),
             shared,
         });
         for listener in listeners {

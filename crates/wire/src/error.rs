@@ -45,6 +45,59 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every kind, in a fixed order (see [`Error::index`]), for per-reason counters.
+    pub const ALL: [Error; 19] = [
+        Error::BadRequestLine,
+        Error::BadHeader,
+        Error::BareLineEnding,
+        Error::BadMethod,
+        Error::UnsupportedVersion,
+        Error::BadTarget,
+        Error::UriTooLong,
+        Error::HeadTooLarge,
+        Error::TooManyHeaders,
+        Error::BadHost,
+        Error::BadContentLength,
+        Error::DuplicateContentLength,
+        Error::ContentLengthWithTransferEncoding,
+        Error::TransferEncodingOnHttp10,
+        Error::BadTransferEncoding,
+        Error::UnsupportedTransferEncoding,
+        Error::BadChunk,
+        Error::BodyTooLarge,
+        Error::BadExpectation,
+    ];
+
+    /// This kind's position in [`Error::ALL`].
+    pub fn index(self) -> usize {
+        Error::ALL.iter().position(|&e| e == self).unwrap_or(0)
+    }
+
+    /// A short stable name for logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Error::BadRequestLine => "bad-request-line",
+            Error::BadHeader => "bad-header",
+            Error::BareLineEnding => "bare-line-ending",
+            Error::BadMethod => "bad-method",
+            Error::UnsupportedVersion => "unsupported-version",
+            Error::BadTarget => "bad-target",
+            Error::UriTooLong => "uri-too-long",
+            Error::HeadTooLarge => "head-too-large",
+            Error::TooManyHeaders => "too-many-headers",
+            Error::BadHost => "bad-host",
+            Error::BadContentLength => "bad-content-length",
+            Error::DuplicateContentLength => "duplicate-content-length",
+            Error::ContentLengthWithTransferEncoding => "content-length-with-transfer-encoding",
+            Error::TransferEncodingOnHttp10 => "transfer-encoding-on-http10",
+            Error::BadTransferEncoding => "bad-transfer-encoding",
+            Error::UnsupportedTransferEncoding => "unsupported-transfer-encoding",
+            Error::BadChunk => "bad-chunk",
+            Error::BodyTooLarge => "body-too-large",
+            Error::BadExpectation => "bad-expectation",
+        }
+    }
+
     /// The one status that answers this refusal.
     pub fn status(self) -> u16 {
         match self {
@@ -66,6 +119,22 @@ impl Error {
             | Error::TransferEncodingOnHttp10
             | Error::BadTransferEncoding
             | Error::BadChunk => 400,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_distinct_index_and_name() {
+        for (i, e) in Error::ALL.iter().enumerate() {
+            assert_eq!(e.index(), i);
+            assert_eq!(
+                Error::ALL.iter().filter(|o| o.name() == e.name()).count(),
+                1
+            );
         }
     }
 }

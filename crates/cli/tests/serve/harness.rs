@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Everything the server printed on stderr so far.
+    pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -54,8 +56,18 @@ impl Server {
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Server {
+            child,
+            addr,
+            stderr,
+        }
     }
 
     pub fn connect(&self) -> TcpStream {

@@ -122,3 +122,30 @@ fn missing_root_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn refusals_are_logged_with_client_and_reason_and_counted() {
+    let site = Site::new();
+    let mut server = site.serve();
+    for _ in 0..3 {
+        let r = server.exchange(b"GET / HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with(b"HTTP/1.1 400 "));
+    }
+    let r = server.exchange(
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    );
+    assert!(r.starts_with(b"HTTP/1.1 400 "));
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    let stderr = server.stderr.lock().unwrap().join("\n");
+    // The first refusal is logged with who and why; the rest are counted (rate limit).
+    assert!(
+        stderr.contains("client=127.0.0.1:") && stderr.contains("reason=\"bad-host\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("refused 4 requests (bad-host 3, content-length-with-transfer-encoding 1)"),
+        "{stderr}"
+    );
+}
