@@ -406,20 +406,26 @@ fn writer(
     shared: Arc<Shared>,
 ) {
     let mut next_return = 0;
-    loop {
+    let reopen_if_asked = |file: &mut File| {
         if shared.reopen.swap(false, Ordering::Relaxed) {
             match open(&path) {
-                Ok(new) => file = new,
+                Ok(new) => *file = new,
                 Err(e) => {
                     tracing::error!(path = %path.display(), error = %e, "cannot reopen access log")
                 }
             }
         }
+    };
+    loop {
+        // Checked while idle too, so a rotated file is released promptly.
+        reopen_if_asked(&mut file);
         let mut buffer = match from_workers.recv_timeout(Duration::from_millis(500)) {
             Ok(buffer) => buffer,
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        // And right before writing: lines that arrive after SIGUSR1 go to the new file.
+        reopen_if_asked(&mut file);
         if let Err(e) = file.write_all(&buffer) {
             let lines = memchr::memchr_iter(b'\n', &buffer).count() as u64;
             shared.dropped.fetch_add(lines, Ordering::Relaxed);
