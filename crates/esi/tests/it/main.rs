@@ -1,0 +1,5 @@
+//! Integration tests for the esi crate: one binary, one module per concern.
+
+mod api;
+mod conformance;
+mod streaming;
