@@ -183,8 +183,6 @@ enum Found {
 #[derive(Debug)]
 enum Mode {
     Text,
-    /// Inside `esi:remove`: everything up to `</esi:remove>` is dropped unprocessed.
-    Removed,
     /// A tag started (its bytes are in `carry`) but its `>` is not seen yet.
     InTag {
         quote: Option<u8>,
@@ -198,8 +196,10 @@ pub struct Tokenizer {
     esi: memmem::Finder<'static>,
     block_close: memmem::Finder<'static>,
     mode: Mode,
+    /// Inside `esi:remove`: everything up to `</esi:remove>` is dropped unprocessed.
+    removing: bool,
     in_block: bool,
-    /// Partial tag bytes (`InTag`) or a chunk tail that may start a token (`Text`/`Removed`).
+    /// Partial tag bytes (`InTag`) or a chunk tail that may start a token (`Text`).
     carry: BytesMut,
     /// Offset in the whole input of the first byte of `carry`.
     carry_offset: u64,
@@ -216,6 +216,7 @@ impl Tokenizer {
             esi: memmem::Finder::new(b"esi").into_owned(),
             block_close: memmem::Finder::new(b"-->").into_owned(),
             mode: Mode::Text,
+            removing: false,
             in_block: false,
             carry: BytesMut::new(),
             carry_offset: 0,
@@ -235,7 +236,7 @@ impl Tokenizer {
                     Some(next) => next,
                     None => return,
                 },
-                Mode::Text | Mode::Removed => match self.continue_prefix(&chunk, base, sink) {
+                Mode::Text => match self.continue_prefix(&chunk, sink) {
                     Some(next) => next,
                     None => return,
                 },
@@ -264,15 +265,16 @@ impl Tokenizer {
         if bytes.is_empty() {
             return;
         }
-        match self.mode {
-            Mode::Removed => sink(Event::Removed(bytes)),
-            _ => sink(Event::Text(bytes)),
+        if self.removing {
+            sink(Event::Removed(bytes));
+        } else {
+            sink(Event::Text(bytes));
         }
     }
 
     /// Finds the next token at or after `from`.
     fn find(&self, hay: &[u8], from: usize) -> Found {
-        let removed = matches!(self.mode, Mode::Removed);
+        let removed = self.removing;
         let close = if self.in_block && !removed {
             self.block_close.find(&hay[from..]).map(|i| i + from)
         } else {
@@ -356,7 +358,7 @@ impl Tokenizer {
     }
 
     fn is_token_prefix(&self, tail: &[u8]) -> bool {
-        let removed = matches!(self.mode, Mode::Removed);
+        let removed = self.removing;
         let prefix_of = |pat: &[u8]| tail.len() < pat.len() && pat.starts_with(tail);
         prefix_of(b"</esi:")
             || (!removed && prefix_of(b"<esi:"))
@@ -409,15 +411,23 @@ impl Tokenizer {
             Token::Open | Token::Close => {
                 let closing = token == Token::Close;
                 let body = start + token.len();
-                match tag_end(&chunk[body..], None) {
-                    Ok(end) if end + token.len() <= self.max_tag_len => {
+                // A tag is at most max_tag_len bytes, `<` to `>` included.
+                let limit = (start + self.max_tag_len).min(chunk.len());
+                match tag_end(&chunk[body..limit], None) {
+                    Ok(end) => {
                         let end = body + end;
                         self.tag(chunk.slice(start..end + 1), closing, offset, sink);
                         end + 1
                     }
-                    Ok(_) => self.too_long(chunk, start, token, offset, sink),
-                    Err(_) if chunk.len() - start > self.max_tag_len => {
-                        self.too_long(chunk, start, token, offset, sink)
+                    Err(_) if limit == start + self.max_tag_len => {
+                        // Too long: the window is passed through as text and scanning
+                        // resumes after it, the same for every chunking of the input.
+                        sink(Event::Warning(Warning {
+                            offset,
+                            kind: WarningKind::UnterminatedTag,
+                        }));
+                        self.emit_text(chunk.slice(start..limit), sink);
+                        limit
                     }
                     Err(quote) => {
                         self.carry.extend_from_slice(&chunk[start..]);
@@ -430,31 +440,15 @@ impl Tokenizer {
         }
     }
 
-    /// A tag longer than the limit: its prefix is passed through as text and scanning
-    /// resumes right after it.
-    fn too_long(
-        &mut self,
-        chunk: &Bytes,
-        start: usize,
-        token: Token,
-        offset: u64,
-        sink: &mut impl FnMut(Event),
-    ) -> usize {
-        sink(Event::Warning(Warning {
-            offset,
-            kind: WarningKind::UnterminatedTag,
-        }));
-        self.emit_text(chunk.slice(start..start + token.len()), sink);
-        start + token.len()
-    }
-
     /// The carry holds an unfinished tag: look for its end in `chunk`.
     fn continue_tag(&mut self, chunk: &Bytes, sink: &mut impl FnMut(Event)) -> Option<usize> {
         let Mode::InTag { quote, closing } = self.mode else {
             unreachable!("continue_tag outside a tag")
         };
-        match tag_end(chunk, quote) {
-            Ok(end) if self.carry.len() + end < self.max_tag_len => {
+        let room = self.max_tag_len - self.carry.len();
+        let window = &chunk[..chunk.len().min(room)];
+        match tag_end(window, quote) {
+            Ok(end) => {
                 self.carry.extend_from_slice(&chunk[..=end]);
                 let raw = self.carry.split().freeze();
                 self.mode = Mode::Text;
@@ -462,13 +456,9 @@ impl Tokenizer {
                 self.tag(raw, closing, offset, sink);
                 Some(end + 1)
             }
-            Err(quote) if self.carry.len() + chunk.len() < self.max_tag_len => {
-                self.carry.extend_from_slice(chunk);
-                self.mode = Mode::InTag { quote, closing };
-                None
-            }
-            _ => {
-                // Too long: pass what was buffered through as text and go on from here.
+            Err(_) if window.len() == room => {
+                // Too long: as in `token`, the window is passed through as text.
+                self.carry.extend_from_slice(window);
                 sink(Event::Warning(Warning {
                     offset: self.carry_offset,
                     kind: WarningKind::UnterminatedTag,
@@ -476,18 +466,18 @@ impl Tokenizer {
                 self.mode = Mode::Text;
                 let carry = self.carry.split().freeze();
                 self.emit_text(carry, sink);
-                Some(0)
+                Some(room)
+            }
+            Err(quote) => {
+                self.carry.extend_from_slice(chunk);
+                self.mode = Mode::InTag { quote, closing };
+                None
             }
         }
     }
 
     /// The carry holds a chunk tail that may start a token: decide with the new chunk.
-    fn continue_prefix(
-        &mut self,
-        chunk: &Bytes,
-        base: u64,
-        sink: &mut impl FnMut(Event),
-    ) -> Option<usize> {
+    fn continue_prefix(&mut self, chunk: &Bytes, sink: &mut impl FnMut(Event)) -> Option<usize> {
         let held = self.carry.len();
         let take = chunk.len().min(8);
         let mut joined = BytesMut::with_capacity(held + take);
@@ -530,7 +520,6 @@ impl Tokenizer {
                 self.emit_text(carry.slice(..start), sink);
                 self.carry.extend_from_slice(&joined[start..]);
                 self.carry_offset = carry_offset + start as u64;
-                let _ = base;
                 None
             }
             _ => {
@@ -540,24 +529,24 @@ impl Tokenizer {
         }
     }
 
-    /// Parses a complete tag and emits it, switching to `Removed` mode after
+    /// Parses a complete tag and emits it, switching to removing after
     /// `<esi:remove>` and back after `</esi:remove>`.
     fn tag(&mut self, raw: Bytes, closing: bool, offset: u64, sink: &mut impl FnMut(Event)) {
         if closing {
             let name = TagName::from_bytes(name_of(&raw[6..]));
-            if matches!(self.mode, Mode::Removed) {
+            if self.removing {
                 if name != TagName::Remove {
                     sink(Event::Removed(raw));
                     return;
                 }
-                self.mode = Mode::Text;
+                self.removing = false;
             }
             sink(Event::End { name, offset, raw });
             return;
         }
         let tag = parse_start_tag(raw, offset);
         if tag.name == TagName::Remove && !tag.self_closing {
-            self.mode = Mode::Removed;
+            self.removing = true;
         }
         sink(Event::Start(tag));
     }

@@ -2,4 +2,5 @@
 
 mod api;
 mod conformance;
+mod robustness;
 mod streaming;
