@@ -52,7 +52,9 @@ pub(crate) enum RefError {
 /// Parses a reference at the start of `s` (which begins with `$(`); returns it and its
 /// length in bytes.
 pub(crate) fn parse_var_ref(s: &[u8]) -> Result<(VarRef, usize), RefError> {
-    debug_assert!(s.starts_with(b"$("));
+    if !s.starts_with(b"$(") {
+        return Err(RefError::NotAReference);
+    }
     let mut i = 2;
     let name_start = i;
     while i < s.len() && (s[i].is_ascii_uppercase() || s[i] == b'_' || s[i].is_ascii_digit()) {
@@ -597,6 +599,8 @@ mod tests {
         ] {
             assert!(Expr::parse(bad).is_err(), "{bad:?} parsed");
         }
+        assert!(Expr::parse("$ == 1").is_err(), "a lone $ is not a variable");
+        assert!(Expr::parse("$HTTP_HOST == 1").is_err());
         let deep = format!("{}1{}", "(".repeat(100), ")".repeat(100));
         assert_eq!(Expr::parse(&deep), Err(ExprError::TooDeep));
         let nots = format!("{}1", "!".repeat(100));
