@@ -94,17 +94,37 @@ pub(crate) fn parse_number(s: &str) -> Option<f64> {
 
 /// One request as ESI sees it. Build it with [`Request::new`] and the `header` methods;
 /// every variable is derived from the page URL and five headers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Request {
     url: String,
     host: Option<String>,
     referer: Option<String>,
     user_agent: Option<String>,
+    /// `HTTP_USER_AGENT{browser}`, `{os}` and `{version}` (as a range of `user_agent`),
+    /// classified once when the header is set rather than on every lookup.
+    ua_classes: (&'static str, &'static str, Option<(usize, usize)>),
     accept_language: Option<String>,
     cookie: Option<String>,
     query: Option<String>,
     cookies: Vec<(String, String)>,
     params: Vec<(String, String)>,
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request {
+            url: String::new(),
+            host: None,
+            referer: None,
+            user_agent: None,
+            ua_classes: ("OTHER", "OTHER", None),
+            accept_language: None,
+            cookie: None,
+            query: None,
+            cookies: Vec::new(),
+            params: Vec::new(),
+        }
+    }
 }
 
 impl Request {
@@ -145,6 +165,11 @@ impl Request {
         } else if name.eq_ignore_ascii_case("referer") {
             self.referer = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("user-agent") {
+            let version = version(value).map(|v| {
+                let start = v.as_ptr() as usize - value.as_ptr() as usize;
+                (start, start + v.len())
+            });
+            self.ua_classes = (browser(value), os(value), version);
             self.user_agent = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("accept-language") {
             self.accept_language = Some(value.to_string());
@@ -204,11 +229,14 @@ impl Request {
             (Variable::Referer, _) => text(self.referer.as_ref()),
             (Variable::UserAgent, None) => text(self.user_agent.as_ref()),
             (Variable::UserAgent, Some(part)) => {
-                let ua = self.user_agent.as_deref().unwrap_or("");
+                let (browser, os, version) = self.ua_classes;
                 let value = match part {
-                    "browser" => browser(ua),
-                    "os" => os(ua),
-                    "version" => version(ua)?,
+                    "browser" => browser,
+                    "os" => os,
+                    "version" => {
+                        let (start, end) = version?;
+                        self.user_agent.as_deref()?.get(start..end)?
+                    }
                     _ => return None,
                 };
                 Some(classify(Cow::Borrowed(value)))

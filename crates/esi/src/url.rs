@@ -95,8 +95,32 @@ fn merge(base: &Parts<'_>, reference: &str) -> String {
     }
 }
 
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|seg| seg == "." || seg == "..")
+}
+
 /// Resolves `reference` against `base` (the page URL).
 pub fn resolve(base: &str, reference: &str) -> String {
+    // Fast path for the common `/path?query` include: the base's scheme and authority plus
+    // the reference as written, which is what the general algorithm yields when the path
+    // has no dot segments.
+    if reference.starts_with('/') && !reference.starts_with("//") {
+        let path_end = reference.find(['?', '#']).unwrap_or(reference.len());
+        if !has_dot_segment(&reference[..path_end]) {
+            let b = split(base);
+            let mut out = String::with_capacity(base.len() + reference.len());
+            if let Some(s) = b.scheme {
+                out.push_str(s);
+                out.push(':');
+            }
+            if let Some(a) = b.authority {
+                out.push_str("//");
+                out.push_str(a);
+            }
+            out.push_str(reference);
+            return out;
+        }
+    }
     let r = split(reference);
     let b = split(base);
     let (scheme, authority, path, query);
@@ -180,6 +204,21 @@ mod tests {
             ("..g", "http://a/b/c/..g"),
             ("./g/.", "http://a/b/c/g/"),
             ("g/../h", "http://a/b/c/h"),
+        ] {
+            assert_eq!(resolve(base, r), want, "resolving {r:?}");
+        }
+    }
+
+    #[test]
+    fn absolute_path_fast_path_matches_general_rules() {
+        let base = "http://a/b/c/d;p?q";
+        for (r, want) in [
+            ("/g", "http://a/g"),
+            ("/g?y#s", "http://a/g?y#s"),
+            ("/a//b", "http://a/a//b"),
+            ("/x/../g", "http://a/g"),
+            ("/x/./g", "http://a/x/g"),
+            ("/g?q=/../", "http://a/g?q=/../"),
         ] {
             assert_eq!(resolve(base, r), want, "resolving {r:?}");
         }
