@@ -4,6 +4,7 @@
 //! carry the index ranges of their branches, which follow them in the same vector, so
 //! evaluation is a loop with jumps and nothing is re-parsed per request.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -190,6 +191,12 @@ struct State {
     max_depth: usize,
     template: Template,
     stack: Vec<(TagName, Frame, u64)>,
+    /// Indexes into `stack` of the frames that decide what content is allowed (all but
+    /// dropped tags and removes), so finding the parent is O(1) however deep the stack.
+    structural: Vec<usize>,
+    /// How many frames of each name are open, so an end tag with no match is rejected in
+    /// O(1) and a matching one costs only the frames it closes.
+    open: HashMap<TagName, usize>,
     discarding: usize,
     vars_depth: usize,
     /// `esi:vars` text seen so far (may span chunks), flushed at the next tag.
@@ -212,6 +219,8 @@ impl Compiler {
                 max_depth: options.max_depth,
                 template: Template::default(),
                 stack: Vec::new(),
+                structural: Vec::new(),
+                open: HashMap::new(),
                 discarding: 0,
                 vars_depth: 0,
                 pending_vars: BytesMut::new(),
@@ -234,7 +243,7 @@ impl Compiler {
         let state = &mut self.state;
         self.tokenizer.finish(&mut |e| state.event(e));
         state.flush_vars();
-        while let Some((name, frame, offset)) = state.stack.pop() {
+        while let Some((name, frame, offset)) = state.pop_frame() {
             if !matches!(frame, Frame::Transparent | Frame::Discard) || state.discarding == 0 {
                 state.warn(
                     offset,
@@ -311,11 +320,30 @@ impl State {
 
     /// The innermost frame that decides what content is allowed.
     fn parent(&self) -> Option<&Frame> {
-        self.stack
-            .iter()
-            .rev()
-            .map(|(_, f, _)| f)
-            .find(|f| !matches!(f, Frame::Transparent | Frame::Remove))
+        self.structural.last().map(|&i| &self.stack[i].1)
+    }
+
+    fn parent_mut(&mut self) -> Option<&mut Frame> {
+        self.structural.last().map(|&i| &mut self.stack[i].1)
+    }
+
+    fn push_frame(&mut self, name: TagName, frame: Frame, offset: u64) {
+        if !matches!(frame, Frame::Transparent | Frame::Remove) {
+            self.structural.push(self.stack.len());
+        }
+        *self.open.entry(name.clone()).or_default() += 1;
+        self.stack.push((name, frame, offset));
+    }
+
+    fn pop_frame(&mut self) -> Option<(TagName, Frame, u64)> {
+        let popped = self.stack.pop()?;
+        if self.structural.last() == Some(&self.stack.len()) {
+            self.structural.pop();
+        }
+        if let Some(n) = self.open.get_mut(&popped.0) {
+            *n -= 1;
+        }
+        Some(popped)
     }
 
     fn capture(&mut self, raw: &[u8]) {
@@ -375,14 +403,7 @@ impl State {
                         "try"
                     };
                     // Offsets of text are not tracked; report at the block's tag.
-                    let offset = self.stack.iter().rev().find_map(|(_, f, o)| match f {
-                        Frame::Choose { node: n, .. } | Frame::Try { node: n, .. }
-                            if *n == node =>
-                        {
-                            Some(*o)
-                        }
-                        _ => None,
-                    });
+                    let offset = self.structural.last().map(|&i| self.stack[i].2);
                     self.warn(
                         offset.unwrap_or(0),
                         WarningKind::StrayContent(name.to_string()),
@@ -418,7 +439,7 @@ impl State {
         if self.discarding > 0 {
             if !is_void && !tag.self_closing {
                 self.discarding += 1;
-                self.stack.push((tag.name, Frame::Discard, offset));
+                self.push_frame(tag.name, Frame::Discard, offset);
             }
             return;
         }
@@ -440,14 +461,14 @@ impl State {
             self.warn(offset, WarningKind::StrayContent(parent.to_string()));
             if !is_void && !tag.self_closing {
                 self.discarding += 1;
-                self.stack.push((tag.name, Frame::Discard, offset));
+                self.push_frame(tag.name, Frame::Discard, offset);
             }
             return;
         }
         if !is_void && self.stack.len() >= self.max_depth {
             self.warn(offset, WarningKind::NestingTooDeep);
             if !tag.self_closing {
-                self.stack.push((tag.name, Frame::Transparent, offset));
+                self.push_frame(tag.name, Frame::Transparent, offset);
             }
             return;
         }
@@ -539,12 +560,7 @@ impl State {
                     );
                     Frame::Transparent
                 } else if tag.name == TagName::When {
-                    if let Some((_, Frame::Choose { whens, .. }, _)) = self
-                        .stack
-                        .iter_mut()
-                        .rev()
-                        .find(|(_, f, _)| !matches!(f, Frame::Transparent | Frame::Remove))
-                    {
+                    if let Some(Frame::Choose { whens, .. }) = self.parent_mut() {
                         *whens = true;
                     }
                     let test = match tag.attr("test") {
@@ -620,7 +636,7 @@ impl State {
         if tag.self_closing {
             self.close(frame, offset);
         } else {
-            self.stack.push((tag.name, frame, offset));
+            self.push_frame(tag.name, frame, offset);
         }
     }
 
@@ -719,7 +735,13 @@ impl State {
             // Void elements: `<esi:include ...></esi:include>` is accepted as written.
             return;
         }
-        let Some(k) = self.stack.iter().rposition(|(n, _, _)| *n == name) else {
+        let is_open = self.open.get(&name).is_some_and(|&n| n > 0);
+        let k = if is_open {
+            self.stack.iter().rposition(|(n, _, _)| *n == name)
+        } else {
+            None
+        };
+        let Some(k) = k else {
             if self.discarding == 0 {
                 self.warn(
                     offset,
@@ -729,7 +751,7 @@ impl State {
             return;
         };
         while self.stack.len() > k + 1 {
-            let (inner, frame, inner_offset) = self.stack.pop().expect("stack longer than k");
+            let (inner, frame, inner_offset) = self.pop_frame().expect("stack longer than k");
             if self.discarding == 0 || !matches!(frame, Frame::Discard) {
                 self.warn(
                     inner_offset,
@@ -738,7 +760,7 @@ impl State {
             }
             self.close(frame, inner_offset);
         }
-        let (_, frame, open_offset) = self.stack.pop().expect("frame k exists");
+        let (_, frame, open_offset) = self.pop_frame().expect("frame k exists");
         self.close(frame, open_offset);
     }
 

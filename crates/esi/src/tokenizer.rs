@@ -6,13 +6,15 @@
 //! straddles a chunk boundary, or a chunk tail that might start one (at most 6 bytes), is
 //! copied into a small carry buffer.
 
+use std::cell::Cell;
+
 use bytes::{Bytes, BytesMut};
 use memchr::memmem;
 
 use crate::warning::{Warning, WarningKind};
 
 /// The ESI elements the tokenizer knows by name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TagName {
     /// `esi:include`
     Include,
@@ -206,6 +208,10 @@ pub struct Tokenizer {
     /// Offset in the whole input of the next chunk's first byte.
     offset: u64,
     max_tag_len: usize,
+    /// The last `-->` search: (buffer address, buffer length, searched from, found at).
+    /// Inside a long `<!--esi` block every token would otherwise search to the block's
+    /// end again. Reset whenever the buffer changes.
+    close_cache: Cell<(usize, usize, usize, Option<usize>)>,
 }
 
 impl Tokenizer {
@@ -222,6 +228,7 @@ impl Tokenizer {
             carry_offset: 0,
             offset: 0,
             max_tag_len: max_tag_len.max(16),
+            close_cache: Cell::new((0, 0, 0, None)),
         }
     }
 
@@ -229,6 +236,7 @@ impl Tokenizer {
     pub fn feed(&mut self, chunk: Bytes, sink: &mut impl FnMut(Event)) {
         let base = self.offset;
         self.offset += chunk.len() as u64;
+        self.close_cache.set((0, 0, 0, None));
         let mut pos = 0;
         if !self.carry.is_empty() {
             pos = match self.mode {
@@ -276,7 +284,15 @@ impl Tokenizer {
     fn find(&self, hay: &[u8], from: usize) -> Found {
         let removed = self.removing;
         let close = if self.in_block && !removed {
-            self.block_close.find(&hay[from..]).map(|i| i + from)
+            let key = (hay.as_ptr() as usize, hay.len());
+            let (ptr, len, searched_from, found) = self.close_cache.get();
+            if (ptr, len) == key && searched_from <= from && found.map_or(true, |c| c >= from) {
+                found
+            } else {
+                let found = self.block_close.find(&hay[from..]).map(|i| i + from);
+                self.close_cache.set((key.0, key.1, from, found));
+                found
+            }
         } else {
             None
         };
@@ -478,6 +494,7 @@ impl Tokenizer {
 
     /// The carry holds a chunk tail that may start a token: decide with the new chunk.
     fn continue_prefix(&mut self, chunk: &Bytes, sink: &mut impl FnMut(Event)) -> Option<usize> {
+        self.close_cache.set((0, 0, 0, None));
         let held = self.carry.len();
         let take = chunk.len().min(8);
         let mut joined = BytesMut::with_capacity(held + take);

@@ -103,3 +103,41 @@ fn random_esi_soup_never_panics_and_streams_identically() {
         );
     }
 }
+
+// The next two would take minutes if any per-tag step scanned the whole stack or the
+// rest of the input; they are here to keep parsing linear on hostile pages.
+
+#[test]
+fn deep_unknown_nesting_and_unmatched_end_tags_stay_linear() {
+    let n = 50_000;
+    let mut page = String::from("<esi:choose>");
+    page.push_str(&"<esi:when test=\"1==1\"><esi:foo>".repeat(n));
+    page.push('x');
+    page.push_str(&"</esi:try>".repeat(n));
+    page.push_str("</esi:choose>");
+    let t = Template::parse(page);
+    let out = t
+        .evaluate(&Request::new("http://h/"))
+        .assemble(|_, _, _| Ok(()))
+        .unwrap();
+    assert_eq!(out.concat(), b"x");
+    let unexpected = t
+        .warnings()
+        .iter()
+        .filter(|w| matches!(w.kind, esi::WarningKind::UnexpectedEndTag(_)))
+        .count();
+    assert_eq!(unexpected, n);
+}
+
+#[test]
+fn long_unterminated_esi_comment_block_stays_linear() {
+    let n = 50_000;
+    let page = format!("<!--esi {}", "<esi:comment text=\"c\"/>-".repeat(n));
+    let t = Template::parse(page);
+    assert_eq!(t.warnings().len(), 1);
+    let out = t
+        .evaluate(&Request::new("http://h/"))
+        .assemble(|_, _, _| Ok(()))
+        .unwrap();
+    assert_eq!(out.concat().len(), 1 + n);
+}
