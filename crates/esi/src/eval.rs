@@ -8,7 +8,6 @@ use bytes::Bytes;
 use crate::expr::Escape;
 use crate::request::Request;
 use crate::template::{Node, Template};
-use crate::url::resolve;
 
 /// Index of an include in [`Evaluation::includes`].
 pub type IncludeId = usize;
@@ -126,7 +125,7 @@ impl Evaluation {
                     let mut url = |interp: &crate::expr::Interp| {
                         scratch.clear();
                         interp.render(req, Escape::Url, scratch);
-                        resolve(req.url(), &String::from_utf8_lossy(scratch))
+                        req.resolve(&String::from_utf8_lossy(scratch))
                     };
                     let src = url(&inc.src_interp);
                     let alt = inc.alt_interp.as_ref().map(url);

@@ -97,6 +97,8 @@ pub(crate) fn parse_number(s: &str) -> Option<f64> {
 #[derive(Debug, Clone)]
 pub struct Request {
     url: String,
+    /// Length of the URL's `scheme://authority`, found once for all includes.
+    origin_len: usize,
     host: Option<String>,
     referer: Option<String>,
     user_agent: Option<String>,
@@ -114,6 +116,7 @@ impl Default for Request {
     fn default() -> Request {
         Request {
             url: String::new(),
+            origin_len: 0,
             host: None,
             referer: None,
             user_agent: None,
@@ -133,6 +136,7 @@ impl Request {
     pub fn new(url: impl Into<String>) -> Request {
         let url = url.into();
         let mut req = Request {
+            origin_len: crate::url::origin_len(&url),
             url,
             ..Request::default()
         };
@@ -193,6 +197,7 @@ impl Request {
     pub fn for_fragment(&self, url: &str) -> Request {
         Request {
             url: url.to_string(),
+            origin_len: crate::url::origin_len(url),
             ..self.clone()
         }
     }
@@ -200,6 +205,12 @@ impl Request {
     /// The page URL includes are resolved against.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Resolves an include URL against the page URL.
+    pub(crate) fn resolve(&self, reference: &str) -> String {
+        crate::url::resolve_absolute_path(&self.url[..self.origin_len], reference)
+            .unwrap_or_else(|| crate::url::resolve(&self.url, reference))
     }
 
     /// The value of `variable{key}` for this request, `None` when unset. Empty values

@@ -99,27 +99,37 @@ fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|seg| seg == "." || seg == "..")
 }
 
+/// The length of `base`'s `scheme://authority` prefix (0 for a path-only base).
+pub(crate) fn origin_len(base: &str) -> usize {
+    let b = split(base);
+    let mut len = b.scheme.map_or(0, |s| s.len() + 1);
+    if let Some(a) = b.authority {
+        len += 2 + a.len();
+    }
+    len
+}
+
+/// Resolves `reference` against a base whose `scheme://authority` is `origin`, for the
+/// common `/path?query` include: the origin plus the reference as written, which is what
+/// the general algorithm yields when the path has no dot segments. `None` otherwise.
+pub(crate) fn resolve_absolute_path(origin: &str, reference: &str) -> Option<String> {
+    if !reference.starts_with('/') || reference.starts_with("//") {
+        return None;
+    }
+    let path_end = reference.find(['?', '#']).unwrap_or(reference.len());
+    if has_dot_segment(&reference[..path_end]) {
+        return None;
+    }
+    let mut out = String::with_capacity(origin.len() + reference.len());
+    out.push_str(origin);
+    out.push_str(reference);
+    Some(out)
+}
+
 /// Resolves `reference` against `base` (the page URL).
 pub fn resolve(base: &str, reference: &str) -> String {
-    // Fast path for the common `/path?query` include: the base's scheme and authority plus
-    // the reference as written, which is what the general algorithm yields when the path
-    // has no dot segments.
-    if reference.starts_with('/') && !reference.starts_with("//") {
-        let path_end = reference.find(['?', '#']).unwrap_or(reference.len());
-        if !has_dot_segment(&reference[..path_end]) {
-            let b = split(base);
-            let mut out = String::with_capacity(base.len() + reference.len());
-            if let Some(s) = b.scheme {
-                out.push_str(s);
-                out.push(':');
-            }
-            if let Some(a) = b.authority {
-                out.push_str("//");
-                out.push_str(a);
-            }
-            out.push_str(reference);
-            return out;
-        }
+    if let Some(fast) = resolve_absolute_path(&base[..origin_len(base)], reference) {
+        return fast;
     }
     let r = split(reference);
     let b = split(base);
@@ -222,6 +232,16 @@ mod tests {
         ] {
             assert_eq!(resolve(base, r), want, "resolving {r:?}");
         }
+    }
+
+    #[test]
+    fn origin_is_scheme_and_authority() {
+        assert_eq!(
+            super::origin_len("http://a:8080/b?c"),
+            "http://a:8080".len()
+        );
+        assert_eq!(super::origin_len("https://a"), "https://a".len());
+        assert_eq!(super::origin_len("/path/only"), 0);
     }
 
     #[test]
