@@ -272,6 +272,9 @@ pub enum ExprError {
     /// Parentheses or `!` nested deeper than 64.
     #[error("nested too deep")]
     TooDeep,
+    /// A literal where a condition is expected (`(1 & 4)`, `test="'a'"`).
+    #[error("a literal is not a condition")]
+    NotACondition,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -411,31 +414,44 @@ impl Parser {
         Ok(left)
     }
 
-    // and := cmp ('&' cmp)*
+    // and := not ('&' not)*
     fn and(&mut self, depth: usize) -> Result<Expr, ExprError> {
-        let mut left = self.cmp(depth)?;
+        let mut left = self.not(depth)?;
         while self.peek() == Some(&Tok::And) {
             self.pos += 1;
-            let right = self.cmp(depth)?;
+            let right = self.not(depth)?;
             left = Expr::And(Box::new(left), Box::new(right));
         }
         Ok(left)
     }
 
-    // cmp := unary (op unary)?
+    // not := '!' not | cmp
+    // The note lists comparison above negation, so `!a == b` is `!(a == b)`.
+    fn not(&mut self, depth: usize) -> Result<Expr, ExprError> {
+        if depth >= MAX_EXPR_DEPTH {
+            return Err(ExprError::TooDeep);
+        }
+        if self.peek() == Some(&Tok::Not) {
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.not(depth + 1)?)));
+        }
+        self.cmp(depth)
+    }
+
+    // cmp := primary (op primary)?
     fn cmp(&mut self, depth: usize) -> Result<Expr, ExprError> {
-        let left = self.unary(depth)?;
+        let left = self.primary(depth)?;
         if let Some(Tok::Cmp(op)) = self.peek() {
             let op = *op;
             self.pos += 1;
-            let right = self.unary(depth)?;
+            let right = self.primary(depth)?;
             return Ok(Expr::Cmp(op, Box::new(left), Box::new(right)));
         }
         Ok(left)
     }
 
-    // unary := '!' unary | '(' or ')' | operand
-    fn unary(&mut self, depth: usize) -> Result<Expr, ExprError> {
+    // primary := '(' or ')' | operand
+    fn primary(&mut self, depth: usize) -> Result<Expr, ExprError> {
         if depth >= MAX_EXPR_DEPTH {
             return Err(ExprError::TooDeep);
         }
@@ -444,7 +460,6 @@ impl Parser {
         };
         self.pos += 1;
         match tok {
-            Tok::Not => Ok(Expr::Not(Box::new(self.unary(depth + 1)?))),
             Tok::LParen => {
                 let inner = self.or(depth + 1)?;
                 if self.peek() != Some(&Tok::RParen) {
@@ -464,6 +479,21 @@ impl Parser {
     }
 }
 
+/// Whether `e` can stand where a condition is expected: the note's logical operators
+/// "cannot be used as comparators", so `(1 & 4)` does not evaluate. A variable can (a
+/// list lookup like `$(HTTP_ACCEPT_LANGUAGE{da})` is a boolean).
+fn check_condition(e: &Expr) -> Result<(), ExprError> {
+    match e {
+        Expr::Str(_) | Expr::Num(..) => Err(ExprError::NotACondition),
+        Expr::Var(_) | Expr::Cmp(..) | Expr::Invalid => Ok(()),
+        Expr::Not(inner) => check_condition(inner),
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            check_condition(a)?;
+            check_condition(b)
+        }
+    }
+}
+
 impl Expr {
     /// Compiles an expression.
     pub fn parse(s: &str) -> Result<Expr, ExprError> {
@@ -477,6 +507,7 @@ impl Expr {
         if p.pos != p.toks.len() {
             return Err(p.error());
         }
+        check_condition(&e)?;
         Ok(e)
     }
 
@@ -511,8 +542,8 @@ impl Expr {
     }
 }
 
-/// Truth of an operand: booleans are themselves, numbers are true unless zero, strings
-/// are true unless empty, an unset variable is false.
+/// Truth of a condition: booleans are themselves; a variable holding a number is true
+/// unless zero, one holding a string is true unless empty; an unset variable is false.
 fn truthy(v: &Option<Value<'_>>) -> bool {
     match v {
         None => false,
@@ -572,6 +603,16 @@ mod tests {
     }
 
     #[test]
+    fn comparison_binds_tighter_than_not() {
+        let r = Request::new("http://h/").cookie("a", "x");
+        assert!(!t("!$(HTTP_COOKIE{a}) == 'x'", &r));
+        assert!(t("!$(HTTP_COOKIE{a}) == 'y'", &r));
+        assert!(t("!1==2 & 1==1", &r));
+        assert!(t("$(HTTP_COOKIE{a})", &r));
+        assert!(!t("$(HTTP_COOKIE{b})", &r));
+    }
+
+    #[test]
     fn numbers_compare_numerically_strings_lexically() {
         let r = Request::new("http://h/?n=10&s=abc").cookie("v", "9");
         assert!(t("$(QUERY_STRING{n}) > 9", &r));
@@ -596,14 +637,19 @@ mod tests {
             "1 == 1 1",
             "$(NOPE) == 1",
             "((1)",
+            "(1 & 4)",
+            "(\"abc\" | \"edf\")",
+            "'a'",
+            "!1",
         ] {
             assert!(Expr::parse(bad).is_err(), "{bad:?} parsed");
         }
         assert!(Expr::parse("$ == 1").is_err(), "a lone $ is not a variable");
         assert!(Expr::parse("$HTTP_HOST == 1").is_err());
-        let deep = format!("{}1{}", "(".repeat(100), ")".repeat(100));
+        assert_eq!(Expr::parse("(1 & 4)"), Err(ExprError::NotACondition));
+        let deep = format!("{}1==1{}", "(".repeat(100), ")".repeat(100));
         assert_eq!(Expr::parse(&deep), Err(ExprError::TooDeep));
-        let nots = format!("{}1", "!".repeat(100));
+        let nots = format!("{}1==1", "!".repeat(100));
         assert_eq!(Expr::parse(&nots), Err(ExprError::TooDeep));
     }
 
