@@ -1,16 +1,13 @@
 //! The `tessera` binary: argument parsing, config loading and wiring of the library
 //! crates. Only this crate talks to the terminal and uses `anyhow`.
 
+mod esi;
 mod serve;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "tessera",
-    version,
-    about = "A fast, trustworthy web edge server"
-)]
+#[command(name = "tessera", version, about = "A fast, trustworthy web edge server")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,6 +18,8 @@ struct Cli {
 enum Command {
     /// Serve static files (HTTP/1.1, keep-alive, pipelining, sendfile)
     Serve(serve::Args),
+    /// Check or render an ESI template offline.
+    Esi(esi::Args),
 }
 
 fn main() {
@@ -35,6 +34,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Esi(args) => esi::run(args),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");
