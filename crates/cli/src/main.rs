@@ -7,7 +7,11 @@ mod serve;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "A fast, trustworthy web edge server")]
+#[command(
+    name = "tessera",
+    version,
+    about = "A fast, trustworthy web edge server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
