@@ -142,6 +142,7 @@ impl Server {
     pub fn start(self) -> Result<Running, Error> {
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let mut threads = Vec::new();
+        let mut log_writer = None;
         let workers = self.listeners.len();
         let mut logs: Vec<Option<access_log::WorkerLog>> = (0..workers).map(|_| None).collect();
         if let Some(path) = &self.shared.config.access_log {
@@ -152,8 +153,7 @@ impl Server {
                         source,
                     })?;
             logs = worker_logs.into_iter().map(Some).collect();
-            // Joined last: it ends once every worker has flushed and dropped its end.
-            threads.push(writer);
+            log_writer = Some(writer);
         }
         for ((id, listeners), log) in self.listeners.into_iter().enumerate().zip(logs) {
             let shared = self.shared.clone();
@@ -164,14 +164,11 @@ impl Server {
                 .map_err(Error::Thread)?;
             threads.push(thread);
         }
-        // Workers first, then the log writer.
-        if self.shared.config.access_log.is_some() {
-            threads.rotate_left(1);
-        }
         Ok(Running {
             shared: self.shared,
             shutdown,
             threads,
+            log_writer,
         })
     }
 }
@@ -187,6 +184,7 @@ pub struct Running {
     shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
+    log_writer: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -235,6 +233,21 @@ impl Running {
     pub fn join(self) {
         for thread in self.threads {
             let _ = thread.join();
+        }
+        // The log writer ends once every worker has flushed and dropped its end, unless
+        // the disk stopped answering: then it is left behind (its lines are lost) rather
+        // than let a stalled disk keep the process from exiting.
+        if let Some(writer) = self.log_writer {
+            let deadline = std::time::Instant::now()
+                + std::time::Duration::from_secs(self.shared.config.shutdown_timeout.max(1));
+            while !writer.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if writer.is_finished() {
+                let _ = writer.join();
+            } else {
+                tracing::warn!("access log writer stalled on a write; exiting without it");
+            }
         }
     }
 }

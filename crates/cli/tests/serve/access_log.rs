@@ -99,3 +99,71 @@ fn bad_format_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("%Q"), "{stderr}");
 }
+
+#[test]
+fn a_full_disk_drops_lines_counts_them_and_never_blocks_requests() {
+    let site = Site::new();
+    // Every write to /dev/full fails with ENOSPC.
+    let mut server = Server::start(&site.root(), &["--access-log", "/dev/full"]);
+    for _ in 0..20 {
+        assert_eq!(server.get("/hello.txt").status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    let stderr = server.stderr.lock().unwrap().join("\n");
+    assert!(stderr.contains("access log write failed"), "{stderr}");
+    assert!(
+        stderr.contains("20 access log lines were dropped"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_stalled_log_writer_never_delays_requests() {
+    let site = Site::new();
+    let fifo = site.dir.path().join("log.fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    // Hold the read end open and never read: once the pipe's buffer is full, the
+    // writer thread blocks in write(2), like a disk that stopped answering.
+    let reader = std::thread::spawn({
+        let fifo = fifo.clone();
+        move || std::fs::File::open(fifo).unwrap()
+    });
+    let config = site.dir.path().join("short.toml");
+    std::fs::write(&config, "shutdown_timeout = 1\n").unwrap();
+    let mut server = Server::start(
+        &site.root(),
+        &[
+            "--access-log",
+            fifo.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let _read_end = reader.join().unwrap();
+    let mut stream = server.connect();
+    let mut worst = Duration::ZERO;
+    // Enough lines to fill the pipe many times over.
+    for _ in 0..5000 {
+        let asked = Instant::now();
+        stream
+            .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: a-rather-long-user-agent-string-to-fill-the-log-faster-0123456789\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut stream, false).status, 200);
+        worst = worst.max(asked.elapsed());
+    }
+    assert!(
+        worst < Duration::from_millis(500),
+        "a request waited {worst:?} on the log"
+    );
+    // And the stalled writer does not keep the server from exiting.
+    drop(stream);
+    let asked = Instant::now();
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    assert!(asked.elapsed() < Duration::from_secs(5));
+}
