@@ -5,7 +5,7 @@
 //! allows with memory that does not grow with load. Each worker is an OS thread running a
 //! single-threaded tokio runtime with its own `SO_REUSEPORT` listener per address, so the
 //! kernel spreads connections across workers and nothing on the request path takes a
-//! lock: the file cache and date header are per worker.
+//! lock but the shard of the shared open-file cache that holds the file, for one lookup.
 //!
 //! What it is not for: parsing HTTP (that is `wire`), command-line handling or printing
 //! (that is `cli`; this crate reports through `tracing` and typed errors).
@@ -14,11 +14,15 @@
 //! listener, so errors surface before anything runs), prints [`Server::local_addrs`],
 //! then [`Server::start`]s the workers and calls [`Running::shutdown`] on SIGTERM/SIGINT.
 
+mod cache;
+mod conditional;
 mod config;
 mod conn;
 mod date;
 mod files;
+mod listing;
 mod output;
+mod range;
 mod worker;
 
 use std::net::SocketAddr;
@@ -28,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use config::{Config, LimitsConfig, TimeoutsConfig};
+pub use config::{CacheControlRule, Config, LimitsConfig, TimeoutsConfig};
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -64,6 +68,11 @@ pub(crate) struct Shared {
     /// The document root, opened once (`O_PATH`); every file is opened beneath it with
     /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
     pub root: OwnedFd,
+    /// The open-file cache every worker reads and fills.
+    pub files: cache::FileCache,
+    /// The origin of every worker's millisecond clock, so that a time one worker
+    /// records in the shared file cache means the same to the others.
+    pub epoch: std::time::Instant,
 }
 
 /// A server whose listeners are open but whose workers have not started.
@@ -103,6 +112,8 @@ impl Server {
         Ok(Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
+                files: cache::FileCache::new(config.file_cache_entries),
+                epoch: std::time::Instant::now(),
                 config,
                 limits,
                 root,
