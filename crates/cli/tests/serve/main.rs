@@ -3,6 +3,7 @@
 mod harness;
 
 mod framing;
+mod http_semantics;
 mod lifecycle;
 mod limits;
 mod security;
