@@ -29,10 +29,11 @@ pub(crate) struct FileEntry {
     /// checked unchanged, so it is never a mix of two versions), else empty.
     body: Box<[u8]>,
     pub in_memory: bool,
-    /// Header lines, each ending in CRLF, in this order: Content-Type, Content-Encoding
-    /// (siblings only), Accept-Ranges; then, from `validators_at`, the lines a 304 repeats:
-    /// Last-Modified, ETag, Vary (when the path has siblings), Cache-Control (if set).
+    /// Header lines, each ending in CRLF, in this order: Accept-Ranges, Content-Type,
+    /// Content-Encoding (siblings only); then, from `validators_at`, the lines a 304
+    /// repeats: Last-Modified, ETag, Vary (when the path has siblings), Cache-Control.
     head: Box<[u8]>,
+    after_accept_ranges: usize,
     after_type: usize,
     validators_at: usize,
     /// The ETag's quoted value, as a range of `head`.
@@ -53,8 +54,14 @@ impl FileEntry {
         &self.head
     }
 
-    /// The header lines without Content-Type (for multipart/byteranges, whose parts carry it).
-    pub fn head_without_type(&self) -> &[u8] {
+    /// The header lines of a 206: no Accept-Ranges, the client knows.
+    pub fn partial_head(&self) -> &[u8] {
+        &self.head[self.after_accept_ranges..]
+    }
+
+    /// The header lines of a multipart/byteranges 206: without Content-Type either, each
+    /// part carries it.
+    pub fn multipart_head(&self) -> &[u8] {
         &self.head[self.after_type..]
     }
 
@@ -94,6 +101,8 @@ impl FileEntry {
         }
         let mtime = UNIX_EPOCH + Duration::from_secs(identity.mtime.max(0) as u64);
         let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+        let after_accept_ranges = head.len();
         head.extend_from_slice(b"Content-Type: ");
         head.extend_from_slice(content_type.as_bytes());
         head.extend_from_slice(b"\r\n");
@@ -103,7 +112,6 @@ impl FileEntry {
             Coding::Brotli => head.extend_from_slice(b"Content-Encoding: br\r\n"),
             Coding::Gzip => head.extend_from_slice(b"Content-Encoding: gzip\r\n"),
         }
-        head.extend_from_slice(b"Accept-Ranges: bytes\r\n");
         let validators_at = head.len();
         head.extend_from_slice(b"Last-Modified: ");
         head.extend_from_slice(httpdate::fmt_http_date(mtime).as_bytes());
@@ -124,6 +132,7 @@ impl FileEntry {
             body,
             in_memory,
             head: head.into_boxed_slice(),
+            after_accept_ranges,
             after_type,
             validators_at,
             etag,
@@ -147,6 +156,7 @@ impl FileEntry {
             body: body.into_boxed_slice(),
             in_memory: true,
             head: head.into_boxed_slice(),
+            after_accept_ranges: 0,
             after_type,
             validators_at: after_type,
             etag: (after_type, after_type),

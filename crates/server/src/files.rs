@@ -237,7 +237,7 @@ fn send_range(
 ) {
     let buf = out.buf();
     start_head(worker, buf, 206);
-    buf.extend_from_slice(entry.head());
+    buf.extend_from_slice(entry.partial_head());
     content_range(buf, first, last, entry.len);
     buf.extend_from_slice(b"\r\n");
     content_length(buf, last - first + 1);
@@ -277,7 +277,7 @@ fn send_multipart(
     buf.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
     buf.extend_from_slice(boundary);
     buf.extend_from_slice(b"\r\n");
-    buf.extend_from_slice(entry.head_without_type());
+    buf.extend_from_slice(entry.multipart_head());
     content_length(buf, length);
     end_head(buf, req.version, keep_alive);
     for &(first, last) in ranges {

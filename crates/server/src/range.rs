@@ -23,17 +23,21 @@ impl RangeSet {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ranges {
-    /// Not a byte range request tessera serves (another unit, a syntax error, too many
-    /// ranges): send the whole representation with 200.
+    /// Not a byte range request tessera serves (another unit, too many ranges, an empty
+    /// representation): send the whole representation with 200.
     Ignore,
-    /// No range overlaps the representation: 416 with `Content-Range: bytes */len`.
+    /// No range overlaps the representation, or the byte ranges are malformed (RFC 9110
+    /// section 14.2: "invalid or unsatisfiable"): 416 with `Content-Range: bytes */len`.
     Unsatisfiable,
     /// 206 with these ranges (one: a plain body; several: multipart/byteranges).
     Satisfiable(RangeSet),
 }
 
 /// Parses `value` for a representation of `len` bytes. Ranges that start beyond the end
-/// are dropped and ends beyond it are cut to it (section 14.1.1). When ranges overlap
+/// are dropped and ends beyond it are cut to it (section 14.1.1). An empty
+/// representation has no byte to point at, and section 14.1.1 still calls a suffix range
+/// of it satisfiable, which no Content-Range can express: its ranges are ignored (200
+/// with the empty body, as nginx answers). When ranges overlap
 /// they are sorted and merged, so no byte is sent twice (section 14.2 lets a server
 /// coalesce them); ranges that do not overlap are served in the order asked.
 pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
@@ -41,7 +45,7 @@ pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
     let Some(eq) = value.iter().position(|&b| b == b'=') else {
         return Ranges::Ignore;
     };
-    if !trim(&value[..eq]).eq_ignore_ascii_case(b"bytes") {
+    if !trim(&value[..eq]).eq_ignore_ascii_case(b"bytes") || len == 0 {
         return Ranges::Ignore;
     }
     let mut set = RangeSet {
@@ -60,29 +64,29 @@ pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
             return Ranges::Ignore;
         }
         let Some(dash) = spec.iter().position(|&b| b == b'-') else {
-            return Ranges::Ignore;
+            return Ranges::Unsatisfiable;
         };
         let (first, last) = (&spec[..dash], &spec[dash + 1..]);
         let range = if first.is_empty() {
             // A suffix: the last N bytes.
             let Some(suffix) = number(last) else {
-                return Ranges::Ignore;
+                return Ranges::Unsatisfiable;
             };
-            if suffix == 0 || len == 0 {
+            if suffix == 0 {
                 None
             } else {
                 Some((len - suffix.min(len), len - 1))
             }
         } else {
             let Some(first) = number(first) else {
-                return Ranges::Ignore;
+                return Ranges::Unsatisfiable;
             };
             let last = if last.is_empty() {
                 u64::MAX
             } else {
                 match number(last) {
                     Some(last) if last >= first => last,
-                    _ => return Ranges::Ignore,
+                    _ => return Ranges::Unsatisfiable,
                 }
             };
             (first < len).then(|| (first, last.min(len - 1)))
@@ -91,9 +95,6 @@ pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
             set.ranges[set.count] = range;
             set.count += 1;
         }
-    }
-    if specs == 0 {
-        return Ranges::Ignore;
     }
     if set.count == 0 {
         return Ranges::Unsatisfiable;
@@ -188,12 +189,14 @@ mod tests {
     fn unsatisfiable_and_ignored() {
         assert_eq!(ranges("bytes=12-", 12), Err(Not::Unsatisfiable));
         assert_eq!(ranges("bytes=-0", 12), Err(Not::Unsatisfiable));
-        assert_eq!(ranges("bytes=0-0", 0), Err(Not::Unsatisfiable));
+        assert_eq!(ranges("bytes=5-1", 12), Err(Not::Unsatisfiable));
+        assert_eq!(ranges("bytes=a-b", 12), Err(Not::Unsatisfiable));
+        assert_eq!(ranges("bytes=", 12), Err(Not::Unsatisfiable));
+        assert_eq!(ranges("bytes=1", 12), Err(Not::Unsatisfiable));
+        assert_eq!(ranges("bytes=0-1,x", 12), Err(Not::Unsatisfiable));
         assert_eq!(ranges("items=0-1", 12), Err(Not::Ignore));
-        assert_eq!(ranges("bytes=5-1", 12), Err(Not::Ignore));
-        assert_eq!(ranges("bytes=a-b", 12), Err(Not::Ignore));
-        assert_eq!(ranges("bytes=", 12), Err(Not::Ignore));
-        assert_eq!(ranges("bytes=1", 12), Err(Not::Ignore));
+        assert_eq!(ranges("bytes=0-0", 0), Err(Not::Ignore));
+        assert_eq!(ranges("bytes=-1", 0), Err(Not::Ignore));
         let many = (0..=MAX_RANGES)
             .map(|i| format!("{i}-{i}"))
             .collect::<Vec<_>>();
