@@ -24,8 +24,10 @@ pub struct Config {
     /// worker's file cache and written from memory with the response head in one
     /// vectored write. Default 16 KiB: below that, one writev beats a second syscall.
     pub sendfile_min_size: u64,
-    /// Most files the process keeps open in its open-file cache, shared by all workers
-    /// (a file with precompressed siblings counts once). Default 4096.
+    /// Most paths the process keeps in its open-file cache, shared by all workers (a
+    /// file with its precompressed siblings counts once; the bound is split across the
+    /// cache's 32 shards, so it is rounded up to a multiple of 32). Default 4096; 0
+    /// caches nothing.
     pub file_cache_entries: usize,
     /// Milliseconds a cached file is trusted before it is checked against the file
     /// system again (reopened and compared by device, inode, size and mtime). A changed
