@@ -21,7 +21,7 @@ pub struct Config {
     /// File served for a directory request ending in `/`. Default `index.html`.
     pub index: String,
     /// Files at least this large are sent with sendfile(2); smaller ones are kept in the
-    /// worker's file cache and written from memory with the response head in one
+    /// open-file cache and written from memory with the response head in one
     /// vectored write. Default 16 KiB: below that, one writev beats a second syscall.
     pub sendfile_min_size: u64,
     /// Most paths the process keeps in its open-file cache, shared by all workers (a
