@@ -60,8 +60,11 @@ pub(crate) enum Outcome {
 ///    than the representation, else 412;
 /// 3. If-None-Match, when present, must not match (weak comparison), else 304;
 /// 4. otherwise If-Modified-Since, when present and a valid date, must be older than the
-///    representation, else 304.
-pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64) -> Outcome {
+///    representation, else 304. A date later than `now` (the server's clock) is not a
+///    time the client saw the file, only a skewed or made-up clock: it is ignored, as
+///    RFC 2616 section 14.25 said and Apache does, so that such a client is not told
+///    "not modified" forever.
+pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64, now: i64) -> Outcome {
     if let Some(list) = c.if_match {
         if !list_matches(list, etag, Comparison::Strong) {
             return Outcome::PreconditionFailed;
@@ -76,7 +79,7 @@ pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64) -> Outcome {
             return Outcome::NotModified;
         }
     } else if let Some(date) = c.if_modified_since.and_then(parse_date) {
-        if mtime <= date {
+        if mtime <= date && date <= now {
             return Outcome::NotModified;
         }
     }
@@ -162,6 +165,8 @@ mod tests {
     const TAG: &[u8] = b"\"abc-1-c\"";
     // Tue, 02 Jan 2024 03:04:05 GMT
     const MTIME: i64 = 1_704_164_645;
+    // A week later.
+    const NOW: i64 = MTIME + 7 * 86400;
 
     fn eval(headers: &[(&str, &str)]) -> Outcome {
         let headers: Vec<Header<'_>> = headers
@@ -171,7 +176,7 @@ mod tests {
                 value: v.as_bytes(),
             })
             .collect();
-        evaluate(&Conditions::from_headers(&headers), TAG, MTIME)
+        evaluate(&Conditions::from_headers(&headers), TAG, MTIME, NOW)
     }
 
     #[test]

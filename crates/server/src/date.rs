@@ -43,6 +43,11 @@ impl Clock {
         }
     }
 
+    /// The Unix second of the last refresh (the second the Date header says).
+    pub fn second(&self) -> u64 {
+        self.second.get()
+    }
+
     /// Milliseconds since the process's epoch, as of the last refresh.
     pub fn millis(&self) -> u64 {
         self.millis.get()

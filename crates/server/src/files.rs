@@ -154,7 +154,8 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
         // A listing is generated for this request alone: no validators, no ranges.
         Err(Miss::Listing(entry)) => return send_whole(worker, out, req, keep_alive, entry, get),
     };
-    match conditional::evaluate(&conditions, entry.etag(), entry.mtime) {
+    let now = worker.clock.second() as i64;
+    match conditional::evaluate(&conditions, entry.etag(), entry.mtime, now) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
             let buf = out.buf();

@@ -166,6 +166,16 @@ const CASES: &[Case] = &[
         body: Empty,
     },
     Case {
+        name: "If-Modified-Since after the server's clock is ignored",
+        server: Configured,
+        method: "GET",
+        target: "/hello.txt",
+        headers: &[("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")],
+        status: 200,
+        expect: &[],
+        body: Bytes(b"hello world\n"),
+    },
+    Case {
         name: "If-Modified-Since earlier: 200",
         server: Configured,
         method: "GET",
