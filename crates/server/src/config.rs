@@ -21,11 +21,30 @@ pub struct Config {
     /// File served for a directory request ending in `/`. Default `index.html`.
     pub index: String,
     /// Files at least this large are sent with sendfile(2); smaller ones are kept in the
-    /// worker's file cache and written from memory with the response head in one
+    /// open-file cache and written from memory with the response head in one
     /// vectored write. Default 16 KiB: below that, one writev beats a second syscall.
     pub sendfile_min_size: u64,
-    /// Most files each worker keeps open in its file cache. Default 4096.
+    /// Most paths the process keeps in its open-file cache, shared by all workers (a
+    /// file with its precompressed siblings counts once; the bound is split across the
+    /// cache's 32 shards, so it is rounded up to a multiple of 32). Default 4096; 0
+    /// caches nothing.
     pub file_cache_entries: usize,
+    /// Milliseconds a cached file is trusted before it is checked against the file
+    /// system again (reopened and compared by device, inode, size and mtime). A changed
+    /// or deleted file is noticed within this time. Default 1000, nginx's
+    /// `open_file_cache_valid 1s`; 0 checks on every request.
+    pub file_cache_valid_ms: u64,
+    /// Serve `FILE.br` / `FILE.gz` in place of `FILE` when they exist and the request's
+    /// Accept-Encoding allows them (nginx's `gzip_static`, plus Brotli). Default true:
+    /// it costs two extra opens only when a file is (re)checked, never per request.
+    pub precompressed: bool,
+    /// Answer a request for a directory without an index file with an HTML listing of
+    /// its entries. Default false: a directory then answers 403, as nginx does, so a
+    /// site does not publish file names by accident.
+    pub autoindex: bool,
+    /// `Cache-Control` values by path prefix; the longest matching prefix wins and a
+    /// path matching none gets no Cache-Control. Default: none.
+    pub cache_control: Vec<CacheControlRule>,
     /// Seconds a graceful shutdown waits for responses in flight. Default 10.
     pub shutdown_timeout: u64,
     /// Most connections open at once, split evenly across workers. Default 16384. Each
@@ -40,6 +59,15 @@ pub struct Config {
     pub access_log_format: String,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
+}
+
+/// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
+/// decoded, normalised path such as `/assets/`) carry `Cache-Control: value`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheControlRule {
+    pub prefix: String,
+    pub value: String,
 }
 
 /// `[timeouts]`, in seconds (fractions allowed). Each is the longest a connection may
@@ -93,6 +121,10 @@ impl Default for Config {
             index: "index.html".into(),
             sendfile_min_size: 16 * 1024,
             file_cache_entries: 4096,
+            file_cache_valid_ms: 1000,
+            precompressed: true,
+            autoindex: false,
+            cache_control: Vec::new(),
             shutdown_timeout: 10,
             max_connections: 16384,
             access_log: None,
@@ -170,6 +202,23 @@ impl Config {
                     "`timeouts.{name}` must be between 0 and 86400 seconds"
                 ));
             }
+        }
+        for rule in &self.cache_control {
+            if !rule.prefix.starts_with('/') {
+                return Err(format!(
+                    "`cache_control` prefix must start with `/`, got {:?}",
+                    rule.prefix
+                ));
+            }
+            if rule.value.is_empty() || rule.value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+                return Err(format!(
+                    "`cache_control` value for {:?} must be non-empty printable text",
+                    rule.prefix
+                ));
+            }
+        }
+        if self.file_cache_valid_ms > 86_400_000 {
+            return Err("`file_cache_valid_ms` must be at most 86400000".into());
         }
         if self.workers > 1024 {
             return Err("`workers` must be at most 1024".into());

@@ -18,9 +18,10 @@ pub(crate) struct Clock {
 const DATE_LINE_LEN: usize = 37;
 
 impl Clock {
-    pub fn new() -> Self {
+    /// `epoch` is shared by the workers of a process, so their millisecond counts agree.
+    pub fn new(epoch: Instant) -> Self {
         let clock = Clock {
-            started: Instant::now(),
+            started: epoch,
             millis: Cell::new(0),
             second: Cell::new(u64::MAX),
             line: RefCell::new([0; DATE_LINE_LEN]),
@@ -46,18 +47,18 @@ impl Clock {
         }
     }
 
-    /// Milliseconds since the worker started, as of the last refresh.
-    pub fn millis(&self) -> u64 {
-        self.millis.get()
-    }
-
-    /// The Unix second of the last refresh.
+    /// The Unix second of the last refresh (the second the Date header says).
     pub fn second(&self) -> u64 {
         self.second.get()
     }
 
     pub fn clf_time(&self) -> std::cell::Ref<'_, [u8; 28]> {
         self.clf.borrow()
+    }
+
+    /// Milliseconds since the process's epoch, as of the last refresh.
+    pub fn millis(&self) -> u64 {
+        self.millis.get()
     }
 
     pub fn write_date(&self, out: &mut Vec<u8>) {

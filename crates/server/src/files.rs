@@ -1,96 +1,26 @@
-//! Static files: path decoding and normalisation, opening beneath the root, the
-//! per-worker open-file cache, and the responses for files and directories.
+//! Static files: path decoding and normalisation, opening beneath the root, and the
+//! responses for files and directories with the semantics of RFC 9110: validators and
+//! conditional requests, byte ranges, OPTIONS, precompressed siblings, listings.
 
-use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
 use std::ffi::CStr;
 use std::fs::File;
-use std::io;
-use std::os::fd::{FromRawFd, RawFd};
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::hash::BuildHasher;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use wire::{Method, Request, Version};
 
+pub(crate) use crate::cache::FileEntry;
+use crate::cache::{AcceptEncoding, Coding, Identities, Identity, Resource};
+use crate::conditional::{self, Conditions, Outcome};
+use crate::config::Config;
+use crate::listing;
 use crate::output::Output;
+use crate::range::{self, Ranges};
 use crate::worker::Worker;
-
-/// An open file in the cache, with its response header lines formatted once.
-pub(crate) struct FileEntry {
-    pub file: File,
-    pub len: u64,
-    /// The whole file when it is smaller than `sendfile_min_size`, else empty.
-    body: Box<[u8]>,
-    in_memory: bool,
-    /// `Content-Type`, `Content-Length`, `Last-Modified` and `ETag` lines.
-    headers: Box<[u8]>,
-    identity: Identity,
-    /// The second this entry was last checked against the file system.
-    checked: Cell<u64>,
-}
-
-impl FileEntry {
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-}
-
-/// What makes two opens of a path the same file with the same contents.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Identity {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-/// Per-worker cache of open files keyed by normalised path. Entries are re-checked
-/// (reopened and compared) at most once a second, so a changed file is served within a
-/// second, as with nginx's `open_file_cache_valid 1s`.
-pub(crate) struct FileCache {
-    map: HashMap<Box<[u8]>, Rc<FileEntry>, foldhash::fast::RandomState>,
-    max_entries: usize,
-}
-
-impl FileCache {
-    pub fn new(max_entries: usize) -> Self {
-        FileCache {
-            map: HashMap::with_capacity_and_hasher(
-                max_entries.min(1024),
-                foldhash::fast::RandomState::default(),
-            ),
-            max_entries,
-        }
-    }
-
-    fn get(&self, key: &[u8], now: u64) -> Option<&Rc<FileEntry>> {
-        self.map.get(key).filter(|e| e.checked.get() == now)
-    }
-
-    fn get_stale(&self, key: &[u8]) -> Option<&Rc<FileEntry>> {
-        self.map.get(key)
-    }
-
-    fn insert(&mut self, key: &[u8], entry: Rc<FileEntry>) {
-        if self.max_entries == 0 {
-            return;
-        }
-        if self.map.len() >= self.max_entries && !self.map.contains_key(key) {
-            // Rare: the cache is full. Drop an arbitrary entry; its file stays open until
-            // the responses that hold it finish.
-            if let Some(victim) = self.map.keys().next().cloned() {
-                self.map.remove(&victim);
-            }
-        }
-        self.map.insert(key.into(), entry);
-    }
-
-    fn remove(&mut self, key: &[u8]) {
-        self.map.remove(key);
-    }
-}
 
 /// Fails at start on kernels without openat2(2), rather than on the first request.
 pub(crate) fn probe_openat2(root: RawFd) -> io::Result<()> {
@@ -196,33 +126,251 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
+/// What a static resource allows: the Allow header of 405s and OPTIONS answers.
+const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
+
 /// Answers a request for a static file. Writes the whole response into `out`.
 pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, keep_alive: bool) {
-    let head_only = req.method == Method::Head;
-    match req.method {
-        Method::Get | Method::Head => {}
-        Method::Options => {
-            return simple(
-                worker,
-                out,
-                req,
-                keep_alive,
-                204,
-                b"Allow: GET, HEAD, OPTIONS\r\n",
-            );
-        }
+    let get = match req.method {
+        Method::Get => true,
+        Method::Head => false,
+        Method::Options => return options(req, worker, out, keep_alive),
         Method::Other => return simple(worker, out, req, keep_alive, 501, b""),
-        _ => {
-            return simple(
-                worker,
-                out,
-                req,
-                keep_alive,
-                405,
-                b"Allow: GET, HEAD, OPTIONS\r\n",
-            );
+        // Methods tessera knows but files do not support, TRACE among them: RFC 9110
+        // section 9.3.8 leaves TRACE optional, and echoing requests back only helps
+        // cross-site tracing attacks.
+        _ => return simple(worker, out, req, keep_alive, 405, ALLOW),
+    };
+    let conditions = Conditions::from_headers(req.headers);
+    let accept = if worker.shared.config.precompressed {
+        AcceptEncoding::parse(conditions.accept_encoding)
+    } else {
+        AcceptEncoding::NONE
+    };
+    let entry = match lookup(req, worker, accept) {
+        Ok(entry) => entry,
+        Err(Miss::Status(status)) => return simple(worker, out, req, keep_alive, status, b""),
+        Err(Miss::AddSlash) => return redirect_with_slash(worker, out, req, keep_alive),
+        // A listing is generated for this request alone: no validators, no ranges.
+        Err(Miss::Listing(entry)) => return send_whole(worker, out, req, keep_alive, entry, get),
+    };
+    let now = worker.clock.second() as i64;
+    match conditional::evaluate(&conditions, entry.etag(), entry.mtime, now) {
+        Outcome::Proceed => {}
+        Outcome::NotModified => {
+            let buf = out.buf();
+            start_head(worker, buf, 304);
+            buf.extend_from_slice(entry.validators());
+            end_head(buf, req.version, keep_alive);
+            return;
+        }
+        Outcome::PreconditionFailed => return simple(worker, out, req, keep_alive, 412, b""),
+    }
+    // Range is defined for GET only (RFC 9110 section 14.2); HEAD gets the 200 head.
+    if let (true, Some(range)) = (get, conditions.range) {
+        let applies = match conditions.if_range {
+            Some(validator) => conditional::if_range_holds(validator, entry.etag(), entry.mtime),
+            None => true,
+        };
+        if applies {
+            match range::parse(range, entry.len) {
+                Ranges::Ignore => {}
+                Ranges::Unsatisfiable => {
+                    return unsatisfiable(worker, out, req, keep_alive, entry.len);
+                }
+                Ranges::Satisfiable(set) => {
+                    return match set.as_slice() {
+                        &[(first, last)] => {
+                            send_range(worker, out, req, keep_alive, entry, first, last)
+                        }
+                        ranges => send_multipart(worker, out, req, keep_alive, entry, ranges),
+                    };
+                }
+            }
         }
     }
+    send_whole(worker, out, req, keep_alive, entry, get)
+}
+
+/// `OPTIONS *` asks about the server, `OPTIONS /path` about one resource: both are
+/// answered with what a static file allows, the latter only if the resource exists.
+fn options(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, keep_alive: bool) {
+    if req.path == b"*" {
+        return simple(worker, out, req, keep_alive, 204, ALLOW);
+    }
+    match lookup(req, worker, AcceptEncoding::NONE) {
+        Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
+            simple(worker, out, req, keep_alive, 204, ALLOW)
+        }
+        Err(Miss::Status(status)) => simple(worker, out, req, keep_alive, status, b""),
+    }
+}
+
+/// 200 with the whole representation.
+fn send_whole(
+    worker: &Worker,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+    entry: Arc<FileEntry>,
+    get: bool,
+) {
+    let buf = out.buf();
+    start_head(worker, buf, 200);
+    buf.extend_from_slice(entry.head());
+    content_length(buf, entry.len);
+    end_head(buf, req.version, keep_alive);
+    if get && entry.len > 0 {
+        let len = entry.len;
+        push_body(out, entry, 0, len);
+    }
+}
+
+/// 206 with one range: the slice goes out with sendfile from its offset (or from memory).
+fn send_range(
+    worker: &Worker,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+    entry: Arc<FileEntry>,
+    first: u64,
+    last: u64,
+) {
+    let buf = out.buf();
+    start_head(worker, buf, 206);
+    buf.extend_from_slice(entry.partial_head());
+    content_range(buf, first, last, entry.len);
+    buf.extend_from_slice(b"\r\n");
+    content_length(buf, last - first + 1);
+    end_head(buf, req.version, keep_alive);
+    push_body(out, entry, first, last - first + 1);
+}
+
+/// 206 with several ranges as multipart/byteranges (RFC 9110 section 14.6), each part
+/// sent from the file (or memory) like a single range.
+fn send_multipart(
+    worker: &Worker,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+    entry: Arc<FileEntry>,
+    ranges: &[(u64, u64)],
+) {
+    let boundary = boundary();
+    let boundary = &boundary[..];
+    let mut numbers = itoa::Buffer::new();
+    let total_len = numbers.format(entry.len).len() as u64;
+    // Each part: CRLF "--" boundary CRLF, Content-Type, Content-Range, CRLF, data.
+    let part_overhead = (2 + 2 + boundary.len() + 2) as u64
+        + ("Content-Type: ".len() + entry.content_type.len() + 2) as u64
+        + ("Content-Range: bytes ".len() as u64 + 1 + 1 + total_len + 2)
+        + 2;
+    let closing = (2 + 2 + boundary.len() + 2 + 2) as u64;
+    let mut length = closing;
+    for &(first, last) in ranges {
+        length += part_overhead
+            + numbers.format(first).len() as u64
+            + numbers.format(last).len() as u64
+            + (last - first + 1);
+    }
+    let buf = out.buf();
+    start_head(worker, buf, 206);
+    buf.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
+    buf.extend_from_slice(boundary);
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(entry.multipart_head());
+    content_length(buf, length);
+    end_head(buf, req.version, keep_alive);
+    for &(first, last) in ranges {
+        let buf = out.buf();
+        buf.extend_from_slice(b"\r\n--");
+        buf.extend_from_slice(boundary);
+        buf.extend_from_slice(b"\r\nContent-Type: ");
+        buf.extend_from_slice(entry.content_type.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+        content_range(buf, first, last, entry.len);
+        buf.extend_from_slice(b"\r\n\r\n");
+        push_body(out, entry.clone(), first, last - first + 1);
+    }
+    let buf = out.buf();
+    buf.extend_from_slice(b"\r\n--");
+    buf.extend_from_slice(boundary);
+    buf.extend_from_slice(b"--\r\n");
+}
+
+/// 416 (RFC 9110 section 15.5.17), saying how long the representation is.
+fn unsatisfiable(
+    worker: &Worker,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+    len: u64,
+) {
+    let mut header = [0u8; 64];
+    let mut cursor = &mut header[..];
+    // At most 20 digits: always fits.
+    let _ = write!(cursor, "Content-Range: bytes */{len}\r\n");
+    let used = 64 - cursor.len();
+    simple(worker, out, req, keep_alive, 416, &header[..used]);
+}
+
+/// A multipart boundary that no file is likely to contain: 16 hex digits from a keyed
+/// hash of a counter, so it is neither predictable nor repeated within a process.
+fn boundary() -> [u8; 16] {
+    static PARTS: AtomicU64 = AtomicU64::new(0);
+    let n = RandomState::new().hash_one(PARTS.fetch_add(1, Ordering::Relaxed));
+    let mut out = [0u8; 16];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[(n >> (60 - 4 * i)) as usize & 0xf];
+    }
+    out
+}
+
+fn push_body(out: &mut Output, entry: Arc<FileEntry>, offset: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    if entry.in_memory {
+        out.push_memory(entry, offset as usize, (offset + len) as usize);
+    } else {
+        out.push_file(entry, offset, len);
+    }
+}
+
+fn content_length(buf: &mut Vec<u8>, len: u64) {
+    buf.extend_from_slice(b"Content-Length: ");
+    buf.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// `Content-Range: bytes FIRST-LAST/LEN`, without the CRLF.
+fn content_range(buf: &mut Vec<u8>, first: u64, last: u64, len: u64) {
+    let mut numbers = itoa::Buffer::new();
+    buf.extend_from_slice(b"Content-Range: bytes ");
+    buf.extend_from_slice(numbers.format(first).as_bytes());
+    buf.push(b'-');
+    buf.extend_from_slice(numbers.format(last).as_bytes());
+    buf.push(b'/');
+    buf.extend_from_slice(numbers.format(len).as_bytes());
+}
+
+/// Why a path has no cached file to send.
+enum Miss {
+    Status(u16),
+    /// The path names a directory but lacks the trailing slash.
+    AddSlash,
+    /// A directory without an index, listed (`autoindex`).
+    Listing(Arc<FileEntry>),
+}
+
+/// The representation to send for the request's path: from the shared cache when it was
+/// checked recently (the hot path: one shard lock, no system call, no allocation), else
+/// from the file system.
+fn lookup(
+    req: &Request<'_, '_>,
+    worker: &Worker,
+    accept: AcceptEncoding,
+) -> Result<Arc<FileEntry>, Miss> {
     let raw_path = match memchr::memchr(b'?', req.path) {
         Some(q) => &req.path[..q],
         None => req.path,
@@ -230,177 +378,170 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
     let mut scratch = worker.scratch.borrow_mut();
     let (key, cpath) = &mut *scratch;
     if normalize(raw_path, key).is_err() {
-        return simple(worker, out, req, keep_alive, 400, b"");
+        return Err(Miss::Status(400));
     }
-    let now = worker.clock.second();
-    let cached = worker.files.borrow().get(key, now).cloned();
-    let entry = match cached {
-        Some(entry) => entry,
-        None => match open(worker, key, cpath, now) {
-            Ok(entry) => entry,
-            Err(Refusal::Status(status)) => {
-                return simple(worker, out, req, keep_alive, status, b"");
-            }
-            Err(Refusal::AddSlash) => return redirect_with_slash(worker, out, req, keep_alive),
-        },
-    };
-    drop(scratch);
-    let buf = out.buf();
-    buf.extend_from_slice(wire::status_line(200));
-    common_headers(worker, buf);
-    buf.extend_from_slice(&entry.headers);
-    end_head(buf, req.version, keep_alive);
-    if head_only || entry.len == 0 {
-        return;
+    let shared = &worker.shared;
+    let now = worker.clock.millis();
+    if let Some(entry) = shared
+        .files
+        .get(key, now, shared.config.file_cache_valid_ms, accept)
+    {
+        return Ok(entry);
     }
-    if entry.in_memory {
-        out.push_memory(entry);
-    } else {
-        let len = entry.len;
-        out.push_file(entry, 0, len);
-    }
+    open(worker, key, cpath, now, accept)
 }
 
-enum Refusal {
-    Status(u16),
-    /// The path names a directory but lacks the trailing slash.
-    AddSlash,
-}
-
-/// Opens the file for `key` (a normalised path), reusing the cached entry when the file
-/// has not changed, and caches the result.
+/// Opens the file for `key` (a normalised path) and its precompressed siblings; keeps
+/// the cached entry when they are the files it holds, else caches them anew.
 fn open(
     worker: &Worker,
     key: &[u8],
     cpath: &mut Vec<u8>,
     now: u64,
-) -> Result<Rc<FileEntry>, Refusal> {
+    accept: AcceptEncoding,
+) -> Result<Arc<FileEntry>, Miss> {
     let shared = &worker.shared;
-    let root = std::os::fd::AsRawFd::as_raw_fd(&shared.root);
+    let config = &shared.config;
+    let root = shared.root.as_raw_fd();
     let is_dir_request = key.ends_with(b"/");
     cpath.clear();
     if key.len() > 1 {
         cpath.extend_from_slice(&key[1..]);
     }
     if is_dir_request {
-        cpath.extend_from_slice(shared.config.index.as_bytes());
+        cpath.extend_from_slice(config.index.as_bytes());
     }
     cpath.push(0);
-    let name = CStr::from_bytes_with_nul(cpath).map_err(|_| Refusal::Status(400))?;
+    let name = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
     let file = match open_beneath(root, name, libc::O_RDONLY) {
         Ok(file) => file,
         Err(e) => {
-            worker.files.borrow_mut().remove(key);
+            shared.files.remove(key);
             if is_dir_request && e.raw_os_error() == Some(libc::ENOENT) {
-                // A directory without an index: listing is off, so 403 as nginx does,
-                // but only if the directory itself exists.
-                cpath.clear();
-                if key.len() > 1 {
-                    cpath.extend_from_slice(&key[1..]);
-                } else {
-                    cpath.push(b'.');
-                }
-                cpath.push(0);
-                let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Refusal::Status(400))?;
-                return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
-                    Ok(_) => Err(Refusal::Status(403)),
-                    Err(e) => Err(Refusal::Status(status_for(&e))),
-                };
+                return directory_without_index(worker, key, cpath);
             }
-            return Err(Refusal::Status(status_for(&e)));
+            return Err(Miss::Status(status_for(&e)));
         }
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| Refusal::Status(status_for(&e)))?;
+    let meta = file.metadata().map_err(|e| Miss::Status(status_for(&e)))?;
     if meta.is_dir() {
+        shared.files.remove(key);
         return Err(if is_dir_request {
-            Refusal::Status(403)
+            Miss::Status(403)
         } else {
-            Refusal::AddSlash
+            Miss::AddSlash
         });
     }
     if !meta.is_file() {
-        return Err(Refusal::Status(403));
+        shared.files.remove(key);
+        return Err(Miss::Status(403));
     }
-    let identity = Identity {
-        dev: meta.dev(),
-        ino: meta.ino(),
-        len: meta.len(),
-        mtime: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec(),
+    let plain = Identity::of(&meta);
+    let (brotli, gzip) = if config.precompressed {
+        (sibling(root, cpath, b".br"), sibling(root, cpath, b".gz"))
+    } else {
+        (None, None)
     };
-    if let Some(old) = worker.files.borrow().get_stale(key) {
-        if old.identity == identity {
-            old.checked.set(now);
-            return Ok(old.clone());
-        }
+    let found = Identities {
+        plain,
+        brotli: brotli.as_ref().map(|(_, id)| *id),
+        gzip: gzip.as_ref().map(|(_, id)| *id),
+    };
+    if let Some(entry) = shared.files.revalidate(key, now, &found, accept) {
+        return Ok(entry);
     }
-    let name_for_type: &[u8] = if is_dir_request {
-        shared.config.index.as_bytes()
+    // New or changed: format the entries once, outside the cache's lock.
+    let content_type = content_type(if is_dir_request {
+        config.index.as_bytes()
     } else {
         key
+    });
+    let extra = path_headers(config, key, brotli.is_some() || gzip.is_some());
+    let min = config.sendfile_min_size;
+    let load = |(file, id): (File, Identity), coding| {
+        FileEntry::load(file, id, content_type, coding, &extra, min)
     };
-    let entry = Rc::new(FileEntry::load(
-        file,
-        identity,
-        content_type(name_for_type),
-        shared.config.sendfile_min_size,
+    let resource = Resource::new(
+        load((file, plain), Coding::Identity),
+        brotli.map(|f| load(f, Coding::Brotli)),
+        gzip.map(|f| load(f, Coding::Gzip)),
         now,
-    ));
-    worker.files.borrow_mut().insert(key, entry.clone());
+    );
+    let entry = resource.select(accept).clone();
+    shared.files.insert(key, resource);
     Ok(entry)
 }
 
-impl FileEntry {
-    fn load(
-        file: File,
-        identity: Identity,
-        content_type: &str,
-        sendfile_min_size: u64,
-        now: u64,
-    ) -> FileEntry {
-        let len = identity.len;
-        let mut body: Box<[u8]> = Box::new([]);
-        let mut in_memory = false;
-        if len < sendfile_min_size {
-            let mut data = vec![0u8; len as usize];
-            // A short read means the file changed under us; sendfile then serves it.
-            if file.read_exact_at(&mut data, 0).is_ok() {
-                body = data.into_boxed_slice();
-                in_memory = true;
-            }
-        }
-        let mtime = UNIX_EPOCH
-            + Duration::new(
-                identity.mtime.max(0) as u64,
-                identity.mtime_nsec.clamp(0, 999_999_999) as u32,
-            );
-        let mut headers = Vec::with_capacity(192);
-        headers.extend_from_slice(b"Content-Type: ");
-        headers.extend_from_slice(content_type.as_bytes());
-        headers.extend_from_slice(b"\r\nContent-Length: ");
-        headers.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-        headers.extend_from_slice(b"\r\nLast-Modified: ");
-        headers.extend_from_slice(httpdate::fmt_http_date(mtime).as_bytes());
-        // A strong validator from file identity, size and modification time.
-        let etag = format!(
-            "\r\nETag: \"{:x}-{:x}-{:x}\"\r\n",
-            identity.ino,
-            identity.mtime.max(0) as u64 * 1_000_000_000 + identity.mtime_nsec.max(0) as u64,
-            len
-        );
-        headers.extend_from_slice(etag.as_bytes());
-        FileEntry {
-            file,
-            len,
-            body,
-            in_memory,
-            headers: headers.into_boxed_slice(),
-            identity,
-            checked: Cell::new(now),
-        }
+/// `cpath` (NUL-terminated) with `suffix` appended, opened if it is a regular file.
+/// `cpath` is left as it was.
+fn sibling(root: RawFd, cpath: &mut Vec<u8>, suffix: &[u8]) -> Option<(File, Identity)> {
+    let base = cpath.len() - 1;
+    cpath.truncate(base);
+    cpath.extend_from_slice(suffix);
+    cpath.push(0);
+    let found = CStr::from_bytes_with_nul(cpath)
+        .ok()
+        .and_then(|name| open_beneath(root, name, libc::O_RDONLY).ok())
+        .and_then(|file| {
+            let meta = file.metadata().ok()?;
+            meta.is_file().then(|| (file, Identity::of(&meta)))
+        });
+    cpath.truncate(base);
+    cpath.push(0);
+    found
+}
+
+/// A directory request whose index does not exist: a listing when `autoindex` is on,
+/// else 403 as nginx answers (404 if the directory itself does not exist).
+fn directory_without_index(
+    worker: &Worker,
+    key: &[u8],
+    cpath: &mut Vec<u8>,
+) -> Result<Arc<FileEntry>, Miss> {
+    let shared = &worker.shared;
+    cpath.clear();
+    if key.len() > 1 {
+        cpath.extend_from_slice(&key[1..]);
+    } else {
+        cpath.push(b'.');
     }
+    cpath.push(0);
+    let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
+    let root = shared.root.as_raw_fd();
+    if !shared.config.autoindex {
+        return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
+            Ok(_) => Err(Miss::Status(403)),
+            Err(e) => Err(Miss::Status(status_for(&e))),
+        };
+    }
+    let dir = open_beneath(root, dir, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| Miss::Status(status_for(&e)))?;
+    let html = listing::render(&dir, key).map_err(|e| Miss::Status(status_for(&e)))?;
+    Err(Miss::Listing(Arc::new(FileEntry::generated(
+        dir,
+        html,
+        "text/html; charset=utf-8",
+    ))))
+}
+
+/// The header lines that depend on the path: Vary when the response depends on
+/// Accept-Encoding, and the Cache-Control of the longest matching configured prefix.
+fn path_headers(config: &Config, key: &[u8], has_siblings: bool) -> Vec<u8> {
+    let mut extra = Vec::new();
+    if has_siblings {
+        extra.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    let rule = config
+        .cache_control
+        .iter()
+        .filter(|rule| key.starts_with(rule.prefix.as_bytes()))
+        .max_by_key(|rule| rule.prefix.len());
+    if let Some(rule) = rule {
+        extra.extend_from_slice(b"Cache-Control: ");
+        extra.extend_from_slice(rule.value.as_bytes());
+        extra.extend_from_slice(b"\r\n");
+    }
+    extra
 }
 
 fn status_for(e: &io::Error) -> u16 {
@@ -427,6 +568,12 @@ fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>,
 }
 
 /// Status line, Server and Date.
+fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
+    buf.extend_from_slice(wire::status_line(status));
+    common_headers(worker, buf);
+}
+
+/// Server and Date.
 fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);

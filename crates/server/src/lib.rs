@@ -5,7 +5,7 @@
 //! allows with memory that does not grow with load. Each worker is an OS thread running a
 //! single-threaded tokio runtime with its own `SO_REUSEPORT` listener per address, so the
 //! kernel spreads connections across workers and nothing on the request path takes a
-//! lock: the file cache and date header are per worker.
+//! lock but the shard of the shared open-file cache that holds the file, for one lookup.
 //!
 //! What it is not for: parsing HTTP (that is `wire`), command-line handling or printing
 //! (that is `cli`; this crate reports through `tracing` and typed errors).
@@ -15,11 +15,15 @@
 //! then [`Server::start`]s the workers and calls [`Running::shutdown`] on SIGTERM/SIGINT.
 
 mod access_log;
+mod cache;
+mod conditional;
 mod config;
 mod conn;
 mod date;
 mod files;
+mod listing;
 mod output;
+mod range;
 mod worker;
 
 use std::net::SocketAddr;
@@ -30,7 +34,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub use access_log::FormatError;
-pub use config::{Config, LimitsConfig, TimeoutsConfig};
+pub use config::{CacheControlRule, Config, LimitsConfig, TimeoutsConfig};
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -77,6 +81,11 @@ pub(crate) struct Shared {
     /// The document root, opened once (`O_PATH`); every file is opened beneath it with
     /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
     pub root: OwnedFd,
+    /// The open-file cache every worker reads and fills.
+    pub files: cache::FileCache,
+    /// The origin of every worker's millisecond clock, so that a time one worker
+    /// records in the shared file cache means the same to the others.
+    pub epoch: std::time::Instant,
 }
 
 /// A server whose listeners are open but whose workers have not started.
@@ -123,6 +132,8 @@ impl Server {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),
                 }),
+                files: cache::FileCache::new(config.file_cache_entries),
+                epoch: std::time::Instant::now(),
                 config,
                 limits,
                 root,

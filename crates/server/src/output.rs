@@ -5,7 +5,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -20,14 +20,23 @@ const MAX_IOVECS: usize = 64;
 /// Most segments queued before the batch is flushed (fixed, so it never reallocates).
 const MAX_SEGMENTS: usize = 128;
 
+/// Most segments one response adds: a multipart/byteranges response has a head and a
+/// body segment per range, then the closing boundary. The segment list has room for this
+/// beyond `MAX_SEGMENTS`, so a response started on an almost-full batch still fits.
+const MAX_SEGMENTS_PER_RESPONSE: usize = 2 * crate::range::MAX_RANGES + 2;
+
 enum Segment {
     /// Bytes `start..end` of `Output::buf` (response heads, small generated bodies).
     Buf { start: usize, end: usize },
-    /// The whole in-memory body of a cached file, written without copying.
-    Memory(Rc<FileEntry>),
+    /// Bytes `start..end` of the in-memory body of a cached file, written without copying.
+    Memory {
+        entry: Arc<FileEntry>,
+        start: usize,
+        end: usize,
+    },
     /// `len` bytes of the file from `offset`, sent with sendfile.
     File {
-        entry: Rc<FileEntry>,
+        entry: Arc<FileEntry>,
         offset: u64,
         len: u64,
     },
@@ -70,7 +79,7 @@ impl Output {
     pub fn new(reserve: usize) -> Self {
         Output {
             buf: Vec::with_capacity((2 * reserve).max(16 * 1024)),
-            segments: Vec::with_capacity(MAX_SEGMENTS),
+            segments: Vec::with_capacity(MAX_SEGMENTS + MAX_SEGMENTS_PER_RESPONSE),
             pending_from: 0,
             index: 0,
             skip: 0,
@@ -132,13 +141,14 @@ impl Output {
         }
     }
 
-    pub fn push_memory(&mut self, entry: Rc<FileEntry>) {
+    /// Bytes `start..end` of `entry`'s in-memory body.
+    pub fn push_memory(&mut self, entry: Arc<FileEntry>, start: usize, end: usize) {
         self.close_buf_segment();
-        self.outside += entry.body().len() as u64;
-        self.segments.push(Segment::Memory(entry));
+        self.outside += (end - start) as u64;
+        self.segments.push(Segment::Memory { entry, start, end });
     }
 
-    pub fn push_file(&mut self, entry: Rc<FileEntry>, offset: u64, len: u64) {
+    pub fn push_file(&mut self, entry: Arc<FileEntry>, offset: u64, len: u64) {
         self.close_buf_segment();
         self.outside += len;
         self.segments.push(Segment::File { entry, offset, len });
@@ -191,7 +201,7 @@ impl Output {
         for segment in &self.segments[self.index..] {
             let bytes: &[u8] = match segment {
                 Segment::Buf { start, end } => &self.buf[*start..*end],
-                Segment::Memory(entry) => entry.body(),
+                Segment::Memory { entry, start, end } => &entry.body()[*start..*end],
                 Segment::File { .. } => {
                     file_follows = true;
                     break;
@@ -231,7 +241,7 @@ impl Output {
         while written > 0 && self.index < self.segments.len() {
             let len = match &self.segments[self.index] {
                 Segment::Buf { start, end } => (end - start) as u64,
-                Segment::Memory(entry) => entry.body().len() as u64,
+                Segment::Memory { start, end, .. } => (end - start) as u64,
                 Segment::File { len, .. } => *len,
             } - self.skip;
             if written >= len {
@@ -244,8 +254,8 @@ impl Output {
             }
         }
         // Zero-length segments (an empty in-memory body) need no write.
-        while let Some(Segment::Memory(entry)) = self.segments.get(self.index) {
-            if !entry.body().is_empty() {
+        while let Some(Segment::Memory { start, end, .. }) = self.segments.get(self.index) {
+            if start != end {
                 break;
             }
             self.index += 1;

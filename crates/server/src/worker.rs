@@ -1,6 +1,6 @@
 //! A worker: one OS thread, one single-threaded tokio runtime, its own listeners, its own
-//! connection slots, buffers, file cache and clock. Nothing here is shared with other
-//! workers except the read-only [`Shared`] and the published connection counts.
+//! connection slots, buffers and clock. Nothing here is shared with other workers
+//! except [`Shared`]: the config, the open-file cache and the published connection counts.
 //!
 //! Memory is a budget fixed at start: `max_connections / workers` slots (allocated at
 //! start by `pool`) and at most one buffer set per slot, taken only while a connection
@@ -23,7 +23,6 @@ use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLog;
 use crate::date::Clock;
-use crate::files::FileCache;
 use crate::output::Output;
 use crate::{conn, Shared};
 
@@ -77,7 +76,6 @@ pub(crate) struct Worker {
     pub shared: Arc<Shared>,
     pub id: usize,
     pub clock: Clock,
-    pub files: RefCell<FileCache>,
     /// Reused buffers for path handling: the normalised path and the C path to open.
     pub scratch: RefCell<(Vec<u8>, Vec<u8>)>,
     /// Connection slots; each holds its socket's descriptor.
@@ -284,8 +282,7 @@ pub(crate) fn run(
     local.block_on(&runtime, async move {
         let worker = Rc::new(Worker {
             id,
-            clock: Clock::new(),
-            files: RefCell::new(FileCache::new(shared.config.file_cache_entries)),
+            clock: Clock::new(shared.epoch),
             scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
             slots: RefCell::new(Pool::new(capacity, ConnState::Free, 0, |_| -1)),
             spare: RefCell::new(Vec::with_capacity(capacity)),

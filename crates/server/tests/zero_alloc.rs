@@ -28,9 +28,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-// One test function: the counter is process-wide, so the two runs must not overlap.
+/// The counter is process-wide: the tests here take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn keep_alive_get_of_a_small_file_allocates_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     run(false);
     // With the access log on, too: lines are formatted into recycled buffers.
     run(true);
@@ -98,4 +101,108 @@ fn run(access_log: bool) {
     drop(stream);
     running.shutdown();
     running.join();
+}
+
+/// The same for the requests of caches and download tools: revalidations answered 304
+/// (by entity tag and by date) and single ranges answered 206.
+#[test]
+fn conditional_and_range_requests_allocate_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
+    let config = server::Config {
+        root: dir.path().to_owned(),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        workers: 1,
+        max_connections: 64,
+        ..server::Config::default()
+    };
+    let server = server::Server::bind(config).unwrap();
+    let addr = server.local_addrs()[0];
+    let running = server.start().unwrap();
+    let mut stream = TcpStream::connect(addr).unwrap();
+
+    // Learn the entity tag and Last-Modified, then each response's (constant) length.
+    stream
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let first = read_one(&mut stream);
+    let header = |name: &str| {
+        first
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (etag, last_modified) = (header("ETag:"), header("Last-Modified:"));
+    let requests: Vec<(Vec<u8>, &str)> = vec![
+        (
+            format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n")
+                .into_bytes(),
+            "HTTP/1.1 304 ",
+        ),
+        (
+            format!(
+                "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: {last_modified}\r\n\r\n"
+            )
+            .into_bytes(),
+            "HTTP/1.1 304 ",
+        ),
+        (
+            b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-4\r\n\r\n".to_vec(),
+            "HTTP/1.1 206 ",
+        ),
+    ];
+    let lengths: Vec<usize> = requests
+        .iter()
+        .map(|(request, status)| {
+            stream.write_all(request).unwrap();
+            let response = read_one(&mut stream);
+            assert!(response.starts_with(status), "{response}");
+            response.len()
+        })
+        .collect();
+    let mut response = vec![0u8; 4096];
+    let mut exchange = |i: usize| {
+        stream.write_all(&requests[i].0).unwrap();
+        stream.read_exact(&mut response[..lengths[i]]).unwrap();
+        assert!(response.starts_with(requests[i].1.as_bytes()));
+    };
+    for i in 0..3000 {
+        exchange(i % 3);
+    }
+
+    let started = std::time::Instant::now();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let mut count = 0;
+    while count < 10_000 || started.elapsed() < std::time::Duration::from_millis(2200) {
+        exchange(count % 3);
+        count += 1;
+    }
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    assert_eq!(after - before, 0, "allocations during {count} requests");
+
+    drop(stream);
+    running.shutdown();
+    running.join();
+}
+
+/// One response (head, and a Content-Length body if any), read a byte at a time.
+fn read_one(stream: &mut TcpStream) -> String {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        bytes.push(byte[0]);
+    }
+    let head = String::from_utf8(bytes.clone()).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).unwrap();
+    bytes.extend_from_slice(&body);
+    String::from_utf8(bytes).unwrap()
 }

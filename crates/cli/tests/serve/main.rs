@@ -4,6 +4,7 @@ mod harness;
 
 mod access_log;
 mod framing;
+mod http_semantics;
 mod lifecycle;
 mod limits;
 mod security;

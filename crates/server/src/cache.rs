@@ -1,0 +1,527 @@
+//! The open-file cache, shared by every worker of a process: open descriptors, metadata,
+//! small bodies and preformatted header lines for hot files, so that a hit costs no
+//! open(2), no stat(2) and no formatting.
+//!
+//! It is split into shards, each a mutex around a hash map; a worker holds a shard's lock
+//! only to look a path up and clone one `Arc`, so two workers collide only when they ask
+//! for paths of the same shard at the same instant, and then for nanoseconds. Entries are
+//! trusted for `file_cache_valid_ms`; after that the next request for the path reopens
+//! the file (and its precompressed siblings) and compares device, inode, size and mtime:
+//! unchanged, the entry is trusted again; changed, it is replaced; gone, it is removed.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::hash::BuildHasher;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Enough shards that two workers rarely want the same one at once; few enough that an
+/// idle cache costs nothing to speak of.
+const SHARDS: usize = 32;
+
+/// One representation of a file as it is sent: the file itself or one of its
+/// precompressed siblings.
+pub(crate) struct FileEntry {
+    pub file: File,
+    pub len: u64,
+    /// The whole file when it is smaller than `sendfile_min_size` (read once, then
+    /// checked unchanged, so it is never a mix of two versions), else empty.
+    body: Box<[u8]>,
+    pub in_memory: bool,
+    /// Header lines, each ending in CRLF, in this order: Accept-Ranges, Content-Type,
+    /// Content-Encoding (siblings only); then, from `validators_at`, the lines a 304
+    /// repeats: Last-Modified, ETag, Vary (when the path has siblings), Cache-Control.
+    head: Box<[u8]>,
+    after_accept_ranges: usize,
+    after_type: usize,
+    validators_at: usize,
+    /// The ETag's quoted value, as a range of `head`.
+    etag: (usize, usize),
+    pub content_type: &'static str,
+    /// Modification time in whole seconds, as Last-Modified says it.
+    pub mtime: i64,
+    identity: Identity,
+}
+
+impl FileEntry {
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Every header line of a 200 except Content-Length.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The header lines of a 206: no Accept-Ranges, the client knows.
+    pub fn partial_head(&self) -> &[u8] {
+        &self.head[self.after_accept_ranges..]
+    }
+
+    /// The header lines of a multipart/byteranges 206: without Content-Type either, each
+    /// part carries it.
+    pub fn multipart_head(&self) -> &[u8] {
+        &self.head[self.after_type..]
+    }
+
+    /// The header lines a 304 carries.
+    pub fn validators(&self) -> &[u8] {
+        &self.head[self.validators_at..]
+    }
+
+    /// The entity tag, quotes included.
+    pub fn etag(&self) -> &[u8] {
+        &self.head[self.etag.0..self.etag.1]
+    }
+
+    /// Formats the entry for `file`. `extra` holds the header lines that depend on the
+    /// path rather than the file (Vary, Cache-Control).
+    pub fn load(
+        file: File,
+        identity: Identity,
+        content_type: &'static str,
+        coding: Coding,
+        extra: &[u8],
+        sendfile_min_size: u64,
+    ) -> FileEntry {
+        let len = identity.len;
+        let mut body: Box<[u8]> = Box::new([]);
+        let mut in_memory = false;
+        if len < sendfile_min_size {
+            let mut data = vec![0u8; len as usize];
+            // Read, then check the file is still the one measured: a file rewritten
+            // meanwhile is served with sendfile instead, bounded by the length measured.
+            if file.read_exact_at(&mut data, 0).is_ok()
+                && file.metadata().ok().map(|m| Identity::of(&m)) == Some(identity)
+            {
+                body = data.into_boxed_slice();
+                in_memory = true;
+            }
+        }
+        let mtime = UNIX_EPOCH + Duration::from_secs(identity.mtime.max(0) as u64);
+        let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+        let after_accept_ranges = head.len();
+        head.extend_from_slice(b"Content-Type: ");
+        head.extend_from_slice(content_type.as_bytes());
+        head.extend_from_slice(b"\r\n");
+        let after_type = head.len();
+        match coding {
+            Coding::Identity => {}
+            Coding::Brotli => head.extend_from_slice(b"Content-Encoding: br\r\n"),
+            Coding::Gzip => head.extend_from_slice(b"Content-Encoding: gzip\r\n"),
+        }
+        let validators_at = head.len();
+        head.extend_from_slice(b"Last-Modified: ");
+        head.extend_from_slice(httpdate::fmt_http_date(mtime).as_bytes());
+        head.extend_from_slice(b"\r\nETag: ");
+        // A strong validator from file identity, modification time and size: any change
+        // to the file (or its replacement by another) changes it.
+        let etag_start = head.len();
+        let nanos = (identity.mtime.max(0) as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(identity.mtime_nsec.max(0) as u64);
+        head.extend_from_slice(format!("\"{:x}-{:x}-{:x}\"", identity.ino, nanos, len).as_bytes());
+        let etag = (etag_start, head.len());
+        head.extend_from_slice(b"\r\n");
+        head.extend_from_slice(extra);
+        FileEntry {
+            file,
+            len,
+            body,
+            in_memory,
+            head: head.into_boxed_slice(),
+            after_accept_ranges,
+            after_type,
+            validators_at,
+            etag,
+            content_type,
+            mtime: identity.mtime,
+            identity,
+        }
+    }
+
+    /// A generated body (a directory listing) that no cache holds: `file` only keeps
+    /// the directory it describes open while the response is written.
+    pub fn generated(file: File, body: Vec<u8>, content_type: &'static str) -> FileEntry {
+        let mut head = Vec::with_capacity(64);
+        head.extend_from_slice(b"Content-Type: ");
+        head.extend_from_slice(content_type.as_bytes());
+        head.extend_from_slice(b"\r\n");
+        let after_type = head.len();
+        FileEntry {
+            file,
+            len: body.len() as u64,
+            body: body.into_boxed_slice(),
+            in_memory: true,
+            head: head.into_boxed_slice(),
+            after_accept_ranges: 0,
+            after_type,
+            validators_at: after_type,
+            etag: (after_type, after_type),
+            content_type,
+            mtime: 0,
+            identity: Identity::default(),
+        }
+    }
+}
+
+/// What makes two opens of a path the same file with the same contents.
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+pub(crate) struct Identity {
+    dev: u64,
+    ino: u64,
+    pub len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl Identity {
+    pub fn of(meta: &std::fs::Metadata) -> Identity {
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+/// A content coding tessera can serve from a precompressed sibling file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Coding {
+    Identity,
+    Brotli,
+    Gzip,
+}
+
+/// The client's preferences from Accept-Encoding, as q-values in thousandths.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct AcceptEncoding {
+    pub brotli: u16,
+    pub gzip: u16,
+}
+
+impl AcceptEncoding {
+    /// No header: only the identity coding is assumed acceptable (RFC 9110 section 12.5.3
+    /// allows any, but a client that says nothing may not decode anything).
+    pub const NONE: AcceptEncoding = AcceptEncoding { brotli: 0, gzip: 0 };
+
+    /// Parses `br;q=0.8, gzip, *;q=0` style lists. An explicit entry beats `*`; an
+    /// entry that does not parse counts as absent.
+    pub fn parse(value: Option<&[u8]>) -> AcceptEncoding {
+        let Some(value) = value else {
+            return AcceptEncoding::NONE;
+        };
+        let (mut brotli, mut gzip, mut any) = (None, None, None);
+        for item in value.split(|&b| b == b',') {
+            let mut parts = item.split(|&b| b == b';');
+            let coding = trim(parts.next().unwrap_or_default());
+            let mut q = Some(1000);
+            for param in parts {
+                let param = trim(param);
+                if param.len() > 2 && param[..2].eq_ignore_ascii_case(b"q=") {
+                    q = parse_qvalue(&param[2..]);
+                }
+            }
+            let Some(q) = q else { continue };
+            if coding.eq_ignore_ascii_case(b"br") {
+                brotli = Some(q);
+            } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip")
+            {
+                gzip = Some(q);
+            } else if coding == b"*" {
+                any = Some(q);
+            }
+        }
+        AcceptEncoding {
+            brotli: brotli.or(any).unwrap_or(0),
+            gzip: gzip.or(any).unwrap_or(0),
+        }
+    }
+}
+
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
+fn parse_qvalue(text: &[u8]) -> Option<u16> {
+    let (int, frac) = match text.iter().position(|&b| b == b'.') {
+        Some(dot) => (&text[..dot], &text[dot + 1..]),
+        None => (text, &b""[..]),
+    };
+    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut thousandths = 0u16;
+    for i in 0..3 {
+        thousandths = thousandths * 10 + frac.get(i).map_or(0, |d| (d - b'0') as u16);
+    }
+    match int {
+        b"0" => Some(thousandths),
+        b"1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// A cached path: the file and the precompressed siblings found next to it.
+pub(crate) struct Resource {
+    pub plain: Arc<FileEntry>,
+    pub brotli: Option<Arc<FileEntry>>,
+    pub gzip: Option<Arc<FileEntry>>,
+    /// When the files were last compared with the file system (the workers' clock, ms).
+    checked: u64,
+}
+
+/// The identities found by reopening a path, to compare with what is cached.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Identities {
+    pub plain: Identity,
+    pub brotli: Option<Identity>,
+    pub gzip: Option<Identity>,
+}
+
+impl Resource {
+    pub fn new(
+        plain: FileEntry,
+        brotli: Option<FileEntry>,
+        gzip: Option<FileEntry>,
+        now: u64,
+    ) -> Resource {
+        Resource {
+            plain: Arc::new(plain),
+            brotli: brotli.map(Arc::new),
+            gzip: gzip.map(Arc::new),
+            checked: now,
+        }
+    }
+
+    /// The representation to send: the acceptable sibling the client prefers (Brotli on
+    /// a tie, being smaller), else the file itself.
+    pub fn select(&self, accept: AcceptEncoding) -> &Arc<FileEntry> {
+        let brotli = self.brotli.as_ref().filter(|_| accept.brotli > 0);
+        let gzip = self.gzip.as_ref().filter(|_| accept.gzip > 0);
+        match (brotli, gzip) {
+            (Some(b), Some(g)) => {
+                if accept.gzip > accept.brotli {
+                    g
+                } else {
+                    b
+                }
+            }
+            (Some(b), None) => b,
+            (None, Some(g)) => g,
+            (None, None) => &self.plain,
+        }
+    }
+
+    fn identities(&self) -> Identities {
+        Identities {
+            plain: self.plain.identity,
+            brotli: self.brotli.as_ref().map(|e| e.identity),
+            gzip: self.gzip.as_ref().map(|e| e.identity),
+        }
+    }
+}
+
+type Map = HashMap<Box<[u8]>, Resource, foldhash::fast::RandomState>;
+
+pub(crate) struct FileCache {
+    shards: Box<[Mutex<Map>]>,
+    hasher: foldhash::fast::RandomState,
+    per_shard: usize,
+}
+
+impl FileCache {
+    /// A cache of at most `max_entries` paths (0 caches nothing).
+    pub fn new(max_entries: usize) -> FileCache {
+        let hasher = foldhash::fast::RandomState::default();
+        let per_shard = max_entries.div_ceil(SHARDS);
+        FileCache {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Map::with_capacity_and_hasher(
+                        per_shard.min(64),
+                        hasher.clone(),
+                    ))
+                })
+                .collect(),
+            hasher,
+            per_shard,
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Map> {
+        let index = self.hasher.hash_one(key) as usize % SHARDS;
+        // A worker that panicked while holding the lock left the map consistent (no
+        // operation here can panic halfway), so a poisoned lock is still usable.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The hot path: the representation to send for `key` if it was checked less than
+    /// `valid_ms` ago. Never allocates.
+    pub fn get(
+        &self,
+        key: &[u8],
+        now: u64,
+        valid_ms: u64,
+        accept: AcceptEncoding,
+    ) -> Option<Arc<FileEntry>> {
+        let shard = self.shard(key);
+        let resource = shard.get(key)?;
+        if now.saturating_sub(resource.checked) >= valid_ms {
+            return None;
+        }
+        Some(resource.select(accept).clone())
+    }
+
+    /// After reopening: if the cached files are the ones just found, trusts them for
+    /// another period and returns the representation to send. Never allocates.
+    pub fn revalidate(
+        &self,
+        key: &[u8],
+        now: u64,
+        found: &Identities,
+        accept: AcceptEncoding,
+    ) -> Option<Arc<FileEntry>> {
+        let mut shard = self.shard(key);
+        let resource = shard.get_mut(key)?;
+        if resource.identities() != *found {
+            return None;
+        }
+        resource.checked = resource.checked.max(now);
+        Some(resource.select(accept).clone())
+    }
+
+    pub fn insert(&self, key: &[u8], resource: Resource) {
+        if self.per_shard == 0 {
+            return;
+        }
+        let mut shard = self.shard(key);
+        if let Some(slot) = shard.get_mut(key) {
+            *slot = resource;
+            return;
+        }
+        if shard.len() >= self.per_shard {
+            // Rare: the shard is full. Drop an arbitrary entry; its files stay open until
+            // the responses that hold them finish.
+            if let Some(victim) = shard.keys().next().cloned() {
+                shard.remove(&victim);
+            }
+        }
+        shard.insert(key.into(), resource);
+    }
+
+    pub fn remove(&self, key: &[u8]) {
+        self.shard(key).remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_encoding_q_values() {
+        let parse = |s: &str| AcceptEncoding::parse(Some(s.as_bytes()));
+        assert_eq!(AcceptEncoding::parse(None), AcceptEncoding::NONE);
+        assert_eq!(
+            parse("gzip, br"),
+            AcceptEncoding {
+                brotli: 1000,
+                gzip: 1000
+            }
+        );
+        assert_eq!(
+            parse("br;q=0.5, GZIP;q=0.8"),
+            AcceptEncoding {
+                brotli: 500,
+                gzip: 800
+            }
+        );
+        assert_eq!(
+            parse("*;q=0.3, br;q=0"),
+            AcceptEncoding {
+                brotli: 0,
+                gzip: 300
+            }
+        );
+        assert_eq!(
+            parse("x-gzip ; q=1.000"),
+            AcceptEncoding {
+                brotli: 0,
+                gzip: 1000
+            }
+        );
+        // Malformed q-values make the entry absent.
+        assert_eq!(parse("gzip;q=2, br;q=0.1234"), AcceptEncoding::NONE);
+        assert_eq!(parse("identity, deflate"), AcceptEncoding::NONE);
+    }
+
+    #[test]
+    fn cache_is_bounded_and_revalidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = FileCache::new(SHARDS);
+        let mut identities = Vec::new();
+        for i in 0..4 * SHARDS {
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, b"x").unwrap();
+            let file = File::open(&path).unwrap();
+            let id = Identity::of(&file.metadata().unwrap());
+            let entry = FileEntry::load(file, id, "text/plain", Coding::Identity, b"", 1024);
+            cache.insert(
+                format!("/f{i}").as_bytes(),
+                Resource::new(entry, None, None, 0),
+            );
+            identities.push(id);
+        }
+        let cached: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert!(cached <= SHARDS, "{cached} entries in a cache of {SHARDS}");
+        let (key, id) = (0..4 * SHARDS)
+            .map(|i| (format!("/f{i}"), identities[i]))
+            .find(|(k, _)| {
+                cache
+                    .get(k.as_bytes(), 0, 10, AcceptEncoding::NONE)
+                    .is_some()
+            })
+            .expect("some entry cached");
+        let key = key.as_bytes();
+        assert!(
+            cache.get(key, 10, 10, AcceptEncoding::NONE).is_none(),
+            "stale after 10 ms"
+        );
+        let mut changed = Identities {
+            plain: id,
+            brotli: None,
+            gzip: None,
+        };
+        changed.plain.len += 1;
+        assert!(cache
+            .revalidate(key, 10, &changed, AcceptEncoding::NONE)
+            .is_none());
+        let same = Identities {
+            plain: id,
+            brotli: None,
+            gzip: None,
+        };
+        let entry = cache
+            .revalidate(key, 10, &same, AcceptEncoding::NONE)
+            .unwrap();
+        assert_eq!(entry.body(), b"x");
+        assert!(
+            cache.get(key, 19, 10, AcceptEncoding::NONE).is_some(),
+            "fresh again"
+        );
+    }
+}
