@@ -15,7 +15,7 @@ pub fn synthetic(lines: u64, seed: u64, tricky: bool) -> Vec<u8> {
     let options = SynthOptions {
         seed,
         tricky,
-        no_final_newline: seed % 2 == 0,
+        no_final_newline: seed & 1 == 0,
     };
     generate(lines, &options, &mut out).unwrap();
     out
