@@ -178,7 +178,7 @@ impl LogFormat {
         for step in &self.steps {
             match step {
                 Step::Literal(text) => {
-                    if !line[pos..].starts_with(text) {
+                    if !starts_with(&line[pos..], text) {
                         return None;
                     }
                     pos += text.len();
@@ -331,6 +331,20 @@ fn tokenize(spec: &[u8]) -> Result<Vec<Token>, &'static str> {
         tokens.push(Token::Literal(literal));
     }
     Ok(tokens)
+}
+
+/// `haystack.starts_with(prefix)` for the one- to three-byte separators of log formats
+/// (` `, `" "`, ` [`) without a call to `memcmp`: ten of those per line were a fifth of
+/// the report's time in profiles.
+#[inline]
+fn starts_with(haystack: &[u8], prefix: &[u8]) -> bool {
+    match (prefix, haystack) {
+        ([a], [x, ..]) => a == x,
+        ([a, b], [x, y, ..]) => a == x && b == y,
+        ([a, b, c], [x, y, z, ..]) => a == x && b == y && c == z,
+        ([_] | [_, _] | [_, _, _], _) => false,
+        _ => haystack.starts_with(prefix),
+    }
 }
 
 /// Length of a quoted field's content: up to the first `"` not escaped by a backslash.

@@ -1,9 +1,9 @@
 //! Inputs and the parallel driver shared by every analysis.
 //!
 //! Regular files are memory-mapped and cut into chunks at newlines; worker threads (one per
-//! core) take chunks from a shared counter and aggregate into their own tally, keyed by
-//! byte slices that borrow from the maps, so the hot loop neither copies nor locks. The
-//! tallies are merged once at the end. Gzip-compressed files, standard input and anything
+//! core) take chunks from a shared counter and aggregate into their own tally, looked up
+//! by byte slices of the map, so the hot loop neither copies nor locks. The tallies are
+//! merged once at the end. Gzip-compressed files, standard input and anything
 //! that cannot be mapped (pipes) are streamed instead: read in large blocks that end at a
 //! newline, each block tallied and merged into the total.
 
@@ -61,15 +61,15 @@ impl Default for Options {
     }
 }
 
-/// An analysis the driver can run: scan blocks of whole lines into a per-thread tally
-/// that borrows from the block, then merge tallies into an owned total.
+/// An analysis the driver can run: scan blocks of whole lines into a per-thread tally,
+/// then merge the tallies into the total once.
 pub(crate) trait Job: Sync {
-    type Tally<'a>: Send;
+    type Tally: Send;
     type Total: Send;
-    fn tally<'a>(&self) -> Self::Tally<'a>;
+    fn tally(&self) -> Self::Tally;
     /// `block` holds whole lines; only the last may lack its newline.
-    fn scan<'a>(&self, tally: &mut Self::Tally<'a>, block: &'a [u8]);
-    fn merge(&self, total: &mut Self::Total, tally: Self::Tally<'_>);
+    fn scan(&self, tally: &mut Self::Tally, block: &[u8]);
+    fn merge(&self, total: &mut Self::Total, tally: Self::Tally);
 }
 
 /// A progress callback: called from worker threads with the number of bytes of mapped

@@ -12,8 +12,6 @@
 //! unanchored one. Trying each occurrence of the literal left to right gives exactly the
 //! leftmost-first match an unanchored search would, because every match starts with it.
 
-use std::collections::HashMap;
-
 use memchr::memmem;
 use regex_automata::meta::Regex;
 use regex_automata::util::captures::Captures;
@@ -23,7 +21,7 @@ use regex_syntax::hir::{Hir, HirKind};
 use crate::input::{Job, Opened, Options, Progress};
 use crate::Error;
 
-type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A compiled `top` query.
 #[derive(Debug)]
@@ -45,7 +43,7 @@ pub struct TopQuery {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TopCounts {
     /// Every key seen and how many lines produced it.
-    pub counts: HashMap<Vec<u8>, u64>,
+    counts: Map<Box<[u8]>, u64>,
     /// Lines the pattern matched.
     pub matched: u64,
 }
@@ -116,7 +114,7 @@ impl TopQuery {
     /// Counts `line` if the pattern matches it, searching anchored at `at` (where the
     /// prefix literal occurs) and then at each later occurrence of the literal.
     #[inline]
-    fn count_line<'a>(&self, tally: &mut Tally<'a>, line: &'a [u8], mut at: usize) {
+    fn count_line(&self, tally: &mut Tally, line: &[u8], mut at: usize) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let caps = &mut tally.captures;
         match &self.prefix {
@@ -147,7 +145,7 @@ impl TopQuery {
                 span.start
             };
             tally.matched += 1;
-            *tally.counts.entry(&line[start..span.end]).or_insert(0) += 1;
+            *tally.counts.entry_ref(&line[start..span.end]).or_insert(0) += 1;
         }
     }
 }
@@ -155,28 +153,28 @@ impl TopQuery {
 impl TopCounts {
     /// The `n` most frequent keys, highest count first, ties broken by key (bytewise).
     pub fn top(&self, n: usize) -> Vec<(&[u8], u64)> {
-        let mut rows: Vec<(&[u8], u64)> = self
-            .counts
-            .iter()
-            .map(|(k, &v)| (k.as_slice(), v))
-            .collect();
+        let mut rows: Vec<(&[u8], u64)> = self.counts.iter().map(|(k, &v)| (&k[..], v)).collect();
         rows.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         rows.truncate(n);
         rows
     }
 }
 
-pub(crate) struct Tally<'a> {
-    counts: Map<&'a [u8], u64>,
+/// A thread's counts. Keys are copied out of the log the first time they are seen: a key
+/// borrowed from the map would point back to wherever in the file it first appeared, and
+/// every later lookup would pay a cache miss to compare against it; owned keys sit
+/// together in the heap and stay in cache.
+pub(crate) struct Tally {
+    counts: Map<Box<[u8]>, u64>,
     matched: u64,
     captures: Captures,
 }
 
 impl Job for TopQuery {
-    type Tally<'a> = Tally<'a>;
+    type Tally = Tally;
     type Total = TopCounts;
 
-    fn tally<'a>(&self) -> Tally<'a> {
+    fn tally(&self) -> Tally {
         Tally {
             counts: Map::default(),
             matched: 0,
@@ -184,7 +182,7 @@ impl Job for TopQuery {
         }
     }
 
-    fn scan<'a>(&self, tally: &mut Tally<'a>, block: &'a [u8]) {
+    fn scan(&self, tally: &mut Tally, block: &[u8]) {
         let Some(finder) = &self.prefix else {
             for line in block.split(|&b| b == b'\n') {
                 self.count_line(tally, line, 0);
@@ -209,16 +207,10 @@ impl Job for TopQuery {
         }
     }
 
-    fn merge(&self, total: &mut TopCounts, tally: Tally<'_>) {
+    fn merge(&self, total: &mut TopCounts, tally: Tally) {
         total.matched += tally.matched;
-        total.counts.reserve(tally.counts.len());
         for (key, n) in tally.counts {
-            match total.counts.get_mut(key) {
-                Some(count) => *count += n,
-                None => {
-                    total.counts.insert(key.to_vec(), n);
-                }
-            }
+            *total.counts.entry(key).or_insert(0) += n;
         }
     }
 }

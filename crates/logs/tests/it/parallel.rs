@@ -80,3 +80,29 @@ fn split_lines_cuts_only_after_newlines() {
         }
     }
 }
+
+#[test]
+fn visitors_match_a_naive_distinct_count() {
+    use std::collections::HashSet;
+    let format = LogFormat::new("combined").unwrap();
+    let query = ReportQuery::new(format.clone(), &[]);
+    for seed in [21, 22] {
+        let log = synthetic(6_000, seed, true);
+        let mut naive = HashSet::new();
+        for line in log.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(r) = format.parse_line(line) {
+                naive.insert((r.client, r.user_agent, r.hour.map(|h| h.div_euclid(24))));
+            }
+        }
+        let report = query.analyse_block(&log).report(query.format(), 1);
+        assert_eq!(report.visitors, naive.len() as u64, "seed {seed}");
+        // Some client must have shown more than eight (agent, day) pairs, so that the
+        // spill from the short list into a set is exercised too.
+        let mut pairs_per_client = std::collections::HashMap::<&[u8], usize>::new();
+        for (client, _, _) in &naive {
+            *pairs_per_client.entry(client).or_default() += 1;
+        }
+        assert!(pairs_per_client.values().any(|&n| n > 8), "seed {seed}");
+    }
+}
