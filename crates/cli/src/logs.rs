@@ -161,7 +161,7 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     let query = ReportQuery::new(format, &args.sites);
     let opts = options(&args.common);
     let analysis = with_progress(progress_bar(&opened), |p| query.run(&mut opened, &opts, p))?;
-    let report = analysis.report(query.format(), args.common.top);
+    let report = analysis.report(&query, args.common.top);
     if report.lines > 0 && report.hits == 0 {
         eprintln!(
             "tessera logs: none of {} lines matched the format {:?}",

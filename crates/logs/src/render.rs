@@ -87,6 +87,9 @@ pub fn text(report: &Report) -> String {
     let _ = writeln!(out, "  visitors  {}", r.visitors);
     let _ = writeln!(out, "  urls      {}", r.unique_urls);
     let _ = writeln!(out, "  clients   {}", r.unique_clients);
+    if !r.own_hosts.is_empty() {
+        let _ = writeln!(out, "  own site  {}", r.own_hosts.join(" "));
+    }
     let url_rows = |rows: &[crate::UrlRow]| -> Vec<Vec<String>> {
         rows.iter()
             .map(|u| vec![u.hits.to_string(), u.bytes.to_string(), u.url.clone()])
@@ -352,6 +355,11 @@ pub fn html(report: &Report) -> String {
         ("clients", r.unique_clients.to_string()),
         ("malformed lines", r.malformed.to_string()),
     ];
+    let own = if r.own_hosts.is_empty() {
+        "-".to_string()
+    } else {
+        r.own_hosts.join(" ")
+    };
     for (label, value) in cards {
         let _ = write!(
             out,
@@ -360,6 +368,11 @@ pub fn html(report: &Report) -> String {
         );
     }
     out.push_str("</div>\n");
+    let _ = writeln!(
+        out,
+        "<p class=fmt>own site (not counted as referrers): {}</p>",
+        escape(&own)
+    );
     hour_chart(&mut out, r);
     let status_bars: Vec<(String, u64)> = r
         .statuses

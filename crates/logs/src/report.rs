@@ -305,6 +305,10 @@ pub struct Report {
     pub top_urls_by_bytes: Vec<UrlRow>,
     pub top_not_found: Vec<KeyRow>,
     pub top_clients: Vec<ClientRow>,
+    /// Host names taken as the site itself: those given with `--site`, or else the ones
+    /// inferred from the referrers (see `logs report` in docs/logs.md).
+    pub own_hosts: Vec<String>,
+    /// Referrers from other sites (and the vhost's own, with a vhost format, excluded).
     pub top_referrers: Vec<KeyRow>,
     /// Every status seen, in numeric order.
     pub statuses: Vec<StatusRow>,
@@ -375,8 +379,55 @@ impl Analysis {
             .sum()
     }
 
+    /// Hosts that look like the site itself: at least three distinct referrer URLs from
+    /// the host, and at least half of their paths are URLs this log served. A search
+    /// engine sends one or two URLs (`/`, `/search?...`), rarely paths of this site;
+    /// internal navigation sends many, nearly all of them pages of the site.
+    fn inferred_own_hosts(&self) -> Vec<Vec<u8>> {
+        let mut per_host: Map<Vec<u8>, (u32, u32)> = Map::default();
+        for referrer in self.referrers.keys() {
+            let Some(host) = referrer_host(referrer) else {
+                continue;
+            };
+            let after = &referrer[memchr::memmem::find(referrer, host).unwrap_or(0) + host.len()..];
+            let path = match memchr::memchr(b'/', after) {
+                Some(slash) => &after[slash..],
+                None => b"/",
+            };
+            let entry = per_host.entry(host.to_ascii_lowercase()).or_default();
+            entry.0 += 1;
+            entry.1 += u32::from(self.urls.contains_key(path));
+        }
+        let mut hosts: Vec<Vec<u8>> = per_host
+            .into_iter()
+            .filter(|(_, (distinct, served))| *distinct >= 3 && served * 2 >= *distinct)
+            .map(|(host, _)| host)
+            .collect();
+        hosts.sort();
+        hosts
+    }
+
     /// Builds the report with `n` rows per top list.
-    pub fn report(&self, format: &LogFormat, n: usize) -> Report {
+    pub fn report(&self, query: &ReportQuery, n: usize) -> Report {
+        let format = &query.format;
+        // Hosts named with `--site` were left out while scanning; without any, guess.
+        let (own_hosts, inferred) = if query.own_hosts.is_empty() {
+            (self.inferred_own_hosts(), true)
+        } else {
+            (query.own_hosts.clone(), false)
+        };
+        let referrers: Map<Box<[u8]>, u64> = if inferred && !own_hosts.is_empty() {
+            self.referrers
+                .iter()
+                .filter(|(referrer, _)| match referrer_host(referrer) {
+                    Some(host) => !own_hosts.iter().any(|own| host.eq_ignore_ascii_case(own)),
+                    None => true,
+                })
+                .map(|(k, &v)| (k.clone(), v))
+                .collect()
+        } else {
+            self.referrers.clone()
+        };
         let url_row = |(url, t): (&[u8], &Traffic)| UrlRow {
             url: text(url),
             hits: t.hits,
@@ -436,7 +487,8 @@ impl Analysis {
                     bytes: t.bytes,
                 })
                 .collect(),
-            top_referrers: top_by(&self.referrers, n, |&h| h)
+            own_hosts: own_hosts.iter().map(|h| text(h)).collect(),
+            top_referrers: top_by(&referrers, n, |&h| h)
                 .into_iter()
                 .map(key_row)
                 .collect(),

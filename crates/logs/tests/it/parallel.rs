@@ -14,7 +14,7 @@ fn report_parallel_equals_single_threaded_on_random_logs() {
     );
     for seed in 1..=6 {
         let log = synthetic(4_000 + seed * 500, seed, true);
-        let single = query.analyse_block(&log).report(query.format(), usize::MAX);
+        let single = query.analyse_block(&log).report(&query, usize::MAX);
         assert!(
             single.malformed > 0 && single.hits > 3_000,
             "the log should be tricky"
@@ -26,7 +26,7 @@ fn report_parallel_equals_single_threaded_on_random_logs() {
                 .run(&mut opened, &many_chunks(threads, min_chunk), None)
                 .unwrap();
             assert_eq!(
-                analysis.report(query.format(), usize::MAX),
+                analysis.report(&query, usize::MAX),
                 single,
                 "seed {seed}, {threads} threads, chunks of {min_chunk}"
             );
@@ -45,7 +45,7 @@ fn gzip_and_plain_give_the_same_report() {
         let mut opened = logs::open(&[Input::Path(path.to_path_buf())]).unwrap();
         // Blocks of 4 KiB: many block boundaries, and some lines straddle them.
         let analysis = query.run(&mut opened, &many_chunks(2, 1), None).unwrap();
-        analysis.report(query.format(), usize::MAX)
+        analysis.report(&query, usize::MAX)
     };
     assert_eq!(report(&gz), report(&plain));
 }
@@ -95,7 +95,7 @@ fn visitors_match_a_naive_distinct_count() {
                 naive.insert((r.client, r.user_agent, r.hour.map(|h| h.div_euclid(24))));
             }
         }
-        let report = query.analyse_block(&log).report(query.format(), 1);
+        let report = query.analyse_block(&log).report(&query, 1);
         assert_eq!(report.visitors, naive.len() as u64, "seed {seed}");
         // Some client must have shown more than eight (agent, day) pairs, so that the
         // spill from the short list into a set is exercised too.

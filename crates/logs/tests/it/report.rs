@@ -12,7 +12,7 @@ fn tricky_report() -> logs::Report {
         LogFormat::new("combined").unwrap(),
         &["www.example.com".into()],
     );
-    query.analyse_block(TRICKY).report(query.format(), 10)
+    query.analyse_block(TRICKY).report(&query, 10)
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn own_site_is_recognised_from_the_vhost_field() {
 blog.example.com:443 10.0.0.1 - - [21/Nov/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 1 "https://www.example.com/a" "ua"
 "#;
     let query = ReportQuery::new(LogFormat::new("vcombined").unwrap(), &[]);
-    let r = query.analyse_block(log).report(query.format(), 10);
+    let r = query.analyse_block(log).report(&query, 10);
     // From www to blog is a referral; from www to www is not.
     assert_eq!(r.top_referrers.len(), 1);
     assert_eq!(r.top_referrers[0].hits, 1);
@@ -86,5 +86,38 @@ fn tricky_log_streamed_from_gzip_matches() {
     let analysis = query
         .run(&mut opened, &crate::many_chunks(2, 1), None)
         .unwrap();
-    assert_eq!(analysis.report(query.format(), 10), tricky_report());
+    assert_eq!(analysis.report(&query, 10), tricky_report());
+}
+
+#[test]
+fn own_site_is_inferred_from_referrers_to_served_pages() {
+    let line = |path: &str, referrer: &str| {
+        format!(
+            r#"10.0.0.1 - - [21/Nov/2026:10:00:00 +0000] "GET {path} HTTP/1.1" 200 1 "{referrer}" "ua""#
+        )
+    };
+    let log = [
+        line("/a", "https://search.example/"),
+        line("/b", "https://Blog.Example.org/a"),
+        line("/c", "https://blog.example.org/b"),
+        line("/a", "https://blog.example.org/c?x=1"),
+        line("/a", "https://blog.example.org:8443/d"),
+        line("/b", "https://search.example/?q=b"),
+        line("/c", "https://search.example/?q=c"),
+    ]
+    .join("\n");
+    let query = ReportQuery::new(LogFormat::new("combined").unwrap(), &[]);
+    let r = query.analyse_block(log.as_bytes()).report(&query, 10);
+    // blog.example.org (any case, any port) sent four URLs, two of them (/a, /b) pages this
+    // log served: half, so it is the site. search.example sent three, none served here.
+    assert_eq!(r.own_hosts, ["blog.example.org"]);
+    let referrers: Vec<&str> = r.top_referrers.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(
+        referrers,
+        [
+            "https://search.example/",
+            "https://search.example/?q=b",
+            "https://search.example/?q=c"
+        ]
+    );
 }
