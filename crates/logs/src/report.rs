@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::format::{format_hour, LogFormat};
 use crate::input::{Job, Opened, Options, Progress};
+use crate::key::Key;
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -52,13 +53,13 @@ pub struct Analysis {
     pub malformed: u64,
     pub hits: u64,
     pub bytes: u64,
-    urls: Map<Box<[u8]>, Traffic>,
-    not_found: Map<Box<[u8]>, u64>,
-    referrers: Map<Box<[u8]>, u64>,
+    urls: Map<Key, Traffic>,
+    not_found: Map<Key, u64>,
+    referrers: Map<Key, u64>,
     statuses: Map<u16, u64>,
     hours: Map<i64, Traffic>,
-    clients: Map<Box<[u8]>, (Traffic, Seen)>,
-    agents: Map<Box<[u8]>, (u64, u32)>,
+    clients: Map<Key, (Traffic, Seen)>,
+    agents: Map<Key, (u64, u32)>,
 }
 
 /// The (agent number, day) pairs one client has shown. The first few live inline, in the
@@ -104,22 +105,21 @@ impl Seen {
     }
 }
 
-/// A thread's tally. Keys are copied out of the log the first time they are seen: a key
-/// borrowed from the map would point back to wherever in the file it first appeared, and
-/// every later lookup would pay a cache miss to compare against it (a third of the time
-/// in profiles); owned keys sit together in the heap and stay in cache.
+/// A thread's tally. Keys are copied out of the log the first time they are seen (see
+/// [`Key`]): a key borrowed from the map would point back to wherever in the file it
+/// first appeared, and every later lookup would pay a cache miss to compare against it.
 pub(crate) struct Tally {
     lines: u64,
     malformed: u64,
     hits: u64,
     bytes: u64,
-    urls: Map<Box<[u8]>, Traffic>,
-    not_found: Map<Box<[u8]>, u64>,
-    referrers: Map<Box<[u8]>, u64>,
+    urls: Map<Key, Traffic>,
+    not_found: Map<Key, u64>,
+    referrers: Map<Key, u64>,
     statuses: Vec<u64>,
     hours: Map<i64, Traffic>,
-    clients: Map<Box<[u8]>, (Traffic, Seen)>,
-    agents: Map<Box<[u8]>, (u64, u32)>,
+    clients: Map<Key, (Traffic, Seen)>,
+    agents: Map<Key, (u64, u32)>,
 }
 
 impl ReportQuery {
@@ -357,11 +357,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// The `n` largest entries by `weight`, ties broken by key.
-fn top_by<V, W: Ord>(
-    map: &Map<Box<[u8]>, V>,
-    n: usize,
-    weight: impl Fn(&V) -> W,
-) -> Vec<(&[u8], &V)> {
+fn top_by<V, W: Ord>(map: &Map<Key, V>, n: usize, weight: impl Fn(&V) -> W) -> Vec<(&[u8], &V)> {
     let mut rows: Vec<(&[u8], &V)> = map.iter().map(|(k, v)| (&k[..], v)).collect();
     rows.sort_unstable_by(|a, b| weight(b.1).cmp(&weight(a.1)).then_with(|| a.0.cmp(b.0)));
     rows.truncate(n);
@@ -416,7 +412,7 @@ impl Analysis {
         } else {
             (query.own_hosts.clone(), false)
         };
-        let referrers: Map<Box<[u8]>, u64> = if inferred && !own_hosts.is_empty() {
+        let referrers: Map<Key, u64> = if inferred && !own_hosts.is_empty() {
             self.referrers
                 .iter()
                 .filter(|(referrer, _)| match referrer_host(referrer) {

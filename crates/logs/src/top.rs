@@ -19,6 +19,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, HirKind};
 
 use crate::input::{Job, Opened, Options, Progress};
+use crate::key::Key;
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -43,7 +44,7 @@ pub struct TopQuery {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TopCounts {
     /// Every key seen and how many lines produced it.
-    counts: Map<Box<[u8]>, u64>,
+    counts: Map<Key, u64>,
     /// Lines the pattern matched.
     pub matched: u64,
 }
@@ -160,12 +161,11 @@ impl TopCounts {
     }
 }
 
-/// A thread's counts. Keys are copied out of the log the first time they are seen: a key
-/// borrowed from the map would point back to wherever in the file it first appeared, and
-/// every later lookup would pay a cache miss to compare against it; owned keys sit
-/// together in the heap and stay in cache.
+/// A thread's counts. Keys are copied out of the log the first time they are seen (see
+/// [`Key`]): a key borrowed from the map would point back to wherever in the file it
+/// first appeared, and every later lookup would pay a cache miss to compare against it.
 pub(crate) struct Tally {
-    counts: Map<Box<[u8]>, u64>,
+    counts: Map<Key, u64>,
     matched: u64,
     captures: Captures,
 }
