@@ -20,7 +20,6 @@ export LC_ALL=C
 
 need() { command -v "$1" >/dev/null || { echo "installing $2" >&2; apt-get install -y "$2" >/dev/null; }; }
 need goaccess goaccess
-[ -x /usr/bin/time ] || { echo "installing time" >&2; apt-get install -y time >/dev/null; }
 
 mkdir -p "$DIR"
 LOG="$DIR/access-$LINES-$SEED.log"
@@ -33,10 +32,13 @@ fi
 BYTES=$(stat -c %s "$LOG")
 cat "$LOG" > /dev/null   # every contender reads from the page cache
 
-# run NAME CMD...: one timed run; appends "wall cpu" to $DIR/NAME.times.
+# run NAME CMD...: one timed run; appends "wall cpu" (seconds, CPU = user + system of
+# the command and its children) to $DIR/NAME.times. Bash's `time` has millisecond
+# resolution, GNU time only centiseconds.
 run() {
     local name=$1; shift
-    /usr/bin/time -f "%e %U %S" -o "$DIR/time.tmp" "$@" > "$DIR/$name.out"
+    local TIMEFORMAT='%3R %3U %3S'
+    { time "$@" > "$DIR/$name.out" 2> "$DIR/$name.err"; } 2> "$DIR/time.tmp"
     awk '{ printf "%s %.3f\n", $1, $2 + $3 }' "$DIR/time.tmp" >> "$DIR/$name.times"
 }
 
@@ -63,7 +65,7 @@ if ! diff -u "$DIR/grep.out" "$DIR/top.out"; then
     exit 1
 fi
 GO_HITS=$(grep -o '"total_requests": *[0-9]*' "$DIR/goaccess.json" | head -1 | grep -o '[0-9]*$')
-TE_HITS=$(awk '/^  lines/ { print $4 }' "$DIR/report.out" | tr -d '(')
+TE_HITS=$(awk '/^  lines/ { print $3 }' "$DIR/report.out" | tr -d '(')
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 wall() { awk '{ print $1 }' "$DIR/$1.times" | median; }
