@@ -51,8 +51,12 @@ enum End {
     Byte(u8),
     /// Up to the first unescaped `"`.
     Quote,
-    /// To the end of the line.
+    /// To the end of the line: a free-text field (request, referrer, agent) that ends the
+    /// format.
     Line,
+    /// Up to a space or the end of the line: any other field that ends the format, so
+    /// that text after it (the extra fields of a longer format) is ignored.
+    Word,
     /// Apache's `%t`, which writes its own brackets: `[` up to and including `]`.
     Bracketed,
 }
@@ -148,7 +152,14 @@ impl LogFormat {
                     };
                     let end = match tokens.get(i + 1) {
                         _ if *bracketed => End::Bracketed,
-                        None => End::Line,
+                        None if matches!(
+                            field,
+                            Field::Request | Field::Referer | Field::UserAgent | Field::Ignored
+                        ) =>
+                        {
+                            End::Line
+                        }
+                        None => End::Word,
                         Some(Token::Field(..)) => {
                             return Err(fail("two fields need text between them"))
                         }
@@ -187,6 +198,7 @@ impl LogFormat {
                     let rest = &line[pos..];
                     let len = match end {
                         End::Line => rest.len(),
+                        End::Word => memchr::memchr(b' ', rest).unwrap_or(rest.len()),
                         End::Byte(b) => memchr::memchr(*b, rest)?,
                         End::Quote => quoted_len(rest)?,
                         End::Bracketed if rest.first() == Some(&b'[') => {

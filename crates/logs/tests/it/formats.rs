@@ -70,6 +70,12 @@ fn common_vcombined_nginx_and_custom_formats() {
         (&b"h"[..], &b"/c"[..], 404, 12)
     );
 
+    // Text after the last field of the format is ignored: common reads combined lines.
+    let r = common
+        .parse_line(br#"h - - [21/Nov/2026:01:00:00 +0000] "GET /c HTTP/1.1" 404 12 "-" "ua""#)
+        .unwrap();
+    assert_eq!((r.status, r.bytes), (404, 12));
+
     let vcombined = LogFormat::new("vcombined").unwrap();
     let r = vcombined
         .parse_line(br#"www.example.com:443 ::1 - - [21/Nov/2026:02:00:00 +0000] "GET /v HTTP/2.0" 200 5 "https://www.example.com/" "ua""#)
