@@ -223,12 +223,25 @@ impl Opened {
             }
         };
         let chunks = split_maps(&self.maps, opts);
+        let maps = &self.maps;
+        let scan_chunk = |tally: &mut J::Tally, &(map, chunk): &(usize, &[u8])| {
+            // Map the chunk's pages in one call rather than taking a page fault every few
+            // pages (faults were an eighth of the report's time). Older kernels refuse
+            // the advice; then the faults happen as before.
+            #[cfg(target_os = "linux")]
+            {
+                let offset = chunk.as_ptr() as usize - maps[map].as_ptr() as usize;
+                let _ = maps[map].advise_range(memmap2::Advice::PopulateRead, offset, chunk.len());
+            }
+            let _ = map;
+            job.scan(tally, chunk);
+            tick(chunk.len());
+        };
         let workers = opts.threads.max(1).min(chunks.len());
         if workers <= 1 {
             let mut tally = job.tally();
             for chunk in &chunks {
-                job.scan(&mut tally, chunk);
-                tick(chunk.len());
+                scan_chunk(&mut tally, chunk);
             }
             job.merge(&mut total, tally);
         } else {
@@ -241,8 +254,7 @@ impl Opened {
                             loop {
                                 let i = next.fetch_add(1, Ordering::Relaxed);
                                 let Some(chunk) = chunks.get(i) else { break };
-                                job.scan(&mut tally, chunk);
-                                tick(chunk.len());
+                                scan_chunk(&mut tally, chunk);
                             }
                             tally
                         })
@@ -266,13 +278,13 @@ impl Opened {
 
 /// Cuts every map into chunks of whole lines: about eight per thread so a slow core does
 /// not hold everyone up, never smaller than `min_chunk` nor larger than 64 MiB.
-fn split_maps<'m>(maps: &'m [Mmap], opts: &Options) -> Vec<&'m [u8]> {
+fn split_maps<'m>(maps: &'m [Mmap], opts: &Options) -> Vec<(usize, &'m [u8])> {
     let total: usize = maps.iter().map(|m| m.len()).sum();
     let target = (total / (opts.threads.max(1) * 8))
         .clamp(opts.min_chunk.max(1), (64 << 20).max(opts.min_chunk));
     let mut chunks = Vec::new();
-    for map in maps {
-        chunks.extend(split_lines(map, target));
+    for (i, map) in maps.iter().enumerate() {
+        chunks.extend(split_lines(map, target).into_iter().map(|chunk| (i, chunk)));
     }
     chunks
 }
