@@ -104,5 +104,8 @@ check "top GB/s per core" "$(gbps "$C_TOP")" ">=" 1.5
 check "top wall / wc -l wall" "$(ratio "$W_TOP" "$W_WC")" "<=" 3
 check "report GB/s per core" "$(gbps "$C_REP")" ">=" 0.5
 check "GoAccess wall / report wall" "$(ratio "$W_GO" "$W_REP")" ">=" 100
+C_WC=$(cpu wc); C_GO=$(cpu goaccess)
 printf 'info  %-44s %8.2f\n' "grep pipeline wall / top wall" "$(ratio "$W_GREP" "$W_TOP")"
+printf 'info  %-44s %8.2f\n' "top cpu / wc -l cpu" "$(ratio "$C_TOP" "$C_WC")"
+printf 'info  %-44s %8.2f\n' "GoAccess cpu / report cpu" "$(ratio "$C_GO" "$C_REP")"
 exit $status
