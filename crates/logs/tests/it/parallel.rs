@@ -106,3 +106,30 @@ fn visitors_match_a_naive_distinct_count() {
         assert!(pairs_per_client.values().any(|&n| n > 8), "seed {seed}");
     }
 }
+
+#[test]
+fn a_line_longer_than_the_stream_block_is_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = synthetic(300, 4, false);
+    let agent = "x".repeat(20_000);
+    log.extend_from_slice(
+        format!(
+            "\n10.9.9.9 - - [21/Nov/2026:00:00:09 +0000] \"GET /long HTTP/1.1\" 200 5 \"-\" \"{agent}\"\n"
+        )
+        .as_bytes(),
+    );
+    log.extend_from_slice(&synthetic(300, 5, false));
+    let gz = write_file(&dir, "long.log.gz", &gzip(&log));
+    let query = ReportQuery::new(LogFormat::new("combined").unwrap(), &[]);
+    let mut opened = logs::open(&[Input::Path(gz)]).unwrap();
+    // Blocks of 4 KiB, a line of 20 KiB.
+    let streamed = query.run(&mut opened, &many_chunks(2, 1), None).unwrap();
+    let single = query.analyse_block(&log);
+    assert_eq!(
+        streamed.report(&query, usize::MAX),
+        single.report(&query, usize::MAX)
+    );
+    let report = single.report(&query, usize::MAX);
+    assert!(report.top_user_agents.iter().any(|a| a.key == agent));
+    assert_eq!(report.malformed, 0);
+}
