@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// An input could not be opened, mapped or read (including a corrupt gzip stream).
-    #[error("{}: {source}", display_input(.input))]
+    #[error("reading {}", display_input(.input))]
     Io {
         /// The file, or `None` for standard input.
         input: Option<PathBuf>,
@@ -17,7 +17,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The `--pattern` of `logs top` is not a valid regular expression.
-    #[error("invalid pattern: {0}")]
+    #[error("invalid pattern")]
     Pattern(#[from] regex::Error),
     /// A log format string could not be understood.
     #[error("invalid log format {format:?}: {reason}")]
