@@ -233,7 +233,8 @@ impl Opened {
                 let offset = chunk.as_ptr() as usize - maps[map].as_ptr() as usize;
                 let _ = maps[map].advise_range(memmap2::Advice::PopulateRead, offset, chunk.len());
             }
-            let _ = map;
+            #[cfg(not(target_os = "linux"))]
+            let _ = (maps, map);
             job.scan(tally, chunk);
             tick(chunk.len());
         };

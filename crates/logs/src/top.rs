@@ -87,7 +87,7 @@ impl TopQuery {
         })
     }
 
-    /// The literal the prefilter searches for, if any (for tests and `--verbose` output).
+    /// The literal the prefilter searches for, if any.
     pub fn prefilter(&self) -> Option<&[u8]> {
         self.prefix.as_ref().map(|f| f.needle())
     }
