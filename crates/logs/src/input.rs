@@ -69,6 +69,8 @@ pub(crate) trait Job: Sync {
     fn tally(&self) -> Self::Tally;
     /// `block` holds whole lines; only the last may lack its newline.
     fn scan(&self, tally: &mut Self::Tally, block: &[u8]);
+    /// Last work on a tally, on its own thread, before it is merged on the main one.
+    fn finish(&self, _tally: &mut Self::Tally) {}
     fn merge(&self, total: &mut Self::Total, tally: Self::Tally);
 }
 
@@ -244,6 +246,7 @@ impl Opened {
             for chunk in &chunks {
                 scan_chunk(&mut tally, chunk);
             }
+            job.finish(&mut tally);
             job.merge(&mut total, tally);
         } else {
             let next = AtomicUsize::new(0);
@@ -257,6 +260,7 @@ impl Opened {
                                 let Some(chunk) = chunks.get(i) else { break };
                                 scan_chunk(&mut tally, chunk);
                             }
+                            job.finish(&mut tally);
                             tally
                         })
                     })
