@@ -49,6 +49,7 @@ wide_finder_grep() {
 export -f wide_finder_grep; export LOG
 
 rm -f "$DIR"/*.times
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq "$ROUNDS"); do
     run wc wc -l "$LOG"
     run top "$TESSERA" logs top "$LOG" --pattern "$PATTERN"
@@ -58,6 +59,8 @@ done
 for round in $(seq "$GOACCESS_ROUNDS"); do
     run goaccess goaccess "$LOG" --log-format=COMBINED --no-progress -o "$DIR/goaccess.json"
 done
+
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The pipeline and tessera must agree, or the comparison means nothing.
 if ! diff -u "$DIR/grep.out" "$DIR/top.out"; then
@@ -73,6 +76,7 @@ cpu() { awk '{ print $2 }' "$DIR/$1.times" | median; }
 
 echo "tessera logs benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "log: $LOG ($LINES lines, $BYTES bytes, seed $SEED); medians of $ROUNDS rounds (GoAccess: $GOACCESS_ROUNDS)"
+echo "load average (1, 5, 15 min): $LOAD_BEFORE before, $LOAD_AFTER after (other work on the machine)"
 echo "hits counted: tessera $TE_HITS, GoAccess $GO_HITS"
 echo
 printf '%-34s %9s %9s %10s %14s\n' contender "wall s" "cpu s" "GB/s" "GB/s per core"
