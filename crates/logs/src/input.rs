@@ -2,7 +2,8 @@
 //!
 //! Regular files are memory-mapped and cut into chunks at newlines; worker threads (one per
 //! core) take chunks from a shared counter and aggregate into their own tally, looked up
-//! by byte slices of the map, so the hot loop neither copies nor locks. The tallies are
+//! by byte slices of the map, so the hot loop neither locks nor copies (beyond a key's
+//! first sighting). The tallies are
 //! merged once at the end. Gzip-compressed files, standard input and anything
 //! that cannot be mapped (pipes) are streamed instead: read in large blocks that end at a
 //! newline, each block tallied and merged into the total.

@@ -1,7 +1,8 @@
 //! `logs report`: the operator's questions of a log (what was fetched, what failed, who
 //! sent the traffic, when) answered in one pass.
 //!
-//! Each thread tallies into maps keyed by slices of the log. Unique visitors are distinct
+//! Each thread tallies into its own maps, looked up by slices of the log (a key is copied
+//! only the first time the thread sees it). Unique visitors are distinct
 //! (client, day, user agent), as GoAccess counts them. Clients and agents are numbered per
 //! thread when first seen, and each line appends its (client, agent, day) as one integer
 //! to a list that is sorted and deduplicated when it grows large and at the end: a
