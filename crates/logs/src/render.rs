@@ -52,12 +52,12 @@ fn text_table(out: &mut String, title: &str, align: &str, headers: &[&str], rows
             text.push(' ');
             let last = i + 1 == widths.len();
             if align[i] == b'r' {
-                text.extend(std::iter::repeat_n(' ', pad));
+                text.push_str(&" ".repeat(pad));
                 text.push_str(cell);
             } else {
                 text.push_str(cell);
                 if !last {
-                    text.extend(std::iter::repeat_n(' ', pad));
+                    text.push_str(&" ".repeat(pad));
                 }
             }
             if !last {
