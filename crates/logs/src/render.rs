@@ -310,13 +310,17 @@ fn hour_chart(out: &mut String, report: &Report) {
             w = (step * 0.85).max(0.5),
         );
     }
-    let label_every = hours.len().div_ceil(8).max(1);
+    // Labels about 120 px apart, none running off the right edge.
+    let label_every = ((120.0 / step).ceil() as usize).max(1);
     for (i, h) in hours.iter().enumerate().step_by(label_every) {
+        let x = left + i as f64 * step;
+        if x > width - 110.0 && i > 0 {
+            break;
+        }
         let _ = writeln!(
             out,
             r#"<text x="{x:.1}" y="{y}">{}</text>"#,
             escape(&h.hour),
-            x = left + i as f64 * step,
             y = height - bottom + 26.0,
         );
     }
