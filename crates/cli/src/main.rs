@@ -2,6 +2,7 @@
 //! crates. Only this crate talks to the terminal and uses `anyhow`.
 
 mod esi;
+mod logs;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ enum Command {
     Serve(serve::Args),
     /// Check or render an ESI template offline.
     Esi(esi::Args),
+    /// Analyse access logs: Wide Finder `top` and a full `report`.
+    Logs(logs::Args),
 }
 
 fn main() {
@@ -39,6 +42,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Esi(args) => esi::run(args),
+        Command::Logs(args) => logs::run(args),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");

@@ -1,0 +1,569 @@
+//! `logs report`: the operator's questions of a log (what was fetched, what failed, who
+//! sent the traffic, when) answered in one pass.
+//!
+//! Each thread tallies into its own maps, looked up by slices of the log (a key is copied
+//! only the first time the thread sees it). Unique visitors are distinct
+//! (client, day, user agent), as GoAccess counts them. Clients and agents are numbered per
+//! thread when first seen, and each line appends its (client, agent, day) as one integer
+//! to a list that is sorted and deduplicated when it grows large and at the end: a
+//! sequential write per line instead of a set lookup per line, which (as a set, then as
+//! per-client lists) cost a third of the report's time in profiles. The merge translates
+//! the numbers into global ones.
+
+use serde::Serialize;
+
+use crate::format::{format_hour, LogFormat};
+use crate::input::{Job, Opened, Options, Progress};
+use crate::key::Key;
+use crate::Error;
+
+type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = hashbrown::HashSet<K, foldhash::fast::RandomState>;
+
+/// Hits and bytes of one URL, client or hour.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Traffic {
+    pub hits: u64,
+    pub bytes: u64,
+}
+
+impl Traffic {
+    #[inline]
+    fn add(&mut self, bytes: u64) {
+        self.hits += 1;
+        self.bytes += bytes;
+    }
+    fn absorb(&mut self, other: Traffic) {
+        self.hits += other.hits;
+        self.bytes += other.bytes;
+    }
+}
+
+/// A `report` query: the format and which referrer hosts are the site's own.
+#[derive(Debug, Clone)]
+pub struct ReportQuery {
+    format: LogFormat,
+    /// Lower-cased host names whose referrers are internal navigation, not referrals.
+    own_hosts: Vec<Vec<u8>>,
+}
+
+/// Everything the report is made from, merged from all threads.
+#[derive(Debug, Default, Clone)]
+pub struct Analysis {
+    /// Non-empty lines read.
+    pub lines: u64,
+    /// Lines that did not fit the format; counted and skipped.
+    pub malformed: u64,
+    pub hits: u64,
+    pub bytes: u64,
+    urls: Map<Key, Traffic>,
+    not_found: Map<Key, u64>,
+    referrers: Map<Key, u64>,
+    statuses: Map<u16, u64>,
+    hours: Map<i64, Traffic>,
+    /// Traffic and number (in order of first appearance) of each client.
+    clients: Map<Key, (Traffic, u32)>,
+    agents: Map<Key, (u64, u32)>,
+    visitors: Set<u128>,
+}
+
+/// One visit: (client number, agent number, day) packed into one integer so that a
+/// thread's visits sort and deduplicate as plain numbers.
+#[inline]
+fn pack_visit(client: u32, agent: u32, day: i32) -> u128 {
+    (client as u128) << 64 | (agent as u128) << 32 | day as u32 as u128
+}
+
+fn unpack_visit(visit: u128) -> (u32, u32, i32) {
+    (
+        (visit >> 64) as u32,
+        (visit >> 32) as u32,
+        visit as u32 as i32,
+    )
+}
+
+/// Visits appended per line, compacted (sorted, deduplicated) whenever the list reaches
+/// `compact_at`, so memory follows the number of distinct visitors, not of lines.
+struct Visits {
+    list: Vec<u128>,
+    compact_at: usize,
+}
+
+impl Visits {
+    /// 1 Mi visits (16 MiB) before the first compaction.
+    const FIRST_COMPACTION: usize = 1 << 20;
+
+    fn new() -> Visits {
+        Visits {
+            list: Vec::new(),
+            compact_at: Self::FIRST_COMPACTION,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, visit: u128) {
+        self.list.push(visit);
+        if self.list.len() >= self.compact_at {
+            self.compact();
+            // Mostly distinct visits: compacting again soon would gain little.
+            if self.list.len() > self.compact_at / 2 {
+                self.compact_at *= 2;
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        self.list.sort_unstable();
+        self.list.dedup();
+    }
+}
+
+/// A thread's tally. Keys are copied out of the log the first time they are seen (see
+/// [`Key`]): a key borrowed from the map would point back to wherever in the file it
+/// first appeared, and every later lookup would pay a cache miss to compare against it.
+pub(crate) struct Tally {
+    lines: u64,
+    malformed: u64,
+    hits: u64,
+    bytes: u64,
+    urls: Map<Key, Traffic>,
+    not_found: Map<Key, u64>,
+    referrers: Map<Key, u64>,
+    statuses: Vec<u64>,
+    hours: Map<i64, Traffic>,
+    clients: Map<Key, (Traffic, u32)>,
+    agents: Map<Key, (u64, u32)>,
+    visits: Visits,
+}
+
+impl ReportQuery {
+    /// `own_hosts` are host names (any case) whose referrers are left out of the top
+    /// referrers; with a vhost field in the format, the line's own vhost is too.
+    pub fn new(format: LogFormat, own_hosts: &[String]) -> ReportQuery {
+        let own_hosts = own_hosts
+            .iter()
+            .map(|h| h.to_ascii_lowercase().into_bytes())
+            .collect();
+        ReportQuery { format, own_hosts }
+    }
+
+    pub fn format(&self) -> &LogFormat {
+        &self.format
+    }
+
+    /// Runs the report over opened inputs.
+    pub fn run(
+        &self,
+        inputs: &mut Opened,
+        opts: &Options,
+        progress: Option<Progress<'_>>,
+    ) -> Result<Analysis, Error> {
+        inputs.run(self, Analysis::default(), opts, progress)
+    }
+
+    /// Analyses one block of lines on the calling thread.
+    pub fn analyse_block(&self, block: &[u8]) -> Analysis {
+        let mut tally = self.tally();
+        self.scan(&mut tally, block);
+        let mut total = Analysis::default();
+        self.merge(&mut total, tally);
+        total
+    }
+
+    fn is_own_referrer(&self, referer: &[u8], vhost: &[u8]) -> bool {
+        let Some(host) = referrer_host(referer) else {
+            return false;
+        };
+        (!vhost.is_empty() && host.eq_ignore_ascii_case(vhost))
+            || self
+                .own_hosts
+                .iter()
+                .any(|own| host.eq_ignore_ascii_case(own))
+    }
+}
+
+/// The host of an absolute URL: between `://` and the next `/`, `:`, `?` or `#`.
+fn referrer_host(url: &[u8]) -> Option<&[u8]> {
+    let colon = memchr::memchr(b':', url)?;
+    let rest = url[colon + 1..].strip_prefix(b"//")?;
+    let end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b':' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+impl Job for ReportQuery {
+    type Tally = Tally;
+    type Total = Analysis;
+
+    fn tally(&self) -> Tally {
+        Tally {
+            lines: 0,
+            malformed: 0,
+            hits: 0,
+            bytes: 0,
+            urls: Map::default(),
+            not_found: Map::default(),
+            referrers: Map::default(),
+            statuses: vec![0; 1000],
+            hours: Map::default(),
+            clients: Map::default(),
+            agents: Map::default(),
+            visits: Visits::new(),
+        }
+    }
+
+    fn scan(&self, t: &mut Tally, block: &[u8]) {
+        let mut rest = block;
+        while !rest.is_empty() {
+            let (line, next) = match memchr::memchr(b'\n', rest) {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, &rest[rest.len()..]),
+            };
+            rest = next;
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                continue;
+            }
+            t.lines += 1;
+            let Some(r) = self.format.parse_line(line) else {
+                t.malformed += 1;
+                continue;
+            };
+            t.hits += 1;
+            t.bytes += r.bytes;
+            t.statuses[r.status as usize] += 1;
+            if !r.path.is_empty() {
+                t.urls.entry_ref(r.path).or_default().add(r.bytes);
+                if r.status == 404 {
+                    *t.not_found.entry_ref(r.path).or_default() += 1;
+                }
+            }
+            if !r.referer.is_empty()
+                && r.referer != b"-"
+                && !self.is_own_referrer(r.referer, r.vhost)
+            {
+                *t.referrers.entry_ref(r.referer).or_default() += 1;
+            }
+            let next_id = t.agents.len() as u32;
+            let agent = t.agents.entry_ref(r.user_agent).or_insert((0, next_id));
+            agent.0 += 1;
+            let agent_id = agent.1;
+            let day = match r.hour {
+                Some(hour) => {
+                    t.hours.entry(hour).or_default().add(r.bytes);
+                    hour.div_euclid(24) as i32
+                }
+                None => i32::MIN,
+            };
+            let next_id = t.clients.len() as u32;
+            let client = t
+                .clients
+                .entry_ref(r.client)
+                .or_insert((Traffic::default(), next_id));
+            client.0.add(r.bytes);
+            t.visits.push(pack_visit(client.1, agent_id, day));
+        }
+    }
+
+    fn finish(&self, t: &mut Tally) {
+        t.visits.compact();
+    }
+
+    fn merge(&self, total: &mut Analysis, t: Tally) {
+        total.lines += t.lines;
+        total.malformed += t.malformed;
+        total.hits += t.hits;
+        total.bytes += t.bytes;
+        for (url, traffic) in t.urls {
+            total.urls.entry(url).or_default().absorb(traffic);
+        }
+        for (url, n) in t.not_found {
+            *total.not_found.entry(url).or_default() += n;
+        }
+        for (referrer, n) in t.referrers {
+            *total.referrers.entry(referrer).or_default() += n;
+        }
+        for (status, &n) in t.statuses.iter().enumerate() {
+            if n > 0 {
+                *total.statuses.entry(status as u16).or_default() += n;
+            }
+        }
+        for (hour, traffic) in t.hours {
+            total.hours.entry(hour).or_default().absorb(traffic);
+        }
+        // Translate this thread's agent numbers into the total's.
+        let mut agent_ids = vec![0u32; t.agents.len()];
+        for (name, (hits, id)) in t.agents {
+            let next = total.agents.len() as u32;
+            let entry = total.agents.entry(name).or_insert((0, next));
+            entry.0 += hits;
+            agent_ids[id as usize] = entry.1;
+        }
+        let mut client_ids = vec![0u32; t.clients.len()];
+        for (name, (traffic, id)) in t.clients {
+            let next = total.clients.len() as u32;
+            let entry = total
+                .clients
+                .entry(name)
+                .or_insert((Traffic::default(), next));
+            entry.0.absorb(traffic);
+            client_ids[id as usize] = entry.1;
+        }
+        let mut visits = t.visits;
+        visits.compact(); // already done by `finish`, except for streamed blocks
+        total.visitors.reserve(visits.list.len());
+        for visit in visits.list {
+            let (client, agent, day) = unpack_visit(visit);
+            let global = pack_visit(client_ids[client as usize], agent_ids[agent as usize], day);
+            total.visitors.insert(global);
+        }
+    }
+}
+
+/// The finished report: what `--json` prints and the text and HTML pages show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The log format used.
+    pub format: String,
+    pub lines: u64,
+    pub malformed: u64,
+    pub hits: u64,
+    pub bytes: u64,
+    /// Distinct (client, day, user agent) triples.
+    pub visitors: u64,
+    pub unique_urls: u64,
+    pub unique_clients: u64,
+    pub top_urls_by_hits: Vec<UrlRow>,
+    pub top_urls_by_bytes: Vec<UrlRow>,
+    pub top_not_found: Vec<KeyRow>,
+    pub top_clients: Vec<ClientRow>,
+    /// Host names taken as the site itself: those given with `--site`, or else the ones
+    /// inferred from the referrers (see `logs report` in docs/logs.md).
+    pub own_hosts: Vec<String>,
+    /// Referrers from other sites (and the vhost's own, with a vhost format, excluded).
+    pub top_referrers: Vec<KeyRow>,
+    /// Every status seen, in numeric order.
+    pub statuses: Vec<StatusRow>,
+    /// Every hour from the first to the last (hours with no hits included), unless the
+    /// log spans more than a year, when only hours with hits are listed.
+    pub hours: Vec<HourRow>,
+    pub top_user_agents: Vec<KeyRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UrlRow {
+    pub url: String,
+    pub hits: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientRow {
+    pub client: String,
+    pub hits: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyRow {
+    pub key: String,
+    pub hits: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusRow {
+    pub status: u16,
+    pub hits: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HourRow {
+    /// `2026-11-21 13:00`, on the log's own clock.
+    pub hour: String,
+    pub hits: u64,
+    pub bytes: u64,
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The `n` largest entries by `weight`, ties broken by key.
+fn top_by<V, W: Ord>(map: &Map<Key, V>, n: usize, weight: impl Fn(&V) -> W) -> Vec<(&[u8], &V)> {
+    let mut rows: Vec<(&[u8], &V)> = map.iter().map(|(k, v)| (&k[..], v)).collect();
+    rows.sort_unstable_by(|a, b| weight(b.1).cmp(&weight(a.1)).then_with(|| a.0.cmp(b.0)));
+    rows.truncate(n);
+    rows
+}
+
+const MAX_DENSE_HOURS: i64 = 366 * 24;
+
+impl Analysis {
+    /// Unique visitors: distinct (client, day, user agent).
+    pub fn visitors(&self) -> u64 {
+        self.visitors.len() as u64
+    }
+
+    /// Hosts that look like the site itself: at least three distinct referrer URLs from
+    /// the host, and at least half of their paths are URLs this log served. A search
+    /// engine sends one or two URLs (`/`, `/search?...`), rarely paths of this site;
+    /// internal navigation sends many, nearly all of them pages of the site.
+    fn inferred_own_hosts(&self) -> Vec<Vec<u8>> {
+        let mut per_host: Map<Vec<u8>, (u32, u32)> = Map::default();
+        for referrer in self.referrers.keys() {
+            let Some(host) = referrer_host(referrer) else {
+                continue;
+            };
+            let after = &referrer[memchr::memmem::find(referrer, host).unwrap_or(0) + host.len()..];
+            let path = match memchr::memchr(b'/', after) {
+                Some(slash) => &after[slash..],
+                None => b"/",
+            };
+            let entry = per_host.entry(host.to_ascii_lowercase()).or_default();
+            entry.0 += 1;
+            entry.1 += u32::from(self.urls.contains_key(path));
+        }
+        let mut hosts: Vec<Vec<u8>> = per_host
+            .into_iter()
+            .filter(|(_, (distinct, served))| *distinct >= 3 && served * 2 >= *distinct)
+            .map(|(host, _)| host)
+            .collect();
+        hosts.sort();
+        hosts
+    }
+
+    /// Builds the report with `n` rows per top list.
+    pub fn report(&self, query: &ReportQuery, n: usize) -> Report {
+        let format = &query.format;
+        // Hosts named with `--site` were left out while scanning; without any, guess.
+        let (own_hosts, inferred) = if query.own_hosts.is_empty() {
+            (self.inferred_own_hosts(), true)
+        } else {
+            (query.own_hosts.clone(), false)
+        };
+        let referrers: Map<Key, u64> = if inferred && !own_hosts.is_empty() {
+            self.referrers
+                .iter()
+                .filter(|(referrer, _)| match referrer_host(referrer) {
+                    Some(host) => !own_hosts.iter().any(|own| host.eq_ignore_ascii_case(own)),
+                    None => true,
+                })
+                .map(|(k, &v)| (k.clone(), v))
+                .collect()
+        } else {
+            self.referrers.clone()
+        };
+        let url_row = |(url, t): (&[u8], &Traffic)| UrlRow {
+            url: text(url),
+            hits: t.hits,
+            bytes: t.bytes,
+        };
+        let key_row = |(key, hits): (&[u8], &u64)| KeyRow {
+            key: text(key),
+            hits: *hits,
+        };
+        let mut statuses: Vec<StatusRow> = self
+            .statuses
+            .iter()
+            .map(|(&status, &hits)| StatusRow { status, hits })
+            .collect();
+        statuses.sort_unstable_by_key(|row| row.status);
+        let hour_row = |hour: i64, t: Traffic| HourRow {
+            hour: format_hour(hour),
+            hits: t.hits,
+            bytes: t.bytes,
+        };
+        let hours = match (self.hours.keys().min(), self.hours.keys().max()) {
+            (Some(&first), Some(&last)) if last - first <= MAX_DENSE_HOURS => (first..=last)
+                .map(|h| hour_row(h, self.hours.get(&h).copied().unwrap_or_default()))
+                .collect(),
+            _ => {
+                let mut hours: Vec<_> = self.hours.iter().map(|(&h, &t)| (h, t)).collect();
+                hours.sort_unstable_by_key(|&(h, _)| h);
+                hours.into_iter().map(|(h, t)| hour_row(h, t)).collect()
+            }
+        };
+        Report {
+            format: format.spec().to_string(),
+            lines: self.lines,
+            malformed: self.malformed,
+            hits: self.hits,
+            bytes: self.bytes,
+            visitors: self.visitors(),
+            unique_urls: self.urls.len() as u64,
+            unique_clients: self.clients.len() as u64,
+            top_urls_by_hits: top_by(&self.urls, n, |t| t.hits)
+                .into_iter()
+                .map(url_row)
+                .collect(),
+            top_urls_by_bytes: top_by(&self.urls, n, |t| t.bytes)
+                .into_iter()
+                .map(url_row)
+                .collect(),
+            top_not_found: top_by(&self.not_found, n, |&h| h)
+                .into_iter()
+                .map(key_row)
+                .collect(),
+            top_clients: top_by(&self.clients, n, |(t, _)| t.hits)
+                .into_iter()
+                .map(|(client, (t, _))| ClientRow {
+                    client: text(client),
+                    hits: t.hits,
+                    bytes: t.bytes,
+                })
+                .collect(),
+            own_hosts: own_hosts.iter().map(|h| text(h)).collect(),
+            top_referrers: top_by(&referrers, n, |&h| h)
+                .into_iter()
+                .map(key_row)
+                .collect(),
+            statuses,
+            hours,
+            top_user_agents: top_by(&self.agents, n, |(h, _)| *h)
+                .into_iter()
+                .map(|(agent, (hits, _))| KeyRow {
+                    key: text(agent),
+                    hits: *hits,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visits_pack_round_trip() {
+        for (c, a, d) in [
+            (0, 0, 0),
+            (7, 9, 20_778),
+            (u32::MAX, u32::MAX, i32::MIN),
+            (1, 2, -3),
+        ] {
+            assert_eq!(unpack_visit(pack_visit(c, a, d)), (c, a, d));
+        }
+    }
+
+    #[test]
+    fn visits_compact_to_the_distinct_set_and_grow_when_mostly_distinct() {
+        let mut visits = Visits {
+            list: Vec::new(),
+            compact_at: 8,
+        };
+        let mut distinct = std::collections::BTreeSet::new();
+        for i in 0..1000u32 {
+            let visit = pack_visit(i % 37, i % 5, 1);
+            distinct.insert(visit);
+            visits.push(visit);
+            assert!(visits.list.len() <= visits.compact_at);
+        }
+        visits.compact();
+        assert_eq!(visits.list, distinct.into_iter().collect::<Vec<_>>());
+        // 185 distinct visits cannot fit in compactions of 8: the threshold grew.
+        assert!(visits.compact_at >= 256, "{}", visits.compact_at);
+    }
+}
