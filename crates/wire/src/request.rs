@@ -181,6 +181,9 @@ pub fn parse_request<'h, 'b>(
             }
             transfer_encoding = Some(h.value);
         } else if name.eq_ignore_ascii_case(b"host") {
+            if !is_valid_host(h.value) {
+                return Err(Error::BadHost);
+            }
             hosts += 1;
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in h.value.split(|&b| b == b',') {
@@ -269,15 +272,18 @@ fn check_line_endings(head: &[u8]) -> Result<(), Error> {
 }
 
 /// httparse reports any bad version token the same way; a well-formed `HTTP/x.y` that is
-/// not 1.0 or 1.1 deserves 505, anything else is a malformed request line.
+/// not 1.0 or 1.1 deserves 505, anything else is a malformed request line. The version is
+/// what follows the second space: a line with more spaces (`GET /a b HTTP/1.1`) is
+/// malformed, whatever its last word looks like.
 fn version_error(buf: &[u8]) -> Error {
-    let line = match memchr::memchr(b'\r', buf) {
+    let line = match memchr::memchr2(b'\r', b'\n', buf) {
         Some(end) => &buf[..end],
         None => buf,
     };
-    let version = match memchr::memrchr(b' ', line) {
-        Some(space) => &line[space + 1..],
-        None => return Error::BadRequestLine,
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let (Some(_method), Some(_target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Error::BadRequestLine;
     };
     match version {
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
@@ -323,6 +329,42 @@ fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> 
     } else {
         None
     }
+}
+
+/// `Host = uri-host [ ":" port ]` (RFC 9110 section 7.2), possibly empty. RFC 9112
+/// section 3.2 requires a 400 for an invalid value: a Host with `@`, `/`, spaces or
+/// quotes is how cache keys get poisoned and routing gets confused further along.
+fn is_valid_host(value: &[u8]) -> bool {
+    let value = trim(value);
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        // IP-literal: an IPv6 address or IPvFuture in brackets.
+        let Some(close) = memchr::memchr(b']', rest) else {
+            return false;
+        };
+        let literal = &rest[..close];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b))
+        {
+            return false;
+        }
+        (&b""[..], &rest[close + 1..])
+    } else {
+        match memchr::memchr(b':', value) {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &b""[..]),
+        }
+    };
+    let reg_name_ok = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    reg_name_ok && port_ok
 }
 
 /// `Content-Length = 1*DIGIT` and nothing else: no sign, no spaces inside, no list.
@@ -506,6 +548,42 @@ mod tests {
     }
 
     #[test]
+    fn rejects_invalid_host_values() {
+        for good in [
+            "",
+            "example.com",
+            "example.com:8080",
+            "127.0.0.1:80",
+            "[::1]:443",
+            "xn--bcher-kva.de",
+        ] {
+            let buf = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
+            assert!(parse(buf.as_bytes()).unwrap().is_some(), "{good:?}");
+        }
+        for bad in [
+            "a b",
+            "user@evil",
+            "a/b",
+            "a?b",
+            "a#b",
+            "\"a\"",
+            "a:b",
+            "a:80:80",
+            "[::1",
+            "[]",
+            "a\\b",
+            "a:123456",
+        ] {
+            let buf = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadHost), "{bad:?}");
+        }
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost: \xc3\xa9\r\n\r\n"),
+            Err(Error::BadHost)
+        );
+    }
+
+    #[test]
     fn versions() {
         assert_eq!(
             parse(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n"),
@@ -516,6 +594,16 @@ mod tests {
             Err(Error::BadRequestLine)
         );
         assert!(parse(b"GET /\r\n\r\n").is_err());
+        // Regression: the last word used to be taken for the version, so a request line
+        // with an extra space was answered 505 instead of 400.
+        assert_eq!(
+            parse(b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadRequestLine)
+        );
+        assert_eq!(
+            parse(b"GET / HTTP/1.1 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadRequestLine)
+        );
     }
 
     #[test]
