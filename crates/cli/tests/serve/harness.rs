@@ -22,7 +22,7 @@ impl Server {
             "--workers".into(),
             "1".into(),
         ];
-        if !extra.iter().any(|a| *a == "--listen") {
+        if !extra.contains(&"--listen") {
             args.push("--listen".into());
             args.push("127.0.0.1:0".into());
         }
@@ -134,7 +134,11 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         let n = stream.read(&mut byte).expect("read head");
-        assert!(n == 1, "connection closed inside a head: {:?}", String::from_utf8_lossy(&head));
+        assert!(
+            n == 1,
+            "connection closed inside a head: {:?}",
+            String::from_utf8_lossy(&head)
+        );
         head.push(byte[0]);
     }
     let text = String::from_utf8(head).expect("utf-8 head");
@@ -173,7 +177,10 @@ pub fn assert_closed(stream: &mut TcpStream) {
     match stream.read(&mut buf) {
         Ok(0) => {}
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        Ok(n) => panic!("expected close, got {:?}", String::from_utf8_lossy(&buf[..n])),
+        Ok(n) => panic!(
+            "expected close, got {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
         Err(e) => panic!("expected close, got error {e}"),
     }
 }
@@ -197,8 +204,7 @@ impl Site {
         std::fs::write(root.join("docs/index.html"), b"<h1>docs</h1>\n").unwrap();
         std::fs::write(root.join("style.css"), b"body{}\n").unwrap();
         std::fs::write(dir.path().join("secret.txt"), SECRET).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt"))
-            .unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt")).unwrap();
         std::os::unix::fs::symlink("../secret.txt", root.join("escape-relative.txt")).unwrap();
         std::os::unix::fs::symlink("hello.txt", root.join("inside.txt")).unwrap();
         Site { dir }
@@ -215,4 +221,75 @@ impl Site {
     pub fn serve(&self) -> Server {
         Server::start(&self.root(), &[])
     }
+}
+
+/// Sent after every attack on the same connection, in the same write. A refused attack
+/// must leave it unanswered; its `Connection: close` makes a wrongly answered follow-up
+/// end the exchange at once instead of hanging the test.
+pub const FOLLOW_UP: &[u8] = b"GET /canary.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+/// The body of `/canary.txt`, the follow-up's answer.
+pub const CANARY: &[u8] = b"CANARY: the follow-up request was answered";
+/// The body of `/smuggled.txt`, which attacks try to request from inside a body.
+pub const SMUGGLED: &[u8] = b"SMUGGLED: a request hidden in another one was answered";
+
+impl Site {
+    /// A site with the canary and smuggled files the attack tests look for.
+    pub fn hostile() -> Site {
+        let site = Site::new();
+        site.write("canary.txt", CANARY);
+        site.write("smuggled.txt", SMUGGLED);
+        site
+    }
+}
+
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Splits everything a server sent into responses (each framed by Content-Length, or
+/// bodiless for 1xx, 204 and 304). Panics on bytes that are not whole responses.
+pub fn parse_responses(mut bytes: &[u8]) -> Vec<Response> {
+    let mut responses = Vec::new();
+    while !bytes.is_empty() {
+        let head_end = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| {
+                panic!(
+                    "partial response head: {:?}",
+                    String::from_utf8_lossy(bytes)
+                )
+            })
+            + 4;
+        let text = std::str::from_utf8(&bytes[..head_end]).expect("utf-8 head");
+        let mut lines = text.split("\r\n");
+        let status_line = lines.next().unwrap();
+        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+        let status: u16 = status_line[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(':').expect("header colon");
+                (n.to_string(), v.trim().to_string())
+            })
+            .collect();
+        let mut response = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        bytes = &bytes[head_end..];
+        if !(status == 204 || status == 304 || status / 100 == 1) {
+            let len: usize = response
+                .header("content-length")
+                .expect("content-length")
+                .parse()
+                .unwrap();
+            assert!(bytes.len() >= len, "truncated body in {text}");
+            response.body = bytes[..len].to_vec();
+            bytes = &bytes[len..];
+        }
+        responses.push(response);
+    }
+    responses
 }

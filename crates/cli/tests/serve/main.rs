@@ -5,4 +5,5 @@ mod harness;
 mod framing;
 mod lifecycle;
 mod security;
+mod smuggling;
 mod static_files;
