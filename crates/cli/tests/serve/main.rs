@@ -4,6 +4,7 @@ mod harness;
 
 mod framing;
 mod lifecycle;
+mod paths;
 mod security;
 mod smuggling;
 mod static_files;
