@@ -577,3 +577,27 @@ fn unknown_method_body_is_skipped_not_parsed_as_request() {
 fn one_empty_line_before_the_request_line_is_ignored() {
     assert_answered(b"\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n", &[200]);
 }
+
+/// Responses to valid pipelined requests that precede a malformed chunked body in the
+/// same read must still be delivered before the close. Today the server drops the whole
+/// queued batch (crates/server/src/conn.rs returns from `skip_body(..)?` before flushing
+/// `out`, and closes without lingering); it fails closed, so no smuggling, but valid
+/// answers are lost. Un-ignore once conn.rs flushes before closing.
+#[test]
+#[ignore = "server bug: conn.rs drops queued responses on a bad chunked body (docs/security.md)"]
+fn responses_before_a_bad_chunked_body_are_delivered() {
+    let site = Site::hostile();
+    let server = site.serve();
+    let mut bytes = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+        GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+        .to_vec();
+    bytes.extend_from_slice(FOLLOW_UP);
+    let got = send(&server, &bytes);
+    assert!(
+        !contains(&got, CANARY),
+        "follow-up answered: {}",
+        show(&got)
+    );
+    let statuses: Vec<u16> = parse_responses(&got).iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200], "{}", show(&got));
+}
