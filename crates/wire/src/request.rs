@@ -82,8 +82,9 @@ pub struct Request<'h, 'b> {
     /// absolute form or authority form.
     pub target: &'b [u8],
     /// The path and query of the target: the target itself in origin form, the part after
-    /// the authority in absolute form (`/` when empty), `*` in asterisk form, and the
-    /// whole authority for CONNECT.
+    /// the authority in absolute form (`/` when empty, `?q` when only a query follows
+    /// the authority, which stands for `/?q`), `*` in asterisk form, and the whole
+    /// authority for CONNECT.
     pub path: &'b [u8],
     pub version: Version,
     pub headers: &'h [Header<'b>],
@@ -296,10 +297,24 @@ fn version_error(buf: &[u8]) -> Error {
 }
 
 fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
+    if memchr::memchr(b'#', target).is_some() {
+        // A fragment is never part of a request target (RFC 9110 section 7.1). Parsers
+        // that strip it and parsers that keep it would see two different resources.
+        return Err(Error::BadTarget);
+    }
+    if method == Method::Connect {
+        // CONNECT takes the authority form, host and port, and nothing else (RFC 9112
+        // section 3.2.3).
+        let has_port = memchr::memrchr(b':', target).is_some_and(|i| i + 1 < target.len());
+        return if has_port && !target.starts_with(b":") && is_valid_host(target) {
+            Ok(target)
+        } else {
+            Err(Error::BadTarget)
+        };
+    }
     match target.first() {
         Some(b'/') => Ok(target),
         Some(b'*') if target.len() == 1 && method == Method::Options => Ok(target),
-        _ if method == Method::Connect => Ok(target),
         _ => {
             // Absolute form (RFC 9112 section 3.2.2): scheme "://" authority path-abempty.
             let rest = strip_prefix_ignore_case(target, b"http://")
@@ -313,11 +328,13 @@ fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
                 return Err(Error::BadTarget);
             }
             let path = &rest[path_start..];
-            if path.first() == Some(&b'/') {
-                Ok(path)
-            } else {
-                // "http://host" or "http://host?q": the path is "/" (RFC 9112 section 3.2.1).
+            if path.is_empty() {
+                // "http://host": the path is "/" (RFC 9112 section 3.2.1).
                 Ok(b"/")
+            } else {
+                // "/p?q", or "?q" for "http://host?q", which stands for "/?q": the query
+                // must survive, or two different targets would share one cache key.
+                Ok(path)
             }
         }
     }
@@ -472,6 +489,34 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(path, b"/");
+        // Regression (found by the differential fuzzer): the query of "http://host?q"
+        // was dropped.
+        let (_, path, ..) = parse(b"GET http://example.com?q=1 HTTP/1.1\r\nHost: e\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(path, b"?q=1");
+    }
+
+    /// Regressions found by the differential check against hyper: a fragment in the
+    /// target, and CONNECT with something other than host:port.
+    #[test]
+    fn rejects_fragments_and_connect_without_authority_form() {
+        assert_eq!(
+            parse(b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadTarget)
+        );
+        assert_eq!(
+            parse(b"GET http://h/#b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadTarget)
+        );
+        for bad in ["http://h/p", "/p", "h", "h:", ":443", "a@h:443", "*"] {
+            let buf = format!("CONNECT {bad} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadTarget), "{bad}");
+        }
+        for good in ["h:443", "127.0.0.1:8080", "[::1]:443"] {
+            let buf = format!("CONNECT {good} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()).unwrap().unwrap().1, good.as_bytes());
+        }
     }
 
     #[test]

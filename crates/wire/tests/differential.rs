@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 fn method() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec![
-        "GET", "POST", "HEAD", "PUT", "OPTIONS", "FOO", "get", "DELETE",
+        "GET", "POST", "HEAD", "PUT", "OPTIONS", "FOO", "get", "DELETE", "CONNECT",
     ])
 }
 
@@ -20,6 +20,8 @@ fn target() -> impl Strategy<Value = &'static str> {
         "/%2e%2e/x",
         "http://h/p",
         "HTTP://h",
+        "http://h?q",
+        "h:443",
         "*",
         "/a b",
         "/\u{e9}",

@@ -377,6 +377,14 @@ refused! {
         b"GET ftp://t/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
     rejects_absolute_form_without_authority:
         b"GET http:///hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
+    /// A fragment is never sent: parsers that strip it and parsers that keep it would
+    /// answer for different resources (found by the differential fuzzer).
+    rejects_fragment_in_target:
+        b"GET /hello.txt#x HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
+    rejects_connect_with_origin_form:
+        b"CONNECT /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
+    rejects_connect_with_absolute_form:
+        b"CONNECT http://t/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
     rejects_asterisk_form_on_get:
         b"GET * HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
 }
@@ -552,6 +560,16 @@ fn accepts_absolute_form_target() {
         &[200],
     );
     assert_eq!(responses[0].body, b"hello world\n");
+}
+
+/// The query of `http://host?q` is kept (it stands for `/?q`), not dropped.
+#[test]
+fn accepts_absolute_form_with_only_a_query() {
+    let responses = assert_answered(
+        b"GET http://elsewhere.example?x=1 HTTP/1.1\r\nHost: t\r\n\r\n",
+        &[200],
+    );
+    assert_eq!(responses[0].body, b"<h1>home</h1>\n");
 }
 
 /// CONNECT is refused (405) without switching the connection to a tunnel: the bytes

@@ -68,7 +68,11 @@ pub fn tessera(input: &[u8]) -> Vec<Seen> {
         };
         seen.push(Seen {
             method: req.method_token.to_string(),
-            path: String::from_utf8_lossy(req.path).into_owned(),
+            path: match req.path {
+                // "http://host?q" has the path "?q", which stands for "/?q".
+                [b'?', ..] => format!("/{}", String::from_utf8_lossy(req.path)),
+                path => String::from_utf8_lossy(path).into_owned(),
+            },
             body,
             switches: req.method == Method::Connect || req.header("upgrade").is_some(),
         });
@@ -114,11 +118,15 @@ pub fn hyper(input: &[u8]) -> Vec<Seen> {
         let recorded = recorded.clone();
         async move {
             let method = req.method().as_str().to_string();
-            let path = req
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default();
+            let uri = req.uri();
+            let path = match (uri.scheme(), uri.authority()) {
+                // Authority form (CONNECT): the authority is the whole target.
+                (None, Some(authority)) => authority.as_str().to_string(),
+                _ => match uri.query() {
+                    Some(query) => format!("{}?{query}", uri.path()),
+                    None => uri.path().to_string(),
+                },
+            };
             let switches = req.method() == hyper::Method::CONNECT
                 || req.headers().contains_key(hyper::header::UPGRADE);
             if let Ok(body) = req.into_body().collect().await {
@@ -157,13 +165,22 @@ pub fn check(input: &[u8]) -> Result<(), String> {
     let ours = tessera(input);
     let theirs = hyper(input);
     for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-        if a != b {
+        // A request that switches protocols (CONNECT, Upgrade) is where HTTP/1 ends for a
+        // server that agrees to switch; hyper and tessera differ on whether its body is
+        // HTTP/1 at all, so only its request line is compared.
+        let switches = a.switches || b.switches;
+        let same = if switches {
+            (&a.method, &a.path) == (&b.method, &b.path)
+        } else {
+            a == b
+        };
+        if !same {
             return Err(format!(
                 "request {i} differs:\n tessera {a:?}\n hyper   {b:?}\n input {:?}",
                 String::from_utf8_lossy(input)
             ));
         }
-        if a.switches {
+        if switches {
             break;
         }
     }
