@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
             BodyFraming::None => body_start,
             BodyFraming::Length(n) => {
                 assert!(n > 0 && n <= limits.max_body_size);
-                match usize::try_from(n).ok().and_then(|n| body_start.checked_add(n)) {
+                match usize::try_from(n)
+                    .ok()
+                    .and_then(|n| body_start.checked_add(n))
+                {
                     Some(end) if end <= input.len() => end,
                     _ => return,
                 }
@@ -41,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
             BodyFraming::Chunked => {
                 let whole = dechunk(&input[body_start..], input.len() - body_start);
                 let pieces = dechunk(&input[body_start..], step);
-                assert_eq!(whole, pieces, "chunked decoding depends on how bytes arrive");
+                assert_eq!(
+                    whole, pieces,
+                    "chunked decoding depends on how bytes arrive"
+                );
                 match whole {
                     Ok(Some((_, used))) => body_start + used,
                     _ => return,
@@ -57,7 +63,10 @@ fuzz_target!(|data: &[u8]| {
 fn check_head(buf: &[u8], head_len: usize, limits: &Limits) {
     assert!(head_len <= buf.len() && head_len <= limits.max_head_size);
     let head = &buf[..head_len];
-    assert!(head.ends_with(b"\r\n\r\n"), "head does not end with CRLFCRLF");
+    assert!(
+        head.ends_with(b"\r\n\r\n"),
+        "head does not end with CRLFCRLF"
+    );
     assert!(!head.contains(&0), "NUL accepted in a head");
     for (i, &b) in head.iter().enumerate() {
         if b == b'\n' {
