@@ -1,6 +1,11 @@
 //! Decoder for the chunked transfer coding (RFC 9112 section 7.1), strict: hex sizes
-//! only (no sign, no `0x`, at most 16 digits), CRLF everywhere, extensions and trailers
-//! skipped but checked for bare CR/LF and control bytes.
+//! only (no sign, no `0x`, at most 16 digits), CRLF everywhere, chunk extensions held to
+//! their grammar (`;name`, `;name=token`, `;name="quoted"`), trailer lines checked for
+//! bare CR/LF and control bytes. Extensions and trailers are skipped, never stored.
+//!
+//! Why the extension grammar: parsers that disagree on where a chunk-size line ends (a
+//! bare LF inside an extension, a quoted CRLF, garbage after the size) disagree on where
+//! the body ends, which is request smuggling. Anything outside the grammar is refused.
 
 use crate::Error;
 
@@ -17,15 +22,32 @@ pub enum Chunk<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Size { digits: u8 },
-    Extension { quoted: bool, escaped: bool },
+    Size {
+        digits: u8,
+    },
+    /// Whitespace after the size or after an extension: only `;` or CR may follow.
+    SizeWs,
+    /// After `;`: optional whitespace, then the extension name.
+    ExtNameStart,
+    ExtName,
+    /// After the name: whitespace, `=`, `;` or CR.
+    ExtAfterName,
+    /// After `=`: optional whitespace, then a token or a quoted string.
+    ExtValueStart,
+    ExtToken,
+    ExtQuoted,
+    ExtQuotedPair,
     SizeLf,
     Data,
     DataCr,
     DataLf,
     TrailerLineStart,
+    /// Inside a trailer field name: tchars up to the colon.
+    TrailerName,
     TrailerLine,
-    TrailerLf { end: bool },
+    TrailerLf {
+        end: bool,
+    },
     Done,
 }
 
@@ -34,13 +56,15 @@ enum State {
 pub struct ChunkedDecoder {
     state: State,
     size: u64,
-    /// Bytes of trailer section seen, to bound it.
+    /// Bytes of chunk extensions and trailer section seen, to bound them.
     trailer_bytes: usize,
     max_trailer_bytes: usize,
 }
 
 impl ChunkedDecoder {
-    /// `max_trailer_bytes` bounds the trailer section (use the head size limit).
+    /// `max_trailer_bytes` bounds the trailer section and all chunk extensions together
+    /// (use the head size limit): they are metadata nobody needs in bulk, and an endless
+    /// extension would otherwise keep a connection busy without ever counting as body.
     pub fn new(max_trailer_bytes: usize) -> Self {
         ChunkedDecoder {
             state: State::Size { digits: 0 },
@@ -71,38 +95,77 @@ impl ChunkedDecoder {
                         self.size = (self.size << 4) | v;
                         self.state = State::Size { digits: digits + 1 };
                     }
-                    b';' | b' ' | b'\t' if digits > 0 => {
-                        self.state = State::Extension {
-                            quoted: false,
-                            escaped: false,
-                        }
-                    }
+                    b';' if digits > 0 => self.state = State::ExtNameStart,
+                    b' ' | b'\t' if digits > 0 => self.state = State::SizeWs,
                     b'\r' if digits > 0 => self.state = State::SizeLf,
                     _ => return Err(Error::BadChunk),
                 },
-                State::Extension { quoted, escaped } => match b {
-                    b'\r' if !quoted => self.state = State::SizeLf,
-                    b'\r' | b'\n' | 0 => return Err(Error::BadChunk),
-                    b'"' if !escaped => {
-                        self.state = State::Extension {
-                            quoted: !quoted,
-                            escaped: false,
+                State::SizeWs | State::ExtAfterName => {
+                    self.count_trailer()?;
+                    match b {
+                        b' ' | b'\t' => {}
+                        b';' => self.state = State::ExtNameStart,
+                        b'=' if self.state == State::ExtAfterName => {
+                            self.state = State::ExtValueStart
                         }
+                        b'\r' => self.state = State::SizeLf,
+                        _ => return Err(Error::BadChunk),
                     }
-                    b'\\' if quoted && !escaped => {
-                        self.state = State::Extension {
-                            quoted,
-                            escaped: true,
-                        }
+                }
+                State::ExtNameStart => {
+                    self.count_trailer()?;
+                    match b {
+                        b' ' | b'\t' => {}
+                        _ if is_tchar(b) => self.state = State::ExtName,
+                        _ => return Err(Error::BadChunk),
                     }
-                    0x01..=0x08 | 0x0a..=0x1f | 0x7f => return Err(Error::BadChunk),
-                    _ => {
-                        self.state = State::Extension {
-                            quoted,
-                            escaped: false,
-                        }
+                }
+                State::ExtName => {
+                    self.count_trailer()?;
+                    match b {
+                        _ if is_tchar(b) => {}
+                        b' ' | b'\t' => self.state = State::ExtAfterName,
+                        b'=' => self.state = State::ExtValueStart,
+                        b';' => self.state = State::ExtNameStart,
+                        b'\r' => self.state = State::SizeLf,
+                        _ => return Err(Error::BadChunk),
                     }
-                },
+                }
+                State::ExtValueStart => {
+                    self.count_trailer()?;
+                    match b {
+                        b' ' | b'\t' => {}
+                        b'"' => self.state = State::ExtQuoted,
+                        _ if is_tchar(b) => self.state = State::ExtToken,
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
+                State::ExtToken => {
+                    self.count_trailer()?;
+                    match b {
+                        _ if is_tchar(b) => {}
+                        b' ' | b'\t' => self.state = State::SizeWs,
+                        b';' => self.state = State::ExtNameStart,
+                        b'\r' => self.state = State::SizeLf,
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
+                State::ExtQuoted => {
+                    self.count_trailer()?;
+                    match b {
+                        b'"' => self.state = State::SizeWs,
+                        b'\\' => self.state = State::ExtQuotedPair,
+                        b'\t' | b' ' | 0x21..=0x7e | 0x80..=0xff => {}
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
+                State::ExtQuotedPair => {
+                    self.count_trailer()?;
+                    match b {
+                        b'\t' | b' ' | 0x21..=0x7e | 0x80..=0xff => self.state = State::ExtQuoted,
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
                 State::SizeLf => {
                     if b != b'\n' {
                         return Err(Error::BadChunk);
@@ -138,16 +201,27 @@ impl ChunkedDecoder {
                     self.count_trailer()?;
                     match b {
                         b'\r' => self.state = State::TrailerLf { end: true },
-                        b'\n' | 0 | b' ' | b'\t' => return Err(Error::BadChunk),
-                        _ => self.state = State::TrailerLine,
+                        _ if is_tchar(b) => self.state = State::TrailerName,
+                        // Whitespace here would be obs-fold; anything else is not a field.
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
+                State::TrailerName => {
+                    self.count_trailer()?;
+                    match b {
+                        _ if is_tchar(b) => {}
+                        b':' => self.state = State::TrailerLine,
+                        // A trailer line that is not `name: value` (a request line, say)
+                        // means the sender and we disagree about where the body ends.
+                        _ => return Err(Error::BadChunk),
                     }
                 }
                 State::TrailerLine => {
                     self.count_trailer()?;
                     match b {
                         b'\r' => self.state = State::TrailerLf { end: false },
-                        b'\n' | 0 => return Err(Error::BadChunk),
-                        _ => {}
+                        b'\t' | b' '..=b'~' | 0x80..=0xff => {}
+                        _ => return Err(Error::BadChunk),
                     }
                 }
                 State::TrailerLf { end } => {
@@ -170,6 +244,7 @@ impl ChunkedDecoder {
         Ok((i, Chunk::NeedMore))
     }
 
+    /// Counts one byte of extension or trailer against the bound.
     fn count_trailer(&mut self) -> Result<(), Error> {
         self.trailer_bytes += 1;
         if self.trailer_bytes > self.max_trailer_bytes {
@@ -177,6 +252,11 @@ impl ChunkedDecoder {
         }
         Ok(())
     }
+}
+
+/// RFC 9110 section 5.6.2 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -228,6 +308,11 @@ mod tests {
             b"5\r\nhello\n0\r\n\r\n",
             b"0\r\n\n",
             b"0\r\nX: 1\n\r\n",
+            b"0\r\nX: 1\r\n folded\r\n\r\n",
+            b"0\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"0\r\nX : 1\r\n\r\n",
+            b"0\r\n: 1\r\n\r\n",
+            b"0\r\nX: \x01\r\n\r\n",
             b"\r\n",
         ] {
             assert!(
@@ -236,6 +321,51 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn accepts_extensions_in_their_grammar() {
+        for good in [
+            &b"5;a\r\nhello\r\n0\r\n\r\n"[..],
+            b"5 ; a = b ; c\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"x;y\\\"z\"\r\nhello\r\n0\r\n\r\n",
+            b"5\t\r\nhello\r\n0;last=1\r\n\r\n",
+        ] {
+            let (body, used) = decode_all(good, 1).unwrap();
+            assert_eq!((body.as_slice(), used), (&b"hello"[..], good.len()));
+        }
+    }
+
+    #[test]
+    fn rejects_extensions_outside_their_grammar() {
+        for bad in [
+            // Garbage after the size: some parsers read "5 x" as size 5, others refuse.
+            &b"5 x\r\nhello\r\n0\r\n\r\n"[..],
+            b"5;\r\nhello\r\n0\r\n\r\n",
+            b"5;=x\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"unterminated\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"x\"y\r\nhello\r\n0\r\n\r\n",
+            b"5;a\nhello\r\n0\r\n\r\n",
+            b"5;a=b\rhello\r\n0\r\n\r\n",
+            b"5;a=\"\x01\"\r\nhello\r\n0\r\n\r\n",
+            b"5;a@b\r\nhello\r\n0\r\n\r\n",
+        ] {
+            assert_eq!(
+                decode_all(bad, bad.len()),
+                Err(Error::BadChunk),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn bounds_chunk_extensions() {
+        let mut input = b"1;x=".to_vec();
+        input.extend_from_slice(&[b'a'; 2000]);
+        input.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
+        assert_eq!(decode_all(&input, 7), Err(Error::BadChunk));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub enum Error {
     HeadTooLarge,
     #[error("more header fields than the limit")]
     TooManyHeaders,
-    #[error("missing or duplicated Host header in an HTTP/1.1 request")]
+    #[error("missing (HTTP/1.1), duplicated or invalid Host header")]
     BadHost,
     #[error("invalid Content-Length")]
     BadContentLength,

@@ -82,8 +82,9 @@ pub struct Request<'h, 'b> {
     /// absolute form or authority form.
     pub target: &'b [u8],
     /// The path and query of the target: the target itself in origin form, the part after
-    /// the authority in absolute form (`/` when empty), `*` in asterisk form, and the
-    /// whole authority for CONNECT.
+    /// the authority in absolute form (`/` when empty, `?q` when only a query follows
+    /// the authority, which stands for `/?q`), `*` in asterisk form, and the whole
+    /// authority for CONNECT.
     pub path: &'b [u8],
     pub version: Version,
     pub headers: &'h [Header<'b>],
@@ -181,6 +182,9 @@ pub fn parse_request<'h, 'b>(
             }
             transfer_encoding = Some(h.value);
         } else if name.eq_ignore_ascii_case(b"host") {
+            if !is_valid_host(h.value) {
+                return Err(Error::BadHost);
+            }
             hosts += 1;
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in h.value.split(|&b| b == b',') {
@@ -269,15 +273,18 @@ fn check_line_endings(head: &[u8]) -> Result<(), Error> {
 }
 
 /// httparse reports any bad version token the same way; a well-formed `HTTP/x.y` that is
-/// not 1.0 or 1.1 deserves 505, anything else is a malformed request line.
+/// not 1.0 or 1.1 deserves 505, anything else is a malformed request line. The version is
+/// what follows the second space: a line with more spaces (`GET /a b HTTP/1.1`) is
+/// malformed, whatever its last word looks like.
 fn version_error(buf: &[u8]) -> Error {
-    let line = match memchr::memchr(b'\r', buf) {
+    let line = match memchr::memchr2(b'\r', b'\n', buf) {
         Some(end) => &buf[..end],
         None => buf,
     };
-    let version = match memchr::memrchr(b' ', line) {
-        Some(space) => &line[space + 1..],
-        None => return Error::BadRequestLine,
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let (Some(_method), Some(_target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Error::BadRequestLine;
     };
     match version {
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
@@ -290,10 +297,24 @@ fn version_error(buf: &[u8]) -> Error {
 }
 
 fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
+    if memchr::memchr(b'#', target).is_some() {
+        // A fragment is never part of a request target (RFC 9110 section 7.1). Parsers
+        // that strip it and parsers that keep it would see two different resources.
+        return Err(Error::BadTarget);
+    }
+    if method == Method::Connect {
+        // CONNECT takes the authority form, host and port, and nothing else (RFC 9112
+        // section 3.2.3).
+        let has_port = memchr::memrchr(b':', target).is_some_and(|i| i + 1 < target.len());
+        return if has_port && !target.starts_with(b":") && is_valid_host(target) {
+            Ok(target)
+        } else {
+            Err(Error::BadTarget)
+        };
+    }
     match target.first() {
         Some(b'/') => Ok(target),
         Some(b'*') if target.len() == 1 && method == Method::Options => Ok(target),
-        _ if method == Method::Connect => Ok(target),
         _ => {
             // Absolute form (RFC 9112 section 3.2.2): scheme "://" authority path-abempty.
             let rest = strip_prefix_ignore_case(target, b"http://")
@@ -307,11 +328,13 @@ fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
                 return Err(Error::BadTarget);
             }
             let path = &rest[path_start..];
-            if path.first() == Some(&b'/') {
-                Ok(path)
-            } else {
-                // "http://host" or "http://host?q": the path is "/" (RFC 9112 section 3.2.1).
+            if path.is_empty() {
+                // "http://host": the path is "/" (RFC 9112 section 3.2.1).
                 Ok(b"/")
+            } else {
+                // "/p?q", or "?q" for "http://host?q", which stands for "/?q": the query
+                // must survive, or two different targets would share one cache key.
+                Ok(path)
             }
         }
     }
@@ -323,6 +346,42 @@ fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> 
     } else {
         None
     }
+}
+
+/// `Host = uri-host [ ":" port ]` (RFC 9110 section 7.2), possibly empty. RFC 9112
+/// section 3.2 requires a 400 for an invalid value: a Host with `@`, `/`, spaces or
+/// quotes is how cache keys get poisoned and routing gets confused further along.
+fn is_valid_host(value: &[u8]) -> bool {
+    let value = trim(value);
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        // IP-literal: an IPv6 address or IPvFuture in brackets.
+        let Some(close) = memchr::memchr(b']', rest) else {
+            return false;
+        };
+        let literal = &rest[..close];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b))
+        {
+            return false;
+        }
+        (&b""[..], &rest[close + 1..])
+    } else {
+        match memchr::memchr(b':', value) {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &b""[..]),
+        }
+    };
+    let reg_name_ok = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    reg_name_ok && port_ok
 }
 
 /// `Content-Length = 1*DIGIT` and nothing else: no sign, no spaces inside, no list.
@@ -430,6 +489,34 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(path, b"/");
+        // Regression (found by the differential fuzzer): the query of "http://host?q"
+        // was dropped.
+        let (_, path, ..) = parse(b"GET http://example.com?q=1 HTTP/1.1\r\nHost: e\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(path, b"?q=1");
+    }
+
+    /// Regressions found by the differential check against hyper: a fragment in the
+    /// target, and CONNECT with something other than host:port.
+    #[test]
+    fn rejects_fragments_and_connect_without_authority_form() {
+        assert_eq!(
+            parse(b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadTarget)
+        );
+        assert_eq!(
+            parse(b"GET http://h/#b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadTarget)
+        );
+        for bad in ["http://h/p", "/p", "h", "h:", ":443", "a@h:443", "*"] {
+            let buf = format!("CONNECT {bad} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadTarget), "{bad}");
+        }
+        for good in ["h:443", "127.0.0.1:8080", "[::1]:443"] {
+            let buf = format!("CONNECT {good} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()).unwrap().unwrap().1, good.as_bytes());
+        }
     }
 
     #[test]
@@ -506,6 +593,42 @@ mod tests {
     }
 
     #[test]
+    fn rejects_invalid_host_values() {
+        for good in [
+            "",
+            "example.com",
+            "example.com:8080",
+            "127.0.0.1:80",
+            "[::1]:443",
+            "xn--bcher-kva.de",
+        ] {
+            let buf = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
+            assert!(parse(buf.as_bytes()).unwrap().is_some(), "{good:?}");
+        }
+        for bad in [
+            "a b",
+            "user@evil",
+            "a/b",
+            "a?b",
+            "a#b",
+            "\"a\"",
+            "a:b",
+            "a:80:80",
+            "[::1",
+            "[]",
+            "a\\b",
+            "a:123456",
+        ] {
+            let buf = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadHost), "{bad:?}");
+        }
+        assert_eq!(
+            parse(b"GET / HTTP/1.1\r\nHost: \xc3\xa9\r\n\r\n"),
+            Err(Error::BadHost)
+        );
+    }
+
+    #[test]
     fn versions() {
         assert_eq!(
             parse(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n"),
@@ -516,6 +639,16 @@ mod tests {
             Err(Error::BadRequestLine)
         );
         assert!(parse(b"GET /\r\n\r\n").is_err());
+        // Regression: the last word used to be taken for the version, so a request line
+        // with an extra space was answered 505 instead of 400.
+        assert_eq!(
+            parse(b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadRequestLine)
+        );
+        assert_eq!(
+            parse(b"GET / HTTP/1.1 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Err(Error::BadRequestLine)
+        );
     }
 
     #[test]

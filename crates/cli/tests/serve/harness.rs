@@ -251,3 +251,74 @@ impl Site {
         Server::start(&self.root(), &["--config", config.to_str().unwrap()])
     }
 }
+
+/// Sent after every attack on the same connection, in the same write. A refused attack
+/// must leave it unanswered; its `Connection: close` makes a wrongly answered follow-up
+/// end the exchange at once instead of hanging the test.
+pub const FOLLOW_UP: &[u8] = b"GET /canary.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+/// The body of `/canary.txt`, the follow-up's answer.
+pub const CANARY: &[u8] = b"CANARY: the follow-up request was answered";
+/// The body of `/smuggled.txt`, which attacks try to request from inside a body.
+pub const SMUGGLED: &[u8] = b"SMUGGLED: a request hidden in another one was answered";
+
+impl Site {
+    /// A site with the canary and smuggled files the attack tests look for.
+    pub fn hostile() -> Site {
+        let site = Site::new();
+        site.write("canary.txt", CANARY);
+        site.write("smuggled.txt", SMUGGLED);
+        site
+    }
+}
+
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Splits everything a server sent into responses (each framed by Content-Length, or
+/// bodiless for 1xx, 204 and 304). Panics on bytes that are not whole responses.
+pub fn parse_responses(mut bytes: &[u8]) -> Vec<Response> {
+    let mut responses = Vec::new();
+    while !bytes.is_empty() {
+        let head_end = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| {
+                panic!(
+                    "partial response head: {:?}",
+                    String::from_utf8_lossy(bytes)
+                )
+            })
+            + 4;
+        let text = std::str::from_utf8(&bytes[..head_end]).expect("utf-8 head");
+        let mut lines = text.split("\r\n");
+        let status_line = lines.next().unwrap();
+        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+        let status: u16 = status_line[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(':').expect("header colon");
+                (n.to_string(), v.trim().to_string())
+            })
+            .collect();
+        let mut response = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        bytes = &bytes[head_end..];
+        if !(status == 204 || status == 304 || status / 100 == 1) {
+            let len: usize = response
+                .header("content-length")
+                .expect("content-length")
+                .parse()
+                .unwrap();
+            assert!(bytes.len() >= len, "truncated body in {text}");
+            response.body = bytes[..len].to_vec();
+            bytes = &bytes[len..];
+        }
+        responses.push(response);
+    }
+    responses
+}

@@ -7,5 +7,7 @@ mod framing;
 mod http_semantics;
 mod lifecycle;
 mod limits;
+mod paths;
 mod security;
+mod smuggling;
 mod static_files;
