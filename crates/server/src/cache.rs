@@ -218,10 +218,10 @@ impl AcceptEncoding {
         let (mut brotli, mut gzip, mut any) = (None, None, None);
         for item in value.split(|&b| b == b',') {
             let mut parts = item.split(|&b| b == b';');
-            let coding = trim(parts.next().unwrap_or_default());
+            let coding = wire::trim_ows(parts.next().unwrap_or_default());
             let mut q = Some(1000);
             for param in parts {
-                let param = trim(param);
+                let param = wire::trim_ows(param);
                 if param.len() > 2 && param[..2].eq_ignore_ascii_case(b"q=") {
                     q = parse_qvalue(&param[2..]);
                 }
@@ -261,16 +261,6 @@ fn parse_qvalue(text: &[u8]) -> Option<u16> {
         b"1" if thousandths == 0 => Some(1000),
         _ => None,
     }
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 /// A cached path: the file and the precompressed siblings found next to it.

@@ -90,7 +90,7 @@ pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64, now: i64) ->
 /// describes the representation: an entity tag by strong comparison (a weak one never
 /// matches), or a date equal to Last-Modified. Anything else means "send it all".
 pub(crate) fn if_range_holds(value: &[u8], etag: &[u8], mtime: i64) -> bool {
-    let value = trim(value);
+    let value = wire::trim_ows(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         return !value.starts_with(b"W/") && value == etag;
     }
@@ -108,7 +108,7 @@ enum Comparison {
 /// Whether `*` or any entity tag in the comma-separated `list` matches `etag` (our own,
 /// strong, quoted). A malformed list matches nothing.
 fn list_matches(list: &[u8], etag: &[u8], comparison: Comparison) -> bool {
-    let list = trim(list);
+    let list = wire::trim_ows(list);
     if list == b"*" {
         return true;
     }
@@ -140,22 +140,12 @@ fn list_matches(list: &[u8], etag: &[u8], comparison: Comparison) -> bool {
 
 /// An HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms) as Unix seconds.
 fn parse_date(value: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(trim(value)).ok()?;
+    let text = std::str::from_utf8(wire::trim_ows(value)).ok()?;
     let time = httpdate::parse_http_date(text).ok()?;
     Some(match time.duration_since(std::time::UNIX_EPOCH) {
         Ok(after) => after.as_secs() as i64,
         Err(before) => -(before.duration().as_secs() as i64),
     })
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

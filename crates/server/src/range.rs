@@ -41,11 +41,11 @@ pub(crate) enum Ranges {
 /// they are sorted and merged, so no byte is sent twice (section 14.2 lets a server
 /// coalesce them); ranges that do not overlap are served in the order asked.
 pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
-    let value = trim(value);
+    let value = wire::trim_ows(value);
     let Some(eq) = value.iter().position(|&b| b == b'=') else {
         return Ranges::Ignore;
     };
-    if !trim(&value[..eq]).eq_ignore_ascii_case(b"bytes") || len == 0 {
+    if !wire::trim_ows(&value[..eq]).eq_ignore_ascii_case(b"bytes") || len == 0 {
         return Ranges::Ignore;
     }
     let mut set = RangeSet {
@@ -54,7 +54,7 @@ pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
     };
     let mut specs = 0;
     for spec in value[eq + 1..].split(|&b| b == b',') {
-        let spec = trim(spec);
+        let spec = wire::trim_ows(spec);
         if spec.is_empty() {
             // Empty list elements are allowed (RFC 9110 section 5.6.1).
             continue;
@@ -132,16 +132,6 @@ fn number(digits: &[u8]) -> Option<u64> {
     Some(digits.iter().fold(0u64, |n, &d| {
         n.saturating_mul(10).saturating_add((d - b'0') as u64)
     }))
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

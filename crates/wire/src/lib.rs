@@ -24,5 +24,7 @@ mod response;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
 pub use limits::{Limits, MAX_HEADERS_CAP};
-pub use request::{parse_request, BodyFraming, Header, HeaderStorage, Method, Request, Version};
+pub use request::{
+    parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
+};
 pub use response::{reason, status_line};

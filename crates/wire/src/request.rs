@@ -188,7 +188,7 @@ pub fn parse_request<'h, 'b>(
             hosts += 1;
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in h.value.split(|&b| b == b',') {
-                let token = trim(token);
+                let token = trim_ows(token);
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
                 } else if token.eq_ignore_ascii_case(b"keep-alive") {
@@ -196,7 +196,7 @@ pub fn parse_request<'h, 'b>(
                 }
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
-            if trim(h.value).eq_ignore_ascii_case(b"100-continue") {
+            if trim_ows(h.value).eq_ignore_ascii_case(b"100-continue") {
                 expect_continue = true;
             } else {
                 return Err(Error::BadExpectation);
@@ -352,7 +352,7 @@ fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> 
 /// section 3.2 requires a 400 for an invalid value: a Host with `@`, `/`, spaces or
 /// quotes is how cache keys get poisoned and routing gets confused further along.
 fn is_valid_host(value: &[u8]) -> bool {
-    let value = trim(value);
+    let value = trim_ows(value);
     let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
         // IP-literal: an IPv6 address or IPvFuture in brackets.
         let Some(close) = memchr::memchr(b']', rest) else {
@@ -386,7 +386,7 @@ fn is_valid_host(value: &[u8]) -> bool {
 
 /// `Content-Length = 1*DIGIT` and nothing else: no sign, no spaces inside, no list.
 fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
-    let value = trim(value);
+    let value = trim_ows(value);
     if value.is_empty() || value.len() > 19 {
         // 19 digits always fit a u64; a longer value is either padding or overflow.
         return Err(Error::BadContentLength);
@@ -404,12 +404,12 @@ fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
 /// Only `chunked` alone is accepted. A list of valid codings gets 501 (we do not decode
 /// gzip or compress request bodies); anything that is not a token list gets 400.
 fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
-    let value = trim(value);
+    let value = trim_ows(value);
     if value.eq_ignore_ascii_case(b"chunked") {
         return Ok(());
     }
     let is_token_list = value.split(|&b| b == b',').all(|coding| {
-        let coding = trim(coding);
+        let coding = trim_ows(coding);
         !coding.is_empty() && coding.iter().all(|&b| is_tchar(b))
     });
     if is_token_list {
@@ -423,7 +423,9 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn trim(mut s: &[u8]) -> &[u8] {
+/// `s` without optional whitespace (spaces and tabs) at either end: how field values
+/// and list elements are read (RFC 9110 section 5.6.3).
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

@@ -163,23 +163,8 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
         );
         head.push(byte[0]);
     }
-    let text = String::from_utf8(head).expect("utf-8 head");
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap();
-    assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
-    let status: u16 = status_line[9..12].parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (n, v) = l.split_once(':').expect("header colon");
-            (n.to_string(), v.trim().to_string())
-        })
-        .collect();
-    let mut response = Response {
-        status,
-        headers,
-        body: Vec::new(),
-    };
+    let mut response = parse_head(std::str::from_utf8(&head).expect("utf-8 head"));
+    let status = response.status;
     if head_only || status == 204 || status == 304 || status / 100 == 1 {
         return response;
     }
@@ -191,6 +176,24 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     response.body = vec![0; len];
     stream.read_exact(&mut response.body).expect("read body");
     response
+}
+
+/// A response head (status line and fields, CRLF-separated) as a body-less [`Response`].
+fn parse_head(text: &str) -> Response {
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+    Response {
+        status: status_line[9..12].parse().unwrap(),
+        headers: lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(':').expect("header colon");
+                (n.to_string(), v.trim().to_string())
+            })
+            .collect(),
+        body: Vec::new(),
+    }
 }
 
 /// Asserts the server closed the connection (after whatever it already sent).
@@ -290,23 +293,8 @@ pub fn parse_responses(mut bytes: &[u8]) -> Vec<Response> {
                 )
             })
             + 4;
-        let text = std::str::from_utf8(&bytes[..head_end]).expect("utf-8 head");
-        let mut lines = text.split("\r\n");
-        let status_line = lines.next().unwrap();
-        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
-        let status: u16 = status_line[9..12].parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (n, v) = l.split_once(':').expect("header colon");
-                (n.to_string(), v.trim().to_string())
-            })
-            .collect();
-        let mut response = Response {
-            status,
-            headers,
-            body: Vec::new(),
-        };
+        let mut response = parse_head(std::str::from_utf8(&bytes[..head_end]).expect("utf-8 head"));
+        let status = response.status;
         bytes = &bytes[head_end..];
         if !(status == 204 || status == 304 || status / 100 == 1) {
             let len: usize = response
@@ -314,7 +302,11 @@ pub fn parse_responses(mut bytes: &[u8]) -> Vec<Response> {
                 .expect("content-length")
                 .parse()
                 .unwrap();
-            assert!(bytes.len() >= len, "truncated body in {text}");
+            assert!(
+                bytes.len() >= len,
+                "truncated body after {:?}",
+                response.headers
+            );
             response.body = bytes[..len].to_vec();
             bytes = &bytes[len..];
         }
