@@ -746,8 +746,21 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Frames every complete response in the buffer.
+    /// Frames every complete response in the buffer, then (closed model) tops
+    /// the connection up to its pipeline depth with one write.
     fn process(&mut self, slot: usize, now: Instant) {
+        self.frame(slot, now);
+        let c = &self.conns[slot];
+        if !self.open_model()
+            && self.plan.keepalive
+            && c.state == State::Open
+            && c.inflight.len() < self.plan.pipeline
+        {
+            self.fill(slot, now);
+        }
+    }
+
+    fn frame(&mut self, slot: usize, now: Instant) {
         loop {
             let c = &mut self.conns[slot];
             if c.state != State::Open {
@@ -828,9 +841,9 @@ impl<'a> Worker<'a> {
             let c = &mut self.conns[slot];
             c.idle_since = now;
             self.make_available(slot);
-        } else {
-            self.fill(slot, now);
         }
+        // Closed model: `process` refills once after framing everything that
+        // arrived, so a batch of pipelined responses costs one write, not one each.
     }
 
     fn close(&mut self, slot: usize) {

@@ -198,9 +198,12 @@ const CURVE: [f64; 17] = [
 /// Busiest-thread CPU above this share of wall time means the generator, not the
 /// server, may have limited the result.
 const BUSY_LIMIT: f64 = 0.90;
-/// Open model: requests leaving later than this after they were due (with a free
-/// connection waiting) mean the generator could not keep the schedule.
-const SEND_LAG_LIMIT_MS: f64 = 2.0;
+/// Open model: the send lag (how late requests left after they were due, with a
+/// free connection waiting) is part of every corrected latency. When its p99 is
+/// above 1 ms and above a quarter of the corrected p99, the generator's own
+/// delays, not the server, shaped the tail.
+const SEND_LAG_LIMIT_MS: f64 = 1.0;
+const SEND_LAG_SHARE: f64 = 0.25;
 
 pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) -> Report {
     let s = &m.stats;
@@ -290,10 +293,11 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
     }
     let send_lag = s.send_lag.as_ref().map(Latency::of);
     if let Some(l) = &send_lag {
-        if l.count > 0 && l.p99 > SEND_LAG_LIMIT_MS {
+        if l.count > 0 && l.p99 > SEND_LAG_LIMIT_MS && l.p99 > SEND_LAG_SHARE * corrected.p99 {
             reasons.push(format!(
-                "requests left {:.2} ms late at p99 although a connection was free: the generator could not keep the schedule",
-                l.p99
+                "requests left {} late at p99 although a connection was free, against a corrected p99 of {}: the generator could not keep the schedule",
+                fmt_ms(l.p99),
+                fmt_ms(corrected.p99)
             ));
         }
     }

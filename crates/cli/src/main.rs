@@ -3,8 +3,14 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "A fast, trustworthy web edge server")]
+#[command(
+    name = "tessera",
+    version,
+    about = "A fast, trustworthy web edge server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -12,9 +18,13 @@ struct Cli {
 
 // Each subcommand lives in its own module with its own `Args` and `run`.
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    Bench(bench::Args),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Bench(args) => bench::run(args),
+    }
 }
