@@ -284,23 +284,8 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
             }
         })
         .collect();
-    let mut reasons = Vec::new();
-    if m.busiest_thread >= BUSY_LIMIT {
-        reasons.push(format!(
-            "a generator thread was busy {:.0}% of the time: the generator, not the server, may be the bottleneck (add threads or cores)",
-            m.busiest_thread * 100.0
-        ));
-    }
     let send_lag = s.send_lag.as_ref().map(Latency::of);
-    if let Some(l) = &send_lag {
-        if l.count > 0 && l.p99 > SEND_LAG_LIMIT_MS && l.p99 > SEND_LAG_SHARE * corrected.p99 {
-            reasons.push(format!(
-                "requests left {} late at p99 although a connection was free, against a corrected p99 of {}: the generator could not keep the schedule",
-                fmt_ms(l.p99),
-                fmt_ms(corrected.p99)
-            ));
-        }
-    }
+    let reasons = self_check_reasons(m.busiest_thread, send_lag.as_ref(), &corrected);
     let cpu_s = m.process_cpu.as_secs_f64();
     let all_connected_s = s.all_connected_at.map(|d| d.as_secs_f64());
     Report {
@@ -362,6 +347,31 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
             send_lag_ms: send_lag,
         },
     }
+}
+
+/// Why a result may reflect the generator rather than the server (empty: valid).
+fn self_check_reasons(
+    busiest_thread: f64,
+    send_lag: Option<&Latency>,
+    corrected: &Latency,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if busiest_thread >= BUSY_LIMIT {
+        reasons.push(format!(
+            "a generator thread was busy {:.0}% of the time: the generator, not the server, may be the bottleneck (add threads or cores)",
+            busiest_thread * 100.0
+        ));
+    }
+    if let Some(l) = send_lag {
+        if l.count > 0 && l.p99 > SEND_LAG_LIMIT_MS && l.p99 > SEND_LAG_SHARE * corrected.p99 {
+            reasons.push(format!(
+                "requests left {} late at p99 although a connection was free, against a corrected p99 of {}: the generator could not keep the schedule",
+                fmt_ms(l.p99),
+                fmt_ms(corrected.p99)
+            ));
+        }
+    }
+    reasons
 }
 
 /// Log-spaced buckets from the fastest to the slowest response, 8 per decade.
@@ -554,5 +564,42 @@ impl Report {
 
     pub fn json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lat(p99: f64) -> Latency {
+        Latency {
+            count: 100,
+            p99,
+            ..Latency::default()
+        }
+    }
+
+    #[test]
+    fn self_check_flags_a_busy_or_late_generator() {
+        assert!(self_check_reasons(0.5, None, &lat(1.0)).is_empty());
+        assert_eq!(self_check_reasons(0.95, None, &lat(1.0)).len(), 1);
+        // 3 ms late against a 5 ms tail: the generator shaped the result.
+        assert_eq!(self_check_reasons(0.1, Some(&lat(3.0)), &lat(5.0)).len(), 1);
+        // 3 ms late against a 1 s stall: the server did.
+        assert!(self_check_reasons(0.1, Some(&lat(3.0)), &lat(1000.0)).is_empty());
+        // Sub-millisecond lag is timer noise.
+        assert!(self_check_reasons(0.1, Some(&lat(0.5)), &lat(0.6)).is_empty());
+    }
+
+    #[test]
+    fn distribution_buckets_hold_every_sample() {
+        let mut h = crate::stats::latency_histogram();
+        for v in [1u64, 50, 900, 12_000, 3_000_000] {
+            h.record(v).unwrap();
+        }
+        let d = distribution(&h, &h);
+        assert_eq!(d.iter().map(|b| b.count).sum::<u64>(), 5);
+        assert!(d.windows(2).all(|w| w[0].le_ms < w[1].le_ms));
+        assert!(d.last().unwrap().le_ms >= 3000.0);
     }
 }
