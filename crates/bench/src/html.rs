@@ -64,8 +64,10 @@ fn nice_step(range: f64) -> f64 {
 fn fmt_tick(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 1e4 || v.abs() < 1e-2 {
+    } else if v.abs() >= 1e4 {
         fmt_si(v)
+    } else if v.abs() < 1e-3 {
+        format!("{v:e}")
     } else {
         let s = format!("{v:.3}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -77,6 +79,7 @@ fn render_chart(c: &Chart, series: &[Series]) -> String {
     let all: Vec<(f64, f64)> = series
         .iter()
         .flat_map(|s| s.points.iter().copied())
+        .filter(|p| p.1.is_finite())
         .collect();
     let _ = write!(
         o,
@@ -210,17 +213,29 @@ fn render_chart(c: &Chart, series: &[Series]) -> String {
                 );
             }
         } else {
-            let d: Vec<String> = s
-                .points
-                .iter()
-                .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-                .collect();
-            let _ = write!(
-                o,
-                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>"#,
-                d.join(" "),
-                s.color
-            );
+            // A NaN value is a gap (e.g. a second without responses): the line breaks.
+            for run in s.points.split(|p| p.1.is_nan()) {
+                if let [(x, y)] = run {
+                    let _ = write!(
+                        o,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{}"/>"#,
+                        px(*x),
+                        py(*y),
+                        s.color
+                    );
+                    continue;
+                }
+                let d: Vec<String> = run
+                    .iter()
+                    .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+                    .collect();
+                let _ = write!(
+                    o,
+                    r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>"#,
+                    d.join(" "),
+                    s.color
+                );
+            }
         }
     }
     if let Some((v, label)) = &c.y_line {
@@ -456,7 +471,7 @@ fn charts(r: &Report) -> String {
             points: r
                 .series
                 .iter()
-                .map(|s| (s.second as f64 + 0.5, s.p50_ms))
+                .map(|s| (s.second as f64 + 0.5, gap(s, s.p50_ms)))
                 .collect(),
             bars: false,
             dots: false,
@@ -467,7 +482,7 @@ fn charts(r: &Report) -> String {
             points: r
                 .series
                 .iter()
-                .map(|s| (s.second as f64 + 0.5, s.p99_ms))
+                .map(|s| (s.second as f64 + 0.5, gap(s, s.p99_ms)))
                 .collect(),
             bars: false,
             dots: false,
@@ -480,7 +495,10 @@ fn charts(r: &Report) -> String {
             points: r
                 .series
                 .iter()
-                .filter_map(|s| s.corrected_p99_ms.map(|v| (s.second as f64 + 0.5, v)))
+                .filter_map(|s| {
+                    s.corrected_p99_ms
+                        .map(|v| (s.second as f64 + 0.5, gap(s, v)))
+                })
                 .collect(),
             bars: false,
             dots: false,
@@ -500,6 +518,15 @@ fn charts(r: &Report) -> String {
     );
     o.push_str("</div>");
     o
+}
+
+/// Seconds without responses have no latency: NaN breaks the line there.
+fn gap(s: &crate::report::SecondPoint, v: f64) -> f64 {
+    if s.requests == 0 {
+        f64::NAN
+    } else {
+        v
+    }
 }
 
 fn body(r: &Report) -> String {
@@ -602,7 +629,7 @@ fn body(r: &Report) -> String {
     }
     let _ = write!(
         o,
-        "<dt>command</dt><dd><code>{}</code></dd><dt>version</dt><dd>tessera {}</dd><dt>CPU</dt><dd>{} ({} cores available)</dd><dt>kernel</dt><dd>{}</dd><dt>open files limit</dt><dd>{} soft, {} hard</dd><dt>target</dt><dd>{}</dd>",
+        "<dt>command</dt><dd><code>{}</code></dd><dt>version</dt><dd>tessera {}</dd><dt>CPU</dt><dd>{} (cores available: {})</dd><dt>kernel</dt><dd>{}</dd><dt>open files limit</dt><dd>{} soft, {} hard</dd><dt>target</dt><dd>{}</dd>",
         esc(&r.args.join(" ")),
         esc(&r.tessera_version),
         esc(&r.system.cpu_model),

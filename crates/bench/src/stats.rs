@@ -174,9 +174,11 @@ impl ThreadStats {
         let s = self.second(now);
         s.responses += 1;
         s.non_2xx += non_2xx as u64;
-        s.latency.saturating_record(us);
+        // `record`, not `saturating_record`: only `record` grows an auto-resizing
+        // histogram; the saturating variant would clamp a 1 s stall to 2 µs.
+        let _ = s.latency.record(us);
         if let (Some(h), Some(c)) = (&mut s.corrected, corrected) {
-            h.saturating_record(c);
+            let _ = h.record(c);
         }
     }
 
@@ -265,6 +267,18 @@ mod tests {
         assert!(close(l.max, 10.0), "max {}", l.max);
         assert!(close(l.mean, 5.0005), "mean {}", l.mean);
         assert_eq!(l.count, 10_000);
+    }
+
+    #[test]
+    fn per_second_histograms_keep_long_latencies() {
+        let start = Instant::now();
+        let mut s = ThreadStats::new(start, true);
+        let now = start + Duration::from_millis(1500);
+        s.response(now, 200, now - Duration::from_millis(2), start);
+        let sec = &s.series[1];
+        assert_eq!(sec.responses, 1);
+        assert!(sec.latency.max() >= 1_990, "{}", sec.latency.max());
+        assert!(sec.corrected.as_ref().unwrap().max() >= 1_490_000);
     }
 
     #[test]
