@@ -150,11 +150,15 @@ enum Stream {
 }
 
 impl Stream {
-    fn connect(addr: &Address) -> io::Result<Stream> {
+    /// `nodelay` only matters when a connection carries more than one request:
+    /// a single request goes out in one write, which Nagle never delays.
+    fn connect(addr: &Address, nodelay: bool) -> io::Result<Stream> {
         Ok(match addr {
             Address::Tcp(a) => {
                 let s = TcpStream::connect(*a)?;
-                s.set_nodelay(true)?;
+                if nodelay {
+                    s.set_nodelay(true)?;
+                }
                 Stream::Tcp(s)
             }
             Address::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
@@ -406,7 +410,7 @@ impl<'a> Worker<'a> {
                     continue;
                 }
                 let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                self.on_event(token.0, readable, ev.is_writable());
+                self.on_event(token.0, readable, ev.is_writable(), ev.is_error());
             }
         }
         self.report_progress();
@@ -532,7 +536,7 @@ impl<'a> Worker<'a> {
     }
 
     fn connect(&mut self, slot: usize, now: Instant) {
-        let result = Stream::connect(&self.plan.address).and_then(|mut s| {
+        let result = Stream::connect(&self.plan.address, self.plan.keepalive).and_then(|mut s| {
             self.poll.registry().register(
                 s.source(),
                 Token(slot),
@@ -619,7 +623,7 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn on_event(&mut self, slot: usize, readable: bool, writable: bool) {
+    fn on_event(&mut self, slot: usize, readable: bool, writable: bool, error: bool) {
         let Some(c) = self.conns.get_mut(slot) else {
             return;
         };
@@ -627,10 +631,20 @@ impl<'a> Worker<'a> {
             State::Closed => {}
             State::Connecting => {
                 let Some(stream) = &c.stream else { return };
-                match stream.connected() {
-                    Ok(false) => {}
-                    Ok(true) => self.on_connected(slot),
-                    Err(_) => self.fail(slot, Instant::now(), FailureKind::Connect),
+                if error {
+                    // Refused, unreachable or reset during the handshake.
+                    self.fail(slot, Instant::now(), FailureKind::Connect);
+                } else if writable {
+                    // A non-blocking connect becomes writable once established.
+                    // Only the rare unclear case pays for getsockopt/getpeername.
+                    if readable {
+                        match stream.connected() {
+                            Ok(false) => return,
+                            Ok(true) => {}
+                            Err(_) => return self.fail(slot, Instant::now(), FailureKind::Connect),
+                        }
+                    }
+                    self.on_connected(slot);
                 }
             }
             State::Open => {
@@ -848,9 +862,8 @@ impl<'a> Worker<'a> {
 
     fn close(&mut self, slot: usize) {
         let c = &mut self.conns[slot];
-        if let Some(mut s) = c.stream.take() {
-            let _ = self.poll.registry().deregister(s.source());
-        }
+        // Closing the socket removes it from the epoll set; no deregister call needed.
+        drop(c.stream.take());
         c.state = State::Closed;
         c.wbuf.clear();
         c.wpos = 0;

@@ -545,10 +545,10 @@ fn body(r: &Report) -> String {
     };
     let _ = write!(
         o,
-        "<div class=\"sub\">{} &middot; {model} &middot; {} connections &middot; {} threads &middot; {conn}</div>",
+        "<div class=\"sub\">{} &middot; {model} &middot; {} &middot; {} &middot; {conn}</div>",
         esc(&st.urls.join(", ")),
-        st.connections,
-        st.threads
+        crate::report::plural(st.connections as u64, "connection"),
+        crate::report::plural(st.threads as u64, "thread")
     );
     let sc = &r.self_check;
     let _ = write!(

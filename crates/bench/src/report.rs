@@ -392,7 +392,7 @@ fn distribution(h: &Histogram<u64>, corrected: &Histogram<u64>) -> Vec<Bucket> {
         .iter()
         .skip(1)
         .map(|&le| Bucket {
-            le_ms: le / 1000.0,
+            le_ms: round_significant(le / 1000.0, 4),
             count: 0,
             corrected_count: 0,
         })
@@ -414,6 +414,14 @@ fn distribution(h: &Histogram<u64>, corrected: &Histogram<u64>) -> Vec<Bucket> {
     out
 }
 
+fn round_significant(v: f64, digits: i32) -> f64 {
+    if v == 0.0 {
+        return 0.0;
+    }
+    let scale = 10f64.powi(digits - 1 - v.abs().log10().floor() as i32);
+    (v * scale).round() / scale
+}
+
 fn out_index(edges: &[f64], v: f64) -> Option<usize> {
     if edges.len() < 2 {
         return None;
@@ -424,6 +432,15 @@ fn out_index(edges: &[f64], v: f64) -> Option<usize> {
         .position(|&le| v <= le)
         .unwrap_or(edges.len() - 2);
     Some(i)
+}
+
+/// `1 thread`, `2 threads`.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Milliseconds with a sensible number of digits.
@@ -482,14 +499,19 @@ impl Report {
         };
         let _ = writeln!(
             o,
-            "{} ({}), {mode}, {} connections, {} threads, {conn_mode}",
+            "{} ({}), {mode}, {}, {}, {conn_mode}",
             st.urls.first().map(String::as_str).unwrap_or(""),
             st.address,
-            st.connections,
-            st.threads
+            plural(st.connections as u64, "connection"),
+            plural(st.threads as u64, "thread")
         );
         if st.urls.len() > 1 {
-            let _ = writeln!(o, "  and {} more URLs in the mix", st.urls.len() - 1);
+            let more = st.urls.len() - 1;
+            let _ = writeln!(
+                o,
+                "  and {more} more URL{} in the mix",
+                if more == 1 { "" } else { "s" }
+            );
         }
         let _ = writeln!(
             o,
