@@ -170,7 +170,23 @@ fn config(args: &Args, urls: &[String]) -> anyhow::Result<Config> {
     Ok(c)
 }
 
-/// Prints a live progress line on stderr once a second, only on a terminal.
+/// Set by the SIGINT handler: the first Ctrl-C ends the run early and still
+/// prints the report; a second one kills the process as usual.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+    // SAFETY: signal() is async-signal-safe; restores the default for the next Ctrl-C.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}
+
+fn catch_ctrl_c() {
+    // SAFETY: installs a handler that only stores to an atomic and resets itself.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+}
+
+/// Prints a live progress line on stderr once a second, only on a terminal, and
+/// passes a Ctrl-C on to the engine.
 struct ProgressLine {
     done: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -184,14 +200,20 @@ impl ProgressLine {
         show: bool,
     ) -> Self {
         let done = Arc::new(AtomicBool::new(false));
-        let handle = show.then(|| {
+        let handle = {
             let done = done.clone();
             std::thread::spawn(move || {
                 let start = Instant::now();
                 let mut last = (start, 0u64);
                 let mut err = std::io::stderr();
                 while !done.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
+                    std::thread::sleep(Duration::from_millis(100));
+                    if INTERRUPTED.load(Ordering::Relaxed) {
+                        progress.stop.store(true, Ordering::Relaxed);
+                    }
+                    if !show {
+                        continue;
+                    }
                     let now = Instant::now();
                     if now.duration_since(last.0) < Duration::from_secs(1) {
                         continue;
@@ -217,10 +239,15 @@ impl ProgressLine {
                     );
                     let _ = err.flush();
                 }
-                let _ = write!(err, "\r{}\r", " ".repeat(90));
+                if show {
+                    let _ = write!(err, "\r{}\r", " ".repeat(90));
+                }
             })
-        });
-        ProgressLine { done, handle }
+        };
+        ProgressLine {
+            done,
+            handle: Some(handle),
+        }
     }
 }
 
@@ -313,6 +340,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let progress = Arc::new(Progress::default());
+    catch_ctrl_c();
     let report = {
         let _line = ProgressLine::start(
             progress.clone(),

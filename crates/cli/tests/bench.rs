@@ -239,3 +239,39 @@ fn refuses_bad_input_with_a_message() {
         assert!(!out.stderr.is_empty(), "{args:?} gave no message");
     }
 }
+
+#[test]
+fn ctrl_c_ends_the_run_with_a_report() {
+    let s = TestServer::start().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "bench",
+            "-d",
+            "60s",
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "--json",
+            &s.url("/"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The handler is installed before the first request is sent.
+    let waited = std::time::Instant::now();
+    while s.requests() == 0 {
+        assert!(waited.elapsed().as_secs() < 30, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["requests"].as_u64().unwrap() > 0);
+    assert!(v["duration_s"].as_f64().unwrap() < 60.0);
+}
