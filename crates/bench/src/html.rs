@@ -568,6 +568,9 @@ fn body(r: &Report) -> String {
     for reason in &sc.reasons {
         let _ = write!(o, "<p class=\"bad\">{}</p>", esc(reason));
     }
+    for note in &sc.notes {
+        let _ = write!(o, "<p>Note: {}</p>", esc(note));
+    }
     o += "<h2>Latency</h2>";
     o += &latency_table(&[
         ("uncorrected", &r.latency_ms),
