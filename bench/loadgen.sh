@@ -11,7 +11,8 @@
 # with the ratios tessera/wrk (CPU per request: lower is better; requests/s:
 # higher is better).
 #
-# Usage: bench/loadgen.sh            (env: ROUNDS=3 DURATION=5 CONNS=50 PORT=18080)
+# Usage: bench/loadgen.sh   (env: ROUNDS=3 DURATION=5 CONNS=50 PORT=18080
+#                                MODES="keepalive pipeline close")
 # Needs: nginx, wrk, taskset, python3 (installed with apt-get if missing).
 set -euo pipefail
 
@@ -19,6 +20,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-50}
 PORT=${PORT:-18080}
+MODES=${MODES:-keepalive pipeline close}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TESSERA=${TESSERA:-$ROOT/target/release/tessera}
 
@@ -136,7 +138,7 @@ echo "# nginx $(nginx -v 2>&1 | cut -d/ -f2) on core $SERVER_CORE, generator on 
 echo "# raw: mode round tool requests seconds cpu_seconds req/s cpu_us_per_request"
 RAW="$WORK/raw"
 : > "$RAW"
-for mode in keepalive pipeline close; do
+for mode in $MODES; do
   for round in $(seq "$ROUNDS"); do
     for tool in wrk tessera; do
       read -r reqs secs cpu rest < <(${tool}_run $mode)
@@ -148,11 +150,11 @@ for mode in keepalive pipeline close; do
 done
 
 echo
-python3 - "$RAW" <<'PY'
+python3 - "$RAW" $MODES <<'PY'
 import sys, statistics
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 print(f"{'mode':<10} {'wrk req/s':>11} {'tessera req/s':>14} {'ratio':>7}   {'wrk µs/req':>11} {'tessera µs/req':>15} {'ratio':>7}")
-for mode in ["keepalive", "pipeline", "close"]:
+for mode in sys.argv[2:]:
     def med(tool, col):
         return statistics.median(float(r[col]) for r in rows if r[0] == mode and r[2] == tool)
     wr, tr = med("wrk", 6), med("tessera", 6)
