@@ -66,15 +66,48 @@ fn classifies_statuses() {
 
 #[test]
 fn refuses_bad_configurations() {
+    let run = |c: &bench::Config| bench::run(c, &Default::default(), None).unwrap_err();
     let mut c = config("https://127.0.0.1/");
     c.requests_total = Some(1);
-    assert!(bench::run(&c, &Default::default(), None).is_err());
+    assert!(matches!(run(&c), bench::Error::Url { .. }));
     let mut c = config("http://127.0.0.1:1/");
     c.pipeline = 4;
     c.keepalive = false;
-    assert!(bench::run(&c, &Default::default(), None).is_err());
-    let mut c = config("http://example.invalid:1/");
-    c.unix_socket = None;
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption {
+            option: "pipeline",
+            ..
+        }
+    ));
+    let mut c = config("http://127.0.0.1:1/");
+    c.rate = Some(100.0);
+    c.pipeline = 2;
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption {
+            option: "pipeline",
+            ..
+        }
+    ));
+    let mut c = config("http://127.0.0.1:1/");
+    c.requests
+        .push(bench::RequestSpec::get("http://127.0.0.1:2/"));
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption { option: "url", .. }
+    ));
+    // 192.0.2.1 is TEST-NET-1: a literal, so nothing is resolved or contacted.
+    let mut c = config("http://192.0.2.1:1/");
     c.loopback_only = true;
-    assert!(bench::run(&c, &Default::default(), None).is_err());
+    assert!(matches!(run(&c), bench::Error::NotLoopback(_)));
+    c.loopback_only = false;
+    c.requests_total = Some(0);
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption {
+            option: "requests",
+            ..
+        }
+    ));
 }
