@@ -1,6 +1,7 @@
 //! The `tessera` binary: argument parsing, config loading and wiring of the library
 //! crates. Only this crate talks to the terminal and uses `anyhow`.
 
+mod bench;
 mod esi;
 mod logs;
 mod serve;
@@ -27,6 +28,8 @@ enum Command {
     Esi(esi::Args),
     /// Analyse access logs: Wide Finder `top` and a full `report`.
     Logs(logs::Args),
+    /// Load-test an HTTP server: closed and open models, reports, A/B comparison.
+    Bench(bench::Args),
 }
 
 fn main() {
@@ -43,6 +46,7 @@ fn main() {
         Command::Serve(args) => serve::run(args),
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");
