@@ -60,6 +60,21 @@ impl Pooled {
     }
 }
 
+/// Reports a call to the breaker when the call ends, also when it is dropped midway
+/// (the client went away): a lost half-open probe would otherwise leave the breaker
+/// refusing calls for good. A call that did not finish counts as a failure.
+struct Outcome<'a> {
+    breaker: &'a Breaker,
+    ticket: Ticket,
+    success: bool,
+}
+
+impl Drop for Outcome<'_> {
+    fn drop(&mut self) {
+        self.breaker.record(self.ticket, self.success);
+    }
+}
+
 /// One upstream's counters, for tests and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamStats {
@@ -108,14 +123,14 @@ impl Upstream {
                 upstream: self.name.clone(),
             });
         };
+        let mut outcome = Outcome {
+            breaker: &self.breaker,
+            ticket,
+            success: false,
+        };
         let result = self.send_inner(req, deadline).await;
-        let ok = matches!(&result, Ok((resp, _)) if !resp.status().is_server_error());
-        self.record(ticket, ok);
+        outcome.success = matches!(&result, Ok((resp, _)) if !resp.status().is_server_error());
         result
-    }
-
-    pub(crate) fn record(&self, ticket: Ticket, success: bool) {
-        self.breaker.record(ticket, success);
     }
 
     async fn send_inner(

@@ -124,8 +124,8 @@ impl Inner {
     }
 
     /// Fetches a fragment, or joins the identical fetch already in flight. The key is the
-    /// source, target and every header sent, so two users' personalised fragments never
-    /// share a fetch. The fetch itself ends by `deadline` (the first asker's), so a
+    /// source, target and every header sent but X-Forwarded-For, so two users'
+    /// personalised fragments (Cookie, Authorization, ...) never share a fetch. The fetch itself ends by `deadline` (the first asker's), so a
     /// never-answering server costs each page at most its own timeouts.
     pub(crate) async fn fetch(
         self: &Rc<Self>,
@@ -224,6 +224,12 @@ fn fetch_key(t: &FragmentTarget) -> String {
     };
     key.push_str(&t.path_and_query);
     for (name, value) in &t.headers {
+        // The client's address is not what a fragment varies on; keying on it would
+        // keep different clients from sharing a fetch. The shared fetch carries the
+        // first asker's X-Forwarded-For.
+        if name == "x-forwarded-for" {
+            continue;
+        }
         key.push('\n');
         key.push_str(name.as_str());
         key.push(':');

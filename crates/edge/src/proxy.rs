@@ -278,7 +278,7 @@ impl Edge {
                 }
             }
         }
-        let (mut rx, writer) = crate::page::start(
+        let (rx, writer) = crate::page::start(
             inner.clone(),
             &template,
             &esi_req,
@@ -295,18 +295,29 @@ impl Edge {
         ] {
             out_headers.remove(name);
         }
-        let (first, length) = match rx.recv().await {
-            None => (None, Some(0)),
-            Some(Err(e)) => return Err(ProxyError::Page(e)),
-            Some(Ok(b)) => (Some(b), None),
+        // From here the page belongs to a Body, whose drop stops the assembly, also when
+        // this future is dropped while waiting (the client went away).
+        let mut body = Body {
+            kind: BodyKind::Page {
+                first: None,
+                rx,
+                writer,
+            },
+            length: None,
         };
+        match body.next_chunk().await {
+            None => body.length = Some(0),
+            Some(Err(e)) => return Err(ProxyError::Page(e)),
+            Some(Ok(b)) => {
+                if let BodyKind::Page { first, .. } = &mut body.kind {
+                    *first = Some(b);
+                }
+            }
+        }
         Ok(ProxyResponse {
             status: parts.status,
             headers: out_headers,
-            body: Body {
-                kind: BodyKind::Page { first, rx, writer },
-                length,
-            },
+            body,
         })
     }
 }

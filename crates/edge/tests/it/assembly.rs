@@ -157,8 +157,14 @@ fn identical_concurrent_fetches_collapse_into_one() {
     ]);
     run(async {
         let edge = Edge::new(config(&origin)).unwrap();
-        // Two pages at once, each including the fragment twice: one fetch.
-        let (a, b) = tokio::join!(fetch_page(&edge, "/"), fetch_page(&edge, "/"));
+        // Two pages at once, from two clients, each including the fragment twice: one
+        // fetch.
+        let mut other_client = request("/", &[]);
+        other_client.client.addr = "10.0.0.8".parse().unwrap();
+        let (a, b) = tokio::join!(fetch_page(&edge, "/"), async {
+            let mut resp = edge.proxy(other_client).await.unwrap();
+            read_all(&mut resp).await.0
+        });
         assert_eq!((a.as_str(), b.as_str()), ("SS", "SS"));
         assert_eq!(origin.hits("/shared"), 1);
         assert_eq!(edge.fragment_fetches(), 1);

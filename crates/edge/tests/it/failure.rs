@@ -306,3 +306,36 @@ fn breaker_opens_after_failures_and_closes_after_a_good_probe() {
         );
     });
 }
+
+#[test]
+fn a_probe_dropped_midway_counts_as_a_failure_not_a_stuck_breaker() {
+    let hole = black_hole();
+    run(async {
+        let mut c = edge::EdgeConfig::proxy_to(&hole.to_string());
+        c.upstream[0].response_timeout = 0.05;
+        c.upstream[0].breaker_failures = 1;
+        c.upstream[0].breaker_cool_down = 0.05;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_error(&edge, "/").await.status(), 504);
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Open
+        );
+        assert_eq!(fetch_error(&edge, "/").await.status(), 503);
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        // The probe's client goes away before the upstream answers.
+        let probe = tokio::time::timeout(Duration::from_millis(10), edge.proxy(request("/", &[])));
+        assert!(probe.await.is_err());
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Open
+        );
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::HalfOpen
+        );
+        // The next probe is let through (and times out against the black hole).
+        assert_eq!(fetch_error(&edge, "/").await.status(), 504);
+    });
+}
