@@ -232,16 +232,16 @@ fn clone_request(req: &http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>>
     r
 }
 
-/// Reads a whole body by `deadline`, at most `limit` bytes, then releases the connection
-/// to the pool.
-pub(crate) async fn read_body(
+/// Reads a whole body by `deadline`, at most `limit` bytes, handing each chunk to
+/// `chunk`, then releases the connection to the pool.
+async fn read_chunks(
     mut body: Incoming,
     pooled: Pooled,
     limit: usize,
     deadline: Instant,
-) -> Result<Bytes, UpstreamError> {
+    mut chunk: impl FnMut(Bytes),
+) -> Result<(), UpstreamError> {
     let name = pooled.upstream.name.clone();
-    let mut parts: Vec<Bytes> = Vec::new();
     let mut len = 0;
     loop {
         match timeout_at(deadline, body.frame()).await {
@@ -259,17 +259,43 @@ pub(crate) async fn read_body(
                     if len > limit {
                         return Err(UpstreamError::TooLarge { upstream: name });
                     }
-                    parts.push(data);
+                    chunk(data);
                 }
             }
         }
     }
     pooled.release();
+    Ok(())
+}
+
+/// A whole body as bytes (see [`read_chunks`]).
+pub(crate) async fn read_bytes(
+    body: Incoming,
+    pooled: Pooled,
+    limit: usize,
+    deadline: Instant,
+) -> Result<Bytes, UpstreamError> {
+    let mut parts: Vec<Bytes> = Vec::new();
+    read_chunks(body, pooled, limit, deadline, |b| parts.push(b)).await?;
     Ok(match parts.len() {
         0 => Bytes::new(),
         1 => parts.pop().unwrap_or_default(),
         _ => Bytes::from(parts.concat()),
     })
+}
+
+/// A whole body compiled as ESI while it arrives (see [`read_chunks`]): each chunk goes
+/// to the compiler as it comes (tags may straddle chunks; text stays zero-copy slices of
+/// the chunks), so the body is never copied into one buffer.
+pub(crate) async fn read_template(
+    body: Incoming,
+    pooled: Pooled,
+    limit: usize,
+    deadline: Instant,
+) -> Result<esi::Template, UpstreamError> {
+    let mut compiler = esi::Compiler::new(&esi::Options::default());
+    read_chunks(body, pooled, limit, deadline, |b| compiler.feed(b)).await?;
+    Ok(compiler.finish())
 }
 
 /// A response body passed through as it arrives; the connection goes back to the pool

@@ -60,8 +60,9 @@ pub struct RouteConfig {
     pub prefix: String,
     /// Upstream (by name) requests are proxied to. Exactly one of `upstream` and `root`.
     pub upstream: Option<String>,
-    /// Directory files are served from (pages are the server's job; the proxy reads
-    /// fragments from it). Exactly one of `upstream` and `root`.
+    /// Directory files are served from: the file for `/a/b` is `root/a/b` (the whole
+    /// path, like nginx `root`). Pages are the server's job; the proxy reads fragments
+    /// from it. Exactly one of `upstream` and `root`.
     pub root: Option<PathBuf>,
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,

@@ -11,7 +11,7 @@ use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::{read_body, Upstream};
+use crate::client::{read_bytes, read_template, Upstream};
 use crate::config::EsiMode;
 use crate::headers;
 use crate::proxy::{Inner, Target};
@@ -33,6 +33,7 @@ enum Source {
 
 /// A fetched fragment, shared by every include that asked for it.
 pub(crate) struct Fetched {
+    /// The body, when not ESI.
     pub(crate) body: Bytes,
     /// Compiled when the fragment is ESI itself.
     pub(crate) template: Option<Arc<esi::Template>>,
@@ -188,14 +189,21 @@ impl Inner {
             .map_err(FetchFailed::Upstream)?;
         let status = resp.status();
         let esi = is_esi(target.esi, resp.headers(), &self.config.esi.device_token);
-        let (_, body) = resp.into_parts();
-        let body = read_body(body, pooled, limit, deadline)
-            .await
-            .map_err(FetchFailed::Upstream)?;
         if !status.is_success() {
+            // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
-        let template = esi.then(|| Arc::new(esi::Template::parse(body.clone())));
+        let (_, body) = resp.into_parts();
+        let (body, template) = if esi {
+            let t = read_template(body, pooled, limit, deadline).await;
+            (
+                Bytes::new(),
+                Some(Arc::new(t.map_err(FetchFailed::Upstream)?)),
+            )
+        } else {
+            let b = read_bytes(body, pooled, limit, deadline).await;
+            (b.map_err(FetchFailed::Upstream)?, None)
+        };
         Ok(Arc::new(Fetched { body, template }))
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::client::{read_body, PassBody, Upstream, UpstreamStats};
+use crate::client::{read_template, PassBody, Upstream, UpstreamStats};
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError, ProxyError};
 use crate::fetch::{is_esi, normalise_authority, FetchResult};
@@ -251,14 +251,13 @@ impl Edge {
 
         // An ESI page: read and compile it, start every include, answer when the first
         // bytes are ready.
-        let page = read_body(
+        let template = read_template(
             body,
             pooled,
             inner.config.esi.max_fragment_size,
             Instant::now() + upstream.response_timeout,
         )
         .await?;
-        let template = esi::Template::parse(page);
         let authority = req
             .headers
             .get(header::HOST)

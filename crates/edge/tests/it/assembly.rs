@@ -297,3 +297,35 @@ fn http_1_0_clients_can_have_the_page_buffered() {
         assert_eq!(&whole[..], b"<p>fragment</p>");
     });
 }
+
+#[test]
+fn includes_under_a_static_root_are_read_from_files() {
+    let root = std::env::temp_dir().join(format!("edge-static-{}", std::process::id()));
+    // Like nginx `root`: the file is the root plus the whole path.
+    std::fs::create_dir_all(root.join("static/frag")).unwrap();
+    std::fs::write(
+        root.join("static/frag/footer.html"),
+        "<footer>static</footer>",
+    )
+    .unwrap();
+    let origin = Origin::start(&[(
+        "/",
+        page(
+            r#"<esi:include src="/static/frag/footer.html"/>|<esi:include src="/static/frag/%2e%2e/%2e%2e/etc/passwd" onerror="continue"/>|"#,
+        ),
+    )]);
+    run(async {
+        let mut c = config(&origin);
+        c.route.push(edge::RouteConfig {
+            prefix: "/static/".into(),
+            root: Some(root.clone()),
+            ..edge::RouteConfig::default()
+        });
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "<footer>static</footer>||");
+        // Static paths are the server's to serve as pages.
+        let e = edge.proxy(request("/static/frag/footer.html", &[])).await;
+        assert!(matches!(e, Err(edge::ProxyError::StaticRoute { .. })));
+    });
+    std::fs::remove_dir_all(&root).unwrap();
+}
