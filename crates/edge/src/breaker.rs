@@ -21,6 +21,8 @@ pub enum BreakerState {
 
 #[derive(Debug)]
 pub(crate) struct Breaker {
+    /// The upstream's name, for the log line when it opens.
+    name: String,
     threshold: u32,
     cool_down: Duration,
     failures: Cell<u32>,
@@ -35,8 +37,9 @@ pub(crate) struct Ticket {
 }
 
 impl Breaker {
-    pub(crate) fn new(threshold: u32, cool_down: Duration) -> Breaker {
+    pub(crate) fn new(name: &str, threshold: u32, cool_down: Duration) -> Breaker {
         Breaker {
+            name: name.to_string(),
             threshold,
             cool_down,
             failures: Cell::new(0),
@@ -80,7 +83,7 @@ impl Breaker {
         self.failures.set(failures);
         if self.threshold > 0 && (ticket.probe || failures >= self.threshold) {
             if self.open_until.get().is_none() || ticket.probe {
-                tracing::warn!(failures, "upstream circuit breaker opens");
+                tracing::warn!(upstream = %self.name, failures, "circuit breaker opens");
             }
             self.open_until.set(Some(Instant::now() + self.cool_down));
         }
@@ -93,7 +96,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn opens_after_threshold_and_probes_after_cool_down() {
-        let b = Breaker::new(3, Duration::from_secs(10));
+        let b = Breaker::new("app", 3, Duration::from_secs(10));
         for _ in 0..2 {
             let t = b.try_call().unwrap();
             b.record(t, false);

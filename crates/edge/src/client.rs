@@ -8,18 +8,22 @@
 //! spawned, with `tokio::spawn`, which on a current-thread runtime runs on this thread.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{timeout_at, Instant};
+use tokio::time::{timeout_at, Instant, Sleep};
 
 use crate::breaker::{Breaker, BreakerState, Ticket};
 use crate::config::{secs, UpstreamConfig};
@@ -97,7 +101,7 @@ impl Upstream {
             permits: Arc::new(Semaphore::new(c.max_connections)),
             idle: RefCell::new(Vec::new()),
             max_idle: c.max_idle,
-            breaker: Breaker::new(c.breaker_failures, secs(c.breaker_cool_down)),
+            breaker: Breaker::new(&c.name, c.breaker_failures, secs(c.breaker_cool_down)),
             opened: Cell::new(0),
         }
     }
@@ -304,6 +308,8 @@ pub(crate) struct PassBody {
     body: Incoming,
     pooled: Option<Pooled>,
     idle_timeout: Duration,
+    /// Reset whenever a frame arrives: the longest silence allowed inside the body.
+    idle: Pin<Box<Sleep>>,
 }
 
 impl PassBody {
@@ -313,37 +319,48 @@ impl PassBody {
             body,
             pooled: Some(pooled),
             idle_timeout,
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
         }
     }
 
-    pub(crate) async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
-        let pooled = self.pooled.as_ref()?;
-        let name = || pooled.upstream.name.clone();
+    pub(crate) fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+        let Some(pooled) = self.pooled.as_ref() else {
+            return Poll::Ready(None);
+        };
+        let name = pooled.upstream.name.clone();
         loop {
-            match tokio::time::timeout(self.idle_timeout, self.body.frame()).await {
-                Err(_) => {
-                    let e = UpstreamError::ResponseTimeout { upstream: name() };
-                    self.pooled = None;
-                    return Some(Err(e));
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => {
+                    if self.idle.as_mut().poll(cx).is_ready() {
+                        self.pooled = None;
+                        return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
+                            upstream: name,
+                        })));
+                    }
+                    return Poll::Pending;
                 }
-                Ok(None) => {
+                Poll::Ready(None) => {
                     if let Some(p) = self.pooled.take() {
                         p.release();
                     }
-                    return None;
+                    return Poll::Ready(None);
                 }
-                Ok(Some(Err(e))) => {
-                    let e = UpstreamError::Protocol {
-                        upstream: name(),
-                        message: e.to_string(),
-                    };
+                Poll::Ready(Some(Err(e))) => {
                     self.pooled = None;
-                    return Some(Err(e));
+                    return Poll::Ready(Some(Err(UpstreamError::Protocol {
+                        upstream: name,
+                        message: e.to_string(),
+                    })));
                 }
-                Ok(Some(Ok(frame))) => {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let deadline = Instant::now() + self.idle_timeout;
+                    self.idle.as_mut().reset(deadline);
                     if let Ok(data) = frame.into_data() {
                         if !data.is_empty() {
-                            return Some(Ok(data));
+                            return Poll::Ready(Some(Ok(data)));
                         }
                     }
                 }

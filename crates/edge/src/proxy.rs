@@ -4,7 +4,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
@@ -114,11 +116,17 @@ impl Body {
     /// the connection without ending the body properly (no final chunk), so no cache
     /// downstream stores a truncated page.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, PageError>> {
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+    }
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, PageError>>> {
         match &mut self.kind {
-            BodyKind::Pass(p) => p.next().await.map(|r| r.map_err(PageError::from)),
+            BodyKind::Pass(p) => p
+                .poll_next(cx)
+                .map(|r| r.map(|r| r.map_err(PageError::from))),
             BodyKind::Page { first, rx, .. } => match first.take() {
-                Some(b) => Some(Ok(b)),
-                None => rx.recv().await,
+                Some(b) => Poll::Ready(Some(Ok(b))),
+                None => rx.poll_recv(cx),
             },
         }
     }
@@ -131,6 +139,15 @@ impl Body {
             parts.push(chunk?);
         }
         Ok(Bytes::from(parts.concat()))
+    }
+}
+
+/// The same chunks as [`Body::next_chunk`], for code that composes streams.
+impl futures_core::Stream for Body {
+    type Item = Result<Bytes, PageError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_chunk(cx)
     }
 }
 

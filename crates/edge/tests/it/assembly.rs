@@ -329,3 +329,52 @@ fn includes_under_a_static_root_are_read_from_files() {
     });
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn chunked_bodies_stream_through_and_esi_tags_may_straddle_chunks() {
+    let origin = Origin::start(&[
+        (
+            "/stream",
+            Reply::Chunked {
+                parts: vec!["first ".into(), "second".into()],
+                gap: Duration::from_millis(150),
+                esi: false,
+            },
+        ),
+        (
+            "/",
+            Reply::Chunked {
+                parts: vec!["<p><esi:inc".into(), "lude src=\"/f\"/></p>".into()],
+                gap: Duration::from_millis(10),
+                esi: true,
+            },
+        ),
+        ("/f", frag("f", 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        let start = Instant::now();
+        let mut resp = edge.proxy(request("/stream", &[])).await.unwrap();
+        assert_eq!(
+            resp.body.content_length(),
+            None,
+            "chunked upstream: no length"
+        );
+        // Read through the Stream trait this time.
+        async fn next(body: &mut edge::Body) -> Option<Vec<u8>> {
+            let mut body = std::pin::Pin::new(body);
+            std::future::poll_fn(|cx| futures_core::Stream::poll_next(body.as_mut(), cx))
+                .await
+                .map(|chunk| chunk.unwrap().to_vec())
+        }
+        assert_eq!(next(&mut resp.body).await.unwrap(), b"first ");
+        let first = start.elapsed();
+        assert_eq!(next(&mut resp.body).await.unwrap(), b"second");
+        assert!(next(&mut resp.body).await.is_none());
+        assert!(
+            first < Duration::from_millis(120),
+            "first chunk after {first:?}"
+        );
+        assert_eq!(fetch_page(&edge, "/").await, "<p>f</p>");
+    });
+}

@@ -198,3 +198,29 @@ fn config_parses_from_toml_with_defaults_and_rejects_unknown_keys() {
     let bad: edge::EdgeConfig = toml::from_str("[[route]]\nupstream = \"nope\"").unwrap();
     assert!(Edge::new(bad).is_err());
 }
+
+#[test]
+fn request_bodies_are_forwarded() {
+    let origin = Origin::start(&[("/form", frag("thanks", 0))]);
+    run(async {
+        let edge = Edge::new(crate::config(&origin)).unwrap();
+        let mut req = request(
+            "/form",
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("content-length", "7"),
+            ],
+        );
+        req.method = http::Method::POST;
+        req.body = bytes::Bytes::from_static(b"a=1&b=2");
+        let mut resp = edge.proxy(req).await.unwrap();
+        assert_eq!(read_all(&mut resp).await.0, "thanks");
+        let seen = origin.seen().pop().unwrap();
+        assert_eq!(seen.body, b"a=1&b=2");
+        assert_eq!(seen.header("content-length"), Some("7"));
+        assert_eq!(
+            seen.header("content-type"),
+            Some("application/x-www-form-urlencoded")
+        );
+    });
+}

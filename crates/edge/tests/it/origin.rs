@@ -21,6 +21,12 @@ pub enum Reply {
         esi: bool,
         headers: Vec<(String, String)>,
     },
+    /// Answers 200 with a chunked body, the parts `gap` apart.
+    Chunked {
+        parts: Vec<String>,
+        gap: Duration,
+        esi: bool,
+    },
     /// Reads the request, then closes the connection without answering.
     Reset,
     /// Reads the request and never answers (the connection stays open).
@@ -62,6 +68,7 @@ pub fn status(code: u16, delay_ms: u64) -> Reply {
 pub struct Seen {
     pub path: String,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl Seen {
@@ -178,6 +185,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
+        let body = buf[head_end..head_end + body_len].to_vec();
         buf.drain(..head_end + body_len);
         let path = target.split('?').next().unwrap_or("/").to_string();
         let reply = {
@@ -185,6 +193,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             s.seen.push(Seen {
                 path: path.clone(),
                 headers,
+                body,
             });
             s.replies.get(&path).cloned()
         };
@@ -195,6 +204,28 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                     .await;
             }
             Some(Reply::Reset) => return,
+            Some(Reply::Chunked { parts, gap, esi }) => {
+                let mut head = String::from("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n");
+                if esi {
+                    head.push_str("surrogate-control: content=\"ESI/1.0\"\r\n");
+                }
+                head.push_str("\r\n");
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(gap).await;
+                    }
+                    let chunk = format!("{:x}\r\n{part}\r\n", part.len());
+                    if stream.write_all(chunk.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                if stream.write_all(b"0\r\n\r\n").await.is_err() {
+                    return;
+                }
+            }
             Some(Reply::Hang) => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 return;
