@@ -378,3 +378,27 @@ fn chunked_bodies_stream_through_and_esi_tags_may_straddle_chunks() {
         assert_eq!(fetch_page(&edge, "/").await, "<p>f</p>");
     });
 }
+
+#[test]
+fn max_concurrency_bounds_one_page_fetches() {
+    let includes: String = (0..4)
+        .map(|i| format!(r#"<esi:include src="/c{i}"/>"#))
+        .collect();
+    let origin = Origin::start(&[
+        ("/", page(&includes)),
+        ("/c0", frag("0", 40)),
+        ("/c1", frag("1", 40)),
+        ("/c2", frag("2", 40)),
+        ("/c3", frag("3", 40)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.esi.max_concurrency = 1;
+        let edge = Edge::new(c).unwrap();
+        let start = Instant::now();
+        assert_eq!(fetch_page(&edge, "/").await, "0123");
+        let took = start.elapsed();
+        // One at a time: four rounds of 40 ms.
+        assert!(took >= Duration::from_millis(160), "took {took:?}");
+    });
+}

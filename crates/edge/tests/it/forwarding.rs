@@ -224,3 +224,30 @@ fn request_bodies_are_forwarded() {
         );
     });
 }
+
+#[test]
+fn route_esi_mode_html_and_off() {
+    let origin = Origin::start(&[
+        // text/html without Surrogate-Control.
+        ("/html/p", frag(r#"<esi:include src="/f"/>"#, 0)),
+        ("/off/p", page(r#"<esi:include src="/f"/>"#)),
+        ("/f", frag("f", 0)),
+    ]);
+    run(async {
+        let mut c = crate::config(&origin);
+        for (prefix, esi) in [("/html", edge::EsiMode::Html), ("/off", edge::EsiMode::Off)] {
+            c.route.push(edge::RouteConfig {
+                prefix: prefix.into(),
+                upstream: Some("origin".into()),
+                esi,
+                ..edge::RouteConfig::default()
+            });
+        }
+        let edge = Edge::new(c).unwrap();
+        let mut resp = edge.proxy(request("/html/p", &[])).await.unwrap();
+        assert_eq!(read_all(&mut resp).await.0, "f");
+        let mut resp = edge.proxy(request("/off/p", &[])).await.unwrap();
+        assert!(resp.headers.get("surrogate-control").is_none());
+        assert_eq!(read_all(&mut resp).await.0, r#"<esi:include src="/f"/>"#);
+    });
+}
