@@ -206,6 +206,26 @@ impl EdgeConfig {
         }
     }
 
+    /// [`proxy_to`](EdgeConfig::proxy_to) from the URL given to `tessera serve --proxy`:
+    /// `http://host[:port]` (port 80 by default), with or without a trailing `/`.
+    pub fn proxy_to_url(url: &str) -> Result<EdgeConfig, ConfigError> {
+        let bad = || ConfigError::Invalid(format!("--proxy wants http://host[:port], not {url:?}"));
+        let uri: http::Uri = url.parse().map_err(|_| bad())?;
+        let path_ok = uri.path_and_query().map_or(true, |p| p.as_str() == "/");
+        if uri.scheme_str() != Some("http") || !path_ok {
+            return Err(bad());
+        }
+        let authority = uri.authority().ok_or_else(bad)?;
+        if authority.as_str().contains('@') {
+            return Err(bad());
+        }
+        let port = authority.port_u16().unwrap_or(80);
+        Ok(EdgeConfig::proxy_to(&format!(
+            "{}:{port}",
+            authority.host()
+        )))
+    }
+
     /// Checks references and values; the proxy refuses to start on a bad config.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |msg: String| Err(ConfigError::Invalid(msg));
@@ -271,4 +291,31 @@ impl EdgeConfig {
 
 pub(crate) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_url_becomes_one_upstream_for_every_path() {
+        let c = EdgeConfig::proxy_to_url("http://127.0.0.1:9000").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["127.0.0.1:9000"]);
+        assert_eq!(c.route[0].prefix, "/");
+        assert_eq!(c.route[0].upstream.as_deref(), Some("origin"));
+        c.validate().unwrap();
+        let c = EdgeConfig::proxy_to_url("http://origin.internal/").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["origin.internal:80"]);
+        let c = EdgeConfig::proxy_to_url("http://[::1]:8000").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["[::1]:8000"]);
+        for bad in [
+            "https://x",
+            "127.0.0.1:9000",
+            "http://x/app",
+            "http://u@x",
+            "http://",
+        ] {
+            assert!(EdgeConfig::proxy_to_url(bad).is_err(), "{bad}");
+        }
+    }
 }

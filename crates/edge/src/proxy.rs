@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
 use http::{Method, StatusCode};
+use http_body::Body as _;
 use http_body_util::Full;
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
@@ -238,6 +239,14 @@ impl Edge {
             .parse()
             .map_err(|_| ProxyError::BadRequest("unparsable request target".into()))?;
         *up.headers_mut() = forwarded.clone();
+        // The body is whole: its length is known, whatever framing the client used.
+        let up_headers = up.headers_mut();
+        up_headers.remove(header::CONTENT_LENGTH);
+        let body_len = up.body().size_hint().exact().unwrap_or(0);
+        if body_len > 0 || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
+            up.headers_mut()
+                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(body_len));
+        }
         let deadline = Instant::now() + upstream.response_timeout;
         let (resp, pooled) = upstream.send(up, deadline).await?;
         let (parts, body) = resp.into_parts();

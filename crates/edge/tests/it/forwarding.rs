@@ -222,6 +222,16 @@ fn request_bodies_are_forwarded() {
             seen.header("content-type"),
             Some("application/x-www-form-urlencoded")
         );
+        // A body the client sent chunked (the server decoded it) goes with its length.
+        let mut req = request("/form", &[("transfer-encoding", "chunked")]);
+        req.method = http::Method::PUT;
+        req.body = bytes::Bytes::from_static(b"xyz");
+        let mut resp = edge.proxy(req).await.unwrap();
+        assert_eq!(read_all(&mut resp).await.0, "thanks");
+        let seen = origin.seen().pop().unwrap();
+        assert_eq!(seen.body, b"xyz");
+        assert_eq!(seen.header("content-length"), Some("3"));
+        assert_eq!(seen.header("transfer-encoding"), None);
     });
 }
 
