@@ -27,6 +27,43 @@
 //! an HTTP/1.0 client gets it buffered ([`Body::collect`]) or close-delimited. Fragment
 //! fetches and page writers are spawned with `tokio::task::spawn_local`, so `proxy`
 //! must run inside a `LocalSet`.
+//!
+//! ```no_run
+//! use edge::{ClientInfo, Edge, EdgeConfig, ProxyRequest};
+//!
+//! # async fn serve_one() -> Result<(), Box<dyn std::error::Error>> {
+//! let edge = Edge::new(EdgeConfig::proxy_to_url("http://127.0.0.1:9000")?)?;
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("host", "shop.example".parse()?);
+//! let request = ProxyRequest {
+//!     method: http::Method::GET,
+//!     target: "/home".into(),
+//!     headers,
+//!     body: bytes::Bytes::new(),
+//!     client: ClientInfo {
+//!         addr: "192.0.2.7".parse()?,
+//!         scheme: "http",
+//!         version: http::Version::HTTP_11,
+//!     },
+//! };
+//! match edge.proxy(request).await {
+//!     Err(e) => { let _status = e.status(); /* answer it */ }
+//!     Ok(mut response) => {
+//!         // write response.status and response.headers, chunked unless
+//!         // response.body.content_length() is known, then:
+//!         while let Some(chunk) = response.body.next_chunk().await {
+//!             match chunk {
+//!                 Ok(bytes) => { /* write bytes */ }
+//!                 Err(_) => { /* close the connection: no final chunk */ break }
+//!             }
+//!         }
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! tokio::task::LocalSet::new().block_on(&runtime, serve_one()).unwrap();
+//! ```
 
 mod breaker;
 mod client;
