@@ -152,7 +152,8 @@ impl Upstream {
             .expect("the pool's semaphore is never closed");
         let idempotent = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
         // A pooled connection may have been closed by the origin a moment ago; an
-        // idempotent request that fails on one is retried once on a new connection.
+        // idempotent request that fails on one is retried on the next pooled connection,
+        // or a new one (RFC 9110 9.2.2 allows retrying idempotent requests).
         loop {
             let (mut sender, reused) = match self.take_idle() {
                 Some(s) => (s, true),
@@ -192,24 +193,35 @@ impl Upstream {
         None
     }
 
+    /// Opens a connection to the next address in turn; when that one refuses, the
+    /// following ones are tried, all within one connect timeout.
     async fn connect(&self, deadline: Instant) -> Result<Sender, UpstreamError> {
-        let i = self.next_address.get();
-        self.next_address.set(i.wrapping_add(1));
-        let address = &self.addresses[i % self.addresses.len()];
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
         let failed = |message: String| UpstreamError::Connect {
             upstream: self.name.clone(),
             message,
         };
-        let stream = match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await
-        {
-            Err(_) => {
-                return Err(UpstreamError::ConnectTimeout {
-                    upstream: self.name.clone(),
-                })
+        let mut last_error = None;
+        let mut stream = None;
+        for _ in 0..self.addresses.len() {
+            let i = self.next_address.get();
+            self.next_address.set(i.wrapping_add(1));
+            let address = &self.addresses[i % self.addresses.len()];
+            match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await {
+                Err(_) => {
+                    return Err(UpstreamError::ConnectTimeout {
+                        upstream: self.name.clone(),
+                    })
+                }
+                Ok(Err(e)) => last_error = Some(failed(format!("{address}: {e}"))),
+                Ok(Ok(s)) => {
+                    stream = Some(s);
+                    break;
+                }
             }
-            Ok(Err(e)) => return Err(failed(format!("{address}: {e}"))),
-            Ok(Ok(s)) => s,
+        }
+        let Some(stream) = stream else {
+            return Err(last_error.unwrap_or_else(|| failed("no addresses".into())));
         };
         let _ = stream.set_nodelay(true);
         let (sender, conn) = http1::handshake(TokioIo::new(stream))

@@ -28,8 +28,9 @@ pub struct EdgeConfig {
 pub struct UpstreamConfig {
     /// Name routes refer to. Default `"origin"`.
     pub name: String,
-    /// `host:port` addresses, used in turn (round robin). Default `["127.0.0.1:9000"]`.
-    /// Names are resolved when a connection is opened.
+    /// `host:port` addresses, used in turn (round robin); one that refuses a connection
+    /// is skipped for the next. Default `["127.0.0.1:9000"]`. Names are resolved when a
+    /// connection is opened.
     pub addresses: Vec<String>,
     /// Seconds to open a TCP connection. Default 1: a loopback or LAN origin that does not
     /// accept within a second is down, and a page should not wait longer on it.

@@ -339,3 +339,21 @@ fn a_probe_dropped_midway_counts_as_a_failure_not_a_stuck_breaker() {
         assert_eq!(fetch_error(&edge, "/").await.status(), 504);
     });
 }
+
+#[test]
+fn a_refusing_address_is_skipped_for_the_next_one() {
+    let origin = Origin::start(&[("/", page("up"))]);
+    run(async {
+        let mut c = config(&origin);
+        c.upstream[0].addresses = vec![closed_port().to_string(), origin.addr.to_string()];
+        c.upstream[0].max_idle = 0;
+        let edge = Edge::new(c).unwrap();
+        for _ in 0..4 {
+            assert_eq!(fetch_page(&edge, "/").await, "up");
+        }
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Closed
+        );
+    });
+}
