@@ -1,0 +1,298 @@
+//! Fragment fetches: where an include URL may go (the allow-list), what it carries, and
+//! one fetch shared by every identical request in flight on this worker.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
+use http_body_util::Full;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::{read_bytes, read_template, Upstream};
+use crate::config::EsiMode;
+use crate::headers;
+use crate::proxy::{Inner, Target};
+
+/// Where one fragment comes from, decided before anything is sent.
+pub(crate) struct FragmentTarget {
+    source: Source,
+    /// Path and query, sent as the request target.
+    path_and_query: String,
+    /// The request headers for it.
+    headers: HeaderMap,
+    esi: EsiMode,
+}
+
+enum Source {
+    Upstream(Rc<Upstream>),
+    Static(PathBuf),
+}
+
+/// A fetched fragment, shared by every include that asked for it.
+pub(crate) struct Fetched {
+    /// The body, when not ESI.
+    pub(crate) body: Bytes,
+    /// Compiled when the fragment is ESI itself.
+    pub(crate) template: Option<Arc<esi::Template>>,
+}
+
+pub(crate) type FetchResult = Result<Arc<Fetched>, FetchFailed>;
+
+/// Why a fragment could not be had (logged; the include's failure policy applies).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum FetchFailed {
+    #[error(transparent)]
+    Upstream(crate::UpstreamError),
+    #[error("fragment answered {0}")]
+    Status(u16),
+    #[error("static fragment {0}")]
+    Static(String),
+    /// The shared fetch went away without a result.
+    #[error("fragment fetch abandoned")]
+    Abandoned,
+}
+
+/// A request's authority, lower-cased, without the default port.
+pub(crate) fn normalise_authority(authority: &str) -> String {
+    let a = authority.to_ascii_lowercase();
+    match a.strip_suffix(":80") {
+        Some(host) => host.to_string(),
+        None => a,
+    }
+}
+
+impl Inner {
+    /// Decides whether `url` (absolute, resolved by the esi crate) may be fetched for a
+    /// page on `page_authority`, and how. `None` refuses it: not `http`, or a host that is
+    /// neither the page's own nor on the `[[esi.fragment_host]]` allow-list.
+    pub(crate) fn fragment_target(
+        &self,
+        url: &str,
+        page_authority: &str,
+        page_headers: &HeaderMap,
+    ) -> Option<FragmentTarget> {
+        let uri: http::Uri = url.parse().ok()?;
+        if uri.scheme_str() != Some("http") {
+            return None;
+        }
+        let authority = normalise_authority(uri.authority()?.as_str());
+        if authority.contains('@') {
+            return None;
+        }
+        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let (source, credentials, esi) = if authority == page_authority {
+            match self.route(uri.path())? {
+                Target::Upstream(u, esi) => (Source::Upstream(u.clone()), true, esi),
+                Target::Static(root) => (
+                    Source::Static(static_path(root, uri.path())?),
+                    true,
+                    EsiMode::Off,
+                ),
+            }
+        } else {
+            let allowed = self
+                .config
+                .esi
+                .fragment_host
+                .iter()
+                .find(|h| normalise_authority(&h.host) == authority)?;
+            let upstream = self.upstreams.get(&allowed.upstream)?.clone();
+            (
+                Source::Upstream(upstream),
+                allowed.credentials,
+                EsiMode::Auto,
+            )
+        };
+        let headers = headers::fragment_request(page_headers, &authority, credentials);
+        Some(FragmentTarget {
+            source,
+            path_and_query,
+            headers,
+            esi,
+        })
+    }
+
+    /// Whether the target's upstream is refusing calls (open breaker), so the include
+    /// can fail at once.
+    pub(crate) fn refused_now(&self, target: &FragmentTarget) -> bool {
+        match &target.source {
+            Source::Upstream(u) => u.stats().breaker == crate::BreakerState::Open,
+            Source::Static(_) => false,
+        }
+    }
+
+    /// Fetches a fragment, or joins the identical fetch already in flight. The key is the
+    /// source, target and every header sent but X-Forwarded-For, so two users'
+    /// personalised fragments (Cookie, Authorization, ...) never share a fetch. The fetch itself ends by `deadline` (the first asker's), so a
+    /// never-answering server costs each page at most its own timeouts.
+    pub(crate) async fn fetch(
+        self: &Rc<Self>,
+        target: FragmentTarget,
+        deadline: Instant,
+    ) -> FetchResult {
+        let key = fetch_key(&target);
+        let existing = self.inflight.borrow().get(&key).cloned();
+        let mut rx = match existing {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = watch::channel(None);
+                self.inflight.borrow_mut().insert(key.clone(), rx.clone());
+                self.fetches.set(self.fetches.get() + 1);
+                let inner = self.clone();
+                tokio::task::spawn_local(async move {
+                    let result = inner.fetch_now(target, deadline).await;
+                    inner.inflight.borrow_mut().remove(&key);
+                    let _ = tx.send(Some(result));
+                });
+                rx
+            }
+        };
+        let result = match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or(Err(FetchFailed::Abandoned)),
+            Err(_) => Err(FetchFailed::Abandoned),
+        };
+        result
+    }
+
+    async fn fetch_now(&self, target: FragmentTarget, deadline: Instant) -> FetchResult {
+        let limit = self.config.esi.max_fragment_size;
+        let upstream = match target.source {
+            Source::Static(path) => {
+                let body = tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| FetchFailed::Static(format!("{}: {e}", path.display())))?;
+                if body.len() > limit {
+                    return Err(FetchFailed::Static(format!(
+                        "{}: too large",
+                        path.display()
+                    )));
+                }
+                return Ok(Arc::new(Fetched {
+                    body: Bytes::from(body),
+                    template: None,
+                }));
+            }
+            Source::Upstream(u) => u,
+        };
+        let mut req = http::Request::new(Full::new(Bytes::new()));
+        *req.uri_mut() = target
+            .path_and_query
+            .parse()
+            .map_err(|_| FetchFailed::Status(400))?;
+        *req.headers_mut() = target.headers;
+        let (resp, pooled) = upstream
+            .send(req, deadline)
+            .await
+            .map_err(FetchFailed::Upstream)?;
+        let status = resp.status();
+        let esi = is_esi(target.esi, resp.headers(), &self.config.esi.device_token);
+        if !status.is_success() {
+            // The connection is not worth keeping for an error page's body.
+            return Err(FetchFailed::Status(status.as_u16()));
+        }
+        let (_, body) = resp.into_parts();
+        let (body, template) = if esi {
+            let t = read_template(body, pooled, limit, deadline).await;
+            (
+                Bytes::new(),
+                Some(Arc::new(t.map_err(FetchFailed::Upstream)?)),
+            )
+        } else {
+            let b = read_bytes(body, pooled, limit, deadline).await;
+            (b.map_err(FetchFailed::Upstream)?, None)
+        };
+        Ok(Arc::new(Fetched { body, template }))
+    }
+}
+
+/// Whether a response is to be processed as ESI, per the route's mode. A compressed
+/// body is never: the proxy asked for identity and cannot read anything else.
+pub(crate) fn is_esi(mode: EsiMode, headers: &HeaderMap, token: &str) -> bool {
+    let identity = headers
+        .get(CONTENT_ENCODING)
+        .map_or(true, |v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    identity
+        && match mode {
+            EsiMode::Off => false,
+            EsiMode::Auto => headers::surrogate_esi(headers, token),
+            EsiMode::Html => headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/html")),
+        }
+}
+
+fn fetch_key(t: &FragmentTarget) -> String {
+    let mut key = match &t.source {
+        Source::Upstream(u) => format!("{}\n", u.name),
+        Source::Static(p) => format!("{}\n", p.display()),
+    };
+    key.push_str(&t.path_and_query);
+    for (name, value) in &t.headers {
+        // The client's address is not what a fragment varies on; keying on it would
+        // keep different clients from sharing a fetch. The shared fetch carries the
+        // first asker's X-Forwarded-For.
+        if name == "x-forwarded-for" {
+            continue;
+        }
+        key.push('\n');
+        key.push_str(name.as_str());
+        key.push(':');
+        key.push_str(&String::from_utf8_lossy(value.as_bytes()));
+    }
+    key
+}
+
+/// The file under `root` for a URL path: percent-decoded, and refused when a segment is
+/// `.` or `..`, empty inside the path, or holds a NUL or backslash, so it cannot leave the
+/// root by name.
+fn static_path(root: &Path, url_path: &str) -> Option<PathBuf> {
+    let decoded = percent_decode(url_path)?;
+    let mut path = root.to_path_buf();
+    let rel = decoded.strip_prefix('/')?;
+    for seg in rel.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." || seg.contains(['\0', '\\']) {
+            return None;
+        }
+        path.push(seg);
+    }
+    Some(path)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_paths_stay_under_the_root() {
+        let root = Path::new("/srv/frag");
+        assert_eq!(
+            static_path(root, "/a/b%20c.html"),
+            Some(PathBuf::from("/srv/frag/a/b c.html"))
+        );
+        assert_eq!(static_path(root, "/a/%2e%2e/%2e%2e/etc/passwd"), None);
+        assert_eq!(static_path(root, "/a//b"), None);
+        assert_eq!(static_path(root, "/a/..%5cx"), None);
+        assert_eq!(static_path(root, "/a%00"), None);
+    }
+}

@@ -1,0 +1,84 @@
+//! The ESI proxy engine: an upstream HTTP/1.1 client with pooled keep-alive connections,
+//! parallel fragment assembly streamed in document order, the include failure policy and
+//! a circuit breaker per upstream.
+//!
+//! **What it is for.** Sitting between tessera's server and the origins: [`Edge::proxy`]
+//! forwards a request to the upstream its route names (RFC 9110 forwarding: hop-by-hop
+//! fields removed, X-Forwarded-For/Proto and Via added, `Surrogate-Capability:
+//! tessera="ESI/1.0"` announced) and answers with the response passed through, or, when
+//! the response is ESI (`Surrogate-Control: content="ESI/1.0"`), with the page assembled
+//! from its fragments. Every include is requested as soon as it is known, nested ones
+//! too; the page streams out in order, the ready prefix before a slow fragment; identical
+//! concurrent fragment fetches are made once. Includes may only reach the page's own
+//! origin and the hosts of `[[esi.fragment_host]]`, with Cookie and Authorization only
+//! where trusted. docs/esi.md ("The ESI proxy") describes the configuration and the
+//! failure policy.
+//!
+//! **What it is not for.** Accepting client connections, framing responses, static files
+//! (the `server` crate), parsing ESI (the `esi` crate), caching (not yet).
+//!
+//! **How it fits.** Each server worker is one thread with a tokio current-thread runtime
+//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and, for a
+//! request whose [`Edge::route`] is an upstream, awaits [`Edge::proxy`] and writes the
+//! [`ProxyResponse`]: the head, then [`Body::next_chunk`] until `None`. A chunk `Err`
+//! means the page broke off after its head was sent: the server closes the connection
+//! without a final chunk. A [`ProxyError`] before the head is answered with
+//! [`ProxyError::status`]. [`Body::content_length`] is `None` for an assembled page, so
+//! an HTTP/1.0 client gets it buffered ([`Body::collect`]) or close-delimited. Fragment
+//! fetches and page writers are spawned with `tokio::task::spawn_local`, so `proxy`
+//! must run inside a `LocalSet`.
+//!
+//! ```no_run
+//! use edge::{ClientInfo, Edge, EdgeConfig, ProxyRequest};
+//!
+//! # async fn serve_one() -> Result<(), Box<dyn std::error::Error>> {
+//! let edge = Edge::new(EdgeConfig::proxy_to_url("http://127.0.0.1:9000")?)?;
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("host", "shop.example".parse()?);
+//! let request = ProxyRequest {
+//!     method: http::Method::GET,
+//!     target: "/home".into(),
+//!     headers,
+//!     body: bytes::Bytes::new(),
+//!     client: ClientInfo {
+//!         addr: "192.0.2.7".parse()?,
+//!         scheme: "http",
+//!         version: http::Version::HTTP_11,
+//!     },
+//! };
+//! match edge.proxy(request).await {
+//!     Err(e) => { let _status = e.status(); /* answer it */ }
+//!     Ok(mut response) => {
+//!         // write response.status and response.headers, chunked unless
+//!         // response.body.content_length() is known, then:
+//!         while let Some(chunk) = response.body.next_chunk().await {
+//!             match chunk {
+//!                 Ok(bytes) => { /* write bytes */ }
+//!                 Err(_) => { /* close the connection: no final chunk */ break }
+//!             }
+//!         }
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! tokio::task::LocalSet::new().block_on(&runtime, serve_one()).unwrap();
+//! ```
+
+mod breaker;
+mod client;
+mod config;
+mod error;
+mod fetch;
+pub mod headers;
+mod page;
+mod proxy;
+
+pub use breaker::BreakerState;
+pub use client::UpstreamStats;
+pub use config::{
+    EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RouteConfig, UpstreamConfig,
+};
+pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
+pub use headers::ClientInfo;
+pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};

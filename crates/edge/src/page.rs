@@ -1,0 +1,345 @@
+//! Parallel assembly of one ESI page, streamed in document order.
+//!
+//! Every include is started the moment its template is evaluated: the page's includes
+//! when the page arrives, a fragment's includes when that fragment arrives (inside the
+//! include's own task, not when the writer reaches it), so all levels are fetched at
+//! once. Each include is a local task that yields an [`Outcome`]. One more task, the
+//! writer, walks the page's items in order: it queues bytes that are ready and, before it
+//! waits on an include that is not finished, sends what it has queued, so the client gets
+//! the prefix before a slow fragment. Output that might still be discarded (an
+//! `esi:attempt`, or an ESI fragment whose include has `onerror="continue"`) is held until
+//! it is decided.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use esi::{Evaluation, IncludeFailed, IncludeRequest, Item, Template};
+use http::HeaderMap;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::{timeout_at, Instant};
+
+use crate::config::PagePolicy;
+use crate::error::PageError;
+use crate::proxy::Inner;
+
+/// What one include turned into.
+enum Outcome {
+    Failed,
+    Body(Bytes),
+    Esi(Rc<Doc>),
+}
+
+enum Slot {
+    Ready(Outcome),
+    Pending(JoinHandle<Outcome>),
+    Taken,
+}
+
+/// One evaluated template (the page or an ESI fragment) and its includes' slots.
+struct Doc {
+    ev: Evaluation,
+    slots: Vec<RefCell<Slot>>,
+}
+
+/// What a page's includes share.
+pub(crate) struct PageCtx {
+    edge: Rc<Inner>,
+    page_authority: String,
+    page_headers: HeaderMap,
+    includes: Cell<usize>,
+    concurrency: Semaphore,
+    tasks: Rc<RefCell<Vec<AbortHandle>>>,
+    default_timeout: Duration,
+}
+
+/// Aborts a page's include tasks when the page is dropped (client gone, or done).
+struct AbortAll(Rc<RefCell<Vec<AbortHandle>>>);
+
+impl Drop for AbortAll {
+    fn drop(&mut self) {
+        for t in self.0.borrow().iter() {
+            t.abort();
+        }
+    }
+}
+
+/// Starts assembling `template` for `req`: all includes are requested now, and the
+/// returned channel yields the page's bytes in order, ending with `Err` if the page
+/// fails. `page_headers` are the page request's forwarded headers (fragment requests
+/// derive theirs from them).
+pub(crate) fn start(
+    edge: Rc<Inner>,
+    template: &Template,
+    req: &esi::Request,
+    page_authority: String,
+    page_headers: HeaderMap,
+) -> (mpsc::Receiver<Result<Bytes, PageError>>, AbortHandle) {
+    let esi = &edge.config.esi;
+    let tasks = Rc::new(RefCell::new(Vec::new()));
+    let ctx = Rc::new(PageCtx {
+        page_authority,
+        page_headers,
+        includes: Cell::new(0),
+        concurrency: Semaphore::new(esi.max_concurrency),
+        tasks: tasks.clone(),
+        default_timeout: crate::config::secs(esi.include_timeout),
+        edge: edge.clone(),
+    });
+    let policy = esi.on_failure;
+    let doc = start_doc(&ctx, template, req, 0);
+    // Small: the writer runs ahead of a slow client by at most this many chunks.
+    let (tx, rx) = mpsc::channel(16);
+    let writer = tokio::task::spawn_local(async move {
+        let _abort = AbortAll(tasks);
+        let mut sink = Sink {
+            tx,
+            queued: Vec::new(),
+            hold: 0,
+            policy,
+        };
+        let end = doc.ev.items().len();
+        match emit(&doc, 0, end, &mut sink).await {
+            Ok(()) => {
+                let _ = sink.flush(true).await;
+            }
+            Err(Stop::Failed(e)) => {
+                tracing::debug!(error = %e, "ESI page failed");
+                let _ = sink.tx.send(Err(PageError::IncludeFailed(e))).await;
+            }
+            Err(Stop::ClientGone) => {}
+        }
+        drop(ctx);
+    });
+    (rx, writer.abort_handle())
+}
+
+fn start_doc(ctx: &Rc<PageCtx>, template: &Template, req: &esi::Request, depth: usize) -> Rc<Doc> {
+    let ev = template.evaluate(req);
+    let slots = ev
+        .includes()
+        .iter()
+        .map(|inc| RefCell::new(start_include(ctx, inc, req, depth + 1)))
+        .collect();
+    Rc::new(Doc { ev, slots })
+}
+
+fn start_include(
+    ctx: &Rc<PageCtx>,
+    inc: &IncludeRequest,
+    req: &esi::Request,
+    depth: usize,
+) -> Slot {
+    let esi = &ctx.edge.config.esi;
+    if depth > esi.max_depth {
+        tracing::debug!(src = %inc.src, depth, "include too deep");
+        return Slot::Ready(Outcome::Failed);
+    }
+    let n = ctx.includes.get() + 1;
+    ctx.includes.set(n);
+    if n > esi.max_includes {
+        tracing::debug!(src = %inc.src, "too many includes on the page");
+        return Slot::Ready(Outcome::Failed);
+    }
+    // Refusals are decided now, so a page whose include is refused can still get a 502
+    // before any byte is sent.
+    let targets: Vec<_> = std::iter::once(&inc.src)
+        .chain(inc.alt.as_ref())
+        .filter_map(|url| {
+            let t = ctx
+                .edge
+                .fragment_target(url, &ctx.page_authority, &ctx.page_headers);
+            if t.is_none() {
+                // Debug, not warn: a cookie substituted into a URL can make any number of
+                // these, and a log line each would hand attackers the log.
+                tracing::debug!(%url, "include refused: host not allowed");
+            }
+            t.filter(|t| !ctx.edge.refused_now(t))
+                .map(|t| (url.clone(), t))
+        })
+        .collect();
+    if targets.is_empty() {
+        return Slot::Ready(Outcome::Failed);
+    }
+    let timeout = inc.timeout.unwrap_or(ctx.default_timeout);
+    let task = tokio::task::spawn_local(resolve(ctx.clone(), targets, timeout, req.clone(), depth));
+    ctx.tasks.borrow_mut().push(task.abort_handle());
+    Slot::Pending(task)
+}
+
+/// Fetches src, then alt, each within the include's timeout (waiting for the page's
+/// concurrency limit counts), and starts the includes of an ESI fragment at once.
+async fn resolve(
+    ctx: Rc<PageCtx>,
+    targets: Vec<(String, crate::fetch::FragmentTarget)>,
+    timeout: Duration,
+    req: esi::Request,
+    depth: usize,
+) -> Outcome {
+    for (url, target) in targets {
+        let deadline = Instant::now() + timeout;
+        let fetched = timeout_at(deadline, async {
+            let _permit = ctx.concurrency.acquire().await;
+            ctx.edge.fetch(target, deadline).await
+        })
+        .await;
+        match fetched {
+            Ok(Ok(f)) => {
+                return match &f.template {
+                    Some(t) => Outcome::Esi(start_doc(&ctx, t, &req.for_fragment(&url), depth)),
+                    None => Outcome::Body(f.body.clone()),
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(%url, error = %e, "fragment failed"),
+            Err(_) => tracing::debug!(%url, ?timeout, "fragment timed out"),
+        }
+    }
+    Outcome::Failed
+}
+
+enum Stop {
+    /// An include failed with nothing to absorb it.
+    Failed(IncludeFailed),
+    /// The receiver is gone.
+    ClientGone,
+}
+
+struct Sink {
+    tx: mpsc::Sender<Result<Bytes, PageError>>,
+    queued: Vec<Bytes>,
+    /// Enclosing constructs that may still discard output (attempts, continue-on-error
+    /// ESI fragments). While it is above zero nothing is sent.
+    hold: usize,
+    policy: PagePolicy,
+}
+
+impl Sink {
+    async fn flush(&mut self, force: bool) -> Result<(), Stop> {
+        if self.hold > 0 && !force {
+            return Ok(());
+        }
+        for b in self.queued.drain(..) {
+            if !b.is_empty() {
+                self.tx.send(Ok(b)).await.map_err(|_| Stop::ClientGone)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type Emit<'a> = Pin<Box<dyn Future<Output = Result<(), Stop>> + 'a>>;
+
+/// Writes items `start..end` of `doc` to `sink`, in order.
+fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<'a> {
+    Box::pin(async move {
+        let items = doc.ev.items();
+        let mut i = start;
+        while i < end {
+            match &items[i] {
+                Item::Bytes(b) => sink.queued.push(b.clone()),
+                Item::Include(id) => {
+                    let inc = &doc.ev.includes()[*id];
+                    let slot = doc.slots[*id].replace(Slot::Taken);
+                    let outcome = match slot {
+                        Slot::Ready(o) => o,
+                        Slot::Pending(task) => {
+                            if !task.is_finished() {
+                                sink.flush(false).await?;
+                            }
+                            task.await.unwrap_or(Outcome::Failed)
+                        }
+                        Slot::Taken => Outcome::Failed,
+                    };
+                    let ok = match outcome {
+                        Outcome::Body(b) => {
+                            sink.queued.push(b);
+                            true
+                        }
+                        Outcome::Esi(child) => {
+                            let absorb = inc.continue_on_error;
+                            if absorb && any_pending(&child, 0, child.ev.items().len()) {
+                                sink.flush(false).await?;
+                            }
+                            let mark = sink.queued.len();
+                            sink.hold += usize::from(absorb);
+                            let r = emit(&child, 0, child.ev.items().len(), sink).await;
+                            sink.hold -= usize::from(absorb);
+                            match r {
+                                Ok(()) => true,
+                                Err(Stop::ClientGone) => return Err(Stop::ClientGone),
+                                Err(Stop::Failed(e)) if !absorb => return Err(Stop::Failed(e)),
+                                Err(Stop::Failed(_)) => {
+                                    sink.queued.truncate(mark);
+                                    false
+                                }
+                            }
+                        }
+                        Outcome::Failed => false,
+                    };
+                    if !ok && !inc.continue_on_error {
+                        // Unabsorbed here: an enclosing try (or include) may absorb it;
+                        // at the top, the page policy decides.
+                        if sink.hold > 0 || sink.policy == PagePolicy::Fail {
+                            return Err(Stop::Failed(IncludeFailed {
+                                include: *id,
+                                src: inc.src.clone(),
+                            }));
+                        }
+                    }
+                }
+                Item::Try {
+                    attempt_end,
+                    end: block_end,
+                } => {
+                    // The attempt is held until decided: send the prefix first if the
+                    // attempt will have to wait.
+                    if any_pending(doc, i + 1, *attempt_end) {
+                        sink.flush(false).await?;
+                    }
+                    let mark = sink.queued.len();
+                    sink.hold += 1;
+                    let r = emit(doc, i + 1, *attempt_end, sink).await;
+                    sink.hold -= 1;
+                    match r {
+                        Ok(()) => {}
+                        Err(Stop::ClientGone) => return Err(Stop::ClientGone),
+                        Err(Stop::Failed(_)) => {
+                            sink.queued.truncate(mark);
+                            // Its includes were started with the page; they are not
+                            // needed now.
+                            abort_range(doc, i + 1, *attempt_end);
+                            emit(doc, *attempt_end, *block_end, sink).await?;
+                        }
+                    }
+                    i = *block_end;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    })
+}
+
+fn any_pending(doc: &Doc, start: usize, end: usize) -> bool {
+    doc.ev.items()[start..end].iter().any(|item| match item {
+        Item::Include(id) => {
+            matches!(&*doc.slots[*id].borrow(), Slot::Pending(t) if !t.is_finished())
+        }
+        _ => false,
+    })
+}
+
+fn abort_range(doc: &Doc, start: usize, end: usize) {
+    for item in &doc.ev.items()[start..end] {
+        if let Item::Include(id) = item {
+            if let Slot::Pending(t) = &*doc.slots[*id].borrow() {
+                t.abort();
+            }
+        }
+    }
+}

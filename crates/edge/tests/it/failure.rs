@@ -1,0 +1,359 @@
+//! The failure policy, branch by branch, and the circuit breaker.
+
+use std::time::{Duration, Instant};
+
+use crate::origin::{black_hole, closed_port, frag, page, status, Origin, Reply};
+use crate::{allow_host, config, fetch_error, fetch_page, ms, read_all, request, run};
+use edge::{BreakerState, Edge, PageError, PagePolicy};
+
+#[test]
+fn timeout_attribute_then_alt() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/slow" alt="/alt" timeout="50"/>."#),
+        ),
+        ("/slow", frag("slow", 1000)),
+        ("/alt", frag("alt", 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        let start = Instant::now();
+        assert_eq!(fetch_page(&edge, "/").await, "alt.");
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(50));
+        assert!(took < Duration::from_millis(300), "took {took:?}");
+    });
+}
+
+#[test]
+fn error_status_and_reset_fall_back_to_alt() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(
+                r#"<esi:include src="/e500" alt="/alt"/>|<esi:include src="/reset" alt="/alt"/>|<esi:include src="/missing" alt="/alt"/>"#,
+            ),
+        ),
+        ("/e500", status(500, 0)),
+        ("/reset", Reply::Reset),
+        ("/alt", frag("alt", 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "alt|alt|alt");
+    });
+}
+
+#[test]
+fn failed_src_and_alt_go_to_the_enclosing_except() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(concat!(
+                "<esi:try><esi:attempt>A[<esi:include src=\"/ok\"/><esi:include src=\"/bad\" alt=\"/bad2\"/>]</esi:attempt>",
+                "<esi:except>E[<esi:include src=\"/ok\"/>]</esi:except></esi:try>",
+                "<esi:try><esi:attempt>fine:<esi:include src=\"/ok\"/></esi:attempt><esi:except>no</esi:except></esi:try>",
+            )),
+        ),
+        ("/ok", frag("ok", 10)),
+        ("/bad", status(503, 0)),
+        ("/bad2", status(404, 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "E[ok]fine:ok");
+    });
+}
+
+#[test]
+fn onerror_continue_yields_nothing() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/bad" onerror="continue"/>rest"#),
+        ),
+        ("/bad", status(500, 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "rest");
+    });
+}
+
+#[test]
+fn onerror_continue_discards_a_broken_esi_fragment_whole() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/outer" onerror="continue"/>rest"#),
+        ),
+        (
+            "/outer",
+            Reply::Ok {
+                body: r#"outer-start<esi:include src="/bad"/>outer-end"#.into(),
+                delay: Duration::ZERO,
+                status: 200,
+                esi: true,
+                headers: Vec::new(),
+            },
+        ),
+        ("/bad", status(500, 30)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "rest");
+    });
+}
+
+#[test]
+fn unabsorbed_failure_before_any_byte_is_a_502() {
+    let origin = Origin::start(&[
+        ("/", page(r#"<esi:include src="/bad"/>never sent"#)),
+        ("/bad", status(500, 0)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        let e = fetch_error(&edge, "/").await;
+        assert_eq!(e.status(), 502, "{e}");
+        assert!(matches!(
+            e,
+            edge::ProxyError::Page(PageError::IncludeFailed(_))
+        ));
+    });
+}
+
+#[test]
+fn unabsorbed_failure_after_streaming_breaks_the_body() {
+    let origin = Origin::start(&[
+        ("/", page(r#"sent<esi:include src="/late-bad"/>never"#)),
+        ("/late-bad", status(500, 60)),
+    ]);
+    run(async {
+        let edge = Edge::new(config(&origin)).unwrap();
+        let mut resp = edge.proxy(request("/", &[])).await.unwrap();
+        assert_eq!(resp.status, 200);
+        let (body, err) = read_all(&mut resp).await;
+        assert_eq!(body, "sent");
+        assert!(matches!(err, Some(PageError::IncludeFailed(_))), "{err:?}");
+    });
+}
+
+#[test]
+fn page_policy_continue_drops_the_failed_include() {
+    let origin = Origin::start(&[
+        ("/", page(r#"a<esi:include src="/bad"/>b"#)),
+        ("/bad", status(500, 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.esi.on_failure = PagePolicy::Continue;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "ab");
+    });
+}
+
+#[test]
+fn config_default_timeout_bounds_a_hanging_fragment() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"x<esi:include src="/hang" onerror="continue"/>y"#),
+        ),
+        ("/hang", Reply::Hang),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.esi.include_timeout = 0.1;
+        let edge = Edge::new(c).unwrap();
+        let start = Instant::now();
+        assert_eq!(fetch_page(&edge, "/").await, "xy");
+        let took = start.elapsed();
+        eprintln!(
+            "hanging fragment, 100 ms include timeout: page in {} ms",
+            ms(took)
+        );
+        assert!(took >= Duration::from_millis(100));
+        assert!(took < Duration::from_millis(400), "took {took:?}");
+    });
+}
+
+#[test]
+fn a_server_that_accepts_and_never_answers_does_not_hang_the_page() {
+    let hole = black_hole();
+    let origin = Origin::start(&[(
+        "/",
+        page(r#"<esi:include src="http://hole.test/f" alt="http://hole.test/g" timeout="80"/>"#),
+    )]);
+    run(async {
+        let mut c = config(&origin);
+        allow_host(&mut c, "hole.test", "hole", &hole.to_string(), false);
+        let edge = Edge::new(c).unwrap();
+        let start = Instant::now();
+        let e = fetch_error(&edge, "/").await;
+        let took = start.elapsed();
+        eprintln!(
+            "never-answering server, src+alt at 80 ms: 502 after {} ms",
+            ms(took)
+        );
+        assert_eq!(e.status(), 502);
+        // src and alt each wait at most their 80 ms.
+        assert!(took >= Duration::from_millis(160), "took {took:?}");
+        assert!(took < Duration::from_millis(450), "took {took:?}");
+    });
+}
+
+#[test]
+fn unreachable_page_upstream_is_a_502_and_its_timeouts_a_504() {
+    run(async {
+        let mut c = edge::EdgeConfig::proxy_to(&closed_port().to_string());
+        c.upstream[0].breaker_failures = 0;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_error(&edge, "/").await.status(), 502);
+        let mut c = edge::EdgeConfig::proxy_to(&black_hole().to_string());
+        c.upstream[0].response_timeout = 0.1;
+        let edge = Edge::new(c).unwrap();
+        let start = Instant::now();
+        assert_eq!(fetch_error(&edge, "/").await.status(), 504);
+        assert!(start.elapsed() < Duration::from_millis(400));
+    });
+}
+
+#[test]
+fn depth_and_count_limits_fail_includes() {
+    let recursive = Reply::Ok {
+        body: r#"<<esi:include src="/loop" onerror="continue"/>>"#.into(),
+        delay: Duration::ZERO,
+        status: 200,
+        esi: true,
+        headers: Vec::new(),
+    };
+    let many: String = (0..5)
+        .map(|i| format!(r#"<esi:include src="/n{i}" onerror="continue"/>"#))
+        .collect();
+    let origin = Origin::start(&[
+        ("/", page(r#"<esi:include src="/loop"/>"#)),
+        ("/loop", recursive),
+        ("/many", page(&many)),
+        ("/n0", frag("0", 0)),
+        ("/n1", frag("1", 0)),
+        ("/n2", frag("2", 0)),
+        ("/n3", frag("3", 0)),
+        ("/n4", frag("4", 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.esi.max_depth = 3;
+        c.esi.max_includes = 3;
+        let edge = Edge::new(c).unwrap();
+        // Three levels of /loop; the fourth include fails and continues.
+        assert_eq!(fetch_page(&edge, "/").await, "<<<>>>");
+        assert_eq!(origin.hits("/loop"), 3);
+        assert_eq!(fetch_page(&edge, "/many").await, "012");
+    });
+}
+
+#[test]
+fn breaker_opens_after_failures_and_closes_after_a_good_probe() {
+    let frags = Origin::start(&[("/f", status(500, 0))]);
+    let origin = Origin::start(&[(
+        "/",
+        page(r#"[<esi:include src="http://frags.test/f" onerror="continue"/>]"#),
+    )]);
+    run(async {
+        let mut c = config(&origin);
+        allow_host(
+            &mut c,
+            "frags.test",
+            "frags",
+            &frags.addr.to_string(),
+            false,
+        );
+        c.upstream[1].breaker_failures = 3;
+        c.upstream[1].breaker_cool_down = 0.2;
+        let edge = Edge::new(c).unwrap();
+        for _ in 0..3 {
+            assert_eq!(fetch_page(&edge, "/").await, "[]");
+        }
+        assert_eq!(frags.hits("/f"), 3);
+        assert_eq!(
+            edge.upstream_stats("frags").unwrap().breaker,
+            BreakerState::Open
+        );
+        // Open: the include fails at once, the fragment server is not called.
+        let start = Instant::now();
+        assert_eq!(fetch_page(&edge, "/").await, "[]");
+        assert!(start.elapsed() < Duration::from_millis(50));
+        assert_eq!(frags.hits("/f"), 3);
+        // After the cool-down one probe goes through; it succeeds and closes the breaker.
+        frags.set("/f", frag("back", 0));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            edge.upstream_stats("frags").unwrap().breaker,
+            BreakerState::HalfOpen
+        );
+        assert_eq!(fetch_page(&edge, "/").await, "[back]");
+        assert_eq!(
+            edge.upstream_stats("frags").unwrap().breaker,
+            BreakerState::Closed
+        );
+        assert_eq!(fetch_page(&edge, "/").await, "[back]");
+        assert_eq!(frags.hits("/f"), 5);
+        // The page's own upstream was never affected.
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Closed
+        );
+    });
+}
+
+#[test]
+fn a_probe_dropped_midway_counts_as_a_failure_not_a_stuck_breaker() {
+    let hole = black_hole();
+    run(async {
+        let mut c = edge::EdgeConfig::proxy_to(&hole.to_string());
+        c.upstream[0].response_timeout = 0.05;
+        c.upstream[0].breaker_failures = 1;
+        c.upstream[0].breaker_cool_down = 0.05;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_error(&edge, "/").await.status(), 504);
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Open
+        );
+        assert_eq!(fetch_error(&edge, "/").await.status(), 503);
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        // The probe's client goes away before the upstream answers.
+        let probe = tokio::time::timeout(Duration::from_millis(10), edge.proxy(request("/", &[])));
+        assert!(probe.await.is_err());
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Open
+        );
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::HalfOpen
+        );
+        // The next probe is let through (and times out against the black hole).
+        assert_eq!(fetch_error(&edge, "/").await.status(), 504);
+    });
+}
+
+#[test]
+fn a_refusing_address_is_skipped_for_the_next_one() {
+    let origin = Origin::start(&[("/", page("up"))]);
+    run(async {
+        let mut c = config(&origin);
+        c.upstream[0].addresses = vec![closed_port().to_string(), origin.addr.to_string()];
+        c.upstream[0].max_idle = 0;
+        let edge = Edge::new(c).unwrap();
+        for _ in 0..4 {
+            assert_eq!(fetch_page(&edge, "/").await, "up");
+        }
+        assert_eq!(
+            edge.upstream_stats("origin").unwrap().breaker,
+            BreakerState::Closed
+        );
+    });
+}
