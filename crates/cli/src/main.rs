@@ -29,7 +29,7 @@ enum Command {
     /// Analyse access logs: Wide Finder `top` and a full `report`.
     Logs(logs::Args),
     /// Load-test an HTTP server: closed and open models, reports, A/B comparison.
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
 }
 
 fn main() {
@@ -46,7 +46,7 @@ fn main() {
         Command::Serve(args) => serve::run(args),
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(*args),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");
