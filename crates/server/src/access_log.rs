@@ -157,9 +157,7 @@ impl Format {
         for item in &self.0 {
             match item {
                 Item::Literal(bytes) => line.extend_from_slice(bytes),
-                Item::ClientIp => {
-                    let _ = write!(line, "{}", entry.client.ip());
-                }
+                Item::ClientIp => write_ip(line, entry.client.ip()),
                 Item::Dash => line.push(b'-'),
                 Item::Time => line.extend_from_slice(time),
                 Item::RequestLine => match request {
@@ -244,23 +242,39 @@ fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
     })
 }
 
-/// Escapes as Apache does, so every line parses back: `"` and `\` get a backslash,
-/// control bytes and bytes above 0x7e become `\xhh`.
-fn escape(line: &mut Vec<u8>, value: &[u8]) {
-    for &b in value {
-        match b {
+/// Escapes as Apache does, so every line parses back: `"` and `\\` get a backslash,
+/// control bytes and bytes above 0x7e become `\xhh`. Runs of bytes that need nothing are
+/// copied whole (the common case: the whole value).
+fn escape(line: &mut Vec<u8>, mut value: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    while let Some(i) = value
+        .iter()
+        .position(|&b| !(0x20..=0x7e).contains(&b) || b == b'"' || b == b'\\')
+    {
+        line.extend_from_slice(&value[..i]);
+        match value[i] {
             b'"' => line.extend_from_slice(b"\\\""),
             b'\\' => line.extend_from_slice(b"\\\\"),
-            0x20..=0x7e => line.push(b),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                line.extend_from_slice(&[
-                    b'\\',
-                    b'x',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 15) as usize],
-                ]);
+            b => line.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]),
+        }
+        value = &value[i + 1..];
+    }
+    line.extend_from_slice(value);
+}
+
+/// The client address without the formatting machinery for the common IPv4 case.
+fn write_ip(line: &mut Vec<u8>, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push(b'.');
+                }
+                line.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
             }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(line, "{v6}");
         }
     }
 }
