@@ -14,14 +14,7 @@ need wrk wrk
 cargo build --release --locked -q -p tessera
 TESSERA=$PWD/target/release/tessera
 
-work=$(mktemp -d /tmp/tessera-accesslog.XXXXXX)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work accesslog
 mkdir -p "$work/site"
 printf 'hello world\n' > "$work/site/12b.txt"
 

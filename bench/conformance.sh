@@ -13,22 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+source bench/lib.sh
 need nginx nginx
 need curl curl
 
 cargo build --locked -q -p tessera
 TESSERA=$PWD/target/debug/tessera
 
-work=$(mktemp -d /tmp/tessera-conformance.XXXXXX)
-chmod 755 "$work"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work conformance
 
 # --- the site: every file has the same mtime, so Last-Modified must agree exactly.
 site=$work/site
@@ -44,7 +36,6 @@ printf 'a\n' > "$site/dir/a.txt"
 head -c 100000 /dev/urandom > "$site/big.bin"
 find "$site" -exec touch -h -d '2024-01-02 03:04:05 UTC' {} +
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 nginx_port=$(free_port)
 mkdir -p "$work/nginx"
@@ -94,8 +85,7 @@ CONF
     --config "$work/tessera.toml" 2>"$work/tessera.log" &
 pids+=($!)
 
-wait_up() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/hello.txt" && return 0; sleep 0.1; done; echo "server on port $1 did not start" >&2; exit 1; }
-wait_up "$nginx_port"; wait_up "$tessera_port"
+wait_up "$nginx_port" hello.txt; wait_up "$tessera_port" hello.txt
 
 # name | method | target | request headers (separated by ";;")
 # @ETAG@ and @LM@ become the server's own ETag and Last-Modified for the target, as a

@@ -40,3 +40,19 @@ measure() {
     if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors: $out" >&2; fi
     echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
+
+# make_work NAME: a fresh directory in $work (readable by all: h2o and nginx workers may
+# run as nobody), and an empty $pids; on exit every PID in $pids is killed and the
+# directory removed (kept, and named, when KEEP_WORK is set).
+make_work() {
+    work=$(mktemp -d "/tmp/tessera-$1.XXXXXX")
+    chmod 755 "$work"
+    pids=()
+    trap cleanup_work EXIT
+}
+
+cleanup_work() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [ -n "${KEEP_WORK:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}

@@ -18,14 +18,7 @@ need python3 python3
 cargo build --release --locked -q -p tessera
 TESSERA=$PWD/target/release/tessera
 
-work=$(mktemp -d /tmp/tessera-memory.XXXXXX)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work memory
 mkdir -p "$work/site" "$work/nginx"
 printf 'hello world\n' > "$work/site/12b.txt"
 

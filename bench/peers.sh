@@ -24,15 +24,7 @@ need taskset util-linux
 cargo build --release --locked -q -p tessera
 TESSERA=$PWD/target/release/tessera
 
-work=$(mktemp -d /tmp/tessera-peers.XXXXXX)
-chmod 755 "$work"  # h2o started as root serves files as nobody
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    if [ -n "${KEEP_WORK:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+make_work peers
 
 site=$work/site
 mkdir -p "$site"
