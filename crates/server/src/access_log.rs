@@ -255,7 +255,12 @@ fn escape(line: &mut Vec<u8>, mut value: &[u8]) {
         match value[i] {
             b'"' => line.extend_from_slice(b"\\\""),
             b'\\' => line.extend_from_slice(b"\\\\"),
-            b => line.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]),
+            b => line.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]),
         }
         value = &value[i + 1..];
     }

@@ -167,3 +167,36 @@ fn a_stalled_log_writer_never_delays_requests() {
     assert_eq!(server.child.wait().unwrap().code(), Some(0));
     assert!(asked.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn tessera_logs_reads_the_servers_own_access_log() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = Server::start(&site.root(), &["--access-log", log.to_str().unwrap()]);
+    let mut stream = server.connect();
+    // Escaped quotes and a non-ASCII byte in the User-Agent must parse back.
+    for path in ["/hello.txt", "/style.css", "/hello.txt", "/missing"] {
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nUser-Agent: Agent \"q\" \\ \u{e9}\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false);
+    }
+    assert_eq!(wait_for_lines(&log, 4).len(), 4);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["logs", "report", "--json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["hits"], 4);
+    assert_eq!(report["malformed"], 0);
+    assert_eq!(report["top_urls_by_hits"][0]["url"], "/hello.txt");
+    assert_eq!(report["top_urls_by_hits"][0]["hits"], 2);
+}
