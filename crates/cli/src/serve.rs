@@ -21,6 +21,10 @@ pub struct Args {
     /// Listen backlog [default: 4096]
     #[arg(long, value_name = "N")]
     backlog: Option<u32>,
+    /// Proxy every request to this origin (`http://host:port`), assembling ESI pages
+    /// (Surrogate-Control: content="ESI/1.0") from fragments fetched in parallel
+    #[arg(long, value_name = "URL")]
+    proxy: Option<String>,
     /// Append an access log (combined format unless the config says otherwise) to FILE
     #[arg(long, value_name = "FILE")]
     access_log: Option<PathBuf>,
@@ -50,6 +54,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = args.access_log {
         config.access_log = Some(path);
     }
+    if let Some(url) = &args.proxy {
+        let edge = edge::EdgeConfig::proxy_to_url(url)
+            .map_err(|e| anyhow::anyhow!("--proxy {url}: {e}"))?;
+        config.upstream = edge.upstream;
+        config.route = edge.route;
+    }
     let root = config.root.clone();
     let workers = config.worker_count();
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
@@ -57,10 +67,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     raise_open_file_limit();
     let server = server::Server::bind(config)?;
+    let what = match &args.proxy {
+        Some(url) => format!("a proxy to {url}"),
+        None => root.display().to_string(),
+    };
     for addr in server.local_addrs() {
         eprintln!(
-            "tessera: serving {} on http://{addr}/ with {workers} worker{}",
-            root.display(),
+            "tessera: serving {what} on http://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
     }

@@ -27,6 +27,30 @@ enum Discard {
     Chunked { decoder: ChunkedDecoder, seen: u64 },
 }
 
+/// What to do after answering what is buffered.
+enum Next {
+    /// Read more bytes.
+    Read,
+    /// The batch is full and complete requests remain: flush, then answer more.
+    More,
+    /// Flush, then close.
+    Close,
+    /// Flush, then proxy this request (it waits on an upstream).
+    Proxy(Box<ProxyJob>),
+}
+
+/// A request for the proxy, taken out of the read buffer so that it can outlive it.
+struct ProxyJob {
+    request: edge::ProxyRequest,
+    framing: BodyFraming,
+    expect_continue: bool,
+    keep_alive: bool,
+    head_only: bool,
+    version: Version,
+    /// The request head as received, for the access log.
+    raw_head: Vec<u8>,
+}
+
 enum Ending {
     /// The peer closed, a timeout or eviction closed us, or we are shutting down after
     /// finishing the responses.
@@ -100,15 +124,22 @@ impl Conn<'_> {
             }
             worker.clock.refresh();
             loop {
-                let (close, more) = self.answer_buffered();
+                let next = self.answer_buffered();
+                let read_more = matches!(next, Next::Read);
                 self.flush().await?;
-                if close {
-                    return Ok(Ending::Linger);
+                match next {
+                    Next::Close => return Ok(Ending::Linger),
+                    Next::Proxy(job) => {
+                        if !self.proxy(job).await? {
+                            return Ok(Ending::Linger);
+                        }
+                    }
+                    Next::More | Next::Read => {}
                 }
                 if worker.is_shutting_down() {
                     return Ok(Ending::Closed);
                 }
-                if !more {
+                if read_more {
                     break;
                 }
             }
@@ -134,13 +165,13 @@ impl Conn<'_> {
         }
     }
 
-    /// Parses and answers every complete request in the buffer, into the output batch.
-    /// Returns (close after flushing, complete requests still buffered).
-    fn answer_buffered(&mut self) -> (bool, bool) {
+    /// Parses and answers every complete request in the buffer, into the output batch,
+    /// up to the first one for the proxy.
+    fn answer_buffered(&mut self) -> Next {
         let worker = self.worker;
         let limits = &worker.shared.limits;
         let Some(buffers) = self.buffers.as_mut() else {
-            return (false, false);
+            return Next::Read;
         };
         let Buffers { read, out } = &mut **buffers;
         loop {
@@ -152,25 +183,33 @@ impl Conn<'_> {
                 limits.max_body_size,
             ) {
                 Ok(true) => {}
-                Ok(false) => return (false, false),
+                Ok(false) => return Next::Read,
                 // A malformed or oversized chunked body: the responses already queued
                 // still go out, then the connection closes (nothing after the bad
                 // body can be trusted to start a request).
                 Err(e) => {
                     worker.refused(self.peer, e);
-                    return (true, false);
+                    return Next::Close;
                 }
             }
             if self.start == self.end {
-                return (false, false);
+                return Next::Read;
             }
             if out.is_full() {
-                return (false, true);
+                return Next::More;
             }
             let mut storage = HeaderStorage::new();
             match wire::parse_request(&read[self.start..self.end], &mut storage, limits) {
                 Ok(Some(req)) => {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
+                    if let Some(edge) = &worker.edge {
+                        if let Some(job) =
+                            proxy_job(edge, &req, self.peer, keep_alive, &read[self.start..])
+                        {
+                            self.start += req.head_len;
+                            return Next::Proxy(job);
+                        }
+                    }
                     if req.expect_continue && self.end - self.start == req.head_len {
                         // The client waits for this before sending the body we will read.
                         out.buf()
@@ -189,10 +228,10 @@ impl Conn<'_> {
                         },
                     };
                     if !keep_alive {
-                        return (true, false);
+                        return Next::Close;
                     }
                 }
-                Ok(None) => return (false, false),
+                Ok(None) => return Next::Read,
                 Err(e) => {
                     worker.refused(self.peer, e);
                     let mark = out.mark();
@@ -216,9 +255,270 @@ impl Conn<'_> {
                         out,
                         mark,
                     );
-                    return (true, false);
+                    return Next::Close;
                 }
             }
+        }
+    }
+
+    /// Proxies one request: reads its body, awaits the upstream (or the assembled ESI
+    /// page), and streams the response. Returns whether the connection may go on.
+    async fn proxy(&mut self, job: Box<ProxyJob>) -> io::Result<bool> {
+        let worker = self.worker;
+        let Some(edge) = worker.edge.as_ref() else {
+            return Ok(false);
+        };
+        let ProxyJob {
+            mut request,
+            framing,
+            expect_continue,
+            keep_alive,
+            head_only,
+            version,
+            raw_head,
+        } = *job;
+        let Some(body) = self.read_body(framing, expect_continue).await? else {
+            return Ok(false);
+        };
+        request.body = body;
+        if !worker.enter(self.slot, ConnState::Handling) {
+            return Ok(false);
+        }
+        let mut head = Vec::with_capacity(512);
+        let response = edge.proxy(request).await;
+        worker.clock.refresh();
+        let mut response = match response {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::debug!(error = %e, "proxy error before the response head");
+                files::write_simple(
+                    worker,
+                    &mut head,
+                    e.status(),
+                    b"",
+                    head_only,
+                    version,
+                    keep_alive,
+                );
+                self.send(&head).await?;
+                let (status, _, body_bytes) = split_simple(&head);
+                log_proxied(
+                    worker,
+                    self.peer,
+                    self.read_at,
+                    &raw_head,
+                    status,
+                    &head,
+                    body_bytes,
+                );
+                return Ok(keep_alive);
+            }
+        };
+        let status = response.status.as_u16();
+        let no_body = head_only || status == 204 || status == 304 || status < 200;
+        let mut length = response.body.content_length();
+        let mut buffered = None;
+        if !no_body && length.is_none() && version == Version::Http10 {
+            // HTTP/1.0 has no chunked coding: buffer the page to send its length.
+            let mut page = Vec::new();
+            let mut failed = None;
+            while let Some(chunk) = response.body.next_chunk().await {
+                match chunk {
+                    Ok(bytes) => page.extend_from_slice(&bytes),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => {
+                    length = Some(page.len() as u64);
+                    buffered = Some(page);
+                }
+                Some(e) => {
+                    tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
+                    files::write_simple(worker, &mut head, 502, b"", head_only, version, false);
+                    self.send(&head).await?;
+                    log_proxied(worker, self.peer, self.read_at, &raw_head, 502, &head, 0);
+                    return Ok(false);
+                }
+            }
+        }
+        let chunked = !no_body && length.is_none();
+        head.extend_from_slice(b"HTTP/1.1 ");
+        head.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(
+            response
+                .status
+                .canonical_reason()
+                .unwrap_or("Unknown")
+                .as_bytes(),
+        );
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in &response.headers {
+            let keep = match name.as_str() {
+                "connection" | "keep-alive" | "transfer-encoding" => false,
+                // The framing is ours; a HEAD answer keeps the upstream's length.
+                "content-length" => no_body,
+                _ => true,
+            };
+            if keep {
+                head.extend_from_slice(name.as_str().as_bytes());
+                head.extend_from_slice(b": ");
+                head.extend_from_slice(value.as_bytes());
+                head.extend_from_slice(b"\r\n");
+            }
+        }
+        if !response.headers.contains_key(http::header::DATE) {
+            worker.clock.write_date(&mut head);
+        }
+        if let Some(length) = length.filter(|_| !no_body) {
+            head.extend_from_slice(b"Content-Length: ");
+            head.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            head.extend_from_slice(b"\r\n");
+        } else if chunked {
+            head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        files::end_head(&mut head, version, keep_alive);
+        self.send(&head).await?;
+        let mut sent: u64 = 0;
+        let mut complete = true;
+        if no_body {
+        } else if let Some(bytes) = buffered {
+            self.send(&bytes).await?;
+            sent = bytes.len() as u64;
+        } else {
+            loop {
+                let _ = worker.enter(self.slot, ConnState::Handling);
+                match response.body.next_chunk().await {
+                    None => break,
+                    Some(Ok(bytes)) if bytes.is_empty() => {}
+                    Some(Ok(bytes)) => {
+                        if chunked {
+                            let mut size = [0u8; 20];
+                            let n = hex(bytes.len(), &mut size);
+                            self.send(&size[..n]).await?;
+                            self.send(&bytes).await?;
+                            self.send(b"\r\n").await?;
+                        } else {
+                            self.send(&bytes).await?;
+                        }
+                        sent += bytes.len() as u64;
+                    }
+                    Some(Err(e)) => {
+                        // The page broke off after its head went out: closing without a
+                        // final chunk tells the client (and any cache) it is truncated.
+                        tracing::debug!(error = %e, "page failed while streaming");
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if complete && chunked {
+                self.send(b"0\r\n\r\n").await?;
+            }
+            if length.is_some_and(|l| l != sent) {
+                complete = false;
+            }
+        }
+        worker.clock.refresh();
+        log_proxied(
+            worker,
+            self.peer,
+            self.read_at,
+            &raw_head,
+            status,
+            &head,
+            sent,
+        );
+        Ok(complete && keep_alive)
+    }
+
+    /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if !self.worker.enter(self.slot, ConnState::Writing) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        tokio::io::AsyncWriteExt::write_all(&mut self.stream, bytes).await
+    }
+
+    /// Reads a request body for the proxy (bounded by `max_body_size`). `None` when the
+    /// body is malformed or too large: the request was refused and the connection closes.
+    async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+        expect_continue: bool,
+    ) -> io::Result<Option<bytes::Bytes>> {
+        let worker = self.worker;
+        let limits = &worker.shared.limits;
+        let mut left = match framing {
+            BodyFraming::None => return Ok(Some(bytes::Bytes::new())),
+            BodyFraming::Length(n) => n,
+            BodyFraming::Chunked => u64::MAX,
+        };
+        let mut decoder = ChunkedDecoder::new(limits.max_head_size);
+        if expect_continue && self.start == self.end {
+            self.send(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        let mut body = Vec::new();
+        loop {
+            let Some(buffers) = self.buffers.as_mut() else {
+                return Ok(None);
+            };
+            let available = &buffers.read[self.start..self.end];
+            if framing == BodyFraming::Chunked {
+                let mut used_total = 0;
+                loop {
+                    match decoder.decode(&available[used_total..]) {
+                        Ok((used, Chunk::Data(data))) => {
+                            body.extend_from_slice(data);
+                            used_total += used;
+                            if body.len() as u64 > limits.max_body_size {
+                                worker.refused(self.peer, wire::Error::BodyTooLarge);
+                                return Ok(None);
+                            }
+                        }
+                        Ok((used, Chunk::Done)) => {
+                            self.start += used_total + used;
+                            return Ok(Some(body.into()));
+                        }
+                        Ok((used, Chunk::NeedMore)) => {
+                            used_total += used;
+                            break;
+                        }
+                        Err(e) => {
+                            worker.refused(self.peer, e);
+                            return Ok(None);
+                        }
+                    }
+                }
+                self.start += used_total;
+            } else {
+                let take = left.min(available.len() as u64) as usize;
+                body.extend_from_slice(&available[..take]);
+                self.start += take;
+                left -= take as u64;
+                if left == 0 {
+                    return Ok(Some(body.into()));
+                }
+            }
+            // Need more bytes: everything buffered was consumed.
+            self.start = 0;
+            self.end = 0;
+            if !worker.enter(self.slot, ConnState::ReadingBody) {
+                return Ok(None);
+            }
+            self.stream.readable().await?;
+            let Some(buffers) = self.buffers.as_mut() else {
+                return Ok(None);
+            };
+            let n = self.stream.read(&mut buffers.read[..]).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.end = n;
         }
     }
 
@@ -281,6 +581,124 @@ impl Conn<'_> {
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
     }
+}
+
+/// The request as the proxy takes it, if its path routes to an upstream. `pending` is the
+/// buffer from the request's first byte (its head is copied for the access log).
+fn proxy_job(
+    edge: &edge::Edge,
+    req: &wire::Request<'_, '_>,
+    client: SocketAddr,
+    keep_alive: bool,
+    pending: &[u8],
+) -> Option<Box<ProxyJob>> {
+    let path = std::str::from_utf8(req.path).ok()?;
+    let path_only = path.split('?').next().unwrap_or(path);
+    if !matches!(edge.route(path_only), Some(edge::Route::Upstream(_))) {
+        return None;
+    }
+    let mut headers = http::HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(h.name.as_bytes()),
+            http::HeaderValue::from_bytes(h.value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let target = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    let version = req.version;
+    Some(Box::new(ProxyJob {
+        request: edge::ProxyRequest {
+            method: http::Method::from_bytes(req.method_token.as_bytes()).ok()?,
+            target,
+            headers,
+            body: bytes::Bytes::new(),
+            client: edge::ClientInfo {
+                addr: client.ip(),
+                scheme: "http",
+                version: match version {
+                    Version::Http10 => http::Version::HTTP_10,
+                    Version::Http11 => http::Version::HTTP_11,
+                },
+            },
+        },
+        framing: req.body,
+        expect_continue: req.expect_continue,
+        keep_alive,
+        head_only: req.method == wire::Method::Head,
+        version,
+        raw_head: pending[..req.head_len].to_vec(),
+    }))
+}
+
+/// `n` in hex followed by CRLF, for a chunk-size line; returns its length.
+fn hex(mut n: usize, out: &mut [u8; 20]) -> usize {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut len = 0;
+    loop {
+        digits[len] = DIGITS[n & 15];
+        len += 1;
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    out[len] = b'\r';
+    out[len + 1] = b'\n';
+    len + 2
+}
+
+/// Status and body length of a response written by `files::write_simple`.
+fn split_simple(response: &[u8]) -> (u16, &[u8], u64) {
+    let head_len = memchr::memmem::find(response, b"\r\n\r\n").map_or(response.len(), |i| i + 4);
+    let status = std::str::from_utf8(&response[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        &response[..head_len],
+        (response.len() - head_len) as u64,
+    )
+}
+
+/// The access log line of a proxied request, from its head as received.
+fn log_proxied(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    raw_head: &[u8],
+    status: u16,
+    head: &[u8],
+    body_bytes: u64,
+) {
+    let mut log = worker.log.borrow_mut();
+    let Some(log) = log.as_mut() else {
+        return;
+    };
+    let mut storage = HeaderStorage::new();
+    let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
+        .ok()
+        .flatten();
+    let entry = Entry {
+        client,
+        request: request.as_ref(),
+        raw_line: b"",
+        status,
+        head,
+        body_bytes,
+        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
+    };
+    log.record(&entry, &worker.clock.clf_time()[..]);
 }
 
 /// Writes the access log line for the response just added to `out`.

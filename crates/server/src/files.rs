@@ -579,7 +579,7 @@ fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
     worker.clock.write_date(buf);
 }
 
-fn end_head(buf: &mut Vec<u8>, version: Version, keep_alive: bool) {
+pub(crate) fn end_head(buf: &mut Vec<u8>, version: Version, keep_alive: bool) {
     match (version, keep_alive) {
         (Version::Http11, true) => {}
         (Version::Http10, true) => buf.extend_from_slice(b"Connection: keep-alive\r\n"),

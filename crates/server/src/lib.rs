@@ -71,6 +71,9 @@ pub enum Error {
 /// What every worker shares, read-only after start.
 pub(crate) struct Shared {
     pub config: Config,
+    /// The proxy configuration, when some route proxies; each worker builds its own
+    /// `edge::Edge` (connection pools, breakers) from it.
+    pub edge: Option<edge::EdgeConfig>,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -101,6 +104,11 @@ impl Server {
     /// Checks the configuration, opens the root and binds every listener.
     pub fn bind(config: Config) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
+        let edge = config.edge();
+        if let Some(edge) = &edge {
+            edge.validate()
+                .map_err(|e| Error::Config(format!("proxy: {e}")))?;
+        }
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let root = open_root(&config.root)?;
         files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
@@ -128,6 +136,7 @@ impl Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
                 refusals: Default::default(),
+                edge,
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),

@@ -91,6 +91,8 @@ pub(crate) struct Worker {
     evictions: RateLimitedLog,
     pauses: RateLimitedLog,
     timeouts: RateLimitedLog,
+    /// This worker's proxy, when some route proxies.
+    pub edge: Option<edge::Edge>,
     /// This worker's end of the access log, if there is one.
     pub log: RefCell<Option<WorkerLog>>,
     drops: RateLimitedLog,
@@ -291,6 +293,17 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
+            edge: shared
+                .edge
+                .clone()
+                .and_then(|config| match edge::Edge::new(config) {
+                    Ok(edge) => Some(edge),
+                    Err(e) => {
+                        // Validated at bind; this cannot happen, but never panic a worker.
+                        tracing::error!(worker = id, error = %e, "cannot start the proxy");
+                        None
+                    }
+                }),
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),

@@ -50,7 +50,7 @@ impl Server {
                     panic!("tessera exited before listening: {status}");
                 }
             };
-            if let Some(rest) = line.split("http://").nth(1) {
+            if let Some(rest) = line.rsplit_once("http://").map(|(_, rest)| rest) {
                 let addr = rest.split('/').next().unwrap();
                 break addr.parse().expect("listen address");
             }
@@ -168,6 +168,10 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     if head_only || status == 204 || status == 304 || status / 100 == 1 {
         return response;
     }
+    if response.header("transfer-encoding") == Some("chunked") {
+        response.body = read_chunked(stream);
+        return response;
+    }
     let len: usize = response
         .header("content-length")
         .expect("content-length")
@@ -176,6 +180,28 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     response.body = vec![0; len];
     stream.read_exact(&mut response.body).expect("read body");
     response
+}
+
+/// Reads and decodes a chunked body (no trailers), byte by byte for the size lines.
+fn read_chunked(stream: &mut TcpStream) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            stream.read_exact(&mut byte).expect("chunk size line");
+            line.push(byte[0]);
+        }
+        let size = usize::from_str_radix(std::str::from_utf8(&line[..line.len() - 2]).unwrap(), 16)
+            .expect("hex chunk size");
+        let mut chunk = vec![0u8; size + 2];
+        stream.read_exact(&mut chunk).expect("chunk");
+        assert!(chunk.ends_with(b"\r\n"), "chunk without CRLF");
+        if size == 0 {
+            return body;
+        }
+        body.extend_from_slice(&chunk[..size]);
+    }
 }
 
 /// A response head (status line and fields, CRLF-separated) as a body-less [`Response`].

@@ -8,6 +8,7 @@ mod http_semantics;
 mod lifecycle;
 mod limits;
 mod paths;
+mod proxy;
 mod security;
 mod smuggling;
 mod static_files;

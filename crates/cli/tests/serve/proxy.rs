@@ -1,0 +1,242 @@
+//! `tessera serve --proxy` and `[[route]]`: requests proxied to an origin, ESI pages
+//! assembled from fragments fetched in parallel.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::harness::{read_response, read_to_close, Server, Site};
+
+/// A small origin on loopback: one thread per connection, keep-alive, each response in
+/// one write with TCP_NODELAY (so no Nagle delays blur the timings).
+///
+/// - `/page`: ESI (Surrogate-Control) including `/frag/0`..`/frag/2`
+/// - `/frag/N`: `[N]` after 50 ms
+/// - `/echo`: the request head fields, one per line, then the body
+/// - anything else: 404
+fn origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || serve_origin(stream));
+        }
+    });
+    addr
+}
+
+fn serve_origin(stream: TcpStream) {
+    stream.set_nodelay(true).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+        let mut fields = Vec::new();
+        let mut length = 0usize;
+        loop {
+            let mut field = String::new();
+            if reader.read_line(&mut field).unwrap_or(0) == 0 {
+                return;
+            }
+            let field = field.trim_end().to_string();
+            if field.is_empty() {
+                break;
+            }
+            if let Some(v) = field.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            fields.push(field);
+        }
+        let mut body_in = vec![0u8; length];
+        reader.read_exact(&mut body_in).unwrap();
+        let (status, extra, body): (&str, &str, Vec<u8>) = if path == "/page" {
+            let includes: String = (0..3)
+                .map(|i| format!("<esi:include src=\"/frag/{i}\"/>"))
+                .collect();
+            (
+                "200 OK",
+                "Content-Type: text/html\r\nSurrogate-Control: content=\"ESI/1.0\"\r\n",
+                format!("<html>{includes}</html>").into_bytes(),
+            )
+        } else if let Some(n) = path.strip_prefix("/frag/") {
+            std::thread::sleep(Duration::from_millis(50));
+            (
+                "200 OK",
+                "Content-Type: text/html\r\n",
+                format!("[{n}]").into_bytes(),
+            )
+        } else if path.starts_with("/echo") {
+            let mut body = fields.join("\n").into_bytes();
+            body.extend_from_slice(b"\n\n");
+            body.extend_from_slice(&body_in);
+            ("200 OK", "Content-Type: text/plain\r\n", body)
+        } else {
+            ("404 Not Found", "", b"no such page".to_vec())
+        };
+        let mut response = format!(
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(&body);
+        if writer.write_all(&response).is_err() {
+            return;
+        }
+    }
+}
+
+fn proxy_to(site: &Site, origin: SocketAddr) -> Server {
+    Server::start(&site.root(), &["--proxy", &format!("http://{origin}")])
+}
+
+#[test]
+fn esi_page_is_assembled_from_fragments_fetched_in_parallel() {
+    let site = Site::new();
+    let server = proxy_to(&site, origin());
+    // The first page also opens the upstream connections; time the next ones.
+    assert_eq!(server.get("/page").body, b"<html>[0][1][2]</html>");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = server.get("/page");
+        let elapsed = started.elapsed();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"<html>[0][1][2]</html>");
+        assert_eq!(r.header("surrogate-control"), None);
+        // One after another they would take 150 ms; in parallel, one fragment's 50 ms.
+        assert!(
+            elapsed < Duration::from_millis(140),
+            "page took {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn assembled_pages_are_chunked_for_http11_and_length_delimited_for_http10() {
+    let site = Site::new();
+    let server = proxy_to(&site, origin());
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /page HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !raw.ends_with(b"0\r\n\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the last chunk");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.contains("Transfer-Encoding: chunked\r\n"), "{text}");
+    let body = &text[text.find("\r\n\r\n").unwrap() + 4..];
+    let mut decoded = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").unwrap();
+        let size = usize::from_str_radix(size, 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        decoded.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    assert_eq!(decoded, "<html>[0][1][2]</html>");
+    // The connection stays usable.
+    stream
+        .write_all(b"GET /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 200);
+
+    let old = server.exchange(b"GET /page HTTP/1.0\r\n\r\n");
+    let text = String::from_utf8_lossy(&old);
+    assert!(text.contains("Content-Length: 22\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\n<html>[0][1][2]</html>"), "{text}");
+}
+
+#[test]
+fn request_headers_and_bodies_are_forwarded() {
+    let site = Site::new();
+    let server = proxy_to(&site, origin());
+    let mut stream = server.connect();
+    stream
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: shop.test\r\nConnection: keep-alive, X-Private\r\nX-Private: secret\r\nContent-Length: 5\r\n\r\nhello")
+        .unwrap();
+    let r = read_response(&mut stream, false);
+    let text = String::from_utf8(r.body).unwrap();
+    let lower = text.to_ascii_lowercase();
+    assert!(lower.contains("x-forwarded-for: 127.0.0.1"), "{text}");
+    assert!(lower.contains("x-forwarded-proto: http"), "{text}");
+    assert!(lower.contains("via: 1.1 tessera"), "{text}");
+    assert!(
+        lower.contains("surrogate-capability: tessera=\"esi/1.0\""),
+        "{text}"
+    );
+    assert!(lower.contains("host: shop.test"), "{text}");
+    assert!(
+        !lower.contains("x-private"),
+        "a field named in Connection was forwarded: {text}"
+    );
+    assert!(text.ends_with("\n\nhello"), "{text}");
+    // A chunked request body arrives whole, then the next request on the connection.
+    stream
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\nGET /nothing HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut stream, false);
+    assert!(String::from_utf8(r.body).unwrap().ends_with("\n\nabcde"));
+    let r = read_response(&mut stream, false);
+    assert_eq!((r.status, r.body.as_slice()), (404, &b"no such page"[..]));
+}
+
+#[test]
+fn an_origin_that_is_down_gets_502() {
+    let site = Site::new();
+    // A port nothing listens on.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = proxy_to(&site, closed);
+    let r = server.get("/page");
+    assert_eq!(r.status, 502);
+}
+
+#[test]
+fn routes_send_one_prefix_to_the_origin_and_the_rest_to_static_files() {
+    let site = Site::new();
+    let origin = origin();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {:?}\n[[upstream]]\nname = \"app\"\naddresses = [\"{origin}\"]\n[[route]]\nprefix = \"/echo\"\nupstream = \"app\"\n",
+        log.display().to_string()
+    ));
+    assert_eq!(server.get("/hello.txt").body, b"hello world\n");
+    let echo = server.get("/echo?x=1");
+    assert_eq!(echo.status, 200);
+    assert!(String::from_utf8(echo.body)
+        .unwrap()
+        .to_ascii_lowercase()
+        .contains("via: 1.1 tessera"));
+    // Both kinds of response are in the access log.
+    std::thread::sleep(Duration::from_millis(700));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains("\"GET /hello.txt HTTP/1.1\" 200 12"),
+        "{lines}"
+    );
+    assert!(lines.contains("\"GET /echo?x=1 HTTP/1.1\" 200"), "{lines}");
+}
+
+#[test]
+fn a_bad_proxy_url_is_a_clear_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--proxy", "ftp://x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--proxy ftp://x"), "{stderr}");
+    let _ = read_to_close;
+}
