@@ -6,6 +6,8 @@
   /uncached/frag/I   sleeps DELAY_MS, then a small body; Cache-Control: no-store
   /cached/page       the same page, Cache-Control: max-age=3600, including /cached/frag/I
   /cached/frag/I     a small body at once; Cache-Control: max-age=3600
+  /count             how many requests the origin has answered (not counting /count), so
+                     the bench can tell how many origin requests a proxied page cost
 
 HTTP/1.1 keep-alive, one thread per connection (ThreadingHTTPServer), so the proxies'
 fragment fetches sleep side by side and the origin never serialises them itself.
@@ -13,6 +15,7 @@ fragment fetches sleep side by side and the origin never serialises them itself.
 usage: esi-origin.py PORT FRAGMENTS DELAY_MS
 """
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -29,6 +32,8 @@ def page(flavour):
 
 PAGES = {f: page(f) for f in ("uncached", "cached")}
 CACHE_CONTROL = {"uncached": "no-store", "cached": "max-age=3600"}
+served = 0
+served_lock = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -38,7 +43,12 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def do_GET(self):
+        global served
         parts = self.path.split("?", 1)[0].strip("/").split("/")
+        if parts == ["count"]:
+            return self.answer(200, b"%d\n" % served, "no-store")
+        with served_lock:
+            served += 1
         flavour = parts[0] if parts else ""
         if flavour not in PAGES:
             return self.answer(404, b"not found\n", "no-store")
