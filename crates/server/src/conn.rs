@@ -7,10 +7,11 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use pool::SlotId;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 
@@ -24,7 +25,8 @@ use crate::worker::{Buffers, ConnState, Worker};
 enum Discard {
     None,
     Length(u64),
-    Chunked { decoder: ChunkedDecoder, seen: u64 },
+    /// Boxed: rare, and every connection's future would otherwise carry its room.
+    Chunked(Box<(ChunkedDecoder, u64)>),
 }
 
 /// What to do after answering what is buffered.
@@ -59,8 +61,8 @@ enum Ending {
     Linger,
 }
 
-struct Conn<'w> {
-    worker: &'w Worker,
+pub(crate) struct Conn {
+    worker: Rc<Worker>,
     stream: TcpStream,
     peer: SocketAddr,
     /// When the last read completed, for `%D` in access logs (only read when logging).
@@ -72,43 +74,86 @@ struct Conn<'w> {
     discard: Discard,
 }
 
-pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, worker: &Worker, slot: SlotId) {
-    let mut conn = Conn {
-        worker,
-        stream,
-        peer,
-        read_at: None,
-        slot,
-        buffers: None,
-        start: 0,
-        end: 0,
-        discard: Discard::None,
-    };
-    if let Ok(Ending::Linger) = conn.run().await {
-        // Boxed: its timer is large, and every connection's future (idle ones included)
-        // would otherwise carry room for it. One allocation per closing connection.
-        Box::pin(conn.linger()).await;
-    }
-    if let Some(buffers) = conn.buffers.take() {
-        worker.give_back(buffers);
+impl Conn {
+    pub(crate) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        worker: Rc<Worker>,
+        slot: SlotId,
+    ) -> Conn {
+        Conn {
+            worker,
+            stream,
+            peer,
+            read_at: None,
+            slot,
+            buffers: None,
+            start: 0,
+            end: 0,
+            discard: Discard::None,
+        }
     }
 }
 
-impl Conn<'_> {
+/// Serves one connection to its end and frees its slot. This future is the connection's
+/// whole task. A plain `fn` returning an `async move` block, not an `async fn`: the block
+/// uses the captured connection in place, where an `async fn` would keep room for its
+/// parameter and for the local it is moved into (about 150 bytes per connection more).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
+    async move {
+        if let Ok(Ending::Linger) = conn.run().await {
+            // Boxed: its timer is large, and every connection's future (idle ones
+            // included) would otherwise carry room for it. One allocation per closing
+            // connection.
+            Box::pin(conn.linger()).await;
+        }
+        if let Some(buffers) = conn.buffers.take() {
+            conn.worker.give_back(buffers);
+        }
+        conn.worker.clone().free(conn.slot);
+    }
+}
+
+impl Conn {
     async fn run(&mut self) -> io::Result<Ending> {
-        let worker = self.worker;
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
         loop {
             // Wait for bytes. Without a partial request in hand, wait with no buffer.
-            self.stream.readable().await?;
+            // poll_read_ready rather than readable(): its waker lives in the socket's
+            // registration, so the wait adds nothing to this future (readable() keeps a
+            // 150-byte waiter node in it, in every idle connection).
+            std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)).await?;
             let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
-            // A plain read, not try_read: after a short read tokio clears the socket's
-            // readiness, so the next wait goes straight to epoll instead of first making
-            // a recv that can only say EAGAIN (one system call saved per request). The
-            // socket was just reported readable, so this rarely waits with a buffer.
-            match self.stream.read(&mut buffers.read[self.end..]).await {
-                Ok(0) => return Ok(Ending::Closed),
-                Ok(n) => self.end += n,
-                Err(e) => return Err(e),
+            // One poll of a plain read, not try_read: after a short read tokio clears the
+            // socket's readiness, so the next wait goes straight to epoll instead of
+            // first making a recv that can only say EAGAIN (one system call saved per
+            // request). But never wait inside it: a read that is not ready (stale
+            // readiness, or the task's cooperative budget spent) must not hold a buffer
+            // set while it waits, or a flood of connections would each pin one.
+            let read = std::future::poll_fn(|cx| {
+                let mut read_buf = tokio::io::ReadBuf::new(&mut buffers.read[self.end..]);
+                match std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut read_buf) {
+                    std::task::Poll::Ready(result) => {
+                        std::task::Poll::Ready(Some(result.map(|()| read_buf.filled().len())))
+                    }
+                    std::task::Poll::Pending => std::task::Poll::Ready(None),
+                }
+            })
+            .await;
+            match read {
+                Some(Ok(0)) => return Ok(Ending::Closed),
+                Some(Ok(n)) => self.end += n,
+                Some(Err(e)) => return Err(e),
+                None => {
+                    if self.end == 0 && matches!(self.discard, Discard::None) {
+                        if let Some(buffers) = self.buffers.take() {
+                            worker.give_back(buffers);
+                        }
+                    }
+                    continue;
+                }
             }
             if self.read_at.is_some() || worker.log.borrow().is_some() {
                 self.read_at = Some(Instant::now());
@@ -130,7 +175,10 @@ impl Conn<'_> {
                 match next {
                     Next::Close => return Ok(Ending::Linger),
                     Next::Proxy(job) => {
-                        if !self.proxy(job).await? {
+                        // Boxed: the proxy's future is large, and every connection's
+                        // future (static and idle ones included) would otherwise carry
+                        // room for it.
+                        if !Box::pin(self.proxy(job)).await? {
                             return Ok(Ending::Linger);
                         }
                     }
@@ -168,7 +216,8 @@ impl Conn<'_> {
     /// Parses and answers every complete request in the buffer, into the output batch,
     /// up to the first one for the proxy.
     fn answer_buffered(&mut self) -> Next {
-        let worker = self.worker;
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
         let limits = &worker.shared.limits;
         let Some(buffers) = self.buffers.as_mut() else {
             return Next::Read;
@@ -222,10 +271,10 @@ impl Conn<'_> {
                     self.discard = match req.body {
                         BodyFraming::None => Discard::None,
                         BodyFraming::Length(n) => Discard::Length(n),
-                        BodyFraming::Chunked => Discard::Chunked {
-                            decoder: ChunkedDecoder::new(limits.max_head_size),
-                            seen: 0,
-                        },
+                        BodyFraming::Chunked => Discard::Chunked(Box::new((
+                            ChunkedDecoder::new(limits.max_head_size),
+                            0,
+                        ))),
                     };
                     if !keep_alive {
                         return Next::Close;
@@ -264,7 +313,8 @@ impl Conn<'_> {
     /// Proxies one request: reads its body, awaits the upstream (or the assembled ESI
     /// page), and streams the response. Returns whether the connection may go on.
     async fn proxy(&mut self, job: Box<ProxyJob>) -> io::Result<bool> {
-        let worker = self.worker;
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
         let Some(edge) = worker.edge.as_ref() else {
             return Ok(false);
         };
@@ -451,7 +501,8 @@ impl Conn<'_> {
         framing: BodyFraming,
         expect_continue: bool,
     ) -> io::Result<Option<bytes::Bytes>> {
-        let worker = self.worker;
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
         let limits = &worker.shared.limits;
         let mut left = match framing {
             BodyFraming::None => return Ok(Some(bytes::Bytes::new())),
@@ -510,7 +561,7 @@ impl Conn<'_> {
             if !worker.enter(self.slot, ConnState::ReadingBody) {
                 return Ok(None);
             }
-            self.stream.readable().await?;
+            std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)).await?;
             let Some(buffers) = self.buffers.as_mut() else {
                 return Ok(None);
             };
@@ -544,7 +595,7 @@ impl Conn<'_> {
                     } else if wrote {
                         self.worker.touch(self.slot);
                     }
-                    self.stream.writable().await?;
+                    std::future::poll_fn(|cx| self.stream.poll_write_ready(cx)).await?;
                     self.worker.clock.refresh();
                 }
             }
@@ -556,7 +607,8 @@ impl Conn<'_> {
     /// reads it. So: half-close, then read and drop what arrives for a bounded time and
     /// amount (nginx's lingering close).
     async fn linger(&mut self) {
-        let worker = self.worker;
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
         // SAFETY: the socket is open; shutdown(2) only affects its write side.
         unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR) };
         let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
@@ -751,7 +803,8 @@ fn skip_body(
             }
             Ok(false)
         }
-        Discard::Chunked { decoder, seen } => loop {
+        Discard::Chunked(chunked) => loop {
+            let (decoder, seen) = &mut **chunked;
             let (used, chunk) = decoder.decode(&buf[*start..end])?;
             *start += used;
             match chunk {

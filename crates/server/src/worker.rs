@@ -173,7 +173,7 @@ impl Worker {
         slots.set_state(slot, from, ConnState::Closing, self.clock.millis());
     }
 
-    fn free(&self, slot: SlotId) {
+    pub(crate) fn free(&self, slot: SlotId) {
         let mut slots = self.slots.borrow_mut();
         let from = slots.state(slot);
         slots.set_state(slot, from, ConnState::Free, self.clock.millis());
@@ -449,10 +449,11 @@ async fn accept_loop(
             slots[slot] = stream.as_raw_fd();
             slot
         };
-        let worker = worker.clone();
-        tokio::task::spawn_local(async move {
-            conn::serve(stream, peer, &worker, slot).await;
-            worker.free(slot);
-        });
+        tokio::task::spawn_local(conn::serve(conn::Conn::new(
+            stream,
+            peer,
+            worker.clone(),
+            slot,
+        )));
     }
 }
