@@ -52,25 +52,14 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("testserver-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if s.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    s.connections.fetch_add(1, Ordering::Relaxed);
-                    let s = s.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("testserver-conn".into())
-                        .spawn(move || {
-                            let _ = conn.set_nodelay(true);
-                            let _ = serve(conn, &s);
-                        });
-                }
-            })?;
+        accept_in_thread(
+            shared.clone(),
+            listener,
+            |l| l.accept().map(|(conn, _)| conn),
+            |conn| {
+                let _ = conn.set_nodelay(true);
+            },
+        )?;
         Ok(TestServer {
             addr,
             shared,
@@ -82,24 +71,12 @@ impl TestServer {
     pub fn start_unix(path: &std::path::Path) -> io::Result<TestServer> {
         let listener = std::os::unix::net::UnixListener::bind(path)?;
         let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("testserver-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if s.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    s.connections.fetch_add(1, Ordering::Relaxed);
-                    let s = s.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("testserver-conn".into())
-                        .spawn(move || {
-                            let _ = serve(conn, &s);
-                        });
-                }
-            })?;
+        accept_in_thread(
+            shared.clone(),
+            listener,
+            |l| l.accept().map(|(conn, _)| conn),
+            |_| {},
+        )?;
         Ok(TestServer {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             shared,
@@ -295,4 +272,36 @@ fn respond(conn: &mut impl Conn, path: &str, close: bool) -> io::Result<bool> {
     };
     conn.write_all(response.as_bytes())?;
     Ok(!close)
+}
+
+/// Accepts connections on a thread of its own (the listener moves into it) and serves
+/// each on a thread; `prepare` adjusts a connection before it is served.
+fn accept_in_thread<L, C>(
+    shared: Arc<Shared>,
+    listener: L,
+    accept: fn(&L) -> io::Result<C>,
+    prepare: fn(&C),
+) -> io::Result<()>
+where
+    L: Send + 'static,
+    C: Conn + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name("testserver-accept".into())
+        .spawn(move || loop {
+            let conn = accept(&listener);
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(conn) = conn else { continue };
+            shared.connections.fetch_add(1, Ordering::Relaxed);
+            let s = shared.clone();
+            let _ = std::thread::Builder::new()
+                .name("testserver-conn".into())
+                .spawn(move || {
+                    prepare(&conn);
+                    let _ = serve(conn, &s);
+                });
+        })?;
+    Ok(())
 }

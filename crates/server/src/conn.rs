@@ -351,7 +351,7 @@ impl Conn {
                     keep_alive,
                 );
                 self.send(&head).await?;
-                let (status, _, body_bytes) = split_simple(&head);
+                let (status, _, body_bytes) = crate::output::split_response(&head);
                 log_proxied(
                     worker,
                     self.peer,
@@ -709,20 +709,6 @@ fn hex(mut n: usize, out: &mut [u8; 20]) -> usize {
     len + 2
 }
 
-/// Status and body length of a response written by `files::write_simple`.
-fn split_simple(response: &[u8]) -> (u16, &[u8], u64) {
-    let head_len = memchr::memmem::find(response, b"\r\n\r\n").map_or(response.len(), |i| i + 4);
-    let status = std::str::from_utf8(&response[9..12])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        &response[..head_len],
-        (response.len() - head_len) as u64,
-    )
-}
-
 /// The access log line of a proxied request, from its head as received.
 fn log_proxied(
     worker: &Worker,
@@ -733,24 +719,21 @@ fn log_proxied(
     head: &[u8],
     body_bytes: u64,
 ) {
-    let mut log = worker.log.borrow_mut();
-    let Some(log) = log.as_mut() else {
+    if worker.log.borrow().is_none() {
         return;
-    };
+    }
     let mut storage = HeaderStorage::new();
     let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
         .ok()
         .flatten();
-    let entry = Entry {
+    record(
+        worker,
         client,
-        request: request.as_ref(),
-        raw_line: b"",
-        status,
-        head,
-        body_bytes,
-        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
-    };
-    log.record(&entry, &worker.clock.clf_time()[..]);
+        read_at,
+        request.as_ref(),
+        b"",
+        (status, head, body_bytes),
+    );
 }
 
 /// Writes the access log line for the response just added to `out`.
@@ -763,12 +746,24 @@ fn log(
     out: &Output,
     mark: Mark,
 ) {
+    if worker.log.borrow().is_some() {
+        record(worker, client, read_at, request, raw_line, out.since(mark));
+    }
+}
+
+/// One access log line: `response` is (status, head, body bytes).
+fn record(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    request: Option<&wire::Request<'_, '_>>,
+    raw_line: &[u8],
+    (status, head, body_bytes): (u16, &[u8], u64),
+) {
     let mut log = worker.log.borrow_mut();
     let Some(log) = log.as_mut() else {
         return;
     };
-    let (status, head, body_bytes) = out.since(mark);
-    let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
     let entry = Entry {
         client,
         request,
@@ -776,7 +771,7 @@ fn log(
         status,
         head,
         body_bytes,
-        micros,
+        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
     };
     log.record(&entry, &worker.clock.clf_time()[..]);
 }

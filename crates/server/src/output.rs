@@ -104,16 +104,8 @@ impl Output {
         } else {
             0
         };
-        let response = &added[start..];
-        let head_len =
-            memchr::memmem::find(response, b"\r\n\r\n").map_or(response.len(), |i| i + 4);
-        let status = response
-            .get(9..12)
-            .and_then(|s| std::str::from_utf8(s).ok())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = (response.len() - head_len) as u64 + (self.outside - mark.outside);
-        (status, &response[..head_len], body)
+        let (status, head, body) = split_response(&added[start..]);
+        (status, head, body + (self.outside - mark.outside))
     }
 
     /// The buffer to append response heads and small bodies to.
@@ -284,4 +276,20 @@ fn send_file(stream: &TcpStream, entry: &FileEntry, offset: u64, len: u64) -> io
             Ok(n as usize)
         }
     })
+}
+
+/// A response as written into a buffer: its status, its head, and the length of the
+/// body that follows the head in the same buffer.
+pub(crate) fn split_response(response: &[u8]) -> (u16, &[u8], u64) {
+    let head_len = memchr::memmem::find(response, b"\r\n\r\n").map_or(response.len(), |i| i + 4);
+    let status = response
+        .get(9..12)
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        &response[..head_len],
+        (response.len() - head_len) as u64,
+    )
 }
