@@ -347,6 +347,53 @@ impl Edge {
     }
 }
 
+impl Edge {
+    /// One request to the upstream named `upstream`, for a script: no routing, no header
+    /// forwarding and no ESI, the whole response body read (at most `max_body` bytes)
+    /// within the upstream's timeouts, through its pool and breaker.
+    pub async fn call(
+        &self,
+        upstream: &str,
+        method: Method,
+        target: &str,
+        headers: HeaderMap,
+        body: Bytes,
+        max_body: usize,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
+        let Some(upstream) = self.inner.upstreams.get(upstream).cloned() else {
+            return Err(ProxyError::BadRequest(format!("no upstream `{upstream}`")));
+        };
+        let body_len = body.len();
+        let mut up = http::Request::new(Full::new(body));
+        *up.method_mut() = method.clone();
+        *up.uri_mut() = target
+            .parse()
+            .map_err(|_| ProxyError::BadRequest("unparsable request target".into()))?;
+        *up.headers_mut() = headers;
+        if !up.headers().contains_key(header::HOST) {
+            if let Ok(host) = header::HeaderValue::from_str(&upstream.name) {
+                up.headers_mut().insert(header::HOST, host);
+            }
+        }
+        up.headers_mut().remove(header::CONTENT_LENGTH);
+        if body_len > 0 || matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+            up.headers_mut()
+                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(body_len));
+        }
+        let deadline = Instant::now() + upstream.response_timeout;
+        let (resp, pooled) = upstream.send(up, deadline).await?;
+        let (parts, body) = resp.into_parts();
+        let bytes = crate::client::read_bytes(
+            body,
+            pooled,
+            max_body,
+            Instant::now() + upstream.response_timeout,
+        )
+        .await?;
+        Ok((parts.status, parts.headers, bytes))
+    }
+}
+
 impl Inner {
     pub(crate) fn route(&self, path: &str) -> Option<Target<'_>> {
         self.routes

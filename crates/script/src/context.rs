@@ -1,0 +1,373 @@
+//! The object a phase function receives (`r`): the request, read lazily, and the
+//! response being built. One per request in flight, recycled: in the steady state a
+//! worker reuses the same few userdata objects and their buffers, so a request creates
+//! no Lua values the script does not ask for.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use mlua::{
+    AnyUserData, Lua, MultiValue, Result as LuaResult, String as LuaString, UserData,
+    UserDataMethods, Value,
+};
+
+/// A byte range of [`Context::head`].
+type Span = (u32, u32);
+
+/// One request and its response, as a script sees them.
+#[derive(Default)]
+pub struct Context {
+    /// Copies of the request's method, target and header bytes (reused buffer).
+    head: Vec<u8>,
+    method: Span,
+    target: Span,
+    headers: Vec<(Span, Span)>,
+    client: Option<SocketAddr>,
+    body: Bytes,
+    /// The response: status (200 unless set), extra headers, body.
+    pub(crate) status: u16,
+    pub(crate) headers_out: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) body_out: Vec<u8>,
+    /// Set by `exit` and `redirect`: the phase ends and its response goes out.
+    pub(crate) exited: bool,
+    /// Whether a phase wrote a response (content ran, or access exited).
+    pub(crate) responded: bool,
+}
+
+/// Raised by `r:exit()` to unwind the phase function; not an error.
+#[derive(Debug)]
+pub(crate) struct Exit;
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("exit")
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// The request as the server parsed it.
+pub struct RequestHead<'a, I> {
+    pub method: &'a [u8],
+    /// The request target: path and query.
+    pub target: &'a [u8],
+    pub headers: I,
+    pub client: SocketAddr,
+}
+
+impl Context {
+    /// Resets this context for a new request: copies its head (no allocation once the
+    /// buffers have grown to the largest head seen).
+    pub fn fill<'a, I>(&mut self, req: RequestHead<'a, I>)
+    where
+        I: Iterator<Item = (&'a [u8], &'a [u8])>,
+    {
+        self.head.clear();
+        self.headers.clear();
+        self.method = push(&mut self.head, req.method);
+        self.target = push(&mut self.head, req.target);
+        for (name, value) in req.headers {
+            let n = push(&mut self.head, name);
+            let v = push(&mut self.head, value);
+            self.headers.push((n, v));
+        }
+        self.client = Some(req.client);
+        self.body = Bytes::new();
+        self.status = 200;
+        self.headers_out.clear();
+        self.body_out.clear();
+        self.exited = false;
+        self.responded = false;
+    }
+
+    pub fn set_body(&mut self, body: Bytes) {
+        self.body = body;
+    }
+
+    fn span(&self, s: Span) -> &[u8] {
+        &self.head[s.0 as usize..s.1 as usize]
+    }
+
+    fn path(&self) -> &[u8] {
+        let t = self.span(self.target);
+        &t[..t.iter().position(|&b| b == b'?').unwrap_or(t.len())]
+    }
+
+    fn query(&self) -> &[u8] {
+        let t = self.span(self.target);
+        t.iter()
+            .position(|&b| b == b'?')
+            .map_or(&[], |i| &t[i + 1..])
+    }
+
+    fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| self.span(*n).eq_ignore_ascii_case(name))
+            .map(|(_, v)| self.span(*v))
+    }
+
+    /// The response status the phase set.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The response headers a script set (name, value), in order.
+    pub fn headers_out(&self) -> &[(Vec<u8>, Vec<u8>)] {
+        &self.headers_out
+    }
+
+    /// For `header_filter`: the response's headers, to be adjusted in place.
+    pub fn headers_out_mut(&mut self) -> &mut Vec<(Vec<u8>, Vec<u8>)> {
+        &mut self.headers_out
+    }
+
+    pub fn set_status(&mut self, status: u16) {
+        self.status = status;
+    }
+
+    /// The response body a script wrote.
+    pub fn body_out(&self) -> &[u8] {
+        &self.body_out
+    }
+
+    /// Whether a phase produced the response (`content` ran, or `access` called exit or
+    /// redirect).
+    pub fn responded(&self) -> bool {
+        self.responded
+    }
+
+    fn set_header(&mut self, name: &[u8], value: &[u8], replace: bool) {
+        if replace {
+            self.headers_out
+                .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        }
+        self.headers_out.push((name.to_vec(), value.to_vec()));
+    }
+
+    pub(crate) fn append(&mut self, value: &Value) -> LuaResult<()> {
+        match value {
+            Value::String(s) => self.body_out.extend_from_slice(&s.as_bytes()),
+            Value::Integer(i) => self.body_out.extend_from_slice(i.to_string().as_bytes()),
+            Value::Number(n) => self.body_out.extend_from_slice(n.to_string().as_bytes()),
+            Value::Table(t) => {
+                for v in t.sequence_values::<Value>() {
+                    self.append(&v?)?;
+                }
+            }
+            Value::Nil => {}
+            other => {
+                return Err(mlua::Error::runtime(format!(
+                    "cannot write a {} to the body",
+                    other.type_name()
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn push(buf: &mut Vec<u8>, bytes: &[u8]) -> Span {
+    let start = buf.len() as u32;
+    buf.extend_from_slice(bytes);
+    (start, buf.len() as u32)
+}
+
+fn valid_status(status: i64) -> LuaResult<u16> {
+    if (100..=999).contains(&status) {
+        Ok(status as u16)
+    } else {
+        Err(mlua::Error::runtime(format!("invalid status {status}")))
+    }
+}
+
+/// A header name or value a script sets must not break the response head.
+fn header_bytes<'a>(what: &str, s: &'a [u8]) -> LuaResult<&'a [u8]> {
+    if s.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) || (what == "name" && s.is_empty()) {
+        return Err(mlua::Error::runtime(format!("invalid header {what}")));
+    }
+    Ok(s)
+}
+
+/// Decodes `%XX` and `+` in a query component.
+fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < s.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(s[i + 1]), hex(s[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn query_pairs(query: &[u8]) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
+    query
+        .split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.iter().position(|&b| b == b'=') {
+            Some(i) => (unescape(&p[..i]), unescape(&p[i + 1..])),
+            None => (unescape(p), Vec::new()),
+        })
+}
+
+fn bytes_or_nil(lua: &Lua, b: Option<&[u8]>) -> LuaResult<Value> {
+    match b {
+        Some(b) => Ok(Value::String(lua.create_string(b)?)),
+        None => Ok(Value::Nil),
+    }
+}
+
+impl UserData for Context {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        // The request.
+        m.add_method("method", |lua, c, ()| lua.create_string(c.span(c.method)));
+        m.add_method("path", |lua, c, ()| lua.create_string(c.path()));
+        m.add_method("query", |lua, c, ()| lua.create_string(c.query()));
+        m.add_method("uri", |lua, c, ()| lua.create_string(c.span(c.target)));
+        m.add_method("arg", |lua, c, name: LuaString| {
+            let name = name.as_bytes();
+            let found = query_pairs(c.query()).find(|(k, _)| k[..] == name[..]);
+            bytes_or_nil(lua, found.as_ref().map(|(_, v)| &v[..]))
+        });
+        m.add_method("args", |lua, c, ()| {
+            let t = lua.create_table()?;
+            for (k, v) in query_pairs(c.query()) {
+                t.set(lua.create_string(&k)?, lua.create_string(&v)?)?;
+            }
+            Ok(t)
+        });
+        m.add_method("header", |lua, c, name: LuaString| {
+            bytes_or_nil(lua, c.header(&name.as_bytes()))
+        });
+        m.add_method("headers", |lua, c, ()| {
+            let t = lua.create_table()?;
+            for (n, v) in &c.headers {
+                let name = c.span(*n).to_ascii_lowercase();
+                t.set(lua.create_string(&name)?, lua.create_string(c.span(*v))?)?;
+            }
+            Ok(t)
+        });
+        m.add_method("body", |lua, c, ()| lua.create_string(&c.body[..]));
+        m.add_method("client", |lua, c, ()| match c.client {
+            Some(a) => Ok((
+                Value::String(lua.create_string(a.ip().to_string())?),
+                Value::Integer(a.port() as i64),
+            )),
+            None => Ok((Value::Nil, Value::Nil)),
+        });
+
+        // The response.
+        m.add_method_mut("set_status", |_, c, status: i64| {
+            c.status = valid_status(status)?;
+            Ok(())
+        });
+        m.add_method("status", |_, c, ()| Ok(c.status));
+        m.add_method_mut(
+            "set_header",
+            |_, c, (name, value): (LuaString, Option<LuaString>)| {
+                let name = name.as_bytes();
+                let name = header_bytes("name", &name)?;
+                match value {
+                    Some(v) => c.set_header(name, header_bytes("value", &v.as_bytes())?, true),
+                    None => c.headers_out.retain(|(n, _)| !n.eq_ignore_ascii_case(name)),
+                }
+                Ok(())
+            },
+        );
+        m.add_method_mut(
+            "add_header",
+            |_, c, (name, value): (LuaString, LuaString)| {
+                let name = name.as_bytes();
+                let value = value.as_bytes();
+                c.set_header(
+                    header_bytes("name", &name)?,
+                    header_bytes("value", &value)?,
+                    false,
+                );
+                Ok(())
+            },
+        );
+        m.add_method("resp_header", |lua, c, name: LuaString| {
+            let name = name.as_bytes();
+            bytes_or_nil(
+                lua,
+                c.headers_out
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+                    .map(|(_, v)| &v[..]),
+            )
+        });
+        m.add_method_mut("write", |_, c, values: MultiValue| {
+            for v in values.iter() {
+                c.append(v)?;
+            }
+            Ok(())
+        });
+        m.add_method_mut("say", |_, c, values: MultiValue| {
+            for v in values.iter() {
+                c.append(v)?;
+            }
+            c.body_out.push(b'\n');
+            Ok(())
+        });
+        m.add_method_mut("exit", |_, c, (status, body): (i64, Option<Value>)| {
+            c.status = valid_status(status)?;
+            if let Some(body) = body {
+                c.body_out.clear();
+                c.append(&body)?;
+            }
+            c.exited = true;
+            Err::<(), _>(mlua::Error::external(Exit))
+        });
+        m.add_method_mut(
+            "redirect",
+            |_, c, (url, status): (LuaString, Option<i64>)| {
+                let status = valid_status(status.unwrap_or(302))?;
+                if !(300..400).contains(&status) {
+                    return Err(mlua::Error::runtime("redirect status must be 3xx"));
+                }
+                c.status = status;
+                c.set_header(b"Location", header_bytes("value", &url.as_bytes())?, true);
+                c.exited = true;
+                Err::<(), _>(mlua::Error::external(Exit))
+            },
+        );
+    }
+}
+
+/// The context of a userdata made by [`crate::Engine`].
+pub(crate) fn with<R>(ud: &AnyUserData, f: impl FnOnce(&mut Context) -> R) -> Option<R> {
+    ud.borrow_mut_scoped::<Context, R>(f).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_arguments_are_decoded() {
+        let pairs: Vec<_> = query_pairs(b"a=1&b=x%20y+z&c&&d=%zz").collect();
+        assert_eq!(
+            pairs,
+            vec![
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"b".to_vec(), b"x y z".to_vec()),
+                (b"c".to_vec(), Vec::new()),
+                (b"d".to_vec(), b"%zz".to_vec()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,835 @@
+//! [`Scripts`] (what every worker shares: the configuration, the shared dictionaries, the
+//! watchdog and the reload generation) and [`Engine`] (one worker's Lua state with its
+//! loaded scripts).
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
+
+use crate::config::{ScriptConfig, SharedDictConfig};
+use crate::context::{self, Context, RequestHead};
+use crate::guard::{self, Watchdog, WorkerGuard};
+use crate::shared::{self, SharedDicts};
+use crate::Error;
+
+/// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
+const MAX_HTTP_BODY: usize = 8 << 20;
+
+/// What every worker shares.
+pub struct Scripts {
+    configs: Vec<ScriptConfig>,
+    dicts: SharedDicts,
+    watchdog: Arc<Watchdog>,
+    generation: AtomicU64,
+}
+
+impl Scripts {
+    /// Checks the configuration and that every script compiles (so a typo stops the
+    /// server at start, not at the first request).
+    pub fn new(
+        configs: Vec<ScriptConfig>,
+        dicts: &[SharedDictConfig],
+    ) -> Result<Arc<Scripts>, Error> {
+        for (i, c) in configs.iter().enumerate() {
+            if !c.prefix.starts_with('/') {
+                return Err(Error::Config(format!(
+                    "script prefix `{}` must start with /",
+                    c.prefix
+                )));
+            }
+            if configs[..i].iter().any(|o| o.prefix == c.prefix) {
+                return Err(Error::Config(format!(
+                    "two scripts are mounted at `{}`",
+                    c.prefix
+                )));
+            }
+            if !(c.time_limit.is_finite() && c.time_limit > 0.0) {
+                return Err(Error::Config(format!(
+                    "script `{}`: time_limit must be > 0",
+                    c.prefix
+                )));
+            }
+            if c.memory_limit < 1 << 20 {
+                return Err(Error::Config(format!(
+                    "script `{}`: memory_limit must be at least 1 MiB",
+                    c.prefix
+                )));
+            }
+            compile(&Lua::new(), &c.path)?;
+        }
+        for (i, d) in dicts.iter().enumerate() {
+            let ident = !d.name.is_empty()
+                && !d.name.starts_with(|c: char| c.is_ascii_digit())
+                && d.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ident {
+                return Err(Error::Config(format!(
+                    "shared_dict name `{}` must be a Lua identifier",
+                    d.name
+                )));
+            }
+            if dicts[..i].iter().any(|o| o.name == d.name) {
+                return Err(Error::Config(format!(
+                    "shared_dict `{}` is defined twice",
+                    d.name
+                )));
+            }
+            if d.max_entries == 0 {
+                return Err(Error::Config(format!(
+                    "shared_dict `{}`: max_entries must be > 0",
+                    d.name
+                )));
+            }
+        }
+        Ok(Arc::new(Scripts {
+            configs,
+            dicts: SharedDicts::new(dicts),
+            watchdog: Watchdog::start(),
+            generation: AtomicU64::new(0),
+        }))
+    }
+
+    /// Asks every worker to reload its scripts (each does within a quarter second,
+    /// between requests; a script that fails to load keeps its previous version).
+    pub fn reload(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.configs.is_empty()
+    }
+}
+
+fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
+    let source = std::fs::read(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    lua.load(&source[..])
+        .set_name(format!("@{}", path.display()))
+        .into_function()
+        .map_err(|e| Error::Load {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+/// The functions a script module returned.
+#[derive(Clone, Default)]
+struct Phases {
+    access: Option<Function>,
+    content: Option<Function>,
+    header_filter: Option<Function>,
+    log: Option<Function>,
+}
+
+struct Mount {
+    config: ScriptConfig,
+    /// The script's name in log lines.
+    name: Rc<str>,
+    limit: Duration,
+    phases: RefCell<Option<Phases>>,
+}
+
+/// Where a request path is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountId(usize);
+
+/// How a phase ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// `access` let the request through (no exit or redirect).
+    Continue,
+    /// The context holds the response to send (`content` ran, or `exit`/`redirect`).
+    Respond,
+    /// The script failed (error, time or memory limit, panic; logged): answer 500.
+    Failed,
+}
+
+/// A request in a script's hands: the context userdata it sees as `r`.
+pub struct Call {
+    ud: AnyUserData,
+    mount: usize,
+}
+
+/// One worker's Lua state and scripts. Not `Send`: each worker owns one.
+pub struct Engine {
+    lua: Lua,
+    scripts: Arc<Scripts>,
+    /// Longest prefix first.
+    mounts: Vec<Mount>,
+    guard: Arc<WorkerGuard>,
+    /// Context userdata not in use, reused for the next request.
+    free: RefCell<Vec<AnyUserData>>,
+    generation: Cell<u64>,
+    /// Finished requests whose `log` phase is still to run.
+    logs: RefCell<Vec<Call>>,
+    logs_ready: tokio::sync::Notify,
+    timer_limit: Duration,
+}
+
+impl Engine {
+    /// Builds this worker's state and loads every script (a script that fails here is
+    /// logged and its mount answers 500 until a reload succeeds). `edge` is the worker's
+    /// upstream client, for `tessera.http.request`.
+    pub fn new(scripts: Arc<Scripts>, worker: usize, edge: Option<edge::Edge>) -> Rc<Engine> {
+        let lua =
+            Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).unwrap_or_else(|_| Lua::new());
+        let memory: usize = scripts.configs.iter().map(|c| c.memory_limit).sum();
+        if let Err(e) = lua.set_memory_limit(memory) {
+            tracing::warn!(worker, error = %e, "Lua memory limit not available");
+        }
+        // SAFETY: only reads the state pointer.
+        let mut state = std::ptr::null_mut();
+        let _ = unsafe { lua.exec_raw::<()>((), |s| state = s) };
+        let guard = scripts.watchdog.guard(state);
+        guard::set_current(Some(guard.clone()));
+        let mut mounts: Vec<Mount> = scripts
+            .configs
+            .iter()
+            .map(|c| Mount {
+                config: c.clone(),
+                name: c.path.display().to_string().into(),
+                limit: Duration::from_secs_f64(c.time_limit),
+                phases: RefCell::new(None),
+            })
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.config.prefix.len()));
+        let timer_limit = mounts
+            .iter()
+            .map(|m| m.limit)
+            .max()
+            .unwrap_or(Duration::from_secs(1));
+        let engine = Rc::new(Engine {
+            lua,
+            generation: Cell::new(scripts.generation.load(Ordering::Relaxed)),
+            scripts,
+            mounts,
+            guard,
+            free: RefCell::new(Vec::new()),
+            logs: RefCell::new(Vec::new()),
+            logs_ready: tokio::sync::Notify::new(),
+            timer_limit,
+        });
+        if let Err(e) = engine.install_api(worker, edge) {
+            tracing::error!(worker, error = %e, "cannot set up the Lua API");
+        }
+        for i in 0..engine.mounts.len() {
+            engine.load(i, worker);
+        }
+        engine
+    }
+
+    /// Runs this worker's background work: `log` phases and reloads. Call once, inside
+    /// the worker's `LocalSet`.
+    pub fn spawn_background(self: &Rc<Self>, worker: usize) {
+        let engine = self.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                engine.logs_ready.notified().await;
+                let calls = std::mem::take(&mut *engine.logs.borrow_mut());
+                for call in calls {
+                    if let Some(f) = engine.phase(call.mount, |p| p.log.clone()) {
+                        engine.call_sync(call.mount, &f, &call);
+                    }
+                    engine.end(call);
+                }
+            }
+        });
+        let engine = self.clone();
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let generation = engine.scripts.generation.load(Ordering::Relaxed);
+                if generation != engine.generation.get() {
+                    engine.generation.set(generation);
+                    for i in 0..engine.mounts.len() {
+                        engine.load(i, worker);
+                    }
+                }
+            }
+        });
+    }
+
+    /// (Re)loads one script: runs its file and takes the phase functions from the table
+    /// it returns, then its `init`. On failure the previous version stays.
+    fn load(&self, i: usize, worker: usize) {
+        let mount = &self.mounts[i];
+        let loaded = (|| -> Result<Phases, String> {
+            let chunk = compile(&self.lua, &mount.config.path).map_err(|e| e.to_string())?;
+            let _inside = self.guard.enter(mount.limit);
+            let module: Table = chunk.call(()).map_err(|e| e.to_string())?;
+            let get = |name: &str| -> Result<Option<Function>, String> {
+                module
+                    .get::<Option<Function>>(name)
+                    .map_err(|e| format!("`{name}` must be a function: {e}"))
+            };
+            let phases = Phases {
+                access: get("access")?,
+                content: get("content")?,
+                header_filter: get("header_filter")?,
+                log: get("log")?,
+            };
+            if let Some(init) = get("init")? {
+                init.call::<()>(worker)
+                    .map_err(|e| format!("init failed: {e}"))?;
+            }
+            Ok(phases)
+        })();
+        let previous = mount.phases.borrow().is_some();
+        match loaded {
+            Ok(phases) => {
+                *mount.phases.borrow_mut() = Some(phases);
+                if previous {
+                    tracing::info!(worker, script = %mount.name, "script reloaded");
+                }
+            }
+            Err(message) if previous => tracing::error!(
+                worker, script = %mount.name, error = %message,
+                "script reload failed; the previous version keeps running"
+            ),
+            Err(message) => tracing::error!(
+                worker, script = %mount.name, error = %message,
+                "script failed to load; its requests get 500"
+            ),
+        }
+    }
+
+    fn install_api(&self, worker: usize, edge: Option<edge::Edge>) -> mlua::Result<()> {
+        let lua = &self.lua;
+        // Pattern functions with their cost check.
+        let check =
+            lua.create_function(|_, (s, p, anchored): (mlua::String, mlua::String, bool)| {
+                let cost = guard::pattern_cost(&p.as_bytes(), s.as_bytes().len(), anchored);
+                if cost > guard::PATTERN_BUDGET {
+                    return Err(mlua::Error::runtime(format!(
+                        "pattern too costly for a {}-byte subject (backtracking items make it \
+                         polynomial); use a plain find or a simpler pattern",
+                        s.as_bytes().len()
+                    )));
+                }
+                Ok(())
+            })?;
+        lua.load(guard::PATTERN_GUARD)
+            .set_name("=pattern_guard")
+            .call::<()>(check)?;
+
+        let tessera = lua.create_table()?;
+        tessera.set("worker_id", worker)?;
+        tessera.set(
+            "now",
+            lua.create_function(|_, ()| {
+                Ok(std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()))
+            })?,
+        )?;
+
+        // tessera.log.info(...), .warn, .error, .debug
+        let log = lua.create_table()?;
+        for level in ["debug", "info", "warn", "error"] {
+            let f = lua.create_function(move |lua, values: Variadic<Value>| {
+                let mut message = String::new();
+                for v in values.iter() {
+                    match v {
+                        Value::String(s) => message.push_str(&s.to_string_lossy()),
+                        other => message.push_str(&other.to_string()?),
+                    }
+                }
+                let at = caller(lua);
+                match level {
+                    "debug" => tracing::debug!(worker, at = %at, "lua: {message}"),
+                    "info" => tracing::info!(worker, at = %at, "lua: {message}"),
+                    "warn" => tracing::warn!(worker, at = %at, "lua: {message}"),
+                    _ => tracing::error!(worker, at = %at, "lua: {message}"),
+                }
+                Ok(())
+            })?;
+            log.set(level, f)?;
+        }
+        tessera.set("log", log)?;
+
+        // tessera.shared.NAME:get/set/incr/delete
+        let shared_table = lua.create_table()?;
+        for name in self.scripts.dicts.names() {
+            shared_table.set(
+                name,
+                DictHandle {
+                    scripts: self.scripts.clone(),
+                    name: name.to_string(),
+                },
+            )?;
+        }
+        tessera.set("shared", shared_table.clone())?;
+        lua.globals().set("shared", shared_table)?;
+
+        // tessera.timer.at(delay, f, ...)
+        let timer = lua.create_table()?;
+        let guard = self.guard.clone();
+        let timer_limit = self.timer_limit;
+        timer.set(
+            "at",
+            lua.create_function(move |lua, (delay, f, args): (f64, Function, MultiValue)| {
+                if !(delay.is_finite() && delay >= 0.0) {
+                    return Err(mlua::Error::runtime("timer delay must be >= 0"));
+                }
+                let at = caller(lua);
+                let guard = guard.clone();
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+                    let call = Guarded {
+                        future: f.call_async::<()>(args),
+                        guard,
+                        limit: timer_limit,
+                    };
+                    match call.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::error!(worker, timer = %at, error = %e, "timer failed")
+                        }
+                        Err(()) => tracing::error!(worker, timer = %at, "timer panicked"),
+                    }
+                });
+                Ok(true)
+            })?,
+        )?;
+        tessera.set("timer", timer)?;
+
+        // tessera.http.request{upstream=, method=, path=, headers=, body=}
+        let http_table = lua.create_table()?;
+        let edge = Rc::new(edge);
+        http_table.set(
+            "request",
+            lua.create_async_function(move |lua, opts: Table| {
+                let edge = edge.clone();
+                async move {
+                    let Some(edge) = edge.as_ref() else {
+                        return Ok((
+                            Value::Nil,
+                            Value::String(lua.create_string("no upstreams are configured")?),
+                        ));
+                    };
+                    let upstream: String = opts.get("upstream")?;
+                    let method: Option<String> = opts.get("method")?;
+                    let method =
+                        http::Method::from_bytes(method.as_deref().unwrap_or("GET").as_bytes())
+                            .map_err(|_| mlua::Error::runtime("invalid method"))?;
+                    let path: Option<String> = opts.get("path")?;
+                    let mut headers = http::HeaderMap::new();
+                    if let Some(t) = opts.get::<Option<Table>>("headers")? {
+                        for pair in t.pairs::<mlua::String, mlua::String>() {
+                            let (k, v) = pair?;
+                            let name = http::HeaderName::from_bytes(&k.as_bytes())
+                                .map_err(|_| mlua::Error::runtime("invalid header name"))?;
+                            let value = http::HeaderValue::from_bytes(&v.as_bytes())
+                                .map_err(|_| mlua::Error::runtime("invalid header value"))?;
+                            headers.append(name, value);
+                        }
+                    }
+                    let body = match opts.get::<Option<mlua::String>>("body")? {
+                        Some(b) => bytes::Bytes::copy_from_slice(&b.as_bytes()),
+                        None => bytes::Bytes::new(),
+                    };
+                    let result = edge
+                        .call(
+                            &upstream,
+                            method,
+                            path.as_deref().unwrap_or("/"),
+                            headers,
+                            body,
+                            MAX_HTTP_BODY,
+                        )
+                        .await;
+                    match result {
+                        Ok((status, headers, body)) => {
+                            let res = lua.create_table()?;
+                            res.set("status", status.as_u16())?;
+                            let h = lua.create_table()?;
+                            for (k, v) in &headers {
+                                h.set(k.as_str(), lua.create_string(v.as_bytes())?)?;
+                            }
+                            res.set("headers", h)?;
+                            res.set("body", lua.create_string(&body[..])?)?;
+                            Ok((Value::Table(res), Value::Nil))
+                        }
+                        Err(e) => {
+                            Ok((Value::Nil, Value::String(lua.create_string(e.to_string())?)))
+                        }
+                    }
+                }
+            })?,
+        )?;
+        tessera.set("http", http_table)?;
+
+        lua.globals().set("tessera", tessera)?;
+        Ok(())
+    }
+
+    /// The script mounted at `path` (a request target), if any. Cheap: a few prefix
+    /// comparisons.
+    pub fn mount(&self, path: &[u8]) -> Option<MountId> {
+        self.mounts
+            .iter()
+            .position(|m| {
+                let prefix = m.config.prefix.as_bytes();
+                path.starts_with(prefix)
+                    && (prefix.ends_with(b"/")
+                        || path.len() == prefix.len()
+                        || matches!(path[prefix.len()], b'/' | b'?'))
+            })
+            .map(MountId)
+    }
+
+    fn phase(
+        &self,
+        mount: usize,
+        pick: impl FnOnce(&Phases) -> Option<Function>,
+    ) -> Option<Function> {
+        self.mounts[mount].phases.borrow().as_ref().and_then(pick)
+    }
+
+    /// Whether the script at `m` is loaded and has a `content` phase.
+    pub fn has_content(&self, m: MountId) -> bool {
+        self.mounts[m.0]
+            .phases
+            .borrow()
+            .as_ref()
+            .is_none_or(|p| p.content.is_some())
+    }
+
+    /// Whether the script at `m` has a `header_filter` phase.
+    pub fn has_header_filter(&self, m: MountId) -> bool {
+        self.phase(m.0, |p| p.header_filter.clone()).is_some()
+    }
+
+    /// Starts a request under `m`: a context filled from its head.
+    pub fn begin<'a, I>(&self, m: MountId, head: RequestHead<'a, I>) -> Call
+    where
+        I: Iterator<Item = (&'a [u8], &'a [u8])>,
+    {
+        let ud = self.free.borrow_mut().pop().unwrap_or_else(|| {
+            self.lua
+                .create_userdata(Context::default())
+                .expect("creating a userdata only fails when Lua is out of memory")
+        });
+        let call = Call { ud, mount: m.0 };
+        context::with(&call.ud, |c| c.fill(head));
+        call
+    }
+
+    /// Reads or changes the context of `call` (the response after a phase, the body
+    /// before `content`).
+    pub fn context<R>(&self, call: &Call, f: impl FnOnce(&mut Context) -> R) -> Option<R> {
+        context::with(&call.ud, f)
+    }
+
+    /// Runs `access`, if the script has one.
+    pub fn access(&self, call: &Call) -> Outcome {
+        let Some(phases) = self.mounts[call.mount].phases.borrow().clone() else {
+            return self.not_loaded(call);
+        };
+        match phases.access {
+            None => Outcome::Continue,
+            Some(f) => self.call_sync(call.mount, &f, call),
+        }
+    }
+
+    /// Runs `content`. It finishes here unless the script awaits an upstream call or a
+    /// timer; then the rest is a future for the worker's event loop (the only case that
+    /// allocates one).
+    pub fn content(&self, call: &Call) -> Content {
+        let Some(f) = self.phase(call.mount, |p| p.content.clone()) else {
+            return Content::Done(self.not_loaded(call));
+        };
+        let mut running = ContentCall {
+            call: Guarded {
+                future: f.call_async::<Value>(call.ud.clone()),
+                guard: self.guard.clone(),
+                limit: self.mounts[call.mount].limit,
+            },
+            ud: call.ud.clone(),
+            name: self.mounts[call.mount].name.clone(),
+        };
+        // A first poll without a waker: what the script awaits registers the real one
+        // when the server polls the pending future again (it does so at once).
+        let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut running).poll(&mut cx) {
+            Poll::Ready(outcome) => Content::Done(outcome),
+            Poll::Pending => Content::Pending(PendingContent(Box::pin(running))),
+        }
+    }
+
+    /// Runs `header_filter` on the response in the context (status and headers).
+    pub fn header_filter(&self, call: &Call) -> Outcome {
+        match self.phase(call.mount, |p| p.header_filter.clone()) {
+            None => Outcome::Continue,
+            Some(f) => match self.call_sync(call.mount, &f, call) {
+                // exit() in a header filter just ends it.
+                Outcome::Respond => Outcome::Continue,
+                other => other,
+            },
+        }
+    }
+
+    /// Queues `log` (run later by the background task), then recycles the context.
+    pub fn finish(&self, call: Call) {
+        if self.phase(call.mount, |p| p.log.clone()).is_some() {
+            self.logs.borrow_mut().push(call);
+            self.logs_ready.notify_one();
+        } else {
+            self.end(call);
+        }
+    }
+
+    fn end(&self, call: Call) {
+        let mut free = self.free.borrow_mut();
+        // A handful covers every request in flight at once on a worker in the steady
+        // state; more would only hold memory.
+        if free.len() < 64 {
+            free.push(call.ud);
+        }
+    }
+
+    fn not_loaded(&self, call: &Call) -> Outcome {
+        tracing::error!(script = %self.mounts[call.mount].name, "script is not loaded");
+        Outcome::Failed
+    }
+
+    fn call_sync(&self, mount: usize, f: &Function, call: &Call) -> Outcome {
+        let m = &self.mounts[mount];
+        let result = {
+            let _inside = self.guard.enter(m.limit);
+            std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
+        };
+        finish_call(&call.ud, &m.name, result, false)
+    }
+}
+
+/// Maps a call's result to an [`Outcome`], logging failures.
+fn finish_call(
+    ud: &AnyUserData,
+    name: &str,
+    result: Result<mlua::Result<Value>, Box<dyn std::any::Any + Send>>,
+    is_content: bool,
+) -> Outcome {
+    match result {
+        Ok(Ok(value)) => {
+            let appended = context::with(ud, |c| {
+                if is_content {
+                    c.responded = true;
+                    c.append(&value)
+                } else {
+                    Ok(())
+                }
+            });
+            match appended {
+                Some(Err(e)) => {
+                    tracing::error!(script = %name, error = %e, "script returned a bad body");
+                    Outcome::Failed
+                }
+                _ if is_content => Outcome::Respond,
+                _ => Outcome::Continue,
+            }
+        }
+        Ok(Err(e)) => {
+            let exited = context::with(ud, |c| {
+                if c.exited {
+                    c.responded = true;
+                }
+                c.exited
+            });
+            if exited == Some(true) && is_exit(&e) {
+                return Outcome::Respond;
+            }
+            tracing::error!(script = %name, error = %e, "script failed");
+            Outcome::Failed
+        }
+        Err(_) => {
+            tracing::error!(script = %name, "script callback panicked");
+            Outcome::Failed
+        }
+    }
+}
+
+fn is_exit(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => is_exit(cause),
+        mlua::Error::ExternalError(e) => e.is::<context::Exit>(),
+        _ => false,
+    }
+}
+
+/// `file:line` of the Lua code calling into Rust, for log lines.
+fn caller(lua: &Lua) -> String {
+    lua.inspect_stack(1, |d| {
+        let s = d.source();
+        format!(
+            "{}:{}",
+            s.short_src.as_deref().unwrap_or("?"),
+            d.current_line().unwrap_or(0)
+        )
+    })
+    .unwrap_or_else(|| "?".into())
+}
+
+/// A Lua coroutine call that counts as inside Lua (for the time limit) during each poll,
+/// and turns a panic into `Err(())`.
+struct Guarded<F> {
+    future: F,
+    guard: Arc<WorkerGuard>,
+    limit: Duration,
+}
+
+impl<F: Future + Unpin> Future for Guarded<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let _inside = this.guard.enter(this.limit);
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(r)) => Poll::Ready(Ok(r)),
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+/// What [`Engine::content`] did.
+pub enum Content {
+    /// Finished: the context holds the response (or the script failed).
+    Done(Outcome),
+    /// Waiting on an upstream or a timer: poll it to its outcome.
+    Pending(PendingContent),
+}
+
+/// A `content` phase waiting in the event loop.
+pub struct PendingContent(Pin<Box<dyn Future<Output = Outcome>>>);
+
+impl Future for PendingContent {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcome> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+struct ContentCall<F> {
+    call: Guarded<F>,
+    ud: AnyUserData,
+    name: Rc<str>,
+}
+
+impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcome> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.call).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(r)) => Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), true)),
+            Poll::Ready(Err(())) => Poll::Ready(finish_call(
+                &this.ud,
+                &this.name,
+                Err(Box::new("panic")),
+                true,
+            )),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.guard.detach();
+        guard::set_current(None);
+    }
+}
+
+/// `shared.NAME` in Lua.
+struct DictHandle {
+    scripts: Arc<Scripts>,
+    name: String,
+}
+
+impl DictHandle {
+    fn dict(&self) -> &shared::Dict {
+        self.scripts
+            .dicts
+            .get(&self.name)
+            .expect("handles are made for configured dictionaries only")
+    }
+}
+
+fn ttl(seconds: Option<f64>) -> mlua::Result<Option<Duration>> {
+    match seconds {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(_) => Err(mlua::Error::runtime("ttl must be >= 0 seconds")),
+    }
+}
+
+impl mlua::UserData for DictHandle {
+    fn add_methods<M: mlua::UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("get", |lua, d, key: mlua::String| {
+            Ok(match d.dict().get(&key.as_bytes()) {
+                None => Value::Nil,
+                Some(shared::Value::Bytes(b)) => Value::String(lua.create_string(&b)?),
+                Some(shared::Value::Number(n)) => Value::Number(n),
+                Some(shared::Value::Bool(b)) => Value::Boolean(b),
+            })
+        });
+        m.add_method(
+            "set",
+            |lua, d, (key, value, seconds): (mlua::String, Value, Option<f64>)| {
+                let value = match value {
+                    Value::Nil => {
+                        d.dict().delete(&key.as_bytes());
+                        return Ok((true, Value::Nil));
+                    }
+                    Value::String(s) => shared::Value::Bytes(s.as_bytes().to_vec()),
+                    Value::Integer(i) => shared::Value::Number(i as f64),
+                    Value::Number(n) => shared::Value::Number(n),
+                    Value::Boolean(b) => shared::Value::Bool(b),
+                    other => {
+                        return Err(mlua::Error::runtime(format!(
+                            "cannot store a {} in a shared dictionary",
+                            other.type_name()
+                        )))
+                    }
+                };
+                match d.dict().set(&key.as_bytes(), value, ttl(seconds)?) {
+                    Ok(()) => Ok((true, Value::Nil)),
+                    Err(e) => Ok((false, Value::String(lua.create_string(e.as_str())?))),
+                }
+            },
+        );
+        m.add_method(
+            "incr",
+            |lua, d, (key, by, init, seconds): (mlua::String, f64, Option<f64>, Option<f64>)| {
+                match d
+                    .dict()
+                    .incr(&key.as_bytes(), by, init.unwrap_or(0.0), ttl(seconds)?)
+                {
+                    Ok(n) => Ok((Value::Number(n), Value::Nil)),
+                    Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e.as_str())?))),
+                }
+            },
+        );
+        m.add_method("delete", |_, d, key: mlua::String| {
+            d.dict().delete(&key.as_bytes());
+            Ok(())
+        });
+    }
+}

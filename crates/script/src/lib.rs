@@ -1,0 +1,37 @@
+//! `script` runs request handlers written in Lua (LuaJIT through mlua, vendored).
+//!
+//! **What it is for.** Logic that changes often (redirect rules, A/B splits, small JSON
+//! endpoints, auth checks) without rebuilding tessera. A script is a Lua module mounted
+//! at a path prefix that returns functions for the phases it handles: `access` (allow,
+//! deny or redirect before any other handler), `content` (produce the response),
+//! `header_filter` (adjust the response headers of anything under the mount), `log`
+//! (after the response, off the request path) and `init` (once per worker and load).
+//! docs/lua.md documents the API the functions see.
+//!
+//! **What it is not for.** HTTP framing, sockets and static files (the `server` crate);
+//! upstream connections (the `edge` crate's client, which `tessera.http.request` uses).
+//!
+//! **How it fits.** The server builds one [`Scripts`] (shared: configuration, shared
+//! dictionaries, the watchdog) and each worker one [`Engine`] (its own Lua state, no
+//! locks). For a request under a mount the worker calls [`Engine::begin`], then
+//! [`Engine::access`], [`Engine::content`] (a future: it finishes on its first poll
+//! unless the script awaits an upstream or a timer), [`Engine::header_filter`], and
+//! [`Engine::finish`]. The fast path avoids work the script does not ask for: the
+//! request head is copied into a reused buffer and turned into Lua strings only when an
+//! accessor is called, phase functions are resolved once per load, and the context
+//! userdata is recycled. Errors, time and memory limits and panics end as
+//! [`Outcome::Failed`] (logged with the script and line): the server answers 500 and
+//! goes on.
+
+mod config;
+mod context;
+mod engine;
+mod error;
+mod guard;
+mod shared;
+
+pub use config::{ScriptConfig, SharedDictConfig};
+pub use context::{Context, RequestHead};
+pub use engine::{Call, Content, Engine, MountId, Outcome, PendingContent, Scripts};
+pub use error::Error;
+pub use guard::{pattern_cost, PATTERN_BUDGET, TICK};

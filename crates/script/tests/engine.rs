@@ -1,0 +1,258 @@
+//! The engine on its own: phases, limits and shared dictionaries, without a server.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use script::{Content, Engine, Outcome, RequestHead, ScriptConfig, Scripts, SharedDictConfig};
+
+fn scripts(dir: &tempfile::TempDir, source: &str, time_limit: f64) -> Arc<Scripts> {
+    let path = dir.path().join("s.lua");
+    std::fs::write(&path, source).unwrap();
+    Scripts::new(
+        vec![ScriptConfig {
+            prefix: "/s".into(),
+            path,
+            time_limit,
+            memory_limit: 16 << 20,
+        }],
+        &[SharedDictConfig {
+            name: "counts".into(),
+            max_entries: 100,
+        }],
+    )
+    .unwrap()
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, f)
+}
+
+/// Runs `content` for `target`; returns the outcome, status and body.
+async fn content(engine: &Rc<Engine>, target: &str) -> (Outcome, u16, Vec<u8>) {
+    let m = engine.mount(target.as_bytes()).expect("mounted");
+    let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+    let headers = [(&b"Host"[..], &b"example.test"[..])];
+    let call = engine.begin(
+        m,
+        RequestHead {
+            method: b"GET",
+            target: target.as_bytes(),
+            headers: headers.iter().copied(),
+            client,
+        },
+    );
+    let outcome = match engine.content(&call) {
+        Content::Done(o) => o,
+        Content::Pending(p) => p.await,
+    };
+    let (status, body) = engine
+        .context(&call, |c| (c.status(), c.body_out().to_vec()))
+        .unwrap();
+    engine.finish(call);
+    (outcome, status, body)
+}
+
+#[test]
+fn content_reads_the_request_lazily_and_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.content(r)
+          r:set_header("X-Path", r:path())
+          r:write(r:method(), " ", r:arg("name") or "?", " ", r:header("host"))
+          return "!"
+        end
+        return M
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let (outcome, status, body) = content(&engine, "/s/x?name=a%20b").await;
+        assert_eq!(outcome, Outcome::Respond);
+        assert_eq!(status, 200);
+        assert_eq!(body, b"GET a b example.test!");
+    });
+}
+
+#[test]
+fn jit_compiled_endless_loop_is_stopped_and_the_state_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // The loop runs long enough to be compiled before the watchdog fires.
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.content(r)
+          if r:arg("spin") then
+            local x = 0
+            while true do x = x + 1 end
+          end
+          return "ok"
+        end
+        return M
+        "#,
+        0.2,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        for _ in 0..2 {
+            let started = Instant::now();
+            let (outcome, _, _) = content(&engine, "/s?spin=1").await;
+            assert_eq!(outcome, Outcome::Failed);
+            assert!(started.elapsed() < Duration::from_secs(10));
+            let (outcome, status, body) = content(&engine, "/s").await;
+            assert_eq!(
+                (outcome, status, &body[..]),
+                (Outcome::Respond, 200, &b"ok"[..])
+            );
+        }
+    });
+}
+
+#[test]
+fn memory_limit_fails_the_call_not_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.content(r)
+          if r:arg("hog") then
+            local t = {}
+            for i = 1, 1e8 do t[i] = "x" .. i end
+          end
+          return "ok"
+        end
+        return M
+        "#,
+        30.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let (outcome, _, _) = content(&engine, "/s?hog=1").await;
+        assert_eq!(outcome, Outcome::Failed);
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!((outcome, &body[..]), (Outcome::Respond, &b"ok"[..]));
+    });
+}
+
+#[test]
+fn pathological_pattern_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.content(r)
+          local s = string.rep("a", 5000)
+          if r:arg("evil") then
+            return tostring(string.find(s, string.rep("a*", 30) .. "b"))
+          end
+          return tostring(string.find(s, "a+$"))
+        end
+        return M
+        "#,
+        30.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let started = Instant::now();
+        let (outcome, _, _) = content(&engine, "/s?evil=1").await;
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!((outcome, &body[..]), (Outcome::Respond, &b"1"[..]));
+    });
+}
+
+#[test]
+fn exit_and_redirect_end_the_phase_with_their_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.content(r)
+          if r:arg("go") then r:redirect("/elsewhere", 301) end
+          r:exit(403, "no")
+          error("not reached")
+        end
+        return M
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let (outcome, status, body) = content(&engine, "/s").await;
+        assert_eq!(
+            (outcome, status, &body[..]),
+            (Outcome::Respond, 403, &b"no"[..])
+        );
+        let (outcome, status, _) = content(&engine, "/s?go=1").await;
+        assert_eq!((outcome, status), (Outcome::Respond, 301));
+    });
+}
+
+#[test]
+fn shared_dictionary_is_seen_by_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r) return tostring(shared.counts:incr("hits", 1)) end }
+        "#,
+        1.0,
+    );
+    let s2 = s.clone();
+    run(async move {
+        let a = Engine::new(s, 0, None);
+        assert_eq!(content(&a, "/s").await.2, b"1");
+        assert_eq!(content(&a, "/s").await.2, b"2");
+    });
+    // Another worker thread, another state, the same dictionary.
+    std::thread::spawn(move || {
+        run(async move {
+            let b = Engine::new(s2, 1, None);
+            assert_eq!(content(&b, "/s").await.2, b"3");
+        })
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn timer_runs_later_in_the_event_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r)
+          if r:arg("read") then return tostring(shared.counts:get("fired")) end
+          tessera.timer.at(0.01, function(v) shared.counts:set("fired", v) end, "yes")
+          return "set"
+        end }
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        assert_eq!(content(&engine, "/s").await.2, b"set");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if content(&engine, "/s?read=1").await.2 == b"yes" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the timer never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
