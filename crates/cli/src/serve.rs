@@ -28,6 +28,10 @@ pub struct Args {
     /// Append an access log (combined format unless the config says otherwise) to FILE
     #[arg(long, value_name = "FILE")]
     access_log: Option<PathBuf>,
+    /// Mount a Lua script at a path prefix: `/api=handlers/api.lua` (docs/lua.md);
+    /// repeatable, added to the config's `[[script]]`s. SIGHUP reloads scripts.
+    #[arg(long, value_name = "PREFIX=FILE")]
+    script: Vec<String>,
     /// TOML config file; command-line options override it (keys: docs/config.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -60,6 +64,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.upstream = edge.upstream;
         config.route = edge.route;
     }
+    for spec in &args.script {
+        let mount = server_script(spec)?;
+        config.script.retain(|s| s.prefix != mount.prefix);
+        config.script.push(mount);
+    }
     let root = config.root.clone();
     let workers = config.worker_count();
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
@@ -78,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let running = server.start()?;
-    signals.wait(|| running.reopen_logs());
+    signals.wait(|| running.reopen_logs(), || running.reload_scripts());
     eprintln!("tessera: shutting down");
     running.shutdown();
     let dropped = running.access_log_dropped();
@@ -98,19 +107,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {
+    script::ScriptConfig::from_mount(spec)
+        .ok_or_else(|| anyhow::anyhow!("--script {spec}: expected PREFIX=FILE, like /api=api.lua"))
+}
+
 fn load_config(path: &std::path::Path) -> anyhow::Result<server::Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-/// SIGTERM and SIGINT (stop) and SIGUSR1 (reopen logs), caught on a small runtime of
-/// the main thread.
+/// SIGTERM and SIGINT (stop), SIGUSR1 (reopen logs) and SIGHUP (reload scripts), caught
+/// on a small runtime of the main thread.
 struct Signals {
     runtime: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -119,11 +134,12 @@ impl Signals {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?;
-        let (term, int, usr1) = runtime.block_on(async {
+        let (term, int, usr1, hup) = runtime.block_on(async {
             Ok::<_, std::io::Error>((
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::user_defined1())?,
+                signal(SignalKind::hangup())?,
             ))
         })?;
         Ok(Signals {
@@ -131,17 +147,20 @@ impl Signals {
             term,
             int,
             usr1,
+            hup,
         })
     }
 
-    /// Waits for a stop signal, calling `reopen` on each SIGUSR1 meanwhile.
-    fn wait(mut self, reopen: impl Fn()) {
+    /// Waits for a stop signal, calling `reopen` on each SIGUSR1 and `reload` on each
+    /// SIGHUP meanwhile.
+    fn wait(mut self, reopen: impl Fn(), reload: impl Fn()) {
         self.runtime.block_on(async {
             loop {
                 tokio::select! {
                     _ = self.term.recv() => return,
                     _ = self.int.recv() => return,
                     _ = self.usr1.recv() => reopen(),
+                    _ = self.hup.recv() => reload(),
                 }
             }
         });

@@ -32,6 +32,8 @@ pub struct Context {
     pub(crate) exited: bool,
     /// Whether a phase wrote a response (content ran, or access exited).
     pub(crate) responded: bool,
+    /// Whether a phase failed (the state may hold the failed call's garbage).
+    pub(crate) failed: bool,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -78,6 +80,7 @@ impl Context {
         self.body_out.clear();
         self.exited = false;
         self.responded = false;
+        self.failed = false;
     }
 
     pub fn set_body(&mut self, body: Bytes) {

@@ -514,6 +514,12 @@ impl Engine {
         self.phase(m.0, |p| p.header_filter.clone()).is_some()
     }
 
+    /// Whether the script of `call` has a `header_filter` phase.
+    pub fn has_header_filter_of(&self, call: &Call) -> bool {
+        self.phase(call.mount, |p| p.header_filter.clone())
+            .is_some()
+    }
+
     /// Starts a request under `m`: a context filled from its head.
     pub fn begin<'a, I>(&self, m: MountId, head: RequestHead<'a, I>) -> Call
     where
@@ -585,6 +591,14 @@ impl Engine {
 
     /// Queues `log` (run later by the background task), then recycles the context.
     pub fn finish(&self, call: Call) {
+        if context::with(&call.ud, |c| std::mem::take(&mut c.failed)) == Some(true) {
+            // A call stopped by the memory limit leaves its garbage behind, and LuaJIT
+            // does not collect when an allocation fails: without a full collection now,
+            // the next requests would fail on the same limit. Only failures pay for it.
+            if let Err(e) = self.lua.gc_collect() {
+                tracing::warn!(error = %e, "garbage collection after a failed script call");
+            }
+        }
         if self.phase(call.mount, |p| p.log.clone()).is_some() {
             self.logs.borrow_mut().push(call);
             self.logs_ready.notify_one();
@@ -654,10 +668,12 @@ fn finish_call(
                 return Outcome::Respond;
             }
             tracing::error!(script = %name, error = %e, "script failed");
+            context::with(ud, |c| c.failed = true);
             Outcome::Failed
         }
         Err(_) => {
             tracing::error!(script = %name, "script callback panicked");
+            context::with(ud, |c| c.failed = true);
             Outcome::Failed
         }
     }

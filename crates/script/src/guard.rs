@@ -156,7 +156,7 @@ pub(crate) fn set_current(guard: Option<Arc<WorkerGuard>>) {
     CURRENT.with(|c| *c.borrow_mut() = guard);
 }
 
-unsafe extern "C-unwind" fn on_hook(state: *mut ffi::lua_State, _ar: *mut ffi::lua_Debug) {
+unsafe extern "C-unwind" fn on_hook(state: *mut ffi::lua_State, ar: *mut ffi::lua_Debug) {
     // SAFETY: called by Lua on the worker's thread with its state.
     unsafe { ffi::lua_sethook(state, None, 0, 0) };
     let over = CURRENT.with(|c| {
@@ -166,12 +166,16 @@ unsafe extern "C-unwind" fn on_hook(state: *mut ffi::lua_State, _ar: *mut ffi::l
         })
     });
     if over {
-        // SAFETY: raising an error from a hook is allowed; it unwinds to the pcall of the
-        // call that ran too long. Level 1 adds the script's name and line.
+        // SAFETY: `ar` is the hook's activation record, which lua_getinfo may fill in;
+        // raising an error from a hook is allowed: it unwinds to the pcall of the call
+        // that ran too long. The message names the script and the line it was on.
         unsafe {
+            ffi::lua_getinfo(state, c"Sl".as_ptr(), ar);
             ffi::luaL_error(
                 state,
-                c"script ran longer than its time limit (stopped by the watchdog)".as_ptr(),
+                c"%s:%d: script ran longer than its time limit (stopped by the watchdog)".as_ptr(),
+                (*ar).short_src.as_ptr(),
+                (*ar).currentline,
             )
         };
     }

@@ -66,6 +66,10 @@ pub struct Config {
     pub route: Vec<edge::RouteConfig>,
     /// `[esi]`: ESI assembly limits and policies for proxied pages.
     pub esi: edge::EsiConfig,
+    /// `[[script]]`: Lua handlers mounted at path prefixes (docs/lua.md). Default none.
+    pub script: Vec<script::ScriptConfig>,
+    /// `[[shared_dict]]`: dictionaries shared by every worker's scripts. Default none.
+    pub shared_dict: Vec<script::SharedDictConfig>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -141,6 +145,8 @@ impl Default for Config {
             upstream: Vec::new(),
             route: Vec::new(),
             esi: edge::EsiConfig::default(),
+            script: Vec::new(),
+            shared_dict: Vec::new(),
         }
     }
 }

@@ -18,6 +18,7 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 use crate::access_log::Entry;
 use crate::files;
 use crate::output::{Mark, Output, Progress};
+use crate::scripted::{self, Handled, ScriptJob};
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -39,6 +40,8 @@ enum Next {
     Close,
     /// Flush, then proxy this request (it waits on an upstream).
     Proxy(Box<ProxyJob>),
+    /// Flush, then finish this scripted request (it waits on its body or an upstream).
+    Script(Box<ScriptJob>),
 }
 
 /// A request for the proxy, taken out of the read buffer so that it can outlive it.
@@ -51,6 +54,8 @@ struct ProxyJob {
     version: Version,
     /// The request head as received, for the access log.
     raw_head: Vec<u8>,
+    /// The script call of a request under a mount (for `header_filter` and `log`).
+    script: Option<scripted::Kept>,
 }
 
 enum Ending {
@@ -182,6 +187,12 @@ impl Conn {
                             return Ok(Ending::Linger);
                         }
                     }
+                    Next::Script(job) => {
+                        // Boxed like the proxy's future, for the same reason.
+                        if !Box::pin(self.script(job)).await? {
+                            return Ok(Ending::Linger);
+                        }
+                    }
                     Next::More | Next::Read => {}
                 }
                 if worker.is_shutting_down() {
@@ -251,11 +262,48 @@ impl Conn {
             match wire::parse_request(&read[self.start..self.end], &mut storage, limits) {
                 Ok(Some(req)) => {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
+                    // Under a script mount: its phases come before any other handler.
+                    let mut script_call = None;
+                    if let Some(engine) = worker.script.as_deref() {
+                        if let Some(m) = engine.mount(req.path) {
+                            let mark = out.mark();
+                            let pending = &read[self.start..];
+                            match scripted::answer(
+                                worker, engine, m, &req, self.peer, keep_alive, out, pending,
+                            ) {
+                                Handled::Later(job) => {
+                                    self.start += req.head_len;
+                                    return Next::Script(job);
+                                }
+                                Handled::Pass(call) => script_call = Some(call),
+                                Handled::Done => {
+                                    log(
+                                        worker,
+                                        self.peer,
+                                        self.read_at,
+                                        Some(&req),
+                                        b"",
+                                        out,
+                                        mark,
+                                    );
+                                    self.start += req.head_len;
+                                    self.discard = discard_for(req.body, limits.max_head_size);
+                                    if !keep_alive {
+                                        return Next::Close;
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
+                    }
                     if let Some(edge) = &worker.edge {
-                        if let Some(job) =
+                        if let Some(mut job) =
                             proxy_job(edge, &req, self.peer, keep_alive, &read[self.start..])
                         {
                             self.start += req.head_len;
+                            if let (Some(engine), Some(call)) = (&worker.script, script_call) {
+                                job.script = Some(scripted::Kept::new(engine.clone(), call));
+                            }
                             return Next::Proxy(job);
                         }
                     }
@@ -266,16 +314,13 @@ impl Conn {
                     }
                     let mark = out.mark();
                     files::respond(&req, worker, out, keep_alive);
+                    if let (Some(engine), Some(call)) = (&worker.script, script_call) {
+                        scripted::filter_written(engine, &call, out, mark);
+                        engine.finish(call);
+                    }
                     log(worker, self.peer, self.read_at, Some(&req), b"", out, mark);
                     self.start += req.head_len;
-                    self.discard = match req.body {
-                        BodyFraming::None => Discard::None,
-                        BodyFraming::Length(n) => Discard::Length(n),
-                        BodyFraming::Chunked => Discard::Chunked(Box::new((
-                            ChunkedDecoder::new(limits.max_head_size),
-                            0,
-                        ))),
-                    };
+                    self.discard = discard_for(req.body, limits.max_head_size);
                     if !keep_alive {
                         return Next::Close;
                     }
@@ -326,6 +371,7 @@ impl Conn {
             head_only,
             version,
             raw_head,
+            script,
         } = *job;
         let Some(body) = self.read_body(framing, expect_continue).await? else {
             return Ok(false);
@@ -364,6 +410,9 @@ impl Conn {
                 return Ok(keep_alive);
             }
         };
+        if let Some(script) = &script {
+            script.filter(&mut response.status, &mut response.headers);
+        }
         let status = response.status.as_u16();
         let no_body = head_only || status == 204 || status == 304 || status < 200;
         let mut length = response.body.content_length();
@@ -484,6 +533,88 @@ impl Conn {
             sent,
         );
         Ok(complete && keep_alive)
+    }
+
+    /// Finishes a scripted request: reads its body, runs or awaits `content`, writes the
+    /// response. Returns whether the connection may go on.
+    async fn script(&mut self, job: Box<ScriptJob>) -> io::Result<bool> {
+        let worker_rc = Rc::clone(&self.worker);
+        let worker: &Worker = &worker_rc;
+        let Some(engine) = worker.script.as_deref() else {
+            return Ok(false);
+        };
+        let ScriptJob {
+            call,
+            content,
+            framing,
+            expect_continue,
+            keep_alive,
+            head_only,
+            version,
+            raw_head,
+        } = *job;
+        let content = match content {
+            Some(running) => Some(running),
+            None => {
+                let Some(body) = self.read_body(framing, expect_continue).await? else {
+                    engine.finish(call);
+                    return Ok(false);
+                };
+                engine.context(&call, |c| c.set_body(body));
+                match engine.content(&call) {
+                    script::Content::Done(outcome) => {
+                        let mut head = Vec::new();
+                        scripted::write_response(
+                            worker, engine, &call, outcome, head_only, version, keep_alive,
+                            &mut head,
+                        );
+                        return self
+                            .send_scripted(engine, call, head, &raw_head, keep_alive)
+                            .await;
+                    }
+                    script::Content::Pending(running) => Some(running),
+                }
+            }
+        };
+        if !worker.enter(self.slot, ConnState::Handling) {
+            engine.finish(call);
+            return Ok(false);
+        }
+        let outcome = match content {
+            Some(running) => running.await,
+            None => script::Outcome::Failed,
+        };
+        worker.clock.refresh();
+        let mut head = Vec::new();
+        scripted::write_response(
+            worker, engine, &call, outcome, head_only, version, keep_alive, &mut head,
+        );
+        self.send_scripted(engine, call, head, &raw_head, keep_alive)
+            .await
+    }
+
+    async fn send_scripted(
+        &mut self,
+        engine: &script::Engine,
+        call: script::Call,
+        response: Vec<u8>,
+        raw_head: &[u8],
+        keep_alive: bool,
+    ) -> io::Result<bool> {
+        engine.finish(call);
+        let sent = self.send(&response).await;
+        let (status, head, body_bytes) = crate::output::split_response(&response);
+        log_proxied(
+            &self.worker,
+            self.peer,
+            self.read_at,
+            raw_head,
+            status,
+            head,
+            body_bytes,
+        );
+        sent?;
+        Ok(keep_alive)
     }
 
     /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.
@@ -635,6 +766,15 @@ impl Conn {
     }
 }
 
+/// How to skip the body of a request answered without reading it.
+fn discard_for(body: BodyFraming, max_head_size: usize) -> Discard {
+    match body {
+        BodyFraming::None => Discard::None,
+        BodyFraming::Length(n) => Discard::Length(n),
+        BodyFraming::Chunked => Discard::Chunked(Box::new((ChunkedDecoder::new(max_head_size), 0))),
+    }
+}
+
 /// The request as the proxy takes it, if its path routes to an upstream. `pending` is the
 /// buffer from the request's first byte (its head is copied for the access log).
 fn proxy_job(
@@ -685,6 +825,7 @@ fn proxy_job(
         head_only: req.method == wire::Method::Head,
         version,
         raw_head: pending[..req.head_len].to_vec(),
+        script: None,
     }))
 }
 

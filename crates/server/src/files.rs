@@ -574,7 +574,7 @@ fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
 }
 
 /// Server and Date.
-fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
+pub(crate) fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);
 }

@@ -24,6 +24,7 @@ mod files;
 mod listing;
 mod output;
 mod range;
+mod scripted;
 mod worker;
 
 use std::net::SocketAddr;
@@ -60,6 +61,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Script(#[from] script::Error),
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
     #[error(
@@ -74,6 +77,8 @@ pub(crate) struct Shared {
     /// The proxy configuration, when some route proxies; each worker builds its own
     /// `edge::Edge` (connection pools, breakers) from it.
     pub edge: Option<edge::EdgeConfig>,
+    /// The Lua scripts, when some are mounted; each worker builds its own engine.
+    pub scripts: Option<Arc<script::Scripts>>,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -109,6 +114,14 @@ impl Server {
             edge.validate()
                 .map_err(|e| Error::Config(format!("proxy: {e}")))?;
         }
+        let scripts = if config.script.is_empty() {
+            None
+        } else {
+            Some(script::Scripts::new(
+                config.script.clone(),
+                &config.shared_dict,
+            )?)
+        };
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let root = open_root(&config.root)?;
         files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
@@ -137,6 +150,7 @@ impl Server {
                 counts: (0..workers).map(|_| Default::default()).collect(),
                 refusals: Default::default(),
                 edge,
+                scripts,
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),
@@ -231,6 +245,15 @@ impl Running {
             })
             .filter(|&(_, n)| n > 0)
             .collect()
+    }
+
+    /// Reloads every worker's Lua scripts (SIGHUP), between requests, without closing
+    /// connections; a script that fails to load keeps its previous version (logged).
+    pub fn reload_scripts(&self) {
+        if let Some(scripts) = &self.shared.scripts {
+            tracing::info!("reloading scripts");
+            scripts.reload();
+        }
     }
 
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).

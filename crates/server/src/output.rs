@@ -108,6 +108,42 @@ impl Output {
         (status, head, body + (self.outside - mark.outside))
     }
 
+    /// The head of the response added since `mark` (after an interim 100 Continue), for
+    /// a script's `header_filter`.
+    pub fn head_since(&self, mark: Mark) -> (usize, &[u8]) {
+        let added = &self.buf[mark.buf..];
+        let start = if added.starts_with(b"HTTP/1.1 100 ") {
+            memchr::memmem::find(added, b"\r\n\r\n").map_or(0, |i| i + 4)
+        } else {
+            0
+        };
+        let len = memchr::memmem::find(&added[start..], b"\r\n\r\n")
+            .map_or(added.len() - start, |i| i + 4);
+        (mark.buf + start, &added[start..start + len])
+    }
+
+    /// Replaces `old_len` bytes of head at `at` (from [`Output::head_since`]) with
+    /// `head`, keeping the queued segments' places in `buf` right.
+    pub fn replace_head(&mut self, at: usize, old_len: usize, head: &[u8]) {
+        let end = at + old_len;
+        self.buf.splice(at..end, head.iter().copied());
+        let delta = head.len() as isize - old_len as isize;
+        let shift = |x: &mut usize| *x = (*x as isize + delta) as usize;
+        for segment in &mut self.segments {
+            if let Segment::Buf { start, end: e } = segment {
+                if *start >= end {
+                    shift(start);
+                    shift(e);
+                } else if *e >= end {
+                    shift(e);
+                }
+            }
+        }
+        if self.pending_from >= end {
+            shift(&mut self.pending_from);
+        }
+    }
+
     /// The buffer to append response heads and small bodies to.
     pub fn buf(&mut self) -> &mut Vec<u8> {
         &mut self.buf

@@ -93,6 +93,8 @@ pub(crate) struct Worker {
     timeouts: RateLimitedLog,
     /// This worker's proxy, when some route proxies.
     pub edge: Option<edge::Edge>,
+    /// This worker's Lua engine, when scripts are mounted.
+    pub script: Option<Rc<script::Engine>>,
     /// This worker's end of the access log, if there is one.
     pub log: RefCell<Option<WorkerLog>>,
     drops: RateLimitedLog,
@@ -282,7 +284,7 @@ pub(crate) fn run(
     let capacity = shared.slots_per_worker();
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let worker = Rc::new(Worker {
+        let mut worker = Rc::new(Worker {
             id,
             clock: Clock::new(shared.epoch),
             scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
@@ -304,12 +306,20 @@ pub(crate) fn run(
                         None
                     }
                 }),
+            script: None,
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             shared,
         });
+        if let Some(scripts) = worker.shared.scripts.clone() {
+            let engine = script::Engine::new(scripts, id, script_edge(&worker));
+            engine.spawn_background(id);
+            if let Some(w) = Rc::get_mut(&mut worker) {
+                w.script = Some(engine);
+            }
+        }
         for listener in listeners {
             match TcpListener::from_std(listener) {
                 Ok(listener) => {
@@ -456,4 +466,23 @@ async fn accept_loop(
             slot,
         )));
     }
+}
+
+/// The upstream client scripts call (`tessera.http.request`): the proxy's, or one for the
+/// `[[upstream]]`s alone when no route proxies.
+fn script_edge(worker: &Worker) -> Option<edge::Edge> {
+    if let Some(edge) = &worker.edge {
+        return Some(edge.clone());
+    }
+    let config = &worker.shared.config;
+    if config.upstream.is_empty() {
+        return None;
+    }
+    edge::Edge::new(edge::EdgeConfig {
+        upstream: config.upstream.clone(),
+        route: Vec::new(),
+        esi: config.esi.clone(),
+    })
+    .map_err(|e| tracing::error!(worker = worker.id, error = %e, "cannot start the scripts' upstream client"))
+    .ok()
 }

@@ -7,6 +7,7 @@ mod framing;
 mod http_semantics;
 mod lifecycle;
 mod limits;
+mod lua;
 mod paths;
 mod proxy;
 mod security;
