@@ -183,8 +183,10 @@ impl Engine {
     /// logged and its mount answers 500 until a reload succeeds). `edge` is the worker's
     /// upstream client, for `tessera.http.request`.
     pub fn new(scripts: Arc<Scripts>, worker: usize, edge: Option<edge::Edge>) -> Rc<Engine> {
-        let lua =
-            Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).unwrap_or_else(|_| Lua::new());
+        // Coroutines for `content` calls are recycled (mlua keeps none by default): without
+        // a pool every request would create a Lua thread and its stack for the collector.
+        let options = LuaOptions::new().thread_pool_size(64);
+        let lua = Lua::new_with(StdLib::ALL_SAFE, options).unwrap_or_else(|_| Lua::new());
         let memory: usize = scripts.configs.iter().map(|c| c.memory_limit).sum();
         if let Err(e) = lua.set_memory_limit(memory) {
             tracing::warn!(worker, error = %e, "Lua memory limit not available");
@@ -500,6 +502,15 @@ impl Engine {
         self.mounts[mount].phases.borrow().as_ref().and_then(pick)
     }
 
+    /// Whether the loaded script at `mount` has the phase `pick` selects (no clone).
+    fn has(&self, mount: usize, pick: impl FnOnce(&Phases) -> bool) -> bool {
+        self.mounts[mount]
+            .phases
+            .borrow()
+            .as_ref()
+            .is_some_and(pick)
+    }
+
     /// Whether the script at `m` is loaded and has a `content` phase.
     pub fn has_content(&self, m: MountId) -> bool {
         self.mounts[m.0]
@@ -511,7 +522,7 @@ impl Engine {
 
     /// Whether the script at `m` has a `header_filter` phase.
     pub fn has_header_filter(&self, m: MountId) -> bool {
-        self.phase(m.0, |p| p.header_filter.clone()).is_some()
+        self.has(m.0, |p| p.header_filter.is_some())
     }
 
     /// Whether the script of `call` has a `header_filter` phase.
@@ -543,13 +554,14 @@ impl Engine {
 
     /// Runs `access`, if the script has one.
     pub fn access(&self, call: &Call) -> Outcome {
-        let Some(phases) = self.mounts[call.mount].phases.borrow().clone() else {
-            return self.not_loaded(call);
+        let access = match &*self.mounts[call.mount].phases.borrow() {
+            None => return self.not_loaded(call),
+            Some(phases) => match &phases.access {
+                None => return Outcome::Continue,
+                Some(f) => f.clone(),
+            },
         };
-        match phases.access {
-            None => Outcome::Continue,
-            Some(f) => self.call_sync(call.mount, &f, call),
-        }
+        self.call_sync(call.mount, &access, call)
     }
 
     /// Runs `content`. It finishes here unless the script awaits an upstream call or a
@@ -579,6 +591,9 @@ impl Engine {
 
     /// Runs `header_filter` on the response in the context (status and headers).
     pub fn header_filter(&self, call: &Call) -> Outcome {
+        if !self.has(call.mount, |p| p.header_filter.is_some()) {
+            return Outcome::Continue;
+        }
         match self.phase(call.mount, |p| p.header_filter.clone()) {
             None => Outcome::Continue,
             Some(f) => match self.call_sync(call.mount, &f, call) {
@@ -599,7 +614,7 @@ impl Engine {
                 tracing::warn!(error = %e, "garbage collection after a failed script call");
             }
         }
-        if self.phase(call.mount, |p| p.log.clone()).is_some() {
+        if self.has(call.mount, |p| p.log.is_some()) {
             self.logs.borrow_mut().push(call);
             self.logs_ready.notify_one();
         } else {
