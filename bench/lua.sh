@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Lua handlers: tessera's Lua "hello" against its own static 12-byte file, and the same
+# pair on nginx with its Lua module (OpenResty's lua-nginx-module, apt package
+# libnginx-mod-http-lua), side by side in one run (issue 11).
+#
+# Each server runs one worker pinned to core 0; wrk drives it from core 1 with 100
+# keep-alive connections. Rounds alternate over the four targets so all see the same
+# machine noise; the script prints the median requests/s and the median server CPU time
+# per request (utime+stime of the server process from /proc / requests completed), then
+# tessera-Lua/tessera-static and tessera-Lua/nginx-Lua. wrk itself saturates near 100k
+# requests/s on one core here, so CPU per request is the figure that tells servers apart.
+#
+# usage: bench/lua.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s per target)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-5}
+SECONDS_PER_RUN=${2:-5}
+CONNECTIONS=100
+SERVER_CPU=0
+LOAD_CPU=1
+
+source bench/lib.sh
+need nginx nginx
+need wrk wrk
+need taskset util-linux
+modules=/usr/lib/nginx/modules
+[ -f "$modules/ngx_http_lua_module.so" ] || { apt-get update -qq && apt-get install -y -qq libnginx-mod-http-lua >/dev/null; }
+
+cargo build --release --locked -q -p tessera
+TESSERA=$PWD/target/release/tessera
+
+make_work lua
+
+site=$work/site
+mkdir -p "$site"
+printf 'Hello World\n' > "$site/12b.txt"
+
+# --- nginx: one process (master_process off), the Lua module, no access log.
+nginx_port=$(free_port)
+mkdir -p "$work/nginx"
+cat > "$work/nginx/nginx.conf" <<CONF
+load_module $modules/ndk_http_module.so;
+load_module $modules/ngx_http_lua_module.so;
+worker_processes 1;
+master_process off;
+daemon off;
+error_log $work/nginx/error.log warn;
+pid $work/nginx/nginx.pid;
+events { worker_connections 4096; use epoll; multi_accept on; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 1s;
+    default_type text/plain;
+    types { text/plain txt; }
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    server {
+        listen 127.0.0.1:$nginx_port reuseport;
+        root $site;
+        location = /hello { content_by_lua_block { ngx.say("Hello World") } }
+    }
+}
+CONF
+taskset -c $SERVER_CPU nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+pids+=($!); nginx_pid=$!
+
+# --- tessera: one worker, the hello example mounted at /hello.
+tessera_port=$(free_port)
+taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_port" --workers 1 \
+    --script "/hello=$PWD/examples/lua/hello.lua" 2>"$work/tessera.log" &
+pids+=($!); tessera_pid=$!
+
+wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
+wait_up "$nginx_port" hello; wait_up "$tessera_port" hello
+for port in "$nginx_port" "$tessera_port"; do
+    [ "$(curl -s "http://127.0.0.1:$port/hello")" = "Hello World" ] || { echo "port $port: wrong hello body" >&2; exit 1; }
+done
+
+targets="tessera-static tessera-lua nginx-static nginx-lua"
+declare -A pid_of=([tessera-static]=$tessera_pid [tessera-lua]=$tessera_pid [nginx-static]=$nginx_pid [nginx-lua]=$nginx_pid)
+declare -A url_of=(
+    [tessera-static]="http://127.0.0.1:$tessera_port/12b.txt" [tessera-lua]="http://127.0.0.1:$tessera_port/hello"
+    [nginx-static]="http://127.0.0.1:$nginx_port/12b.txt" [nginx-lua]="http://127.0.0.1:$nginx_port/hello")
+
+echo "# $(date -u '+%F %H:%M') UTC, $(nproc) cores, $(uname -r); server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+printf '%-15s %12s %12s\n' target "requests/s" "cpu us/req"
+declare -A rps_runs=() cpu_runs=()
+for _ in $(seq "$ROUNDS"); do
+    for t in $targets; do
+        read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN")
+        rps_runs[$t]+="$rps "
+        cpu_runs[$t]+="$cpu "
+    done
+done
+declare -A rps_med=() cpu_med=()
+for t in $targets; do
+    rps_med[$t]=$(echo "${rps_runs[$t]}" | tr ' ' '\n' | grep . | median)
+    cpu_med[$t]=$(echo "${cpu_runs[$t]}" | tr ' ' '\n' | grep . | median)
+    printf '%-15s %12.0f %12.2f   (runs: %s| cpu: %s)\n' "$t" "${rps_med[$t]}" "${cpu_med[$t]}" "${rps_runs[$t]}" "${cpu_runs[$t]% }"
+done
+ratio() { awk -v a="${rps_med[$1]}" -v b="${rps_med[$2]}" -v ac="${cpu_med[$1]}" -v bc="${cpu_med[$2]}" -v l="$1/$2" \
+    'BEGIN { printf "%-30s requests/s x%.2f   cpu per request x%.2f (%s cheaper when > 1)\n", l, a / b, bc / ac, "left" }'; }
+ratio tessera-lua tessera-static
+ratio tessera-lua nginx-lua
+ratio nginx-lua nginx-static
