@@ -11,6 +11,9 @@ use mlua::{
     UserDataMethods, Value,
 };
 
+/// Response body room a recycled context keeps between requests.
+const KEPT_BODY_CAPACITY: usize = 64 * 1024;
+
 /// A byte range of [`Context::head`].
 type Span = (u32, u32);
 
@@ -78,6 +81,10 @@ impl Context {
         self.status = 200;
         self.headers_out.clear();
         self.body_out.clear();
+        if self.body_out.capacity() > KEPT_BODY_CAPACITY {
+            // One large response must not pin its buffer in a recycled context.
+            self.body_out = Vec::new();
+        }
         self.exited = false;
         self.responded = false;
         self.failed = false;

@@ -546,6 +546,7 @@ impl Conn {
         let ScriptJob {
             call,
             content,
+            finished,
             framing,
             expect_continue,
             keep_alive,
@@ -553,9 +554,18 @@ impl Conn {
             version,
             raw_head,
         } = *job;
-        let content = match content {
-            Some(running) => Some(running),
-            None => {
+        let content = match (content, finished) {
+            (_, Some(outcome)) => {
+                let mut head = Vec::new();
+                scripted::write_response(
+                    worker, engine, &call, outcome, head_only, version, keep_alive, &mut head,
+                );
+                return self
+                    .send_scripted(engine, call, head, &raw_head, keep_alive)
+                    .await;
+            }
+            (Some(running), None) => Some(running),
+            (None, None) => {
                 let Some(body) = self.read_body(framing, expect_continue).await? else {
                     engine.finish(call);
                     return Ok(false);

@@ -34,6 +34,9 @@ pub(crate) struct ScriptJob {
     pub call: Call,
     /// The running `content` phase; `None` until the request body is read.
     pub content: Option<PendingContent>,
+    /// The phase already finished with this outcome (its body was too large for the
+    /// output batch).
+    pub finished: Option<Outcome>,
     pub framing: BodyFraming,
     pub expect_continue: bool,
     pub keep_alive: bool,
@@ -88,6 +91,7 @@ pub(crate) fn answer(
     let mut job = ScriptJob {
         call,
         content: None,
+        finished: None,
         framing: req.body,
         expect_continue: req.expect_continue,
         keep_alive,
@@ -97,7 +101,7 @@ pub(crate) fn answer(
     };
     if req.body == BodyFraming::None {
         match engine.content(&job.call) {
-            Content::Done(outcome) => {
+            Content::Done(outcome) if !too_large(engine, &job.call) => {
                 write_response(
                     worker,
                     engine,
@@ -111,11 +115,22 @@ pub(crate) fn answer(
                 engine.finish(job.call);
                 return Handled::Done;
             }
+            Content::Done(outcome) => job.finished = Some(outcome),
             Content::Pending(p) => job.content = Some(p),
         }
     }
     job.raw_head = pending[..req.head_len].to_vec();
     Handled::Later(Box::new(job))
+}
+
+/// Responses larger than this are written on their own, not into the output batch, whose
+/// buffer is sized for heads and small bodies and would otherwise grow for good.
+const MAX_BATCHED_BODY: usize = 16 * 1024;
+
+fn too_large(engine: &Engine, call: &Call) -> bool {
+    engine
+        .context(call, |c| c.body_out().len() > MAX_BATCHED_BODY)
+        .unwrap_or(false)
 }
 
 /// Writes the response in the call's context (after its `header_filter`), or a 500.

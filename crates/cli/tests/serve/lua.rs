@@ -56,6 +56,7 @@ function M.content(r)
     r:write({"b", "c"})
     return "d"
   end
+  if p == "/api/big" then return string.rep("x", 100000) end
   if p == "/api/log" then
     tessera.log.warn("lua says hi")
     return "logged"
@@ -161,6 +162,20 @@ fn content_reads_the_request_and_writes_the_response() {
     let r = get_on(&mut stream, "/api/");
     assert_eq!(r.body, b"hello from lua");
     assert_eq!(r.header("content-type"), Some("text/plain"));
+    // A large body goes out on its own; pipelined requests around it keep their order.
+    write!(
+        stream,
+        "GET /api/chunks HTTP/1.1\r\nHost: t\r\n\r\nGET /api/big HTTP/1.1\r\nHost: t\r\n\r\n\
+         GET /api/ HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut stream, false).body, b"abcd");
+    let big = read_response(&mut stream, false);
+    assert_eq!(
+        (big.body.len(), big.body.iter().all(|&b| b == b'x')),
+        (100_000, true)
+    );
+    assert_eq!(read_response(&mut stream, false).body, b"hello from lua");
 }
 
 #[test]
