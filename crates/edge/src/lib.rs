@@ -15,7 +15,7 @@
 //! failure policy.
 //!
 //! **What it is not for.** Accepting client connections, framing responses, static files
-//! (the `server` crate), parsing ESI (the `esi` crate), caching (not yet).
+//! (the `server` crate), parsing ESI (the `esi` crate).
 //!
 //! **How it fits.** Each server worker is one thread with a tokio current-thread runtime
 //! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and, for a
@@ -66,15 +66,19 @@
 //! ```
 
 mod breaker;
+mod cache;
 mod client;
 mod config;
 mod error;
 mod fetch;
+mod freshness;
 pub mod headers;
 mod page;
 mod proxy;
+mod shared_tier;
 
 pub use breaker::BreakerState;
+pub use cache::{Cache, CacheConfig, CacheStats, RedisConfig};
 pub use client::UpstreamStats;
 pub use config::{
     EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RouteConfig, UpstreamConfig,
@@ -82,3 +86,4 @@ pub use config::{
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
+pub use shared_tier::SharedTierStats;

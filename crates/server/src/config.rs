@@ -66,6 +66,8 @@ pub struct Config {
     pub route: Vec<edge::RouteConfig>,
     /// `[esi]`: ESI assembly limits and policies for proxied pages.
     pub esi: edge::EsiConfig,
+    /// `[cache]`: the proxy's response cache (docs/cache.md).
+    pub cache: edge::CacheConfig,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -141,6 +143,7 @@ impl Default for Config {
             upstream: Vec::new(),
             route: Vec::new(),
             esi: edge::EsiConfig::default(),
+            cache: edge::CacheConfig::default(),
         }
     }
 }
@@ -259,6 +262,7 @@ impl Config {
             upstream: self.upstream.clone(),
             route: self.route.clone(),
             esi: self.esi.clone(),
+            cache: self.cache.clone(),
         })
     }
 }

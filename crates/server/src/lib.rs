@@ -72,8 +72,8 @@ pub enum Error {
 pub(crate) struct Shared {
     pub config: Config,
     /// The proxy configuration, when some route proxies; each worker builds its own
-    /// `edge::Edge` (connection pools, breakers) from it.
-    pub edge: Option<edge::EdgeConfig>,
+    /// `edge::Edge` (connection pools, breakers) from it, all sharing one cache.
+    pub edge: Option<(edge::EdgeConfig, Arc<edge::Cache>)>,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -104,11 +104,16 @@ impl Server {
     /// Checks the configuration, opens the root and binds every listener.
     pub fn bind(config: Config) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
-        let edge = config.edge();
-        if let Some(edge) = &edge {
-            edge.validate()
-                .map_err(|e| Error::Config(format!("proxy: {e}")))?;
-        }
+        let edge = match config.edge() {
+            Some(edge) => {
+                edge.validate()
+                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
+                let cache = edge::Cache::new(&edge.cache)
+                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
+                Some((edge, cache))
+            }
+            None => None,
+        };
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let root = open_root(&config.root)?;
         files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;

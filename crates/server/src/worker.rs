@@ -293,17 +293,16 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
-            edge: shared
-                .edge
-                .clone()
-                .and_then(|config| match edge::Edge::new(config) {
+            edge: shared.edge.clone().and_then(|(config, cache)| {
+                match edge::Edge::with_cache(config, cache) {
                     Ok(edge) => Some(edge),
                     Err(e) => {
                         // Validated at bind; this cannot happen, but never panic a worker.
                         tracing::error!(worker = id, error = %e, "cannot start the proxy");
                         None
                     }
-                }),
+                }
+            }),
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
