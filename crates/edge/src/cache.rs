@@ -171,6 +171,20 @@ pub(crate) struct Entry {
     weight: u64,
     /// The headers sent downstream, made on the first hit.
     out: std::sync::OnceLock<HeaderMap>,
+    /// For an ESI page: the last assembly from cached fragments, reused while it holds.
+    memo: Mutex<Option<Arc<Memo>>>,
+}
+
+/// A page assembled from cached fragments, for a template whose evaluation does not
+/// depend on the request (it reads no variables, and no fragment varies): the next
+/// request gets the same chunks without evaluating or looking anything up, while every
+/// fragment is still fresh and nothing was purged since.
+pub(crate) struct Memo {
+    pub(crate) chunks: Arc<[Bytes]>,
+    /// The earliest time one of its fragments stops being fresh (Unix ms).
+    pub(crate) fresh_until: u64,
+    /// [`Cache::generation`] when it was made.
+    pub(crate) generation: u64,
 }
 
 impl Entry {
@@ -231,6 +245,7 @@ impl Entry {
             swr_ms: ms(f.stale_while_revalidate),
             sie_ms: ms(f.stale_if_error),
             out: std::sync::OnceLock::new(),
+            memo: Mutex::new(None),
         }
     }
 
@@ -240,6 +255,23 @@ impl Entry {
 
     pub(crate) fn is_fresh(&self, now: u64) -> bool {
         now.saturating_sub(self.born_ms) < self.fresh_ms
+    }
+
+    /// When it stops being fresh (Unix ms).
+    pub(crate) fn fresh_until(&self) -> u64 {
+        self.born_ms + self.fresh_ms
+    }
+
+    /// The memoized assembly, if it still holds at `now` for this cache `generation`.
+    pub(crate) fn memo(&self, now: u64, generation: u64) -> Option<Arc<[Bytes]>> {
+        let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        memo.as_ref()
+            .filter(|m| now < m.fresh_until && m.generation == generation)
+            .map(|m| m.chunks.clone())
+    }
+
+    pub(crate) fn set_memo(&self, memo: Memo) {
+        *self.memo.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(memo));
     }
 
     /// Stale, but within `stale-while-revalidate`.
@@ -457,9 +489,15 @@ pub struct Cache {
     misses: AtomicU64,
     stale_served: AtomicU64,
     coalesced: AtomicU64,
+    /// Bumped by every purge and ban, so that memoized pages are re-checked.
+    generation: AtomicU64,
 }
 
 impl Cache {
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// Builds the memory tier and, with `[cache.redis]`, starts the shared tier's
     /// thread (it connects lazily, so a Redis that is down does not stop the start).
     pub fn new(config: &CacheConfig) -> Result<Arc<Cache>, ConfigError> {
@@ -497,6 +535,7 @@ impl Cache {
             misses: AtomicU64::new(0),
             stale_served: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }))
     }
 
@@ -637,6 +676,7 @@ impl Cache {
 
     /// Removes `key` (and its variants) from memory and Redis; whether memory held it.
     pub(crate) fn purge(&self, key: &str) -> bool {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let removed = match self.mem.remove(key) {
             Some((_, Slot::Vary(names, _))) => {
                 let prefix = format!("{key}\0");
@@ -662,6 +702,7 @@ impl Cache {
 
     /// Removes every key starting with `prefix`; how many memory held.
     pub(crate) fn ban(&self, prefix: &str) -> usize {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let n = std::sync::atomic::AtomicUsize::new(0);
         self.mem.retain(|k, slot| {
             let gone = k.starts_with(prefix);

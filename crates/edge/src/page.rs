@@ -364,7 +364,7 @@ pub(crate) fn assemble_cached(
     page_authority: &str,
     page_headers: &HeaderMap,
     now: u64,
-) -> Option<Vec<Bytes>> {
+) -> Option<CachedPage> {
     let mut includes = 0;
     let mut out = Vec::new();
     let walk = CachedWalk {
@@ -372,9 +372,25 @@ pub(crate) fn assemble_cached(
         page_authority,
         page_headers,
         now,
+        request_independent: Cell::new(true),
+        fresh_until: Cell::new(u64::MAX),
     };
     walk.walk(template, req, 0, &mut includes, &mut out)?;
-    Some(out)
+    Some(CachedPage {
+        chunks: out,
+        request_independent: walk.request_independent.get(),
+        fresh_until: walk.fresh_until.get(),
+    })
+}
+
+/// A page assembled from the cache.
+pub(crate) struct CachedPage {
+    pub(crate) chunks: Vec<Bytes>,
+    /// No template read a variable and no fragment varies: any request for this page
+    /// would get the same chunks.
+    pub(crate) request_independent: bool,
+    /// When the first of its fragments stops being fresh (Unix ms).
+    pub(crate) fresh_until: u64,
 }
 
 struct CachedWalk<'a> {
@@ -382,6 +398,8 @@ struct CachedWalk<'a> {
     page_authority: &'a str,
     page_headers: &'a HeaderMap,
     now: u64,
+    request_independent: Cell<bool>,
+    fresh_until: Cell<u64>,
 }
 
 impl CachedWalk<'_> {
@@ -394,6 +412,9 @@ impl CachedWalk<'_> {
         out: &mut Vec<Bytes>,
     ) -> Option<()> {
         let esi = &self.edge.config.esi;
+        if !template.variables().is_empty() {
+            self.request_independent.set(false);
+        }
         let ev = template.evaluate(req);
         let mut missing = false;
         let chunks = ev.assemble(|_, inc, chunks| {
@@ -409,16 +430,23 @@ impl CachedWalk<'_> {
                 .filter(|e| e.is_fresh(self.now));
             let done = match &found {
                 None => None,
-                Some(e) => match &e.template {
-                    None => {
-                        chunks.push(e.body.clone());
-                        Some(())
+                Some(e) => {
+                    if e.headers.contains_key(http::header::VARY) {
+                        self.request_independent.set(false);
                     }
-                    Some(t) => {
-                        let fragment_req = req.for_fragment(&inc.src);
-                        self.walk(t, &fragment_req, depth + 1, includes, chunks)
+                    self.fresh_until
+                        .set(self.fresh_until.get().min(e.fresh_until()));
+                    match &e.template {
+                        None => {
+                            chunks.push(e.body.clone());
+                            Some(())
+                        }
+                        Some(t) => {
+                            let fragment_req = req.for_fragment(&inc.src);
+                            self.walk(t, &fragment_req, depth + 1, includes, chunks)
+                        }
                     }
-                },
+                }
             };
             if done.is_none() {
                 missing = true;

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::cache::{self, now_ms, wait_landing, Cache, Entry, FlightGuard, Join, Landing};
+use crate::cache::{self, now_ms, wait_landing, Cache, Entry, FlightGuard, Join, Landing, Memo};
 use crate::client::{
     read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
 };
@@ -103,9 +103,10 @@ enum BodyKind {
         rx: mpsc::Receiver<Result<Bytes, PageError>>,
         writer: AbortHandle,
     },
-    /// Whole already (from the cache): the chunks in order.
+    /// Whole already (from the cache): the chunks in order, shared with the cache's
+    /// memo of the page when there is one.
     Ready {
-        chunks: Vec<Bytes>,
+        chunks: Arc<[Bytes]>,
         next: usize,
     },
 }
@@ -125,7 +126,8 @@ impl Body {
     }
 
     /// A body whose chunks are all here (a cache hit), its length known.
-    pub(crate) fn ready(chunks: Vec<Bytes>) -> Body {
+    pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
+        let chunks = chunks.into();
         let length = chunks.iter().map(|c| c.len() as u64).sum();
         Body {
             kind: BodyKind::Ready { chunks, next: 0 },
@@ -296,9 +298,7 @@ impl Edge {
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let now = now_ms();
-        let headers = req.headers.clone();
-        let field = |n: &str| headers.get(n).cloned();
-        let found = cache.lookup(&key, &field, now);
+        let found = cache.lookup(&key, &|n| req.headers.get(n).cloned(), now);
         if let Some(e) = &found {
             if e.is_fresh(now) {
                 cache.count_hit();
@@ -354,7 +354,7 @@ impl Edge {
             },
         };
         if let Some(g) = guard.take() {
-            let field = |n: &str| headers.get(n).cloned();
+            let field = |n: &str| req.headers.get(n).cloned();
             match cache.lookup_shared(&key, &field, now).await {
                 Some(e) => {
                     g.land(Landing::Stored(e.clone()));
@@ -426,7 +426,15 @@ impl Edge {
                 body: Body::ready(vec![entry.body.clone()]),
             }),
             Some(t) => {
-                self.assemble(req, t, entry.status, headers, authority)
+                let generation = self.inner.cache.generation();
+                if let Some(chunks) = entry.memo(now, generation) {
+                    return Ok(ProxyResponse {
+                        status: entry.status,
+                        headers,
+                        body: Body::ready(chunks),
+                    });
+                }
+                self.assemble(req, t, entry.status, headers, authority, Some(&entry))
                     .await
             }
         }
@@ -608,7 +616,7 @@ impl Edge {
         )
         .await?;
         let out_headers = page_headers(out_headers);
-        self.assemble(&req, &template, parts.status, out_headers, &authority)
+        self.assemble(&req, &template, parts.status, out_headers, &authority, None)
             .await
     }
 
@@ -622,8 +630,10 @@ impl Edge {
         status: StatusCode,
         out_headers: HeaderMap,
         authority: &str,
+        entry: Option<&Arc<Entry>>,
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
+        let generation = inner.cache.generation();
         let mut esi_req = esi::Request::new(format!("http://{authority}{}", req.target));
         for name in [
             header::HOST,
@@ -640,7 +650,7 @@ impl Edge {
         }
         let page_authority = normalise_authority(authority);
         if inner.cache.enabled() {
-            if let Some(chunks) = crate::page::assemble_cached(
+            if let Some(page) = crate::page::assemble_cached(
                 inner,
                 template,
                 &esi_req,
@@ -648,6 +658,14 @@ impl Edge {
                 &req.headers,
                 now_ms(),
             ) {
+                let chunks: Arc<[Bytes]> = page.chunks.into();
+                if let Some(entry) = entry.filter(|_| page.request_independent) {
+                    entry.set_memo(Memo {
+                        chunks: chunks.clone(),
+                        fresh_until: page.fresh_until.min(entry.fresh_until()),
+                        generation,
+                    });
+                }
                 return Ok(ProxyResponse {
                     status,
                     headers: out_headers,

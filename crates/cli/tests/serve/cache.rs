@@ -263,7 +263,12 @@ fn vary_keeps_one_object_per_language() {
 fn cached_esi_page_is_assembled_from_cached_fragments() {
     let site = Site::new();
     let origin = Origin::start();
-    let server = serve(&site, &origin, 1, "");
+    let server = serve(
+        &site,
+        &origin,
+        1,
+        "[cache]\npurge_allow = [\"127.0.0.1\"]\n",
+    );
     for _ in 0..3 {
         let r = get(&server, "/page/1");
         assert_eq!(body(&r), "<p>1[a][b]</p>");
@@ -275,6 +280,12 @@ fn cached_esi_page_is_assembled_from_cached_fragments() {
     assert_eq!(origin.hits("/page/1"), 1);
     assert_eq!(origin.hits("/frag/a"), 1);
     assert_eq!(origin.hits("/frag/b"), 1);
+    // A purged fragment is fetched again for the next page (no stale assembly kept).
+    let purge = "PURGE /frag/a HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
+    assert_eq!(request(&server, purge).status, 200);
+    assert_eq!(body(&get(&server, "/page/1")), "<p>1[a][b]</p>");
+    assert_eq!(origin.hits("/frag/a"), 2);
+    assert_eq!(origin.hits("/page/1"), 1);
 }
 
 #[test]
