@@ -18,7 +18,8 @@
 //! (the `server` crate), parsing ESI (the `esi` crate).
 //!
 //! **How it fits.** Each server worker is one thread with a tokio current-thread runtime
-//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and, for a
+//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and the
+//! process's one [`Cache`] ([`Edge::with_cache`]; docs/cache.md) and, for a
 //! request whose [`Edge::route`] is an upstream, awaits [`Edge::proxy`] and writes the
 //! [`ProxyResponse`]: the head, then [`Body::next_chunk`] until `None`. A chunk `Err`
 //! means the page broke off after its head was sent: the server closes the connection
