@@ -542,3 +542,104 @@ fn killing_redis_loses_no_request() {
             .any(|l| l.contains("redis is failing"))
     });
 }
+
+/// Three redis-server cluster nodes (no replicas) on ephemeral loopback ports, joined
+/// with `redis-cli --cluster create`; killed on drop.
+struct RedisCluster {
+    nodes: Vec<Redis>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<Redis> = (0..3)
+            .map(|i| {
+                let port = TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port();
+                let conf = dir.path().join(format!("nodes-{i}.conf"));
+                let child = Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                    .arg(&conf)
+                    .current_dir(dir.path())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server (scripts/test.sh installs it)");
+                let node = Redis { child, port };
+                eventually("a cluster node to answer PING", || {
+                    node.command(&["PING"]).is_some_and(|r| r == "+PONG")
+                });
+                node
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli (installed with redis-server)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for node in &nodes {
+            eventually("the cluster to be ok on every node", || {
+                let mut s = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+                s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
+                    .unwrap();
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).unwrap_or(0);
+                String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
+            });
+        }
+        RedisCluster { nodes, _dir: dir }
+    }
+}
+
+#[test]
+fn two_processes_share_fills_through_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds: Vec<String> = cluster.nodes[..2]
+        .iter()
+        .map(|n| format!("\"{}\"", n.url()))
+        .collect();
+    let config = format!(
+        "[cache.redis]\ncluster = [{}]\ntimeout = 5\n",
+        seeds.join(", ")
+    );
+    let origin = Origin::start();
+    let (site_a, site_b) = (Site::new(), Site::new());
+    let a = serve(&site_a, &origin, 1, &config);
+    let b = serve(&site_b, &origin, 1, &config);
+    assert_eq!(body(&get(&a, "/page/3")), "<p>3[a][b]</p>");
+    // Each key lives on the node its hash slot names; ask every node.
+    for key in [
+        "tessera:test/page/3",
+        "tessera:test/frag/a",
+        "tessera:test/frag/b",
+    ] {
+        eventually(key, || {
+            cluster
+                .nodes
+                .iter()
+                .any(|n| n.command(&["EXISTS", key]).as_deref() == Some(":1"))
+        });
+    }
+    assert_eq!(body(&get(&b, "/page/3")), "<p>3[a][b]</p>");
+    assert_eq!(
+        origin.hits("/page/3"),
+        1,
+        "the second process asked the cluster"
+    );
+    assert_eq!(origin.hits("/frag/a"), 1);
+    assert_eq!(origin.hits("/frag/b"), 1);
+}
