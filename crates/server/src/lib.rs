@@ -248,6 +248,11 @@ impl Running {
         self.shared.log.dropped.load(Ordering::Relaxed)
     }
 
+    /// The proxy cache's counters, when some route proxies.
+    pub fn cache_stats(&self) -> Option<edge::CacheStats> {
+        self.shared.edge.as_ref().map(|(_, cache)| cache.stats())
+    }
+
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close
     /// idle connections, and exit (after `shutdown_timeout` at the latest).
     pub fn shutdown(&self) {

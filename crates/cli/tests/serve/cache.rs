@@ -541,6 +541,13 @@ fn killing_redis_loses_no_request() {
             .iter()
             .any(|l| l.contains("redis is failing"))
     });
+    // The counters are printed at shutdown.
+    server.signal(libc::SIGTERM);
+    eventually("the cache counters at shutdown", || {
+        server.stderr.lock().unwrap().iter().any(|l| {
+            l.starts_with("tessera: cache: ") && l.contains("; redis: ") && !l.contains(" 0 errors")
+        })
+    });
 }
 
 /// Three redis-server cluster nodes (no replicas) on ephemeral loopback ports, joined
