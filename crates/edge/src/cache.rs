@@ -658,6 +658,22 @@ impl Cache {
         Some(entry)
     }
 
+    /// What a waiter may serve of a leader's landed object: the object itself, unless it
+    /// varies, in which case the variant for the waiter's own request fields (the
+    /// leader's may be another language, another encoding...), if stored.
+    pub(crate) fn landed_for(
+        &self,
+        key: &str,
+        entry: Arc<Entry>,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+    ) -> Option<Arc<Entry>> {
+        if !entry.headers.contains_key(http::header::VARY) {
+            return Some(entry);
+        }
+        let now = now_ms();
+        self.lookup(key, field, now).filter(|e| e.is_fresh(now))
+    }
+
     /// Makes the caller the leader for `key`, or a waiter on the leader.
     pub(crate) fn join(self: &Arc<Self>, key: &str) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());

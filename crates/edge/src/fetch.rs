@@ -266,7 +266,14 @@ impl Inner {
         let guard = match cache.join(&key) {
             Join::Lead(g) => Some(g),
             Join::Wait(rx) => match wait_landing(rx, deadline).await {
-                Landing::Stored(e) => return Ok(e),
+                Landing::Stored(e) => {
+                    let field = |n: &str| target.headers.get(n).cloned();
+                    match cache.landed_for(&key, e, &field) {
+                        Some(e) => return Ok(e),
+                        // Another variant: fetch our own.
+                        None => None,
+                    }
+                }
                 Landing::Failed => return on_error(FetchFailed::Coalesced),
                 Landing::NotStored => None,
             },

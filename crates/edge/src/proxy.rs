@@ -343,7 +343,13 @@ impl Edge {
         let mut guard = match cache.join(&key) {
             Join::Lead(g) => Some(g),
             Join::Wait(rx) => match wait_landing(rx, deadline).await {
-                Landing::Stored(e) => return self.serve(e, &req, &authority, now_ms()).await,
+                Landing::Stored(e) => {
+                    match cache.landed_for(&key, e, &|n| req.headers.get(n).cloned()) {
+                        Some(e) => return self.serve(e, &req, &authority, now_ms()).await,
+                        // Another variant: fetch our own.
+                        None => None,
+                    }
+                }
                 Landing::Failed if stale.is_some() => {
                     cache.count_stale();
                     let stale = stale.unwrap_or_else(|| unreachable!());

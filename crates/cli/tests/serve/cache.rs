@@ -120,6 +120,10 @@ impl Origin {
                 } else if path == "/sie-frag" {
                     let cc = "Cache-Control: max-age=1, stale-if-error=60\r\n";
                     ("200 OK", cc.into(), format!("fragment v{n}"))
+                } else if path == "/slow-vary" {
+                    std::thread::sleep(Duration::from_millis(300));
+                    let h = "Cache-Control: max-age=60\r\nVary: Accept-Language\r\n";
+                    ("200 OK", h.into(), format!("lang {language}"))
                 } else if path == "/vary" {
                     let h = "Cache-Control: max-age=60\r\nVary: Accept-Language\r\n";
                     ("200 OK", h.into(), format!("lang {language}"))
@@ -257,6 +261,36 @@ fn vary_keeps_one_object_per_language() {
     assert_eq!(lang("en"), "lang en");
     assert_eq!(lang("fr"), "lang fr");
     assert_eq!(origin.hits("/vary"), 2);
+}
+
+#[test]
+fn concurrent_misses_for_different_variants_each_get_their_own() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = Arc::new(serve(&site, &origin, 1, ""));
+    let barrier = Arc::new(Barrier::new(20));
+    let clients: Vec<_> = (0..20)
+        .map(|i| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            let language = ["en", "fr"][i % 2];
+            std::thread::spawn(move || {
+                let mut stream = server.connect();
+                barrier.wait();
+                let raw = format!(
+                    "GET /slow-vary HTTP/1.1\r\nHost: test\r\nAccept-Language: {language}\r\nConnection: close\r\n\r\n"
+                );
+                stream.write_all(raw.as_bytes()).unwrap();
+                (language, read_response(&mut stream, false))
+            })
+        })
+        .collect();
+    for c in clients {
+        let (language, r) = c.join().unwrap();
+        assert_eq!(body(&r), format!("lang {language}"));
+    }
+    // The waiters of the other language fetched their own, but not one each.
+    let hits = origin.hits("/slow-vary");
+    assert!((2..=11).contains(&hits), "{hits} origin requests");
 }
 
 #[test]
