@@ -342,21 +342,20 @@ impl Edge {
         let deadline = Instant::now() + upstream.response_timeout;
         let mut guard = match cache.join(&key) {
             Join::Lead(g) => Some(g),
-            Join::Wait(rx) => match wait_landing(rx, deadline).await {
-                Landing::Stored(e) => {
+            Join::Wait(rx) => match (wait_landing(rx, deadline).await, &stale) {
+                (Landing::Stored(e), _) => {
                     match cache.landed_for(&key, e, &|n| req.headers.get(n).cloned()) {
                         Some(e) => return self.serve(e, &req, &authority, now_ms()).await,
                         // Another variant: fetch our own.
                         None => None,
                     }
                 }
-                Landing::Failed if stale.is_some() => {
+                (Landing::Failed, Some(stale)) => {
                     cache.count_stale();
-                    let stale = stale.unwrap_or_else(|| unreachable!());
-                    return self.serve(stale, &req, &authority, now_ms()).await;
+                    return self.serve(stale.clone(), &req, &authority, now_ms()).await;
                 }
                 // Not storable, or the leader went away: fetch our own.
-                Landing::Failed | Landing::NotStored => None,
+                (Landing::Failed | Landing::NotStored, _) => None,
             },
         };
         if let Some(g) = guard.take() {
@@ -532,31 +531,19 @@ impl Edge {
                     Instant::now() + upstream.response_timeout,
                 )
                 .await?;
-                Some(Entry::new(
-                    parts.status,
-                    stored,
-                    Bytes::new(),
-                    Some((template, source)),
-                    Some(&f),
-                    now,
-                ))
+                let template = Some((template, source));
+                Entry::new(parts.status, stored, Bytes::new(), template, Some(&f), now)
             } else if length.is_some_and(|l| l <= limit as u64) {
-                let bytes = read_bytes(
-                    body,
-                    pooled,
-                    limit,
-                    Instant::now() + upstream.response_timeout,
-                )
-                .await?;
-                Some(Entry::new(parts.status, stored, bytes, None, Some(&f), now))
+                let deadline = Instant::now() + upstream.response_timeout;
+                let bytes = read_bytes(body, pooled, limit, deadline).await?;
+                Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
                 // Too large (or of unknown length) to buffer: passed through, not stored.
                 drop(s);
                 return self.answer(req, parts, body, pooled, esi, authority).await;
             };
-            let entry = Arc::new(entry.unwrap_or_else(|| unreachable!()));
-            let headers = req.headers.clone();
-            let field = |n: &str| headers.get(n).cloned();
+            let entry = Arc::new(entry);
+            let field = |n: &str| req.headers.get(n).cloned();
             inner.cache.insert(&s.key, &field, entry.clone(), now);
             if let Some(g) = s.guard {
                 g.land(Landing::Stored(entry.clone()));
