@@ -502,16 +502,27 @@ impl Conn {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        let mut slices: Vec<io::IoSlice<'_>> = Vec::with_capacity(chunks.len() + 1);
-        slices.push(io::IoSlice::new(head));
-        slices.extend(chunks.iter().map(|c| io::IoSlice::new(c)));
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            let n = tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, rest).await?;
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(chunks.len() + 1);
+        bufs.push(head);
+        bufs.extend(chunks.iter().map(|c| &c[..]));
+        let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+        // (IoSlice::advance_slices needs Rust 1.81; the workspace supports 1.80.)
+        let mut first = 0;
+        while first < bufs.len() {
+            let mut n =
+                tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices[first..])
+                    .await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            io::IoSlice::advance_slices(&mut rest, n);
+            while first < bufs.len() && n >= bufs[first].len() {
+                n -= bufs[first].len();
+                first += 1;
+            }
+            if n > 0 {
+                bufs[first] = &bufs[first][n..];
+                slices[first] = io::IoSlice::new(bufs[first]);
+            }
         }
         Ok(())
     }

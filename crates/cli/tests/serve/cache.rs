@@ -23,6 +23,7 @@ use crate::harness::{read_response, Response, Server, Site};
 /// - `/private`: `max-age=60, private`
 /// - `/cookie`: `max-age=60` with Set-Cookie
 /// - `/unique/X`: `max-age=60`, 2 KiB
+/// - `/big`: 6 MB of numbered lines, `max-age=60`
 #[derive(Clone)]
 struct Origin {
     addr: SocketAddr,
@@ -136,6 +137,11 @@ impl Origin {
                 } else if path == "/cookie" {
                     let h = "Cache-Control: max-age=60\r\nSet-Cookie: id=1\r\n";
                     ("200 OK", h.into(), "with cookie".into())
+                } else if path == "/big" {
+                    let body: String = (0..750_000)
+                        .map(|i| format!("{:07}\n", i % 10_000_000))
+                        .collect();
+                    ("200 OK", "Cache-Control: max-age=60\r\n".into(), body)
                 } else if path.starts_with("/unique/") {
                     (
                         "200 OK",
@@ -243,6 +249,26 @@ fn fresh_objects_are_served_from_memory_with_age() {
         "POST /frag/x HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     assert_eq!(request(&server, post).status, 200);
     assert_eq!(origin.hits("/frag/x"), 2);
+}
+
+#[test]
+fn large_cached_body_is_written_whole_across_partial_writes() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, 1, "");
+    let first = get(&server, "/big");
+    assert_eq!(first.body.len(), 6_000_000);
+    // From the cache: one vectored write that the socket takes in many parts, read
+    // slowly so that it does.
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /big HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let second = read_response(&mut stream, false);
+    assert_eq!(origin.hits("/big"), 1);
+    assert_eq!(second.header("content-length"), Some("6000000"));
+    assert!(second.body == first.body, "cached body differs");
 }
 
 #[test]
