@@ -502,27 +502,28 @@ impl Conn {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        let mut bufs: Vec<&[u8]> = Vec::with_capacity(chunks.len() + 1);
-        bufs.push(head);
-        bufs.extend(chunks.iter().map(|c| &c[..]));
-        let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
-        // (IoSlice::advance_slices needs Rust 1.81; the workspace supports 1.80.)
-        let mut first = 0;
-        while first < bufs.len() {
-            let mut n =
-                tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices[first..])
-                    .await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
+        let mut slices: Vec<io::IoSlice<'_>> = Vec::with_capacity(chunks.len() + 1);
+        slices.push(io::IoSlice::new(head));
+        slices.extend(chunks.iter().map(|c| io::IoSlice::new(c)));
+        let total: usize = slices.iter().map(|s| s.len()).sum();
+        // The kernel takes at most IOV_MAX (1024) buffers per writev; std passes no more.
+        let written = tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices).await?;
+        if written == total {
+            return Ok(());
+        }
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        // The socket took part of it (a client slower than its buffer, or more than
+        // IOV_MAX buffers): the rest goes out buffer by buffer, from where it stopped.
+        let mut skip = written;
+        for buf in std::iter::once(head).chain(chunks.iter().map(|c| &c[..])) {
+            if skip >= buf.len() {
+                skip -= buf.len();
+                continue;
             }
-            while first < bufs.len() && n >= bufs[first].len() {
-                n -= bufs[first].len();
-                first += 1;
-            }
-            if n > 0 {
-                bufs[first] = &bufs[first][n..];
-                slices[first] = io::IoSlice::new(bufs[first]);
-            }
+            tokio::io::AsyncWriteExt::write_all(&mut self.stream, &buf[skip..]).await?;
+            skip = 0;
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use crate::harness::{read_response, Response, Server, Site};
 /// - `/private`: `max-age=60, private`
 /// - `/cookie`: `max-age=60` with Set-Cookie
 /// - `/unique/X`: `max-age=60`, 2 KiB
+/// - `/many`: ESI page of 600 includes `/frag/mN`, comma-separated
 /// - `/big`: 6 MB of numbered lines, `max-age=60`
 #[derive(Clone)]
 struct Origin {
@@ -137,6 +138,11 @@ impl Origin {
                 } else if path == "/cookie" {
                     let h = "Cache-Control: max-age=60\r\nSet-Cookie: id=1\r\n";
                     ("200 OK", h.into(), "with cookie".into())
+                } else if path == "/many" {
+                    let includes: Vec<String> = (0..600)
+                        .map(|i| format!("<esi:include src=\"/frag/m{i}\"/>"))
+                        .collect();
+                    ("200 OK", esi.into(), includes.join(","))
                 } else if path == "/big" {
                     let body: String = (0..750_000)
                         .map(|i| format!("{:07}\n", i % 10_000_000))
@@ -269,6 +275,24 @@ fn large_cached_body_is_written_whole_across_partial_writes() {
     assert_eq!(origin.hits("/big"), 1);
     assert_eq!(second.header("content-length"), Some("6000000"));
     assert!(second.body == first.body, "cached body differs");
+}
+
+#[test]
+fn cached_page_of_more_buffers_than_one_writev_takes_arrives_whole() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, 1, "[esi]\nmax_includes = 1000\n");
+    let want: Vec<String> = (0..600).map(|i| format!("[m{i}]")).collect();
+    let want = want.join(",");
+    assert_eq!(body(&get(&server, "/many")), want);
+    // All 600 fragments cached: 1,199 buffers in one response, over IOV_MAX.
+    let r = get(&server, "/many");
+    assert_eq!(
+        r.header("content-length"),
+        Some(want.len().to_string().as_str())
+    );
+    assert_eq!(body(&r), want);
+    assert_eq!(origin.hits("/many"), 1);
 }
 
 #[test]
