@@ -7,8 +7,9 @@
 #   /cached/...    max-age=3600, fragments answer at once.
 # Varnish gets a VCL that turns ESI on when Surrogate-Control says ESI/1.0, makes
 # /uncached/ uncacheable (ttl 0) and caches /cached/ for an hour. tessera runs
-# `tessera serve --proxy` (no cache yet: issue 8). Both proxies are pinned to core 0,
-# the origin and the clients to core 1 (the origin mostly sleeps in part a).
+# `tessera serve --proxy` with its default cache (docs/cache.md), which honours the same
+# headers. Both proxies are pinned to core 0, the origin and the clients to core 1 (the
+# origin mostly sleeps in part a, and is not asked at all in part b once caches are warm).
 #
 # (a) Page latency, nothing cached: ROUNDS rounds; in each, PER_ROUND sequential
 #     requests to one proxy, then PER_ROUND to the other (who goes first alternates),
@@ -17,14 +18,18 @@
 #     %{time_starttransfer} (first byte). Prints median, p90 and max per proxy and the
 #     ratio of medians. Target (issue 7): tessera's page within the slowest fragment
 #     (DELAY_MS) + 10 ms; Varnish fetches includes one after another (~FRAGMENTS x DELAY_MS).
-# (b) Requests/s, everything cacheable: wrk -t1 -cCONNECTIONS for RPS_SECONDS on core 1,
-#     RPS_ROUNDS alternating rounds, medians. Varnish serves page and fragments from its
-#     cache (still assembling each page). tessera has no cache, so its figure is the
-#     *uncached* one: every page costs up to FRAGMENTS+1 requests to the Python origin
-#     (fewer when identical fragment fetches in flight collapse into one), which shares
-#     core 1 with wrk. The origin counts what it answers (/count), so each line shows
-#     origin requests per page (about: pages = requests/s x seconds); the origin's own
-#     requests/s for one fragment is printed alongside for scale.
+# (b) Requests/s, page and fragments cached: wrk -t1 -cCONNECTIONS for RPS_SECONDS on
+#     core 1, RPS_ROUNDS rounds, medians. Varnish and tessera serve page and fragments
+#     from their caches (Varnish re-assembles each page; tessera assembles a page whose
+#     fragments are all fresh in memory at once, and reuses the assembly). Alongside, a
+#     second `tessera serve` (static files, one worker, core 0) serves a file holding
+#     the assembled page (same size), and the server's CPU per request is read from
+#     /proc/PID/stat (utime+stime) around each run. The origin counts what it answers
+#     (/count): origin requests per page must be 0 with warm caches. The order of the
+#     targets rotates from round to round; prints the per-round ratios tessera/Varnish
+#     (issue 8 target: >= 10) and tessera page/tessera static file of the same size
+#     (target: >= 0.5) with their medians (the targets are judged on those), and the
+#     ratios of the medians and of CPU per request.
 # Before measuring, the script checks that both proxies return the fully assembled page
 # (no <esi: left, FRAGMENTS fragments) and says whether the two pages are byte-identical.
 #
@@ -177,42 +182,75 @@ if [ $with_tessera = 1 ]; then
 fi
 for p in $proxies; do echo "raw $p ms: ${total_ms[$p]% }"; done
 
-# --- (b) requests/s, everything cacheable.
+# --- (b) requests/s, page and fragments cached.
 echo
-echo "(b) requests/s, cacheable page: wrk -t1 -c$CONNECTIONS -d${RPS_SECONDS}s on core $CLIENT_CPU, median of $RPS_ROUNDS rounds"
-for p in $proxies; do  # fill Varnish's cache (tessera has none)
-    curl -fsS --max-time 10 -o /dev/null "http://127.0.0.1:${port_of[$p]}/cached/page"
+echo "(b) requests/s, cached page with $FRAGMENTS cached fragments: wrk -t1 -c$CONNECTIONS -d${RPS_SECONDS}s on core $CLIENT_CPU, median of $RPS_ROUNDS rounds"
+for p in $proxies; do  # fill both caches
+    for _ in 1 2; do curl -fsS --max-time 10 -o /dev/null "http://127.0.0.1:${port_of[$p]}/cached/page"; done
 done
 origin_count() { curl -fsS --max-time 10 "http://127.0.0.1:$origin_port/count"; }
-targets="$proxies origin"
-pid_of[origin]=$origin_pid; port_of[origin]=$origin_port
+targets="$proxies"
 declare -A url_of=()
 for p in $proxies; do url_of[$p]="http://127.0.0.1:${port_of[$p]}/cached/page"; done
-url_of[origin]="http://127.0.0.1:$origin_port/cached/frag/1"
-declare -A rps_runs=() cpu_runs=() origin_runs=()
-for _ in $(seq "$RPS_ROUNDS"); do
-    for p in $targets; do
+if [ $with_tessera = 1 ]; then
+    # tessera's static file server on the same core, with the assembled page as a file.
+    mkdir -p "$work/static"
+    curl -fsS --max-time 10 -o "$work/static/page.html" "http://127.0.0.1:$tessera_port/cached/page"
+    static_port=$(free_port)
+    taskset -c $PROXY_CPU "$TESSERA" serve --root "$work/static" \
+        --listen "127.0.0.1:$static_port" --workers 1 2>"$work/tessera-static.log" &
+    pids+=($!); pid_of[static]=$!; port_of[static]=$static_port
+    wait_up "$static_port" page.html
+    url_of[static]="http://127.0.0.1:$static_port/page.html"
+    targets="$proxies static"
+    echo "# page size: $(wc -c < "$work/static/page.html") bytes (the static file is the same bytes)"
+fi
+declare -A rps_runs=() cpu_runs=() origin_runs=() this_round=()
+ratio_tv="" ratio_ts=""
+for round in $(seq "$RPS_ROUNDS"); do
+    # Rotate who goes first, so a burst of load from elsewhere does not always hit the
+    # same target; the ratios are taken within each round, then their median.
+    order=$targets
+    for _ in $(seq $((round % $(echo "$targets" | wc -w)))); do
+        order="$(echo "$order" | cut -d' ' -f2-) $(echo "$order" | cut -d' ' -f1)"
+    done
+    for p in $order; do
         before=$(origin_count)
         read -r rps cpu < <(measure "${pid_of[$p]}" "${url_of[$p]}" $CLIENT_CPU "$CONNECTIONS" "$RPS_SECONDS")
         # origin requests per page: rps x seconds is the page count wrk saw
-        origin_runs[$p]+="$(awk -v n=$(($(origin_count) - before)) -v r="$rps" -v s="$RPS_SECONDS" 'BEGIN {printf "%.2f", n / (r * s)}') "
+        origin_runs[$p]+="$(awk -v n=$(($(origin_count) - before)) -v r="$rps" -v s="$RPS_SECONDS" 'BEGIN {printf "%.4f", n / (r * s)}') "
         rps_runs[$p]+="$rps "
         cpu_runs[$p]+="$cpu "
+        this_round[$p]=$rps
     done
+    if [ $with_tessera = 1 ]; then
+        ratio_tv+="$(awk -v t="${this_round[tessera]}" -v v="${this_round[varnish]}" 'BEGIN {printf "%.2f", t / v}') "
+        ratio_ts+="$(awk -v t="${this_round[tessera]}" -v s="${this_round[static]}" 'BEGIN {printf "%.2f", t / s}') "
+    fi
 done
-declare -A rps_med=()
+declare -A rps_med=() cpu_med=()
 label_varnish="varnish  page, from its cache"
-label_tessera="tessera  page, NOT cached (tessera has no cache yet)"
-label_origin="origin   one fragment, direct (for scale; shares core $CLIENT_CPU with wrk)"
-printf '%-64s %11s %11s %17s\n' "" "requests/s" "cpu us/req" "origin req/request"
+label_tessera="tessera  page, from its cache"
+label_static="tessera  static file, same bytes"
+printf '%-40s %11s %11s %17s\n' "" "requests/s" "cpu us/req" "origin req/request"
 for p in $targets; do
     rps_med[$p]=$(echo "${rps_runs[$p]}" | tr ' ' '\n' | grep . | median)
+    cpu_med[$p]=$(echo "${cpu_runs[$p]}" | tr ' ' '\n' | grep . | median)
     label=label_$p
-    printf '%-64s %11.0f %11.2f %17.2f   (runs: %s)\n' "${!label}" "${rps_med[$p]}" \
-        "$(echo "${cpu_runs[$p]}" | tr ' ' '\n' | grep . | median)" \
-        "$(echo "${origin_runs[$p]}" | tr ' ' '\n' | grep . | median)" "${rps_runs[$p]% }"
+    printf '%-40s %11.0f %11.2f %17.4f   (runs: %s)\n' "${!label}" "${rps_med[$p]}" \
+        "${cpu_med[$p]}" "$(echo "${origin_runs[$p]}" | tr ' ' '\n' | grep . | median)" "${rps_runs[$p]% }"
 done
 if [ $with_tessera = 1 ]; then
-    awk -v v="${rps_med[varnish]}" -v t="${rps_med[tessera]}" 'BEGIN {
-        printf "varnish (cached) / tessera (uncached) requests/s: x%.1f\n", v / t }'
+    tv=$(echo "$ratio_tv" | tr ' ' '\n' | grep . | median)
+    ts=$(echo "$ratio_ts" | tr ' ' '\n' | grep . | median)
+    echo "per-round ratios, tessera/varnish: ${ratio_tv% } (median x$tv); tessera page/static file: ${ratio_ts% } (median $ts)"
+    awk -v tv="$tv" -v ts="$ts" 'BEGIN {
+        printf "targets on the median of per-round ratios: tessera >= 10x varnish: %s; tessera page >= 0.5 x static file: %s\n",
+            (tv >= 10) ? "met" : "NOT met", (ts >= 0.5) ? "met" : "NOT met" }'
+    awk -v v="${rps_med[varnish]}" -v t="${rps_med[tessera]}" -v s="${rps_med[static]}" \
+        -v vc="${cpu_med[varnish]}" -v tc="${cpu_med[tessera]}" -v sc="${cpu_med[static]}" 'BEGIN {
+        printf "ratio of medians, tessera/varnish requests/s: x%.1f; cpu per request: varnish/tessera x%.1f\n",
+            t / v, vc / tc
+        printf "ratio of medians, tessera page/tessera static file requests/s: %.2f; cpu per request: static/page %.2f\n",
+            t / s, sc / tc }'
 fi

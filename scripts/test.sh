@@ -9,4 +9,14 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# The cache tests start their own redis-server (crates/cli/tests/serve/cache.rs).
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing redis-server for the cache tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq redis-server
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq redis-server
+    fi
+fi
+
 cargo test --workspace --locked "$@"

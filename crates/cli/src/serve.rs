@@ -92,7 +92,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     running.shutdown();
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
+    let cache = running.cache_stats();
     running.join();
+    if let Some(c) = cache {
+        let mut line = format!(
+            "tessera: cache: {} hits, {} misses, {} stale served, {} coalesced, {} of {} bytes in {} objects",
+            c.hits, c.misses, c.stale_served, c.coalesced, c.weight, c.capacity, c.entries
+        );
+        if let Some(r) = c.shared {
+            line.push_str(&format!(
+                "; redis: {} hits, {} misses, {} errors, {} skipped, {} writes ({} dropped), breaker opened {} times",
+                r.hits, r.misses, r.errors, r.skipped, r.writes, r.writes_dropped, r.breaker_opened
+            ));
+        }
+        eprintln!("{line}");
+    }
     if !refusals.is_empty() {
         let total: u64 = refusals.iter().map(|(_, n)| n).sum();
         let detail: Vec<String> = refusals

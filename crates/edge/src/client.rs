@@ -54,6 +54,10 @@ pub(crate) struct Pooled {
 }
 
 impl Pooled {
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.upstream.response_timeout
+    }
+
     pub(crate) fn release(mut self) {
         if let Some(s) = self.sender.take() {
             let mut idle = self.upstream.idle.borrow_mut();
@@ -312,6 +316,24 @@ pub(crate) async fn read_template(
     let mut compiler = esi::Compiler::new(&esi::Options::default());
     read_chunks(body, pooled, limit, deadline, |b| compiler.feed(b)).await?;
     Ok(compiler.finish())
+}
+
+/// [`read_template`], also keeping the chunks (the buffers the template's text points
+/// into, so keeping them costs no memory) for the cache's shared tier.
+pub(crate) async fn read_template_with_source(
+    body: Incoming,
+    pooled: Pooled,
+    limit: usize,
+    deadline: Instant,
+) -> Result<(esi::Template, Vec<Bytes>), UpstreamError> {
+    let mut compiler = esi::Compiler::new(&esi::Options::default());
+    let mut source = Vec::new();
+    read_chunks(body, pooled, limit, deadline, |b| {
+        source.push(b.clone());
+        compiler.feed(b)
+    })
+    .await?;
+    Ok((compiler.finish(), source))
 }
 
 /// A response body passed through as it arrives; the connection goes back to the pool

@@ -20,6 +20,8 @@ pub struct EdgeConfig {
     pub route: Vec<RouteConfig>,
     /// `[esi]`: ESI assembly limits and policies.
     pub esi: EsiConfig,
+    /// `[cache]`: the response cache (memory, and Redis when configured).
+    pub cache: crate::cache::CacheConfig,
 }
 
 /// One `[[upstream]]`: a named origin reached at one or more addresses.
@@ -204,6 +206,7 @@ impl EdgeConfig {
                 ..RouteConfig::default()
             }],
             esi: EsiConfig::default(),
+            cache: crate::cache::CacheConfig::default(),
         }
     }
 
@@ -286,7 +289,7 @@ impl EdgeConfig {
         if self.esi.max_concurrency == 0 {
             return bad("esi.max_concurrency must be > 0".into());
         }
-        Ok(())
+        self.cache.validate()
     }
 }
 

@@ -11,12 +11,14 @@ use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::{read_bytes, read_template, Upstream};
+use crate::cache::{now_ms, wait_landing, Entry, Join, Landing};
+use crate::client::{read_bytes, read_template_with_source, Upstream};
 use crate::config::EsiMode;
 use crate::headers;
 use crate::proxy::{Inner, Target};
 
 /// Where one fragment comes from, decided before anything is sent.
+#[derive(Clone)]
 pub(crate) struct FragmentTarget {
     source: Source,
     /// Path and query, sent as the request target.
@@ -24,20 +26,22 @@ pub(crate) struct FragmentTarget {
     /// The request headers for it.
     headers: HeaderMap,
     esi: EsiMode,
+    /// Its cache key; `None` when it is not cached (a static file, the cache off, or
+    /// an include with `no-store`).
+    pub(crate) cache_key: Option<String>,
+    /// The include's `ttl`, which replaces the response's lifetime.
+    pub(crate) ttl: Option<std::time::Duration>,
 }
 
+#[derive(Clone)]
 enum Source {
     Upstream(Rc<Upstream>),
     Static(PathBuf),
 }
 
-/// A fetched fragment, shared by every include that asked for it.
-pub(crate) struct Fetched {
-    /// The body, when not ESI.
-    pub(crate) body: Bytes,
-    /// Compiled when the fragment is ESI itself.
-    pub(crate) template: Option<Arc<esi::Template>>,
-}
+/// A fetched fragment, shared by every include that asked for it (and kept in the
+/// cache when its response allows).
+pub(crate) type Fetched = Entry;
 
 pub(crate) type FetchResult = Result<Arc<Fetched>, FetchFailed>;
 
@@ -53,6 +57,9 @@ pub(crate) enum FetchFailed {
     /// The shared fetch went away without a result.
     #[error("fragment fetch abandoned")]
     Abandoned,
+    /// Another request's fetch of it failed just now.
+    #[error("fragment fetch failed for the request it was shared with")]
+    Coalesced,
 }
 
 /// A request's authority, lower-cased, without the default port.
@@ -107,12 +114,64 @@ impl Inner {
             )
         };
         let headers = headers::fragment_request(page_headers, &authority, credentials);
+        let cache_key = (self.cache.enabled() && matches!(source, Source::Upstream(_)))
+            .then(|| crate::cache::key(&authority, &path_and_query));
         Some(FragmentTarget {
             source,
             path_and_query,
             headers,
             esi,
+            cache_key,
+            ttl: None,
         })
+    }
+
+    /// The cache key of an include URL and the authority and credential rule its request
+    /// would have, for a lookup that builds no request (the rules of
+    /// [`fragment_target`](Inner::fragment_target)); `None` when it would be refused or
+    /// is not cached.
+    pub(crate) fn fragment_cache_key(
+        &self,
+        url: &str,
+        page_authority: &str,
+    ) -> Option<(String, String, bool)> {
+        let uri: http::Uri = url.parse().ok()?;
+        if uri.scheme_str() != Some("http") {
+            return None;
+        }
+        let authority = normalise_authority(uri.authority()?.as_str());
+        if authority.contains('@') {
+            return None;
+        }
+        let credentials = if authority == page_authority {
+            match self.route(uri.path())? {
+                Target::Upstream(..) => true,
+                Target::Static(_) => return None,
+            }
+        } else {
+            self.config
+                .esi
+                .fragment_host
+                .iter()
+                .find(|h| normalise_authority(&h.host) == authority)?
+                .credentials
+        };
+        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+        let key = crate::cache::key(&authority, path_and_query);
+        Some((key, authority, credentials))
+    }
+
+    /// Whether the cache holds an object for the target that may be served when its
+    /// upstream fails, so an include whose breaker is open still tries.
+    pub(crate) fn has_stale(&self, target: &FragmentTarget) -> bool {
+        let Some(key) = &target.cache_key else {
+            return false;
+        };
+        let now = now_ms();
+        let field = |n: &str| target.headers.get(n).cloned();
+        self.cache
+            .lookup(key, &field, now)
+            .is_some_and(|e| e.may_serve_on_error(now))
     }
 
     /// Whether the target's upstream is refusing calls (open breaker), so the include
@@ -133,6 +192,32 @@ impl Inner {
         target: FragmentTarget,
         deadline: Instant,
     ) -> FetchResult {
+        let mut stale = None;
+        if let Some(key) = &target.cache_key {
+            let now = now_ms();
+            let field = |n: &str| target.headers.get(n).cloned();
+            if let Some(e) = self.cache.lookup(key, &field, now) {
+                if e.is_fresh(now) {
+                    self.cache.count_hit();
+                    return Ok(e);
+                }
+                if e.may_revalidate_stale(now) {
+                    // Served stale; one background fetch refreshes it.
+                    self.cache.count_stale();
+                    let inner = self.clone();
+                    let refresh = target.clone();
+                    let timeout = crate::config::secs(self.config.esi.include_timeout);
+                    tokio::task::spawn_local(async move {
+                        let _ = inner
+                            .fetch_cached(refresh, Instant::now() + timeout, None)
+                            .await;
+                    });
+                    return Ok(e);
+                }
+                stale = Some(e).filter(|e| e.may_serve_on_error(now));
+            }
+            self.cache.count_miss();
+        }
         let key = fetch_key(&target);
         let existing = self.inflight.borrow().get(&key).cloned();
         let mut rx = match existing {
@@ -143,7 +228,7 @@ impl Inner {
                 self.fetches.set(self.fetches.get() + 1);
                 let inner = self.clone();
                 tokio::task::spawn_local(async move {
-                    let result = inner.fetch_now(target, deadline).await;
+                    let result = inner.fetch_cached(target, deadline, stale).await;
                     inner.inflight.borrow_mut().remove(&key);
                     let _ = tx.send(Some(result));
                 });
@@ -155,6 +240,71 @@ impl Inner {
             Err(_) => Err(FetchFailed::Abandoned),
         };
         result
+    }
+
+    /// Fetches a cacheable fragment once for the whole process: joins another worker's
+    /// fetch of the key, or leads one (Redis, then the origin) and stores the result.
+    /// A failure is answered with `stale` when it may be served on error.
+    async fn fetch_cached(
+        &self,
+        target: FragmentTarget,
+        deadline: Instant,
+        stale: Option<Arc<Entry>>,
+    ) -> FetchResult {
+        let Some(key) = target.cache_key.clone() else {
+            return self.fetch_now(target, deadline).await;
+        };
+        let cache = &self.cache;
+        let on_error = |e: FetchFailed| match &stale {
+            Some(s) => {
+                cache.count_stale();
+                tracing::debug!(%key, error = %e, "fragment failed: serving stale");
+                Ok(s.clone())
+            }
+            None => Err(e),
+        };
+        let guard = match cache.join(&key) {
+            Join::Lead(g) => Some(g),
+            Join::Wait(rx) => match wait_landing(rx, deadline).await {
+                Landing::Stored(e) => {
+                    let field = |n: &str| target.headers.get(n).cloned();
+                    match cache.landed_for(&key, e, &field) {
+                        Some(e) => return Ok(e),
+                        // Another variant: fetch our own.
+                        None => None,
+                    }
+                }
+                Landing::Failed => return on_error(FetchFailed::Coalesced),
+                Landing::NotStored => None,
+            },
+        };
+        let headers = target.headers.clone();
+        let field = |n: &str| headers.get(n).cloned();
+        if guard.is_some() {
+            if let Some(e) = cache.lookup_shared(&key, &field, now_ms()).await {
+                if let Some(g) = guard {
+                    g.land(Landing::Stored(e.clone()));
+                }
+                return Ok(e);
+            }
+        }
+        match self.fetch_now(target, deadline).await {
+            Ok(e) => {
+                if e.storable() {
+                    cache.insert(&key, &field, e.clone(), now_ms());
+                    if let Some(g) = guard {
+                        g.land(Landing::Stored(e.clone()));
+                    }
+                }
+                Ok(e)
+            }
+            Err(err) => {
+                if let Some(g) = guard {
+                    g.land(Landing::Failed);
+                }
+                on_error(err)
+            }
+        }
     }
 
     async fn fetch_now(&self, target: FragmentTarget, deadline: Instant) -> FetchResult {
@@ -170,10 +320,14 @@ impl Inner {
                         path.display()
                     )));
                 }
-                return Ok(Arc::new(Fetched {
-                    body: Bytes::from(body),
-                    template: None,
-                }));
+                return Ok(Arc::new(Entry::new(
+                    http::StatusCode::OK,
+                    HeaderMap::new(),
+                    Bytes::from(body),
+                    None,
+                    None,
+                    now_ms(),
+                )));
             }
             Source::Upstream(u) => u,
         };
@@ -182,6 +336,7 @@ impl Inner {
             .path_and_query
             .parse()
             .map_err(|_| FetchFailed::Status(400))?;
+        let authorized = target.headers.contains_key(http::header::AUTHORIZATION);
         *req.headers_mut() = target.headers;
         let (resp, pooled) = upstream
             .send(req, deadline)
@@ -193,18 +348,38 @@ impl Inner {
             // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
-        let (_, body) = resp.into_parts();
+        let (parts, body) = resp.into_parts();
+        let freshness = target
+            .cache_key
+            .as_ref()
+            .map(|_| {
+                crate::freshness::decide(
+                    status,
+                    &parts.headers,
+                    &self.cache.rules(&self.config.esi.device_token),
+                    target.ttl,
+                    authorized,
+                    std::time::SystemTime::now(),
+                )
+            })
+            .filter(|f| f.store);
         let (body, template) = if esi {
-            let t = read_template(body, pooled, limit, deadline).await;
-            (
-                Bytes::new(),
-                Some(Arc::new(t.map_err(FetchFailed::Upstream)?)),
-            )
+            let t = read_template_with_source(body, pooled, limit, deadline).await;
+            (Bytes::new(), Some(t.map_err(FetchFailed::Upstream)?))
         } else {
             let b = read_bytes(body, pooled, limit, deadline).await;
             (b.map_err(FetchFailed::Upstream)?, None)
         };
-        Ok(Arc::new(Fetched { body, template }))
+        let mut stored = parts.headers;
+        headers::remove_hop_by_hop(&mut stored);
+        Ok(Arc::new(Entry::new(
+            status,
+            stored,
+            body,
+            template,
+            freshness.as_ref(),
+            now_ms(),
+        )))
     }
 }
 

@@ -23,7 +23,7 @@ const HOP_BY_HOP: &[&str] = &[
 /// resource, so the page request's conditionals and ranges would be wrong for it (a 304
 /// or 206 cannot be included), its body fields describe a body it does not have, and
 /// Accept-Encoding is dropped so fragments arrive as identity text ESI can read.
-const NOT_FOR_FRAGMENTS: &[&str] = &[
+pub(crate) const NOT_FOR_FRAGMENTS: &[&str] = &[
     "if-match",
     "if-none-match",
     "if-modified-since",
@@ -191,7 +191,7 @@ pub fn surrogate_esi(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// Splits a Surrogate-Control value at commas outside quotes.
-fn split_directives(value: &str) -> Vec<&str> {
+pub(crate) fn split_directives(value: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut quoted = false;

@@ -15,10 +15,11 @@
 //! failure policy.
 //!
 //! **What it is not for.** Accepting client connections, framing responses, static files
-//! (the `server` crate), parsing ESI (the `esi` crate), caching (not yet).
+//! (the `server` crate), parsing ESI (the `esi` crate).
 //!
 //! **How it fits.** Each server worker is one thread with a tokio current-thread runtime
-//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and, for a
+//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and the
+//! process's one [`Cache`] ([`Edge::with_cache`]; docs/cache.md) and, for a
 //! request whose [`Edge::route`] is an upstream, awaits [`Edge::proxy`] and writes the
 //! [`ProxyResponse`]: the head, then [`Body::next_chunk`] until `None`. A chunk `Err`
 //! means the page broke off after its head was sent: the server closes the connection
@@ -66,15 +67,19 @@
 //! ```
 
 mod breaker;
+mod cache;
 mod client;
 mod config;
 mod error;
 mod fetch;
+mod freshness;
 pub mod headers;
 mod page;
 mod proxy;
+mod shared_tier;
 
 pub use breaker::BreakerState;
+pub use cache::{Cache, CacheConfig, CacheStats, RedisConfig};
 pub use client::UpstreamStats;
 pub use config::{
     EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RouteConfig, UpstreamConfig,
@@ -82,3 +87,4 @@ pub use config::{
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
+pub use shared_tier::SharedTierStats;

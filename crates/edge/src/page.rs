@@ -17,8 +17,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use esi::{Evaluation, IncludeFailed, IncludeRequest, Item, Template};
-use http::HeaderMap;
+use esi::{Evaluation, FragmentFailed, IncludeFailed, IncludeRequest, Item, Template};
+use http::header::{HeaderMap, HeaderValue};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{timeout_at, Instant};
@@ -150,7 +150,7 @@ fn start_include(
     let targets: Vec<_> = std::iter::once(&inc.src)
         .chain(inc.alt.as_ref())
         .filter_map(|url| {
-            let t = ctx
+            let mut t = ctx
                 .edge
                 .fragment_target(url, &ctx.page_authority, &ctx.page_headers);
             if t.is_none() {
@@ -158,7 +158,15 @@ fn start_include(
                 // these, and a log line each would hand attackers the log.
                 tracing::debug!(%url, "include refused: host not allowed");
             }
-            t.filter(|t| !ctx.edge.refused_now(t))
+            if let Some(t) = &mut t {
+                t.ttl = inc.ttl;
+                if inc.no_store {
+                    t.cache_key = None;
+                }
+            }
+            // An open breaker fails the include at once, unless the cache holds an
+            // object it may serve instead (stale-if-error).
+            t.filter(|t| !ctx.edge.refused_now(t) || ctx.edge.has_stale(t))
                 .map(|t| (url.clone(), t))
         })
         .collect();
@@ -341,5 +349,136 @@ fn abort_range(doc: &Doc, start: usize, end: usize) {
                 t.abort();
             }
         }
+    }
+}
+
+/// The page assembled at once when every include, at every level, is fresh in the
+/// memory cache: the chunks are the template's literal bytes and the cached bodies
+/// themselves, nothing is spawned and nothing copied. `None` as soon as one include is
+/// not (or is not cacheable, or would be refused): the caller assembles the page the
+/// streaming way, which applies the failure policy.
+pub(crate) fn assemble_cached(
+    edge: &Inner,
+    template: &Template,
+    req: &esi::Request,
+    page_authority: &str,
+    page_headers: &HeaderMap,
+    now: u64,
+) -> Option<CachedPage> {
+    let mut includes = 0;
+    let mut out = Vec::new();
+    let walk = CachedWalk {
+        edge,
+        page_authority,
+        page_headers,
+        now,
+        request_independent: Cell::new(true),
+        fresh_until: Cell::new(u64::MAX),
+    };
+    walk.walk(template, req, 0, &mut includes, &mut out)?;
+    Some(CachedPage {
+        chunks: out,
+        request_independent: walk.request_independent.get(),
+        fresh_until: walk.fresh_until.get(),
+    })
+}
+
+/// A page assembled from the cache.
+pub(crate) struct CachedPage {
+    pub(crate) chunks: Vec<Bytes>,
+    /// No template read a variable and no fragment varies: any request for this page
+    /// would get the same chunks.
+    pub(crate) request_independent: bool,
+    /// When the first of its fragments stops being fresh (Unix ms).
+    pub(crate) fresh_until: u64,
+}
+
+struct CachedWalk<'a> {
+    edge: &'a Inner,
+    page_authority: &'a str,
+    page_headers: &'a HeaderMap,
+    now: u64,
+    request_independent: Cell<bool>,
+    fresh_until: Cell<u64>,
+}
+
+impl CachedWalk<'_> {
+    fn walk(
+        &self,
+        template: &Template,
+        req: &esi::Request,
+        depth: usize,
+        includes: &mut usize,
+        out: &mut Vec<Bytes>,
+    ) -> Option<()> {
+        let esi = &self.edge.config.esi;
+        if !template.variables().is_empty() {
+            self.request_independent.set(false);
+        }
+        let ev = template.evaluate(req);
+        let mut missing = false;
+        let chunks = ev.assemble(|_, inc, chunks| {
+            *includes += 1;
+            let found = (depth < esi.max_depth && *includes <= esi.max_includes && !inc.no_store)
+                .then(|| self.edge.fragment_cache_key(&inc.src, self.page_authority))
+                .flatten()
+                .and_then(|(key, authority, credentials)| {
+                    let field =
+                        |n: &str| fragment_field(self.page_headers, n, &authority, credentials);
+                    self.edge.cache.lookup(&key, &field, self.now)
+                })
+                .filter(|e| e.is_fresh(self.now));
+            let done = match &found {
+                None => None,
+                Some(e) => {
+                    if e.headers.contains_key(http::header::VARY) {
+                        self.request_independent.set(false);
+                    }
+                    self.fresh_until
+                        .set(self.fresh_until.get().min(e.fresh_until()));
+                    match &e.template {
+                        None => {
+                            chunks.push(e.body.clone());
+                            Some(())
+                        }
+                        Some(t) => {
+                            let fragment_req = req.for_fragment(&inc.src);
+                            self.walk(t, &fragment_req, depth + 1, includes, chunks)
+                        }
+                    }
+                }
+            };
+            if done.is_none() {
+                missing = true;
+                return Err(FragmentFailed);
+            }
+            Ok(())
+        });
+        if missing {
+            return None;
+        }
+        out.extend(chunks.ok()?);
+        Some(())
+    }
+}
+
+/// The value a fragment request would carry for `name` (the rules of
+/// `headers::fragment_request`), from the page request's own headers. The fields the
+/// proxy adds when forwarding (X-Forwarded-For, Via, Surrogate-Capability) are answered
+/// `None`: a stored object that varies on them has a non-empty value there, so it never
+/// matches and the streaming path, which has the real values, decides.
+fn fragment_field(
+    page_headers: &HeaderMap,
+    name: &str,
+    authority: &str,
+    credentials: bool,
+) -> Option<HeaderValue> {
+    match name {
+        "host" => HeaderValue::from_str(authority).ok(),
+        "x-forwarded-proto" => Some(HeaderValue::from_static("http")),
+        "x-forwarded-for" | "via" | "surrogate-capability" => None,
+        "cookie" | "authorization" if !credentials => None,
+        _ if crate::headers::NOT_FOR_FRAGMENTS.contains(&name) => None,
+        _ => page_headers.get(name).cloned(),
     }
 }

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use http_body::Body as _;
 use http_body_util::Full;
@@ -17,10 +18,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::client::{read_template, PassBody, Upstream, UpstreamStats};
+use crate::cache::{self, now_ms, wait_landing, Cache, Entry, FlightGuard, Join, Landing, Memo};
+use crate::client::{
+    read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
+};
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError, ProxyError};
 use crate::fetch::{is_esi, normalise_authority, FetchResult};
+use crate::freshness;
 use crate::headers::{self, ClientInfo};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
@@ -40,6 +45,8 @@ pub(crate) struct Inner {
     /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
     pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
     pub(crate) fetches: Cell<u64>,
+    /// The process's cache, shared with every other worker's `Edge`.
+    pub(crate) cache: Arc<Cache>,
 }
 
 enum RouteTo {
@@ -96,6 +103,12 @@ enum BodyKind {
         rx: mpsc::Receiver<Result<Bytes, PageError>>,
         writer: AbortHandle,
     },
+    /// Whole already (from the cache): the chunks in order, shared with the cache's
+    /// memo of the page when there is one.
+    Ready {
+        chunks: Arc<[Bytes]>,
+        next: usize,
+    },
 }
 
 impl Body {
@@ -110,6 +123,26 @@ impl Body {
     /// Whether this body is an ESI page being assembled.
     pub fn is_assembled(&self) -> bool {
         matches!(self.kind, BodyKind::Page { .. })
+    }
+
+    /// A body whose chunks are all here (a cache hit), its length known.
+    pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
+        let chunks = chunks.into();
+        let length = chunks.iter().map(|c| c.len() as u64).sum();
+        Body {
+            kind: BodyKind::Ready { chunks, next: 0 },
+            length: Some(length),
+        }
+    }
+
+    /// The chunks not yet taken, when the whole body is already here (a cache hit: the
+    /// cached buffers themselves), so the server can write them with one vectored
+    /// write. `None` for a body still arriving.
+    pub fn ready_chunks(&self) -> Option<&[Bytes]> {
+        match &self.kind {
+            BodyKind::Ready { chunks, next } => Some(&chunks[*next..]),
+            _ => None,
+        }
     }
 
     /// The next chunk, `None` at the end. An `Err` means the body broke off (an include
@@ -129,6 +162,11 @@ impl Body {
                 Some(b) => Poll::Ready(Some(Ok(b))),
                 None => rx.poll_recv(cx),
             },
+            BodyKind::Ready { chunks, next } => {
+                let chunk = chunks.get(*next).cloned();
+                *next += 1;
+                Poll::Ready(chunk.map(Ok))
+            }
         }
     }
 
@@ -162,8 +200,17 @@ impl Drop for Body {
 }
 
 impl Edge {
-    /// Builds the proxy from a validated configuration.
+    /// Builds the proxy from a validated configuration, with a cache of its own (see
+    /// [`Edge::with_cache`] to share one).
     pub fn new(config: EdgeConfig) -> Result<Edge, ConfigError> {
+        config.validate()?;
+        let cache = Cache::new(&config.cache)?;
+        Edge::with_cache(config, cache)
+    }
+
+    /// Builds the proxy with the process's cache: build it once with [`Cache::new`] from
+    /// `config.cache`, and give it to every worker's `Edge`.
+    pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
             .upstream
@@ -190,6 +237,7 @@ impl Edge {
                 routes,
                 inflight: RefCell::new(HashMap::new()),
                 fetches: Cell::new(0),
+                cache,
             }),
         })
     }
@@ -208,6 +256,11 @@ impl Edge {
         self.inner.upstreams.get(name).map(|u| u.stats())
     }
 
+    /// The cache's counters and sizes.
+    pub fn cache_stats(&self) -> crate::CacheStats {
+        self.inner.cache.stats()
+    }
+
     /// Fragment fetches sent since start (identical concurrent includes count once).
     pub fn fragment_fetches(&self) -> u64 {
         self.inner.fetches.get()
@@ -216,7 +269,8 @@ impl Edge {
     /// Proxies one request. Returns once the response head is known: for an ESI page,
     /// once its first bytes are ready (so a page that fails before that is an error, to
     /// be answered with [`ProxyError::status`], 502), with the rest streaming in
-    /// [`ProxyResponse::body`].
+    /// [`ProxyResponse::body`]. GET and HEAD are answered from the cache when it holds a
+    /// fresh object (docs/cache.md); `PURGE` and `BAN` invalidate it.
     pub async fn proxy(&self, req: ProxyRequest) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         if !req.target.starts_with('/') {
@@ -230,15 +284,188 @@ impl Edge {
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
         };
+        let authority = req
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(|| upstream.name.clone(), |h| h.trim().to_string());
+        let key = cache::key(&normalise_authority(&authority), &req.target);
+        let cache = &inner.cache;
+        if matches!(req.method.as_str(), "PURGE" | "BAN") {
+            return Ok(self.invalidate(&req, &key));
+        }
+        if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+            return self.forward(req, &upstream, mode, authority, None).await;
+        }
+        let now = now_ms();
+        let found = cache.lookup(&key, &|n| req.headers.get(n).cloned(), now);
+        if let Some(e) = &found {
+            if e.is_fresh(now) {
+                cache.count_hit();
+                return self.serve(e.clone(), &req, &authority, now).await;
+            }
+            if e.may_revalidate_stale(now) {
+                cache.count_stale();
+                if let Join::Lead(guard) = cache.join(&key) {
+                    let this = self.clone();
+                    let mut refresh = req.clone();
+                    refresh.method = Method::GET;
+                    let (upstream, authority) = (upstream.clone(), authority.clone());
+                    tokio::task::spawn_local(async move {
+                        let store = Store {
+                            key,
+                            guard: Some(guard),
+                            stale: None,
+                            refresh: true,
+                        };
+                        let _ = this
+                            .forward(refresh, &upstream, mode, authority, Some(store))
+                            .await;
+                    });
+                }
+                return self.serve(e.clone(), &req, &authority, now).await;
+            }
+        }
+        cache.count_miss();
+        let stale = found.filter(|e| e.may_serve_on_error(now));
+        if req.method == Method::HEAD {
+            let store = Store {
+                key,
+                guard: None,
+                stale,
+                refresh: false,
+            };
+            return self
+                .forward(req, &upstream, mode, authority, Some(store))
+                .await;
+        }
+        let deadline = Instant::now() + upstream.response_timeout;
+        let mut guard = match cache.join(&key) {
+            Join::Lead(g) => Some(g),
+            Join::Wait(rx) => match (wait_landing(rx, deadline).await, &stale) {
+                (Landing::Stored(e), _) => {
+                    match cache.landed_for(&key, e, &|n| req.headers.get(n).cloned()) {
+                        Some(e) => return self.serve(e, &req, &authority, now_ms()).await,
+                        // Another variant: fetch our own.
+                        None => None,
+                    }
+                }
+                (Landing::Failed, Some(stale)) => {
+                    cache.count_stale();
+                    return self.serve(stale.clone(), &req, &authority, now_ms()).await;
+                }
+                // Not storable, or the leader went away: fetch our own.
+                (Landing::Failed | Landing::NotStored, _) => None,
+            },
+        };
+        if let Some(g) = guard.take() {
+            let field = |n: &str| req.headers.get(n).cloned();
+            match cache.lookup_shared(&key, &field, now).await {
+                Some(e) => {
+                    g.land(Landing::Stored(e.clone()));
+                    return self.serve(e, &req, &authority, now_ms()).await;
+                }
+                None => guard = Some(g),
+            }
+        }
+        let store = Store {
+            key,
+            guard,
+            stale,
+            refresh: false,
+        };
+        self.forward(req, &upstream, mode, authority, Some(store))
+            .await
+    }
+
+    /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):
+    /// 200 when something was removed, 404 when nothing was cached, 403 for a client
+    /// neither on `purge_allow` nor holding the `purge_token`.
+    fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
+        let cache = &self.inner.cache;
+        let config = &cache.config;
+        let token_ok = !config.purge_token.is_empty()
+            && req
+                .headers
+                .get("x-purge-token")
+                .is_some_and(|v| constant_time_eq(v.as_bytes(), config.purge_token.as_bytes()));
+        let status = if !(config.purge_allow.contains(&req.client.addr) || token_ok) {
+            tracing::debug!(client = %req.client.addr, method = %req.method, "invalidation refused");
+            StatusCode::FORBIDDEN
+        } else {
+            let removed = if req.method.as_str() == "PURGE" {
+                cache.purge(key)
+            } else {
+                cache.ban(key) > 0
+            };
+            tracing::info!(client = %req.client.addr, method = %req.method, %key, removed, "cache invalidated");
+            if removed {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            }
+        };
+        ProxyResponse {
+            status,
+            headers: HeaderMap::new(),
+            body: Body::ready(Vec::new()),
+        }
+    }
+
+    /// Answers from a cached object: its headers as stored (with Age), its body shared
+    /// with the writer, or its template assembled.
+    async fn serve(
+        &self,
+        entry: Arc<Entry>,
+        req: &ProxyRequest,
+        authority: &str,
+        now: u64,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let token = self.inner.config.esi.device_token.as_str();
+        let mut headers = entry.response_headers(token).clone();
+        headers.insert(header::AGE, HeaderValue::from(entry.age_secs(now)));
+        match &entry.template {
+            None => Ok(ProxyResponse {
+                status: entry.status,
+                headers,
+                body: Body::ready(vec![entry.body.clone()]),
+            }),
+            Some(t) => {
+                let generation = self.inner.cache.generation();
+                if let Some(chunks) = entry.memo(now, generation) {
+                    return Ok(ProxyResponse {
+                        status: entry.status,
+                        headers,
+                        body: Body::ready(chunks),
+                    });
+                }
+                self.assemble(req, t, entry.status, headers, authority, Some(&entry))
+                    .await
+            }
+        }
+    }
+
+    /// Sends the request upstream and answers with the response. With `store`, a
+    /// cacheable response is stored (and landed for the waiters), and a failure is
+    /// answered with the stale object when `stale-if-error` allows.
+    async fn forward(
+        &self,
+        req: ProxyRequest,
+        upstream: &Rc<Upstream>,
+        mode: EsiMode,
+        authority: String,
+        mut store: Option<Store>,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
         let forwarded = headers::forward_request(&req.headers, &req.client, token);
-        let mut up = http::Request::new(Full::new(req.body));
+        let mut up = http::Request::new(Full::new(req.body.clone()));
         *up.method_mut() = req.method.clone();
         *up.uri_mut() = req
             .target
             .parse()
             .map_err(|_| ProxyError::BadRequest("unparsable request target".into()))?;
-        *up.headers_mut() = forwarded.clone();
+        *up.headers_mut() = forwarded;
         // The body is whole: its length is known, whatever framing the client used.
         let up_headers = up.headers_mut();
         up_headers.remove(header::CONTENT_LENGTH);
@@ -248,14 +475,113 @@ impl Edge {
                 .insert(header::CONTENT_LENGTH, header::HeaderValue::from(body_len));
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let (resp, pooled) = upstream.send(up, deadline).await?;
+        let sent = upstream.send(up, deadline).await;
+        let failed = match &sent {
+            Err(_) => true,
+            Ok((resp, _)) => resp.status().is_server_error(),
+        };
+        if failed {
+            if let Some(s) = store.take() {
+                if let Some(g) = s.guard {
+                    g.land(Landing::Failed);
+                }
+                if let Some(stale) = s.stale {
+                    inner.cache.count_stale();
+                    tracing::debug!(key = %s.key, "origin failed: serving stale");
+                    return self.serve(stale, &req, &authority, now_ms()).await;
+                }
+            }
+        }
+        let (resp, pooled) = sent?;
         let (parts, body) = resp.into_parts();
         let bodiless = req.method == Method::HEAD
             || parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
             || parts.status == StatusCode::NOT_MODIFIED;
-        let mut out_headers = headers::forward_response(&parts.headers, parts.version, token);
-        if bodiless || !is_esi(mode, &parts.headers, token) {
+        let esi = !bodiless && is_esi(mode, &parts.headers, token);
+        let now = now_ms();
+        let freshness = store
+            .as_ref()
+            .filter(|_| req.method == Method::GET)
+            .map(|_| {
+                freshness::decide(
+                    parts.status,
+                    &parts.headers,
+                    &inner.cache.rules(token),
+                    None,
+                    req.headers.contains_key(header::AUTHORIZATION),
+                    std::time::SystemTime::now(),
+                )
+            })
+            .filter(|f| f.store);
+        let limit = inner.cache.config.max_object_size;
+        let length: Option<u64> = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        if let (Some(f), Some(s)) = (freshness, store.take()) {
+            let mut stored = parts.headers.clone();
+            headers::remove_hop_by_hop(&mut stored);
+            let entry = if esi {
+                let (template, source) = read_template_with_source(
+                    body,
+                    pooled,
+                    inner.config.esi.max_fragment_size,
+                    Instant::now() + upstream.response_timeout,
+                )
+                .await?;
+                let template = Some((template, source));
+                Entry::new(parts.status, stored, Bytes::new(), template, Some(&f), now)
+            } else if length.is_some_and(|l| l <= limit as u64) {
+                let deadline = Instant::now() + upstream.response_timeout;
+                let bytes = read_bytes(body, pooled, limit, deadline).await?;
+                Entry::new(parts.status, stored, bytes, None, Some(&f), now)
+            } else {
+                // Too large (or of unknown length) to buffer: passed through, not stored.
+                drop(s);
+                return self.answer(req, parts, body, pooled, esi, authority).await;
+            };
+            let entry = Arc::new(entry);
+            let field = |n: &str| req.headers.get(n).cloned();
+            inner.cache.insert(&s.key, &field, entry.clone(), now);
+            if let Some(g) = s.guard {
+                g.land(Landing::Stored(entry.clone()));
+            }
+            if s.refresh {
+                return Ok(ProxyResponse {
+                    status: entry.status,
+                    headers: HeaderMap::new(),
+                    body: Body::ready(Vec::new()),
+                });
+            }
+            return self.serve(entry, &req, &authority, now).await;
+        }
+        // Not stored: waiters fetch their own, now rather than after this response.
+        drop(store);
+        self.answer(req, parts, body, pooled, esi, authority).await
+    }
+
+    /// Answers with an upstream response as it arrives: passed through, or assembled
+    /// when it is ESI.
+    async fn answer(
+        &self,
+        req: ProxyRequest,
+        parts: http::response::Parts,
+        body: hyper::body::Incoming,
+        pooled: crate::client::Pooled,
+        esi: bool,
+        authority: String,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let inner = &self.inner;
+        let token = inner.config.esi.device_token.as_str();
+        let upstream_timeout = pooled.response_timeout();
+        let bodiless = req.method == Method::HEAD
+            || parts.status.is_informational()
+            || parts.status == StatusCode::NO_CONTENT
+            || parts.status == StatusCode::NOT_MODIFIED;
+        let out_headers = headers::forward_response(&parts.headers, parts.version, token);
+        if !esi {
             let length = if bodiless {
                 Some(0)
             } else {
@@ -274,21 +600,33 @@ impl Edge {
                 },
             });
         }
-
-        // An ESI page: read and compile it, start every include, answer when the first
-        // bytes are ready.
+        // An ESI page: read and compile it, then assemble it.
         let template = read_template(
             body,
             pooled,
             inner.config.esi.max_fragment_size,
-            Instant::now() + upstream.response_timeout,
+            Instant::now() + upstream_timeout,
         )
         .await?;
-        let authority = req
-            .headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .map_or_else(|| upstream.name.clone(), |h| h.trim().to_string());
+        let out_headers = page_headers(out_headers);
+        self.assemble(&req, &template, parts.status, out_headers, &authority, None)
+            .await
+    }
+
+    /// Assembles a page from its template: at once from the cache when every fragment
+    /// is fresh in memory (one ready body, its length known), else by starting every
+    /// include and answering when the first bytes are ready.
+    async fn assemble(
+        &self,
+        req: &ProxyRequest,
+        template: &esi::Template,
+        status: StatusCode,
+        out_headers: HeaderMap,
+        authority: &str,
+        entry: Option<&Arc<Entry>>,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let inner = &self.inner;
+        let generation = inner.cache.generation();
         let mut esi_req = esi::Request::new(format!("http://{authority}{}", req.target));
         for name in [
             header::HOST,
@@ -303,23 +641,35 @@ impl Edge {
                 }
             }
         }
-        let (rx, writer) = crate::page::start(
-            inner.clone(),
-            &template,
-            &esi_req,
-            normalise_authority(&authority),
-            forwarded,
-        );
-        // The assembled page is new content: the upstream's length and validators do not
-        // describe it.
-        for name in [
-            header::CONTENT_LENGTH,
-            header::ETAG,
-            header::LAST_MODIFIED,
-            header::ACCEPT_RANGES,
-        ] {
-            out_headers.remove(name);
+        let page_authority = normalise_authority(authority);
+        if inner.cache.enabled() {
+            if let Some(page) = crate::page::assemble_cached(
+                inner,
+                template,
+                &esi_req,
+                &page_authority,
+                &req.headers,
+                now_ms(),
+            ) {
+                let chunks: Arc<[Bytes]> = page.chunks.into();
+                if let Some(entry) = entry.filter(|_| page.request_independent) {
+                    entry.set_memo(Memo {
+                        chunks: chunks.clone(),
+                        fresh_until: page.fresh_until.min(entry.fresh_until()),
+                        generation,
+                    });
+                }
+                return Ok(ProxyResponse {
+                    status,
+                    headers: out_headers,
+                    body: Body::ready(chunks),
+                });
+            }
         }
+        let token = inner.config.esi.device_token.as_str();
+        let forwarded = headers::forward_request(&req.headers, &req.client, token);
+        let (rx, writer) =
+            crate::page::start(inner.clone(), template, &esi_req, page_authority, forwarded);
         // From here the page belongs to a Body, whose drop stops the assembly, also when
         // this future is dropped while waiting (the client went away).
         let mut body = Body {
@@ -340,7 +690,7 @@ impl Edge {
             }
         }
         Ok(ProxyResponse {
-            status: parts.status,
+            status,
             headers: out_headers,
             body,
         })
@@ -392,6 +742,35 @@ impl Edge {
         .await?;
         Ok((parts.status, parts.headers, bytes))
     }
+}
+
+/// An assembled page is new content: the upstream's length and validators do not
+/// describe it.
+pub(crate) fn page_headers(mut headers: HeaderMap) -> HeaderMap {
+    for name in [
+        header::CONTENT_LENGTH,
+        header::ETAG,
+        header::LAST_MODIFIED,
+        header::ACCEPT_RANGES,
+    ] {
+        headers.remove(name);
+    }
+    headers
+}
+
+/// What [`Edge::forward`] does with a cacheable response.
+struct Store {
+    key: String,
+    /// The flight to land, when this request leads one.
+    guard: Option<FlightGuard>,
+    /// Served if the origin fails.
+    stale: Option<Arc<Entry>>,
+    /// A background refresh: store, then answer nothing.
+    refresh: bool,
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Inner {

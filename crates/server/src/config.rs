@@ -70,6 +70,8 @@ pub struct Config {
     pub script: Vec<script::ScriptConfig>,
     /// `[[shared_dict]]`: dictionaries shared by every worker's scripts. Default none.
     pub shared_dict: Vec<script::SharedDictConfig>,
+    /// `[cache]`: the proxy's response cache (docs/cache.md).
+    pub cache: edge::CacheConfig,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -147,6 +149,7 @@ impl Default for Config {
             esi: edge::EsiConfig::default(),
             script: Vec::new(),
             shared_dict: Vec::new(),
+            cache: edge::CacheConfig::default(),
         }
     }
 }
@@ -265,6 +268,7 @@ impl Config {
             upstream: self.upstream.clone(),
             route: self.route.clone(),
             esi: self.esi.clone(),
+            cache: self.cache.clone(),
         })
     }
 }

@@ -481,10 +481,20 @@ impl Conn {
             head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
         }
         files::end_head(&mut head, version, keep_alive);
-        self.send(&head).await?;
         let mut sent: u64 = 0;
         let mut complete = true;
-        if no_body {
+        // A cached response is whole already: head and body in one vectored write.
+        let ready = response
+            .body
+            .ready_chunks()
+            .filter(|_| !no_body && !chunked);
+        if let Some(chunks) = ready {
+            self.send_vectored(&head, chunks).await?;
+            sent = chunks.iter().map(|c| c.len() as u64).sum();
+        } else {
+            self.send(&head).await?;
+        }
+        if no_body || ready.is_some() {
         } else if let Some(bytes) = buffered {
             self.send(&bytes).await?;
             sent = bytes.len() as u64;
@@ -625,6 +635,38 @@ impl Conn {
         );
         sent?;
         Ok(keep_alive)
+    }
+
+    /// Writes `head` and then `chunks` whole, with as few vectored writes as the socket
+    /// takes, counting as writing meanwhile.
+    async fn send_vectored(&mut self, head: &[u8], chunks: &[bytes::Bytes]) -> io::Result<()> {
+        if !self.worker.enter(self.slot, ConnState::Writing) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let mut slices: Vec<io::IoSlice<'_>> = Vec::with_capacity(chunks.len() + 1);
+        slices.push(io::IoSlice::new(head));
+        slices.extend(chunks.iter().map(|c| io::IoSlice::new(c)));
+        let total: usize = slices.iter().map(|s| s.len()).sum();
+        // The kernel takes at most IOV_MAX (1024) buffers per writev; std passes no more.
+        let written = tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices).await?;
+        if written == total {
+            return Ok(());
+        }
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        // The socket took part of it (a client slower than its buffer, or more than
+        // IOV_MAX buffers): the rest goes out buffer by buffer, from where it stopped.
+        let mut skip = written;
+        for buf in std::iter::once(head).chain(chunks.iter().map(|c| &c[..])) {
+            if skip >= buf.len() {
+                skip -= buf.len();
+                continue;
+            }
+            tokio::io::AsyncWriteExt::write_all(&mut self.stream, &buf[skip..]).await?;
+            skip = 0;
+        }
+        Ok(())
     }
 
     /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.

@@ -75,8 +75,8 @@ pub enum Error {
 pub(crate) struct Shared {
     pub config: Config,
     /// The proxy configuration, when some route proxies; each worker builds its own
-    /// `edge::Edge` (connection pools, breakers) from it.
-    pub edge: Option<edge::EdgeConfig>,
+    /// `edge::Edge` (connection pools, breakers) from it, all sharing one cache.
+    pub edge: Option<(edge::EdgeConfig, Arc<edge::Cache>)>,
     /// The Lua scripts, when some are mounted; each worker builds its own engine.
     pub scripts: Option<Arc<script::Scripts>>,
     /// The access log's drop counter and reopen flag.
@@ -109,11 +109,16 @@ impl Server {
     /// Checks the configuration, opens the root and binds every listener.
     pub fn bind(config: Config) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
-        let edge = config.edge();
-        if let Some(edge) = &edge {
-            edge.validate()
-                .map_err(|e| Error::Config(format!("proxy: {e}")))?;
-        }
+        let edge = match config.edge() {
+            Some(edge) => {
+                edge.validate()
+                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
+                let cache = edge::Cache::new(&edge.cache)
+                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
+                Some((edge, cache))
+            }
+            None => None,
+        };
         let scripts = if config.script.is_empty() {
             None
         } else {
@@ -264,6 +269,11 @@ impl Running {
     /// Access log lines dropped because the disk could not keep up (or failed).
     pub fn access_log_dropped(&self) -> u64 {
         self.shared.log.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The proxy cache's counters, when some route proxies.
+    pub fn cache_stats(&self) -> Option<edge::CacheStats> {
+        self.shared.edge.as_ref().map(|(_, cache)| cache.stats())
     }
 
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close

@@ -295,17 +295,16 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
-            edge: shared
-                .edge
-                .clone()
-                .and_then(|config| match edge::Edge::new(config) {
+            edge: shared.edge.clone().and_then(|(config, cache)| {
+                match edge::Edge::with_cache(config, cache) {
                     Ok(edge) => Some(edge),
                     Err(e) => {
                         // Validated at bind; this cannot happen, but never panic a worker.
                         tracing::error!(worker = id, error = %e, "cannot start the proxy");
                         None
                     }
-                }),
+                }
+            }),
             script: None,
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
@@ -482,6 +481,11 @@ fn script_edge(worker: &Worker) -> Option<edge::Edge> {
         upstream: config.upstream.clone(),
         route: Vec::new(),
         esi: config.esi.clone(),
+        // Script calls are not cached: they are the script's own business.
+        cache: edge::CacheConfig {
+            enabled: false,
+            ..Default::default()
+        },
     })
     .map_err(|e| tracing::error!(worker = worker.id, error = %e, "cannot start the scripts' upstream client"))
     .ok()

@@ -3,6 +3,7 @@
 mod harness;
 
 mod access_log;
+mod cache;
 mod framing;
 mod http_semantics;
 mod lifecycle;

@@ -245,6 +245,9 @@ fn depth_and_count_limits_fail_includes() {
         let mut c = config(&origin);
         c.esi.max_depth = 3;
         c.esi.max_includes = 3;
+        // Uncached, so that every level is a fetch (cached, levels 2 and 3 would be
+        // the level-1 object).
+        c.cache.enabled = false;
         let edge = Edge::new(c).unwrap();
         // Three levels of /loop; the fourth include fails and continues.
         assert_eq!(fetch_page(&edge, "/").await, "<<<>>>");

@@ -1,0 +1,955 @@
+//! The response cache: one per process, shared by every worker's [`Edge`](crate::Edge).
+//!
+//! - **Memory tier.** A sharded, byte-bounded `quick_cache` (S3-FIFO admission and
+//!   eviction, so a scan of one-hit objects does not push out the hot ones) of
+//!   [`Entry`]s: fragment and page bodies as `Bytes` (a hit hands the same buffer to the
+//!   writer) and ESI pages as compiled templates (a hit never re-parses).
+//! - **Keys.** `authority + path?query` (authority lower-cased, `:80` dropped), the same
+//!   for a page and for a fragment, so one `PURGE` removes both. A response with `Vary`
+//!   stores a marker under that key naming the fields, and the object under the key plus
+//!   the request's values of those fields.
+//! - **Coalescing.** [`Cache::join`] makes one request the leader for a key and the
+//!   others (on any worker) wait for what it stores.
+//! - **Shared tier.** With `[cache.redis]`, a memory miss asks Redis before the origin,
+//!   and every store is also written to Redis in the background (`shared_tier`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::error::ConfigError;
+use crate::freshness::{Freshness, Rules};
+use crate::shared_tier::{SharedTier, SharedTierStats};
+
+/// `[cache]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Whether proxied responses are cached. Default true: the proxy honours
+    /// Cache-Control and Surrogate-Control, and stores nothing that does not say how
+    /// long it is fresh.
+    pub enabled: bool,
+    /// Memory budget of the in-process tier, in bytes (bodies, templates, headers and
+    /// keys). Default 256 MiB.
+    pub max_size: u64,
+    /// Largest object stored, in bytes. Default 8 MiB; larger responses pass through.
+    pub max_object_size: usize,
+    /// Seconds a stale object may be served while one background request refreshes it,
+    /// when the response has no `stale-while-revalidate`. Default 0.
+    pub stale_while_revalidate: f64,
+    /// Seconds a stale object may be served when the origin fails or its breaker is
+    /// open, when the response has no `stale-if-error` (or Surrogate-Control `+M`).
+    /// Default 0.
+    pub stale_if_error: f64,
+    /// Whether responses with Set-Cookie are stored (the Set-Cookie field is then
+    /// dropped from the stored copy). Default false: they are not stored.
+    pub store_set_cookie: bool,
+    /// Client addresses allowed to `PURGE` and `BAN`. Default none.
+    pub purge_allow: Vec<IpAddr>,
+    /// A token that allows `PURGE` and `BAN` from any address when sent as
+    /// `X-Purge-Token`. Default empty: no token works.
+    pub purge_token: String,
+    /// `[cache.redis]`: the shared tier. Default none (memory only).
+    pub redis: Option<RedisConfig>,
+}
+
+/// `[cache.redis]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://host:port[/db]`. Required unless `cluster` is given.
+    pub url: String,
+    /// Redis Cluster seed nodes (`redis://host:port` each); when set, `url` is unused.
+    pub cluster: Vec<String>,
+    /// Prefix of every key tessera writes. Default `"tessera:"`.
+    pub key_prefix: String,
+    /// Seconds a lookup may take before it counts as a miss (and a failure). Default
+    /// 0.05: Redis on the LAN answers in a millisecond; slower than this it is costing
+    /// more than the origin would.
+    pub timeout: f64,
+    /// Consecutive failures that open the Redis breaker. Default 3.
+    pub breaker_failures: u32,
+    /// Seconds the open breaker skips Redis before trying again. Default 5.
+    pub breaker_cool_down: f64,
+    /// Writes queued for Redis at most; beyond it writes are dropped (and counted), so a
+    /// slow Redis never holds memory or a response. Default 1024.
+    pub max_pending_writes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: true,
+            max_size: 256 << 20,
+            max_object_size: 8 << 20,
+            stale_while_revalidate: 0.0,
+            stale_if_error: 0.0,
+            store_set_cookie: false,
+            purge_allow: Vec::new(),
+            purge_token: String::new(),
+            redis: None,
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: String::new(),
+            cluster: Vec::new(),
+            key_prefix: "tessera:".into(),
+            timeout: 0.05,
+            breaker_failures: 3,
+            breaker_cool_down: 5.0,
+            max_pending_writes: 1024,
+        }
+    }
+}
+
+impl CacheConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        for (key, v) in [
+            ("cache.stale_while_revalidate", self.stale_while_revalidate),
+            ("cache.stale_if_error", self.stale_if_error),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(&format!("{key} must be >= 0"));
+            }
+        }
+        if let Some(r) = &self.redis {
+            if r.url.is_empty() && r.cluster.is_empty() {
+                return bad("cache.redis needs url (or cluster)");
+            }
+            for (key, v) in [
+                ("cache.redis.timeout", r.timeout),
+                ("cache.redis.breaker_cool_down", r.breaker_cool_down),
+            ] {
+                if !(v.is_finite() && v > 0.0) {
+                    return bad(&format!("{key} must be > 0"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds since the Unix epoch: entries carry wall-clock times so that another
+/// process reading one from Redis can age it.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One stored response.
+pub(crate) struct Entry {
+    pub(crate) status: StatusCode,
+    /// The origin's headers, hop-by-hop fields (and Set-Cookie) removed; Surrogate-Control
+    /// kept (it is removed when sent downstream).
+    pub(crate) headers: HeaderMap,
+    /// The body, when not ESI.
+    pub(crate) body: Bytes,
+    /// Compiled when the response is ESI.
+    pub(crate) template: Option<Arc<esi::Template>>,
+    /// The template's source as it arrived (the same buffers its text points into), to
+    /// serialize it for the shared tier.
+    source: Vec<Bytes>,
+    /// When it was generated at the origin (received, minus its Age), Unix ms.
+    born_ms: u64,
+    fresh_ms: u64,
+    swr_ms: u64,
+    sie_ms: u64,
+    weight: u64,
+    /// The headers sent downstream, made on the first hit.
+    out: std::sync::OnceLock<HeaderMap>,
+    /// For an ESI page: the last assembly from cached fragments, reused while it holds.
+    memo: Mutex<Option<Arc<Memo>>>,
+}
+
+/// A page assembled from cached fragments, for a template whose evaluation does not
+/// depend on the request (it reads no variables, and no fragment varies): the next
+/// request gets the same chunks without evaluating or looking anything up, while every
+/// fragment is still fresh and nothing was purged since.
+pub(crate) struct Memo {
+    pub(crate) chunks: Arc<[Bytes]>,
+    /// The earliest time one of its fragments stops being fresh (Unix ms).
+    pub(crate) fresh_until: u64,
+    /// [`Cache::generation`] when it was made.
+    pub(crate) generation: u64,
+}
+
+impl Entry {
+    /// The headers to send downstream (Surrogate-Control and hop-by-hop fields removed,
+    /// Via added; an ESI page's length and validators removed, as it is assembled).
+    pub(crate) fn response_headers(&self, token: &str) -> &HeaderMap {
+        self.out.get_or_init(|| {
+            let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            if self.template.is_some() {
+                crate::proxy::page_headers(h)
+            } else {
+                h
+            }
+        })
+    }
+
+    /// Whether the response said it may be stored.
+    pub(crate) fn storable(&self) -> bool {
+        self.fresh_ms + self.swr_ms + self.sie_ms > 0
+    }
+
+    /// A response as fetched; `freshness` is `None` for one that is not stored.
+    pub(crate) fn new(
+        status: StatusCode,
+        mut headers: HeaderMap,
+        body: Bytes,
+        template: Option<(esi::Template, Vec<Bytes>)>,
+        freshness: Option<&Freshness>,
+        now: u64,
+    ) -> Entry {
+        headers.remove(http::header::SET_COOKIE);
+        let (template, source) = match template {
+            Some((t, s)) => (Some(Arc::new(t)), s),
+            None => (None, Vec::new()),
+        };
+        let ms = |d: Duration| d.as_millis() as u64;
+        let f = freshness.copied().unwrap_or(Freshness {
+            store: false,
+            fresh: Duration::ZERO,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            age: Duration::ZERO,
+        });
+        let header_bytes: usize = headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 16)
+            .sum();
+        let source_len: usize = source.iter().map(Bytes::len).sum();
+        Entry {
+            status,
+            weight: (body.len() + source_len + header_bytes + 256) as u64,
+            headers,
+            body,
+            template,
+            source,
+            born_ms: now.saturating_sub(ms(f.age)),
+            fresh_ms: ms(f.fresh),
+            swr_ms: ms(f.stale_while_revalidate),
+            sie_ms: ms(f.stale_if_error),
+            out: std::sync::OnceLock::new(),
+            memo: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn age_secs(&self, now: u64) -> u64 {
+        now.saturating_sub(self.born_ms) / 1000
+    }
+
+    pub(crate) fn is_fresh(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms
+    }
+
+    /// When it stops being fresh (Unix ms).
+    pub(crate) fn fresh_until(&self) -> u64 {
+        self.born_ms + self.fresh_ms
+    }
+
+    /// The memoized assembly, if it still holds at `now` for this cache `generation`.
+    pub(crate) fn memo(&self, now: u64, generation: u64) -> Option<Arc<[Bytes]>> {
+        let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        memo.as_ref()
+            .filter(|m| now < m.fresh_until && m.generation == generation)
+            .map(|m| m.chunks.clone())
+    }
+
+    pub(crate) fn set_memo(&self, memo: Memo) {
+        *self.memo.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(memo));
+    }
+
+    /// Stale, but within `stale-while-revalidate`.
+    pub(crate) fn may_revalidate_stale(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms + self.swr_ms
+    }
+
+    /// Stale, but within `stale-if-error`.
+    pub(crate) fn may_serve_on_error(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms + self.sie_ms
+    }
+
+    fn useless(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) >= self.fresh_ms + self.swr_ms.max(self.sie_ms)
+    }
+
+    /// Seconds Redis keeps it: as long as it can be of any use.
+    fn remaining_secs(&self, now: u64) -> u64 {
+        let end = self.born_ms + self.fresh_ms + self.swr_ms.max(self.sie_ms);
+        end.saturating_sub(now).div_ceil(1000).max(1)
+    }
+
+    /// The shared tier's encoding: a versioned binary record.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = BytesMut::with_capacity(self.weight as usize + 64);
+        out.put_slice(b"TSC1");
+        out.put_u8(u8::from(self.template.is_some()));
+        out.put_u16(self.status.as_u16());
+        for v in [self.born_ms, self.fresh_ms, self.swr_ms, self.sie_ms] {
+            out.put_u64(v);
+        }
+        out.put_u32(self.headers.len() as u32);
+        for (n, v) in &self.headers {
+            out.put_u32(n.as_str().len() as u32);
+            out.put_slice(n.as_str().as_bytes());
+            out.put_u32(v.len() as u32);
+            out.put_slice(v.as_bytes());
+        }
+        let body_len: usize = if self.template.is_some() {
+            self.source.iter().map(Bytes::len).sum()
+        } else {
+            self.body.len()
+        };
+        out.put_u32(body_len as u32);
+        if self.template.is_some() {
+            for s in &self.source {
+                out.put_slice(s);
+            }
+        } else {
+            out.put_slice(&self.body);
+        }
+        out.to_vec()
+    }
+
+    fn decode(mut b: Bytes) -> Option<Entry> {
+        fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
+            (b.remaining() >= n).then(|| b.split_to(n))
+        }
+        if take(&mut b, 4)?.as_ref() != b"TSC1" || b.remaining() < 1 + 2 + 32 + 4 {
+            return None;
+        }
+        let is_template = b.get_u8() == 1;
+        let status = StatusCode::from_u16(b.get_u16()).ok()?;
+        let born_ms = b.get_u64();
+        let fresh_ms = b.get_u64();
+        let swr_ms = b.get_u64();
+        let sie_ms = b.get_u64();
+        let count = b.get_u32() as usize;
+        let mut headers = HeaderMap::with_capacity(count.min(64));
+        for _ in 0..count {
+            let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+            let name = HeaderName::from_bytes(&take(&mut b, n)?).ok()?;
+            let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+            let value = HeaderValue::from_maybe_shared(take(&mut b, n)?).ok()?;
+            headers.append(name, value);
+        }
+        let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+        let body = take(&mut b, n)?;
+        let mut e = if is_template {
+            let mut compiler = esi::Compiler::new(&esi::Options::default());
+            compiler.feed(body.clone());
+            Entry::new(
+                status,
+                headers,
+                Bytes::new(),
+                Some((compiler.finish(), vec![body])),
+                None,
+                0,
+            )
+        } else {
+            Entry::new(status, headers, body, None, None, 0)
+        };
+        e.born_ms = born_ms;
+        e.fresh_ms = fresh_ms;
+        e.swr_ms = swr_ms;
+        e.sie_ms = sie_ms;
+        Some(e)
+    }
+}
+
+/// What a key holds in memory.
+#[derive(Clone)]
+enum Slot {
+    Object(Arc<Entry>),
+    /// The response varies on these fields; the object is under the variant key.
+    Vary(Arc<[String]>, u64),
+}
+
+#[derive(Clone)]
+struct Weigh;
+
+impl quick_cache::Weighter<String, Slot> for Weigh {
+    fn weight(&self, key: &String, slot: &Slot) -> u64 {
+        key.len() as u64
+            + match slot {
+                Slot::Object(e) => e.weight,
+                Slot::Vary(names, _) => 64 + names.iter().map(|n| n.len() as u64 + 24).sum::<u64>(),
+            }
+    }
+}
+
+/// What a leader's fetch came to, for the requests waiting on it.
+#[derive(Clone)]
+pub(crate) enum Landing {
+    /// Stored: serve this.
+    Stored(Arc<Entry>),
+    /// Not storable (or the leader went away): fetch your own.
+    NotStored,
+    /// The origin failed.
+    Failed,
+}
+
+/// Joining the fetch of a key.
+pub(crate) enum Join {
+    /// Nobody is fetching it: fetch, then [`FlightGuard::land`].
+    Lead(FlightGuard),
+    /// Somebody is: wait for what it lands.
+    Wait(watch::Receiver<Option<Landing>>),
+}
+
+/// The leader's duty: landing the fetch (also on drop, as `NotStored`, so waiters never
+/// hang on a leader whose client went away).
+pub(crate) struct FlightGuard {
+    cache: Arc<Cache>,
+    key: String,
+    tx: watch::Sender<Option<Landing>>,
+}
+
+impl FlightGuard {
+    pub(crate) fn land(self, landing: Landing) {
+        self.tx.send_replace(Some(landing));
+    }
+}
+
+impl Drop for FlightGuard {
+    fn drop(&mut self) {
+        self.cache
+            .flights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+        self.tx.send_if_modified(|v| {
+            if v.is_none() {
+                *v = Some(Landing::NotStored);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Waits for a leader's landing until `deadline`; `NotStored` when it does not come.
+pub(crate) async fn wait_landing(
+    mut rx: watch::Receiver<Option<Landing>>,
+    deadline: tokio::time::Instant,
+) -> Landing {
+    match tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
+        Ok(Ok(v)) => v.clone().unwrap_or(Landing::NotStored),
+        _ => Landing::NotStored,
+    }
+}
+
+/// Counters of the cache, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Bytes held by the memory tier (by the weigher: bodies, templates, headers, keys).
+    pub weight: u64,
+    /// The memory budget.
+    pub capacity: u64,
+    /// Objects (and Vary markers) in memory.
+    pub entries: usize,
+    /// Requests answered from memory while fresh.
+    pub hits: u64,
+    /// Requests that found nothing fresh in memory.
+    pub misses: u64,
+    /// Stale objects served (while revalidating, or because the origin failed).
+    pub stale_served: u64,
+    /// Requests that waited for another request's fetch instead of fetching.
+    pub coalesced: u64,
+    /// The shared tier's counters, when configured.
+    pub shared: Option<SharedTierStats>,
+}
+
+/// The process's cache. Create one with [`Cache::new`] and hand it to every worker's
+/// [`Edge`](crate::Edge) ([`Edge::with_cache`](crate::Edge::with_cache)).
+pub struct Cache {
+    pub(crate) config: CacheConfig,
+    stale_while_revalidate: Duration,
+    stale_if_error: Duration,
+    mem: quick_cache::sync::Cache<String, Slot, Weigh>,
+    flights: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
+    shared: Option<SharedTier>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    stale_served: AtomicU64,
+    coalesced: AtomicU64,
+    /// Bumped by every purge and ban, so that memoized pages are re-checked.
+    generation: AtomicU64,
+}
+
+impl Cache {
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Builds the memory tier and, with `[cache.redis]`, starts the shared tier's
+    /// thread (it connects lazily, so a Redis that is down does not stop the start).
+    pub fn new(config: &CacheConfig) -> Result<Arc<Cache>, ConfigError> {
+        config.validate()?;
+        let shared = match &config.redis {
+            Some(r) if config.enabled => Some(SharedTier::start(r)?),
+            _ => None,
+        };
+        // quick_cache splits the budget across its shards; an object must fit one shard,
+        // so small budgets get fewer shards.
+        let per_object = 4 * config.max_object_size.max(1) as u64;
+        let shards = (config.max_size / per_object).clamp(1, 64) as usize;
+        // A power of two, rounded down, so every shard still fits four objects.
+        let shards = 1usize << shards.ilog2();
+        let estimated = (config.max_size / 8192).clamp(16, 1 << 20) as usize;
+        let mem = quick_cache::sync::Cache::with_options(
+            quick_cache::OptionsBuilder::new()
+                .estimated_items_capacity(estimated)
+                .weight_capacity(config.max_size)
+                .shards(shards)
+                .build()
+                .map_err(|e| ConfigError::Invalid(format!("cache: {e:?}")))?,
+            Weigh,
+            Default::default(),
+            Default::default(),
+        );
+        Ok(Arc::new(Cache {
+            stale_while_revalidate: crate::config::secs(config.stale_while_revalidate),
+            stale_if_error: crate::config::secs(config.stale_if_error),
+            config: config.clone(),
+            mem,
+            flights: Mutex::new(HashMap::new()),
+            shared,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            stale_served: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+        }))
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    pub(crate) fn rules<'a>(&self, device_token: &'a str) -> Rules<'a> {
+        Rules {
+            device_token,
+            default_stale_while_revalidate: self.stale_while_revalidate,
+            default_stale_if_error: self.stale_if_error,
+            store_set_cookie: self.config.store_set_cookie,
+        }
+    }
+
+    /// Counters and sizes now.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            weight: self.mem.weight(),
+            capacity: self.mem.capacity(),
+            entries: self.mem.len(),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            stale_served: self.stale_served.load(Ordering::Relaxed),
+            coalesced: self.coalesced.load(Ordering::Relaxed),
+            shared: self.shared.as_ref().map(SharedTier::stats),
+        }
+    }
+
+    pub(crate) fn count_hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_stale(&self) {
+        self.stale_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The object stored for `key` and these request fields (`field` answers a
+    /// lower-case field name with the request's value), fresh or not; `None` when there
+    /// is none or it is past every stale window.
+    pub(crate) fn lookup(
+        &self,
+        key: &str,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+        now: u64,
+    ) -> Option<Arc<Entry>> {
+        let entry = match self.mem.get(key)? {
+            Slot::Object(e) => e,
+            Slot::Vary(_, until) if now >= until => return None,
+            Slot::Vary(names, _) => match self.mem.get(&variant_key(key, &names, field))? {
+                Slot::Object(e) => e,
+                Slot::Vary(..) => return None,
+            },
+        };
+        (!entry.useless(now)).then_some(entry)
+    }
+
+    /// Stores an object for `key` as fetched with these request fields, in memory and
+    /// (in the background) in Redis. Objects above `max_object_size` are not stored.
+    pub(crate) fn insert(
+        &self,
+        key: &str,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+        entry: Arc<Entry>,
+        now: u64,
+    ) {
+        if entry.weight > self.config.max_object_size as u64 {
+            return;
+        }
+        let names: Vec<String> = crate::freshness::vary_names(&entry.headers).collect();
+        let ttl = entry.remaining_secs(now);
+        let object_key = if names.is_empty() {
+            key.to_string()
+        } else {
+            let names: Arc<[String]> = names.into();
+            let vk = variant_key(key, &names, field);
+            let until = now + ttl * 1000;
+            self.mem
+                .insert(key.to_string(), Slot::Vary(names.clone(), until));
+            if let Some(shared) = &self.shared {
+                shared.set(key, encode_vary(&names, until), ttl);
+            }
+            vk
+        };
+        if let Some(shared) = &self.shared {
+            shared.set(&object_key, entry.encode(), ttl);
+        }
+        self.mem.insert(object_key, Slot::Object(entry));
+    }
+
+    /// Looks `key` up in the shared tier (Redis); a hit is copied into memory.
+    pub(crate) async fn lookup_shared(
+        &self,
+        key: &str,
+        field: &(dyn Fn(&str) -> Option<HeaderValue> + Sync),
+        now: u64,
+    ) -> Option<Arc<Entry>> {
+        let shared = self.shared.as_ref()?;
+        let raw = shared.get(key).await?;
+        let (object_key, raw) = match decode_vary(&raw) {
+            Some((names, until)) => {
+                let vk = variant_key(key, &names, field);
+                let raw = shared.get(&vk).await?;
+                self.mem
+                    .insert(key.to_string(), Slot::Vary(names.into(), until));
+                (vk, raw)
+            }
+            None => (key.to_string(), raw),
+        };
+        let entry = Arc::new(Entry::decode(raw)?);
+        if entry.useless(now) {
+            return None;
+        }
+        self.mem.insert(object_key, Slot::Object(entry.clone()));
+        Some(entry)
+    }
+
+    /// What a waiter may serve of a leader's landed object: the object itself, unless it
+    /// varies, in which case the variant for the waiter's own request fields (the
+    /// leader's may be another language, another encoding...), if stored.
+    pub(crate) fn landed_for(
+        &self,
+        key: &str,
+        entry: Arc<Entry>,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+    ) -> Option<Arc<Entry>> {
+        if !entry.headers.contains_key(http::header::VARY) {
+            return Some(entry);
+        }
+        let now = now_ms();
+        self.lookup(key, field, now).filter(|e| e.is_fresh(now))
+    }
+
+    /// Makes the caller the leader for `key`, or a waiter on the leader.
+    pub(crate) fn join(self: &Arc<Self>, key: &str) -> Join {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rx) = flights.get(key) {
+            self.coalesced.fetch_add(1, Ordering::Relaxed);
+            return Join::Wait(rx.clone());
+        }
+        let (tx, rx) = watch::channel(None);
+        flights.insert(key.to_string(), rx);
+        Join::Lead(FlightGuard {
+            cache: self.clone(),
+            key: key.to_string(),
+            tx,
+        })
+    }
+
+    /// Removes `key` (and its variants) from memory and Redis; whether memory held it.
+    pub(crate) fn purge(&self, key: &str) -> bool {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let removed = match self.mem.remove(key) {
+            Some((_, Slot::Vary(names, _))) => {
+                let prefix = format!("{key}\0");
+                let any = std::sync::atomic::AtomicBool::new(false);
+                self.mem.retain(|k, _| {
+                    let gone = k.starts_with(&prefix);
+                    if gone {
+                        any.store(true, Ordering::Relaxed);
+                    }
+                    !gone
+                });
+                drop(names);
+                any.into_inner()
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if let Some(shared) = &self.shared {
+            shared.purge(key);
+        }
+        removed
+    }
+
+    /// Removes every key starting with `prefix`; how many memory held.
+    pub(crate) fn ban(&self, prefix: &str) -> usize {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let n = std::sync::atomic::AtomicUsize::new(0);
+        self.mem.retain(|k, slot| {
+            let gone = k.starts_with(prefix);
+            if gone && matches!(slot, Slot::Object(_)) {
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            !gone
+        });
+        if let Some(shared) = &self.shared {
+            shared.ban(prefix);
+        }
+        n.into_inner()
+    }
+}
+
+/// The key of one variant: the base key, then each Vary field's value.
+fn variant_key(key: &str, names: &[String], field: &dyn Fn(&str) -> Option<HeaderValue>) -> String {
+    let mut k = String::with_capacity(key.len() + 32);
+    k.push_str(key);
+    k.push('\0');
+    for n in names {
+        k.push_str(n);
+        k.push('=');
+        if let Some(v) = field(n) {
+            k.push_str(&String::from_utf8_lossy(v.as_bytes()));
+        }
+        k.push('\0');
+    }
+    k
+}
+
+fn encode_vary(names: &[String], until: u64) -> Vec<u8> {
+    let mut out = b"TSV1".to_vec();
+    out.extend_from_slice(&until.to_be_bytes());
+    out.extend_from_slice(names.join(",").as_bytes());
+    out
+}
+
+fn decode_vary(raw: &Bytes) -> Option<(Vec<String>, u64)> {
+    let rest = raw.strip_prefix(b"TSV1")?;
+    let until = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    let names = std::str::from_utf8(&rest[8..]).ok()?;
+    Some((names.split(',').map(str::to_string).collect(), until))
+}
+
+/// The cache key of a URL: authority (normalised) then path and query.
+pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
+    let mut k = String::with_capacity(authority.len() + path_and_query.len());
+    k.push_str(authority);
+    k.push_str(path_and_query);
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<Entry> {
+        let mut h = HeaderMap::new();
+        h.insert("cache-control", cache_control.parse().unwrap());
+        if let Some(v) = vary {
+            h.insert("vary", v.parse().unwrap());
+        }
+        let rules = Rules {
+            device_token: "tessera",
+            default_stale_while_revalidate: Duration::ZERO,
+            default_stale_if_error: Duration::ZERO,
+            store_set_cookie: false,
+        };
+        let f =
+            crate::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());
+        assert!(f.store);
+        Arc::new(Entry::new(
+            StatusCode::OK,
+            h,
+            Bytes::from(body.to_string()),
+            None,
+            Some(&f),
+            now,
+        ))
+    }
+
+    fn fields(
+        pairs: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<HeaderValue> {
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| HeaderValue::from_static(v))
+        }
+    }
+
+    #[test]
+    fn vary_table() {
+        let cache = Cache::new(&CacheConfig::default()).unwrap();
+        let now = now_ms();
+        let k = key("shop.example", "/greeting");
+        let en = fields(&[("accept-language", "en"), ("user-agent", "a")]);
+        cache.insert(
+            &k,
+            &en,
+            entry("hello", "max-age=60", Some("Accept-Language"), now),
+            now,
+        );
+        // (request fields, expected body)
+        type Row = (
+            &'static [(&'static str, &'static str)],
+            Option<&'static str>,
+        );
+        let table: &[Row] = &[
+            (&[("accept-language", "en")], Some("hello")),
+            (
+                &[("accept-language", "en"), ("user-agent", "b")],
+                Some("hello"),
+            ),
+            (&[("accept-language", "fr")], None),
+            (&[], None),
+        ];
+        for (req, want) in table {
+            let got = cache.lookup(&k, &fields(req), now);
+            assert_eq!(
+                got.as_ref().map(|e| &e.body[..]),
+                want.map(str::as_bytes),
+                "{req:?}"
+            );
+        }
+        let fr = fields(&[("accept-language", "fr")]);
+        cache.insert(
+            &k,
+            &fr,
+            entry("bonjour", "max-age=60", Some("accept-language"), now),
+            now,
+        );
+        assert_eq!(&cache.lookup(&k, &fr, now).unwrap().body[..], b"bonjour");
+        assert_eq!(&cache.lookup(&k, &en, now).unwrap().body[..], b"hello");
+        // Purging the URL removes every variant.
+        assert!(cache.purge(&k));
+        assert!(cache.lookup(&k, &en, now).is_none());
+        assert!(cache.lookup(&k, &fr, now).is_none());
+        assert!(!cache.purge(&k));
+    }
+
+    #[test]
+    fn ages_and_windows() {
+        let now = now_ms();
+        let e = entry(
+            "x",
+            "max-age=10, stale-while-revalidate=5, stale-if-error=60",
+            None,
+            now,
+        );
+        assert!(e.is_fresh(now + 9_999));
+        assert!(!e.is_fresh(now + 10_000));
+        assert!(e.may_revalidate_stale(now + 14_999));
+        assert!(!e.may_revalidate_stale(now + 15_000));
+        assert!(e.may_serve_on_error(now + 69_999));
+        assert!(e.useless(now + 70_000));
+        assert_eq!(e.age_secs(now + 3_500), 3);
+    }
+
+    #[test]
+    fn memory_stays_within_budget_under_unique_keys() {
+        let config = CacheConfig {
+            max_size: 1 << 20,
+            max_object_size: 64 << 10,
+            ..CacheConfig::default()
+        };
+        let cache = Cache::new(&config).unwrap();
+        let now = now_ms();
+        let body = "x".repeat(3000);
+        let none = fields(&[]);
+        for i in 0..20_000 {
+            cache.insert(
+                &key("a", &format!("/u/{i}")),
+                &none,
+                entry(&body, "max-age=60", None, now),
+                now,
+            );
+            if i % 1000 == 0 {
+                let s = cache.stats();
+                assert!(s.weight <= s.capacity, "{s:?}");
+            }
+        }
+        let s = cache.stats();
+        assert!(s.weight <= 1 << 20 && s.weight > (1 << 20) / 2, "{s:?}");
+        // A hot key read between scans survives them.
+        let hot = key("a", "/hot");
+        cache.insert(&hot, &none, entry(&body, "max-age=60", None, now), now);
+        for i in 0..20_000 {
+            assert!(
+                cache.lookup(&hot, &none, now).is_some(),
+                "hot key evicted at {i}"
+            );
+            cache.insert(
+                &key("b", &format!("/scan/{i}")),
+                &none,
+                entry(&body, "max-age=60", None, now),
+                now,
+            );
+        }
+    }
+
+    #[test]
+    fn shared_tier_encoding_round_trips() {
+        let now = now_ms();
+        let e = entry("body", "max-age=60, stale-if-error=30", None, now);
+        let d = Entry::decode(Bytes::from(e.encode())).unwrap();
+        assert_eq!(&d.body[..], b"body");
+        assert_eq!(d.headers, e.headers);
+        assert_eq!(
+            (d.born_ms, d.fresh_ms, d.sie_ms),
+            (e.born_ms, e.fresh_ms, e.sie_ms)
+        );
+        let mut c = esi::Compiler::new(&esi::Options::default());
+        let src = Bytes::from_static(b"<p><esi:include src=\"/f\"/></p>");
+        c.feed(src.clone());
+        let t = Entry::new(
+            StatusCode::OK,
+            HeaderMap::new(),
+            Bytes::new(),
+            Some((c.finish(), vec![src])),
+            None,
+            now,
+        );
+        let d = Entry::decode(Bytes::from(t.encode())).unwrap();
+        let ev = d
+            .template
+            .unwrap()
+            .evaluate(&esi::Request::new("http://x/"));
+        assert_eq!(ev.includes()[0].src, "http://x/f");
+        assert!(Entry::decode(Bytes::from_static(b"TSC1\x01")).is_none());
+    }
+}

@@ -1,0 +1,553 @@
+//! How long a response may be served from the cache (RFC 9111, RFC 5861 and the Edge
+//! Architecture note's Surrogate-Control), decided once when the response arrives.
+//!
+//! Order of authority, first that speaks wins: `Surrogate-Control` addressed to us (its
+//! `no-store`, `max-age=N` or `max-age=N+M`), then `Cache-Control` (`no-store`,
+//! `no-cache`, `private`, `s-maxage`, `max-age`), then `Expires` (against `Date`). A
+//! response with none of them is not stored: heuristic freshness is off. An include's
+//! `ttl` attribute replaces the lifetime (but not a `no-store`/`private` refusal).
+
+use std::time::{Duration, SystemTime};
+
+use http::header::{self, HeaderMap};
+use http::StatusCode;
+
+/// What the cache may do with one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freshness {
+    /// Whether it may be stored at all.
+    pub store: bool,
+    /// How long it is fresh, counted from when it was generated (its Age is taken off).
+    pub fresh: Duration,
+    /// How long after that it may be served stale while one refresh runs
+    /// (`stale-while-revalidate`).
+    pub stale_while_revalidate: Duration,
+    /// How long after that it may be served stale when the origin fails
+    /// (`stale-if-error`, or Surrogate-Control's `+M`).
+    pub stale_if_error: Duration,
+    /// Seconds the response was already old when it arrived (its `Age`).
+    pub age: Duration,
+}
+
+/// Defaults and switches from `[cache]` that the decision needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules<'a> {
+    pub device_token: &'a str,
+    pub default_stale_while_revalidate: Duration,
+    pub default_stale_if_error: Duration,
+    pub store_set_cookie: bool,
+}
+
+const NOT_STORED: Freshness = Freshness {
+    store: false,
+    fresh: Duration::ZERO,
+    stale_while_revalidate: Duration::ZERO,
+    stale_if_error: Duration::ZERO,
+    age: Duration::ZERO,
+};
+
+/// Statuses a cache may store when the response says how long (RFC 9110 15.1 lists
+/// the heuristically cacheable ones; partial content and errors other than 404/410 are
+/// left to the origin).
+fn status_cacheable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 200 | 203 | 300 | 301 | 308 | 404 | 410)
+}
+
+/// Decides the freshness of a response to a GET. `ttl` is the include's `ttl`
+/// attribute when the response is a fragment fetched for one. `request_authorized`:
+/// the request carried Authorization, so only `public`/`s-maxage` allows storing it
+/// (RFC 9111 3.5).
+pub(crate) fn decide(
+    status: StatusCode,
+    headers: &HeaderMap,
+    rules: &Rules<'_>,
+    ttl: Option<Duration>,
+    request_authorized: bool,
+    now: SystemTime,
+) -> Freshness {
+    if !status_cacheable(status) {
+        return NOT_STORED;
+    }
+    if headers.contains_key(header::SET_COOKIE) && !rules.store_set_cookie {
+        return NOT_STORED;
+    }
+    if vary_star(headers) {
+        return NOT_STORED;
+    }
+    let surrogate = Directives::surrogate(headers, rules.device_token);
+    let cc = Directives::cache_control(headers);
+    if surrogate.no_store || cc.no_store || cc.private || cc.no_cache {
+        return NOT_STORED;
+    }
+    if request_authorized && !(cc.public || cc.s_maxage.is_some()) {
+        return NOT_STORED;
+    }
+    let age = headers
+        .get(header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs);
+    let mut stale_if_error = cc.stale_if_error;
+    let lifetime = if let Some(ttl) = ttl {
+        Some(ttl)
+    } else if let Some((n, m)) = surrogate.max_age {
+        // The surrogate's own lifetime wins over Cache-Control (Edge Architecture 1.0):
+        // N fresh, M more when the origin cannot be reached.
+        if let Some(m) = m {
+            stale_if_error = Some(m);
+        }
+        Some(n)
+    } else if let Some(s) = cc.s_maxage.or(cc.max_age) {
+        Some(s)
+    } else {
+        expires_lifetime(headers, now)
+    };
+    let Some(lifetime) = lifetime else {
+        return NOT_STORED;
+    };
+    let swr = cc
+        .stale_while_revalidate
+        .unwrap_or(rules.default_stale_while_revalidate);
+    let sie = stale_if_error.unwrap_or(rules.default_stale_if_error);
+    if lifetime.is_zero() && swr.is_zero() && sie.is_zero() {
+        return NOT_STORED;
+    }
+    Freshness {
+        store: true,
+        fresh: lifetime,
+        stale_while_revalidate: swr,
+        stale_if_error: sie,
+        age,
+    }
+}
+
+/// `Expires` minus `Date` (or now when there is no Date); an invalid Expires means
+/// already expired (RFC 9111 5.3).
+fn expires_lifetime(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let expires = headers.get(header::EXPIRES)?;
+    let Some(expires) = expires
+        .to_str()
+        .ok()
+        .and_then(|v| httpdate::parse_http_date(v).ok())
+    else {
+        return Some(Duration::ZERO);
+    };
+    let date = headers
+        .get(header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v).ok())
+        .unwrap_or(now);
+    Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
+}
+
+fn vary_star(headers: &HeaderMap) -> bool {
+    vary_names(headers).any(|n| n == "*")
+}
+
+/// The field names of Vary, lower-cased.
+pub(crate) fn vary_names(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+}
+
+#[derive(Debug, Default)]
+struct Directives {
+    no_store: bool,
+    no_cache: bool,
+    private: bool,
+    public: bool,
+    max_age: Option<Duration>,
+    s_maxage: Option<Duration>,
+    stale_while_revalidate: Option<Duration>,
+    stale_if_error: Option<Duration>,
+}
+
+/// Surrogate-Control as the note defines it: `max-age=N[+M]` and `no-store`, each
+/// untargeted or targeted at our token (`;tessera`). Targeted directives win over
+/// untargeted ones.
+#[derive(Debug, Default)]
+struct Surrogate {
+    no_store: bool,
+    max_age: Option<(Duration, Option<Duration>)>,
+}
+
+fn seconds(v: &str) -> Option<Duration> {
+    v.trim()
+        .trim_matches('"')
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+impl Directives {
+    fn cache_control(headers: &HeaderMap) -> Directives {
+        let mut d = Directives::default();
+        for value in headers.get_all(header::CACHE_CONTROL) {
+            let Ok(value) = value.to_str() else { continue };
+            for item in value.split(',') {
+                let (name, arg) = match item.split_once('=') {
+                    Some((n, a)) => (n.trim(), Some(a)),
+                    None => (item.trim(), None),
+                };
+                let name = name.to_ascii_lowercase();
+                match (name.as_str(), arg) {
+                    ("no-store", _) => d.no_store = true,
+                    // `no-cache="field"` only forbids reusing those fields; we do not
+                    // strip fields, so any no-cache means revalidate, which we do not
+                    // do: not stored.
+                    ("no-cache", _) => d.no_cache = true,
+                    ("private", _) => d.private = true,
+                    ("public", _) => d.public = true,
+                    ("max-age", Some(a)) => d.max_age = seconds(a).or(Some(Duration::ZERO)),
+                    ("s-maxage", Some(a)) => d.s_maxage = seconds(a).or(Some(Duration::ZERO)),
+                    ("stale-while-revalidate", Some(a)) => d.stale_while_revalidate = seconds(a),
+                    ("stale-if-error", Some(a)) => d.stale_if_error = seconds(a),
+                    _ => {}
+                }
+            }
+        }
+        d
+    }
+
+    fn surrogate(headers: &HeaderMap, token: &str) -> Surrogate {
+        let mut untargeted = Surrogate::default();
+        let mut targeted = Surrogate::default();
+        let mut any_targeted = false;
+        for value in headers.get_all("surrogate-control") {
+            let Ok(value) = value.to_str() else { continue };
+            for item in crate::headers::split_directives(value) {
+                let (body, target) = match item.rsplit_once(';') {
+                    Some((b, t)) if !t.contains('"') => (b.trim(), Some(t.trim())),
+                    _ => (item.trim(), None),
+                };
+                let into = match target {
+                    None => &mut untargeted,
+                    Some(t) if t.eq_ignore_ascii_case(token) => {
+                        any_targeted = true;
+                        &mut targeted
+                    }
+                    Some(_) => continue,
+                };
+                let (name, arg) = match body.split_once('=') {
+                    Some((n, a)) => (n.trim(), Some(a.trim())),
+                    None => (body, None),
+                };
+                if name.eq_ignore_ascii_case("no-store") {
+                    into.no_store = true;
+                } else if name.eq_ignore_ascii_case("max-age") {
+                    let Some(arg) = arg else { continue };
+                    let (n, m) = match arg.split_once('+') {
+                        Some((n, m)) => (seconds(n), seconds(m)),
+                        None => (seconds(arg), None),
+                    };
+                    if let Some(n) = n {
+                        into.max_age = Some((n, m));
+                    }
+                }
+            }
+        }
+        if any_targeted {
+            Surrogate {
+                no_store: targeted.no_store,
+                max_age: targeted.max_age.or(untargeted.max_age),
+            }
+        } else {
+            untargeted
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: Rules<'static> = Rules {
+        device_token: "tessera",
+        default_stale_while_revalidate: Duration::ZERO,
+        default_stale_if_error: Duration::ZERO,
+        store_set_cookie: false,
+    };
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn freshness_table() {
+        let now = httpdate::parse_http_date("Sun, 22 Nov 2026 05:00:00 GMT").unwrap();
+        // (status, headers, include ttl, authorized) -> (store, fresh, swr, sie, age)
+        #[allow(clippy::type_complexity)]
+        let table: &[(
+            u16,
+            &[(&str, &str)],
+            Option<u64>,
+            bool,
+            Option<(u64, u64, u64, u64)>,
+        )] = &[
+            (
+                200,
+                &[("cache-control", "max-age=60")],
+                None,
+                false,
+                Some((60, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[("cache-control", "max-age=60, s-maxage=120")],
+                None,
+                false,
+                Some((120, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[(
+                    "cache-control",
+                    "max-age=60, stale-while-revalidate=30, stale-if-error=300",
+                )],
+                None,
+                false,
+                Some((60, 30, 300, 0)),
+            ),
+            (
+                200,
+                &[("cache-control", "max-age=60"), ("age", "15")],
+                None,
+                false,
+                Some((60, 0, 0, 15)),
+            ),
+            (
+                200,
+                &[("cache-control", "no-store, max-age=60")],
+                None,
+                false,
+                None,
+            ),
+            (200, &[("cache-control", "no-cache")], None, false, None),
+            (
+                200,
+                &[("cache-control", "private, max-age=60")],
+                None,
+                false,
+                None,
+            ),
+            (200, &[("cache-control", "max-age=0")], None, false, None),
+            // Heuristic freshness is off: Last-Modified alone stores nothing.
+            (
+                200,
+                &[("last-modified", "Sun, 01 Nov 2026 00:00:00 GMT")],
+                None,
+                false,
+                None,
+            ),
+            (200, &[], None, false, None),
+            (
+                200,
+                &[
+                    ("expires", "Sun, 22 Nov 2026 05:10:00 GMT"),
+                    ("date", "Sun, 22 Nov 2026 05:00:00 GMT"),
+                ],
+                None,
+                false,
+                Some((600, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[("expires", "Sun, 22 Nov 2026 05:01:00 GMT")],
+                None,
+                false,
+                Some((60, 0, 0, 0)),
+            ),
+            (200, &[("expires", "0")], None, false, None),
+            (
+                200,
+                &[
+                    ("cache-control", "max-age=10"),
+                    ("expires", "Sun, 22 Nov 2026 06:00:00 GMT"),
+                ],
+                None,
+                false,
+                Some((10, 0, 0, 0)),
+            ),
+            // The surrogate's lifetime wins over Cache-Control, +M is stale-if-error.
+            (
+                200,
+                &[
+                    ("cache-control", "max-age=10"),
+                    ("surrogate-control", "max-age=300+60"),
+                ],
+                None,
+                false,
+                Some((300, 0, 60, 0)),
+            ),
+            (
+                200,
+                &[
+                    ("cache-control", "max-age=10"),
+                    ("surrogate-control", r#"max-age=300, content="ESI/1.0""#),
+                ],
+                None,
+                false,
+                Some((300, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[
+                    ("cache-control", "private"),
+                    ("surrogate-control", "max-age=300"),
+                ],
+                None,
+                false,
+                None,
+            ),
+            (
+                200,
+                &[(
+                    "surrogate-control",
+                    "max-age=30;other, max-age=90;tessera, max-age=5",
+                )],
+                None,
+                false,
+                Some((90, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[
+                    ("cache-control", "max-age=10"),
+                    ("surrogate-control", "no-store;tessera"),
+                ],
+                None,
+                false,
+                None,
+            ),
+            (
+                200,
+                &[
+                    ("cache-control", "max-age=10"),
+                    ("surrogate-control", "no-store;varnish"),
+                ],
+                None,
+                false,
+                Some((10, 0, 0, 0)),
+            ),
+            // The include's ttl replaces the lifetime, not a refusal.
+            (200, &[], Some(45), false, Some((45, 0, 0, 0))),
+            (
+                200,
+                &[("cache-control", "max-age=10")],
+                Some(45),
+                false,
+                Some((45, 0, 0, 0)),
+            ),
+            (200, &[("cache-control", "no-store")], Some(45), false, None),
+            // Set-Cookie, Vary: *, uncacheable statuses.
+            (
+                200,
+                &[("cache-control", "max-age=60"), ("set-cookie", "a=1")],
+                None,
+                false,
+                None,
+            ),
+            (
+                200,
+                &[("cache-control", "max-age=60"), ("vary", "*")],
+                None,
+                false,
+                None,
+            ),
+            (
+                404,
+                &[("cache-control", "max-age=60")],
+                None,
+                false,
+                Some((60, 0, 0, 0)),
+            ),
+            (500, &[("cache-control", "max-age=60")], None, false, None),
+            (206, &[("cache-control", "max-age=60")], None, false, None),
+            // A request with Authorization: only public or s-maxage stores.
+            (200, &[("cache-control", "max-age=60")], None, true, None),
+            (
+                200,
+                &[("cache-control", "public, max-age=60")],
+                None,
+                true,
+                Some((60, 0, 0, 0)),
+            ),
+            (
+                200,
+                &[("cache-control", "s-maxage=60")],
+                None,
+                true,
+                Some((60, 0, 0, 0)),
+            ),
+        ];
+        for (i, (status, h, ttl, auth, want)) in table.iter().enumerate() {
+            let got = decide(
+                StatusCode::from_u16(*status).unwrap(),
+                &headers(h),
+                &RULES,
+                ttl.map(s),
+                *auth,
+                now,
+            );
+            let got = got.store.then_some({
+                (
+                    got.fresh.as_secs(),
+                    got.stale_while_revalidate.as_secs(),
+                    got.stale_if_error.as_secs(),
+                    got.age.as_secs(),
+                )
+            });
+            assert_eq!(got, *want, "row {i}: {status} {h:?} ttl {ttl:?}");
+        }
+    }
+
+    #[test]
+    fn config_defaults_and_set_cookie_switch() {
+        let rules = Rules {
+            default_stale_while_revalidate: s(5),
+            default_stale_if_error: s(600),
+            store_set_cookie: true,
+            ..RULES
+        };
+        let now = SystemTime::now();
+        let f = decide(
+            StatusCode::OK,
+            &headers(&[
+                ("cache-control", "max-age=60, stale-if-error=7"),
+                ("set-cookie", "a=1"),
+            ]),
+            &rules,
+            None,
+            false,
+            now,
+        );
+        assert!(f.store);
+        assert_eq!((f.stale_while_revalidate, f.stale_if_error), (s(5), s(7)));
+        // max-age=0 with a stale-if-error default is kept, to be served only on error.
+        let f = decide(
+            StatusCode::OK,
+            &headers(&[("cache-control", "max-age=0")]),
+            &rules,
+            None,
+            false,
+            now,
+        );
+        assert!(f.store && f.fresh.is_zero());
+    }
+}
