@@ -238,6 +238,8 @@ struct Conn {
     idle_since: Instant,
     in_available: bool,
     ever_connected: bool,
+    /// Listed in `Worker::refill`.
+    refill_due: bool,
 }
 
 /// Per-connection read buffer: 16 KiB, less when there are very many
@@ -273,6 +275,9 @@ struct Worker<'a> {
     reported: (u64, u64),
     /// Slots that have been connected at least once (for the ramp's connect rate).
     connected_once: usize,
+    /// Closed model: connections whose answers arrived during this round of events, to
+    /// be topped up together after it (see [`Worker::refill`]).
+    refill: Vec<usize>,
 }
 
 impl<'a> Worker<'a> {
@@ -302,6 +307,7 @@ impl<'a> Worker<'a> {
                 idle_since: start,
                 in_available: false,
                 ever_connected: false,
+                refill_due: false,
             })
             .collect();
         let timer = timerfd()?;
@@ -338,6 +344,7 @@ impl<'a> Worker<'a> {
             progress,
             reported: (0, 0),
             connected_once: 0,
+            refill: Vec::with_capacity(share.connections),
         })
     }
 
@@ -412,6 +419,7 @@ impl<'a> Worker<'a> {
                 let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 self.on_event(token.0, readable, ev.is_writable(), ev.is_error());
             }
+            self.refill();
         }
         self.report_progress();
         Ok(())
@@ -760,18 +768,44 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Frames every complete response in the buffer, then (closed model) tops
-    /// the connection up to its pipeline depth with one write.
+    /// Frames every complete response in the buffer; in the closed model the
+    /// connection is then due a top-up to its pipeline depth, made by [`Worker::refill`].
     fn process(&mut self, slot: usize, now: Instant) {
         self.frame(slot, now);
-        let c = &self.conns[slot];
-        if !self.open_model()
+        let closed_model = !self.open_model();
+        let c = &mut self.conns[slot];
+        if closed_model
             && self.plan.keepalive
             && c.state == State::Open
             && c.inflight.len() < self.plan.pipeline
+            && !c.refill_due
         {
-            self.fill(slot, now);
+            c.refill_due = true;
+            self.refill.push(slot);
         }
+    }
+
+    /// Closed model: tops up, with one write each, the connections that got answers in
+    /// the round of events just handled. Writing them together, after the reads, rather
+    /// than each right after its own read, is what wrk does (it arms a writable event and
+    /// writes on the next loop turn): the server then finds many requests ready at once
+    /// and answers them in one pass of its event loop. Writing each at once made the
+    /// server wake per request; against nginx the requests/s were 12% below wrk's.
+    fn refill(&mut self) {
+        if self.refill.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut due = std::mem::take(&mut self.refill);
+        for &slot in &due {
+            let c = &mut self.conns[slot];
+            c.refill_due = false;
+            if c.state == State::Open && c.inflight.len() < self.plan.pipeline {
+                self.fill(slot, now);
+            }
+        }
+        due.clear();
+        self.refill = due;
     }
 
     fn frame(&mut self, slot: usize, now: Instant) {
