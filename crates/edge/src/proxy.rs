@@ -68,6 +68,15 @@ pub enum Route<'a> {
     Static(&'a Path),
 }
 
+impl<'a> Route<'a> {
+    fn of(target: Target<'a>) -> Route<'a> {
+        match target {
+            Target::Upstream(u, _) => Route::Upstream(&u.name),
+            Target::Static(root) => Route::Static(root),
+        }
+    }
+}
+
 /// A request to proxy, as the server parsed it.
 #[derive(Debug, Clone)]
 pub struct ProxyRequest {
@@ -243,12 +252,15 @@ impl Edge {
     }
 
     /// The route for a request path (longest prefix; a prefix matches whole segments
-    /// unless it ends with `/`).
+    /// unless it ends with `/`), matched on the normalised path (see `Inner::route`).
     pub fn route(&self, path: &str) -> Option<Route<'_>> {
-        self.inner.route(path).map(|t| match t {
-            Target::Upstream(u, _) => Route::Upstream(&u.name),
-            Target::Static(root) => Route::Static(root),
-        })
+        self.inner.route(path).map(Route::of)
+    }
+
+    /// [`Edge::route`] of a path the caller already normalised with
+    /// [`wire::normalize_path`] (no allocation).
+    pub fn route_normalised(&self, path: &[u8]) -> Option<Route<'_>> {
+        self.inner.route_normalised(path).map(Route::of)
     }
 
     /// Counters of one upstream.
@@ -774,14 +786,25 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl Inner {
+    /// The route of a request path (no query), matched on its normalised form
+    /// ([`wire::normalize_path`], as the server matches files and script mounts), so
+    /// `//app/x`, `/%61pp/x` and `/y/../app/x` all take `/app`'s route. `None` when the
+    /// path normalises to nothing (`..` above the root, bad escapes) or has no route.
     pub(crate) fn route(&self, path: &str) -> Option<Target<'_>> {
+        let mut normal = Vec::with_capacity(path.len() + 1);
+        wire::normalize_path(path.as_bytes(), &mut normal).ok()?;
+        self.route_normalised(&normal)
+    }
+
+    /// [`Inner::route`] of a path already normalised.
+    pub(crate) fn route_normalised(&self, path: &[u8]) -> Option<Target<'_>> {
         self.routes
             .iter()
             .find(|(prefix, _)| {
-                path.starts_with(prefix.as_str())
+                path.starts_with(prefix.as_bytes())
                     && (prefix.ends_with('/')
                         || path.len() == prefix.len()
-                        || path.as_bytes()[prefix.len()] == b'/')
+                        || path[prefix.len()] == b'/')
             })
             .map(|(_, to)| match to {
                 RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),

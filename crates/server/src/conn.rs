@@ -262,10 +262,11 @@ impl Conn {
             match wire::parse_request(&read[self.start..self.end], &mut storage, limits) {
                 Ok(Some(req)) => {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
+                    let (mount, proxied) = route(worker, &req);
                     // Under a script mount: its phases come before any other handler.
                     let mut script_call = None;
                     if let Some(engine) = worker.script.as_deref() {
-                        if let Some(m) = engine.mount(req.path) {
+                        if let Some(m) = mount {
                             let mark = out.mark();
                             let pending = &read[self.start..];
                             match scripted::answer(
@@ -296,9 +297,9 @@ impl Conn {
                             }
                         }
                     }
-                    if let Some(edge) = &worker.edge {
+                    if proxied {
                         if let Some(mut job) =
-                            proxy_job(edge, &req, self.peer, keep_alive, &read[self.start..])
+                            proxy_job(&req, self.peer, keep_alive, &read[self.start..])
                         {
                             self.start += req.head_len;
                             if let (Some(engine), Some(call)) = (&worker.script, script_call) {
@@ -829,18 +830,39 @@ fn discard_for(body: BodyFraming, max_head_size: usize) -> Discard {
 
 /// The request as the proxy takes it, if its path routes to an upstream. `pending` is the
 /// buffer from the request's first byte (its head is copied for the access log).
+/// Where a request goes besides the static files: its script mount, and whether a
+/// proxy route takes it. Both are matched on the normalised path (`/%61pi`, `//api`
+/// and `/x/../api` are `/api`), the form files are found by, so no spelling of a path
+/// reaches a file or an upstream past the script that guards its prefix. A path that
+/// does not normalise goes nowhere but the static handler, which answers 400.
+fn route(worker: &Worker, req: &wire::Request<'_, '_>) -> (Option<script::MountId>, bool) {
+    if worker.script.is_none() && worker.edge.is_none() {
+        return (None, false);
+    }
+    let raw = match memchr::memchr(b'?', req.path) {
+        Some(q) => &req.path[..q],
+        None => req.path,
+    };
+    let mut path = worker.route_path.borrow_mut();
+    if wire::normalize_path(raw, &mut path).is_err() {
+        return (None, false);
+    }
+    let mount = worker.script.as_deref().and_then(|e| e.mount(&path));
+    let proxied = worker
+        .edge
+        .as_ref()
+        .is_some_and(|edge| matches!(edge.route_normalised(&path), Some(edge::Route::Upstream(_))));
+    (mount, proxied)
+}
+
+/// The proxy job of a request a proxy route takes.
 fn proxy_job(
-    edge: &edge::Edge,
     req: &wire::Request<'_, '_>,
     client: SocketAddr,
     keep_alive: bool,
     pending: &[u8],
 ) -> Option<Box<ProxyJob>> {
     let path = std::str::from_utf8(req.path).ok()?;
-    let path_only = path.split('?').next().unwrap_or(path);
-    if !matches!(edge.route(path_only), Some(edge::Route::Upstream(_))) {
-        return None;
-    }
     let mut headers = http::HeaderMap::with_capacity(req.headers.len());
     for h in req.headers {
         if let (Ok(name), Ok(value)) = (

@@ -78,6 +78,8 @@ pub(crate) struct Worker {
     pub clock: Clock,
     /// Reused buffers for path handling: the normalised path and the C path to open.
     pub scratch: RefCell<(Vec<u8>, Vec<u8>)>,
+    /// The normalised path script mounts and proxy routes are matched on.
+    pub route_path: RefCell<Vec<u8>>,
     /// Connection slots; each holds its socket's descriptor.
     slots: RefCell<Pool<ConnState, RawFd>>,
     /// Buffer sets not lent out, most recently returned last (so the hot ones are reused
@@ -288,6 +290,7 @@ pub(crate) fn run(
             id,
             clock: Clock::new(shared.epoch),
             scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
+            route_path: RefCell::new(Vec::with_capacity(256)),
             slots: RefCell::new(Pool::new(capacity, ConnState::Free, 0, |_| -1)),
             spare: RefCell::new(Vec::with_capacity(capacity)),
             slot_freed: Notify::new(),

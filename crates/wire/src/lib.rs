@@ -18,12 +18,14 @@
 mod chunked;
 mod error;
 mod limits;
+mod path;
 mod request;
 mod response;
 
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
 pub use limits::{Limits, MAX_HEADERS_CAP};
+pub use path::{normalize_path, InvalidPath};
 pub use request::{
     parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
 };

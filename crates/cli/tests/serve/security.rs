@@ -1,4 +1,4 @@
-use crate::harness::{Site, SECRET};
+use crate::harness::{Server, Site, SECRET};
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
@@ -45,4 +45,44 @@ fn traversal_attempts_never_leave_the_root() {
     }
     // A symlink that stays inside the root is fine.
     assert_eq!(server.get("/inside.txt").body, b"hello world\n");
+}
+
+/// A script's `access` phase guards its prefix however the path is spelled: mounts are
+/// matched on the same normalised path files are found by, so `/%61pi`, `//api`,
+/// `/./api` and `/x/../api` cannot reach `/api/secret.txt` around it.
+#[test]
+fn script_mounts_cannot_be_stepped_around() {
+    let site = Site::new();
+    std::fs::create_dir_all(site.root().join("api")).unwrap();
+    site.write("api/secret.txt", b"guarded by the script\n");
+    let script = site.dir.path().join("guard.lua");
+    std::fs::write(
+        &script,
+        "return { access = function(r) r:exit(403, \"denied\\n\") end }\n",
+    )
+    .unwrap();
+    let server = Server::start(
+        &site.root(),
+        &["--script", &format!("/api={}", script.display())],
+    );
+    for path in [
+        "/api/secret.txt",
+        "/%61pi/secret.txt",
+        "/%61%70%69/secret.txt",
+        "//api/secret.txt",
+        "/./api/secret.txt",
+        "/x/../api/secret.txt",
+        "/api//secret.txt",
+        "/api/./secret.txt",
+        "/api?x=1",
+    ] {
+        let r = server.get(path);
+        assert_eq!(r.status, 403, "{path} got past the script");
+        assert_eq!(r.body, b"denied\n", "{path}");
+    }
+    // Outside the mount the static files are served as before, and a path that does not
+    // normalise is refused, not handed to anyone.
+    assert_eq!(server.get("/hello.txt").status, 200);
+    assert_eq!(server.get("/%zz/api/secret.txt").status, 400);
+    assert_eq!(server.get("/../api/secret.txt").status, 400);
 }
