@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The breaker's state, as [`Breaker::state`] reports it.
+/// The state of an upstream's circuit breaker (see `UpstreamStats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
     /// Calls go through; failures are counted.
