@@ -15,8 +15,10 @@
 //!   table with plain word writes.
 //! - The hook runs on the worker's thread at the next instruction, checks that the call
 //!   it interrupts is really over its limit (the worker may have moved on to another
-//!   call since the watchdog looked), clears itself and raises a Lua error, which unwinds
-//!   to the call's `pcall`: the request gets a 500 and the worker goes on.
+//!   call since the watchdog looked) and raises a Lua error, which unwinds to the call's
+//!   `pcall`: the request gets a 500 and the worker goes on. It stays set until the call
+//!   ends, so a script that catches the error (`pcall`) gets it again at its next
+//!   instruction.
 //!
 //! **Patterns.** `string.find/match/gmatch/gsub` run in C and cannot be interrupted, and a
 //! backtracking pattern is polynomial (or worse) in the subject's length. They are
@@ -144,6 +146,13 @@ pub(crate) struct Inside<'a>(&'a WorkerGuard);
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
         self.0.started.store(0, Ordering::Release);
+        // The hook stays armed for the rest of a call that went over its limit (see
+        // `on_hook`); the call is over now, so it goes.
+        let state = self.0.state.load(Ordering::Acquire);
+        // SAFETY: the worker's own live state, on its thread.
+        if !state.is_null() && unsafe { ffi::lua_gethook(state) }.is_some() {
+            unsafe { ffi::lua_sethook(state, None, 0, 0) };
+        }
     }
 }
 
@@ -157,28 +166,33 @@ pub(crate) fn set_current(guard: Option<Arc<WorkerGuard>>) {
 }
 
 unsafe extern "C-unwind" fn on_hook(state: *mut ffi::lua_State, ar: *mut ffi::lua_Debug) {
-    // SAFETY: called by Lua on the worker's thread with its state.
-    unsafe { ffi::lua_sethook(state, None, 0, 0) };
     let over = CURRENT.with(|c| {
         c.borrow().as_ref().is_some_and(|g| {
             let now = g.watchdog.ticks.load(Ordering::Relaxed);
             g.over_limit(now)
         })
     });
-    if over {
-        // SAFETY: `ar` is the hook's activation record, which lua_getinfo may fill in;
-        // raising an error from a hook is allowed: it unwinds to the pcall of the call
-        // that ran too long. The message names the script and the line it was on.
-        unsafe {
-            ffi::lua_getinfo(state, c"Sl".as_ptr(), ar);
-            ffi::luaL_error(
-                state,
-                c"%s:%d: script ran longer than its time limit (stopped by the watchdog)".as_ptr(),
-                (*ar).short_src.as_ptr(),
-                (*ar).currentline,
-            )
-        };
+    if !over {
+        // Set for a call that has ended since: this one is within its limit.
+        // SAFETY: called by Lua on the worker's thread with its state.
+        unsafe { ffi::lua_sethook(state, None, 0, 0) };
+        return;
     }
+    // The hook stays set (every instruction) until the call ends: a script that catches
+    // the error with `pcall` gets it again at its next instruction outside the pcall,
+    // so no loop of pcalls can keep the worker. `Inside` clears it when the call ends.
+    // SAFETY: `ar` is the hook's activation record, which lua_getinfo may fill in;
+    // raising an error from a hook is allowed: it unwinds to the pcall of the call that
+    // ran too long. The message names the script and the line it was on.
+    unsafe {
+        ffi::lua_getinfo(state, c"Sl".as_ptr(), ar);
+        ffi::luaL_error(
+            state,
+            c"%s:%d: script ran longer than its time limit (stopped by the watchdog)".as_ptr(),
+            (*ar).short_src.as_ptr(),
+            (*ar).currentline,
+        )
+    };
 }
 
 /// Longest subject a pattern with backtracking may run on is such that this estimate of

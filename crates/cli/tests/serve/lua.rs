@@ -82,6 +82,10 @@ function M.content(r)
     local x = 0
     while true do x = x + 1 end
   end
+  if p == "/api/trap" then
+    -- Catches the time-limit error and goes on: the limit must still end the call.
+    while true do pcall(function() while true do end end) end
+  end
   if p == "/api/hog" then
     local t = {}
     for i = 1, 1e8 do t[i] = "x" .. i end
@@ -231,6 +235,7 @@ fn errors_runaway_loops_and_memory_give_500_and_the_worker_goes_on() {
     for (path, what) in [
         ("/api/error", "attempt to index"),
         ("/api/spin", "script ran longer than its time limit"),
+        ("/api/trap", "script ran longer than its time limit"),
         ("/api/hog", "memory"),
     ] {
         let started = Instant::now();
