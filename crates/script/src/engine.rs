@@ -195,7 +195,6 @@ impl Engine {
         let mut state = std::ptr::null_mut();
         let _ = unsafe { lua.exec_raw::<()>((), |s| state = s) };
         let guard = scripts.watchdog.guard(state);
-        guard::set_current(Some(guard.clone()));
         let mut mounts: Vec<Mount> = scripts
             .configs
             .iter()
@@ -783,7 +782,6 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
 impl Drop for Engine {
     fn drop(&mut self) {
         self.guard.detach();
-        guard::set_current(None);
     }
 }
 
