@@ -524,6 +524,11 @@ impl Engine {
         self.has(m.0, |p| p.header_filter.is_some())
     }
 
+    /// The script handling `call`, as log lines name it.
+    pub fn script_name(&self, call: &Call) -> &str {
+        &self.mounts[call.mount].name
+    }
+
     /// Whether the script of `call` has a `header_filter` phase.
     pub fn has_header_filter_of(&self, call: &Call) -> bool {
         self.phase(call.mount, |p| p.header_filter.clone())

@@ -82,6 +82,10 @@ function M.content(r)
     local x = 0
     while true do x = x + 1 end
   end
+  if p == "/api/early" then
+    r:set_status(103)
+    return "an interim status alone would leave the client waiting"
+  end
   if p == "/api/trap" then
     -- Catches the time-limit error and goes on: the limit must still end the call.
     while true do pcall(function() while true do end end) end
@@ -111,6 +115,7 @@ return {
     if r:arg("key") ~= "open" then r:exit(401) end
   end,
   header_filter = function(r)
+    if r:arg("status") then r:set_status(tonumber(r:arg("status"))) end
     r:set_header("X-Filtered", "docs " .. r:status())
     r:set_header("Cache-Control", "no-store")
   end,
@@ -199,6 +204,25 @@ fn access_denies_and_redirects_before_any_handler() {
     assert_eq!(r.header("x-filtered"), Some("docs 200"));
     assert_eq!(r.header("cache-control"), Some("no-store"));
     assert_eq!(r.header("content-length"), Some("14"));
+    // The filter may change a static response's status, but not into one without a
+    // body (204, 304) while the body is queued: the status stays, the framing holds,
+    // and the same connection goes on.
+    let mut stream = server.connect();
+    let r = get_on(&mut stream, "/docs/index.html?key=open&status=203");
+    assert_eq!((r.status, &r.body[..]), (203, &b"<h1>docs</h1>\n"[..]));
+    for bodiless in ["204", "304"] {
+        let r = get_on(
+            &mut stream,
+            &format!("/docs/index.html?key=open&status={bodiless}"),
+        );
+        assert_eq!((r.status, &r.body[..]), (200, &b"<h1>docs</h1>\n"[..]));
+    }
+    let r = get_on(&mut stream, "/docs/index.html?key=open");
+    assert_eq!((r.status, &r.body[..]), (200, &b"<h1>docs</h1>\n"[..]));
+    assert!(stderr_has(
+        &server,
+        "header_filter cannot change whether a response has a body"
+    ));
     // Outside every mount nothing changes.
     let r = server.get("/hello.txt");
     assert_eq!(r.header("x-filtered"), None);
@@ -236,6 +260,7 @@ fn errors_runaway_loops_and_memory_give_500_and_the_worker_goes_on() {
         ("/api/error", "attempt to index"),
         ("/api/spin", "script ran longer than its time limit"),
         ("/api/trap", "script ran longer than its time limit"),
+        ("/api/early", "invalid status 103"),
         ("/api/hog", "memory"),
     ] {
         let started = Instant::now();
