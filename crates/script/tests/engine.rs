@@ -256,3 +256,38 @@ fn timer_runs_later_in_the_event_loop() {
         }
     });
 }
+
+#[test]
+fn rate_limit_example_lets_requests_through_when_the_dictionary_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    // The access example of docs/lua.md, as content (the dictionary holds 100 keys).
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r)
+          local ip = r:arg("ip")
+          local n = shared.counts:incr(ip, 1, 0, 60)
+          if n and n > 600 then r:exit(429, "slow down\n") end
+          return tostring(n)
+        end }
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        // The limit is the dictionary's: all 100 keys fit, whatever shards they hash to.
+        for i in 0..100 {
+            let (outcome, _, body) = content(&engine, &format!("/s?ip=10.0.0.{i}")).await;
+            assert_eq!(
+                (outcome, &body[..]),
+                (Outcome::Respond, &b"1"[..]),
+                "key {i}"
+            );
+        }
+        let (outcome, status, body) = content(&engine, "/s?ip=10.0.1.1").await;
+        assert_eq!(
+            (outcome, status, &body[..]),
+            (Outcome::Respond, 200, &b"nil"[..])
+        );
+    });
+}
