@@ -156,6 +156,15 @@ pub enum Outcome {
     Failed,
 }
 
+/// One loaded version of a mount's script. A timer belongs to the version that set it and
+/// is dropped if, when it fires, a reload has replaced that version: otherwise every
+/// reload would add one more copy of a self-rescheduling timer started by `init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    mount: usize,
+    generation: u64,
+}
+
 /// A request in a script's hands: the context userdata it sees as `r`.
 pub struct Call {
     ud: AnyUserData,
@@ -172,6 +181,12 @@ pub struct Engine {
     /// Context userdata not in use, reused for the next request.
     free: RefCell<Vec<AnyUserData>>,
     generation: Cell<u64>,
+    /// Which version of each mount's script is loaded (0: none), numbered by `loads`.
+    loaded: Rc<[Cell<u64>]>,
+    /// Load attempts so far, on every mount: the next one is numbered `loads + 1`.
+    loads: Cell<u64>,
+    /// The script version whose code is running now, for tagging timers.
+    running: Rc<Cell<Option<Version>>>,
     /// Finished requests whose `log` phase is still to run.
     logs: RefCell<Vec<Call>>,
     logs_ready: tokio::sync::Notify,
@@ -211,8 +226,12 @@ impl Engine {
             .map(|m| m.limit)
             .max()
             .unwrap_or(Duration::from_secs(1));
+        let loaded: Rc<[Cell<u64>]> = mounts.iter().map(|_| Cell::new(0)).collect();
         let engine = Rc::new(Engine {
             lua,
+            loaded,
+            loads: Cell::new(0),
+            running: Rc::new(Cell::new(None)),
             generation: Cell::new(scripts.generation.load(Ordering::Relaxed)),
             scripts,
             mounts,
@@ -268,9 +287,18 @@ impl Engine {
     /// it returns, then its `init`. On failure the previous version stays.
     fn load(&self, i: usize, worker: usize) {
         let mount = &self.mounts[i];
+        let generation = self.loads.get() + 1;
+        self.loads.set(generation);
         let loaded = (|| -> Result<Phases, String> {
             let chunk = compile(&self.lua, &mount.config.path).map_err(|e| e.to_string())?;
             let _inside = self.guard.enter(mount.limit);
+            let _running = Running::new(
+                &self.running,
+                Version {
+                    mount: i,
+                    generation,
+                },
+            );
             let module: Table = chunk.call(()).map_err(|e| e.to_string())?;
             let get = |name: &str| -> Result<Option<Function>, String> {
                 module
@@ -293,6 +321,7 @@ impl Engine {
         match loaded {
             Ok(phases) => {
                 *mount.phases.borrow_mut() = Some(phases);
+                self.loaded[i].set(generation);
                 if previous {
                     tracing::info!(worker, script = %mount.name, "script reloaded");
                 }
@@ -380,20 +409,33 @@ impl Engine {
         let timer = lua.create_table()?;
         let guard = self.guard.clone();
         let timer_limit = self.timer_limit;
+        let running = self.running.clone();
+        let loaded = self.loaded.clone();
         timer.set(
             "at",
             lua.create_function(move |lua, (delay, f, args): (f64, Function, MultiValue)| {
                 if !(delay.is_finite() && delay >= 0.0) {
                     return Err(mlua::Error::runtime("timer delay must be >= 0"));
                 }
+                let Some(version) = running.get() else {
+                    return Err(mlua::Error::runtime("timer.at outside a script call"));
+                };
                 let at = caller(lua);
                 let guard = guard.clone();
+                let running = running.clone();
+                let loaded = loaded.clone();
                 tokio::task::spawn_local(async move {
                     tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+                    if loaded[version.mount].get() != version.generation {
+                        tracing::debug!(worker, timer = %at, "timer of a replaced script version dropped");
+                        return;
+                    }
                     let call = Guarded {
                         future: f.call_async::<()>(args),
                         guard,
                         limit: timer_limit,
+                        running,
+                        version,
                     };
                     match call.await {
                         Ok(Ok(())) => {}
@@ -580,6 +622,8 @@ impl Engine {
                 future: f.call_async::<Value>(call.ud.clone()),
                 guard: self.guard.clone(),
                 limit: self.mounts[call.mount].limit,
+                running: self.running.clone(),
+                version: self.version(call.mount),
             },
             ud: call.ud.clone(),
             name: self.mounts[call.mount].name.clone(),
@@ -640,10 +684,18 @@ impl Engine {
         Outcome::Failed
     }
 
+    fn version(&self, mount: usize) -> Version {
+        Version {
+            mount,
+            generation: self.loaded[mount].get(),
+        }
+    }
+
     fn call_sync(&self, mount: usize, f: &Function, call: &Call) -> Outcome {
         let m = &self.mounts[mount];
         let result = {
             let _inside = self.guard.enter(m.limit);
+            let _running = Running::new(&self.running, self.version(mount));
             std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
         };
         finish_call(&call.ud, &m.name, result, false)
@@ -725,6 +777,29 @@ struct Guarded<F> {
     future: F,
     guard: Arc<WorkerGuard>,
     limit: Duration,
+    running: Rc<Cell<Option<Version>>>,
+    version: Version,
+}
+
+/// Marks `version` as the running script until dropped (restoring what ran before).
+struct Running<'a> {
+    cell: &'a Cell<Option<Version>>,
+    previous: Option<Version>,
+}
+
+impl<'a> Running<'a> {
+    fn new(cell: &'a Cell<Option<Version>>, version: Version) -> Running<'a> {
+        Running {
+            cell,
+            previous: cell.replace(Some(version)),
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.cell.set(self.previous);
+    }
 }
 
 impl<F: Future + Unpin> Future for Guarded<F> {
@@ -733,6 +808,7 @@ impl<F: Future + Unpin> Future for Guarded<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let _inside = this.guard.enter(this.limit);
+        let _running = Running::new(&this.running, this.version);
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(r)) => Poll::Ready(Ok(r)),

@@ -291,3 +291,51 @@ fn rate_limit_example_lets_requests_through_when_the_dictionary_is_full() {
         );
     });
 }
+
+#[test]
+fn timers_of_a_replaced_script_version_are_dropped_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each load's init sets a timer for 1 s that records how many loads there had been
+    // when it fired. The second version's timer, due later, takes one more hop before it
+    // records, so by then the first version's timer has had its turn.
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.init()
+          local id = shared.counts:incr("inits", 1)
+          tessera.timer.at(1.0, function()
+            local fired = function() shared.counts:set("fired" .. id, shared.counts:get("inits")) end
+            if id == 1 then fired() else tessera.timer.at(0, fired) end
+          end)
+        end
+        function M.content(r) return tostring(shared.counts:get(r:arg("k"))) end
+        return M
+        "#,
+        1.0,
+    );
+    let scripts = s.clone();
+    run(async move {
+        let engine = Engine::new(s, 0, None);
+        engine.spawn_background(0);
+        assert_eq!(content(&engine, "/s?k=inits").await.2, b"1");
+        scripts.reload();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while content(&engine, "/s?k=fired2").await.2 == b"nil" {
+            assert!(
+                Instant::now() < deadline,
+                "the new version's timer never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(content(&engine, "/s?k=fired2").await.2, b"2");
+        // The first version's timer ran only if the reload came after it was due (a very
+        // slow machine); it never runs once the version is replaced.
+        let first = content(&engine, "/s?k=fired1").await.2;
+        assert!(
+            first == b"nil" || first == b"1",
+            "the first version's timer fired after {} loads",
+            String::from_utf8_lossy(&first)
+        );
+    });
+}
