@@ -406,6 +406,18 @@ mod tests {
     }
 
     #[test]
+    fn documented_linear_trim_is_linear_and_the_trim_idiom_is_not() {
+        // docs/lua.md: the trim idiom has two backtracking items (it is quadratic on a
+        // long run of inner spaces) and is refused past sqrt(budget) bytes; the
+        // documented trim's patterns have none.
+        let limit = PATTERN_BUDGET.sqrt() as usize;
+        assert!(pattern_cost(b"^%s*(.-)%s*$", limit, false) <= PATTERN_BUDGET);
+        assert!(pattern_cost(b"^%s*(.-)%s*$", limit + 1, false) > PATTERN_BUDGET);
+        assert_eq!(pattern_cost(b"%S", 1 << 30, false), (1u64 << 30) as f64);
+        assert_eq!(pattern_cost(b"%S%s*$", 1 << 30, false), (1u64 << 30) as f64);
+    }
+
+    #[test]
     fn cost_of_backtracking_patterns_grows_with_items() {
         assert_eq!(pattern_cost(b"^%s*(.-)%s*$", 100, false), 1e4);
         assert_eq!(pattern_cost(b".-x", 1000, false), 1e6);

@@ -339,3 +339,38 @@ fn timers_of_a_replaced_script_version_are_dropped_on_reload() {
         );
     });
 }
+
+#[test]
+fn documented_trim_works_on_long_subjects_where_the_idiom_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        -- docs/lua.md, "Patterns"
+        local function trim(s)
+          local first = s:find("%S")
+          if not first then return "" end
+          return s:sub(first, (s:find("%S%s*$")))
+        end
+        return { content = function(r)
+          local s = "  a" .. string.rep(" ", 100000) .. "b \t\n"
+          if r:arg("idiom") then return s:match("^%s*(.-)%s*$") end
+          local t = trim(s)
+          return #t .. " " .. t:sub(1, 1) .. t:sub(-1) .. " [" .. trim(" \t ") .. "]"
+        end }
+        "#,
+        10.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let started = Instant::now();
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!(
+            (outcome, &body[..]),
+            (Outcome::Respond, &b"100002 ab []"[..])
+        );
+        let (outcome, _, _) = content(&engine, "/s?idiom=1").await;
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    });
+}
