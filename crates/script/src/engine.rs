@@ -21,6 +21,34 @@ use crate::guard::{self, Watchdog, WorkerGuard};
 use crate::shared::{self, SharedDicts};
 use crate::Error;
 
+/// Takes out of a worker's Lua environment what would let one script stop, block or
+/// crash every worker (all share the process): `os.exit` and `os.execute`, the `os`
+/// calls that change files or the process's locale, reading a chunk from stdin
+/// (`dofile()`, `loadfile()` without a name) and loading precompiled bytecode, which
+/// LuaJIT does not verify (crafted bytecode can corrupt memory). C modules are already
+/// refused by mlua's safe mode, `io`, `debug` and `ffi` are not loaded. docs/lua.md
+/// lists what stays.
+const SANDBOX: &str = r#"
+for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
+  os[name] = nil
+end
+local load, loadfile = load, loadfile
+_G.load = function(chunk, name, mode, ...) return load(chunk, name, "t", ...) end
+_G.loadstring = function(s, name) return load(s, name, "t") end
+_G.loadfile = function(name, mode, ...)
+  if type(name) ~= "string" then
+    error("loadfile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return loadfile(name, "t", ...)
+end
+_G.dofile = function(name)
+  if type(name) ~= "string" then
+    error("dofile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return assert(loadfile(name, "t"))()
+end
+"#;
+
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
 
@@ -201,7 +229,16 @@ impl Engine {
         // Coroutines for `content` calls are recycled (mlua keeps none by default): without
         // a pool every request would create a Lua thread and its stack for the collector.
         let options = LuaOptions::new().thread_pool_size(64);
-        let lua = Lua::new_with(StdLib::ALL_SAFE, options).unwrap_or_else(|_| Lua::new());
+        // No `io` (stdin, pipes and files can block the worker, and `io.popen` runs
+        // programs); what else could stop, block or crash the process goes in SANDBOX.
+        let libs = StdLib::ALL_SAFE ^ StdLib::IO;
+        let lua = match Lua::new_with(libs, options) {
+            Ok(lua) => lua,
+            Err(e) => {
+                tracing::error!(worker, error = %e, "cannot create the Lua state with its libraries");
+                Lua::new_with(StdLib::NONE, LuaOptions::new()).unwrap_or_else(|_| Lua::new())
+            }
+        };
         let memory: usize = scripts.configs.iter().map(|c| c.memory_limit).sum();
         if let Err(e) = lua.set_memory_limit(memory) {
             tracing::warn!(worker, error = %e, "Lua memory limit not available");
@@ -339,6 +376,7 @@ impl Engine {
 
     fn install_api(&self, worker: usize, edge: Option<edge::Edge>) -> mlua::Result<()> {
         let lua = &self.lua;
+        lua.load(SANDBOX).set_name("=sandbox").exec()?;
         // Pattern functions with their cost check.
         let check =
             lua.create_function(|_, (s, p, anchored): (mlua::String, mlua::String, bool)| {

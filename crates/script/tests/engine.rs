@@ -374,3 +374,44 @@ fn documented_trim_works_on_long_subjects_where_the_idiom_is_refused() {
         assert!(started.elapsed() < Duration::from_secs(5));
     });
 }
+
+#[test]
+fn scripts_cannot_stop_block_or_crash_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r)
+          if r:arg("exit") then os.exit(3) end
+          if r:arg("stdin") then return dofile() end
+          if r:arg("bytecode") then return tostring(load(string.dump(function() end))) end
+          local gone = {}
+          for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
+            gone[#gone + 1] = type(os[name])
+          end
+          gone[#gone + 1] = type(io)
+          gone[#gone + 1] = type(debug)
+          gone[#gone + 1] = tostring(pcall(package.loadlib, "libc.so.6", "exit"))
+          local kept = type(os.time) .. type(os.clock) .. type(os.date) .. type(require)
+          return table.concat(gone, ",") .. " " .. kept .. " " .. load("return 1 + 1")()
+        end }
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        for arg in ["exit", "stdin"] {
+            let (outcome, _, _) = content(&engine, &format!("/s?{arg}=1")).await;
+            assert_eq!(outcome, Outcome::Failed, "{arg}");
+        }
+        // Text chunks load; bytecode does not (load returns nil and a message).
+        let (_, _, body) = content(&engine, "/s?bytecode=1").await;
+        assert_eq!(body, b"nil");
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!(outcome, Outcome::Respond);
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "nil,nil,nil,nil,nil,nil,nil,nil,false functionfunctionfunctionfunction 2"
+        );
+    });
+}

@@ -86,6 +86,7 @@ function M.content(r)
     r:set_status(103)
     return "an interim status alone would leave the client waiting"
   end
+  if p == "/api/exit" then os.exit(3) end
   if p == "/api/trap" then
     -- Catches the time-limit error and goes on: the limit must still end the call.
     while true do pcall(function() while true do end end) end
@@ -259,6 +260,8 @@ fn errors_runaway_loops_and_memory_give_500_and_the_worker_goes_on() {
         ("/api/spin", "script ran longer than its time limit"),
         ("/api/trap", "script ran longer than its time limit"),
         ("/api/early", "invalid status 103"),
+        // One line must not take every worker down with the process.
+        ("/api/exit", "attempt to call field 'exit'"),
         ("/api/hog", "memory"),
     ] {
         let started = Instant::now();
