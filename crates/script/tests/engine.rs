@@ -350,7 +350,7 @@ fn documented_trim_works_on_long_subjects_where_the_idiom_is_refused() {
         local function trim(s)
           local first = s:find("%S")
           if not first then return "" end
-          return s:sub(first, (s:find("%S%s*$")))
+          return s:sub(first, #s + 1 - s:reverse():find("%S"))
         end
         return { content = function(r)
           local s = "  a" .. string.rep(" ", 100000) .. "b \t\n"
