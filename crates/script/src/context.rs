@@ -183,11 +183,15 @@ fn push(buf: &mut Vec<u8>, bytes: &[u8]) -> Span {
     (start, buf.len() as u32)
 }
 
+/// A final response status. 1xx are interim responses: sent alone they would leave the
+/// client waiting for the final one, so a script may not set them.
 fn valid_status(status: i64) -> LuaResult<u16> {
-    if (100..=999).contains(&status) {
+    if (200..=999).contains(&status) {
         Ok(status as u16)
     } else {
-        Err(mlua::Error::runtime(format!("invalid status {status}")))
+        Err(mlua::Error::runtime(format!(
+            "invalid status {status}: a response status must be 200 to 999"
+        )))
     }
 }
 

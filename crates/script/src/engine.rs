@@ -21,6 +21,34 @@ use crate::guard::{self, Watchdog, WorkerGuard};
 use crate::shared::{self, SharedDicts};
 use crate::Error;
 
+/// Takes out of a worker's Lua environment what would let one script stop, block or
+/// crash every worker (all share the process): `os.exit` and `os.execute`, the `os`
+/// calls that change files or the process's locale, reading a chunk from stdin
+/// (`dofile()`, `loadfile()` without a name) and loading precompiled bytecode, which
+/// LuaJIT does not verify (crafted bytecode can corrupt memory). C modules are already
+/// refused by mlua's safe mode, `io`, `debug` and `ffi` are not loaded. docs/lua.md
+/// lists what stays.
+const SANDBOX: &str = r#"
+for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
+  os[name] = nil
+end
+local load, loadfile = load, loadfile
+_G.load = function(chunk, name, mode, ...) return load(chunk, name, "t", ...) end
+_G.loadstring = function(s, name) return load(s, name, "t") end
+_G.loadfile = function(name, mode, ...)
+  if type(name) ~= "string" then
+    error("loadfile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return loadfile(name, "t", ...)
+end
+_G.dofile = function(name)
+  if type(name) ~= "string" then
+    error("dofile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return assert(loadfile(name, "t"))()
+end
+"#;
+
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
 
@@ -156,6 +184,15 @@ pub enum Outcome {
     Failed,
 }
 
+/// One loaded version of a mount's script. A timer belongs to the version that set it and
+/// is dropped if, when it fires, a reload has replaced that version: otherwise every
+/// reload would add one more copy of a self-rescheduling timer started by `init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    mount: usize,
+    generation: u64,
+}
+
 /// A request in a script's hands: the context userdata it sees as `r`.
 pub struct Call {
     ud: AnyUserData,
@@ -172,6 +209,12 @@ pub struct Engine {
     /// Context userdata not in use, reused for the next request.
     free: RefCell<Vec<AnyUserData>>,
     generation: Cell<u64>,
+    /// Which version of each mount's script is loaded (0: none), numbered by `loads`.
+    loaded: Rc<[Cell<u64>]>,
+    /// Load attempts so far, on every mount: the next one is numbered `loads + 1`.
+    loads: Cell<u64>,
+    /// The script version whose code is running now, for tagging timers.
+    running: Rc<Cell<Option<Version>>>,
     /// Finished requests whose `log` phase is still to run.
     logs: RefCell<Vec<Call>>,
     logs_ready: tokio::sync::Notify,
@@ -186,7 +229,16 @@ impl Engine {
         // Coroutines for `content` calls are recycled (mlua keeps none by default): without
         // a pool every request would create a Lua thread and its stack for the collector.
         let options = LuaOptions::new().thread_pool_size(64);
-        let lua = Lua::new_with(StdLib::ALL_SAFE, options).unwrap_or_else(|_| Lua::new());
+        // No `io` (stdin, pipes and files can block the worker, and `io.popen` runs
+        // programs); what else could stop, block or crash the process goes in SANDBOX.
+        let libs = StdLib::ALL_SAFE ^ StdLib::IO;
+        let lua = match Lua::new_with(libs, options) {
+            Ok(lua) => lua,
+            Err(e) => {
+                tracing::error!(worker, error = %e, "cannot create the Lua state with its libraries");
+                Lua::new_with(StdLib::NONE, LuaOptions::new()).unwrap_or_else(|_| Lua::new())
+            }
+        };
         let memory: usize = scripts.configs.iter().map(|c| c.memory_limit).sum();
         if let Err(e) = lua.set_memory_limit(memory) {
             tracing::warn!(worker, error = %e, "Lua memory limit not available");
@@ -195,7 +247,6 @@ impl Engine {
         let mut state = std::ptr::null_mut();
         let _ = unsafe { lua.exec_raw::<()>((), |s| state = s) };
         let guard = scripts.watchdog.guard(state);
-        guard::set_current(Some(guard.clone()));
         let mut mounts: Vec<Mount> = scripts
             .configs
             .iter()
@@ -212,8 +263,12 @@ impl Engine {
             .map(|m| m.limit)
             .max()
             .unwrap_or(Duration::from_secs(1));
+        let loaded: Rc<[Cell<u64>]> = mounts.iter().map(|_| Cell::new(0)).collect();
         let engine = Rc::new(Engine {
             lua,
+            loaded,
+            loads: Cell::new(0),
+            running: Rc::new(Cell::new(None)),
             generation: Cell::new(scripts.generation.load(Ordering::Relaxed)),
             scripts,
             mounts,
@@ -269,9 +324,18 @@ impl Engine {
     /// it returns, then its `init`. On failure the previous version stays.
     fn load(&self, i: usize, worker: usize) {
         let mount = &self.mounts[i];
+        let generation = self.loads.get() + 1;
+        self.loads.set(generation);
         let loaded = (|| -> Result<Phases, String> {
             let chunk = compile(&self.lua, &mount.config.path).map_err(|e| e.to_string())?;
             let _inside = self.guard.enter(mount.limit);
+            let _running = Running::new(
+                &self.running,
+                Version {
+                    mount: i,
+                    generation,
+                },
+            );
             let module: Table = chunk.call(()).map_err(|e| e.to_string())?;
             let get = |name: &str| -> Result<Option<Function>, String> {
                 module
@@ -294,6 +358,7 @@ impl Engine {
         match loaded {
             Ok(phases) => {
                 *mount.phases.borrow_mut() = Some(phases);
+                self.loaded[i].set(generation);
                 if previous {
                     tracing::info!(worker, script = %mount.name, "script reloaded");
                 }
@@ -311,6 +376,7 @@ impl Engine {
 
     fn install_api(&self, worker: usize, edge: Option<edge::Edge>) -> mlua::Result<()> {
         let lua = &self.lua;
+        lua.load(SANDBOX).set_name("=sandbox").exec()?;
         // Pattern functions with their cost check.
         let check =
             lua.create_function(|_, (s, p, anchored): (mlua::String, mlua::String, bool)| {
@@ -381,20 +447,33 @@ impl Engine {
         let timer = lua.create_table()?;
         let guard = self.guard.clone();
         let timer_limit = self.timer_limit;
+        let running = self.running.clone();
+        let loaded = self.loaded.clone();
         timer.set(
             "at",
             lua.create_function(move |lua, (delay, f, args): (f64, Function, MultiValue)| {
                 if !(delay.is_finite() && delay >= 0.0) {
                     return Err(mlua::Error::runtime("timer delay must be >= 0"));
                 }
+                let Some(version) = running.get() else {
+                    return Err(mlua::Error::runtime("timer.at outside a script call"));
+                };
                 let at = caller(lua);
                 let guard = guard.clone();
+                let running = running.clone();
+                let loaded = loaded.clone();
                 tokio::task::spawn_local(async move {
                     tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+                    if loaded[version.mount].get() != version.generation {
+                        tracing::debug!(worker, timer = %at, "timer of a replaced script version dropped");
+                        return;
+                    }
                     let call = Guarded {
                         future: f.call_async::<()>(args),
                         guard,
                         limit: timer_limit,
+                        running,
+                        version,
                     };
                     match call.await {
                         Ok(Ok(())) => {}
@@ -525,6 +604,11 @@ impl Engine {
         self.has(m.0, |p| p.header_filter.is_some())
     }
 
+    /// The script handling `call`, as log lines name it.
+    pub fn script_name(&self, call: &Call) -> &str {
+        &self.mounts[call.mount].name
+    }
+
     /// Whether the script of `call` has a `header_filter` phase.
     pub fn has_header_filter_of(&self, call: &Call) -> bool {
         self.phase(call.mount, |p| p.header_filter.clone())
@@ -576,6 +660,8 @@ impl Engine {
                 future: f.call_async::<Value>(call.ud.clone()),
                 guard: self.guard.clone(),
                 limit: self.mounts[call.mount].limit,
+                running: self.running.clone(),
+                version: self.version(call.mount),
             },
             ud: call.ud.clone(),
             name: self.mounts[call.mount].name.clone(),
@@ -636,10 +722,18 @@ impl Engine {
         Outcome::Failed
     }
 
+    fn version(&self, mount: usize) -> Version {
+        Version {
+            mount,
+            generation: self.loaded[mount].get(),
+        }
+    }
+
     fn call_sync(&self, mount: usize, f: &Function, call: &Call) -> Outcome {
         let m = &self.mounts[mount];
         let result = {
             let _inside = self.guard.enter(m.limit);
+            let _running = Running::new(&self.running, self.version(mount));
             std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
         };
         finish_call(&call.ud, &m.name, result, false)
@@ -721,6 +815,29 @@ struct Guarded<F> {
     future: F,
     guard: Arc<WorkerGuard>,
     limit: Duration,
+    running: Rc<Cell<Option<Version>>>,
+    version: Version,
+}
+
+/// Marks `version` as the running script until dropped (restoring what ran before).
+struct Running<'a> {
+    cell: &'a Cell<Option<Version>>,
+    previous: Option<Version>,
+}
+
+impl<'a> Running<'a> {
+    fn new(cell: &'a Cell<Option<Version>>, version: Version) -> Running<'a> {
+        Running {
+            cell,
+            previous: cell.replace(Some(version)),
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.cell.set(self.previous);
+    }
 }
 
 impl<F: Future + Unpin> Future for Guarded<F> {
@@ -729,6 +846,7 @@ impl<F: Future + Unpin> Future for Guarded<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let _inside = this.guard.enter(this.limit);
+        let _running = Running::new(&this.running, this.version);
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(r)) => Poll::Ready(Ok(r)),
@@ -783,7 +901,6 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
 impl Drop for Engine {
     fn drop(&mut self) {
         self.guard.detach();
-        guard::set_current(None);
     }
 }
 

@@ -256,3 +256,162 @@ fn timer_runs_later_in_the_event_loop() {
         }
     });
 }
+
+#[test]
+fn rate_limit_example_lets_requests_through_when_the_dictionary_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    // The access example of docs/lua.md, as content (the dictionary holds 100 keys).
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r)
+          local ip = r:arg("ip")
+          local n = shared.counts:incr(ip, 1, 0, 60)
+          if n and n > 600 then r:exit(429, "slow down\n") end
+          return tostring(n)
+        end }
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        // The limit is the dictionary's: all 100 keys fit, whatever shards they hash to.
+        for i in 0..100 {
+            let (outcome, _, body) = content(&engine, &format!("/s?ip=10.0.0.{i}")).await;
+            assert_eq!(
+                (outcome, &body[..]),
+                (Outcome::Respond, &b"1"[..]),
+                "key {i}"
+            );
+        }
+        let (outcome, status, body) = content(&engine, "/s?ip=10.0.1.1").await;
+        assert_eq!(
+            (outcome, status, &body[..]),
+            (Outcome::Respond, 200, &b"nil"[..])
+        );
+    });
+}
+
+#[test]
+fn timers_of_a_replaced_script_version_are_dropped_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each load's init sets a timer for 1 s that records how many loads there had been
+    // when it fired. The second version's timer, due later, takes one more hop before it
+    // records, so by then the first version's timer has had its turn.
+    let s = scripts(
+        &dir,
+        r#"
+        local M = {}
+        function M.init()
+          local id = shared.counts:incr("inits", 1)
+          tessera.timer.at(1.0, function()
+            local fired = function() shared.counts:set("fired" .. id, shared.counts:get("inits")) end
+            if id == 1 then fired() else tessera.timer.at(0, fired) end
+          end)
+        end
+        function M.content(r) return tostring(shared.counts:get(r:arg("k"))) end
+        return M
+        "#,
+        1.0,
+    );
+    let scripts = s.clone();
+    run(async move {
+        let engine = Engine::new(s, 0, None);
+        engine.spawn_background(0);
+        assert_eq!(content(&engine, "/s?k=inits").await.2, b"1");
+        scripts.reload();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while content(&engine, "/s?k=fired2").await.2 == b"nil" {
+            assert!(
+                Instant::now() < deadline,
+                "the new version's timer never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(content(&engine, "/s?k=fired2").await.2, b"2");
+        // The first version's timer ran only if the reload came after it was due (a very
+        // slow machine); it never runs once the version is replaced.
+        let first = content(&engine, "/s?k=fired1").await.2;
+        assert!(
+            first == b"nil" || first == b"1",
+            "the first version's timer fired after {} loads",
+            String::from_utf8_lossy(&first)
+        );
+    });
+}
+
+#[test]
+fn documented_trim_works_on_long_subjects_where_the_idiom_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        -- docs/lua.md, "Patterns"
+        local function trim(s)
+          local first = s:find("%S")
+          if not first then return "" end
+          return s:sub(first, #s + 1 - s:reverse():find("%S"))
+        end
+        return { content = function(r)
+          local s = "  a" .. string.rep(" ", 100000) .. "b \t\n"
+          if r:arg("idiom") then return s:match("^%s*(.-)%s*$") end
+          local t = trim(s)
+          return #t .. " " .. t:sub(1, 1) .. t:sub(-1) .. " [" .. trim(" \t ") .. "]"
+        end }
+        "#,
+        10.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let started = Instant::now();
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!(
+            (outcome, &body[..]),
+            (Outcome::Respond, &b"100002 ab []"[..])
+        );
+        let (outcome, _, _) = content(&engine, "/s?idiom=1").await;
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    });
+}
+
+#[test]
+fn scripts_cannot_stop_block_or_crash_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        r#"
+        return { content = function(r)
+          if r:arg("exit") then os.exit(3) end
+          if r:arg("stdin") then return dofile() end
+          if r:arg("bytecode") then return tostring(load(string.dump(function() end))) end
+          local gone = {}
+          for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
+            gone[#gone + 1] = type(os[name])
+          end
+          gone[#gone + 1] = type(io)
+          gone[#gone + 1] = type(debug)
+          gone[#gone + 1] = tostring(pcall(package.loadlib, "libc.so.6", "exit"))
+          local kept = type(os.time) .. type(os.clock) .. type(os.date) .. type(require)
+          return table.concat(gone, ",") .. " " .. kept .. " " .. load("return 1 + 1")()
+        end }
+        "#,
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        for arg in ["exit", "stdin"] {
+            let (outcome, _, _) = content(&engine, &format!("/s?{arg}=1")).await;
+            assert_eq!(outcome, Outcome::Failed, "{arg}");
+        }
+        // Text chunks load; bytecode does not (load returns nil and a message).
+        let (_, _, body) = content(&engine, "/s?bytecode=1").await;
+        assert_eq!(body, b"nil");
+        let (outcome, _, body) = content(&engine, "/s").await;
+        assert_eq!(outcome, Outcome::Respond);
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "nil,nil,nil,nil,nil,nil,nil,nil,false functionfunctionfunctionfunction 2"
+        );
+    });
+}

@@ -168,7 +168,7 @@ pub(crate) fn write_response(
             buf.extend_from_slice(value);
             buf.extend_from_slice(b"\r\n");
         }
-        let bodiless = status == 204 || status == 304 || status < 200;
+        let bodiless = bodiless(status);
         if !bodiless {
             if !typed {
                 // nginx's default_type, as OpenResty answers ngx.say.
@@ -183,6 +183,29 @@ pub(crate) fn write_response(
             buf.extend_from_slice(c.body_out());
         }
     });
+}
+
+/// Statuses whose responses have no body (RFC 9110 6.4.1).
+fn bodiless(status: u16) -> bool {
+    status == 204 || status == 304 || status < 200
+}
+
+/// The status a `header_filter` may give a response that is already framed (a static
+/// file whose body is queued, a proxied one whose body follows): the filter's, unless
+/// it would turn a response with a body into one without (204, 304) or the reverse,
+/// which would desynchronise the connection. Then the original stays, and the refusal
+/// is logged.
+fn framed_status(engine: &Engine, call: &Call, original: u16, filtered: u16) -> u16 {
+    if bodiless(original) == bodiless(filtered) {
+        return filtered;
+    }
+    tracing::warn!(
+        script = %engine.script_name(call),
+        from = original,
+        to = filtered,
+        "header_filter cannot change whether a response has a body (204, 304); the status stays"
+    );
+    original
 }
 
 fn write_status_line(buf: &mut Vec<u8>, status: u16) {
@@ -239,8 +262,11 @@ pub(crate) fn filter_written(engine: &Engine, call: &Call, out: &mut Output, mar
         return;
     }
     let mut new_head = Vec::with_capacity(head.len() + 64);
+    let filtered = engine.context(call, |c| c.status()).unwrap_or(status);
+    let new_status = framed_status(engine, call, status, filtered);
     engine.context(call, |c| {
-        write_status_line(&mut new_head, c.status());
+        c.set_status(new_status);
+        write_status_line(&mut new_head, new_status);
         for (name, value) in kept.iter().copied().filter(|(n, _)| !is_framing(n)) {
             push_field(&mut new_head, name, value);
         }
@@ -325,7 +351,11 @@ impl Kept {
         if engine.header_filter(call) == Outcome::Failed {
             return;
         }
+        let original = status.as_u16();
+        let filtered = engine.context(call, |c| c.status()).unwrap_or(original);
+        let new_status = framed_status(engine, call, original, filtered);
         engine.context(call, |c| {
+            c.set_status(new_status);
             let others: Vec<http::HeaderName> = headers
                 .keys()
                 .filter(|name| !is_framing(name.as_str().as_bytes()))
@@ -344,7 +374,7 @@ impl Kept {
                     }
                 }
             }
-            if let Ok(s) = http::StatusCode::from_u16(c.status()) {
+            if let Ok(s) = http::StatusCode::from_u16(new_status) {
                 *status = s;
             }
         });
