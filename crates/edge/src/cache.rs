@@ -631,7 +631,9 @@ impl Cache {
         self.mem.insert(object_key, Slot::Object(entry));
     }
 
-    /// Looks `key` up in the shared tier (Redis); a hit is copied into memory.
+    /// Looks `key` up in the shared tier (Redis); what is still of use (fresh, or stale
+    /// within a stale window) is copied into memory and returned. The caller decides
+    /// what a stale one is good for, as for a memory object.
     pub(crate) async fn lookup_shared(
         &self,
         key: &str,

@@ -319,27 +319,13 @@ impl Edge {
             if e.may_revalidate_stale(now) {
                 cache.count_stale();
                 if let Join::Lead(guard) = cache.join(&key) {
-                    let this = self.clone();
-                    let mut refresh = req.clone();
-                    refresh.method = Method::GET;
-                    let (upstream, authority) = (upstream.clone(), authority.clone());
-                    tokio::task::spawn_local(async move {
-                        let store = Store {
-                            key,
-                            guard: Some(guard),
-                            stale: None,
-                            refresh: true,
-                        };
-                        let _ = this
-                            .forward(refresh, &upstream, mode, authority, Some(store))
-                            .await;
-                    });
+                    self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 }
                 return self.serve(e.clone(), &req, &authority, now).await;
             }
         }
         cache.count_miss();
-        let stale = found.filter(|e| e.may_serve_on_error(now));
+        let mut stale = found.filter(|e| e.may_serve_on_error(now));
         if req.method == Method::HEAD {
             let store = Store {
                 key,
@@ -372,10 +358,26 @@ impl Edge {
         };
         if let Some(g) = guard.take() {
             let field = |n: &str| req.headers.get(n).cloned();
-            match cache.lookup_shared(&key, &field, now).await {
-                Some(e) => {
+            // A Redis record is a hit only while fresh; a stale one is served like a
+            // stale memory object: within stale-while-revalidate (and refreshed), or
+            // kept as the stale-if-error fallback of the origin fetch.
+            let found = cache.lookup_shared(&key, &field, now).await;
+            let now = now_ms();
+            match found {
+                Some(e) if e.is_fresh(now) => {
                     g.land(Landing::Stored(e.clone()));
-                    return self.serve(e, &req, &authority, now_ms()).await;
+                    return self.serve(e, &req, &authority, now).await;
+                }
+                Some(e) if e.may_revalidate_stale(now) => {
+                    cache.count_stale();
+                    self.refresh_in_background(&req, &upstream, mode, &authority, key, g);
+                    return self.serve(e, &req, &authority, now).await;
+                }
+                Some(e) => {
+                    if e.may_serve_on_error(now) {
+                        stale = Some(e);
+                    }
+                    guard = Some(g);
                 }
                 None => guard = Some(g),
             }
@@ -388,6 +390,34 @@ impl Edge {
         };
         self.forward(req, &upstream, mode, authority, Some(store))
             .await
+    }
+
+    /// Refetches a stale object for `key` as the flight leader (`guard`), storing it
+    /// and landing it for waiters, while the stale one is served.
+    fn refresh_in_background(
+        &self,
+        req: &ProxyRequest,
+        upstream: &Rc<Upstream>,
+        mode: EsiMode,
+        authority: &str,
+        key: String,
+        guard: FlightGuard,
+    ) {
+        let this = self.clone();
+        let mut refresh = req.clone();
+        refresh.method = Method::GET;
+        let (upstream, authority) = (upstream.clone(), authority.to_string());
+        tokio::task::spawn_local(async move {
+            let store = Store {
+                key,
+                guard: Some(guard),
+                stale: None,
+                refresh: true,
+            };
+            let _ = this
+                .forward(refresh, &upstream, mode, authority, Some(store))
+                .await;
+        });
     }
 
     /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):

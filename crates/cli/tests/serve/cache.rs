@@ -734,3 +734,24 @@ fn two_processes_share_fills_through_redis_cluster() {
     assert_eq!(origin.hits("/frag/a"), 1);
     assert_eq!(origin.hits("/frag/b"), 1);
 }
+
+#[test]
+fn stale_redis_record_is_not_served_as_fresh_while_the_origin_is_up() {
+    let redis = Redis::start();
+    let origin = Origin::start();
+    let site = Site::new();
+    let server = serve(&site, &origin, 1, &redis_config(&redis));
+    assert_eq!(body(&get(&server, "/sie-frag")), "fragment v1");
+    eventually("the record in Redis", || {
+        redis
+            .command(&["EXISTS", "tessera:test/sie-frag"])
+            .as_deref()
+            == Some(":1")
+    });
+    // max-age=1, stale-if-error=60: once stale, a healthy origin is asked again rather
+    // than the stale Redis copy being served as a hit.
+    eventually("a fresh object from the origin", || {
+        body(&get(&server, "/sie-frag")) == "fragment v2"
+    });
+    assert_eq!(origin.hits("/sie-frag"), 2);
+}
