@@ -216,6 +216,16 @@ impl Entry {
         now: u64,
     ) -> Entry {
         headers.remove(http::header::SET_COOKIE);
+        // Parsed header values are slices of the connection's read buffer; copied, so a
+        // stored object holds only its own bytes (the weight below).
+        let headers: HeaderMap = headers
+            .iter()
+            .map(|(n, v)| {
+                let mut copy = HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
+                copy.set_sensitive(v.is_sensitive());
+                (n.clone(), copy)
+            })
+            .collect();
         let (template, source) = match template {
             Some((t, s)) => (Some(Arc::new(t)), s),
             None => (None, Vec::new()),

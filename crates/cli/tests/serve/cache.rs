@@ -755,3 +755,42 @@ fn stale_redis_record_is_not_served_as_fresh_while_the_origin_is_up() {
     });
     assert_eq!(origin.hits("/sie-frag"), 2);
 }
+
+/// Stored bodies are exact copies, not slices keeping the upstream connection's whole
+/// read buffer alive: many tiny objects must cost about what the budget says.
+#[test]
+fn tiny_objects_do_not_keep_read_buffers_alive() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let max_size: u64 = 4 << 20;
+    let server = serve(
+        &site,
+        &origin,
+        1,
+        &format!("[cache]\nmax_size = {max_size}\n"),
+    );
+    get(&server, "/frag/warm-up");
+    let before = server.rss_kib();
+    let server = Arc::new(server);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                for i in 0..750 {
+                    let r = get(&server, &format!("/frag/t{t}-{i}"));
+                    assert_eq!(r.status, 200);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let grown = server.rss_kib().saturating_sub(before) * 1024;
+    // Generous: three times the budget (allocator slack, connection buffers); holding
+    // read buffers cost over ten times it.
+    assert!(
+        grown < 3 * max_size,
+        "RSS grew by {grown} bytes for 3000 tiny objects (max_size {max_size})"
+    );
+}
