@@ -46,10 +46,14 @@ const NOT_STORED: Freshness = Freshness {
     age: Duration::ZERO,
 };
 
+/// The longest any lifetime or stale window is kept (one year, RFC 9111 5.3's advice
+/// for "never expires"): larger values are capped, so times never overflow.
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Statuses a cache may store when the response says how long (RFC 9110 15.1 lists
 /// the heuristically cacheable ones; partial content and errors other than 404/410 are
 /// left to the origin).
-fn status_cacheable(status: StatusCode) -> bool {
+pub(crate) fn status_cacheable(status: StatusCode) -> bool {
     matches!(status.as_u16(), 200 | 203 | 300 | 301 | 308 | 404 | 410)
 }
 
@@ -114,10 +118,10 @@ pub(crate) fn decide(
     }
     Freshness {
         store: true,
-        fresh: lifetime,
-        stale_while_revalidate: swr,
-        stale_if_error: sie,
-        age,
+        fresh: lifetime.min(MAX_LIFETIME),
+        stale_while_revalidate: swr.min(MAX_LIFETIME),
+        stale_if_error: sie.min(MAX_LIFETIME),
+        age: age.min(MAX_LIFETIME),
     }
 }
 

@@ -36,6 +36,8 @@ pub struct SharedTierStats {
     pub writes_dropped: u64,
     /// Times the breaker opened.
     pub breaker_opened: u64,
+    /// Records found but refused (malformed or implausible): treated as misses.
+    pub rejected: u64,
 }
 
 enum Command {
@@ -56,6 +58,7 @@ struct State {
     writes: AtomicU64,
     writes_dropped: AtomicU64,
     breaker_opened: AtomicU64,
+    rejected: AtomicU64,
 }
 
 pub(crate) struct SharedTier {
@@ -111,7 +114,13 @@ impl SharedTier {
             writes: l(&s.writes),
             writes_dropped: l(&s.writes_dropped),
             breaker_opened: l(&s.breaker_opened),
+            rejected: l(&s.rejected),
         }
+    }
+
+    /// A record found but refused: counted, and the lookup is a miss.
+    pub(crate) fn count_rejected(&self) {
+        self.state.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
     fn open(&self) -> bool {
