@@ -23,7 +23,7 @@ use crate::client::{
     read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
 };
 use crate::config::{EdgeConfig, EsiMode};
-use crate::error::{ConfigError, PageError, ProxyError};
+use crate::error::{ConfigError, PageError, ProxyError, UpstreamError};
 use crate::fetch::{is_esi, normalise_authority, FetchResult};
 use crate::freshness;
 use crate::headers::{self, ClientInfo};
@@ -352,8 +352,15 @@ impl Edge {
                     cache.count_stale();
                     return self.serve(stale.clone(), &req, &authority, now_ms()).await;
                 }
+                // The origin failed the leader: asking it again per waiter would only
+                // multiply the load on a failing origin.
+                (Landing::Failed, None) => {
+                    return Err(ProxyError::Upstream(UpstreamError::Coalesced {
+                        upstream: upstream.name.clone(),
+                    }))
+                }
                 // Not storable, or the leader went away: fetch our own.
-                (Landing::Failed | Landing::NotStored, _) => None,
+                (Landing::NotStored, _) => None,
             },
         };
         if let Some(g) = guard.take() {

@@ -16,6 +16,7 @@ use crate::harness::{read_response, Response, Server, Site};
 /// - `/frag/X`: `[X]`, `Cache-Control: max-age=60`
 /// - `/slow/X`: `slow X` after 500 ms, `max-age=60`
 /// - `/page/X`: ESI page including `/frag/a` and `/frag/b`, Surrogate-Control max-age=60
+/// - `/slow-fail`: 503 after 1 s
 /// - `/swr`: `vN` (N = the count), `max-age=1, stale-while-revalidate=60`
 /// - `/sie-page`: ESI page including `/sie-frag`, Surrogate-Control `max-age=1+60`
 /// - `/sie-frag`: `fragment vN`, `max-age=1, stale-if-error=60`
@@ -106,6 +107,9 @@ impl Origin {
                         "<p>{x}<esi:include src=\"/frag/a\"/><esi:include src=\"/frag/b\"/></p>"
                     );
                     ("200 OK", esi.into(), body)
+                } else if path == "/slow-fail" {
+                    std::thread::sleep(Duration::from_millis(1000));
+                    ("503 Service Unavailable", String::new(), "down".into())
                 } else if path == "/swr" {
                     if n > 1 {
                         std::thread::sleep(Duration::from_millis(200));
@@ -792,5 +796,33 @@ fn tiny_objects_do_not_keep_read_buffers_alive() {
     assert!(
         grown < 3 * max_size,
         "RSS grew by {grown} bytes for 3000 tiny objects (max_size {max_size})"
+    );
+}
+
+#[test]
+fn waiters_on_a_failed_page_fetch_do_not_retry_the_origin() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = Arc::new(serve(&site, &origin, 2, ""));
+    let barrier = Arc::new(Barrier::new(20));
+    let threads: Vec<_> = (0..20)
+        .map(|_| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                get(&server, "/slow-fail").status
+            })
+        })
+        .collect();
+    for t in threads {
+        let status = t.join().unwrap();
+        assert!(status == 502 || status == 503, "status {status}");
+    }
+    // One fetch, answered slowly: all twenty join it (a second only if a request came
+    // in after the first had failed, on a very loaded machine).
+    assert!(
+        origin.hits("/slow-fail") <= 2,
+        "{} origin requests",
+        origin.hits("/slow-fail")
     );
 }
