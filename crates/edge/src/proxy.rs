@@ -507,7 +507,19 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
-        let forwarded = headers::forward_request(&req.headers, &req.client, token);
+        let mut forwarded = headers::forward_request(&req.headers, &req.client, token);
+        if store.is_some() {
+            // The response is to fill the cache for every client: ask for the whole
+            // object, not this client's 304 or 206 (the client gets the full 200).
+            for name in [
+                header::IF_NONE_MATCH,
+                header::IF_MODIFIED_SINCE,
+                header::IF_RANGE,
+                header::RANGE,
+            ] {
+                forwarded.remove(name);
+            }
+        }
         let mut up = http::Request::new(Full::new(req.body.clone()));
         *up.method_mut() = req.method.clone();
         *up.uri_mut() = req

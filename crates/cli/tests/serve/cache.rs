@@ -16,6 +16,7 @@ use crate::harness::{read_response, Response, Server, Site};
 /// - `/frag/X`: `[X]`, `Cache-Control: max-age=60`
 /// - `/slow/X`: `slow X` after 500 ms, `max-age=60`
 /// - `/page/X`: ESI page including `/frag/a` and `/frag/b`, Surrogate-Control max-age=60
+/// - `/cond`: 304 to a conditional or range request, else `full`, `max-age=60`
 /// - `/slow-fail`: 503 after 1 s
 /// - `/swr`: `vN` (N = the count), `max-age=1, stale-while-revalidate=60`
 /// - `/sie-page`: ESI page including `/sie-frag`, Surrogate-Control `max-age=1+60`
@@ -66,6 +67,7 @@ impl Origin {
             }
             let path = line.split(' ').nth(1).unwrap_or("/").to_string();
             let mut language = String::new();
+            let mut conditional = false;
             loop {
                 let mut field = String::new();
                 if reader.read_line(&mut field).unwrap_or(0) == 0 {
@@ -78,6 +80,14 @@ impl Origin {
                 if let Some(v) = field.strip_prefix("accept-language:") {
                     language = v.trim().to_string();
                 }
+                conditional |= [
+                    "if-none-match:",
+                    "if-modified-since:",
+                    "if-range:",
+                    "range:",
+                ]
+                .iter()
+                .any(|p| field.starts_with(p));
             }
             let n = {
                 let mut hits = self.hits.lock().unwrap();
@@ -107,6 +117,11 @@ impl Origin {
                         "<p>{x}<esi:include src=\"/frag/a\"/><esi:include src=\"/frag/b\"/></p>"
                     );
                     ("200 OK", esi.into(), body)
+                } else if path.starts_with("/cond") && conditional {
+                    ("304 Not Modified", String::new(), String::new())
+                } else if path.starts_with("/cond") {
+                    let h = "Cache-Control: max-age=60\r\nETag: \"e1\"\r\n";
+                    ("200 OK", h.into(), "full".into())
                 } else if path == "/slow-fail" {
                     std::thread::sleep(Duration::from_millis(1000));
                     ("503 Service Unavailable", String::new(), "down".into())
@@ -825,4 +840,29 @@ fn waiters_on_a_failed_page_fetch_do_not_retry_the_origin() {
         "{} origin requests",
         origin.hits("/slow-fail")
     );
+}
+
+#[test]
+fn fills_do_not_forward_the_clients_conditionals_or_ranges() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, 1, "");
+    for (i, field) in [
+        "If-None-Match: \"e1\"",
+        "If-Modified-Since: Sun, 22 Nov 2026 05:00:00 GMT",
+        "Range: bytes=0-1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path = format!("/cond?{i}");
+        let r = request(
+            &server,
+            &format!("GET {path} HTTP/1.1\r\nHost: test\r\n{field}\r\nConnection: close\r\n\r\n"),
+        );
+        // The fill asked for the whole object, stored it, and passed it on whole.
+        assert_eq!((r.status, body(&r).as_str()), (200, "full"), "{field}");
+        assert_eq!(body(&get(&server, &path)), "full");
+        assert_eq!(origin.hits(&path), 1, "{field}: the second request hit");
+    }
 }
