@@ -157,6 +157,17 @@ fn expires_lifetime(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
 }
 
+/// Whether a request says `Cache-Control: no-store`: its response must not be stored
+/// (RFC 9111 5.2.1.5), though a stored object may still answer it.
+pub(crate) fn request_no_store(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| d.trim().eq_ignore_ascii_case("no-store"))
+}
+
 fn vary_star(headers: &HeaderMap) -> bool {
     vary_names(headers).any(|n| n == "*")
 }

@@ -325,6 +325,10 @@ impl Edge {
             }
         }
         cache.count_miss();
+        if freshness::request_no_store(&req.headers) {
+            // Not to be stored, so neither a fill nor a flight for others to wait on.
+            return self.forward(req, &upstream, mode, authority, None).await;
+        }
         let mut stale = found.filter(|e| e.may_serve_on_error(now));
         if req.method == Method::HEAD {
             let store = Store {

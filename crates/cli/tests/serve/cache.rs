@@ -866,3 +866,26 @@ fn fills_do_not_forward_the_clients_conditionals_or_ranges() {
         assert_eq!(origin.hits(&path), 1, "{field}: the second request hit");
     }
 }
+
+#[test]
+fn request_no_store_is_not_stored_but_may_be_served_a_hit() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, 1, "");
+    let no_store = |path: &str| {
+        request(
+            &server,
+            &format!("GET {path} HTTP/1.1\r\nHost: test\r\nCache-Control: max-age=0, No-Store\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    assert_eq!(body(&no_store("/frag/ns")), "[ns]");
+    assert_eq!(body(&get(&server, "/frag/ns")), "[ns]");
+    assert_eq!(
+        origin.hits("/frag/ns"),
+        2,
+        "the no-store request's response was not stored"
+    );
+    // What is stored may still answer a no-store request.
+    assert_eq!(body(&no_store("/frag/ns")), "[ns]");
+    assert_eq!(origin.hits("/frag/ns"), 2);
+}
