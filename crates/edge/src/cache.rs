@@ -534,6 +534,77 @@ pub struct Cache {
     coalesced: AtomicU64,
     /// Bumped by every purge and ban, so that memoized pages are re-checked.
     generation: AtomicU64,
+    /// Recent purges and bans (with Redis only), against records they did not remove.
+    purges: Mutex<PurgeLog>,
+}
+
+/// How many recent purges and bans are remembered (each a key or prefix and a time).
+const PURGE_LOG_LEN: usize = 10_000;
+
+/// What was purged, and when, so that a Redis record the purge did not reach (the Redis
+/// breaker was open, the write queue full, or a ban on a Redis Cluster, which is not
+/// scanned) is refused when it was made before the purge. Bounded: the last
+/// [`PURGE_LOG_LEN`] purges, each forgotten once no record made before it can still
+/// be in Redis (a record lives at most a lifetime and a stale window, each capped).
+#[derive(Default)]
+struct PurgeLog {
+    order: std::collections::VecDeque<(u64, Purged)>,
+    keys: HashMap<String, u64>,
+    prefixes: HashMap<String, u64>,
+}
+
+enum Purged {
+    Key(String),
+    Prefix(String),
+}
+
+impl PurgeLog {
+    fn longest_record_ms() -> u64 {
+        2 * MAX_LIFETIME.as_millis() as u64
+    }
+
+    fn record(&mut self, purged: Purged, now: u64) {
+        while self
+            .order
+            .front()
+            .is_some_and(|(t, _)| t.saturating_add(Self::longest_record_ms()) < now)
+        {
+            self.forget_oldest();
+        }
+        match &purged {
+            Purged::Key(k) => self.keys.insert(k.clone(), now),
+            Purged::Prefix(p) => self.prefixes.insert(p.clone(), now),
+        };
+        self.order.push_back((now, purged));
+        while self.order.len() > PURGE_LOG_LEN {
+            self.forget_oldest();
+        }
+    }
+
+    fn forget_oldest(&mut self) {
+        let Some((t, purged)) = self.order.pop_front() else {
+            return;
+        };
+        // A later purge of the same key or prefix keeps its own time.
+        let (map, name) = match &purged {
+            Purged::Key(k) => (&mut self.keys, k),
+            Purged::Prefix(p) => (&mut self.prefixes, p),
+        };
+        if map.get(name) == Some(&t) {
+            map.remove(name);
+        }
+    }
+
+    /// When `key` was last purged or banned (by a prefix of it), if remembered.
+    fn purged_at(&self, key: &str) -> Option<u64> {
+        let banned = self
+            .prefixes
+            .iter()
+            .filter(|(p, _)| key.starts_with(p.as_str()))
+            .map(|(_, t)| *t)
+            .max();
+        self.keys.get(key).copied().max(banned)
+    }
 }
 
 impl Cache {
@@ -579,6 +650,7 @@ impl Cache {
             stale_served: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            purges: Mutex::new(PurgeLog::default()),
         }))
     }
 
@@ -700,6 +772,17 @@ impl Cache {
             tracing::debug!(%object_key, "redis record refused");
             return None;
         };
+        let purged = self
+            .purges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .purged_at(key);
+        if purged.is_some_and(|t| entry.born_ms <= t) {
+            // Made before a purge that did not reach Redis.
+            shared.count_rejected();
+            tracing::debug!(%object_key, "redis record older than a purge refused");
+            return None;
+        }
         let entry = Arc::new(entry);
         if entry.useless(now) {
             return None;
@@ -761,6 +844,10 @@ impl Cache {
             None => false,
         };
         if let Some(shared) = &self.shared {
+            self.purges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(Purged::Key(key.to_string()), now_ms());
             shared.purge(key);
         }
         removed
@@ -778,6 +865,10 @@ impl Cache {
             !gone
         });
         if let Some(shared) = &self.shared {
+            self.purges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(Purged::Prefix(prefix.to_string()), now_ms());
             shared.ban(prefix);
         }
         n.into_inner()
@@ -1001,6 +1092,38 @@ mod tests {
             .evaluate(&esi::Request::new("http://x/"));
         assert_eq!(ev.includes()[0].src, "http://x/f");
         assert!(Entry::decode(Bytes::from_static(b"TSC1\x01"), 1 << 20, now).is_none());
+    }
+
+    #[test]
+    fn purge_log_remembers_recent_purges_and_bans_within_bounds() {
+        let mut log = PurgeLog::default();
+        log.record(Purged::Key("h/a".into()), 100);
+        log.record(Purged::Prefix("h/news/".into()), 200);
+        assert_eq!(log.purged_at("h/a"), Some(100));
+        assert_eq!(log.purged_at("h/ab"), None, "a purge is exact");
+        assert_eq!(log.purged_at("h/news/today"), Some(200));
+        log.record(Purged::Key("h/news/today".into()), 300);
+        assert_eq!(log.purged_at("h/news/today"), Some(300));
+        log.record(Purged::Key("h/a".into()), 400);
+        // Bounded: the oldest are forgotten, but a later purge of a key keeps its time.
+        for i in 0..PURGE_LOG_LEN - 2 {
+            log.record(Purged::Key(format!("h/other/{i}")), 500);
+        }
+        assert_eq!(log.order.len(), PURGE_LOG_LEN);
+        assert_eq!(
+            log.purged_at("h/news/today"),
+            Some(300),
+            "the ban is forgotten"
+        );
+        assert_eq!(log.purged_at("h/a"), Some(400));
+        assert_eq!(log.keys.len() + log.prefixes.len(), PURGE_LOG_LEN);
+        // Expired: no record made before them can still be in Redis.
+        log.record(
+            Purged::Key("h/late".into()),
+            501 + PurgeLog::longest_record_ms(),
+        );
+        assert_eq!(log.order.len(), 1);
+        assert_eq!(log.purged_at("h/a"), None);
     }
 
     #[test]
