@@ -807,6 +807,22 @@ impl Cache {
         self.lookup(key, field, now).filter(|e| e.is_fresh(now))
     }
 
+    /// Makes the caller the leader for `key` when nobody fetches it; for a background
+    /// refresh, which nobody needs to wait for (not counted as coalesced).
+    pub(crate) fn try_lead(self: &Arc<Self>, key: &str) -> Option<FlightGuard> {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if flights.contains_key(key) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(None);
+        flights.insert(key.to_string(), rx);
+        Some(FlightGuard {
+            cache: self.clone(),
+            key: key.to_string(),
+            tx,
+        })
+    }
+
     /// Makes the caller the leader for `key`, or a waiter on the leader.
     pub(crate) fn join(self: &Arc<Self>, key: &str) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());

@@ -202,16 +202,12 @@ impl Inner {
                     return Ok(e);
                 }
                 if e.may_revalidate_stale(now) {
-                    // Served stale; one background fetch refreshes it.
+                    // Served stale; one background fetch refreshes it, started by the
+                    // flight's leader only (not a task per stale hit).
                     self.cache.count_stale();
-                    let inner = self.clone();
-                    let refresh = target.clone();
-                    let timeout = crate::config::secs(self.config.esi.include_timeout);
-                    tokio::task::spawn_local(async move {
-                        let _ = inner
-                            .fetch_cached(refresh, Instant::now() + timeout, None)
-                            .await;
-                    });
+                    if let Some(guard) = self.cache.try_lead(key) {
+                        self.refresh_in_background(target.clone(), guard);
+                    }
                     return Ok(e);
                 }
                 stale = Some(e).filter(|e| e.may_serve_on_error(now));

@@ -318,7 +318,7 @@ impl Edge {
             }
             if e.may_revalidate_stale(now) {
                 cache.count_stale();
-                if let Join::Lead(guard) = cache.join(&key) {
+                if let Some(guard) = cache.try_lead(&key) {
                     self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 }
                 return self.serve(e.clone(), &req, &authority, now).await;
