@@ -101,8 +101,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
         if let Some(r) = c.shared {
             line.push_str(&format!(
-                "; redis: {} hits, {} misses, {} errors, {} skipped, {} writes ({} dropped), breaker opened {} times",
-                r.hits, r.misses, r.errors, r.skipped, r.writes, r.writes_dropped, r.breaker_opened
+                "; redis: {} hits, {} misses ({} records refused), {} errors, {} skipped, {} writes ({} dropped), breaker opened {} times",
+                r.hits, r.misses, r.rejected, r.errors, r.skipped, r.writes, r.writes_dropped, r.breaker_opened
             ));
         }
         eprintln!("{line}");

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::error::ConfigError;
-use crate::freshness::{Freshness, Rules};
+use crate::freshness::{Freshness, Rules, MAX_LIFETIME};
 use crate::shared_tier::{SharedTier, SharedTierStats};
 
 /// `[cache]`.
@@ -203,7 +203,10 @@ impl Entry {
 
     /// Whether the response said it may be stored.
     pub(crate) fn storable(&self) -> bool {
-        self.fresh_ms + self.swr_ms + self.sie_ms > 0
+        self.fresh_ms
+            .saturating_add(self.swr_ms)
+            .saturating_add(self.sie_ms)
+            > 0
     }
 
     /// A response as fetched; `freshness` is `None` for one that is not stored.
@@ -216,11 +219,21 @@ impl Entry {
         now: u64,
     ) -> Entry {
         headers.remove(http::header::SET_COOKIE);
+        // Parsed header values are slices of the connection's read buffer; copied, so a
+        // stored object holds only its own bytes (the weight below).
+        let headers: HeaderMap = headers
+            .iter()
+            .map(|(n, v)| {
+                let mut copy = HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
+                copy.set_sensitive(v.is_sensitive());
+                (n.clone(), copy)
+            })
+            .collect();
         let (template, source) = match template {
             Some((t, s)) => (Some(Arc::new(t)), s),
             None => (None, Vec::new()),
         };
-        let ms = |d: Duration| d.as_millis() as u64;
+        let ms = |d: Duration| d.min(MAX_LIFETIME).as_millis() as u64;
         let f = freshness.copied().unwrap_or(Freshness {
             store: false,
             fresh: Duration::ZERO,
@@ -259,7 +272,7 @@ impl Entry {
 
     /// When it stops being fresh (Unix ms).
     pub(crate) fn fresh_until(&self) -> u64 {
-        self.born_ms + self.fresh_ms
+        self.born_ms.saturating_add(self.fresh_ms)
     }
 
     /// The memoized assembly, if it still holds at `now` for this cache `generation`.
@@ -276,21 +289,25 @@ impl Entry {
 
     /// Stale, but within `stale-while-revalidate`.
     pub(crate) fn may_revalidate_stale(&self, now: u64) -> bool {
-        now.saturating_sub(self.born_ms) < self.fresh_ms + self.swr_ms
+        now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.swr_ms)
     }
 
     /// Stale, but within `stale-if-error`.
     pub(crate) fn may_serve_on_error(&self, now: u64) -> bool {
-        now.saturating_sub(self.born_ms) < self.fresh_ms + self.sie_ms
+        now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.sie_ms)
     }
 
     fn useless(&self, now: u64) -> bool {
-        now.saturating_sub(self.born_ms) >= self.fresh_ms + self.swr_ms.max(self.sie_ms)
+        now.saturating_sub(self.born_ms)
+            >= self.fresh_ms.saturating_add(self.swr_ms.max(self.sie_ms))
     }
 
     /// Seconds Redis keeps it: as long as it can be of any use.
     fn remaining_secs(&self, now: u64) -> u64 {
-        let end = self.born_ms + self.fresh_ms + self.swr_ms.max(self.sie_ms);
+        let end = self
+            .born_ms
+            .saturating_add(self.fresh_ms)
+            .saturating_add(self.swr_ms.max(self.sie_ms));
         end.saturating_sub(now).div_ceil(1000).max(1)
     }
 
@@ -326,30 +343,56 @@ impl Entry {
         out.to_vec()
     }
 
-    fn decode(mut b: Bytes) -> Option<Entry> {
+    /// A record read back from Redis, which anyone able to write there may have made:
+    /// accepted only as the store would have made it (a cacheable status, lifetimes
+    /// within [`MAX_LIFETIME`], born no later than a minute from `now`, no hop-by-hop
+    /// fields, a body within `max_object_size`); anything else is `None`.
+    fn decode(mut b: Bytes, max_object_size: usize, now: u64) -> Option<Entry> {
         fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
             (b.remaining() >= n).then(|| b.split_to(n))
         }
         if take(&mut b, 4)?.as_ref() != b"TSC1" || b.remaining() < 1 + 2 + 32 + 4 {
             return None;
         }
-        let is_template = b.get_u8() == 1;
+        let is_template = match b.get_u8() {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
         let status = StatusCode::from_u16(b.get_u16()).ok()?;
+        if !crate::freshness::status_cacheable(status) {
+            return None;
+        }
         let born_ms = b.get_u64();
         let fresh_ms = b.get_u64();
         let swr_ms = b.get_u64();
         let sie_ms = b.get_u64();
+        let longest = MAX_LIFETIME.as_millis() as u64;
+        if born_ms > now.saturating_add(60_000)
+            || [fresh_ms, swr_ms, sie_ms].iter().any(|&t| t > longest)
+        {
+            return None;
+        }
         let count = b.get_u32() as usize;
         let mut headers = HeaderMap::with_capacity(count.min(64));
         for _ in 0..count {
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
             let name = HeaderName::from_bytes(&take(&mut b, n)?).ok()?;
+            if crate::headers::is_hop_by_hop(name.as_str()) {
+                return None;
+            }
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
             let value = HeaderValue::from_maybe_shared(take(&mut b, n)?).ok()?;
             headers.append(name, value);
         }
         let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+        if n > max_object_size {
+            return None;
+        }
         let body = take(&mut b, n)?;
+        if b.has_remaining() {
+            return None;
+        }
         let mut e = if is_template {
             let mut compiler = esi::Compiler::new(&esi::Options::default());
             compiler.feed(body.clone());
@@ -491,6 +534,77 @@ pub struct Cache {
     coalesced: AtomicU64,
     /// Bumped by every purge and ban, so that memoized pages are re-checked.
     generation: AtomicU64,
+    /// Recent purges and bans (with Redis only), against records they did not remove.
+    purges: Mutex<PurgeLog>,
+}
+
+/// How many recent purges and bans are remembered (each a key or prefix and a time).
+const PURGE_LOG_LEN: usize = 10_000;
+
+/// What was purged, and when, so that a Redis record the purge did not reach (the Redis
+/// breaker was open, the write queue full, or a ban on a Redis Cluster, which is not
+/// scanned) is refused when it was made before the purge. Bounded: the last
+/// [`PURGE_LOG_LEN`] purges, each forgotten once no record made before it can still
+/// be in Redis (a record lives at most a lifetime and a stale window, each capped).
+#[derive(Default)]
+struct PurgeLog {
+    order: std::collections::VecDeque<(u64, Purged)>,
+    keys: HashMap<String, u64>,
+    prefixes: HashMap<String, u64>,
+}
+
+enum Purged {
+    Key(String),
+    Prefix(String),
+}
+
+impl PurgeLog {
+    fn longest_record_ms() -> u64 {
+        2 * MAX_LIFETIME.as_millis() as u64
+    }
+
+    fn record(&mut self, purged: Purged, now: u64) {
+        while self
+            .order
+            .front()
+            .is_some_and(|(t, _)| t.saturating_add(Self::longest_record_ms()) < now)
+        {
+            self.forget_oldest();
+        }
+        match &purged {
+            Purged::Key(k) => self.keys.insert(k.clone(), now),
+            Purged::Prefix(p) => self.prefixes.insert(p.clone(), now),
+        };
+        self.order.push_back((now, purged));
+        while self.order.len() > PURGE_LOG_LEN {
+            self.forget_oldest();
+        }
+    }
+
+    fn forget_oldest(&mut self) {
+        let Some((t, purged)) = self.order.pop_front() else {
+            return;
+        };
+        // A later purge of the same key or prefix keeps its own time.
+        let (map, name) = match &purged {
+            Purged::Key(k) => (&mut self.keys, k),
+            Purged::Prefix(p) => (&mut self.prefixes, p),
+        };
+        if map.get(name) == Some(&t) {
+            map.remove(name);
+        }
+    }
+
+    /// When `key` was last purged or banned (by a prefix of it), if remembered.
+    fn purged_at(&self, key: &str) -> Option<u64> {
+        let banned = self
+            .prefixes
+            .iter()
+            .filter(|(p, _)| key.starts_with(p.as_str()))
+            .map(|(_, t)| *t)
+            .max();
+        self.keys.get(key).copied().max(banned)
+    }
 }
 
 impl Cache {
@@ -536,6 +650,7 @@ impl Cache {
             stale_served: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            purges: Mutex::new(PurgeLog::default()),
         }))
     }
 
@@ -617,7 +732,7 @@ impl Cache {
         } else {
             let names: Arc<[String]> = names.into();
             let vk = variant_key(key, &names, field);
-            let until = now + ttl * 1000;
+            let until = now.saturating_add(ttl.saturating_mul(1000));
             self.mem
                 .insert(key.to_string(), Slot::Vary(names.clone(), until));
             if let Some(shared) = &self.shared {
@@ -631,7 +746,9 @@ impl Cache {
         self.mem.insert(object_key, Slot::Object(entry));
     }
 
-    /// Looks `key` up in the shared tier (Redis); a hit is copied into memory.
+    /// Looks `key` up in the shared tier (Redis); what is still of use (fresh, or stale
+    /// within a stale window) is copied into memory and returned. The caller decides
+    /// what a stale one is good for, as for a memory object.
     pub(crate) async fn lookup_shared(
         &self,
         key: &str,
@@ -650,7 +767,23 @@ impl Cache {
             }
             None => (key.to_string(), raw),
         };
-        let entry = Arc::new(Entry::decode(raw)?);
+        let Some(entry) = Entry::decode(raw, self.config.max_object_size, now) else {
+            shared.count_rejected();
+            tracing::debug!(%object_key, "redis record refused");
+            return None;
+        };
+        let purged = self
+            .purges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .purged_at(key);
+        if purged.is_some_and(|t| entry.born_ms <= t) {
+            // Made before a purge that did not reach Redis.
+            shared.count_rejected();
+            tracing::debug!(%object_key, "redis record older than a purge refused");
+            return None;
+        }
+        let entry = Arc::new(entry);
         if entry.useless(now) {
             return None;
         }
@@ -672,6 +805,22 @@ impl Cache {
         }
         let now = now_ms();
         self.lookup(key, field, now).filter(|e| e.is_fresh(now))
+    }
+
+    /// Makes the caller the leader for `key` when nobody fetches it; for a background
+    /// refresh, which nobody needs to wait for (not counted as coalesced).
+    pub(crate) fn try_lead(self: &Arc<Self>, key: &str) -> Option<FlightGuard> {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if flights.contains_key(key) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(None);
+        flights.insert(key.to_string(), rx);
+        Some(FlightGuard {
+            cache: self.clone(),
+            key: key.to_string(),
+            tx,
+        })
     }
 
     /// Makes the caller the leader for `key`, or a waiter on the leader.
@@ -711,6 +860,10 @@ impl Cache {
             None => false,
         };
         if let Some(shared) = &self.shared {
+            self.purges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(Purged::Key(key.to_string()), now_ms());
             shared.purge(key);
         }
         removed
@@ -728,6 +881,10 @@ impl Cache {
             !gone
         });
         if let Some(shared) = &self.shared {
+            self.purges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(Purged::Prefix(prefix.to_string()), now_ms());
             shared.ban(prefix);
         }
         n.into_inner()
@@ -926,7 +1083,7 @@ mod tests {
     fn shared_tier_encoding_round_trips() {
         let now = now_ms();
         let e = entry("body", "max-age=60, stale-if-error=30", None, now);
-        let d = Entry::decode(Bytes::from(e.encode())).unwrap();
+        let d = Entry::decode(Bytes::from(e.encode()), 1 << 20, now).unwrap();
         assert_eq!(&d.body[..], b"body");
         assert_eq!(d.headers, e.headers);
         assert_eq!(
@@ -944,12 +1101,129 @@ mod tests {
             None,
             now,
         );
-        let d = Entry::decode(Bytes::from(t.encode())).unwrap();
+        let d = Entry::decode(Bytes::from(t.encode()), 1 << 20, now).unwrap();
         let ev = d
             .template
             .unwrap()
             .evaluate(&esi::Request::new("http://x/"));
         assert_eq!(ev.includes()[0].src, "http://x/f");
-        assert!(Entry::decode(Bytes::from_static(b"TSC1\x01")).is_none());
+        assert!(Entry::decode(Bytes::from_static(b"TSC1\x01"), 1 << 20, now).is_none());
+    }
+
+    #[test]
+    fn purge_log_remembers_recent_purges_and_bans_within_bounds() {
+        let mut log = PurgeLog::default();
+        log.record(Purged::Key("h/a".into()), 100);
+        log.record(Purged::Prefix("h/news/".into()), 200);
+        assert_eq!(log.purged_at("h/a"), Some(100));
+        assert_eq!(log.purged_at("h/ab"), None, "a purge is exact");
+        assert_eq!(log.purged_at("h/news/today"), Some(200));
+        log.record(Purged::Key("h/news/today".into()), 300);
+        assert_eq!(log.purged_at("h/news/today"), Some(300));
+        log.record(Purged::Key("h/a".into()), 400);
+        // Bounded: the oldest are forgotten, but a later purge of a key keeps its time.
+        for i in 0..PURGE_LOG_LEN - 2 {
+            log.record(Purged::Key(format!("h/other/{i}")), 500);
+        }
+        assert_eq!(log.order.len(), PURGE_LOG_LEN);
+        assert_eq!(
+            log.purged_at("h/news/today"),
+            Some(300),
+            "the ban is forgotten"
+        );
+        assert_eq!(log.purged_at("h/a"), Some(400));
+        assert_eq!(log.keys.len() + log.prefixes.len(), PURGE_LOG_LEN);
+        // Expired: no record made before them can still be in Redis.
+        log.record(
+            Purged::Key("h/late".into()),
+            501 + PurgeLog::longest_record_ms(),
+        );
+        assert_eq!(log.order.len(), 1);
+        assert_eq!(log.purged_at("h/a"), None);
+    }
+
+    #[test]
+    fn huge_lifetimes_are_capped_not_overflowed() {
+        let now = now_ms();
+        let e = entry(
+            "x",
+            "max-age=18446744073709551615, stale-while-revalidate=18446744073709551615, stale-if-error=18446744073709551615",
+            None,
+            now,
+        );
+        let year = MAX_LIFETIME.as_millis() as u64;
+        assert_eq!((e.fresh_ms, e.swr_ms, e.sie_ms), (year, year, year));
+        assert!(e.is_fresh(now) && e.storable() && !e.useless(now + year));
+        assert!(e.useless(now + 3 * year));
+        assert_eq!(e.fresh_until(), now + year);
+        assert!(e.remaining_secs(now) <= 2 * year / 1000 + 1);
+        // An entry (as from a hostile record) with times at the limit of u64.
+        let mut e = Entry::new(
+            StatusCode::OK,
+            HeaderMap::new(),
+            Bytes::new(),
+            None,
+            None,
+            0,
+        );
+        (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms) = (u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+        assert!(e.storable() && e.is_fresh(u64::MAX) && !e.useless(u64::MAX));
+        assert_eq!(e.fresh_until(), u64::MAX);
+        assert!(e.remaining_secs(0) > 0);
+    }
+
+    #[test]
+    fn decode_refuses_records_the_store_would_not_make() {
+        let now = now_ms();
+        let good = entry("body", "max-age=60", None, now);
+        let record = |status: u16, times: [u64; 4], header: (&str, &str), body: &[u8]| {
+            let mut e = Entry::new(
+                StatusCode::from_u16(status).unwrap(),
+                HeaderMap::new(),
+                Bytes::copy_from_slice(body),
+                None,
+                None,
+                0,
+            );
+            e.headers.insert(
+                HeaderName::from_bytes(header.0.as_bytes()).unwrap(),
+                HeaderValue::from_str(header.1).unwrap(),
+            );
+            (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms) = (times[0], times[1], times[2], times[3]);
+            Bytes::from(e.encode())
+        };
+        let ok = [now, 60_000, 0, 0];
+        let decode = |b: Bytes| Entry::decode(b, 1024, now);
+        assert!(decode(record(200, ok, ("content-type", "text/plain"), b"x")).is_some());
+        assert!(decode(Bytes::from(good.encode())).is_some());
+        // Statuses the store never keeps.
+        for status in [206, 304, 500, 503, 100] {
+            assert!(
+                decode(record(status, ok, ("content-type", "t"), b"x")).is_none(),
+                "{status}"
+            );
+        }
+        // Times: beyond the lifetime cap, or born in the future.
+        let year = MAX_LIFETIME.as_millis() as u64;
+        for times in [
+            [now, year + 1, 0, 0],
+            [now, 1000, u64::MAX, 0],
+            [now, 1000, 0, u64::MAX],
+            [now + 3_600_000, 1000, 0, 0],
+            [u64::MAX, 1000, 0, 0],
+        ] {
+            assert!(
+                decode(record(200, times, ("content-type", "t"), b"x")).is_none(),
+                "{times:?}"
+            );
+        }
+        // Hop-by-hop fields.
+        assert!(decode(record(200, ok, ("transfer-encoding", "chunked"), b"x")).is_none());
+        assert!(decode(record(200, ok, ("connection", "close"), b"x")).is_none());
+        // A body above max_object_size, and trailing garbage.
+        assert!(decode(record(200, ok, ("content-type", "t"), &[b'x'; 2048])).is_none());
+        let mut trailing = record(200, ok, ("content-type", "t"), b"x").to_vec();
+        trailing.push(0);
+        assert!(decode(Bytes::from(trailing)).is_none());
     }
 }

@@ -288,7 +288,10 @@ async fn read_chunks(
     Ok(())
 }
 
-/// A whole body as bytes (see [`read_chunks`]).
+/// A whole body as bytes of its own (see [`read_chunks`]). A frame is a slice of the
+/// connection's read buffer, which is far larger than a small body: kept in the cache, it
+/// would hold the whole buffer alive beyond the cache's weight. So the body is always
+/// copied once into an exact-size buffer (once per fill; a hit shares it, uncopied).
 pub(crate) async fn read_bytes(
     body: Incoming,
     pooled: Pooled,
@@ -299,7 +302,7 @@ pub(crate) async fn read_bytes(
     read_chunks(body, pooled, limit, deadline, |b| parts.push(b)).await?;
     Ok(match parts.len() {
         0 => Bytes::new(),
-        1 => parts.pop().unwrap_or_default(),
+        1 => Bytes::copy_from_slice(&parts[0]),
         _ => Bytes::from(parts.concat()),
     })
 }
@@ -319,7 +322,9 @@ pub(crate) async fn read_template(
 }
 
 /// [`read_template`], also keeping the chunks (the buffers the template's text points
-/// into, so keeping them costs no memory) for the cache's shared tier.
+/// into, so keeping them costs no memory) for the cache's shared tier. Each chunk is
+/// first copied into an exact-size buffer, so a stored template does not keep the
+/// connection's larger read buffers alive (see [`read_bytes`]).
 pub(crate) async fn read_template_with_source(
     body: Incoming,
     pooled: Pooled,
@@ -329,6 +334,7 @@ pub(crate) async fn read_template_with_source(
     let mut compiler = esi::Compiler::new(&esi::Options::default());
     let mut source = Vec::new();
     read_chunks(body, pooled, limit, deadline, |b| {
+        let b = Bytes::copy_from_slice(&b);
         source.push(b.clone());
         compiler.feed(b)
     })

@@ -31,6 +31,10 @@ pub enum UpstreamError {
     /// A body larger than the limit.
     #[error("response from {upstream} is too large")]
     TooLarge { upstream: String },
+    /// The identical request this one waited on (request coalescing) failed; this one
+    /// is not sent again, so a failing origin sees one request, not one per client.
+    #[error("{upstream} failed the request this one waited on")]
+    Coalesced { upstream: String },
 }
 
 /// Why a page's stream ended early (after its head was sent). The server must close the

@@ -11,7 +11,7 @@ use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cache::{now_ms, wait_landing, Entry, Join, Landing};
+use crate::cache::{now_ms, wait_landing, Entry, FlightGuard, Join, Landing};
 use crate::client::{read_bytes, read_template_with_source, Upstream};
 use crate::config::EsiMode;
 use crate::headers;
@@ -202,16 +202,12 @@ impl Inner {
                     return Ok(e);
                 }
                 if e.may_revalidate_stale(now) {
-                    // Served stale; one background fetch refreshes it.
+                    // Served stale; one background fetch refreshes it, started by the
+                    // flight's leader only (not a task per stale hit).
                     self.cache.count_stale();
-                    let inner = self.clone();
-                    let refresh = target.clone();
-                    let timeout = crate::config::secs(self.config.esi.include_timeout);
-                    tokio::task::spawn_local(async move {
-                        let _ = inner
-                            .fetch_cached(refresh, Instant::now() + timeout, None)
-                            .await;
-                    });
+                    if let Some(guard) = self.cache.try_lead(key) {
+                        self.refresh_in_background(target.clone(), guard);
+                    }
                     return Ok(e);
                 }
                 stale = Some(e).filter(|e| e.may_serve_on_error(now));
@@ -246,7 +242,7 @@ impl Inner {
     /// fetch of the key, or leads one (Redis, then the origin) and stores the result.
     /// A failure is answered with `stale` when it may be served on error.
     async fn fetch_cached(
-        &self,
+        self: &Rc<Self>,
         target: FragmentTarget,
         deadline: Instant,
         stale: Option<Arc<Entry>>,
@@ -280,14 +276,40 @@ impl Inner {
         };
         let headers = target.headers.clone();
         let field = |n: &str| headers.get(n).cloned();
-        if guard.is_some() {
-            if let Some(e) = cache.lookup_shared(&key, &field, now_ms()).await {
-                if let Some(g) = guard {
+        let mut stale = stale;
+        let mut guard = guard;
+        if let Some(g) = guard.take() {
+            // A Redis record is a hit only while fresh; a stale one is served like a
+            // stale memory object (refreshed), or kept as the stale-if-error fallback.
+            let found = cache.lookup_shared(&key, &field, now_ms()).await;
+            let now = now_ms();
+            match found {
+                Some(e) if e.is_fresh(now) => {
                     g.land(Landing::Stored(e.clone()));
+                    return Ok(e);
                 }
-                return Ok(e);
+                Some(e) if e.may_revalidate_stale(now) => {
+                    cache.count_stale();
+                    self.refresh_in_background(target, g);
+                    return Ok(e);
+                }
+                Some(e) => {
+                    if e.may_serve_on_error(now) {
+                        stale = Some(e);
+                    }
+                    guard = Some(g);
+                }
+                None => guard = Some(g),
             }
         }
+        let on_error = |e: FetchFailed| match &stale {
+            Some(s) => {
+                cache.count_stale();
+                tracing::debug!(%key, error = %e, "fragment failed: serving stale");
+                Ok(s.clone())
+            }
+            None => Err(e),
+        };
         match self.fetch_now(target, deadline).await {
             Ok(e) => {
                 if e.storable() {
@@ -305,6 +327,31 @@ impl Inner {
                 on_error(err)
             }
         }
+    }
+
+    /// Refetches a stale fragment as the flight leader (`guard`) while the stale one is
+    /// served: stores it and lands it for the waiters.
+    fn refresh_in_background(self: &Rc<Self>, target: FragmentTarget, guard: FlightGuard) {
+        let inner = self.clone();
+        let timeout = crate::config::secs(self.config.esi.include_timeout);
+        tokio::task::spawn_local(async move {
+            let Some(key) = target.cache_key.clone() else {
+                return;
+            };
+            let headers = target.headers.clone();
+            match inner.fetch_now(target, Instant::now() + timeout).await {
+                Ok(e) if e.storable() => {
+                    let field = |n: &str| headers.get(n).cloned();
+                    inner.cache.insert(&key, &field, e.clone(), now_ms());
+                    guard.land(Landing::Stored(e));
+                }
+                Ok(_) => guard.land(Landing::NotStored),
+                Err(err) => {
+                    tracing::debug!(%key, error = %err, "fragment refresh failed");
+                    guard.land(Landing::Failed);
+                }
+            }
+        });
     }
 
     async fn fetch_now(&self, target: FragmentTarget, deadline: Instant) -> FetchResult {

@@ -46,10 +46,14 @@ const NOT_STORED: Freshness = Freshness {
     age: Duration::ZERO,
 };
 
+/// The longest any lifetime or stale window is kept (one year, RFC 9111 5.3's advice
+/// for "never expires"): larger values are capped, so times never overflow.
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Statuses a cache may store when the response says how long (RFC 9110 15.1 lists
 /// the heuristically cacheable ones; partial content and errors other than 404/410 are
 /// left to the origin).
-fn status_cacheable(status: StatusCode) -> bool {
+pub(crate) fn status_cacheable(status: StatusCode) -> bool {
     matches!(status.as_u16(), 200 | 203 | 300 | 301 | 308 | 404 | 410)
 }
 
@@ -105,19 +109,32 @@ pub(crate) fn decide(
     let Some(lifetime) = lifetime else {
         return NOT_STORED;
     };
-    let swr = cc
-        .stale_while_revalidate
-        .unwrap_or(rules.default_stale_while_revalidate);
-    let sie = stale_if_error.unwrap_or(rules.default_stale_if_error);
+    // must-revalidate, proxy-revalidate and s-maxage (which implies proxy-revalidate,
+    // RFC 9111 5.2.2.10) forbid serving stale without revalidation (RFC 9111 4.2.4):
+    // no stale windows, neither the defaults nor stale-while-revalidate. An explicit
+    // stale-if-error (or Surrogate-Control's +M) still applies: RFC 5861 section 4
+    // lets it be used "regardless of other freshness information".
+    let revalidate = cc.must_revalidate || cc.s_maxage.is_some();
+    let swr = if revalidate {
+        Duration::ZERO
+    } else {
+        cc.stale_while_revalidate
+            .unwrap_or(rules.default_stale_while_revalidate)
+    };
+    let sie = match stale_if_error {
+        Some(sie) => sie,
+        None if revalidate => Duration::ZERO,
+        None => rules.default_stale_if_error,
+    };
     if lifetime.is_zero() && swr.is_zero() && sie.is_zero() {
         return NOT_STORED;
     }
     Freshness {
         store: true,
-        fresh: lifetime,
-        stale_while_revalidate: swr,
-        stale_if_error: sie,
-        age,
+        fresh: lifetime.min(MAX_LIFETIME),
+        stale_while_revalidate: swr.min(MAX_LIFETIME),
+        stale_if_error: sie.min(MAX_LIFETIME),
+        age: age.min(MAX_LIFETIME),
     }
 }
 
@@ -138,6 +155,17 @@ fn expires_lifetime(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         .and_then(|v| httpdate::parse_http_date(v).ok())
         .unwrap_or(now);
     Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
+}
+
+/// Whether a request says `Cache-Control: no-store`: its response must not be stored
+/// (RFC 9111 5.2.1.5), though a stored object may still answer it.
+pub(crate) fn request_no_store(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| d.trim().eq_ignore_ascii_case("no-store"))
 }
 
 fn vary_star(headers: &HeaderMap) -> bool {
@@ -161,6 +189,8 @@ struct Directives {
     no_cache: bool,
     private: bool,
     public: bool,
+    /// `must-revalidate` or `proxy-revalidate`: never served stale without revalidating.
+    must_revalidate: bool,
     max_age: Option<Duration>,
     s_maxage: Option<Duration>,
     stale_while_revalidate: Option<Duration>,
@@ -203,6 +233,7 @@ impl Directives {
                     ("no-cache", _) => d.no_cache = true,
                     ("private", _) => d.private = true,
                     ("public", _) => d.public = true,
+                    ("must-revalidate" | "proxy-revalidate", _) => d.must_revalidate = true,
                     ("max-age", Some(a)) => d.max_age = seconds(a).or(Some(Duration::ZERO)),
                     ("s-maxage", Some(a)) => d.s_maxage = seconds(a).or(Some(Duration::ZERO)),
                     ("stale-while-revalidate", Some(a)) => d.stale_while_revalidate = seconds(a),
@@ -549,5 +580,48 @@ mod tests {
             now,
         );
         assert!(f.store && f.fresh.is_zero());
+    }
+
+    #[test]
+    fn revalidate_directives_get_no_default_stale_windows() {
+        let rules = Rules {
+            default_stale_while_revalidate: s(5),
+            default_stale_if_error: s(600),
+            ..RULES
+        };
+        let now = SystemTime::now();
+        let windows = |cc: &str| {
+            let f = decide(
+                StatusCode::OK,
+                &headers(&[("cache-control", cc)]),
+                &rules,
+                None,
+                false,
+                now,
+            );
+            (f.store, f.stale_while_revalidate, f.stale_if_error)
+        };
+        let zero = Duration::ZERO;
+        assert_eq!(windows("max-age=60"), (true, s(5), s(600)));
+        for cc in [
+            "max-age=60, must-revalidate",
+            "max-age=60, proxy-revalidate",
+            "s-maxage=60",
+            "s-maxage=60, stale-while-revalidate=30",
+            "max-age=60, Must-Revalidate, stale-while-revalidate=30",
+        ] {
+            assert_eq!(windows(cc), (true, zero, zero), "{cc}");
+        }
+        // An explicit stale-if-error still applies (RFC 5861 section 4).
+        assert_eq!(
+            windows("max-age=60, must-revalidate, stale-if-error=30"),
+            (true, zero, s(30))
+        );
+        assert_eq!(
+            windows("s-maxage=60, stale-if-error=30"),
+            (true, zero, s(30))
+        );
+        // must-revalidate with nothing fresh and no explicit window: not stored.
+        assert_eq!(windows("max-age=0, must-revalidate"), (false, zero, zero));
     }
 }

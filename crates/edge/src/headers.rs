@@ -19,6 +19,11 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
+/// Whether `name` (lower case) is a hop-by-hop field.
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name)
+}
+
 /// Fields a fragment request never carries: a fragment is a whole GET of another
 /// resource, so the page request's conditionals and ranges would be wrong for it (a 304
 /// or 206 cannot be included), its body fields describe a body it does not have, and

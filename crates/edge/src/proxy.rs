@@ -23,7 +23,7 @@ use crate::client::{
     read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
 };
 use crate::config::{EdgeConfig, EsiMode};
-use crate::error::{ConfigError, PageError, ProxyError};
+use crate::error::{ConfigError, PageError, ProxyError, UpstreamError};
 use crate::fetch::{is_esi, normalise_authority, FetchResult};
 use crate::freshness;
 use crate::headers::{self, ClientInfo};
@@ -318,28 +318,18 @@ impl Edge {
             }
             if e.may_revalidate_stale(now) {
                 cache.count_stale();
-                if let Join::Lead(guard) = cache.join(&key) {
-                    let this = self.clone();
-                    let mut refresh = req.clone();
-                    refresh.method = Method::GET;
-                    let (upstream, authority) = (upstream.clone(), authority.clone());
-                    tokio::task::spawn_local(async move {
-                        let store = Store {
-                            key,
-                            guard: Some(guard),
-                            stale: None,
-                            refresh: true,
-                        };
-                        let _ = this
-                            .forward(refresh, &upstream, mode, authority, Some(store))
-                            .await;
-                    });
+                if let Some(guard) = cache.try_lead(&key) {
+                    self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 }
                 return self.serve(e.clone(), &req, &authority, now).await;
             }
         }
         cache.count_miss();
-        let stale = found.filter(|e| e.may_serve_on_error(now));
+        if freshness::request_no_store(&req.headers) {
+            // Not to be stored, so neither a fill nor a flight for others to wait on.
+            return self.forward(req, &upstream, mode, authority, None).await;
+        }
+        let mut stale = found.filter(|e| e.may_serve_on_error(now));
         if req.method == Method::HEAD {
             let store = Store {
                 key,
@@ -366,16 +356,39 @@ impl Edge {
                     cache.count_stale();
                     return self.serve(stale.clone(), &req, &authority, now_ms()).await;
                 }
+                // The origin failed the leader: asking it again per waiter would only
+                // multiply the load on a failing origin.
+                (Landing::Failed, None) => {
+                    return Err(ProxyError::Upstream(UpstreamError::Coalesced {
+                        upstream: upstream.name.clone(),
+                    }))
+                }
                 // Not storable, or the leader went away: fetch our own.
-                (Landing::Failed | Landing::NotStored, _) => None,
+                (Landing::NotStored, _) => None,
             },
         };
         if let Some(g) = guard.take() {
             let field = |n: &str| req.headers.get(n).cloned();
-            match cache.lookup_shared(&key, &field, now).await {
-                Some(e) => {
+            // A Redis record is a hit only while fresh; a stale one is served like a
+            // stale memory object: within stale-while-revalidate (and refreshed), or
+            // kept as the stale-if-error fallback of the origin fetch.
+            let found = cache.lookup_shared(&key, &field, now).await;
+            let now = now_ms();
+            match found {
+                Some(e) if e.is_fresh(now) => {
                     g.land(Landing::Stored(e.clone()));
-                    return self.serve(e, &req, &authority, now_ms()).await;
+                    return self.serve(e, &req, &authority, now).await;
+                }
+                Some(e) if e.may_revalidate_stale(now) => {
+                    cache.count_stale();
+                    self.refresh_in_background(&req, &upstream, mode, &authority, key, g);
+                    return self.serve(e, &req, &authority, now).await;
+                }
+                Some(e) => {
+                    if e.may_serve_on_error(now) {
+                        stale = Some(e);
+                    }
+                    guard = Some(g);
                 }
                 None => guard = Some(g),
             }
@@ -388,6 +401,34 @@ impl Edge {
         };
         self.forward(req, &upstream, mode, authority, Some(store))
             .await
+    }
+
+    /// Refetches a stale object for `key` as the flight leader (`guard`), storing it
+    /// and landing it for waiters, while the stale one is served.
+    fn refresh_in_background(
+        &self,
+        req: &ProxyRequest,
+        upstream: &Rc<Upstream>,
+        mode: EsiMode,
+        authority: &str,
+        key: String,
+        guard: FlightGuard,
+    ) {
+        let this = self.clone();
+        let mut refresh = req.clone();
+        refresh.method = Method::GET;
+        let (upstream, authority) = (upstream.clone(), authority.to_string());
+        tokio::task::spawn_local(async move {
+            let store = Store {
+                key,
+                guard: Some(guard),
+                stale: None,
+                refresh: true,
+            };
+            let _ = this
+                .forward(refresh, &upstream, mode, authority, Some(store))
+                .await;
+        });
     }
 
     /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):
@@ -470,7 +511,19 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
-        let forwarded = headers::forward_request(&req.headers, &req.client, token);
+        let mut forwarded = headers::forward_request(&req.headers, &req.client, token);
+        if store.is_some() {
+            // The response is to fill the cache for every client: ask for the whole
+            // object, not this client's 304 or 206 (the client gets the full 200).
+            for name in [
+                header::IF_NONE_MATCH,
+                header::IF_MODIFIED_SINCE,
+                header::IF_RANGE,
+                header::RANGE,
+            ] {
+                forwarded.remove(name);
+            }
+        }
         let mut up = http::Request::new(Full::new(req.body.clone()));
         *up.method_mut() = req.method.clone();
         *up.uri_mut() = req

@@ -36,6 +36,8 @@ pub struct SharedTierStats {
     pub writes_dropped: u64,
     /// Times the breaker opened.
     pub breaker_opened: u64,
+    /// Records found but refused (malformed or implausible): treated as misses.
+    pub rejected: u64,
 }
 
 enum Command {
@@ -56,6 +58,7 @@ struct State {
     writes: AtomicU64,
     writes_dropped: AtomicU64,
     breaker_opened: AtomicU64,
+    rejected: AtomicU64,
 }
 
 pub(crate) struct SharedTier {
@@ -74,7 +77,13 @@ impl SharedTier {
                 .map_err(|e| ConfigError::Invalid(format!("cache.redis.url: {e}")))?;
             Target::Single(client)
         } else {
-            let client = redis::cluster::ClusterClient::new(config.cluster.clone())
+            // Like the single connection's: a node that accepts but never answers must
+            // fail a command in time, not hold it (and its in-flight slot) forever.
+            let timeout = crate::config::secs(config.timeout);
+            let client = redis::cluster::ClusterClient::builder(config.cluster.clone())
+                .connection_timeout(timeout.max(Duration::from_millis(500)))
+                .response_timeout(timeout)
+                .build()
                 .map_err(|e| ConfigError::Invalid(format!("cache.redis.cluster: {e}")))?;
             Target::Cluster(client)
         };
@@ -86,9 +95,10 @@ impl SharedTier {
             .build()
             .map_err(|e| ConfigError::Invalid(format!("cache.redis: cannot start: {e}")))?;
         let st = state.clone();
+        let in_flight = config.max_pending_writes.max(16);
         std::thread::Builder::new()
             .name("tessera-redis".into())
-            .spawn(move || runtime.block_on(run(target, rx, st, timeout)))
+            .spawn(move || runtime.block_on(run(target, rx, st, timeout, in_flight)))
             .map_err(|e| ConfigError::Invalid(format!("cache.redis: cannot start: {e}")))?;
         Ok(SharedTier {
             tx,
@@ -111,7 +121,13 @@ impl SharedTier {
             writes: l(&s.writes),
             writes_dropped: l(&s.writes_dropped),
             breaker_opened: l(&s.breaker_opened),
+            rejected: l(&s.rejected),
         }
+    }
+
+    /// A record found but refused: counted, and the lookup is a miss.
+    pub(crate) fn count_rejected(&self) {
+        self.state.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
     fn open(&self) -> bool {
@@ -247,12 +263,16 @@ impl Conn {
 /// The Redis thread: connects when needed (not more often than every `timeout`, and
 /// only while commands come), runs each command as its own task so a slow one delays
 /// no other, and drops the connection when a command fails so the next reconnects.
+/// At most `in_flight` commands run at once: beyond that the queue fills, and writes
+/// are dropped (lookups time out at their callers), so a slow Redis costs bounded memory.
 async fn run(
     target: Target,
     mut rx: mpsc::Receiver<Command>,
     state: Arc<State>,
     timeout: Duration,
+    in_flight: usize,
 ) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
     let mut conn: Option<Conn> = None;
     let broken = Arc::new(AtomicBool::new(false));
     let mut last_attempt: Option<tokio::time::Instant> = None;
@@ -282,9 +302,13 @@ async fn run(
             }
             continue;
         };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
         let broken = broken.clone();
         let state = state.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let ok = match command {
                 Command::Get(key, reply) => {
                     let r: redis::RedisResult<Option<Vec<u8>>> =

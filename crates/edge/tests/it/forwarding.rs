@@ -42,8 +42,23 @@ fn page_request_headers_are_forwarded_per_rfc_9110() {
             Some("tessera=\"ESI/1.0\"")
         );
         assert_eq!(seen.header("accept"), Some("text/html"));
-        // The page request itself keeps its conditionals (the origin may answer 304).
+        // A GET that may fill the cache asks for the whole object: the client's
+        // conditionals are not forwarded (docs/cache.md).
+        assert_eq!(seen.header("if-none-match"), None);
+    });
+    // Without the cache the page request keeps its conditionals (the origin may
+    // answer 304).
+    let origin = Origin::start(&[("/p", frag("plain", 0))]);
+    run(async {
+        let mut config = crate::config(&origin);
+        config.cache.enabled = false;
+        let edge = Edge::new(config).unwrap();
+        let req = request("/p", &[("if-none-match", "\"v1\""), ("range", "bytes=0-1")]);
+        let mut resp = edge.proxy(req).await.unwrap();
+        read_all(&mut resp).await;
+        let seen = origin.seen().pop().unwrap();
         assert_eq!(seen.header("if-none-match"), Some("\"v1\""));
+        assert_eq!(seen.header("range"), Some("bytes=0-1"));
     });
 }
 
