@@ -71,7 +71,45 @@ pub(crate) fn normalise_authority(authority: &str) -> String {
     }
 }
 
+/// Where an include may be fetched from (see [`Inner::fragment_origin`]).
+enum FragmentOrigin<'a> {
+    /// The page's own authority: by its route.
+    Page(Target<'a>),
+    /// A host of `[[esi.fragment_host]]`.
+    Allowed(&'a crate::config::FragmentHost),
+}
+
 impl Inner {
+    /// The rules every include URL passes, for a fetch and for a cache lookup alike: an
+    /// `http` URL without user info, on the page's own authority (then routed) or on an
+    /// allowed fragment host. Returns the parsed URL and its normalised authority.
+    fn fragment_origin(
+        &self,
+        url: &str,
+        page_authority: &str,
+    ) -> Option<(http::Uri, String, FragmentOrigin<'_>)> {
+        let uri: http::Uri = url.parse().ok()?;
+        if uri.scheme_str() != Some("http") {
+            return None;
+        }
+        let authority = normalise_authority(uri.authority()?.as_str());
+        if authority.contains('@') {
+            return None;
+        }
+        let origin = if authority == page_authority {
+            FragmentOrigin::Page(self.route(uri.path())?)
+        } else {
+            FragmentOrigin::Allowed(
+                self.config
+                    .esi
+                    .fragment_host
+                    .iter()
+                    .find(|h| normalise_authority(&h.host) == authority)?,
+            )
+        };
+        Some((uri, authority, origin))
+    }
+
     /// Decides whether `url` (absolute, resolved by the esi crate) may be fetched for a
     /// page on `page_authority`, and how. `None` refuses it: not `http`, or a host that is
     /// neither the page's own nor on the `[[esi.fragment_host]]` allow-list.
@@ -81,37 +119,25 @@ impl Inner {
         page_authority: &str,
         page_headers: &HeaderMap,
     ) -> Option<FragmentTarget> {
-        let uri: http::Uri = url.parse().ok()?;
-        if uri.scheme_str() != Some("http") {
-            return None;
-        }
-        let authority = normalise_authority(uri.authority()?.as_str());
-        if authority.contains('@') {
-            return None;
-        }
+        let (uri, authority, origin) = self.fragment_origin(url, page_authority)?;
         let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-        let (source, credentials, esi) = if authority == page_authority {
-            match self.route(uri.path())? {
-                Target::Upstream(u, esi) => (Source::Upstream(u.clone()), true, esi),
-                Target::Static(root) => (
-                    Source::Static(static_path(root, uri.path())?),
-                    true,
-                    EsiMode::Off,
-                ),
+        let (source, credentials, esi) = match origin {
+            FragmentOrigin::Page(Target::Upstream(u, esi)) => {
+                (Source::Upstream(u.clone()), true, esi)
             }
-        } else {
-            let allowed = self
-                .config
-                .esi
-                .fragment_host
-                .iter()
-                .find(|h| normalise_authority(&h.host) == authority)?;
-            let upstream = self.upstreams.get(&allowed.upstream)?.clone();
-            (
-                Source::Upstream(upstream),
-                allowed.credentials,
-                EsiMode::Auto,
-            )
+            FragmentOrigin::Page(Target::Static(root)) => (
+                Source::Static(static_path(root, uri.path())?),
+                true,
+                EsiMode::Off,
+            ),
+            FragmentOrigin::Allowed(allowed) => {
+                let upstream = self.upstreams.get(&allowed.upstream)?.clone();
+                (
+                    Source::Upstream(upstream),
+                    allowed.credentials,
+                    EsiMode::Auto,
+                )
+            }
         };
         let headers = headers::fragment_request(page_headers, &authority, credentials);
         let cache_key = (self.cache.enabled() && matches!(source, Source::Upstream(_)))
@@ -135,26 +161,11 @@ impl Inner {
         url: &str,
         page_authority: &str,
     ) -> Option<(String, String, bool)> {
-        let uri: http::Uri = url.parse().ok()?;
-        if uri.scheme_str() != Some("http") {
-            return None;
-        }
-        let authority = normalise_authority(uri.authority()?.as_str());
-        if authority.contains('@') {
-            return None;
-        }
-        let credentials = if authority == page_authority {
-            match self.route(uri.path())? {
-                Target::Upstream(..) => true,
-                Target::Static(_) => return None,
-            }
-        } else {
-            self.config
-                .esi
-                .fragment_host
-                .iter()
-                .find(|h| normalise_authority(&h.host) == authority)?
-                .credentials
+        let (uri, authority, origin) = self.fragment_origin(url, page_authority)?;
+        let credentials = match origin {
+            FragmentOrigin::Page(Target::Upstream(..)) => true,
+            FragmentOrigin::Page(Target::Static(_)) => return None,
+            FragmentOrigin::Allowed(allowed) => allowed.credentials,
         };
         let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
         let key = crate::cache::key(&authority, path_and_query);
