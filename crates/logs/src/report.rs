@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::format::{format_hour, LogFormat};
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::Key;
+use crate::key::{Key, Probe};
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -131,9 +131,63 @@ pub(crate) struct Tally {
     referrers: Map<Key, u64>,
     statuses: Vec<u64>,
     hours: Map<i64, Traffic>,
-    clients: Map<Key, (Traffic, u32)>,
+    /// The hour of the lines just read and their traffic, added to `hours` when the hour
+    /// changes: a log is in time order, so this saves a map lookup per line.
+    hour: Option<(i64, Traffic)>,
+    clients: Map<Key, ClientTally>,
     agents: Map<Key, (u64, u32)>,
     visits: Visits,
+}
+
+/// A client as a thread sees it: traffic, number, and which of its visits on `day` were
+/// appended already. A client's lines mostly repeat one of its few visits of the day
+/// (same browser, same day): those need not be appended again, which keeps the visit
+/// list (and its sorting) near the number of distinct visits instead of lines.
+struct ClientTally {
+    traffic: Traffic,
+    id: u32,
+    /// The day of the visits `agents` and `last_agent` record.
+    day: i32,
+    /// Bit `a` set: the visit (this client, agent `a`, `day`) was appended, for the
+    /// first 32 agent numbers (the common agents, numbered when first seen).
+    agents: u32,
+    /// The last agent numbered 32 or more appended on `day`, or `NO_AGENT`.
+    last_agent: u32,
+}
+
+/// No agent has this number: a thread would need 2^32 distinct agents first.
+const NO_AGENT: u32 = u32::MAX;
+
+impl ClientTally {
+    fn new(id: u32) -> ClientTally {
+        ClientTally {
+            traffic: Traffic::default(),
+            id,
+            day: 0,
+            agents: 0,
+            last_agent: NO_AGENT,
+        }
+    }
+
+    /// Whether (this client, `agent`, `day`) is a visit not yet appended; records it.
+    #[inline]
+    fn first_visit(&mut self, agent: u32, day: i32) -> bool {
+        if day != self.day {
+            self.day = day;
+            self.agents = 0;
+            self.last_agent = NO_AGENT;
+        }
+        if agent < 32 {
+            let bit = 1 << agent;
+            let first = self.agents & bit == 0;
+            self.agents |= bit;
+            first
+        } else {
+            let first = self.last_agent != agent;
+            self.last_agent = agent;
+            first
+        }
+    }
 }
 
 impl ReportQuery {
@@ -208,6 +262,7 @@ impl Job for ReportQuery {
             referrers: Map::default(),
             statuses: vec![0; 1000],
             hours: Map::default(),
+            hour: None,
             clients: Map::default(),
             agents: Map::default(),
             visits: Visits::new(),
@@ -235,24 +290,37 @@ impl Job for ReportQuery {
             t.bytes += r.bytes;
             t.statuses[r.status as usize] += 1;
             if !r.path.is_empty() {
-                t.urls.entry_ref(r.path).or_default().add(r.bytes);
+                t.urls.entry_ref(&Probe(r.path)).or_default().add(r.bytes);
                 if r.status == 404 {
-                    *t.not_found.entry_ref(r.path).or_default() += 1;
+                    *t.not_found.entry_ref(&Probe(r.path)).or_default() += 1;
                 }
             }
             if !r.referer.is_empty()
                 && r.referer != b"-"
                 && !self.is_own_referrer(r.referer, r.vhost)
             {
-                *t.referrers.entry_ref(r.referer).or_default() += 1;
+                *t.referrers.entry_ref(&Probe(r.referer)).or_default() += 1;
             }
             let next_id = t.agents.len() as u32;
-            let agent = t.agents.entry_ref(r.user_agent).or_insert((0, next_id));
+            let agent = t
+                .agents
+                .entry_ref(&Probe(r.user_agent))
+                .or_insert((0, next_id));
             agent.0 += 1;
             let agent_id = agent.1;
             let day = match r.hour {
                 Some(hour) => {
-                    t.hours.entry(hour).or_default().add(r.bytes);
+                    match &mut t.hour {
+                        Some((current, traffic)) if *current == hour => traffic.add(r.bytes),
+                        current => {
+                            if let Some((done, traffic)) = current.take() {
+                                t.hours.entry(done).or_default().absorb(traffic);
+                            }
+                            let mut traffic = Traffic::default();
+                            traffic.add(r.bytes);
+                            *current = Some((hour, traffic));
+                        }
+                    }
                     hour.div_euclid(24) as i32
                 }
                 None => i32::MIN,
@@ -260,10 +328,12 @@ impl Job for ReportQuery {
             let next_id = t.clients.len() as u32;
             let client = t
                 .clients
-                .entry_ref(r.client)
-                .or_insert((Traffic::default(), next_id));
-            client.0.add(r.bytes);
-            t.visits.push(pack_visit(client.1, agent_id, day));
+                .entry_ref(&Probe(r.client))
+                .or_insert_with(|| ClientTally::new(next_id));
+            client.traffic.add(r.bytes);
+            if client.first_visit(agent_id, day) {
+                t.visits.push(pack_visit(client.id, agent_id, day));
+            }
         }
     }
 
@@ -290,7 +360,7 @@ impl Job for ReportQuery {
                 *total.statuses.entry(status as u16).or_default() += n;
             }
         }
-        for (hour, traffic) in t.hours {
+        for (hour, traffic) in t.hours.into_iter().chain(t.hour) {
             total.hours.entry(hour).or_default().absorb(traffic);
         }
         // Translate this thread's agent numbers into the total's.
@@ -302,14 +372,14 @@ impl Job for ReportQuery {
             agent_ids[id as usize] = entry.1;
         }
         let mut client_ids = vec![0u32; t.clients.len()];
-        for (name, (traffic, id)) in t.clients {
+        for (name, client) in t.clients {
             let next = total.clients.len() as u32;
             let entry = total
                 .clients
                 .entry(name)
                 .or_insert((Traffic::default(), next));
-            entry.0.absorb(traffic);
-            client_ids[id as usize] = entry.1;
+            entry.0.absorb(client.traffic);
+            client_ids[client.id as usize] = entry.1;
         }
         let mut visits = t.visits;
         visits.compact(); // already done by `finish`, except for streamed blocks
@@ -545,6 +615,33 @@ mod tests {
             (1, 2, -3),
         ] {
             assert_eq!(unpack_visit(pack_visit(c, a, d)), (c, a, d));
+        }
+    }
+
+    #[test]
+    fn a_client_appends_each_visit_of_a_day_once() {
+        let mut c = ClientTally::new(0);
+        // Agents below 32 by bit, above by the last one; a new day starts over.
+        let steps = [
+            (3, 10, true),
+            (3, 10, false),
+            (5, 10, true),
+            (3, 10, false),
+            (40, 10, true),
+            (40, 10, false),
+            (41, 10, true),
+            (40, 10, true), // only the last agent >= 32 is remembered: appended again
+            (5, 10, false),
+            (3, 11, true),
+            (5, 11, true),
+            (3, 10, true), // back to an earlier day (unsorted log): appended again
+            (0, 0, true),  // day 0 is a day like any other, not "none"
+            (0, 0, false),
+            (31, 0, true),
+            (31, 0, false),
+        ];
+        for (i, &(agent, day, first)) in steps.iter().enumerate() {
+            assert_eq!(c.first_visit(agent, day), first, "step {i}");
         }
     }
 

@@ -19,7 +19,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, HirKind};
 
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::Key;
+use crate::key::{Key, Probe};
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -146,7 +146,10 @@ impl TopQuery {
                 span.start
             };
             tally.matched += 1;
-            *tally.counts.entry_ref(&line[start..span.end]).or_insert(0) += 1;
+            *tally
+                .counts
+                .entry_ref(&Probe(&line[start..span.end]))
+                .or_insert(0) += 1;
         }
     }
 }
