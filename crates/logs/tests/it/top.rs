@@ -12,7 +12,8 @@ const WIDE_FINDER: &str = r"GET /ongoing/When/\d\d\dx/(\d\d\d\d/\d\d/\d\d/[^ .]+
 
 /// Patterns that exercise each path: literal prefix with a separately compiled rest,
 /// prefix without a rest, no prefix at all, look-around, no capture group, a group that
-/// may not participate, and a literal that occurs several times per line.
+/// may not participate, a literal that occurs several times per line, and groups between
+/// parts of fixed length.
 const PATTERNS: &[&str] = &[
     WIDE_FINDER,
     r#""GET (/[^ ]*) HTTP"#,
@@ -28,6 +29,12 @@ const PATTERNS: &[&str] = &[
     r#"" (\d\d\d) (-|\d+)$"#,
     r"HTTP/1\.1",
     r"\.png HTTP",
+    // Group 1 between parts of a fixed number of characters: counted from the match's
+    // bounds alone when the match is ASCII.
+    r"When/\d\d\dx/(\d+)/",
+    r"(?:GET|PUT) (/\S+) HTTP/1\.[01]",
+    r"\d\d(:\d\d):",
+    r"(\w)",
 ];
 
 fn reference(regex: &Regex, log: &[u8]) -> Vec<(Vec<u8>, u64)> {
