@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::format::{format_hour, LogFormat};
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::{Key, Probe};
+use crate::key::Key;
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -290,21 +290,21 @@ impl Job for ReportQuery {
             t.bytes += r.bytes;
             t.statuses[r.status as usize] += 1;
             if !r.path.is_empty() {
-                t.urls.entry_ref(&Probe(r.path)).or_default().add(r.bytes);
+                t.urls.entry_ref(r.path).or_default().add(r.bytes);
                 if r.status == 404 {
-                    *t.not_found.entry_ref(&Probe(r.path)).or_default() += 1;
+                    *t.not_found.entry_ref(r.path).or_default() += 1;
                 }
             }
             if !r.referer.is_empty()
                 && r.referer != b"-"
                 && !self.is_own_referrer(r.referer, r.vhost)
             {
-                *t.referrers.entry_ref(&Probe(r.referer)).or_default() += 1;
+                *t.referrers.entry_ref(r.referer).or_default() += 1;
             }
             let next_id = t.agents.len() as u32;
             let agent = t
                 .agents
-                .entry_ref(&Probe(r.user_agent))
+                .entry_ref(r.user_agent)
                 .or_insert((0, next_id));
             agent.0 += 1;
             let agent_id = agent.1;
@@ -328,7 +328,7 @@ impl Job for ReportQuery {
             let next_id = t.clients.len() as u32;
             let client = t
                 .clients
-                .entry_ref(&Probe(r.client))
+                .entry_ref(r.client)
                 .or_insert_with(|| ClientTally::new(next_id));
             client.traffic.add(r.bytes);
             if client.first_visit(agent_id, day) {

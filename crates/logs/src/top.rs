@@ -19,7 +19,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, HirKind};
 
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::{Key, Probe};
+use crate::key::Key;
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -157,7 +157,7 @@ impl TopQuery {
             tally.matched += 1;
             *tally
                 .counts
-                .entry_ref(&Probe(&line[start..end]))
+                .entry_ref(&line[start..end])
                 .or_insert(0) += 1;
         }
     }
