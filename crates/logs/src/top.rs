@@ -155,10 +155,7 @@ impl TopQuery {
         };
         if let Some(Some((start, end))) = found {
             tally.matched += 1;
-            *tally
-                .counts
-                .entry_ref(&line[start..end])
-                .or_insert(0) += 1;
+            *tally.counts.entry_ref(&line[start..end]).or_insert(0) += 1;
         }
     }
 
