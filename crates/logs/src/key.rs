@@ -64,6 +64,19 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
+/// Keeps the first `n` of `rows` in the order `cmp` gives them, without sorting the rest:
+/// a report lists ten of tens of thousands of clients or URLs, and sorting them all was
+/// a tenth of the report's instructions on a 100,000-line log.
+pub(crate) fn first_n<T>(rows: &mut Vec<T>, n: usize, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if n < rows.len() {
+        if n > 0 {
+            rows.select_nth_unstable_by(n - 1, &cmp);
+        }
+        rows.truncate(n);
+    }
+    rows.sort_unstable_by(cmp);
+}
+
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", String::from_utf8_lossy(self))
@@ -74,6 +87,20 @@ impl std::fmt::Debug for Key {
 mod tests {
     use super::*;
     use std::hash::BuildHasher;
+
+    #[test]
+    fn first_n_equals_sorting_everything_and_truncating() {
+        let rows: Vec<(u64, u64)> = (0..500u64).map(|i| ((i * 7919) % 37, i)).collect();
+        let cmp = |a: &(u64, u64), b: &(u64, u64)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        for n in [0, 1, 2, 10, 36, 37, 499, 500, 501, 10_000] {
+            let mut all = rows.clone();
+            all.sort_unstable_by(cmp);
+            all.truncate(n);
+            let mut some = rows.clone();
+            first_n(&mut some, n, cmp);
+            assert_eq!(some, all, "n = {n}");
+        }
+    }
 
     #[test]
     fn short_and_long_keys_hash_and_compare_as_their_bytes() {

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::format::{format_hour, LogFormat};
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::Key;
+use crate::key::{first_n, Key};
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -531,8 +531,9 @@ fn text(bytes: &[u8]) -> String {
 /// The `n` largest entries by `weight`, ties broken by key.
 fn top_by<V, W: Ord>(map: &Map<Key, V>, n: usize, weight: impl Fn(&V) -> W) -> Vec<(&[u8], &V)> {
     let mut rows: Vec<(&[u8], &V)> = map.iter().map(|(k, v)| (&k[..], v)).collect();
-    rows.sort_unstable_by(|a, b| weight(b.1).cmp(&weight(a.1)).then_with(|| a.0.cmp(b.0)));
-    rows.truncate(n);
+    first_n(&mut rows, n, |a, b| {
+        weight(b.1).cmp(&weight(a.1)).then_with(|| a.0.cmp(b.0))
+    });
     rows
 }
 

@@ -19,7 +19,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, HirKind};
 
 use crate::input::{Job, Opened, Options, Progress};
-use crate::key::Key;
+use crate::key::{first_n, Key};
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -196,8 +196,9 @@ impl TopCounts {
     /// The `n` most frequent keys, highest count first, ties broken by key (bytewise).
     pub fn top(&self, n: usize) -> Vec<(&[u8], u64)> {
         let mut rows: Vec<(&[u8], u64)> = self.counts.iter().map(|(k, &v)| (&k[..], v)).collect();
-        rows.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        rows.truncate(n);
+        first_n(&mut rows, n, |a, b| {
+            b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0))
+        });
         rows
     }
 }
