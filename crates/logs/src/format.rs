@@ -184,6 +184,13 @@ impl LogFormat {
     /// Parses one line (without its line ending). `None` means malformed.
     #[inline]
     pub fn parse_line<'a>(&self, line: &'a [u8]) -> Option<Record<'a>> {
+        self.parse_line_with(line, &mut HourCache::default())
+    }
+
+    /// [`parse_line`](Self::parse_line) for a run of lines, remembering the last time
+    /// field's hour in `hours`: consecutive lines of a log mostly share it.
+    #[inline]
+    pub fn parse_line_with<'a>(&self, line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> {
         let mut record = Record::default();
         let mut pos = 0;
         for step in &self.steps {
@@ -208,7 +215,7 @@ impl LogFormat {
                     pos += len;
                     match field {
                         Field::Client => record.client = value,
-                        Field::Time => record.hour = Some(parse_hour(value)?),
+                        Field::Time => record.hour = Some(hours.hour(value)?),
                         Field::Request => {
                             let (method, path) = split_request(value);
                             record.method = method;
@@ -508,6 +515,39 @@ fn digits(value: &[u8]) -> Option<u32> {
     Some(n)
 }
 
+/// The hour of the last time field parsed, by the bytes [`parse_hour`] reads to find and
+/// check it in a field at least 20 bytes long (the first 15 and the 18th, in both
+/// syntaxes): the same bytes give the same answer, so they need not be parsed again.
+#[derive(Debug, Default, Clone)]
+pub struct HourCache {
+    last: Option<(u128, i64)>,
+}
+
+impl HourCache {
+    #[inline]
+    fn hour(&mut self, value: &[u8]) -> Option<i64> {
+        let inner = match value {
+            [b'[', inner @ .., b']'] => inner,
+            _ => value,
+        };
+        if inner.len() < 20 {
+            return parse_hour(value);
+        }
+        let mut key = [0; 16];
+        key[..15].copy_from_slice(&inner[..15]);
+        key[15] = inner[17];
+        let key = u128::from_ne_bytes(key);
+        match self.last {
+            Some((last, hour)) if last == key => Some(hour),
+            _ => {
+                let hour = parse_hour(value)?;
+                self.last = Some((key, hour));
+                Some(hour)
+            }
+        }
+    }
+}
+
 /// `10/Oct/2000:13:55:36 -0700` (Apache, nginx `$time_local`) or `2000-10-10T13:55:36-07:00`
 /// (nginx `$time_iso8601`) → hours since 1970 on the log's own clock.
 #[inline]
@@ -638,6 +678,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn hour_cache_answers_as_parse_hour() {
+        let mut cache = HourCache::default();
+        let values: [&[u8]; 11] = [
+            b"[21/Nov/2026:13:55:36 +0000]",
+            b"[21/Nov/2026:13:59:59 +0000]",
+            b"[21/Nov/2026:14:00:00 +0000]",
+            b"[21/Nov/2026:14:00:00 +0000]",
+            b"[21/Nov/2026:14x00:00 +0000]", // malformed after the hour: still refused
+            b"[21/Nov/2026:14:00x00 +0000]",
+            b"[21/Nov/2026:14:07:00 +0000]", // another minute of the same hour
+            b"[21/Nov/2026:14:00:00 +0000]",
+            b"2026-11-21T14:00:00+00:00",
+            b"2026-11-21T14:00:00Z", // 20 bytes
+            b"2026-11-21T14:00:00",  // 19: not cached, still parsed
+        ];
+        for value in values {
+            assert_eq!(
+                cache.hour(value),
+                parse_hour(value),
+                "{}",
+                String::from_utf8_lossy(value)
+            );
+        }
+        assert_eq!(
+            cache.hour(b"[21/Nov/2026:14:00:00 +0000]"),
+            cache.hour(b"2026-11-21T14:00:00Z")
+        );
     }
 
     #[test]

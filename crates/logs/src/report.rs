@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use crate::format::{format_hour, LogFormat};
+use crate::format::{format_hour, HourCache, LogFormat};
 use crate::input::{Job, Opened, Options, Progress};
 use crate::key::{first_n, Key};
 use crate::Error;
@@ -187,6 +187,7 @@ pub(crate) struct Tally {
     /// The hour of the lines just read and their traffic, added to `hours` when the hour
     /// changes: a log is in time order, so this saves a map lookup per line.
     hour: Option<(i64, Traffic)>,
+    hour_cache: HourCache,
     clients: Map<Key, ClientTally>,
     agents: Map<Key, (u64, u32)>,
     visits: Visits,
@@ -282,6 +283,9 @@ impl ReportQuery {
     }
 
     fn is_own_referrer(&self, referer: &[u8], vhost: &[u8]) -> bool {
+        if vhost.is_empty() && self.own_hosts.is_empty() {
+            return false;
+        }
         let Some(host) = referrer_host(referer) else {
             return false;
         };
@@ -320,6 +324,7 @@ impl Job for ReportQuery {
             statuses: vec![0; 1000],
             hours: Map::default(),
             hour: None,
+            hour_cache: HourCache::default(),
             clients: Map::default(),
             agents: Map::default(),
             visits: Visits::new(),
@@ -339,7 +344,7 @@ impl Job for ReportQuery {
                 continue;
             }
             t.lines += 1;
-            let Some(r) = self.format.parse_line(line) else {
+            let Some(r) = self.format.parse_line_with(line, &mut t.hour_cache) else {
                 t.malformed += 1;
                 continue;
             };
