@@ -92,8 +92,10 @@ function M.content(r)
     while true do pcall(function() while true do end end) end
   end
   if p == "/api/hog" then
+    -- 64 KiB a step: over the 8 MiB limit in a few hundred steps, long before the
+    -- time limit even on a loaded machine.
     local t = {}
-    for i = 1, 1e8 do t[i] = "x" .. i end
+    for i = 1, 1e8 do t[i] = string.rep("x", 65536) .. i end
   end
   return "hello from lua"
 end
@@ -274,7 +276,15 @@ fn errors_runaway_loops_and_memory_give_500_and_the_worker_goes_on() {
         // The same connection, the same (only) worker, answers the next request.
         let r = get_on(&mut stream, "/api/");
         assert_eq!((r.status, &r.body[..]), (200, &b"hello from lua"[..]));
-        eventually(what, || stderr_has(&server, what));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !stderr_has(&server, what) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what:?} after {path}; stderr: {:?}",
+                server.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     // Errors name the script and line, the watchdog's too.
     for (code, message) in [
