@@ -230,7 +230,14 @@ impl Job for TopQuery {
 
     fn scan(&self, tally: &mut Tally, block: &[u8]) {
         let Some(finder) = &self.prefix else {
-            for line in block.split(|&b| b == b'\n') {
+            if block.is_empty() {
+                return;
+            }
+            // A block ends just after a newline (but for the last of an input without
+            // one), and what follows that newline is no line: counted, it gave a pattern
+            // that matches the empty line (`^$`, `(a*)`) one phantom match per block.
+            let lines = block.strip_suffix(b"\n").unwrap_or(block);
+            for line in lines.split(|&b| b == b'\n') {
                 self.count_line(tally, line, 0);
             }
             return;

@@ -35,11 +35,16 @@ const PATTERNS: &[&str] = &[
     r"(?:GET|PUT) (/\S+) HTTP/1\.[01]",
     r"\d\d(:\d\d):",
     r"(\w)",
+    // Patterns that match an empty line.
+    r"^$",
+    r"(a*)",
 ];
 
 fn reference(regex: &Regex, log: &[u8]) -> Vec<(Vec<u8>, u64)> {
     let group = if regex.captures_len() > 1 { 1 } else { 0 };
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    // Lines end with a newline; the last may lack it.
+    let log = log.strip_suffix(b"\n").unwrap_or(log);
     for line in log.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(key) = regex.captures(line).and_then(|c| c.get(group)) {
@@ -69,6 +74,50 @@ fn agrees_with_reference_on_random_logs() {
                 reference(&regex, log),
                 "pattern {pattern}, seed {seed}"
             );
+        }
+    }
+}
+
+#[test]
+fn empty_matching_patterns_count_blank_lines_not_chunk_ends() {
+    // 64 lines, one of them blank, cut into many chunks and blocks: only the real blank
+    // line matches `^$`, and `(a*)` matches each line once.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = b"x\n".repeat(40);
+    log.extend_from_slice(b"\n");
+    log.extend_from_slice(&b"y\n".repeat(23));
+    let plain = write_file(&dir, "access.log", &log);
+    let gz = write_file(&dir, "access.log.1.gz", &gzip(&log));
+    for (pattern, expected) in [
+        (r"^$", vec![(Vec::new(), 1)]),
+        (r"(a*)", vec![(Vec::new(), 64)]),
+        (
+            r"^(\S*)$",
+            vec![(b"x".to_vec(), 40), (b"y".to_vec(), 23), (Vec::new(), 1)],
+        ),
+    ] {
+        let query = TopQuery::new(pattern).unwrap();
+        assert_eq!(
+            reference(&Regex::new(pattern).unwrap(), &log),
+            expected,
+            "{pattern}"
+        );
+        for path in [&plain, &gz] {
+            for threads in [1, 2, 3] {
+                let mut opened = logs::open(&[Input::Path(path.clone())]).unwrap();
+                let opts = logs::Options {
+                    threads,
+                    min_chunk: 1,
+                    block_size: 7,
+                };
+                let counts = query.run(&mut opened, &opts, None).unwrap();
+                assert_eq!(
+                    owned(counts.top(usize::MAX)),
+                    expected,
+                    "{pattern} on {}, {threads} threads",
+                    path.display()
+                );
+            }
         }
     }
 }
