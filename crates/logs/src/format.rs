@@ -515,7 +515,7 @@ fn digits(value: &[u8]) -> Option<u32> {
     Some(n)
 }
 
-/// The hour of the last time field parsed, by the bytes [`parse_hour`] reads to find and
+/// The hour of the last time field parsed, by the bytes the time parser reads to find and
 /// check it in a field at least 20 bytes long (the first 15 and the 18th, in both
 /// syntaxes): the same bytes give the same answer, so they need not be parsed again.
 #[derive(Debug, Default, Clone)]
