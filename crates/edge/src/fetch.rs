@@ -45,6 +45,24 @@ pub(crate) type Fetched = Entry;
 
 pub(crate) type FetchResult = Result<Arc<Fetched>, FetchFailed>;
 
+/// A failed fragment fetch answered by the stale copy kept for it, if there is one
+/// (counted and logged), else the failure.
+fn stale_or(
+    cache: &crate::cache::Cache,
+    key: &str,
+    stale: &Option<Arc<Fetched>>,
+    e: FetchFailed,
+) -> FetchResult {
+    match stale {
+        Some(s) => {
+            cache.count_stale();
+            tracing::debug!(%key, error = %e, "fragment failed: serving stale");
+            Ok(s.clone())
+        }
+        None => Err(e),
+    }
+}
+
 /// Why a fragment could not be had (logged; the include's failure policy applies).
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum FetchFailed {
@@ -262,14 +280,6 @@ impl Inner {
             return self.fetch_now(target, deadline).await;
         };
         let cache = &self.cache;
-        let on_error = |e: FetchFailed| match &stale {
-            Some(s) => {
-                cache.count_stale();
-                tracing::debug!(%key, error = %e, "fragment failed: serving stale");
-                Ok(s.clone())
-            }
-            None => Err(e),
-        };
         let guard = match cache.join(&key) {
             Join::Lead(g) => Some(g),
             Join::Wait(rx) => match wait_landing(rx, deadline).await {
@@ -281,7 +291,7 @@ impl Inner {
                         None => None,
                     }
                 }
-                Landing::Failed => return on_error(FetchFailed::Coalesced),
+                Landing::Failed => return stale_or(cache, &key, &stale, FetchFailed::Coalesced),
                 Landing::NotStored => None,
             },
         };
@@ -313,14 +323,6 @@ impl Inner {
                 None => guard = Some(g),
             }
         }
-        let on_error = |e: FetchFailed| match &stale {
-            Some(s) => {
-                cache.count_stale();
-                tracing::debug!(%key, error = %e, "fragment failed: serving stale");
-                Ok(s.clone())
-            }
-            None => Err(e),
-        };
         match self.fetch_now(target, deadline).await {
             Ok(e) => {
                 if e.storable() {
@@ -335,7 +337,7 @@ impl Inner {
                 if let Some(g) = guard {
                     g.land(Landing::Failed);
                 }
-                on_error(err)
+                stale_or(cache, &key, &stale, err)
             }
         }
     }
