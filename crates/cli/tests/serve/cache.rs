@@ -2,14 +2,14 @@
 //! PURGE/BAN, and the Redis tier with a real redis-server.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{read_response, Response, Server, Site};
+use crate::harness::{read_request_head, read_response, Response, Server, Site};
 
 /// An origin that counts requests per path and can be told to fail (503 for all).
 ///
@@ -62,22 +62,13 @@ impl Origin {
         let mut writer = stream.try_clone().unwrap();
         let mut reader = BufReader::new(stream);
         loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            let Some((path, fields)) = read_request_head(&mut reader) else {
                 return;
-            }
-            let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+            };
             let mut language = String::new();
             let mut conditional = false;
-            loop {
-                let mut field = String::new();
-                if reader.read_line(&mut field).unwrap_or(0) == 0 {
-                    return;
-                }
-                let field = field.trim_end().to_ascii_lowercase();
-                if field.is_empty() {
-                    break;
-                }
+            for field in fields {
+                let field = field.to_ascii_lowercase();
                 if let Some(v) = field.strip_prefix("accept-language:") {
                     language = v.trim().to_string();
                 }

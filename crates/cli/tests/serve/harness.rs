@@ -119,6 +119,28 @@ impl Drop for Server {
     }
 }
 
+/// What a test origin reads of one request: the path of the request line and the header
+/// lines (line ends trimmed), or `None` once the client has hung up.
+pub fn read_request_head(reader: &mut impl BufRead) -> Option<(String, Vec<String>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+    let mut fields = Vec::new();
+    loop {
+        let mut field = String::new();
+        if reader.read_line(&mut field).unwrap_or(0) == 0 {
+            return None;
+        }
+        let field = field.trim_end().to_string();
+        if field.is_empty() {
+            return Some((path, fields));
+        }
+        fields.push(field);
+    }
+}
+
 pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
     let mut all = Vec::new();
     let mut buf = [0u8; 65536];

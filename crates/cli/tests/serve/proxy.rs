@@ -1,11 +1,11 @@
 //! `tessera serve --proxy` and `[[route]]`: requests proxied to an origin, ESI pages
 //! assembled from fragments fetched in parallel.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::harness::{read_response, read_to_close, Server, Site};
+use crate::harness::{read_request_head, read_response, read_to_close, Server, Site};
 
 /// A small origin on loopback: one thread per connection, keep-alive, each response in
 /// one write with TCP_NODELAY (so no Nagle delays blur the timings).
@@ -30,27 +30,19 @@ fn serve_origin(stream: TcpStream) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        let Some((path, fields)) = read_request_head(&mut reader) else {
             return;
-        }
-        let path = line.split(' ').nth(1).unwrap_or("/").to_string();
-        let mut fields = Vec::new();
-        let mut length = 0usize;
-        loop {
-            let mut field = String::new();
-            if reader.read_line(&mut field).unwrap_or(0) == 0 {
-                return;
-            }
-            let field = field.trim_end().to_string();
-            if field.is_empty() {
-                break;
-            }
-            if let Some(v) = field.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap();
-            }
-            fields.push(field);
-        }
+        };
+        // The last Content-Length, if any.
+        let length: usize = fields
+            .iter()
+            .rev()
+            .find_map(|f| {
+                let f = f.to_ascii_lowercase();
+                f.strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
         let mut body_in = vec![0u8; length];
         reader.read_exact(&mut body_in).unwrap();
         let (status, extra, body): (&str, &str, Vec<u8>) = if path == "/page" {
