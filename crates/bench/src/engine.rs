@@ -10,16 +10,16 @@
 //! send time (uncorrected) and from the intended one (corrected), so a stalled
 //! server shows up in the percentiles instead of silently lowering the rate.
 
-use crate::config::{Address, Plan};
+use crate::config::Plan;
+use crate::os::{process_cpu, thread_cpu, timerfd};
 use crate::response::ResponseParser;
 use crate::stats::{micros, FailureKind, ThreadStats};
+use crate::stream::Stream;
 use crate::Error;
-use mio::event::Source;
-use mio::net::{TcpStream, UnixStream};
 use mio::{Events, Interest, Poll, Token};
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -140,71 +140,6 @@ impl Share {
             requests: plan.requests_total.map(split),
             rate: plan.rate.map(|r| r / plan.threads as f64),
             ramp: plan.ramp.map(|r| r / plan.threads as f64),
-        }
-    }
-}
-
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    /// `nodelay` only matters when a connection carries more than one request:
-    /// a single request goes out in one write, which Nagle never delays.
-    fn connect(addr: &Address, nodelay: bool) -> io::Result<Stream> {
-        Ok(match addr {
-            Address::Tcp(a) => {
-                let s = TcpStream::connect(*a)?;
-                if nodelay {
-                    s.set_nodelay(true)?;
-                }
-                Stream::Tcp(s)
-            }
-            Address::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
-        })
-    }
-
-    fn source(&mut self) -> &mut dyn Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-
-    /// `Ok(true)` once connected, `Ok(false)` while the connect is in progress.
-    fn connected(&self) -> io::Result<bool> {
-        let err = match self {
-            Stream::Tcp(s) => s.take_error()?,
-            Stream::Unix(s) => s.take_error()?,
-        };
-        if let Some(e) = err {
-            return Err(e);
-        }
-        let peer = match self {
-            Stream::Tcp(s) => s.peer_addr().map(|_| ()),
-            Stream::Unix(s) => s.peer_addr().map(|_| ()),
-        };
-        match peer {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    #[inline]
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
         }
     }
 }
@@ -944,38 +879,4 @@ impl<'a> Worker<'a> {
             self.reopen.push_back((retry, slot));
         }
     }
-}
-
-fn timerfd() -> Result<OwnedFd, Error> {
-    // SAFETY: plain syscall; the fd is owned below.
-    let fd = unsafe {
-        libc::timerfd_create(
-            libc::CLOCK_MONOTONIC,
-            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    // SAFETY: fd is a fresh, valid descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn rusage(who: libc::c_int) -> Duration {
-    // SAFETY: getrusage fills the zeroed struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(who, &mut u) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-/// User + system CPU time of the whole process so far.
-pub fn process_cpu() -> Duration {
-    rusage(libc::RUSAGE_SELF)
-}
-
-fn thread_cpu() -> Duration {
-    rusage(libc::RUSAGE_THREAD)
 }

@@ -22,9 +22,11 @@ mod engine;
 mod error;
 pub mod find_max;
 pub mod html;
+mod os;
 pub mod report;
 pub mod response;
 mod stats;
+mod stream;
 pub mod sysinfo;
 pub mod testserver;
 

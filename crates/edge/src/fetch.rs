@@ -11,11 +11,12 @@ use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cache::{now_ms, wait_landing, Entry, FlightGuard, Join, Landing};
+use crate::cache::{wait_landing, Entry, FlightGuard, Join, Landing};
 use crate::client::{read_bytes, read_template_with_source, Upstream};
+use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
-use crate::proxy::{Inner, Target};
+use crate::inner::{FetchFailed, FetchResult, Fetched, Inner, Target};
 
 /// Where one fragment comes from, decided before anything is sent.
 #[derive(Clone)]
@@ -39,12 +40,6 @@ enum Source {
     Static(PathBuf),
 }
 
-/// A fetched fragment, shared by every include that asked for it (and kept in the
-/// cache when its response allows).
-pub(crate) type Fetched = Entry;
-
-pub(crate) type FetchResult = Result<Arc<Fetched>, FetchFailed>;
-
 /// A failed fragment fetch answered by the stale copy kept for it, if there is one
 /// (counted and logged), else the failure.
 fn stale_or(
@@ -61,23 +56,6 @@ fn stale_or(
         }
         None => Err(e),
     }
-}
-
-/// Why a fragment could not be had (logged; the include's failure policy applies).
-#[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum FetchFailed {
-    #[error(transparent)]
-    Upstream(crate::UpstreamError),
-    #[error("fragment answered {0}")]
-    Status(u16),
-    #[error("static fragment {0}")]
-    Static(String),
-    /// The shared fetch went away without a result.
-    #[error("fragment fetch abandoned")]
-    Abandoned,
-    /// Another request's fetch of it failed just now.
-    #[error("fragment fetch failed for the request it was shared with")]
-    Coalesced,
 }
 
 /// A request's authority, lower-cased, without the default port.

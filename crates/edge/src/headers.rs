@@ -214,6 +214,20 @@ pub(crate) fn split_directives(value: &str) -> Vec<&str> {
     out
 }
 
+/// An assembled page is new content: the upstream's length and validators do not
+/// describe it.
+pub(crate) fn page_headers(mut headers: HeaderMap) -> HeaderMap {
+    for name in [
+        http::header::CONTENT_LENGTH,
+        http::header::ETAG,
+        http::header::LAST_MODIFIED,
+        http::header::ACCEPT_RANGES,
+    ] {
+        headers.remove(name);
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

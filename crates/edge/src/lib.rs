@@ -69,20 +69,23 @@
 mod breaker;
 mod cache;
 mod client;
+mod clock;
 mod config;
 mod error;
 mod fetch;
 mod freshness;
 pub mod headers;
+mod inner;
 mod page;
 mod proxy;
 mod shared_tier;
 
 pub use breaker::BreakerState;
-pub use cache::{Cache, CacheConfig, CacheStats, RedisConfig};
+pub use cache::{Cache, CacheStats};
 pub use client::UpstreamStats;
 pub use config::{
-    EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RouteConfig, UpstreamConfig,
+    CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RedisConfig,
+    RouteConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;

@@ -25,7 +25,7 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::config::PagePolicy;
 use crate::error::PageError;
-use crate::proxy::Inner;
+use crate::inner::Inner;
 
 /// What one include turned into.
 enum Outcome {

@@ -14,19 +14,21 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use http_body::Body as _;
 use http_body_util::Full;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::cache::{self, now_ms, wait_landing, Cache, Entry, FlightGuard, Join, Landing, Memo};
+use crate::cache::{self, wait_landing, Cache, Entry, FlightGuard, Join, Landing, Memo};
 use crate::client::{
     read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
 };
+use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError, ProxyError, UpstreamError};
-use crate::fetch::{is_esi, normalise_authority, FetchResult};
+use crate::fetch::{is_esi, normalise_authority};
 use crate::freshness;
-use crate::headers::{self, ClientInfo};
+use crate::headers::{self, page_headers, ClientInfo};
+use crate::inner::{Inner, RouteTo, Target};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, breakers and in-flight fetches are the worker's own) and call
@@ -35,28 +37,6 @@ use crate::headers::{self, ClientInfo};
 #[derive(Clone)]
 pub struct Edge {
     inner: Rc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) config: EdgeConfig,
-    pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
-    /// Longest prefix first.
-    routes: Vec<(String, RouteTo)>,
-    /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
-    pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
-    pub(crate) fetches: Cell<u64>,
-    /// The process's cache, shared with every other worker's `Edge`.
-    pub(crate) cache: Arc<Cache>,
-}
-
-enum RouteTo {
-    Upstream(Rc<Upstream>, EsiMode),
-    Static(std::path::PathBuf),
-}
-
-pub(crate) enum Target<'a> {
-    Upstream(&'a Rc<Upstream>, EsiMode),
-    Static(&'a Path),
 }
 
 /// Where a path goes, for the server to decide between proxying and its own static files.
@@ -809,20 +789,6 @@ impl Edge {
     }
 }
 
-/// An assembled page is new content: the upstream's length and validators do not
-/// describe it.
-pub(crate) fn page_headers(mut headers: HeaderMap) -> HeaderMap {
-    for name in [
-        header::CONTENT_LENGTH,
-        header::ETAG,
-        header::LAST_MODIFIED,
-        header::ACCEPT_RANGES,
-    ] {
-        headers.remove(name);
-    }
-    headers
-}
-
 /// What [`Edge::forward`] does with a cacheable response.
 struct Store {
     key: String,
@@ -836,32 +802,4 @@ struct Store {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-impl Inner {
-    /// The route of a request path (no query), matched on its normalised form
-    /// ([`wire::normalize_path`], as the server matches files and script mounts), so
-    /// `//app/x`, `/%61pp/x` and `/y/../app/x` all take `/app`'s route. `None` when the
-    /// path normalises to nothing (`..` above the root, bad escapes) or has no route.
-    pub(crate) fn route(&self, path: &str) -> Option<Target<'_>> {
-        let mut normal = Vec::with_capacity(path.len() + 1);
-        wire::normalize_path(path.as_bytes(), &mut normal).ok()?;
-        self.route_normalised(&normal)
-    }
-
-    /// [`Inner::route`] of a path already normalised.
-    pub(crate) fn route_normalised(&self, path: &[u8]) -> Option<Target<'_>> {
-        self.routes
-            .iter()
-            .find(|(prefix, _)| {
-                path.starts_with(prefix.as_bytes())
-                    && (prefix.ends_with('/')
-                        || path.len() == prefix.len()
-                        || path[prefix.len()] == b'/')
-            })
-            .map(|(_, to)| match to {
-                RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),
-                RouteTo::Static(root) => Target::Static(root),
-            })
-    }
 }

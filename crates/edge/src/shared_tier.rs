@@ -16,7 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::{now_ms, RedisConfig};
+use crate::clock::now_ms;
+use crate::config::RedisConfig;
 use crate::error::ConfigError;
 
 /// Counters of the shared tier.

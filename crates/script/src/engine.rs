@@ -21,41 +21,13 @@ use crate::guard::{self, Watchdog, WorkerGuard};
 use crate::shared::{self, SharedDicts};
 use crate::Error;
 
-/// Takes out of a worker's Lua environment what would let one script stop, block or
-/// crash every worker (all share the process): `os.exit` and `os.execute`, the `os`
-/// calls that change files or the process's locale, reading a chunk from stdin
-/// (`dofile()`, `loadfile()` without a name) and loading precompiled bytecode, which
-/// LuaJIT does not verify (crafted bytecode can corrupt memory). C modules are already
-/// refused by mlua's safe mode, `io`, `debug` and `ffi` are not loaded. docs/lua.md
-/// lists what stays.
-const SANDBOX: &str = r#"
-for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
-  os[name] = nil
-end
-local load, loadfile = load, loadfile
-_G.load = function(chunk, name, mode, ...) return load(chunk, name, "t", ...) end
-_G.loadstring = function(s, name) return load(s, name, "t") end
-_G.loadfile = function(name, mode, ...)
-  if type(name) ~= "string" then
-    error("loadfile needs a file name (scripts cannot read stdin)", 2)
-  end
-  return loadfile(name, "t", ...)
-end
-_G.dofile = function(name)
-  if type(name) ~= "string" then
-    error("dofile needs a file name (scripts cannot read stdin)", 2)
-  end
-  return assert(loadfile(name, "t"))()
-end
-"#;
-
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
 
 /// What every worker shares.
 pub struct Scripts {
     configs: Vec<ScriptConfig>,
-    dicts: SharedDicts,
+    dicts: Arc<SharedDicts>,
     watchdog: Arc<Watchdog>,
     generation: AtomicU64,
 }
@@ -121,7 +93,7 @@ impl Scripts {
         }
         Ok(Arc::new(Scripts {
             configs,
-            dicts: SharedDicts::new(dicts),
+            dicts: Arc::new(SharedDicts::new(dicts)),
             watchdog: Watchdog::start(),
             generation: AtomicU64::new(0),
         }))
@@ -376,7 +348,7 @@ impl Engine {
 
     fn install_api(&self, worker: usize, edge: Option<edge::Edge>) -> mlua::Result<()> {
         let lua = &self.lua;
-        lua.load(SANDBOX).set_name("=sandbox").exec()?;
+        lua.load(guard::SANDBOX).set_name("=sandbox").exec()?;
         // Pattern functions with their cost check.
         let check =
             lua.create_function(|_, (s, p, anchored): (mlua::String, mlua::String, bool)| {
@@ -434,10 +406,7 @@ impl Engine {
         for name in self.scripts.dicts.names() {
             shared_table.set(
                 name,
-                DictHandle {
-                    scripts: self.scripts.clone(),
-                    name: name.to_string(),
-                },
+                shared::DictHandle::new(self.scripts.dicts.clone(), name),
             )?;
         }
         tessera.set("shared", shared_table.clone())?;
@@ -901,83 +870,5 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
 impl Drop for Engine {
     fn drop(&mut self) {
         self.guard.detach();
-    }
-}
-
-/// `shared.NAME` in Lua.
-struct DictHandle {
-    scripts: Arc<Scripts>,
-    name: String,
-}
-
-impl DictHandle {
-    fn dict(&self) -> &shared::Dict {
-        self.scripts
-            .dicts
-            .get(&self.name)
-            .expect("handles are made for configured dictionaries only")
-    }
-}
-
-fn ttl(seconds: Option<f64>) -> mlua::Result<Option<Duration>> {
-    match seconds {
-        None => Ok(None),
-        Some(0.0) => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(_) => Err(mlua::Error::runtime("ttl must be >= 0 seconds")),
-    }
-}
-
-impl mlua::UserData for DictHandle {
-    fn add_methods<M: mlua::UserDataMethods<Self>>(m: &mut M) {
-        m.add_method("get", |lua, d, key: mlua::String| {
-            Ok(match d.dict().get(&key.as_bytes()) {
-                None => Value::Nil,
-                Some(shared::Value::Bytes(b)) => Value::String(lua.create_string(&b)?),
-                Some(shared::Value::Number(n)) => Value::Number(n),
-                Some(shared::Value::Bool(b)) => Value::Boolean(b),
-            })
-        });
-        m.add_method(
-            "set",
-            |lua, d, (key, value, seconds): (mlua::String, Value, Option<f64>)| {
-                let value = match value {
-                    Value::Nil => {
-                        d.dict().delete(&key.as_bytes());
-                        return Ok((true, Value::Nil));
-                    }
-                    Value::String(s) => shared::Value::Bytes(s.as_bytes().to_vec()),
-                    Value::Integer(i) => shared::Value::Number(i as f64),
-                    Value::Number(n) => shared::Value::Number(n),
-                    Value::Boolean(b) => shared::Value::Bool(b),
-                    other => {
-                        return Err(mlua::Error::runtime(format!(
-                            "cannot store a {} in a shared dictionary",
-                            other.type_name()
-                        )))
-                    }
-                };
-                match d.dict().set(&key.as_bytes(), value, ttl(seconds)?) {
-                    Ok(()) => Ok((true, Value::Nil)),
-                    Err(e) => Ok((false, Value::String(lua.create_string(e.as_str())?))),
-                }
-            },
-        );
-        m.add_method(
-            "incr",
-            |lua, d, (key, by, init, seconds): (mlua::String, f64, Option<f64>, Option<f64>)| {
-                match d
-                    .dict()
-                    .incr(&key.as_bytes(), by, init.unwrap_or(0.0), ttl(seconds)?)
-                {
-                    Ok(n) => Ok((Value::Number(n), Value::Nil)),
-                    Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e.as_str())?))),
-                }
-            },
-        );
-        m.add_method("delete", |_, d, key: mlua::String| {
-            d.dict().delete(&key.as_bytes());
-            Ok(())
-        });
     }
 }

@@ -358,6 +358,34 @@ string.gsub = function(s, p, r, n)
 end
 "#;
 
+/// Takes out of a worker's Lua environment what would let one script stop, block or
+/// crash every worker (all share the process): `os.exit` and `os.execute`, the `os`
+/// calls that change files or the process's locale, reading a chunk from stdin
+/// (`dofile()`, `loadfile()` without a name) and loading precompiled bytecode, which
+/// LuaJIT does not verify (crafted bytecode can corrupt memory). C modules are already
+/// refused by mlua's safe mode, `io`, `debug` and `ffi` are not loaded. docs/lua.md
+/// lists what stays.
+pub(crate) const SANDBOX: &str = r#"
+for _, name in ipairs{ "exit", "execute", "remove", "rename", "tmpname", "setlocale" } do
+  os[name] = nil
+end
+local load, loadfile = load, loadfile
+_G.load = function(chunk, name, mode, ...) return load(chunk, name, "t", ...) end
+_G.loadstring = function(s, name) return load(s, name, "t") end
+_G.loadfile = function(name, mode, ...)
+  if type(name) ~= "string" then
+    error("loadfile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return loadfile(name, "t", ...)
+end
+_G.dofile = function(name)
+  if type(name) ~= "string" then
+    error("dofile needs a file name (scripts cannot read stdin)", 2)
+  end
+  return assert(loadfile(name, "t"))()
+end
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;

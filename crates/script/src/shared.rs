@@ -4,8 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use mlua::Value as LuaValue;
 
 use crate::config::SharedDictConfig;
 
@@ -253,6 +255,93 @@ impl SharedDicts {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.dicts.keys().map(String::as_str)
+    }
+}
+
+/// `shared.NAME` in Lua.
+pub(crate) struct DictHandle {
+    dicts: Arc<SharedDicts>,
+    name: String,
+}
+
+impl DictHandle {
+    pub(crate) fn new(dicts: Arc<SharedDicts>, name: &str) -> DictHandle {
+        DictHandle {
+            dicts,
+            name: name.to_string(),
+        }
+    }
+
+    fn dict(&self) -> &Dict {
+        self.dicts
+            .get(&self.name)
+            .expect("handles are made for configured dictionaries only")
+    }
+}
+
+fn ttl(seconds: Option<f64>) -> mlua::Result<Option<Duration>> {
+    match seconds {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(_) => Err(mlua::Error::runtime("ttl must be >= 0 seconds")),
+    }
+}
+
+impl mlua::UserData for DictHandle {
+    fn add_methods<M: mlua::UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("get", |lua, d, key: mlua::String| {
+            Ok(match d.dict().get(&key.as_bytes()) {
+                None => LuaValue::Nil,
+                Some(Value::Bytes(b)) => LuaValue::String(lua.create_string(&b)?),
+                Some(Value::Number(n)) => LuaValue::Number(n),
+                Some(Value::Bool(b)) => LuaValue::Boolean(b),
+            })
+        });
+        m.add_method(
+            "set",
+            |lua, d, (key, value, seconds): (mlua::String, LuaValue, Option<f64>)| {
+                let value = match value {
+                    LuaValue::Nil => {
+                        d.dict().delete(&key.as_bytes());
+                        return Ok((true, LuaValue::Nil));
+                    }
+                    LuaValue::String(s) => Value::Bytes(s.as_bytes().to_vec()),
+                    LuaValue::Integer(i) => Value::Number(i as f64),
+                    LuaValue::Number(n) => Value::Number(n),
+                    LuaValue::Boolean(b) => Value::Bool(b),
+                    other => {
+                        return Err(mlua::Error::runtime(format!(
+                            "cannot store a {} in a shared dictionary",
+                            other.type_name()
+                        )))
+                    }
+                };
+                match d.dict().set(&key.as_bytes(), value, ttl(seconds)?) {
+                    Ok(()) => Ok((true, LuaValue::Nil)),
+                    Err(e) => Ok((false, LuaValue::String(lua.create_string(e.as_str())?))),
+                }
+            },
+        );
+        m.add_method(
+            "incr",
+            |lua, d, (key, by, init, seconds): (mlua::String, f64, Option<f64>, Option<f64>)| {
+                match d
+                    .dict()
+                    .incr(&key.as_bytes(), by, init.unwrap_or(0.0), ttl(seconds)?)
+                {
+                    Ok(n) => Ok((LuaValue::Number(n), LuaValue::Nil)),
+                    Err(e) => Ok((
+                        LuaValue::Nil,
+                        LuaValue::String(lua.create_string(e.as_str())?),
+                    )),
+                }
+            },
+        );
+        m.add_method("delete", |_, d, key: mlua::String| {
+            d.dict().delete(&key.as_bytes());
+            Ok(())
+        });
     }
 }
 

@@ -24,6 +24,7 @@ mod files;
 mod listing;
 mod output;
 mod range;
+mod runtime;
 mod scripted;
 mod worker;
 
@@ -138,7 +139,7 @@ impl Server {
             // With port 0 the first bind picks a port; the other workers join that one.
             let mut addr = requested;
             for worker in listeners.iter_mut() {
-                let listener = worker::bind(addr, config.backlog)
+                let listener = runtime::bind(addr, config.backlog)
                     .map_err(|source| Error::Listen { addr, source })?;
                 if addr.port() == 0 {
                     addr = listener
@@ -199,7 +200,7 @@ impl Server {
             let shutdown = shutdown.subscribe();
             let thread = std::thread::Builder::new()
                 .name(format!("tessera-worker-{id}"))
-                .spawn(move || worker::run(id, listeners, shared, log, shutdown))
+                .spawn(move || runtime::run(id, listeners, shared, log, shutdown))
                 .map_err(Error::Thread)?;
             threads.push(thread);
         }

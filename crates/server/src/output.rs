@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::files::FileEntry;
+use crate::cache::FileEntry;
 
 /// Most iovecs handed to one writev; a batch of 100 pipelined responses needs 200 (head
 /// and body each), so they go out in a few calls. Kept on the stack of a synchronous

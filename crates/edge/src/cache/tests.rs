@@ -1,0 +1,296 @@
+//! Unit tests of the cache's keys, variants, records and purge log.
+
+use std::time::SystemTime;
+
+use super::*;
+
+fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<Entry> {
+    let mut h = HeaderMap::new();
+    h.insert("cache-control", cache_control.parse().unwrap());
+    if let Some(v) = vary {
+        h.insert("vary", v.parse().unwrap());
+    }
+    let rules = Rules {
+        device_token: "tessera",
+        default_stale_while_revalidate: Duration::ZERO,
+        default_stale_if_error: Duration::ZERO,
+        store_set_cookie: false,
+    };
+    let f = crate::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());
+    assert!(f.store);
+    Arc::new(Entry::new(
+        StatusCode::OK,
+        h,
+        Bytes::from(body.to_string()),
+        None,
+        Some(&f),
+        now,
+    ))
+}
+
+fn fields(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<HeaderValue> {
+    move |n| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| HeaderValue::from_static(v))
+    }
+}
+
+#[test]
+fn vary_table() {
+    let cache = Cache::new(&CacheConfig::default()).unwrap();
+    let now = now_ms();
+    let k = key("shop.example", "/greeting");
+    let en = fields(&[("accept-language", "en"), ("user-agent", "a")]);
+    cache.insert(
+        &k,
+        &en,
+        entry("hello", "max-age=60", Some("Accept-Language"), now),
+        now,
+    );
+    // (request fields, expected body)
+    type Row = (
+        &'static [(&'static str, &'static str)],
+        Option<&'static str>,
+    );
+    let table: &[Row] = &[
+        (&[("accept-language", "en")], Some("hello")),
+        (
+            &[("accept-language", "en"), ("user-agent", "b")],
+            Some("hello"),
+        ),
+        (&[("accept-language", "fr")], None),
+        (&[], None),
+    ];
+    for (req, want) in table {
+        let got = cache.lookup(&k, &fields(req), now);
+        assert_eq!(
+            got.as_ref().map(|e| &e.body[..]),
+            want.map(str::as_bytes),
+            "{req:?}"
+        );
+    }
+    let fr = fields(&[("accept-language", "fr")]);
+    cache.insert(
+        &k,
+        &fr,
+        entry("bonjour", "max-age=60", Some("accept-language"), now),
+        now,
+    );
+    assert_eq!(&cache.lookup(&k, &fr, now).unwrap().body[..], b"bonjour");
+    assert_eq!(&cache.lookup(&k, &en, now).unwrap().body[..], b"hello");
+    // Purging the URL removes every variant.
+    assert!(cache.purge(&k));
+    assert!(cache.lookup(&k, &en, now).is_none());
+    assert!(cache.lookup(&k, &fr, now).is_none());
+    assert!(!cache.purge(&k));
+}
+
+#[test]
+fn ages_and_windows() {
+    let now = now_ms();
+    let e = entry(
+        "x",
+        "max-age=10, stale-while-revalidate=5, stale-if-error=60",
+        None,
+        now,
+    );
+    assert!(e.is_fresh(now + 9_999));
+    assert!(!e.is_fresh(now + 10_000));
+    assert!(e.may_revalidate_stale(now + 14_999));
+    assert!(!e.may_revalidate_stale(now + 15_000));
+    assert!(e.may_serve_on_error(now + 69_999));
+    assert!(e.useless(now + 70_000));
+    assert_eq!(e.age_secs(now + 3_500), 3);
+}
+
+#[test]
+fn memory_stays_within_budget_under_unique_keys() {
+    let config = CacheConfig {
+        max_size: 1 << 20,
+        max_object_size: 64 << 10,
+        ..CacheConfig::default()
+    };
+    let cache = Cache::new(&config).unwrap();
+    let now = now_ms();
+    let body = "x".repeat(3000);
+    let none = fields(&[]);
+    for i in 0..20_000 {
+        cache.insert(
+            &key("a", &format!("/u/{i}")),
+            &none,
+            entry(&body, "max-age=60", None, now),
+            now,
+        );
+        if i % 1000 == 0 {
+            let s = cache.stats();
+            assert!(s.weight <= s.capacity, "{s:?}");
+        }
+    }
+    let s = cache.stats();
+    assert!(s.weight <= 1 << 20 && s.weight > (1 << 20) / 2, "{s:?}");
+    // A hot key read between scans survives them.
+    let hot = key("a", "/hot");
+    cache.insert(&hot, &none, entry(&body, "max-age=60", None, now), now);
+    for i in 0..20_000 {
+        assert!(
+            cache.lookup(&hot, &none, now).is_some(),
+            "hot key evicted at {i}"
+        );
+        cache.insert(
+            &key("b", &format!("/scan/{i}")),
+            &none,
+            entry(&body, "max-age=60", None, now),
+            now,
+        );
+    }
+}
+
+#[test]
+fn shared_tier_encoding_round_trips() {
+    let now = now_ms();
+    let e = entry("body", "max-age=60, stale-if-error=30", None, now);
+    let d = Entry::decode(Bytes::from(e.encode()), 1 << 20, now).unwrap();
+    assert_eq!(&d.body[..], b"body");
+    assert_eq!(d.headers, e.headers);
+    assert_eq!(
+        (d.born_ms, d.fresh_ms, d.sie_ms),
+        (e.born_ms, e.fresh_ms, e.sie_ms)
+    );
+    let mut c = esi::Compiler::new(&esi::Options::default());
+    let src = Bytes::from_static(b"<p><esi:include src=\"/f\"/></p>");
+    c.feed(src.clone());
+    let t = Entry::new(
+        StatusCode::OK,
+        HeaderMap::new(),
+        Bytes::new(),
+        Some((c.finish(), vec![src])),
+        None,
+        now,
+    );
+    let d = Entry::decode(Bytes::from(t.encode()), 1 << 20, now).unwrap();
+    let ev = d
+        .template
+        .unwrap()
+        .evaluate(&esi::Request::new("http://x/"));
+    assert_eq!(ev.includes()[0].src, "http://x/f");
+    assert!(Entry::decode(Bytes::from_static(b"TSC1\x01"), 1 << 20, now).is_none());
+}
+
+#[test]
+fn purge_log_remembers_recent_purges_and_bans_within_bounds() {
+    let mut log = PurgeLog::default();
+    log.record(Purged::Key("h/a".into()), 100);
+    log.record(Purged::Prefix("h/news/".into()), 200);
+    assert_eq!(log.purged_at("h/a"), Some(100));
+    assert_eq!(log.purged_at("h/ab"), None, "a purge is exact");
+    assert_eq!(log.purged_at("h/news/today"), Some(200));
+    log.record(Purged::Key("h/news/today".into()), 300);
+    assert_eq!(log.purged_at("h/news/today"), Some(300));
+    log.record(Purged::Key("h/a".into()), 400);
+    // Bounded: the oldest are forgotten, but a later purge of a key keeps its time.
+    for i in 0..PURGE_LOG_LEN - 2 {
+        log.record(Purged::Key(format!("h/other/{i}")), 500);
+    }
+    assert_eq!(log.order.len(), PURGE_LOG_LEN);
+    assert_eq!(
+        log.purged_at("h/news/today"),
+        Some(300),
+        "the ban is forgotten"
+    );
+    assert_eq!(log.purged_at("h/a"), Some(400));
+    assert_eq!(log.keys.len() + log.prefixes.len(), PURGE_LOG_LEN);
+    // Expired: no record made before them can still be in Redis.
+    log.record(
+        Purged::Key("h/late".into()),
+        501 + PurgeLog::longest_record_ms(),
+    );
+    assert_eq!(log.order.len(), 1);
+    assert_eq!(log.purged_at("h/a"), None);
+}
+
+#[test]
+fn huge_lifetimes_are_capped_not_overflowed() {
+    let now = now_ms();
+    let e = entry(
+        "x",
+        "max-age=18446744073709551615, stale-while-revalidate=18446744073709551615, stale-if-error=18446744073709551615",
+        None,
+        now,
+    );
+    let year = MAX_LIFETIME.as_millis() as u64;
+    assert_eq!((e.fresh_ms, e.swr_ms, e.sie_ms), (year, year, year));
+    assert!(e.is_fresh(now) && e.storable() && !e.useless(now + year));
+    assert!(e.useless(now + 3 * year));
+    assert_eq!(e.fresh_until(), now + year);
+    assert!(e.remaining_secs(now) <= 2 * year / 1000 + 1);
+    // An entry (as from a hostile record) with times at the limit of u64.
+    let mut e = Entry::new(
+        StatusCode::OK,
+        HeaderMap::new(),
+        Bytes::new(),
+        None,
+        None,
+        0,
+    );
+    (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms) = (u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+    assert!(e.storable() && e.is_fresh(u64::MAX) && !e.useless(u64::MAX));
+    assert_eq!(e.fresh_until(), u64::MAX);
+    assert!(e.remaining_secs(0) > 0);
+}
+
+#[test]
+fn decode_refuses_records_the_store_would_not_make() {
+    let now = now_ms();
+    let good = entry("body", "max-age=60", None, now);
+    let record = |status: u16, times: [u64; 4], header: (&str, &str), body: &[u8]| {
+        let mut e = Entry::new(
+            StatusCode::from_u16(status).unwrap(),
+            HeaderMap::new(),
+            Bytes::copy_from_slice(body),
+            None,
+            None,
+            0,
+        );
+        e.headers.insert(
+            HeaderName::from_bytes(header.0.as_bytes()).unwrap(),
+            HeaderValue::from_str(header.1).unwrap(),
+        );
+        (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms) = (times[0], times[1], times[2], times[3]);
+        Bytes::from(e.encode())
+    };
+    let ok = [now, 60_000, 0, 0];
+    let decode = |b: Bytes| Entry::decode(b, 1024, now);
+    assert!(decode(record(200, ok, ("content-type", "text/plain"), b"x")).is_some());
+    assert!(decode(Bytes::from(good.encode())).is_some());
+    // Statuses the store never keeps.
+    for status in [206, 304, 500, 503, 100] {
+        assert!(
+            decode(record(status, ok, ("content-type", "t"), b"x")).is_none(),
+            "{status}"
+        );
+    }
+    // Times: beyond the lifetime cap, or born in the future.
+    let year = MAX_LIFETIME.as_millis() as u64;
+    for times in [
+        [now, year + 1, 0, 0],
+        [now, 1000, u64::MAX, 0],
+        [now, 1000, 0, u64::MAX],
+        [now + 3_600_000, 1000, 0, 0],
+        [u64::MAX, 1000, 0, 0],
+    ] {
+        assert!(
+            decode(record(200, times, ("content-type", "t"), b"x")).is_none(),
+            "{times:?}"
+        );
+    }
+    // Hop-by-hop fields.
+    assert!(decode(record(200, ok, ("transfer-encoding", "chunked"), b"x")).is_none());
+    assert!(decode(record(200, ok, ("connection", "close"), b"x")).is_none());
+    // A body above max_object_size, and trailing garbage.
+    assert!(decode(record(200, ok, ("content-type", "t"), &[b'x'; 2048])).is_none());
+    let mut trailing = record(200, ok, ("content-type", "t"), b"x").to_vec();
+    trailing.push(0);
+    assert!(decode(Bytes::from(trailing)).is_none());
+}

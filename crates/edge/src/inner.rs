@@ -1,0 +1,89 @@
+//! The state one worker's proxy shares between its parts: configuration, upstreams and
+//! their routes, the fragment fetches in flight, and the process's cache. The proxy
+//! (`proxy`), the fragment fetcher (`fetch`) and the page assembler (`page`) all read it;
+//! it depends on none of them.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::cache::{Cache, Entry};
+use crate::client::Upstream;
+use crate::config::{EdgeConfig, EsiMode};
+
+pub(crate) struct Inner {
+    pub(crate) config: EdgeConfig,
+    pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
+    /// Longest prefix first.
+    pub(crate) routes: Vec<(String, RouteTo)>,
+    /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
+    pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
+    pub(crate) fetches: Cell<u64>,
+    /// The process's cache, shared with every other worker's `Edge`.
+    pub(crate) cache: Arc<Cache>,
+}
+
+pub(crate) enum RouteTo {
+    Upstream(Rc<Upstream>, EsiMode),
+    Static(std::path::PathBuf),
+}
+
+pub(crate) enum Target<'a> {
+    Upstream(&'a Rc<Upstream>, EsiMode),
+    Static(&'a Path),
+}
+
+/// A fetched fragment, shared by every include that asked for it (and kept in the
+/// cache when its response allows).
+pub(crate) type Fetched = Entry;
+
+pub(crate) type FetchResult = Result<Arc<Fetched>, FetchFailed>;
+
+/// Why a fragment could not be had (logged; the include's failure policy applies).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum FetchFailed {
+    #[error(transparent)]
+    Upstream(crate::UpstreamError),
+    #[error("fragment answered {0}")]
+    Status(u16),
+    #[error("static fragment {0}")]
+    Static(String),
+    /// The shared fetch went away without a result.
+    #[error("fragment fetch abandoned")]
+    Abandoned,
+    /// Another request's fetch of it failed just now.
+    #[error("fragment fetch failed for the request it was shared with")]
+    Coalesced,
+}
+
+impl Inner {
+    /// The route of a request path (no query), matched on its normalised form
+    /// ([`wire::normalize_path`], as the server matches files and script mounts), so
+    /// `//app/x`, `/%61pp/x` and `/y/../app/x` all take `/app`'s route. `None` when the
+    /// path normalises to nothing (`..` above the root, bad escapes) or has no route.
+    pub(crate) fn route(&self, path: &str) -> Option<Target<'_>> {
+        let mut normal = Vec::with_capacity(path.len() + 1);
+        wire::normalize_path(path.as_bytes(), &mut normal).ok()?;
+        self.route_normalised(&normal)
+    }
+
+    /// [`Inner::route`] of a path already normalised.
+    pub(crate) fn route_normalised(&self, path: &[u8]) -> Option<Target<'_>> {
+        self.routes
+            .iter()
+            .find(|(prefix, _)| {
+                path.starts_with(prefix.as_bytes())
+                    && (prefix.ends_with('/')
+                        || path.len() == prefix.len()
+                        || path[prefix.len()] == b'/')
+            })
+            .map(|(_, to)| match to {
+                RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),
+                RouteTo::Static(root) => Target::Static(root),
+            })
+    }
+}
