@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
-use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
+use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
 use crate::files;
@@ -310,8 +310,7 @@ impl Conn {
                     }
                     if req.expect_continue && self.end - self.start == req.head_len {
                         // The client waits for this before sending the body we will read.
-                        out.buf()
-                            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                        out.buf().extend_from_slice(wire::CONTINUE);
                     }
                     let mark = out.mark();
                     files::respond(&req, worker, out, keep_alive);
@@ -446,42 +445,28 @@ impl Conn {
             }
         }
         let chunked = !no_body && length.is_none();
-        head.extend_from_slice(b"HTTP/1.1 ");
-        head.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-        head.push(b' ');
-        head.extend_from_slice(
-            response
-                .status
-                .canonical_reason()
-                .unwrap_or("Unknown")
-                .as_bytes(),
-        );
-        head.extend_from_slice(b"\r\n");
+        wire::write_status_line(&mut head, status);
         for (name, value) in &response.headers {
-            let keep = match name.as_str() {
-                "connection" | "keep-alive" | "transfer-encoding" => false,
-                // The framing is ours; a HEAD answer keeps the upstream's length.
-                "content-length" => no_body,
-                _ => true,
-            };
-            if keep {
-                head.extend_from_slice(name.as_str().as_bytes());
-                head.extend_from_slice(b": ");
-                head.extend_from_slice(value.as_bytes());
-                head.extend_from_slice(b"\r\n");
+            if !wire::is_framing_field(name.as_str().as_bytes()) {
+                wire::write_field(&mut head, name.as_str().as_bytes(), value.as_bytes());
             }
         }
         if !response.headers.contains_key(http::header::DATE) {
             worker.clock.write_date(&mut head);
         }
-        if let Some(length) = length.filter(|_| !no_body) {
-            head.extend_from_slice(b"Content-Length: ");
-            head.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
-            head.extend_from_slice(b"\r\n");
-        } else if chunked {
-            head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-        }
-        files::end_head(&mut head, version, keep_alive);
+        let framing = if no_body {
+            // No content follows; a HEAD (or 304) answer keeps the upstream's length.
+            response
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .map_or(Framing::None, Framing::Length)
+        } else if let Some(length) = length {
+            Framing::Length(length)
+        } else {
+            Framing::Chunked
+        };
+        wire::write_framing(&mut head, framing, version, keep_alive);
         let mut sent: u64 = 0;
         let mut complete = true;
         // A cached response is whole already: head and body in one vectored write.
@@ -508,7 +493,7 @@ impl Conn {
                     Some(Ok(bytes)) => {
                         if chunked {
                             let mut size = [0u8; 20];
-                            let n = hex(bytes.len(), &mut size);
+                            let n = wire::chunk_size_line(bytes.len(), &mut size);
                             self.send(&size[..n]).await?;
                             self.send(&bytes).await?;
                             self.send(b"\r\n").await?;
@@ -527,7 +512,7 @@ impl Conn {
                 }
             }
             if complete && chunked {
-                self.send(b"0\r\n\r\n").await?;
+                self.send(wire::LAST_CHUNK).await?;
             }
             if length.is_some_and(|l| l != sent) {
                 complete = false;
@@ -695,7 +680,7 @@ impl Conn {
         };
         let mut decoder = ChunkedDecoder::new(limits.max_head_size);
         if expect_continue && self.start == self.end {
-            self.send(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            self.send(wire::CONTINUE).await?;
         }
         let mut body = Vec::new();
         loop {
@@ -901,27 +886,6 @@ fn proxy_job(
         raw_head: pending[..req.head_len].to_vec(),
         script: None,
     }))
-}
-
-/// `n` in hex followed by CRLF, for a chunk-size line; returns its length.
-fn hex(mut n: usize, out: &mut [u8; 20]) -> usize {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut len = 0;
-    loop {
-        digits[len] = DIGITS[n & 15];
-        len += 1;
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        out[i] = digits[len - 1 - i];
-    }
-    out[len] = b'\r';
-    out[len + 1] = b'\n';
-    len + 2
 }
 
 /// The access log line of a proxied request, from its head as received.

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use wire::{Method, Request, Version};
+use wire::{Framing, Method, Request, Version};
 
 pub(crate) use crate::cache::FileEntry;
 use crate::cache::{AcceptEncoding, Coding, Identities, Identity, Resource};
@@ -94,7 +94,7 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
             let buf = out.buf();
             start_head(worker, buf, 304);
             buf.extend_from_slice(entry.validators());
-            end_head(buf, req.version, keep_alive);
+            wire::write_framing(buf, Framing::None, req.version, keep_alive);
             return;
         }
         Outcome::PreconditionFailed => return simple(worker, out, req, keep_alive, 412, b""),
@@ -151,8 +151,7 @@ fn send_whole(
     let buf = out.buf();
     start_head(worker, buf, 200);
     buf.extend_from_slice(entry.head());
-    content_length(buf, entry.len);
-    end_head(buf, req.version, keep_alive);
+    wire::write_framing(buf, Framing::Length(entry.len), req.version, keep_alive);
     if get && entry.len > 0 {
         let len = entry.len;
         push_body(out, entry, 0, len);
@@ -174,8 +173,12 @@ fn send_range(
     buf.extend_from_slice(entry.partial_head());
     content_range(buf, first, last, entry.len);
     buf.extend_from_slice(b"\r\n");
-    content_length(buf, last - first + 1);
-    end_head(buf, req.version, keep_alive);
+    wire::write_framing(
+        buf,
+        Framing::Length(last - first + 1),
+        req.version,
+        keep_alive,
+    );
     push_body(out, entry, first, last - first + 1);
 }
 
@@ -212,8 +215,7 @@ fn send_multipart(
     buf.extend_from_slice(boundary);
     buf.extend_from_slice(b"\r\n");
     buf.extend_from_slice(entry.multipart_head());
-    content_length(buf, length);
-    end_head(buf, req.version, keep_alive);
+    wire::write_framing(buf, Framing::Length(length), req.version, keep_alive);
     for &(first, last) in ranges {
         let buf = out.buf();
         buf.extend_from_slice(b"\r\n--");
@@ -268,12 +270,6 @@ fn push_body(out: &mut Output, entry: Arc<FileEntry>, offset: u64, len: u64) {
     } else {
         out.push_file(entry, offset, len);
     }
-}
-
-fn content_length(buf: &mut Vec<u8>, len: u64) {
-    buf.extend_from_slice(b"Content-Length: ");
-    buf.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-    buf.extend_from_slice(b"\r\n");
 }
 
 /// `Content-Range: bytes FIRST-LAST/LEN`, without the CRLF.
@@ -500,25 +496,11 @@ fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>,
     simple(worker, out, req, keep_alive, 301, &location);
 }
 
-/// Status line, Server and Date.
-fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
-    buf.extend_from_slice(wire::status_line(status));
-    common_headers(worker, buf);
-}
-
-/// Server and Date.
-pub(crate) fn common_headers(worker: &Worker, buf: &mut Vec<u8>) {
+/// Status line, Server and Date: how every response this server generates starts.
+pub(crate) fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
+    wire::write_status_line(buf, status);
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);
-}
-
-pub(crate) fn end_head(buf: &mut Vec<u8>, version: Version, keep_alive: bool) {
-    match (version, keep_alive) {
-        (Version::Http11, true) => {}
-        (Version::Http10, true) => buf.extend_from_slice(b"Connection: keep-alive\r\n"),
-        (_, false) => buf.extend_from_slice(b"Connection: close\r\n"),
-    }
-    buf.extend_from_slice(b"\r\n");
 }
 
 /// A response with a small generated HTML body (or none for 204 and 304), as nginx
@@ -552,11 +534,10 @@ pub(crate) fn write_simple(
     version: Version,
     keep_alive: bool,
 ) {
-    buf.extend_from_slice(wire::status_line(status));
-    common_headers(worker, buf);
+    start_head(worker, buf, status);
     buf.extend_from_slice(extra_headers);
-    if status == 204 || status == 304 {
-        end_head(buf, version, keep_alive);
+    if wire::bodiless(status) {
+        wire::write_framing(buf, Framing::None, version, keep_alive);
         return;
     }
     let reason = wire::reason(status);
@@ -564,10 +545,8 @@ pub(crate) fn write_simple(
     let code = code.format(status);
     // <html><head><title>404 Not Found</title></head><body><h1>404 Not Found</h1></body></html>\n
     let body_len = 2 * (code.len() + 1 + reason.len()) + 64;
-    buf.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\nContent-Length: ");
-    buf.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
-    buf.extend_from_slice(b"\r\n");
-    end_head(buf, version, keep_alive);
+    buf.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
+    wire::write_framing(buf, Framing::Length(body_len as u64), version, keep_alive);
     if head_only {
         return;
     }

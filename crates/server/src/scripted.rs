@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 
 use script::{Call, Content, Engine, MountId, Outcome, PendingContent, RequestHead};
-use wire::{BodyFraming, Request, Version};
+use wire::{bodiless, is_framing_field, BodyFraming, Framing, Request, Version};
 
 use crate::files;
 use crate::output::{Mark, Output};
@@ -155,39 +155,30 @@ pub(crate) fn write_response(
     }
     engine.context(call, |c| {
         let status = c.status();
-        write_status_line(buf, status);
-        files::common_headers(worker, buf);
+        files::start_head(worker, buf, status);
         let mut typed = false;
         for (name, value) in c.headers_out() {
-            if is_framing(name) {
+            if is_framing_field(name) {
                 continue;
             }
             typed |= name.eq_ignore_ascii_case(b"content-type");
-            buf.extend_from_slice(name);
-            buf.extend_from_slice(b": ");
-            buf.extend_from_slice(value);
-            buf.extend_from_slice(b"\r\n");
+            wire::write_field(buf, name, value);
         }
         let bodiless = bodiless(status);
-        if !bodiless {
+        let framing = if bodiless {
+            Framing::None
+        } else {
             if !typed {
                 // nginx's default_type, as OpenResty answers ngx.say.
                 buf.extend_from_slice(b"Content-Type: text/plain\r\n");
             }
-            buf.extend_from_slice(b"Content-Length: ");
-            buf.extend_from_slice(itoa::Buffer::new().format(c.body_out().len()).as_bytes());
-            buf.extend_from_slice(b"\r\n");
-        }
-        files::end_head(buf, version, keep_alive);
+            Framing::Length(c.body_out().len() as u64)
+        };
+        wire::write_framing(buf, framing, version, keep_alive);
         if !head_only && !bodiless {
             buf.extend_from_slice(c.body_out());
         }
     });
-}
-
-/// Statuses whose responses have no body (RFC 9110 6.4.1).
-fn bodiless(status: u16) -> bool {
-    status == 204 || status == 304 || status < 200
 }
 
 /// The status a `header_filter` may give a response that is already framed (a static
@@ -208,26 +199,6 @@ fn framed_status(engine: &Engine, call: &Call, original: u16, filtered: u16) -> 
     original
 }
 
-fn write_status_line(buf: &mut Vec<u8>, status: u16) {
-    buf.extend_from_slice(b"HTTP/1.1 ");
-    buf.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-    buf.push(b' ');
-    buf.extend_from_slice(wire::reason(status).as_bytes());
-    buf.extend_from_slice(b"\r\n");
-}
-
-/// Headers that are the server's to write (the framing), whatever a script says.
-fn is_framing(name: &[u8]) -> bool {
-    [
-        &b"content-length"[..],
-        b"transfer-encoding",
-        b"connection",
-        b"keep-alive",
-    ]
-    .iter()
-    .any(|f| name.eq_ignore_ascii_case(f))
-}
-
 /// Runs `header_filter` on a response another handler wrote since `mark` (a static
 /// file), rewriting its head when the filter changed something. The framing headers and
 /// Date/Server stay as they were.
@@ -246,7 +217,7 @@ pub(crate) fn filter_written(engine: &Engine, call: &Call, out: &mut Output, mar
         let headers = c.headers_out_mut();
         headers.clear();
         for (name, value) in &fields {
-            if is_framing(name)
+            if is_framing_field(name)
                 || name.eq_ignore_ascii_case(b"date")
                 || name.eq_ignore_ascii_case(b"server")
             {
@@ -266,28 +237,21 @@ pub(crate) fn filter_written(engine: &Engine, call: &Call, out: &mut Output, mar
     let new_status = framed_status(engine, call, status, filtered);
     engine.context(call, |c| {
         c.set_status(new_status);
-        write_status_line(&mut new_head, new_status);
-        for (name, value) in kept.iter().copied().filter(|(n, _)| !is_framing(n)) {
-            push_field(&mut new_head, name, value);
+        wire::write_status_line(&mut new_head, new_status);
+        for (name, value) in kept.iter().copied().filter(|(n, _)| !is_framing_field(n)) {
+            wire::write_field(&mut new_head, name, value);
         }
         for (name, value) in c.headers_out() {
-            if !is_framing(name) {
-                push_field(&mut new_head, name, value);
+            if !is_framing_field(name) {
+                wire::write_field(&mut new_head, name, value);
             }
         }
-        for (name, value) in kept.iter().copied().filter(|(n, _)| is_framing(n)) {
-            push_field(&mut new_head, name, value);
+        for (name, value) in kept.iter().copied().filter(|(n, _)| is_framing_field(n)) {
+            wire::write_field(&mut new_head, name, value);
         }
         new_head.extend_from_slice(b"\r\n");
     });
     out.replace_head(at, head.len(), &new_head);
-}
-
-fn push_field(buf: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    buf.extend_from_slice(name);
-    buf.extend_from_slice(b": ");
-    buf.extend_from_slice(value);
-    buf.extend_from_slice(b"\r\n");
 }
 
 type Field<'a> = (&'a [u8], &'a [u8]);
@@ -343,7 +307,7 @@ impl Kept {
             let out = c.headers_out_mut();
             out.clear();
             for (name, value) in headers.iter() {
-                if !is_framing(name.as_str().as_bytes()) {
+                if !is_framing_field(name.as_str().as_bytes()) {
                     out.push((name.as_str().as_bytes().to_vec(), value.as_bytes().to_vec()));
                 }
             }
@@ -358,7 +322,7 @@ impl Kept {
             c.set_status(new_status);
             let others: Vec<http::HeaderName> = headers
                 .keys()
-                .filter(|name| !is_framing(name.as_str().as_bytes()))
+                .filter(|name| !is_framing_field(name.as_str().as_bytes()))
                 .cloned()
                 .collect();
             for name in others {
@@ -369,7 +333,7 @@ impl Kept {
                     http::HeaderName::from_bytes(name),
                     http::HeaderValue::from_bytes(value),
                 ) {
-                    if !is_framing(name.as_str().as_bytes()) {
+                    if !is_framing_field(name.as_str().as_bytes()) {
                         headers.append(name, value);
                     }
                 }

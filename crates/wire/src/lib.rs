@@ -1,5 +1,6 @@
-//! `wire` is tessera's HTTP/1.1 codec: it turns bytes into request heads and body
-//! framing, and knows the status line and reason phrase of every status tessera sends.
+//! `wire` is tessera's HTTP/1.1 codec, both ways: it turns bytes into request heads and
+//! body framing, and response heads into bytes (status line, fields, the framing fields
+//! and the "no body" rule, chunk sizes): the one place either is written.
 //!
 //! What it is for: strict parsing (RFC 9112) of requests received by the server, with
 //! explicit limits and one typed error per refusal, each mapped to exactly one HTTP status
@@ -29,4 +30,7 @@ pub use path::{normalize_path, InvalidPath};
 pub use request::{
     parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
 };
-pub use response::{reason, status_line};
+pub use response::{
+    bodiless, chunk_size_line, is_framing_field, no_body, reason, status_line, write_decimal,
+    write_field, write_framing, write_status_line, Framing, CONTINUE, LAST_CHUNK,
+};
