@@ -18,8 +18,7 @@ use crate::config::{EdgeConfig, EsiMode};
 pub(crate) struct Inner {
     pub(crate) config: EdgeConfig,
     pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
-    /// Longest prefix first.
-    pub(crate) routes: Vec<(String, RouteTo)>,
+    pub(crate) routes: handler::Router<RouteTo>,
     /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
     pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
     pub(crate) fetches: Cell<u64>,
@@ -73,17 +72,9 @@ impl Inner {
 
     /// [`Inner::route`] of a path already normalised.
     pub(crate) fn route_normalised(&self, path: &[u8]) -> Option<Target<'_>> {
-        self.routes
-            .iter()
-            .find(|(prefix, _)| {
-                path.starts_with(prefix.as_bytes())
-                    && (prefix.ends_with('/')
-                        || path.len() == prefix.len()
-                        || path[prefix.len()] == b'/')
-            })
-            .map(|(_, to)| match to {
-                RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),
-                RouteTo::Static(root) => Target::Static(root),
-            })
+        self.routes.find(path).map(|to| match to {
+            RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),
+            RouteTo::Static(root) => Target::Static(root),
+        })
     }
 }

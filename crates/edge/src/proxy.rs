@@ -206,19 +206,14 @@ impl Edge {
             .iter()
             .map(|u| (u.name.clone(), Rc::new(Upstream::new(u))))
             .collect();
-        let mut routes: Vec<(String, RouteTo)> = config
-            .route
-            .iter()
-            .map(|r| {
-                let to = match (&r.upstream, &r.root) {
-                    (Some(name), _) => RouteTo::Upstream(upstreams[name].clone(), r.esi),
-                    (None, Some(root)) => RouteTo::Static(root.clone()),
-                    (None, None) => unreachable!("validate() requires upstream or root"),
-                };
-                (r.prefix.clone(), to)
-            })
-            .collect();
-        routes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        let routes = handler::Router::new(config.route.iter().map(|r| {
+            let to = match (&r.upstream, &r.root) {
+                (Some(name), _) => RouteTo::Upstream(upstreams[name].clone(), r.esi),
+                (None, Some(root)) => RouteTo::Static(root.clone()),
+                (None, None) => unreachable!("validate() requires upstream or root"),
+            };
+            (r.prefix.clone(), to)
+        }));
         Ok(Edge {
             inner: Rc::new(Inner {
                 config,

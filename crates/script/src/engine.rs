@@ -177,6 +177,8 @@ pub struct Engine {
     scripts: Arc<Scripts>,
     /// Longest prefix first.
     mounts: Vec<Mount>,
+    /// The mount of a path: indexes into `mounts`.
+    routes: handler::Router<usize>,
     guard: Arc<WorkerGuard>,
     /// Context userdata not in use, reused for the next request.
     free: RefCell<Vec<AnyUserData>>,
@@ -230,6 +232,12 @@ impl Engine {
             })
             .collect();
         mounts.sort_by_key(|m| std::cmp::Reverse(m.config.prefix.len()));
+        let routes = handler::Router::new(
+            mounts
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.config.prefix.clone(), i)),
+        );
         let timer_limit = mounts
             .iter()
             .map(|m| m.limit)
@@ -244,6 +252,7 @@ impl Engine {
             generation: Cell::new(scripts.generation.load(Ordering::Relaxed)),
             scripts,
             mounts,
+            routes,
             guard,
             free: RefCell::new(Vec::new()),
             logs: RefCell::new(Vec::new()),
@@ -530,16 +539,7 @@ impl Engine {
     /// The script mounted at `path` (a request target), if any. Cheap: a few prefix
     /// comparisons.
     pub fn mount(&self, path: &[u8]) -> Option<MountId> {
-        self.mounts
-            .iter()
-            .position(|m| {
-                let prefix = m.config.prefix.as_bytes();
-                path.starts_with(prefix)
-                    && (prefix.ends_with(b"/")
-                        || path.len() == prefix.len()
-                        || matches!(path[prefix.len()], b'/' | b'?'))
-            })
-            .map(MountId)
+        self.routes.find(path).map(|&i| MountId(i))
     }
 
     fn phase(
