@@ -2,6 +2,7 @@
 //! crates. Only this crate talks to the terminal and uses `anyhow`.
 
 mod bench;
+mod config;
 mod esi;
 mod logs;
 mod serve;

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
+use crate::config::ServeConfig;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -38,10 +38,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut config = match &args.config {
-        Some(path) => load_config(path)?,
-        None => server::Config::default(),
+    let mut file = match &args.config {
+        Some(path) => ServeConfig::load(path)?,
+        None => ServeConfig::default(),
     };
+    let config = &mut file.server;
     if let Some(root) = args.root {
         config.root = root;
     }
@@ -61,21 +62,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(url) = &args.proxy {
         let edge = edge::EdgeConfig::proxy_to_url(url)
             .map_err(|e| anyhow::anyhow!("--proxy {url}: {e}"))?;
-        config.upstream = edge.upstream;
-        config.route = edge.route;
+        file.upstream = edge.upstream;
+        file.route = edge.route;
     }
     for spec in &args.script {
         let mount = server_script(spec)?;
-        config.script.retain(|s| s.prefix != mount.prefix);
-        config.script.push(mount);
+        file.script.retain(|s| s.prefix != mount.prefix);
+        file.script.push(mount);
     }
+    let modules = file.modules()?;
+    let config = file.server;
     let root = config.root.clone();
     let workers = config.worker_count();
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
     // address is printed still shuts down gracefully instead of killing the process.
     let signals = Signals::install()?;
     raise_open_file_limit();
-    let server = server::Server::bind(config)?;
+    let server = server::Server::bind(config, modules.all)?;
     let what = match &args.proxy {
         Some(url) => format!("a proxy to {url}"),
         None => root.display().to_string(),
@@ -87,12 +90,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let running = server.start()?;
-    signals.wait(|| running.reopen_logs(), || running.reload_scripts());
+    signals.wait(|| running.reopen_logs(), || running.reload());
     eprintln!("tessera: shutting down");
     running.shutdown();
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
-    let cache = running.cache_stats();
+    let cache = modules.proxy.and_then(|p| p.cache_stats());
     running.join();
     if let Some(c) = cache {
         let mut line = format!(
@@ -124,12 +127,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {
     script::ScriptConfig::from_mount(spec)
         .ok_or_else(|| anyhow::anyhow!("--script {spec}: expected PREFIX=FILE, like /api=api.lua"))
-}
-
-fn load_config(path: &std::path::Path) -> anyhow::Result<server::Config> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
 /// SIGTERM and SIGINT (stop), SIGUSR1 (reopen logs) and SIGHUP (reload scripts), caught

@@ -76,6 +76,7 @@ mod fetch;
 mod freshness;
 pub mod headers;
 mod inner;
+mod module;
 mod page;
 mod proxy;
 mod shared_tier;
@@ -89,5 +90,6 @@ pub use config::{
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
+pub use module::EdgeModule;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
 pub use shared_tier::SharedTierStats;

@@ -1,19 +1,35 @@
 //! `handler` is the seam between "a connection" and "what answers it" (DESIGN.md,
-//! "Workspace layout"; docs/architecture.md says how far it has come).
+//! "Workspace layout"; docs/architecture.md follows one request through it).
 //!
-//! What it is for: the pieces every protocol, handler and filter shares so that each is
-//! written once. Today that is the [`Router`]: one longest-whole-segment-prefix table,
-//! the one matching rule for the server's script mounts, its proxy routes and the
-//! proxy's own routing of ESI include URLs.
+//! What it is for: the one request/response model every protocol, handler and filter
+//! shares, so that each is written once: a [`Module`] (the proxy, Lua scripts) says which
+//! path prefixes it answers or filters ([`Route`]) and starts one [`Service`] per worker;
+//! a service answers a [`Request`] now ([`Answer::Now`]) or later ([`Deferred`], for
+//! work that waits), or filters it ([`Filtered`], [`Attached`]: Lua's access,
+//! header_filter and log phases); a [`Response`] is a [`ResponseHead`] (status and
+//! fields as data, encoded per protocol only at the connection) and a [`Body`]. The
+//! [`Router`] is the one longest-whole-segment-prefix table. [`Upstreams`] is how a
+//! module other than the proxy reaches upstreams.
 //!
-//! What it is not for: parsing or encoding HTTP (that is `wire`), sockets (`server`),
-//! proxying (`edge`) or Lua (`script`). It depends on no other tessera crate.
+//! What it is not for: parsing or encoding HTTP/1 (that is `wire`), connections and
+//! static files (`server`), proxying (`edge`), Lua (`script`). It depends on `wire` only
+//! among tessera's crates, and the middle crates meet only here.
 //!
-//! How it fits: a module builds a [`Router`] from its prefixes once, at start, and asks
-//! it with a path that is already decoded and normalised (`wire::normalize_path`), so
-//! that no spelling of a path (`//api`, `/%61pi`, `/x/../api`) reaches past the prefix
-//! that should take it.
+//! How it fits: `cli` builds the modules from the configuration and hands them to
+//! `server`, which routes each request once (path decoded and normalised once), runs the
+//! route's filter and handlers through these traits, and encodes what they return.
 
+mod body;
+mod head;
 mod router;
+mod service;
+mod upstream;
 
+pub use body::{Body, BodyError, Chunks};
+pub use head::ResponseHead;
 pub use router::Router;
+pub use service::{
+    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, LocalFuture,
+    Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
+};
+pub use upstream::{UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory};

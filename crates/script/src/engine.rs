@@ -91,6 +91,10 @@ impl Scripts {
                 )));
             }
         }
+        // Longest prefix first, so a mount's index is the same in every worker's engine
+        // and in the routes the server is given (`Module::routes`).
+        let mut configs = configs;
+        configs.sort_by_key(|c| std::cmp::Reverse(c.prefix.len()));
         Ok(Arc::new(Scripts {
             configs,
             dicts: Arc::new(SharedDicts::new(dicts)),
@@ -107,6 +111,11 @@ impl Scripts {
 
     pub fn is_empty(&self) -> bool {
         self.configs.is_empty()
+    }
+
+    /// The mounts' prefixes, by mount index.
+    pub fn prefixes(&self) -> impl Iterator<Item = &str> {
+        self.configs.iter().map(|c| c.prefix.as_str())
     }
 }
 
@@ -143,7 +152,7 @@ struct Mount {
 
 /// Where a request path is mounted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MountId(usize);
+pub struct MountId(pub(crate) usize);
 
 /// How a phase ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,9 +206,13 @@ pub struct Engine {
 
 impl Engine {
     /// Builds this worker's state and loads every script (a script that fails here is
-    /// logged and its mount answers 500 until a reload succeeds). `edge` is the worker's
-    /// upstream client, for `tessera.http.request`.
-    pub fn new(scripts: Arc<Scripts>, worker: usize, edge: Option<edge::Edge>) -> Rc<Engine> {
+    /// logged and its mount answers 500 until a reload succeeds). `upstreams` is the
+    /// worker's upstream client, for `tessera.http.request`.
+    pub fn new(
+        scripts: Arc<Scripts>,
+        worker: usize,
+        upstreams: Option<Rc<dyn handler::Upstreams>>,
+    ) -> Rc<Engine> {
         // Coroutines for `content` calls are recycled (mlua keeps none by default): without
         // a pool every request would create a Lua thread and its stack for the collector.
         let options = LuaOptions::new().thread_pool_size(64);
@@ -259,7 +272,7 @@ impl Engine {
             logs_ready: tokio::sync::Notify::new(),
             timer_limit,
         });
-        if let Err(e) = engine.install_api(worker, edge) {
+        if let Err(e) = engine.install_api(worker, upstreams) {
             tracing::error!(worker, error = %e, "cannot set up the Lua API");
         }
         for i in 0..engine.mounts.len() {
@@ -355,7 +368,11 @@ impl Engine {
         }
     }
 
-    fn install_api(&self, worker: usize, edge: Option<edge::Edge>) -> mlua::Result<()> {
+    fn install_api(
+        &self,
+        worker: usize,
+        upstreams: Option<Rc<dyn handler::Upstreams>>,
+    ) -> mlua::Result<()> {
         let lua = &self.lua;
         lua.load(guard::SANDBOX).set_name("=sandbox").exec()?;
         // Pattern functions with their cost check.
@@ -468,13 +485,12 @@ impl Engine {
 
         // tessera.http.request{upstream=, method=, path=, headers=, body=}
         let http_table = lua.create_table()?;
-        let edge = Rc::new(edge);
         http_table.set(
             "request",
             lua.create_async_function(move |lua, opts: Table| {
-                let edge = edge.clone();
+                let upstreams = upstreams.clone();
                 async move {
-                    let Some(edge) = edge.as_ref() else {
+                    let Some(upstreams) = upstreams else {
                         return Ok((
                             Value::Nil,
                             Value::String(lua.create_string("no upstreams are configured")?),
@@ -482,50 +498,52 @@ impl Engine {
                     };
                     let upstream: String = opts.get("upstream")?;
                     let method: Option<String> = opts.get("method")?;
-                    let method =
-                        http::Method::from_bytes(method.as_deref().unwrap_or("GET").as_bytes())
-                            .map_err(|_| mlua::Error::runtime("invalid method"))?;
+                    let method = method.unwrap_or_else(|| "GET".into());
+                    if !valid_token(method.as_bytes()) {
+                        return Err(mlua::Error::runtime("invalid method"));
+                    }
                     let path: Option<String> = opts.get("path")?;
-                    let mut headers = http::HeaderMap::new();
+                    let mut headers = Vec::new();
                     if let Some(t) = opts.get::<Option<Table>>("headers")? {
                         for pair in t.pairs::<mlua::String, mlua::String>() {
                             let (k, v) = pair?;
-                            let name = http::HeaderName::from_bytes(&k.as_bytes())
-                                .map_err(|_| mlua::Error::runtime("invalid header name"))?;
-                            let value = http::HeaderValue::from_bytes(&v.as_bytes())
-                                .map_err(|_| mlua::Error::runtime("invalid header value"))?;
-                            headers.append(name, value);
+                            let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+                            if !valid_token(&k) {
+                                return Err(mlua::Error::runtime("invalid header name"));
+                            }
+                            if v.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                                return Err(mlua::Error::runtime("invalid header value"));
+                            }
+                            headers.push((k, v));
                         }
                     }
                     let body = match opts.get::<Option<mlua::String>>("body")? {
                         Some(b) => bytes::Bytes::copy_from_slice(&b.as_bytes()),
                         None => bytes::Bytes::new(),
                     };
-                    let result = edge
-                        .call(
-                            &upstream,
+                    let result = upstreams
+                        .call(handler::UpstreamRequest {
+                            upstream,
                             method,
-                            path.as_deref().unwrap_or("/"),
+                            target: path.unwrap_or_else(|| "/".into()),
                             headers,
                             body,
-                            MAX_HTTP_BODY,
-                        )
+                            max_body: MAX_HTTP_BODY,
+                        })
                         .await;
                     match result {
-                        Ok((status, headers, body)) => {
+                        Ok(reply) => {
                             let res = lua.create_table()?;
-                            res.set("status", status.as_u16())?;
+                            res.set("status", reply.status)?;
                             let h = lua.create_table()?;
-                            for (k, v) in &headers {
-                                h.set(k.as_str(), lua.create_string(v.as_bytes())?)?;
+                            for (k, v) in &reply.headers {
+                                h.set(lua.create_string(k)?, lua.create_string(v)?)?;
                             }
                             res.set("headers", h)?;
-                            res.set("body", lua.create_string(&body[..])?)?;
+                            res.set("body", lua.create_string(&reply.body[..])?)?;
                             Ok((Value::Table(res), Value::Nil))
                         }
-                        Err(e) => {
-                            Ok((Value::Nil, Value::String(lua.create_string(e.to_string())?)))
-                        }
+                        Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e)?))),
                     }
                 }
             })?,
@@ -865,6 +883,13 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
             )),
         }
     }
+}
+
+/// Whether `s` is an HTTP token (a method or a field name, RFC 9110 section 5.6.2).
+fn valid_token(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 impl Drop for Engine {

@@ -28,6 +28,7 @@ mod context;
 mod engine;
 mod error;
 mod guard;
+mod module;
 mod shared;
 
 pub use config::{ScriptConfig, SharedDictConfig};
@@ -35,3 +36,4 @@ pub use context::{Context, RequestHead};
 pub use engine::{Call, Content, Engine, MountId, Outcome, PendingContent, Scripts};
 pub use error::Error;
 pub use guard::{pattern_cost, PATTERN_BUDGET, TICK};
+pub use module::ScriptModule;

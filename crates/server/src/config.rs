@@ -59,19 +59,6 @@ pub struct Config {
     pub access_log_format: String,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
-    /// `[[upstream]]`: origins to proxy to (see docs/esi.md, "The ESI proxy").
-    pub upstream: Vec<edge::UpstreamConfig>,
-    /// `[[route]]`: path prefixes proxied to an upstream, with ESI assembly. Requests no
-    /// upstream route matches are served from `root`. None by default: static files only.
-    pub route: Vec<edge::RouteConfig>,
-    /// `[esi]`: ESI assembly limits and policies for proxied pages.
-    pub esi: edge::EsiConfig,
-    /// `[[script]]`: Lua handlers mounted at path prefixes (docs/lua.md). Default none.
-    pub script: Vec<script::ScriptConfig>,
-    /// `[[shared_dict]]`: dictionaries shared by every worker's scripts. Default none.
-    pub shared_dict: Vec<script::SharedDictConfig>,
-    /// `[cache]`: the proxy's response cache (docs/cache.md).
-    pub cache: edge::CacheConfig,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -144,12 +131,6 @@ impl Default for Config {
             access_log_format: "combined".into(),
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
-            upstream: Vec::new(),
-            route: Vec::new(),
-            esi: edge::EsiConfig::default(),
-            script: Vec::new(),
-            shared_dict: Vec::new(),
-            cache: edge::CacheConfig::default(),
         }
     }
 }
@@ -239,36 +220,9 @@ impl Config {
         if self.file_cache_valid_ms > 86_400_000 {
             return Err("`file_cache_valid_ms` must be at most 86400000".into());
         }
-        for route in &self.route {
-            if let Some(root) = &route.root {
-                if *root != self.root {
-                    return Err(format!(
-                        "route {:?}: a static route serves from `root` ({}); a different directory per route ({}) is not supported",
-                        route.prefix,
-                        self.root.display(),
-                        root.display()
-                    ));
-                }
-            }
-        }
         if self.workers > 1024 {
             return Err("`workers` must be at most 1024".into());
         }
         Ok(())
-    }
-}
-
-impl Config {
-    /// The proxy's part of the configuration, when any route proxies.
-    pub fn edge(&self) -> Option<edge::EdgeConfig> {
-        if self.route.iter().all(|r| r.upstream.is_none()) {
-            return None;
-        }
-        Some(edge::EdgeConfig {
-            upstream: self.upstream.clone(),
-            route: self.route.clone(),
-            esi: self.esi.clone(),
-            cache: self.cache.clone(),
-        })
     }
 }

@@ -10,15 +10,16 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use handler::{Body, Response};
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
+use crate::dispatch::{self, Dispatched, Exchange, Work};
 use crate::files;
 use crate::output::{Mark, Output, Progress};
-use crate::scripted::{self, Handled, ScriptJob};
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -38,24 +39,9 @@ enum Next {
     More,
     /// Flush, then close.
     Close,
-    /// Flush, then proxy this request (it waits on an upstream).
-    Proxy(Box<ProxyJob>),
-    /// Flush, then finish this scripted request (it waits on its body or an upstream).
-    Script(Box<ScriptJob>),
-}
-
-/// A request for the proxy, taken out of the read buffer so that it can outlive it.
-struct ProxyJob {
-    request: edge::ProxyRequest,
-    framing: BodyFraming,
-    expect_continue: bool,
-    keep_alive: bool,
-    head_only: bool,
-    version: Version,
-    /// The request head as received, for the access log.
-    raw_head: Vec<u8>,
-    /// The script call of a request under a mount (for `header_filter` and `log`).
-    script: Option<scripted::Kept>,
+    /// Flush, then finish this request (its response waits on something, or is too
+    /// large for the batch).
+    Later(Box<Exchange>),
 }
 
 enum Ending {
@@ -179,17 +165,11 @@ impl Conn {
                 self.flush().await?;
                 match next {
                     Next::Close => return Ok(Ending::Linger),
-                    Next::Proxy(job) => {
-                        // Boxed: the proxy's future is large, and every connection's
+                    Next::Later(exchange) => {
+                        // Boxed: the handler's future is large, and every connection's
                         // future (static and idle ones included) would otherwise carry
                         // room for it.
-                        if !Box::pin(self.proxy(job)).await? {
-                            return Ok(Ending::Linger);
-                        }
-                    }
-                    Next::Script(job) => {
-                        // Boxed like the proxy's future, for the same reason.
-                        if !Box::pin(self.script(job)).await? {
+                        if !Box::pin(self.finish(exchange)).await? {
                             return Ok(Ending::Linger);
                         }
                     }
@@ -225,7 +205,7 @@ impl Conn {
     }
 
     /// Parses and answers every complete request in the buffer, into the output batch,
-    /// up to the first one for the proxy.
+    /// up to the first one answered later.
     fn answer_buffered(&mut self) -> Next {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
@@ -262,61 +242,13 @@ impl Conn {
             match wire::parse_request(&read[self.start..self.end], &mut storage, limits) {
                 Ok(Some(req)) => {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
-                    let (mount, proxied) = route(worker, &req);
-                    // Under a script mount: its phases come before any other handler.
-                    let mut script_call = None;
-                    if let Some(engine) = worker.script.as_deref() {
-                        if let Some(m) = mount {
-                            let mark = out.mark();
-                            let pending = &read[self.start..];
-                            match scripted::answer(
-                                worker, engine, m, &req, self.peer, keep_alive, out, pending,
-                            ) {
-                                Handled::Later(job) => {
-                                    self.start += req.head_len;
-                                    return Next::Script(job);
-                                }
-                                Handled::Pass(call) => script_call = Some(call),
-                                Handled::Done => {
-                                    log(
-                                        worker,
-                                        self.peer,
-                                        self.read_at,
-                                        Some(&req),
-                                        b"",
-                                        out,
-                                        mark,
-                                    );
-                                    self.start += req.head_len;
-                                    self.discard = discard_for(req.body, limits.max_head_size);
-                                    if !keep_alive {
-                                        return Next::Close;
-                                    }
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                    if proxied {
-                        if let Some(mut job) =
-                            proxy_job(&req, self.peer, keep_alive, &read[self.start..])
-                        {
-                            self.start += req.head_len;
-                            if let (Some(engine), Some(call)) = (&worker.script, script_call) {
-                                job.script = Some(scripted::Kept::new(engine.clone(), call));
-                            }
-                            return Next::Proxy(job);
-                        }
-                    }
-                    if req.expect_continue && self.end - self.start == req.head_len {
-                        // The client waits for this before sending the body we will read.
-                        out.buf().extend_from_slice(wire::CONTINUE);
-                    }
                     let mark = out.mark();
-                    files::respond(&req, worker, out, keep_alive);
-                    if let (Some(engine), Some(call)) = (&worker.script, script_call) {
-                        scripted::filter_written(engine, &call, out, mark);
-                        engine.finish(call);
+                    let pending = &read[self.start..self.end];
+                    if let Dispatched::Later(exchange) =
+                        dispatch::answer(worker, &req, self.peer, keep_alive, out, pending)
+                    {
+                        self.start += req.head_len;
+                        return Next::Later(exchange);
                     }
                     log(worker, self.peer, self.read_at, Some(&req), b"", out, mark);
                     self.start += req.head_len;
@@ -355,167 +287,127 @@ impl Conn {
         }
     }
 
-    /// Proxies one request: reads its body, awaits the upstream (or the assembled ESI
-    /// page), and streams the response. Returns whether the connection may go on.
-    async fn proxy(&mut self, job: Box<ProxyJob>) -> io::Result<bool> {
+    /// Finishes a request answered later: reads its body and awaits its handler (or
+    /// takes the response that was ready), runs the route's filter on the head, and
+    /// writes the response, streaming a body that arrives over time. Returns whether the
+    /// connection may go on.
+    async fn finish(&mut self, exchange: Box<Exchange>) -> io::Result<bool> {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
-        let Some(edge) = worker.edge.as_ref() else {
-            return Ok(false);
-        };
-        let ProxyJob {
-            mut request,
+        let Exchange {
+            work,
+            mut filter,
             framing,
             expect_continue,
             keep_alive,
             head_only,
             version,
             raw_head,
-            script,
-        } = *job;
-        let Some(body) = self.read_body(framing, expect_continue).await? else {
-            return Ok(false);
-        };
-        request.body = body;
-        if !worker.enter(self.slot, ConnState::Handling) {
-            return Ok(false);
-        }
-        let mut head = Vec::with_capacity(512);
-        let response = edge.proxy(request).await;
-        worker.clock.refresh();
-        let mut response = match response {
-            Ok(response) => response,
-            Err(e) => {
-                tracing::debug!(error = %e, "proxy error before the response head");
-                files::write_simple(
-                    worker,
-                    &mut head,
-                    e.status(),
-                    b"",
-                    head_only,
-                    version,
-                    keep_alive,
-                );
-                self.send(&head).await?;
-                let (status, _, body_bytes) = crate::output::split_response(&head);
-                log_proxied(
-                    worker,
-                    self.peer,
-                    self.read_at,
-                    &raw_head,
-                    status,
-                    &head,
-                    body_bytes,
-                );
-                return Ok(keep_alive);
+        } = *exchange;
+        let mut response = match work {
+            Work::Ready(response) => {
+                self.discard = discard_for(framing, worker.shared.limits.max_head_size);
+                response
             }
-        };
-        if let Some(script) = &script {
-            script.filter(&mut response.status, &mut response.headers);
-        }
-        let status = response.status.as_u16();
-        let no_body = head_only || status == 204 || status == 304 || status < 200;
-        let mut length = response.body.content_length();
-        let mut buffered = None;
-        if !no_body && length.is_none() && version == Version::Http10 {
-            // HTTP/1.0 has no chunked coding: buffer the page to send its length.
-            let mut page = Vec::new();
-            let mut failed = None;
-            while let Some(chunk) = response.body.next_chunk().await {
-                match chunk {
-                    Ok(bytes) => page.extend_from_slice(&bytes),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
+            Work::Deferred(deferred) => {
+                let Some(body) = self.read_body(framing, expect_continue).await? else {
+                    return Ok(false);
+                };
+                if !worker.enter(self.slot, ConnState::Handling) {
+                    return Ok(false);
+                }
+                let response = deferred.respond(body).await;
+                worker.clock.refresh();
+                match response {
+                    Ok(mut response) => {
+                        if let Some(filter) = filter.as_deref_mut() {
+                            dispatch::filter_response(filter, &mut response);
+                        }
+                        response
                     }
+                    Err(status) => Response::status_page(status),
                 }
             }
-            match failed {
-                None => {
-                    length = Some(page.len() as u64);
-                    buffered = Some(page);
-                }
-                Some(e) => {
+        };
+        let status = response.head.status();
+        if version == Version::Http10
+            && response.body.length().is_none()
+            && !wire::no_body(head_only, status)
+        {
+            // HTTP/1.0 has no chunked coding: buffer the body to send its length.
+            match std::mem::replace(&mut response.body, Body::Empty)
+                .collect()
+                .await
+            {
+                Ok(bytes) => response.body = Body::Full(bytes),
+                Err(e) => {
                     tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
-                    files::write_simple(worker, &mut head, 502, b"", head_only, version, false);
+                    let page = Response::status_page(502);
+                    let mut head = Vec::new();
+                    dispatch::write_head(worker, &mut head, &page, head_only, version, false);
+                    if let (Body::Full(b), false) = (&page.body, head_only) {
+                        head.extend_from_slice(b);
+                    }
                     self.send(&head).await?;
                     log_proxied(worker, self.peer, self.read_at, &raw_head, 502, &head, 0);
                     return Ok(false);
                 }
             }
         }
-        let chunked = !no_body && length.is_none();
-        wire::write_status_line(&mut head, status);
-        for (name, value) in &response.headers {
-            if !wire::is_framing_field(name.as_str().as_bytes()) {
-                wire::write_field(&mut head, name.as_str().as_bytes(), value.as_bytes());
-            }
-        }
-        if !response.headers.contains_key(http::header::DATE) {
-            worker.clock.write_date(&mut head);
-        }
-        let framing = if no_body {
-            // No content follows; a HEAD (or 304) answer keeps the upstream's length.
-            response
-                .headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .map_or(Framing::None, Framing::Length)
-        } else if let Some(length) = length {
-            Framing::Length(length)
-        } else {
-            Framing::Chunked
-        };
-        wire::write_framing(&mut head, framing, version, keep_alive);
+        let mut head = Vec::with_capacity(512);
+        let framing =
+            dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);
         let mut sent: u64 = 0;
         let mut complete = true;
-        // A cached response is whole already: head and body in one vectored write.
-        let ready = response
-            .body
-            .ready_chunks()
-            .filter(|_| !no_body && !chunked);
-        if let Some(chunks) = ready {
-            self.send_vectored(&head, chunks).await?;
-            sent = chunks.iter().map(|c| c.len() as u64).sum();
-        } else {
-            self.send(&head).await?;
-        }
-        if no_body || ready.is_some() {
-        } else if let Some(bytes) = buffered {
-            self.send(&bytes).await?;
-            sent = bytes.len() as u64;
-        } else {
-            loop {
-                let _ = worker.enter(self.slot, ConnState::Handling);
-                match response.body.next_chunk().await {
-                    None => break,
-                    Some(Ok(bytes)) if bytes.is_empty() => {}
-                    Some(Ok(bytes)) => {
-                        if chunked {
-                            let mut size = [0u8; 20];
-                            let n = wire::chunk_size_line(bytes.len(), &mut size);
-                            self.send(&size[..n]).await?;
-                            self.send(&bytes).await?;
-                            self.send(b"\r\n").await?;
-                        } else {
-                            self.send(&bytes).await?;
+        match (framing, response.body) {
+            (None, _) | (Some(_), Body::Empty) => self.send(&head).await?,
+            (Some(_), Body::Full(bytes)) => {
+                self.send_vectored(&head, std::slice::from_ref(&bytes))
+                    .await?;
+                sent = bytes.len() as u64;
+            }
+            // A cached response is whole already: head and body in one vectored write.
+            (Some(_), Body::Ready(chunks)) => {
+                self.send_vectored(&head, &chunks).await?;
+                sent = chunks.iter().map(|c| c.len() as u64).sum();
+            }
+            (Some(framing), mut body @ Body::Stream { .. }) => {
+                let length = body.length();
+                let chunked = framing == Framing::Chunked;
+                self.send(&head).await?;
+                loop {
+                    let _ = worker.enter(self.slot, ConnState::Handling);
+                    match body.next_chunk().await {
+                        None => break,
+                        Some(Ok(bytes)) if bytes.is_empty() => {}
+                        Some(Ok(bytes)) => {
+                            if chunked {
+                                let mut size = [0u8; 20];
+                                let n = wire::chunk_size_line(bytes.len(), &mut size);
+                                self.send(&size[..n]).await?;
+                                self.send(&bytes).await?;
+                                self.send(b"\r\n").await?;
+                            } else {
+                                self.send(&bytes).await?;
+                            }
+                            sent += bytes.len() as u64;
                         }
-                        sent += bytes.len() as u64;
-                    }
-                    Some(Err(e)) => {
-                        // The page broke off after its head went out: closing without a
-                        // final chunk tells the client (and any cache) it is truncated.
-                        tracing::debug!(error = %e, "page failed while streaming");
-                        complete = false;
-                        break;
+                        Some(Err(e)) => {
+                            // The body broke off after its head went out: closing without
+                            // a final chunk tells the client (and any cache) it is
+                            // truncated.
+                            tracing::debug!(error = %e, "body failed while streaming");
+                            complete = false;
+                            break;
+                        }
                     }
                 }
-            }
-            if complete && chunked {
-                self.send(wire::LAST_CHUNK).await?;
-            }
-            if length.is_some_and(|l| l != sent) {
-                complete = false;
+                if complete && chunked {
+                    self.send(wire::LAST_CHUNK).await?;
+                }
+                if length.is_some_and(|l| l != sent) {
+                    complete = false;
+                }
             }
         }
         worker.clock.refresh();
@@ -528,101 +420,10 @@ impl Conn {
             &head,
             sent,
         );
+        // Ends the exchange for the filter (a script queues its `log` phase).
+        drop(filter);
         Ok(complete && keep_alive)
     }
-
-    /// Finishes a scripted request: reads its body, runs or awaits `content`, writes the
-    /// response. Returns whether the connection may go on.
-    async fn script(&mut self, job: Box<ScriptJob>) -> io::Result<bool> {
-        let worker_rc = Rc::clone(&self.worker);
-        let worker: &Worker = &worker_rc;
-        let Some(engine) = worker.script.as_deref() else {
-            return Ok(false);
-        };
-        let ScriptJob {
-            call,
-            content,
-            finished,
-            framing,
-            expect_continue,
-            keep_alive,
-            head_only,
-            version,
-            raw_head,
-        } = *job;
-        let content = match (content, finished) {
-            (_, Some(outcome)) => {
-                let mut head = Vec::new();
-                scripted::write_response(
-                    worker, engine, &call, outcome, head_only, version, keep_alive, &mut head,
-                );
-                return self
-                    .send_scripted(engine, call, head, &raw_head, keep_alive)
-                    .await;
-            }
-            (Some(running), None) => Some(running),
-            (None, None) => {
-                let Some(body) = self.read_body(framing, expect_continue).await? else {
-                    engine.finish(call);
-                    return Ok(false);
-                };
-                engine.context(&call, |c| c.set_body(body));
-                match engine.content(&call) {
-                    script::Content::Done(outcome) => {
-                        let mut head = Vec::new();
-                        scripted::write_response(
-                            worker, engine, &call, outcome, head_only, version, keep_alive,
-                            &mut head,
-                        );
-                        return self
-                            .send_scripted(engine, call, head, &raw_head, keep_alive)
-                            .await;
-                    }
-                    script::Content::Pending(running) => Some(running),
-                }
-            }
-        };
-        if !worker.enter(self.slot, ConnState::Handling) {
-            engine.finish(call);
-            return Ok(false);
-        }
-        let outcome = match content {
-            Some(running) => running.await,
-            None => script::Outcome::Failed,
-        };
-        worker.clock.refresh();
-        let mut head = Vec::new();
-        scripted::write_response(
-            worker, engine, &call, outcome, head_only, version, keep_alive, &mut head,
-        );
-        self.send_scripted(engine, call, head, &raw_head, keep_alive)
-            .await
-    }
-
-    async fn send_scripted(
-        &mut self,
-        engine: &script::Engine,
-        call: script::Call,
-        response: Vec<u8>,
-        raw_head: &[u8],
-        keep_alive: bool,
-    ) -> io::Result<bool> {
-        engine.finish(call);
-        let sent = self.send(&response).await;
-        let (status, head, body_bytes) = crate::output::split_response(&response);
-        log_proxied(
-            &self.worker,
-            self.peer,
-            self.read_at,
-            raw_head,
-            status,
-            head,
-            body_bytes,
-        );
-        sent?;
-        Ok(keep_alive)
-    }
-
     /// Writes `head` and then `chunks` whole, with as few vectored writes as the socket
     /// takes, counting as writing meanwhile.
     async fn send_vectored(&mut self, head: &[u8], chunks: &[bytes::Bytes]) -> io::Result<()> {
@@ -811,81 +612,6 @@ fn discard_for(body: BodyFraming, max_head_size: usize) -> Discard {
         BodyFraming::Length(n) => Discard::Length(n),
         BodyFraming::Chunked => Discard::Chunked(Box::new((ChunkedDecoder::new(max_head_size), 0))),
     }
-}
-
-/// The request as the proxy takes it, if its path routes to an upstream. `pending` is the
-/// buffer from the request's first byte (its head is copied for the access log).
-/// Where a request goes besides the static files: its script mount, and whether a
-/// proxy route takes it. Both are matched on the normalised path (`/%61pi`, `//api`
-/// and `/x/../api` are `/api`), the form files are found by, so no spelling of a path
-/// reaches a file or an upstream past the script that guards its prefix. A path that
-/// does not normalise goes nowhere but the static handler, which answers 400.
-fn route(worker: &Worker, req: &wire::Request<'_, '_>) -> (Option<script::MountId>, bool) {
-    if worker.script.is_none() && worker.edge.is_none() {
-        return (None, false);
-    }
-    let raw = match memchr::memchr(b'?', req.path) {
-        Some(q) => &req.path[..q],
-        None => req.path,
-    };
-    let mut path = worker.route_path.borrow_mut();
-    if wire::normalize_path(raw, &mut path).is_err() {
-        return (None, false);
-    }
-    let mount = worker.script.as_deref().and_then(|e| e.mount(&path));
-    let proxied = worker
-        .edge
-        .as_ref()
-        .is_some_and(|edge| matches!(edge.route_normalised(&path), Some(edge::Route::Upstream(_))));
-    (mount, proxied)
-}
-
-/// The proxy job of a request a proxy route takes.
-fn proxy_job(
-    req: &wire::Request<'_, '_>,
-    client: SocketAddr,
-    keep_alive: bool,
-    pending: &[u8],
-) -> Option<Box<ProxyJob>> {
-    let path = std::str::from_utf8(req.path).ok()?;
-    let mut headers = http::HeaderMap::with_capacity(req.headers.len());
-    for h in req.headers {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(h.name.as_bytes()),
-            http::HeaderValue::from_bytes(h.value),
-        ) {
-            headers.append(name, value);
-        }
-    }
-    let target = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    let version = req.version;
-    Some(Box::new(ProxyJob {
-        request: edge::ProxyRequest {
-            method: http::Method::from_bytes(req.method_token.as_bytes()).ok()?,
-            target,
-            headers,
-            body: bytes::Bytes::new(),
-            client: edge::ClientInfo {
-                addr: client.ip(),
-                scheme: "http",
-                version: match version {
-                    Version::Http10 => http::Version::HTTP_10,
-                    Version::Http11 => http::Version::HTTP_11,
-                },
-            },
-        },
-        framing: req.body,
-        expect_continue: req.expect_continue,
-        keep_alive,
-        head_only: req.method == wire::Method::Head,
-        version,
-        raw_head: pending[..req.head_len].to_vec(),
-        script: None,
-    }))
 }
 
 /// The access log line of a proxied request, from its head as received.

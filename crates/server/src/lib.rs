@@ -20,12 +20,12 @@ mod conditional;
 mod config;
 mod conn;
 mod date;
+mod dispatch;
 mod files;
 mod listing;
 mod output;
 mod range;
 mod runtime;
-mod scripted;
 mod worker;
 
 use std::net::SocketAddr;
@@ -62,8 +62,6 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Script(#[from] script::Error),
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
     #[error(
@@ -75,11 +73,10 @@ pub enum Error {
 /// What every worker shares, read-only after start.
 pub(crate) struct Shared {
     pub config: Config,
-    /// The proxy configuration, when some route proxies; each worker builds its own
-    /// `edge::Edge` (connection pools, breakers) from it, all sharing one cache.
-    pub edge: Option<(edge::EdgeConfig, Arc<edge::Cache>)>,
-    /// The Lua scripts, when some are mounted; each worker builds its own engine.
-    pub scripts: Option<Arc<script::Scripts>>,
+    /// The modules (the proxy, Lua scripts): each worker starts its own service of each.
+    pub modules: Vec<Arc<dyn handler::Module>>,
+    /// Every prefix a module answers or filters, with what each does there.
+    pub routes: handler::Router<dispatch::Routed>,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -107,27 +104,12 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks the configuration, opens the root and binds every listener.
-    pub fn bind(config: Config) -> Result<Server, Error> {
+    /// Checks the configuration, opens the root and binds every listener. `modules`
+    /// answer and filter the paths they route (`handler::Module::routes`); the static
+    /// files answer the rest.
+    pub fn bind(config: Config, modules: Vec<Arc<dyn handler::Module>>) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
-        let edge = match config.edge() {
-            Some(edge) => {
-                edge.validate()
-                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
-                let cache = edge::Cache::new(&edge.cache)
-                    .map_err(|e| Error::Config(format!("proxy: {e}")))?;
-                Some((edge, cache))
-            }
-            None => None,
-        };
-        let scripts = if config.script.is_empty() {
-            None
-        } else {
-            Some(script::Scripts::new(
-                config.script.clone(),
-                &config.shared_dict,
-            )?)
-        };
+        let routes = dispatch::routes(&modules);
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let root = open_root(&config.root)?;
         files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
@@ -155,8 +137,8 @@ impl Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
                 refusals: Default::default(),
-                edge,
-                scripts,
+                modules,
+                routes,
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),
@@ -253,12 +235,12 @@ impl Running {
             .collect()
     }
 
-    /// Reloads every worker's Lua scripts (SIGHUP), between requests, without closing
-    /// connections; a script that fails to load keeps its previous version (logged).
-    pub fn reload_scripts(&self) {
-        if let Some(scripts) = &self.shared.scripts {
-            tracing::info!("reloading scripts");
-            scripts.reload();
+    /// Reloads what every module reads from disk (SIGHUP: Lua scripts), between
+    /// requests, without closing connections; what fails to load keeps its previous
+    /// version (logged).
+    pub fn reload(&self) {
+        for module in &self.shared.modules {
+            module.reload();
         }
     }
 
@@ -272,9 +254,9 @@ impl Running {
         self.shared.log.dropped.load(Ordering::Relaxed)
     }
 
-    /// The proxy cache's counters, when some route proxies.
-    pub fn cache_stats(&self) -> Option<edge::CacheStats> {
-        self.shared.edge.as_ref().map(|(_, cache)| cache.stats())
+    /// Every module's counters, as (name, value).
+    pub fn module_stats(&self) -> Vec<(String, u64)> {
+        self.shared.modules.iter().flat_map(|m| m.stats()).collect()
     }
 
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close

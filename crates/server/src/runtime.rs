@@ -17,7 +17,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLog;
 use crate::date::Clock;
-use crate::worker::{script_edge, ConnState, RateLimitedLog, Worker};
+use crate::worker::{ConnState, RateLimitedLog, Worker};
 use crate::{conn, Shared};
 
 /// Binds one listener with SO_REUSEPORT, so every worker can have its own and the kernel
@@ -56,7 +56,10 @@ pub(crate) fn run(
     let capacity = shared.slots_per_worker();
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let mut worker = Rc::new(Worker {
+        // Each module's service for this worker, started on its thread inside the
+        // LocalSet (a service may spawn its own tasks).
+        let services = shared.modules.iter().map(|m| m.start(id)).collect();
+        let worker = Rc::new(Worker {
             id,
             clock: Clock::new(shared.epoch),
             scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
@@ -68,30 +71,13 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
-            edge: shared.edge.clone().and_then(|(config, cache)| {
-                match edge::Edge::with_cache(config, cache) {
-                    Ok(edge) => Some(edge),
-                    Err(e) => {
-                        // Validated at bind; this cannot happen, but never panic a worker.
-                        tracing::error!(worker = id, error = %e, "cannot start the proxy");
-                        None
-                    }
-                }
-            }),
-            script: None,
+            services,
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             shared,
         });
-        if let Some(scripts) = worker.shared.scripts.clone() {
-            let engine = script::Engine::new(scripts, id, script_edge(&worker));
-            engine.spawn_background(id);
-            if let Some(w) = Rc::get_mut(&mut worker) {
-                w.script = Some(engine);
-            }
-        }
         for listener in listeners {
             match TcpListener::from_std(listener) {
                 Ok(listener) => {

@@ -74,7 +74,7 @@ pub(crate) struct Worker {
     pub clock: Clock,
     /// Reused buffers for path handling: the normalised path and the C path to open.
     pub scratch: RefCell<(Vec<u8>, Vec<u8>)>,
-    /// The normalised path script mounts and proxy routes are matched on.
+    /// The normalised path routes are matched on.
     pub route_path: RefCell<Vec<u8>>,
     /// Connection slots; each holds its socket's descriptor.
     pub(crate) slots: RefCell<Pool<ConnState, RawFd>>,
@@ -89,10 +89,8 @@ pub(crate) struct Worker {
     pub(crate) evictions: RateLimitedLog,
     pub(crate) pauses: RateLimitedLog,
     pub(crate) timeouts: RateLimitedLog,
-    /// This worker's proxy, when some route proxies.
-    pub edge: Option<edge::Edge>,
-    /// This worker's Lua engine, when scripts are mounted.
-    pub script: Option<Rc<script::Engine>>,
+    /// This worker's service of each module, in the order of `Shared::modules`.
+    pub services: Vec<Rc<dyn handler::Service>>,
     /// This worker's end of the access log, if there is one.
     pub log: RefCell<Option<WorkerLog>>,
     pub(crate) drops: RateLimitedLog,
@@ -244,28 +242,4 @@ impl RateLimitedLog {
             self.last.set(Some(now));
         }
     }
-}
-
-/// The upstream client scripts call (`tessera.http.request`): the proxy's, or one for the
-/// `[[upstream]]`s alone when no route proxies.
-pub(crate) fn script_edge(worker: &Worker) -> Option<edge::Edge> {
-    if let Some(edge) = &worker.edge {
-        return Some(edge.clone());
-    }
-    let config = &worker.shared.config;
-    if config.upstream.is_empty() {
-        return None;
-    }
-    edge::Edge::new(edge::EdgeConfig {
-        upstream: config.upstream.clone(),
-        route: Vec::new(),
-        esi: config.esi.clone(),
-        // Script calls are not cached: they are the script's own business.
-        cache: edge::CacheConfig {
-            enabled: false,
-            ..Default::default()
-        },
-    })
-    .map_err(|e| tracing::error!(worker = worker.id, error = %e, "cannot start the scripts' upstream client"))
-    .ok()
 }

@@ -51,7 +51,7 @@ fn run(access_log: bool) {
         access_log: access_log.then(|| log_path.clone()),
         ..server::Config::default()
     };
-    let server = server::Server::bind(config).unwrap();
+    let server = server::Server::bind(config, Vec::new()).unwrap();
     let addr = server.local_addrs()[0];
     let running = server.start().unwrap();
 
@@ -117,7 +117,7 @@ fn conditional_and_range_requests_allocate_nothing() {
         max_connections: 64,
         ..server::Config::default()
     };
-    let server = server::Server::bind(config).unwrap();
+    let server = server::Server::bind(config, Vec::new()).unwrap();
     let addr = server.local_addrs()[0];
     let running = server.start().unwrap();
     let mut stream = TcpStream::connect(addr).unwrap();

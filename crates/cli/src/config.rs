@@ -1,0 +1,138 @@
+//! The TOML shape of the whole product (docs/config.md): the server's keys, the proxy's
+//! (`[[upstream]]`, `[[route]]`, `[esi]`, `[cache]`) and the scripts' (`[[script]]`,
+//! `[[shared_dict]]`), read from one file here and handed to the crate each belongs to.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use edge::EdgeModule;
+use serde::Deserialize;
+
+/// Everything `tessera serve` can be told in its config file. Every key is optional.
+#[derive(Debug, Default)]
+pub struct ServeConfig {
+    /// The server's own keys (listeners, files, limits, timeouts, access log).
+    pub server: server::Config,
+    /// `[[upstream]]`: origins to proxy to (see docs/esi.md, "The ESI proxy").
+    pub upstream: Vec<edge::UpstreamConfig>,
+    /// `[[route]]`: path prefixes proxied to an upstream, with ESI assembly. Requests no
+    /// upstream route matches are served from `root`. None by default: static files only.
+    pub route: Vec<edge::RouteConfig>,
+    /// `[esi]`: ESI assembly limits and policies for proxied pages.
+    pub esi: edge::EsiConfig,
+    /// `[cache]`: the proxy's response cache (docs/cache.md).
+    pub cache: edge::CacheConfig,
+    /// `[[script]]`: Lua handlers mounted at path prefixes (docs/lua.md). Default none.
+    pub script: Vec<script::ScriptConfig>,
+    /// `[[shared_dict]]`: dictionaries shared by every worker's scripts. Default none.
+    pub shared_dict: Vec<script::SharedDictConfig>,
+}
+
+/// The modules `tessera serve` runs, and the proxy's handle for its cache counters.
+pub struct Modules {
+    pub all: Vec<Arc<dyn handler::Module>>,
+    pub proxy: Option<Arc<EdgeModule>>,
+}
+
+/// The keys that belong to the modules rather than to the server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ModuleKeys {
+    upstream: Vec<edge::UpstreamConfig>,
+    route: Vec<edge::RouteConfig>,
+    esi: edge::EsiConfig,
+    cache: edge::CacheConfig,
+    script: Vec<script::ScriptConfig>,
+    shared_dict: Vec<script::SharedDictConfig>,
+}
+
+impl ServeConfig {
+    /// Reads a config file: each top-level key goes to the crate that owns it, and a key
+    /// no crate knows is refused by name.
+    pub fn load(path: &Path) -> anyhow::Result<ServeConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+
+    fn parse(text: &str) -> anyhow::Result<ServeConfig> {
+        let mut table: toml::Table = toml::from_str(text)?;
+        let mut modules = toml::Table::new();
+        for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
+            if let Some(value) = table.remove(key) {
+                modules.insert(key.into(), value);
+            }
+        }
+        let server: server::Config = toml::Value::Table(table).try_into()?;
+        let m: ModuleKeys = toml::Value::Table(modules).try_into()?;
+        Ok(ServeConfig {
+            server,
+            upstream: m.upstream,
+            route: m.route,
+            esi: m.esi,
+            cache: m.cache,
+            script: m.script,
+            shared_dict: m.shared_dict,
+        })
+    }
+}
+
+impl ServeConfig {
+    /// The proxy's part, when it has upstreams (for routes, or for scripts to call).
+    pub fn edge(&self) -> Option<edge::EdgeConfig> {
+        if self.upstream.is_empty() && self.route.is_empty() {
+            return None;
+        }
+        Some(edge::EdgeConfig {
+            upstream: self.upstream.clone(),
+            route: self.route.clone(),
+            esi: self.esi.clone(),
+            cache: self.cache.clone(),
+        })
+    }
+
+    /// Checks what spans several crates' keys.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for route in &self.route {
+            if let Some(root) = &route.root {
+                anyhow::ensure!(
+                    *root == self.server.root,
+                    "invalid configuration: route {:?}: a static route serves from `root` ({}); \
+                     a different directory per route ({}) is not supported",
+                    route.prefix,
+                    self.server.root.display(),
+                    root.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the modules the server runs beside its static files: the proxy (when a
+    /// route proxies or a script may call an upstream) and the Lua scripts.
+    pub fn modules(&self) -> anyhow::Result<Modules> {
+        self.validate()?;
+        let mut modules: Vec<Arc<dyn handler::Module>> = Vec::new();
+        let mut upstreams: Option<Arc<dyn handler::UpstreamsFactory>> = None;
+        let proxy = match self.edge() {
+            Some(config) => Some(
+                EdgeModule::new(config)
+                    .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
+            ),
+            None => None,
+        };
+        if let Some(proxy) = &proxy {
+            upstreams = Some(proxy.clone());
+            modules.push(proxy.clone());
+        }
+        if !self.script.is_empty() {
+            let scripts = script::Scripts::new(self.script.clone(), &self.shared_dict)?;
+            modules.push(Arc::new(script::ScriptModule::new(scripts, upstreams)));
+        }
+        Ok(Modules {
+            all: modules,
+            proxy,
+        })
+    }
+}

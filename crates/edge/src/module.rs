@@ -1,0 +1,282 @@
+//! The proxy as a module of the server (`handler::Module`): its upstream routes are
+//! handler routes, each worker runs one [`Edge`], and the same worker's `Edge` is the
+//! upstream client scripts call (`handler::Upstreams`).
+
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use handler::{
+    Answer, BodyError, Chunks, Deferred, LocalFuture, Module, Request, Response, ResponseHead,
+    Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory,
+};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::cache::Cache;
+use crate::config::{CacheConfig, EdgeConfig};
+use crate::error::{ConfigError, PageError};
+use crate::headers::ClientInfo;
+use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
+
+thread_local! {
+    /// This worker's proxy, once its service started, so that the scripts of the same
+    /// worker share its connection pools and breakers.
+    static WORKER_EDGE: RefCell<Option<Edge>> = const { RefCell::new(None) };
+}
+
+/// `[[upstream]]`, `[[route]]`, `[esi]` and `[cache]`: the proxy, its cache (one per
+/// process) and the upstream client.
+pub struct EdgeModule {
+    config: EdgeConfig,
+    cache: Arc<Cache>,
+    /// Whether some route proxies (else the module is the scripts' client only).
+    proxies: bool,
+}
+
+impl EdgeModule {
+    /// Checks the configuration and builds the process's cache (and its Redis tier). A
+    /// configuration with upstreams but no route that proxies is a client for scripts
+    /// only: it caches nothing.
+    pub fn new(mut config: EdgeConfig) -> Result<Arc<EdgeModule>, ConfigError> {
+        let proxies = config.route.iter().any(|r| r.upstream.is_some());
+        if !proxies {
+            // Script calls are not cached: they are the script's own business.
+            config.cache = CacheConfig {
+                enabled: false,
+                ..Default::default()
+            };
+        }
+        config.validate()?;
+        let cache = Cache::new(&config.cache)?;
+        Ok(Arc::new(EdgeModule {
+            config,
+            cache,
+            proxies,
+        }))
+    }
+
+    /// The cache's counters, when some route proxies.
+    pub fn cache_stats(&self) -> Option<crate::CacheStats> {
+        self.proxies.then(|| self.cache.stats())
+    }
+
+    fn edge(&self, worker: usize) -> Option<Edge> {
+        if let Some(edge) = WORKER_EDGE.with(|e| e.borrow().clone()) {
+            return Some(edge);
+        }
+        match Edge::with_cache(self.config.clone(), self.cache.clone()) {
+            Ok(edge) => {
+                WORKER_EDGE.with(|e| *e.borrow_mut() = Some(edge.clone()));
+                Some(edge)
+            }
+            Err(e) => {
+                // Validated in `new`; this cannot happen, but never panic a worker.
+                tracing::error!(worker, error = %e, "cannot start the proxy");
+                None
+            }
+        }
+    }
+}
+
+impl Module for EdgeModule {
+    fn routes(&self) -> Vec<Route> {
+        self.config
+            .route
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.upstream.is_some())
+            .map(|(i, r)| Route {
+                prefix: r.prefix.clone(),
+                role: Role::Handler,
+                tag: i as u32,
+            })
+            .collect()
+    }
+
+    fn start(&self, worker: usize) -> Rc<dyn Service> {
+        Rc::new(EdgeService {
+            edge: self.edge(worker),
+        })
+    }
+
+    fn stats(&self) -> Vec<(String, u64)> {
+        let Some(s) = self.cache_stats() else {
+            return Vec::new();
+        };
+        let mut stats = vec![
+            ("cache_hits".to_string(), s.hits),
+            ("cache_misses".to_string(), s.misses),
+            ("cache_stale_served".to_string(), s.stale_served),
+            ("cache_coalesced".to_string(), s.coalesced),
+            ("cache_entries".to_string(), s.entries as u64),
+            ("cache_bytes".to_string(), s.weight),
+        ];
+        if let Some(r) = s.shared {
+            stats.extend([
+                ("redis_hits".to_string(), r.hits),
+                ("redis_misses".to_string(), r.misses),
+                ("redis_errors".to_string(), r.errors),
+                ("redis_skipped".to_string(), r.skipped),
+                ("redis_writes".to_string(), r.writes),
+                ("redis_writes_dropped".to_string(), r.writes_dropped),
+                ("redis_breaker_opened".to_string(), r.breaker_opened),
+                ("redis_rejected".to_string(), r.rejected),
+            ]);
+        }
+        stats
+    }
+}
+
+impl UpstreamsFactory for EdgeModule {
+    fn upstreams(&self, worker: usize) -> Option<Rc<dyn Upstreams>> {
+        if self.config.upstream.is_empty() {
+            return None;
+        }
+        self.edge(worker)
+            .map(|edge| Rc::new(edge) as Rc<dyn Upstreams>)
+    }
+}
+
+/// One worker's proxy.
+struct EdgeService {
+    edge: Option<Edge>,
+}
+
+impl Service for EdgeService {
+    fn call(&self, req: &Request<'_>) -> Answer {
+        let (Some(edge), Some(request)) = (&self.edge, proxy_request(req)) else {
+            return Answer::Pass;
+        };
+        Answer::Later(Box::new(Proxied {
+            edge: edge.clone(),
+            request,
+        }))
+    }
+}
+
+/// The request as the proxy takes it, copied out of the read buffer so that it can
+/// outlive it. `None` (the request goes to the static files, which answer 400) for a
+/// target that is not UTF-8 or a method `http` cannot hold.
+fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
+    let head = req.head;
+    let path = std::str::from_utf8(head.path).ok()?;
+    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    for h in head.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let target = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    Some(ProxyRequest {
+        method: http::Method::from_bytes(head.method_token.as_bytes()).ok()?,
+        target,
+        headers,
+        body: Bytes::new(),
+        client: ClientInfo {
+            addr: req.client.ip(),
+            scheme: "http",
+            version: match head.version {
+                wire::Version::Http10 => http::Version::HTTP_10,
+                wire::Version::Http11 => http::Version::HTTP_11,
+            },
+        },
+    })
+}
+
+/// A proxied request waiting for its body, then its upstream or its assembled page.
+struct Proxied {
+    edge: Edge,
+    request: ProxyRequest,
+}
+
+impl Deferred for Proxied {
+    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        Box::pin(async move {
+            let Proxied { edge, mut request } = *self;
+            request.body = body;
+            match edge.proxy(request).await {
+                Ok(response) => Ok(response_of(response)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "proxy error before the response head");
+                    Err(e.status())
+                }
+            }
+        })
+    }
+}
+
+/// The seam's response for the proxy's: fields as they are (the connection drops the
+/// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
+fn response_of(response: ProxyResponse) -> Response {
+    let mut head = ResponseHead::new(response.status.as_u16());
+    for (name, value) in &response.headers {
+        head.append(name.as_str().as_bytes(), value.as_bytes());
+    }
+    let body = match response.body.ready_chunks() {
+        Some(chunks) => handler::Body::Ready(chunks.iter().cloned().collect()),
+        None => handler::Body::Stream {
+            length: response.body.content_length(),
+            chunks: Box::pin(response.body),
+        },
+    };
+    Response {
+        head,
+        body,
+        relayed: true,
+    }
+}
+
+impl Chunks for Body {
+    fn poll_chunk(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BodyError>>> {
+        futures_core::Stream::poll_next(self, cx)
+            .map(|c| c.map(|r| r.map_err(|e: PageError| BodyError(e.to_string()))))
+    }
+}
+
+impl Upstreams for Edge {
+    fn call(&self, req: UpstreamRequest) -> LocalFuture<Result<UpstreamReply, String>> {
+        let edge = self.clone();
+        Box::pin(async move {
+            let method = http::Method::from_bytes(req.method.as_bytes())
+                .map_err(|_| "invalid method".to_string())?;
+            let mut headers = HeaderMap::new();
+            for (name, value) in &req.headers {
+                let name = HeaderName::from_bytes(name).map_err(|_| "invalid header name")?;
+                let value = HeaderValue::from_bytes(value).map_err(|_| "invalid header value")?;
+                headers.append(name, value);
+            }
+            let (status, headers, body) = edge
+                .call(
+                    &req.upstream,
+                    method,
+                    &req.target,
+                    headers,
+                    req.body,
+                    req.max_body,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(UpstreamReply {
+                status: status.as_u16(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                    .collect(),
+                body,
+            })
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! A response body as a handler hands it to the connection.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+
+/// Why a streamed body broke off after its head was sent (logged; the connection closes
+/// without a final chunk, so the client sees it is truncated).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+/// The chunks of a body that arrives over time (a proxied response, an ESI page being
+/// assembled), in order.
+pub trait Chunks {
+    /// The next chunk; `None` at the end.
+    fn poll_chunk(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BodyError>>>;
+}
+
+/// What follows a response head.
+pub enum Body {
+    Empty,
+    /// A whole body in memory.
+    Full(Bytes),
+    /// A whole body in pieces (a cached page: its fragments as stored), written with one
+    /// vectored write together with the head.
+    Ready(Arc<[Bytes]>),
+    /// A body that arrives over time; `length` when known in advance.
+    Stream {
+        length: Option<u64>,
+        chunks: Pin<Box<dyn Chunks>>,
+    },
+}
+
+impl Body {
+    /// The length, when known before the body is sent.
+    pub fn length(&self) -> Option<u64> {
+        match self {
+            Body::Empty => Some(0),
+            Body::Full(b) => Some(b.len() as u64),
+            Body::Ready(chunks) => Some(chunks.iter().map(|c| c.len() as u64).sum()),
+            Body::Stream { length, .. } => *length,
+        }
+    }
+
+    /// The next chunk of a streamed body (`None` at its end; the whole body for the
+    /// others, once).
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, BodyError>> {
+        match std::mem::replace(self, Body::Empty) {
+            Body::Empty => None,
+            Body::Full(b) => Some(Ok(b)),
+            Body::Ready(chunks) => {
+                let whole: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+                Some(Ok(whole.into()))
+            }
+            Body::Stream { length, mut chunks } => {
+                let next = std::future::poll_fn(|cx| chunks.as_mut().poll_chunk(cx)).await;
+                *self = Body::Stream { length, chunks };
+                next
+            }
+        }
+    }
+
+    /// The whole body, read to its end.
+    pub async fn collect(mut self) -> Result<Bytes, BodyError> {
+        if let Body::Full(b) = self {
+            return Ok(b);
+        }
+        let mut all = Vec::new();
+        while let Some(chunk) = self.next_chunk().await {
+            all.extend_from_slice(&chunk?);
+        }
+        Ok(all.into())
+    }
+}

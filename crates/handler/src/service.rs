@@ -1,0 +1,197 @@
+//! The handler interface: what a module answers, filters and exposes, as the server sees
+//! it. One request/response model for every protocol (HTTP/1 now, HTTP/2 later).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::{Body, ResponseHead};
+
+/// A future on the worker's own thread (handlers hold `Rc` state, so nothing is `Send`).
+pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+
+/// A request as a handler sees it: the parsed head (borrowed from the connection's read
+/// buffer), its path decoded and normalised once, the client, and which of the module's
+/// routes took it.
+pub struct Request<'a> {
+    pub head: &'a wire::Request<'a, 'a>,
+    /// The decoded, normalised path without the query (`wire::normalize_path`).
+    pub path: &'a [u8],
+    pub client: SocketAddr,
+    /// The tag the module gave the route that matched ([`Route::tag`]).
+    pub tag: u32,
+}
+
+/// A response: its head as data and its body.
+pub struct Response {
+    pub head: ResponseHead,
+    pub body: Body,
+    /// Relayed from an upstream: its fields go out as they came (its Date, its Server);
+    /// the server adds Date only when it has none. A response made here (`false`) gets
+    /// the server's Server and Date fields first.
+    pub relayed: bool,
+}
+
+impl Response {
+    /// The server's page for a status it answers itself (an error, a refusal), the same
+    /// small HTML page nginx sends; no body for 204 and 304.
+    pub fn status_page(status: u16) -> Response {
+        let mut head = ResponseHead::new(status);
+        if wire::bodiless(status) {
+            return Response {
+                head,
+                body: Body::Empty,
+                relayed: false,
+            };
+        }
+        head.append(b"Content-Type", STATUS_PAGE_TYPE);
+        let mut page = Vec::with_capacity(status_page_len(status));
+        write_status_page(&mut page, status);
+        Response {
+            head,
+            body: Body::Full(page.into()),
+            relayed: false,
+        }
+    }
+
+    /// Whether its body is framed already, for [`Attached::response`].
+    pub fn framed(&self) -> bool {
+        !matches!(self.body, Body::Empty | Body::Full(_))
+    }
+}
+
+/// The media type of a status page.
+pub const STATUS_PAGE_TYPE: &[u8] = b"text/html; charset=utf-8";
+
+/// The length of the page [`write_status_page`] writes.
+pub fn status_page_len(status: u16) -> usize {
+    // <html><head><title>404 Not Found</title></head><body><h1>404 Not Found</h1></body></html>\n
+    2 * (3 + 1 + wire::reason(status).len()) + 64
+}
+
+/// Appends the status page of `status`: the one place it is written.
+pub fn write_status_page(buf: &mut Vec<u8>, status: u16) {
+    let start = buf.len();
+    let code = [
+        b'0' + (status / 100 % 10) as u8,
+        b'0' + (status / 10 % 10) as u8,
+        b'0' + (status % 10) as u8,
+    ];
+    let reason = wire::reason(status).as_bytes();
+    for part in [
+        &b"<html><head><title>"[..],
+        &code,
+        b" ",
+        reason,
+        b"</title></head><body><h1>",
+        &code,
+        b" ",
+        reason,
+        b"</h1></body></html>\n",
+    ] {
+        buf.extend_from_slice(part);
+    }
+    debug_assert_eq!(buf.len() - start, status_page_len(status));
+}
+
+/// What a handler did with a request.
+pub enum Answer {
+    /// The response, ready now.
+    Now(Response),
+    /// The response comes later: the connection flushes what it has, reads the request
+    /// body and awaits [`Deferred::respond`], while the worker serves its other
+    /// connections.
+    Later(Box<dyn Deferred>),
+    /// Not this handler's: the server's own handler (static files) answers.
+    Pass,
+}
+
+/// A response that waits on something (the request body, an upstream, a timer).
+pub trait Deferred {
+    /// The response to the request, given its body (empty when it has none). `Err` is a
+    /// status the server answers with its own status page (a 502 from the proxy, a 500
+    /// from a failed script).
+    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>>;
+}
+
+/// What a request filter did (Lua's `access` phase).
+pub enum Filtered {
+    /// The request goes on to its handler; the filter may stay attached to see the
+    /// response head and the end of the exchange.
+    Continue(Option<Box<dyn Attached>>),
+    /// The filter answered itself; the handler is not called.
+    Answer(Answer),
+}
+
+/// A filter attached to one exchange (Lua's `header_filter` and `log` phases).
+/// Dropping it ends the exchange for the filter (Lua queues its `log` phase).
+pub trait Attached {
+    /// Changes the response head before it is encoded. `framed` is true when the body is
+    /// already framed (a file queued, a proxied body on its way): a status that would add
+    /// or remove the body (204, 304) must then be refused. `Failed` on a response that is
+    /// not framed makes it a 500; on a framed one the response goes out as it was.
+    fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter;
+}
+
+/// What a response filter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    Done,
+    Failed,
+}
+
+/// One worker's instance of a module: built on the worker's thread, used only there.
+pub trait Service {
+    /// Answers a request on one of the module's [`Role::Handler`] routes.
+    fn call(&self, req: &Request<'_>) -> Answer {
+        let _ = req;
+        Answer::Pass
+    }
+
+    /// Filters a request on one of the module's [`Role::Filter`] routes, before its
+    /// handler.
+    fn filter(&self, req: &Request<'_>) -> Filtered {
+        let _ = req;
+        Filtered::Continue(None)
+    }
+}
+
+/// What a route does for the paths under its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Answers them (`Service::call`).
+    Handler,
+    /// Filters them before whichever handler answers (`Service::filter`).
+    Filter,
+}
+
+/// A path prefix a module takes, with the module's own tag for it.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub prefix: String,
+    pub role: Role,
+    pub tag: u32,
+}
+
+/// A feature of the server (the proxy, Lua scripts), built once per process by `cli` and
+/// handed to the server, which starts one [`Service`] per worker.
+pub trait Module: Send + Sync {
+    /// The prefixes it answers or filters.
+    fn routes(&self) -> Vec<Route>;
+
+    /// This worker's instance; called on the worker's thread before it serves anything.
+    fn start(&self, worker: usize) -> Rc<dyn Service>;
+
+    /// Reloads what the module reads from disk (SIGHUP), between requests, keeping the
+    /// previous version of whatever fails to load.
+    fn reload(&self) {}
+
+    /// Counters for the operator (printed at exit, scraped by a metrics endpoint), as
+    /// (name, value).
+    fn stats(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}

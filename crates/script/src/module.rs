@@ -1,0 +1,294 @@
+//! Lua scripts as a module of the server (`handler::Module`): each mount is a request
+//! filter (its `access`, `header_filter` and `log` phases wrap whichever handler answers
+//! under its prefix) and a handler (its `content` phase, when the script has one; else it
+//! passes to the next handler).
+//!
+//! A `content` phase that finishes on its first poll (it awaits nothing) answers at once
+//! ([`Answer::Now`]), so the response goes into the connection's batch like a static
+//! one; one that awaits an upstream or a timer, or a request with a body to read first,
+//! answers later ([`Answer::Later`]) while the worker serves its other connections.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use handler::{
+    Answer, Attached, Body, Deferred, Filter, Filtered, LocalFuture, Module, Request, Response,
+    ResponseHead, Role, Route, Service, UpstreamsFactory,
+};
+
+use crate::context::RequestHead;
+use crate::engine::{Call, Content, Engine, MountId, Outcome, PendingContent, Scripts};
+
+/// The scripts of `[[script]]`, with the upstream client their `tessera.http.request`
+/// uses (none when no `[[upstream]]` is configured).
+pub struct ScriptModule {
+    scripts: Arc<Scripts>,
+    upstreams: Option<Arc<dyn UpstreamsFactory>>,
+}
+
+impl ScriptModule {
+    pub fn new(scripts: Arc<Scripts>, upstreams: Option<Arc<dyn UpstreamsFactory>>) -> Self {
+        ScriptModule { scripts, upstreams }
+    }
+}
+
+impl Module for ScriptModule {
+    fn routes(&self) -> Vec<Route> {
+        self.scripts
+            .prefixes()
+            .enumerate()
+            .flat_map(|(i, prefix)| {
+                [Role::Filter, Role::Handler].map(|role| Route {
+                    prefix: prefix.to_string(),
+                    role,
+                    tag: i as u32,
+                })
+            })
+            .collect()
+    }
+
+    fn start(&self, worker: usize) -> Rc<dyn Service> {
+        let upstreams = self.upstreams.as_ref().and_then(|f| f.upstreams(worker));
+        let engine = Engine::new(self.scripts.clone(), worker, upstreams);
+        engine.spawn_background(worker);
+        Rc::new(ScriptService {
+            engine,
+            current: RefCell::new(None),
+        })
+    }
+
+    fn reload(&self) {
+        tracing::info!("reloading scripts");
+        self.scripts.reload();
+    }
+}
+
+/// One worker's scripts.
+struct ScriptService {
+    engine: Rc<Engine>,
+    /// The call the filter began for the request being routed, for its `content` phase:
+    /// a mount's filter runs just before its handler, on the same thread.
+    current: RefCell<Option<Rc<ScriptCall>>>,
+}
+
+/// One request's script call, shared by the filter attached to the exchange and the
+/// content phase; when the last holder lets go, `log` is queued.
+struct ScriptCall {
+    engine: Rc<Engine>,
+    call: Option<Call>,
+    /// Whether the script answered (`content`, or `access` with `exit`): its response
+    /// then gets nginx's default_type when it has no Content-Type.
+    answered: Cell<bool>,
+}
+
+impl ScriptCall {
+    fn call(&self) -> &Call {
+        self.call.as_ref().expect("taken only on drop")
+    }
+}
+
+impl Drop for ScriptCall {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.engine.finish(call);
+        }
+    }
+}
+
+impl Service for ScriptService {
+    fn filter(&self, req: &Request<'_>) -> Filtered {
+        let engine = &self.engine;
+        let call = engine.begin(
+            MountId(req.tag as usize),
+            RequestHead {
+                method: req.head.method_token.as_bytes(),
+                target: req.head.path,
+                headers: req
+                    .head
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.as_bytes(), h.value)),
+                client: req.client,
+            },
+        );
+        let call = Rc::new(ScriptCall {
+            engine: engine.clone(),
+            call: Some(call),
+            answered: Cell::new(false),
+        });
+        match engine.access(call.call()) {
+            Outcome::Continue => {
+                *self.current.borrow_mut() = Some(call.clone());
+                Filtered::Continue(Some(Box::new(Filtering { call })))
+            }
+            // `exit` or a redirect from `access`: its response, after `header_filter`.
+            outcome => {
+                let mut filtering = Filtering { call };
+                let response = filtering.respond(outcome);
+                Filtered::Answer(Answer::Now(response))
+            }
+        }
+    }
+
+    fn call(&self, req: &Request<'_>) -> Answer {
+        let Some(call) = self.current.borrow_mut().take() else {
+            return Answer::Pass;
+        };
+        let engine = &self.engine;
+        if !engine.has_content(MountId(req.tag as usize)) {
+            return Answer::Pass;
+        }
+        if req.head.body != wire::BodyFraming::None {
+            return Answer::Later(Box::new(Later {
+                call,
+                content: None,
+            }));
+        }
+        match engine.content(call.call()) {
+            Content::Done(outcome) => Answer::Now(content_response(&call, outcome)),
+            Content::Pending(running) => Answer::Later(Box::new(Later {
+                call,
+                content: Some(running),
+            })),
+        }
+    }
+}
+
+/// A `content` phase that waits: for the request body (then it starts), or on what the
+/// script awaits.
+struct Later {
+    call: Rc<ScriptCall>,
+    content: Option<PendingContent>,
+}
+
+impl Deferred for Later {
+    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        Box::pin(async move {
+            let Later { call, content } = *self;
+            let engine = &call.engine;
+            let outcome = match content {
+                Some(running) => running.await,
+                None => {
+                    engine.context(call.call(), |c| c.set_body(body));
+                    match engine.content(call.call()) {
+                        Content::Done(outcome) => outcome,
+                        Content::Pending(running) => running.await,
+                    }
+                }
+            };
+            Ok(content_response(&call, outcome))
+        })
+    }
+}
+
+/// The response a script's `content` (or `access`) left in its context, or the 500 page
+/// when it failed. The default Content-Type is added by `Filtering`, after
+/// `header_filter` has seen the fields as the script set them.
+fn content_response(call: &ScriptCall, outcome: Outcome) -> Response {
+    if outcome == Outcome::Failed {
+        call.engine.context(call.call(), |c| c.set_status(500));
+        return Response::status_page(500);
+    }
+    call.answered.set(true);
+    call.engine
+        .context(call.call(), |c| {
+            let mut head = ResponseHead::new(c.status());
+            for (name, value) in c.headers_out() {
+                head.append(name, value);
+            }
+            Response {
+                head,
+                body: Body::Full(Bytes::copy_from_slice(c.body_out())),
+                relayed: false,
+            }
+        })
+        .unwrap_or_else(|| Response::status_page(500))
+}
+
+/// The mount's filter on one exchange: `header_filter` on its response head; dropping
+/// it queues `log`.
+struct Filtering {
+    call: Rc<ScriptCall>,
+}
+
+impl Filtering {
+    /// The response to an `access` phase that answered.
+    fn respond(&mut self, outcome: Outcome) -> Response {
+        let mut response = content_response(&self.call, outcome);
+        if outcome != Outcome::Failed && self.response(&mut response.head, false) == Filter::Failed
+        {
+            self.call
+                .engine
+                .context(self.call.call(), |c| c.set_status(500));
+            return Response::status_page(500);
+        }
+        response
+    }
+}
+
+impl Attached for Filtering {
+    fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter {
+        let engine = &self.call.engine;
+        let call = self.call.call();
+        if engine.has_header_filter_of(call) {
+            engine.context(call, |c| {
+                c.set_status(head.status());
+                let out = c.headers_out_mut();
+                out.clear();
+                for (name, value) in head.iter() {
+                    if !wire::is_framing_field(name) {
+                        out.push((name.to_vec(), value.to_vec()));
+                    }
+                }
+            });
+            if engine.header_filter(call) == Outcome::Failed {
+                return Filter::Failed;
+            }
+            let original = head.status();
+            let filtered = engine.context(call, |c| c.status()).unwrap_or(original);
+            let status = if framed {
+                framed_status(engine, call, original, filtered)
+            } else {
+                filtered
+            };
+            engine.context(call, |c| {
+                c.set_status(status);
+                head.set_status(status);
+                head.retain(|name, _| wire::is_framing_field(name));
+                for (name, value) in c.headers_out() {
+                    if !wire::is_framing_field(name) {
+                        head.append(name, value);
+                    }
+                }
+            });
+        }
+        if self.call.answered.get()
+            && !wire::bodiless(head.status())
+            && !head.contains(b"content-type")
+        {
+            // nginx's default_type, as OpenResty answers ngx.say.
+            head.append(b"Content-Type", b"text/plain");
+        }
+        Filter::Done
+    }
+}
+
+/// The status a `header_filter` may give a response that is already framed (a static
+/// file whose body is queued, a proxied one whose body follows): the filter's, unless it
+/// would turn a response with a body into one without (204, 304) or the reverse, which
+/// would desynchronise the connection. Then the original stays, and the refusal is
+/// logged.
+fn framed_status(engine: &Engine, call: &Call, original: u16, filtered: u16) -> u16 {
+    if wire::bodiless(original) == wire::bodiless(filtered) {
+        return filtered;
+    }
+    tracing::warn!(
+        script = %engine.script_name(call),
+        from = original,
+        to = filtered,
+        "header_filter cannot change whether a response has a body (204, 304); the status stays"
+    );
+    original
+}

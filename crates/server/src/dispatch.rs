@@ -1,0 +1,342 @@
+//! Where a request meets the seam (`handler`): routed once on its normalised path, its
+//! route's filter and handlers called through the `handler` traits (the modules `cli`
+//! built: the proxy, Lua scripts), the static files answering what no handler takes.
+//! A response ready now goes into the connection's output batch; one that waits becomes
+//! an [`Exchange`] the connection finishes after a flush.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use handler::{Answer, Attached, Body, Filter, Filtered, Module, Response, ResponseHead, Role};
+use wire::{BodyFraming, Framing, Version};
+
+use crate::files;
+use crate::output::{Mark, Output};
+use crate::worker::Worker;
+
+/// What the modules do for the paths under one prefix.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Routed {
+    /// The handlers that may answer, longest prefix first (a handler that passes hands
+    /// the request to the next; the static files answer when all pass): (module, tag).
+    handlers: Vec<(usize, u32)>,
+    /// The filter around whichever answers (the longest filter prefix): (module, tag).
+    filter: Option<(usize, u32)>,
+}
+
+/// The one routing table: every prefix any module declared, each with what every
+/// module does for it. A path takes the longest prefix it matches on whole segments;
+/// since the table holds every prefix, that entry names the longest handler and filter
+/// prefixes of the path too.
+pub(crate) fn routes(modules: &[Arc<dyn Module>]) -> handler::Router<Routed> {
+    let mut all: Vec<(usize, handler::Route)> = Vec::new();
+    for (m, module) in modules.iter().enumerate() {
+        all.extend(module.routes().into_iter().map(|r| (m, r)));
+    }
+    let handlers = handler::Router::new(
+        all.iter()
+            .filter(|(_, r)| r.role == Role::Handler)
+            .map(|(m, r)| (r.prefix.clone(), (*m, r.tag))),
+    );
+    let filters = handler::Router::new(
+        all.iter()
+            .filter(|(_, r)| r.role == Role::Filter)
+            .map(|(m, r)| (r.prefix.clone(), (*m, r.tag))),
+    );
+    let mut prefixes: Vec<&str> = all.iter().map(|(_, r)| r.prefix.as_str()).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    handler::Router::new(prefixes.into_iter().map(|prefix| {
+        let routed = Routed {
+            handlers: handlers
+                .iter()
+                .filter(|(p, _)| whole_prefix(p, prefix.as_bytes()))
+                .map(|(_, &h)| h)
+                .collect(),
+            filter: filters.find(prefix.as_bytes()).copied(),
+        };
+        (prefix, routed)
+    }))
+}
+
+/// Whether `prefix` takes `path` (the router's rule, for building the table).
+fn whole_prefix(prefix: &[u8], path: &[u8]) -> bool {
+    handler::Router::new([(prefix, ())]).find(path).is_some()
+}
+
+/// A request whose response comes after the batch is flushed: a handler that waits (its
+/// [`handler::Deferred`]) or a response too large for the batch. It holds what the
+/// connection needs once the request's bytes have left the read buffer.
+pub(crate) struct Exchange {
+    pub work: Work,
+    /// The route's filter, to see the response head; dropping it ends its exchange.
+    pub filter: Option<Box<dyn Attached>>,
+    pub framing: BodyFraming,
+    pub expect_continue: bool,
+    pub keep_alive: bool,
+    pub head_only: bool,
+    pub version: Version,
+    /// The request head as received, for the access log.
+    pub raw_head: Vec<u8>,
+}
+
+pub(crate) enum Work {
+    /// Read the request body, then await the handler's response.
+    Deferred(Box<dyn handler::Deferred>),
+    /// The response is ready (its body too large for the batch); the request body, if
+    /// any, is skipped.
+    Ready(Response),
+}
+
+/// What [`answer`] did with a request.
+pub(crate) enum Dispatched {
+    /// The response is in the output batch (the connection skips the request body).
+    Done,
+    /// The connection flushes, then finishes this.
+    Later(Box<Exchange>),
+}
+
+/// Responses larger than this are written on their own, not into the output batch, whose
+/// buffer is sized for heads and small bodies and would otherwise grow for good.
+const MAX_BATCHED_BODY: usize = 16 * 1024;
+
+/// Answers one parsed request: route, filter, handlers, static files. `pending` is the
+/// read buffer from the request's first byte (its head is copied for the access log of
+/// a response that comes later).
+pub(crate) fn answer(
+    worker: &Worker,
+    req: &wire::Request<'_, '_>,
+    client: SocketAddr,
+    keep_alive: bool,
+    out: &mut Output,
+    pending: &[u8],
+) -> Dispatched {
+    let routes = &worker.shared.routes;
+    if routes.is_empty() {
+        static_files(worker, req, keep_alive, out, pending);
+        return Dispatched::Done;
+    }
+    let raw = match memchr::memchr(b'?', req.path) {
+        Some(q) => &req.path[..q],
+        None => req.path,
+    };
+    // Matched on the normalised path (`/%61pi`, `//api` and `/x/../api` are `/api`), the
+    // form files are found by, so no spelling of a path reaches a file or an upstream
+    // past the filter that guards its prefix. A path that does not normalise goes to
+    // the static files, which answer 400.
+    let mut path = worker.route_path.borrow_mut();
+    let routed = match wire::normalize_path(raw, &mut path) {
+        Ok(()) => routes.find(&path),
+        Err(_) => None,
+    };
+    let Some(routed) = routed else {
+        drop(path);
+        static_files(worker, req, keep_alive, out, pending);
+        return Dispatched::Done;
+    };
+    let mut request = handler::Request {
+        head: req,
+        path: &path,
+        client,
+        tag: 0,
+    };
+    let mut filter = None;
+    let mut answer = None;
+    if let Some((m, tag)) = routed.filter {
+        request.tag = tag;
+        match worker.services[m].filter(&request) {
+            Filtered::Continue(attached) => filter = attached,
+            Filtered::Answer(a) => answer = Some(a),
+        }
+    }
+    if answer.is_none() {
+        for &(m, tag) in &routed.handlers {
+            request.tag = tag;
+            match worker.services[m].call(&request) {
+                Answer::Pass => continue,
+                a => {
+                    answer = Some(a);
+                    break;
+                }
+            }
+        }
+    }
+    drop(path);
+    let later = |work| {
+        Dispatched::Later(Box::new(Exchange {
+            work,
+            filter: None,
+            framing: req.body,
+            expect_continue: req.expect_continue,
+            keep_alive,
+            head_only: req.method == wire::Method::Head,
+            version: req.version,
+            raw_head: pending[..req.head_len].to_vec(),
+        }))
+    };
+    let attach = |mut d: Dispatched, filter| {
+        if let Dispatched::Later(e) = &mut d {
+            e.filter = filter;
+        }
+        d
+    };
+    match answer {
+        None | Some(Answer::Pass) => {
+            let mark = out.mark();
+            static_files(worker, req, keep_alive, out, pending);
+            if let Some(mut filter) = filter {
+                filter_written(&mut *filter, out, mark);
+            }
+            Dispatched::Done
+        }
+        Some(Answer::Later(deferred)) => attach(later(Work::Deferred(deferred)), filter),
+        Some(Answer::Now(mut response)) => {
+            if let Some(f) = filter.as_deref_mut() {
+                filter_response(f, &mut response);
+            }
+            let small = match &response.body {
+                Body::Empty => true,
+                Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
+                _ => false,
+            };
+            if !small {
+                return attach(later(Work::Ready(response)), filter);
+            }
+            let head_only = req.method == wire::Method::Head;
+            let buf = out.buf();
+            let framing = write_head(worker, buf, &response, head_only, req.version, keep_alive);
+            if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
+                buf.extend_from_slice(body);
+            }
+            Dispatched::Done
+        }
+    }
+}
+
+/// The server's own handler: the file (or listing, or refusal) for the request's path.
+fn static_files(
+    worker: &Worker,
+    req: &wire::Request<'_, '_>,
+    keep_alive: bool,
+    out: &mut Output,
+    pending: &[u8],
+) {
+    if req.expect_continue && pending.len() == req.head_len {
+        // The client waits for this before sending the body we will skip.
+        out.buf().extend_from_slice(wire::CONTINUE);
+    }
+    files::respond(req, worker, out, keep_alive);
+}
+
+/// Runs the route's filter on a response not yet encoded; a filter that fails makes an
+/// unframed response a 500.
+pub(crate) fn filter_response(filter: &mut dyn Attached, response: &mut Response) {
+    let framed = response.framed();
+    if filter.response(&mut response.head, framed) == Filter::Failed && !framed {
+        *response = Response::status_page(500);
+    }
+}
+
+/// Writes the head of a response a handler returned: status line, Server and Date for
+/// a response made here, its fields (and Date after a relayed response's fields when it
+/// has none), the framing. Returns the
+/// framing, or `None` when no content follows (HEAD, 1xx, 204, 304).
+pub(crate) fn write_head(
+    worker: &Worker,
+    buf: &mut Vec<u8>,
+    response: &Response,
+    head_only: bool,
+    version: Version,
+    keep_alive: bool,
+) -> Option<Framing> {
+    let head = &response.head;
+    let status = head.status();
+    if response.relayed {
+        wire::write_status_line(buf, status);
+        head.write_fields_h1(buf);
+        if !head.contains(b"date") {
+            worker.clock.write_date(buf);
+        }
+    } else {
+        files::start_head(worker, buf, status);
+        head.write_fields_h1(buf);
+    }
+    let no_body = wire::no_body(head_only, status);
+    let framing = match response.body.length() {
+        _ if no_body => {
+            // No content follows; a HEAD (or 304) answer keeps the length it declares.
+            head.get(b"content-length")
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+                .map_or(Framing::None, Framing::Length)
+        }
+        Some(length) => Framing::Length(length),
+        None => Framing::Chunked,
+    };
+    wire::write_framing(buf, framing, version, keep_alive);
+    (!no_body).then_some(framing)
+}
+
+/// Runs a filter on a static response already written since `mark`, rewriting its head
+/// when the filter changed something. The file handler writes its heads as bytes (its
+/// cached heads are pre-encoded, so the hot path copies them whole); this is the one
+/// place such a head is read back, and only under a filter. Date, Server and the
+/// framing stay as they were.
+fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
+    let (at, written) = out.head_since(mark);
+    let written = written.to_vec();
+    let Some((status, fields)) = parse_head(&written) else {
+        return;
+    };
+    let mut head = ResponseHead::new(status);
+    let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
+    for &(name, value) in &fields {
+        if wire::is_framing_field(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+        {
+            kept.push((name, value));
+        } else {
+            head.append(name, value);
+        }
+    }
+    if filter.response(&mut head, true) == Filter::Failed {
+        // The body is already queued: keep the response as the file handler wrote it.
+        return;
+    }
+    let mut new_head = Vec::with_capacity(written.len() + 64);
+    wire::write_status_line(&mut new_head, head.status());
+    for &(name, value) in kept.iter().filter(|(n, _)| !wire::is_framing_field(n)) {
+        wire::write_field(&mut new_head, name, value);
+    }
+    head.write_fields_h1(&mut new_head);
+    for &(name, value) in kept.iter().filter(|(n, _)| wire::is_framing_field(n)) {
+        wire::write_field(&mut new_head, name, value);
+    }
+    new_head.extend_from_slice(b"\r\n");
+    out.replace_head(at, written.len(), &new_head);
+}
+
+type Field<'a> = (&'a [u8], &'a [u8]);
+
+/// The status and fields of a response head this server wrote.
+fn parse_head(head: &[u8]) -> Option<(u16, Vec<Field<'_>>)> {
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let status_line = lines.next()?;
+    let status = std::str::from_utf8(status_line.get(9..12)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut fields = Vec::new();
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        let colon = line.iter().position(|&b| b == b':')?;
+        let value = &line[colon + 1..];
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        fields.push((&line[..colon], value));
+    }
+    Some((status, fields))
+}
