@@ -11,12 +11,13 @@ use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cache::{wait_landing, Entry, FlightGuard, Join, Landing};
+use crate::cache::{Entry, FlightGuard, Landing};
 use crate::client::{read_bytes, read_template_with_source, Upstream};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
 use crate::inner::{FetchFailed, FetchResult, Fetched, Inner, Target};
+use crate::lookup::{Flight, Memory};
 
 /// Where one fragment comes from, decided before anything is sent.
 #[derive(Clone)]
@@ -201,25 +202,17 @@ impl Inner {
     ) -> FetchResult {
         let mut stale = None;
         if let Some(key) = &target.cache_key {
-            let now = now_ms();
             let field = |n: &str| target.headers.get(n).cloned();
-            if let Some(e) = self.cache.lookup(key, &field, now) {
-                if e.is_fresh(now) {
-                    self.cache.count_hit();
-                    return Ok(e);
-                }
-                if e.may_revalidate_stale(now) {
-                    // Served stale; one background fetch refreshes it, started by the
-                    // flight's leader only (not a task per stale hit).
-                    self.cache.count_stale();
-                    if let Some(guard) = self.cache.try_lead(key) {
+            match self.cache.lookup_memory(key, &field) {
+                Memory::Fresh(e) => return Ok(e),
+                Memory::Stale(e, guard) => {
+                    if let Some(guard) = guard {
                         self.refresh_in_background(target.clone(), guard);
                     }
                     return Ok(e);
                 }
-                stale = Some(e).filter(|e| e.may_serve_on_error(now));
+                Memory::Miss(s) => stale = s,
             }
-            self.cache.count_miss();
         }
         let key = fetch_key(&target);
         let existing = self.inflight.borrow().get(&key).cloned();
@@ -258,49 +251,17 @@ impl Inner {
             return self.fetch_now(target, deadline).await;
         };
         let cache = &self.cache;
-        let guard = match cache.join(&key) {
-            Join::Lead(g) => Some(g),
-            Join::Wait(rx) => match wait_landing(rx, deadline).await {
-                Landing::Stored(e) => {
-                    let field = |n: &str| target.headers.get(n).cloned();
-                    match cache.landed_for(&key, e, &field) {
-                        Some(e) => return Ok(e),
-                        // Another variant: fetch our own.
-                        None => None,
-                    }
-                }
-                Landing::Failed => return stale_or(cache, &key, &stale, FetchFailed::Coalesced),
-                Landing::NotStored => None,
-            },
-        };
         let headers = target.headers.clone();
         let field = |n: &str| headers.get(n).cloned();
-        let mut stale = stale;
-        let mut guard = guard;
-        if let Some(g) = guard.take() {
-            // A Redis record is a hit only while fresh; a stale one is served like a
-            // stale memory object (refreshed), or kept as the stale-if-error fallback.
-            let found = cache.lookup_shared(&key, &field, now_ms()).await;
-            let now = now_ms();
-            match found {
-                Some(e) if e.is_fresh(now) => {
-                    g.land(Landing::Stored(e.clone()));
-                    return Ok(e);
-                }
-                Some(e) if e.may_revalidate_stale(now) => {
-                    cache.count_stale();
-                    self.refresh_in_background(target, g);
-                    return Ok(e);
-                }
-                Some(e) => {
-                    if e.may_serve_on_error(now) {
-                        stale = Some(e);
-                    }
-                    guard = Some(g);
-                }
-                None => guard = Some(g),
+        let (guard, stale) = match cache.fly(&key, &field, deadline, stale).await {
+            Flight::Hit(e) | Flight::StaleOnError(e) => return Ok(e),
+            Flight::Refresh(e, guard) => {
+                self.refresh_in_background(target, guard);
+                return Ok(e);
             }
-        }
+            Flight::Failed => return Err(FetchFailed::Coalesced),
+            Flight::Fetch { guard, stale } => (guard, stale),
+        };
         match self.fetch_now(target, deadline).await {
             Ok(e) => {
                 if e.storable() {

@@ -76,6 +76,7 @@ mod fetch;
 mod freshness;
 pub mod headers;
 mod inner;
+mod lookup;
 mod module;
 mod page;
 mod proxy;

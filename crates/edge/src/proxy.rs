@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::cache::{self, wait_landing, Cache, Entry, FlightGuard, Join, Landing, Memo};
+use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
     read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
 };
@@ -29,6 +29,7 @@ use crate::fetch::{is_esi, normalise_authority};
 use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo};
 use crate::inner::{Inner, RouteTo, Target};
+use crate::lookup::{Flight, Memory};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, breakers and in-flight fetches are the worker's own) and call
@@ -284,27 +285,21 @@ impl Edge {
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
             return self.forward(req, &upstream, mode, authority, None).await;
         }
-        let now = now_ms();
-        let found = cache.lookup(&key, &|n| req.headers.get(n).cloned(), now);
-        if let Some(e) = &found {
-            if e.is_fresh(now) {
-                cache.count_hit();
-                return self.serve(e.clone(), &req, &authority, now).await;
-            }
-            if e.may_revalidate_stale(now) {
-                cache.count_stale();
-                if let Some(guard) = cache.try_lead(&key) {
+        let field = |n: &str| req.headers.get(n).cloned();
+        let stale = match cache.lookup_memory(&key, &field) {
+            Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
+            Memory::Stale(e, guard) => {
+                if let Some(guard) = guard {
                     self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 }
-                return self.serve(e.clone(), &req, &authority, now).await;
+                return self.serve(e, &req, &authority, now_ms()).await;
             }
-        }
-        cache.count_miss();
+            Memory::Miss(stale) => stale,
+        };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             return self.forward(req, &upstream, mode, authority, None).await;
         }
-        let mut stale = found.filter(|e| e.may_serve_on_error(now));
         if req.method == Method::HEAD {
             let store = Store {
                 key,
@@ -317,57 +312,23 @@ impl Edge {
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let mut guard = match cache.join(&key) {
-            Join::Lead(g) => Some(g),
-            Join::Wait(rx) => match (wait_landing(rx, deadline).await, &stale) {
-                (Landing::Stored(e), _) => {
-                    match cache.landed_for(&key, e, &|n| req.headers.get(n).cloned()) {
-                        Some(e) => return self.serve(e, &req, &authority, now_ms()).await,
-                        // Another variant: fetch our own.
-                        None => None,
-                    }
-                }
-                (Landing::Failed, Some(stale)) => {
-                    cache.count_stale();
-                    return self.serve(stale.clone(), &req, &authority, now_ms()).await;
-                }
-                // The origin failed the leader: asking it again per waiter would only
-                // multiply the load on a failing origin.
-                (Landing::Failed, None) => {
-                    return Err(ProxyError::Upstream(UpstreamError::Coalesced {
-                        upstream: upstream.name.clone(),
-                    }))
-                }
-                // Not storable, or the leader went away: fetch our own.
-                (Landing::NotStored, _) => None,
-            },
-        };
-        if let Some(g) = guard.take() {
-            let field = |n: &str| req.headers.get(n).cloned();
-            // A Redis record is a hit only while fresh; a stale one is served like a
-            // stale memory object: within stale-while-revalidate (and refreshed), or
-            // kept as the stale-if-error fallback of the origin fetch.
-            let found = cache.lookup_shared(&key, &field, now).await;
-            let now = now_ms();
-            match found {
-                Some(e) if e.is_fresh(now) => {
-                    g.land(Landing::Stored(e.clone()));
-                    return self.serve(e, &req, &authority, now).await;
-                }
-                Some(e) if e.may_revalidate_stale(now) => {
-                    cache.count_stale();
-                    self.refresh_in_background(&req, &upstream, mode, &authority, key, g);
-                    return self.serve(e, &req, &authority, now).await;
-                }
-                Some(e) => {
-                    if e.may_serve_on_error(now) {
-                        stale = Some(e);
-                    }
-                    guard = Some(g);
-                }
-                None => guard = Some(g),
+        let (guard, stale) = match cache.fly(&key, &field, deadline, stale).await {
+            Flight::Hit(e) | Flight::StaleOnError(e) => {
+                return self.serve(e, &req, &authority, now_ms()).await
             }
-        }
+            Flight::Refresh(e, guard) => {
+                self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
+                return self.serve(e, &req, &authority, now_ms()).await;
+            }
+            // The origin failed the leader: asking it again per waiter would only
+            // multiply the load on a failing origin.
+            Flight::Failed => {
+                return Err(ProxyError::Upstream(UpstreamError::Coalesced {
+                    upstream: upstream.name.clone(),
+                }))
+            }
+            Flight::Fetch { guard, stale } => (guard, stale),
+        };
         let store = Store {
             key,
             guard,
