@@ -124,11 +124,15 @@ impl ServeConfig {
         };
         if let Some(proxy) = &proxy {
             upstreams = Some(proxy.clone());
-            modules.push(proxy.clone());
         }
         if !self.script.is_empty() {
             let scripts = script::Scripts::new(self.script.clone(), &self.shared_dict)?;
             modules.push(Arc::new(script::ScriptModule::new(scripts, upstreams)));
+        }
+        // After the scripts: at an equal prefix, a script's `content` answers before the
+        // proxy (a script without `content` passes to it).
+        if let Some(proxy) = &proxy {
+            modules.push(proxy.clone());
         }
         Ok(Modules {
             all: modules,

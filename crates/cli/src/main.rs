@@ -1,5 +1,6 @@
-//! The `tessera` binary: argument parsing, config loading and wiring of the library
-//! crates. Only this crate talks to the terminal and uses `anyhow`.
+//! The `tessera` binary: argument parsing, the config file's shape (`config`), and the
+//! wiring of the library crates: it builds the modules (the proxy, Lua scripts) and hands
+//! them to the server. Only this crate talks to the terminal and uses `anyhow`.
 
 mod bench;
 mod config;

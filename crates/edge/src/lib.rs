@@ -17,11 +17,14 @@
 //! **What it is not for.** Accepting client connections, framing responses, static files
 //! (the `server` crate), parsing ESI (the `esi` crate).
 //!
-//! **How it fits.** Each server worker is one thread with a tokio current-thread runtime
-//! and a `LocalSet`; it builds one [`Edge`] from the shared [`EdgeConfig`] and the
-//! process's one [`Cache`] ([`Edge::with_cache`]; docs/cache.md) and, for a
-//! request whose [`Edge::route`] is an upstream, awaits [`Edge::proxy`] and writes the
-//! [`ProxyResponse`]: the head, then [`Body::next_chunk`] until `None`. A chunk `Err`
+//! **How it fits.** `cli` builds one [`EdgeModule`] (a `handler::Module`) from the
+//! [`EdgeConfig`]; it holds the process's one [`Cache`] (docs/cache.md). Each server
+//! worker is one thread with a tokio current-thread runtime and a `LocalSet`, and starts
+//! the module's service, one [`Edge`] ([`Edge::with_cache`]), which is also the
+//! `handler::Upstreams` the same worker's scripts call. For a request on one of its
+//! routes the service answers later: it awaits [`Edge::proxy`] and hands the server the
+//! [`ProxyResponse`] as a `handler::Response`: the head, then [`Body::next_chunk`] until
+//! `None`. A chunk `Err`
 //! means the page broke off after its head was sent: the server closes the connection
 //! without a final chunk. A [`ProxyError`] before the head is answered with
 //! [`ProxyError::status`]. [`Body::content_length`] is `None` for an assembled page, so

@@ -152,6 +152,7 @@ impl Service for EdgeService {
         };
         Answer::Later(Box::new(Proxied {
             edge: edge.clone(),
+            route: req.tag as usize,
             request,
         }))
     }
@@ -196,15 +197,21 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
 /// A proxied request waiting for its body, then its upstream or its assembled page.
 struct Proxied {
     edge: Edge,
+    /// Its route in `config.route`, as the server matched it.
+    route: usize,
     request: ProxyRequest,
 }
 
 impl Deferred for Proxied {
     fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>> {
         Box::pin(async move {
-            let Proxied { edge, mut request } = *self;
+            let Proxied {
+                edge,
+                route,
+                mut request,
+            } = *self;
             request.body = body;
-            match edge.proxy(request).await {
+            match edge.proxy_route(route, request).await {
                 Ok(response) => Ok(response_of(response)),
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");

@@ -260,18 +260,51 @@ impl Edge {
     /// [`ProxyResponse::body`]. GET and HEAD are answered from the cache when it holds a
     /// fresh object (docs/cache.md); `PURGE` and `BAN` invalidate it.
     pub async fn proxy(&self, req: ProxyRequest) -> Result<ProxyResponse, ProxyError> {
-        let inner = &self.inner;
         if !req.target.starts_with('/') {
             return Err(ProxyError::BadRequest(
                 "request target must be a path".into(),
             ));
         }
         let path = req.target.split(['?', '#']).next().unwrap_or("/");
-        let (upstream, mode) = match inner.route(path) {
+        let (upstream, mode) = match self.inner.route(path) {
             None => return Err(ProxyError::NoRoute { path: path.into() }),
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
         };
+        self.proxy_to(upstream, mode, req).await
+    }
+
+    /// [`Edge::proxy`] of a request already routed (by the server, on its normalised
+    /// path) to `config.route[route]`.
+    pub(crate) async fn proxy_route(
+        &self,
+        route: usize,
+        req: ProxyRequest,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let config = self.inner.config.route.get(route);
+        let Some((upstream, mode)) = config.and_then(|r| {
+            let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
+            Some((upstream.clone(), r.esi))
+        }) else {
+            return Err(ProxyError::NoRoute {
+                path: req.target.clone(),
+            });
+        };
+        if !req.target.starts_with('/') {
+            return Err(ProxyError::BadRequest(
+                "request target must be a path".into(),
+            ));
+        }
+        self.proxy_to(upstream, mode, req).await
+    }
+
+    async fn proxy_to(
+        &self,
+        upstream: Rc<Upstream>,
+        mode: EsiMode,
+        req: ProxyRequest,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let inner = &self.inner;
         let authority = req
             .headers
             .get(header::HOST)

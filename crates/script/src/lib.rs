@@ -9,11 +9,13 @@
 //! docs/lua.md documents the API the functions see.
 //!
 //! **What it is not for.** HTTP framing, sockets and static files (the `server` crate);
-//! upstream connections (the `edge` crate's client, which `tessera.http.request` uses).
+//! upstream connections (`tessera.http.request` calls the `handler::Upstreams` it is
+//! given, which the `edge` crate implements; this crate does not depend on it).
 //!
-//! **How it fits.** The server builds one [`Scripts`] (shared: configuration, shared
-//! dictionaries, the watchdog) and each worker one [`Engine`] (its own Lua state, no
-//! locks). For a request under a mount the worker calls [`Engine::begin`], then
+//! **How it fits.** `cli` builds one [`Scripts`] (shared: configuration, shared
+//! dictionaries, the watchdog) and a [`ScriptModule`] (a `handler::Module`: each mount
+//! is a filter and a handler of its prefix); each worker starts one [`Engine`] (its own
+//! Lua state, no locks). For a request under a mount the module calls [`Engine::begin`], then
 //! [`Engine::access`], [`Engine::content`] (a future: it finishes on its first poll
 //! unless the script awaits an upstream or a timer), [`Engine::header_filter`], and
 //! [`Engine::finish`]. The fast path avoids work the script does not ask for: the

@@ -18,8 +18,8 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
 use crate::dispatch::{self, Dispatched, Exchange, Work};
-use crate::files;
 use crate::output::{Mark, Output, Progress};
+use crate::reply;
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -261,7 +261,7 @@ impl Conn {
                 Err(e) => {
                     worker.refused(self.peer, e);
                     let mark = out.mark();
-                    files::write_simple(
+                    reply::write_simple(
                         worker,
                         out.buf(),
                         e.status(),

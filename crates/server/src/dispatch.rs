@@ -12,6 +12,7 @@ use wire::{BodyFraming, Framing, Version};
 
 use crate::files;
 use crate::output::{Mark, Output};
+use crate::reply;
 use crate::worker::Worker;
 
 /// What the modules do for the paths under one prefix.
@@ -111,27 +112,30 @@ pub(crate) fn answer(
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
-    let routes = &worker.shared.routes;
-    if routes.is_empty() {
-        static_files(worker, req, keep_alive, out, pending);
-        return Dispatched::Done;
-    }
     let raw = match memchr::memchr(b'?', req.path) {
         Some(q) => &req.path[..q],
         None => req.path,
     };
-    // Matched on the normalised path (`/%61pi`, `//api` and `/x/../api` are `/api`), the
-    // form files are found by, so no spelling of a path reaches a file or an upstream
-    // past the filter that guards its prefix. A path that does not normalise goes to
-    // the static files, which answer 400.
-    let mut path = worker.route_path.borrow_mut();
-    let routed = match wire::normalize_path(raw, &mut path) {
-        Ok(()) => routes.find(&path),
-        Err(_) => None,
+    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
+    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
+    // a path reaches a file or an upstream past the filter that guards its prefix. A path
+    // that does not normalise goes to the static files, which answer 400.
+    let mut path = worker.path.borrow_mut();
+    let normal = wire::normalize_path(raw, &mut path).is_ok();
+    let routes = &worker.shared.routes;
+    let routed = match normal && !routes.is_empty() {
+        true => routes.find(&path),
+        false => None,
     };
     let Some(routed) = routed else {
-        drop(path);
-        static_files(worker, req, keep_alive, out, pending);
+        static_files(
+            worker,
+            req,
+            normal.then_some(&path[..]),
+            keep_alive,
+            out,
+            pending,
+        );
         return Dispatched::Done;
     };
     let mut request = handler::Request {
@@ -161,7 +165,6 @@ pub(crate) fn answer(
             }
         }
     }
-    drop(path);
     let later = |work| {
         Dispatched::Later(Box::new(Exchange {
             work,
@@ -183,7 +186,7 @@ pub(crate) fn answer(
     match answer {
         None | Some(Answer::Pass) => {
             let mark = out.mark();
-            static_files(worker, req, keep_alive, out, pending);
+            static_files(worker, req, Some(&path[..]), keep_alive, out, pending);
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
@@ -217,6 +220,7 @@ pub(crate) fn answer(
 fn static_files(
     worker: &Worker,
     req: &wire::Request<'_, '_>,
+    path: Option<&[u8]>,
     keep_alive: bool,
     out: &mut Output,
     pending: &[u8],
@@ -225,7 +229,7 @@ fn static_files(
         // The client waits for this before sending the body we will skip.
         out.buf().extend_from_slice(wire::CONTINUE);
     }
-    files::respond(req, worker, out, keep_alive);
+    files::respond(req, path, worker, out, keep_alive);
 }
 
 /// Runs the route's filter on a response not yet encoded; a filter that fails makes an
@@ -258,7 +262,7 @@ pub(crate) fn write_head(
             worker.clock.write_date(buf);
         }
     } else {
-        files::start_head(worker, buf, status);
+        reply::start_head(worker, buf, status);
         head.write_fields_h1(buf);
     }
     let no_body = wire::no_body(head_only, status);

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use wire::{Framing, Method, Request, Version};
+use wire::{Framing, Method, Request};
 
 pub(crate) use crate::cache::FileEntry;
 use crate::cache::{AcceptEncoding, Coding, Identities, Identity, Resource};
@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::listing;
 use crate::output::Output;
 use crate::range::{self, Ranges};
+use crate::reply::{simple, start_head};
 use crate::worker::Worker;
 
 /// Fails at start on kernels without openat2(2), rather than on the first request.
@@ -62,12 +63,19 @@ fn open_beneath(root: RawFd, path: &CStr, flags: i32) -> io::Result<File> {
 /// What a static resource allows: the Allow header of 405s and OPTIONS answers.
 const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
 
-/// Answers a request for a static file. Writes the whole response into `out`.
-pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, keep_alive: bool) {
+/// Answers a request for a static file. Writes the whole response into `out`. `path`
+/// is the request's path decoded and normalised (`None`: it does not normalise, 400).
+pub(crate) fn respond(
+    req: &Request<'_, '_>,
+    path: Option<&[u8]>,
+    worker: &Worker,
+    out: &mut Output,
+    keep_alive: bool,
+) {
     let get = match req.method {
         Method::Get => true,
         Method::Head => false,
-        Method::Options => return options(req, worker, out, keep_alive),
+        Method::Options => return options(req, path, worker, out, keep_alive),
         Method::Other => return simple(worker, out, req, keep_alive, 501, b""),
         // Methods tessera knows but files do not support, TRACE among them: RFC 9110
         // section 9.3.8 leaves TRACE optional, and echoing requests back only helps
@@ -80,7 +88,7 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
     } else {
         AcceptEncoding::NONE
     };
-    let entry = match lookup(req, worker, accept) {
+    let entry = match lookup(path, worker, accept) {
         Ok(entry) => entry,
         Err(Miss::Status(status)) => return simple(worker, out, req, keep_alive, status, b""),
         Err(Miss::AddSlash) => return redirect_with_slash(worker, out, req, keep_alive),
@@ -127,11 +135,17 @@ pub(crate) fn respond(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, 
 
 /// `OPTIONS *` asks about the server, `OPTIONS /path` about one resource: both are
 /// answered with what a static file allows, the latter only if the resource exists.
-fn options(req: &Request<'_, '_>, worker: &Worker, out: &mut Output, keep_alive: bool) {
+fn options(
+    req: &Request<'_, '_>,
+    path: Option<&[u8]>,
+    worker: &Worker,
+    out: &mut Output,
+    keep_alive: bool,
+) {
     if req.path == b"*" {
         return simple(worker, out, req, keep_alive, 204, ALLOW);
     }
-    match lookup(req, worker, AcceptEncoding::NONE) {
+    match lookup(path, worker, AcceptEncoding::NONE) {
         Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
             simple(worker, out, req, keep_alive, 204, ALLOW)
         }
@@ -296,19 +310,15 @@ enum Miss {
 /// checked recently (the hot path: one shard lock, no system call, no allocation), else
 /// from the file system.
 fn lookup(
-    req: &Request<'_, '_>,
+    key: Option<&[u8]>,
     worker: &Worker,
     accept: AcceptEncoding,
 ) -> Result<Arc<FileEntry>, Miss> {
-    let raw_path = match memchr::memchr(b'?', req.path) {
-        Some(q) => &req.path[..q],
-        None => req.path,
-    };
-    let mut scratch = worker.scratch.borrow_mut();
-    let (key, cpath) = &mut *scratch;
-    if wire::normalize_path(raw_path, key).is_err() {
+    let Some(key) = key else {
         return Err(Miss::Status(400));
-    }
+    };
+    let mut cpath = worker.cpath.borrow_mut();
+    let cpath = &mut *cpath;
     let shared = &worker.shared;
     let now = worker.clock.millis();
     if let Some(entry) = shared
@@ -494,77 +504,6 @@ fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>,
     location.extend_from_slice(query);
     location.extend_from_slice(b"\r\n");
     simple(worker, out, req, keep_alive, 301, &location);
-}
-
-/// Status line, Server and Date: how every response this server generates starts.
-pub(crate) fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
-    wire::write_status_line(buf, status);
-    buf.extend_from_slice(b"Server: tessera\r\n");
-    worker.clock.write_date(buf);
-}
-
-/// A response with a small generated HTML body (or none for 204 and 304), as nginx
-/// sends for errors and redirects.
-pub(crate) fn simple(
-    worker: &Worker,
-    out: &mut Output,
-    req: &Request<'_, '_>,
-    keep_alive: bool,
-    status: u16,
-    extra_headers: &[u8],
-) {
-    write_simple(
-        worker,
-        out.buf(),
-        status,
-        extra_headers,
-        req.method == Method::Head,
-        req.version,
-        keep_alive,
-    );
-}
-
-/// The same, for refusals that come before a request could be parsed.
-pub(crate) fn write_simple(
-    worker: &Worker,
-    buf: &mut Vec<u8>,
-    status: u16,
-    extra_headers: &[u8],
-    head_only: bool,
-    version: Version,
-    keep_alive: bool,
-) {
-    start_head(worker, buf, status);
-    buf.extend_from_slice(extra_headers);
-    if wire::bodiless(status) {
-        wire::write_framing(buf, Framing::None, version, keep_alive);
-        return;
-    }
-    let reason = wire::reason(status);
-    let mut code = itoa::Buffer::new();
-    let code = code.format(status);
-    // <html><head><title>404 Not Found</title></head><body><h1>404 Not Found</h1></body></html>\n
-    let body_len = 2 * (code.len() + 1 + reason.len()) + 64;
-    buf.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
-    wire::write_framing(buf, Framing::Length(body_len as u64), version, keep_alive);
-    if head_only {
-        return;
-    }
-    let start = buf.len();
-    for part in [
-        "<html><head><title>",
-        code,
-        " ",
-        reason,
-        "</title></head><body><h1>",
-        code,
-        " ",
-        reason,
-        "</h1></body></html>\n",
-    ] {
-        buf.extend_from_slice(part.as_bytes());
-    }
-    debug_assert_eq!(buf.len() - start, body_len);
 }
 
 /// The media type for a file name, by extension; text types carry `charset=utf-8`.

@@ -7,12 +7,17 @@
 //! kernel spreads connections across workers and nothing on the request path takes a
 //! lock but the shard of the shared open-file cache that holds the file, for one lookup.
 //!
-//! What it is not for: parsing HTTP (that is `wire`), command-line handling or printing
-//! (that is `cli`; this crate reports through `tracing` and typed errors).
+//! What it is not for: parsing HTTP (that is `wire`), the proxy and Lua (the `edge` and
+//! `script` modules, which it knows only through the `handler` seam), command-line
+//! handling or printing (that is `cli`; this crate reports through `tracing` and typed
+//! errors).
 //!
-//! How it fits: `cli` builds a [`Config`], calls [`Server::bind`] (which opens every
-//! listener, so errors surface before anything runs), prints [`Server::local_addrs`],
-//! then [`Server::start`]s the workers and calls [`Running::shutdown`] on SIGTERM/SIGINT.
+//! How it fits: `cli` builds a [`Config`] and the modules (`handler::Module`), calls
+//! [`Server::bind`] (which opens every listener, so errors surface before anything runs),
+//! prints [`Server::local_addrs`], then [`Server::start`]s the workers (each starts its
+//! own service of every module) and calls [`Running::shutdown`] on SIGTERM/SIGINT. A
+//! request is routed once (`dispatch`) to the modules' filters and handlers, and to the
+//! static files when no handler takes it; docs/architecture.md follows one through.
 
 mod access_log;
 mod cache;
@@ -25,6 +30,7 @@ mod files;
 mod listing;
 mod output;
 mod range;
+mod reply;
 mod runtime;
 mod worker;
 

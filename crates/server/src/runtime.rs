@@ -62,8 +62,8 @@ pub(crate) fn run(
         let worker = Rc::new(Worker {
             id,
             clock: Clock::new(shared.epoch),
-            scratch: RefCell::new((Vec::with_capacity(256), Vec::with_capacity(256))),
-            route_path: RefCell::new(Vec::with_capacity(256)),
+            path: RefCell::new(Vec::with_capacity(256)),
+            cpath: RefCell::new(Vec::with_capacity(256)),
             slots: RefCell::new(Pool::new(capacity, ConnState::Free, 0, |_| -1)),
             spare: RefCell::new(Vec::with_capacity(capacity)),
             slot_freed: Notify::new(),

@@ -72,10 +72,11 @@ pub(crate) struct Worker {
     pub shared: Arc<Shared>,
     pub id: usize,
     pub clock: Clock,
-    /// Reused buffers for path handling: the normalised path and the C path to open.
-    pub scratch: RefCell<(Vec<u8>, Vec<u8>)>,
-    /// The normalised path routes are matched on.
-    pub route_path: RefCell<Vec<u8>>,
+    /// The request's path, decoded and normalised once (by `dispatch`) for routing,
+    /// the handlers and the file lookup alike; reused from request to request.
+    pub path: RefCell<Vec<u8>>,
+    /// The C path of a file to open beneath the root (reused).
+    pub cpath: RefCell<Vec<u8>>,
     /// Connection slots; each holds its socket's descriptor.
     pub(crate) slots: RefCell<Pool<ConnState, RawFd>>,
     /// Buffer sets not lent out, most recently returned last (so the hot ones are reused

@@ -505,3 +505,37 @@ fn header_filter_adjusts_proxied_responses_and_log_sees_them() {
     assert_eq!(r.header("content-length"), Some("4"));
     eventually("the log phase", || server.get("/seen").body == b"/fast 203");
 }
+
+#[test]
+fn a_mount_with_content_answers_before_a_proxy_route_of_the_same_prefix_and_a_longer_route_takes_its_paths(
+) {
+    let (_release, held) = mpsc::channel();
+    let origin = held_origin(held);
+    let site = Site::new();
+    std::fs::write(
+        site.dir.path().join("api.lua"),
+        r#"return {
+             access = function(r) if r:path() == "/api/v1/deny" then r:exit(403, "no\n") end end,
+             content = function(r) return "lua " .. r:path() end,
+             header_filter = function(r) r:set_header("X-Mount", "api") end,
+           }"#,
+    )
+    .unwrap();
+    let d = site.dir.path().display();
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{origin}\"]\n\
+         [[route]]\nprefix = \"/api\"\nupstream = \"origin\"\n\
+         [[route]]\nprefix = \"/api/v1\"\nupstream = \"origin\"\n\
+         [[script]]\nprefix = \"/api\"\npath = \"{d}/api.lua\"\n"
+    ));
+    // Same prefix: the script's content answers, not the proxy.
+    let r = server.get("/api/x");
+    assert_eq!((r.status, &r.body[..]), (200, &b"lua /api/x"[..]));
+    assert_eq!(r.header("x-mount"), Some("api"));
+    // A longer route under the mount: the proxy answers, the mount's filters still run.
+    let r = server.get("/api/v1/x");
+    assert_eq!((r.status, &r.body[..]), (200, &b"fast"[..]));
+    assert_eq!(r.header("x-origin"), Some("yes"));
+    assert_eq!(r.header("x-mount"), Some("api"));
+    assert_eq!(server.get("/api/v1/deny").status, 403);
+}

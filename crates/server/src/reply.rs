@@ -1,0 +1,62 @@
+//! The responses the server makes itself, whatever handler a request was meant for:
+//! the start of every head it generates, and the status pages of errors, refusals and
+//! redirects (the page itself is `handler::write_status_page`, shared with the modules).
+
+use wire::{Framing, Method, Request, Version};
+
+use crate::output::Output;
+use crate::worker::Worker;
+
+/// Status line, Server and Date: how every response this server generates starts.
+pub(crate) fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
+    wire::write_status_line(buf, status);
+    buf.extend_from_slice(b"Server: tessera\r\n");
+    worker.clock.write_date(buf);
+}
+
+/// A response with a small generated HTML body (or none for 204 and 304), as nginx
+/// sends for errors and redirects.
+pub(crate) fn simple(
+    worker: &Worker,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+    status: u16,
+    extra_headers: &[u8],
+) {
+    write_simple(
+        worker,
+        out.buf(),
+        status,
+        extra_headers,
+        req.method == Method::Head,
+        req.version,
+        keep_alive,
+    );
+}
+
+/// The same, for refusals that come before a request could be parsed.
+pub(crate) fn write_simple(
+    worker: &Worker,
+    buf: &mut Vec<u8>,
+    status: u16,
+    extra_headers: &[u8],
+    head_only: bool,
+    version: Version,
+    keep_alive: bool,
+) {
+    start_head(worker, buf, status);
+    buf.extend_from_slice(extra_headers);
+    if wire::bodiless(status) {
+        wire::write_framing(buf, Framing::None, version, keep_alive);
+        return;
+    }
+    buf.extend_from_slice(b"Content-Type: ");
+    buf.extend_from_slice(handler::STATUS_PAGE_TYPE);
+    buf.extend_from_slice(b"\r\n");
+    let len = handler::status_page_len(status);
+    wire::write_framing(buf, Framing::Length(len as u64), version, keep_alive);
+    if !head_only {
+        handler::write_status_page(buf, status);
+    }
+}
