@@ -267,12 +267,14 @@ pub(crate) fn write_head(
     }
     let no_body = wire::no_body(head_only, status);
     let framing = match response.body.length() {
-        _ if no_body => {
-            // No content follows; a HEAD (or 304) answer keeps the length it declares.
-            head.get(b"content-length")
-                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-                .map_or(Framing::None, Framing::Length)
-        }
+        // No content follows. A relayed HEAD (or 304) answer keeps the length the
+        // upstream declared; one made here declares the length its GET would have.
+        _ if no_body && response.relayed => head
+            .get(b"content-length")
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .map_or(Framing::None, Framing::Length),
+        Some(length) if !wire::bodiless(status) => Framing::Length(length),
+        _ if no_body => Framing::None,
         Some(length) => Framing::Length(length),
         None => Framing::Chunked,
     };

@@ -539,3 +539,21 @@ fn a_mount_with_content_answers_before_a_proxy_route_of_the_same_prefix_and_a_lo
     assert_eq!(r.header("x-mount"), Some("api"));
     assert_eq!(server.get("/api/v1/deny").status, 403);
 }
+
+#[test]
+fn head_of_a_scripted_response_declares_the_length_of_its_get() {
+    let (_site, server) = api_site();
+    let get = server.get("/api/hello");
+    assert_eq!(get.status, 200);
+    let mut stream = server.connect();
+    write!(stream, "HEAD /api/hello HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let head = read_response(&mut stream, true);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.header("content-length"),
+        Some(get.body.len().to_string().as_str())
+    );
+    // The connection stays in sync: the next response is read whole.
+    assert_eq!(get_on(&mut stream, "/api/hello").body, get.body);
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Two builds of tessera side by side in one run: the working tree's against a git
+# revision's (default: the parent commit), on the three paths a refactor must not slow:
+#   static   a 12-byte file, keep-alive (the figure of bench/peers.sh);
+#   lua      the hello example (examples/lua/hello.lua) at /hello (bench/lua.sh);
+#   esi      a cached page of FRAGMENTS cached fragments from bench/esi-origin.py
+#            (bench/esi.sh, part b).
+# Each build runs one worker per workload pinned to core 0; wrk -t1 -cCONNECTIONS drives
+# it from core 1 (the ESI origin also sits on core 1, asked only while caches fill). In
+# every round each target is measured once, the two builds one after the other and
+# which goes first alternating, so both see the same machine noise. Prints the median
+# requests/s and server CPU per request (utime+stime from /proc around each run) and,
+# per workload, the CPU ratio new/base with its per-round spread.
+#
+# usage: bench/before-after.sh [REV]   (env: ROUNDS=7 SECONDS_PER_RUN=4 CONNECTIONS=50
+#                                        FRAGMENTS=10 BASE_BIN=path to skip building REV)
+# Needs: wrk, curl, taskset, python3, git (apt-get installs the first three when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REV=${1:-HEAD~1}
+ROUNDS=${ROUNDS:-7}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
+CONNECTIONS=${CONNECTIONS:-50}
+FRAGMENTS=${FRAGMENTS:-10}
+SERVER_CPU=0
+LOAD_CPU=1
+
+source bench/lib.sh
+need wrk wrk
+need curl curl
+need taskset util-linux
+
+cargo build --release --locked -q -p tessera
+NEW=$PWD/target/release/tessera
+make_work before-after
+if [ -n "${BASE_BIN:-}" ]; then
+    BASE=$BASE_BIN
+else
+    base_rev=$(git rev-parse --short "$REV")
+    git worktree add --detach "$work/src" "$base_rev" >/dev/null
+    trap 'git worktree remove --force "$work/src" 2>/dev/null || true; cleanup_work' EXIT
+    echo "building $base_rev (release) ..." >&2
+    (cd "$work/src" && CARGO_TARGET_DIR=$work/target cargo build --release --locked -q -p tessera)
+    BASE=$work/target/release/tessera
+fi
+
+site=$work/site
+mkdir -p "$site"
+printf 'hello world\n' > "$site/12b.txt"
+
+origin_port=$(free_port)
+taskset -c $LOAD_CPU python3 bench/esi-origin.py "$origin_port" "$FRAGMENTS" 0 &
+pids+=($!)
+wait_up "$origin_port" cached/frag/1
+
+declare -A pid_of=() url_of=()
+for build in base new; do
+    bin=$BASE; [ $build = new ] && bin=$NEW
+    port=$(free_port)
+    taskset -c $SERVER_CPU "$bin" serve --root "$site" --listen "127.0.0.1:$port" --workers 1 \
+        --script "/hello=$PWD/examples/lua/hello.lua" 2>"$work/$build-files.log" &
+    pids+=($!)
+    pid_of[$build-static]=$!; pid_of[$build-lua]=$!
+    url_of[$build-static]="http://127.0.0.1:$port/12b.txt"
+    url_of[$build-lua]="http://127.0.0.1:$port/hello"
+    wait_up "$port" 12b.txt; wait_up "$port" hello
+    [ "$(curl -s "http://127.0.0.1:$port/hello")" = "Hello World" ] || { echo "$build: wrong hello body" >&2; exit 1; }
+    port=$(free_port)
+    taskset -c $SERVER_CPU "$bin" serve --proxy "http://127.0.0.1:$origin_port" \
+        --listen "127.0.0.1:$port" --workers 1 2>"$work/$build-proxy.log" &
+    pids+=($!)
+    pid_of[$build-esi]=$!
+    url_of[$build-esi]="http://127.0.0.1:$port/cached/page"
+    wait_up "$port" cached/frag/1
+    for _ in 1 2; do curl -fsS -o "$work/$build-page.html" "${url_of[$build-esi]}"; done
+    found=$(grep -c '<p>fragment ' "$work/$build-page.html" || true)
+    [ "$found" = "$FRAGMENTS" ] || { echo "$build did not assemble the page ($found fragments)" >&2; exit 1; }
+done
+cmp -s "$work/base-page.html" "$work/new-page.html" || { echo "the two builds assemble different pages" >&2; exit 1; }
+
+echo "# $(date -u '+%F %H:%M') UTC, $(nproc) cores, $(uname -r); base $(git rev-parse --short "$REV") vs new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+changes');"
+echo "# servers on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+declare -A rps_runs=() cpu_runs=() ratio_runs=()
+for round in $(seq "$ROUNDS"); do
+    for w in static lua esi; do
+        order="base new"; [ $((round % 2)) = 0 ] && order="new base"
+        declare -A cpu_now=()
+        for build in $order; do
+            t=$build-$w
+            read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN")
+            rps_runs[$t]+="$rps "; cpu_runs[$t]+="$cpu "; cpu_now[$build]=$cpu
+        done
+        ratio_runs[$w]+="$(awk -v n="${cpu_now[new]}" -v b="${cpu_now[base]}" 'BEGIN {printf "%.3f", n / b}') "
+        unset cpu_now
+    done
+done
+printf '%-12s %12s %12s\n' target "requests/s" "cpu us/req"
+for w in static lua esi; do
+    for build in base new; do
+        t=$build-$w
+        printf '%-12s %12.0f %12.2f   (cpu runs: %s)\n' "$t" \
+            "$(echo "${rps_runs[$t]}" | tr ' ' '\n' | grep . | median)" \
+            "$(echo "${cpu_runs[$t]}" | tr ' ' '\n' | grep . | median)" "${cpu_runs[$t]% }"
+    done
+    r=$(echo "${ratio_runs[$w]}" | tr ' ' '\n' | grep . | median)
+    printf '%-12s new/base cpu per request: median x%.3f (per round: %s)\n' "$w" "$r" "${ratio_runs[$w]% }"
+done
