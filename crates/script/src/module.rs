@@ -9,7 +9,7 @@
 //! answers later ([`Answer::Later`]) while the worker serves its other connections.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -55,7 +55,7 @@ impl Module for ScriptModule {
         engine.spawn_background(worker);
         Rc::new(ScriptService {
             engine,
-            current: RefCell::new(None),
+            current: RefCell::new(Weak::new()),
         })
     }
 
@@ -69,8 +69,10 @@ impl Module for ScriptModule {
 struct ScriptService {
     engine: Rc<Engine>,
     /// The call the filter began for the request being routed, for its `content` phase:
-    /// a mount's filter runs just before its handler, on the same thread.
-    current: RefCell<Option<Rc<ScriptCall>>>,
+    /// a mount's filter runs just before its handler, on the same thread. Weak: the
+    /// exchange's filter holds the call, so when another handler answers (a longer
+    /// route under the mount) the call still ends with the exchange.
+    current: RefCell<Weak<ScriptCall>>,
 }
 
 /// One request's script call, shared by the filter attached to the exchange and the
@@ -120,7 +122,7 @@ impl Service for ScriptService {
         });
         match engine.access(call.call()) {
             Outcome::Continue => {
-                *self.current.borrow_mut() = Some(call.clone());
+                *self.current.borrow_mut() = Rc::downgrade(&call);
                 Filtered::Continue(Some(Box::new(Filtering { call })))
             }
             // `exit` or a redirect from `access`: its response, after `header_filter`.
@@ -133,7 +135,7 @@ impl Service for ScriptService {
     }
 
     fn call(&self, req: &Request<'_>) -> Answer {
-        let Some(call) = self.current.borrow_mut().take() else {
+        let Some(call) = std::mem::take(&mut *self.current.borrow_mut()).upgrade() else {
             return Answer::Pass;
         };
         let engine = &self.engine;

@@ -518,6 +518,7 @@ fn a_mount_with_content_answers_before_a_proxy_route_of_the_same_prefix_and_a_lo
              access = function(r) if r:path() == "/api/v1/deny" then r:exit(403, "no\n") end end,
              content = function(r) return "lua " .. r:path() end,
              header_filter = function(r) r:set_header("X-Mount", "api") end,
+             log = function(r) tessera.log.warn("logged " .. r:path()) end,
            }"#,
     )
     .unwrap();
@@ -537,6 +538,10 @@ fn a_mount_with_content_answers_before_a_proxy_route_of_the_same_prefix_and_a_lo
     assert_eq!((r.status, &r.body[..]), (200, &b"fast"[..]));
     assert_eq!(r.header("x-origin"), Some("yes"));
     assert_eq!(r.header("x-mount"), Some("api"));
+    // Its log phase runs when that exchange ends, not when the next request comes.
+    eventually("the log phase of /api/v1/x", || {
+        stderr_has(&server, "logged /api/v1/x")
+    });
     assert_eq!(server.get("/api/v1/deny").status, 403);
 }
 
