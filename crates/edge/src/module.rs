@@ -225,15 +225,21 @@ impl Deferred for Proxied {
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 fn response_of(response: ProxyResponse) -> Response {
-    let mut head = ResponseHead::new(response.status.as_u16());
+    let bytes = response
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum();
+    let mut head =
+        ResponseHead::with_capacity(response.status.as_u16(), response.headers.len(), bytes);
     for (name, value) in &response.headers {
         head.append(name.as_str().as_bytes(), value.as_bytes());
     }
-    let body = match response.body.ready_chunks() {
-        Some(chunks) => handler::Body::Ready(chunks.iter().cloned().collect()),
-        None => handler::Body::Stream {
-            length: response.body.content_length(),
-            chunks: Box::pin(response.body),
+    let body = match response.body.into_ready() {
+        Ok(chunks) => handler::Body::Ready(chunks),
+        Err(body) => handler::Body::Stream {
+            length: body.content_length(),
+            chunks: Box::pin(body),
         },
     };
     Response {

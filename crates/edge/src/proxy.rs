@@ -135,6 +135,15 @@ impl Body {
         }
     }
 
+    /// The whole body when it is already here and untouched (a cache hit): the cached
+    /// chunks themselves, shared, not copied; else the body back.
+    pub fn into_ready(mut self) -> Result<Arc<[Bytes]>, Body> {
+        match &mut self.kind {
+            BodyKind::Ready { chunks, next: 0 } => Ok(std::mem::replace(chunks, Arc::new([]))),
+            _ => Err(self),
+        }
+    }
+
     /// The next chunk, `None` at the end. An `Err` means the body broke off (an include
     /// failed after the head was sent, or the upstream body broke): the server must close
     /// the connection without ending the body properly (no final chunk), so no cache

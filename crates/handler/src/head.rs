@@ -24,6 +24,16 @@ impl ResponseHead {
         }
     }
 
+    /// A head with room for `fields` fields of `bytes` bytes of names and values in all,
+    /// so that filling it does not reallocate.
+    pub fn with_capacity(status: u16, fields: usize, bytes: usize) -> ResponseHead {
+        ResponseHead {
+            status,
+            bytes: Vec::with_capacity(bytes),
+            fields: Vec::with_capacity(fields),
+        }
+    }
+
     pub fn status(&self) -> u16 {
         self.status
     }

@@ -591,6 +591,12 @@ impl Engine {
         self.has(m.0, |p| p.header_filter.is_some())
     }
 
+    /// Whether the script at `m` has a `header_filter` or a `log` phase: something that
+    /// must see the response of a request under it, whoever answers.
+    pub fn watches_responses(&self, m: MountId) -> bool {
+        self.has(m.0, |p| p.header_filter.is_some() || p.log.is_some())
+    }
+
     /// The script handling `call`, as log lines name it.
     pub fn script_name(&self, call: &Call) -> &str {
         &self.mounts[call.mount].name

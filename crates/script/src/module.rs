@@ -55,7 +55,7 @@ impl Module for ScriptModule {
         engine.spawn_background(worker);
         Rc::new(ScriptService {
             engine,
-            current: RefCell::new(Weak::new()),
+            current: RefCell::new(Current::None),
         })
     }
 
@@ -69,10 +69,19 @@ impl Module for ScriptModule {
 struct ScriptService {
     engine: Rc<Engine>,
     /// The call the filter began for the request being routed, for its `content` phase:
-    /// a mount's filter runs just before its handler, on the same thread. Weak: the
-    /// exchange's filter holds the call, so when another handler answers (a longer
-    /// route under the mount) the call still ends with the exchange.
-    current: RefCell<Weak<ScriptCall>>,
+    /// a mount's filter runs just before its handler, on the same thread.
+    current: RefCell<Current>,
+}
+
+/// The call of the request being routed, between its filter and its handler.
+enum Current {
+    None,
+    /// Held here alone (the script watches no response): taken by `content`, or ended
+    /// when the next request under a mount replaces it.
+    Held(Rc<ScriptCall>),
+    /// Held by the filter attached to the exchange, so that it ends with the exchange
+    /// even when another handler answers (a longer route under the mount).
+    Attached(Weak<ScriptCall>),
 }
 
 /// One request's script call, shared by the filter attached to the exchange and the
@@ -121,9 +130,15 @@ impl Service for ScriptService {
             answered: Cell::new(false),
         });
         match engine.access(call.call()) {
-            Outcome::Continue => {
-                *self.current.borrow_mut() = Rc::downgrade(&call);
+            // A script that watches responses stays attached to the exchange; one that
+            // does not (only `access` and `content`, the common case) costs nothing more.
+            Outcome::Continue if engine.watches_responses(MountId(req.tag as usize)) => {
+                *self.current.borrow_mut() = Current::Attached(Rc::downgrade(&call));
                 Filtered::Continue(Some(Box::new(Filtering { call })))
+            }
+            Outcome::Continue => {
+                *self.current.borrow_mut() = Current::Held(call);
+                Filtered::Continue(None)
             }
             // `exit` or a redirect from `access`: its response, after `header_filter`.
             outcome => {
@@ -135,8 +150,13 @@ impl Service for ScriptService {
     }
 
     fn call(&self, req: &Request<'_>) -> Answer {
-        let Some(call) = std::mem::take(&mut *self.current.borrow_mut()).upgrade() else {
-            return Answer::Pass;
+        let call = match std::mem::replace(&mut *self.current.borrow_mut(), Current::None) {
+            Current::Held(call) => call,
+            Current::Attached(call) => match call.upgrade() {
+                Some(call) => call,
+                None => return Answer::Pass,
+            },
+            Current::None => return Answer::Pass,
         };
         let engine = &self.engine;
         if !engine.has_content(MountId(req.tag as usize)) {
@@ -194,11 +214,21 @@ fn content_response(call: &ScriptCall, outcome: Outcome) -> Response {
         return Response::status_page(500);
     }
     call.answered.set(true);
-    call.engine
+    let engine = &call.engine;
+    // Without a `header_filter` nothing sees the fields before they go out: the default
+    // type goes in now (else `Filtering` adds it after the filter).
+    let default_type = !engine.has_header_filter_of(call.call());
+    engine
         .context(call.call(), |c| {
             let mut head = ResponseHead::new(c.status());
+            let mut typed = false;
             for (name, value) in c.headers_out() {
+                typed |= name.eq_ignore_ascii_case(b"content-type");
                 head.append(name, value);
+            }
+            if default_type && !typed && !wire::bodiless(c.status()) {
+                // nginx's default_type, as OpenResty answers ngx.say.
+                head.append(b"Content-Type", b"text/plain");
             }
             Response {
                 head,
