@@ -50,6 +50,8 @@ pub(crate) struct Entry {
     weight: u64,
     /// The headers sent downstream, made on the first hit.
     out: std::sync::OnceLock<HeaderMap>,
+    /// The same but Age and the framing fields, as HTTP/1 lines, made on the first hit.
+    out_h1: std::sync::OnceLock<Bytes>,
     /// For an ESI page: the last assembly from cached fragments, reused while it holds.
     memo: Mutex<Option<Arc<Memo>>>,
 }
@@ -69,6 +71,23 @@ pub(crate) struct Memo {
 impl Entry {
     /// The headers to send downstream (Surrogate-Control and hop-by-hop fields removed,
     /// Via added; an ESI page's length and validators removed, as it is assembled).
+    /// [`Entry::response_headers`] but Age (which changes per response) and the framing
+    /// fields, encoded once as HTTP/1 lines.
+    pub(crate) fn response_head_h1(&self, token: &str) -> Bytes {
+        self.out_h1
+            .get_or_init(|| {
+                let mut lines = Vec::new();
+                for (name, value) in self.response_headers(token) {
+                    let name = name.as_str().as_bytes();
+                    if name != b"age" && !wire::is_framing_field(name) {
+                        wire::write_field(&mut lines, name, value.as_bytes());
+                    }
+                }
+                lines.into()
+            })
+            .clone()
+    }
+
     pub(crate) fn response_headers(&self, token: &str) -> &HeaderMap {
         self.out.get_or_init(|| {
             let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
@@ -137,6 +156,7 @@ impl Entry {
             swr_ms: ms(f.stale_while_revalidate),
             sie_ms: ms(f.stale_if_error),
             out: std::sync::OnceLock::new(),
+            out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
         }
     }

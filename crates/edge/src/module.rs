@@ -225,15 +225,24 @@ impl Deferred for Proxied {
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 fn response_of(response: ProxyResponse) -> Response {
-    let bytes = response
-        .headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len())
-        .sum();
-    let mut head =
-        ResponseHead::with_capacity(response.status.as_u16(), response.headers.len(), bytes);
-    for (name, value) in &response.headers {
-        head.append(name.as_str().as_bytes(), value.as_bytes());
+    let mut head;
+    if let Some(lines) = response.head_h1 {
+        // A cached object: its fields encoded once, and its Age.
+        head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
+        if let Some(age) = response.headers.get(http::header::AGE) {
+            head.append(b"age", age.as_bytes());
+        }
+        head.set_encoded(lines);
+    } else {
+        let bytes = response
+            .headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len())
+            .sum();
+        head = ResponseHead::with_capacity(response.status.as_u16(), response.headers.len(), bytes);
+        for (name, value) in &response.headers {
+            head.append(name.as_str().as_bytes(), value.as_bytes());
+        }
     }
     let body = match response.body.into_ready() {
         Ok(chunks) => handler::Body::Ready(chunks),

@@ -77,6 +77,9 @@ pub struct ProxyResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Body,
+    /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
+    /// for the object, so that serving it does not re-encode every field.
+    pub(crate) head_h1: Option<Bytes>,
 }
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
@@ -438,6 +441,7 @@ impl Edge {
         };
         ProxyResponse {
             status,
+            head_h1: None,
             headers: HeaderMap::new(),
             body: Body::ready(Vec::new()),
         }
@@ -455,9 +459,11 @@ impl Edge {
         let token = self.inner.config.esi.device_token.as_str();
         let mut headers = entry.response_headers(token).clone();
         headers.insert(header::AGE, HeaderValue::from(entry.age_secs(now)));
+        let head_h1 = Some(entry.response_head_h1(token));
         match &entry.template {
             None => Ok(ProxyResponse {
                 status: entry.status,
+                head_h1,
                 headers,
                 body: Body::ready(vec![entry.body.clone()]),
             }),
@@ -466,6 +472,7 @@ impl Edge {
                 if let Some(chunks) = entry.memo(now, generation) {
                     return Ok(ProxyResponse {
                         status: entry.status,
+                        head_h1,
                         headers,
                         body: Body::ready(chunks),
                     });
@@ -594,6 +601,7 @@ impl Edge {
             if s.refresh {
                 return Ok(ProxyResponse {
                     status: entry.status,
+                    head_h1: None,
                     headers: HeaderMap::new(),
                     body: Body::ready(Vec::new()),
                 });
@@ -636,6 +644,7 @@ impl Edge {
             };
             return Ok(ProxyResponse {
                 status: parts.status,
+                head_h1: None,
                 headers: out_headers,
                 body: Body {
                     kind: BodyKind::Pass(PassBody::new(body, pooled)),
@@ -704,6 +713,7 @@ impl Edge {
                 }
                 return Ok(ProxyResponse {
                     status,
+                    head_h1: None,
                     headers: out_headers,
                     body: Body::ready(chunks),
                 });
@@ -734,6 +744,7 @@ impl Edge {
         }
         Ok(ProxyResponse {
             status,
+            head_h1: None,
             headers: out_headers,
             body,
         })

@@ -2,10 +2,18 @@
 //! encoded per protocol only at the connection (nothing is written as bytes and parsed
 //! back to change it).
 
+use bytes::Bytes;
+
 /// A status and its fields, in one buffer that is reused from response to response.
 /// Framing fields (`Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`)
 /// may be present (an upstream's), but the connection writes its own framing and skips
 /// them ([`wire::is_framing_field`]).
+///
+/// A head may also carry a block of fields already encoded as HTTP/1 lines (a cached
+/// object's, made once when it was stored), so that serving it copies one block instead
+/// of rebuilding every field per response. The block's fields come after the others.
+/// Reading a field looks into the block too; changing one (a filter) first turns the
+/// block into ordinary fields.
 #[derive(Debug, Clone, Default)]
 pub struct ResponseHead {
     status: u16,
@@ -13,14 +21,15 @@ pub struct ResponseHead {
     bytes: Vec<u8>,
     /// Per field: where its name starts, where its value starts and where it ends.
     fields: Vec<(u32, u32, u32)>,
+    /// `Name: value\r\n` lines, with no framing field among them.
+    encoded: Option<Bytes>,
 }
 
 impl ResponseHead {
     pub fn new(status: u16) -> ResponseHead {
         ResponseHead {
             status,
-            bytes: Vec::new(),
-            fields: Vec::new(),
+            ..ResponseHead::default()
         }
     }
 
@@ -31,7 +40,14 @@ impl ResponseHead {
             status,
             bytes: Vec::with_capacity(bytes),
             fields: Vec::with_capacity(fields),
+            encoded: None,
         }
+    }
+
+    /// Adds fields already encoded as HTTP/1 lines (`Name: value\r\n` each, no framing
+    /// field among them), after the others.
+    pub fn set_encoded(&mut self, lines: Bytes) {
+        self.encoded = Some(lines);
     }
 
     pub fn status(&self) -> u16 {
@@ -47,6 +63,7 @@ impl ResponseHead {
         self.status = status;
         self.bytes.clear();
         self.fields.clear();
+        self.encoded = None;
     }
 
     /// Adds a field after the others (a repeated name adds another line).
@@ -72,13 +89,12 @@ impl ResponseHead {
     /// Removes every field named `name` (case-insensitive). The bytes stay in the buffer
     /// until the next [`ResponseHead::reset`].
     pub fn remove(&mut self, name: &[u8]) {
-        let bytes = &self.bytes;
-        self.fields
-            .retain(|&(s, v, _)| !bytes[s as usize..v as usize].eq_ignore_ascii_case(name));
+        self.retain(|n, _| !n.eq_ignore_ascii_case(name));
     }
 
-    /// Removes every field but the framing ones (for a filter that replaces them all).
+    /// Keeps only the fields for which `keep` says true.
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
+        self.decode_block();
         let bytes = &self.bytes;
         self.fields.retain(|&(s, v, e)| {
             keep(
@@ -90,31 +106,59 @@ impl ResponseHead {
 
     /// The fields in order, as (name, value).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields.iter().map(|&(s, v, e)| {
+        let fields = self.fields.iter().map(|&(s, v, e)| {
             (
                 &self.bytes[s as usize..v as usize],
                 &self.bytes[v as usize..e as usize],
             )
-        })
+        });
+        let block = self.encoded.as_deref().unwrap_or_default();
+        fields.chain(block_fields(block))
     }
 
     pub fn len(&self) -> usize {
-        self.fields.len()
+        self.iter().count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.fields.is_empty()
+        self.fields.is_empty() && !matches!(&self.encoded, Some(b) if !b.is_empty())
     }
 
     /// Writes the field lines an HTTP/1 head carries, without the framing fields (the
     /// connection writes those) and without the status line or the blank line.
     pub fn write_fields_h1(&self, buf: &mut Vec<u8>) {
-        for (name, value) in self.iter() {
+        for &(s, v, e) in &self.fields {
+            let name = &self.bytes[s as usize..v as usize];
             if !wire::is_framing_field(name) {
-                wire::write_field(buf, name, value);
+                wire::write_field(buf, name, &self.bytes[v as usize..e as usize]);
+            }
+        }
+        if let Some(block) = &self.encoded {
+            buf.extend_from_slice(block);
+        }
+    }
+
+    /// Turns the encoded block into ordinary fields (before a change).
+    fn decode_block(&mut self) {
+        if let Some(block) = self.encoded.take() {
+            for (name, value) in block_fields(&block) {
+                self.append(name, value);
             }
         }
     }
+}
+
+/// The fields of a block of `Name: value\r\n` lines.
+fn block_fields(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    block
+        .split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+            let value = line.get(colon + 1..).unwrap_or_default();
+            (&line[..colon], wire::trim_ows(value))
+        })
 }
 
 #[cfg(test)]
@@ -137,5 +181,23 @@ mod tests {
         head.reset(404);
         assert!(head.is_empty());
         assert_eq!(head.status(), 404);
+    }
+
+    #[test]
+    fn an_encoded_block_reads_like_fields_and_decodes_before_a_change() {
+        let mut head = ResponseHead::new(200);
+        head.append(b"Age", b"3");
+        head.set_encoded(Bytes::from_static(
+            b"Content-Type: text/html\r\nETag: \"x\"\r\n",
+        ));
+        assert_eq!(head.get(b"etag"), Some(&b"\"x\""[..]));
+        assert_eq!(head.len(), 3);
+        let mut buf = Vec::new();
+        head.write_fields_h1(&mut buf);
+        assert_eq!(buf, b"Age: 3\r\nContent-Type: text/html\r\nETag: \"x\"\r\n");
+        head.remove(b"etag");
+        buf.clear();
+        head.write_fields_h1(&mut buf);
+        assert_eq!(buf, b"Age: 3\r\nContent-Type: text/html\r\n");
     }
 }
