@@ -50,8 +50,9 @@ pub(crate) struct Entry {
     weight: u64,
     /// The headers sent downstream, made on the first hit.
     out: std::sync::OnceLock<HeaderMap>,
-    /// The same but Age and the framing fields, as HTTP/1 lines, made on the first hit.
-    out_h1: std::sync::OnceLock<Bytes>,
+    /// The same but Age and the framing fields, as HTTP/1 lines, made on the first hit,
+    /// and whether they hold a Date.
+    out_h1: std::sync::OnceLock<(Bytes, bool)>,
     /// For an ESI page: the last assembly from cached fragments, reused while it holds.
     memo: Mutex<Option<Arc<Memo>>>,
 }
@@ -73,17 +74,19 @@ impl Entry {
     /// Via added; an ESI page's length and validators removed, as it is assembled).
     /// [`Entry::response_headers`] but Age (which changes per response) and the framing
     /// fields, encoded once as HTTP/1 lines.
-    pub(crate) fn response_head_h1(&self, token: &str) -> Bytes {
+    /// Also says whether they hold a Date field.
+    pub(crate) fn response_head_h1(&self, token: &str) -> (Bytes, bool) {
         self.out_h1
             .get_or_init(|| {
+                let headers = self.response_headers(token);
                 let mut lines = Vec::new();
-                for (name, value) in self.response_headers(token) {
+                for (name, value) in headers {
                     let name = name.as_str().as_bytes();
                     if name != b"age" && !wire::is_framing_field(name) {
                         wire::write_field(&mut lines, name, value.as_bytes());
                     }
                 }
-                lines.into()
+                (lines.into(), headers.contains_key(http::header::DATE))
             })
             .clone()
     }

@@ -16,7 +16,8 @@ use handler::{
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::cache::Cache;
-use crate::config::{CacheConfig, EdgeConfig};
+use crate::client::Upstream;
+use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
@@ -147,12 +148,18 @@ struct EdgeService {
 
 impl Service for EdgeService {
     fn call(&self, req: &Request<'_>) -> Answer {
-        let (Some(edge), Some(request)) = (&self.edge, proxy_request(req)) else {
+        let Some(edge) = &self.edge else {
+            return Answer::Pass;
+        };
+        let (Some((upstream, mode)), Some(request)) =
+            (edge.route_upstream(req.tag as usize), proxy_request(req))
+        else {
             return Answer::Pass;
         };
         Answer::Later(Box::new(Proxied {
             edge: edge.clone(),
-            route: req.tag as usize,
+            upstream,
+            mode,
             request,
         }))
     }
@@ -197,8 +204,9 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
 /// A proxied request waiting for its body, then its upstream or its assembled page.
 struct Proxied {
     edge: Edge,
-    /// Its route in `config.route`, as the server matched it.
-    route: usize,
+    /// The upstream of the route the server matched, and its ESI mode.
+    upstream: Rc<Upstream>,
+    mode: EsiMode,
     request: ProxyRequest,
 }
 
@@ -207,11 +215,12 @@ impl Deferred for Proxied {
         Box::pin(async move {
             let Proxied {
                 edge,
-                route,
+                upstream,
+                mode,
                 mut request,
             } = *self;
             request.body = body;
-            match edge.proxy_route(route, request).await {
+            match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => Ok(response_of(response)),
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");
@@ -226,13 +235,13 @@ impl Deferred for Proxied {
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 fn response_of(response: ProxyResponse) -> Response {
     let mut head;
-    if let Some(lines) = response.head_h1 {
+    if let Some((lines, date)) = response.head_h1 {
         // A cached object: its fields encoded once, and its Age.
         head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
         if let Some(age) = response.headers.get(http::header::AGE) {
             head.append(b"age", age.as_bytes());
         }
-        head.set_encoded(lines);
+        head.set_encoded(lines, date);
     } else {
         let bytes = response
             .headers

@@ -79,7 +79,7 @@ pub struct ProxyResponse {
     pub body: Body,
     /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
     /// for the object, so that serving it does not re-encode every field.
-    pub(crate) head_h1: Option<Bytes>,
+    pub(crate) head_h1: Option<(Bytes, bool)>,
 }
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
@@ -272,11 +272,7 @@ impl Edge {
     /// [`ProxyResponse::body`]. GET and HEAD are answered from the cache when it holds a
     /// fresh object (docs/cache.md); `PURGE` and `BAN` invalidate it.
     pub async fn proxy(&self, req: ProxyRequest) -> Result<ProxyResponse, ProxyError> {
-        if !req.target.starts_with('/') {
-            return Err(ProxyError::BadRequest(
-                "request target must be a path".into(),
-            ));
-        }
+        origin_form(&req)?;
         let path = req.target.split(['?', '#']).next().unwrap_or("/");
         let (upstream, mode) = match self.inner.route(path) {
             None => return Err(ProxyError::NoRoute { path: path.into() }),
@@ -286,37 +282,23 @@ impl Edge {
         self.proxy_to(upstream, mode, req).await
     }
 
-    /// [`Edge::proxy`] of a request already routed (by the server, on its normalised
-    /// path) to `config.route[route]`.
-    pub(crate) async fn proxy_route(
-        &self,
-        route: usize,
-        req: ProxyRequest,
-    ) -> Result<ProxyResponse, ProxyError> {
-        let config = self.inner.config.route.get(route);
-        let Some((upstream, mode)) = config.and_then(|r| {
-            let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
-            Some((upstream.clone(), r.esi))
-        }) else {
-            return Err(ProxyError::NoRoute {
-                path: req.target.clone(),
-            });
-        };
-        if !req.target.starts_with('/') {
-            return Err(ProxyError::BadRequest(
-                "request target must be a path".into(),
-            ));
-        }
-        self.proxy_to(upstream, mode, req).await
+    /// The upstream and ESI mode of `config.route[route]`, for a request the server
+    /// routed (on its normalised path) to that route.
+    pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
+        let r = self.inner.config.route.get(route)?;
+        let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
+        Some((upstream.clone(), r.esi))
     }
 
-    async fn proxy_to(
+    /// [`Edge::proxy`] of a request already routed to `upstream`.
+    pub(crate) async fn proxy_to(
         &self,
         upstream: Rc<Upstream>,
         mode: EsiMode,
         req: ProxyRequest,
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
+        origin_form(&req)?;
         let authority = req
             .headers
             .get(header::HOST)
@@ -807,6 +789,16 @@ struct Store {
     stale: Option<Arc<Entry>>,
     /// A background refresh: store, then answer nothing.
     refresh: bool,
+}
+
+/// Only origin-form targets (`/path?query`) are proxied.
+fn origin_form(req: &ProxyRequest) -> Result<(), ProxyError> {
+    if req.target.starts_with('/') {
+        return Ok(());
+    }
+    Err(ProxyError::BadRequest(
+        "request target must be a path".into(),
+    ))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -23,6 +23,8 @@ pub struct ResponseHead {
     fields: Vec<(u32, u32, u32)>,
     /// `Name: value\r\n` lines, with no framing field among them.
     encoded: Option<Bytes>,
+    /// Whether those lines hold a Date field.
+    encoded_date: bool,
 }
 
 impl ResponseHead {
@@ -41,13 +43,25 @@ impl ResponseHead {
             bytes: Vec::with_capacity(bytes),
             fields: Vec::with_capacity(fields),
             encoded: None,
+            encoded_date: false,
         }
     }
 
     /// Adds fields already encoded as HTTP/1 lines (`Name: value\r\n` each, no framing
-    /// field among them), after the others.
-    pub fn set_encoded(&mut self, lines: Bytes) {
+    /// field among them), after the others. `date` says whether they hold a Date field,
+    /// so that the connection need not look (it adds its own when none is there).
+    pub fn set_encoded(&mut self, lines: Bytes, date: bool) {
         self.encoded = Some(lines);
+        self.encoded_date = date;
+    }
+
+    /// Whether the head has a Date field.
+    pub fn has_date(&self) -> bool {
+        self.encoded_date
+            || self
+                .fields
+                .iter()
+                .any(|&(s, v, _)| self.bytes[s as usize..v as usize].eq_ignore_ascii_case(b"date"))
     }
 
     pub fn status(&self) -> u16 {
@@ -64,6 +78,7 @@ impl ResponseHead {
         self.bytes.clear();
         self.fields.clear();
         self.encoded = None;
+        self.encoded_date = false;
     }
 
     /// Adds a field after the others (a repeated name adds another line).
@@ -140,6 +155,7 @@ impl ResponseHead {
 
     /// Turns the encoded block into ordinary fields (before a change).
     fn decode_block(&mut self) {
+        self.encoded_date = false;
         if let Some(block) = self.encoded.take() {
             for (name, value) in block_fields(&block) {
                 self.append(name, value);
@@ -187,9 +203,11 @@ mod tests {
     fn an_encoded_block_reads_like_fields_and_decodes_before_a_change() {
         let mut head = ResponseHead::new(200);
         head.append(b"Age", b"3");
-        head.set_encoded(Bytes::from_static(
-            b"Content-Type: text/html\r\nETag: \"x\"\r\n",
-        ));
+        head.set_encoded(
+            Bytes::from_static(b"Content-Type: text/html\r\nETag: \"x\"\r\n"),
+            false,
+        );
+        assert!(!head.has_date());
         assert_eq!(head.get(b"etag"), Some(&b"\"x\""[..]));
         assert_eq!(head.len(), 3);
         let mut buf = Vec::new();

@@ -258,7 +258,7 @@ pub(crate) fn write_head(
     if response.relayed {
         wire::write_status_line(buf, status);
         head.write_fields_h1(buf);
-        if !head.contains(b"date") {
+        if !head.has_date() {
             worker.clock.write_date(buf);
         }
     } else {
