@@ -23,7 +23,7 @@ use crate::reply;
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
-/// byte. Static files take no bodies, but clients may still send them.
+/// byte. A response made without reading the body (a file, a refusal) leaves it to skip.
 enum Discard {
     None,
     Length(u64),
@@ -420,7 +420,7 @@ impl Conn {
             &head,
             sent,
         );
-        // Ends the exchange for the filter (a script queues its `log` phase).
+        // Ends the exchange for the filter (it may have work of its own to finish).
         drop(filter);
         Ok(complete && keep_alive)
     }
@@ -464,7 +464,7 @@ impl Conn {
         tokio::io::AsyncWriteExt::write_all(&mut self.stream, bytes).await
     }
 
-    /// Reads a request body for the proxy (bounded by `max_body_size`). `None` when the
+    /// Reads a request body for a deferred handler (bounded by `max_body_size`). `None` when the
     /// body is malformed or too large: the request was refused and the connection closes.
     async fn read_body(
         &mut self,
