@@ -261,16 +261,21 @@ impl Conn {
                 Err(e) => {
                     worker.refused(self.peer, e);
                     let mark = out.mark();
+                    let pending = &read[self.start..self.end];
+                    // A response to HEAD has no content (RFC 9110 section 9.3.2), a
+                    // refusal included: the request did not parse, so its method is
+                    // read from the line's first word (after the one empty line allowed
+                    // before it).
+                    let line = pending.strip_prefix(b"\r\n").unwrap_or(pending);
                     reply::write_simple(
                         worker,
                         out.buf(),
                         e.status(),
                         b"",
-                        false,
+                        line.starts_with(b"HEAD "),
                         Version::Http11,
                         false,
                     );
-                    let pending = &read[self.start..self.end];
                     let line_end = memchr::memchr2(b'\r', b'\n', pending).unwrap_or(pending.len());
                     log(
                         worker,

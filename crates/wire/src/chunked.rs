@@ -25,7 +25,11 @@ enum State {
     Size {
         digits: u8,
     },
-    /// Whitespace after the size or after an extension: only `;` or CR may follow.
+    /// Whitespace after the size: only more of it or `;` may follow (RFC 9112 section
+    /// 7.1 allows whitespace there only before a chunk extension; strict llhttp refuses
+    /// `5 \r\n`, and framing must be what every parser agrees on).
+    SizeBws,
+    /// Whitespace after an extension: only `;` or CR may follow.
     SizeWs,
     /// After `;`: optional whitespace, then the extension name.
     ExtNameStart,
@@ -96,10 +100,18 @@ impl ChunkedDecoder {
                         self.state = State::Size { digits: digits + 1 };
                     }
                     b';' if digits > 0 => self.state = State::ExtNameStart,
-                    b' ' | b'\t' if digits > 0 => self.state = State::SizeWs,
+                    b' ' | b'\t' if digits > 0 => self.state = State::SizeBws,
                     b'\r' if digits > 0 => self.state = State::SizeLf,
                     _ => return Err(Error::BadChunk),
                 },
+                State::SizeBws => {
+                    self.count_trailer()?;
+                    match b {
+                        b' ' | b'\t' => {}
+                        b';' => self.state = State::ExtNameStart,
+                        _ => return Err(Error::BadChunk),
+                    }
+                }
                 State::SizeWs | State::ExtAfterName => {
                     self.count_trailer()?;
                     match b {
@@ -329,7 +341,7 @@ mod tests {
             &b"5;a\r\nhello\r\n0\r\n\r\n"[..],
             b"5 ; a = b ; c\r\nhello\r\n0\r\n\r\n",
             b"5;a=\"x;y\\\"z\"\r\nhello\r\n0\r\n\r\n",
-            b"5\t\r\nhello\r\n0;last=1\r\n\r\n",
+            b"5\t;x\r\nhello\r\n0;last=1\r\n\r\n",
         ] {
             let (body, used) = decode_all(good, 1).unwrap();
             assert_eq!((body.as_slice(), used), (&b"hello"[..], good.len()));
@@ -341,6 +353,10 @@ mod tests {
         for bad in [
             // Garbage after the size: some parsers read "5 x" as size 5, others refuse.
             &b"5 x\r\nhello\r\n0\r\n\r\n"[..],
+            // Whitespace after the size with no extension to follow (llhttp strict refuses).
+            b"5 \r\nhello\r\n0\r\n\r\n",
+            b"5\t\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0 \r\n\r\n",
             b"5;\r\nhello\r\n0\r\n\r\n",
             b"5;=x\r\nhello\r\n0\r\n\r\n",
             b"5;a=\r\nhello\r\n0\r\n\r\n",

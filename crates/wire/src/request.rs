@@ -297,11 +297,13 @@ fn version_error(buf: &[u8]) -> Error {
 }
 
 fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
-    if memchr::memchr(b'#', target).is_some() {
-        // A fragment is never part of a request target (RFC 9110 section 7.1). Parsers
-        // that strip it and parsers that keep it would see two different resources.
-        return Err(Error::BadTarget);
-    }
+    // A fragment is never part of a request target (RFC 9110 section 7.1), but some
+    // clients send one: like llhttp and nginx, drop it here, so it never reaches routing,
+    // a cache key, an upstream or the log.
+    let target = match memchr::memchr(b'#', target) {
+        Some(hash) => &target[..hash],
+        None => target,
+    };
     if method == Method::Connect {
         // CONNECT takes the authority form, host and port, and nothing else (RFC 9112
         // section 3.2.3).
@@ -325,6 +327,11 @@ fn request_path(method: Method, target: &[u8]) -> Result<&[u8], Error> {
                 .position(|&b| b == b'/' || b == b'?')
                 .unwrap_or(rest.len());
             if path_start == 0 {
+                return Err(Error::BadTarget);
+            }
+            if rest[..path_start].contains(&b'@') {
+                // Userinfo: the http(s) schemes forbid it (RFC 9110 section 4.2.4), and
+                // the authority of an absolute-form target chooses the site.
                 return Err(Error::BadTarget);
             }
             let path = &rest[path_start..];
@@ -499,18 +506,43 @@ mod tests {
         assert_eq!(path, b"?q=1");
     }
 
-    /// Regressions found by the differential check against hyper: a fragment in the
-    /// target, and CONNECT with something other than host:port.
+    /// A fragment in the target is dropped (as llhttp and nginx do), never kept: the
+    /// resource is the one without it, for routing, the cache key and the upstream.
     #[test]
-    fn rejects_fragments_and_connect_without_authority_form() {
-        assert_eq!(
-            parse(b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Err(Error::BadTarget)
-        );
-        assert_eq!(
-            parse(b"GET http://h/#b HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Err(Error::BadTarget)
-        );
+    fn drops_the_fragment_of_a_target() {
+        for (target, path) in [
+            ("/a#b", "/a"),
+            ("/a?q#b", "/a?q"),
+            ("/a#b?q", "/a"),
+            ("http://h/#b", "/"),
+            ("http://h#b", "/"),
+        ] {
+            let buf = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(
+                parse(buf.as_bytes()).unwrap().unwrap().1,
+                path.as_bytes(),
+                "{target}"
+            );
+        }
+    }
+
+    /// The http(s) schemes forbid userinfo (RFC 9110 section 4.2.4), and the authority of
+    /// an absolute-form target picks the site.
+    #[test]
+    fn rejects_userinfo_in_an_absolute_form_target() {
+        for bad in ["http://user:pass@h/", "http://u@h/x", "https://@h/"] {
+            let buf = format!("GET {bad} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(parse(buf.as_bytes()), Err(Error::BadTarget), "{bad}");
+        }
+        // An @ in the path or query is not userinfo.
+        let buf = b"GET http://h/a@b?c@d HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(parse(buf).unwrap().unwrap().1, b"/a@b?c@d");
+    }
+
+    /// Regression found by the differential check against hyper: CONNECT with something
+    /// other than host:port.
+    #[test]
+    fn rejects_connect_without_authority_form() {
         for bad in ["http://h/p", "/p", "h", "h:", ":443", "a@h:443", "*"] {
             let buf = format!("CONNECT {bad} HTTP/1.1\r\nHost: x\r\n\r\n");
             assert_eq!(parse(buf.as_bytes()), Err(Error::BadTarget), "{bad}");

@@ -182,6 +182,17 @@ fn request_headers_and_bodies_are_forwarded() {
     assert_eq!((r.status, r.body.as_slice()), (404, &b"no such page"[..]));
 }
 
+/// A fragment in the client's target never reaches the origin (it would ask for
+/// another resource, `/page#top`).
+#[test]
+fn fragment_is_not_forwarded_to_the_origin() {
+    let site = Site::new();
+    let server = proxy_to(&site, origin());
+    let r = server.get("/page#top");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"<html>[0][1][2]</html>");
+}
+
 #[test]
 fn an_origin_that_is_down_gets_502() {
     let site = Site::new();

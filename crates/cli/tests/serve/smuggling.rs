@@ -236,6 +236,11 @@ chunked_body_refused! {
     rejects_chunk_size_with_nul: b"5\0\r\nhello\r\n0\r\n\r\n";
     /// Some parsers read `5 x` as 5, others refuse: garbage after the size is refused.
     rejects_garbage_after_chunk_size: b"5 x\r\nhello\r\n0\r\n\r\n";
+    /// RFC 9112 7.1 allows whitespace after the size only before a `;` extension; strict
+    /// llhttp refuses `5 \r\n`, so a lenient reading here would frame differently.
+    rejects_chunk_size_followed_by_space: b"5 \r\nhello\r\n0\r\n\r\n";
+    rejects_chunk_size_followed_by_tab: b"5\t\r\nhello\r\n0\r\n\r\n";
+    rejects_last_chunk_size_followed_by_space: b"5\r\nhello\r\n0 \r\n\r\n";
     rejects_chunk_extension_with_unterminated_quote: b"5;a=\"x\r\nhello\r\n0\r\n\r\n";
     /// A CRLF inside a quoted extension ends the line for some parsers, not for others.
     rejects_chunk_extension_with_quoted_crlf: b"5;a=\"x\r\n\"\r\nhello\r\n0\r\n\r\n";
@@ -377,10 +382,10 @@ refused! {
         b"GET ftp://t/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
     rejects_absolute_form_without_authority:
         b"GET http:///hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
-    /// A fragment is never sent: parsers that strip it and parsers that keep it would
-    /// answer for different resources (found by the differential fuzzer).
-    rejects_fragment_in_target:
-        b"GET /hello.txt#x HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
+    /// The http scheme forbids userinfo (RFC 9110 section 4.2.4), as `Host: a@b` is
+    /// refused; the absolute-form authority picks the site.
+    rejects_userinfo_in_absolute_form_target:
+        b"GET http://user:pass@t/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
     rejects_connect_with_origin_form:
         b"CONNECT /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n" => 400;
     rejects_connect_with_absolute_form:
@@ -562,6 +567,19 @@ fn accepts_absolute_form_target() {
     assert_eq!(responses[0].body, b"hello world\n");
 }
 
+/// Clients should not send a fragment, but some do: like llhttp and nginx, tessera drops
+/// it (it never reaches routing, a cache key, an upstream or the log's path) rather
+/// than refuse the request.
+#[test]
+fn fragment_in_target_is_dropped_not_refused() {
+    let responses = assert_answered(
+        b"GET /hello.txt#section HTTP/1.1\r\nHost: t\r\n\r\nGET http://t/hello.txt#x HTTP/1.1\r\nHost: t\r\n\r\n",
+        &[200, 200],
+    );
+    assert_eq!(responses[0].body, b"hello world\n");
+    assert_eq!(responses[1].body, b"hello world\n");
+}
+
 /// The query of `http://host?q` is kept (it stands for `/?q`), not dropped.
 #[test]
 fn accepts_absolute_form_with_only_a_query() {
@@ -617,4 +635,48 @@ fn responses_before_a_bad_chunked_body_are_delivered() {
     );
     let statuses: Vec<u16> = parse_responses(&got).iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200], "{}", show(&got));
+}
+
+/// A refusal answered to HEAD carries no content (RFC 9110 section 9.3.2), whatever the
+/// reason: the client reads the head only, and a body would be read as the next response.
+#[test]
+fn refusal_of_a_head_request_has_no_body() {
+    let site = Site::hostile();
+    let server = site.serve();
+    let long = format!("HEAD /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
+    for (request, status) in [
+        ("HEAD /hello.txt HTTP/1.1\r\n\r\n".to_string(), 400),
+        (long, 414),
+        (
+            "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nExpect: magic\r\n\r\n".to_string(),
+            417,
+        ),
+        (
+            "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n".to_string(),
+            501,
+        ),
+        ("\r\nHEAD /hello.txt HTTP/1.1\r\n\r\n".to_string(), 400),
+    ] {
+        let got = send(&server, request.as_bytes());
+        let end = got
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no head: {}", show(&got)))
+            + 4;
+        let head = show(&got[..end]);
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status} ")),
+            "want {status}: {head}"
+        );
+        assert!(head.contains("\r\nConnection: close\r\n"), "{head}");
+        assert!(head.contains("\r\nContent-Length: "), "{head}");
+        assert_eq!(&got[end..], b"", "a body after the head: {}", show(&got));
+    }
+    // A refused GET still gets its page.
+    let got = send(&server, b"GET /hello.txt HTTP/1.1\r\n\r\n");
+    assert!(
+        contains(&got, b"<h1>400 Bad Request</h1>"),
+        "{}",
+        show(&got)
+    );
 }
