@@ -168,8 +168,9 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
 
     let mut files: HashMap<String, PathBuf> = HashMap::new();
     for spec in &args.fragments {
+        // At the last `=`: a URL's query has them, a file name rarely.
         let (u, f) = spec
-            .split_once('=')
+            .rsplit_once('=')
             .with_context(|| format!("--fragment {spec:?} is not `URL=FILE`"))?;
         files.insert(::esi::resolve(&url, u), PathBuf::from(f));
     }

@@ -182,3 +182,90 @@ fn missing_file_is_an_error_not_a_panic() {
         stderr(&out)
     );
 }
+
+/// `<esi:include src/>`, `src=/>`, `src= />` name nothing: read as `src=""` they would
+/// include the page itself until the depth limit. They are dropped with a warning.
+#[test]
+fn include_without_a_src_value_is_dropped_with_a_warning() {
+    let dir = TempDir::new("valueless-src");
+    dir.write(
+        "page.html",
+        r#"a<esi:include src/>b<esi:include src=/>c<esi:include src= />d"#,
+    );
+    let out = tessera(&dir, &["esi", "check", "page.html"]);
+    assert_eq!(out.status.code(), Some(1));
+    let warnings = stdout(&out);
+    assert_eq!(
+        warnings.matches("esi:include without src").count(),
+        3,
+        "{warnings}"
+    );
+    assert!(!warnings.contains("src=\"\""), "{warnings}");
+    let out = tessera(&dir, &["esi", "render", "page.html"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "abcd");
+}
+
+/// An include of the page that contains it, at any depth, is a failed include (its alt
+/// and onerror apply), never a loop to the depth limit.
+#[test]
+fn render_refuses_an_include_of_its_own_page() {
+    let dir = TempDir::new("self-include");
+    dir.write(
+        "page.html",
+        r#"[<esi:include src="/page.html" alt="/alt.html"/>]<esi:include src="/mid.html"/>"#,
+    );
+    dir.write("alt.html", "alt");
+    dir.write(
+        "mid.html",
+        r#"(mid<esi:include src="/page.html" onerror="continue"/>)"#,
+    );
+    let out = tessera(
+        &dir,
+        &[
+            "esi",
+            "render",
+            "page.html",
+            "--url",
+            "http://localhost/page.html",
+            "--fragment",
+            "/page.html=page.html",
+            "--fragment",
+            "/alt.html=alt.html",
+            "--fragment",
+            "/mid.html=mid.html",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "[alt](mid)");
+}
+
+/// Character and entity references in attribute values are decoded once (the same
+/// parser serves the proxy), then the URL is checked: `&amp;` joins query parameters,
+/// while a `<` decoded from `&lt;` cannot be in a URL, so that include fails.
+#[test]
+fn render_decodes_references_in_include_urls_then_checks_the_url() {
+    let dir = TempDir::new("references");
+    dir.write(
+        "page.html",
+        r#"<esi:include src="/q?a=1&amp;b=2"/>|<esi:include src="/q?a=&#60;x" alt="/alt.html"/>"#,
+    );
+    dir.write("q.html", "q");
+    dir.write("alt.html", "alt");
+    let out = tessera(
+        &dir,
+        &[
+            "esi",
+            "render",
+            "page.html",
+            "--fragment",
+            "/q?a=1&b=2=q.html",
+            "--fragment",
+            "/q?a=<x=q.html",
+            "--fragment",
+            "/alt.html=alt.html",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "q|alt");
+}

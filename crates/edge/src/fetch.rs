@@ -347,6 +347,17 @@ impl Inner {
             // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
+        if let Some(coding) = resp
+            .headers()
+            .get(CONTENT_ENCODING)
+            .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            // Asked for identity, got something else: encoded bytes must never be
+            // spliced into a page. A failed include (its alt, onerror, try apply).
+            return Err(FetchFailed::Encoded(
+                String::from_utf8_lossy(coding.as_bytes()).into_owned(),
+            ));
+        }
         let (parts, body) = resp.into_parts();
         let freshness = target
             .cache_key

@@ -27,7 +27,9 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
 /// Fields a fragment request never carries: a fragment is a whole GET of another
 /// resource, so the page request's conditionals and ranges would be wrong for it (a 304
 /// or 206 cannot be included), its body fields describe a body it does not have, and
-/// Accept-Encoding is dropped so fragments arrive as identity text ESI can read.
+/// the client's Accept-Encoding is replaced by `identity` ([`fragment_request`]): an
+/// absent Accept-Encoding tells an origin any coding will do (RFC 9110 section 12.5.3),
+/// and a page is assembled from text.
 pub(crate) const NOT_FOR_FRAGMENTS: &[&str] = &[
     "if-match",
     "if-none-match",
@@ -155,6 +157,10 @@ pub fn fragment_request(page_forwarded: &HeaderMap, host: &str, credentials: boo
     for name in NOT_FOR_FRAGMENTS {
         h.remove(*name);
     }
+    h.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     if !credentials {
         h.remove(header::COOKIE);
         h.remove(header::AUTHORIZATION);

@@ -51,6 +51,9 @@ pub(crate) enum FetchFailed {
     Status(u16),
     #[error("static fragment {0}")]
     Static(String),
+    /// The fragment came compressed although identity was asked for.
+    #[error("fragment came with Content-Encoding: {0} (identity was asked for)")]
+    Encoded(String),
     /// The shared fetch went away without a result.
     #[error("fragment fetch abandoned")]
     Abandoned,

@@ -150,6 +150,12 @@ fn start_include(
     let targets: Vec<_> = std::iter::once(&inc.src)
         .chain(inc.alt.as_ref())
         .filter_map(|url| {
+            // The same refusals as `tessera esi render` (esi::render_sync): a URL that
+            // cannot be requested, or one that would include its own page.
+            if !esi::is_valid_url(url) || req.includes_itself(url) {
+                tracing::debug!(%url, "include refused: not a URL, or includes its own page");
+                return None;
+            }
             let mut t = ctx
                 .edge
                 .fragment_target(url, &ctx.page_authority, &ctx.page_headers);

@@ -479,6 +479,14 @@ impl Edge {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
         let mut forwarded = headers::forward_request(&req.headers, &req.client, token);
+        if mode != EsiMode::Off {
+            // The response may be a template to assemble, which must be text: until the
+            // proxy can decode (on-the-fly compression), ask for identity.
+            forwarded.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         if store.is_some() {
             // The response is to fill the cache for every client: ask for the whole
             // object, not this client's 304 or 206 (the client gets the full 200).
@@ -526,10 +534,7 @@ impl Edge {
         }
         let (resp, pooled) = sent?;
         let (parts, body) = resp.into_parts();
-        let bodiless = req.method == Method::HEAD
-            || parts.status.is_informational()
-            || parts.status == StatusCode::NO_CONTENT
-            || parts.status == StatusCode::NOT_MODIFIED;
+        let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
         let now = now_ms();
         let freshness = store
@@ -609,10 +614,7 @@ impl Edge {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
         let upstream_timeout = pooled.response_timeout();
-        let bodiless = req.method == Method::HEAD
-            || parts.status.is_informational()
-            || parts.status == StatusCode::NO_CONTENT
-            || parts.status == StatusCode::NOT_MODIFIED;
+        let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let out_headers = headers::forward_response(&parts.headers, parts.version, token);
         if !esi {
             let length = if bodiless {

@@ -291,6 +291,11 @@ where
         }
         let urls = std::iter::once(&inc.src).chain(inc.alt.as_ref());
         for url in urls {
+            // Refused like a fragment that failed: a URL that cannot be requested, or
+            // one that would include its own page.
+            if !crate::url::is_valid_url(url) || req.includes_itself(url) {
+                continue;
+            }
             let Some(body) = get(url) else { continue };
             let fragment = Template::parse(body);
             let fragment_req = req.for_fragment(url);

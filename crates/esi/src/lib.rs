@@ -72,5 +72,5 @@ pub use expr::{CmpOp, Expr, ExprError, VarRef};
 pub use request::{Request, Value, Variable};
 pub use template::{Compiler, Include, InlineFragment, Options, Template};
 pub use tokenizer::{Attr, Event, Tag, TagName, Tokenizer};
-pub use url::resolve;
+pub use url::{is_valid_url, resolve};
 pub use warning::{Warning, WarningKind};

@@ -110,6 +110,9 @@ pub struct Request {
     query: Option<String>,
     cookies: Vec<(String, String)>,
     params: Vec<(String, String)>,
+    /// The URLs of the documents that include this one, the page first (empty for the
+    /// page itself): an include of any of them, or of this one, would never end.
+    ancestors: Vec<String>,
 }
 
 impl Default for Request {
@@ -126,6 +129,7 @@ impl Default for Request {
             query: None,
             cookies: Vec::new(),
             params: Vec::new(),
+            ancestors: Vec::new(),
         }
     }
 }
@@ -195,11 +199,22 @@ impl Request {
     /// The same request seen from a fragment at `url`: its includes resolve against `url`,
     /// every variable keeps its value (`QUERY_STRING` stays the page's).
     pub fn for_fragment(&self, url: &str) -> Request {
+        let mut ancestors = self.ancestors.clone();
+        ancestors.push(self.url.clone());
         Request {
             url: url.to_string(),
             origin_len: crate::url::origin_len(url),
+            ancestors,
             ..self.clone()
         }
+    }
+
+    /// Whether an include of `url` (resolved) would include the document it is in, or
+    /// a document that includes that one, at any depth: such an include is refused (it
+    /// fails, so its alt, onerror and esi:try apply) instead of repeating the page
+    /// until the depth limit.
+    pub fn includes_itself(&self, url: &str) -> bool {
+        url == self.url || self.ancestors.iter().any(|a| a == url)
     }
 
     /// The page URL includes are resolved against.

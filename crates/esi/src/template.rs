@@ -652,7 +652,9 @@ impl State {
                 },
             );
         };
-        let Some(src) = tag.attr("src") else {
+        // `src/>`, `src=/>`, `src= />` and `src=""` name nothing: an empty src would
+        // resolve to the page itself, so it counts as missing.
+        let Some(src) = tag.attr("src").filter(|s| !s.trim().is_empty()) else {
             self.warn(
                 offset,
                 WarningKind::MissingAttribute {

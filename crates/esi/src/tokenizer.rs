@@ -80,7 +80,7 @@ impl TagName {
 }
 
 /// One attribute of a start tag, with XML entities (`&amp;` `&lt;` `&gt;` `&quot;`
-/// `&apos;`) decoded. A valueless attribute (`no-store`) has an empty value.
+/// `&apos;`) and numeric character references (`&#38;`, `&#x26;`) decoded. A valueless attribute (`no-store`) has an empty value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
     /// Attribute name as written.
@@ -672,6 +672,26 @@ fn parse_start_tag(raw: Bytes, offset: u64) -> Tag {
     }
 }
 
+/// A numeric character reference at the start of `s` (`&#38;`, `&#x26;`): the
+/// character and the reference's length.
+fn char_reference(s: &str) -> Option<(char, usize)> {
+    let body = s.strip_prefix("&#")?;
+    let end = body.find(';')?;
+    let digits = &body[..end];
+    let code = match digits.strip_prefix(['x', 'X']) {
+        Some(hex) if !hex.is_empty() && hex.len() <= 6 => u32::from_str_radix(hex, 16).ok()?,
+        None if !digits.is_empty() && digits.len() <= 7 => digits.parse().ok()?,
+        _ => return None,
+    };
+    // NUL and the surrogates are not characters XML allows.
+    let ch = char::from_u32(code).filter(|&c| c != '\0')?;
+    Some((ch, 2 + end + 1))
+}
+
+/// Decodes the XML entities (`&amp;` `&lt;` `&gt;` `&quot;` `&apos;`) and numeric
+/// character references (`&#38;` `&#x26;`) of an attribute value: the one place the
+/// include URL's text is decoded, for `tessera esi` and the proxy alike. An `&` that
+/// starts neither stays as it is.
 fn decode_entities(bytes: &[u8]) -> String {
     let s = String::from_utf8_lossy(bytes);
     if !s.contains('&') {
@@ -698,6 +718,11 @@ fn decode_entities(bytes: &[u8]) -> String {
             }
         }
         if !matched {
+            if let Some((ch, len)) = char_reference(rest) {
+                out.push(ch);
+                rest = &rest[len..];
+                continue;
+            }
             out.push('&');
             rest = &rest[1..];
         }

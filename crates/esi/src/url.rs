@@ -126,6 +126,18 @@ pub(crate) fn resolve_absolute_path(origin: &str, reference: &str) -> Option<Str
     Some(out)
 }
 
+/// Whether `url` (an include, resolved and with its entities decoded) is a URL that can
+/// be requested: printable ASCII without the characters RFC 3986 leaves out of URIs
+/// (space, `<`, `>`, `"`, `{`, `}`, `|`, `\\`, `^`, `` ` ``). Variables are
+/// percent-encoded when substituted; a template's own text must be written so.
+/// `tessera esi render` and the proxy both refuse (as a failed include) what fails this.
+pub fn is_valid_url(url: &str) -> bool {
+    !url.is_empty()
+        && url
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"<>\"{}|\\^`".contains(&b))
+}
+
 /// Resolves `reference` against `base` (the page URL).
 pub fn resolve(base: &str, reference: &str) -> String {
     if let Some(fast) = resolve_absolute_path(&base[..origin_len(base)], reference) {

@@ -221,8 +221,9 @@ fn unreachable_page_upstream_is_a_502_and_its_timeouts_a_504() {
 
 #[test]
 fn depth_and_count_limits_fail_includes() {
-    let recursive = Reply::Ok {
-        body: r#"<<esi:include src="/loop" onerror="continue"/>>"#.into(),
+    // A chain of ESI fragments, each including the next: /l1 -> /l2 -> ... -> /l5.
+    let level = |next: usize| Reply::Ok {
+        body: format!(r#"<<esi:include src="/l{next}" onerror="continue"/>>"#),
         delay: Duration::ZERO,
         status: 200,
         esi: true,
@@ -232,8 +233,11 @@ fn depth_and_count_limits_fail_includes() {
         .map(|i| format!(r#"<esi:include src="/n{i}" onerror="continue"/>"#))
         .collect();
     let origin = Origin::start(&[
-        ("/", page(r#"<esi:include src="/loop"/>"#)),
-        ("/loop", recursive),
+        ("/", page(r#"<esi:include src="/l1"/>"#)),
+        ("/l1", level(2)),
+        ("/l2", level(3)),
+        ("/l3", level(4)),
+        ("/l4", level(5)),
         ("/many", page(&many)),
         ("/n0", frag("0", 0)),
         ("/n1", frag("1", 0)),
@@ -245,14 +249,46 @@ fn depth_and_count_limits_fail_includes() {
         let mut c = config(&origin);
         c.esi.max_depth = 3;
         c.esi.max_includes = 3;
-        // Uncached, so that every level is a fetch (cached, levels 2 and 3 would be
-        // the level-1 object).
+        // Uncached, so that every level is a fetch.
         c.cache.enabled = false;
         let edge = Edge::new(c).unwrap();
-        // Three levels of /loop; the fourth include fails and continues.
+        // Three levels; the fourth include fails and continues.
         assert_eq!(fetch_page(&edge, "/").await, "<<<>>>");
-        assert_eq!(origin.hits("/loop"), 3);
+        let fetched: usize = ["/l1", "/l2", "/l3"].iter().map(|p| origin.hits(p)).sum();
+        assert_eq!(fetched, 3);
+        assert_eq!(origin.hits("/l4"), 0);
         assert_eq!(fetch_page(&edge, "/many").await, "012");
+    });
+}
+
+/// An include that resolves to a page containing it (itself, or a page above it) would
+/// repeat the page until the depth limit and then fail inside its body: it is refused
+/// at once as a failed include, so its alt and onerror apply.
+#[test]
+fn an_include_of_its_own_page_is_refused_at_any_depth() {
+    let origin = Origin::start(&[
+        ("/self", page(r#"[<esi:include src="/self" alt="/alt"/>]"#)),
+        ("/alt", frag("alt", 0)),
+        ("/top", page(r#"top<esi:include src="/mid"/>"#)),
+        (
+            "/mid",
+            Reply::Ok {
+                body: r#"(mid<esi:include src="/top" onerror="continue"/>)"#.into(),
+                delay: Duration::ZERO,
+                status: 200,
+                esi: true,
+                headers: Vec::new(),
+            },
+        ),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.cache.enabled = false;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/self").await, "[alt]");
+        assert_eq!(origin.hits("/self"), 1);
+        assert_eq!(fetch_page(&edge, "/top").await, "top(mid)");
+        assert_eq!(origin.hits("/top"), 1);
     });
 }
 
@@ -358,5 +394,62 @@ fn a_refusing_address_is_skipped_for_the_next_one() {
             edge.upstream_stats("origin").unwrap().breaker,
             BreakerState::Closed
         );
+    });
+}
+
+/// A fragment that comes with a Content-Encoding although identity was asked for is a
+/// failed include (its alt applies): encoded bytes are never spliced into a page. The
+/// page and its fragments are requested with `Accept-Encoding: identity`.
+#[test]
+fn an_encoded_fragment_is_a_failed_include_never_spliced_raw() {
+    let gzipped = Reply::Ok {
+        body: "\u{1f}\u{8b}not really gzip".into(),
+        delay: Duration::ZERO,
+        status: 200,
+        esi: false,
+        headers: vec![("Content-Encoding".into(), "gzip".into())],
+    };
+    let origin = Origin::start(&[
+        ("/", page(r#"<p><esi:include src="/f" alt="/plain"/></p>"#)),
+        ("/f", gzipped),
+        ("/plain", frag("plain", 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.cache.enabled = false;
+        let edge = Edge::new(c).unwrap();
+        let req = crate::request("/", &[("accept-encoding", "gzip, br")]);
+        let mut resp = edge.proxy(req).await.unwrap();
+        assert_eq!(crate::read_all(&mut resp).await.0, "<p>plain</p>");
+        for seen in origin.seen() {
+            assert_eq!(
+                seen.header("accept-encoding"),
+                Some("identity"),
+                "{} asked for another coding",
+                seen.path
+            );
+        }
+    });
+}
+
+/// Character and entity references in an include's attributes are decoded once, in the
+/// ESI parser, the same for the proxy as for `tessera esi render`.
+#[test]
+fn references_in_include_urls_are_decoded() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/q?a=1&amp;b=2"/>|<esi:include src="/q?a=3&#38;b=&#x34;"/>"#),
+        ),
+        ("/q", frag("q", 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        c.cache.enabled = false;
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "q|q");
+        let mut paths: Vec<String> = origin.seen().into_iter().map(|s| s.target).collect();
+        paths.sort();
+        assert_eq!(paths, ["/", "/q?a=1&b=2", "/q?a=3&b=4"]);
     });
 }

@@ -67,6 +67,8 @@ pub fn status(code: u16, delay_ms: u64) -> Reply {
 #[derive(Clone, Debug)]
 pub struct Seen {
     pub path: String,
+    /// The request target as received (path and query).
+    pub target: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -192,6 +194,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             let mut s = state.lock().unwrap();
             s.seen.push(Seen {
                 path: path.clone(),
+                target: target.to_string(),
                 headers,
                 body,
             });
