@@ -24,7 +24,7 @@ struct Cli {
 // Each subcommand lives in its own module with its own `Args` and `run`.
 #[derive(Subcommand)]
 enum Command {
-    /// Serve static files (HTTP/1.1, keep-alive, pipelining, sendfile)
+    /// Serve a site: static files, an ESI proxy with a cache (memory and Redis), Lua handlers
     Serve(serve::Args),
     /// Check or render an ESI template offline.
     Esi(esi::Args),

@@ -49,12 +49,12 @@ pub use worker::ConnState;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("cannot open root directory {path}: {source}")]
+    #[error("cannot open root directory {path}")]
     Root {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
@@ -63,7 +63,7 @@ pub enum Error {
     Config(String),
     #[error("invalid access_log_format: {0}")]
     LogFormat(#[from] FormatError),
-    #[error("cannot open access log {path}: {source}")]
+    #[error("cannot open access log {path}")]
     AccessLog {
         path: PathBuf,
         source: std::io::Error,
