@@ -195,6 +195,13 @@ fn valid_status(status: i64) -> LuaResult<u16> {
     }
 }
 
+/// Whether `s` is an HTTP token (a method or a field name, RFC 9110 section 5.6.2).
+pub(crate) fn is_token(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// A header name or value a script sets must not break the response head.
 fn header_bytes<'a>(what: &str, s: &'a [u8]) -> LuaResult<&'a [u8]> {
     if s.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) || (what == "name" && s.is_empty()) {

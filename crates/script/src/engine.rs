@@ -499,7 +499,7 @@ impl Engine {
                     let upstream: String = opts.get("upstream")?;
                     let method: Option<String> = opts.get("method")?;
                     let method = method.unwrap_or_else(|| "GET".into());
-                    if !valid_token(method.as_bytes()) {
+                    if !context::is_token(method.as_bytes()) {
                         return Err(mlua::Error::runtime("invalid method"));
                     }
                     let path: Option<String> = opts.get("path")?;
@@ -508,7 +508,7 @@ impl Engine {
                         for pair in t.pairs::<mlua::String, mlua::String>() {
                             let (k, v) = pair?;
                             let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
-                            if !valid_token(&k) {
+                            if !context::is_token(&k) {
                                 return Err(mlua::Error::runtime("invalid header name"));
                             }
                             if v.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
@@ -889,13 +889,6 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
             )),
         }
     }
-}
-
-/// Whether `s` is an HTTP token (a method or a field name, RFC 9110 section 5.6.2).
-fn valid_token(s: &[u8]) -> bool {
-    !s.is_empty()
-        && s.iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 impl Drop for Engine {
