@@ -24,6 +24,8 @@ pub(crate) struct Inner {
     pub(crate) fetches: Cell<u64>,
     /// The process's cache, shared with every other worker's `Edge`.
     pub(crate) cache: Arc<Cache>,
+    /// See `Edge::build`.
+    pub(crate) lean: bool,
 }
 
 pub(crate) enum RouteTo {

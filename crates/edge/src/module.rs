@@ -68,7 +68,7 @@ impl EdgeModule {
         if let Some(edge) = WORKER_EDGE.with(|e| e.borrow().clone()) {
             return Some(edge);
         }
-        match Edge::with_cache(self.config.clone(), self.cache.clone()) {
+        match Edge::build(self.config.clone(), self.cache.clone(), true) {
             Ok(edge) => {
                 WORKER_EDGE.with(|e| *e.borrow_mut() = Some(edge.clone()));
                 Some(edge)

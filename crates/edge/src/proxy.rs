@@ -213,6 +213,17 @@ impl Edge {
     /// Builds the proxy with the process's cache: build it once with [`Cache::new`] from
     /// `config.cache`, and give it to every worker's `Edge`.
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
+        Edge::build(config, cache, false)
+    }
+
+    /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
+    /// `head_h1` (for the server's module, which encodes those; see `module.rs`), so a
+    /// hit does not copy every field into a map nobody reads.
+    pub(crate) fn build(
+        config: EdgeConfig,
+        cache: Arc<Cache>,
+        lean: bool,
+    ) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
             .upstream
@@ -235,6 +246,7 @@ impl Edge {
                 inflight: RefCell::new(HashMap::new()),
                 fetches: Cell::new(0),
                 cache,
+                lean,
             }),
         })
     }
@@ -439,8 +451,19 @@ impl Edge {
         now: u64,
     ) -> Result<ProxyResponse, ProxyError> {
         let token = self.inner.config.esi.device_token.as_str();
-        let mut headers = entry.response_headers(token).clone();
-        headers.insert(header::AGE, HeaderValue::from(entry.age_secs(now)));
+        let age = HeaderValue::from(entry.age_secs(now));
+        let generation = self.inner.cache.generation();
+        let memo = entry
+            .template
+            .as_ref()
+            .and_then(|_| entry.memo(now, generation));
+        let whole = entry.template.is_none() || memo.is_some();
+        let mut headers = if self.inner.lean && whole {
+            HeaderMap::with_capacity(1)
+        } else {
+            entry.response_headers(token).clone()
+        };
+        headers.insert(header::AGE, age);
         let head_h1 = Some(entry.response_head_h1(token));
         match &entry.template {
             None => Ok(ProxyResponse {
@@ -450,8 +473,7 @@ impl Edge {
                 body: Body::ready(vec![entry.body.clone()]),
             }),
             Some(t) => {
-                let generation = self.inner.cache.generation();
-                if let Some(chunks) = entry.memo(now, generation) {
+                if let Some(chunks) = memo {
                     return Ok(ProxyResponse {
                         status: entry.status,
                         head_h1,
