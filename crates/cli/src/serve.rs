@@ -95,8 +95,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     running.shutdown();
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
-    let cache = modules.proxy.and_then(|p| p.cache_stats());
+    let cache = modules.proxy.as_ref().and_then(|p| p.cache_stats());
     running.join();
+    for (name, opened) in modules
+        .proxy
+        .map(|p| p.upstream_connections())
+        .unwrap_or_default()
+    {
+        eprintln!("tessera: upstream {name}: {opened} connections opened");
+    }
     if let Some(c) = cache {
         let mut line = format!(
             "tessera: cache: {} hits, {} misses, {} stale served, {} coalesced, {} of {} bytes in {} objects",

@@ -1,35 +1,50 @@
 //! The upstream HTTP/1.1 client: per worker and per upstream, a pool of keep-alive
-//! connections on hyper's client connection API, at most `max_connections` of them, with
-//! connect and response timeouts and the upstream's circuit breaker in front.
+//! connections, at most `max_connections` of them, with connect and response timeouts and
+//! the upstream's circuit breaker in front.
 //!
-//! Why not hyper-util's pooled client: it wants a `Send` executor and has no cap on
-//! connections per host. A worker is single threaded, so the pool is a `RefCell`'d stack
-//! of idle senders and a semaphore; only the connection driver (which is `Send`) is
-//! spawned, with `tokio::spawn`, which on a current-thread runtime runs on this thread.
+//! Written on `wire`'s codec rather than on hyper's client (which it replaced; measured in
+//! docs/benchmarks.md, issue 26): hyper's connection is a task of its own that the request
+//! reaches through a channel, so every proxied request cost two task switches, a request
+//! and a header map built and cloned for it, and two writes; here the request is encoded
+//! once into the connection's own buffer and written with one system call by the task
+//! that awaits the response, whose head is parsed in the connection's read buffer
+//! (`wire::parse_response`, as strict as the request parser) and whose body is handed on
+//! as slices of that buffer. A worker is single threaded, so the pool is a `RefCell`'d
+//! stack of idle connections and a semaphore.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::Body as _;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
+use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
 use crate::breaker::{Breaker, BreakerState, Ticket};
 use crate::config::{secs, UpstreamConfig};
 use crate::error::UpstreamError;
 
-type Sender = SendRequest<Full<Bytes>>;
+/// Largest response head accepted from an upstream (status line and fields). 64 KiB:
+/// four times the request limit, for origins that set many cookies.
+const MAX_HEAD: usize = 64 * 1024;
+/// Most fields in a response head.
+const MAX_FIELDS: usize = wire::MAX_HEADERS_CAP;
+/// Room a connection's read buffer starts with and keeps free before each read: most
+/// heads and small bodies arrive in one read.
+const READ_ROOM: usize = 16 * 1024;
+/// A request body up to this size is copied behind the head and written with it; a
+/// larger one goes out in a vectored write.
+const COPY_BODY: usize = 16 * 1024;
 
 pub(crate) struct Upstream {
     pub(crate) name: String,
@@ -38,19 +53,98 @@ pub(crate) struct Upstream {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     permits: Arc<Semaphore>,
-    idle: RefCell<Vec<Sender>>,
+    /// Boxed: a connection moves between the pool and a response body, which stay small,
+    /// and moving it is a pointer copy.
+    #[allow(clippy::vec_box)]
+    idle: RefCell<Vec<Box<Conn>>>,
     max_idle: usize,
     breaker: Breaker,
-    /// Connections opened so far (for tests and metrics: reuse shows as a low count).
+    /// Connections opened by this worker (for tests: reuse shows as a low count).
     opened: Cell<u64>,
+    /// Connections opened by every worker, for the operator.
+    opened_total: Arc<AtomicU64>,
 }
 
-/// A connection checked out of the pool, with its permit. [`Pooled::release`] returns it
-/// for reuse once its response is fully read; dropping it closes the connection.
+/// One open connection to an upstream, with its buffers (kept while it is pooled, so a
+/// reused connection allocates nothing).
+struct Conn {
+    stream: TcpStream,
+    /// Response bytes read and not yet handed on.
+    read: BytesMut,
+    /// The request being written.
+    write: Vec<u8>,
+}
+
+/// A request to send: its head as the caller has it, and its whole body.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) method: &'a Method,
+    /// Origin form: `/path?query`.
+    pub(crate) target: &'a str,
+    pub(crate) fields: &'a HeaderMap,
+    pub(crate) body: &'a Bytes,
+}
+
+impl Outgoing<'_> {
+    /// The request head: request line, the fields (framing fields the caller left are
+    /// dropped: the body's length is known here), Content-Length when there is a body or
+    /// the method expects one.
+    fn encode(&self, buf: &mut Vec<u8>) {
+        buf.clear();
+        buf.extend_from_slice(self.method.as_str().as_bytes());
+        buf.push(b' ');
+        buf.extend_from_slice(self.target.as_bytes());
+        buf.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in self.fields {
+            if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+                continue;
+            }
+            wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
+        }
+        if !self.body.is_empty()
+            || matches!(*self.method, Method::POST | Method::PUT | Method::PATCH)
+        {
+            buf.extend_from_slice(b"content-length: ");
+            wire::write_decimal(buf, self.body.len() as u64);
+            buf.extend_from_slice(b"\r\n");
+        }
+        buf.extend_from_slice(b"\r\n");
+    }
+
+    /// Whether the request may be sent again after the connection failed under it (RFC
+    /// 9110 section 9.2.2).
+    fn idempotent(&self) -> bool {
+        matches!(
+            *self.method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+        )
+    }
+}
+
+/// A response head as the proxy reads it.
+pub(crate) struct Head {
+    pub(crate) status: StatusCode,
+    pub(crate) version: http::Version,
+    pub(crate) headers: HeaderMap,
+}
+
+/// A connection checked out of the pool with its permit, positioned at the start of a
+/// response body. Reading the body to its end returns the connection to the pool;
+/// dropping it before closes the connection.
 pub(crate) struct Pooled {
-    sender: Option<Sender>,
+    conn: Option<Box<Conn>>,
     upstream: Rc<Upstream>,
+    body: BodyState,
+    keep_alive: bool,
     _permit: OwnedSemaphorePermit,
+}
+
+enum BodyState {
+    /// This many bytes left.
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the upstream closes.
+    Close,
+    Done,
 }
 
 impl Pooled {
@@ -58,13 +152,149 @@ impl Pooled {
         self.upstream.response_timeout
     }
 
-    pub(crate) fn release(mut self) {
-        if let Some(s) = self.sender.take() {
-            let mut idle = self.upstream.idle.borrow_mut();
-            if !s.is_closed() && idle.len() < self.upstream.max_idle {
-                idle.push(s);
+    /// The whole body when it is already buffered (a small response arrives with its
+    /// head): the connection goes back to the pool at once, and the response can be
+    /// written with its head in one go. `None` when more is to be read.
+    pub(crate) fn take_whole(&mut self) -> Option<Bytes> {
+        let conn = self.conn.as_mut()?;
+        let whole = match self.body {
+            BodyState::Done => Bytes::new(),
+            BodyState::Length(n) if conn.read.len() as u64 >= n => {
+                conn.read.split_to(n as usize).freeze()
+            }
+            _ => return None,
+        };
+        self.body = BodyState::Done;
+        self.release();
+        Some(whole)
+    }
+
+    /// The next piece of the body (`None` at its end, when the connection goes back to
+    /// the pool if it may carry another request).
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, UpstreamError>> {
+        let protocol = |message: String| UpstreamError::Protocol {
+            upstream: self.upstream.name.clone(),
+            message,
+        };
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(Ok(None));
+            };
+            let buffered = conn.read.len();
+            match &mut self.body {
+                BodyState::Done => {
+                    self.release();
+                    return Poll::Ready(Ok(None));
+                }
+                BodyState::Length(0) => self.body = BodyState::Done,
+                BodyState::Length(left) if buffered > 0 => {
+                    let take = (*left).min(buffered as u64);
+                    *left -= take;
+                    return Poll::Ready(Ok(Some(conn.read.split_to(take as usize).freeze())));
+                }
+                BodyState::Close if buffered > 0 => {
+                    return Poll::Ready(Ok(Some(conn.read.split().freeze())));
+                }
+                BodyState::Chunked(decoder) if buffered > 0 => match decoder.decode(&conn.read) {
+                    Err(e) => return Poll::Ready(Err(protocol(format!("chunked body: {e}")))),
+                    Ok((used, Chunk::Data(data))) => {
+                        let len = data.len();
+                        let start = used - len;
+                        conn.read.advance(start);
+                        return Poll::Ready(Ok(Some(conn.read.split_to(len).freeze())));
+                    }
+                    Ok((used, Chunk::Done)) => {
+                        conn.read.advance(used);
+                        self.body = BodyState::Done;
+                    }
+                    Ok((used, Chunk::NeedMore)) => {
+                        conn.read.advance(used);
+                        if let Err(e) = ready!(conn.poll_fill(cx)) {
+                            return Poll::Ready(Err(protocol(e.to_string())));
+                        }
+                    }
+                },
+                _ => match ready!(conn.poll_fill(cx)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        if matches!(self.body, BodyState::Close) {
+                            self.keep_alive = false;
+                            self.body = BodyState::Done;
+                        } else {
+                            return Poll::Ready(Err(protocol(
+                                "connection closed before the body ended".into(),
+                            )));
+                        }
+                    }
+                    Err(e) => return Poll::Ready(Err(protocol(e.to_string()))),
+                },
             }
         }
+    }
+
+    /// Back to the pool, when the connection may carry another request and nothing is
+    /// left over in its buffer (bytes beyond the response would be a broken upstream).
+    fn release(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if !self.keep_alive || !conn.read.is_empty() {
+            return;
+        }
+        let mut idle = self.upstream.idle.borrow_mut();
+        if idle.len() < self.upstream.max_idle {
+            // Reclaims the buffer's room once the pieces handed on are gone.
+            conn.read.clear();
+            idle.push(conn);
+        }
+    }
+}
+
+impl Conn {
+    /// Reads more bytes into the buffer; `UnexpectedEof` when the upstream closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.read.capacity() - self.read.len() < READ_ROOM / 4 {
+            self.read.reserve(READ_ROOM);
+        }
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read_buf(&mut self.read) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => return Poll::Ready(Ok(())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Writes the encoded request head and the body: one write when the body is small.
+    async fn send(&mut self, body: &Bytes) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        if body.len() <= COPY_BODY {
+            self.write.extend_from_slice(body);
+            return self.stream.write_all(&self.write).await;
+        }
+        let mut head_left = &self.write[..];
+        let mut body_left = &body[..];
+        while !head_left.is_empty() {
+            let slices = [io::IoSlice::new(head_left), io::IoSlice::new(body_left)];
+            let n = self.stream.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let from_head = n.min(head_left.len());
+            head_left = &head_left[from_head..];
+            body_left = &body_left[n - from_head..];
+        }
+        self.stream.write_all(body_left).await
+    }
+
+    /// Whether a pooled connection is still usable before a request that must not be sent
+    /// twice: the upstream may have closed it (or sent something unasked) while it was
+    /// idle. Costs one system call, so it is done only for such requests.
+    fn still_open(&mut self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
@@ -94,8 +324,16 @@ pub struct UpstreamStats {
     pub breaker: BreakerState,
 }
 
+/// Why one attempt on a connection failed.
+enum Attempt {
+    /// The connection broke before any response byte came: a pooled connection the
+    /// upstream had closed, worth another try for an idempotent request.
+    Broken(io::Error),
+    Failed(UpstreamError),
+}
+
 impl Upstream {
-    pub(crate) fn new(c: &UpstreamConfig) -> Upstream {
+    pub(crate) fn new(c: &UpstreamConfig, opened_total: Arc<AtomicU64>) -> Upstream {
         Upstream {
             name: c.name.clone(),
             addresses: c.addresses.clone(),
@@ -104,9 +342,10 @@ impl Upstream {
             response_timeout: secs(c.response_timeout),
             permits: Arc::new(Semaphore::new(c.max_connections)),
             idle: RefCell::new(Vec::new()),
-            max_idle: c.max_idle,
+            max_idle: c.idle_limit(),
             breaker: Breaker::new(&c.name, c.breaker_failures, secs(c.breaker_cool_down)),
             opened: Cell::new(0),
+            opened_total,
         }
     }
 
@@ -123,9 +362,9 @@ impl Upstream {
     /// timeouts and 5xx count as failures.
     pub(crate) async fn send(
         self: &Rc<Self>,
-        req: http::Request<Full<Bytes>>,
+        req: &Outgoing<'_>,
         deadline: Instant,
-    ) -> Result<(http::Response<Incoming>, Pooled), UpstreamError> {
+    ) -> Result<(Head, Pooled), UpstreamError> {
         let Some(ticket) = self.breaker.try_call() else {
             return Err(UpstreamError::BreakerOpen {
                 upstream: self.name.clone(),
@@ -137,15 +376,15 @@ impl Upstream {
             success: false,
         };
         let result = self.send_inner(req, deadline).await;
-        outcome.success = matches!(&result, Ok((resp, _)) if !resp.status().is_server_error());
+        outcome.success = matches!(&result, Ok((head, _)) if !head.status.is_server_error());
         result
     }
 
     async fn send_inner(
         self: &Rc<Self>,
-        req: http::Request<Full<Bytes>>,
+        req: &Outgoing<'_>,
         deadline: Instant,
-    ) -> Result<(http::Response<Incoming>, Pooled), UpstreamError> {
+    ) -> Result<(Head, Pooled), UpstreamError> {
         let deadline = deadline.min(Instant::now() + self.response_timeout);
         let timed_out = || UpstreamError::ResponseTimeout {
             upstream: self.name.clone(),
@@ -154,44 +393,133 @@ impl Upstream {
             .await
             .map_err(|_| timed_out())?
             .expect("the pool's semaphore is never closed");
-        let idempotent = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
-        // A pooled connection may have been closed by the origin a moment ago; an
-        // idempotent request that fails on one is retried on the next pooled connection,
-        // or a new one (RFC 9110 9.2.2 allows retrying idempotent requests).
+        let idempotent = req.idempotent();
+        // A pooled connection may have been closed by the upstream a moment ago; an
+        // idempotent request that fails on one before any response byte is retried on
+        // the next pooled connection, or a new one.
         loop {
-            let (mut sender, reused) = match self.take_idle() {
-                Some(s) => (s, true),
+            let (mut conn, reused) = match self.take_idle(idempotent) {
+                Some(c) => (c, true),
                 None => (self.connect(deadline).await?, false),
             };
-            let sent = clone_request(&req);
-            match timeout_at(deadline, sender.send_request(sent)).await {
-                Err(_) => return Err(timed_out()),
-                Ok(Ok(resp)) => {
+            let head_request = *req.method == Method::HEAD;
+            let attempt = timeout_at(deadline, async {
+                req.encode(&mut conn.write);
+                conn.send(req.body).await.map_err(Attempt::Broken)?;
+                self.read_head(&mut conn, head_request).await
+            })
+            .await
+            .map_err(|_| timed_out())?;
+            match attempt {
+                Ok((head, body, keep_alive)) => {
                     let pooled = Pooled {
-                        sender: Some(sender),
+                        conn: Some(conn),
                         upstream: self.clone(),
+                        body,
+                        keep_alive,
                         _permit: permit,
                     };
-                    return Ok((resp, pooled));
+                    return Ok((head, pooled));
                 }
-                Ok(Err(e)) if reused && idempotent => {
+                Err(Attempt::Broken(e)) if reused && idempotent => {
                     tracing::debug!(upstream = %self.name, error = %e, "stale pooled connection; retrying");
                 }
-                Ok(Err(e)) => {
+                Err(Attempt::Broken(e)) => {
                     return Err(UpstreamError::Protocol {
                         upstream: self.name.clone(),
                         message: e.to_string(),
                     })
                 }
+                Err(Attempt::Failed(e)) => return Err(e),
             }
         }
     }
 
-    fn take_idle(&self) -> Option<Sender> {
+    /// Reads and parses the response head (skipping interim 1xx responses), leaving the
+    /// body's first bytes in the buffer.
+    async fn read_head(
+        &self,
+        conn: &mut Conn,
+        head_request: bool,
+    ) -> Result<(Head, BodyState, bool), Attempt> {
+        let mut received = false;
+        loop {
+            if !conn.read.is_empty() {
+                received = true;
+                let mut storage = wire::HeaderStorage::new();
+                let parsed = wire::parse_response(
+                    &conn.read,
+                    &mut storage,
+                    head_request,
+                    MAX_HEAD,
+                    MAX_FIELDS,
+                )
+                .map_err(|e| self.protocol(format!("response head: {e}")))?;
+                if let Some(r) = parsed {
+                    let head_len = r.head_len;
+                    if r.is_interim() {
+                        conn.read.advance(head_len);
+                        continue;
+                    }
+                    let head = self.head(&r)?;
+                    let body = match r.body {
+                        ResponseFraming::None => BodyState::Done,
+                        ResponseFraming::Length(n) => BodyState::Length(n),
+                        ResponseFraming::Chunked => {
+                            BodyState::Chunked(ChunkedDecoder::new(MAX_HEAD))
+                        }
+                        ResponseFraming::Close => BodyState::Close,
+                    };
+                    let keep_alive = r.keep_alive;
+                    conn.read.advance(head_len);
+                    return Ok((head, body, keep_alive));
+                }
+            }
+            match std::future::poll_fn(|cx| conn.poll_fill(cx)).await {
+                Ok(()) => {}
+                Err(e) if !received => return Err(Attempt::Broken(e)),
+                Err(e) => return Err(self.protocol(e.to_string())),
+            }
+        }
+    }
+
+    fn head(&self, r: &wire::ParsedResponse<'_, '_>) -> Result<Head, Attempt> {
+        let mut headers = HeaderMap::with_capacity(r.headers.len());
+        for h in r.headers {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(h.name.as_bytes()),
+                HeaderValue::from_bytes(h.value),
+            ) else {
+                return Err(self.protocol(format!("response field {:?}", h.name)));
+            };
+            headers.append(name, value);
+        }
+        Ok(Head {
+            status: StatusCode::from_u16(r.status)
+                .map_err(|_| self.protocol(format!("status {}", r.status)))?,
+            version: match r.version {
+                wire::Version::Http10 => http::Version::HTTP_10,
+                wire::Version::Http11 => http::Version::HTTP_11,
+            },
+            headers,
+        })
+    }
+
+    fn protocol(&self, message: String) -> Attempt {
+        Attempt::Failed(UpstreamError::Protocol {
+            upstream: self.name.clone(),
+            message,
+        })
+    }
+
+    /// The most recently used idle connection (its buffers and the upstream's socket
+    /// state are warmest). Before a request that must not be sent twice, one the
+    /// upstream closed meanwhile is skipped.
+    fn take_idle(&self, idempotent: bool) -> Option<Box<Conn>> {
         let mut idle = self.idle.borrow_mut();
-        while let Some(s) = idle.pop() {
-            if !s.is_closed() && s.is_ready() {
-                return Some(s);
+        while let Some(mut c) = idle.pop() {
+            if idempotent || c.still_open() {
+                return Some(c);
             }
         }
         None
@@ -199,14 +527,13 @@ impl Upstream {
 
     /// Opens a connection to the next address in turn; when that one refuses, the
     /// following ones are tried, all within one connect timeout.
-    async fn connect(&self, deadline: Instant) -> Result<Sender, UpstreamError> {
+    async fn connect(&self, deadline: Instant) -> Result<Box<Conn>, UpstreamError> {
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
         let failed = |message: String| UpstreamError::Connect {
             upstream: self.name.clone(),
             message,
         };
         let mut last_error = None;
-        let mut stream = None;
         for _ in 0..self.addresses.len() {
             let i = self.next_address.get();
             self.next_address.set(i.wrapping_add(1));
@@ -218,45 +545,26 @@ impl Upstream {
                     })
                 }
                 Ok(Err(e)) => last_error = Some(failed(format!("{address}: {e}"))),
-                Ok(Ok(s)) => {
-                    stream = Some(s);
-                    break;
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    self.opened.set(self.opened.get() + 1);
+                    self.opened_total.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Box::new(Conn {
+                        stream,
+                        read: BytesMut::with_capacity(READ_ROOM),
+                        write: Vec::with_capacity(1024),
+                    }));
                 }
             }
         }
-        let Some(stream) = stream else {
-            return Err(last_error.unwrap_or_else(|| failed("no addresses".into())));
-        };
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        self.opened.set(self.opened.get() + 1);
-        let name = self.name.clone();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(upstream = %name, error = %e, "upstream connection ended");
-            }
-        });
-        Ok(sender)
+        Err(last_error.unwrap_or_else(|| failed("no addresses".into())))
     }
 }
 
-/// Requests are sent with a `Full` body, which clones cheaply (`Bytes`).
-fn clone_request(req: &http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>> {
-    let mut r = http::Request::new(req.body().clone());
-    *r.method_mut() = req.method().clone();
-    *r.uri_mut() = req.uri().clone();
-    *r.version_mut() = req.version();
-    *r.headers_mut() = req.headers().clone();
-    r
-}
-
 /// Reads a whole body by `deadline`, at most `limit` bytes, handing each chunk to
-/// `chunk`, then releases the connection to the pool.
+/// `chunk`; the connection goes back to the pool at its end.
 async fn read_chunks(
-    mut body: Incoming,
-    pooled: Pooled,
+    mut pooled: Pooled,
     limit: usize,
     deadline: Instant,
     mut chunk: impl FnMut(Bytes),
@@ -264,42 +572,32 @@ async fn read_chunks(
     let name = pooled.upstream.name.clone();
     let mut len = 0;
     loop {
-        match timeout_at(deadline, body.frame()).await {
+        match timeout_at(deadline, std::future::poll_fn(|cx| pooled.poll_chunk(cx))).await {
             Err(_) => return Err(UpstreamError::ResponseTimeout { upstream: name }),
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                return Err(UpstreamError::Protocol {
-                    upstream: name,
-                    message: e.to_string(),
-                })
-            }
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    len += data.len();
-                    if len > limit {
-                        return Err(UpstreamError::TooLarge { upstream: name });
-                    }
-                    chunk(data);
+            Ok(Err(e)) => return Err(e),
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(data))) => {
+                len += data.len();
+                if len > limit {
+                    return Err(UpstreamError::TooLarge { upstream: name });
                 }
+                chunk(data);
             }
         }
     }
-    pooled.release();
-    Ok(())
 }
 
-/// A whole body as bytes of its own (see [`read_chunks`]). A frame is a slice of the
+/// A whole body as bytes of its own (see [`read_chunks`]). A chunk is a slice of the
 /// connection's read buffer, which is far larger than a small body: kept in the cache, it
 /// would hold the whole buffer alive beyond the cache's weight. So the body is always
 /// copied once into an exact-size buffer (once per fill; a hit shares it, uncopied).
 pub(crate) async fn read_bytes(
-    body: Incoming,
     pooled: Pooled,
     limit: usize,
     deadline: Instant,
 ) -> Result<Bytes, UpstreamError> {
     let mut parts: Vec<Bytes> = Vec::new();
-    read_chunks(body, pooled, limit, deadline, |b| parts.push(b)).await?;
+    read_chunks(pooled, limit, deadline, |b| parts.push(b)).await?;
     Ok(match parts.len() {
         0 => Bytes::new(),
         1 => Bytes::copy_from_slice(&parts[0]),
@@ -311,13 +609,12 @@ pub(crate) async fn read_bytes(
 /// to the compiler as it comes (tags may straddle chunks; text stays zero-copy slices of
 /// the chunks), so the body is never copied into one buffer.
 pub(crate) async fn read_template(
-    body: Incoming,
     pooled: Pooled,
     limit: usize,
     deadline: Instant,
 ) -> Result<esi::Template, UpstreamError> {
     let mut compiler = esi::Compiler::new(&esi::Options::default());
-    read_chunks(body, pooled, limit, deadline, |b| compiler.feed(b)).await?;
+    read_chunks(pooled, limit, deadline, |b| compiler.feed(b)).await?;
     Ok(compiler.finish())
 }
 
@@ -326,14 +623,13 @@ pub(crate) async fn read_template(
 /// first copied into an exact-size buffer, so a stored template does not keep the
 /// connection's larger read buffers alive (see [`read_bytes`]).
 pub(crate) async fn read_template_with_source(
-    body: Incoming,
     pooled: Pooled,
     limit: usize,
     deadline: Instant,
 ) -> Result<(esi::Template, Vec<Bytes>), UpstreamError> {
     let mut compiler = esi::Compiler::new(&esi::Options::default());
     let mut source = Vec::new();
-    read_chunks(body, pooled, limit, deadline, |b| {
+    read_chunks(pooled, limit, deadline, |b| {
         let b = Bytes::copy_from_slice(&b);
         source.push(b.clone());
         compiler.feed(b)
@@ -345,19 +641,17 @@ pub(crate) async fn read_template_with_source(
 /// A response body passed through as it arrives; the connection goes back to the pool
 /// when the body ends, and is closed if the body is dropped before.
 pub(crate) struct PassBody {
-    body: Incoming,
-    pooled: Option<Pooled>,
+    pooled: Pooled,
     idle_timeout: Duration,
-    /// Reset whenever a frame arrives: the longest silence allowed inside the body.
+    /// Reset whenever bytes arrive: the longest silence allowed inside the body.
     idle: Pin<Box<Sleep>>,
 }
 
 impl PassBody {
-    pub(crate) fn new(body: Incoming, pooled: Pooled) -> PassBody {
+    pub(crate) fn new(pooled: Pooled) -> PassBody {
         let idle_timeout = pooled.upstream.response_timeout;
         PassBody {
-            body,
-            pooled: Some(pooled),
+            pooled,
             idle_timeout,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
         }
@@ -367,43 +661,25 @@ impl PassBody {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
-        let Some(pooled) = self.pooled.as_ref() else {
-            return Poll::Ready(None);
-        };
-        let name = pooled.upstream.name.clone();
-        loop {
-            match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Pending => {
-                    if self.idle.as_mut().poll(cx).is_ready() {
-                        self.pooled = None;
-                        return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
-                            upstream: name,
-                        })));
-                    }
-                    return Poll::Pending;
-                }
-                Poll::Ready(None) => {
-                    if let Some(p) = self.pooled.take() {
-                        p.release();
-                    }
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.pooled = None;
-                    return Poll::Ready(Some(Err(UpstreamError::Protocol {
-                        upstream: name,
-                        message: e.to_string(),
+        match self.pooled.poll_chunk(cx) {
+            Poll::Pending => {
+                if self.idle.as_mut().poll(cx).is_ready() {
+                    self.pooled.conn = None;
+                    return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
+                        upstream: self.pooled.upstream.name.clone(),
                     })));
                 }
-                Poll::Ready(Some(Ok(frame))) => {
-                    let deadline = Instant::now() + self.idle_timeout;
-                    self.idle.as_mut().reset(deadline);
-                    if let Ok(data) = frame.into_data() {
-                        if !data.is_empty() {
-                            return Poll::Ready(Some(Ok(data)));
-                        }
-                    }
-                }
+                Poll::Pending
+            }
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => {
+                self.pooled.conn = None;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Ok(Some(data))) => {
+                let deadline = Instant::now() + self.idle_timeout;
+                self.idle.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(data)))
             }
         }
     }

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
-use http_body_util::Full;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cache::{Entry, FlightGuard, Landing};
-use crate::client::{read_bytes, read_template_with_source, Upstream};
+use crate::client::{read_bytes, read_template_with_source, Outgoing, Upstream};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
@@ -330,25 +329,28 @@ impl Inner {
             }
             Source::Upstream(u) => u,
         };
-        let mut req = http::Request::new(Full::new(Bytes::new()));
-        *req.uri_mut() = target
-            .path_and_query
-            .parse()
-            .map_err(|_| FetchFailed::Status(400))?;
+        if !target.path_and_query.starts_with('/') {
+            return Err(FetchFailed::Status(400));
+        }
         let authorized = target.headers.contains_key(http::header::AUTHORIZATION);
-        *req.headers_mut() = target.headers;
-        let (resp, pooled) = upstream
-            .send(req, deadline)
+        let out = Outgoing {
+            method: &http::Method::GET,
+            target: &target.path_and_query,
+            fields: &target.headers,
+            body: &Bytes::new(),
+        };
+        let (parts, pooled) = upstream
+            .send(&out, deadline)
             .await
             .map_err(FetchFailed::Upstream)?;
-        let status = resp.status();
-        let esi = is_esi(target.esi, resp.headers(), &self.config.esi.device_token);
+        let status = parts.status;
+        let esi = is_esi(target.esi, &parts.headers, &self.config.esi.device_token);
         if !status.is_success() {
             // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
-        if let Some(coding) = resp
-            .headers()
+        if let Some(coding) = parts
+            .headers
             .get(CONTENT_ENCODING)
             .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
         {
@@ -358,7 +360,6 @@ impl Inner {
                 String::from_utf8_lossy(coding.as_bytes()).into_owned(),
             ));
         }
-        let (parts, body) = resp.into_parts();
         let freshness = target
             .cache_key
             .as_ref()
@@ -374,10 +375,10 @@ impl Inner {
             })
             .filter(|f| f.store);
         let (body, template) = if esi {
-            let t = read_template_with_source(body, pooled, limit, deadline).await;
+            let t = read_template_with_source(pooled, limit, deadline).await;
             (Bytes::new(), Some(t.map_err(FetchFailed::Upstream)?))
         } else {
-            let b = read_bytes(body, pooled, limit, deadline).await;
+            let b = read_bytes(pooled, limit, deadline).await;
             (b.map_err(FetchFailed::Upstream)?, None)
         };
         let mut stored = parts.headers;

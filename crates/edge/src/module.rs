@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -35,6 +36,8 @@ pub struct EdgeModule {
     cache: Arc<Cache>,
     /// Whether some route proxies (else the module is the scripts' client only).
     proxies: bool,
+    /// Connections opened per upstream by all workers.
+    opened: Arc<[Arc<AtomicU64>]>,
 }
 
 impl EdgeModule {
@@ -52,11 +55,23 @@ impl EdgeModule {
         }
         config.validate()?;
         let cache = Cache::new(&config.cache)?;
+        let opened = crate::proxy::opened_totals(&config);
         Ok(Arc::new(EdgeModule {
             config,
             cache,
             proxies,
+            opened,
         }))
+    }
+
+    /// Per upstream, its name and the connections every worker opened to it so far.
+    pub fn upstream_connections(&self) -> Vec<(String, u64)> {
+        self.config
+            .upstream
+            .iter()
+            .zip(self.opened.iter())
+            .map(|(u, o)| (u.name.clone(), o.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// The cache's counters, when some route proxies.
@@ -68,7 +83,12 @@ impl EdgeModule {
         if let Some(edge) = WORKER_EDGE.with(|e| e.borrow().clone()) {
             return Some(edge);
         }
-        match Edge::build(self.config.clone(), self.cache.clone(), true) {
+        match Edge::build(
+            self.config.clone(),
+            self.cache.clone(),
+            true,
+            self.opened.clone(),
+        ) {
             Ok(edge) => {
                 WORKER_EDGE.with(|e| *e.borrow_mut() = Some(edge.clone()));
                 Some(edge)

@@ -6,21 +6,21 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
-use http_body::Body as _;
-use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
-    read_bytes, read_template, read_template_with_source, PassBody, Upstream, UpstreamStats,
+    read_bytes, read_template, read_template_with_source, Head, Outgoing, PassBody, Pooled,
+    Upstream, UpstreamStats,
 };
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
@@ -213,22 +213,27 @@ impl Edge {
     /// Builds the proxy with the process's cache: build it once with [`Cache::new`] from
     /// `config.cache`, and give it to every worker's `Edge`.
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
-        Edge::build(config, cache, false)
+        let opened = opened_totals(&config);
+        Edge::build(config, cache, false, opened)
     }
 
     /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
     /// `head_h1` (for the server's module, which encodes those; see `module.rs`), so a
     /// hit does not copy every field into a map nobody reads.
+    /// `opened`: per upstream (in `config.upstream`'s order), the connections every
+    /// worker opened ([`opened_totals`]).
     pub(crate) fn build(
         config: EdgeConfig,
         cache: Arc<Cache>,
         lean: bool,
+        opened: Arc<[Arc<AtomicU64>]>,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
             .upstream
             .iter()
-            .map(|u| (u.name.clone(), Rc::new(Upstream::new(u))))
+            .zip(opened.iter())
+            .map(|(u, o)| (u.name.clone(), Rc::new(Upstream::new(u, o.clone()))))
             .collect();
         let routes = handler::Router::new(config.route.iter().map(|r| {
             let to = match (&r.upstream, &r.root) {
@@ -521,26 +526,17 @@ impl Edge {
                 forwarded.remove(name);
             }
         }
-        let mut up = http::Request::new(Full::new(req.body.clone()));
-        *up.method_mut() = req.method.clone();
-        *up.uri_mut() = req
-            .target
-            .parse()
-            .map_err(|_| ProxyError::BadRequest("unparsable request target".into()))?;
-        *up.headers_mut() = forwarded;
-        // The body is whole: its length is known, whatever framing the client used.
-        let up_headers = up.headers_mut();
-        up_headers.remove(header::CONTENT_LENGTH);
-        let body_len = up.body().size_hint().exact().unwrap_or(0);
-        if body_len > 0 || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
-            up.headers_mut()
-                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(body_len));
-        }
         let deadline = Instant::now() + upstream.response_timeout;
-        let sent = upstream.send(up, deadline).await;
+        let out = Outgoing {
+            method: &req.method,
+            target: &req.target,
+            fields: &forwarded,
+            body: &req.body,
+        };
+        let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
             Err(_) => true,
-            Ok((resp, _)) => resp.status().is_server_error(),
+            Ok((head, _)) => head.status.is_server_error(),
         };
         if failed {
             if let Some(s) = store.take() {
@@ -554,8 +550,7 @@ impl Edge {
                 }
             }
         }
-        let (resp, pooled) = sent?;
-        let (parts, body) = resp.into_parts();
+        let (parts, pooled) = sent?;
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
         let now = now_ms();
@@ -584,7 +579,6 @@ impl Edge {
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
                 let (template, source) = read_template_with_source(
-                    body,
                     pooled,
                     inner.config.esi.max_fragment_size,
                     Instant::now() + upstream.response_timeout,
@@ -594,12 +588,12 @@ impl Edge {
                 Entry::new(parts.status, stored, Bytes::new(), template, Some(&f), now)
             } else if length.is_some_and(|l| l <= limit as u64) {
                 let deadline = Instant::now() + upstream.response_timeout;
-                let bytes = read_bytes(body, pooled, limit, deadline).await?;
+                let bytes = read_bytes(pooled, limit, deadline).await?;
                 Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
                 // Too large (or of unknown length) to buffer: passed through, not stored.
                 drop(s);
-                return self.answer(req, parts, body, pooled, esi, authority).await;
+                return self.answer(req, parts, pooled, esi, authority).await;
             };
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
@@ -619,7 +613,7 @@ impl Edge {
         }
         // Not stored: waiters fetch their own, now rather than after this response.
         drop(store);
-        self.answer(req, parts, body, pooled, esi, authority).await
+        self.answer(req, parts, pooled, esi, authority).await
     }
 
     /// Answers with an upstream response as it arrives: passed through, or assembled
@@ -627,9 +621,8 @@ impl Edge {
     async fn answer(
         &self,
         req: ProxyRequest,
-        parts: http::response::Parts,
-        body: hyper::body::Incoming,
-        pooled: crate::client::Pooled,
+        parts: Head,
+        mut pooled: Pooled,
         esi: bool,
         authority: String,
     ) -> Result<ProxyResponse, ProxyError> {
@@ -648,19 +641,24 @@ impl Edge {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse().ok())
             };
+            // A small body came with its head: the connection is free at once, and the
+            // response goes out in one write.
+            let body = match pooled.take_whole() {
+                Some(whole) => Body::ready(vec![whole]),
+                None => Body {
+                    kind: BodyKind::Pass(PassBody::new(pooled)),
+                    length,
+                },
+            };
             return Ok(ProxyResponse {
                 status: parts.status,
                 head_h1: None,
                 headers: out_headers,
-                body: Body {
-                    kind: BodyKind::Pass(PassBody::new(body, pooled)),
-                    length,
-                },
+                body,
             });
         }
         // An ESI page: read and compile it, then assemble it.
         let template = read_template(
-            body,
             pooled,
             inner.config.esi.max_fragment_size,
             Instant::now() + upstream_timeout,
@@ -773,35 +771,33 @@ impl Edge {
         let Some(upstream) = self.inner.upstreams.get(upstream).cloned() else {
             return Err(ProxyError::BadRequest(format!("no upstream `{upstream}`")));
         };
-        let body_len = body.len();
-        let mut up = http::Request::new(Full::new(body));
-        *up.method_mut() = method.clone();
-        *up.uri_mut() = target
-            .parse()
-            .map_err(|_| ProxyError::BadRequest("unparsable request target".into()))?;
-        *up.headers_mut() = headers;
-        if !up.headers().contains_key(header::HOST) {
+        let mut headers = headers;
+        if !headers.contains_key(header::HOST) {
             if let Ok(host) = header::HeaderValue::from_str(&upstream.name) {
-                up.headers_mut().insert(header::HOST, host);
+                headers.insert(header::HOST, host);
             }
         }
-        up.headers_mut().remove(header::CONTENT_LENGTH);
-        if body_len > 0 || matches!(method, Method::POST | Method::PUT | Method::PATCH) {
-            up.headers_mut()
-                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(body_len));
+        if !is_origin_form(target) {
+            return Err(ProxyError::BadRequest("unparsable request target".into()));
         }
+        let out = Outgoing {
+            method: &method,
+            target,
+            fields: &headers,
+            body: &body,
+        };
         let deadline = Instant::now() + upstream.response_timeout;
-        let (resp, pooled) = upstream.send(up, deadline).await?;
-        let (parts, body) = resp.into_parts();
-        let bytes = crate::client::read_bytes(
-            body,
-            pooled,
-            max_body,
-            Instant::now() + upstream.response_timeout,
-        )
-        .await?;
+        let (parts, pooled) = upstream.send(&out, deadline).await?;
+        let bytes =
+            crate::client::read_bytes(pooled, max_body, Instant::now() + upstream.response_timeout)
+                .await?;
         Ok((parts.status, parts.headers, bytes))
     }
+}
+
+/// A counter of opened connections per upstream of `config`, to share between workers.
+pub(crate) fn opened_totals(config: &EdgeConfig) -> Arc<[Arc<AtomicU64>]> {
+    config.upstream.iter().map(|_| Arc::default()).collect()
 }
 
 /// What [`Edge::forward`] does with a cacheable response.
@@ -817,12 +813,17 @@ struct Store {
 
 /// Only origin-form targets (`/path?query`) are proxied.
 fn origin_form(req: &ProxyRequest) -> Result<(), ProxyError> {
-    if req.target.starts_with('/') {
+    if is_origin_form(&req.target) {
         return Ok(());
     }
     Err(ProxyError::BadRequest(
         "request target must be a path".into(),
     ))
+}
+
+/// `/path?query` with nothing in it that could end the request line early.
+fn is_origin_form(target: &str) -> bool {
+    target.starts_with('/') && target.bytes().all(|b| b > b' ' && b != 0x7f)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -8,8 +8,11 @@
 //! buffer and header array, so the server can parse pipelined requests in a batch straight
 //! out of its read buffer.
 //!
+//! It also parses the response heads a proxy receives from its upstreams
+//! ([`parse_response`]), as strictly: `edge`'s upstream client frames bodies with it.
+//!
 //! What it is not for: routing, responses bodies, or anything that touches a socket; that
-//! is `server`'s job.
+//! is `server`'s and `edge`'s job.
 //!
 //! How it fits: `server` reads into a per-connection buffer and calls [`parse_request`] until
 //! it returns `Ok(None)` (need more bytes). Each request says how its body is framed
@@ -19,6 +22,7 @@
 mod chunked;
 mod error;
 mod limits;
+mod parse_response;
 mod path;
 mod request;
 mod response;
@@ -26,6 +30,7 @@ mod response;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
 pub use limits::{Limits, MAX_HEADERS_CAP};
+pub use parse_response::{parse_response, ParsedResponse, ResponseError, ResponseFraming};
 pub use path::{normalize_path, InvalidPath};
 pub use request::{
     parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,

@@ -7,7 +7,7 @@ pub use httparse::Header;
 /// Uninitialised room for the header fields of one request, kept on the caller's stack so
 /// that parsing never allocates and never pays for zeroing 256 entries. Make one with
 /// [`HeaderStorage::new`].
-pub struct HeaderStorage<'b>([MaybeUninit<Header<'b>>; MAX_HEADERS_CAP]);
+pub struct HeaderStorage<'b>(pub(crate) [MaybeUninit<Header<'b>>; MAX_HEADERS_CAP]);
 
 impl<'b> HeaderStorage<'b> {
     #[inline]
@@ -258,7 +258,7 @@ fn partial(buf: &[u8], limits: &Limits) -> Result<(), Error> {
 
 /// RFC 9112 section 2.2 lets a recipient accept a bare LF; tessera does not, because
 /// two parsers that disagree on line endings disagree on where a request ends.
-fn check_line_endings(head: &[u8]) -> Result<(), Error> {
+pub(crate) fn check_line_endings(head: &[u8]) -> Result<(), Error> {
     for i in memchr::memchr_iter(b'\n', head) {
         if i == 0 || head[i - 1] != b'\r' {
             return Err(Error::BareLineEnding);
@@ -392,7 +392,7 @@ fn is_valid_host(value: &[u8]) -> bool {
 }
 
 /// `Content-Length = 1*DIGIT` and nothing else: no sign, no spaces inside, no list.
-fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
+pub(crate) fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
     let value = trim_ows(value);
     if value.is_empty() || value.len() > 19 {
         // 19 digits always fit a u64; a longer value is either padding or overflow.
@@ -410,7 +410,7 @@ fn parse_content_length(value: &[u8]) -> Result<u64, Error> {
 
 /// Only `chunked` alone is accepted. A list of valid codings gets 501 (we do not decode
 /// gzip or compress request bodies); anything that is not a token list gets 400.
-fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
+pub(crate) fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
     let value = trim_ows(value);
     if value.eq_ignore_ascii_case(b"chunked") {
         return Ok(());

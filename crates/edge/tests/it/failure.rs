@@ -385,7 +385,7 @@ fn a_refusing_address_is_skipped_for_the_next_one() {
     run(async {
         let mut c = config(&origin);
         c.upstream[0].addresses = vec![closed_port().to_string(), origin.addr.to_string()];
-        c.upstream[0].max_idle = 0;
+        c.upstream[0].max_idle = Some(0);
         let edge = Edge::new(c).unwrap();
         for _ in 0..4 {
             assert_eq!(fetch_page(&edge, "/").await, "up");
