@@ -33,6 +33,7 @@ use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 use crate::breaker::{Breaker, BreakerState, Ticket};
 use crate::config::{secs, UpstreamConfig};
 use crate::error::UpstreamError;
+use crate::headers::Forwarded;
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
 /// four times the request limit, for origins that set many cookies.
@@ -45,6 +46,9 @@ const READ_ROOM: usize = 16 * 1024;
 /// A request body up to this size is copied behind the head and written with it; a
 /// larger one goes out in a vectored write.
 const COPY_BODY: usize = 16 * 1024;
+/// Most bytes one read asks for: a body of 64 KiB arrives in one read when the socket
+/// has it all.
+const MAX_READ: usize = 64 * 1024;
 
 pub(crate) struct Upstream {
     pub(crate) name: String,
@@ -80,8 +84,16 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) method: &'a Method,
     /// Origin form: `/path?query`.
     pub(crate) target: &'a str,
-    pub(crate) fields: &'a HeaderMap,
+    pub(crate) fields: Fields<'a>,
     pub(crate) body: &'a Bytes,
+}
+
+/// The fields of an outgoing request.
+pub(crate) enum Fields<'a> {
+    /// Sent as they are (a fragment's request, a script's call).
+    Plain(&'a HeaderMap),
+    /// A client's request, forwarded.
+    Forwarded(Forwarded<'a>),
 }
 
 impl Outgoing<'_> {
@@ -94,11 +106,18 @@ impl Outgoing<'_> {
         buf.push(b' ');
         buf.extend_from_slice(self.target.as_bytes());
         buf.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in self.fields {
-            if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
-                continue;
+        match &self.fields {
+            Fields::Plain(fields) => {
+                for (name, value) in *fields {
+                    if name == http::header::CONTENT_LENGTH
+                        || name == http::header::TRANSFER_ENCODING
+                    {
+                        continue;
+                    }
+                    wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
+                }
             }
-            wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
+            Fields::Forwarded(f) => f.write(buf),
         }
         if !self.body.is_empty()
             || matches!(*self.method, Method::POST | Method::PUT | Method::PATCH)
@@ -181,6 +200,10 @@ impl Pooled {
                 return Poll::Ready(Ok(None));
             };
             let buffered = conn.read.len();
+            let want = match self.body {
+                BodyState::Length(n) => n.min(MAX_READ as u64) as usize,
+                _ => MAX_READ,
+            };
             match &mut self.body {
                 BodyState::Done => {
                     self.release();
@@ -209,12 +232,12 @@ impl Pooled {
                     }
                     Ok((used, Chunk::NeedMore)) => {
                         conn.read.advance(used);
-                        if let Err(e) = ready!(conn.poll_fill(cx)) {
+                        if let Err(e) = ready!(conn.poll_fill(cx, MAX_READ)) {
                             return Poll::Ready(Err(protocol(e.to_string())));
                         }
                     }
                 },
-                _ => match ready!(conn.poll_fill(cx)) {
+                _ => match ready!(conn.poll_fill(cx, want)) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                         if matches!(self.body, BodyState::Close) {
@@ -251,19 +274,23 @@ impl Pooled {
 }
 
 impl Conn {
-    /// Reads more bytes into the buffer; `UnexpectedEof` when the upstream closed.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.read.capacity() - self.read.len() < READ_ROOM / 4 {
-            self.read.reserve(READ_ROOM);
+    /// Reads more bytes into the buffer, `want` more at most (a body's remaining length
+    /// when known, so a large body arrives in few reads and a small one does not grow the
+    /// buffer); `UnexpectedEof` when the upstream closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<()>> {
+        let room = want.clamp(READ_ROOM, MAX_READ);
+        if self.read.capacity() - self.read.len() < room / 4 {
+            self.read.reserve(room);
         }
-        loop {
-            ready!(self.stream.poll_read_ready(cx))?;
-            match self.stream.try_read_buf(&mut self.read) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Ok(_) => return Poll::Ready(Ok(())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        // A read through `AsyncRead` (not `try_read`): after a short read tokio forgets
+        // the socket's readiness, so the next wait goes to epoll instead of first making
+        // a read that can only say EAGAIN (the response to the next request is never
+        // there yet when it is sent).
+        let read = tokio::io::AsyncReadExt::read_buf(&mut self.stream, &mut self.read);
+        match ready!(std::pin::pin!(read).poll(cx)) {
+            Ok(0) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 
@@ -475,7 +502,7 @@ impl Upstream {
                     return Ok((head, body, keep_alive));
                 }
             }
-            match std::future::poll_fn(|cx| conn.poll_fill(cx)).await {
+            match std::future::poll_fn(|cx| conn.poll_fill(cx, READ_ROOM)).await {
                 Ok(()) => {}
                 Err(e) if !received => return Err(Attempt::Broken(e)),
                 Err(e) => return Err(self.protocol(e.to_string())),

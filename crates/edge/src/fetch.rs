@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cache::{Entry, FlightGuard, Landing};
-use crate::client::{read_bytes, read_template_with_source, Outgoing, Upstream};
+use crate::client::{read_bytes, read_template_with_source, Fields, Outgoing, Upstream};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
@@ -336,7 +336,7 @@ impl Inner {
         let out = Outgoing {
             method: &http::Method::GET,
             target: &target.path_and_query,
-            fields: &target.headers,
+            fields: Fields::Plain(&target.headers),
             body: &Bytes::new(),
         };
         let (parts, pooled) = upstream

@@ -133,17 +133,106 @@ pub fn forward_request(client_headers: &HeaderMap, client: &ClientInfo, token: &
     h
 }
 
+/// A client's request as it goes upstream: the fields [`forward_request`] makes, written
+/// straight from the client's fields into the request head (the proxy's own requests do
+/// not build a second map per request), plus what the proxy changes for this request.
+pub(crate) struct Forwarded<'a> {
+    pub(crate) client_headers: &'a HeaderMap,
+    pub(crate) client: &'a ClientInfo,
+    pub(crate) token: &'a str,
+    /// Ask for `Accept-Encoding: identity` (a response that may be a template to read).
+    pub(crate) identity: bool,
+    /// Leave out the client's conditionals and Range (a cache fill asks for the whole
+    /// object).
+    pub(crate) whole: bool,
+}
+
+/// The fields a cache fill does not forward (see [`Forwarded::whole`]).
+const CONDITIONALS: &[HeaderName] = &[
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+];
+
+impl Forwarded<'_> {
+    /// Writes the field lines, without the framing fields (the client writes those).
+    pub(crate) fn write(&self, buf: &mut Vec<u8>) {
+        use std::io::Write;
+        let h = self.client_headers;
+        for (name, value) in h {
+            let appended =
+                name == "x-forwarded-for" || name == header::VIA || name == "surrogate-capability";
+            let replaced = name == "x-forwarded-proto"
+                || name == header::CONTENT_LENGTH
+                || (self.identity && name == header::ACCEPT_ENCODING)
+                || (self.whole && CONDITIONALS.contains(name));
+            if appended || replaced || is_hop_by_hop(name.as_str()) || named_in_connection(h, name)
+            {
+                continue;
+            }
+            wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
+        }
+        let list = |buf: &mut Vec<u8>, name: &str, item: &dyn Fn(&mut Vec<u8>)| {
+            buf.extend_from_slice(name.as_bytes());
+            buf.extend_from_slice(b": ");
+            for v in h.get_all(name) {
+                buf.extend_from_slice(v.as_bytes());
+                buf.extend_from_slice(b", ");
+            }
+            item(buf);
+            buf.extend_from_slice(b"\r\n");
+        };
+        list(buf, "x-forwarded-for", &|b| {
+            let _ = write!(b, "{}", self.client.addr);
+        });
+        wire::write_field(buf, b"x-forwarded-proto", self.client.scheme.as_bytes());
+        list(buf, "via", &|b| {
+            b.extend_from_slice(via_protocol(self.client.version).as_bytes());
+            b.push(b' ');
+            b.extend_from_slice(self.token.as_bytes());
+        });
+        list(buf, "surrogate-capability", &|b| {
+            b.extend_from_slice(self.token.as_bytes());
+            b.extend_from_slice(b"=\"ESI/1.0\"");
+        });
+        if self.identity {
+            wire::write_field(buf, b"accept-encoding", b"identity");
+        }
+    }
+}
+
+/// Whether the Connection field names `name` (as hop-by-hop for this connection).
+fn named_in_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| wire::trim_ows(t).eq_ignore_ascii_case(name.as_str().as_bytes()))
+}
+
 /// The headers of a response sent downstream: hop-by-hop fields and Surrogate-Control
 /// removed (it is addressed to surrogates, and we are the last one), Via appended.
 pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> HeaderMap {
-    let mut h = upstream.clone();
+    forward_response_owned(upstream.clone(), version, token)
+}
+
+/// [`forward_response`] of a map the caller no longer needs: changed in place.
+pub(crate) fn forward_response_owned(mut h: HeaderMap, version: Version, token: &str) -> HeaderMap {
     remove_hop_by_hop(&mut h);
     h.remove("surrogate-control");
-    append_list(
-        &mut h,
-        header::VIA,
-        &format!("{} {token}", via_protocol(version)),
-    );
+    let mut via = Vec::with_capacity(64);
+    for v in h.get_all(header::VIA) {
+        via.extend_from_slice(v.as_bytes());
+        via.extend_from_slice(b", ");
+    }
+    via.extend_from_slice(via_protocol(version).as_bytes());
+    via.push(b' ');
+    via.extend_from_slice(token.as_bytes());
+    // Copied to an exact-size value: a cached object keeps it for its whole life.
+    if let Ok(v) = HeaderValue::from_bytes(&via) {
+        h.insert(header::VIA, v);
+    }
     h
 }
 
@@ -258,6 +347,62 @@ mod tests {
         assert!(!esi(r#"content="ESI/1.0";varnish"#));
         assert!(!esi("max-age=30"));
         assert!(!esi(r#"no-store, content="ESI-Inline/1.0""#));
+    }
+
+    /// The head the proxy writes for a forwarded request says what `forward_request`'s
+    /// map says (one line per field, lists joined), plus the changes a request asks for.
+    #[test]
+    fn forwarded_fields_match_forward_request() {
+        let client_headers = map(&[
+            ("host", "site.test"),
+            ("connection", "keep-alive, X-Secret"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("x-forwarded-for", "10.1.1.1"),
+            ("x-forwarded-proto", "https"),
+            ("via", "1.1 cdn"),
+            ("accept-encoding", "gzip"),
+            ("if-none-match", "\"a\""),
+            ("content-length", "3"),
+            ("cookie", "a=1"),
+        ]);
+        let client = ClientInfo {
+            addr: "10.0.0.7".parse().unwrap(),
+            scheme: "http",
+            version: Version::HTTP_11,
+        };
+        let lines = |identity: bool, whole: bool| {
+            let mut buf = Vec::new();
+            Forwarded {
+                client_headers: &client_headers,
+                client: &client,
+                token: "tessera",
+                identity,
+                whole,
+            }
+            .write(&mut buf);
+            let mut lines: Vec<String> = String::from_utf8(buf)
+                .unwrap()
+                .lines()
+                .map(|l| l.to_ascii_lowercase())
+                .collect();
+            lines.sort();
+            lines
+        };
+        let mut expected: Vec<String> = forward_request(&client_headers, &client, "tessera")
+            .iter()
+            .filter(|(n, _)| *n != header::CONTENT_LENGTH)
+            .map(|(n, v)| format!("{}: {}", n, v.to_str().unwrap()).to_ascii_lowercase())
+            .collect();
+        expected.sort();
+        assert_eq!(lines(false, false), expected);
+        let changed = lines(true, true);
+        assert!(changed.contains(&"accept-encoding: identity".to_string()));
+        assert!(!changed
+            .iter()
+            .any(|l| l.starts_with("if-none-match") || l == "accept-encoding: gzip"));
+        assert!(changed.contains(&"x-forwarded-for: 10.1.1.1, 10.0.0.7".to_string()));
+        assert!(changed.contains(&"via: 1.1 cdn, 1.1 tessera".to_string()));
     }
 
     #[test]

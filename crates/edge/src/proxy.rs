@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
-    read_bytes, read_template, read_template_with_source, Head, Outgoing, PassBody, Pooled,
+    read_bytes, read_template, read_template_with_source, Fields, Head, Outgoing, PassBody, Pooled,
     Upstream, UpstreamStats,
 };
 use crate::clock::now_ms;
@@ -27,7 +27,7 @@ use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError, ProxyError, UpstreamError};
 use crate::fetch::{is_esi, normalise_authority};
 use crate::freshness;
-use crate::headers::{self, page_headers, ClientInfo};
+use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
 use crate::lookup::{Flight, Memory};
 
@@ -505,32 +505,21 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
-        let mut forwarded = headers::forward_request(&req.headers, &req.client, token);
-        if mode != EsiMode::Off {
-            // The response may be a template to assemble, which must be text: until the
-            // proxy can decode (on-the-fly compression), ask for identity.
-            forwarded.insert(
-                header::ACCEPT_ENCODING,
-                HeaderValue::from_static("identity"),
-            );
-        }
-        if store.is_some() {
-            // The response is to fill the cache for every client: ask for the whole
-            // object, not this client's 304 or 206 (the client gets the full 200).
-            for name in [
-                header::IF_NONE_MATCH,
-                header::IF_MODIFIED_SINCE,
-                header::IF_RANGE,
-                header::RANGE,
-            ] {
-                forwarded.remove(name);
-            }
-        }
         let deadline = Instant::now() + upstream.response_timeout;
         let out = Outgoing {
             method: &req.method,
             target: &req.target,
-            fields: &forwarded,
+            fields: Fields::Forwarded(Forwarded {
+                client_headers: &req.headers,
+                client: &req.client,
+                token,
+                // The response may be a template to assemble, which must be text: until
+                // the proxy can decode (on-the-fly compression), ask for identity.
+                identity: mode != EsiMode::Off,
+                // The response is to fill the cache for every client: ask for the whole
+                // object, not this client's 304 or 206 (the client gets the full 200).
+                whole: store.is_some(),
+            }),
             body: &req.body,
         };
         let sent = upstream.send(&out, deadline).await;
@@ -630,17 +619,17 @@ impl Edge {
         let token = inner.config.esi.device_token.as_str();
         let upstream_timeout = pooled.response_timeout();
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
-        let out_headers = headers::forward_response(&parts.headers, parts.version, token);
+        let length = if bodiless {
+            Some(0)
+        } else {
+            parts
+                .headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+        };
+        let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
         if !esi {
-            let length = if bodiless {
-                Some(0)
-            } else {
-                parts
-                    .headers
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok())
-            };
             // A small body came with its head: the connection is free at once, and the
             // response goes out in one write.
             let body = match pooled.take_whole() {
@@ -783,7 +772,7 @@ impl Edge {
         let out = Outgoing {
             method: &method,
             target,
-            fields: &headers,
+            fields: Fields::Plain(&headers),
             body: &body,
         };
         let deadline = Instant::now() + upstream.response_timeout;
