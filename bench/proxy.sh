@@ -19,9 +19,11 @@
 #   esi:      a page of ESI_FRAGMENTS includes, nothing cached (bench/esi-origin.py
 #             /uncached/page with no delay, on core 1): proxy CPU per page, tessera
 #             against Varnish (ESI on, uncacheable), printed.
-# The floor (bench/floor.c: one recv and one send per request, a fixed 1 KB response)
-# is measured on core 0 the same way, so the per-request figures can be read as
-# multiples of the cheapest possible single hop; a proxied request is two hops.
+# Two floors are measured on core 0 the same way: bench/floor.c (one recv and one send
+# per request, a fixed 1 KB response: the cheapest single hop) and bench/proxy-floor.c
+# (a byte pipe in front of the same origin, one upstream connection per client
+# connection: one recv and one send on each side, no parsing; the cheapest proxy any
+# user-space program can be). Proxies are printed as multiples of the proxy floor.
 #
 # usage: bench/proxy.sh      (env: ROUNDS=5 SECONDS_PER_RUN=5 CONNECTIONS=50
 #                             ESI_FRAGMENTS=9 NO_BUILD=1 to skip cargo, TESSERA=path of
@@ -78,6 +80,10 @@ cc -O2 -o "$work/floor" bench/floor.c
 floor_port=$(free_port)
 taskset -c $PROXY_CPU "$work/floor" "$floor_port" 1024 &
 pids+=($!); floor_pid=$!
+cc -O2 -o "$work/proxy-floor" bench/proxy-floor.c
+proxy_floor_port=$(free_port)
+taskset -c $PROXY_CPU "$work/proxy-floor" "$proxy_floor_port" "$origin_port" &
+pids+=($!); proxy_floor_pid=$!
 
 # --- nginx, tuned and default: one process each (master_process off), no access log.
 nginx_conf() { # NAME PORT UPSTREAM-BLOCK LOCATION-BLOCK
@@ -137,12 +143,12 @@ pids+=($!); tessera_tuned_pid=$!
 tessera_default_port=$(free_port)
 taskset -c $PROXY_CPU "$TESSERA" serve --proxy "http://127.0.0.1:$origin_port" --listen "127.0.0.1:$tessera_default_port" --workers 1 2>"$work/tessera-default.log" &
 pids+=($!); tessera_default_pid=$!
-for p in "$floor_port" "$nginx_tuned_port" "$nginx_default_port" "$tessera_tuned_port" "$tessera_default_port"; do
+for p in "$floor_port" "$proxy_floor_port" "$nginx_tuned_port" "$nginx_default_port" "$tessera_tuned_port" "$tessera_default_port"; do
     wait_up "$p" 1k.txt
 done
-declare -A pid_of=([floor]=$floor_pid [nginx-tuned]=$nginx_tuned_pid [nginx-default]=$nginx_default_pid
+declare -A pid_of=([floor]=$floor_pid [proxy-floor]=$proxy_floor_pid [nginx-tuned]=$nginx_tuned_pid [nginx-default]=$nginx_default_pid
     [tessera-tuned]=$tessera_tuned_pid [tessera-default]=$tessera_default_pid)
-declare -A port_of=([floor]=$floor_port [nginx-tuned]=$nginx_tuned_port [nginx-default]=$nginx_default_port
+declare -A port_of=([floor]=$floor_port [proxy-floor]=$proxy_floor_port [nginx-tuned]=$nginx_tuned_port [nginx-default]=$nginx_default_port
     [tessera-tuned]=$tessera_tuned_port [tessera-default]=$tessera_default_port)
 
 for f in 1k.txt 64k.txt; do
@@ -156,7 +162,7 @@ echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1
 printf '%-8s %-16s %12s %12s\n' file server "requests/s" "cpu us/req"
 declare -A total_requests=()
 for file in 1k.txt 64k.txt; do
-    servers="nginx-tuned tessera-tuned nginx-default tessera-default"
+    servers="proxy-floor nginx-tuned tessera-tuned nginx-default tessera-default"
     [ "$file" = 1k.txt ] && servers="floor $servers"
     declare -A rps_runs=() cpu_runs=() rps_med=() cpu_med=()
     for round in $(seq "$ROUNDS"); do
@@ -176,9 +182,9 @@ for file in 1k.txt 64k.txt; do
         printf '%-8s %-16s %12.0f %12.2f   (cpu runs: %s)\n' "$file" "$s" "${rps_med[$s]}" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
     done
     awk -v f="$file" -v nt="${cpu_med[nginx-tuned]}" -v tt="${cpu_med[tessera-tuned]}" \
-        -v nd="${cpu_med[nginx-default]}" -v td="${cpu_med[tessera-default]}" -v fl="${cpu_med[floor]:-0}" 'BEGIN {
+        -v nd="${cpu_med[nginx-default]}" -v td="${cpu_med[tessera-default]}" -v pf="${cpu_med[proxy-floor]}" 'BEGIN {
         printf "%-8s tuned: nginx/tessera cpu per request x%.2f (target >= 1.2); defaults: nginx/tessera x%.2f (target >= 2)\n", f, nt / tt, nd / td
-        if (fl > 0) printf "%-8s per request in floors (floor %.2f us, a proxied request is two hops): nginx tuned %.2f, tessera tuned %.2f\n", f, fl, nt / fl, tt / fl
+        printf "%-8s in proxy floors (%.2f us): nginx tuned %.2f, tessera tuned %.2f; 1.2x cheaper than nginx would be %.2f\n", f, pf, nt / pf, tt / pf, nt / 1.2 / pf
     }'
     unset rps_runs cpu_runs rps_med cpu_med
 done

@@ -1,0 +1,112 @@
+//! Counts the heap allocations of the steady-state proxy path: a keep-alive GET proxied
+//! to an origin (both the real server and proxy, in this process: a `server::Server` with
+//! the `edge` module in front of a static `server::Server`), 10,000 times, with a
+//! counting global allocator. The static origin allocates nothing per request
+//! (crates/server/tests/zero_alloc.rs), so what is counted is the proxy's.
+//!
+//! The goal (issue 26) is none; the proxy is not there yet (docs/benchmarks.md says
+//! where the allocations are). The bound below is today's count, so that a change that
+//! adds allocations to the proxy path fails here, and it comes down as they go.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Most allocations a proxied keep-alive GET of a small uncacheable file may make (see
+/// the module's doc).
+const MAX_PER_REQUEST: u64 = 40;
+
+#[test]
+fn proxied_keep_alive_get_allocations_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("1k.txt"), vec![b'a'; 1024]).unwrap();
+    let origin = server::Server::bind(
+        server::Config {
+            root: dir.path().to_owned(),
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            workers: 1,
+            max_connections: 64,
+            ..server::Config::default()
+        },
+        Vec::new(),
+    )
+    .unwrap();
+    let origin_addr = origin.local_addrs()[0];
+    let origin = origin.start().unwrap();
+
+    let proxy = edge::EdgeModule::new(edge::EdgeConfig::proxy_to(&origin_addr.to_string()))
+        .unwrap();
+    let proxy_server = server::Server::bind(
+        server::Config {
+            root: dir.path().to_owned(),
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            workers: 1,
+            max_connections: 64,
+            ..server::Config::default()
+        },
+        vec![proxy.clone() as Arc<dyn handler::Module>],
+    )
+    .unwrap();
+    let addr = proxy_server.local_addrs()[0];
+    let running = proxy_server.start().unwrap();
+
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let request = b"GET /1k.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    stream.write_all(request).unwrap();
+    let mut response = vec![0u8; 8192];
+    let mut len = 0;
+    while !response[..len].ends_with(&[b'a'; 16]) {
+        len += stream.read(&mut response[..]).unwrap();
+    }
+    let len = len; // constant: the Date line has a fixed width
+    let mut exchange = || {
+        stream.write_all(request).unwrap();
+        stream.read_exact(&mut response[..len]).unwrap();
+        assert!(response.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    };
+    for _ in 0..2000 {
+        exchange();
+    }
+    let started = std::time::Instant::now();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let mut requests = 0;
+    while requests < 10_000 || started.elapsed() < std::time::Duration::from_millis(2200) {
+        exchange();
+        requests += 1;
+    }
+    let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / requests as f64;
+    eprintln!("{per_request:.2} allocations per proxied request");
+    assert!(
+        per_request <= MAX_PER_REQUEST as f64,
+        "{per_request:.2} allocations per proxied request (bound {MAX_PER_REQUEST})"
+    );
+    // Every request went to the origin over the connections the pool kept.
+    assert_eq!(proxy.upstream_connections(), vec![("origin".to_string(), 1)]);
+    running.shutdown();
+    running.join();
+    origin.shutdown();
+    origin.join();
+}
