@@ -273,11 +273,14 @@ fn response_of(response: ProxyResponse) -> Response {
             head.append(name.as_str().as_bytes(), value.as_bytes());
         }
     }
-    let body = match response.body.into_ready() {
-        Ok(chunks) => handler::Body::Ready(chunks),
-        Err(body) => handler::Body::Stream {
-            length: body.content_length(),
-            chunks: Box::pin(body),
+    let body = match response.body.into_whole() {
+        Ok(bytes) => handler::Body::Full(bytes),
+        Err(body) => match body.into_ready() {
+            Ok(chunks) => handler::Body::Ready(chunks),
+            Err(body) => handler::Body::Stream {
+                length: body.content_length(),
+                chunks: Box::pin(body),
+            },
         },
     };
     Response {

@@ -96,6 +96,9 @@ enum BodyKind {
         rx: mpsc::Receiver<Result<Bytes, PageError>>,
         writer: AbortHandle,
     },
+    /// Whole already, in one piece (a cached object, a small upstream body that came
+    /// with its head), until it is taken.
+    Whole(Option<Bytes>),
     /// Whole already (from the cache): the chunks in order, shared with the cache's
     /// memo of the page when there is one.
     Ready {
@@ -128,13 +131,31 @@ impl Body {
         }
     }
 
+    /// A body in one piece that is already here.
+    pub(crate) fn whole(bytes: Bytes) -> Body {
+        Body {
+            length: Some(bytes.len() as u64),
+            kind: BodyKind::Whole(Some(bytes)),
+        }
+    }
+
     /// The chunks not yet taken, when the whole body is already here (a cache hit: the
     /// cached buffers themselves), so the server can write them with one vectored
     /// write. `None` for a body still arriving.
     pub fn ready_chunks(&self) -> Option<&[Bytes]> {
         match &self.kind {
             BodyKind::Ready { chunks, next } => Some(&chunks[*next..]),
+            BodyKind::Whole(whole) => Some(whole.as_slice()),
             _ => None,
+        }
+    }
+
+    /// The whole body when it is one piece already here and untouched; else the body
+    /// back.
+    pub fn into_whole(mut self) -> Result<Bytes, Body> {
+        match &mut self.kind {
+            BodyKind::Whole(whole @ Some(_)) => Ok(whole.take().unwrap_or_default()),
+            _ => Err(self),
         }
     }
 
@@ -164,6 +185,7 @@ impl Body {
                 Some(b) => Poll::Ready(Some(Ok(b))),
                 None => rx.poll_recv(cx),
             },
+            BodyKind::Whole(whole) => Poll::Ready(whole.take().map(Ok)),
             BodyKind::Ready { chunks, next } => {
                 let chunk = chunks.get(*next).cloned();
                 *next += 1;
@@ -475,7 +497,7 @@ impl Edge {
                 status: entry.status,
                 head_h1,
                 headers,
-                body: Body::ready(vec![entry.body.clone()]),
+                body: Body::whole(entry.body.clone()),
             }),
             Some(t) => {
                 if let Some(chunks) = memo {
@@ -633,7 +655,7 @@ impl Edge {
             // A small body came with its head: the connection is free at once, and the
             // response goes out in one write.
             let body = match pooled.take_whole() {
-                Some(whole) => Body::ready(vec![whole]),
+                Some(whole) => Body::whole(whole),
                 None => Body {
                     kind: BodyKind::Pass(PassBody::new(pooled)),
                     length,

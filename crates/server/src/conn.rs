@@ -367,8 +367,7 @@ impl Conn {
         match (framing, response.body) {
             (None, _) | (Some(_), Body::Empty) => self.send(&head).await?,
             (Some(_), Body::Full(bytes)) => {
-                self.send_vectored(&head, std::slice::from_ref(&bytes))
-                    .await?;
+                self.send_parts(&[&head, &bytes]).await?;
                 sent = bytes.len() as u64;
             }
             // A cached response is whole already: head and body in one vectored write.
