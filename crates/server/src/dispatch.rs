@@ -77,7 +77,7 @@ pub(crate) struct Exchange {
     pub keep_alive: bool,
     pub head_only: bool,
     pub version: Version,
-    /// The request head as received, for the access log.
+    /// The request head as received, for the access log (empty without one).
     pub raw_head: Vec<u8>,
 }
 
@@ -174,7 +174,12 @@ pub(crate) fn answer(
             keep_alive,
             head_only: req.method == wire::Method::Head,
             version: req.version,
-            raw_head: pending[..req.head_len].to_vec(),
+            // Only the access log reads it: no copy without one.
+            raw_head: if worker.log.borrow().is_some() {
+                pending[..req.head_len].to_vec()
+            } else {
+                Vec::new()
+            },
         }))
     };
     let attach = |mut d: Dispatched, filter| {
