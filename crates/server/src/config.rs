@@ -59,6 +59,35 @@ pub struct Config {
     pub access_log_format: String,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
+    /// `[[host]]`: virtual hosts, each with its names and its own files. The top-level
+    /// keys (`root`, `index`, `autoindex`, `cache_control`) form the default host, which
+    /// answers requests whose host matches no `[[host]]` (unless one is marked
+    /// `default`). Default: none, so one site as before.
+    pub host: Vec<HostConfig>,
+}
+
+/// One `[[host]]` table: a site chosen by the request's host (the authority of an
+/// absolute-form target, else the Host header), matched case-insensitively with the port
+/// and a final dot ignored.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostConfig {
+    /// Names this host answers: exact (`www.example.com`), or a wildcard of exactly one
+    /// more label (`*.example.com` matches `a.example.com`, not `example.com` nor
+    /// `a.b.example.com`). An exact name beats a wildcard. Required; no name may belong
+    /// to two hosts.
+    pub names: Vec<String>,
+    /// Answer the requests whose host matches no `[[host]]` (in place of the top-level
+    /// host). Default false; at most one host may say true.
+    pub default: bool,
+    /// Directory served. Default: the top-level `root`.
+    pub root: Option<PathBuf>,
+    /// Default: the top-level `index`.
+    pub index: Option<String>,
+    /// Default: the top-level `autoindex`.
+    pub autoindex: Option<bool>,
+    /// `[[host.cache_control]]`. Default: the top-level `cache_control` rules.
+    pub cache_control: Option<Vec<CacheControlRule>>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -131,6 +160,7 @@ impl Default for Config {
             access_log_format: "combined".into(),
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
+            host: Vec::new(),
         }
     }
 }
@@ -171,9 +201,6 @@ impl Config {
         if self.listen.is_empty() {
             return Err("`listen` needs at least one address".into());
         }
-        if self.index.is_empty() || self.index.contains('/') || self.index == ".." {
-            return Err(format!("`index` must be a file name, got {:?}", self.index));
-        }
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
             return Err("`limits.max_head_size` must be between 256 and 1048576".into());
@@ -203,18 +230,43 @@ impl Config {
                 ));
             }
         }
-        for rule in &self.cache_control {
-            if !rule.prefix.starts_with('/') {
-                return Err(format!(
-                    "`cache_control` prefix must start with `/`, got {:?}",
-                    rule.prefix
-                ));
+        validate_cache_control("cache_control", &self.cache_control)?;
+        validate_index("index", &self.index)?;
+        let mut seen: Vec<(String, usize)> = Vec::new();
+        for (i, host) in self.host.iter().enumerate() {
+            let key = |k: &str| format!("host[{i}].{k}");
+            if host.names.is_empty() {
+                return Err(format!("`{}` needs at least one name", key("names")));
             }
-            if rule.value.is_empty() || rule.value.bytes().any(|b| b < 0x20 || b == 0x7f) {
-                return Err(format!(
-                    "`cache_control` value for {:?} must be non-empty printable text",
-                    rule.prefix
-                ));
+            for name in &host.names {
+                let name = name.to_ascii_lowercase();
+                if !crate::sites::is_valid_name(&name) {
+                    return Err(format!(
+                        "`{}`: {name:?} is not a host name or a `*.` wildcard",
+                        key("names")
+                    ));
+                }
+                if let Some((_, j)) = seen.iter().find(|(n, _)| *n == name) {
+                    return Err(format!(
+                        "`{}`: {name:?} is claimed by host[{j}] too",
+                        key("names")
+                    ));
+                }
+                seen.push((name, i));
+            }
+            if host.default {
+                if let Some(j) = self.host[..i].iter().position(|h| h.default) {
+                    return Err(format!(
+                        "`{}`: host[{j}] is the default host already",
+                        key("default")
+                    ));
+                }
+            }
+            if let Some(index) = &host.index {
+                validate_index(&key("index"), index)?;
+            }
+            if let Some(rules) = &host.cache_control {
+                validate_cache_control(&key("cache_control"), rules)?;
             }
         }
         if self.file_cache_valid_ms > 86_400_000 {
@@ -225,4 +277,29 @@ impl Config {
         }
         Ok(())
     }
+}
+
+fn validate_index(key: &str, index: &str) -> Result<(), String> {
+    if index.is_empty() || index.contains('/') || index == ".." {
+        return Err(format!("`{key}` must be a file name, got {index:?}"));
+    }
+    Ok(())
+}
+
+fn validate_cache_control(key: &str, rules: &[CacheControlRule]) -> Result<(), String> {
+    for rule in rules {
+        if !rule.prefix.starts_with('/') {
+            return Err(format!(
+                "`{key}` prefix must start with `/`, got {:?}",
+                rule.prefix
+            ));
+        }
+        if rule.value.is_empty() || rule.value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err(format!(
+                "`{key}` value for {:?} must be non-empty printable text",
+                rule.prefix
+            ));
+        }
+    }
+    Ok(())
 }

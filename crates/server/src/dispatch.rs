@@ -234,7 +234,8 @@ fn static_files(
         // The client waits for this before sending the body we will skip.
         out.buf().extend_from_slice(wire::CONTINUE);
     }
-    files::respond(req, path, worker, out, keep_alive);
+    let site = worker.shared.sites.select(req);
+    files::respond(req, path, worker, site, out, keep_alive);
 }
 
 /// Runs the route's filter on a response not yet encoded; a filter that fails makes an

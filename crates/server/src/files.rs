@@ -16,11 +16,12 @@ use wire::{Framing, Method, Request};
 pub(crate) use crate::cache::FileEntry;
 use crate::cache::{AcceptEncoding, Coding, Identities, Identity, Resource};
 use crate::conditional::{self, Conditions, Outcome};
-use crate::config::Config;
+use crate::config::CacheControlRule;
 use crate::listing;
 use crate::output::Output;
 use crate::range::{self, Ranges};
 use crate::reply::{simple, start_head};
+use crate::sites::Site;
 use crate::worker::Worker;
 
 /// Fails at start on kernels without openat2(2), rather than on the first request.
@@ -69,13 +70,14 @@ pub(crate) fn respond(
     req: &Request<'_, '_>,
     path: Option<&[u8]>,
     worker: &Worker,
+    site: &Site,
     out: &mut Output,
     keep_alive: bool,
 ) {
     let get = match req.method {
         Method::Get => true,
         Method::Head => false,
-        Method::Options => return options(req, path, worker, out, keep_alive),
+        Method::Options => return options(req, path, worker, site, out, keep_alive),
         Method::Other => return simple(worker, out, req, keep_alive, 501, b""),
         // Methods tessera knows but files do not support, TRACE among them: RFC 9110
         // section 9.3.8 leaves TRACE optional, and echoing requests back only helps
@@ -88,7 +90,7 @@ pub(crate) fn respond(
     } else {
         AcceptEncoding::NONE
     };
-    let entry = match lookup(path, worker, accept) {
+    let entry = match lookup(path, worker, site, accept) {
         Ok(entry) => entry,
         Err(Miss::Status(status)) => return simple(worker, out, req, keep_alive, status, b""),
         Err(Miss::AddSlash) => return redirect_with_slash(worker, out, req, keep_alive),
@@ -139,13 +141,14 @@ fn options(
     req: &Request<'_, '_>,
     path: Option<&[u8]>,
     worker: &Worker,
+    site: &Site,
     out: &mut Output,
     keep_alive: bool,
 ) {
     if req.path == b"*" {
         return simple(worker, out, req, keep_alive, 204, ALLOW);
     }
-    match lookup(path, worker, AcceptEncoding::NONE) {
+    match lookup(path, worker, site, AcceptEncoding::NONE) {
         Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
             simple(worker, out, req, keep_alive, 204, ALLOW)
         }
@@ -312,6 +315,7 @@ enum Miss {
 fn lookup(
     key: Option<&[u8]>,
     worker: &Worker,
+    site: &Site,
     accept: AcceptEncoding,
 ) -> Result<Arc<FileEntry>, Miss> {
     let Some(key) = key else {
@@ -321,50 +325,50 @@ fn lookup(
     let cpath = &mut *cpath;
     let shared = &worker.shared;
     let now = worker.clock.millis();
-    if let Some(entry) = shared
+    if let Some(entry) = site
         .files
         .get(key, now, shared.config.file_cache_valid_ms, accept)
     {
         return Ok(entry);
     }
-    open(worker, key, cpath, now, accept)
+    open(worker, site, key, cpath, now, accept)
 }
 
 /// Opens the file for `key` (a normalised path) and its precompressed siblings; keeps
 /// the cached entry when they are the files it holds, else caches them anew.
 fn open(
     worker: &Worker,
+    site: &Site,
     key: &[u8],
     cpath: &mut Vec<u8>,
     now: u64,
     accept: AcceptEncoding,
 ) -> Result<Arc<FileEntry>, Miss> {
-    let shared = &worker.shared;
-    let config = &shared.config;
-    let root = shared.root.as_raw_fd();
+    let config = &worker.shared.config;
+    let root = site.root.as_raw_fd();
     let is_dir_request = key.ends_with(b"/");
     cpath.clear();
     if key.len() > 1 {
         cpath.extend_from_slice(&key[1..]);
     }
     if is_dir_request {
-        cpath.extend_from_slice(config.index.as_bytes());
+        cpath.extend_from_slice(site.index.as_bytes());
     }
     cpath.push(0);
     let name = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
     let file = match open_beneath(root, name, libc::O_RDONLY) {
         Ok(file) => file,
         Err(e) => {
-            shared.files.remove(key);
+            site.files.remove(key);
             if is_dir_request && e.raw_os_error() == Some(libc::ENOENT) {
-                return directory_without_index(worker, key, cpath);
+                return directory_without_index(site, key, cpath);
             }
             return Err(Miss::Status(status_for(&e)));
         }
     };
     let meta = file.metadata().map_err(|e| Miss::Status(status_for(&e)))?;
     if meta.is_dir() {
-        shared.files.remove(key);
+        site.files.remove(key);
         return Err(if is_dir_request {
             Miss::Status(403)
         } else {
@@ -372,7 +376,7 @@ fn open(
         });
     }
     if !meta.is_file() {
-        shared.files.remove(key);
+        site.files.remove(key);
         return Err(Miss::Status(403));
     }
     let plain = Identity::of(&meta);
@@ -386,16 +390,16 @@ fn open(
         brotli: brotli.as_ref().map(|(_, id)| *id),
         gzip: gzip.as_ref().map(|(_, id)| *id),
     };
-    if let Some(entry) = shared.files.revalidate(key, now, &found, accept) {
+    if let Some(entry) = site.files.revalidate(key, now, &found, accept) {
         return Ok(entry);
     }
     // New or changed: format the entries once, outside the cache's lock.
     let content_type = content_type(if is_dir_request {
-        config.index.as_bytes()
+        site.index.as_bytes()
     } else {
         key
     });
-    let extra = path_headers(config, key, brotli.is_some() || gzip.is_some());
+    let extra = path_headers(&site.cache_control, key, brotli.is_some() || gzip.is_some());
     let min = config.sendfile_min_size;
     let load = |(file, id): (File, Identity), coding| {
         FileEntry::load(file, id, content_type, coding, &extra, min)
@@ -407,7 +411,7 @@ fn open(
         now,
     );
     let entry = resource.select(accept).clone();
-    shared.files.insert(key, resource);
+    site.files.insert(key, resource);
     Ok(entry)
 }
 
@@ -433,11 +437,10 @@ fn sibling(root: RawFd, cpath: &mut Vec<u8>, suffix: &[u8]) -> Option<(File, Ide
 /// A directory request whose index does not exist: a listing when `autoindex` is on,
 /// else 403 as nginx answers (404 if the directory itself does not exist).
 fn directory_without_index(
-    worker: &Worker,
+    site: &Site,
     key: &[u8],
     cpath: &mut Vec<u8>,
 ) -> Result<Arc<FileEntry>, Miss> {
-    let shared = &worker.shared;
     cpath.clear();
     if key.len() > 1 {
         cpath.extend_from_slice(&key[1..]);
@@ -446,8 +449,8 @@ fn directory_without_index(
     }
     cpath.push(0);
     let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
-    let root = shared.root.as_raw_fd();
-    if !shared.config.autoindex {
+    let root = site.root.as_raw_fd();
+    if !site.autoindex {
         return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
             Ok(_) => Err(Miss::Status(403)),
             Err(e) => Err(Miss::Status(status_for(&e))),
@@ -465,13 +468,12 @@ fn directory_without_index(
 
 /// The header lines that depend on the path: Vary when the response depends on
 /// Accept-Encoding, and the Cache-Control of the longest matching configured prefix.
-fn path_headers(config: &Config, key: &[u8], has_siblings: bool) -> Vec<u8> {
+fn path_headers(rules: &[CacheControlRule], key: &[u8], has_siblings: bool) -> Vec<u8> {
     let mut extra = Vec::new();
     if has_siblings {
         extra.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
-    let rule = config
-        .cache_control
+    let rule = rules
         .iter()
         .filter(|rule| key.starts_with(rule.prefix.as_bytes()))
         .max_by_key(|rule| rule.prefix.len());

@@ -32,6 +32,7 @@ mod output;
 mod range;
 mod reply;
 mod runtime;
+mod sites;
 mod worker;
 
 use std::net::SocketAddr;
@@ -42,7 +43,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub use access_log::FormatError;
-pub use config::{CacheControlRule, Config, LimitsConfig, TimeoutsConfig};
+pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -90,11 +91,9 @@ pub(crate) struct Shared {
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
-    /// The document root, opened once (`O_PATH`); every file is opened beneath it with
-    /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
-    pub root: OwnedFd,
-    /// The open-file cache every worker reads and fills.
-    pub files: cache::FileCache,
+    /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
+    /// the names that choose them.
+    pub sites: sites::Sites,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
@@ -117,8 +116,8 @@ impl Server {
         config.validate().map_err(Error::Config)?;
         let routes = dispatch::routes(&modules);
         let log_format = access_log::Format::parse(&config.access_log_format)?;
-        let root = open_root(&config.root)?;
-        files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        let sites = sites::Sites::open(&config, open_root)?;
+        files::probe_openat2(sites.all()[0].root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         let workers = config.worker_count();
         let mut listeners: Vec<Vec<std::net::TcpListener>> =
             (0..workers).map(|_| Vec::new()).collect();
@@ -149,11 +148,10 @@ impl Server {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicBool::new(false),
                 }),
-                files: cache::FileCache::new(config.file_cache_entries),
+                sites,
                 epoch: std::time::Instant::now(),
                 config,
                 limits,
-                root,
             }),
             listeners,
             addrs,

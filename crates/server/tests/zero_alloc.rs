@@ -34,29 +34,53 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn keep_alive_get_of_a_small_file_allocates_nothing() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    run(false);
+    run(false, false);
     // With the access log on, too: lines are formatted into recycled buffers.
-    run(true);
+    run(true, false);
+    // With virtual hosts: the host is chosen without allocating.
+    run(false, true);
 }
 
-fn run(access_log: bool) {
+fn run(access_log: bool, hosts: bool) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let log_path = dir.path().join("access.log");
+    let other = tempfile::tempdir().unwrap();
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: other.path().to_owned(),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,
         access_log: access_log.then(|| log_path.clone()),
+        host: vec![
+            server::HostConfig {
+                names: vec!["a.test".into()],
+                root: Some(other.path().to_owned()),
+                ..Default::default()
+            },
+            server::HostConfig {
+                names: vec!["*.t".into()],
+                root: Some(dir.path().to_owned()),
+                ..Default::default()
+            },
+        ],
         ..server::Config::default()
+    };
+    let config = if hosts {
+        config
+    } else {
+        server::Config {
+            root: dir.path().to_owned(),
+            host: Vec::new(),
+            ..config
+        }
     };
     let server = server::Server::bind(config, Vec::new()).unwrap();
     let addr = server.local_addrs()[0];
     let running = server.start().unwrap();
 
     let mut stream = TcpStream::connect(addr).unwrap();
-    let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: www.T:8080\r\n\r\n";
     // Learn the response length once (it is constant: the Date line has a fixed width).
     stream.write_all(request).unwrap();
     let mut response = vec![0u8; 4096];

@@ -5,6 +5,7 @@ mod harness;
 mod access_log;
 mod cache;
 mod framing;
+mod hosts;
 mod http_semantics;
 mod lifecycle;
 mod limits;

@@ -1,0 +1,140 @@
+//! Virtual hosts (`[[host]]`): each host's own files, chosen by the request's host.
+
+use std::io::Write;
+
+use crate::harness::*;
+
+/// Three sites: the top-level root, `a.test` (and `www.a.test`) with its own root, and
+/// `*.b.test` with another; each has an `who.txt` naming itself.
+fn three_sites(extra: &str) -> (Site, Server) {
+    let site = Site::new();
+    site.write("who.txt", b"top-level\n");
+    let a = site.dir.path().join("a");
+    let b = site.dir.path().join("b");
+    for (dir, who) in [(&a, "a\n"), (&b, "b\n")] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("who.txt"), who).unwrap();
+    }
+    std::fs::write(b.join("index.html"), b"b home\n").unwrap();
+    let server = site.serve_with(&format!(
+        "[[host]]\nnames = [\"a.test\", \"www.a.test\"]\nroot = \"{}\"\n\n\
+         [[host]]\nnames = [\"*.b.test\"]\nroot = \"{}\"\n{extra}\
+         [[host.cache_control]]\nprefix = \"/\"\nvalue = \"max-age=60\"\n",
+        a.display(),
+        b.display()
+    ));
+    (site, server)
+}
+
+fn get_host(server: &Server, target: &str, host: &str) -> Response {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream, false)
+}
+
+fn who(server: &Server, target: &str, host: &str) -> String {
+    let r = get_host(server, target, host);
+    assert_eq!(r.status, 200, "{target} on {host}");
+    String::from_utf8(r.body).unwrap().trim().to_string()
+}
+
+#[test]
+fn each_host_gets_its_own_files() {
+    let (_site, server) = three_sites("");
+    assert_eq!(who(&server, "/who.txt", "a.test"), "a");
+    assert_eq!(who(&server, "/who.txt", "www.a.test"), "a");
+    assert_eq!(who(&server, "/who.txt", "x.b.test"), "b");
+    assert_eq!(who(&server, "/who.txt", "other.test"), "top-level");
+    // A host's own settings: b's Cache-Control, none elsewhere.
+    let b = get_host(&server, "/who.txt", "x.b.test");
+    assert_eq!(b.header("cache-control"), Some("max-age=60"));
+    assert_eq!(
+        get_host(&server, "/who.txt", "a.test").header("cache-control"),
+        None
+    );
+    // A file only one root has is only there.
+    assert_eq!(who(&server, "/", "y.b.test"), "b home");
+    assert_eq!(get_host(&server, "/", "a.test").status, 403);
+}
+
+#[test]
+fn wildcards_match_exactly_one_more_label() {
+    let (_site, server) = three_sites("");
+    assert_eq!(who(&server, "/who.txt", "b.test"), "top-level");
+    assert_eq!(who(&server, "/who.txt", "a.x.b.test"), "top-level");
+    assert_eq!(who(&server, "/who.txt", "a.test.evil"), "top-level");
+}
+
+#[test]
+fn hosts_match_without_case_port_or_final_dot() {
+    let (_site, server) = three_sites("");
+    assert_eq!(who(&server, "/who.txt", "A.TEST"), "a");
+    assert_eq!(who(&server, "/who.txt", "a.test:8080"), "a");
+    assert_eq!(who(&server, "/who.txt", "a.test."), "a");
+    assert_eq!(who(&server, "/who.txt", "X.B.Test:1"), "b");
+}
+
+#[test]
+fn an_absolute_form_target_names_the_host() {
+    let (_site, server) = three_sites("");
+    // RFC 9112 section 3.2.2: the target's authority wins over a conflicting Host.
+    assert_eq!(who(&server, "http://a.test/who.txt", "x.b.test"), "a");
+    assert_eq!(who(&server, "http://z.b.test:80/who.txt", "a.test"), "b");
+}
+
+#[test]
+fn an_unknown_host_goes_to_the_default_host() {
+    let (_site, server) = three_sites("default = true\n");
+    // The last [[host]] (*.b.test) is marked default.
+    assert_eq!(who(&server, "/who.txt", "other.test"), "b");
+    assert_eq!(who(&server, "/who.txt", "a.test"), "a");
+    // HTTP/1.0 without Host: the default host too.
+    let raw = server.exchange(b"GET /who.txt HTTP/1.0\r\n\r\n");
+    assert!(
+        raw.ends_with(b"\r\n\r\nb\n"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+}
+
+#[test]
+fn bad_host_tables_are_refused_naming_the_key() {
+    let site = Site::new();
+    let refused = |toml: &str, expected: &str| {
+        let config = site.dir.path().join("bad.toml");
+        std::fs::write(&config, toml).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(site.root())
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{toml} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{toml}: {stderr}");
+    };
+    refused(
+        "[[host]]\nnames = [\"a.test\"]\n[[host]]\nnames = [\"A.test\"]\n",
+        "host[1].names",
+    );
+    refused("[[host]]\nnames = []\n", "host[0].names");
+    refused("[[host]]\nnames = [\"a.*.test\"]\n", "host[0].names");
+    refused("[[host]]\nnames = [\"a b\"]\n", "host[0].names");
+    refused(
+        "[[host]]\nnames = [\"a.test\"]\ndefault = true\n[[host]]\nnames = [\"b.test\"]\ndefault = true\n",
+        "host[1].default",
+    );
+    refused(
+        "[[host]]\nnames = [\"a.test\"]\nroot = \"/nonexistent/tessera-root\"\n",
+        "/nonexistent/tessera-root",
+    );
+    refused(
+        "[[host]]\nnames = [\"a.test\"]\nindex = \"a/b\"\n",
+        "host[0].index",
+    );
+}
