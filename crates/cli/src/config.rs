@@ -47,6 +47,14 @@ struct ModuleKeys {
     shared_dict: Vec<script::SharedDictConfig>,
 }
 
+/// `[[host.route]]` and `[[host.script]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct HostModuleKeys {
+    route: Vec<edge::RouteConfig>,
+    script: Vec<script::ScriptConfig>,
+}
+
 impl ServeConfig {
     /// Reads a config file: each top-level key goes to the crate that owns it, and a key
     /// no crate knows is refused by name.
@@ -64,8 +72,36 @@ impl ServeConfig {
                 modules.insert(key.into(), value);
             }
         }
+        // A host's routes and scripts belong to the modules too, on that host's site.
+        let mut host_modules = Vec::new();
+        if let Some(toml::Value::Array(hosts)) = table.get_mut("host") {
+            for (i, host) in hosts.iter_mut().enumerate() {
+                let Some(host) = host.as_table_mut() else {
+                    continue;
+                };
+                let mut keys = toml::Table::new();
+                for key in ["route", "script"] {
+                    if let Some(value) = host.remove(key) {
+                        keys.insert(key.into(), value);
+                    }
+                }
+                let m: HostModuleKeys = toml::Value::Table(keys)
+                    .try_into()
+                    .with_context(|| format!("host[{i}]"))?;
+                host_modules.push((i + 1, m));
+            }
+        }
         let server: server::Config = toml::Value::Table(table).try_into()?;
-        let m: ModuleKeys = toml::Value::Table(modules).try_into()?;
+        let mut m: ModuleKeys = toml::Value::Table(modules).try_into()?;
+        for (site, h) in host_modules {
+            m.route
+                .extend(h.route.into_iter().map(|r| edge::RouteConfig { site, ..r }));
+            m.script.extend(
+                h.script
+                    .into_iter()
+                    .map(|s| script::ScriptConfig { site, ..s }),
+            );
+        }
         Ok(ServeConfig {
             server,
             upstream: m.upstream,
@@ -89,6 +125,7 @@ impl ServeConfig {
             route: self.route.clone(),
             esi: self.esi.clone(),
             cache: self.cache.clone(),
+            hosts: self.server.hosts(),
         })
     }
 
@@ -96,12 +133,22 @@ impl ServeConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         for route in &self.route {
             if let Some(root) = &route.root {
+                let (key, site_root) = match route.site {
+                    0 => ("root".to_string(), &self.server.root),
+                    i => (
+                        format!("host[{}].root", i - 1),
+                        self.server.host[i - 1]
+                            .root
+                            .as_ref()
+                            .unwrap_or(&self.server.root),
+                    ),
+                };
                 anyhow::ensure!(
-                    *root == self.server.root,
-                    "invalid configuration: route {:?}: a static route serves from `root` ({}); \
+                    root == site_root,
+                    "invalid configuration: route {:?}: a static route serves from `{key}` ({}); \
                      a different directory per route ({}) is not supported",
                     route.prefix,
-                    self.server.root.display(),
+                    site_root.display(),
                     root.display()
                 );
             }

@@ -63,11 +63,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let edge = edge::EdgeConfig::proxy_to_url(url)
             .map_err(|e| anyhow::anyhow!("--proxy {url}: {e}"))?;
         file.upstream = edge.upstream;
-        file.route = edge.route;
+        // The top-level routes are replaced; the hosts' keep theirs.
+        file.route.retain(|r| r.site != 0);
+        file.route.extend(edge.route);
     }
     for spec in &args.script {
         let mount = server_script(spec)?;
-        file.script.retain(|s| s.prefix != mount.prefix);
+        file.script
+            .retain(|s| s.prefix != mount.prefix || s.site != 0);
         file.script.push(mount);
     }
     let modules = file.modules()?;

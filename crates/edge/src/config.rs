@@ -23,6 +23,10 @@ pub struct EdgeConfig {
     pub esi: EsiConfig,
     /// `[cache]`: the response cache (memory, and Redis when configured).
     pub cache: CacheConfig,
+    /// The sites' host names (`[[host]]` of the server), so that a page's own includes
+    /// take the routes of the site their host names (set by `cli`; no TOML key).
+    #[serde(skip)]
+    pub hosts: handler::Hosts,
 }
 
 /// One `[[upstream]]`: a named origin reached at one or more addresses.
@@ -75,6 +79,10 @@ pub struct RouteConfig {
     pub root: Option<PathBuf>,
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,
+    /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
+    /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
+    #[serde(skip)]
+    pub site: usize,
 }
 
 /// When a response is processed as ESI.
@@ -186,6 +194,7 @@ impl Default for RouteConfig {
             upstream: None,
             root: None,
             esi: EsiMode::Auto,
+            site: 0,
         }
     }
 }
@@ -220,6 +229,7 @@ impl EdgeConfig {
             }],
             esi: EsiConfig::default(),
             cache: CacheConfig::default(),
+            hosts: handler::Hosts::default(),
         }
     }
 

@@ -93,7 +93,7 @@ impl Inner {
             return None;
         }
         let origin = if authority == page_authority {
-            FragmentOrigin::Page(self.route(uri.path())?)
+            FragmentOrigin::Page(self.route_for(page_authority, uri.path())?)
         } else {
             FragmentOrigin::Allowed(
                 self.config

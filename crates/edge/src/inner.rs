@@ -18,7 +18,8 @@ use crate::config::{EdgeConfig, EsiMode};
 pub(crate) struct Inner {
     pub(crate) config: EdgeConfig,
     pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
-    pub(crate) routes: handler::Router<RouteTo>,
+    /// Per site (see `EdgeConfig::hosts`), its routes.
+    pub(crate) routes: Vec<handler::Router<RouteTo>>,
     /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
     pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
     pub(crate) fetches: Cell<u64>,
@@ -70,14 +71,23 @@ impl Inner {
     /// `//app/x`, `/%61pp/x` and `/y/../app/x` all take `/app`'s route. `None` when the
     /// path normalises to nothing (`..` above the root, bad escapes) or has no route.
     pub(crate) fn route(&self, path: &str) -> Option<Target<'_>> {
-        let mut normal = Vec::with_capacity(path.len() + 1);
-        wire::normalize_path(path.as_bytes(), &mut normal).ok()?;
-        self.route_normalised(&normal)
+        self.route_on(0, path)
     }
 
-    /// [`Inner::route`] of a path already normalised.
-    pub(crate) fn route_normalised(&self, path: &[u8]) -> Option<Target<'_>> {
-        self.routes.find(path).map(|to| match to {
+    /// [`Inner::route`] on the site `authority` names (a page's own includes).
+    pub(crate) fn route_for(&self, authority: &str, path: &str) -> Option<Target<'_>> {
+        self.route_on(self.config.hosts.site(authority.as_bytes()), path)
+    }
+
+    fn route_on(&self, site: usize, path: &str) -> Option<Target<'_>> {
+        let mut normal = Vec::with_capacity(path.len() + 1);
+        wire::normalize_path(path.as_bytes(), &mut normal).ok()?;
+        self.route_normalised(site, &normal)
+    }
+
+    /// The route of a path already normalised, on `site`.
+    pub(crate) fn route_normalised(&self, site: usize, path: &[u8]) -> Option<Target<'_>> {
+        self.routes.get(site)?.find(path).map(|to| match to {
             RouteTo::Upstream(u, mode) => Target::Upstream(u, *mode),
             RouteTo::Static(root) => Target::Static(root),
         })

@@ -113,6 +113,7 @@ impl Module for EdgeModule {
                 prefix: r.prefix.clone(),
                 role: Role::Handler,
                 tag: i as u32,
+                site: r.site,
             })
             .collect()
     }

@@ -257,14 +257,19 @@ impl Edge {
             .zip(opened.iter())
             .map(|(u, o)| (u.name.clone(), Rc::new(Upstream::new(u, o.clone()))))
             .collect();
-        let routes = handler::Router::new(config.route.iter().map(|r| {
-            let to = match (&r.upstream, &r.root) {
-                (Some(name), _) => RouteTo::Upstream(upstreams[name].clone(), r.esi),
-                (None, Some(root)) => RouteTo::Static(root.clone()),
-                (None, None) => unreachable!("validate() requires upstream or root"),
-            };
-            (r.prefix.clone(), to)
-        }));
+        let sites = config.route.iter().map(|r| r.site + 1).max().unwrap_or(1);
+        let routes = (0..sites)
+            .map(|site| {
+                handler::Router::new(config.route.iter().filter(|r| r.site == site).map(|r| {
+                    let to = match (&r.upstream, &r.root) {
+                        (Some(name), _) => RouteTo::Upstream(upstreams[name].clone(), r.esi),
+                        (None, Some(root)) => RouteTo::Static(root.clone()),
+                        (None, None) => unreachable!("validate() requires upstream or root"),
+                    };
+                    (r.prefix.clone(), to)
+                }))
+            })
+            .collect();
         Ok(Edge {
             inner: Rc::new(Inner {
                 config,
@@ -287,7 +292,7 @@ impl Edge {
     /// [`Edge::route`] of a path the caller already normalised with
     /// [`wire::normalize_path`] (no allocation).
     pub fn route_normalised(&self, path: &[u8]) -> Option<Route<'_>> {
-        self.inner.route_normalised(path).map(Route::of)
+        self.inner.route_normalised(0, path).map(Route::of)
     }
 
     /// Counters of one upstream.

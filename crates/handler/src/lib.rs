@@ -21,12 +21,14 @@
 
 mod body;
 mod head;
+mod hosts;
 mod router;
 mod service;
 mod upstream;
 
 pub use body::{Body, BodyError, Chunks};
 pub use head::ResponseHead;
+pub use hosts::{is_valid_name, Hosts};
 pub use router::Router;
 pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, LocalFuture,

@@ -168,12 +168,15 @@ pub enum Role {
     Filter,
 }
 
-/// A path prefix a module takes, with the module's own tag for it.
+/// A path prefix a module takes on one site, with the module's own tag for it.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub prefix: String,
     pub role: Role,
     pub tag: u32,
+    /// The site whose requests it takes ([`crate::Hosts`]): 0 for the top-level
+    /// configuration, `i + 1` for `[[host]]` number `i`.
+    pub site: usize,
 }
 
 /// A feature of the server (the proxy, Lua scripts), built once per process by `cli` and

@@ -19,6 +19,10 @@ pub struct ScriptConfig {
     /// Bytes of Lua memory this script may add to its worker's Lua state; the state's
     /// limit is the sum over scripts. Default 64 MiB.
     pub memory_limit: usize,
+    /// The site it is mounted on: 0 for top-level `[[script]]`s, `i + 1` for the
+    /// `[[host.script]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
+    #[serde(skip)]
+    pub site: usize,
 }
 
 impl Default for ScriptConfig {
@@ -28,6 +32,7 @@ impl Default for ScriptConfig {
             path: PathBuf::new(),
             time_limit: 1.0,
             memory_limit: 64 << 20,
+            site: 0,
         }
     }
 }

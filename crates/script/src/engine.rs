@@ -46,7 +46,10 @@ impl Scripts {
                     c.prefix
                 )));
             }
-            if configs[..i].iter().any(|o| o.prefix == c.prefix) {
+            if configs[..i]
+                .iter()
+                .any(|o| o.prefix == c.prefix && o.site == c.site)
+            {
                 return Err(Error::Config(format!(
                     "two scripts are mounted at `{}`",
                     c.prefix
@@ -113,9 +116,9 @@ impl Scripts {
         self.configs.is_empty()
     }
 
-    /// The mounts' prefixes, by mount index.
-    pub fn prefixes(&self) -> impl Iterator<Item = &str> {
-        self.configs.iter().map(|c| c.prefix.as_str())
+    /// The mounts' prefixes and sites, by mount index.
+    pub fn prefixes(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.configs.iter().map(|c| (c.prefix.as_str(), c.site))
     }
 }
 

@@ -39,11 +39,12 @@ impl Module for ScriptModule {
         self.scripts
             .prefixes()
             .enumerate()
-            .flat_map(|(i, prefix)| {
+            .flat_map(|(i, (prefix, site))| {
                 [Role::Filter, Role::Handler].map(|role| Route {
                     prefix: prefix.to_string(),
                     role,
                     tag: i as u32,
+                    site,
                 })
             })
             .collect()

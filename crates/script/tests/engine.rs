@@ -16,6 +16,7 @@ fn scripts(dir: &tempfile::TempDir, source: &str, time_limit: f64) -> Arc<Script
             path,
             time_limit,
             memory_limit: 16 << 20,
+            site: 0,
         }],
         &[SharedDictConfig {
             name: "counts".into(),

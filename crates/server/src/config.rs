@@ -189,6 +189,16 @@ impl LimitsConfig {
 }
 
 impl Config {
+    /// Which site a request's host names (site `i + 1` for `host[i]`).
+    pub fn hosts(&self) -> handler::Hosts {
+        let default = self
+            .host
+            .iter()
+            .position(|h| h.default)
+            .map_or(0, |i| i + 1);
+        handler::Hosts::new(self.host.iter().map(|h| &h.names[..]), default)
+    }
+
     pub fn worker_count(&self) -> usize {
         if self.workers > 0 {
             self.workers
@@ -240,7 +250,7 @@ impl Config {
             }
             for name in &host.names {
                 let name = name.to_ascii_lowercase();
-                if !crate::sites::is_valid_name(&name) {
+                if !handler::is_valid_name(&name) {
                     return Err(format!(
                         "`{}`: {name:?} is not a host name or a `*.` wildcard",
                         key("names")

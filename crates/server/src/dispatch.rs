@@ -25,15 +25,25 @@ pub(crate) struct Routed {
     filter: Option<(usize, u32)>,
 }
 
-/// The one routing table: every prefix any module declared, each with what every
-/// module does for it. A path takes the longest prefix it matches on whole segments;
-/// since the table holds every prefix, that entry names the longest handler and filter
-/// prefixes of the path too.
-pub(crate) fn routes(modules: &[Arc<dyn Module>]) -> handler::Router<Routed> {
+/// The routing tables, one per site (`sites` of them): every prefix any module declared
+/// for the site, each with what every module does for it. A path takes the longest
+/// prefix it matches on whole segments; since the table holds every prefix, that entry
+/// names the longest handler and filter prefixes of the path too.
+pub(crate) fn routes(modules: &[Arc<dyn Module>], sites: usize) -> Vec<handler::Router<Routed>> {
     let mut all: Vec<(usize, handler::Route)> = Vec::new();
     for (m, module) in modules.iter().enumerate() {
         all.extend(module.routes().into_iter().map(|r| (m, r)));
     }
+    (0..sites)
+        .map(|site| {
+            let all: Vec<&(usize, handler::Route)> =
+                all.iter().filter(|(_, r)| r.site == site).collect();
+            site_routes(&all)
+        })
+        .collect()
+}
+
+fn site_routes(all: &[&(usize, handler::Route)]) -> handler::Router<Routed> {
     let handlers = handler::Router::new(
         all.iter()
             .filter(|(_, r)| r.role == Role::Handler)
@@ -122,7 +132,8 @@ pub(crate) fn answer(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let routes = &worker.shared.routes;
+    let site = worker.shared.sites.hosts.select(req);
+    let routes = &worker.shared.routes[site];
     let routed = match normal && !routes.is_empty() {
         true => routes.find(&path),
         false => None,
@@ -130,6 +141,7 @@ pub(crate) fn answer(
     let Some(routed) = routed else {
         static_files(
             worker,
+            site,
             req,
             normal.then_some(&path[..]),
             keep_alive,
@@ -191,7 +203,7 @@ pub(crate) fn answer(
     match answer {
         None | Some(Answer::Pass) => {
             let mark = out.mark();
-            static_files(worker, req, Some(&path[..]), keep_alive, out, pending);
+            static_files(worker, site, req, Some(&path[..]), keep_alive, out, pending);
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
@@ -224,6 +236,7 @@ pub(crate) fn answer(
 /// The server's own handler: the file (or listing, or refusal) for the request's path.
 fn static_files(
     worker: &Worker,
+    site: usize,
     req: &wire::Request<'_, '_>,
     path: Option<&[u8]>,
     keep_alive: bool,
@@ -234,7 +247,7 @@ fn static_files(
         // The client waits for this before sending the body we will skip.
         out.buf().extend_from_slice(wire::CONTINUE);
     }
-    let site = worker.shared.sites.select(req);
+    let site = &worker.shared.sites.all()[site];
     files::respond(req, path, worker, site, out, keep_alive);
 }
 

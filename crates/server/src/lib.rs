@@ -82,8 +82,8 @@ pub(crate) struct Shared {
     pub config: Config,
     /// The modules (the proxy, Lua scripts): each worker starts its own service of each.
     pub modules: Vec<Arc<dyn handler::Module>>,
-    /// Every prefix a module answers or filters, with what each does there.
-    pub routes: handler::Router<dispatch::Routed>,
+    /// Per site, every prefix a module answers or filters, with what each does there.
+    pub routes: Vec<handler::Router<dispatch::Routed>>,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -114,7 +114,7 @@ impl Server {
     /// files answer the rest.
     pub fn bind(config: Config, modules: Vec<Arc<dyn handler::Module>>) -> Result<Server, Error> {
         config.validate().map_err(Error::Config)?;
-        let routes = dispatch::routes(&modules);
+        let routes = dispatch::routes(&modules, config.host.len() + 1);
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let sites = sites::Sites::open(&config, open_root)?;
         files::probe_openat2(sites.all()[0].root.as_raw_fd()).map_err(Error::NoOpenat2)?;

@@ -138,3 +138,94 @@ fn bad_host_tables_are_refused_naming_the_key() {
         "host[0].index",
     );
 }
+
+/// An origin that answers every request with the Host it was sent, cacheable for a
+/// minute; returns its address and a count of the requests it answered.
+fn host_echo_origin() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::BufReader;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                while let Some((_, fields)) = read_request_head(&mut reader) {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let host = fields
+                        .iter()
+                        .find_map(|f| f.strip_prefix("host: ").or(f.strip_prefix("Host: ")))
+                        .unwrap_or("none")
+                        .to_string();
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {}\r\n\r\n{host}",
+                        host.len()
+                    );
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hits)
+}
+
+#[test]
+fn each_host_has_its_own_routes_and_scripts() {
+    let (origin, _) = host_echo_origin();
+    let site = Site::new();
+    site.write("who.txt", b"top-level\n");
+    let script = site.dir.path().join("b.lua");
+    std::fs::write(
+        &script,
+        "local M = {}\nfunction M.content(r) r:say(\"script of b\") end\nreturn M\n",
+    )
+    .unwrap();
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{origin}\"]\n\n\
+         [[route]]\nprefix = \"/top\"\nupstream = \"origin\"\n\n\
+         [[host]]\nnames = [\"a.test\"]\n\
+         [[host.route]]\nprefix = \"/api\"\nupstream = \"origin\"\n\n\
+         [[host]]\nnames = [\"b.test\"]\n\
+         [[host.script]]\nprefix = \"/hello\"\npath = \"{}\"\n",
+        script.display()
+    ));
+    // a.test's route proxies; the other hosts do not have it.
+    assert_eq!(who(&server, "/api/x", "a.test"), "a.test");
+    assert_eq!(get_host(&server, "/api/x", "b.test").status, 404);
+    assert_eq!(get_host(&server, "/api/x", "other.test").status, 404);
+    // b.test's script answers on b.test only.
+    assert_eq!(who(&server, "/hello", "b.test"), "script of b");
+    assert_eq!(get_host(&server, "/hello", "a.test").status, 404);
+    // The top-level route belongs to the top-level (default) host.
+    assert_eq!(who(&server, "/top/x", "other.test"), "other.test");
+    assert_eq!(get_host(&server, "/top/x", "a.test").status, 404);
+    // Static files still answer what no route takes.
+    assert_eq!(who(&server, "/who.txt", "a.test"), "top-level");
+}
+
+#[test]
+fn the_cache_does_not_mix_two_hosts_responses() {
+    let (origin, hits) = host_echo_origin();
+    let site = Site::new();
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{origin}\"]\n\n\
+         [[host]]\nnames = [\"a.test\", \"b.test\"]\n\
+         [[host.route]]\nprefix = \"/\"\nupstream = \"origin\"\n"
+    ));
+    for _ in 0..3 {
+        assert_eq!(who(&server, "/page", "a.test"), "a.test");
+        assert_eq!(who(&server, "/page", "b.test"), "b.test");
+    }
+    // One fill per host, then hits.
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
