@@ -147,17 +147,24 @@ pub(crate) fn run(
     });
 }
 
+/// Accepts until shutdown. The shutdown signal is awaited once around the whole loop, not
+/// once per connection (each wait registers a waiter and removes it again).
 async fn accept_loop(
     listener: TcpListener,
     worker: Rc<Worker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    tokio::select! {
+        _ = accept_all(&listener, &worker) => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
+/// Accepts connections as long as the listener has them (tokio's accept retries until
+/// the kernel says EAGAIN, so one wake-up drains the queue) and spawns each one's task.
+async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>) {
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => return,
-        };
-        let (stream, peer) = match accepted {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning.
@@ -198,10 +205,7 @@ async fn accept_loop(
                     }
                 }
             }
-            tokio::select! {
-                _ = worker.slot_freed.notified() => {}
-                _ = shutdown.changed() => return,
-            }
+            worker.slot_freed.notified().await;
         }
         if worker.is_shutting_down() {
             return;
