@@ -28,12 +28,13 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 # Median of the numbers on standard input, one per line.
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-# measure PID URL LOAD_CPU CONNECTIONS SECONDS: one wrk run pinned to LOAD_CPU against
-# the server PID; prints "requests/s server-cpu-microseconds-per-request".
+# measure PID URL LOAD_CPU CONNECTIONS SECONDS [WRK ARGS...]: one wrk run pinned to
+# LOAD_CPU against the server PID; prints "requests/s server-cpu-microseconds-per-request".
 measure() {
     local pid=$1 url=$2 cpu=$3 connections=$4 seconds=$5 before after out requests rps
+    shift 5
     before=$(cpu_ticks "$pid")
-    out=$(taskset -c "$cpu" wrk -t1 -c"$connections" -d"${seconds}s" "$url")
+    out=$(taskset -c "$cpu" wrk -t1 -c"$connections" -d"${seconds}s" "$@" "$url")
     after=$(cpu_ticks "$pid")
     requests=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

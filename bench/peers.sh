@@ -7,12 +7,24 @@
 # server CPU time per request (utime+stime of the server's process from /proc, divided by
 # the requests completed), and the ratios.
 #
-# usage: bench/peers.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s per server)
+# Mode `close` opens a connection for every request instead (wrk -H 'Connection: close',
+# 50 connections, the 12-byte file only), as health checkers, scripts, `ab` without -k
+# and HTTP/1.0 proxies do: the CPU figure is then per connection and request. With
+# BASE_BIN=path/to/an/older/tessera that build runs beside the others as "base", so a
+# change is measured before and after in the same run.
+#
+# usage: bench/peers.sh [ROUNDS] [SECONDS] [keepalive|close]
+#        (defaults: 5 rounds of 5 s per server, keepalive)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-5}
-CONNECTIONS=100
+MODE=${3:-keepalive}
+case $MODE in
+    keepalive) CONNECTIONS=100; FILES="12b.txt 64k.bin 1m.bin"; WRK_ARGS=() ;;
+    close) CONNECTIONS=50; FILES="12b.txt"; WRK_ARGS=(-H 'Connection: close') ;;
+    *) echo "unknown mode $MODE (keepalive or close)" >&2; exit 2 ;;
+esac
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -91,21 +103,31 @@ CONF
     pids+=($!); h2o_pid=$!
 fi
 
+# --- an older tessera build, when asked for: one worker.
+base_pid=""
+if [ -n "${BASE_BIN:-}" ]; then
+    base_port=$(free_port)
+    taskset -c $SERVER_CPU "$BASE_BIN" serve --root "$site" --listen "127.0.0.1:$base_port" --workers 1 2>"$work/base.log" &
+    pids+=($!); base_pid=$!
+fi
+
 wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
 [ -n "$h2o_pid" ] && wait_up "$h2o_port" 12b.txt
+[ -n "$base_pid" ] && wait_up "$base_port" 12b.txt
 
 servers="nginx tessera"
 [ -n "$h2o_pid" ] && servers="$servers h2o"
-declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid)
-declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=${h2o_port:-0})
+[ -n "$base_pid" ] && servers="$servers base"
+declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid [base]=$base_pid)
+declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=${h2o_port:-0} [base]=${base_port:-0})
 
-echo "# $(date -u +%F) $(nproc) cores, $(uname -r); server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+echo "# $(date -u +%F) $(nproc) cores, $(uname -r); mode $MODE; server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s ${WRK_ARGS[*]} on core $LOAD_CPU; median of $ROUNDS rounds"
 printf '%-8s %-8s %12s %12s\n' file server "requests/s" "cpu us/req"
-for file in 12b.txt 64k.bin 1m.bin; do
+for file in $FILES; do
     declare -A rps_runs=() cpu_runs=()
     for _ in $(seq "$ROUNDS"); do
         for s in $servers; do
-            read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/$file" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN")
+            read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/$file" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN" "${WRK_ARGS[@]}")
             rps_runs[$s]+="$rps "
             cpu_runs[$s]+="$cpu "
         done
@@ -118,5 +140,10 @@ for file in 12b.txt 64k.bin 1m.bin; do
     done
     awk -v t="${rps_med[tessera]}" -v n="${rps_med[nginx]}" -v tc="${cpu_med[tessera]}" -v nc="${cpu_med[nginx]}" -v f="$file" \
         'BEGIN { printf "%-8s tessera/nginx: requests/s x%.2f, cpu per request x%.2f (nginx/tessera)\n", f, t / n, nc / tc }'
+    for s in h2o base; do
+        [ -n "${cpu_med[$s]:-}" ] || continue
+        awk -v o="${cpu_med[$s]}" -v tc="${cpu_med[tessera]}" -v f="$file" -v s="$s" \
+            'BEGIN { printf "%-8s tessera/%s: cpu per request x%.2f (%s/tessera)\n", f, s, o / tc, s }'
+    done
     unset rps_runs cpu_runs rps_med cpu_med
 done

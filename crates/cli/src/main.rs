@@ -10,6 +10,14 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc, not glibc's malloc: tokio allocates each connection's task and reactor
+/// registration 128-byte aligned, and glibc's `posix_memalign` leaves a gap around each,
+/// so an idle connection cost 989 bytes of RSS with it and 653 with jemalloc, whose size
+/// classes are aligned already (docs/benchmarks.md, issue 27). Its memory is also
+/// handed back after a burst of connections, where glibc's stayed fragmented.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "tessera",

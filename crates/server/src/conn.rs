@@ -48,8 +48,9 @@ enum Ending {
     /// The peer closed, a timeout or eviction closed us, or we are shutting down after
     /// finishing the responses.
     Closed,
-    /// We decided to close after a response: half-close and drain before closing.
-    Linger,
+    /// We decided to close after a response: close at once when the client has nothing
+    /// more in flight, else half-close and drain first (see [`Conn::may_have_unread`]).
+    AfterResponse,
 }
 
 pub(crate) struct Conn {
@@ -63,6 +64,9 @@ pub(crate) struct Conn {
     start: usize,
     end: usize,
     discard: Discard,
+    /// A request was refused part-way (a malformed or oversized head or body): the rest
+    /// of it may still be on its way, so closing must linger.
+    refused: bool,
 }
 
 impl Conn {
@@ -82,6 +86,7 @@ impl Conn {
             start: 0,
             end: 0,
             discard: Discard::None,
+            refused: false,
         }
     }
 }
@@ -93,11 +98,13 @@ impl Conn {
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
     async move {
-        if let Ok(Ending::Linger) = conn.run().await {
-            // Boxed: its timer is large, and every connection's future (idle ones
-            // included) would otherwise carry room for it. One allocation per closing
-            // connection.
-            Box::pin(conn.linger()).await;
+        if let Ok(Ending::AfterResponse) = conn.run().await {
+            if conn.may_have_unread() {
+                // Boxed: its timer is large, and every connection's future (idle ones
+                // included) would otherwise carry room for it. One allocation per
+                // lingering close; the plain close allocates nothing.
+                Box::pin(conn.linger()).await;
+            }
         }
         if let Some(buffers) = conn.buffers.take() {
             conn.worker.give_back(buffers);
@@ -164,13 +171,13 @@ impl Conn {
                 let read_more = matches!(next, Next::Read);
                 self.flush().await?;
                 match next {
-                    Next::Close => return Ok(Ending::Linger),
+                    Next::Close => return Ok(Ending::AfterResponse),
                     Next::Later(exchange) => {
                         // Boxed: the handler's future is large, and every connection's
                         // future (static and idle ones included) would otherwise carry
                         // room for it.
                         if !Box::pin(self.finish(exchange)).await? {
-                            return Ok(Ending::Linger);
+                            return Ok(Ending::AfterResponse);
                         }
                     }
                     Next::More | Next::Read => {}
@@ -229,6 +236,7 @@ impl Conn {
                 // body can be trusted to start a request).
                 Err(e) => {
                     worker.refused(self.peer, e);
+                    self.refused = true;
                     return Next::Close;
                 }
             }
@@ -260,6 +268,7 @@ impl Conn {
                 Ok(None) => return Next::Read,
                 Err(e) => {
                     worker.refused(self.peer, e);
+                    self.refused = true;
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];
                     // A response to HEAD has no content (RFC 9110 section 9.3.2), a
@@ -544,6 +553,7 @@ impl Conn {
                             used_total += used;
                             if body.len() as u64 > limits.max_body_size {
                                 worker.refused(self.peer, wire::Error::BodyTooLarge);
+                                self.refused = true;
                                 return Ok(None);
                             }
                         }
@@ -557,6 +567,7 @@ impl Conn {
                         }
                         Err(e) => {
                             worker.refused(self.peer, e);
+                            self.refused = true;
                             return Ok(None);
                         }
                     }
@@ -618,6 +629,33 @@ impl Conn {
         }
     }
 
+    /// Whether the client may have sent bytes we have not read, so that closing at once
+    /// could make the kernel answer them with RST and destroy the response in flight
+    /// (nginx's `lingering_close on` asks the same): a refused request, a body not read,
+    /// bytes buffered after the last request answered, or a socket still readable (the
+    /// last read filled the buffer, or more arrived since). A request read completely
+    /// with nothing after it closes at once: the kernel sends the response, then FIN.
+    fn may_have_unread(&mut self) -> bool {
+        // A body the response did not need may have arrived whole with its head.
+        if let Some(buffers) = self.buffers.as_ref() {
+            let max_body_size = self.worker.shared.limits.max_body_size;
+            let _ = skip_body(
+                &mut self.discard,
+                &buffers.read,
+                &mut self.start,
+                self.end,
+                max_body_size,
+            );
+        }
+        if self.refused || self.start < self.end || !matches!(self.discard, Discard::None) {
+            return true;
+        }
+        // Tokio clears readiness after a short read; an event since (more bytes, or the
+        // client's own FIN) sets it again. Polled with a no-op waker: nothing waits on it.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        self.stream.poll_read_ready(&mut cx).is_ready()
+    }
+
     /// Closing right after a response while the client may still be sending would make
     /// the kernel answer with RST, which can destroy the response before the client
     /// reads it. So: half-close, then read and drop what arrives for a bounded time and
@@ -625,6 +663,10 @@ impl Conn {
     async fn linger(&mut self) {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
+        worker
+            .shared
+            .lingering_closes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the socket is open; shutdown(2) only affects its write side.
         unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR) };
         let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());

@@ -88,6 +88,10 @@ pub(crate) struct Shared {
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
     pub refusals: [AtomicU64; wire::Error::ALL.len()],
+    /// Connections closed with a lingering close (half-close, then drain), because the
+    /// client might have had bytes in flight; every other close after a response is
+    /// immediate.
+    pub lingering_closes: AtomicU64,
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
@@ -142,6 +146,7 @@ impl Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
                 refusals: Default::default(),
+                lingering_closes: AtomicU64::new(0),
                 modules,
                 routes,
                 log: Arc::new(access_log::Shared {
@@ -237,6 +242,15 @@ impl Running {
             })
             .filter(|&(_, n)| n > 0)
             .collect()
+    }
+
+    /// Connections closed after a response with a lingering close (half-close, then
+    /// read and drop what arrives for up to 2 s), because the client might still have
+    /// been sending: a body not read, bytes after the last request, a refused request.
+    /// A connection whose requests were all read completely closes at once and is not
+    /// counted.
+    pub fn lingering_closes(&self) -> u64 {
+        self.shared.lingering_closes.load(Ordering::Relaxed)
     }
 
     /// Reloads what every module reads from disk (SIGHUP: Lua scripts), between
