@@ -35,6 +35,8 @@ pub(crate) struct Upstream {
     pub(crate) name: String,
     addresses: Vec<String>,
     next_address: Cell<usize>,
+    /// `path_prefix`: prepended to every request's path.
+    path_prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     permits: Arc<Semaphore>,
@@ -100,6 +102,7 @@ impl Upstream {
             name: c.name.clone(),
             addresses: c.addresses.clone(),
             next_address: Cell::new(0),
+            path_prefix: c.path_prefix.clone(),
             connect_timeout: secs(c.connect_timeout),
             response_timeout: secs(c.response_timeout),
             permits: Arc::new(Semaphore::new(c.max_connections)),
@@ -123,9 +126,15 @@ impl Upstream {
     /// timeouts and 5xx count as failures.
     pub(crate) async fn send(
         self: &Rc<Self>,
-        req: http::Request<Full<Bytes>>,
+        mut req: http::Request<Full<Bytes>>,
         deadline: Instant,
     ) -> Result<(http::Response<Incoming>, Pooled), UpstreamError> {
+        if !self.path_prefix.is_empty() {
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            if let Ok(uri) = format!("{}{target}", self.path_prefix).parse() {
+                *req.uri_mut() = uri;
+            }
+        }
         let Some(ticket) = self.breaker.try_call() else {
             return Err(UpstreamError::BreakerOpen {
                 upstream: self.name.clone(),

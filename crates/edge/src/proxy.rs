@@ -296,6 +296,15 @@ impl Edge {
 
     /// The upstream and ESI mode of `config.route[route]`, for a request the server
     /// routed (on its normalised path) to that route.
+    /// Whether route number `route` serves files (`root`) rather than an upstream.
+    pub(crate) fn route_is_files(&self, route: usize) -> bool {
+        self.inner
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| r.upstream.is_none())
+    }
+
     pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
         let r = self.inner.config.route.get(route)?;
         let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
