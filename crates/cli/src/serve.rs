@@ -71,6 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         file.script.push(mount);
     }
     let modules = file.modules()?;
+    let routes = route_table(&file);
     let config = file.server;
     let root = config.root.clone();
     let workers = config.worker_count();
@@ -79,6 +80,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     raise_open_file_limit();
     let server = server::Server::bind(config, modules.all)?;
+    if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
+        proxy.listening_on(first);
+    }
     let what = match &args.proxy {
         Some(url) => format!("a proxy to {url}"),
         None => root.display().to_string(),
@@ -88,6 +92,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "tessera: serving {what} on http://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
+    }
+    if let Some(&addr) = server.local_addrs().first() {
+        let width = routes.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+        for (prefix, what) in &routes {
+            eprintln!("tessera:   http://{addr}{prefix:width$}  {what}");
+        }
     }
     let running = server.start()?;
     signals.wait(|| running.reopen_logs(), || running.reload());
@@ -122,6 +132,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("tessera: {dropped} access log lines were dropped (the disk did not keep up)");
     }
     Ok(())
+}
+
+/// What answers each configured prefix, for the start-up lines that list the URLs to
+/// open: `(prefix, description)`, sorted by prefix.
+fn route_table(file: &ServeConfig) -> Vec<(String, String)> {
+    let mut table: Vec<(String, String)> = Vec::new();
+    for r in &file.route {
+        let what = match (&r.upstream, &r.root) {
+            (Some(name), _) => {
+                let to = file.upstream.iter().find(|u| &u.name == name);
+                let at = to.map_or(String::new(), |u| {
+                    if u.addresses.iter().all(|a| a == edge::SELF_ADDRESS) {
+                        format!(" (this server, {}/...)", u.path_prefix)
+                    } else {
+                        format!(" ({}{}/...)", u.addresses.join(", "), u.path_prefix)
+                    }
+                });
+                let esi = format!("{:?}", r.esi).to_lowercase();
+                format!("proxied to upstream `{name}`{at}, ESI {esi}")
+            }
+            (None, Some(root)) => format!("files from {}", root.display()),
+            (None, None) => continue,
+        };
+        table.push((r.prefix.clone(), what));
+    }
+    for s in &file.script {
+        table.push((
+            s.prefix.clone(),
+            format!("Lua handler {}", s.path.display()),
+        ));
+    }
+    table.sort();
+    table
 }
 
 fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {
