@@ -77,9 +77,9 @@ local HOME = [==[<!doctype html>
 <esi:include src="/reviews/latest" alt="/fragments/reviews-fallback"/>
 <article class="card" id="assets">
   <h2>Static files <span class="badge">cached a year</span></h2>
-  <p>The stylesheet and the logo come from tessera's file server (sendfile, validators,
-  ranges) with <code id="asset-cache">Cache-Control: public, max-age=31536000, immutable</code>,
-  set for their prefix in <code>examples/demo/tessera.toml</code>.</p>
+  <p>The stylesheet and the logo come from tessera's file server with
+  <code id="asset-cache">Cache-Control: public, max-age=31536000, immutable</code>, set for
+  their prefix in <code>examples/demo/tessera.toml</code>.</p>
   <p class="how"><code>[[cache_control]]</code> &middot; <a href="/docs/config.md">docs/config.md</a>
   &middot; <a href="/docs/http.md">docs/http.md</a></p>
 </article>
@@ -104,11 +104,13 @@ for (const t of document.querySelectorAll("time[data-made]")) {
   note.textContent = age >= 1 ? " from tessera's cache, " + age + " s old" : " fresh from the origin";
   t.after(note);
 }
-const nav = performance.getEntriesByType("navigation")[0];
-if (nav && nav.responseEnd > 0) {
-  document.getElementById("took").textContent =
-    Math.round(nav.responseEnd - nav.requestStart) + " ms, as your browser measured it";
-}
+addEventListener("load", () => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  if (nav && nav.responseEnd > 0) {
+    document.getElementById("took").textContent =
+      Math.round(nav.responseEnd - nav.requestStart) + " ms, as your browser measured it";
+  }
+});
 fetch("/examples/demo/static/demo.css", { method: "HEAD" }).then((r) => {
   const v = r.headers.get("cache-control");
   if (v) document.getElementById("asset-cache").textContent = "Cache-Control: " + v;
@@ -151,9 +153,9 @@ pages["/origin/fragments/visits"] = function(r)
     '<article class="card lua" id="visits" data-now="', made, '">\n',
     '  <h2>Visits <span class="badge">Lua</span></h2>\n',
     '  <p class="big">', visits, '</p>\n',
-    '  <p>pages served since start, counted by a Lua handler in a shared dictionary ',
-    '(<code>shared.demo:incr("visits", 1)</code>) that every worker sees; this one was ',
-    'worker ', tessera.worker_id, '.</p>\n',
+    '  <p>pages since start, counted by Lua in a shared dictionary every worker sees ',
+    '(<code>shared.demo:incr("visits", 1)</code>); worker ', tessera.worker_id,
+    ' answered.</p>\n',
     '  <p class="how">Lua <code>content</code> phase &middot; <a href="/docs/lua.md">docs/lua.md</a></p>\n',
     '</article>\n',
   }
@@ -162,9 +164,8 @@ end
 pages["/origin/fragments/reviews-fallback"] = function(r)
   r:set_header("Cache-Control", "max-age=60")
   return card("reviews", "Reviews", "fallback",
-    "<p>The reviews service (upstream <code>reviews</code>, 127.0.0.1:1) is down, so tessera " ..
-    "served this include's <code>alt</code> fragment instead, and the page did not fail. " ..
-    "After 5 failures its circuit breaker stops even trying for 10 s.</p>",
+    "<p>The reviews service is down (nothing listens on 127.0.0.1:1), so tessera " ..
+    "served the include's <code>alt</code> fragment and the page did not fail.</p>",
     0, '<code>&lt;esi:include src="/reviews/latest" alt="/fragments/reviews-fallback"/&gt;</code>',
     "esi.md")
 end
