@@ -139,3 +139,31 @@ fn readme_demo_assembles_every_fragment_in_parallel_and_caches_them() {
         );
     }
 }
+
+/// README.md links every page of docs/, and every file it links to exists.
+#[test]
+fn readme_links_every_docs_page_and_nothing_missing() {
+    let root = repository();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut linked = Vec::new();
+    for part in readme.split("](").skip(1) {
+        let target = &part[..part.find(')').unwrap()];
+        if target.starts_with("http") {
+            continue;
+        }
+        let file = target.split('#').next().unwrap();
+        assert!(
+            root.join(file).exists(),
+            "README.md links {target}, which is missing"
+        );
+        linked.push(file.to_string());
+    }
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".md") {
+            let doc = format!("docs/{name}");
+            assert!(linked.contains(&doc), "README.md does not link {doc}");
+        }
+    }
+    assert!(linked.contains(&"docs/img/demo.png".to_string()));
+}
