@@ -85,7 +85,9 @@ local HOME = [==[<!doctype html>
 </article>
 </main>
 <footer>
-  <p>How each part works: <a href="/docs/architecture.md">architecture</a> &middot;
+  <p>Start here: <a href="/docs/getting-started.md">getting started</a> &middot;
+  <a href="/docs/migrating.md">migrating from nginx and Varnish</a>.
+  How each part works: <a href="/docs/architecture.md">architecture</a> &middot;
   <a href="/docs/config.md">config</a> &middot; <a href="/docs/esi.md">ESI</a> &middot;
   <a href="/docs/cache.md">cache</a> &middot; <a href="/docs/lua.md">Lua</a> &middot;
   <a href="/docs/http.md">HTTP</a> &middot; <a href="/docs/security.md">security</a> &middot;
