@@ -97,11 +97,14 @@ impl ServeConfig {
         for route in &self.route {
             if let Some(root) = &route.root {
                 anyhow::ensure!(
-                    *root == self.server.root,
+                    Some(root) == self.server.root.as_ref(),
                     "invalid configuration: route {:?}: a static route serves from `root` ({}); \
                      a different directory per route ({}) is not supported",
                     route.prefix,
-                    self.server.root.display(),
+                    self.server
+                        .root
+                        .as_deref()
+                        .map_or("none".into(), |r| r.display().to_string()),
                     root.display()
                 );
             }

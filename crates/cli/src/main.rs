@@ -10,10 +10,14 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 
+/// `tessera --version`: the crate's version and the git commit it was built from
+/// (`build.rs`; "unknown" outside a git checkout).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TESSERA_COMMIT"), ")");
+
 #[derive(Parser)]
 #[command(
     name = "tessera",
-    version,
+    version = VERSION,
     about = "A fast, trustworthy web edge server"
 )]
 struct Cli {

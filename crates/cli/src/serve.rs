@@ -2,13 +2,17 @@
 //! SIGTERM or SIGINT, then shut down gracefully.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::ServeConfig;
 
+/// The root `tessera serve` takes when given none: the demo site, run from the
+/// repository. Elsewhere (an installed binary) it does not exist and no files are served.
+const DEFAULT_ROOT: &str = "examples/site";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Directory to serve [default: examples/site]
+    /// Directory to serve [default: examples/site if it exists here, else no files]
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Address to listen on, IPv4 or IPv6 (`127.0.0.1:8080`, `[::1]:8080`); repeatable
@@ -44,7 +48,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = &mut file.server;
     if let Some(root) = args.root {
-        config.root = root;
+        config.root = Some(root);
+    }
+    if config.root.is_none() && Path::new(DEFAULT_ROOT).is_dir() {
+        config.root = Some(DEFAULT_ROOT.into());
     }
     if !args.listen.is_empty() {
         config.listen = args.listen;
@@ -83,9 +90,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
         proxy.listening_on(first);
     }
-    let what = match &args.proxy {
-        Some(url) => format!("a proxy to {url}"),
-        None => root.display().to_string(),
+    let what = match (&args.proxy, &root) {
+        (Some(url), _) => format!("a proxy to {url}"),
+        (None, Some(root)) => root.display().to_string(),
+        (None, None) => format!("no files (no --root, and no {DEFAULT_ROOT} here)"),
     };
     for addr in server.local_addrs() {
         eprintln!(

@@ -341,7 +341,8 @@ fn open(
 ) -> Result<Arc<FileEntry>, Miss> {
     let shared = &worker.shared;
     let config = &shared.config;
-    let root = shared.root.as_raw_fd();
+    // No root: no files, every path is missing.
+    let root = shared.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     let is_dir_request = key.ends_with(b"/");
     cpath.clear();
     if key.len() > 1 {
@@ -446,7 +447,7 @@ fn directory_without_index(
     }
     cpath.push(0);
     let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
-    let root = shared.root.as_raw_fd();
+    let root = shared.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     if !shared.config.autoindex {
         return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
             Ok(_) => Err(Miss::Status(403)),

@@ -90,9 +90,9 @@ pub(crate) struct Shared {
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
     pub limits: wire::Limits,
-    /// The document root, opened once (`O_PATH`); every file is opened beneath it with
+    /// The document root, if any, opened once (`O_PATH`); every file is opened beneath it with
     /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
-    pub root: OwnedFd,
+    pub root: Option<OwnedFd>,
     /// The open-file cache every worker reads and fills.
     pub files: cache::FileCache,
     /// The origin of every worker's millisecond clock, so that a time one worker
@@ -117,8 +117,14 @@ impl Server {
         config.validate().map_err(Error::Config)?;
         let routes = dispatch::routes(&modules);
         let log_format = access_log::Format::parse(&config.access_log_format)?;
-        let root = open_root(&config.root)?;
-        files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        let root = match &config.root {
+            Some(path) => {
+                let root = open_root(path)?;
+                files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+                Some(root)
+            }
+            None => None,
+        };
         let workers = config.worker_count();
         let mut listeners: Vec<Vec<std::net::TcpListener>> =
             (0..workers).map(|_| Vec::new()).collect();

@@ -44,7 +44,7 @@ fn run(access_log: bool) {
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let log_path = dir.path().join("access.log");
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: Some(dir.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,
@@ -111,7 +111,7 @@ fn conditional_and_range_requests_allocate_nothing() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: Some(dir.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,

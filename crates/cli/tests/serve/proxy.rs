@@ -243,3 +243,25 @@ fn a_bad_proxy_url_is_a_clear_error() {
     assert!(stderr.contains("--proxy ftp://x"), "{stderr}");
     let _ = read_to_close;
 }
+
+/// An installed binary has no examples/site: a proxy started anywhere needs no root.
+#[test]
+fn a_proxy_started_outside_the_repository_needs_no_root() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let origin = origin();
+    let server = Server::start_args_in(
+        elsewhere.path(),
+        &[
+            "serve".into(),
+            "--proxy".into(),
+            format!("http://{origin}"),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--workers".into(),
+            "1".into(),
+        ],
+    );
+    let r = server.get("/page");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"<html>[0][1][2]</html>");
+}
