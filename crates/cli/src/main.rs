@@ -5,10 +5,11 @@
 mod bench;
 mod config;
 mod esi;
+mod generate;
 mod logs;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// `tessera --version`: the crate's version and the git commit it was built from
 /// (`build.rs`; "unknown" outside a git checkout).
@@ -36,6 +37,9 @@ enum Command {
     Logs(logs::Args),
     /// Load-test an HTTP server: closed and open models, reports, A/B comparison.
     Bench(Box<bench::Args>),
+    /// Write man pages or print shell completions (for packages).
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
 fn main() {
@@ -53,6 +57,7 @@ fn main() {
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Bench(args) => bench::run(*args),
+        Command::Generate(args) => generate::run(args, Cli::command()),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");

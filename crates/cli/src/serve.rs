@@ -108,8 +108,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let running = server.start()?;
+    // Under systemd (Type=notify): ready once every listener is open and the workers run.
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!(error = %e, "cannot tell systemd that tessera is ready");
+    }
     signals.wait(|| running.reopen_logs(), || running.reload());
     eprintln!("tessera: shutting down");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     running.shutdown();
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
