@@ -76,3 +76,53 @@ fn completions_are_generated_for_bash_zsh_and_fish() {
         assert!(script.contains("proxy"), "{shell}: no --proxy option");
     }
 }
+
+/// Under systemd (`Type=notify` in packaging/tessera.service): READY=1 on the socket
+/// NOTIFY_SOCKET names once the listeners accept, STOPPING=1 on SIGTERM.
+#[test]
+fn tells_systemd_when_it_is_ready_and_when_it_stops() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixDatagram;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--root",
+        ])
+        .arg(dir.path())
+        .env("NOTIFY_SOCKET", &path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut message = [0u8; 256];
+    let n = socket.recv(&mut message).expect("READY=1 within 20 s");
+    assert_eq!(&message[..n], b"READY=1\n");
+    // Kept open to the end, so the server's last lines have a reader.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .rsplit_once("http://")
+        .unwrap()
+        .1
+        .split('/')
+        .next()
+        .unwrap();
+    std::net::TcpStream::connect(addr).expect("listening once ready");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let n = socket.recv(&mut message).expect("STOPPING=1");
+    assert_eq!(&message[..n], b"STOPPING=1\n");
+    assert!(child.wait().unwrap().success());
+}
