@@ -57,15 +57,15 @@ impl ServeConfig {
     }
 
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
-        let mut table: toml::Table = toml::from_str(text)?;
+        let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
         let mut modules = toml::Table::new();
         for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
             if let Some(value) = table.remove(key) {
                 modules.insert(key.into(), value);
             }
         }
-        let server: server::Config = toml::Value::Table(table).try_into()?;
-        let m: ModuleKeys = toml::Value::Table(modules).try_into()?;
+        let server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
+        let m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
         Ok(ServeConfig {
             server,
             upstream: m.upstream,
@@ -76,6 +76,25 @@ impl ServeConfig {
             shared_dict: m.shared_dict,
         })
     }
+}
+
+/// A TOML error in one line: toml prints a snippet of the file with a caret under the
+/// fault on lines of their own, which a one-line error keeps only as "line L, column C".
+fn one_line(e: toml::de::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let line = match first.strip_prefix("TOML parse error at ") {
+        Some(at) => {
+            let message: Vec<&str> = lines.filter(|l| !l.contains('|')).collect();
+            format!("{at}: {}", message.join(" "))
+        }
+        None => std::iter::once(first)
+            .chain(lines)
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    anyhow::anyhow!(line)
 }
 
 impl ServeConfig {

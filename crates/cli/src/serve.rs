@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // address is printed still shuts down gracefully instead of killing the process.
     let signals = Signals::install()?;
     raise_open_file_limit();
-    let server = server::Server::bind(config, modules.all)?;
+    let server = server::Server::bind(config, modules.all).map_err(what_to_do)?;
     if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
         proxy.listening_on(first);
     }
@@ -178,6 +178,22 @@ fn route_table(file: &ServeConfig) -> Vec<(String, String)> {
     }
     table.sort();
     table
+}
+
+/// A start-up failure in one line, with what to do about it when that is clear.
+fn what_to_do(e: server::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let hint = match &e {
+        server::Error::Listen { source, .. } if source.kind() == ErrorKind::AddrInUse => {
+            "another program listens there: stop it, or choose another address with --listen"
+        }
+        server::Error::Listen { source, .. } if source.kind() == ErrorKind::PermissionDenied => {
+            "ports below 1024 need root or CAP_NET_BIND_SERVICE: choose a port above 1023 with --listen"
+        }
+        server::Error::Root { .. } => "give an existing directory with --root or `root` in the config",
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{:#}; {hint}", anyhow::Error::from(e))
 }
 
 fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {

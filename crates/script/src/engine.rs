@@ -121,9 +121,9 @@ impl Scripts {
 }
 
 fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
-    let source = std::fs::read(path).map_err(|source| Error::Read {
+    let source = std::fs::read(path).map_err(|cause| Error::Read {
         path: path.to_owned(),
-        source,
+        cause,
     })?;
     lua.load(&source[..])
         .set_name(format!("@{}", path.display()))
