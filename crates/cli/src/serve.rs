@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("tessera:   http://{addr}{prefix:width$}  {what}");
         }
     }
-    let running = server.start()?;
+    let running = server.start().map_err(what_to_do)?;
     // Under systemd (Type=notify): ready once every listener is open and the workers run.
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
         tracing::warn!(error = %e, "cannot tell systemd that tessera is ready");
@@ -191,6 +191,9 @@ fn what_to_do(e: server::Error) -> anyhow::Error {
             "ports below 1024 need root or CAP_NET_BIND_SERVICE: choose a port above 1023 with --listen"
         }
         server::Error::Root { .. } => "give an existing directory with --root or `root` in the config",
+        server::Error::AccessLog { source, .. } if source.kind() == ErrorKind::NotFound => {
+            "create its directory, or log elsewhere with --access-log"
+        }
         _ => return e.into(),
     };
     anyhow::anyhow!("{:#}; {hint}", anyhow::Error::from(e))

@@ -126,3 +126,28 @@ fn tells_systemd_when_it_is_ready_and_when_it_stops() {
     assert_eq!(&message[..n], b"STOPPING=1\n");
     assert!(child.wait().unwrap().success());
 }
+
+/// packaging/tessera.toml, installed as /etc/tessera/tessera.toml, is a valid config: it
+/// starts (with a scratch root and log instead of the installed system's).
+#[test]
+fn the_packaged_config_starts() {
+    use std::io::{BufRead, BufReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/tessera.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--config", config, "--listen", "127.0.0.1:0"])
+        .args(["--workers", "1", "--root"])
+        .arg(dir.path())
+        .arg("--access-log")
+        .arg(dir.path().join("access.log"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("tessera: serving "), "{line}");
+}
