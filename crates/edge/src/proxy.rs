@@ -564,9 +564,14 @@ impl Edge {
             }
         }
         let (resp, pooled) = sent?;
-        let (parts, body) = resp.into_parts();
+        let (mut parts, body) = resp.into_parts();
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
+        if req.method == Method::HEAD && is_esi(mode, &parts.headers, token) {
+            // The template's length, validators and ranges are not the page's: a HEAD
+            // gets the fields its GET would (an assembled page's).
+            parts.headers = page_headers(parts.headers);
+        }
         let now = now_ms();
         let freshness = store
             .as_ref()

@@ -108,6 +108,9 @@ fn readme_demo_assembles_every_fragment_in_parallel_and_caches_them() {
         "#prices is no-store and must be fetched for every page"
     );
 
+    // A HEAD of the cached page gets the page's fields, not the template's length.
+    assert_head_has_no_template_length(&server);
+
     // Static assets are cached by browsers for a year.
     let css = server.get("/examples/demo/static/demo.css");
     assert_eq!(css.status, 200);
@@ -166,4 +169,25 @@ fn readme_links_every_docs_page_and_nothing_missing() {
         }
     }
     assert!(linked.contains(&"docs/img/demo.png".to_string()));
+}
+
+/// A HEAD of an ESI page, which the origin answers with its template's Content-Length,
+/// must not claim the template's length for the assembled page (cache miss and hit).
+#[test]
+fn a_head_of_the_demo_page_does_not_claim_the_template_length() {
+    let server = start_demo();
+    assert_head_has_no_template_length(&server);
+    assert_eq!(server.get("/").status, 200);
+    assert_head_has_no_template_length(&server);
+}
+
+fn assert_head_has_no_template_length(server: &Server) {
+    let head = server.exchange(b"HEAD / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "a HEAD has no body: {head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("content-length"),
+        "{head}"
+    );
 }
