@@ -90,14 +90,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
         proxy.listening_on(first);
     }
+    // What answers the paths no other line lists; nothing when a route takes `/`.
     let what = match (&args.proxy, &root) {
-        (Some(url), _) => format!("a proxy to {url}"),
-        (None, Some(root)) => root.display().to_string(),
-        (None, None) => format!("no files (no --root, and no {DEFAULT_ROOT} here)"),
+        (Some(url), _) => format!(" a proxy to {url}"),
+        _ if routes.iter().any(|(prefix, _)| prefix == "/") => String::new(),
+        (None, Some(root)) => format!(" {}", root.display()),
+        (None, None) => format!(" no files (no --root, and no {DEFAULT_ROOT} here)"),
     };
     for addr in server.local_addrs() {
         eprintln!(
-            "tessera: serving {what} on http://{addr}/ with {workers} worker{}",
+            "tessera: serving{what} on http://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
     }
