@@ -175,9 +175,9 @@ impl Url {
 /// Blank lines and lines starting with `#` are skipped. Body files are read
 /// relative to the request file's directory.
 pub fn read_request_file(path: &Path, base: Option<&str>) -> Result<Vec<RequestSpec>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile {
+    let text = std::fs::read_to_string(path).map_err(|cause| Error::ReadFile {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
@@ -204,9 +204,9 @@ pub fn read_request_file(path: &Path, base: Option<&str>) -> Result<Vec<RequestS
         if let Some(last) = words.last() {
             if let Some(file) = last.strip_prefix('@') {
                 let p = dir.join(file);
-                body = Some(std::fs::read(&p).map_err(|source| Error::ReadFile {
+                body = Some(std::fs::read(&p).map_err(|cause| Error::ReadFile {
                     path: p.clone(),
-                    source,
+                    cause,
                 })?);
                 words.pop();
             }
@@ -332,14 +332,14 @@ impl Plan {
             None => {
                 let addr = (first.host.as_str(), first.port)
                     .to_socket_addrs()
-                    .map_err(|source| Error::Resolve {
+                    .map_err(|cause| Error::Resolve {
                         host: first.host.clone(),
-                        source,
+                        cause,
                     })?
                     .next()
                     .ok_or_else(|| Error::Resolve {
                         host: first.host.clone(),
-                        source: std::io::Error::other("no addresses"),
+                        cause: std::io::Error::other("no addresses"),
                     })?;
                 if cfg.loopback_only && !addr.ip().is_loopback() {
                     return Err(Error::NotLoopback(addr.to_string()));

@@ -10,23 +10,17 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("invalid URL {url:?}: {reason}")]
     Url { url: String, reason: &'static str },
-    #[error("cannot resolve {host}: {source}")]
-    Resolve {
-        host: String,
-        #[source]
-        source: io::Error,
-    },
+    // The cause is in the message, not a `source`: the binary prints the chain, and
+    // it would name the cause twice.
+    #[error("cannot resolve {host}: {cause}")]
+    Resolve { host: String, cause: io::Error },
     #[error("{option}: {reason}")]
     InvalidOption {
         option: &'static str,
         reason: String,
     },
-    #[error("cannot read {path}: {source}")]
-    ReadFile {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("cannot read {path}: {cause}")]
+    ReadFile { path: PathBuf, cause: io::Error },
     #[error("{path} line {line}: {reason}")]
     RequestFile {
         path: PathBuf,

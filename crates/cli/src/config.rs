@@ -65,7 +65,7 @@ impl ServeConfig {
     }
 
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
-        let mut table: toml::Table = toml::from_str(text)?;
+        let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
         let mut modules = toml::Table::new();
         for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
             if let Some(value) = table.remove(key) {
@@ -87,12 +87,13 @@ impl ServeConfig {
                 }
                 let m: HostModuleKeys = toml::Value::Table(keys)
                     .try_into()
+                    .map_err(one_line)
                     .with_context(|| format!("host[{i}]"))?;
                 host_modules.push((i + 1, m));
             }
         }
-        let server: server::Config = toml::Value::Table(table).try_into()?;
-        let mut m: ModuleKeys = toml::Value::Table(modules).try_into()?;
+        let server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
+        let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
         for (site, h) in host_modules {
             m.route
                 .extend(h.route.into_iter().map(|r| edge::RouteConfig { site, ..r }));
@@ -112,6 +113,25 @@ impl ServeConfig {
             shared_dict: m.shared_dict,
         })
     }
+}
+
+/// A TOML error in one line: toml prints a snippet of the file with a caret under the
+/// fault on lines of their own, which a one-line error keeps only as "line L, column C".
+fn one_line(e: toml::de::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let line = match first.strip_prefix("TOML parse error at ") {
+        Some(at) => {
+            let message: Vec<&str> = lines.filter(|l| !l.contains('|')).collect();
+            format!("{at}: {}", message.join(" "))
+        }
+        None => std::iter::once(first)
+            .chain(lines)
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    anyhow::anyhow!(line)
 }
 
 impl ServeConfig {
@@ -134,21 +154,21 @@ impl ServeConfig {
         for route in &self.route {
             if let Some(root) = &route.root {
                 let (key, site_root) = match route.site {
-                    0 => ("root".to_string(), &self.server.root),
+                    0 => ("root".to_string(), self.server.root.as_ref()),
                     i => (
                         format!("host[{}].root", i - 1),
                         self.server.host[i - 1]
                             .root
                             .as_ref()
-                            .unwrap_or(&self.server.root),
+                            .or(self.server.root.as_ref()),
                     ),
                 };
                 anyhow::ensure!(
-                    root == site_root,
+                    Some(root) == site_root,
                     "invalid configuration: route {:?}: a static route serves from `{key}` ({}); \
                      a different directory per route ({}) is not supported",
                     route.prefix,
-                    site_root.display(),
+                    site_root.map_or("none".into(), |r| r.display().to_string()),
                     root.display()
                 );
             }

@@ -5,10 +5,15 @@
 mod bench;
 mod config;
 mod esi;
+mod generate;
 mod logs;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `tessera --version`: the crate's version and the git commit it was built from
+/// (`build.rs`; "unknown" outside a git checkout).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TESSERA_COMMIT"), ")");
 
 /// jemalloc, not glibc's malloc: tokio allocates each connection's task and reactor
 /// registration 128-byte aligned, and glibc's `posix_memalign` leaves a gap around each,
@@ -21,7 +26,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[derive(Parser)]
 #[command(
     name = "tessera",
-    version,
+    version = VERSION,
     about = "A fast, trustworthy web edge server"
 )]
 struct Cli {
@@ -40,6 +45,9 @@ enum Command {
     Logs(logs::Args),
     /// Load-test an HTTP server: closed and open models, reports, A/B comparison.
     Bench(Box<bench::Args>),
+    /// Write man pages or print shell completions (for packages).
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
 fn main() {
@@ -57,6 +65,7 @@ fn main() {
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Bench(args) => bench::run(*args),
+        Command::Generate(args) => generate::run(args, Cli::command()),
     };
     if let Err(e) = result {
         eprintln!("tessera: error: {e:#}");

@@ -2,13 +2,17 @@
 //! SIGTERM or SIGINT, then shut down gracefully.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::ServeConfig;
 
+/// The root `tessera serve` takes when given none: the demo site, run from the
+/// repository. Elsewhere (an installed binary) it does not exist and no files are served.
+const DEFAULT_ROOT: &str = "examples/site";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Directory to serve [default: examples/site]
+    /// Directory to serve [default: examples/site if it exists here, else no files]
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Address to listen on, IPv4 or IPv6 (`127.0.0.1:8080`, `[::1]:8080`); repeatable
@@ -44,7 +48,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = &mut file.server;
     if let Some(root) = args.root {
-        config.root = root;
+        config.root = Some(root);
+    }
+    if config.root.is_none() && Path::new(DEFAULT_ROOT).is_dir() {
+        config.root = Some(DEFAULT_ROOT.into());
     }
     if !args.listen.is_empty() {
         config.listen = args.listen;
@@ -74,6 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         file.script.push(mount);
     }
     let modules = file.modules()?;
+    let routes = route_table(&file);
     let config = file.server;
     let root = config.root.clone();
     let workers = config.worker_count();
@@ -81,20 +89,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // address is printed still shuts down gracefully instead of killing the process.
     let signals = Signals::install()?;
     raise_open_file_limit();
-    let server = server::Server::bind(config, modules.all)?;
-    let what = match &args.proxy {
-        Some(url) => format!("a proxy to {url}"),
-        None => root.display().to_string(),
+    let server = server::Server::bind(config, modules.all).map_err(what_to_do)?;
+    if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
+        proxy.listening_on(first);
+    }
+    // What answers the paths no other line lists; nothing when a route takes `/`.
+    let what = match (&args.proxy, &root) {
+        (Some(url), _) => format!(" a proxy to {url}"),
+        _ if routes.iter().any(|(prefix, _)| prefix == "/") => String::new(),
+        (None, Some(root)) => format!(" {}", root.display()),
+        (None, None) => format!(" no files (no --root, and no {DEFAULT_ROOT} here)"),
     };
     for addr in server.local_addrs() {
         eprintln!(
-            "tessera: serving {what} on http://{addr}/ with {workers} worker{}",
+            "tessera: serving{what} on http://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
     }
-    let running = server.start()?;
+    if let Some(&addr) = server.local_addrs().first() {
+        let width = routes.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+        for (prefix, what) in &routes {
+            eprintln!("tessera:   http://{addr}{prefix:width$}  {what}");
+        }
+    }
+    let running = server.start().map_err(what_to_do)?;
+    // Under systemd (Type=notify): ready once every listener is open and the workers run.
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!(error = %e, "cannot tell systemd that tessera is ready");
+    }
     signals.wait(|| running.reopen_logs(), || running.reload());
     eprintln!("tessera: shutting down");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     running.shutdown();
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
@@ -132,6 +157,58 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("tessera: {dropped} access log lines were dropped (the disk did not keep up)");
     }
     Ok(())
+}
+
+/// What answers each configured prefix, for the start-up lines that list the URLs to
+/// open: `(prefix, description)`, sorted by prefix.
+fn route_table(file: &ServeConfig) -> Vec<(String, String)> {
+    let mut table: Vec<(String, String)> = Vec::new();
+    for r in &file.route {
+        let what = match (&r.upstream, &r.root) {
+            (Some(name), _) => {
+                let to = file.upstream.iter().find(|u| &u.name == name);
+                let at = to.map_or(String::new(), |u| {
+                    if u.addresses.iter().all(|a| a == edge::SELF_ADDRESS) {
+                        format!(" (this server, {}/...)", u.path_prefix)
+                    } else {
+                        format!(" ({}{}/...)", u.addresses.join(", "), u.path_prefix)
+                    }
+                });
+                let esi = format!("{:?}", r.esi).to_lowercase();
+                format!("proxied to upstream `{name}`{at}, ESI {esi}")
+            }
+            (None, Some(root)) => format!("files from {}", root.display()),
+            (None, None) => continue,
+        };
+        table.push((r.prefix.clone(), what));
+    }
+    for s in &file.script {
+        table.push((
+            s.prefix.clone(),
+            format!("Lua handler {}", s.path.display()),
+        ));
+    }
+    table.sort();
+    table
+}
+
+/// A start-up failure in one line, with what to do about it when that is clear.
+fn what_to_do(e: server::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let hint = match &e {
+        server::Error::Listen { source, .. } if source.kind() == ErrorKind::AddrInUse => {
+            "another program listens there: stop it, or choose another address with --listen"
+        }
+        server::Error::Listen { source, .. } if source.kind() == ErrorKind::PermissionDenied => {
+            "ports below 1024 need root or CAP_NET_BIND_SERVICE: choose a port above 1023 with --listen"
+        }
+        server::Error::Root { .. } => "give an existing directory with --root or `root` in the config",
+        server::Error::AccessLog { source, .. } if source.kind() == ErrorKind::NotFound => {
+            "create its directory, or log elsewhere with --access-log"
+        }
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{:#}; {hint}", anyhow::Error::from(e))
 }
 
 fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {

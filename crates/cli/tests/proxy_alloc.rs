@@ -46,7 +46,7 @@ fn proxied_keep_alive_get_allocations_are_bounded() {
     std::fs::write(dir.path().join("1k.txt"), vec![b'a'; 1024]).unwrap();
     let origin = server::Server::bind(
         server::Config {
-            root: dir.path().to_owned(),
+            root: Some(dir.path().to_owned()),
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             workers: 1,
             max_connections: 64,
@@ -62,7 +62,7 @@ fn proxied_keep_alive_get_allocations_are_bounded() {
         edge::EdgeModule::new(edge::EdgeConfig::proxy_to(&origin_addr.to_string())).unwrap();
     let proxy_server = server::Server::bind(
         server::Config {
-            root: dir.path().to_owned(),
+            root: Some(dir.path().to_owned()),
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             workers: 1,
             max_connections: 64,

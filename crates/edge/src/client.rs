@@ -54,6 +54,8 @@ pub(crate) struct Upstream {
     pub(crate) name: String,
     addresses: Vec<String>,
     next_address: Cell<usize>,
+    /// `path_prefix`: prepended to every request's path.
+    path_prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     permits: Arc<Semaphore>,
@@ -97,13 +99,14 @@ pub(crate) enum Fields<'a> {
 }
 
 impl Outgoing<'_> {
-    /// The request head: request line, the fields (framing fields the caller left are
-    /// dropped: the body's length is known here), Content-Length when there is a body or
-    /// the method expects one.
-    fn encode(&self, buf: &mut Vec<u8>) {
+    /// The request head: request line (the target after the upstream's `path_prefix`),
+    /// the fields (framing fields the caller left are dropped: the body's length is known
+    /// here), Content-Length when there is a body or the method expects one.
+    fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str) {
         buf.clear();
         buf.extend_from_slice(self.method.as_str().as_bytes());
         buf.push(b' ');
+        buf.extend_from_slice(path_prefix.as_bytes());
         buf.extend_from_slice(self.target.as_bytes());
         buf.extend_from_slice(b" HTTP/1.1\r\n");
         match &self.fields {
@@ -365,6 +368,7 @@ impl Upstream {
             name: c.name.clone(),
             addresses: c.addresses.clone(),
             next_address: Cell::new(0),
+            path_prefix: c.path_prefix.clone(),
             connect_timeout: secs(c.connect_timeout),
             response_timeout: secs(c.response_timeout),
             permits: Arc::new(Semaphore::new(c.max_connections)),
@@ -431,7 +435,7 @@ impl Upstream {
             };
             let head_request = *req.method == Method::HEAD;
             let attempt = timeout_at(deadline, async {
-                req.encode(&mut conn.write);
+                req.encode(&mut conn.write, &self.path_prefix);
                 conn.send(req.body).await.map_err(Attempt::Broken)?;
                 self.read_head(&mut conn, head_request).await
             })

@@ -29,6 +29,9 @@ pub struct EdgeConfig {
     pub hosts: handler::Hosts,
 }
 
+/// The upstream address that means this server's own first listener.
+pub const SELF_ADDRESS: &str = "self";
+
 /// One `[[upstream]]`: a named origin reached at one or more addresses.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,8 +40,13 @@ pub struct UpstreamConfig {
     pub name: String,
     /// `host:port` addresses, used in turn (round robin); one that refuses a connection
     /// is skipped for the next. Default `["127.0.0.1:9000"]`. Names are resolved when a
-    /// connection is opened.
+    /// connection is opened. [`SELF_ADDRESS`] stands for this server's own first listener
+    /// (see [`crate::EdgeModule::listening_on`]), for an origin served by the same process.
     pub addresses: Vec<String>,
+    /// Prepended to the path of every request sent to this upstream (`"/origin"` sends
+    /// `/a?b` as `/origin/a?b`), like the path of nginx's `proxy_pass http://app/origin`.
+    /// Default empty: paths go as they came. Empty or `/...` without a trailing `/`.
+    pub path_prefix: String,
     /// Seconds to open a TCP connection. Default 1: a loopback or LAN origin that does not
     /// accept within a second is down, and a page should not wait longer on it.
     pub connect_timeout: f64,
@@ -177,6 +185,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             name: "origin".into(),
             addresses: vec!["127.0.0.1:9000".into()],
+            path_prefix: String::new(),
             connect_timeout: 1.0,
             response_timeout: 30.0,
             max_connections: 64,
@@ -262,6 +271,15 @@ impl EdgeConfig {
             }
             if u.addresses.is_empty() {
                 return bad(format!("upstream `{}` has no addresses", u.name));
+            }
+            let p = &u.path_prefix;
+            if !p.is_empty() && (!p.starts_with('/') || p.ends_with('/') || p.contains(['?', '#']))
+            {
+                return bad(format!(
+                    "upstream `{}`: path_prefix must be empty or /path without a trailing / \
+                     (not {p:?})",
+                    u.name
+                ));
             }
             if u.max_connections == 0 {
                 return bad(format!(

@@ -90,7 +90,7 @@ pub use cache::{Cache, CacheStats};
 pub use client::UpstreamStats;
 pub use config::{
     CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RedisConfig,
-    RouteConfig, UpstreamConfig,
+    RouteConfig, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;

@@ -1,12 +1,13 @@
-//! The proxy as a module of the server (`handler::Module`): its upstream routes are
+//! The proxy as a module of the server (`handler::Module`): its routes are
 //! handler routes, each worker runs one [`Edge`], and the same worker's `Edge` is the
 //! upstream client scripts call (`handler::Upstreams`).
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -38,6 +39,9 @@ pub struct EdgeModule {
     proxies: bool,
     /// Connections opened per upstream by all workers.
     opened: Arc<[Arc<AtomicU64>]>,
+    /// The server's first listener, which the upstream address `self` stands for; set
+    /// once the server has bound it, before any worker starts.
+    listening: OnceLock<SocketAddr>,
 }
 
 impl EdgeModule {
@@ -61,6 +65,7 @@ impl EdgeModule {
             cache,
             proxies,
             opened,
+            listening: OnceLock::new(),
         }))
     }
 
@@ -74,6 +79,29 @@ impl EdgeModule {
             .collect()
     }
 
+    /// Tells the proxy the address of the server's first listener (its port resolved),
+    /// which upstream addresses written `self` ([`crate::SELF_ADDRESS`]) then reach: an
+    /// origin served by this same process, a Lua handler under another prefix. Call it
+    /// after binding and before the workers start; later calls are ignored.
+    pub fn listening_on(&self, addr: SocketAddr) {
+        let _ = self.listening.set(addr);
+    }
+
+    /// The configuration with every `self` address replaced by the listener's.
+    fn resolved(&self) -> EdgeConfig {
+        let mut config = self.config.clone();
+        if let Some(addr) = self.listening.get() {
+            for u in &mut config.upstream {
+                for a in &mut u.addresses {
+                    if a == crate::SELF_ADDRESS {
+                        *a = addr.to_string();
+                    }
+                }
+            }
+        }
+        config
+    }
+
     /// The cache's counters, when some route proxies.
     pub fn cache_stats(&self) -> Option<crate::CacheStats> {
         self.proxies.then(|| self.cache.stats())
@@ -84,7 +112,7 @@ impl EdgeModule {
             return Some(edge);
         }
         match Edge::build(
-            self.config.clone(),
+            self.resolved(),
             self.cache.clone(),
             true,
             self.opened.clone(),
@@ -108,7 +136,6 @@ impl Module for EdgeModule {
             .route
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.upstream.is_some())
             .map(|(i, r)| Route {
                 prefix: r.prefix.clone(),
                 role: Role::Handler,
@@ -172,6 +199,10 @@ impl Service for EdgeService {
         let Some(edge) = &self.edge else {
             return Answer::Pass;
         };
+        if edge.route_is_files(req.tag as usize) {
+            // A `root` route: its files, even under a proxied shorter prefix.
+            return Answer::Files;
+        }
         let (Some((upstream, mode)), Some(request)) =
             (edge.route_upstream(req.tag as usize), proxy_request(req))
         else {

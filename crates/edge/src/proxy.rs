@@ -326,6 +326,15 @@ impl Edge {
         self.proxy_to(upstream, mode, req).await
     }
 
+    /// Whether route number `route` serves files (`root`) rather than an upstream.
+    pub(crate) fn route_is_files(&self, route: usize) -> bool {
+        self.inner
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| r.upstream.is_none())
+    }
+
     /// The upstream and ESI mode of `config.route[route]`, for a request the server
     /// routed (on its normalised path) to that route.
     pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
@@ -566,9 +575,14 @@ impl Edge {
                 }
             }
         }
-        let (parts, pooled) = sent?;
+        let (mut parts, pooled) = sent?;
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
+        if req.method == Method::HEAD && is_esi(mode, &parts.headers, token) {
+            // The template's length, validators and ranges are not the page's: a HEAD
+            // gets the fields its GET would (an assembled page's).
+            parts.headers = page_headers(parts.headers);
+        }
         let now = now_ms();
         let freshness = store
             .as_ref()

@@ -105,8 +105,13 @@ pub enum Answer {
     /// body and awaits [`Deferred::respond`], while the worker serves its other
     /// connections.
     Later(Box<dyn Deferred>),
-    /// Not this handler's: the server's own handler (static files) answers.
+    /// Not this handler's: the handler of the next shorter prefix is asked, and when none
+    /// is left the server's own handler (static files) answers.
     Pass,
+    /// The server's static files answer, whatever handlers of shorter prefixes there
+    /// are: a files route under a proxied one (`location /docs { root ...; }` inside
+    /// nginx's `location / { proxy_pass ...; }`).
+    Files,
 }
 
 /// A response that waits on something (the request body, an upstream, a timer).

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
 
+use crate::clock;
 use crate::config::{ScriptConfig, SharedDictConfig};
 use crate::context::{self, Context, RequestHead};
 use crate::guard::{self, Watchdog, WorkerGuard};
@@ -123,9 +124,9 @@ impl Scripts {
 }
 
 fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
-    let source = std::fs::read(path).map_err(|source| Error::Read {
+    let source = std::fs::read(path).map_err(|cause| Error::Read {
         path: path.to_owned(),
-        source,
+        cause,
     })?;
     lua.load(&source[..])
         .set_name(format!("@{}", path.display()))
@@ -397,14 +398,7 @@ impl Engine {
 
         let tessera = lua.create_table()?;
         tessera.set("worker_id", worker)?;
-        tessera.set(
-            "now",
-            lua.create_function(|_, ()| {
-                Ok(std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64()))
-            })?,
-        )?;
+        clock::install(lua, &tessera)?;
 
         // tessera.log.info(...), .warn, .error, .debug
         let log = lua.create_table()?;

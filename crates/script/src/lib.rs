@@ -17,7 +17,7 @@
 //! is a filter and a handler of its prefix); each worker starts one [`Engine`] (its own
 //! Lua state, no locks). For a request under a mount the module calls [`Engine::begin`], then
 //! [`Engine::access`], [`Engine::content`] (a future: it finishes on its first poll
-//! unless the script awaits an upstream or a timer), [`Engine::header_filter`], and
+//! unless the script awaits an upstream, a timer or a sleep), [`Engine::header_filter`], and
 //! [`Engine::finish`]. The fast path avoids work the script does not ask for: the
 //! request head is copied into a reused buffer and turned into Lua strings only when an
 //! accessor is called, phase functions are resolved once per load, and the context
@@ -25,6 +25,7 @@
 //! [`Outcome::Failed`] (logged with the script and line): the server answers 500 and
 //! goes on.
 
+mod clock;
 mod config;
 mod context;
 mod engine;

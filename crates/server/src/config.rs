@@ -11,8 +11,10 @@ pub struct Config {
     /// Addresses to listen on. Default is 127.0.0.1:8080: loopback only, so a first run
     /// never exposes a machine by accident.
     pub listen: Vec<SocketAddr>,
-    /// Directory served. Default is `examples/site`, the demo site in the repository.
-    pub root: PathBuf,
+    /// Directory served. Default none: no static files, so every request no module
+    /// answers is 404 (a proxy needs no directory). `tessera serve` sets
+    /// `examples/site` when it is given no root and that directory exists.
+    pub root: Option<PathBuf>,
     /// Worker threads. Default 0 means one per core.
     pub workers: usize,
     /// Listen backlog per listener. Default is 4096, enough to absorb a connection burst
@@ -144,7 +146,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
-            root: PathBuf::from("examples/site"),
+            root: None,
             workers: 0,
             backlog: 4096,
             index: "index.html".into(),

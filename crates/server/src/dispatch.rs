@@ -201,7 +201,7 @@ pub(crate) fn answer(
         d
     };
     match answer {
-        None | Some(Answer::Pass) => {
+        None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
             static_files(worker, site, req, Some(&path[..]), keep_alive, out, pending);
             if let Some(mut filter) = filter {

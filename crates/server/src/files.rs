@@ -345,7 +345,8 @@ fn open(
     accept: AcceptEncoding,
 ) -> Result<Arc<FileEntry>, Miss> {
     let config = &worker.shared.config;
-    let root = site.root.as_raw_fd();
+    // No root: no files, every path is missing.
+    let root = site.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     let is_dir_request = key.ends_with(b"/");
     cpath.clear();
     if key.len() > 1 {
@@ -449,7 +450,7 @@ fn directory_without_index(
     }
     cpath.push(0);
     let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
-    let root = site.root.as_raw_fd();
+    let root = site.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     if !site.autoindex {
         return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
             Ok(_) => Err(Miss::Status(403)),

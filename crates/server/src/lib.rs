@@ -121,7 +121,9 @@ impl Server {
         let routes = dispatch::routes(&modules, config.host.len() + 1);
         let log_format = access_log::Format::parse(&config.access_log_format)?;
         let sites = sites::Sites::open(&config, open_root)?;
-        files::probe_openat2(sites.all()[0].root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
+            files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        }
         let workers = config.worker_count();
         let mut listeners: Vec<Vec<std::net::TcpListener>> =
             (0..workers).map(|_| Vec::new()).collect();

@@ -9,9 +9,10 @@ use crate::cache::FileCache;
 use crate::config::{CacheControlRule, Config};
 
 pub(crate) struct Site {
-    /// The document root, opened once (`O_PATH`); every file is opened beneath it with
-    /// `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it.
-    pub root: OwnedFd,
+    /// The document root, if any, opened once (`O_PATH`); every file is opened beneath
+    /// it with `openat2(RESOLVE_BENEATH)`, so no path or symlink can leave it. Without
+    /// one, every path is missing (a proxy-only site).
+    pub root: Option<OwnedFd>,
     pub index: String,
     pub autoindex: bool,
     pub cache_control: Vec<CacheControlRule>,
@@ -32,7 +33,7 @@ impl Sites {
         mut open_root: impl FnMut(&std::path::Path) -> Result<OwnedFd, E>,
     ) -> Result<Sites, E> {
         let mut sites = vec![Site {
-            root: open_root(&config.root)?,
+            root: config.root.as_deref().map(&mut open_root).transpose()?,
             index: config.index.clone(),
             autoindex: config.autoindex,
             cache_control: config.cache_control.clone(),
@@ -40,7 +41,12 @@ impl Sites {
         }];
         for h in &config.host {
             sites.push(Site {
-                root: open_root(h.root.as_deref().unwrap_or(&config.root))?,
+                root: h
+                    .root
+                    .as_deref()
+                    .or(config.root.as_deref())
+                    .map(&mut open_root)
+                    .transpose()?,
                 index: h.index.clone().unwrap_or_else(|| config.index.clone()),
                 autoindex: h.autoindex.unwrap_or(config.autoindex),
                 cache_control: h

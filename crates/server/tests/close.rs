@@ -16,7 +16,7 @@ fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: Some(dir.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,

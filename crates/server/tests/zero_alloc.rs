@@ -48,7 +48,7 @@ fn run(access_log: bool, hosts: bool) {
     let log_path = dir.path().join("access.log");
     let other = tempfile::tempdir().unwrap();
     let config = server::Config {
-        root: other.path().to_owned(),
+        root: Some(other.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,
@@ -71,7 +71,7 @@ fn run(access_log: bool, hosts: bool) {
         config
     } else {
         server::Config {
-            root: dir.path().to_owned(),
+            root: Some(dir.path().to_owned()),
             host: Vec::new(),
             ..config
         }
@@ -136,7 +136,7 @@ fn conditional_and_range_requests_allocate_nothing() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: Some(dir.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,
@@ -225,7 +225,7 @@ fn connection_per_request_allocates_only_tokios_per_connection_state() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let config = server::Config {
-        root: dir.path().to_owned(),
+        root: Some(dir.path().to_owned()),
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         workers: 1,
         max_connections: 64,

@@ -33,7 +33,13 @@ impl Server {
     }
 
     pub fn start_args(args: &[String]) -> Server {
+        Server::start_args_in(Path::new("."), args)
+    }
+
+    /// `tessera ARGS` run in the directory `dir` (relative paths in ARGS are from there).
+    pub fn start_args_in(dir: &Path, args: &[String]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .current_dir(dir)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

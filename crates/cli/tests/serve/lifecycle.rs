@@ -149,3 +149,61 @@ fn refusals_are_logged_with_client_and_reason_and_counted() {
         "{stderr}"
     );
 }
+
+/// What a first-time user gets wrong (a missing file, a bad value, a busy port) ends the
+/// start with one line that names the cause once and, where it is clear, what to do.
+#[test]
+fn start_up_errors_are_one_line_with_their_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_value = dir.path().join("bad-value.toml");
+    std::fs::write(&bad_value, "workers = \"two\"\n").unwrap();
+    let bad_syntax = dir.path().join("bad-syntax.toml");
+    std::fs::write(&bad_syntax, "listen = [127.0.0.1]\n").unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--config", "missing.toml"],
+            "cannot read config file missing.toml: No such file or directory (os error 2)",
+        ),
+        (
+            &["--config", bad_value.to_str().unwrap()],
+            "invalid type: string \"two\", expected usize in `workers`",
+        ),
+        (
+            &["--config", bad_syntax.to_str().unwrap()],
+            "line 1, column 16: invalid float",
+        ),
+        (
+            &["--root", "missing-dir"],
+            "No such file or directory (os error 2); give an existing directory with --root",
+        ),
+        (
+            &["--script", "/x=missing.lua"],
+            "cannot read script missing.lua: No such file or directory (os error 2)",
+        ),
+        (
+            &["--listen", &busy_addr],
+            "Address already in use (os error 98); another program listens there",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .arg("serve")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("tessera: error: "), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        if let Some(cause) = ["(os error 2)", "(os error 98)"]
+            .iter()
+            .find(|c| stderr.contains(*c))
+        {
+            assert_eq!(stderr.matches(cause).count(), 1, "{args:?}: {stderr}");
+        }
+    }
+}

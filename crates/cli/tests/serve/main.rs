@@ -4,6 +4,7 @@ mod harness;
 
 mod access_log;
 mod cache;
+mod demo;
 mod framing;
 mod hosts;
 mod http_semantics;

@@ -243,3 +243,50 @@ fn a_bad_proxy_url_is_a_clear_error() {
     assert!(stderr.contains("--proxy ftp://x"), "{stderr}");
     let _ = read_to_close;
 }
+
+/// An installed binary has no examples/site: a proxy started anywhere needs no root.
+#[test]
+fn a_proxy_started_outside_the_repository_needs_no_root() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let origin = origin();
+    let server = Server::start_args_in(
+        elsewhere.path(),
+        &[
+            "serve".into(),
+            "--proxy".into(),
+            format!("http://{origin}"),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--workers".into(),
+            "1".into(),
+        ],
+    );
+    let r = server.get("/page");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"<html>[0][1][2]</html>");
+}
+
+/// nginx's `location /docs { root ...; }` inside a proxied `location /`: the longer files
+/// route answers from disk instead of falling through to the proxy; and an upstream's
+/// `path_prefix` puts every path it is sent (page and fragments) under its prefix.
+#[test]
+fn a_files_route_under_a_proxied_root_serves_files_and_path_prefix_is_prepended() {
+    let site = Site::new();
+    let origin = origin();
+    let root = site.root();
+    let server = site.serve_with(&format!(
+        "root = {root:?}\n\
+         [[upstream]]\nname = \"app\"\naddresses = [\"{origin}\"]\npath_prefix = \"/frag\"\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"app\"\n\
+         [[route]]\nprefix = \"/docs\"\nroot = {root:?}\n"
+    ));
+    let doc = server.get("/docs/index.html");
+    assert_eq!(doc.status, 200);
+    assert_eq!(doc.body, b"<h1>docs</h1>\n");
+    // /7 is sent as /frag/7, which the origin answers "[7]".
+    let proxied = server.get("/7");
+    assert_eq!(proxied.status, 200);
+    assert_eq!(proxied.body, b"[7]");
+    // Not under /docs: proxied, even though the file exists in the root.
+    assert_eq!(server.get("/hello.txt").body, b"[hello.txt]");
+}
