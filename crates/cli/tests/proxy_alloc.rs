@@ -44,33 +44,21 @@ const MAX_PER_REQUEST: u64 = 30;
 fn proxied_keep_alive_get_allocations_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("1k.txt"), vec![b'a'; 1024]).unwrap();
-    let origin = server::Server::bind(
-        server::Config {
-            root: Some(dir.path().to_owned()),
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            workers: 1,
-            max_connections: 64,
-            ..server::Config::default()
-        },
-        Vec::new(),
-    )
-    .unwrap();
+    let config = server::Config {
+        root: Some(dir.path().to_owned()),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        workers: 1,
+        max_connections: 64,
+        ..server::Config::default()
+    };
+    let origin = server::Server::bind(config.clone(), Vec::new()).unwrap();
     let origin_addr = origin.local_addrs()[0];
     let origin = origin.start().unwrap();
 
     let proxy =
         edge::EdgeModule::new(edge::EdgeConfig::proxy_to(&origin_addr.to_string())).unwrap();
-    let proxy_server = server::Server::bind(
-        server::Config {
-            root: Some(dir.path().to_owned()),
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            workers: 1,
-            max_connections: 64,
-            ..server::Config::default()
-        },
-        vec![proxy.clone() as Arc<dyn handler::Module>],
-    )
-    .unwrap();
+    let proxy_server =
+        server::Server::bind(config, vec![proxy.clone() as Arc<dyn handler::Module>]).unwrap();
     let addr = proxy_server.local_addrs()[0];
     let running = proxy_server.start().unwrap();
 

@@ -33,14 +33,6 @@ pub struct ParsedResponse<'h, 'b> {
 }
 
 impl ParsedResponse<'_, '_> {
-    /// The value of the first header named `name` (ASCII case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    }
-
     /// An interim response (1xx other than 101): the final response follows it on the
     /// same connection and the caller skips it.
     pub fn is_interim(&self) -> bool {
