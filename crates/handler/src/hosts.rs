@@ -49,6 +49,11 @@ impl Hosts {
         self.exact.is_empty() && self.wildcard.is_empty()
     }
 
+    /// The site of a request that names no host.
+    pub fn default_site(&self) -> usize {
+        self.default
+    }
+
     /// The site of a request.
     pub fn select(&self, req: &wire::Request<'_, '_>) -> usize {
         if self.is_empty() {

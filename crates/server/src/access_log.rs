@@ -377,6 +377,35 @@ impl WorkerLog {
 }
 
 /// Opens the log and starts its writer thread; returns one [`WorkerLog`] per worker.
+/// A worker's access logs: one per distinct file, and which one each site writes to.
+pub(crate) struct WorkerLogs {
+    logs: Vec<WorkerLog>,
+    /// Per site (`handler::Hosts`), the index of its log, if it has one.
+    by_site: Arc<[Option<usize>]>,
+}
+
+impl WorkerLogs {
+    pub fn new(logs: Vec<WorkerLog>, by_site: Arc<[Option<usize>]>) -> WorkerLogs {
+        WorkerLogs { logs, by_site }
+    }
+
+    /// The log of `site`, if it has one.
+    pub fn of_site(&mut self, site: usize) -> Option<&mut WorkerLog> {
+        let i = (*self.by_site.get(site)?)?;
+        self.logs.get_mut(i)
+    }
+
+    /// Hands every log's buffered lines to its writer.
+    pub fn hand_off(&mut self) {
+        self.logs.iter_mut().for_each(WorkerLog::hand_off);
+    }
+
+    /// Flushes every log (at shutdown).
+    pub fn flush_blocking(&mut self) {
+        self.logs.iter_mut().for_each(WorkerLog::flush_blocking);
+    }
+}
+
 pub(crate) fn start(
     path: &Path,
     format: &Format,

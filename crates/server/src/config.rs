@@ -90,6 +90,9 @@ pub struct HostConfig {
     pub autoindex: Option<bool>,
     /// `[[host.cache_control]]`. Default: the top-level `cache_control` rules.
     pub cache_control: Option<Vec<CacheControlRule>>,
+    /// Access log file for this host's requests (in `access_log_format`). Default: the
+    /// top-level `access_log`, if any.
+    pub access_log: Option<PathBuf>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a

@@ -753,8 +753,10 @@ fn record(
     raw_line: &[u8],
     (status, head, body_bytes): (u16, &[u8], u64),
 ) {
-    let mut log = worker.log.borrow_mut();
-    let Some(log) = log.as_mut() else {
+    let mut logs = worker.log.borrow_mut();
+    let hosts = &worker.shared.sites.hosts;
+    let site = request.map_or(hosts.default_site(), |r| hosts.select(r));
+    let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
         return;
     };
     let entry = Entry {

@@ -175,19 +175,47 @@ impl Server {
     pub fn start(self) -> Result<Running, Error> {
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let mut threads = Vec::new();
-        let mut log_writer = None;
+        let mut log_writers = Vec::new();
         let workers = self.listeners.len();
-        let mut logs: Vec<Option<access_log::WorkerLog>> = (0..workers).map(|_| None).collect();
-        if let Some(path) = &self.shared.config.access_log {
+        // One writer per distinct file; each site writes to its own (`[[host]]`
+        // `access_log`) or else to the top-level one.
+        let config = &self.shared.config;
+        let mut paths: Vec<&PathBuf> = Vec::new();
+        let by_site: Arc<[Option<usize>]> = std::iter::once(config.access_log.as_ref())
+            .chain(
+                config
+                    .host
+                    .iter()
+                    .map(|h| h.access_log.as_ref().or(config.access_log.as_ref())),
+            )
+            .map(|path| {
+                let path = path?;
+                Some(paths.iter().position(|p| *p == path).unwrap_or_else(|| {
+                    paths.push(path);
+                    paths.len() - 1
+                }))
+            })
+            .collect();
+        let mut per_worker: Vec<Vec<access_log::WorkerLog>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        for path in &paths {
             let (worker_logs, writer) =
                 access_log::start(path, &self.log_format, workers, self.shared.log.clone())
                     .map_err(|source| Error::AccessLog {
-                        path: path.clone(),
+                        path: (*path).clone(),
                         source,
                     })?;
-            logs = worker_logs.into_iter().map(Some).collect();
-            log_writer = Some(writer);
+            for (w, log) in worker_logs.into_iter().enumerate() {
+                per_worker[w].push(log);
+            }
+            log_writers.push(writer);
         }
+        let logs: Vec<Option<access_log::WorkerLogs>> = per_worker
+            .into_iter()
+            .map(|logs| {
+                (!logs.is_empty()).then(|| access_log::WorkerLogs::new(logs, by_site.clone()))
+            })
+            .collect();
         for ((id, listeners), log) in self.listeners.into_iter().enumerate().zip(logs) {
             let shared = self.shared.clone();
             let shutdown = shutdown.subscribe();
@@ -201,7 +229,7 @@ impl Server {
             shared: self.shared,
             shutdown,
             threads,
-            log_writer,
+            log_writers,
         })
     }
 }
@@ -217,7 +245,7 @@ pub struct Running {
     shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
-    log_writer: Option<JoinHandle<()>>,
+    log_writers: Vec<JoinHandle<()>>,
 }
 
 impl Running {
@@ -290,12 +318,12 @@ impl Running {
         for thread in self.threads {
             let _ = thread.join();
         }
-        // The log writer ends once every worker has flushed and dropped its end, unless
+        // A log writer ends once every worker has flushed and dropped its end, unless
         // the disk stopped answering: then it is left behind (its lines are lost) rather
         // than let a stalled disk keep the process from exiting.
-        if let Some(writer) = self.log_writer {
-            let deadline = std::time::Instant::now()
-                + std::time::Duration::from_secs(self.shared.config.shutdown_timeout.max(1));
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_secs(self.shared.config.shutdown_timeout.max(1));
+        for writer in self.log_writers {
             while !writer.is_finished() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

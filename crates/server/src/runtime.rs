@@ -15,7 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use crate::access_log::WorkerLog;
+use crate::access_log::WorkerLogs;
 use crate::date::Clock;
 use crate::worker::{ConnState, RateLimitedLog, Worker};
 use crate::{conn, Shared};
@@ -44,7 +44,7 @@ pub(crate) fn run(
     id: usize,
     listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
-    log: Option<WorkerLog>,
+    log: Option<WorkerLogs>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()

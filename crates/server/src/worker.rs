@@ -17,7 +17,7 @@ use std::sync::Arc;
 use pool::{Pool, SlotId, State};
 use tokio::sync::Notify;
 
-use crate::access_log::WorkerLog;
+use crate::access_log::WorkerLogs;
 use crate::date::Clock;
 use crate::output::Output;
 use crate::Shared;
@@ -93,7 +93,8 @@ pub(crate) struct Worker {
     /// This worker's service of each module, in the order of `Shared::modules`.
     pub services: Vec<Rc<dyn handler::Service>>,
     /// This worker's end of the access log, if there is one.
-    pub log: RefCell<Option<WorkerLog>>,
+    /// The access logs (one per file; each site writes to its own), when any is on.
+    pub log: RefCell<Option<WorkerLogs>>,
     pub(crate) drops: RateLimitedLog,
     pub(crate) dropped_seen: Cell<u64>,
     pub(crate) refusals: RateLimitedLog,

@@ -229,3 +229,32 @@ fn the_cache_does_not_mix_two_hosts_responses() {
     // One fill per host, then hits.
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+#[test]
+fn a_host_writes_its_own_access_log() {
+    let site = Site::new();
+    let main_log = site.dir.path().join("main.log");
+    let a_log = site.dir.path().join("a.log");
+    let server = site.serve_with(&format!(
+        "access_log = \"{}\"\naccess_log_format = \"%{{Host}}i %U %s\"\n\n\
+         [[host]]\nnames = [\"a.test\"]\naccess_log = \"{}\"\n\n\
+         [[host]]\nnames = [\"b.test\"]\n",
+        main_log.display(),
+        a_log.display()
+    ));
+    assert_eq!(get_host(&server, "/hello.txt", "a.test").status, 200);
+    assert_eq!(get_host(&server, "/missing", "a.test").status, 404);
+    assert_eq!(get_host(&server, "/hello.txt", "b.test").status, 200);
+    assert_eq!(get_host(&server, "/hello.txt", "other.test").status, 200);
+    // Lines reach the files within the writer's flush interval; a graceful stop flushes.
+    server.signal(libc::SIGTERM);
+    let mut server = server;
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&a_log), "a.test /hello.txt 200\na.test /missing 404\n");
+    // b.test has no log of its own: the top-level one takes its lines.
+    assert_eq!(
+        read(&main_log),
+        "b.test /hello.txt 200\nother.test /hello.txt 200\n"
+    );
+}
