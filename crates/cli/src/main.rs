@@ -3,6 +3,7 @@
 //! them to the server. Only this crate talks to the terminal and uses `anyhow`.
 
 mod bench;
+mod check;
 mod config;
 mod esi;
 mod generate;
@@ -39,6 +40,10 @@ struct Cli {
 enum Command {
     /// Serve a site: static files, an ESI proxy with a cache (memory and Redis), Lua handlers
     Serve(serve::Args),
+    /// Check a configuration as `serve` would read it (values, directories, scripts,
+    /// upstream and host names) without starting: prints `configuration OK` or every
+    /// problem as FILE:LINE: key: what is wrong, and exits 1. Same options as `serve`.
+    CheckConfig(serve::Args),
     /// Check or render an ESI template offline.
     Esi(esi::Args),
     /// Analyse access logs: Wide Finder `top` and a full `report`.
@@ -62,6 +67,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::CheckConfig(mut args) => {
+            args.check = true;
+            serve::run(args)
+        }
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Bench(args) => bench::run(*args),

@@ -39,11 +39,19 @@ pub struct Args {
     /// TOML config file; command-line options override it (keys: docs/config.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Check the configuration and exit (as `tessera check-config`): `configuration OK`,
+    /// or every problem as FILE:LINE: key: what is wrong, and exit status 1
+    #[arg(long)]
+    pub check: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut file = match &args.config {
-        Some(path) => ServeConfig::load(path)?,
+        Some(path) => match ServeConfig::load(path) {
+            Ok(file) => file,
+            Err(e) if args.check => crate::check::unreadable(path, &e),
+            Err(e) => return Err(e),
+        },
         None => ServeConfig::default(),
     };
     let config = &mut file.server;
@@ -79,6 +87,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         file.script
             .retain(|s| s.prefix != mount.prefix || s.site != 0);
         file.script.push(mount);
+    }
+    if args.check {
+        crate::check::report(args.config.as_deref(), &file);
+        return Ok(());
     }
     let modules = file.modules()?;
     let routes = route_table(&file);

@@ -12,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -318,7 +318,9 @@ pub(crate) fn clf_time(unix: u64, out: &mut [u8; 28]) {
 /// Shared between the workers and the writer thread.
 pub(crate) struct Shared {
     pub dropped: AtomicU64,
-    pub reopen: AtomicBool,
+    /// Incremented by each SIGUSR1; every writer (one per log file) reopens its file
+    /// when it sees a number it has not seen.
+    pub reopen: AtomicU64,
 }
 
 /// A worker's end: the buffer being filled and the way to the writer.
@@ -454,8 +456,10 @@ fn writer(
     shared: Arc<Shared>,
 ) {
     let mut next_return = 0;
+    let seen = std::cell::Cell::new(shared.reopen.load(Ordering::Relaxed));
     let reopen_if_asked = |file: &mut File| {
-        if shared.reopen.swap(false, Ordering::Relaxed) {
+        let asked = shared.reopen.load(Ordering::Relaxed);
+        if asked != seen.replace(asked) {
             match open(&path) {
                 Ok(new) => *file = new,
                 Err(e) => {

@@ -213,24 +213,32 @@ impl Config {
     }
 
     pub(crate) fn validate(&self) -> Result<(), String> {
+        self.problems().into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// Every problem of the configuration, each a message that starts with the key it is
+    /// about in backquotes (`tessera check-config` lists them all; starting refuses the
+    /// first). Only the values are checked here, not the files they name.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if self.listen.is_empty() {
-            return Err("`listen` needs at least one address".into());
+            problems.push("`listen` needs at least one address".into());
         }
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
-            return Err("`limits.max_head_size` must be between 256 and 1048576".into());
+            problems.push("`limits.max_head_size` must be between 256 and 1048576".into());
         }
         if l.max_uri_length == 0 || l.max_uri_length >= l.max_head_size {
-            return Err("`limits.max_uri_length` must be above 0 and below max_head_size".into());
+            problems.push("`limits.max_uri_length` must be above 0 and below max_head_size".into());
         }
         if !(1..=wire::MAX_HEADERS_CAP).contains(&l.max_headers) {
-            return Err(format!(
+            problems.push(format!(
                 "`limits.max_headers` must be between 1 and {}",
                 wire::MAX_HEADERS_CAP
             ));
         }
         if self.max_connections < self.worker_count() {
-            return Err("`max_connections` must be at least one per worker".into());
+            problems.push("`max_connections` must be at least one per worker".into());
         }
         let t = &self.timeouts;
         for (name, value) in [
@@ -240,29 +248,29 @@ impl Config {
             ("write", t.write),
         ] {
             if !(value > 0.0 && value <= 86400.0) {
-                return Err(format!(
+                problems.push(format!(
                     "`timeouts.{name}` must be between 0 and 86400 seconds"
                 ));
             }
         }
-        validate_cache_control("cache_control", &self.cache_control)?;
-        validate_index("index", &self.index)?;
+        problems.extend(validate_cache_control("cache_control", &self.cache_control).err());
+        problems.extend(validate_index("index", &self.index).err());
         let mut seen: Vec<(String, usize)> = Vec::new();
         for (i, host) in self.host.iter().enumerate() {
             let key = |k: &str| format!("host[{i}].{k}");
             if host.names.is_empty() {
-                return Err(format!("`{}` needs at least one name", key("names")));
+                problems.push(format!("`{}` needs at least one name", key("names")));
             }
             for name in &host.names {
                 let name = name.to_ascii_lowercase();
                 if !handler::is_valid_name(&name) {
-                    return Err(format!(
+                    problems.push(format!(
                         "`{}`: {name:?} is not a host name or a `*.` wildcard",
                         key("names")
                     ));
                 }
                 if let Some((_, j)) = seen.iter().find(|(n, _)| *n == name) {
-                    return Err(format!(
+                    problems.push(format!(
                         "`{}`: {name:?} is claimed by host[{j}] too",
                         key("names")
                     ));
@@ -271,26 +279,26 @@ impl Config {
             }
             if host.default {
                 if let Some(j) = self.host[..i].iter().position(|h| h.default) {
-                    return Err(format!(
+                    problems.push(format!(
                         "`{}`: host[{j}] is the default host already",
                         key("default")
                     ));
                 }
             }
             if let Some(index) = &host.index {
-                validate_index(&key("index"), index)?;
+                problems.extend(validate_index(&key("index"), index).err());
             }
             if let Some(rules) = &host.cache_control {
-                validate_cache_control(&key("cache_control"), rules)?;
+                problems.extend(validate_cache_control(&key("cache_control"), rules).err());
             }
         }
         if self.file_cache_valid_ms > 86_400_000 {
-            return Err("`file_cache_valid_ms` must be at most 86400000".into());
+            problems.push("`file_cache_valid_ms` must be at most 86400000".into());
         }
         if self.workers > 1024 {
-            return Err("`workers` must be at most 1024".into());
+            problems.push("`workers` must be at most 1024".into());
         }
-        Ok(())
+        problems
     }
 }
 

@@ -38,7 +38,7 @@ mod worker;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -153,7 +153,7 @@ impl Server {
                 routes,
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
-                    reopen: AtomicBool::new(false),
+                    reopen: AtomicU64::new(0),
                 }),
                 sites,
                 epoch: std::time::Instant::now(),
@@ -294,7 +294,7 @@ impl Running {
 
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).
     pub fn reopen_logs(&self) {
-        self.shared.log.reopen.store(true, Ordering::Relaxed);
+        self.shared.log.reopen.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Access log lines dropped because the disk could not keep up (or failed).

@@ -258,3 +258,40 @@ fn a_host_writes_its_own_access_log() {
         "b.test /hello.txt 200\nother.test /hello.txt 200\n"
     );
 }
+
+#[test]
+fn sigusr1_reopens_every_hosts_log() {
+    let site = Site::new();
+    let main_log = site.dir.path().join("main.log");
+    let a_log = site.dir.path().join("a.log");
+    let server = site.serve_with(&format!(
+        "access_log = \"{}\"\naccess_log_format = \"%{{Host}}i %U\"\n\n\
+         [[host]]\nnames = [\"a.test\"]\naccess_log = \"{}\"\n",
+        main_log.display(),
+        a_log.display()
+    ));
+    let wait_for = |path: &std::path::Path, text: &str| {
+        let started = std::time::Instant::now();
+        while std::fs::read_to_string(path).unwrap_or_default() != text {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{} never held {text:?}",
+                path.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    get_host(&server, "/hello.txt", "a.test");
+    get_host(&server, "/hello.txt", "b.test");
+    wait_for(&a_log, "a.test /hello.txt\n");
+    wait_for(&main_log, "b.test /hello.txt\n");
+    // A rotator moves both files away, then signals once.
+    std::fs::rename(&a_log, site.dir.path().join("a.log.1")).unwrap();
+    std::fs::rename(&main_log, site.dir.path().join("main.log.1")).unwrap();
+    server.signal(libc::SIGUSR1);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    get_host(&server, "/second", "a.test");
+    get_host(&server, "/second", "b.test");
+    wait_for(&a_log, "a.test /second\n");
+    wait_for(&main_log, "b.test /second\n");
+}

@@ -4,6 +4,7 @@ mod harness;
 
 mod access_log;
 mod cache;
+mod check_config;
 mod demo;
 mod framing;
 mod hosts;

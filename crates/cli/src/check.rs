@@ -1,0 +1,214 @@
+//! `tessera check-config` and `tessera serve --check`: everything `serve` would refuse at
+//! start, found without binding anything (as `nginx -t`): values, the directories and
+//! files they name, upstream names, scripts (compiled), host names. Prints
+//! `configuration OK`, or every problem as `FILE:LINE: key.path: what is wrong` and exits 1.
+
+use std::path::Path;
+
+use crate::config::ServeConfig;
+
+/// Checks `config` (read from `path`, if any; command-line options already applied)
+/// and reports. Returns only when it is valid.
+pub fn report(path: Option<&Path>, config: &ServeConfig) {
+    let problems = problems(config);
+    if problems.is_empty() {
+        println!("configuration OK");
+        return;
+    }
+    let text = path.and_then(|p| std::fs::read_to_string(p).ok());
+    for problem in &problems {
+        eprintln!("{}", located(path, text.as_deref(), problem));
+    }
+    std::process::exit(1);
+}
+
+/// A config file that could not be read or parsed: reported the same way, exit 1.
+pub fn unreadable(path: &Path, error: &anyhow::Error) -> ! {
+    let message = format!("{error:#}");
+    // toml's own message says where ("... line N, column M: ..."); a key no crate knows
+    // (`unknown field `rot``) is found in the text.
+    let line = message
+        .split("line ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<usize>().ok());
+    match line {
+        Some(line) => eprintln!("{}:{line}: {message}", path.display()),
+        None => {
+            let text = std::fs::read_to_string(path).ok();
+            eprintln!("{}", located(Some(path), text.as_deref(), &message));
+        }
+    }
+    std::process::exit(1);
+}
+
+/// Every problem found, each a message that starts with the key it is about in
+/// backquotes when it is about one.
+fn problems(config: &ServeConfig) -> Vec<String> {
+    let server = &config.server;
+    let mut problems = server.problems();
+    let roots = std::iter::once(("root".to_string(), server.root.as_deref())).chain(
+        server
+            .host
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (format!("host[{i}].root"), h.root.as_deref())),
+    );
+    for (key, root) in roots {
+        if let Some(root) = root.filter(|r| !r.is_dir()) {
+            problems.push(format!("`{key}`: {} is not a directory", root.display()));
+        }
+    }
+    let logs = std::iter::once(("access_log".to_string(), server.access_log.as_deref())).chain(
+        server
+            .host
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (format!("host[{i}].access_log"), h.access_log.as_deref())),
+    );
+    for (key, log) in logs {
+        let Some(log) = log else { continue };
+        let dir = log.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            problems.push(format!(
+                "`{key}`: the directory of {} does not exist",
+                log.display()
+            ));
+        }
+    }
+    // The modules check the proxy's and the scripts' keys (upstream names, the cache,
+    // scripts compiled) as `serve` would build them.
+    if let Err(e) = config.modules() {
+        problems.push(format!("{e:#}"));
+    }
+    problems
+}
+
+/// `FILE:LINE: key: what`, the line found from the key path when the file has it.
+fn located(path: Option<&Path>, text: Option<&str>, problem: &str) -> String {
+    let file = path.map_or("(command line)".to_string(), |p| p.display().to_string());
+    let key = problem
+        .split('`')
+        .nth(1)
+        .filter(|k| !k.is_empty() && !k.contains(char::is_whitespace));
+    let line = key.zip(text).and_then(|(k, t)| locate(t, k)).or_else(|| {
+        // A message about a value (`route `/api`: no upstream named `ap``) or a key the
+        // file should not have (`unknown field `rot``): the line that sets it.
+        let token = problem.split('`').nth(1)?;
+        mentioned(text?, token)
+    });
+    let what = match key {
+        Some(k) if problem.starts_with('`') => problem[k.len() + 2..]
+            .trim_start_matches(':')
+            .trim()
+            .to_string(),
+        _ => problem.to_string(),
+    };
+    match (line, key) {
+        (Some(line), Some(key)) if problem.starts_with('`') => {
+            format!("{file}:{line}: {key}: {what}")
+        }
+        (Some(line), _) => format!("{file}:{line}: {what}"),
+        (None, Some(key)) if problem.starts_with('`') => format!("{file}: {key}: {what}"),
+        _ => format!("{file}: {what}"),
+    }
+}
+
+/// The first line that sets `token` as a key or holds it as a quoted value.
+fn mentioned(text: &str, token: &str) -> Option<usize> {
+    let quoted = format!("\"{token}\"");
+    text.lines()
+        .position(|line| {
+            let line = line.trim();
+            line.strip_prefix(token)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+                || line.contains(&quoted)
+        })
+        .map(|n| n + 1)
+}
+
+/// The line (1-based) where `key` (`name`, `table.name`, `array[i].name`, or a table
+/// itself) is set in the TOML `text`: the key's own line, else its table's header.
+fn locate(text: &str, key: &str) -> Option<usize> {
+    let (table, index, name): (&str, Option<usize>, Option<&str>) = match key.rsplit_once('.') {
+        Some((table, name)) => match table.split_once('[') {
+            Some((t, i)) => (t, i.trim_end_matches(']').parse().ok(), Some(name)),
+            None => (table, None, Some(name)),
+        },
+        None => match key.split_once('[') {
+            Some((t, i)) => (t, i.trim_end_matches(']').parse().ok(), None),
+            None => ("", None, Some(key)),
+        },
+    };
+    let mut in_table = table.is_empty();
+    let mut header_line = None;
+    let mut seen = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            let header = line.trim_matches(|c| c == '[' || c == ']').trim();
+            if table.is_empty() && Some(header) == name && header_line.is_none() {
+                // A top-level key written as a table (`[[cache_control]]`).
+                header_line = Some(n + 1);
+            }
+            in_table = false;
+            if header == table {
+                let this = seen;
+                seen += 1;
+                if index.is_none_or(|i| i == this) {
+                    in_table = true;
+                    header_line = Some(n + 1);
+                }
+            }
+            continue;
+        }
+        if in_table {
+            if let Some(name) = name {
+                let assigned = line
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='));
+                if assigned {
+                    return Some(n + 1);
+                }
+            }
+        }
+    }
+    header_line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "listen = [\"127.0.0.1:8080\"]\n\n[limits]\nmax_head_size = 1\n\n\
+        [[host]]\nnames = [\"a\"]\n\n[[host]]\nnames = [\"b\"]\nroot = \"/x\"\n";
+
+    #[test]
+    fn finds_the_line_of_a_key_path() {
+        assert_eq!(locate(TEXT, "listen"), Some(1));
+        assert_eq!(locate(TEXT, "limits.max_head_size"), Some(4));
+        assert_eq!(locate(TEXT, "host[0].names"), Some(7));
+        assert_eq!(locate(TEXT, "host[1].names"), Some(10));
+        assert_eq!(locate(TEXT, "host[1].root"), Some(11));
+        // Not set in the file: the table's header.
+        assert_eq!(locate(TEXT, "host[0].root"), Some(6));
+        assert_eq!(locate(TEXT, "workers"), None);
+    }
+
+    #[test]
+    fn problems_are_written_file_line_key_what() {
+        let path = Path::new("t.toml");
+        assert_eq!(
+            located(
+                Some(path),
+                Some(TEXT),
+                "`host[1].names`: \"b\" is claimed by host[0] too"
+            ),
+            "t.toml:10: host[1].names: \"b\" is claimed by host[0] too"
+        );
+        assert_eq!(
+            located(Some(path), Some(TEXT), "`workers` must be at most 1024"),
+            "t.toml: workers: must be at most 1024"
+        );
+    }
+}
