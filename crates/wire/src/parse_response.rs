@@ -3,8 +3,10 @@
 //! next hop is a response-splitting hazard, so anything ambiguous is refused and the
 //! proxy answers 502 instead of guessing.
 
-use crate::request::{check_line_endings, parse_content_length, parse_transfer_encoding};
-use crate::{trim_ows, Error, Header, HeaderStorage, Version, MAX_HEADERS_CAP};
+use crate::request::{
+    check_line_endings, connection_options, parse_content_length, parse_transfer_encoding,
+};
+use crate::{Error, Header, HeaderStorage, Version, MAX_HEADERS_CAP};
 
 /// How a response's body is delimited (RFC 9112 section 6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,14 +148,9 @@ pub fn parse_response<'h, 'b>(
             parse_transfer_encoding(h.value).map_err(|_| ResponseError::BadTransferEncoding)?;
             chunked = true;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',') {
-                let token = trim_ows(token);
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    keep_alive_token = true;
-                }
-            }
+            let (c, k) = connection_options(h.value);
+            close |= c;
+            keep_alive_token |= k;
         }
     }
     let body = if head_request || crate::bodiless(status) {

@@ -187,14 +187,9 @@ pub fn parse_request<'h, 'b>(
             }
             hosts += 1;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',') {
-                let token = trim_ows(token);
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    keep_alive_token = true;
-                }
-            }
+            let (c, k) = connection_options(h.value);
+            close |= c;
+            keep_alive_token |= k;
         } else if name.eq_ignore_ascii_case(b"expect") {
             if trim_ows(h.value).eq_ignore_ascii_case(b"100-continue") {
                 expect_continue = true;
@@ -428,6 +423,17 @@ pub(crate) fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether a Connection field value lists `close` and whether it lists `keep-alive`.
+pub(crate) fn connection_options(value: &[u8]) -> (bool, bool) {
+    let (mut close, mut keep_alive) = (false, false);
+    for token in value.split(|&b| b == b',') {
+        let token = trim_ows(token);
+        close |= token.eq_ignore_ascii_case(b"close");
+        keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+    }
+    (close, keep_alive)
 }
 
 /// `s` without optional whitespace (spaces and tabs) at either end: how field values
