@@ -8,7 +8,8 @@
 //! work that waits), or filters it ([`Filtered`], [`Attached`]: Lua's access,
 //! header_filter and log phases); a [`Response`] is a [`ResponseHead`] (status and
 //! fields as data, encoded per protocol only at the connection) and a [`Body`]. The
-//! [`Router`] is the one longest-whole-segment-prefix table. [`Upstreams`] is how a
+//! [`Router`] is the one longest-whole-segment-prefix table, one per site; [`Hosts`] says
+//! which site a request's host names. [`Upstreams`] is how a
 //! module other than the proxy reaches upstreams.
 //!
 //! What it is not for: parsing or encoding HTTP/1 (that is `wire`), connections and
