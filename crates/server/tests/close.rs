@@ -3,6 +3,8 @@
 //! half-close and drain, so no second read), lingering when it might (an unread body,
 //! pipelined bytes), so that the client still gets its whole response and no reset.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
@@ -13,19 +15,9 @@ struct Server {
 }
 
 fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
-    let config = server::Config {
-        root: Some(dir.path().to_owned()),
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        workers: 1,
-        max_connections: 64,
-        ..server::Config::default()
-    };
-    let server = server::Server::bind(config, Vec::new()).unwrap();
-    let addr = server.local_addrs()[0];
+    let (dir, addr, running) = common::serve_hello();
     Server {
-        running: server.start().unwrap(),
+        running,
         addr,
         _dir: dir,
     }

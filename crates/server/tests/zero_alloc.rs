@@ -2,6 +2,8 @@
 //! static file, served by the real server in this process, 10,000 times; and that a
 //! connection per request allocates only what tokio needs for each connection.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -133,7 +135,7 @@ fn run(access_log: bool, hosts: bool) {
 #[test]
 fn conditional_and_range_requests_allocate_nothing() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (_dir, addr, running) = serve_hello();
+    let (_dir, addr, running) = common::serve_hello();
     let mut stream = TcpStream::connect(addr).unwrap();
 
     // Learn the entity tag and Last-Modified, then each response's (constant) length.
@@ -211,7 +213,7 @@ fn conditional_and_range_requests_allocate_nothing() {
 #[test]
 fn connection_per_request_allocates_only_tokios_per_connection_state() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (_dir, addr, running) = serve_hello();
+    let (_dir, addr, running) = common::serve_hello();
     let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     let mut response = [0u8; 4096];
     let exchange = |response: &mut [u8]| {
@@ -266,21 +268,4 @@ fn read_one(stream: &mut TcpStream) -> String {
     stream.read_exact(&mut body).unwrap();
     bytes.extend_from_slice(&body);
     String::from_utf8(bytes).unwrap()
-}
-
-/// A one-worker server of a root holding `hello.txt` ("hello world\n"): the root (kept
-/// alive by the caller), the address and the running server.
-fn serve_hello() -> (tempfile::TempDir, std::net::SocketAddr, server::Running) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
-    let config = server::Config {
-        root: Some(dir.path().to_owned()),
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        workers: 1,
-        max_connections: 64,
-        ..server::Config::default()
-    };
-    let server = server::Server::bind(config, Vec::new()).unwrap();
-    let addr = server.local_addrs()[0];
-    (dir, addr, server.start().unwrap())
 }
