@@ -45,6 +45,18 @@ pub fn unreadable(path: &Path, error: &anyhow::Error) -> ! {
 /// Every problem found, each a message that starts with the key it is about in
 /// backquotes when it is about one.
 fn problems(config: &ServeConfig) -> Vec<String> {
+    let mut problems = problems_but_modules(config);
+    // The modules check the proxy's and the scripts' keys (upstream names, the cache,
+    // scripts compiled) as `serve` would build them.
+    if let Err(e) = config.modules(None) {
+        problems.push(format!("{e:#}"));
+    }
+    problems
+}
+
+/// The problems [`problems`] finds in everything but the modules' keys (a reload
+/// builds the modules itself, keeping their caches).
+pub fn problems_but_modules(config: &ServeConfig) -> Vec<String> {
     let server = &config.server;
     let mut problems = server.problems();
     let roots = std::iter::once(("root".to_string(), server.root.as_deref())).chain(
@@ -76,16 +88,19 @@ fn problems(config: &ServeConfig) -> Vec<String> {
             ));
         }
     }
-    // The modules check the proxy's and the scripts' keys (upstream names, the cache,
-    // scripts compiled) as `serve` would build them.
-    if let Err(e) = config.modules() {
-        problems.push(format!("{e:#}"));
+    if let Some(dir) = server.pid_file.as_ref().and_then(|p| p.parent()) {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            problems.push(format!(
+                "`pid_file`: the directory {} does not exist",
+                dir.display()
+            ));
+        }
     }
     problems
 }
 
 /// `FILE:LINE: key: what`, the line found from the key path when the file has it.
-fn located(path: Option<&Path>, text: Option<&str>, problem: &str) -> String {
+pub fn located(path: Option<&Path>, text: Option<&str>, problem: &str) -> String {
     let file = path.map_or("(command line)".to_string(), |p| p.display().to_string());
     let key = problem
         .split('`')

@@ -33,6 +33,8 @@ pub struct ServeConfig {
 pub struct Modules {
     pub all: Vec<Arc<dyn handler::Module>>,
     pub proxy: Option<Arc<EdgeModule>>,
+    /// The scripts' shared state (dictionaries), for a reload to keep.
+    scripts: Option<Arc<script::Scripts>>,
 }
 
 /// The keys that belong to the modules rather than to the server.
@@ -177,14 +179,16 @@ impl ServeConfig {
     }
 
     /// Builds the modules the server runs beside its static files: the proxy (when a
-    /// route proxies or a script may call an upstream) and the Lua scripts.
-    pub fn modules(&self) -> anyhow::Result<Modules> {
+    /// route proxies or a script may call an upstream) and the Lua scripts. On a reload,
+    /// `previous` are the running ones: the proxy's cache and the scripts' shared
+    /// dictionaries carry over, with their contents, when their settings did not change.
+    pub fn modules(&self, previous: Option<&Modules>) -> anyhow::Result<Modules> {
         self.validate()?;
         let mut modules: Vec<Arc<dyn handler::Module>> = Vec::new();
         let mut upstreams: Option<Arc<dyn handler::UpstreamsFactory>> = None;
         let proxy = match self.edge() {
             Some(config) => Some(
-                EdgeModule::new(config)
+                EdgeModule::replacing(config, previous.and_then(|p| p.proxy.as_deref()))
                     .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
             ),
             None => None,
@@ -192,9 +196,15 @@ impl ServeConfig {
         if let Some(proxy) = &proxy {
             upstreams = Some(proxy.clone());
         }
+        let mut scripts = None;
         if !self.script.is_empty() {
-            let scripts = script::Scripts::new(self.script.clone(), &self.shared_dict)?;
-            modules.push(Arc::new(script::ScriptModule::new(scripts, upstreams)));
+            let s = script::Scripts::replacing(
+                self.script.clone(),
+                &self.shared_dict,
+                previous.and_then(|p| p.scripts.as_deref()),
+            )?;
+            modules.push(Arc::new(script::ScriptModule::new(s.clone(), upstreams)));
+            scripts = Some(s);
         }
         // After the scripts: at an equal prefix, a script's `content` answers before the
         // proxy (a script without `content` passes to it).
@@ -204,6 +214,7 @@ impl ServeConfig {
         Ok(Modules {
             all: modules,
             proxy,
+            scripts,
         })
     }
 }

@@ -8,7 +8,9 @@ mod config;
 mod esi;
 mod generate;
 mod logs;
+mod reload;
 mod serve;
+mod upgrade;
 
 use clap::{CommandFactory, Parser, Subcommand};
 

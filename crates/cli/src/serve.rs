@@ -1,10 +1,13 @@
 //! `tessera serve`: load the config, apply command-line overrides, bind, run until
-//! SIGTERM or SIGINT, then shut down gracefully.
+//! SIGTERM or SIGINT (then shut down gracefully) or until a binary upgrade (SIGUSR2)
+//! has handed the listeners to a new process and the connections drained; SIGHUP
+//! reloads the whole configuration, SIGUSR1 reopens the access logs.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::config::ServeConfig;
+use crate::upgrade;
 
 /// The root `tessera serve` takes when given none: the demo site, run from the
 /// repository. Elsewhere (an installed binary) it does not exist and no files are served.
@@ -33,12 +36,17 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     access_log: Option<PathBuf>,
     /// Mount a Lua script at a path prefix: `/api=handlers/api.lua` (docs/lua.md);
-    /// repeatable, added to the config's `[[script]]`s. SIGHUP reloads scripts.
+    /// repeatable, added to the config's `[[script]]`s. SIGHUP reloads them with the
+    /// configuration.
     #[arg(long, value_name = "PREFIX=FILE")]
     script: Vec<String>,
     /// TOML config file; command-line options override it (keys: docs/config.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Write the process id to FILE once serving (the new process of a binary upgrade
+    /// writes its own); removed at exit
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
     /// Check the configuration and exit (as `tessera check-config`): `configuration OK`,
     /// or every problem as FILE:LINE: key: what is wrong, and exit status 1
     #[arg(long)]
@@ -46,62 +54,35 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut file = match &args.config {
-        Some(path) => match ServeConfig::load(path) {
-            Ok(file) => file,
-            Err(e) if args.check => crate::check::unreadable(path, &e),
-            Err(e) => return Err(e),
+    let file = match load(&args) {
+        Ok(file) => file,
+        Err(e) if args.check => match &args.config {
+            Some(path) => crate::check::unreadable(path, &e),
+            None => return Err(e),
         },
-        None => ServeConfig::default(),
+        Err(e) => return Err(e),
     };
-    let config = &mut file.server;
-    if let Some(root) = args.root {
-        config.root = Some(root);
-    }
-    if config.root.is_none() && Path::new(DEFAULT_ROOT).is_dir() {
-        config.root = Some(DEFAULT_ROOT.into());
-    }
-    if !args.listen.is_empty() {
-        config.listen = args.listen;
-    }
-    if let Some(workers) = args.workers {
-        anyhow::ensure!(workers > 0, "--workers must be at least 1");
-        config.workers = workers;
-    }
-    if let Some(backlog) = args.backlog {
-        config.backlog = backlog;
-    }
-    if let Some(path) = args.access_log {
-        config.access_log = Some(path);
-    }
-    if let Some(url) = &args.proxy {
-        let edge = edge::EdgeConfig::proxy_to_url(url)
-            .map_err(|e| anyhow::anyhow!("--proxy {url}: {e}"))?;
-        file.upstream = edge.upstream;
-        // The top-level routes are replaced; the hosts' keep theirs.
-        file.route.retain(|r| r.site != 0);
-        file.route.extend(edge.route);
-    }
-    for spec in &args.script {
-        let mount = server_script(spec)?;
-        file.script
-            .retain(|s| s.prefix != mount.prefix || s.site != 0);
-        file.script.push(mount);
-    }
     if args.check {
         crate::check::report(args.config.as_deref(), &file);
         return Ok(());
     }
-    let modules = file.modules()?;
+    // Before anything else runs: what a binary upgrade handed over, and the path this
+    // executable was started as (for the next upgrade).
+    let mut handover = upgrade::Handover::from_env()?;
+    let exe = upgrade::Exe::at_start();
+    let modules = file.modules(None)?;
     let routes = route_table(&file);
-    let config = file.server;
+    let config = file.server.clone();
     let root = config.root.clone();
     let workers = config.worker_count();
+    let pid_file = config.pid_file.clone();
     // Handlers go in before anything is announced, so a SIGTERM sent as soon as the
     // address is printed still shuts down gracefully instead of killing the process.
-    let signals = Signals::install()?;
+    let mut signals = Signals::install()?;
     raise_open_file_limit();
-    let server = server::Server::bind(config, modules.all).map_err(what_to_do)?;
+    let inherited = std::mem::take(&mut handover.sockets);
+    let server = server::Server::bind_inheriting(config, modules.all.clone(), inherited)
+        .map_err(what_to_do)?;
     if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
         proxy.listening_on(first);
     }
@@ -125,18 +106,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let running = server.start().map_err(what_to_do)?;
-    // Under systemd (Type=notify): ready once every listener is open and the workers run.
-    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+    if let Some(path) = &pid_file {
+        if let Err(e) = upgrade::write_pid_file(path) {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the pid file");
+        }
+    }
+    // Under systemd (Type=notify): ready once every listener is open and the workers
+    // run; after an upgrade this process is the service's main process from now on.
+    let mut ready = vec![sd_notify::NotifyState::Ready];
+    if handover.is_upgrade() {
+        ready.push(sd_notify::NotifyState::MainPid(std::process::id()));
+    }
+    if let Err(e) = sd_notify::notify(&ready) {
         tracing::warn!(error = %e, "cannot tell systemd that tessera is ready");
     }
-    signals.wait(|| running.reopen_logs(), || running.reload());
-    eprintln!("tessera: shutting down");
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    running.shutdown();
+    handover.ready();
+    let mut live = Live {
+        args: &args,
+        file,
+        modules,
+    };
+    let ended = signals.serve(&running, &exe, &mut live);
+    let modules = live.modules;
+    if ended == Ended::Stop {
+        eprintln!("tessera: shutting down");
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        running.shutdown();
+    }
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();
     let cache = modules.proxy.as_ref().and_then(|p| p.cache_stats());
     running.join();
+    if let Some(path) = &pid_file {
+        upgrade::remove_pid_file(path);
+    }
     for (name, opened) in modules
         .proxy
         .map(|p| p.upstream_connections())
@@ -169,6 +172,105 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("tessera: {dropped} access log lines were dropped (the disk did not keep up)");
     }
     Ok(())
+}
+
+/// The configuration file with the command line's options applied over it.
+fn load(args: &Args) -> anyhow::Result<ServeConfig> {
+    let mut file = match &args.config {
+        Some(path) => ServeConfig::load(path)?,
+        None => ServeConfig::default(),
+    };
+    let config = &mut file.server;
+    if let Some(root) = &args.root {
+        config.root = Some(root.clone());
+    }
+    if config.root.is_none() && Path::new(DEFAULT_ROOT).is_dir() {
+        config.root = Some(DEFAULT_ROOT.into());
+    }
+    if !args.listen.is_empty() {
+        config.listen = args.listen.clone();
+    }
+    if let Some(workers) = args.workers {
+        anyhow::ensure!(workers > 0, "--workers must be at least 1");
+        config.workers = workers;
+    }
+    if let Some(backlog) = args.backlog {
+        config.backlog = backlog;
+    }
+    if let Some(path) = &args.access_log {
+        config.access_log = Some(path.clone());
+    }
+    if let Some(path) = &args.pid_file {
+        config.pid_file = Some(path.clone());
+    }
+    if let Some(url) = &args.proxy {
+        let edge = edge::EdgeConfig::proxy_to_url(url)
+            .map_err(|e| anyhow::anyhow!("--proxy {url}: {e}"))?;
+        file.upstream = edge.upstream;
+        // The top-level routes are replaced; the hosts' keep theirs.
+        file.route.retain(|r| r.site != 0);
+        file.route.extend(edge.route);
+    }
+    for spec in &args.script {
+        let mount = server_script(spec)?;
+        file.script
+            .retain(|s| s.prefix != mount.prefix || s.site != 0);
+        file.script.push(mount);
+    }
+    Ok(file)
+}
+
+/// The configuration being served, and what a reload needs to replace it.
+struct Live<'a> {
+    args: &'a Args,
+    file: ServeConfig,
+    modules: crate::config::Modules,
+}
+
+impl Live<'_> {
+    /// SIGHUP: reads the configuration again (the file, with the same command-line
+    /// options over it) and, when it is valid, has the server use it; when it is not,
+    /// nothing changes and every problem is logged as `check-config` prints it.
+    fn reload(&mut self, running: &server::Running) {
+        let config_path = self.args.config.as_deref();
+        let failed = |problem: &str| {
+            let text = config_path.and_then(|p| std::fs::read_to_string(p).ok());
+            let at = crate::check::located(config_path, text.as_deref(), problem);
+            tracing::error!("reload failed, configuration unchanged: {at}");
+        };
+        let file = match load(self.args) {
+            Ok(file) => file,
+            Err(e) => return failed(&format!("{e:#}")),
+        };
+        let problems = crate::check::problems_but_modules(&file);
+        if !problems.is_empty() {
+            return problems.iter().for_each(|p| failed(p));
+        }
+        let modules = match file.modules(Some(&self.modules)) {
+            Ok(modules) => modules,
+            Err(e) => return failed(&format!("{e:#}")),
+        };
+        if let (Some(proxy), Some(&first)) = (&modules.proxy, running.local_addrs().first()) {
+            proxy.listening_on(first);
+        }
+        match running.reload(file.server.clone(), modules.all.clone()) {
+            Ok(reloaded) => {
+                let changes = crate::reload::changes(&self.file, &file, &reloaded);
+                tracing::info!(
+                    generation = reloaded.generation,
+                    "configuration reloaded: {changes}"
+                );
+                for key in &reloaded.not_applied {
+                    tracing::warn!(
+                        "`{key}` changed: it takes effect at the next start or binary upgrade (SIGUSR2)"
+                    );
+                }
+                self.file = file;
+                self.modules = modules;
+            }
+            Err(e) => failed(&format!("{:#}", anyhow::Error::from(e))),
+        }
+    }
 }
 
 /// What answers each configured prefix, for the start-up lines that list the URLs to
@@ -228,13 +330,23 @@ fn server_script(spec: &str) -> anyhow::Result<script::ScriptConfig> {
         .ok_or_else(|| anyhow::anyhow!("--script {spec}: expected PREFIX=FILE, like /api=api.lua"))
 }
 
-/// SIGTERM and SIGINT (stop), SIGUSR1 (reopen logs) and SIGHUP (reload scripts), caught
-/// on a small runtime of the main thread.
+/// How serving ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// SIGTERM or SIGINT: shut down.
+    Stop,
+    /// A binary upgrade: the new process serves and this one drained its connections.
+    Drained,
+}
+
+/// SIGTERM and SIGINT (stop), SIGUSR1 (reopen logs), SIGHUP (reload the configuration)
+/// and SIGUSR2 (binary upgrade), caught on a small runtime of the main thread.
 struct Signals {
     runtime: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
@@ -243,12 +355,14 @@ impl Signals {
         use tokio::signal::unix::{signal, SignalKind};
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
+            .enable_time()
             .build()?;
-        let (term, int, usr1, hup) = runtime.block_on(async {
+        let (term, int, usr1, usr2, hup) = runtime.block_on(async {
             Ok::<_, std::io::Error>((
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::user_defined1())?,
+                signal(SignalKind::user_defined2())?,
                 signal(SignalKind::hangup())?,
             ))
         })?;
@@ -257,23 +371,44 @@ impl Signals {
             term,
             int,
             usr1,
+            usr2,
             hup,
         })
     }
 
-    /// Waits for a stop signal, calling `reopen` on each SIGUSR1 and `reload` on each
-    /// SIGHUP meanwhile.
-    fn wait(mut self, reopen: impl Fn(), reload: impl Fn()) {
+    /// Handles signals until a stop signal, or until the connections have drained after
+    /// a binary upgrade.
+    fn serve(&mut self, running: &server::Running, exe: &upgrade::Exe, live: &mut Live) -> Ended {
         self.runtime.block_on(async {
             loop {
                 tokio::select! {
-                    _ = self.term.recv() => return,
-                    _ = self.int.recv() => return,
-                    _ = self.usr1.recv() => reopen(),
-                    _ = self.hup.recv() => reload(),
+                    _ = self.term.recv() => return Ended::Stop,
+                    _ = self.int.recv() => return Ended::Stop,
+                    _ = self.usr1.recv() => running.reopen_logs(),
+                    _ = self.hup.recv() => live.reload(running),
+                    _ = self.usr2.recv() => match upgrade::start(exe, running).await {
+                        Ok(pid) => {
+                            tracing::info!(new_pid = pid, "binary upgrade: the new process serves; this one stops accepting and exits once its connections have ended");
+                            running.drain();
+                            break;
+                        }
+                        Err(e) => tracing::error!("binary upgrade failed, still serving: {e}"),
+                    },
                 }
             }
-        });
+            // Draining: a stop signal still shuts down at once; others are ignored.
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    _ = self.term.recv() => return Ended::Stop,
+                    _ = self.int.recv() => return Ended::Stop,
+                    _ = self.usr1.recv() => running.reopen_logs(),
+                    _ = self.hup.recv() => tracing::warn!("draining after a binary upgrade: SIGHUP ignored (send it to the new process)"),
+                    _ = self.usr2.recv() => tracing::warn!("draining after a binary upgrade: SIGUSR2 ignored (send it to the new process)"),
+                    _ = tick.tick() => if running.finished() { return Ended::Drained },
+                }
+            }
+        })
     }
 }
 

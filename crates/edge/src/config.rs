@@ -366,7 +366,7 @@ mod tests {
 }
 
 /// `[cache]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// Whether proxied responses are cached. Default true: the proxy honours
@@ -398,7 +398,7 @@ pub struct CacheConfig {
 }
 
 /// `[cache.redis]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://host:port[/db]`. Required unless `cluster` is given.

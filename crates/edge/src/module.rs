@@ -26,13 +26,18 @@ use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
 thread_local! {
     /// This worker's proxy, once its service started, so that the scripts of the same
-    /// worker share its connection pools and breakers.
-    static WORKER_EDGE: RefCell<Option<Edge>> = const { RefCell::new(None) };
+    /// worker share its connection pools and breakers: (the module's id, its `Edge`).
+    /// A reload builds a new module, whose services then build their own.
+    static WORKER_EDGE: RefCell<Option<(u64, Edge)>> = const { RefCell::new(None) };
 }
+
+/// Gives each module its id (for `WORKER_EDGE`).
+static NEXT_MODULE: AtomicU64 = AtomicU64::new(0);
 
 /// `[[upstream]]`, `[[route]]`, `[esi]` and `[cache]`: the proxy, its cache (one per
 /// process) and the upstream client.
 pub struct EdgeModule {
+    id: u64,
     config: EdgeConfig,
     cache: Arc<Cache>,
     /// Whether some route proxies (else the module is the scripts' client only).
@@ -48,7 +53,16 @@ impl EdgeModule {
     /// Checks the configuration and builds the process's cache (and its Redis tier). A
     /// configuration with upstreams but no route that proxies is a client for scripts
     /// only: it caches nothing.
-    pub fn new(mut config: EdgeConfig) -> Result<Arc<EdgeModule>, ConfigError> {
+    pub fn new(config: EdgeConfig) -> Result<Arc<EdgeModule>, ConfigError> {
+        EdgeModule::replacing(config, None)
+    }
+
+    /// As [`EdgeModule::new`], for a reload: the new module keeps `previous`'s cache,
+    /// with everything stored in it, when the `[cache]` settings did not change.
+    pub fn replacing(
+        mut config: EdgeConfig,
+        previous: Option<&EdgeModule>,
+    ) -> Result<Arc<EdgeModule>, ConfigError> {
         let proxies = config.route.iter().any(|r| r.upstream.is_some());
         if !proxies {
             // Script calls are not cached: they are the script's own business.
@@ -58,9 +72,13 @@ impl EdgeModule {
             };
         }
         config.validate()?;
-        let cache = Cache::new(&config.cache)?;
+        let cache = match previous {
+            Some(p) if p.config.cache == config.cache => p.cache.clone(),
+            _ => Cache::new(&config.cache)?,
+        };
         let opened = crate::proxy::opened_totals(&config);
         Ok(Arc::new(EdgeModule {
+            id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
             config,
             cache,
             proxies,
@@ -108,8 +126,12 @@ impl EdgeModule {
     }
 
     fn edge(&self, worker: usize) -> Option<Edge> {
-        if let Some(edge) = WORKER_EDGE.with(|e| e.borrow().clone()) {
-            return Some(edge);
+        let mine = WORKER_EDGE.with(|e| match &*e.borrow() {
+            Some((id, edge)) if *id == self.id => Some(edge.clone()),
+            _ => None,
+        });
+        if mine.is_some() {
+            return mine;
         }
         match Edge::build(
             self.resolved(),
@@ -118,7 +140,7 @@ impl EdgeModule {
             self.opened.clone(),
         ) {
             Ok(edge) => {
-                WORKER_EDGE.with(|e| *e.borrow_mut() = Some(edge.clone()));
+                WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.clone())));
                 Some(edge)
             }
             Err(e) => {

@@ -193,10 +193,6 @@ pub trait Module: Send + Sync {
     /// This worker's instance; called on the worker's thread before it serves anything.
     fn start(&self, worker: usize) -> Rc<dyn Service>;
 
-    /// Reloads what the module reads from disk (SIGHUP), between requests, keeping the
-    /// previous version of whatever fails to load.
-    fn reload(&self) {}
-
     /// Counters for the operator (printed at exit, scraped by a metrics endpoint), as
     /// (name, value).
     fn stats(&self) -> Vec<(String, u64)> {

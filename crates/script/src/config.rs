@@ -53,7 +53,7 @@ impl ScriptConfig {
 }
 
 /// One `[[shared_dict]]`: a key-value dictionary every worker sees (`shared.NAME`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SharedDictConfig {
     /// The name scripts use: `shared.NAME` (a Lua identifier). Required.

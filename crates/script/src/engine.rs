@@ -1,6 +1,5 @@
-//! [`Scripts`] (what every worker shares: the configuration, the shared dictionaries, the
-//! watchdog and the reload generation) and [`Engine`] (one worker's Lua state with its
-//! loaded scripts).
+//! [`Scripts`] (what every worker shares: the configuration, the shared dictionaries and
+//! the watchdog) and [`Engine`] (one worker's Lua state with its loaded scripts).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -8,7 +7,6 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
@@ -28,9 +26,9 @@ const MAX_HTTP_BODY: usize = 8 << 20;
 /// What every worker shares.
 pub struct Scripts {
     configs: Vec<ScriptConfig>,
+    dict_configs: Vec<SharedDictConfig>,
     dicts: Arc<SharedDicts>,
     watchdog: Arc<Watchdog>,
-    generation: AtomicU64,
 }
 
 impl Scripts {
@@ -39,6 +37,18 @@ impl Scripts {
     pub fn new(
         configs: Vec<ScriptConfig>,
         dicts: &[SharedDictConfig],
+    ) -> Result<Arc<Scripts>, Error> {
+        Scripts::replacing(configs, dicts, None)
+    }
+
+    /// As [`Scripts::new`], for a reload: the shared dictionaries of `previous`, with
+    /// what they hold, are kept when their configuration did not change (else they
+    /// start empty), and so is its watchdog thread. Every worker's scripts are loaded
+    /// anew from their files.
+    pub fn replacing(
+        configs: Vec<ScriptConfig>,
+        dicts: &[SharedDictConfig],
+        previous: Option<&Scripts>,
     ) -> Result<Arc<Scripts>, Error> {
         for (i, c) in configs.iter().enumerate() {
             if !c.prefix.starts_with('/') {
@@ -99,18 +109,17 @@ impl Scripts {
         // and in the routes the server is given (`Module::routes`).
         let mut configs = configs;
         configs.sort_by_key(|c| std::cmp::Reverse(c.prefix.len()));
+        let (dicts_kept, watchdog) = match previous {
+            Some(p) if p.dict_configs == dicts => (Some(p.dicts.clone()), p.watchdog.clone()),
+            Some(p) => (None, p.watchdog.clone()),
+            None => (None, Watchdog::start()),
+        };
         Ok(Arc::new(Scripts {
             configs,
-            dicts: Arc::new(SharedDicts::new(dicts)),
-            watchdog: Watchdog::start(),
-            generation: AtomicU64::new(0),
+            dict_configs: dicts.to_vec(),
+            dicts: dicts_kept.unwrap_or_else(|| Arc::new(SharedDicts::new(dicts))),
+            watchdog,
         }))
-    }
-
-    /// Asks every worker to reload its scripts (each does within a quarter second,
-    /// between requests; a script that fails to load keeps its previous version).
-    pub fn reload(&self) {
-        self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -195,7 +204,6 @@ pub struct Engine {
     guard: Arc<WorkerGuard>,
     /// Context userdata not in use, reused for the next request.
     free: RefCell<Vec<AnyUserData>>,
-    generation: Cell<u64>,
     /// Which version of each mount's script is loaded (0: none), numbered by `loads`.
     loaded: Rc<[Cell<u64>]>,
     /// Load attempts so far, on every mount: the next one is numbered `loads + 1`.
@@ -204,7 +212,9 @@ pub struct Engine {
     running: Rc<Cell<Option<Version>>>,
     /// Finished requests whose `log` phase is still to run.
     logs: RefCell<Vec<Call>>,
-    logs_ready: tokio::sync::Notify,
+    /// Wakes the task that runs `log` phases (which holds only a weak reference, so
+    /// that the engine of a configuration a reload replaced is freed).
+    logs_ready: Rc<tokio::sync::Notify>,
     timer_limit: Duration,
 }
 
@@ -266,14 +276,13 @@ impl Engine {
             loaded,
             loads: Cell::new(0),
             running: Rc::new(Cell::new(None)),
-            generation: Cell::new(scripts.generation.load(Ordering::Relaxed)),
             scripts,
             mounts,
             routes,
             guard,
             free: RefCell::new(Vec::new()),
             logs: RefCell::new(Vec::new()),
-            logs_ready: tokio::sync::Notify::new(),
+            logs_ready: Rc::new(tokio::sync::Notify::new()),
             timer_limit,
         });
         if let Err(e) = engine.install_api(worker, upstreams) {
@@ -285,37 +294,31 @@ impl Engine {
         engine
     }
 
-    /// Runs this worker's background work: `log` phases and reloads. Call once, inside
-    /// the worker's `LocalSet`.
-    pub fn spawn_background(self: &Rc<Self>, worker: usize) {
-        let engine = self.clone();
+    /// Runs this worker's background work, `log` phases, until the engine is dropped.
+    /// Call once, inside the worker's `LocalSet`.
+    pub fn spawn_background(self: &Rc<Self>) {
+        let engine = Rc::downgrade(self);
+        let ready = self.logs_ready.clone();
         tokio::task::spawn_local(async move {
             loop {
-                engine.logs_ready.notified().await;
-                let calls = std::mem::take(&mut *engine.logs.borrow_mut());
-                for call in calls {
-                    if let Some(f) = engine.phase(call.mount, |p| p.log.clone()) {
-                        engine.call_sync(call.mount, &f, &call);
-                    }
-                    engine.end(call);
-                }
+                ready.notified().await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                engine.run_logs();
             }
         });
-        let engine = self.clone();
-        tokio::task::spawn_local(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let generation = engine.scripts.generation.load(Ordering::Relaxed);
-                if generation != engine.generation.get() {
-                    engine.generation.set(generation);
-                    for i in 0..engine.mounts.len() {
-                        engine.load(i, worker);
-                    }
-                }
+    }
+
+    /// Runs the `log` phase of every finished request queued.
+    fn run_logs(&self) {
+        let calls = std::mem::take(&mut *self.logs.borrow_mut());
+        for call in calls {
+            if let Some(f) = self.phase(call.mount, |p| p.log.clone()) {
+                self.call_sync(call.mount, &f, &call);
             }
-        });
+            self.end(call);
+        }
     }
 
     /// (Re)loads one script: runs its file and takes the phase functions from the table
@@ -889,7 +892,14 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
 }
 
 impl Drop for Engine {
+    /// The last requests' `log` phases run; timers still pending are dropped when due
+    /// (their script version is no longer loaded); the background task ends.
     fn drop(&mut self) {
+        self.run_logs();
+        for loaded in self.loaded.iter() {
+            loaded.set(0);
+        }
+        self.logs_ready.notify_one();
         self.guard.detach();
     }
 }

@@ -53,16 +53,11 @@ impl Module for ScriptModule {
     fn start(&self, worker: usize) -> Rc<dyn Service> {
         let upstreams = self.upstreams.as_ref().and_then(|f| f.upstreams(worker));
         let engine = Engine::new(self.scripts.clone(), worker, upstreams);
-        engine.spawn_background(worker);
+        engine.spawn_background();
         Rc::new(ScriptService {
             engine,
             current: RefCell::new(Current::None),
         })
-    }
-
-    fn reload(&self) {
-        tracing::info!("reloading scripts");
-        self.scripts.reload();
     }
 }
 

@@ -54,6 +54,10 @@ pub struct Config {
     /// oldest idle keep-alive connection is closed to admit a new one, and when none is
     /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
     pub max_connections: usize,
+    /// File `tessera serve` writes its process id to once it serves (at every start,
+    /// and by the new process of a binary upgrade), and removes at exit if it still
+    /// names it. Default none.
+    pub pid_file: Option<PathBuf>,
     /// Access log file, appended to; none (the default) means no access log.
     pub access_log: Option<PathBuf>,
     /// `combined` (the default), `common`, or an Apache format string: `%h %l %u %t %r
@@ -161,6 +165,7 @@ impl Default for Config {
             cache_control: Vec::new(),
             shutdown_timeout: 10,
             max_connections: 16384,
+            pid_file: None,
             access_log: None,
             access_log_format: "combined".into(),
             limits: LimitsConfig::default(),

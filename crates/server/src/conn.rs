@@ -754,7 +754,8 @@ fn record(
     (status, head, body_bytes): (u16, &[u8], u64),
 ) {
     let mut logs = worker.log.borrow_mut();
-    let hosts = &worker.shared.sites.hosts;
+    let current = worker.current.borrow().clone();
+    let hosts = &current.gen.sites.hosts;
     let site = request.map_or(hosts.default_site(), |r| hosts.select(r));
     let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
         return;

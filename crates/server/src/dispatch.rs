@@ -13,6 +13,7 @@ use wire::{BodyFraming, Framing, Version};
 use crate::files;
 use crate::output::{Mark, Output};
 use crate::reply;
+use crate::sites::Site;
 use crate::worker::Worker;
 
 /// What the modules do for the paths under one prefix.
@@ -132,8 +133,10 @@ pub(crate) fn answer(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let site = worker.shared.sites.hosts.select(req);
-    let routes = &worker.shared.routes[site];
+    let current = worker.current();
+    let gen = &current.gen;
+    let site = gen.sites.hosts.select(req);
+    let routes = &gen.routes[site];
     let routed = match normal && !routes.is_empty() {
         true => routes.find(&path),
         false => None,
@@ -141,7 +144,7 @@ pub(crate) fn answer(
     let Some(routed) = routed else {
         static_files(
             worker,
-            site,
+            &gen.sites.all()[site],
             req,
             normal.then_some(&path[..]),
             keep_alive,
@@ -160,7 +163,7 @@ pub(crate) fn answer(
     let mut answer = None;
     if let Some((m, tag)) = routed.filter {
         request.tag = tag;
-        match worker.services[m].filter(&request) {
+        match current.services[m].filter(&request) {
             Filtered::Continue(attached) => filter = attached,
             Filtered::Answer(a) => answer = Some(a),
         }
@@ -168,7 +171,7 @@ pub(crate) fn answer(
     if answer.is_none() {
         for &(m, tag) in &routed.handlers {
             request.tag = tag;
-            match worker.services[m].call(&request) {
+            match current.services[m].call(&request) {
                 Answer::Pass => continue,
                 a => {
                     answer = Some(a);
@@ -203,7 +206,15 @@ pub(crate) fn answer(
     match answer {
         None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
-            static_files(worker, site, req, Some(&path[..]), keep_alive, out, pending);
+            static_files(
+                worker,
+                &gen.sites.all()[site],
+                req,
+                Some(&path[..]),
+                keep_alive,
+                out,
+                pending,
+            );
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
@@ -236,7 +247,7 @@ pub(crate) fn answer(
 /// The server's own handler: the file (or listing, or refusal) for the request's path.
 fn static_files(
     worker: &Worker,
-    site: usize,
+    site: &Site,
     req: &wire::Request<'_, '_>,
     path: Option<&[u8]>,
     keep_alive: bool,
@@ -247,7 +258,6 @@ fn static_files(
         // The client waits for this before sending the body we will skip.
         out.buf().extend_from_slice(wire::CONTINUE);
     }
-    let site = &worker.shared.sites.all()[site];
     files::respond(req, path, worker, site, out, keep_alive);
 }
 

@@ -85,7 +85,7 @@ pub(crate) fn respond(
         _ => return simple(worker, out, req, keep_alive, 405, ALLOW),
     };
     let conditions = Conditions::from_headers(req.headers);
-    let accept = if worker.shared.config.precompressed {
+    let accept = if site.precompressed {
         AcceptEncoding::parse(conditions.accept_encoding)
     } else {
         AcceptEncoding::NONE
@@ -323,28 +323,22 @@ fn lookup(
     };
     let mut cpath = worker.cpath.borrow_mut();
     let cpath = &mut *cpath;
-    let shared = &worker.shared;
     let now = worker.clock.millis();
-    if let Some(entry) = site
-        .files
-        .get(key, now, shared.config.file_cache_valid_ms, accept)
-    {
+    if let Some(entry) = site.files.get(key, now, site.file_cache_valid_ms, accept) {
         return Ok(entry);
     }
-    open(worker, site, key, cpath, now, accept)
+    open(site, key, cpath, now, accept)
 }
 
 /// Opens the file for `key` (a normalised path) and its precompressed siblings; keeps
 /// the cached entry when they are the files it holds, else caches them anew.
 fn open(
-    worker: &Worker,
     site: &Site,
     key: &[u8],
     cpath: &mut Vec<u8>,
     now: u64,
     accept: AcceptEncoding,
 ) -> Result<Arc<FileEntry>, Miss> {
-    let config = &worker.shared.config;
     // No root: no files, every path is missing.
     let root = site.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     let is_dir_request = key.ends_with(b"/");
@@ -381,7 +375,7 @@ fn open(
         return Err(Miss::Status(403));
     }
     let plain = Identity::of(&meta);
-    let (brotli, gzip) = if config.precompressed {
+    let (brotli, gzip) = if site.precompressed {
         (sibling(root, cpath, b".br"), sibling(root, cpath, b".gz"))
     } else {
         (None, None)
@@ -401,7 +395,7 @@ fn open(
         key
     });
     let extra = path_headers(&site.cache_control, key, brotli.is_some() || gzip.is_some());
-    let min = config.sendfile_min_size;
+    let min = site.sendfile_min_size;
     let load = |(file, id): (File, Identity), coding| {
         FileEntry::load(file, id, content_type, coding, &extra, min)
     };

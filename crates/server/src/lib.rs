@@ -27,6 +27,8 @@ mod conn;
 mod date;
 mod dispatch;
 mod files;
+mod generation;
+mod listeners;
 mod listing;
 mod output;
 mod range;
@@ -36,14 +38,20 @@ mod sites;
 mod worker;
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+
+use generation::{Generation, LogPlan};
+use listeners::{Listeners, Listening};
 
 pub use access_log::FormatError;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
+pub use listeners::Inherited;
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -77,13 +85,16 @@ pub enum Error {
     NoOpenat2(std::io::Error),
 }
 
-/// What every worker shares, read-only after start.
+/// What every worker shares. The configuration and what is built from it is the
+/// current [`Generation`], replaced whole by a reload; the rest lives as long as the
+/// process.
 pub(crate) struct Shared {
-    pub config: Config,
-    /// The modules (the proxy, Lua scripts): each worker starts its own service of each.
-    pub modules: Vec<Arc<dyn handler::Module>>,
-    /// Per site, every prefix a module answers or filters, with what each does there.
-    pub routes: Vec<handler::Router<dispatch::Routed>>,
+    /// The running configuration generation, and its number (what a worker compares
+    /// with the one it holds before each request).
+    pub current: ArcSwap<Generation>,
+    pub generation: AtomicU64,
+    /// The listening sockets; workers sync their accept loops to them.
+    pub listeners: Listeners,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
@@ -94,10 +105,11 @@ pub(crate) struct Shared {
     pub lingering_closes: AtomicU64,
     /// Connections per state for each worker, published by its periodic check.
     pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
+    /// Fixed at start (they size the buffers and slots every worker allocated): a
+    /// reload that changes them says they wait for a restart or an upgrade.
     pub limits: wire::Limits,
-    /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
-    /// the names that choose them.
-    pub sites: sites::Sites,
+    pub workers: usize,
+    pub slots_per_worker: usize,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
@@ -106,63 +118,56 @@ pub(crate) struct Shared {
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {
     shared: Arc<Shared>,
-    /// One listener per address for each worker, all bound with `SO_REUSEPORT`.
-    listeners: Vec<Vec<std::net::TcpListener>>,
     addrs: Vec<SocketAddr>,
-    log_format: access_log::Format,
 }
 
 impl Server {
-    /// Checks the configuration, opens the root and binds every listener. `modules`
+    /// Checks the configuration, opens the roots and binds every listener. `modules`
     /// answer and filter the paths they route (`handler::Module::routes`); the static
     /// files answer the rest.
     pub fn bind(config: Config, modules: Vec<Arc<dyn handler::Module>>) -> Result<Server, Error> {
-        config.validate().map_err(Error::Config)?;
-        let routes = dispatch::routes(&modules, config.host.len() + 1);
-        let log_format = access_log::Format::parse(&config.access_log_format)?;
-        let sites = sites::Sites::open(&config, open_root)?;
-        if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
-            files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
-        }
+        Server::bind_inheriting(config, modules, Inherited::default())
+    }
+
+    /// As [`Server::bind`], taking the listening sockets of a configured address from
+    /// `inherited` (a binary upgrade) instead of binding it anew; the inherited sockets
+    /// no configured address takes are closed.
+    pub fn bind_inheriting(
+        config: Config,
+        modules: Vec<Arc<dyn handler::Module>>,
+        mut inherited: Inherited,
+    ) -> Result<Server, Error> {
         let workers = config.worker_count();
-        let mut listeners: Vec<Vec<std::net::TcpListener>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        let mut addrs = Vec::new();
+        let generation = Generation::new(1, config, modules, workers)?;
+        let config = &generation.config;
+        let listeners = Listeners::new();
+        let mut set = Vec::new();
         for &requested in &config.listen {
-            // With port 0 the first bind picks a port; the other workers join that one.
-            let mut addr = requested;
-            for worker in listeners.iter_mut() {
-                let listener = runtime::bind(addr, config.backlog)
-                    .map_err(|source| Error::Listen { addr, source })?;
-                if addr.port() == 0 {
-                    addr = listener
-                        .local_addr()
-                        .map_err(|source| Error::Listen { addr, source })?;
-                }
-                worker.push(listener);
-            }
-            addrs.push(addr);
+            set.push(listeners.open(requested, config.backlog, workers, &mut inherited)?);
         }
-        let limits = config.limits.to_wire();
+        for addr in inherited.unused() {
+            tracing::info!(address = %addr, "closing a listening socket taken over but no longer configured");
+        }
+        listeners.replace(set);
+        let addrs = listeners.local_addrs();
         Ok(Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
                 refusals: Default::default(),
                 lingering_closes: AtomicU64::new(0),
-                modules,
-                routes,
                 log: Arc::new(access_log::Shared {
                     dropped: AtomicU64::new(0),
                     reopen: AtomicU64::new(0),
                 }),
-                sites,
+                limits: config.limits.to_wire(),
+                workers,
+                slots_per_worker: (config.max_connections / workers).max(1),
                 epoch: std::time::Instant::now(),
-                config,
-                limits,
+                listeners,
+                generation: AtomicU64::new(1),
+                current: ArcSwap::from_pointee(generation),
             }),
-            listeners,
             addrs,
-            log_format,
         })
     }
 
@@ -173,79 +178,68 @@ impl Server {
 
     /// Starts one thread per worker.
     pub fn start(self) -> Result<Running, Error> {
-        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let (phase, _) = tokio::sync::watch::channel(Phase::Serve);
+        let gen = self.shared.current.load_full();
+        let plan = LogPlan::of(&gen.config);
+        let (logs, writers) = plan.start(self.shared.workers, &self.shared.log)?;
         let mut threads = Vec::new();
-        let mut log_writers = Vec::new();
-        let workers = self.listeners.len();
-        // One writer per distinct file; each site writes to its own (`[[host]]`
-        // `access_log`) or else to the top-level one.
-        let config = &self.shared.config;
-        let mut paths: Vec<&PathBuf> = Vec::new();
-        let by_site: Arc<[Option<usize>]> = std::iter::once(config.access_log.as_ref())
-            .chain(
-                config
-                    .host
-                    .iter()
-                    .map(|h| h.access_log.as_ref().or(config.access_log.as_ref())),
-            )
-            .map(|path| {
-                let path = path?;
-                Some(paths.iter().position(|p| *p == path).unwrap_or_else(|| {
-                    paths.push(path);
-                    paths.len() - 1
-                }))
-            })
-            .collect();
-        let mut per_worker: Vec<Vec<access_log::WorkerLog>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        for path in &paths {
-            let (worker_logs, writer) =
-                access_log::start(path, &self.log_format, workers, self.shared.log.clone())
-                    .map_err(|source| Error::AccessLog {
-                        path: (*path).clone(),
-                        source,
-                    })?;
-            for (w, log) in worker_logs.into_iter().enumerate() {
-                per_worker[w].push(log);
-            }
-            log_writers.push(writer);
-        }
-        let logs: Vec<Option<access_log::WorkerLogs>> = per_worker
-            .into_iter()
-            .map(|logs| {
-                (!logs.is_empty()).then(|| access_log::WorkerLogs::new(logs, by_site.clone()))
-            })
-            .collect();
-        for ((id, listeners), log) in self.listeners.into_iter().enumerate().zip(logs) {
+        for (id, log) in logs.into_iter().enumerate() {
             let shared = self.shared.clone();
-            let shutdown = shutdown.subscribe();
+            let phase = phase.subscribe();
             let thread = std::thread::Builder::new()
                 .name(format!("tessera-worker-{id}"))
-                .spawn(move || runtime::run(id, listeners, shared, log, shutdown))
+                .spawn(move || runtime::run(id, shared, log, phase))
                 .map_err(Error::Thread)?;
             threads.push(thread);
         }
         Ok(Running {
             shared: self.shared,
-            shutdown,
+            phase,
             threads,
-            log_writers,
+            log_writers: Mutex::new(writers),
+            log_plan: Mutex::new(plan),
         })
     }
 }
 
-impl Shared {
-    pub(crate) fn slots_per_worker(&self) -> usize {
-        (self.config.max_connections / self.config.worker_count()).max(1)
-    }
+/// Where the workers are in their life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Serve,
+    /// Another process took the listening sockets over (binary upgrade): stop
+    /// accepting, answer the next request on each connection with `Connection: close`,
+    /// let idle connections time out, exit when none is left (or after
+    /// `shutdown_timeout`).
+    Drain,
+    /// Graceful shutdown: stop accepting, finish the responses in flight, close idle
+    /// connections at once, exit (after `shutdown_timeout` at the latest).
+    Stop,
 }
 
 /// Running workers.
 pub struct Running {
     shared: Arc<Shared>,
-    shutdown: tokio::sync::watch::Sender<bool>,
+    phase: tokio::sync::watch::Sender<Phase>,
     threads: Vec<JoinHandle<()>>,
-    log_writers: Vec<JoinHandle<()>>,
+    /// Every access log writer thread started (a reload that changes the logs starts
+    /// new ones; the old ones end once every worker has let go of them).
+    log_writers: Mutex<Vec<JoinHandle<()>>>,
+    log_plan: Mutex<LogPlan>,
+}
+
+/// What a reload changed, for its log line.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// The new configuration's generation number (1 is the one started with).
+    pub generation: u64,
+    pub listeners_added: Vec<SocketAddr>,
+    pub listeners_removed: Vec<SocketAddr>,
+    /// Whether the access logs were reopened with new files or a new format.
+    pub access_logs_changed: bool,
+    /// Keys whose change takes effect only at the next start or binary upgrade (they
+    /// size what every worker allocated at start).
+    pub not_applied: Vec<&'static str>,
 }
 
 impl Running {
@@ -283,13 +277,126 @@ impl Running {
         self.shared.lingering_closes.load(Ordering::Relaxed)
     }
 
-    /// Reloads what every module reads from disk (SIGHUP: Lua scripts), between
-    /// requests, without closing connections; what fails to load keeps its previous
-    /// version (logged).
-    pub fn reload(&self) {
-        for module in &self.shared.modules {
-            module.reload();
+    /// The addresses listened on now (port 0 resolved), in the configured order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.shared.listeners.local_addrs()
+    }
+
+    /// Replaces the whole configuration (SIGHUP): checks `config` and opens what it
+    /// names (roots, new listeners, changed access logs) first, and changes nothing
+    /// when any of that fails. Then every request that starts after this returns uses
+    /// it, on old keep-alive connections too (each worker swaps before its next
+    /// request, and within a quarter second when idle); requests in flight finish on
+    /// the configuration they started with. Listeners no longer configured are closed.
+    pub fn reload(
+        &self,
+        config: Config,
+        modules: Vec<Arc<dyn handler::Module>>,
+    ) -> Result<Reloaded, Error> {
+        let shared = &self.shared;
+        let old = shared.current.load_full();
+        let number = old.number + 1;
+        let mut not_applied = Vec::new();
+        if config.worker_count() != shared.workers {
+            not_applied.push("workers");
         }
+        if (config.max_connections / shared.workers).max(1) != shared.slots_per_worker {
+            not_applied.push("max_connections");
+        }
+        if config.limits.to_wire() != shared.limits {
+            not_applied.push("limits");
+        }
+        let gen = Generation::new(number, config, modules, shared.workers)?;
+        let known: Vec<SocketAddr> = {
+            let set = shared
+                .listeners
+                .set
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            set.iter().map(|l| l.requested).collect()
+        };
+        let mut opened = Vec::new();
+        for &requested in gen.config.listen.iter().filter(|a| !known.contains(a)) {
+            opened.push(shared.listeners.open(
+                requested,
+                gen.config.backlog,
+                shared.workers,
+                &mut Inherited::default(),
+            )?);
+        }
+        let plan = LogPlan::of(&gen.config);
+        let mut current_plan = self.log_plan.lock().unwrap_or_else(|e| e.into_inner());
+        let access_logs_changed = plan != *current_plan;
+        if access_logs_changed {
+            let (logs, writers) = plan.start(shared.workers, &shared.log)?;
+            for (slot, logs) in gen.logs.iter().zip(logs) {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(logs);
+            }
+            self.log_writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(writers);
+            *current_plan = plan;
+        }
+        // Nothing can fail from here on.
+        let listeners_added = opened.iter().map(|l| l.local).collect();
+        let mut listeners_removed = Vec::new();
+        {
+            let mut set = shared
+                .listeners
+                .set
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mut kept: Vec<Listening> = Vec::new();
+            for l in std::mem::take(&mut *set) {
+                if gen.config.listen.contains(&l.requested) {
+                    kept.push(l);
+                } else {
+                    listeners_removed.push(l.local);
+                }
+            }
+            kept.extend(opened);
+            kept.sort_by_key(|l| gen.config.listen.iter().position(|a| *a == l.requested));
+            *set = kept;
+        }
+        shared.listeners.version.fetch_add(1, Ordering::Release);
+        shared.current.store(Arc::new(gen));
+        shared.generation.store(number, Ordering::Release);
+        Ok(Reloaded {
+            generation: number,
+            listeners_added,
+            listeners_removed,
+            access_logs_changed,
+            not_applied,
+        })
+    }
+
+    /// Calls `spawn` with the description of every listening socket (`ADDR=FD,FD;...`,
+    /// what [`Inherited::parse`] reads) and their descriptors, which stay open and
+    /// unchanged during the call: for starting the process that takes them over.
+    pub fn hand_over<R>(&self, spawn: impl FnOnce(&str, &[RawFd]) -> R) -> R {
+        let set = self
+            .shared
+            .listeners
+            .set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut spec = String::new();
+        let mut fds = Vec::new();
+        for l in set.iter() {
+            if !spec.is_empty() {
+                spec.push(';');
+            }
+            spec.push_str(&format!("{}=", l.requested));
+            for (i, s) in l.sockets.iter().enumerate() {
+                if i > 0 {
+                    spec.push(',');
+                }
+                spec.push_str(&s.fd.as_raw_fd().to_string());
+                fds.push(s.fd.as_raw_fd());
+            }
+        }
+        spawn(&spec, &fds)
     }
 
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).
@@ -304,13 +411,36 @@ impl Running {
 
     /// Every module's counters, as (name, value).
     pub fn module_stats(&self) -> Vec<(String, u64)> {
-        self.shared.modules.iter().flat_map(|m| m.stats()).collect()
+        let gen = self.shared.current.load();
+        gen.modules.iter().flat_map(|m| m.stats()).collect()
     }
 
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close
     /// idle connections, and exit (after `shutdown_timeout` at the latest).
     pub fn shutdown(&self) {
-        self.shutdown.send_replace(true);
+        self.phase.send_replace(Phase::Stop);
+    }
+
+    /// Hands the connections to come to another process (which holds the same
+    /// listening sockets, [`Running::hand_over`]): workers stop accepting, answer the
+    /// next request on each keep-alive connection with `Connection: close` and close it
+    /// after that response, close idle connections only when `timeouts.idle` expires,
+    /// and exit when none is left (after `shutdown_timeout` at the latest).
+    /// [`Running::shutdown`] still applies while draining.
+    pub fn drain(&self) {
+        self.phase.send_if_modified(|phase| {
+            let serving = *phase == Phase::Serve;
+            if serving {
+                *phase = Phase::Drain;
+            }
+            serving
+        });
+    }
+
+    /// Whether every worker has exited (after [`Running::drain`], once the connections
+    /// have ended).
+    pub fn finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
     }
 
     /// Waits for every worker to exit.
@@ -321,9 +451,13 @@ impl Running {
         // A log writer ends once every worker has flushed and dropped its end, unless
         // the disk stopped answering: then it is left behind (its lines are lost) rather
         // than let a stalled disk keep the process from exiting.
-        let deadline = std::time::Instant::now()
-            + std::time::Duration::from_secs(self.shared.config.shutdown_timeout.max(1));
-        for writer in self.log_writers {
+        let timeout = self.shared.current.load().config.shutdown_timeout.max(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+        let writers = self
+            .log_writers
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        for writer in writers {
             while !writer.is_finished() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -336,7 +470,7 @@ impl Running {
     }
 }
 
-fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
+pub(crate) fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
     use std::os::unix::ffi::OsStrExt;
     let err = |source| Error::Root {
         path: path.to_owned(),

@@ -3,49 +3,28 @@
 //! running [`conn::serve`].
 
 use std::cell::{Cell, RefCell};
-use std::io;
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pool::Pool;
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
 use crate::date::Clock;
+use crate::generation::Current;
+use crate::listeners::Listener;
 use crate::worker::{ConnState, RateLimitedLog, Worker};
-use crate::{conn, Shared};
-
-/// Binds one listener with SO_REUSEPORT, so every worker can have its own and the kernel
-/// balances new connections across them.
-pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        // [::]:8080 and 0.0.0.0:8080 can then both be listed.
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    // Responses go out as whole batches; Nagle would only delay the last segment. Set
-    // here, not per connection: Linux gives an accepted socket its listener's
-    // TCP_NODELAY, which saves a setsockopt(2) for every connection.
-    socket.set_tcp_nodelay(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
-    Ok(socket.into())
-}
+use crate::{conn, Phase, Shared};
 
 pub(crate) fn run(
     id: usize,
-    listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
     log: Option<WorkerLogs>,
-    mut shutdown: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -57,12 +36,13 @@ pub(crate) fn run(
             return;
         }
     };
-    let capacity = shared.slots_per_worker();
+    let capacity = shared.slots_per_worker;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         // Each module's service for this worker, started on its thread inside the
         // LocalSet (a service may spawn its own tasks).
-        let services = shared.modules.iter().map(|m| m.start(id)).collect();
+        let gen = shared.current.load_full();
+        let services = gen.modules.iter().map(|m| m.start(id)).collect();
         let worker = Rc::new(Worker {
             id,
             clock: Clock::new(shared.epoch),
@@ -75,25 +55,16 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
-            services,
+            current: RefCell::new(Rc::new(Current { gen, services })),
+            accepting: RefCell::new(Vec::new()),
+            listeners_seen: Cell::new(0),
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             shared,
         });
-        for listener in listeners {
-            match TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    tokio::task::spawn_local(accept_loop(
-                        listener,
-                        worker.clone(),
-                        shutdown.clone(),
-                    ));
-                }
-                Err(e) => tracing::error!(worker = id, error = %e, "cannot register listener"),
-            }
-        }
+        sync_listeners(&worker);
         let sweeper = tokio::task::spawn_local({
             let worker = worker.clone();
             async move {
@@ -101,43 +72,63 @@ pub(crate) fn run(
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 loop {
                     tick.tick().await;
+                    worker.current();
+                    if !worker.is_shutting_down() {
+                        sync_listeners(&worker);
+                    }
                     worker.sweep();
                 }
             }
         });
-        while !*shutdown.borrow_and_update() {
-            if shutdown.changed().await.is_err() {
+        while *phase.borrow_and_update() == Phase::Serve {
+            if phase.changed().await.is_err() {
                 break;
             }
         }
         worker.shutting_down.set(true);
-        {
-            let slots = worker.slots.borrow();
-            for state in ConnState::ALL {
-                if state == ConnState::Free {
-                    continue;
-                }
-                for (slot, _) in slots.iter(state) {
-                    // Idle connections see end-of-file and close; busy ones finish
-                    // their response first and then close because the worker is
-                    // shutting down.
-                    // SAFETY: the descriptor belongs to a live connection.
-                    unsafe { libc::shutdown(slots[slot], libc::SHUT_RD) };
-                }
-            }
+        for (_, accepting) in worker.accepting.take() {
+            accepting.stop();
         }
-        let grace = Duration::from_secs(worker.shared.config.shutdown_timeout);
+        let grace = Duration::from_secs(worker.current().gen.config.shutdown_timeout);
         let drained = async {
             while worker.slots.borrow().count(ConnState::Free) < capacity {
                 worker.slot_freed.notified().await;
             }
         };
-        if tokio::time::timeout(grace, drained).await.is_err() {
-            tracing::warn!(
-                worker = id,
-                open = capacity - worker.slots.borrow().count(ConnState::Free),
-                "shutdown timeout: closing connections still open"
-            );
+        let mut drained = std::pin::pin!(drained);
+        let mut done = false;
+        if *phase.borrow_and_update() == Phase::Drain {
+            // Connections end by themselves: after their next response, or when
+            // `timeouts.idle` closes them. A shutdown asked meanwhile cuts this short.
+            let stop = async {
+                while *phase.borrow_and_update() != Phase::Stop {
+                    if phase.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = &mut drained => done = true,
+                _ = stop => {}
+                _ = tokio::time::sleep(grace) => {
+                    done = true;
+                    tracing::warn!(
+                        worker = id,
+                        open = capacity - worker.slots.borrow().count(ConnState::Free),
+                        "shutdown timeout while draining: closing connections still open"
+                    );
+                }
+            }
+        }
+        if !done {
+            shut_reads(&worker);
+            if tokio::time::timeout(grace, drained).await.is_err() {
+                tracing::warn!(
+                    worker = id,
+                    open = capacity - worker.slots.borrow().count(ConnState::Free),
+                    "shutdown timeout: closing connections still open"
+                );
+            }
         }
         sweeper.abort();
         let log = worker.log.borrow_mut().take();
@@ -147,24 +138,110 @@ pub(crate) fn run(
     });
 }
 
-/// Accepts until shutdown. The shutdown signal is awaited once around the whole loop, not
-/// once per connection (each wait registers a waiter and removes it again).
-async fn accept_loop(
-    listener: TcpListener,
-    worker: Rc<Worker>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    tokio::select! {
-        _ = accept_all(&listener, &worker) => {}
-        _ = shutdown.changed() => {}
+/// Tells an accept loop to stop taking connections (its listener is closed when it
+/// ends); it stops at once unless it is handing a connection it took to its task.
+#[derive(Default)]
+pub(crate) struct Stop {
+    stopped: Cell<bool>,
+    wake: Notify,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        self.stopped.set(true);
+        self.wake.notify_one();
+    }
+
+    async fn stopped(&self) {
+        while !self.stopped.get() {
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// Idle connections see end-of-file and close; busy ones finish their response first
+/// and then close because the worker is shutting down.
+fn shut_reads(worker: &Worker) {
+    let slots = worker.slots.borrow();
+    for state in ConnState::ALL {
+        if state == ConnState::Free {
+            continue;
+        }
+        for (slot, _) in slots.iter(state) {
+            // SAFETY: the descriptor belongs to a live connection.
+            unsafe { libc::shutdown(slots[slot], libc::SHUT_RD) };
+        }
+    }
+}
+
+/// Makes this worker accept on exactly its share of the process's listening sockets
+/// (`Shared::listeners`): an accept loop for each new one, none left for one removed.
+fn sync_listeners(worker: &Rc<Worker>) {
+    let listeners = &worker.shared.listeners;
+    let version = listeners.version.load(Ordering::Acquire);
+    if version == worker.listeners_seen.get() {
+        return;
+    }
+    worker.listeners_seen.set(version);
+    let set = listeners.set.lock().unwrap_or_else(|e| e.into_inner());
+    let workers = worker.shared.workers;
+    let mine: Vec<&Listener> = set
+        .iter()
+        .flat_map(|l| l.sockets.iter().enumerate())
+        .filter(|(i, _)| i % workers == worker.id)
+        .map(|(_, s)| s)
+        .collect();
+    let mut accepting = worker.accepting.borrow_mut();
+    // Dropping the accept loop closes this worker's descriptor of the socket; the
+    // socket closes with the last one (the process's own went with the set).
+    accepting.retain(|(id, stop)| {
+        let keep = mine.iter().any(|s| s.id == *id);
+        if !keep {
+            stop.stop();
+        }
+        keep
+    });
+    for socket in mine {
+        if accepting.iter().any(|(id, _)| *id == socket.id) {
+            continue;
+        }
+        let listener = socket
+            .fd
+            .try_clone()
+            .map(std::net::TcpListener::from)
+            .and_then(TcpListener::from_std);
+        match listener {
+            Ok(listener) => {
+                let stop = Rc::new(Stop::default());
+                tokio::task::spawn_local({
+                    let worker = worker.clone();
+                    let stop = stop.clone();
+                    async move { accept_all(&listener, &worker, &stop).await }
+                });
+                accepting.push((socket.id, stop));
+            }
+            Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register listener"),
+        }
     }
 }
 
 /// Accepts connections as long as the listener has them (tokio's accept retries until
 /// the kernel says EAGAIN, so one wake-up drains the queue) and spawns each one's task.
-async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>) {
+async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>, stop: &Stop) {
     loop {
-        let (stream, peer) = match listener.accept().await {
+        // Stopping is looked at only here, before a connection is taken: one accepted is
+        // always served (during a shutdown, with `Connection: close`), never dropped.
+        // The flag first, then the accept; the wait for a stop is registered only when
+        // no connection is ready (not once per connection).
+        if stop.stopped.get() {
+            return;
+        }
+        let accepted = tokio::select! {
+            biased;
+            accepted = listener.accept() => accepted,
+            _ = stop.stopped() => return,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning.
@@ -206,9 +283,6 @@ async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>) {
                 }
             }
             worker.slot_freed.notified().await;
-        }
-        if worker.is_shutting_down() {
-            return;
         }
         worker.clock.refresh();
         let slot = {

@@ -16,6 +16,11 @@ pub(crate) struct Site {
     pub index: String,
     pub autoindex: bool,
     pub cache_control: Vec<CacheControlRule>,
+    /// The server-wide file settings (`precompressed`, `file_cache_valid_ms`,
+    /// `sendfile_min_size`), copied to each site.
+    pub precompressed: bool,
+    pub file_cache_valid_ms: u64,
+    pub sendfile_min_size: u64,
     /// The open-file cache every worker reads and fills for this site.
     pub files: FileCache,
 }
@@ -37,6 +42,9 @@ impl Sites {
             index: config.index.clone(),
             autoindex: config.autoindex,
             cache_control: config.cache_control.clone(),
+            precompressed: config.precompressed,
+            file_cache_valid_ms: config.file_cache_valid_ms,
+            sendfile_min_size: config.sendfile_min_size,
             files: FileCache::new(config.file_cache_entries),
         }];
         for h in &config.host {
@@ -53,6 +61,9 @@ impl Sites {
                     .cache_control
                     .clone()
                     .unwrap_or_else(|| config.cache_control.clone()),
+                precompressed: config.precompressed,
+                file_cache_valid_ms: config.file_cache_valid_ms,
+                sendfile_min_size: config.sendfile_min_size,
                 files: FileCache::new(config.file_cache_entries),
             });
         }

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use crate::access_log::WorkerLogs;
 use crate::date::Clock;
+use crate::generation::Current;
 use crate::output::Output;
 use crate::Shared;
 
@@ -90,9 +91,13 @@ pub(crate) struct Worker {
     pub(crate) evictions: RateLimitedLog,
     pub(crate) pauses: RateLimitedLog,
     pub(crate) timeouts: RateLimitedLog,
-    /// This worker's service of each module, in the order of `Shared::modules`.
-    pub services: Vec<Rc<dyn handler::Service>>,
-    /// This worker's end of the access log, if there is one.
+    /// The configuration generation this worker serves with, and its services of that
+    /// generation's modules ([`Worker::current`]).
+    pub(crate) current: RefCell<Rc<Current>>,
+    /// An accept loop per listening socket this worker accepts on, by the socket's id.
+    pub(crate) accepting: RefCell<Vec<(u64, Rc<crate::runtime::Stop>)>>,
+    /// The version of `Shared::listeners` the accept loops match.
+    pub(crate) listeners_seen: Cell<u64>,
     /// The access logs (one per file; each site writes to its own), when any is on.
     pub log: RefCell<Option<WorkerLogs>>,
     pub(crate) drops: RateLimitedLog,
@@ -103,6 +108,30 @@ pub(crate) struct Worker {
 impl Worker {
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.get()
+    }
+
+    /// The configuration to answer a request with: the one this worker holds, unless a
+    /// reload replaced it (then this worker takes the new generation first, starting
+    /// its services of the new modules and switching access logs if they changed).
+    pub fn current(&self) -> Rc<Current> {
+        let number = self.shared.generation.load(Ordering::Acquire);
+        if number != self.current.borrow().gen.number {
+            let gen = self.shared.current.load_full();
+            let services = gen.modules.iter().map(|m| m.start(self.id)).collect();
+            let logs = gen.logs[self.id]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(logs) = logs {
+                let old = std::mem::replace(&mut *self.log.borrow_mut(), logs);
+                if let Some(mut old) = old {
+                    // The old writer ends once every worker has let go of it.
+                    old.flush_blocking();
+                }
+            }
+            *self.current.borrow_mut() = Rc::new(Current { gen, services });
+        }
+        self.current.borrow().clone()
     }
 
     /// Moves a connection to `to` (a no-op if it is there already, so the time it
@@ -186,7 +215,8 @@ impl Worker {
     pub(crate) fn sweep(&self) {
         self.clock.refresh();
         let now = self.clock.millis();
-        let t = &self.shared.config.timeouts;
+        let current = self.current.borrow().clone();
+        let t = &current.gen.config.timeouts;
         let mut slots = self.slots.borrow_mut();
         for (state, seconds) in [
             (ConnState::ReadingHead, t.head),

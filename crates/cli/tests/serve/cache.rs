@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{read_request_head, read_response, Response, Server, Site};
+use crate::harness::{eventually, read_request_head, read_response, Response, Server, Site};
 
 /// An origin that counts requests per path and can be told to fail (503 for all).
 ///
@@ -230,18 +230,6 @@ fn get(server: &Server, path: &str) -> Response {
 
 fn body(r: &Response) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
-}
-
-/// Polls `check` every 20 ms for up to 20 s (a loaded machine is slow, never wrong).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -368,3 +368,155 @@ pub fn parse_responses(mut bytes: &[u8]) -> Vec<Response> {
     }
     responses
 }
+
+/// Polls `check` every 20 ms for up to 30 s (a loaded machine is slow, never wrong).
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the server has printed a line containing `needle` on stderr.
+pub fn stderr_has(server: &Server, needle: &str) -> bool {
+    server
+        .stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains(needle))
+}
+
+/// A load loop for tests that change a running server (reload, upgrade): threads that
+/// request `path` until stopped, some on a new connection per request and some on
+/// keep-alive connections (reconnecting when the server closes one after a complete
+/// response), counting every request that did not get a whole `200` with `body`.
+pub struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<LoadCount>>,
+}
+
+#[derive(Debug, Default)]
+pub struct LoadCount {
+    pub ok: u64,
+    pub failed: u64,
+    /// The first few failures, described.
+    pub errors: Vec<String>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, path: &str, body: &'static [u8]) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = [false, true, false, true]
+            .into_iter()
+            .map(|keep_alive| {
+                let stop = stop.clone();
+                let path = path.to_string();
+                std::thread::spawn(move || load_loop(addr, &path, body, keep_alive, &stop))
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops the loop (bounded anyway: every request has a 10 s timeout) and sums up.
+    pub fn stop(self) -> LoadCount {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut all = LoadCount::default();
+        for thread in self.threads {
+            let c = thread.join().unwrap();
+            all.ok += c.ok;
+            all.failed += c.failed;
+            all.errors.extend(c.errors);
+        }
+        all.errors.truncate(5);
+        all
+    }
+}
+
+fn load_loop(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    keep_alive: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> LoadCount {
+    let mut count = LoadCount::default();
+    let mut held: Option<BufReader<TcpStream>> = None;
+    let started = std::time::Instant::now();
+    // At most 5 minutes, whatever the test does.
+    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+        && started.elapsed() < Duration::from_secs(300)
+    {
+        let result = (|| -> Result<bool, String> {
+            if held.is_none() {
+                let stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                held = Some(BufReader::new(stream));
+            }
+            let reader = held.as_mut().unwrap();
+            let connection = if keep_alive { "keep-alive" } else { "close" };
+            write!(
+                reader.get_mut(),
+                "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: {connection}\r\n\r\n"
+            )
+            .map_err(|e| format!("write: {e}"))?;
+            let mut status = String::new();
+            reader
+                .read_line(&mut status)
+                .map_err(|e| format!("read: {e}"))?;
+            if !status.starts_with("HTTP/1.1 200 ") {
+                return Err(format!("status line {status:?}"));
+            }
+            let mut len = None;
+            let mut closes = !keep_alive;
+            loop {
+                let mut line = String::new();
+                reader
+                    .read_line(&mut line)
+                    .map_err(|e| format!("read: {e}"))?;
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                let (name, value) = line.split_once(':').ok_or("bad field")?;
+                let value = value.trim();
+                if name.eq_ignore_ascii_case("content-length") {
+                    len = value.parse::<usize>().ok();
+                }
+                if name.eq_ignore_ascii_case("connection") && value.eq_ignore_ascii_case("close") {
+                    closes = true;
+                }
+            }
+            let mut got = vec![0; len.ok_or("no content-length")?];
+            reader
+                .read_exact(&mut got)
+                .map_err(|e| format!("read body: {e}"))?;
+            if got != body {
+                return Err(format!("body {:?}", String::from_utf8_lossy(&got)));
+            }
+            Ok(closes)
+        })();
+        match result {
+            Ok(closes) => {
+                count.ok += 1;
+                if closes {
+                    held = None;
+                }
+            }
+            Err(e) => {
+                count.failed += 1;
+                if count.errors.len() < 5 {
+                    count.errors.push(e);
+                }
+                held = None;
+            }
+        }
+    }
+    count
+}

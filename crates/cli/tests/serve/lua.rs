@@ -5,30 +5,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{read_response, Response, Server, Site};
+use crate::harness::{eventually, read_response, stderr_has, Response, Server, Site};
 
 /// Sends one keep-alive GET on `stream` and reads its response.
 fn get_on(stream: &mut TcpStream, path: &str) -> Response {
     write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
     read_response(stream, false)
-}
-
-/// Polls `f` until it returns true (at most 30 s).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stderr_has(server: &Server, needle: &str) -> bool {
-    server
-        .stderr
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|l| l.contains(needle))
 }
 
 const API: &str = r#"

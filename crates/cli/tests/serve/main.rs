@@ -14,6 +14,7 @@ mod limits;
 mod lua;
 mod paths;
 mod proxy;
+mod reload;
 mod security;
 mod smuggling;
 mod static_files;

@@ -1,0 +1,141 @@
+//! A configuration generation: everything a reload (SIGHUP) replaces as a whole, the
+//! configuration with the modules built from it, the sites and the routing tables.
+//!
+//! The running generation sits in an `ArcSwap` beside a counter. A worker compares the
+//! counter with the number of the generation it holds before each request (one relaxed
+//! load) and, when they differ, takes the new one and starts its services of the new
+//! modules; a request keeps what it started with (its exchange holds its own handles),
+//! so requests in flight finish on the old configuration while the next request on the
+//! same keep-alive connection uses the new one. Nothing on the request path locks.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use crate::access_log::{self, WorkerLogs};
+use crate::config::Config;
+use crate::dispatch::{self, Routed};
+use crate::sites::Sites;
+use crate::{files, Error};
+
+pub(crate) struct Generation {
+    /// 1 for the configuration the server started with, one more at each reload.
+    pub number: u64,
+    pub config: Config,
+    /// The modules (the proxy, Lua scripts): each worker starts its own service of each.
+    pub modules: Vec<Arc<dyn handler::Module>>,
+    /// Per site, every prefix a module answers or filters, with what each does there.
+    pub routes: Vec<handler::Router<Routed>>,
+    /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
+    /// the names that choose them.
+    pub sites: Sites,
+    /// Per worker, the access logs it switches to when it takes this generation, when
+    /// they changed; `None`: it keeps those it has.
+    pub logs: Vec<Mutex<Option<Option<WorkerLogs>>>>,
+}
+
+impl Generation {
+    /// Checks `config`, opens its roots and builds the routing tables.
+    pub fn new(
+        number: u64,
+        config: Config,
+        modules: Vec<Arc<dyn handler::Module>>,
+        workers: usize,
+    ) -> Result<Generation, Error> {
+        config.validate().map_err(Error::Config)?;
+        let routes = dispatch::routes(&modules, config.host.len() + 1);
+        let sites = Sites::open(&config, crate::open_root)?;
+        if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
+            use std::os::fd::AsRawFd;
+            files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+        }
+        Ok(Generation {
+            number,
+            config,
+            modules,
+            routes,
+            sites,
+            logs: (0..workers).map(|_| Mutex::new(None)).collect(),
+        })
+    }
+}
+
+/// What a worker runs: the generation it took and its services of that generation's
+/// modules, in the order of `Generation::modules`.
+pub(crate) struct Current {
+    pub gen: Arc<Generation>,
+    pub services: Vec<Rc<dyn handler::Service>>,
+}
+
+/// Per worker its access logs (`None` when nothing is logged), and the writer threads.
+pub(crate) type StartedLogs = (Vec<Option<WorkerLogs>>, Vec<std::thread::JoinHandle<()>>);
+
+/// The access logs a configuration asks for: each distinct file once, which one each
+/// site writes to (its `[[host]]` `access_log`, else the top-level one), and the format.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogPlan {
+    paths: Vec<PathBuf>,
+    by_site: Vec<Option<usize>>,
+    format: String,
+}
+
+impl LogPlan {
+    pub fn of(config: &Config) -> LogPlan {
+        let mut paths: Vec<PathBuf> = Vec::new();
+        let by_site: Vec<Option<usize>> = std::iter::once(config.access_log.as_ref())
+            .chain(
+                config
+                    .host
+                    .iter()
+                    .map(|h| h.access_log.as_ref().or(config.access_log.as_ref())),
+            )
+            .map(|path| {
+                let path = path?;
+                Some(paths.iter().position(|p| p == path).unwrap_or_else(|| {
+                    paths.push(path.clone());
+                    paths.len() - 1
+                }))
+            })
+            .collect();
+        LogPlan {
+            // No log at all: nothing to compare (a host added changes nothing).
+            by_site: if paths.is_empty() {
+                Vec::new()
+            } else {
+                by_site
+            },
+            paths,
+            format: config.access_log_format.clone(),
+        }
+    }
+
+    /// Opens every file and starts its writer thread: per worker its logs (`None` when
+    /// nothing is logged), and the writer threads.
+    pub fn start(
+        &self,
+        workers: usize,
+        shared: &Arc<access_log::Shared>,
+    ) -> Result<StartedLogs, Error> {
+        let format = access_log::Format::parse(&self.format)?;
+        let by_site: Arc<[Option<usize>]> = self.by_site.clone().into();
+        let mut per_worker: Vec<Vec<access_log::WorkerLog>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        let mut writers = Vec::new();
+        for path in &self.paths {
+            let (logs, writer) = access_log::start(path, &format, workers, shared.clone())
+                .map_err(|source| Error::AccessLog {
+                    path: path.clone(),
+                    source,
+                })?;
+            for (w, log) in logs.into_iter().enumerate() {
+                per_worker[w].push(log);
+            }
+            writers.push(writer);
+        }
+        let logs = per_worker
+            .into_iter()
+            .map(|logs| (!logs.is_empty()).then(|| WorkerLogs::new(logs, by_site.clone())))
+            .collect();
+        Ok((logs, writers))
+    }
+}

@@ -1,0 +1,227 @@
+//! The listening sockets: bound at start, added and removed by a reload, taken over from
+//! the process this one replaces (binary upgrade) and handed to the one that replaces it.
+//!
+//! Each configured address has one `SO_REUSEPORT` socket per worker, so the kernel
+//! spreads connections across workers. The process keeps its own descriptor of every
+//! socket here (the set a worker syncs its accept loops to, and what an upgrade hands
+//! over); each worker accepts on a duplicate of its own. Closing a socket is the only
+//! thing that drops the connections queued on it (`net.ipv4.tcp_migrate_req` is 0 on
+//! many kernels), so an upgrade passes the very same sockets on instead of binding anew.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::Error;
+
+/// Binds one listener with SO_REUSEPORT, so every worker can have its own and the kernel
+/// balances new connections across them.
+pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        // [::]:8080 and 0.0.0.0:8080 can then both be listed.
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    // Responses go out as whole batches; Nagle would only delay the last segment. Set
+    // here, not per connection: Linux gives an accepted socket its listener's
+    // TCP_NODELAY, which saves a setsockopt(2) for every connection.
+    socket.set_tcp_nodelay(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// One listening socket, with a number no other socket of this process gets (a worker
+/// knows by it which sockets it accepts on already).
+pub(crate) struct Listener {
+    pub id: u64,
+    pub fd: OwnedFd,
+}
+
+/// The sockets of one configured address.
+pub(crate) struct Listening {
+    /// The address as configured (port 0 included): what a reload or an upgrade
+    /// matches addresses by.
+    pub requested: SocketAddr,
+    /// The address bound (port 0 resolved).
+    pub local: SocketAddr,
+    /// At least one per worker; worker `w` accepts on those whose index is `w` modulo
+    /// the worker count (more than one each when taken over from a process that had
+    /// more workers).
+    pub sockets: Vec<Listener>,
+}
+
+/// Every address the process listens on; workers sync to it (`runtime`).
+pub(crate) struct Listeners {
+    pub set: Mutex<Vec<Listening>>,
+    /// Bumped at every change of `set`.
+    pub version: AtomicU64,
+    next_id: AtomicU64,
+}
+
+impl Listeners {
+    pub fn new() -> Listeners {
+        Listeners {
+            set: Mutex::new(Vec::new()),
+            version: AtomicU64::new(1),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// The sockets for `requested`: the inherited ones when there are any (joined by
+    /// new ones bound beside them up to one per worker), else `workers` new ones.
+    pub fn open(
+        &self,
+        requested: SocketAddr,
+        backlog: u32,
+        workers: usize,
+        inherited: &mut Inherited,
+    ) -> Result<Listening, Error> {
+        let err = |addr, source| Error::Listen { addr, source };
+        let mut fds = inherited.take(requested);
+        let mut local = match fds.first() {
+            Some(fd) => local_addr(fd.as_raw_fd()).map_err(|e| err(requested, e))?,
+            None => requested,
+        };
+        if !fds.is_empty() {
+            tracing::info!(
+                address = %local,
+                sockets = fds.len(),
+                "listening sockets taken over from the previous process"
+            );
+        }
+        while fds.len() < workers {
+            // With port 0 the first bind picks a port; the other workers join that one.
+            let fd = bind(local, backlog).map_err(|e| err(local, e))?;
+            if local.port() == 0 {
+                local = local_addr(fd.as_raw_fd()).map_err(|e| err(local, e))?;
+            }
+            fds.push(fd);
+        }
+        Ok(Listening {
+            requested,
+            local,
+            sockets: fds
+                .into_iter()
+                .map(|fd| Listener {
+                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    fd,
+                })
+                .collect(),
+        })
+    }
+
+    /// Replaces the set (workers pick the change up within their next periodic check).
+    pub fn replace(&self, set: Vec<Listening>) {
+        *self.set.lock().unwrap_or_else(|e| e.into_inner()) = set;
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// The addresses bound, in the configured order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        let set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        set.iter().map(|l| l.local).collect()
+    }
+}
+
+/// Listening sockets handed over by the process this one replaces, by the address each
+/// was configured as. What no configured address takes is closed once the server is
+/// bound.
+#[derive(Default)]
+pub struct Inherited {
+    sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
+}
+
+impl Inherited {
+    /// Reads the hand-over description `ADDR=FD,FD;ADDR=FD` (what
+    /// [`crate::Running::hand_over`] gives). Each descriptor must be an open listening
+    /// TCP socket; this process owns them from now on.
+    pub fn parse(spec: &str) -> Result<Inherited, String> {
+        let mut sockets = Vec::new();
+        for part in spec.split(';').filter(|p| !p.is_empty()) {
+            let (addr, fds) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not ADDR=FD,..."))?;
+            let addr: SocketAddr = addr
+                .parse()
+                .map_err(|_| format!("`{addr}` is not a socket address"))?;
+            let mut owned = Vec::new();
+            for fd in fds.split(',') {
+                let fd: RawFd = fd
+                    .parse()
+                    .map_err(|_| format!("`{fd}` is not a file descriptor"))?;
+                if !is_listening_tcp(fd) {
+                    return Err(format!("descriptor {fd} is not a listening TCP socket"));
+                }
+                // SAFETY: the previous process left it open for this one, which is its
+                // only owner (checked above to be an open socket).
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                set_cloexec(&fd)?;
+                owned.push(fd);
+            }
+            sockets.push((addr, owned));
+        }
+        Ok(Inherited { sockets })
+    }
+
+    fn take(&mut self, requested: SocketAddr) -> Vec<OwnedFd> {
+        match self.sockets.iter().position(|(a, _)| *a == requested) {
+            Some(i) => self.sockets.swap_remove(i).1,
+            None => Vec::new(),
+        }
+    }
+
+    /// The addresses handed over that no configured address took (closed on drop).
+    pub fn unused(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.sockets.iter().map(|(a, _)| *a)
+    }
+}
+
+fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    // SAFETY: borrowed for the call only; `ManuallyDrop` keeps it open.
+    let socket = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fd) });
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an IP socket"))
+}
+
+fn is_listening_tcp(fd: RawFd) -> bool {
+    let option = |name| {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt on an arbitrary descriptor number only reads it; the value
+        // and length point to locals of the right size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(value)
+    };
+    option(libc::SO_TYPE) == Some(libc::SOCK_STREAM) && option(libc::SO_ACCEPTCONN) == Some(1)
+}
+
+fn set_cloexec(fd: &OwnedFd) -> Result<(), String> {
+    // SAFETY: fcntl on a descriptor this process owns.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    if r < 0 {
+        return Err(format!(
+            "descriptor {}: {}",
+            fd.as_raw_fd(),
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
