@@ -128,10 +128,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let ended = signals.serve(&running, &exe, &mut live);
     let modules = live.modules;
-    if ended == Ended::Stop {
-        eprintln!("tessera: shutting down");
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-        running.shutdown();
+    match ended {
+        Ended::Stop => {
+            eprintln!("tessera: shutting down");
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+            running.shutdown();
+        }
+        Ended::Drained => eprintln!(
+            "tessera: process {} handed over to its successor and drained; exiting",
+            std::process::id()
+        ),
     }
     let dropped = running.access_log_dropped();
     let refusals = running.refusals();

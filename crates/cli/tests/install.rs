@@ -78,7 +78,8 @@ fn completions_are_generated_for_bash_zsh_and_fish() {
 }
 
 /// Under systemd (`Type=notify` in packaging/tessera.service): READY=1 on the socket
-/// NOTIFY_SOCKET names once the listeners accept, STOPPING=1 on SIGTERM.
+/// NOTIFY_SOCKET names once the listeners accept; after a binary upgrade (SIGUSR2) the
+/// new process's READY=1 with MAINPID; STOPPING=1 on SIGTERM.
 #[test]
 fn tells_systemd_when_it_is_ready_and_when_it_stops() {
     use std::io::{BufRead, BufReader};
@@ -121,10 +122,23 @@ fn tells_systemd_when_it_is_ready_and_when_it_stops() {
         .unwrap();
     std::net::TcpStream::connect(addr).expect("listening once ready");
     // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    let n = socket
+        .recv(&mut message)
+        .expect("the new process's READY=1");
+    let text = std::str::from_utf8(&message[..n]).unwrap();
+    let pid: i32 = text
+        .strip_prefix("READY=1\nMAINPID=")
+        .and_then(|rest| rest.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert_ne!(pid, child.id() as i32);
+    // The old process drains (nothing open) and exits by itself.
+    assert!(child.wait().unwrap().success());
+    std::net::TcpStream::connect(addr).expect("the new process listens");
+    // SAFETY: kill(2) on the process that took over from our child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
     let n = socket.recv(&mut message).expect("STOPPING=1");
     assert_eq!(&message[..n], b"STOPPING=1\n");
-    assert!(child.wait().unwrap().success());
 }
 
 /// packaging/tessera.toml, installed as /etc/tessera/tessera.toml, is a valid config: it

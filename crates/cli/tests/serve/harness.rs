@@ -38,7 +38,12 @@ impl Server {
 
     /// `tessera ARGS` run in the directory `dir` (relative paths in ARGS are from there).
     pub fn start_args_in(dir: &Path, args: &[String]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        Server::start_program(Path::new(env!("CARGO_BIN_EXE_tessera")), dir, args)
+    }
+
+    /// `PROGRAM ARGS` (a copy or link of tessera) run in the directory `dir`.
+    pub fn start_program(program: &Path, dir: &Path, args: &[String]) -> Server {
+        let mut child = Command::new(program)
             .current_dir(dir)
             .args(args)
             .stdin(Stdio::null())

@@ -18,3 +18,4 @@ mod reload;
 mod security;
 mod smuggling;
 mod static_files;
+mod upgrade;
