@@ -27,8 +27,10 @@ use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 thread_local! {
     /// This worker's proxy, once its service started, so that the scripts of the same
     /// worker share its connection pools and breakers: (the module's id, its `Edge`).
-    /// A reload builds a new module, whose services then build their own.
-    static WORKER_EDGE: RefCell<Option<(u64, Edge)>> = const { RefCell::new(None) };
+    /// Weak: the services hold it, so the `Edge` of a module a reload replaced (and its
+    /// idle upstream connections) goes with the last request that used it.
+    static WORKER_EDGE: RefCell<Option<(u64, std::rc::Weak<crate::inner::Inner>)>> =
+        const { RefCell::new(None) };
 }
 
 /// Gives each module its id (for `WORKER_EDGE`).
@@ -127,7 +129,7 @@ impl EdgeModule {
 
     fn edge(&self, worker: usize) -> Option<Edge> {
         let mine = WORKER_EDGE.with(|e| match &*e.borrow() {
-            Some((id, edge)) if *id == self.id => Some(edge.clone()),
+            Some((id, edge)) if *id == self.id => edge.upgrade().map(Edge::from_inner),
             _ => None,
         });
         if mine.is_some() {
@@ -140,7 +142,7 @@ impl EdgeModule {
             self.opened.clone(),
         ) {
             Ok(edge) => {
-                WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.clone())));
+                WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.downgrade())));
                 Some(edge)
             }
             Err(e) => {

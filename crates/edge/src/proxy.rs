@@ -40,6 +40,16 @@ pub struct Edge {
     inner: Rc<Inner>,
 }
 
+impl Edge {
+    pub(crate) fn from_inner(inner: Rc<Inner>) -> Edge {
+        Edge { inner }
+    }
+
+    pub(crate) fn downgrade(&self) -> std::rc::Weak<Inner> {
+        Rc::downgrade(&self.inner)
+    }
+}
+
 /// Where a path goes, for the server to decide between proxying and its own static files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route<'a> {

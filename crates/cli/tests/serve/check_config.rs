@@ -67,6 +67,7 @@ fn each_broken_file_fails_naming_file_line_and_key() {
             "check.toml:1: cache_control:"),
         ("access_log = \"/nonexistent/dir/access.log\"\n".into(), "check.toml:1: access_log:"),
         ("index = \"a/b\"\n".into(), "check.toml:1: index: must be a file name"),
+        ("pid_file = \"/nonexistent/dir/t.pid\"\n".into(), "check.toml:1: pid_file:"),
     ];
     for (toml, expected) in &cases {
         let (code, stdout, stderr) = check(&site, &["check-config"], toml);
