@@ -19,4 +19,19 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
 fi
 
+# The metrics tests check /metrics with promtool and scrape it with a real Prometheus
+# (crates/cli/tests/serve/metrics.rs): the Debian package's binaries, unpacked into a
+# cache folder rather than installed (the package would start a service listening on
+# every interface).
+tools=${XDG_CACHE_HOME:-$HOME/.cache}/tessera-test
+if [ ! -x "$tools/prometheus/usr/bin/promtool" ]; then
+    echo "scripts/test.sh: fetching prometheus and promtool for the metrics tests" >&2
+    mkdir -p "$tools"
+    (cd "$tools" && rm -f prometheus_*.deb && apt-get download -qq prometheus 2>/dev/null ||
+        { apt-get update -qq && apt-get download -qq prometheus; })
+    dpkg -x "$tools"/prometheus_*.deb "$tools/prometheus"
+    rm -f "$tools"/prometheus_*.deb
+fi
+export TESSERA_PROMETHEUS_BIN="$tools/prometheus/usr/bin"
+
 cargo test --workspace --locked "$@"

@@ -43,6 +43,9 @@ pub struct Args {
     /// TOML config file; command-line options override it (keys: docs/config.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Serve `/metrics` and `/healthz` on this address of its own (docs/observability.md)
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
     /// Write the process id to FILE once serving (the new process of a binary upgrade
     /// writes its own); removed at exit
     #[arg(long, value_name = "FILE")]
@@ -104,6 +107,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (prefix, what) in &routes {
             eprintln!("tessera:   http://{addr}{prefix:width$}  {what}");
         }
+    }
+    if let Some(addr) = server.admin_addr() {
+        let who = match (&file.server.admin_allow[..], &file.server.admin_token) {
+            ([], None) => "loopback clients".to_string(),
+            ([], Some(_)) => "loopback clients and the admin_token".to_string(),
+            (allow, token) => format!(
+                "{}{}",
+                allow
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if token.is_some() {
+                    " and the admin_token"
+                } else {
+                    ""
+                }
+            ),
+        };
+        eprintln!("tessera: admin on http://{addr}/metrics and /healthz, for {who}");
     }
     let running = server.start().map_err(what_to_do)?;
     if let Some(path) = &pid_file {
@@ -206,6 +229,9 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
     if let Some(path) = &args.access_log {
         config.access_log = Some(path.clone());
     }
+    if let Some(addr) = args.admin_listen {
+        config.admin_listen = Some(addr);
+    }
     if let Some(path) = &args.pid_file {
         config.pid_file = Some(path.clone());
     }
@@ -238,6 +264,13 @@ impl Live<'_> {
     /// options over it) and, when it is valid, has the server use it; when it is not,
     /// nothing changes and every problem is logged as `check-config` prints it.
     fn reload(&mut self, running: &server::Running) {
+        if !self.try_reload(running) {
+            running.reload_failed();
+        }
+    }
+
+    /// The reload; false (with the problems logged) when the configuration is not valid.
+    fn try_reload(&mut self, running: &server::Running) -> bool {
         let config_path = self.args.config.as_deref();
         let failed = |problem: &str| {
             let text = config_path.and_then(|p| std::fs::read_to_string(p).ok());
@@ -246,15 +279,22 @@ impl Live<'_> {
         };
         let file = match load(self.args) {
             Ok(file) => file,
-            Err(e) => return failed(&format!("{e:#}")),
+            Err(e) => {
+                failed(&format!("{e:#}"));
+                return false;
+            }
         };
         let problems = crate::check::problems_but_modules(&file);
         if !problems.is_empty() {
-            return problems.iter().for_each(|p| failed(p));
+            problems.iter().for_each(|p| failed(p));
+            return false;
         }
         let modules = match file.modules(Some(&self.modules)) {
             Ok(modules) => modules,
-            Err(e) => return failed(&format!("{e:#}")),
+            Err(e) => {
+                failed(&format!("{e:#}"));
+                return false;
+            }
         };
         if let (Some(proxy), Some(&first)) = (&modules.proxy, running.local_addrs().first()) {
             proxy.listening_on(first);
@@ -273,8 +313,12 @@ impl Live<'_> {
                 }
                 self.file = file;
                 self.modules = modules;
+                true
             }
-            Err(e) => failed(&format!("{:#}", anyhow::Error::from(e))),
+            Err(e) => {
+                failed(&format!("{:#}", anyhow::Error::from(e)));
+                false
+            }
         }
     }
 }

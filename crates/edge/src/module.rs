@@ -175,31 +175,90 @@ impl Module for EdgeModule {
         })
     }
 
-    fn stats(&self) -> Vec<(String, u64)> {
-        let Some(s) = self.cache_stats() else {
-            return Vec::new();
-        };
-        let mut stats = vec![
-            ("cache_hits".to_string(), s.hits),
-            ("cache_misses".to_string(), s.misses),
-            ("cache_stale_served".to_string(), s.stale_served),
-            ("cache_coalesced".to_string(), s.coalesced),
-            ("cache_entries".to_string(), s.entries as u64),
-            ("cache_bytes".to_string(), s.weight),
-        ];
-        if let Some(r) = s.shared {
-            stats.extend([
-                ("redis_hits".to_string(), r.hits),
-                ("redis_misses".to_string(), r.misses),
-                ("redis_errors".to_string(), r.errors),
-                ("redis_skipped".to_string(), r.skipped),
-                ("redis_writes".to_string(), r.writes),
-                ("redis_writes_dropped".to_string(), r.writes_dropped),
-                ("redis_breaker_opened".to_string(), r.breaker_opened),
-                ("redis_rejected".to_string(), r.rejected),
-            ]);
+    fn kind(&self) -> &'static str {
+        "proxy"
+    }
+
+    fn metrics(&self, out: &mut handler::Metrics) {
+        for (name, opened) in self.upstream_connections() {
+            out.counter(
+                "tessera_upstream_connections_opened_total",
+                "Connections opened to each upstream by all workers.",
+                &[("upstream", &name)],
+                opened,
+            );
         }
-        stats
+        let Some(s) = self.cache_stats() else {
+            return;
+        };
+        let lookups = "Cache lookups of the proxy's memory tier, by result.";
+        for (result, n) in [
+            ("hit", s.hits),
+            ("miss", s.misses),
+            ("stale", s.stale_served),
+            ("coalesced", s.coalesced),
+        ] {
+            out.counter(
+                "tessera_cache_requests_total",
+                lookups,
+                &[("result", result)],
+                n,
+            );
+        }
+        out.gauge(
+            "tessera_cache_objects",
+            "Objects (and Vary markers) in the memory tier.",
+            &[],
+            s.entries as f64,
+        );
+        out.gauge(
+            "tessera_cache_bytes",
+            "Bytes held by the memory tier.",
+            &[],
+            s.weight as f64,
+        );
+        out.gauge(
+            "tessera_cache_capacity_bytes",
+            "The memory tier's budget.",
+            &[],
+            s.capacity as f64,
+        );
+        if let Some(r) = s.shared {
+            let redis = "Operations of the Redis tier, by result.";
+            for (result, n) in [
+                ("hit", r.hits),
+                ("miss", r.misses),
+                ("error", r.errors),
+                ("skipped", r.skipped),
+                ("rejected", r.rejected),
+            ] {
+                out.counter(
+                    "tessera_redis_lookups_total",
+                    redis,
+                    &[("result", result)],
+                    n,
+                );
+            }
+            let writes = "Writes to the Redis tier: sent, or dropped because the queue was full.";
+            out.counter(
+                "tessera_redis_writes_total",
+                writes,
+                &[("result", "sent")],
+                r.writes,
+            );
+            out.counter(
+                "tessera_redis_writes_total",
+                writes,
+                &[("result", "dropped")],
+                r.writes_dropped,
+            );
+            out.counter(
+                "tessera_redis_breaker_opened_total",
+                "Times the Redis tier's circuit breaker opened.",
+                &[],
+                r.breaker_opened,
+            );
+        }
     }
 }
 

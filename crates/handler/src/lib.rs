@@ -23,6 +23,7 @@
 mod body;
 mod head;
 mod hosts;
+mod metrics;
 mod router;
 mod service;
 mod upstream;
@@ -30,6 +31,7 @@ mod upstream;
 pub use body::{Body, BodyError, Chunks};
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};
+pub use metrics::{content_type as metrics_content_type, Labels, MetricKind, Metrics};
 pub use router::Router;
 pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, LocalFuture,

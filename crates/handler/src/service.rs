@@ -193,9 +193,13 @@ pub trait Module: Send + Sync {
     /// This worker's instance; called on the worker's thread before it serves anything.
     fn start(&self, worker: usize) -> Rc<dyn Service>;
 
-    /// Counters for the operator (printed at exit, scraped by a metrics endpoint), as
-    /// (name, value).
-    fn stats(&self) -> Vec<(String, u64)> {
-        Vec::new()
+    /// What this module adds to a scrape of `/metrics` (its cache, its upstreams...),
+    /// read from its counters at scrape time.
+    fn metrics(&self, _out: &mut crate::Metrics) {}
+
+    /// What kind of handler it is, for the `kind` label of request metrics: `proxy`,
+    /// `script`...
+    fn kind(&self) -> &'static str {
+        "module"
     }
 }

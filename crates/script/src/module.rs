@@ -50,6 +50,10 @@ impl Module for ScriptModule {
             .collect()
     }
 
+    fn kind(&self) -> &'static str {
+        "script"
+    }
+
     fn start(&self, worker: usize) -> Rc<dyn Service> {
         let upstreams = self.upstreams.as_ref().and_then(|f| f.upstreams(worker));
         let engine = Engine::new(self.scripts.clone(), worker, upstreams);

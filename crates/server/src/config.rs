@@ -54,6 +54,15 @@ pub struct Config {
     /// oldest idle keep-alive connection is closed to admit a new one, and when none is
     /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
     pub max_connections: usize,
+    /// Address of the admin listener (`/metrics`, `/healthz`; docs/observability.md).
+    /// Default none: off. Never one of `listen`'s addresses.
+    pub admin_listen: Option<SocketAddr>,
+    /// Clients allowed on the admin listener; when set it is the whole list (loopback
+    /// included). Default none: loopback clients only.
+    pub admin_allow: Vec<std::net::IpAddr>,
+    /// A token that admits any client to the admin listener as `Authorization: Bearer
+    /// TOKEN`. Default none.
+    pub admin_token: Option<String>,
     /// File `tessera serve` writes its process id to once it serves (at every start,
     /// and by the new process of a binary upgrade), and removes at exit if it still
     /// names it. Default none.
@@ -165,6 +174,9 @@ impl Default for Config {
             cache_control: Vec::new(),
             shutdown_timeout: 10,
             max_connections: 16384,
+            admin_listen: None,
+            admin_allow: Vec::new(),
+            admin_token: None,
             pid_file: None,
             access_log: None,
             access_log_format: "combined".into(),
@@ -244,6 +256,37 @@ impl Config {
         }
         if self.max_connections < self.worker_count() {
             problems.push("`max_connections` must be at least one per worker".into());
+        }
+        if let Some(admin) = self.admin_listen {
+            // Port 0 (any free port) never collides.
+            if self.listen.iter().any(|l| {
+                admin.port() != 0
+                    && l.port() == admin.port()
+                    && (l.ip() == admin.ip()
+                        || l.ip().is_unspecified()
+                        || admin.ip().is_unspecified())
+            }) {
+                problems.push(format!(
+                    "`admin_listen` {admin} overlaps a public `listen` address: the admin listener needs an address of its own"
+                ));
+            }
+            if !admin.ip().is_loopback()
+                && self.admin_allow.is_empty()
+                && self.admin_token.is_none()
+            {
+                problems.push(format!(
+                    "`admin_listen` {admin} is not a loopback address: list the clients allowed in `admin_allow` or set `admin_token`"
+                ));
+            }
+        }
+        if self
+            .admin_token
+            .as_deref()
+            .is_some_and(|t| t.len() < 16 || t.bytes().any(|b| !b.is_ascii_graphic()))
+        {
+            problems.push(
+                "`admin_token` must be at least 16 printable characters without spaces".into(),
+            );
         }
         let t = &self.timeouts;
         for (name, value) in [

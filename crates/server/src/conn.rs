@@ -18,6 +18,7 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
 use crate::dispatch::{self, Dispatched, Exchange, Work};
+use crate::metrics::Answered;
 use crate::output::{Mark, Output, Progress};
 use crate::reply;
 use crate::worker::{Buffers, ConnState, Worker};
@@ -153,7 +154,7 @@ impl Conn {
                     continue;
                 }
             }
-            if self.read_at.is_some() || worker.log.borrow().is_some() {
+            if self.read_at.is_some() || worker.shared.metrics_on || worker.log.borrow().is_some() {
                 self.read_at = Some(Instant::now());
             }
             // Bytes arrived: from idle, a new request head starts its timer now.
@@ -252,13 +253,16 @@ impl Conn {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];
-                    if let Dispatched::Later(exchange) =
-                        dispatch::answer(worker, &req, self.peer, keep_alive, out, pending)
-                    {
-                        self.start += req.head_len;
-                        return Next::Later(exchange);
-                    }
-                    log(worker, self.peer, self.read_at, Some(&req), b"", out, mark);
+                    let answered =
+                        match dispatch::answer(worker, &req, self.peer, keep_alive, out, pending) {
+                            Dispatched::Later(exchange) => {
+                                self.start += req.head_len;
+                                return Next::Later(exchange);
+                            }
+                            Dispatched::Done(answered) => answered,
+                        };
+                    let request = Some((&req, answered));
+                    log(worker, self.peer, self.read_at, request, b"", out, mark);
                     self.start += req.head_len;
                     self.discard = discard_for(req.body, limits.max_head_size);
                     if !keep_alive {
@@ -317,6 +321,7 @@ impl Conn {
             head_only,
             version,
             raw_head,
+            answered,
         } = *exchange;
         let mut response = match work {
             Work::Ready(response) => {
@@ -363,7 +368,15 @@ impl Conn {
                         head.extend_from_slice(b);
                     }
                     self.send(&head).await?;
-                    log_proxied(worker, self.peer, self.read_at, &raw_head, 502, &head, 0);
+                    let response = (502, &head[..], 0);
+                    log_proxied(
+                        worker,
+                        self.peer,
+                        self.read_at,
+                        &raw_head,
+                        answered,
+                        response,
+                    );
                     return Ok(false);
                 }
             }
@@ -435,14 +448,14 @@ impl Conn {
             }
         }
         worker.clock.refresh();
+        let response = (status, &head[..], sent);
         log_proxied(
             worker,
             self.peer,
             self.read_at,
             &raw_head,
-            status,
-            &head,
-            sent,
+            answered,
+            response,
         );
         // Ends the exchange for the filter (it may have work of its own to finish).
         drop(filter);
@@ -702,16 +715,16 @@ fn discard_for(body: BodyFraming, max_head_size: usize) -> Discard {
     }
 }
 
-/// The access log line of a proxied request, from its head as received.
+/// The metrics and access log line of a proxied request, from its head as received.
 fn log_proxied(
     worker: &Worker,
     client: SocketAddr,
     read_at: Option<Instant>,
     raw_head: &[u8],
-    status: u16,
-    head: &[u8],
-    body_bytes: u64,
+    answered: Answered,
+    response: (u16, &[u8], u64),
 ) {
+    count(worker, answered, response.0, read_at);
     if worker.log.borrow().is_none() {
         return;
     }
@@ -719,28 +732,46 @@ fn log_proxied(
     let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
         .ok()
         .flatten();
-    record(
-        worker,
-        client,
-        read_at,
-        request.as_ref(),
-        b"",
-        (status, head, body_bytes),
-    );
+    record(worker, client, read_at, request.as_ref(), b"", response);
 }
 
-/// Writes the access log line for the response just added to `out`.
+/// The metrics and access log line of the response just added to `out` (`request`:
+/// the request and who answered it; `None` for a request refused before it parsed,
+/// which the refusal counters count).
 fn log(
     worker: &Worker,
     client: SocketAddr,
     read_at: Option<Instant>,
-    request: Option<&wire::Request<'_, '_>>,
+    request: Option<(&wire::Request<'_, '_>, Answered)>,
     raw_line: &[u8],
     out: &Output,
     mark: Mark,
 ) {
-    if worker.log.borrow().is_some() {
-        record(worker, client, read_at, request, raw_line, out.since(mark));
+    let logging = worker.log.borrow().is_some();
+    if !logging && !worker.shared.metrics_on {
+        return;
+    }
+    let response = out.since(mark);
+    if let Some((_, answered)) = request {
+        count(worker, answered, response.0, read_at);
+    }
+    if logging {
+        record(
+            worker,
+            client,
+            read_at,
+            request.map(|(r, _)| r),
+            raw_line,
+            response,
+        );
+    }
+}
+
+/// Counts a response in this worker's metrics, when they are on.
+fn count(worker: &Worker, answered: Answered, status: u16, read_at: Option<Instant>) {
+    if worker.shared.metrics_on {
+        let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
+        worker.shared.metrics[worker.id].record(answered, status, micros);
     }
 }
 

@@ -11,6 +11,7 @@ use handler::{Answer, Attached, Body, Filter, Filtered, Module, Response, Respon
 use wire::{BodyFraming, Framing, Version};
 
 use crate::files;
+use crate::metrics::{self, Answered};
 use crate::output::{Mark, Output};
 use crate::reply;
 use crate::sites::Site;
@@ -90,6 +91,8 @@ pub(crate) struct Exchange {
     pub version: Version,
     /// The request head as received, for the access log (empty without one).
     pub raw_head: Vec<u8>,
+    /// Who answered, for metrics.
+    pub answered: Answered,
 }
 
 pub(crate) enum Work {
@@ -103,7 +106,7 @@ pub(crate) enum Work {
 /// What [`answer`] did with a request.
 pub(crate) enum Dispatched {
     /// The response is in the output batch (the connection skips the request body).
-    Done,
+    Done(Answered),
     /// The connection flushes, then finishes this.
     Later(Box<Exchange>),
 }
@@ -137,6 +140,11 @@ pub(crate) fn answer(
     let gen = &current.gen;
     let site = gen.sites.hosts.select(req);
     let routes = &gen.routes[site];
+    let host = gen.host_labels[site];
+    let files_answered = Answered {
+        host,
+        kind: metrics::kind_index("static"),
+    };
     let routed = match normal && !routes.is_empty() {
         true => routes.find(&path),
         false => None,
@@ -151,7 +159,7 @@ pub(crate) fn answer(
             out,
             pending,
         );
-        return Dispatched::Done;
+        return Dispatched::Done(files_answered);
     };
     let mut request = handler::Request {
         head: req,
@@ -161,11 +169,15 @@ pub(crate) fn answer(
     };
     let mut filter = None;
     let mut answer = None;
+    let mut answered = files_answered;
     if let Some((m, tag)) = routed.filter {
         request.tag = tag;
         match current.services[m].filter(&request) {
             Filtered::Continue(attached) => filter = attached,
-            Filtered::Answer(a) => answer = Some(a),
+            Filtered::Answer(a) => {
+                answer = Some(a);
+                answered.kind = gen.kinds[m];
+            }
         }
     }
     if answer.is_none() {
@@ -175,6 +187,7 @@ pub(crate) fn answer(
                 Answer::Pass => continue,
                 a => {
                     answer = Some(a);
+                    answered.kind = gen.kinds[m];
                     break;
                 }
             }
@@ -195,6 +208,7 @@ pub(crate) fn answer(
             } else {
                 Vec::new()
             },
+            answered,
         }))
     };
     let attach = |mut d: Dispatched, filter| {
@@ -218,7 +232,7 @@ pub(crate) fn answer(
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
-            Dispatched::Done
+            Dispatched::Done(files_answered)
         }
         Some(Answer::Later(deferred)) => attach(later(Work::Deferred(deferred)), filter),
         Some(Answer::Now(mut response)) => {
@@ -239,7 +253,7 @@ pub(crate) fn answer(
             if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
                 buf.extend_from_slice(body);
             }
-            Dispatched::Done
+            Dispatched::Done(answered)
         }
     }
 }

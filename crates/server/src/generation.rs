@@ -29,6 +29,10 @@ pub(crate) struct Generation {
     /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
     /// the names that choose them.
     pub sites: Sites,
+    /// Per module, its `kind` label's index in metrics.
+    pub kinds: Vec<u8>,
+    /// Per site, its host label in metrics (`metrics::HostLabels`).
+    pub host_labels: Vec<u16>,
     /// Per worker, the access logs it switches to when it takes this generation, when
     /// they changed; `None`: it keeps those it has.
     pub logs: Vec<Mutex<Option<Option<WorkerLogs>>>>,
@@ -41,6 +45,7 @@ impl Generation {
         config: Config,
         modules: Vec<Arc<dyn handler::Module>>,
         workers: usize,
+        labels: &crate::metrics::HostLabels,
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
         let routes = dispatch::routes(&modules, config.host.len() + 1);
@@ -49,7 +54,14 @@ impl Generation {
             use std::os::fd::AsRawFd;
             files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         }
+        let host_labels = labels.of(&config);
+        let kinds = modules
+            .iter()
+            .map(|m| crate::metrics::kind_index(m.kind()))
+            .collect();
         Ok(Generation {
+            host_labels,
+            kinds,
             number,
             config,
             modules,

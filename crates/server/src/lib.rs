@@ -20,6 +20,7 @@
 //! static files when no handler takes it; docs/architecture.md follows one through.
 
 mod access_log;
+mod admin;
 mod cache;
 mod conditional;
 mod config;
@@ -30,6 +31,7 @@ mod files;
 mod generation;
 mod listeners;
 mod listing;
+mod metrics;
 mod output;
 mod range;
 mod reply;
@@ -113,12 +115,23 @@ pub(crate) struct Shared {
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
+    /// Whether requests are counted for `/metrics` (an admin listener is configured).
+    pub metrics_on: bool,
+    /// Per worker, its request counters; the admin listener's own.
+    pub metrics: Vec<metrics::WorkerMetrics>,
+    pub admin_metrics: metrics::WorkerMetrics,
+    pub host_labels: metrics::HostLabels,
+    /// When the process started, in seconds since the Unix epoch.
+    pub started_unix: f64,
+    /// Reloads refused (an invalid configuration).
+    pub reloads_failed: AtomicU64,
 }
 
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {
     shared: Arc<Shared>,
     addrs: Vec<SocketAddr>,
+    admin: Option<std::net::TcpListener>,
 }
 
 impl Server {
@@ -138,8 +151,13 @@ impl Server {
         mut inherited: Inherited,
     ) -> Result<Server, Error> {
         let workers = config.worker_count();
-        let generation = Generation::new(1, config, modules, workers)?;
+        let host_labels = metrics::HostLabels::new();
+        let generation = Generation::new(1, config, modules, workers, &host_labels)?;
         let config = &generation.config;
+        let admin = match config.admin_listen {
+            Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
+            None => None,
+        };
         let listeners = Listeners::new();
         let mut set = Vec::new();
         for &requested in &config.listen {
@@ -164,10 +182,21 @@ impl Server {
                 slots_per_worker: (config.max_connections / workers).max(1),
                 epoch: std::time::Instant::now(),
                 listeners,
+                metrics_on: admin.is_some(),
+                metrics: (0..workers)
+                    .map(|_| metrics::WorkerMetrics::new())
+                    .collect(),
+                admin_metrics: metrics::WorkerMetrics::new(),
+                host_labels,
+                started_unix: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()),
+                reloads_failed: AtomicU64::new(0),
                 generation: AtomicU64::new(1),
                 current: ArcSwap::from_pointee(generation),
             }),
             addrs,
+            admin,
         })
     }
 
@@ -176,12 +205,20 @@ impl Server {
         &self.addrs
     }
 
+    /// The admin listener's address, when there is one (port 0 resolved).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|a| a.local_addr().ok())
+    }
+
     /// Starts one thread per worker.
     pub fn start(self) -> Result<Running, Error> {
         let (phase, _) = tokio::sync::watch::channel(Phase::Serve);
         let gen = self.shared.current.load_full();
         let plan = LogPlan::of(&gen.config);
         let (logs, writers) = plan.start(self.shared.workers, &self.shared.log)?;
+        if let Some(admin) = self.admin {
+            admin::start(admin, self.shared.clone(), phase.subscribe()).map_err(Error::Thread)?;
+        }
         let mut threads = Vec::new();
         for (id, log) in logs.into_iter().enumerate() {
             let shared = self.shared.clone();
@@ -306,7 +343,10 @@ impl Running {
         if config.limits.to_wire() != shared.limits {
             not_applied.push("limits");
         }
-        let gen = Generation::new(number, config, modules, shared.workers)?;
+        if config.admin_listen != old.config.admin_listen {
+            not_applied.push("admin_listen");
+        }
+        let gen = Generation::new(number, config, modules, shared.workers, &shared.host_labels)?;
         let known: Vec<SocketAddr> = {
             let set = shared
                 .listeners
@@ -399,6 +439,12 @@ impl Running {
         spawn(&spec, &fds)
     }
 
+    /// Counts a reload refused because the configuration was not valid (for
+    /// `/metrics`).
+    pub fn reload_failed(&self) {
+        self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).
     pub fn reopen_logs(&self) {
         self.shared.log.reopen.fetch_add(1, Ordering::Relaxed);
@@ -407,12 +453,6 @@ impl Running {
     /// Access log lines dropped because the disk could not keep up (or failed).
     pub fn access_log_dropped(&self) -> u64 {
         self.shared.log.dropped.load(Ordering::Relaxed)
-    }
-
-    /// Every module's counters, as (name, value).
-    pub fn module_stats(&self) -> Vec<(String, u64)> {
-        let gen = self.shared.current.load();
-        gen.modules.iter().flat_map(|m| m.stats()).collect()
     }
 
     /// Graceful shutdown: workers stop accepting, finish the responses in flight, close

@@ -52,6 +52,19 @@ impl State for ConnState {
 }
 
 impl ConnState {
+    /// The state's name in metrics: `reading_head`...
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnState::Free => "free",
+            ConnState::ReadingHead => "reading_head",
+            ConnState::ReadingBody => "reading_body",
+            ConnState::Handling => "handling",
+            ConnState::Writing => "writing",
+            ConnState::Idle => "idle",
+            ConnState::Closing => "closing",
+        }
+    }
+
     pub const ALL: [ConnState; 7] = [
         ConnState::Free,
         ConnState::ReadingHead,

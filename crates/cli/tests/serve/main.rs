@@ -12,6 +12,7 @@ mod http_semantics;
 mod lifecycle;
 mod limits;
 mod lua;
+mod metrics;
 mod paths;
 mod proxy;
 mod reload;

@@ -1,0 +1,348 @@
+//! The admin listener: `/metrics` checked by promtool and scraped by a real Prometheus,
+//! `/healthz`, and who may connect.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// The directory holding `promtool` and `prometheus` (scripts/test.sh fetches them).
+fn prometheus_bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TESSERA_PROMETHEUS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+            cache.join("tessera-test/prometheus/usr/bin")
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/test.sh, which fetches it",
+        path.display()
+    );
+    path
+}
+
+/// The admin address from the start-up line.
+fn admin_addr(server: &Server) -> SocketAddr {
+    eventually("the admin line", || stderr_has(server, "admin on http://"));
+    let lines = server.stderr.lock().unwrap();
+    let line = lines
+        .iter()
+        .find(|l| l.contains("admin on http://"))
+        .unwrap();
+    let rest = &line[line.find("http://").unwrap() + 7..];
+    rest[..rest.find('/').unwrap()].parse().unwrap()
+}
+
+/// One request to the admin listener: (status, body).
+fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: admin\r\n{extra}\r\n").unwrap();
+    let r = read_response(&mut stream, false);
+    (r.status, String::from_utf8(r.body).unwrap())
+}
+
+/// `name{labels}` -> value, for every sample.
+fn samples(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap();
+            (key.to_string(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The sum of the samples whose key starts with `prefix` and contains every `part`.
+fn sum(samples: &HashMap<String, f64>, prefix: &str, parts: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix) && parts.iter().all(|p| k.contains(p)))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// A site with a file, a Lua handler at /lua, and a proxy at /p to a Lua origin at
+/// /origin (its pages cacheable for a minute), with the admin listener on.
+fn site_with_everything(extra: &str) -> (Site, Server) {
+    let site = Site::new();
+    site.write("hello.txt", b"hello\n");
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("lua.lua"),
+        "return { content = function(r) if r:arg('sleep') then tessera.sleep(2) end return 'hi' end }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r) r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
+    )
+    .unwrap();
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n{extra}\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+         [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+         [[script]]\nprefix = \"/lua\"\npath = \"{d}/lua.lua\"\n\n\
+         [[script]]\nprefix = \"/origin\"\npath = \"{d}/origin.lua\"\n",
+        d = dir.display()
+    ));
+    (site, server)
+}
+
+#[test]
+fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    let etag = server.get("/hello.txt").header("etag").unwrap().to_string();
+    for _ in 0..2 {
+        assert_eq!(server.get("/hello.txt").status, 200);
+    }
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut stream, true).status, 304);
+    for _ in 0..2 {
+        assert_eq!(server.get("/missing").status, 404);
+    }
+    assert_eq!(server.get("/lua").body, b"hi");
+    // A miss (the origin asked, through this server: one script request more), a hit.
+    assert_eq!(server.get("/p/x").body, b"page");
+    assert_eq!(server.get("/p/x").body, b"page");
+    let refused = server.exchange(b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n");
+    assert!(refused.starts_with(b"HTTP/1.1 400"));
+
+    let (status, text) = admin_get(admin, "/metrics", "");
+    assert_eq!(status, 200);
+    let s = samples(&text);
+    let requests = "tessera_requests_total{";
+    let host = "host=\"default\"";
+    assert_eq!(
+        sum(&s, requests, &[host, "kind=\"static\"", "2xx"]),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "3xx"]), 1.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "4xx"]), 2.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "2xx"]), 2.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"proxy\"", "2xx"]), 2.0);
+    assert_eq!(sum(&s, requests, &[]), 10.0);
+    assert_eq!(sum(&s, "tessera_refused_requests_total", &[]), 1.0);
+    let count = "tessera_request_duration_seconds_count";
+    assert_eq!(sum(&s, count, &["static"]), 6.0);
+    assert_eq!(sum(&s, count, &["script"]), 2.0);
+    assert_eq!(sum(&s, count, &["proxy"]), 2.0);
+    let inf = "tessera_request_duration_seconds_bucket{kind=\"static\",le=\"+Inf\"}";
+    assert_eq!(s[inf], 6.0);
+    assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 1.0);
+    assert_eq!(s["tessera_cache_requests_total{result=\"hit\"}"], 1.0);
+    assert_eq!(s["tessera_config_generation"], 1.0);
+    assert!(s["tessera_connections_capacity"] >= 1.0);
+
+    // promtool finds nothing wrong.
+    let mut promtool = Command::new(prometheus_bin("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The scrape itself is counted, as kind="admin", by the next one.
+    let (_, text) = admin_get(
+        admin,
+        "/metrics",
+        "Accept: application/openmetrics-text\r\n",
+    );
+    assert!(text.ends_with("# EOF\n"));
+    let s = samples(&text);
+    assert_eq!(sum(&s, requests, &["kind=\"admin\""]), 1.0);
+}
+
+#[test]
+fn label_values_stay_bounded_whatever_the_paths() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    // 10,000 paths and hosts, pipelined on one connection (the last one closes it).
+    let mut stream = server.connect();
+    let mut writer = stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut batch = Vec::new();
+        for i in 0..10_000 {
+            let close = if i == 9_999 {
+                "Connection: close\r\n"
+            } else {
+                ""
+            };
+            write!(
+                batch,
+                "GET /missing/{i}?q={i} HTTP/1.1\r\nHost: h{i}.test\r\n{close}\r\n"
+            )
+            .unwrap();
+            if batch.len() > 32 * 1024 {
+                writer.write_all(&batch).unwrap();
+                batch.clear();
+            }
+        }
+        writer.write_all(&batch).unwrap();
+    });
+    let all = read_to_close(&mut stream);
+    sender.join().unwrap();
+    let answered = all.windows(13).filter(|w| w == b"HTTP/1.1 404 ").count();
+    assert_eq!(answered, 10_000);
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("tessera_requests_total"))
+        .count();
+    assert_eq!(lines, 1, "{text}");
+    assert!(text.len() < 32 * 1024, "{} bytes", text.len());
+}
+
+#[test]
+fn the_admin_listener_admits_only_the_clients_allowed() {
+    let token = "0123456789abcdef0123";
+    let (site, server) = site_with_everything(&format!(
+        "admin_allow = [\"192.0.2.1\"]\nadmin_token = \"{token}\"\n"
+    ));
+    let admin = admin_addr(&server);
+    // admin_allow is the whole list: loopback is not in it.
+    assert_eq!(admin_get(admin, "/metrics", "").0, 403);
+    assert_eq!(admin_get(admin, "/healthz", "").0, 403);
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    assert_eq!(admin_get(admin, "/metrics", &bearer).0, 200);
+    assert_eq!(
+        admin_get(
+            admin,
+            "/metrics",
+            "Authorization: Bearer wrong-token-0000\r\n"
+        )
+        .0,
+        403
+    );
+    // The public listener does not serve the admin paths.
+    assert_eq!(server.get("/metrics").status, 404);
+
+    // A non-loopback admin address needs admin_allow or admin_token.
+    let config = site.dir.path().join("open.toml");
+    std::fs::write(&config, "admin_listen = \"0.0.0.0:9145\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("admin_listen"), "{stderr}");
+}
+
+#[test]
+fn healthz_turns_503_during_a_graceful_shutdown() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    assert_eq!(admin_get(admin, "/healthz", ""), (200, "ok\n".to_string()));
+    // A request in flight keeps the server shutting down for a while.
+    let mut slow = server.connect();
+    write!(slow, "GET /lua?sleep=1 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    server.signal(libc::SIGTERM);
+    eventually("503 from /healthz", || {
+        admin_get(admin, "/healthz", "").0 == 503
+    });
+    assert_eq!(read_response(&mut slow, false).body, b"hi");
+}
+
+#[test]
+fn a_real_prometheus_scrapes_every_request() {
+    let (site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    for _ in 0..7 {
+        assert_eq!(server.get("/hello.txt").status, 200);
+    }
+    assert_eq!(server.get("/missing").status, 404);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = site.dir.path().join("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: tessera\n    \
+             static_configs:\n      - targets: [\"{admin}\"]\n"
+        ),
+    )
+    .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Kill(
+        Command::new(prometheus_bin("prometheus"))
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let query = |q: &str| -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let q: String = q
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        write!(
+            stream,
+            "GET /api/v1/query?query={q} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let bytes = read_to_close(&mut stream);
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    eventually("Prometheus to see the target up", || {
+        query("up{job=\"tessera\"}").is_some_and(|r| r.contains("\"1\"]"))
+    });
+    eventually("Prometheus to count the 8 requests", || {
+        query("sum(tessera_requests_total{kind!=\"admin\"})").is_some_and(|r| r.contains(",\"8\"]"))
+    });
+}

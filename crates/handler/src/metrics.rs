@@ -1,0 +1,210 @@
+//! The figures a scrape of the admin listener's `/metrics` returns: the server's own and
+//! each module's ([`crate::Module::metrics`]), collected into families and written in
+//! the Prometheus text format or in OpenMetrics.
+//!
+//! Written here rather than with prometheus-client, which encodes OpenMetrics only:
+//! `promtool check metrics` and older scrapers read the Prometheus text format, and the
+//! two differ in three details (the `# EOF` trailer, a counter family's name without
+//! `_total`, the content type), which one small writer covers. Nothing here is on the
+//! request path: the figures are summed from per-worker counters at scrape time.
+
+use std::fmt::Write as _;
+
+/// A metric family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+struct Family {
+    name: String,
+    help: &'static str,
+    kind: MetricKind,
+    /// `name{labels} value` lines without the family name: (suffix, labels, value).
+    samples: Vec<(&'static str, String, f64)>,
+}
+
+/// Families of samples, in the order they were first added.
+#[derive(Default)]
+pub struct Metrics {
+    families: Vec<Family>,
+}
+
+/// Label pairs: `&[("upstream", "app")]`.
+pub type Labels<'a> = &'a [(&'a str, &'a str)];
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// A counter sample; `name` ends in `_total`.
+    pub fn counter(&mut self, name: &str, help: &'static str, labels: Labels<'_>, value: u64) {
+        self.family(name, help, MetricKind::Counter).samples.push((
+            "",
+            label_text(labels, None),
+            value as f64,
+        ));
+    }
+
+    /// A gauge sample.
+    pub fn gauge(&mut self, name: &str, help: &'static str, labels: Labels<'_>, value: f64) {
+        self.family(name, help, MetricKind::Gauge).samples.push((
+            "",
+            label_text(labels, None),
+            value,
+        ));
+    }
+
+    /// A histogram: `buckets` are (upper bound, count of observations at most that),
+    /// cumulative and increasing; `count` and `sum` over every observation.
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        help: &'static str,
+        labels: Labels<'_>,
+        buckets: &[(f64, u64)],
+        count: u64,
+        sum: f64,
+    ) {
+        let family = self.family(name, help, MetricKind::Histogram);
+        for &(le, n) in buckets {
+            let le = format_value(le);
+            family
+                .samples
+                .push(("_bucket", label_text(labels, Some(&le)), n as f64));
+        }
+        family
+            .samples
+            .push(("_bucket", label_text(labels, Some("+Inf")), count as f64));
+        family.samples.push(("_sum", label_text(labels, None), sum));
+        family
+            .samples
+            .push(("_count", label_text(labels, None), count as f64));
+    }
+
+    fn family(&mut self, name: &str, help: &'static str, kind: MetricKind) -> &mut Family {
+        match self.families.iter().position(|f| f.name == name) {
+            Some(i) => &mut self.families[i],
+            None => {
+                self.families.push(Family {
+                    name: name.to_string(),
+                    help,
+                    kind,
+                    samples: Vec::new(),
+                });
+                self.families.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// The Prometheus text format (version 0.0.4), or OpenMetrics 1.0 when `openmetrics`.
+    pub fn render(&self, openmetrics: bool) -> String {
+        let mut out = String::new();
+        for f in &self.families {
+            let kind = match f.kind {
+                MetricKind::Counter => "counter",
+                MetricKind::Gauge => "gauge",
+                MetricKind::Histogram => "histogram",
+            };
+            // OpenMetrics names a counter family without its `_total` suffix.
+            let family_name = match (openmetrics, f.kind) {
+                (true, MetricKind::Counter) => f.name.strip_suffix("_total").unwrap_or(&f.name),
+                _ => &f.name,
+            };
+            let _ = writeln!(out, "# HELP {family_name} {}", f.help);
+            let _ = writeln!(out, "# TYPE {family_name} {kind}");
+            for (suffix, labels, value) in &f.samples {
+                let _ = writeln!(out, "{}{suffix}{labels} {}", f.name, format_value(*value));
+            }
+        }
+        if openmetrics {
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+}
+
+/// The content type of [`Metrics::render`]'s output.
+pub fn content_type(openmetrics: bool) -> &'static str {
+    if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    }
+}
+
+/// `{a="x",b="y"}` (empty without labels), values escaped as the format says.
+fn label_text(labels: Labels<'_>, le: Option<&str>) -> String {
+    let mut text = String::new();
+    let all = labels.iter().copied().chain(le.map(|le| ("le", le)));
+    for (i, (name, value)) in all.enumerate() {
+        text.push(if i == 0 { '{' } else { ',' });
+        text.push_str(name);
+        text.push_str("=\"");
+        for c in value.chars() {
+            match c {
+                '\\' => text.push_str("\\\\"),
+                '"' => text.push_str("\\\""),
+                '\n' => text.push_str("\\n"),
+                c => text.push(c),
+            }
+        }
+        text.push('"');
+    }
+    if !text.is_empty() {
+        text.push('}');
+    }
+    text
+}
+
+fn format_value(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return format!("{}", v as i64);
+    }
+    format!("{v}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_both_formats() {
+        let mut m = Metrics::new();
+        m.counter("t_requests_total", "Requests.", &[("code", "2xx")], 3);
+        m.counter("t_requests_total", "Requests.", &[("code", "5xx")], 1);
+        m.gauge("t_up", "Up.", &[], 1.0);
+        m.histogram(
+            "t_seconds",
+            "Time.",
+            &[("kind", "a\"b")],
+            &[(0.5, 1), (1.0, 2)],
+            3,
+            2.25,
+        );
+        assert_eq!(
+            m.render(false),
+            "# HELP t_requests_total Requests.\n# TYPE t_requests_total counter\n\
+             t_requests_total{code=\"2xx\"} 3\nt_requests_total{code=\"5xx\"} 1\n\
+             # HELP t_up Up.\n# TYPE t_up gauge\nt_up 1\n\
+             # HELP t_seconds Time.\n# TYPE t_seconds histogram\n\
+             t_seconds_bucket{kind=\"a\\\"b\",le=\"0.5\"} 1\n\
+             t_seconds_bucket{kind=\"a\\\"b\",le=\"1\"} 2\n\
+             t_seconds_bucket{kind=\"a\\\"b\",le=\"+Inf\"} 3\n\
+             t_seconds_sum{kind=\"a\\\"b\"} 2.25\nt_seconds_count{kind=\"a\\\"b\"} 3\n"
+        );
+        let open = m.render(true);
+        assert!(open.starts_with("# HELP t_requests Requests.\n# TYPE t_requests counter\n"));
+        assert!(open.ends_with("# EOF\n"));
+    }
+}

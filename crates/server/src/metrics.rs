@@ -1,0 +1,171 @@
+//! Request counters for `/metrics`, kept per worker and summed at scrape time: a worker
+//! writes only its own counters (a relaxed load and store, no locked instruction, no
+//! cache line another worker writes), and the admin thread reads them all.
+//!
+//! Labels are bounded by construction: the host is the configured host's first name
+//! (`default` for the top-level one; at most [`MAX_HOSTS`] names over the process's
+//! life, later ones counted as `other`), never the request's Host header; the kind is one
+//! of [`KINDS`]; the code is the status class.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What answered a request: the `kind` label.
+pub(crate) const KINDS: [&str; 5] = ["static", "proxy", "script", "admin", "module"];
+
+/// The index in [`KINDS`] of a module's `handler::Module::kind`.
+pub(crate) fn kind_index(kind: &str) -> u8 {
+    KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or(KINDS.len() - 1) as u8
+}
+
+/// Host labels a process keeps apart; the last one is `other`.
+pub(crate) const MAX_HOSTS: usize = 64;
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Upper bounds of the request duration buckets, in microseconds (100 us to 10 s).
+const BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// Who answered a request, as the connection learns it from `dispatch`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Answered {
+    /// The host label's index (`HostLabels`).
+    pub host: u16,
+    /// The index in [`KINDS`].
+    pub kind: u8,
+}
+
+/// One worker's counters. Aligned so that two workers' never share a cache line.
+#[repr(align(128))]
+pub(crate) struct WorkerMetrics {
+    /// By host, kind and status class.
+    requests: Box<[AtomicU64]>,
+    /// By kind, per bucket (not cumulative; the last is above every bound).
+    durations: Box<[AtomicU64]>,
+    duration_sum_us: [AtomicU64; KINDS.len()],
+}
+
+/// Adds one: only this worker writes the counter, so no atomic read-modify-write.
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+impl WorkerMetrics {
+    pub fn new() -> WorkerMetrics {
+        let zeros = |n| (0..n).map(|_| AtomicU64::new(0)).collect();
+        WorkerMetrics {
+            requests: zeros(MAX_HOSTS * KINDS.len() * CLASSES.len()),
+            durations: zeros(KINDS.len() * (BUCKETS_US.len() + 1)),
+            duration_sum_us: Default::default(),
+        }
+    }
+
+    /// Counts one response (called by this worker only).
+    pub fn record(&self, answered: Answered, status: u16, micros: u64) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        let kind = answered.kind as usize;
+        let host = (answered.host as usize).min(MAX_HOSTS - 1);
+        bump(
+            &self.requests[(host * KINDS.len() + kind) * CLASSES.len() + class],
+            1,
+        );
+        let bucket = BUCKETS_US.partition_point(|&b| b < micros);
+        bump(&self.durations[kind * (BUCKETS_US.len() + 1) + bucket], 1);
+        bump(&self.duration_sum_us[kind], micros);
+    }
+}
+
+/// The host labels handed out so far (each configured host's first name, `default` for
+/// the top-level one), so that a label keeps its counters across reloads.
+pub(crate) struct HostLabels(Mutex<Vec<String>>);
+
+impl HostLabels {
+    pub fn new() -> HostLabels {
+        HostLabels(Mutex::new(vec!["default".to_string()]))
+    }
+
+    /// The label index of each site of `config`.
+    pub fn of(&self, config: &crate::Config) -> Vec<u16> {
+        let mut labels = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut index = |name: &str| {
+            if let Some(i) = labels.iter().position(|l| l == name) {
+                return i as u16;
+            }
+            if labels.len() < MAX_HOSTS - 1 {
+                labels.push(name.to_string());
+                return (labels.len() - 1) as u16;
+            }
+            (MAX_HOSTS - 1) as u16
+        };
+        std::iter::once(0)
+            .chain(config.host.iter().map(|h| {
+                let name = h.names.first().map_or("default", String::as_str);
+                index(&name.to_ascii_lowercase())
+            }))
+            .collect()
+    }
+
+    fn name(&self, i: usize) -> String {
+        let labels = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        labels.get(i).cloned().unwrap_or_else(|| "other".into())
+    }
+}
+
+/// Adds the request families, summed over `workers`.
+pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labels: &HostLabels) {
+    let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| -> u64 {
+        workers
+            .iter()
+            .map(|w| pick(w).load(Ordering::Relaxed))
+            .sum()
+    };
+    for host in 0..MAX_HOSTS {
+        let mut name = None;
+        for (k, kind) in KINDS.iter().enumerate() {
+            for (c, class) in CLASSES.iter().enumerate() {
+                let i = (host * KINDS.len() + k) * CLASSES.len() + c;
+                let n = sum(&|w| &w.requests[i]);
+                if n == 0 {
+                    continue;
+                }
+                let host = name.get_or_insert_with(|| labels.name(host));
+                out.counter(
+                    "tessera_requests_total",
+                    "Requests answered, by host, kind of handler and status class.",
+                    &[("host", host), ("kind", kind), ("code", class)],
+                    n,
+                );
+            }
+        }
+    }
+    for (k, kind) in KINDS.iter().enumerate() {
+        let mut cumulative = 0;
+        let buckets: Vec<(f64, u64)> = BUCKETS_US
+            .iter()
+            .enumerate()
+            .map(|(b, &bound)| {
+                cumulative += sum(&|w| &w.durations[k * (BUCKETS_US.len() + 1) + b]);
+                (bound as f64 / 1e6, cumulative)
+            })
+            .collect();
+        let count =
+            cumulative + sum(&|w| &w.durations[k * (BUCKETS_US.len() + 1) + BUCKETS_US.len()]);
+        out.histogram(
+            "tessera_request_duration_seconds",
+            "Time from reading a request to writing its response's head, by kind of handler.",
+            &[("kind", kind)],
+            &buckets,
+            count,
+            sum(&|w| &w.duration_sum_us[k]) as f64 / 1e6,
+        );
+    }
+}
