@@ -19,4 +19,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
 fi
 
+# The TLS tests speak to the server with curl and openssl s_client
+# (crates/cli/tests/serve/tls.rs).
+for tool in curl openssl; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing $tool for the TLS tests" >&2
+        if [ "$(id -u)" -eq 0 ]; then
+            apt-get update -qq && apt-get install -y -qq "$tool"
+        else
+            sudo apt-get update -qq && sudo apt-get install -y -qq "$tool"
+        fi
+    fi
+done
+
 cargo test --workspace --locked "$@"

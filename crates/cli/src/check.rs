@@ -76,6 +76,13 @@ fn problems(config: &ServeConfig) -> Vec<String> {
             ));
         }
     }
+    // The certificates and keys, read and matched as `serve` would (once the keys
+    // themselves are right).
+    if problems.is_empty() {
+        if let Err(e) = server::Tls::new(server) {
+            problems.push(e);
+        }
+    }
     // The modules check the proxy's and the scripts' keys (upstream names, the cache,
     // scripts compiled) as `serve` would build them.
     if let Err(e) = config.modules() {

@@ -19,6 +19,16 @@ pub struct Args {
     /// [default: 127.0.0.1:8080]
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
+    /// Address to listen on with TLS (HTTPS); repeatable; needs --cert and --key or
+    /// `[tls]` in the config (docs/tls.md)
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Vec<SocketAddr>,
+    /// PEM file with the default TLS certificate and its chain, leaf first
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// PEM file with the private key of --cert
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
     /// Worker threads, each with its own listener [default: number of cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -63,6 +73,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if !args.listen.is_empty() {
         config.listen = args.listen;
+    }
+    if !args.tls_listen.is_empty() {
+        config.tls_listen = args.tls_listen;
+    }
+    if let (Some(cert), Some(key)) = (args.cert, args.key) {
+        config.tls.certificate = Some(cert);
+        config.tls.key = Some(key);
     }
     if let Some(workers) = args.workers {
         anyhow::ensure!(workers > 0, "--workers must be at least 1");
@@ -115,6 +132,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for addr in server.local_addrs() {
         eprintln!(
             "tessera: serving{what} on http://{addr}/ with {workers} worker{}",
+            if workers == 1 { "" } else { "s" }
+        );
+    }
+    for addr in server.tls_addrs() {
+        eprintln!(
+            "tessera: serving{what} on https://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
     }

@@ -68,6 +68,13 @@ impl Hosts {
         self.find(authority).unwrap_or(self.default)
     }
 
+    /// The site one of whose names `authority`'s host is, if any: [`Hosts::site`]
+    /// without the default (TLS picks a certificate, and refuses a misdirected request,
+    /// with it).
+    pub fn named(&self, authority: &[u8]) -> Option<usize> {
+        self.find(authority)
+    }
+
     fn find(&self, authority: &[u8]) -> Option<usize> {
         let host = host_of(authority);
         if host.is_empty() || host.len() > MAX_NAME {

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use handler::{Body, Response};
 use pool::SlotId;
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
 use crate::dispatch::{self, Dispatched, Exchange, Work};
 use crate::output::{Mark, Output, Progress};
 use crate::reply;
+use crate::transport::Stream;
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -55,7 +55,7 @@ enum Ending {
 
 pub(crate) struct Conn {
     worker: Rc<Worker>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     /// When the last read completed, for `%D` in access logs (only read when logging).
     read_at: Option<Instant>,
@@ -70,12 +70,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(
-        stream: TcpStream,
-        peer: SocketAddr,
-        worker: Rc<Worker>,
-        slot: SlotId,
-    ) -> Conn {
+    pub(crate) fn new(stream: Stream, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) -> Conn {
         Conn {
             worker,
             stream,
@@ -98,7 +93,9 @@ impl Conn {
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
     async move {
-        if let Ok(Ending::AfterResponse) = conn.run().await {
+        let ending = conn.run().await;
+        conn.stream.close_notify();
+        if let Ok(Ending::AfterResponse) = ending {
             if conn.may_have_unread() {
                 // Boxed: its timer is large, and every connection's future (idle ones
                 // included) would otherwise carry room for it. One allocation per
@@ -459,9 +456,9 @@ impl Conn {
         slices.extend(chunks.iter().map(|c| io::IoSlice::new(c)));
         let total: usize = slices.iter().map(|s| s.len()).sum();
         // The kernel takes at most IOV_MAX (1024) buffers per writev; std passes no more.
-        let written = tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices).await?;
+        let written = self.stream.write_vectored(&slices).await?;
         if written == total {
-            return Ok(());
+            return self.stream.flush().await;
         }
         if written == 0 {
             return Err(io::ErrorKind::WriteZero.into());
@@ -474,10 +471,10 @@ impl Conn {
                 skip -= buf.len();
                 continue;
             }
-            tokio::io::AsyncWriteExt::write_all(&mut self.stream, &buf[skip..]).await?;
+            self.stream.write_all(&buf[skip..]).await?;
             skip = 0;
         }
-        Ok(())
+        self.stream.flush().await
     }
 
     /// Writes up to four pieces whole with as few vectored writes as the socket takes
@@ -501,14 +498,13 @@ impl Conn {
                 skip = 0;
                 k += 1;
             }
-            let n =
-                tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices[..k]).await?;
+            let n = self.stream.write_vectored(&slices[..k]).await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
             done += n;
         }
-        Ok(())
+        self.stream.flush().await
     }
 
     /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.
@@ -516,7 +512,8 @@ impl Conn {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        tokio::io::AsyncWriteExt::write_all(&mut self.stream, bytes).await
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
     }
 
     /// Reads a request body for a deferred handler (bounded by `max_body_size`). `None` when the
@@ -611,7 +608,7 @@ impl Conn {
         }
         let mut writing = false;
         loop {
-            match buffers.out.try_write(&self.stream)? {
+            match self.stream.try_write_output(&mut buffers.out)? {
                 Progress::Done => return Ok(()),
                 Progress::Blocked { wrote } => {
                     if !writing {
@@ -670,7 +667,7 @@ impl Conn {
         // SAFETY: the socket is open; shutdown(2) only affects its write side.
         unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR) };
         let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
-        let stream = &self.stream;
+        let stream = self.stream.tcp();
         let drain = async {
             let mut total = 0usize;
             loop {

@@ -33,6 +33,8 @@ mod range;
 mod reply;
 mod runtime;
 mod sites;
+mod tls;
+mod transport;
 mod worker;
 
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ use std::thread::JoinHandle;
 
 pub use access_log::FormatError;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
+pub use tls::{Tls, TlsConfig};
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -62,6 +65,9 @@ pub enum Error {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A certificate or key that cannot be used; the message names the file.
+    #[error("{0}")]
+    Tls(String),
     #[error("invalid access_log_format: {0}")]
     LogFormat(#[from] FormatError),
     #[error("cannot open access log {path}")]
@@ -98,6 +104,9 @@ pub(crate) struct Shared {
     /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
     /// the names that choose them.
     pub sites: sites::Sites,
+    /// The TLS settings every TLS listener shares (certificates, resumption), when
+    /// there is a `tls_listen`.
+    pub tls: Option<tls::Tls>,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
@@ -109,6 +118,9 @@ pub struct Server {
     /// One listener per address for each worker, all bound with `SO_REUSEPORT`.
     listeners: Vec<Vec<std::net::TcpListener>>,
     addrs: Vec<SocketAddr>,
+    /// The same for `tls_listen`.
+    tls_listeners: Vec<Vec<std::net::TcpListener>>,
+    tls_addrs: Vec<SocketAddr>,
     log_format: access_log::Format,
 }
 
@@ -124,25 +136,10 @@ impl Server {
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
             files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         }
+        let tls = tls::Tls::new(&config).map_err(Error::Tls)?;
         let workers = config.worker_count();
-        let mut listeners: Vec<Vec<std::net::TcpListener>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        let mut addrs = Vec::new();
-        for &requested in &config.listen {
-            // With port 0 the first bind picks a port; the other workers join that one.
-            let mut addr = requested;
-            for worker in listeners.iter_mut() {
-                let listener = runtime::bind(addr, config.backlog)
-                    .map_err(|source| Error::Listen { addr, source })?;
-                if addr.port() == 0 {
-                    addr = listener
-                        .local_addr()
-                        .map_err(|source| Error::Listen { addr, source })?;
-                }
-                worker.push(listener);
-            }
-            addrs.push(addr);
-        }
+        let (listeners, addrs) = bind_all(&config.listen, workers, config.backlog)?;
+        let (tls_listeners, tls_addrs) = bind_all(&config.tls_listen, workers, config.backlog)?;
         let limits = config.limits.to_wire();
         Ok(Server {
             shared: Arc::new(Shared {
@@ -156,12 +153,15 @@ impl Server {
                     reopen: AtomicU64::new(0),
                 }),
                 sites,
+                tls,
                 epoch: std::time::Instant::now(),
                 config,
                 limits,
             }),
             listeners,
             addrs,
+            tls_listeners,
+            tls_addrs,
             log_format,
         })
     }
@@ -169,6 +169,11 @@ impl Server {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// The TLS addresses actually bound (port 0 resolved).
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.tls_addrs
     }
 
     /// Starts one thread per worker.
@@ -216,7 +221,8 @@ impl Server {
                 (!logs.is_empty()).then(|| access_log::WorkerLogs::new(logs, by_site.clone()))
             })
             .collect();
-        for ((id, listeners), log) in self.listeners.into_iter().enumerate().zip(logs) {
+        let per_worker = self.listeners.into_iter().zip(self.tls_listeners);
+        for ((id, listeners), log) in per_worker.enumerate().zip(logs) {
             let shared = self.shared.clone();
             let shutdown = shutdown.subscribe();
             let thread = std::thread::Builder::new()
@@ -290,6 +296,14 @@ impl Running {
         for module in &self.shared.modules {
             module.reload();
         }
+        if let Some(tls) = &self.shared.tls {
+            match tls.reload(&self.shared.config) {
+                Ok(()) => tracing::info!("TLS certificates reloaded"),
+                Err(e) => {
+                    tracing::error!("TLS certificates not reloaded, keeping the old ones: {e}")
+                }
+            }
+        }
     }
 
     /// Reopens the access log file (for SIGUSR1 after logrotate moved it).
@@ -334,6 +348,34 @@ impl Running {
             }
         }
     }
+}
+
+/// One listener per address for each worker, all bound with `SO_REUSEPORT`, and the
+/// addresses bound.
+#[allow(clippy::type_complexity)]
+fn bind_all(
+    requested: &[SocketAddr],
+    workers: usize,
+    backlog: u32,
+) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), Error> {
+    let mut listeners: Vec<Vec<std::net::TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut addrs = Vec::new();
+    for &requested in requested {
+        // With port 0 the first bind picks a port; the other workers join that one.
+        let mut addr = requested;
+        for worker in listeners.iter_mut() {
+            let listener =
+                runtime::bind(addr, backlog).map_err(|source| Error::Listen { addr, source })?;
+            if addr.port() == 0 {
+                addr = listener
+                    .local_addr()
+                    .map_err(|source| Error::Listen { addr, source })?;
+            }
+            worker.push(listener);
+        }
+        addrs.push(addr);
+    }
+    Ok((listeners, addrs))
 }
 
 fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {

@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
 use crate::date::Clock;
+use crate::transport::Stream;
 use crate::worker::{ConnState, RateLimitedLog, Worker};
 use crate::{conn, Shared};
 
@@ -42,7 +43,7 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpLi
 
 pub(crate) fn run(
     id: usize,
-    listeners: Vec<std::net::TcpListener>,
+    (listeners, tls_listeners): (Vec<std::net::TcpListener>, Vec<std::net::TcpListener>),
     shared: Arc<Shared>,
     log: Option<WorkerLogs>,
     mut shutdown: watch::Receiver<bool>,
@@ -82,11 +83,13 @@ pub(crate) fn run(
             refusals: RateLimitedLog::new(),
             shared,
         });
-        for listener in listeners {
+        let tls = tls_listeners.into_iter().map(|l| (l, true));
+        for (listener, is_tls) in listeners.into_iter().map(|l| (l, false)).chain(tls) {
             match TcpListener::from_std(listener) {
                 Ok(listener) => {
                     tokio::task::spawn_local(accept_loop(
                         listener,
+                        is_tls,
                         worker.clone(),
                         shutdown.clone(),
                     ));
@@ -151,18 +154,19 @@ pub(crate) fn run(
 /// once per connection (each wait registers a waiter and removes it again).
 async fn accept_loop(
     listener: TcpListener,
+    is_tls: bool,
     worker: Rc<Worker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     tokio::select! {
-        _ = accept_all(&listener, &worker) => {}
+        _ = accept_all(&listener, is_tls, &worker) => {}
         _ = shutdown.changed() => {}
     }
 }
 
 /// Accepts connections as long as the listener has them (tokio's accept retries until
 /// the kernel says EAGAIN, so one wake-up drains the queue) and spawns each one's task.
-async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>) {
+async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -223,8 +227,12 @@ async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>) {
             slots[slot] = stream.as_raw_fd();
             slot
         };
+        if is_tls {
+            tokio::task::spawn_local(crate::tls::serve(stream, peer, worker.clone(), slot));
+            continue;
+        }
         tokio::task::spawn_local(conn::serve(conn::Conn::new(
-            stream,
+            Stream::Plain(stream),
             peer,
             worker.clone(),
             slot,

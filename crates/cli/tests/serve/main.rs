@@ -17,3 +17,4 @@ mod proxy;
 mod security;
 mod smuggling;
 mod static_files;
+mod tls;
