@@ -214,6 +214,7 @@ impl Conn {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
         let limits = &worker.shared.limits;
+        worker.tls.set(self.stream.tls_facts());
         let Some(buffers) = self.buffers.as_mut() else {
             return Next::Read;
         };
@@ -329,6 +330,7 @@ impl Conn {
                 }
                 let response = deferred.respond(body).await;
                 worker.clock.refresh();
+                worker.tls.set(self.stream.tls_facts());
                 match response {
                     Ok(mut response) => {
                         if let Some(filter) = filter.as_deref_mut() {
@@ -355,6 +357,7 @@ impl Conn {
                     tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
                     let page = Response::status_page(502);
                     let mut head = Vec::new();
+                    worker.tls.set(self.stream.tls_facts());
                     dispatch::write_head(worker, &mut head, &page, head_only, version, false);
                     if let (Body::Full(b), false) = (&page.body, head_only) {
                         head.extend_from_slice(b);
@@ -366,6 +369,7 @@ impl Conn {
             }
         }
         let mut head = Vec::with_capacity(512);
+        worker.tls.set(self.stream.tls_facts());
         let framing =
             dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);
         let mut sent: u64 = 0;
@@ -432,6 +436,7 @@ impl Conn {
             }
         }
         worker.clock.refresh();
+        worker.tls.set(self.stream.tls_facts());
         log_proxied(
             worker,
             self.peer,
@@ -757,6 +762,7 @@ fn record(
         return;
     };
     let entry = Entry {
+        tls: worker.tls.get(),
         client,
         request,
         raw_line,

@@ -107,6 +107,8 @@ pub(crate) struct Shared {
     /// The TLS settings every TLS listener shares (certificates, resumption), when
     /// there is a `tls_listen`.
     pub tls: Option<tls::Tls>,
+    /// The port of the first `tls_listen`, for `redirect_https`.
+    pub https_port: Option<u16>,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
@@ -154,6 +156,7 @@ impl Server {
                 }),
                 sites,
                 tls,
+                https_port: tls_addrs.first().map(|a| a.port()),
                 epoch: std::time::Instant::now(),
                 config,
                 limits,

@@ -79,6 +79,7 @@ pub(crate) fn run(
             services,
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
+            tls: Cell::new(None),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             shared,

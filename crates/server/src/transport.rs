@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 
 use crate::output::{Output, Progress};
 use crate::tls::stream::TlsStream;
+use crate::tls::TlsFacts;
 
 pub(crate) enum Stream {
     Plain(TcpStream),
@@ -47,6 +48,14 @@ impl Stream {
         match self {
             Stream::Plain(tcp) => out.try_write(tcp),
             Stream::Tls(tls) => tls.try_write_output(out),
+        }
+    }
+
+    /// The TLS connection's facts (`None` in cleartext).
+    pub fn tls_facts(&self) -> Option<TlsFacts> {
+        match self {
+            Stream::Plain(_) => None,
+            Stream::Tls(tls) => Some(tls.facts),
         }
     }
 

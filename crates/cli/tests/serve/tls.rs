@@ -60,11 +60,12 @@ pub struct TlsSite {
 }
 
 impl TlsSite {
-    pub fn start(extra: &str) -> TlsSite {
+    /// `top` goes before the `[tls]` table, `tls` into it (and may open more tables).
+    pub fn start(top: &str, tls: &str) -> TlsSite {
         let site = Site::new();
         let cert = make_cert(site.dir.path(), "localhost", &["localhost"]);
         let toml = format!(
-            "tls_listen = [\"127.0.0.1:0\"]\n{extra}\n[tls]\ncertificate = {:?}\nkey = {:?}\n",
+            "tls_listen = [\"127.0.0.1:0\"]\n{top}\n[tls]\ncertificate = {:?}\nkey = {:?}\n{tls}\n",
             cert.cert, cert.key
         );
         let server = site.serve_with(&toml);
@@ -155,7 +156,7 @@ const GET_CLOSE: &[u8] = b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnect
 
 #[test]
 fn curl_and_s_client_fetch_a_file_over_tls13_and_tls12() {
-    let tls = TlsSite::start("");
+    let tls = TlsSite::start("", "");
     for (versions, want) in [
         (&["--tlsv1.3"][..], "TLSv1.3"),
         (&["--tlsv1.2", "--tls-max", "1.2"][..], "TLSv1.2"),
@@ -182,7 +183,7 @@ fn curl_and_s_client_fetch_a_file_over_tls13_and_tls12() {
 
 #[test]
 fn a_64_mib_file_is_byte_exact_over_tls13_and_tls12() {
-    let tls = TlsSite::start("");
+    let tls = TlsSite::start("", "");
     let body = noise(64 << 20);
     tls.site.write("big.bin", &body);
     drop(body);
@@ -210,7 +211,7 @@ fn a_64_mib_file_is_byte_exact_over_tls13_and_tls12() {
 
 #[test]
 fn tls11_and_suites_without_aead_or_forward_secrecy_are_refused() {
-    let tls = TlsSite::start("");
+    let tls = TlsSite::start("", "");
     // The client allows everything (SECLEVEL=0), so a failure is the server's refusal:
     // its alert, not the client giving up.
     for args in [
@@ -238,7 +239,7 @@ fn tls11_and_suites_without_aead_or_forward_secrecy_are_refused() {
 
 #[test]
 fn cleartext_http_sent_to_the_tls_port_is_closed_without_a_crash() {
-    let tls = TlsSite::start("");
+    let tls = TlsSite::start("", "");
     let mut stream = TcpStream::connect(tls.https).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -256,7 +257,7 @@ fn cleartext_http_sent_to_the_tls_port_is_closed_without_a_crash() {
 
 #[test]
 fn half_open_handshakes_time_out_at_the_head_timeout() {
-    let tls = TlsSite::start("[timeouts]\nhead = 1.0\n");
+    let tls = TlsSite::start("", "[timeouts]\nhead = 1.0\n");
     // One client sends nothing, one the first bytes of a ClientHello.
     let silent = TcpStream::connect(tls.https).unwrap();
     let mut partial = TcpStream::connect(tls.https).unwrap();
@@ -306,4 +307,238 @@ fn a_bad_certificate_or_key_stops_the_start_with_the_file_named() {
             assert!(err.contains(name.to_str().unwrap()), "{err}");
         }
     }
+}
+
+/// The subject line `openssl s_client` prints for the certificate it was sent.
+fn subject(https: SocketAddr, servername: Option<&str>) -> String {
+    let name_args = match servername {
+        Some(name) => vec!["-servername", name],
+        None => vec!["-noservername"],
+    };
+    let (out, err) = s_client(https, &name_args, b"");
+    let text = String::from_utf8_lossy(&out);
+    text.lines()
+        .find_map(|l| l.strip_prefix("subject="))
+        .unwrap_or_else(|| panic!("no subject in {text}{err}"))
+        .to_string()
+}
+
+/// Two hosts with certificates of their own (one of them a wildcard), one without, and
+/// a default certificate.
+fn hosts_site() -> (Site, Server, SocketAddr, Vec<Cert>) {
+    let site = Site::new();
+    let dir = site.dir.path();
+    let certs = vec![
+        make_cert(dir, "default", &["default.test"]),
+        make_cert(dir, "a", &["a.test"]),
+        make_cert(dir, "wild", &["*.wild.test"]),
+    ];
+    for (name, body) in [
+        ("a", "site a\n"),
+        ("wild", "site wild\n"),
+        ("plain", "site plain\n"),
+    ] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("who.txt"), body).unwrap();
+    }
+    let toml = format!(
+        r#"tls_listen = ["127.0.0.1:0"]
+[tls]
+certificate = {:?}
+key = {:?}
+[[host]]
+names = ["a.test"]
+root = {:?}
+[host.tls]
+certificate = {:?}
+key = {:?}
+[[host]]
+names = ["*.wild.test"]
+root = {:?}
+[host.tls]
+certificate = {:?}
+key = {:?}
+[[host]]
+names = ["plain.test"]
+root = {:?}
+"#,
+        certs[0].cert,
+        certs[0].key,
+        dir.join("a"),
+        certs[1].cert,
+        certs[1].key,
+        dir.join("wild"),
+        certs[2].cert,
+        certs[2].key,
+        dir.join("plain"),
+    );
+    let server = site.serve_with(&toml);
+    let https = https_addr(&server);
+    (site, server, https, certs)
+}
+
+#[test]
+fn sni_picks_each_hosts_certificate_exact_then_wildcard_then_the_default() {
+    let (_site, _server, https, certs) = hosts_site();
+    assert!(subject(https, Some("a.test")).contains("CN = a.test"));
+    assert!(subject(https, Some("x.wild.test")).contains("CN = *.wild.test"));
+    // A host without a certificate of its own, a name no host has, and no SNI at all.
+    assert!(subject(https, Some("plain.test")).contains("CN = default.test"));
+    assert!(subject(https, Some("nobody.test")).contains("CN = default.test"));
+    assert!(subject(https, None).contains("CN = default.test"));
+    // And each name is served its own site, verified against its own certificate.
+    for (name, cert, body) in [
+        ("a.test", &certs[1], "site a\n"),
+        ("b.wild.test", &certs[2], "site wild\n"),
+        ("plain.test", &certs[0], ""),
+    ] {
+        let out = curl(https, &cert.cert, name, "/who.txt", &["-k"]);
+        if body.is_empty() {
+            // plain.test has no certificate: curl sees default.test's (hence -k).
+            assert_eq!(out.stdout, b"site plain\n");
+        } else {
+            let strict = curl(https, &cert.cert, name, "/who.txt", &[]);
+            assert!(
+                strict.status.success(),
+                "{}",
+                String::from_utf8_lossy(&strict.stderr)
+            );
+            assert_eq!(strict.stdout, body.as_bytes());
+        }
+    }
+}
+
+#[test]
+fn a_host_other_than_the_snis_is_misdirected_421() {
+    let (_site, _server, https, _certs) = hosts_site();
+    let ask = |sni: &str, host: &str| {
+        let request = format!("GET /who.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let (out, err) = s_client(https, &["-servername", sni, "-quiet"], request.as_bytes());
+        let text = String::from_utf8_lossy(&out).into_owned();
+        assert!(text.starts_with("HTTP/1.1 "), "{text}{err}");
+        text
+    };
+    assert!(ask("a.test", "a.test").ends_with("site a\n"));
+    assert!(ask("a.test", "A.TEST:443").ends_with("site a\n"));
+    assert!(ask("a.test", "x.wild.test").starts_with("HTTP/1.1 421 "));
+    assert!(ask("x.wild.test", "plain.test").starts_with("HTTP/1.1 421 "));
+    // A Host no [[host]] names is served by the site the SNI chose.
+    assert!(ask("a.test", "elsewhere.test").ends_with("site a\n"));
+    assert!(ask("x.wild.test", "elsewhere.test").ends_with("site wild\n"));
+}
+
+#[test]
+fn hsts_on_tls_responses_and_redirect_https_on_cleartext() {
+    let tls = TlsSite::start("", "hsts = \"max-age=63072000\"\nredirect_https = true");
+    let out = tls.curl("/hello.txt", &["-i"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Strict-Transport-Security: max-age=63072000\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\nhello world\n"), "{text}");
+    // 404s (pages the server makes) carry it too.
+    let out = tls.curl("/missing", &["-i"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Strict-Transport-Security: "));
+
+    let mut stream = tls.server.connect();
+    stream
+        .write_all(b"GET /a/b?c=d HTTP/1.1\r\nHost: example.test:8080\r\n\r\n")
+        .unwrap();
+    let r = crate::harness::read_response(&mut stream, false);
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://example.test:{}/a/b?c=d", tls.https.port()).as_str())
+    );
+    assert_eq!(r.header("strict-transport-security"), None);
+    // Kept alive, and a request without a Host cannot be sent anywhere.
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(
+        crate::harness::read_response(&mut stream, false).status,
+        400
+    );
+}
+
+#[test]
+fn the_access_log_names_the_tls_version_and_cipher() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let top = format!(
+        "access_log = {log:?}\naccess_log_format = \"%{{tls_version}}x %{{tls_cipher}}x %s %U\""
+    );
+    let tls = TlsSite::start(&top, "");
+    for args in [
+        &["--tlsv1.3", "--tls13-ciphers", "TLS_AES_128_GCM_SHA256"][..],
+        &[
+            "--tls-max",
+            "1.2",
+            "--ciphers",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+        ][..],
+    ] {
+        let out = tls.curl("/hello.txt", args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    tls.server.get("/hello.txt");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 3 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        lines.contains("TLSv1.3 TLS13_AES_128_GCM_SHA256 200 /hello.txt\n"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 200 /hello.txt\n"),
+        "{lines}"
+    );
+    assert!(lines.contains("- - 200 /hello.txt\n"), "{lines}");
+}
+
+/// An origin that answers one request per connection with the request's head as its
+/// body.
+fn echo_origin() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                head.len()
+            );
+            let _ = stream.write_all(&head);
+        }
+    });
+    addr
+}
+
+#[test]
+fn the_proxy_forwards_x_forwarded_proto_https() {
+    let origin = echo_origin();
+    let top = format!(
+        "[[upstream]]\nname = \"o\"\naddresses = [\"{origin}\"]\n[[route]]\nprefix = \"/echo\"\nupstream = \"o\"\n"
+    );
+    // The upstream and route tables must come after [tls]'s keys.
+    let tls = TlsSite::start("", &top);
+    let out = tls.curl("/echo", &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(text.contains("x-forwarded-proto: https\r\n"), "{text}");
+    let r = tls.server.get("/echo");
+    let text = String::from_utf8_lossy(&r.body).to_ascii_lowercase();
+    assert!(text.contains("x-forwarded-proto: http\r\n"), "{text}");
 }

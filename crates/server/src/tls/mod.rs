@@ -47,6 +47,25 @@ pub struct TlsConfig {
     pub certificate: Option<PathBuf>,
     /// PEM file: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
     pub key: Option<PathBuf>,
+    /// `Strict-Transport-Security` value added to every response sent over TLS
+    /// (`"max-age=31536000"`). Default none: HSTS is a promise for the whole name, for
+    /// as long as max-age says, so only the operator can make it.
+    pub hsts: Option<String>,
+    /// Answer every request on a cleartext listener with 308 to the same URL on https
+    /// (the port of the first `tls_listen`, left out when 443). Default false.
+    pub redirect_https: bool,
+}
+
+/// What a request needs to know about the TLS connection it came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TlsFacts {
+    /// The site the client's SNI named, or the default site without one (or for a name
+    /// no `[[host]]` has): the only site this connection may be served by.
+    pub site: usize,
+    /// `TLSv1.3` or `TLSv1.2`, for `%{tls_version}x`.
+    pub version: &'static str,
+    /// The cipher suite's IANA name (`TLS13_AES_128_GCM_SHA256`), for `%{tls_cipher}x`.
+    pub cipher: &'static str,
 }
 
 /// TLS 1.2 sessions remembered for resumption by session ID, across all workers. Each
@@ -115,7 +134,7 @@ pub(crate) async fn serve(
         worker.free(slot);
         return;
     };
-    match stream::TlsStream::accept(tcp, tls.current()).await {
+    match stream::TlsStream::accept(tcp, tls.current(), &worker.shared.sites.hosts).await {
         Ok(stream) => {
             let stream = Stream::Tls(Box::new(stream));
             conn::serve(Conn::new(stream, peer, worker, slot)).await;
@@ -138,6 +157,14 @@ pub(crate) fn problems(config: &Config) -> Vec<String> {
         }
     };
     pair("tls", &config.tls, &mut problems);
+    if let Some(hsts) = &config.tls.hsts {
+        if hsts.is_empty() || hsts.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            problems.push("`tls.hsts` must be non-empty printable text".into());
+        }
+    }
+    if config.tls.redirect_https && config.tls_listen.is_empty() {
+        problems.push("`tls.redirect_https` needs a `tls_listen` to send clients to".into());
+    }
     for (i, host) in config.host.iter().enumerate() {
         if let Some(tls) = &host.tls {
             pair(&format!("host[{i}].tls"), tls, &mut problems);

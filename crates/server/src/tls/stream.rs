@@ -19,6 +19,7 @@ use std::task::{ready, Context, Poll};
 use rustls::{ServerConfig, ServerConnection};
 use tokio::net::TcpStream;
 
+use super::TlsFacts;
 use crate::output::{Output, Progress};
 
 /// Plaintext taken from a batch per record: TLS's largest record.
@@ -33,6 +34,8 @@ thread_local! {
 pub(crate) struct TlsStream {
     pub tcp: TcpStream,
     pub tls: ServerConnection,
+    /// Known once the handshake is done.
+    pub facts: TlsFacts,
 }
 
 /// The socket as rustls sees it: reads and writes that never wait (tokio clears the
@@ -64,9 +67,18 @@ impl TlsStream {
     /// slot is in `ReadingHead` from accept, so the worker's periodic check closes a
     /// handshake that takes longer than `timeouts.head`, and the slot counts against
     /// the connection budget meanwhile.
-    pub async fn accept(tcp: TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+    pub async fn accept(
+        tcp: TcpStream,
+        config: Arc<ServerConfig>,
+        hosts: &handler::Hosts,
+    ) -> io::Result<TlsStream> {
         let tls = ServerConnection::new(config).map_err(io::Error::other)?;
-        let mut stream = TlsStream { tcp, tls };
+        let facts = TlsFacts {
+            site: hosts.default_site(),
+            version: "-",
+            cipher: "-",
+        };
+        let mut stream = TlsStream { tcp, tls, facts };
         while stream.tls.is_handshaking() {
             poll_fn(|cx| stream.poll_send(cx)).await?;
             if !stream.tls.is_handshaking() {
@@ -82,6 +94,19 @@ impl TlsStream {
         }
         // The TLS 1.3 session tickets, queued as the handshake completed.
         poll_fn(|cx| stream.poll_send(cx)).await?;
+        let tls = &stream.tls;
+        if let Some(site) = tls.server_name().and_then(|n| hosts.named(n.as_bytes())) {
+            stream.facts.site = site;
+        }
+        stream.facts.version = match tls.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "-",
+        };
+        stream.facts.cipher = tls
+            .negotiated_cipher_suite()
+            .and_then(|s| s.suite().as_str())
+            .unwrap_or("-");
         Ok(stream)
     }
 
