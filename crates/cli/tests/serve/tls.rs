@@ -542,3 +542,141 @@ fn the_proxy_forwards_x_forwarded_proto_https() {
     let text = String::from_utf8_lossy(&r.body).to_ascii_lowercase();
     assert!(text.contains("x-forwarded-proto: http\r\n"), "{text}");
 }
+
+/// `openssl s_client ARGS`'s session line: `New, ...` or `Reused, ...`.
+fn session_line(https: SocketAddr, args: &[&str]) -> String {
+    // -ign_eof keeps s_client reading until the server closes, so the TLS 1.3 tickets
+    // that follow the handshake are saved.
+    let (stdout, err) = s_client(https, &[args, &["-ign_eof"]].concat(), GET_CLOSE);
+    String::from_utf8_lossy(&stdout)
+        .lines()
+        .find(|l| l.starts_with("New,") || l.starts_with("Reused,"))
+        .map_or_else(|| format!("(no session line) {err}"), str::to_string)
+}
+
+#[test]
+fn sessions_resume_on_any_worker_with_tls13_tickets_and_tls12_ids() {
+    let site = Site::new();
+    let cert = make_cert(site.dir.path(), "localhost", &["localhost"]);
+    let config = site.dir.path().join("tessera.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "tls_listen = [\"127.0.0.1:0\"]\n[tls]\ncertificate = {:?}\nkey = {:?}\n",
+            cert.cert, cert.key
+        ),
+    )
+    .unwrap();
+    let args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--workers", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--root".into(), site.root().display().to_string()])
+        .chain(["--config".into(), config.display().to_string()])
+        .collect();
+    let server = Server::start_args(&args);
+    let https = https_addr(&server);
+    let session = site.dir.path().join("session.pem");
+    let session = session.to_str().unwrap();
+    // TLS 1.3 tickets; TLS 1.2 tickets; TLS 1.2 session IDs (the cache).
+    for version in [
+        &["-tls1_3"][..],
+        &["-tls1_2"][..],
+        &["-tls1_2", "-no_ticket"][..],
+    ] {
+        let first = session_line(https, &[version, &["-sess_out", session]].concat());
+        assert!(first.starts_with("New,"), "{version:?}: {first}");
+        // Two workers, each connection on either (SO_REUSEPORT): every one resumes.
+        for _ in 0..6 {
+            let again = session_line(https, &[version, &["-sess_in", session]].concat());
+            assert!(again.starts_with("Reused,"), "{version:?}: {again}");
+        }
+    }
+}
+
+/// Waits until the server has printed a line containing `text`.
+fn wait_for_line(server: &Server, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server
+        .stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains(text))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no {text:?} in {:?}",
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_reloads_certificates_without_closing_connections_and_keeps_them_on_a_bad_one() {
+    let tls = TlsSite::start("", "");
+    let dir = tls.site.dir.path();
+    let subject_now = || subject(tls.https, Some("localhost"));
+    assert!(subject_now().contains("CN = localhost"));
+    // A keep-alive connection from before the reload.
+    let mut old = Command::new("openssl")
+        .args(["s_client", "-quiet", "-servername", "localhost", "-connect"])
+        .arg(tls.https.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut old_in = old.stdin.take().unwrap();
+    old_in
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let renewed = make_cert(dir, "renewed", &["localhost", "renewed.test"]);
+    std::fs::copy(&renewed.cert, &tls.cert.cert).unwrap();
+    std::fs::copy(&renewed.key, &tls.cert.key).unwrap();
+    tls.server.signal(libc::SIGHUP);
+    wait_for_line(&tls.server, "TLS certificates reloaded");
+    assert!(subject_now().contains("CN = localhost"));
+    let (out, _) = s_client(tls.https, &["-servername", "localhost", "-showcerts"], b"");
+    let renewed_pem = std::fs::read_to_string(&renewed.cert).unwrap();
+    let body: String = renewed_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    let shown: String = String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    assert!(
+        shown.contains(&body),
+        "new connections must get the new certificate"
+    );
+
+    // A broken certificate: the reload fails, naming the file, and the last good one stays.
+    std::fs::write(&tls.cert.cert, "garbage\n").unwrap();
+    tls.server.signal(libc::SIGHUP);
+    wait_for_line(&tls.server, "not reloaded");
+    let lines = tls.server.stderr.lock().unwrap().join("\n");
+    assert!(lines.contains(tls.cert.cert.to_str().unwrap()), "{lines}");
+    let (out, _) = s_client(tls.https, &["-servername", "localhost", "-showcerts"], b"");
+    let shown: String = String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    assert!(
+        shown.contains(&body),
+        "a failed reload must keep the last good certificate"
+    );
+    let out = curl(tls.https, &renewed.cert, "renewed.test", "/hello.txt", &[]);
+    assert_eq!(out.stdout, b"hello world\n");
+
+    // The connection from before both reloads still answers.
+    old_in
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let out = wait_with_deadline(old, Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{text}");
+}
