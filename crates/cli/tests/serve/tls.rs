@@ -680,3 +680,79 @@ fn sighup_reloads_certificates_without_closing_connections_and_keeps_them_on_a_b
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{text}");
 }
+
+#[test]
+fn a_flood_of_5000_half_open_handshakes_stays_in_budget_and_a_good_client_is_served() {
+    // Room for the flood's sockets in this process (the server raises its own limit).
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let tls = TlsSite::start("", "[timeouts]\nhead = 3.0\n");
+    let base = tls.server.rss_kib();
+    // Each sends the first bytes of a ClientHello and then nothing.
+    let mut flood = Vec::new();
+    for _ in 0..5000 {
+        match TcpStream::connect(tls.https) {
+            Ok(mut s) => {
+                let _ = s.write_all(&[22, 3, 1, 0x02, 0x00, 1, 0, 1]);
+                flood.push(s);
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        flood.len() >= 4000,
+        "only {} connections opened",
+        flood.len()
+    );
+    let opened = Instant::now();
+    // A good client is served while the flood holds its slots.
+    let out = tls.curl("/hello.txt", &[]);
+    assert_eq!(
+        out.stdout,
+        b"hello world\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        opened.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        opened.elapsed()
+    );
+    let flooded = tls.server.rss_kib();
+    // Budget: a handshake holds its slot, its task and socket registration and rustls'
+    // handshake state with its 4 KiB record buffer; no read or output buffer set.
+    let per_handshake = 16;
+    let grew = flooded.saturating_sub(base);
+    assert!(
+        grew <= flood.len() as u64 * per_handshake,
+        "RSS grew by {grew} KiB for {} half-open handshakes",
+        flood.len()
+    );
+    eprintln!(
+        "{} half-open handshakes: RSS +{grew} KiB ({} bytes each)",
+        flood.len(),
+        grew * 1024 / flood.len() as u64
+    );
+    // The head timeout closes them all.
+    std::thread::sleep(Duration::from_millis(3500));
+    let mut closed = 0;
+    for s in &mut flood {
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match s.read(&mut byte) {
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(closed, flood.len());
+}
