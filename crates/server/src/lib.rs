@@ -1,5 +1,6 @@
 //! `server` is tessera's HTTP/1.1 server: thread-per-core workers, connection handling
-//! (keep-alive, pipelining, body discarding), and static files sent with `sendfile(2)`.
+//! (keep-alive, pipelining, body discarding), TLS termination (rustls, `tls`), and static
+//! files sent with `sendfile(2)` (read and encrypted on TLS).
 //!
 //! What it is for: accepting connections and answering requests as fast as the machine
 //! allows with memory that does not grow with load. Each worker is an OS thread running a
