@@ -756,3 +756,179 @@ fn a_flood_of_5000_half_open_handshakes_stays_in_budget_and_a_good_client_is_ser
     }
     assert_eq!(closed, flood.len());
 }
+
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_rsa_key_with_its_chain_from_a_ca_is_served() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    // A CA (ECDSA) and a leaf with an RSA key it signed; the file holds leaf then CA.
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        &path("ca.key"),
+        "-out",
+        &path("ca.pem"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &path("leaf.key"),
+        "-out",
+        &path("leaf.csr"),
+    ]);
+    std::fs::write(dir.join("leaf.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &path("leaf.csr"),
+        "-CA",
+        &path("ca.pem"),
+        "-CAkey",
+        &path("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &path("leaf.ext"),
+        "-out",
+        &path("leaf.pem"),
+    ]);
+    let chain = [
+        std::fs::read_to_string(dir.join("leaf.pem")).unwrap(),
+        std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(dir.join("chain.pem"), chain).unwrap();
+    let server = Server::start(
+        &site.root(),
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--cert",
+            &path("chain.pem"),
+            "--key",
+            &path("leaf.key"),
+        ],
+    );
+    let https = https_addr(&server);
+    // Only the CA is trusted: the chain and the RSA signature must both be right.
+    let out = curl(
+        https,
+        Path::new(&path("ca.pem")),
+        "localhost",
+        "/hello.txt",
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"hello world\n");
+    let (out, _) = s_client(https, &["-servername", "localhost", "-showcerts"], b"");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains(" 0 s:CN = localhost"), "{text}");
+    assert!(text.contains(" 1 s:CN = test CA"), "{text}");
+}
+
+#[test]
+fn an_expired_certificate_is_a_warning_that_names_it() {
+    let site = Site::new();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.self_signed(&key).unwrap();
+    let cert_path = site.dir.path().join("old.pem");
+    let key_path = site.dir.path().join("old.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    // The warning comes before the addresses, so read the server's stderr here.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--workers", "1", "--listen", "127.0.0.1:0"])
+        .args(["--tls-listen", "127.0.0.1:0", "--cert"])
+        .arg(&cert_path)
+        .arg("--key")
+        .arg(&key_path)
+        .arg("--root")
+        .arg(site.root())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in std::io::BufRead::lines(stderr) {
+        let line = line.unwrap();
+        let done = line.contains("https://");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = seen.join("\n");
+    assert!(text.contains("https://"), "it must start anyway: {text}");
+    let warning = seen.iter().find(|l| l.contains("expired")).expect(&text);
+    assert!(warning.contains(cert_path.to_str().unwrap()), "{text}");
+}
+
+#[test]
+fn check_config_reads_the_certificates() {
+    let site = Site::new();
+    let good = make_cert(site.dir.path(), "good", &["localhost"]);
+    let missing = site.dir.path().join("missing.key");
+    let config = site.dir.path().join("check.toml");
+    for (key, ok) in [(&good.key, true), (&missing, false)] {
+        std::fs::write(
+            &config,
+            format!(
+                "tls_listen = [\"127.0.0.1:0\"]\n[tls]\ncertificate = {:?}\nkey = {:?}\n",
+                good.cert, key
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["check-config", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), ok, "{text}");
+        if !ok {
+            assert!(text.contains(missing.to_str().unwrap()), "{text}");
+        }
+    }
+}
