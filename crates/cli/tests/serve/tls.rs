@@ -117,16 +117,22 @@ pub fn s_client(https: SocketAddr, args: &[&str], input: &[u8]) -> (Vec<u8>, Str
     )
 }
 
-fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
+/// The child's output once it exits, killed after `limit`. Its pipes are read while it
+/// runs, so a child with more to print than a pipe holds is never stuck on a full one.
+fn wait_with_deadline(child: std::process::Child, limit: Duration) -> Output {
+    let pid = child.id() as i32;
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match result.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: plain kill(2) on our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            result.recv().unwrap().unwrap()
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
 }
 
 fn sha256(path: &Path) -> String {
@@ -931,4 +937,27 @@ fn check_config_reads_the_certificates() {
             assert!(text.contains(missing.to_str().unwrap()), "{text}");
         }
     }
+}
+
+#[test]
+fn pipelined_requests_over_tls_are_all_answered_in_order() {
+    let tls = TlsSite::start("", "");
+    tls.site.write("big.bin", &noise(100_000));
+    let requests = "GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n\
+                    GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n\
+                    GET /missing HTTP/1.1\r\nHost: localhost\r\n\r\n\
+                    GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let (out, err) = s_client(tls.https, &["-quiet"], requests.as_bytes());
+    let statuses: Vec<&str> = out
+        .windows(12)
+        .filter(|w| w.starts_with(b"HTTP/1.1 "))
+        .map(|w| std::str::from_utf8(&w[9..12]).unwrap())
+        .collect();
+    assert_eq!(statuses, ["200", "200", "404", "200"], "{err}");
+    assert!(out.ends_with(b"\r\n\r\nhello world\n"));
+    let big = noise(100_000);
+    assert!(
+        out.windows(big.len()).any(|w| w == big),
+        "the 100 kB body is intact"
+    );
 }
