@@ -139,7 +139,8 @@ pub(crate) fn answer(
         None => hosts.select(req),
         // On TLS the SNI chose the site (and its certificate); a request for another
         // configured host is misdirected (RFC 9110 section 15.5.20), one that names
-        // none is the SNI's site's.
+        // none is the SNI's site's; without SNI, every request is the default site's.
+        Some(tls) if !tls.sni => tls.site,
         Some(tls) => match hosts.select_named(req) {
             Some(named) if named != tls.site => {
                 reply::simple(worker, out, req, keep_alive, 421, b"");

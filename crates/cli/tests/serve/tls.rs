@@ -431,6 +431,15 @@ fn a_host_other_than_the_snis_is_misdirected_421() {
     // A Host no [[host]] names is served by the site the SNI chose.
     assert!(ask("a.test", "elsewhere.test").ends_with("site a\n"));
     assert!(ask("x.wild.test", "elsewhere.test").ends_with("site wild\n"));
+    // An SNI no host has chose the default: a configured Host is misdirected there too.
+    assert!(ask("nobody.test", "a.test").starts_with("HTTP/1.1 421 "));
+    // Without SNI the default site serves, whatever the Host says (a.test's root has no
+    // hello.txt; the top-level one has).
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
+    let (out, err) = s_client(https, &["-noservername", "-quiet"], request);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}{err}");
+    assert!(text.ends_with("hello world\n"), "{text}");
 }
 
 #[test]

@@ -62,6 +62,9 @@ pub(crate) struct TlsFacts {
     /// The site the client's SNI named, or the default site without one (or for a name
     /// no `[[host]]` has): the only site this connection may be served by.
     pub site: usize,
+    /// Whether the client sent SNI. Without it every request is the default site's,
+    /// whatever its Host: the client could not say which certificate it wanted.
+    pub sni: bool,
     /// `TLSv1.3` or `TLSv1.2`, for `%{tls_version}x`.
     pub version: &'static str,
     /// The cipher suite's IANA name (`TLS13_AES_128_GCM_SHA256`), for `%{tls_cipher}x`.

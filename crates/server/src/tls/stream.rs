@@ -75,6 +75,7 @@ impl TlsStream {
         let tls = ServerConnection::new(config).map_err(io::Error::other)?;
         let facts = TlsFacts {
             site: hosts.default_site(),
+            sni: false,
             version: "-",
             cipher: "-",
         };
@@ -95,6 +96,7 @@ impl TlsStream {
         // The TLS 1.3 session tickets, queued as the handshake completed.
         poll_fn(|cx| stream.poll_send(cx)).await?;
         let tls = &stream.tls;
+        stream.facts.sni = tls.server_name().is_some();
         if let Some(site) = tls.server_name().and_then(|n| hosts.named(n.as_bytes())) {
             stream.facts.site = site;
         }
