@@ -126,10 +126,6 @@ pub(crate) fn answer(
         Some(q) => &req.path[..q],
         None => req.path,
     };
-    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
-    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
-    // a path reaches a file or an upstream past the filter that guards its prefix. A path
-    // that does not normalise goes to the static files, which answer 400.
     let hosts = &worker.shared.sites.hosts;
     let site = match worker.tls.get() {
         None if worker.shared.config.tls.redirect_https => {
@@ -149,6 +145,10 @@ pub(crate) fn answer(
             _ => tls.site,
         },
     };
+    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
+    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
+    // a path reaches a file or an upstream past the filter that guards its prefix. A path
+    // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     let routes = &worker.shared.routes[site];
@@ -274,7 +274,7 @@ fn redirect_https(
                 .all(|&b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
     };
     let Some(host) = host.filter(is_name) else {
-        reply::simple(worker, out, req, false, 400, b"");
+        reply::simple(worker, out, req, keep_alive, 400, b"");
         return;
     };
     let buf = out.buf();
