@@ -19,6 +19,19 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
 fi
 
+# The TLS tests speak to the server with curl and openssl s_client
+# (crates/cli/tests/serve/tls.rs).
+for tool in curl openssl; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing $tool for the TLS tests" >&2
+        if [ "$(id -u)" -eq 0 ]; then
+            apt-get update -qq && apt-get install -y -qq "$tool"
+        else
+            sudo apt-get update -qq && sudo apt-get install -y -qq "$tool"
+        fi
+    fi
+done
+
 # The metrics tests check /metrics with promtool and scrape it with a real Prometheus
 # (crates/cli/tests/serve/metrics.rs): the Debian package's binaries, unpacked into a
 # cache folder rather than installed (the package would start a service listening on

@@ -22,6 +22,16 @@ pub struct Args {
     /// [default: 127.0.0.1:8080]
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
+    /// Address to listen on with TLS (HTTPS); repeatable; needs --cert and --key or
+    /// `[tls]` in the config (docs/tls.md)
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Vec<SocketAddr>,
+    /// PEM file with the default TLS certificate and its chain, leaf first
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// PEM file with the private key of --cert
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
     /// Worker threads, each with its own listener [default: number of cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -99,6 +109,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for addr in server.local_addrs() {
         eprintln!(
             "tessera: serving{what} on http://{addr}/ with {workers} worker{}",
+            if workers == 1 { "" } else { "s" }
+        );
+    }
+    for addr in server.tls_addrs() {
+        eprintln!(
+            "tessera: serving{what} on https://{addr}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }
         );
     }
@@ -218,6 +234,13 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
     }
     if !args.listen.is_empty() {
         config.listen = args.listen.clone();
+    }
+    if !args.tls_listen.is_empty() {
+        config.tls_listen = args.tls_listen.clone();
+    }
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+        config.tls.certificate = Some(cert.clone());
+        config.tls.key = Some(key.clone());
     }
     if let Some(workers) = args.workers {
         anyhow::ensure!(workers > 0, "--workers must be at least 1");

@@ -327,7 +327,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
         body: Bytes::new(),
         client: ClientInfo {
             addr: req.client.ip(),
-            scheme: "http",
+            scheme: if req.secure { "https" } else { "http" },
             version: match head.version {
                 wire::Version::Http10 => http::Version::HTTP_10,
                 wire::Version::Http11 => http::Version::HTTP_11,

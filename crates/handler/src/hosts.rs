@@ -63,9 +63,23 @@ impl Hosts {
         host.map_or(self.default, |h| self.site(h))
     }
 
+    /// The site the request's host names, if it names one ([`Hosts::select`] without
+    /// the default).
+    pub fn select_named(&self, req: &wire::Request<'_, '_>) -> Option<usize> {
+        let host = absolute_form_authority(req.target).or_else(|| req.header("host"))?;
+        self.find(host)
+    }
+
     /// The site of an authority (`host[:port]`).
     pub fn site(&self, authority: &[u8]) -> usize {
         self.find(authority).unwrap_or(self.default)
+    }
+
+    /// The site one of whose names `authority`'s host is, if any: [`Hosts::site`]
+    /// without the default (TLS picks a certificate, and refuses a misdirected request,
+    /// with it).
+    pub fn named(&self, authority: &[u8]) -> Option<usize> {
+        self.find(authority)
     }
 
     fn find(&self, authority: &[u8]) -> Option<usize> {

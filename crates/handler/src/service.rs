@@ -23,6 +23,8 @@ pub struct Request<'a> {
     pub client: SocketAddr,
     /// The tag the module gave the route that matched ([`Route::tag`]).
     pub tag: u32,
+    /// Whether the request came over TLS (the proxy says `X-Forwarded-Proto: https`).
+    pub secure: bool,
 }
 
 /// A response: its head as data and its body.

@@ -47,6 +47,10 @@ enum Item {
     Seconds,
     RequestHeader(String),
     ResponseHeader(String),
+    /// `%{tls_version}x`: `TLSv1.3`, `TLSv1.2`, `-` in cleartext.
+    TlsVersion,
+    /// `%{tls_cipher}x`: the suite's IANA name, `-` in cleartext.
+    TlsCipher,
 }
 
 /// Why a log format string was refused.
@@ -118,6 +122,8 @@ impl Format {
                 (b'T', None) => Item::Seconds,
                 (b'i', Some(name)) => Item::RequestHeader(name),
                 (b'o', Some(name)) => Item::ResponseHeader(name),
+                (b'x', Some(name)) if name == "tls_version" => Item::TlsVersion,
+                (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
                 (d, arg) => {
                     return Err(FormatError::Unknown(match arg {
                         Some(a) => format!("{{{a}}}{}", d as char),
@@ -139,6 +145,8 @@ impl Format {
 
 /// What a log line needs to know about one response.
 pub(crate) struct Entry<'a> {
+    /// The TLS connection's facts; `None` in cleartext.
+    pub tls: Option<crate::tls::TlsFacts>,
     pub client: SocketAddr,
     /// `None` when the request could not be parsed.
     pub request: Option<&'a Request<'a, 'a>>,
@@ -211,6 +219,12 @@ impl Format {
                     Some(value) => escape(line, value),
                     None => line.push(b'-'),
                 },
+                Item::TlsVersion => {
+                    line.extend_from_slice(entry.tls.map_or("-", |t| t.version).as_bytes())
+                }
+                Item::TlsCipher => {
+                    line.extend_from_slice(entry.tls.map_or("-", |t| t.cipher).as_bytes())
+                }
                 Item::ResponseHeader(name) => match response_header(entry.head, name) {
                     Some(value) => escape(line, value),
                     None => line.push(b'-'),

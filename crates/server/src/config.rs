@@ -11,6 +11,11 @@ pub struct Config {
     /// Addresses to listen on. Default is 127.0.0.1:8080: loopback only, so a first run
     /// never exposes a machine by accident.
     pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on with TLS (docs/tls.md). Default none. Needs a
+    /// certificate: `[tls]`, or a `[[host]]`'s `[host.tls]`.
+    pub tls_listen: Vec<SocketAddr>,
+    /// `[tls]`: the default certificate and key (docs/tls.md).
+    pub tls: crate::tls::TlsConfig,
     /// Directory served. Default none: no static files, so every request no module
     /// answers is 404 (a proxy needs no directory). `tessera serve` sets
     /// `examples/site` when it is given no root and that directory exists.
@@ -106,6 +111,9 @@ pub struct HostConfig {
     /// Access log file for this host's requests (in `access_log_format`). Default: the
     /// top-level `access_log`, if any.
     pub access_log: Option<PathBuf>,
+    /// `[host.tls]`: this host's certificate and key, chosen when a client's SNI names
+    /// one of its names. Default: the `[tls]` certificate.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -162,6 +170,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            tls_listen: Vec::new(),
+            tls: Default::default(),
             root: None,
             workers: 0,
             backlog: 4096,
@@ -238,9 +248,10 @@ impl Config {
     /// first). Only the values are checked here, not the files they name.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.listen.is_empty() {
+        if self.listen.is_empty() && self.tls_listen.is_empty() {
             problems.push("`listen` needs at least one address".into());
         }
+        problems.extend(crate::tls::problems(self));
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
             problems.push("`limits.max_head_size` must be between 256 and 1048576".into());

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use handler::{Body, Response};
 use pool::SlotId;
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use crate::access_log::Entry;
@@ -21,6 +20,7 @@ use crate::dispatch::{self, Dispatched, Exchange, Work};
 use crate::metrics::Answered;
 use crate::output::{Mark, Output, Progress};
 use crate::reply;
+use crate::transport::Stream;
 use crate::worker::{Buffers, ConnState, Worker};
 
 /// A body being skipped so that the next request on the connection starts at the right
@@ -56,7 +56,7 @@ enum Ending {
 
 pub(crate) struct Conn {
     worker: Rc<Worker>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     /// When the last read completed, for `%D` in access logs (only read when logging).
     read_at: Option<Instant>,
@@ -71,12 +71,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(
-        stream: TcpStream,
-        peer: SocketAddr,
-        worker: Rc<Worker>,
-        slot: SlotId,
-    ) -> Conn {
+    pub(crate) fn new(stream: Stream, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) -> Conn {
         Conn {
             worker,
             stream,
@@ -99,7 +94,9 @@ impl Conn {
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
     async move {
-        if let Ok(Ending::AfterResponse) = conn.run().await {
+        let ending = conn.run().await;
+        conn.stream.close_notify();
+        if let Ok(Ending::AfterResponse) = ending {
             if conn.may_have_unread() {
                 // Boxed: its timer is large, and every connection's future (idle ones
                 // included) would otherwise carry room for it. One allocation per
@@ -183,9 +180,11 @@ impl Conn {
                     }
                     Next::More | Next::Read => {}
                 }
-                if worker.is_shutting_down() {
-                    return Ok(Ending::Closed);
-                }
+                // Shutting down does not end the connection here: the responses just
+                // sent promised keep-alive (the shutdown may have begun while they were
+                // being written), so the client may be sending its next request. That
+                // one is answered with `Connection: close` (draining after an upgrade);
+                // a graceful stop has shut the socket's reading side, which ends it.
                 if read_more {
                     break;
                 }
@@ -218,6 +217,7 @@ impl Conn {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
         let limits = &worker.shared.limits;
+        worker.tls.set(self.stream.tls_facts());
         let Some(buffers) = self.buffers.as_mut() else {
             return Next::Read;
         };
@@ -337,6 +337,7 @@ impl Conn {
                 }
                 let response = deferred.respond(body).await;
                 worker.clock.refresh();
+                worker.tls.set(self.stream.tls_facts());
                 match response {
                     Ok(mut response) => {
                         if let Some(filter) = filter.as_deref_mut() {
@@ -363,6 +364,7 @@ impl Conn {
                     tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
                     let page = Response::status_page(502);
                     let mut head = Vec::new();
+                    worker.tls.set(self.stream.tls_facts());
                     dispatch::write_head(worker, &mut head, &page, head_only, version, false);
                     if let (Body::Full(b), false) = (&page.body, head_only) {
                         head.extend_from_slice(b);
@@ -382,6 +384,7 @@ impl Conn {
             }
         }
         let mut head = Vec::with_capacity(512);
+        worker.tls.set(self.stream.tls_facts());
         let framing =
             dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);
         let mut sent: u64 = 0;
@@ -448,6 +451,7 @@ impl Conn {
             }
         }
         worker.clock.refresh();
+        worker.tls.set(self.stream.tls_facts());
         let response = (status, &head[..], sent);
         log_proxied(
             worker,
@@ -472,9 +476,9 @@ impl Conn {
         slices.extend(chunks.iter().map(|c| io::IoSlice::new(c)));
         let total: usize = slices.iter().map(|s| s.len()).sum();
         // The kernel takes at most IOV_MAX (1024) buffers per writev; std passes no more.
-        let written = tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices).await?;
+        let written = self.stream.write_vectored(&slices).await?;
         if written == total {
-            return Ok(());
+            return self.stream.flush().await;
         }
         if written == 0 {
             return Err(io::ErrorKind::WriteZero.into());
@@ -487,10 +491,10 @@ impl Conn {
                 skip -= buf.len();
                 continue;
             }
-            tokio::io::AsyncWriteExt::write_all(&mut self.stream, &buf[skip..]).await?;
+            self.stream.write_all(&buf[skip..]).await?;
             skip = 0;
         }
-        Ok(())
+        self.stream.flush().await
     }
 
     /// Writes up to four pieces whole with as few vectored writes as the socket takes
@@ -514,14 +518,13 @@ impl Conn {
                 skip = 0;
                 k += 1;
             }
-            let n =
-                tokio::io::AsyncWriteExt::write_vectored(&mut self.stream, &slices[..k]).await?;
+            let n = self.stream.write_vectored(&slices[..k]).await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
             done += n;
         }
-        Ok(())
+        self.stream.flush().await
     }
 
     /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.
@@ -529,7 +532,8 @@ impl Conn {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        tokio::io::AsyncWriteExt::write_all(&mut self.stream, bytes).await
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
     }
 
     /// Reads a request body for a deferred handler (bounded by `max_body_size`). `None` when the
@@ -624,7 +628,7 @@ impl Conn {
         }
         let mut writing = false;
         loop {
-            match buffers.out.try_write(&self.stream)? {
+            match self.stream.try_write_output(&mut buffers.out)? {
                 Progress::Done => return Ok(()),
                 Progress::Blocked { wrote } => {
                     if !writing {
@@ -683,7 +687,7 @@ impl Conn {
         // SAFETY: the socket is open; shutdown(2) only affects its write side.
         unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR) };
         let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
-        let stream = &self.stream;
+        let stream = self.stream.tcp();
         let drain = async {
             let mut total = 0usize;
             loop {
@@ -792,6 +796,7 @@ fn record(
         return;
     };
     let entry = Entry {
+        tls: worker.tls.get(),
         client,
         request,
         raw_line,

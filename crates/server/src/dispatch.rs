@@ -130,20 +130,47 @@ pub(crate) fn answer(
         Some(q) => &req.path[..q],
         None => req.path,
     };
+    let current = worker.current();
+    let gen = &current.gen;
+    let hosts = &gen.sites.hosts;
+    let static_kind = metrics::kind_index("static");
+    let site = match worker.tls.get() {
+        None if gen.config.tls.redirect_https => {
+            redirect_https(worker, req, keep_alive, out);
+            let host = gen.host_labels[hosts.select(req)];
+            return Dispatched::Done(Answered {
+                host,
+                kind: static_kind,
+            });
+        }
+        None => hosts.select(req),
+        // On TLS the SNI chose the site (and its certificate); a request for another
+        // configured host is misdirected (RFC 9110 section 15.5.20), one that names
+        // none is the SNI's site's; without SNI, every request is the default site's.
+        Some(tls) if !tls.sni => tls.site,
+        Some(tls) => match hosts.select_named(req) {
+            Some(named) if named != tls.site => {
+                reply::simple(worker, out, req, keep_alive, 421, b"");
+                let host = gen.host_labels[tls.site];
+                return Dispatched::Done(Answered {
+                    host,
+                    kind: static_kind,
+                });
+            }
+            _ => tls.site,
+        },
+    };
     // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
     // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
     // a path reaches a file or an upstream past the filter that guards its prefix. A path
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let current = worker.current();
-    let gen = &current.gen;
-    let site = gen.sites.hosts.select(req);
     let routes = &gen.routes[site];
     let host = gen.host_labels[site];
     let files_answered = Answered {
         host,
-        kind: metrics::kind_index("static"),
+        kind: static_kind,
     };
     let routed = match normal && !routes.is_empty() {
         true => routes.find(&path),
@@ -166,6 +193,7 @@ pub(crate) fn answer(
         path: &path,
         client,
         tag: 0,
+        secure: worker.tls.get().is_some(),
     };
     let mut filter = None;
     let mut answer = None;
@@ -258,6 +286,51 @@ pub(crate) fn answer(
     }
 }
 
+/// 308 to the same target on the https listener (`[tls] redirect_https`). The host is
+/// the request's (without its port); a request without one, or with one too long to be a
+/// name, is refused (400).
+fn redirect_https(
+    worker: &Worker,
+    req: &wire::Request<'_, '_>,
+    keep_alive: bool,
+    out: &mut Output,
+) {
+    let host = req
+        .header("host")
+        .map(|h| match h.iter().rposition(|&b| b == b':') {
+            Some(colon) if !h.ends_with(b"]") => &h[..colon],
+            _ => h,
+        });
+    let is_name = |h: &&[u8]| {
+        !h.is_empty()
+            && h.len() <= 255
+            && h.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
+    };
+    let Some(host) = host.filter(is_name) else {
+        reply::simple(worker, out, req, keep_alive, 400, b"");
+        return;
+    };
+    let buf = out.buf();
+    reply::start_head(worker, buf, 308);
+    buf.extend_from_slice(b"Location: https://");
+    buf.extend_from_slice(host);
+    match worker.shared.https_port {
+        Some(443) | None => {}
+        Some(port) => {
+            buf.push(b':');
+            wire::write_decimal(buf, port as u64);
+        }
+    }
+    buf.extend_from_slice(if req.target.starts_with(b"/") {
+        req.target
+    } else {
+        b"/"
+    });
+    buf.extend_from_slice(b"\r\n");
+    wire::write_framing(buf, wire::Framing::Length(0), req.version, keep_alive);
+}
+
 /// The server's own handler: the file (or listing, or refusal) for the request's path.
 fn static_files(
     worker: &Worker,
@@ -303,6 +376,9 @@ pub(crate) fn write_head(
         head.write_fields_h1(buf);
         if !head.has_date() {
             worker.clock.write_date(buf);
+        }
+        if head.get(b"strict-transport-security").is_none() {
+            reply::hsts(worker, buf);
         }
     } else {
         reply::start_head(worker, buf, status);

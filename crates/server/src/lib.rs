@@ -1,5 +1,6 @@
 //! `server` is tessera's HTTP/1.1 server: thread-per-core workers, connection handling
-//! (keep-alive, pipelining, body discarding), and static files sent with `sendfile(2)`.
+//! (keep-alive, pipelining, body discarding), TLS termination (rustls, `tls`), and static
+//! files sent with `sendfile(2)` (read and encrypted on TLS).
 //!
 //! What it is for: accepting connections and answering requests as fast as the machine
 //! allows with memory that does not grow with load. Each worker is an OS thread running a
@@ -37,6 +38,8 @@ mod range;
 mod reply;
 mod runtime;
 mod sites;
+mod tls;
+mod transport;
 mod worker;
 
 use std::net::SocketAddr;
@@ -54,6 +57,7 @@ use listeners::{Listeners, Listening};
 pub use access_log::FormatError;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use listeners::Inherited;
+pub use tls::{Tls, TlsConfig};
 pub use worker::ConnState;
 
 /// Why the server could not start.
@@ -72,6 +76,9 @@ pub enum Error {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A certificate or key that cannot be used; the message names the file.
+    #[error("{0}")]
+    Tls(String),
     #[error("invalid access_log_format: {0}")]
     LogFormat(#[from] FormatError),
     #[error("cannot open access log {path}")]
@@ -112,6 +119,11 @@ pub(crate) struct Shared {
     pub limits: wire::Limits,
     pub workers: usize,
     pub slots_per_worker: usize,
+    /// The TLS settings every TLS listener shares (certificates, resumption), when
+    /// there was a `tls_listen` at start.
+    pub tls: Option<tls::Tls>,
+    /// The port of the first `tls_listen`, for `redirect_https`.
+    pub https_port: Option<u16>,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,
@@ -132,6 +144,7 @@ pub struct Server {
     shared: Arc<Shared>,
     addrs: Vec<SocketAddr>,
     admin: Option<std::net::TcpListener>,
+    tls_addrs: Vec<SocketAddr>,
 }
 
 impl Server {
@@ -158,16 +171,21 @@ impl Server {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
             None => None,
         };
+        let tls = tls::Tls::new(config).map_err(Error::Tls)?;
         let listeners = Listeners::new();
         let mut set = Vec::new();
         for &requested in &config.listen {
-            set.push(listeners.open(requested, config.backlog, workers, &mut inherited)?);
+            set.push(listeners.open(requested, false, config.backlog, workers, &mut inherited)?);
+        }
+        for &requested in &config.tls_listen {
+            set.push(listeners.open(requested, true, config.backlog, workers, &mut inherited)?);
         }
         for addr in inherited.unused() {
             tracing::info!(address = %addr, "closing a listening socket taken over but no longer configured");
         }
+        let addrs: Vec<SocketAddr> = set.iter().filter(|l| !l.tls).map(|l| l.local).collect();
+        let tls_addrs: Vec<SocketAddr> = set.iter().filter(|l| l.tls).map(|l| l.local).collect();
         listeners.replace(set);
-        let addrs = listeners.local_addrs();
         Ok(Server {
             shared: Arc::new(Shared {
                 counts: (0..workers).map(|_| Default::default()).collect(),
@@ -180,6 +198,8 @@ impl Server {
                 limits: config.limits.to_wire(),
                 workers,
                 slots_per_worker: (config.max_connections / workers).max(1),
+                tls,
+                https_port: tls_addrs.first().map(|a| a.port()),
                 epoch: std::time::Instant::now(),
                 listeners,
                 metrics_on: admin.is_some(),
@@ -197,6 +217,7 @@ impl Server {
             }),
             addrs,
             admin,
+            tls_addrs,
         })
     }
 
@@ -208,6 +229,11 @@ impl Server {
     /// The admin listener's address, when there is one (port 0 resolved).
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|a| a.local_addr().ok())
+    }
+
+    /// The TLS addresses actually bound (port 0 resolved).
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.tls_addrs
     }
 
     /// Starts one thread per worker.
@@ -346,19 +372,40 @@ impl Running {
         if config.admin_listen != old.config.admin_listen {
             not_applied.push("admin_listen");
         }
+        if shared.tls.is_none() && !config.tls_listen.is_empty() {
+            not_applied.push("tls_listen");
+        }
         let gen = Generation::new(number, config, modules, shared.workers, &shared.host_labels)?;
-        let known: Vec<SocketAddr> = {
+        // The certificates, read and matched before anything changes.
+        let tls = match &shared.tls {
+            Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),
+            None => None,
+        };
+        let wanted = |l: &SocketAddr, is_tls: bool| {
+            if is_tls {
+                shared.tls.is_some() && gen.config.tls_listen.contains(l)
+            } else {
+                gen.config.listen.contains(l)
+            }
+        };
+        let known: Vec<(SocketAddr, bool)> = {
             let set = shared
                 .listeners
                 .set
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            set.iter().map(|l| l.requested).collect()
+            set.iter().map(|l| (l.requested, l.tls)).collect()
         };
         let mut opened = Vec::new();
-        for &requested in gen.config.listen.iter().filter(|a| !known.contains(a)) {
+        let plain = gen.config.listen.iter().map(|a| (*a, false));
+        let secure = gen.config.tls_listen.iter().map(|a| (*a, true));
+        for (requested, is_tls) in plain.chain(secure) {
+            if known.contains(&(requested, is_tls)) || !wanted(&requested, is_tls) {
+                continue;
+            }
             opened.push(shared.listeners.open(
                 requested,
+                is_tls,
                 gen.config.backlog,
                 shared.workers,
                 &mut Inherited::default(),
@@ -389,15 +436,26 @@ impl Running {
                 .unwrap_or_else(|e| e.into_inner());
             let mut kept: Vec<Listening> = Vec::new();
             for l in std::mem::take(&mut *set) {
-                if gen.config.listen.contains(&l.requested) {
+                if wanted(&l.requested, l.tls) {
                     kept.push(l);
                 } else {
                     listeners_removed.push(l.local);
                 }
             }
             kept.extend(opened);
-            kept.sort_by_key(|l| gen.config.listen.iter().position(|a| *a == l.requested));
+            let order = |l: &Listening| {
+                let list = if l.tls {
+                    &gen.config.tls_listen
+                } else {
+                    &gen.config.listen
+                };
+                (l.tls, list.iter().position(|a| *a == l.requested))
+            };
+            kept.sort_by_key(order);
             *set = kept;
+        }
+        if let (Some(tls), Some(prepared)) = (&shared.tls, tls) {
+            tls.install(prepared);
         }
         shared.listeners.version.fetch_add(1, Ordering::Release);
         shared.current.store(Arc::new(gen));

@@ -52,6 +52,8 @@ pub(crate) struct Listening {
     pub requested: SocketAddr,
     /// The address bound (port 0 resolved).
     pub local: SocketAddr,
+    /// Whether it is a `tls_listen` address (its connections start with a handshake).
+    pub tls: bool,
     /// At least one per worker; worker `w` accepts on those whose index is `w` modulo
     /// the worker count (more than one each when taken over from a process that had
     /// more workers).
@@ -80,6 +82,7 @@ impl Listeners {
     pub fn open(
         &self,
         requested: SocketAddr,
+        tls: bool,
         backlog: u32,
         workers: usize,
         inherited: &mut Inherited,
@@ -108,6 +111,7 @@ impl Listeners {
         Ok(Listening {
             requested,
             local,
+            tls,
             sockets: fds
                 .into_iter()
                 .map(|fd| Listener {

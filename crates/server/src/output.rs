@@ -182,7 +182,7 @@ impl Output {
         self.segments.push(Segment::File { entry, offset, len });
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.buf.clear();
         self.segments.clear();
         self.pending_from = 0;
@@ -265,7 +265,50 @@ impl Output {
         })
     }
 
-    fn advance(&mut self, mut written: u64) {
+    /// Whether everything queued has been taken (written, or copied out and taken).
+    pub(crate) fn is_taken(&mut self) -> bool {
+        self.close_buf_segment();
+        self.index >= self.segments.len()
+    }
+
+    /// Copies what is left to write, from where writing stands, into `to` (file bodies
+    /// read with pread(2)), without moving on: [`Output::advance`] does once the bytes
+    /// are taken. For TLS, which encrypts in memory what sendfile would have sent.
+    pub(crate) fn copy_out(&mut self, to: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        self.close_buf_segment();
+        let mut n = 0;
+        let mut skip = self.skip;
+        for segment in &self.segments[self.index..] {
+            let room = &mut to[n..];
+            if room.is_empty() {
+                break;
+            }
+            let (got, whole) = match segment {
+                Segment::Buf { start, end } => copy(&self.buf[start + skip as usize..*end], room),
+                Segment::Memory { entry, start, end } => {
+                    copy(&entry.body()[start + skip as usize..*end], room)
+                }
+                Segment::File { entry, offset, len } => {
+                    let want = (len - skip).min(room.len() as u64) as usize;
+                    let got = entry.file.read_at(&mut room[..want], offset + skip)?;
+                    if got == 0 && want > 0 {
+                        // The file shrank under us: its length is already promised.
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                    (got, got as u64 == len - skip)
+                }
+            };
+            n += got;
+            skip = 0;
+            if !whole {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn advance(&mut self, mut written: u64) {
         while written > 0 && self.index < self.segments.len() {
             let len = match &self.segments[self.index] {
                 Segment::Buf { start, end } => (end - start) as u64,
@@ -289,6 +332,13 @@ impl Output {
             self.index += 1;
         }
     }
+}
+
+/// Copies what fits of `from` into `to`: (bytes copied, whether that was all of it).
+fn copy(from: &[u8], to: &mut [u8]) -> (usize, bool) {
+    let n = from.len().min(to.len());
+    to[..n].copy_from_slice(&from[..n]);
+    (n, n == from.len())
 }
 
 /// One sendfile(2) of up to `len` bytes from `offset` on the non-blocking socket. When

@@ -12,6 +12,17 @@ pub(crate) fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
     wire::write_status_line(buf, status);
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);
+    hsts(worker, buf);
+}
+
+/// Strict-Transport-Security, on a TLS connection when `[tls] hsts` is set.
+pub(crate) fn hsts(worker: &Worker, buf: &mut Vec<u8>) {
+    if worker.tls.get().is_some() {
+        let current = worker.current.borrow();
+        if let Some(value) = &current.gen.config.tls.hsts {
+            wire::write_field(buf, b"Strict-Transport-Security", value.as_bytes());
+        }
+    }
 }
 
 /// A response with a small generated HTML body (or none for 204 and 304), as nginx

@@ -17,6 +17,7 @@ use crate::access_log::WorkerLogs;
 use crate::date::Clock;
 use crate::generation::Current;
 use crate::listeners::Listener;
+use crate::transport::Stream;
 use crate::worker::{ConnState, RateLimitedLog, Worker};
 use crate::{conn, Phase, Shared};
 
@@ -60,6 +61,7 @@ pub(crate) fn run(
             listeners_seen: Cell::new(0),
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
+            tls: Cell::new(None),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             shared,
@@ -185,23 +187,28 @@ fn sync_listeners(worker: &Rc<Worker>) {
     worker.listeners_seen.set(version);
     let set = listeners.set.lock().unwrap_or_else(|e| e.into_inner());
     let workers = worker.shared.workers;
-    let mine: Vec<&Listener> = set
+    let mine: Vec<(&Listener, bool)> = set
         .iter()
-        .flat_map(|l| l.sockets.iter().enumerate())
-        .filter(|(i, _)| i % workers == worker.id)
-        .map(|(_, s)| s)
+        .flat_map(|l| {
+            l.sockets
+                .iter()
+                .enumerate()
+                .map(move |(i, s)| (i, s, l.tls))
+        })
+        .filter(|(i, _, _)| i % workers == worker.id)
+        .map(|(_, s, tls)| (s, tls))
         .collect();
     let mut accepting = worker.accepting.borrow_mut();
     // Dropping the accept loop closes this worker's descriptor of the socket; the
     // socket closes with the last one (the process's own went with the set).
     accepting.retain(|(id, stop)| {
-        let keep = mine.iter().any(|s| s.id == *id);
+        let keep = mine.iter().any(|(s, _)| s.id == *id);
         if !keep {
             stop.stop();
         }
         keep
     });
-    for socket in mine {
+    for (socket, is_tls) in mine {
         if accepting.iter().any(|(id, _)| *id == socket.id) {
             continue;
         }
@@ -216,7 +223,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
                 tokio::task::spawn_local({
                     let worker = worker.clone();
                     let stop = stop.clone();
-                    async move { accept_all(&listener, &worker, &stop).await }
+                    async move { accept_all(&listener, is_tls, &worker, &stop).await }
                 });
                 accepting.push((socket.id, stop));
             }
@@ -227,7 +234,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
 
 /// Accepts connections as long as the listener has them (tokio's accept retries until
 /// the kernel says EAGAIN, so one wake-up drains the queue) and spawns each one's task.
-async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>, stop: &Stop) {
+async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, stop: &Stop) {
     loop {
         // Stopping is looked at only here, before a connection is taken: one accepted is
         // always served (during a shutdown, with `Connection: close`), never dropped.
@@ -297,8 +304,12 @@ async fn accept_all(listener: &TcpListener, worker: &Rc<Worker>, stop: &Stop) {
             slots[slot] = stream.as_raw_fd();
             slot
         };
+        if is_tls {
+            tokio::task::spawn_local(crate::tls::serve(stream, peer, worker.clone(), slot));
+            continue;
+        }
         tokio::task::spawn_local(conn::serve(conn::Conn::new(
-            stream,
+            Stream::Plain(stream),
             peer,
             worker.clone(),
             slot,

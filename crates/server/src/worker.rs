@@ -116,6 +116,10 @@ pub(crate) struct Worker {
     pub(crate) drops: RateLimitedLog,
     pub(crate) dropped_seen: Cell<u64>,
     pub(crate) refusals: RateLimitedLog,
+    /// The TLS facts of the connection being answered (`None` in cleartext), set by the
+    /// connection before each stretch of synchronous answering: the 421 check, HSTS,
+    /// the handlers' `secure` and the access log read it without being passed it.
+    pub(crate) tls: Cell<Option<crate::tls::TlsFacts>>,
 }
 
 impl Worker {

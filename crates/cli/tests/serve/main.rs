@@ -19,4 +19,5 @@ mod reload;
 mod security;
 mod smuggling;
 mod static_files;
+mod tls;
 mod upgrade;

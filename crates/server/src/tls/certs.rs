@@ -1,0 +1,209 @@
+//! Certificates: read from PEM files, checked against their keys, and chosen per
+//! handshake by SNI: a `[[host]]`'s own certificate when the name is one of its names
+//! (exact, then wildcard, as requests are routed), else the default certificate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustls::crypto::KeyProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::TlsConfig;
+use crate::config::Config;
+
+/// Chooses a handshake's certificate by its server name.
+#[derive(Debug)]
+pub(crate) struct Resolver {
+    hosts: handler::Hosts,
+    /// Per site (0 is the top level, `[[host]]` `i` is `i + 1`): its own certificate.
+    keys: Vec<Option<Arc<CertifiedKey>>>,
+    /// For a name no host with a certificate claims, and for no SNI: `[tls]`, else the
+    /// default host's.
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl Resolver {
+    /// Reads every certificate the configuration names; the first failure is the error.
+    pub fn load(config: &Config) -> Result<Resolver, String> {
+        let provider = rustls::crypto::ring::default_provider();
+        let keys = std::iter::once(Some(&config.tls))
+            .chain(config.host.iter().map(|h| h.tls.as_ref()))
+            .map(|tls| tls.map(|t| load(t, provider.key_provider)).transpose())
+            .map(|r| r.map(Option::flatten))
+            .collect::<Result<Vec<_>, _>>()?;
+        let hosts = config.hosts();
+        let default = keys[0]
+            .clone()
+            .or_else(|| keys[hosts.default_site()].clone());
+        Ok(Resolver {
+            hosts,
+            keys,
+            default,
+        })
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        hello
+            .server_name()
+            .and_then(|name| self.hosts.named(name.as_bytes()))
+            .and_then(|site| self.keys[site].clone())
+            .or_else(|| self.default.clone())
+    }
+}
+
+/// One certificate chain and its key; `None` when the table names no files.
+fn load(tls: &TlsConfig, keys: &dyn KeyProvider) -> Result<Option<Arc<CertifiedKey>>, String> {
+    let (Some(cert_path), Some(key_path)) = (&tls.certificate, &tls.key) else {
+        return Ok(None);
+    };
+    let chain = read_chain(cert_path)?;
+    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| {
+        format!(
+            "cannot read TLS key {}: {}",
+            key_path.display(),
+            pem_error(e)
+        )
+    })?;
+    let key = keys.load_private_key(key).map_err(|e| {
+        format!(
+            "TLS key {}: {e} (supported: ECDSA P-256/P-384, Ed25519, RSA 2048 bits or more)",
+            key_path.display()
+        )
+    })?;
+    let certified = CertifiedKey::new(chain, key);
+    certified.keys_match().map_err(|e| {
+        format!(
+            "TLS key {} does not match certificate {}: {e}",
+            key_path.display(),
+            cert_path.display()
+        )
+    })?;
+    if let Some(not_after) = not_after(&certified.cert[0]) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if not_after < now {
+            tracing::warn!(
+                certificate = %cert_path.display(),
+                "TLS certificate has expired; clients will refuse it"
+            );
+        }
+    }
+    Ok(Some(Arc::new(certified)))
+}
+
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let err = |e| format!("cannot read TLS certificate {}: {}", path.display(), e);
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(pem_error(e)))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(pem_error(e)))?;
+    if chain.is_empty() {
+        return Err(err("no PEM CERTIFICATE in it".into()));
+    }
+    Ok(chain)
+}
+
+fn pem_error(e: rustls::pki_types::pem::Error) -> String {
+    match e {
+        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
+        rustls::pki_types::pem::Error::NoItemsFound => "no PEM item of the expected kind".into(),
+        other => format!("not valid PEM ({other:?})"),
+    }
+}
+
+/// The end of a certificate's validity, in Unix seconds, read from its DER: Certificate
+/// is SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber,
+/// signature, issuer, validity SEQUENCE { notBefore, notAfter }, ... } ... }. `None` for
+/// what does not parse (rustls refuses such a certificate itself at handshake).
+fn not_after(cert: &[u8]) -> Option<i64> {
+    let (_, certificate, _) = der(cert)?;
+    let (_, mut tbs, _) = der(certificate)?;
+    let (tag, _, rest) = der(tbs)?;
+    if tag == 0xa0 {
+        tbs = rest;
+    }
+    for _ in 0..3 {
+        tbs = der(tbs)?.2; // serial, signature, issuer
+    }
+    let (_, validity, _) = der(tbs)?;
+    let (_, _, rest) = der(validity)?;
+    let (tag, time, _) = der(rest)?;
+    let digits = std::str::from_utf8(time).ok()?;
+    let full = match tag {
+        // UTCTime: YYMMDDHHMMSSZ, years 1950 to 2049 (RFC 5280 section 4.1.2.5.1).
+        0x17 if digits.len() == 13 => {
+            let century = if &digits[..2] < "50" { "20" } else { "19" };
+            format!("{century}{digits}")
+        }
+        0x18 if digits.len() == 15 => digits.to_string(),
+        _ => return None,
+    };
+    let n = |r: std::ops::Range<usize>| full.get(r)?.parse::<i64>().ok();
+    let days = days_from_civil(n(0..4)?, n(4..6)?, n(6..8)?);
+    Some(days * 86_400 + n(8..10)? * 3600 + n(10..12)? * 60 + n(12..14)?)
+}
+
+/// One DER element: (tag, contents, what follows).
+fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let count = (first & 0x7f) as usize;
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let len = rest[..count]
+            .iter()
+            .fold(0usize, |n, &b| (n << 8) | b as usize);
+        rest = &rest[count..];
+        len
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_from_civil_matches_known_dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
+    }
+
+    #[test]
+    fn der_reads_short_and_long_lengths() {
+        assert_eq!(
+            der(&[0x30, 2, 1, 2, 9]),
+            Some((0x30, &[1u8, 2][..], &[9u8][..]))
+        );
+        let mut long = vec![0x04, 0x81, 200];
+        long.extend(std::iter::repeat_n(7u8, 200));
+        assert_eq!(
+            der(&long).map(|(t, c, r)| (t, c.len(), r.len())),
+            Some((4, 200, 0))
+        );
+        assert_eq!(der(&[0x30, 5, 1]), None);
+    }
+}
