@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Server, Site};
+use crate::harness::{eventually, stderr_has, Server, Site};
 
 /// A certificate and its key, as PEM files.
 pub struct Cert {
@@ -608,25 +608,6 @@ fn sessions_resume_on_any_worker_with_tls13_tickets_and_tls12_ids() {
     }
 }
 
-/// Waits until the server has printed a line containing `text`.
-fn wait_for_line(server: &Server, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server
-        .stderr
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|l| l.contains(text))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in {:?}",
-            server.stderr.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn sighup_reloads_certificates_without_closing_connections_and_keeps_them_on_a_bad_one() {
     let tls = TlsSite::start("", "");
@@ -652,7 +633,9 @@ fn sighup_reloads_certificates_without_closing_connections_and_keeps_them_on_a_b
     std::fs::copy(&renewed.cert, &tls.cert.cert).unwrap();
     std::fs::copy(&renewed.key, &tls.cert.key).unwrap();
     tls.server.signal(libc::SIGHUP);
-    wait_for_line(&tls.server, "configuration reloaded");
+    eventually("the reload", || {
+        stderr_has(&tls.server, "configuration reloaded")
+    });
     assert!(subject_now().contains("CN = localhost"));
     let (out, _) = s_client(tls.https, &["-servername", "localhost", "-showcerts"], b"");
     let renewed_pem = std::fs::read_to_string(&renewed.cert).unwrap();
@@ -672,7 +655,9 @@ fn sighup_reloads_certificates_without_closing_connections_and_keeps_them_on_a_b
     // A broken certificate: the reload fails, naming the file, and the last good one stays.
     std::fs::write(&tls.cert.cert, "garbage\n").unwrap();
     tls.server.signal(libc::SIGHUP);
-    wait_for_line(&tls.server, "reload failed");
+    eventually("the failed reload", || {
+        stderr_has(&tls.server, "reload failed")
+    });
     let lines = tls.server.stderr.lock().unwrap().join("\n");
     assert!(lines.contains(tls.cert.cert.to_str().unwrap()), "{lines}");
     let (out, _) = s_client(tls.https, &["-servername", "localhost", "-showcerts"], b"");
