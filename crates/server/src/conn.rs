@@ -317,6 +317,8 @@ impl Conn {
             head_only,
             version,
             raw_head,
+            site,
+            accepted,
         } = *exchange;
         let mut response = match work {
             Work::Ready(response) => {
@@ -337,6 +339,7 @@ impl Conn {
                         if let Some(filter) = filter.as_deref_mut() {
                             dispatch::filter_response(filter, &mut response);
                         }
+                        dispatch::compress(worker, site, accepted, head_only, &mut response);
                         response
                     }
                     Err(status) => Response::status_page(status),

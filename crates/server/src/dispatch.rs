@@ -89,6 +89,10 @@ pub(crate) struct Exchange {
     pub version: Version,
     /// The request head as received, for the access log (empty without one).
     pub raw_head: Vec<u8>,
+    /// The site that answers, and what the request's Accept-Encoding allows, for the
+    /// compression filter.
+    pub site: usize,
+    pub accepted: handler::compress::Accepted,
 }
 
 pub(crate) enum Work {
@@ -192,6 +196,8 @@ pub(crate) fn answer(
             } else {
                 Vec::new()
             },
+            site,
+            accepted: accepted(req),
         }))
     };
     let attach = |mut d: Dispatched, filter| {
@@ -214,6 +220,8 @@ pub(crate) fn answer(
             if let Some(f) = filter.as_deref_mut() {
                 filter_response(f, &mut response);
             }
+            let head_only = req.method == wire::Method::Head;
+            compress(worker, site, accepted(req), head_only, &mut response);
             let small = match &response.body {
                 Body::Empty => true,
                 Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
@@ -222,7 +230,6 @@ pub(crate) fn answer(
             if !small {
                 return attach(later(Work::Ready(response)), filter);
             }
-            let head_only = req.method == wire::Method::Head;
             let buf = out.buf();
             let framing = write_head(worker, buf, &response, head_only, req.version, keep_alive);
             if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
@@ -230,6 +237,25 @@ pub(crate) fn answer(
             }
             Dispatched::Done
         }
+    }
+}
+
+/// What a request's Accept-Encoding allows (read without allocating).
+fn accepted(req: &wire::Request<'_, '_>) -> handler::compress::Accepted {
+    handler::compress::Accepted::parse(req.header("accept-encoding"))
+}
+
+/// The compression body filter on a handler's response, per the site's `[compression]`
+/// (after the route's response filter, so a Lua `header_filter` sees the identity head).
+pub(crate) fn compress(
+    worker: &Worker,
+    site: usize,
+    accepted: handler::compress::Accepted,
+    head_only: bool,
+    response: &mut Response,
+) {
+    if let Some(policy) = &worker.shared.sites.all()[site].compression {
+        handler::compress::compress_response(policy, accepted, head_only, response);
     }
 }
 

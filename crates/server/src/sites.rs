@@ -18,6 +18,8 @@ pub(crate) struct Site {
     pub cache_control: Vec<CacheControlRule>,
     /// The open-file cache every worker reads and fills for this site.
     pub files: FileCache,
+    /// On-the-fly compression of handlers' responses (`[compression]`); `None` when off.
+    pub compression: Option<handler::compress::Compression>,
 }
 
 pub(crate) struct Sites {
@@ -38,6 +40,7 @@ impl Sites {
             autoindex: config.autoindex,
             cache_control: config.cache_control.clone(),
             files: FileCache::new(config.file_cache_entries),
+            compression: None,
         }];
         for h in &config.host {
             sites.push(Site {
@@ -54,7 +57,11 @@ impl Sites {
                     .clone()
                     .unwrap_or_else(|| config.cache_control.clone()),
                 files: FileCache::new(config.file_cache_entries),
+                compression: None,
             });
+        }
+        for (site, compression) in sites.iter_mut().zip(config.compression()) {
+            site.compression = compression;
         }
         Ok(Sites {
             sites,
