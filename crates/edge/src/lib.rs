@@ -74,6 +74,7 @@ mod cache;
 mod client;
 mod clock;
 mod config;
+mod decode;
 mod error;
 mod fetch;
 mod freshness;

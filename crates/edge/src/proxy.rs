@@ -19,8 +19,7 @@ use tokio::time::Instant;
 
 use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
-    read_bytes, read_template, read_template_with_source, Fields, Head, Outgoing, PassBody, Pooled,
-    Upstream, UpstreamStats,
+    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
@@ -608,8 +607,9 @@ impl Edge {
             let mut stored = parts.headers.clone();
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
-                let (template, source) = read_template_with_source(
+                let (template, source) = crate::decode::read_template_with_source(
                     pooled,
+                    &parts.headers,
                     inner.config.esi.max_fragment_size,
                     Instant::now() + upstream.response_timeout,
                 )
@@ -669,6 +669,7 @@ impl Edge {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
         };
+        let coding = crate::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
         if !esi {
             // A small body came with its head: the connection is free at once, and the
@@ -688,8 +689,16 @@ impl Edge {
             });
         }
         // An ESI page: read and compile it, then assemble it.
-        let template = read_template(
+        let mut encoded = HeaderMap::new();
+        if let Some(c) = coding.filter(|&c| c != handler::compress::Coding::Identity) {
+            encoded.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(c.token()),
+            );
+        }
+        let template = crate::decode::read_template(
             pooled,
+            &encoded,
             inner.config.esi.max_fragment_size,
             Instant::now() + upstream_timeout,
         )

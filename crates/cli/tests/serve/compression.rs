@@ -48,6 +48,9 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 /// - `/gzipped`: the page gzip-encoded by the origin
 /// - `/partial`: a 206 of the page's first 2000 bytes
 /// - `/bomb`: ESI template whose gzip body expands to 64 MiB of zeros
+/// - `/enc/CODING/page`: the `/esi` template encoded in CODING (gzip, br, zstd), whatever
+///   the request accepts (an origin serving precompressed files), including
+///   `/enc/CODING/frag/N`: [`fragment_text`] encoded the same way
 fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -125,6 +128,24 @@ fn serve_origin(stream: TcpStream) {
                 format!("{esi}Content-Encoding: gzip\r\n"),
                 bomb().to_vec(),
             ),
+            p if p.starts_with("/enc/") => {
+                let mut parts = p["/enc/".len()..].split('/');
+                let coding = parts.next().unwrap().to_string();
+                let body = match parts.next() {
+                    Some("frag") => fragment_text(parts.next().unwrap().parse().unwrap()),
+                    _ => {
+                        let mut t = b"<html><body>\n".to_vec();
+                        for n in 0..3 {
+                            let src = format!("<esi:include src=\"/enc/{coding}/frag/{n}\"/>");
+                            t.extend_from_slice(src.as_bytes());
+                        }
+                        t.extend_from_slice(b"</body></html>\n");
+                        t
+                    }
+                };
+                let extra = format!("{esi}Content-Encoding: {coding}\r\n");
+                ("200 OK", extra, encode(&coding, &body))
+            }
             _ => ("404 Not Found", String::new(), b"no such page".to_vec()),
         };
         let mut response = format!(
@@ -136,6 +157,22 @@ fn serve_origin(stream: TcpStream) {
         if writer.write_all(&response).is_err() {
             return;
         }
+    }
+}
+
+/// `data` encoded in `coding`, as an origin would send it.
+fn encode(coding: &str, data: &[u8]) -> Vec<u8> {
+    match coding {
+        "gzip" => gzip(data),
+        "br" => {
+            let mut out = Vec::new();
+            let mut w = brotli::CompressorWriter::new(&mut out, 4096, 5, 20);
+            w.write_all(data).unwrap();
+            drop(w);
+            out
+        }
+        "zstd" => zstd::encode_all(data, 3).unwrap(),
+        other => panic!("unknown coding {other}"),
     }
 }
 
@@ -431,4 +468,40 @@ fn an_esi_page_streams_compressed_piece_by_piece() {
     );
     let partial = decoder.get_ref();
     assert_eq!(&partial[..], &esi_page()[..partial.len()]);
+}
+
+#[test]
+fn encoded_templates_and_fragments_from_origins_are_decoded_and_assembled() {
+    let (_site, server) = serve("");
+    for origin_coding in ["gzip", "br", "zstd"] {
+        let path = format!("/enc/{origin_coding}/page");
+        // Identity for a client that accepts nothing, each coding for one that does.
+        let r = request(&server, "GET", &path, "");
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-encoding"), None, "{path}");
+        assert_eq!(r.body, esi_page(), "{path}");
+        assert_every_coding(&server, &path, &esi_page());
+    }
+}
+
+#[test]
+fn a_decompression_bomb_from_an_origin_is_a_502_naming_the_upstream() {
+    let (_site, server) = serve("[esi]\nmax_fragment_size = 1048576\n");
+    let start = std::time::Instant::now();
+    let r = request(&server, "GET", "/bomb", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.status, 502);
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let logged = server.stderr.lock().unwrap().iter().any(|l| {
+            l.contains("upstream body refused") && l.contains("origin") && l.contains("exceeds")
+        });
+        if logged {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", server.stderr.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The server is fine afterwards.
+    assert_eq!(request(&server, "GET", "/page", "").body, page_text());
 }
