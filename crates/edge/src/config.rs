@@ -27,6 +27,11 @@ pub struct EdgeConfig {
     /// take the routes of the site their host names (set by `cli`; no TOML key).
     #[serde(skip)]
     pub hosts: handler::Hosts,
+    /// Each site's `[compression]` policy (the server's), by site number, so that a cached
+    /// object keeps its compressed forms (set by `cli`; no TOML key of the proxy's own).
+    /// Default none: the server's filter compresses per response.
+    #[serde(skip)]
+    pub compression: Vec<Option<handler::compress::Compression>>,
 }
 
 /// The upstream address that means this server's own first listener.
@@ -239,6 +244,7 @@ impl EdgeConfig {
             esi: EsiConfig::default(),
             cache: CacheConfig::default(),
             hosts: handler::Hosts::default(),
+            compression: Vec::new(),
         }
     }
 

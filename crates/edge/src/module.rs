@@ -212,6 +212,8 @@ impl Service for EdgeService {
             edge: edge.clone(),
             upstream,
             mode,
+            route: req.tag as usize,
+            accepted: handler::compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
         }))
     }
@@ -259,6 +261,9 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
+    /// The route (for its site's `[compression]`) and what the client accepts.
+    route: usize,
+    accepted: handler::compress::Accepted,
     request: ProxyRequest,
 }
 
@@ -269,11 +274,16 @@ impl Deferred for Proxied {
                 edge,
                 upstream,
                 mode,
+                route,
+                accepted,
                 mut request,
             } = *self;
             request.body = body;
             match edge.proxy_to(upstream, mode, request).await {
-                Ok(response) => Ok(response_of(response)),
+                Ok(response) => {
+                    let compression = edge.route_compression(route);
+                    Ok(response_of(response, compression, accepted))
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");
                     Err(e.status())
@@ -285,15 +295,36 @@ impl Deferred for Proxied {
 
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
-fn response_of(response: ProxyResponse) -> Response {
+/// A cached object is served in the form of the coding the client gets (made once per
+/// object and coding, [`crate::variants`]), marked so that the server does not compress
+/// it again.
+fn response_of(
+    response: ProxyResponse,
+    compression: Option<&handler::compress::Compression>,
+    accepted: handler::compress::Accepted,
+) -> Response {
     let mut head;
-    if let Some((lines, date)) = response.head_h1 {
+    if let Some((lines, date, variants)) = response.head_h1 {
         // A cached object: its fields encoded once, and its Age.
         head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
         if let Some(age) = response.headers.get(http::header::AGE) {
             head.append(b"age", age.as_bytes());
         }
-        head.set_encoded(lines, date);
+        head.set_encoded(lines.clone(), date);
+        if let (Some(policy), Some(variants)) = (compression, variants) {
+            let chunks = response.body.ready_chunks();
+            if let Some((lines, date, body)) = chunks
+                .and_then(|chunks| variants.respond(policy, accepted, &head, &lines, date, chunks))
+            {
+                head.set_encoded(lines, date);
+                head.set_identity_only(true);
+                return Response {
+                    head,
+                    body,
+                    relayed: true,
+                };
+            }
+        }
     } else {
         let bytes = response
             .headers

@@ -29,6 +29,8 @@ use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
 use crate::lookup::{Flight, Memory};
+use crate::variants::Variants;
+use handler::compress::Compression;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, breakers and in-flight fetches are the worker's own) and call
@@ -78,7 +80,8 @@ pub struct ProxyResponse {
     pub body: Body,
     /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
     /// for the object, so that serving it does not re-encode every field.
-    pub(crate) head_h1: Option<(Bytes, bool)>,
+    /// With the object's (or assembled page's) compressed forms, to serve from.
+    pub(crate) head_h1: Option<(Bytes, bool, Option<Arc<Variants>>)>,
 }
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
@@ -342,6 +345,12 @@ impl Edge {
         Some((upstream.clone(), r.esi))
     }
 
+    /// The `[compression]` policy of the site of `config.route[route]`.
+    pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
+        let site = self.inner.config.route.get(route)?.site;
+        self.inner.config.compression.get(site)?.as_ref()
+    }
+
     /// [`Edge::proxy`] of a request already routed to `upstream`.
     pub(crate) async fn proxy_to(
         &self,
@@ -504,21 +513,21 @@ impl Edge {
             entry.response_headers(token).clone()
         };
         headers.insert(header::AGE, age);
-        let head_h1 = Some(entry.response_head_h1(token));
+        let (lines, date) = entry.response_head_h1(token);
         match &entry.template {
             None => Ok(ProxyResponse {
                 status: entry.status,
-                head_h1,
+                head_h1: Some((lines, date, Some(entry.variants.clone()))),
                 headers,
                 body: Body::whole(entry.body.clone()),
             }),
             Some(t) => {
-                if let Some(chunks) = memo {
+                if let Some(memo) = memo {
                     return Ok(ProxyResponse {
                         status: entry.status,
-                        head_h1,
+                        head_h1: Some((lines, date, Some(memo.variants.clone()))),
                         headers,
-                        body: Body::ready(chunks),
+                        body: Body::ready(memo.chunks.clone()),
                     });
                 }
                 self.assemble(req, t, entry.status, headers, authority, Some(&entry))
@@ -752,6 +761,7 @@ impl Edge {
                         chunks: chunks.clone(),
                         fresh_until: page.fresh_until.min(entry.fresh_until()),
                         generation,
+                        variants: Arc::default(),
                     });
                 }
                 return Ok(ProxyResponse {

@@ -128,6 +128,25 @@ fn serve_origin(stream: TcpStream) {
                 format!("{esi}Content-Encoding: gzip\r\n"),
                 bomb().to_vec(),
             ),
+            "/cached/page" => {
+                let mut t = b"<html><body>\n".to_vec();
+                for n in 0..3 {
+                    let src = format!("<esi:include src=\"/cached/frag/{n}\"/>");
+                    t.extend_from_slice(src.as_bytes());
+                }
+                t.extend_from_slice(b"</body></html>\n");
+                ("200 OK", format!("{esi}Cache-Control: max-age=60\r\n"), t)
+            }
+            p if p.starts_with("/cached/frag/") => {
+                let n: u32 = p["/cached/frag/".len()..].parse().unwrap();
+                let extra = format!("{html}Cache-Control: max-age=60\r\n");
+                ("200 OK", extra, fragment_text(n))
+            }
+            "/cached/plain" => (
+                "200 OK",
+                format!("{html}Cache-Control: max-age=60\r\nETag: \"p1\"\r\n"),
+                page_text(),
+            ),
             p if p.starts_with("/enc/") => {
                 let mut parts = p["/enc/".len()..].split('/');
                 let coding = parts.next().unwrap().to_string();
@@ -210,17 +229,39 @@ fn lua_text() -> Vec<u8> {
 
 /// A server proxying `/` to the origin (ESI on), with `/lua` answered by [`LUA`].
 fn serve(extra: &str) -> (Site, Server) {
+    serve_env(extra, &[])
+}
+
+/// [`serve`] with environment variables for the server.
+fn serve_env(extra: &str, env: &[(&str, &str)]) -> (Site, Server) {
     let site = Site::new();
     site.write("handler.lua", LUA.as_bytes());
     let lua = site.root().join("handler.lua");
-    let server = site.serve_with(&format!(
+    let config = site.dir.path().join("tessera.toml");
+    let toml = format!(
         "{extra}\n\
          [[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
          [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
          [[script]]\nprefix = \"/lua\"\npath = \"{}\"\n",
         origin(),
         lua.display()
-    ));
+    );
+    std::fs::write(&config, toml).unwrap();
+    let args: Vec<String> = [
+        "serve",
+        "--root",
+        site.root().to_str().unwrap(),
+        "--workers",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = Server::start_args_env(std::path::Path::new("."), &args, env);
     (site, server)
 }
 
@@ -490,7 +531,11 @@ fn a_decompression_bomb_from_an_origin_is_a_502_naming_the_upstream() {
     let start = std::time::Instant::now();
     let r = request(&server, "GET", "/bomb", "Accept-Encoding: gzip\r\n");
     assert_eq!(r.status, 502);
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let logged = server.stderr.lock().unwrap().iter().any(|l| {
@@ -499,9 +544,94 @@ fn a_decompression_bomb_from_an_origin_is_a_502_naming_the_upstream() {
         if logged {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{:?}", server.stderr.lock().unwrap());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            server.stderr.lock().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The server is fine afterwards.
     assert_eq!(request(&server, "GET", "/page", "").body, page_text());
+}
+
+/// How many times the server logged that it made a compressed form of a cached object
+/// in `coding`.
+fn forms_made(server: &Server, coding: &str) -> usize {
+    // The log line is written before the response; give the reader thread a moment.
+    std::thread::sleep(Duration::from_millis(100));
+    let needle = format!("coding=\"{coding}\"");
+    let lines = server.stderr.lock().unwrap();
+    lines
+        .iter()
+        .filter(|l| l.contains("compressed form made") && l.contains(&needle))
+        .count()
+}
+
+#[test]
+fn a_cached_page_is_compressed_once_and_served_in_every_form_from_one_object() {
+    let (_site, server) = serve_env("", &[("RUST_LOG", "info,edge=debug")]);
+    let expected = esi_page();
+    let mut gzip_bodies = Vec::new();
+    for i in 0..10 {
+        let r = request(&server, "GET", "/cached/page", "Accept-Encoding: gzip\r\n");
+        assert_eq!(r.header("content-encoding"), Some("gzip"), "request {i}");
+        assert!(vary_names_accept_encoding(&r));
+        assert_eq!(decode("gzip", &r.body), expected, "request {i}");
+        if i > 0 {
+            // From the cache: whole, with its length.
+            assert!(
+                r.header("content-length").is_some(),
+                "request {i}: {:?}",
+                r.headers
+            );
+            gzip_bodies.push(r.body);
+        }
+    }
+    assert!(gzip_bodies.windows(2).all(|w| w[0] == w[1]));
+    // Nine hits, one compression.
+    assert_eq!(forms_made(&server, "gzip"), 1);
+    // The same stored page for a client that accepts nothing, and for zstd and br.
+    for _ in 0..3 {
+        let r = request(&server, "GET", "/cached/page", "");
+        assert_eq!(r.header("content-encoding"), None);
+        assert!(vary_names_accept_encoding(&r), "{:?}", r.headers);
+        assert_eq!(r.body, expected);
+        for coding in ["zstd", "br"] {
+            let r = request(
+                &server,
+                "GET",
+                "/cached/page",
+                &format!("Accept-Encoding: {coding}\r\n"),
+            );
+            assert_eq!(r.header("content-encoding"), Some(coding));
+            assert_eq!(decode(coding, &r.body), expected);
+        }
+    }
+    assert_eq!(forms_made(&server, "identity"), 1);
+    assert_eq!(forms_made(&server, "zstd"), 1);
+    assert_eq!(forms_made(&server, "br"), 1);
+    assert_eq!(forms_made(&server, "gzip"), 1);
+
+    // A cached plain page: one object, a gzip client and a client that accepts nothing.
+    let g = request(&server, "GET", "/cached/plain", "Accept-Encoding: gzip\r\n");
+    let g2 = request(&server, "GET", "/cached/plain", "Accept-Encoding: gzip\r\n");
+    let plain = request(&server, "GET", "/cached/plain", "");
+    assert_eq!(g.header("etag"), Some("W/\"p1\""));
+    assert_eq!(decode("gzip", &g2.body), page_text());
+    assert_eq!(g.body, g2.body);
+    assert_eq!(
+        (plain.header("etag"), plain.body.clone()),
+        (Some("\"p1\""), page_text())
+    );
+    assert!(vary_names_accept_encoding(&plain));
+    assert_eq!(forms_made(&server, "gzip"), 2, "one per object");
+    let head = request(
+        &server,
+        "HEAD",
+        "/cached/plain",
+        "Accept-Encoding: gzip\r\n",
+    );
+    assert_eq!(head.header("content-encoding"), Some("gzip"));
+    assert_eq!(head.header("etag"), Some("W/\"p1\""));
 }

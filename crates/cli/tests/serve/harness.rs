@@ -38,8 +38,14 @@ impl Server {
 
     /// `tessera ARGS` run in the directory `dir` (relative paths in ARGS are from there).
     pub fn start_args_in(dir: &Path, args: &[String]) -> Server {
+        Server::start_args_env(dir, args, &[])
+    }
+
+    /// [`Server::start_args_in`] with these environment variables set (`RUST_LOG`).
+    pub fn start_args_env(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .current_dir(dir)
+            .envs(env.iter().copied())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
