@@ -21,6 +21,7 @@
 
 mod access_log;
 mod cache;
+mod compressed;
 mod conditional;
 mod config;
 mod conn;

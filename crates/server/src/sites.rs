@@ -18,8 +18,11 @@ pub(crate) struct Site {
     pub cache_control: Vec<CacheControlRule>,
     /// The open-file cache every worker reads and fills for this site.
     pub files: FileCache,
-    /// On-the-fly compression of handlers' responses (`[compression]`); `None` when off.
+    /// On-the-fly compression of handlers' responses and of static files without
+    /// siblings (`[compression]`); `None` when off.
     pub compression: Option<handler::compress::Compression>,
+    /// Bytes of static files' compressed forms held in `files`.
+    pub compressed_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub(crate) struct Sites {
@@ -41,6 +44,7 @@ impl Sites {
             cache_control: config.cache_control.clone(),
             files: FileCache::new(config.file_cache_entries),
             compression: None,
+            compressed_bytes: Default::default(),
         }];
         for h in &config.host {
             sites.push(Site {
@@ -58,6 +62,7 @@ impl Sites {
                     .unwrap_or_else(|| config.cache_control.clone()),
                 files: FileCache::new(config.file_cache_entries),
                 compression: None,
+                compressed_bytes: Default::default(),
             });
         }
         for (site, compression) in sites.iter_mut().zip(config.compression()) {

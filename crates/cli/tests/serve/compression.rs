@@ -635,3 +635,62 @@ fn a_cached_page_is_compressed_once_and_served_in_every_form_from_one_object() {
     assert_eq!(head.header("content-encoding"), Some("gzip"));
     assert_eq!(head.header("etag"), Some("W/\"p1\""));
 }
+
+#[test]
+fn static_files_without_siblings_are_compressed_once_and_kept() {
+    let site = Site::new();
+    site.write("page.html", &page_text());
+    site.write("with-sibling.html", &page_text());
+    site.write("with-sibling.html.gz", &gzip(&page_text()));
+    site.write("image.png", &[7u8; 5000]);
+    let server = site.serve();
+    for coding in ["gzip", "br", "zstd"] {
+        let fields = format!("Accept-Encoding: {coding}\r\n");
+        let r = request(&server, "GET", "/page.html", &fields);
+        assert_eq!(r.header("content-encoding"), Some(coding));
+        assert!(vary_names_accept_encoding(&r));
+        assert_eq!(decode(coding, &r.body), page_text(), "{coding}");
+        // Its own validator: a 304 for it, in the same coding.
+        let etag = r.header("etag").unwrap().to_string();
+        assert!(etag.ends_with(&format!("-{coding}\"")), "{etag}");
+        let again = request(
+            &server,
+            "GET",
+            "/page.html",
+            &format!("{fields}If-None-Match: {etag}\r\n"),
+        );
+        assert_eq!(again.status, 304);
+    }
+    let plain = request(&server, "GET", "/page.html", "");
+    assert_eq!(plain.header("content-encoding"), None);
+    assert!(vary_names_accept_encoding(&plain));
+    assert_eq!(plain.body, page_text());
+    // A sibling wins for its coding; the other codings are made here.
+    let r = request(
+        &server,
+        "GET",
+        "/with-sibling.html",
+        "Accept-Encoding: gzip\r\n",
+    );
+    assert_eq!(r.body, gzip(&page_text()), "the sibling, as it is on disk");
+    let r = request(
+        &server,
+        "GET",
+        "/with-sibling.html",
+        "Accept-Encoding: zstd\r\n",
+    );
+    assert_eq!(decode("zstd", &r.body), page_text());
+    // Not a listed type; not compressed.
+    let r = request(
+        &server,
+        "GET",
+        "/image.png",
+        "Accept-Encoding: gzip, zstd\r\n",
+    );
+    assert_eq!((r.header("content-encoding"), r.body.len()), (None, 5000));
+    // A budget of nothing keeps nothing compressed.
+    let none = site.serve_with("[compression]\nfile_cache_bytes = 0\n");
+    let r = request(&none, "GET", "/page.html", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, page_text());
+}

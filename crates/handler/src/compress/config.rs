@@ -24,6 +24,9 @@ pub struct CompressionConfig {
     /// The codings offered, in order of preference (`zstd`, `br`, `gzip`); a client's
     /// higher q-value beats the order. Default `["zstd", "br", "gzip"]`.
     pub algorithms: Vec<String>,
+    /// Bytes of compressed forms of static files (those without a precompressed sibling)
+    /// kept in each site's open-file cache. Default 64 MiB; 0 compresses no file.
+    pub file_cache_bytes: u64,
     /// `[compression.level]`: per coding. Defaults measured for edge use
     /// (docs/compression.md): gzip 2, br 2, zstd 3.
     pub level: Levels,
@@ -73,6 +76,7 @@ impl Default for CompressionConfig {
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_length: 1024,
             algorithms: vec!["zstd".into(), "br".into(), "gzip".into()],
+            file_cache_bytes: 64 << 20,
             level: Levels::default(),
         }
     }
@@ -99,6 +103,8 @@ pub struct Compression {
     pub order: Vec<Coding>,
     pub levels: Levels,
     pub min_length: u64,
+    /// `file_cache_bytes`.
+    pub file_cache_bytes: u64,
     /// Lower-case media types.
     types: Vec<Vec<u8>>,
 }
@@ -136,6 +142,7 @@ impl CompressionConfig {
             order,
             levels: l,
             min_length: self.min_length,
+            file_cache_bytes: self.file_cache_bytes,
             types: self
                 .types
                 .iter()
