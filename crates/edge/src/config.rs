@@ -92,6 +92,9 @@ pub struct RouteConfig {
     pub root: Option<PathBuf>,
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,
+    /// Whether this route's responses may be compressed on the fly (the site's
+    /// `[compression]` decides how). Default true; false sends them as they come.
+    pub compress: bool,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
@@ -208,6 +211,7 @@ impl Default for RouteConfig {
             upstream: None,
             root: None,
             esi: EsiMode::Auto,
+            compress: true,
             site: 0,
         }
     }

@@ -282,7 +282,11 @@ impl Deferred for Proxied {
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
                     let compression = edge.route_compression(route);
-                    Ok(response_of(response, compression, accepted))
+                    let mut response = response_of(response, compression, accepted);
+                    if edge.route_uncompressed(route) {
+                        response.head.set_identity_only(true);
+                    }
+                    Ok(response)
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");

@@ -346,9 +346,19 @@ impl Edge {
     }
 
     /// The `[compression]` policy of the site of `config.route[route]`.
+    /// `None` when compression is off there, or the route says `compress = false`.
     pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
-        let site = self.inner.config.route.get(route)?.site;
-        self.inner.config.compression.get(site)?.as_ref()
+        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
+        self.inner.config.compression.get(route.site)?.as_ref()
+    }
+
+    /// Whether `config.route[route]` says `compress = false`.
+    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
+        self.inner
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| !r.compress)
     }
 
     /// [`Edge::proxy`] of a request already routed to `upstream`.
