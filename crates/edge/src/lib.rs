@@ -85,6 +85,7 @@ mod module;
 mod page;
 mod proxy;
 mod shared_tier;
+mod stitch;
 mod variants;
 
 pub use breaker::BreakerState;

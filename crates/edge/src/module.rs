@@ -282,7 +282,7 @@ impl Deferred for Proxied {
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
                     let compression = edge.route_compression(route);
-                    let mut response = response_of(response, compression, accepted);
+                    let mut response = response_of(&edge, response, compression, accepted);
                     if edge.route_uncompressed(route) {
                         response.head.set_identity_only(true);
                     }
@@ -303,11 +303,13 @@ impl Deferred for Proxied {
 /// object and coding, [`crate::variants`]), marked so that the server does not compress
 /// it again.
 fn response_of(
+    edge: &Edge,
     response: ProxyResponse,
     compression: Option<&handler::compress::Compression>,
     accepted: handler::compress::Accepted,
 ) -> Response {
     let mut head;
+    let cached = response.head_h1.is_some();
     if let Some((lines, date, variants)) = response.head_h1 {
         // A cached object: its fields encoded once, and its Age.
         head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
@@ -350,6 +352,18 @@ fn response_of(
             },
         },
     };
+    // A page assembled from cached parts for this request (the only body that arrives
+    // here in pieces without a cached head): stitched from the parts' compressed forms
+    // when the client gets gzip or zstd.
+    if let (Some(policy), false, handler::Body::Ready(chunks)) = (compression, cached, &body) {
+        if let Some(stitched) = edge.stitch(policy, accepted, &mut head, chunks) {
+            return Response {
+                head,
+                body: stitched,
+                relayed: true,
+            };
+        }
+    }
     Response {
         head,
         body,

@@ -30,7 +30,6 @@ use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
 use crate::lookup::{Flight, Memory};
 use crate::variants::Variants;
-use handler::compress::Compression;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, breakers and in-flight fetches are the worker's own) and call
@@ -38,7 +37,7 @@ use handler::compress::Compression;
 /// everything.
 #[derive(Clone)]
 pub struct Edge {
-    inner: Rc<Inner>,
+    pub(crate) inner: Rc<Inner>,
 }
 
 /// Where a path goes, for the server to decide between proxying and its own static files.
@@ -281,6 +280,7 @@ impl Edge {
                 fetches: Cell::new(0),
                 cache,
                 lean,
+                parts: Default::default(),
             }),
         })
     }
@@ -343,22 +343,6 @@ impl Edge {
         let r = self.inner.config.route.get(route)?;
         let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
         Some((upstream.clone(), r.esi))
-    }
-
-    /// The `[compression]` policy of the site of `config.route[route]`.
-    /// `None` when compression is off there, or the route says `compress = false`.
-    pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
-        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
-        self.inner.config.compression.get(route.site)?.as_ref()
-    }
-
-    /// Whether `config.route[route]` says `compress = false`.
-    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
-        self.inner
-            .config
-            .route
-            .get(route)
-            .is_some_and(|r| !r.compress)
     }
 
     /// [`Edge::proxy`] of a request already routed to `upstream`.

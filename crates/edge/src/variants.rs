@@ -86,6 +86,54 @@ impl Variants {
     }
 }
 
+impl crate::Edge {
+    /// The `[compression]` policy of the site of `config.route[route]`.
+    /// `None` when compression is off there, or the route says `compress = false`.
+    pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
+        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
+        self.inner.config.compression.get(route.site)?.as_ref()
+    }
+
+    /// Whether `config.route[route]` says `compress = false`.
+    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
+        self.inner
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| !r.compress)
+    }
+
+    /// A page assembled per request from cached parts, in the coding the client gets,
+    /// stitched from the parts' compressed forms ([`crate::stitch`]); `None` when it is
+    /// not to be compressed here (the server's filter then decides).
+    pub(crate) fn stitch(
+        &self,
+        policy: &Compression,
+        accepted: Accepted,
+        head: &mut ResponseHead,
+        chunks: &[Bytes],
+    ) -> Option<Body> {
+        let length = chunks.iter().map(|c| c.len() as u64).sum();
+        if !handler::compress::compressible(policy, head, Some(length)) {
+            return None;
+        }
+        let coding = accepted.choose(&policy.order)?;
+        let (body, made) = self
+            .inner
+            .parts
+            .stitch(coding, policy.level(coding), chunks)?;
+        tracing::debug!(
+            coding = coding.token(),
+            parts = chunks.len(),
+            made,
+            "page stitched"
+        );
+        handler::compress::mark_encoded(head, coding);
+        head.set_identity_only(true);
+        Some(Body::Full(body))
+    }
+}
+
 /// The `coding` form of a body whose identity head is `lines`.
 fn make(
     policy: &Compression,
