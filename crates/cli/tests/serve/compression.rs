@@ -597,6 +597,10 @@ fn a_cached_page_is_compressed_once_and_served_in_every_form_from_one_object() {
                 "request {i}: {:?}",
                 r.headers
             );
+        }
+        // The second is stitched from the fragments' parts while its assembly is first
+        // kept; from the third on, the kept assembly's gzip form is served as it is.
+        if i > 1 {
             gzip_bodies.push(r.body);
         }
     }

@@ -61,7 +61,9 @@ pub fn compressible(policy: &Compression, head: &crate::ResponseHead, length: Op
     {
         return false;
     }
-    length.map_or(true, |l| l >= policy.min_length)
+    // An empty body stays empty (an empty gzip body would not decode), whatever the
+    // minimum says.
+    length.map_or(true, |l| l > 0 && l >= policy.min_length)
 }
 
 /// Adds `Vary: Accept-Encoding` unless the head's Vary names it (or `*`) already.
@@ -251,5 +253,66 @@ impl Chunks for Compressing {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ResponseHead;
+
+    fn policy(min_length: u64) -> Compression {
+        super::super::CompressionConfig {
+            min_length,
+            ..Default::default()
+        }
+        .build()
+        .unwrap()
+        .unwrap()
+    }
+
+    fn html(status: u16) -> ResponseHead {
+        let mut head = ResponseHead::new(status);
+        head.append(b"Content-Type", b"text/html");
+        head
+    }
+
+    #[test]
+    fn what_is_never_compressed() {
+        let p = policy(0);
+        assert!(compressible(&p, &html(200), Some(10)));
+        assert!(!compressible(&p, &html(200), Some(0)), "an empty body");
+        for status in [204, 206, 304, 404, 500] {
+            assert!(!compressible(&p, &html(status), Some(10)), "{status}");
+        }
+        let mut h = html(200);
+        h.append(b"Cache-Control", b"public, No-Transform");
+        assert!(!compressible(&p, &h, Some(10)));
+        let mut h = html(200);
+        h.append(b"Content-Encoding", b"gzip");
+        assert!(!compressible(&p, &h, Some(10)));
+        let mut h = html(200);
+        h.set_identity_only(true);
+        assert!(!compressible(&p, &h, Some(10)));
+        assert!(!compressible(&policy(1024), &html(200), Some(1023)));
+        assert!(compressible(&policy(1024), &html(200), None), "a stream");
+    }
+
+    #[test]
+    fn an_encoded_head_has_a_weak_etag_and_one_vary() {
+        let mut h = html(200);
+        h.append(b"ETag", b"\"abc\"");
+        h.append(b"Vary", b"Accept-Encoding, Cookie");
+        h.append(b"Content-Length", b"99");
+        mark_encoded(&mut h, Coding::Zstd);
+        assert_eq!(h.get(b"etag"), Some(&b"W/\"abc\""[..]));
+        assert_eq!(h.get(b"content-encoding"), Some(&b"zstd"[..]));
+        assert_eq!(h.get(b"content-length"), None);
+        assert_eq!(
+            h.iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"vary"))
+                .count(),
+            1
+        );
     }
 }
