@@ -771,3 +771,49 @@ fn a_page_assembled_per_request_is_stitched_from_stored_compressed_parts() {
     let later = &stitched[2..];
     assert!(later.iter().all(|l| l.contains("made=1")), "{stitched:?}");
 }
+
+#[test]
+fn a_host_has_its_own_compression_table() {
+    let site = Site::new();
+    site.write("page.html", &page_text());
+    let server = site.serve_with(&format!(
+        "[[host]]\nnames = [\"plain.test\"]\nroot = \"{root}\"\n\
+         [host.compression]\nenabled = false\n\
+         [[host]]\nnames = [\"gzip-only.test\"]\nroot = \"{root}\"\n\
+         [host.compression]\nalgorithms = [\"gzip\"]\n",
+        root = site.root().display()
+    ));
+    let get = |host: &str| {
+        let mut stream = server.connect();
+        write!(
+            stream,
+            "GET /page.html HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: zstd, gzip\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false)
+    };
+    assert_eq!(get("other.test").header("content-encoding"), Some("zstd"));
+    assert_eq!(get("plain.test").header("content-encoding"), None);
+    assert_eq!(get("plain.test").body, page_text());
+    let r = get("gzip-only.test");
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode("gzip", &r.body), page_text());
+}
+
+#[test]
+fn an_http_1_0_client_gets_a_compressed_stream_with_its_length() {
+    let (_site, server) = serve("");
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /esi HTTP/1.0\r\nHost: test\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
+    let all = crate::harness::read_to_close(&mut stream);
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    let length = format!("content-length: {}", all.len() - end);
+    assert!(head.contains(&length), "{head}");
+    assert_eq!(decode("gzip", &all[end..]), esi_page());
+}
