@@ -162,22 +162,27 @@ pub fn compress_response(
                     }
                 }
             }
-            Body::Stream { chunks, length } => match Encoder::new(coding, level) {
-                Ok(encoder) => Body::Stream {
-                    length: None,
-                    chunks: Box::pin(Compressing {
-                        inner: chunks,
-                        encoder,
-                        unflushed: false,
-                        done: false,
-                    }),
-                },
-                Err(_) => {
-                    response.body = Body::Stream { chunks, length };
-                    add_vary(&mut response.head);
-                    return Compressed::Identity;
+            Body::Stream { chunks, length } => {
+                let slot = StreamSlot::take(policy);
+                match (slot, Encoder::new(coding, level)) {
+                    (Some(slot), Ok(encoder)) => Body::Stream {
+                        length: None,
+                        chunks: Box::pin(Compressing {
+                            inner: chunks,
+                            encoder,
+                            unflushed: false,
+                            done: false,
+                            _slot: slot,
+                        }),
+                    },
+                    // At `max_streams` (or a compressor that cannot start): as it is.
+                    _ => {
+                        response.body = Body::Stream { chunks, length };
+                        add_vary(&mut response.head);
+                        return Compressed::Identity;
+                    }
                 }
-            },
+            }
             Body::Empty => Body::Empty,
         }
     };
@@ -207,6 +212,29 @@ struct Compressing {
     /// Input written since the last flush.
     unflushed: bool,
     done: bool,
+    /// Its place among the site's `max_streams`, given back when the stream is dropped.
+    _slot: StreamSlot,
+}
+
+/// One of the `max_streams` compressing streams of a policy.
+struct StreamSlot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl StreamSlot {
+    fn take(policy: &Compression) -> Option<StreamSlot> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let taken = policy.streams.fetch_add(1, Relaxed);
+        if taken >= policy.max_streams {
+            policy.streams.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(StreamSlot(policy.streams.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Chunks for Compressing {
