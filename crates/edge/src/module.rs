@@ -319,9 +319,16 @@ fn response_of(
         head.set_encoded(lines.clone(), date);
         if let (Some(policy), Some(variants)) = (compression, variants) {
             let chunks = response.body.ready_chunks();
-            if let Some((lines, date, body)) = chunks
-                .and_then(|chunks| variants.respond(policy, accepted, &head, &lines, date, chunks))
-            {
+            let limit = edge.inner.cache.config.max_size;
+            if let Some((lines, date, body)) = chunks.and_then(|chunks| {
+                let identity = crate::variants::Identity {
+                    head: &head,
+                    lines: &lines,
+                    date,
+                    chunks,
+                };
+                variants.respond(limit, policy, accepted, identity)
+            }) {
                 head.set_encoded(lines, date);
                 head.set_identity_only(true);
                 return Response {

@@ -7,6 +7,7 @@
 //! response for everything else; a response made here is marked so that it leaves it
 //! alone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -19,6 +20,20 @@ use handler::{Body, ResponseHead};
 #[derive(Default)]
 pub(crate) struct Variants {
     forms: [OnceLock<Form>; 4],
+    /// Bytes of compressed bodies held here, counted in [`HELD`].
+    bytes: AtomicU64,
+}
+
+/// Bytes of compressed forms held by every object of the process. They are not in the
+/// cache's weight (an object is weighed once, when stored); this bounds them instead, at
+/// the cache's `max_size`: past it a form is not kept and the server's filter compresses
+/// per response.
+static HELD: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Variants {
+    fn drop(&mut self) {
+        HELD.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
+    }
 }
 
 /// A body in one coding, with its head's fields as HTTP/1 lines.
@@ -45,6 +60,15 @@ fn index(coding: Coding) -> usize {
     }
 }
 
+/// A cached response as stored: its head (with the fields as HTTP/1 lines, and whether
+/// they hold a Date) and its body's chunks.
+pub(crate) struct Identity<'a> {
+    pub head: &'a ResponseHead,
+    pub lines: &'a Bytes,
+    pub date: bool,
+    pub chunks: &'a [Bytes],
+}
+
 impl Variants {
     /// The response for a client that accepts `accepted`, per `policy`: the form of the
     /// coding it gets, made now if this is the first request to want it. `None` when
@@ -53,13 +77,17 @@ impl Variants {
     /// filter then sees the identity response as it is.
     pub(crate) fn respond(
         &self,
+        limit: u64,
         policy: &Compression,
         accepted: Accepted,
-        identity: &ResponseHead,
-        lines: &Bytes,
-        date: bool,
-        chunks: &[Bytes],
+        identity: Identity<'_>,
     ) -> Option<(Bytes, bool, Body)> {
+        let Identity {
+            head: identity,
+            lines,
+            date,
+            chunks,
+        } = identity;
         let length = chunks.iter().map(|c| c.len() as u64).sum();
         if !handler::compress::compressible(policy, identity, Some(length)) {
             return None;
@@ -73,8 +101,19 @@ impl Variants {
         let form = match slot.get() {
             Some(form) => form,
             None => {
+                let form = make(policy, coding, lines, date, chunks)?;
+                let size = match &form.body {
+                    FormBody::Whole(b) => b.len() as u64,
+                    FormBody::Pieces(_) => 0,
+                };
+                if HELD.load(Ordering::Relaxed) + size > limit {
+                    return None;
+                }
                 // Two workers may make it at once; the first stored wins, both are right.
-                let _ = slot.set(make(policy, coding, lines, date, chunks)?);
+                if slot.set(form).is_ok() {
+                    HELD.fetch_add(size, Ordering::Relaxed);
+                    self.bytes.fetch_add(size, Ordering::Relaxed);
+                }
                 slot.get()?
             }
         };
@@ -185,14 +224,34 @@ mod tests {
         let variants = Variants::default();
         let gzip = Accepted::parse(Some(b"gzip"));
         let (head, _, first) = variants
-            .respond(&policy(), gzip, &identity, &lines, false, &page)
+            .respond(
+                1 << 20,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
             .unwrap();
         let text = String::from_utf8_lossy(&head).to_string();
         assert!(text.contains("Content-Encoding: gzip"), "{text}");
         assert!(text.contains("ETag: W/\"e\""), "{text}");
         assert!(text.contains("Vary: Accept-Encoding"), "{text}");
         let (_, _, again) = variants
-            .respond(&policy(), gzip, &identity, &lines, false, &page)
+            .respond(
+                1 << 20,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
             .unwrap();
         match (first, again) {
             (Body::Full(a), Body::Full(b)) => assert_eq!(a.as_ptr(), b.as_ptr(), "not shared"),
@@ -200,9 +259,57 @@ mod tests {
         }
         let plain = Accepted::parse(None);
         let (head, _, body) = variants
-            .respond(&policy(), plain, &identity, &lines, false, &page)
+            .respond(
+                1 << 20,
+                &policy(),
+                plain,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
             .unwrap();
         assert!(String::from_utf8_lossy(&head).contains("Vary: Accept-Encoding"));
         assert!(matches!(body, Body::Ready(c) if c.len() == 50));
+    }
+
+    #[test]
+    fn forms_past_the_budget_are_not_kept() {
+        let lines = Bytes::from_static(b"Content-Type: text/html\r\n");
+        let mut identity = ResponseHead::new(200);
+        identity.set_encoded(lines.clone(), false);
+        let page = vec![Bytes::from("<p>some text to compress</p>\n".repeat(100))];
+        let variants = Variants::default();
+        let gzip = Accepted::parse(Some(b"gzip"));
+        assert!(variants
+            .respond(
+                0,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page
+                }
+            )
+            .is_none());
+        // The identity form holds no bytes of its own: kept whatever the budget.
+        let plain = Accepted::parse(None);
+        assert!(variants
+            .respond(
+                0,
+                &policy(),
+                plain,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page
+                }
+            )
+            .is_some());
     }
 }
