@@ -830,3 +830,25 @@ fn past_max_streams_a_streamed_page_goes_out_uncompressed() {
     let r = request(&server, "GET", "/lua", "Accept-Encoding: gzip\r\n");
     assert_eq!(decode("gzip", &r.body), lua_text());
 }
+
+#[test]
+fn a_lua_header_filter_can_opt_a_proxied_response_out() {
+    let site = Site::new();
+    site.write(
+        "filter.lua",
+        b"local M = {}\nfunction M.header_filter(r)\n  if r:arg(\"raw\") then r:no_compress() end\nend\nreturn M\n",
+    );
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+         [[script]]\nprefix = \"/page\"\npath = \"{}\"\n",
+        origin(),
+        site.root().join("filter.lua").display()
+    ));
+    let r = request(&server, "GET", "/page?raw=1", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, page_text());
+    let r = request(&server, "GET", "/page", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode("gzip", &r.body), page_text());
+}
