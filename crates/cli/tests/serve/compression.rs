@@ -852,3 +852,25 @@ fn a_lua_header_filter_can_opt_a_proxied_response_out() {
     assert_eq!(r.header("content-encoding"), Some("gzip"));
     assert_eq!(decode("gzip", &r.body), page_text());
 }
+
+#[test]
+fn an_upstream_coding_the_client_refuses_is_decoded_for_it() {
+    let (_site, server) = serve("");
+    // The origin gzips /gzipped whatever it is asked; a client that takes no coding gets
+    // the page itself, one that takes only zstd gets it in zstd.
+    let r = request(&server, "GET", "/gzipped", "");
+    assert_eq!(r.header("content-encoding"), None);
+    assert!(vary_names_accept_encoding(&r));
+    assert_eq!(r.body, page_text());
+    let r = request(&server, "GET", "/gzipped", "Accept-Encoding: zstd\r\n");
+    assert_eq!(r.header("content-encoding"), Some("zstd"));
+    assert_eq!(decode("zstd", &r.body), page_text());
+    // A client that takes gzip gets the origin's bytes untouched.
+    let r = request(
+        &server,
+        "GET",
+        "/gzipped",
+        "Accept-Encoding: gzip, zstd\r\n",
+    );
+    assert_eq!(r.body, gzip(&page_text()));
+}

@@ -86,6 +86,15 @@ pub fn add_vary(head: &mut crate::ResponseHead) {
 /// strong one), no Content-Length (the framing says the new length) and no
 /// Accept-Ranges (ranges are served of the identity body only).
 pub fn mark_encoded(head: &mut crate::ResponseHead, coding: Coding) {
+    weaken_etag(head);
+    head.remove(b"content-length");
+    head.remove(b"accept-ranges");
+    head.append(b"Content-Encoding", coding.token().as_bytes());
+    add_vary(head);
+}
+
+/// Makes a strong ETag weak: the body sent is not the one it names byte for byte.
+fn weaken_etag(head: &mut crate::ResponseHead) {
     let etag = head
         .get(b"etag")
         .filter(|v| v.first() == Some(&b'"'))
@@ -94,13 +103,69 @@ pub fn mark_encoded(head: &mut crate::ResponseHead, coding: Coding) {
             weak.extend_from_slice(v);
             weak
         });
-    head.remove(b"content-length");
-    head.remove(b"accept-ranges");
     if let Some(weak) = etag {
         head.remove(b"etag");
         head.append(b"ETag", &weak);
     }
-    head.append(b"Content-Encoding", coding.token().as_bytes());
+}
+
+/// Decodes a response in a coding the client refuses (an upstream's gzip, br or zstd
+/// passed through), so that it goes on as identity (and may be compressed again in a
+/// coding the client takes). A body that does not decode goes out as it came.
+fn decode_refused(accepted: Accepted, head_only: bool, response: &mut Response) {
+    let head = &response.head;
+    let status = head.status();
+    if !(200..300).contains(&status) || status == 206 || head.identity_only() || no_transform(head)
+    {
+        return;
+    }
+    let Some(coding) = head
+        .get(b"content-encoding")
+        .and_then(Coding::from_token)
+        .filter(|&c| c != Coding::Identity && !accepted.accepts(c))
+    else {
+        return;
+    };
+    if !head_only {
+        let body = std::mem::replace(&mut response.body, Body::Empty);
+        response.body = match body {
+            Body::Full(b) => match super::decoding::decode_whole(coding, &[&b]) {
+                Ok(decoded) => Body::Full(decoded),
+                Err(_) => {
+                    response.body = Body::Full(b);
+                    return;
+                }
+            },
+            Body::Ready(chunks) => {
+                let pieces: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+                match super::decoding::decode_whole(coding, &pieces) {
+                    Ok(decoded) => Body::Full(decoded),
+                    Err(_) => {
+                        response.body = Body::Ready(chunks);
+                        return;
+                    }
+                }
+            }
+            Body::Stream { chunks, length } => {
+                match super::decoding::Decoding::new(chunks, coding) {
+                    Ok(d) => Body::Stream {
+                        length: None,
+                        chunks: Box::pin(d),
+                    },
+                    Err(chunks) => {
+                        response.body = Body::Stream { chunks, length };
+                        return;
+                    }
+                }
+            }
+            Body::Empty => Body::Empty,
+        };
+    }
+    let head = &mut response.head;
+    weaken_etag(head);
+    head.remove(b"content-encoding");
+    head.remove(b"content-length");
+    head.remove(b"accept-ranges");
     add_vary(head);
 }
 
@@ -113,6 +178,7 @@ pub fn compress_response(
     head_only: bool,
     response: &mut Response,
 ) -> Compressed {
+    decode_refused(accepted, head_only, response);
     let length = if head_only && response.relayed {
         response
             .head

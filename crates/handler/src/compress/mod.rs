@@ -9,6 +9,7 @@
 
 mod accept;
 mod config;
+mod decoding;
 mod encoder;
 mod filter;
 
