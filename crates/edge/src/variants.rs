@@ -20,6 +20,9 @@ use handler::{Body, ResponseHead};
 #[derive(Default)]
 pub(crate) struct Variants {
     forms: [OnceLock<Form>; 4],
+    /// Whether the object is the policy's to compress (its status, type, length and
+    /// fields do not change), decided on its first request rather than on every one.
+    eligible: OnceLock<bool>,
     /// Bytes of compressed bodies held here, counted in [`HELD`].
     bytes: AtomicU64,
 }
@@ -88,8 +91,11 @@ impl Variants {
             date,
             chunks,
         } = identity;
-        let length = chunks.iter().map(|c| c.len() as u64).sum();
-        if !handler::compress::compressible(policy, identity, Some(length)) {
+        let eligible = *self.eligible.get_or_init(|| {
+            let length = chunks.iter().map(|c| c.len() as u64).sum();
+            handler::compress::compressible(policy, identity, Some(length))
+        });
+        if !eligible {
             return None;
         }
         let coding = match accepted.choose(&policy.order) {
