@@ -148,6 +148,7 @@ impl ServeConfig {
             esi: self.esi.clone(),
             cache: self.cache.clone(),
             hosts: self.server.hosts(),
+            compression: self.server.compression(),
         })
     }
 

@@ -55,6 +55,8 @@ pub(crate) struct Entry {
     out_h1: std::sync::OnceLock<(Bytes, bool)>,
     /// For an ESI page: the last assembly from cached fragments, reused while it holds.
     memo: Mutex<Option<Arc<Memo>>>,
+    /// The body's compressed forms, made on demand (not counted in `weight`).
+    pub(crate) variants: Arc<crate::variants::Variants>,
 }
 
 /// A page assembled from cached fragments, for a template whose evaluation does not
@@ -67,6 +69,8 @@ pub(crate) struct Memo {
     pub(crate) fresh_until: u64,
     /// [`Cache::generation`] when it was made.
     pub(crate) generation: u64,
+    /// Its compressed forms, made on demand.
+    pub(crate) variants: Arc<crate::variants::Variants>,
 }
 
 impl Entry {
@@ -161,6 +165,7 @@ impl Entry {
             out: std::sync::OnceLock::new(),
             out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
+            variants: Arc::default(),
         }
     }
 
@@ -178,11 +183,11 @@ impl Entry {
     }
 
     /// The memoized assembly, if it still holds at `now` for this cache `generation`.
-    pub(crate) fn memo(&self, now: u64, generation: u64) -> Option<Arc<[Bytes]>> {
+    pub(crate) fn memo(&self, now: u64, generation: u64) -> Option<Arc<Memo>> {
         let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
         memo.as_ref()
             .filter(|m| now < m.fresh_until && m.generation == generation)
-            .map(|m| m.chunks.clone())
+            .cloned()
     }
 
     pub(crate) fn set_memo(&self, memo: Memo) {

@@ -622,6 +622,13 @@ async fn read_chunks(
 /// connection's read buffer, which is far larger than a small body: kept in the cache, it
 /// would hold the whole buffer alive beyond the cache's weight. So the body is always
 /// copied once into an exact-size buffer (once per fill; a hit shares it, uncopied).
+/// The name of the upstream a response comes from (for errors and log lines).
+impl Pooled {
+    pub(crate) fn upstream_name(&self) -> &str {
+        &self.upstream.name
+    }
+}
+
 pub(crate) async fn read_bytes(
     pooled: Pooled,
     limit: usize,

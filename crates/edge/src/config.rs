@@ -27,6 +27,11 @@ pub struct EdgeConfig {
     /// take the routes of the site their host names (set by `cli`; no TOML key).
     #[serde(skip)]
     pub hosts: handler::Hosts,
+    /// Each site's `[compression]` policy (the server's), by site number, so that a cached
+    /// object keeps its compressed forms (set by `cli`; no TOML key of the proxy's own).
+    /// Default none: the server's filter compresses per response.
+    #[serde(skip)]
+    pub compression: Vec<Option<handler::compress::Compression>>,
 }
 
 /// The upstream address that means this server's own first listener.
@@ -87,6 +92,9 @@ pub struct RouteConfig {
     pub root: Option<PathBuf>,
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,
+    /// Whether this route's responses may be compressed on the fly (the site's
+    /// `[compression]` decides how). Default true; false sends them as they come.
+    pub compress: bool,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
@@ -203,6 +211,7 @@ impl Default for RouteConfig {
             upstream: None,
             root: None,
             esi: EsiMode::Auto,
+            compress: true,
             site: 0,
         }
     }
@@ -239,6 +248,7 @@ impl EdgeConfig {
             esi: EsiConfig::default(),
             cache: CacheConfig::default(),
             hosts: handler::Hosts::default(),
+            compression: Vec::new(),
         }
     }
 

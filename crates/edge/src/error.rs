@@ -31,6 +31,10 @@ pub enum UpstreamError {
     /// A body larger than the limit.
     #[error("response from {upstream} is too large")]
     TooLarge { upstream: String },
+    /// An encoded body (gzip, br, zstd) that does not decode, or that expands beyond the
+    /// limit (a decompression bomb).
+    #[error("response from {upstream} cannot be decoded: {message}")]
+    Decode { upstream: String, message: String },
     /// The identical request this one waited on (request coalescing) failed; this one
     /// is not sent again, so a failing origin sees one request, not one per client.
     #[error("{upstream} failed the request this one waited on")]

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cache::{Entry, FlightGuard, Landing};
-use crate::client::{read_bytes, read_template_with_source, Fields, Outgoing, Upstream};
+use crate::client::{Fields, Outgoing, Upstream};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
@@ -349,15 +349,13 @@ impl Inner {
             // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
-        if let Some(coding) = parts
-            .headers
-            .get(CONTENT_ENCODING)
-            .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
-        {
-            // Asked for identity, got something else: encoded bytes must never be
-            // spliced into a page. A failed include (its alt, onerror, try apply).
+        if !crate::decode::readable(&parts.headers) {
+            // Asked for identity, got a coding the proxy cannot decode: encoded bytes
+            // must never be spliced into a page. A failed include (its alt, onerror,
+            // try apply).
+            let coding = parts.headers.get(CONTENT_ENCODING);
             return Err(FetchFailed::Encoded(
-                String::from_utf8_lossy(coding.as_bytes()).into_owned(),
+                String::from_utf8_lossy(coding.map_or(&b""[..], |c| c.as_bytes())).into_owned(),
             ));
         }
         let freshness = target
@@ -374,15 +372,19 @@ impl Inner {
                 )
             })
             .filter(|f| f.store);
+        // A gzip, br or zstd body (the origin ignored `identity`) is decoded within the
+        // limit; what is stored and spliced is the identity body.
+        let encoded = &parts.headers;
         let (body, template) = if esi {
-            let t = read_template_with_source(pooled, limit, deadline).await;
-            (Bytes::new(), Some(t.map_err(FetchFailed::Upstream)?))
+            let t = crate::decode::read_template_with_source(pooled, encoded, limit, deadline);
+            (Bytes::new(), Some(t.await.map_err(FetchFailed::Upstream)?))
         } else {
-            let b = read_bytes(pooled, limit, deadline).await;
+            let b = crate::decode::read_bytes(pooled, encoded, limit, deadline).await;
             (b.map_err(FetchFailed::Upstream)?, None)
         };
         let mut stored = parts.headers;
         headers::remove_hop_by_hop(&mut stored);
+        stored.remove(CONTENT_ENCODING);
         Ok(Arc::new(Entry::new(
             status,
             stored,
@@ -394,13 +396,10 @@ impl Inner {
     }
 }
 
-/// Whether a response is to be processed as ESI, per the route's mode. A compressed
-/// body is never: the proxy asked for identity and cannot read anything else.
+/// Whether a response is to be processed as ESI, per the route's mode. A body in a
+/// coding the proxy cannot decode never is (gzip, br and zstd are decoded first).
 pub(crate) fn is_esi(mode: EsiMode, headers: &HeaderMap, token: &str) -> bool {
-    let identity = headers
-        .get(CONTENT_ENCODING)
-        .map_or(true, |v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    identity
+    crate::decode::readable(headers)
         && match mode {
             EsiMode::Off => false,
             EsiMode::Auto => headers::surrogate_esi(headers, token),

@@ -314,6 +314,8 @@ pub(crate) fn split_directives(value: &str) -> Vec<&str> {
 pub(crate) fn page_headers(mut headers: HeaderMap) -> HeaderMap {
     for name in [
         http::header::CONTENT_LENGTH,
+        // A template that came encoded was decoded: the page is assembled as identity.
+        http::header::CONTENT_ENCODING,
         http::header::ETAG,
         http::header::LAST_MODIFIED,
         http::header::ACCEPT_RANGES,

@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub(crate) cache: Arc<Cache>,
     /// See `Edge::build`.
     pub(crate) lean: bool,
+    /// Compressed parts of pages assembled per request ([`crate::stitch`]).
+    pub(crate) parts: crate::stitch::Parts,
 }
 
 pub(crate) enum RouteTo {

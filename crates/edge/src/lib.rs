@@ -74,6 +74,7 @@ mod cache;
 mod client;
 mod clock;
 mod config;
+mod decode;
 mod error;
 mod fetch;
 mod freshness;
@@ -84,6 +85,8 @@ mod module;
 mod page;
 mod proxy;
 mod shared_tier;
+mod stitch;
+mod variants;
 
 pub use breaker::BreakerState;
 pub use cache::{Cache, CacheStats};

@@ -295,6 +295,8 @@ impl Service for EdgeService {
             edge: edge.clone(),
             upstream,
             mode,
+            route: req.tag as usize,
+            accepted: handler::compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
         }))
     }
@@ -342,6 +344,9 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
+    /// The route (for its site's `[compression]`) and what the client accepts.
+    route: usize,
+    accepted: handler::compress::Accepted,
     request: ProxyRequest,
 }
 
@@ -352,11 +357,20 @@ impl Deferred for Proxied {
                 edge,
                 upstream,
                 mode,
+                route,
+                accepted,
                 mut request,
             } = *self;
             request.body = body;
             match edge.proxy_to(upstream, mode, request).await {
-                Ok(response) => Ok(response_of(response)),
+                Ok(response) => {
+                    let compression = edge.route_compression(route);
+                    let mut response = response_of(&edge, response, compression, accepted);
+                    if edge.route_uncompressed(route) {
+                        response.head.set_identity_only(true);
+                    }
+                    Ok(response)
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");
                     Err(e.status())
@@ -368,15 +382,45 @@ impl Deferred for Proxied {
 
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
-fn response_of(response: ProxyResponse) -> Response {
+/// A cached object is served in the form of the coding the client gets (made once per
+/// object and coding, [`crate::variants`]), marked so that the server does not compress
+/// it again.
+fn response_of(
+    edge: &Edge,
+    response: ProxyResponse,
+    compression: Option<&handler::compress::Compression>,
+    accepted: handler::compress::Accepted,
+) -> Response {
     let mut head;
-    if let Some((lines, date)) = response.head_h1 {
+    let cached = response.head_h1.is_some();
+    if let Some((lines, date, variants)) = response.head_h1 {
         // A cached object: its fields encoded once, and its Age.
         head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
         if let Some(age) = response.headers.get(http::header::AGE) {
             head.append(b"age", age.as_bytes());
         }
-        head.set_encoded(lines, date);
+        head.set_encoded(lines.clone(), date);
+        if let (Some(policy), Some(variants)) = (compression, variants) {
+            let chunks = response.body.ready_chunks();
+            let limit = edge.inner.cache.config.max_size;
+            if let Some((lines, date, body)) = chunks.and_then(|chunks| {
+                let identity = crate::variants::Identity {
+                    head: &head,
+                    lines: &lines,
+                    date,
+                    chunks,
+                };
+                variants.respond(limit, policy, accepted, identity)
+            }) {
+                head.set_encoded(lines, date);
+                head.set_identity_only(true);
+                return Response {
+                    head,
+                    body,
+                    relayed: true,
+                };
+            }
+        }
     } else {
         let bytes = response
             .headers
@@ -398,6 +442,18 @@ fn response_of(response: ProxyResponse) -> Response {
             },
         },
     };
+    // A page assembled from cached parts for this request (the only body that arrives
+    // here in pieces without a cached head): stitched from the parts' compressed forms
+    // when the client gets gzip or zstd.
+    if let (Some(policy), false, handler::Body::Ready(chunks)) = (compression, cached, &body) {
+        if let Some(stitched) = edge.stitch(policy, accepted, &mut head, chunks) {
+            return Response {
+                head,
+                body: stitched,
+                relayed: true,
+            };
+        }
+    }
     Response {
         head,
         body,

@@ -19,8 +19,7 @@ use tokio::time::Instant;
 
 use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
-    read_bytes, read_template, read_template_with_source, Fields, Head, Outgoing, PassBody, Pooled,
-    Upstream, UpstreamStats,
+    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
@@ -30,6 +29,7 @@ use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
 use crate::lookup::{Flight, Memory};
+use crate::variants::Variants;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, breakers and in-flight fetches are the worker's own) and call
@@ -37,7 +37,7 @@ use crate::lookup::{Flight, Memory};
 /// everything.
 #[derive(Clone)]
 pub struct Edge {
-    inner: Rc<Inner>,
+    pub(crate) inner: Rc<Inner>,
 }
 
 impl Edge {
@@ -89,7 +89,8 @@ pub struct ProxyResponse {
     pub body: Body,
     /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
     /// for the object, so that serving it does not re-encode every field.
-    pub(crate) head_h1: Option<(Bytes, bool)>,
+    /// With the object's (or assembled page's) compressed forms, to serve from.
+    pub(crate) head_h1: Option<(Bytes, bool, Option<Arc<Variants>>)>,
 }
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
@@ -289,6 +290,7 @@ impl Edge {
                 fetches: Cell::new(0),
                 cache,
                 lean,
+                parts: Default::default(),
             }),
         })
     }
@@ -515,21 +517,21 @@ impl Edge {
             entry.response_headers(token).clone()
         };
         headers.insert(header::AGE, age);
-        let head_h1 = Some(entry.response_head_h1(token));
+        let (lines, date) = entry.response_head_h1(token);
         match &entry.template {
             None => Ok(ProxyResponse {
                 status: entry.status,
-                head_h1,
+                head_h1: Some((lines, date, Some(entry.variants.clone()))),
                 headers,
                 body: Body::whole(entry.body.clone()),
             }),
             Some(t) => {
-                if let Some(chunks) = memo {
+                if let Some(memo) = memo {
                     return Ok(ProxyResponse {
                         status: entry.status,
-                        head_h1,
+                        head_h1: Some((lines, date, Some(memo.variants.clone()))),
                         headers,
-                        body: Body::ready(chunks),
+                        body: Body::ready(memo.chunks.clone()),
                     });
                 }
                 self.assemble(req, t, entry.status, headers, authority, Some(&entry))
@@ -618,8 +620,9 @@ impl Edge {
             let mut stored = parts.headers.clone();
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
-                let (template, source) = read_template_with_source(
+                let (template, source) = crate::decode::read_template_with_source(
                     pooled,
+                    &parts.headers,
                     inner.config.esi.max_fragment_size,
                     Instant::now() + upstream.response_timeout,
                 )
@@ -679,6 +682,7 @@ impl Edge {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
         };
+        let coding = crate::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
         if !esi {
             // A small body came with its head: the connection is free at once, and the
@@ -698,8 +702,16 @@ impl Edge {
             });
         }
         // An ESI page: read and compile it, then assemble it.
-        let template = read_template(
+        let mut encoded = HeaderMap::new();
+        if let Some(c) = coding.filter(|&c| c != handler::compress::Coding::Identity) {
+            encoded.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(c.token()),
+            );
+        }
+        let template = crate::decode::read_template(
             pooled,
+            &encoded,
             inner.config.esi.max_fragment_size,
             Instant::now() + upstream_timeout,
         )
@@ -753,6 +765,7 @@ impl Edge {
                         chunks: chunks.clone(),
                         fresh_until: page.fresh_until.min(entry.fresh_until()),
                         generation,
+                        variants: Arc::default(),
                     });
                 }
                 return Ok(ProxyResponse {

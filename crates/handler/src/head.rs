@@ -25,6 +25,8 @@ pub struct ResponseHead {
     encoded: Option<Bytes>,
     /// Whether those lines hold a Date field.
     encoded_date: bool,
+    /// Sent without on-the-fly compression ([`ResponseHead::set_identity_only`]).
+    identity_only: bool,
 }
 
 impl ResponseHead {
@@ -44,6 +46,7 @@ impl ResponseHead {
             fields: Vec::with_capacity(fields),
             encoded: None,
             encoded_date: false,
+            identity_only: false,
         }
     }
 
@@ -79,6 +82,18 @@ impl ResponseHead {
         self.fields.clear();
         self.encoded = None;
         self.encoded_date = false;
+        self.identity_only = false;
+    }
+
+    /// Keeps the compression filter away from this response: a Lua handler's opt-out, or
+    /// a response whose encoding its handler chose already (a cached variant).
+    pub fn set_identity_only(&mut self, identity_only: bool) {
+        self.identity_only = identity_only;
+    }
+
+    /// Whether the compression filter leaves this response alone.
+    pub fn identity_only(&self) -> bool {
+        self.identity_only
     }
 
     /// Adds a field after the others (a repeated name adds another line).

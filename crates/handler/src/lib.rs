@@ -10,7 +10,8 @@
 //! fields as data, encoded per protocol only at the connection) and a [`Body`]. The
 //! [`Router`] is the one longest-whole-segment-prefix table, one per site; [`Hosts`] says
 //! which site a request's host names. [`Upstreams`] is how a
-//! module other than the proxy reaches upstreams.
+//! module other than the proxy reaches upstreams. [`compress`] is the compression body
+//! filter and its codecs.
 //!
 //! What it is not for: parsing or encoding HTTP/1 (that is `wire`), connections and
 //! static files (`server`), proxying (`edge`), Lua (`script`). It depends on `wire` only
@@ -21,6 +22,7 @@
 //! route's filter and handlers through these traits, and encodes what they return.
 
 mod body;
+pub mod compress;
 mod head;
 mod hosts;
 mod metrics;

@@ -37,6 +37,8 @@ pub struct Context {
     pub(crate) responded: bool,
     /// Whether a phase failed (the state may hold the failed call's garbage).
     pub(crate) failed: bool,
+    /// Set by `r:no_compress()`: the response goes out without on-the-fly compression.
+    pub(crate) no_compress: bool,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -88,6 +90,7 @@ impl Context {
         self.exited = false;
         self.responded = false;
         self.failed = false;
+        self.no_compress = false;
     }
 
     pub fn set_body(&mut self, body: Bytes) {
@@ -145,6 +148,11 @@ impl Context {
     /// redirect).
     pub fn responded(&self) -> bool {
         self.responded
+    }
+
+    /// Whether the script opted its response out of compression (`r:no_compress()`).
+    pub fn no_compress(&self) -> bool {
+        self.no_compress
     }
 
     fn set_header(&mut self, name: &[u8], value: &[u8], replace: bool) {
@@ -330,6 +338,10 @@ impl UserData for Context {
                     .find(|(n, _)| n.eq_ignore_ascii_case(&name))
                     .map(|(_, v)| &v[..]),
             )
+        });
+        m.add_method_mut("no_compress", |_, c, ()| {
+            c.no_compress = true;
+            Ok(())
         });
         m.add_method_mut("write", |_, c, values: MultiValue| {
             for v in values.iter() {

@@ -221,6 +221,7 @@ fn content_response(call: &ScriptCall, outcome: Outcome) -> Response {
     engine
         .context(call.call(), |c| {
             let mut head = ResponseHead::new(c.status());
+            head.set_identity_only(c.no_compress());
             let mut typed = false;
             for (name, value) in c.headers_out() {
                 typed |= name.eq_ignore_ascii_case(b"content-type");
@@ -288,6 +289,9 @@ impl Attached for Filtering {
             engine.context(call, |c| {
                 c.set_status(status);
                 head.set_status(status);
+                if c.no_compress() {
+                    head.set_identity_only(true);
+                }
                 head.retain(|name, _| wire::is_framing_field(name));
                 for (name, value) in c.headers_out() {
                     if !wire::is_framing_field(name) {

@@ -42,11 +42,18 @@ pub(crate) struct FileEntry {
     /// Modification time in whole seconds, as Last-Modified says it.
     pub mtime: i64,
     identity: Identity,
+    /// The coding of what is sent.
+    pub coding: Coding,
 }
 
 impl FileEntry {
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The file's identity (for a compressed form: the file it was made from).
+    pub fn identity(&self) -> Identity {
+        self.identity
     }
 
     /// Every header line of a 200 except Content-Length.
@@ -85,10 +92,50 @@ impl FileEntry {
         extra: &[u8],
         sendfile_min_size: u64,
     ) -> FileEntry {
-        let len = identity.len;
+        FileEntry::make(
+            file,
+            identity,
+            content_type,
+            coding,
+            extra,
+            sendfile_min_size,
+            None,
+        )
+    }
+
+    /// The `coding` form of a file made here: `body` compressed from the file whose
+    /// identity is `identity` (`file` is that file, kept open for nothing but the entry's
+    /// shape). Its ETag is the file's with the coding appended, so a validator never
+    /// names two different byte sequences.
+    pub fn compressed(
+        file: File,
+        identity: Identity,
+        content_type: &'static str,
+        coding: Coding,
+        extra: &[u8],
+        body: Vec<u8>,
+    ) -> FileEntry {
+        FileEntry::make(file, identity, content_type, coding, extra, 0, Some(body))
+    }
+
+    fn make(
+        file: File,
+        identity: Identity,
+        content_type: &'static str,
+        coding: Coding,
+        extra: &[u8],
+        sendfile_min_size: u64,
+        made: Option<Vec<u8>>,
+    ) -> FileEntry {
+        let mut len = identity.len;
         let mut body: Box<[u8]> = Box::new([]);
         let mut in_memory = false;
-        if len < sendfile_min_size {
+        let etag_suffix = if made.is_some() { coding.token() } else { "" };
+        if let Some(made) = made {
+            len = made.len() as u64;
+            body = made.into_boxed_slice();
+            in_memory = true;
+        } else if len < sendfile_min_size {
             let mut data = vec![0u8; len as usize];
             // Read, then check the file is still the one measured: a file rewritten
             // meanwhile is served with sendfile instead, bounded by the length measured.
@@ -107,10 +154,10 @@ impl FileEntry {
         head.extend_from_slice(content_type.as_bytes());
         head.extend_from_slice(b"\r\n");
         let after_type = head.len();
-        match coding {
-            Coding::Identity => {}
-            Coding::Brotli => head.extend_from_slice(b"Content-Encoding: br\r\n"),
-            Coding::Gzip => head.extend_from_slice(b"Content-Encoding: gzip\r\n"),
+        if coding != Coding::Identity {
+            head.extend_from_slice(b"Content-Encoding: ");
+            head.extend_from_slice(coding.token().as_bytes());
+            head.extend_from_slice(b"\r\n");
         }
         let validators_at = head.len();
         head.extend_from_slice(b"Last-Modified: ");
@@ -122,7 +169,14 @@ impl FileEntry {
         let nanos = (identity.mtime.max(0) as u64)
             .wrapping_mul(1_000_000_000)
             .wrapping_add(identity.mtime_nsec.max(0) as u64);
-        head.extend_from_slice(format!("\"{:x}-{:x}-{:x}\"", identity.ino, nanos, len).as_bytes());
+        let etag_text = format!(
+            "\"{:x}-{:x}-{:x}{}{etag_suffix}\"",
+            identity.ino,
+            nanos,
+            identity.len,
+            if etag_suffix.is_empty() { "" } else { "-" }
+        );
+        head.extend_from_slice(etag_text.as_bytes());
         let etag = (etag_start, head.len());
         head.extend_from_slice(b"\r\n");
         head.extend_from_slice(extra);
@@ -139,6 +193,7 @@ impl FileEntry {
             content_type,
             mtime: identity.mtime,
             identity,
+            coding,
         }
     }
 
@@ -163,6 +218,7 @@ impl FileEntry {
             content_type,
             mtime: 0,
             identity: Identity::default(),
+            coding: Coding::Identity,
         }
     }
 }
@@ -189,87 +245,54 @@ impl Identity {
     }
 }
 
-/// A content coding tessera can serve from a precompressed sibling file.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Coding {
-    Identity,
-    Brotli,
-    Gzip,
-}
-
-/// The client's preferences from Accept-Encoding, as q-values in thousandths.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct AcceptEncoding {
-    pub brotli: u16,
-    pub gzip: u16,
-}
-
-impl AcceptEncoding {
-    /// No header: only the identity coding is assumed acceptable (RFC 9110 section 12.5.3
-    /// allows any, but a client that says nothing may not decode anything).
-    pub const NONE: AcceptEncoding = AcceptEncoding { brotli: 0, gzip: 0 };
-
-    /// Parses `br;q=0.8, gzip, *;q=0` style lists. An explicit entry beats `*`; an
-    /// entry that does not parse counts as absent.
-    pub fn parse(value: Option<&[u8]>) -> AcceptEncoding {
-        let Some(value) = value else {
-            return AcceptEncoding::NONE;
-        };
-        let (mut brotli, mut gzip, mut any) = (None, None, None);
-        for item in value.split(|&b| b == b',') {
-            let mut parts = item.split(|&b| b == b';');
-            let coding = wire::trim_ows(parts.next().unwrap_or_default());
-            let mut q = Some(1000);
-            for param in parts {
-                let param = wire::trim_ows(param);
-                if param.len() > 2 && param[..2].eq_ignore_ascii_case(b"q=") {
-                    q = parse_qvalue(&param[2..]);
-                }
-            }
-            let Some(q) = q else { continue };
-            if coding.eq_ignore_ascii_case(b"br") {
-                brotli = Some(q);
-            } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip")
-            {
-                gzip = Some(q);
-            } else if coding == b"*" {
-                any = Some(q);
-            }
-        }
-        AcceptEncoding {
-            brotli: brotli.or(any).unwrap_or(0),
-            gzip: gzip.or(any).unwrap_or(0),
-        }
-    }
-}
-
-/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
-fn parse_qvalue(text: &[u8]) -> Option<u16> {
-    let (int, frac) = match text.iter().position(|&b| b == b'.') {
-        Some(dot) => (&text[..dot], &text[dot + 1..]),
-        None => (text, &b""[..]),
-    };
-    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut thousandths = 0u16;
-    for i in 0..3 {
-        thousandths = thousandths * 10 + frac.get(i).map_or(0, |d| (d - b'0') as u16);
-    }
-    match int {
-        b"0" => Some(thousandths),
-        b"1" if thousandths == 0 => Some(1000),
-        _ => None,
-    }
-}
+pub(crate) use handler::compress::{Accepted as AcceptEncoding, Coding};
 
 /// A cached path: the file and the precompressed siblings found next to it.
 pub(crate) struct Resource {
     pub plain: Arc<FileEntry>,
     pub brotli: Option<Arc<FileEntry>>,
     pub gzip: Option<Arc<FileEntry>>,
+    /// Compressed forms made here for a file without siblings (`[compression]`).
+    pub compressed: Option<Compressed>,
     /// When the files were last compared with the file system (the workers' clock, ms).
     checked: u64,
+}
+
+/// The compressed forms of a file, made once when it is loaded, and their share of the
+/// site's budget (`[compression] file_cache_bytes`), given back when they are dropped.
+pub(crate) struct Compressed {
+    pub entries: Vec<Arc<FileEntry>>,
+    bytes: u64,
+    budget: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Compressed {
+    /// Takes `bytes` of the budget (`used` of at most `limit`), or `None` when they do
+    /// not fit.
+    pub fn reserve(
+        budget: &Arc<std::sync::atomic::AtomicU64>,
+        limit: u64,
+        bytes: u64,
+    ) -> Option<Compressed> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = budget.fetch_add(bytes, Relaxed);
+        if before.saturating_add(bytes) > limit {
+            budget.fetch_sub(bytes, Relaxed);
+            return None;
+        }
+        Some(Compressed {
+            entries: Vec::new(),
+            bytes,
+            budget: budget.clone(),
+        })
+    }
+}
+
+impl Drop for Compressed {
+    fn drop(&mut self) {
+        self.budget
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The identities found by reopening a path, to compare with what is cached.
@@ -291,6 +314,7 @@ impl Resource {
             plain: Arc::new(plain),
             brotli: brotli.map(Arc::new),
             gzip: gzip.map(Arc::new),
+            compressed: None,
             checked: now,
         }
     }
@@ -298,11 +322,12 @@ impl Resource {
     /// The representation to send: the acceptable sibling the client prefers (Brotli on
     /// a tie, being smaller), else the file itself.
     pub fn select(&self, accept: AcceptEncoding) -> &Arc<FileEntry> {
-        let brotli = self.brotli.as_ref().filter(|_| accept.brotli > 0);
-        let gzip = self.gzip.as_ref().filter(|_| accept.gzip > 0);
+        let (qb, qg) = (accept.q(Coding::Brotli), accept.q(Coding::Gzip));
+        let brotli = self.brotli.as_ref().filter(|_| qb > 0);
+        let gzip = self.gzip.as_ref().filter(|_| qg > 0);
         match (brotli, gzip) {
             (Some(b), Some(g)) => {
-                if accept.gzip > accept.brotli {
+                if qg > qb {
                     g
                 } else {
                     b
@@ -310,8 +335,22 @@ impl Resource {
             }
             (Some(b), None) => b,
             (None, Some(g)) => g,
-            (None, None) => &self.plain,
+            (None, None) => self.compressed(accept).unwrap_or(&self.plain),
         }
+    }
+
+    /// The compressed form made here (no sibling) the client gives the highest q-value,
+    /// the first made on a tie (they are made in the policy's order).
+    fn compressed(&self, accept: AcceptEncoding) -> Option<&Arc<FileEntry>> {
+        let forms = self.compressed.as_ref()?;
+        let mut best: Option<(&Arc<FileEntry>, u16)> = None;
+        for form in &forms.entries {
+            let q = accept.q(form.coding);
+            if q > 0 && best.is_none_or(|(_, b)| q > b) {
+                best = Some((form, q));
+            }
+        }
+        best.map(|(form, _)| form)
     }
 
     fn identities(&self) -> Identities {
@@ -423,43 +462,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accept_encoding_q_values() {
-        let parse = |s: &str| AcceptEncoding::parse(Some(s.as_bytes()));
-        assert_eq!(AcceptEncoding::parse(None), AcceptEncoding::NONE);
-        assert_eq!(
-            parse("gzip, br"),
-            AcceptEncoding {
-                brotli: 1000,
-                gzip: 1000
-            }
-        );
-        assert_eq!(
-            parse("br;q=0.5, GZIP;q=0.8"),
-            AcceptEncoding {
-                brotli: 500,
-                gzip: 800
-            }
-        );
-        assert_eq!(
-            parse("*;q=0.3, br;q=0"),
-            AcceptEncoding {
-                brotli: 0,
-                gzip: 300
-            }
-        );
-        assert_eq!(
-            parse("x-gzip ; q=1.000"),
-            AcceptEncoding {
-                brotli: 0,
-                gzip: 1000
-            }
-        );
-        // Malformed q-values make the entry absent.
-        assert_eq!(parse("gzip;q=2, br;q=0.1234"), AcceptEncoding::NONE);
-        assert_eq!(parse("identity, deflate"), AcceptEncoding::NONE);
-    }
-
-    #[test]
     fn cache_is_bounded_and_revalidates() {
         let dir = tempfile::tempdir().unwrap();
         let cache = FileCache::new(SHARDS);
@@ -482,13 +484,13 @@ mod tests {
             .map(|i| (format!("/f{i}"), identities[i]))
             .find(|(k, _)| {
                 cache
-                    .get(k.as_bytes(), 0, 10, AcceptEncoding::NONE)
+                    .get(k.as_bytes(), 0, 10, AcceptEncoding::IDENTITY)
                     .is_some()
             })
             .expect("some entry cached");
         let key = key.as_bytes();
         assert!(
-            cache.get(key, 10, 10, AcceptEncoding::NONE).is_none(),
+            cache.get(key, 10, 10, AcceptEncoding::IDENTITY).is_none(),
             "stale after 10 ms"
         );
         let mut changed = Identities {
@@ -498,7 +500,7 @@ mod tests {
         };
         changed.plain.len += 1;
         assert!(cache
-            .revalidate(key, 10, &changed, AcceptEncoding::NONE)
+            .revalidate(key, 10, &changed, AcceptEncoding::IDENTITY)
             .is_none());
         let same = Identities {
             plain: id,
@@ -506,11 +508,11 @@ mod tests {
             gzip: None,
         };
         let entry = cache
-            .revalidate(key, 10, &same, AcceptEncoding::NONE)
+            .revalidate(key, 10, &same, AcceptEncoding::IDENTITY)
             .unwrap();
         assert_eq!(entry.body(), b"x");
         assert!(
-            cache.get(key, 19, 10, AcceptEncoding::NONE).is_some(),
+            cache.get(key, 19, 10, AcceptEncoding::IDENTITY).is_some(),
             "fresh again"
         );
     }

@@ -79,6 +79,9 @@ pub struct Config {
     pub access_log_format: String,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
+    /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
+    /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
+    pub compression: handler::compress::CompressionConfig,
     /// `[[host]]`: virtual hosts, each with its names and its own files. The top-level
     /// keys (`root`, `index`, `autoindex`, `cache_control`) form the default host, which
     /// answers requests whose host matches no `[[host]]` (unless one is marked
@@ -114,6 +117,9 @@ pub struct HostConfig {
     /// `[host.tls]`: this host's certificate and key, chosen when a client's SNI names
     /// one of its names. Default: the `[tls]` certificate.
     pub tls: Option<crate::tls::TlsConfig>,
+    /// `[host.compression]`, replacing the top-level `[compression]` table as a whole.
+    /// Default: the top-level one.
+    pub compression: Option<handler::compress::CompressionConfig>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -192,6 +198,7 @@ impl Default for Config {
             access_log_format: "combined".into(),
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
+            compression: Default::default(),
             host: Vec::new(),
         }
     }
@@ -229,6 +236,18 @@ impl Config {
             .position(|h| h.default)
             .map_or(0, |i| i + 1);
         handler::Hosts::new(self.host.iter().map(|h| &h.names[..]), default)
+    }
+
+    /// The compression policy of each site (`None`: off), the top-level one first.
+    pub fn compression(&self) -> Vec<Option<handler::compress::Compression>> {
+        std::iter::once(&self.compression)
+            .chain(
+                self.host
+                    .iter()
+                    .map(|h| h.compression.as_ref().unwrap_or(&self.compression)),
+            )
+            .map(|c| c.build().ok().flatten())
+            .collect()
     }
 
     pub fn worker_count(&self) -> usize {
@@ -314,6 +333,9 @@ impl Config {
         }
         problems.extend(validate_cache_control("cache_control", &self.cache_control).err());
         problems.extend(validate_index("index", &self.index).err());
+        if let Err(e) = self.compression.build() {
+            problems.push(format!("`compression`: {e}"));
+        }
         let mut seen: Vec<(String, usize)> = Vec::new();
         for (i, host) in self.host.iter().enumerate() {
             let key = |k: &str| format!("host[{i}].{k}");
@@ -346,6 +368,9 @@ impl Config {
             }
             if let Some(index) = &host.index {
                 problems.extend(validate_index(&key("index"), index).err());
+            }
+            if let Some(Err(e)) = host.compression.as_ref().map(|c| c.build()) {
+                problems.push(format!("`{}`: {e}", key("compression")));
             }
             if let Some(rules) = &host.cache_control {
                 problems.extend(validate_cache_control(&key("cache_control"), rules).err());

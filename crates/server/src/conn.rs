@@ -322,6 +322,8 @@ impl Conn {
             version,
             raw_head,
             answered,
+            site,
+            accepted,
         } = *exchange;
         let mut response = match work {
             Work::Ready(response) => {
@@ -343,6 +345,7 @@ impl Conn {
                         if let Some(filter) = filter.as_deref_mut() {
                             dispatch::filter_response(filter, &mut response);
                         }
+                        dispatch::compress(worker, site, accepted, head_only, &mut response);
                         response
                     }
                     Err(status) => Response::status_page(status),

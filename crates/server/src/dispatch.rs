@@ -93,6 +93,10 @@ pub(crate) struct Exchange {
     pub raw_head: Vec<u8>,
     /// Who answered, for metrics.
     pub answered: Answered,
+    /// The site that answers, and what the request's Accept-Encoding allows, for the
+    /// compression filter.
+    pub site: usize,
+    pub accepted: handler::compress::Accepted,
 }
 
 pub(crate) enum Work {
@@ -237,6 +241,8 @@ pub(crate) fn answer(
                 Vec::new()
             },
             answered,
+            site,
+            accepted: accepted(req),
         }))
     };
     let attach = |mut d: Dispatched, filter| {
@@ -267,6 +273,8 @@ pub(crate) fn answer(
             if let Some(f) = filter.as_deref_mut() {
                 filter_response(f, &mut response);
             }
+            let head_only = req.method == wire::Method::Head;
+            compress(worker, site, accepted(req), head_only, &mut response);
             let small = match &response.body {
                 Body::Empty => true,
                 Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
@@ -275,7 +283,6 @@ pub(crate) fn answer(
             if !small {
                 return attach(later(Work::Ready(response)), filter);
             }
-            let head_only = req.method == wire::Method::Head;
             let buf = out.buf();
             let framing = write_head(worker, buf, &response, head_only, req.version, keep_alive);
             if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
@@ -329,6 +336,34 @@ fn redirect_https(
     });
     buf.extend_from_slice(b"\r\n");
     wire::write_framing(buf, wire::Framing::Length(0), req.version, keep_alive);
+}
+
+/// What a request's Accept-Encoding allows (read without allocating).
+fn accepted(req: &wire::Request<'_, '_>) -> handler::compress::Accepted {
+    handler::compress::Accepted::parse(req.header("accept-encoding"))
+}
+
+/// The compression body filter on a handler's response, per the site's `[compression]`
+/// (after the route's response filter, so a Lua `header_filter` sees the identity head).
+pub(crate) fn compress(
+    worker: &Worker,
+    site: usize,
+    accepted: handler::compress::Accepted,
+    head_only: bool,
+    response: &mut Response,
+) {
+    // The site of the configuration the request was routed with, or, after a reload
+    // since, the one now at that index (the policy is looked up once per response).
+    let current = worker.current.borrow().clone();
+    if let Some(policy) = current
+        .gen
+        .sites
+        .all()
+        .get(site)
+        .and_then(|s| s.compression.as_ref())
+    {
+        handler::compress::compress_response(policy, accepted, head_only, response);
+    }
 }
 
 /// The server's own handler: the file (or listing, or refusal) for the request's path.

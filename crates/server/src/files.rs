@@ -85,10 +85,10 @@ pub(crate) fn respond(
         _ => return simple(worker, out, req, keep_alive, 405, ALLOW),
     };
     let conditions = Conditions::from_headers(req.headers);
-    let accept = if site.precompressed {
+    let accept = if site.precompressed || site.compression.is_some() {
         AcceptEncoding::parse(conditions.accept_encoding)
     } else {
-        AcceptEncoding::NONE
+        AcceptEncoding::IDENTITY
     };
     let entry = match lookup(path, worker, site, accept) {
         Ok(entry) => entry,
@@ -148,7 +148,7 @@ fn options(
     if req.path == b"*" {
         return simple(worker, out, req, keep_alive, 204, ALLOW);
     }
-    match lookup(path, worker, site, AcceptEncoding::NONE) {
+    match lookup(path, worker, site, AcceptEncoding::IDENTITY) {
         Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
             simple(worker, out, req, keep_alive, 204, ALLOW)
         }
@@ -394,17 +394,27 @@ fn open(
     } else {
         key
     });
-    let extra = path_headers(&site.cache_control, key, brotli.is_some() || gzip.is_some());
+    let policy = site.compression.as_ref().filter(|p| {
+        p.compresses_type(content_type.as_bytes())
+            && (p.min_length..=crate::compressed::MAX_FILE_SIZE).contains(&plain.len)
+            && !crate::compressed::no_transform(&site.cache_control, key)
+    });
+    let varies = brotli.is_some() || gzip.is_some() || policy.is_some();
+    let extra = path_headers(&site.cache_control, key, varies);
     let min = site.sendfile_min_size;
     let load = |(file, id): (File, Identity), coding| {
         FileEntry::load(file, id, content_type, coding, &extra, min)
     };
-    let resource = Resource::new(
+    let has = (brotli.is_some(), gzip.is_some());
+    let mut resource = Resource::new(
         load((file, plain), Coding::Identity),
         brotli.map(|f| load(f, Coding::Brotli)),
         gzip.map(|f| load(f, Coding::Gzip)),
         now,
     );
+    if let Some(policy) = policy {
+        resource.compressed = crate::compressed::forms(policy, site, &resource.plain, has, &extra);
+    }
     let entry = resource.select(accept).clone();
     site.files.insert(key, resource);
     Ok(entry)

@@ -23,6 +23,7 @@
 mod access_log;
 mod admin;
 mod cache;
+mod compressed;
 mod conditional;
 mod config;
 mod conn;

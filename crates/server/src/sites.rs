@@ -23,6 +23,11 @@ pub(crate) struct Site {
     pub sendfile_min_size: u64,
     /// The open-file cache every worker reads and fills for this site.
     pub files: FileCache,
+    /// On-the-fly compression of handlers' responses and of static files without
+    /// siblings (`[compression]`); `None` when off.
+    pub compression: Option<handler::compress::Compression>,
+    /// Bytes of static files' compressed forms held in `files`.
+    pub compressed_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub(crate) struct Sites {
@@ -46,6 +51,8 @@ impl Sites {
             file_cache_valid_ms: config.file_cache_valid_ms,
             sendfile_min_size: config.sendfile_min_size,
             files: FileCache::new(config.file_cache_entries),
+            compression: None,
+            compressed_bytes: Default::default(),
         }];
         for h in &config.host {
             sites.push(Site {
@@ -65,7 +72,12 @@ impl Sites {
                 file_cache_valid_ms: config.file_cache_valid_ms,
                 sendfile_min_size: config.sendfile_min_size,
                 files: FileCache::new(config.file_cache_entries),
+                compression: None,
+                compressed_bytes: Default::default(),
             });
+        }
+        for (site, compression) in sites.iter_mut().zip(config.compression()) {
+            site.compression = compression;
         }
         Ok(Sites {
             sites,

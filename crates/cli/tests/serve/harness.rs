@@ -38,13 +38,25 @@ impl Server {
 
     /// `tessera ARGS` run in the directory `dir` (relative paths in ARGS are from there).
     pub fn start_args_in(dir: &Path, args: &[String]) -> Server {
-        Server::start_program(Path::new(env!("CARGO_BIN_EXE_tessera")), dir, args)
+        Server::start_program(Path::new(env!("CARGO_BIN_EXE_tessera")), dir, args, &[])
     }
 
-    /// `PROGRAM ARGS` (a copy or link of tessera) run in the directory `dir`.
-    pub fn start_program(program: &Path, dir: &Path, args: &[String]) -> Server {
+    /// [`Server::start_args_in`] with these environment variables set (`RUST_LOG`).
+    pub fn start_args_env(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Server {
+        Server::start_program(Path::new(env!("CARGO_BIN_EXE_tessera")), dir, args, env)
+    }
+
+    /// `PROGRAM ARGS` (a copy or link of tessera) run in the directory `dir`, with
+    /// these environment variables set.
+    pub fn start_program(
+        program: &Path,
+        dir: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut child = Command::new(program)
             .current_dir(dir)
+            .envs(env.iter().copied())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -5,6 +5,7 @@ mod harness;
 mod access_log;
 mod cache;
 mod check_config;
+mod compression;
 mod demo;
 mod framing;
 mod hosts;

@@ -112,7 +112,7 @@ fn an_upgrade_to_a_binary_that_does_not_start_leaves_the_old_one_serving() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let server = Server::start_program(&exe, Path::new("."), &args);
+    let server = Server::start_program(&exe, Path::new("."), &args, &[]);
     let first = server.child.id() as i32;
     eventually("the pid file", || read_pid(&pid_file) == Some(first));
     let mut successors = Successors(Vec::new());

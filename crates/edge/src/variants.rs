@@ -1,0 +1,321 @@
+//! Compressed once, served many times: the coded forms of a cached object (or of a
+//! cached assembled page), each made by the first request that wants it and kept with the
+//! object, so that a hit costs a lookup and no compressor run. One stored object serves a
+//! client that accepts zstd, one that accepts gzip and one that accepts nothing.
+//!
+//! The compression filter of the server (`handler::compress`) does the same per
+//! response for everything else; a response made here is marked so that it leaves it
+//! alone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use handler::compress::{Accepted, Coding, Compression};
+use handler::{Body, ResponseHead};
+
+/// The forms of one body, by coding (identity included: its head adds
+/// `Vary: Accept-Encoding`). Never changes once made; a new body (a new object, a new
+/// assembly of a page) comes with new `Variants`.
+#[derive(Default)]
+pub(crate) struct Variants {
+    forms: [OnceLock<Form>; 4],
+    /// Whether the object is the policy's to compress (its status, type, length and
+    /// fields do not change), decided on its first request rather than on every one.
+    eligible: OnceLock<bool>,
+    /// Bytes of compressed bodies held here, counted in [`HELD`].
+    bytes: AtomicU64,
+}
+
+/// Bytes of compressed forms held by every object of the process. They are not in the
+/// cache's weight (an object is weighed once, when stored); this bounds them instead, at
+/// the cache's `max_size`: past it a form is not kept and the server's filter compresses
+/// per response.
+static HELD: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Variants {
+    fn drop(&mut self) {
+        HELD.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
+    }
+}
+
+/// A body in one coding, with its head's fields as HTTP/1 lines.
+struct Form {
+    lines: Bytes,
+    /// Whether the lines hold a Date.
+    date: bool,
+    body: FormBody,
+}
+
+enum FormBody {
+    /// Compressed, in one piece.
+    Whole(Bytes),
+    /// The identity body as cached (a page's pieces, shared with the cache).
+    Pieces(Arc<[Bytes]>),
+}
+
+fn index(coding: Coding) -> usize {
+    match coding {
+        Coding::Identity => 0,
+        Coding::Gzip => 1,
+        Coding::Brotli => 2,
+        Coding::Zstd => 3,
+    }
+}
+
+/// A cached response as stored: its head (with the fields as HTTP/1 lines, and whether
+/// they hold a Date) and its body's chunks.
+pub(crate) struct Identity<'a> {
+    pub head: &'a ResponseHead,
+    pub lines: &'a Bytes,
+    pub date: bool,
+    pub chunks: &'a [Bytes],
+}
+
+impl Variants {
+    /// The response for a client that accepts `accepted`, per `policy`: the form of the
+    /// coding it gets, made now if this is the first request to want it. `None` when
+    /// the response is not the policy's to compress (its type, its length, its status,
+    /// no-transform, a coding already) or the client refuses every form: the server's
+    /// filter then sees the identity response as it is.
+    pub(crate) fn respond(
+        &self,
+        limit: u64,
+        policy: &Compression,
+        accepted: Accepted,
+        identity: Identity<'_>,
+    ) -> Option<(Bytes, bool, Body)> {
+        let Identity {
+            head: identity,
+            lines,
+            date,
+            chunks,
+        } = identity;
+        let eligible = *self.eligible.get_or_init(|| {
+            let length = chunks.iter().map(|c| c.len() as u64).sum();
+            handler::compress::compressible(policy, identity, Some(length))
+        });
+        if !eligible {
+            return None;
+        }
+        let coding = match accepted.choose(&policy.order) {
+            Some(c) => c,
+            None if accepted.accepts(Coding::Identity) => Coding::Identity,
+            None => return None,
+        };
+        let slot = &self.forms[index(coding)];
+        let form = match slot.get() {
+            Some(form) => form,
+            None => {
+                let form = make(policy, coding, lines, date, chunks)?;
+                let size = match &form.body {
+                    FormBody::Whole(b) => b.len() as u64,
+                    FormBody::Pieces(_) => 0,
+                };
+                if HELD.load(Ordering::Relaxed) + size > limit {
+                    return None;
+                }
+                // Two workers may make it at once; the first stored wins, both are right.
+                if slot.set(form).is_ok() {
+                    HELD.fetch_add(size, Ordering::Relaxed);
+                    self.bytes.fetch_add(size, Ordering::Relaxed);
+                }
+                slot.get()?
+            }
+        };
+        let body = match &form.body {
+            FormBody::Whole(b) => Body::Full(b.clone()),
+            FormBody::Pieces(c) => Body::Ready(c.clone()),
+        };
+        Some((form.lines.clone(), form.date, body))
+    }
+}
+
+impl crate::Edge {
+    /// The `[compression]` policy of the site of `config.route[route]`.
+    /// `None` when compression is off there, or the route says `compress = false`.
+    pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
+        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
+        self.inner.config.compression.get(route.site)?.as_ref()
+    }
+
+    /// Whether `config.route[route]` says `compress = false`.
+    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
+        self.inner
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| !r.compress)
+    }
+
+    /// A page assembled per request from cached parts, in the coding the client gets,
+    /// stitched from the parts' compressed forms ([`crate::stitch`]); `None` when it is
+    /// not to be compressed here (the server's filter then decides).
+    pub(crate) fn stitch(
+        &self,
+        policy: &Compression,
+        accepted: Accepted,
+        head: &mut ResponseHead,
+        chunks: &[Bytes],
+    ) -> Option<Body> {
+        let length = chunks.iter().map(|c| c.len() as u64).sum();
+        if !handler::compress::compressible(policy, head, Some(length)) {
+            return None;
+        }
+        let coding = accepted.choose(&policy.order)?;
+        let (body, made) = self
+            .inner
+            .parts
+            .stitch(coding, policy.level(coding), chunks)?;
+        tracing::debug!(
+            coding = coding.token(),
+            parts = chunks.len(),
+            made,
+            "page stitched"
+        );
+        handler::compress::mark_encoded(head, coding);
+        head.set_identity_only(true);
+        Some(Body::Full(body))
+    }
+}
+
+/// The `coding` form of a body whose identity head is `lines`.
+fn make(
+    policy: &Compression,
+    coding: Coding,
+    lines: &Bytes,
+    date: bool,
+    chunks: &[Bytes],
+) -> Option<Form> {
+    let mut head = ResponseHead::new(200);
+    head.set_encoded(lines.clone(), date);
+    let body = if coding == Coding::Identity {
+        handler::compress::add_vary(&mut head);
+        FormBody::Pieces(Arc::from(chunks))
+    } else {
+        let pieces: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+        let compressed = handler::compress::compress(coding, policy.level(coding), &pieces).ok()?;
+        handler::compress::mark_encoded(&mut head, coding);
+        FormBody::Whole(compressed)
+    };
+    tracing::debug!(coding = coding.token(), "compressed form made");
+    let mut encoded = Vec::new();
+    head.write_fields_h1(&mut encoded);
+    Some(Form {
+        lines: encoded.into(),
+        date: head.has_date(),
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Compression {
+        handler::compress::CompressionConfig::default()
+            .build()
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn each_form_is_made_once_and_shared() {
+        let lines = Bytes::from_static(b"Content-Type: text/html\r\nETag: \"e\"\r\n");
+        let mut identity = ResponseHead::new(200);
+        identity.set_encoded(lines.clone(), false);
+        let page: Vec<Bytes> = (0..50)
+            .map(|i| Bytes::from(format!("<p>piece {i} of a page</p>\n")))
+            .collect();
+        let variants = Variants::default();
+        let gzip = Accepted::parse(Some(b"gzip"));
+        let (head, _, first) = variants
+            .respond(
+                1 << 20,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
+            .unwrap();
+        let text = String::from_utf8_lossy(&head).to_string();
+        assert!(text.contains("Content-Encoding: gzip"), "{text}");
+        assert!(text.contains("ETag: W/\"e\""), "{text}");
+        assert!(text.contains("Vary: Accept-Encoding"), "{text}");
+        let (_, _, again) = variants
+            .respond(
+                1 << 20,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
+            .unwrap();
+        match (first, again) {
+            (Body::Full(a), Body::Full(b)) => assert_eq!(a.as_ptr(), b.as_ptr(), "not shared"),
+            _ => panic!("not whole"),
+        }
+        let plain = Accepted::parse(None);
+        let (head, _, body) = variants
+            .respond(
+                1 << 20,
+                &policy(),
+                plain,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page,
+                },
+            )
+            .unwrap();
+        assert!(String::from_utf8_lossy(&head).contains("Vary: Accept-Encoding"));
+        assert!(matches!(body, Body::Ready(c) if c.len() == 50));
+    }
+
+    #[test]
+    fn forms_past_the_budget_are_not_kept() {
+        let lines = Bytes::from_static(b"Content-Type: text/html\r\n");
+        let mut identity = ResponseHead::new(200);
+        identity.set_encoded(lines.clone(), false);
+        let page = vec![Bytes::from("<p>some text to compress</p>\n".repeat(100))];
+        let variants = Variants::default();
+        let gzip = Accepted::parse(Some(b"gzip"));
+        assert!(variants
+            .respond(
+                0,
+                &policy(),
+                gzip,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page
+                }
+            )
+            .is_none());
+        // The identity form holds no bytes of its own: kept whatever the budget.
+        let plain = Accepted::parse(None);
+        assert!(variants
+            .respond(
+                0,
+                &policy(),
+                plain,
+                Identity {
+                    head: &identity,
+                    lines: &lines,
+                    date: false,
+                    chunks: &page
+                }
+            )
+            .is_some());
+    }
+}
