@@ -346,3 +346,120 @@ fn a_real_prometheus_scrapes_every_request() {
         query("sum(tessera_requests_total{kind!=\"admin\"})").is_some_and(|r| r.contains(",\"8\"]"))
     });
 }
+
+/// `/status.json`: the sum of the samples named `name` whose labels include every pair.
+fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
+    doc["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["samples"].as_array().unwrap())
+        .filter(|s| s["name"] == name)
+        .filter(|s| labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+        .map(|s| s["value"].as_f64().unwrap())
+        .sum()
+}
+
+fn status_json(admin: SocketAddr) -> serde_json::Value {
+    let (status, body) = admin_get(admin, "/status.json", "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[test]
+fn status_json_figures_move_with_the_requests_sent() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    let before = status_json(admin);
+    for _ in 0..3 {
+        assert_eq!(server.get("/hello.txt").status, 200);
+    }
+    assert_eq!(server.get("/missing").status, 404);
+    // A miss (the origin asked through this server: one script request), then a hit.
+    assert_eq!(server.get("/p/x").body, b"page");
+    assert_eq!(server.get("/p/x").body, b"page");
+    // A proxied response is counted once its last byte is written, which may be just
+    // after the client has read it: ask again until both proxied ones are in.
+    let mut scrapes = 1;
+    let mut after = status_json(admin);
+    let proxy_ok = [("kind", "proxy"), ("code", "2xx")];
+    eventually("the proxied requests counted", || {
+        if json_sum(&after, "tessera_requests_total", &proxy_ok) < 2.0 {
+            after = status_json(admin);
+            scrapes += 1;
+            return false;
+        }
+        true
+    });
+
+    assert!(after["time"].as_f64().unwrap() >= before["time"].as_f64().unwrap());
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        json_sum(&after, name, labels) - json_sum(&before, name, labels)
+    };
+    let requests = "tessera_requests_total";
+    let static_ok = [("kind", "static"), ("code", "2xx"), ("host", "default")];
+    assert_eq!(moved(requests, &static_ok), 3.0);
+    assert_eq!(moved(requests, &[("kind", "static"), ("code", "4xx")]), 1.0);
+    assert_eq!(moved(requests, &[("kind", "proxy"), ("code", "2xx")]), 2.0);
+    assert_eq!(moved(requests, &[("kind", "script"), ("code", "2xx")]), 1.0);
+    // Each /status.json is counted by the time the next one is rendered.
+    assert_eq!(moved(requests, &[("kind", "admin")]), scrapes as f64);
+    let count = "tessera_request_duration_seconds_count";
+    let kinds = ["static", "proxy", "script"];
+    let durations: f64 = kinds.iter().map(|k| moved(count, &[("kind", k)])).sum();
+    assert_eq!(durations, 7.0);
+    let inf = [("kind", "static"), ("le", "+Inf")];
+    assert_eq!(moved("tessera_request_duration_seconds_bucket", &inf), 4.0);
+    let cache = "tessera_cache_requests_total";
+    assert_eq!(moved(cache, &[("result", "miss")]), 1.0);
+    assert_eq!(moved(cache, &[("result", "hit")]), 1.0);
+    assert_eq!(json_sum(&after, "tessera_config_generation", &[]), 1.0);
+    assert!(json_sum(&after, "tessera_connections_capacity", &[]) > 0.0);
+    let families = after["families"].as_array().unwrap();
+    let connections = families
+        .iter()
+        .find(|f| f["name"] == "tessera_connections")
+        .unwrap();
+    assert_eq!(connections["type"], "gauge");
+    assert_eq!(connections["samples"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn status_page_is_html_with_nothing_from_other_hosts() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    let mut stream = TcpStream::connect(admin).unwrap();
+    write!(stream, "GET /status HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+    let page = read_response(&mut stream, false);
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<canvas"), "charts drawn on canvases");
+    assert!(
+        html.contains("fetch(\"status.json\""),
+        "fed by /status.json"
+    );
+    for outside in [
+        "http://",
+        "https://",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+        "url(",
+    ] {
+        assert!(!html.contains(outside), "the page names {outside}");
+    }
+    // Only inline scripts and styles: no src or href attribute at all.
+    for attribute in [" src=", " href="] {
+        assert!(!html.contains(attribute), "the page has {attribute}");
+    }
+    // The same page is refused to a client the admin listener does not admit.
+    drop(server);
+    let (_site, server) = site_with_everything("admin_allow = [\"10.9.9.9\"]");
+    let (status, _) = admin_get(admin_addr(&server), "/status", "");
+    assert_eq!(status, 403);
+}
