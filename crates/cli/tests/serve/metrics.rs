@@ -463,3 +463,123 @@ fn status_page_is_html_with_nothing_from_other_hosts() {
     let (status, _) = admin_get(admin_addr(&server), "/status", "");
     assert_eq!(status, 403);
 }
+
+/// Every PromQL expression of docs/grafana-dashboard.json: its panels' targets and its
+/// template variables' queries.
+fn dashboard_expressions(dashboard: &serde_json::Value) -> Vec<String> {
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        assert_eq!(
+            panel["datasource"]["uid"], "${DS_PROMETHEUS}",
+            "{}",
+            panel["title"]
+        );
+        for target in panel["targets"].as_array().unwrap() {
+            assert_eq!(target["datasource"]["uid"], "${DS_PROMETHEUS}");
+            exprs.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        let query = variable["query"]["query"].as_str().unwrap();
+        // label_values(METRIC, LABEL) is Grafana's, not PromQL: keep the metric.
+        let inner = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.split_once(','))
+            .map(|(metric, _)| metric)
+            .unwrap_or(query);
+        exprs.push(inner.to_string());
+    }
+    exprs
+}
+
+#[test]
+fn grafana_dashboard_names_only_what_metrics_exposes() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana-dashboard.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let inputs = dashboard["__inputs"].as_array().unwrap();
+    assert!(inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS"));
+    let exprs = dashboard_expressions(&dashboard);
+
+    // What a scrape exposes: sample names and label names. A Redis tier (at an address
+    // where nothing listens: its lookups count as errors) so that its figures are there.
+    let (_site, server) = site_with_everything("[cache.redis]\nurl = \"redis://127.0.0.1:1\"\n");
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/p/x").body, b"page");
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let names: std::collections::HashSet<&str> =
+        s.keys().map(|k| k.split('{').next().unwrap()).collect();
+    let label = regex_lite::Regex::new(r#"[{,]([a-zA-Z_][a-zA-Z0-9_]*)=""#).unwrap();
+    let mut labels: std::collections::HashSet<&str> = s
+        .keys()
+        .flat_map(|k| label.captures_iter(k).map(|c| c.get(1).unwrap().as_str()))
+        .collect();
+    labels.insert("instance"); // added by Prometheus to every series it scrapes
+    labels.insert("job");
+
+    let identifier = regex_lite::Regex::new(r"tessera_[a-zA-Z0-9_:]*").unwrap();
+    let matcher = regex_lite::Regex::new(r#"([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*""#).unwrap();
+    let grouping = regex_lite::Regex::new(r"\b(?:by|without)\s*\(([^)]*)\)").unwrap();
+    let mut used = std::collections::HashSet::new();
+    for expr in &exprs {
+        let metrics: Vec<&str> = identifier.find_iter(expr).map(|m| m.as_str()).collect();
+        assert!(!metrics.is_empty(), "{expr} names no tessera metric");
+        for metric in metrics {
+            assert!(
+                names.contains(metric),
+                "{expr}: {metric} is not in /metrics"
+            );
+            used.insert(metric.to_string());
+        }
+        let grouped = grouping.captures_iter(expr).flat_map(|c| {
+            c[1].split(',')
+                .map(|l| l.trim().to_string())
+                .collect::<Vec<_>>()
+        });
+        let matched = matcher.captures_iter(expr).map(|c| c[1].to_string());
+        for name in grouped.chain(matched) {
+            assert!(labels.contains(name.as_str()), "{expr}: no label {name}");
+        }
+    }
+    for needed in [
+        "tessera_requests_total",
+        "tessera_request_duration_seconds_bucket",
+        "tessera_cache_requests_total",
+        "tessera_connections",
+        "tessera_refused_requests_total",
+        "tessera_reloads_total",
+    ] {
+        assert!(used.contains(needed), "no panel shows {needed}");
+    }
+
+    // Prometheus' own parser accepts every expression (Grafana's variables given values).
+    let rules: String = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let e = e
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*");
+            format!("      - record: dashboard:expr{i}\n        expr: {e:?}\n")
+        })
+        .collect();
+    let file = _site.dir.path().join("dashboard-rules.yml");
+    std::fs::write(
+        &file,
+        format!("groups:\n  - name: dashboard\n    rules:\n{rules}"),
+    )
+    .unwrap();
+    let out = Command::new(prometheus_bin("promtool"))
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
