@@ -76,6 +76,7 @@ mod clock;
 mod config;
 mod error;
 mod fetch;
+mod figures;
 mod freshness;
 pub mod headers;
 mod inner;

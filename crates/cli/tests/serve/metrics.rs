@@ -583,3 +583,59 @@ fn grafana_dashboard_names_only_what_metrics_exposes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn upstream_requests_count_exactly_by_outcome() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r)\n\
+           if r:path():find('fail') then r:set_status(503) return 'down' end\n\
+           r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
+    )
+    .unwrap();
+    // Port 1 on loopback: nothing listens, every connect is refused.
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+         [[upstream]]\nname = \"down\"\naddresses = [\"127.0.0.1:1\"]\n\n\
+         [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+         [[route]]\nprefix = \"/down\"\nupstream = \"down\"\n\n\
+         [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+        dir.display()
+    ));
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/p/x").body, b"page"); // a miss: one request
+    assert_eq!(server.get("/p/x").body, b"page"); // a hit: none
+    for _ in 0..3 {
+        assert_eq!(server.get("/p/fail").status, 503);
+    }
+    for _ in 0..2 {
+        assert_eq!(server.get("/down/x").status, 502);
+    }
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let requests = |upstream: &str, outcome: &str| {
+        let key = format!(
+            "tessera_upstream_requests_total{{upstream=\"{upstream}\",outcome=\"{outcome}\"}}"
+        );
+        *s.get(&key).unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    assert_eq!(requests("o", "response"), 1.0);
+    assert_eq!(requests("o", "server_error"), 3.0);
+    assert_eq!(requests("down", "connect_error"), 2.0);
+    assert_eq!(sum(&s, "tessera_upstream_requests_total{", &[]), 6.0);
+    // Every response head is timed, and only those.
+    let seconds = "tessera_upstream_response_seconds";
+    assert_eq!(s[&format!("{seconds}_count{{upstream=\"o\"}}")], 4.0);
+    assert_eq!(
+        s[&format!("{seconds}_bucket{{upstream=\"o\",le=\"+Inf\"}}")],
+        4.0
+    );
+    assert_eq!(s[&format!("{seconds}_count{{upstream=\"down\"}}")], 0.0);
+    assert!(s[&format!("{seconds}_sum{{upstream=\"o\"}}")] > 0.0);
+    // The proxy's requests are the origin's: 4 answered by the script.
+    let script = sum(&s, "tessera_requests_total{", &["kind=\"script\""]);
+    assert_eq!(script, 4.0);
+}
