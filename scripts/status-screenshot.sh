@@ -1,7 +1,7 @@
 #!/bin/sh
 # Renders the admin listener's /status page after some traffic into docs/img/status.png:
-# starts target/release/tessera (or $TESSERA) on loopback with a file, a 404 and a cached
-# proxy route, drives it with `tessera bench` at stepped rates for $SECONDS_OF_LOAD
+# starts target/release/tessera (or $TESSERA) on loopback with a file, a 404, a cached
+# proxy route and one to an upstream where nothing listens, drives it with `tessera bench` at stepped rates for $SECONDS_OF_LOAD
 # seconds, and has headless Chromium (apt `chromium`) screenshot the page it kept open
 # through that time, driven over the DevTools protocol by node (scripts/cdp-screenshot.mjs).
 set -eu
@@ -35,20 +35,31 @@ name = "origin"
 addresses = ["self"]
 path_prefix = "/origin"
 
+[[upstream]]
+name = "down"
+addresses = ["127.0.0.1:1"]
+
 [[route]]
 prefix = "/p"
 upstream = "origin"
+
+[[route]]
+prefix = "/down"
+upstream = "down"
 
 [[script]]
 prefix = "/origin"
 path = "$work/origin.lua"
 TOML
-# Mostly a file, some 404s, two proxied pages cached for 2 s (hits, and a miss now and then).
+# Mostly a file, some 404s, two proxied pages cached for 2 s (hits, and a miss now and
+# then), and a few requests to the upstream that refuses connections (502s: connect errors
+# until its breaker opens, then breaker_open).
 cat > "$work/mix.txt" <<MIX
 6 http://127.0.0.1:$PORT/hello.txt
 1 http://127.0.0.1:$PORT/missing
 3 http://127.0.0.1:$PORT/p/a
 2 http://127.0.0.1:$PORT/p/b
+1 http://127.0.0.1:$PORT/down/x
 MIX
 
 "$TESSERA" serve --config "$work/tessera.toml" 2> "$work/serve.log" &

@@ -413,6 +413,10 @@ fn status_json_figures_move_with_the_requests_sent() {
     let cache = "tessera_cache_requests_total";
     assert_eq!(moved(cache, &[("result", "miss")]), 1.0);
     assert_eq!(moved(cache, &[("result", "hit")]), 1.0);
+    let upstream = [("upstream", "o"), ("outcome", "response")];
+    assert_eq!(moved("tessera_upstream_requests_total", &upstream), 1.0);
+    let head = [("upstream", "o")];
+    assert_eq!(moved("tessera_upstream_response_seconds_count", &head), 1.0);
     assert_eq!(json_sum(&after, "tessera_config_generation", &[]), 1.0);
     assert!(json_sum(&after, "tessera_connections_capacity", &[]) > 0.0);
     let families = after["families"].as_array().unwrap();
@@ -443,6 +447,19 @@ fn status_page_is_html_with_nothing_from_other_hosts() {
         html.contains("fetch(\"status.json\""),
         "fed by /status.json"
     );
+    for family in [
+        "tessera_requests_total",
+        "tessera_request_duration_seconds_bucket",
+        "tessera_cache_requests_total",
+        "tessera_connections",
+        "tessera_upstream_requests_total",
+        "tessera_upstream_response_seconds_bucket",
+    ] {
+        assert!(
+            html.contains(&format!("\"{family}\"")),
+            "the page charts {family}"
+        );
+    }
     for outside in [
         "http://",
         "https://",
