@@ -142,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             ),
         };
-        eprintln!("tessera: admin on http://{addr}/metrics and /healthz, for {who}");
+        eprintln!("tessera: admin on http://{addr}/metrics, /healthz and /status, for {who}");
     }
     let running = server.start().map_err(what_to_do)?;
     if let Some(path) = &pid_file {

@@ -33,6 +33,7 @@ use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 use crate::breaker::{Breaker, BreakerState, Ticket};
 use crate::config::{secs, UpstreamConfig};
 use crate::error::UpstreamError;
+use crate::figures::{self, UpstreamCounts};
 use crate::headers::Forwarded;
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
@@ -69,6 +70,9 @@ pub(crate) struct Upstream {
     opened: Cell<u64>,
     /// Connections opened by every worker, for the operator.
     opened_total: Arc<AtomicU64>,
+    /// This worker's figures for every upstream; this one's at `figures_index`.
+    figures: Arc<[UpstreamCounts]>,
+    figures_index: usize,
 }
 
 /// One open connection to an upstream, with its buffers (kept while it is pooled, so a
@@ -363,7 +367,13 @@ enum Attempt {
 }
 
 impl Upstream {
-    pub(crate) fn new(c: &UpstreamConfig, opened_total: Arc<AtomicU64>) -> Upstream {
+    /// `figures`: this worker's counters for every upstream, this one's at `index`.
+    pub(crate) fn new(
+        c: &UpstreamConfig,
+        opened_total: Arc<AtomicU64>,
+        figures: Arc<[UpstreamCounts]>,
+        index: usize,
+    ) -> Upstream {
         Upstream {
             name: c.name.clone(),
             addresses: c.addresses.clone(),
@@ -377,6 +387,8 @@ impl Upstream {
             breaker: Breaker::new(&c.name, c.breaker_failures, secs(c.breaker_cool_down)),
             opened: Cell::new(0),
             opened_total,
+            figures,
+            figures_index: index,
         }
     }
 
@@ -390,13 +402,16 @@ impl Upstream {
 
     /// Sends `req` and waits for the response head, by `deadline` at the latest (and
     /// within the response timeout). The breaker hears of the outcome: connect errors,
-    /// timeouts and 5xx count as failures.
+    /// timeouts and 5xx count as failures. The figures count it by outcome, and the time
+    /// to its response head.
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: &Outgoing<'_>,
         deadline: Instant,
     ) -> Result<(Head, Pooled), UpstreamError> {
+        let counts = &self.figures[self.figures_index];
         let Some(ticket) = self.breaker.try_call() else {
+            counts.record(figures::BREAKER_OPEN, None);
             return Err(UpstreamError::BreakerOpen {
                 upstream: self.name.clone(),
             });
@@ -406,7 +421,15 @@ impl Upstream {
             ticket,
             success: false,
         };
+        let started = Instant::now();
         let result = self.send_inner(req, deadline).await;
+        let micros = started.elapsed().as_micros() as u64;
+        match &result {
+            Ok((head, _)) => {
+                counts.record(figures::outcome(Ok(head.status.as_u16())), Some(micros))
+            }
+            Err(e) => counts.record(figures::outcome(Err(e)), None),
+        }
         outcome.success = matches!(&result, Ok((head, _)) if !head.status.is_server_error());
         result
     }

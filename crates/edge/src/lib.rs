@@ -77,6 +77,7 @@ mod config;
 mod decode;
 mod error;
 mod fetch;
+mod figures;
 mod freshness;
 pub mod headers;
 mod inner;

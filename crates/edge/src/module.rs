@@ -46,6 +46,8 @@ pub struct EdgeModule {
     proxies: bool,
     /// Connections opened per upstream by all workers.
     opened: Arc<[Arc<AtomicU64>]>,
+    /// Requests per upstream by outcome and their latency, per worker.
+    figures: crate::figures::UpstreamFigures,
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
@@ -79,12 +81,14 @@ impl EdgeModule {
             _ => Cache::new(&config.cache)?,
         };
         let opened = crate::proxy::opened_totals(&config);
+        let figures = crate::figures::UpstreamFigures::new(config.upstream.len());
         Ok(Arc::new(EdgeModule {
             id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
             config,
             cache,
             proxies,
             opened,
+            figures,
             listening: OnceLock::new(),
         }))
     }
@@ -140,6 +144,7 @@ impl EdgeModule {
             self.cache.clone(),
             true,
             self.opened.clone(),
+            self.figures.for_worker(worker),
         ) {
             Ok(edge) => {
                 WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.downgrade())));
@@ -180,6 +185,13 @@ impl Module for EdgeModule {
     }
 
     fn metrics(&self, out: &mut handler::Metrics) {
+        let names: Vec<&str> = self
+            .config
+            .upstream
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect();
+        self.figures.write(out, &names);
         for (name, opened) in self.upstream_connections() {
             out.counter(
                 "tessera_upstream_connections_opened_total",

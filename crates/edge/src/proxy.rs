@@ -247,26 +247,33 @@ impl Edge {
     /// `config.cache`, and give it to every worker's `Edge`.
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
-        Edge::build(config, cache, false, opened)
+        let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
+        Edge::build(config, cache, false, opened, figures)
     }
 
     /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
     /// `head_h1` (for the server's module, which encodes those; see `module.rs`), so a
     /// hit does not copy every field into a map nobody reads.
     /// `opened`: per upstream (in `config.upstream`'s order), the connections every
-    /// worker opened ([`opened_totals`]).
+    /// worker opened ([`opened_totals`]). `figures`: this worker's counters per upstream,
+    /// in the same order.
     pub(crate) fn build(
         config: EdgeConfig,
         cache: Arc<Cache>,
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
+        figures: Arc<[crate::figures::UpstreamCounts]>,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
             .upstream
             .iter()
             .zip(opened.iter())
-            .map(|(u, o)| (u.name.clone(), Rc::new(Upstream::new(u, o.clone()))))
+            .enumerate()
+            .map(|(i, (u, o))| {
+                let upstream = Upstream::new(u, o.clone(), figures.clone(), i);
+                (u.name.clone(), Rc::new(upstream))
+            })
             .collect();
         let sites = config.route.iter().map(|r| r.site + 1).max().unwrap_or(1);
         let routes = (0..sites)

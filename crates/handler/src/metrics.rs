@@ -18,12 +18,15 @@ pub enum MetricKind {
     Histogram,
 }
 
+/// Label pairs, `le` last for a histogram bucket.
+type OwnedLabels = Vec<(String, String)>;
+
 struct Family {
     name: String,
     help: &'static str,
     kind: MetricKind,
     /// `name{labels} value` lines without the family name: (suffix, labels, value).
-    samples: Vec<(&'static str, String, f64)>,
+    samples: Vec<(&'static str, OwnedLabels, f64)>,
 }
 
 /// Families of samples, in the order they were first added.
@@ -44,18 +47,16 @@ impl Metrics {
     pub fn counter(&mut self, name: &str, help: &'static str, labels: Labels<'_>, value: u64) {
         self.family(name, help, MetricKind::Counter).samples.push((
             "",
-            label_text(labels, None),
+            owned(labels, None),
             value as f64,
         ));
     }
 
     /// A gauge sample.
     pub fn gauge(&mut self, name: &str, help: &'static str, labels: Labels<'_>, value: f64) {
-        self.family(name, help, MetricKind::Gauge).samples.push((
-            "",
-            label_text(labels, None),
-            value,
-        ));
+        self.family(name, help, MetricKind::Gauge)
+            .samples
+            .push(("", owned(labels, None), value));
     }
 
     /// A histogram: `buckets` are (upper bound, count of observations at most that),
@@ -74,15 +75,15 @@ impl Metrics {
             let le = format_value(le);
             family
                 .samples
-                .push(("_bucket", label_text(labels, Some(&le)), n as f64));
+                .push(("_bucket", owned(labels, Some(&le)), n as f64));
         }
         family
             .samples
-            .push(("_bucket", label_text(labels, Some("+Inf")), count as f64));
-        family.samples.push(("_sum", label_text(labels, None), sum));
+            .push(("_bucket", owned(labels, Some("+Inf")), count as f64));
+        family.samples.push(("_sum", owned(labels, None), sum));
         family
             .samples
-            .push(("_count", label_text(labels, None), count as f64));
+            .push(("_count", owned(labels, None), count as f64));
     }
 
     fn family(&mut self, name: &str, help: &'static str, kind: MetricKind) -> &mut Family {
@@ -117,6 +118,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {family_name} {}", f.help);
             let _ = writeln!(out, "# TYPE {family_name} {kind}");
             for (suffix, labels, value) in &f.samples {
+                let labels = label_text(labels);
                 let _ = writeln!(out, "{}{suffix}{labels} {}", f.name, format_value(*value));
             }
         }
@@ -125,6 +127,73 @@ impl Metrics {
         }
         out
     }
+}
+
+impl Metrics {
+    /// The same families as one JSON array, for the admin listener's `/status.json`:
+    /// `[{"name", "type", "help", "samples": [{"name", "labels": {..}, "value"}]}]`, a
+    /// sample's name with its suffix (`_bucket`, `_sum`, `_count`).
+    pub fn render_json(&self) -> String {
+        let mut out = String::from("[");
+        for (i, f) in self.families.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let kind = match f.kind {
+                MetricKind::Counter => "counter",
+                MetricKind::Gauge => "gauge",
+                MetricKind::Histogram => "histogram",
+            };
+            out.push_str("\n{\"name\":");
+            json_string(&mut out, &f.name);
+            let _ = write!(out, ",\"type\":\"{kind}\",\"help\":");
+            json_string(&mut out, f.help);
+            out.push_str(",\"samples\":[");
+            for (j, (suffix, labels, value)) in f.samples.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"name\":");
+                json_string(&mut out, &format!("{}{suffix}", f.name));
+                out.push_str(",\"labels\":{");
+                for (k, (name, value)) in labels.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                    }
+                    json_string(&mut out, name);
+                    out.push(':');
+                    json_string(&mut out, value);
+                }
+                out.push_str("},\"value\":");
+                // JSON has no infinities; no sample holds one (bounds are labels).
+                if value.is_finite() {
+                    out.push_str(&format_value(*value));
+                } else {
+                    out.push_str("null");
+                }
+                out.push('}');
+            }
+            out.push_str("]}");
+        }
+        out.push(']');
+        out
+    }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The content type of [`Metrics::render`]'s output.
@@ -136,11 +205,16 @@ pub fn content_type(openmetrics: bool) -> &'static str {
     }
 }
 
-/// `{a="x",b="y"}` (empty without labels), values escaped as the format says.
-fn label_text(labels: Labels<'_>, le: Option<&str>) -> String {
-    let mut text = String::new();
+/// The label pairs, with `le` last when it is given.
+fn owned(labels: Labels<'_>, le: Option<&str>) -> OwnedLabels {
     let all = labels.iter().copied().chain(le.map(|le| ("le", le)));
-    for (i, (name, value)) in all.enumerate() {
+    all.map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+/// `{a="x",b="y"}` (empty without labels), values escaped as the format says.
+fn label_text(labels: &[(String, String)]) -> String {
+    let mut text = String::new();
+    for (i, (name, value)) in labels.iter().enumerate() {
         text.push(if i == 0 { '{' } else { ',' });
         text.push_str(name);
         text.push_str("=\"");
@@ -202,6 +276,20 @@ mod tests {
              t_seconds_bucket{kind=\"a\\\"b\",le=\"1\"} 2\n\
              t_seconds_bucket{kind=\"a\\\"b\",le=\"+Inf\"} 3\n\
              t_seconds_sum{kind=\"a\\\"b\"} 2.25\nt_seconds_count{kind=\"a\\\"b\"} 3\n"
+        );
+        assert_eq!(
+            m.render_json(),
+            "[\n{\"name\":\"t_requests_total\",\"type\":\"counter\",\"help\":\"Requests.\",\"samples\":[\
+             {\"name\":\"t_requests_total\",\"labels\":{\"code\":\"2xx\"},\"value\":3},\
+             {\"name\":\"t_requests_total\",\"labels\":{\"code\":\"5xx\"},\"value\":1}]},\
+             \n{\"name\":\"t_up\",\"type\":\"gauge\",\"help\":\"Up.\",\"samples\":[\
+             {\"name\":\"t_up\",\"labels\":{},\"value\":1}]},\
+             \n{\"name\":\"t_seconds\",\"type\":\"histogram\",\"help\":\"Time.\",\"samples\":[\
+             {\"name\":\"t_seconds_bucket\",\"labels\":{\"kind\":\"a\\\"b\",\"le\":\"0.5\"},\"value\":1},\
+             {\"name\":\"t_seconds_bucket\",\"labels\":{\"kind\":\"a\\\"b\",\"le\":\"1\"},\"value\":2},\
+             {\"name\":\"t_seconds_bucket\",\"labels\":{\"kind\":\"a\\\"b\",\"le\":\"+Inf\"},\"value\":3},\
+             {\"name\":\"t_seconds_sum\",\"labels\":{\"kind\":\"a\\\"b\"},\"value\":2.25},\
+             {\"name\":\"t_seconds_count\",\"labels\":{\"kind\":\"a\\\"b\"},\"value\":3}]}]"
         );
         let open = m.render(true);
         assert!(open.starts_with("# HELP t_requests Requests.\n# TYPE t_requests counter\n"));

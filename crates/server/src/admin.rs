@@ -1,5 +1,6 @@
-//! The admin listener (`admin_listen`): `/metrics` for Prometheus and `/healthz` for load
-//! balancers, on an address of its own, never one of the public listeners.
+//! The admin listener (`admin_listen`): `/metrics` for Prometheus, `/healthz` for load
+//! balancers and `/status` (a live page fed by `/status.json`) for people, on an address
+//! of its own, never one of the public listeners.
 //!
 //! It runs on a thread of its own, off the workers, answering one short request per
 //! connection in turn: a scrape every few seconds and a health check are all it serves,
@@ -14,6 +15,10 @@ use std::time::Duration;
 
 use crate::metrics::{self, Answered, WorkerMetrics};
 use crate::{Phase, Shared};
+
+/// The live status page: self-contained (inline script, canvas charts), it polls
+/// `/status.json` and computes rates from successive samples in the browser.
+const STATUS_PAGE: &str = include_str!("status.html");
 
 /// Largest request head the admin listener reads.
 const MAX_HEAD: usize = 8192;
@@ -124,6 +129,18 @@ fn answer(
                 handler::metrics_content_type(openmetrics),
                 text.into_bytes(),
             )
+        }
+        b"/status" => (200, "text/html; charset=utf-8", STATUS_PAGE.into()),
+        b"/status.json" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64();
+            let json = format!(
+                "{{\"time\":{now:.3},\"families\":{}}}\n",
+                render(shared, &gen).render_json()
+            );
+            (200, "application/json", json.into_bytes())
         }
         b"/healthz" => match *phase.borrow() {
             Phase::Serve => (200, "text/plain", b"ok\n".to_vec()),

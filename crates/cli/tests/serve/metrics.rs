@@ -346,3 +346,313 @@ fn a_real_prometheus_scrapes_every_request() {
         query("sum(tessera_requests_total{kind!=\"admin\"})").is_some_and(|r| r.contains(",\"8\"]"))
     });
 }
+
+/// `/status.json`: the sum of the samples named `name` whose labels include every pair.
+fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
+    doc["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["samples"].as_array().unwrap())
+        .filter(|s| s["name"] == name)
+        .filter(|s| labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+        .map(|s| s["value"].as_f64().unwrap())
+        .sum()
+}
+
+fn status_json(admin: SocketAddr) -> serde_json::Value {
+    let (status, body) = admin_get(admin, "/status.json", "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[test]
+fn status_json_figures_move_with_the_requests_sent() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    let before = status_json(admin);
+    for _ in 0..3 {
+        assert_eq!(server.get("/hello.txt").status, 200);
+    }
+    assert_eq!(server.get("/missing").status, 404);
+    // A miss (the origin asked through this server: one script request), then a hit.
+    assert_eq!(server.get("/p/x").body, b"page");
+    assert_eq!(server.get("/p/x").body, b"page");
+    // A proxied response is counted once its last byte is written, which may be just
+    // after the client has read it: ask again until both proxied ones are in.
+    let mut scrapes = 1;
+    let mut after = status_json(admin);
+    let proxy_ok = [("kind", "proxy"), ("code", "2xx")];
+    eventually("the proxied requests counted", || {
+        if json_sum(&after, "tessera_requests_total", &proxy_ok) < 2.0 {
+            after = status_json(admin);
+            scrapes += 1;
+            return false;
+        }
+        true
+    });
+
+    assert!(after["time"].as_f64().unwrap() >= before["time"].as_f64().unwrap());
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        json_sum(&after, name, labels) - json_sum(&before, name, labels)
+    };
+    let requests = "tessera_requests_total";
+    let static_ok = [("kind", "static"), ("code", "2xx"), ("host", "default")];
+    assert_eq!(moved(requests, &static_ok), 3.0);
+    assert_eq!(moved(requests, &[("kind", "static"), ("code", "4xx")]), 1.0);
+    assert_eq!(moved(requests, &[("kind", "proxy"), ("code", "2xx")]), 2.0);
+    assert_eq!(moved(requests, &[("kind", "script"), ("code", "2xx")]), 1.0);
+    // Each /status.json is counted by the time the next one is rendered.
+    assert_eq!(moved(requests, &[("kind", "admin")]), scrapes as f64);
+    let count = "tessera_request_duration_seconds_count";
+    let kinds = ["static", "proxy", "script"];
+    let durations: f64 = kinds.iter().map(|k| moved(count, &[("kind", k)])).sum();
+    assert_eq!(durations, 7.0);
+    let inf = [("kind", "static"), ("le", "+Inf")];
+    assert_eq!(moved("tessera_request_duration_seconds_bucket", &inf), 4.0);
+    let cache = "tessera_cache_requests_total";
+    assert_eq!(moved(cache, &[("result", "miss")]), 1.0);
+    assert_eq!(moved(cache, &[("result", "hit")]), 1.0);
+    let upstream = [("upstream", "o"), ("outcome", "response")];
+    assert_eq!(moved("tessera_upstream_requests_total", &upstream), 1.0);
+    let head = [("upstream", "o")];
+    assert_eq!(moved("tessera_upstream_response_seconds_count", &head), 1.0);
+    assert_eq!(json_sum(&after, "tessera_config_generation", &[]), 1.0);
+    assert!(json_sum(&after, "tessera_connections_capacity", &[]) > 0.0);
+    let families = after["families"].as_array().unwrap();
+    let connections = families
+        .iter()
+        .find(|f| f["name"] == "tessera_connections")
+        .unwrap();
+    assert_eq!(connections["type"], "gauge");
+    assert_eq!(connections["samples"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn status_page_is_html_with_nothing_from_other_hosts() {
+    let (_site, server) = site_with_everything("");
+    let admin = admin_addr(&server);
+    let mut stream = TcpStream::connect(admin).unwrap();
+    write!(stream, "GET /status HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+    let page = read_response(&mut stream, false);
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<canvas"), "charts drawn on canvases");
+    assert!(
+        html.contains("fetch(\"status.json\""),
+        "fed by /status.json"
+    );
+    for family in [
+        "tessera_requests_total",
+        "tessera_request_duration_seconds_bucket",
+        "tessera_cache_requests_total",
+        "tessera_connections",
+        "tessera_upstream_requests_total",
+        "tessera_upstream_response_seconds_bucket",
+    ] {
+        assert!(
+            html.contains(&format!("\"{family}\"")),
+            "the page charts {family}"
+        );
+    }
+    for outside in [
+        "http://",
+        "https://",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+        "url(",
+    ] {
+        assert!(!html.contains(outside), "the page names {outside}");
+    }
+    // Only inline scripts and styles: no src or href attribute at all.
+    for attribute in [" src=", " href="] {
+        assert!(!html.contains(attribute), "the page has {attribute}");
+    }
+    // The same page is refused to a client the admin listener does not admit.
+    drop(server);
+    let (_site, server) = site_with_everything("admin_allow = [\"10.9.9.9\"]");
+    let (status, _) = admin_get(admin_addr(&server), "/status", "");
+    assert_eq!(status, 403);
+}
+
+/// Every PromQL expression of docs/grafana-dashboard.json: its panels' targets and its
+/// template variables' queries.
+fn dashboard_expressions(dashboard: &serde_json::Value) -> Vec<String> {
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        assert_eq!(
+            panel["datasource"]["uid"], "${DS_PROMETHEUS}",
+            "{}",
+            panel["title"]
+        );
+        for target in panel["targets"].as_array().unwrap() {
+            assert_eq!(target["datasource"]["uid"], "${DS_PROMETHEUS}");
+            exprs.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        let query = variable["query"]["query"].as_str().unwrap();
+        // label_values(METRIC, LABEL) is Grafana's, not PromQL: keep the metric.
+        let inner = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.split_once(','))
+            .map(|(metric, _)| metric)
+            .unwrap_or(query);
+        exprs.push(inner.to_string());
+    }
+    exprs
+}
+
+#[test]
+fn grafana_dashboard_names_only_what_metrics_exposes() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana-dashboard.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let inputs = dashboard["__inputs"].as_array().unwrap();
+    assert!(inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS"));
+    let exprs = dashboard_expressions(&dashboard);
+
+    // What a scrape exposes: sample names and label names. A Redis tier (at an address
+    // where nothing listens: its lookups count as errors) so that its figures are there.
+    let (_site, server) = site_with_everything("[cache.redis]\nurl = \"redis://127.0.0.1:1\"\n");
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/p/x").body, b"page");
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let names: std::collections::HashSet<&str> =
+        s.keys().map(|k| k.split('{').next().unwrap()).collect();
+    let label = regex_lite::Regex::new(r#"[{,]([a-zA-Z_][a-zA-Z0-9_]*)=""#).unwrap();
+    let mut labels: std::collections::HashSet<&str> = s
+        .keys()
+        .flat_map(|k| label.captures_iter(k).map(|c| c.get(1).unwrap().as_str()))
+        .collect();
+    labels.insert("instance"); // added by Prometheus to every series it scrapes
+    labels.insert("job");
+
+    let identifier = regex_lite::Regex::new(r"tessera_[a-zA-Z0-9_:]*").unwrap();
+    let matcher = regex_lite::Regex::new(r#"([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*""#).unwrap();
+    let grouping = regex_lite::Regex::new(r"\b(?:by|without)\s*\(([^)]*)\)").unwrap();
+    let mut used = std::collections::HashSet::new();
+    for expr in &exprs {
+        let metrics: Vec<&str> = identifier.find_iter(expr).map(|m| m.as_str()).collect();
+        assert!(!metrics.is_empty(), "{expr} names no tessera metric");
+        for metric in metrics {
+            assert!(
+                names.contains(metric),
+                "{expr}: {metric} is not in /metrics"
+            );
+            used.insert(metric.to_string());
+        }
+        let grouped = grouping.captures_iter(expr).flat_map(|c| {
+            c[1].split(',')
+                .map(|l| l.trim().to_string())
+                .collect::<Vec<_>>()
+        });
+        let matched = matcher.captures_iter(expr).map(|c| c[1].to_string());
+        for name in grouped.chain(matched) {
+            assert!(labels.contains(name.as_str()), "{expr}: no label {name}");
+        }
+    }
+    for needed in [
+        "tessera_requests_total",
+        "tessera_request_duration_seconds_bucket",
+        "tessera_cache_requests_total",
+        "tessera_connections",
+        "tessera_refused_requests_total",
+        "tessera_reloads_total",
+    ] {
+        assert!(used.contains(needed), "no panel shows {needed}");
+    }
+
+    // Prometheus' own parser accepts every expression (Grafana's variables given values).
+    let rules: String = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let e = e
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*");
+            format!("      - record: dashboard:expr{i}\n        expr: {e:?}\n")
+        })
+        .collect();
+    let file = _site.dir.path().join("dashboard-rules.yml");
+    std::fs::write(
+        &file,
+        format!("groups:\n  - name: dashboard\n    rules:\n{rules}"),
+    )
+    .unwrap();
+    let out = Command::new(prometheus_bin("promtool"))
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn upstream_requests_count_exactly_by_outcome() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r)\n\
+           if r:path():find('fail') then r:set_status(503) return 'down' end\n\
+           r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
+    )
+    .unwrap();
+    // Port 1 on loopback: nothing listens, every connect is refused.
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+         [[upstream]]\nname = \"down\"\naddresses = [\"127.0.0.1:1\"]\n\n\
+         [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+         [[route]]\nprefix = \"/down\"\nupstream = \"down\"\n\n\
+         [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+        dir.display()
+    ));
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/p/x").body, b"page"); // a miss: one request
+    assert_eq!(server.get("/p/x").body, b"page"); // a hit: none
+    for _ in 0..3 {
+        assert_eq!(server.get("/p/fail").status, 503);
+    }
+    for _ in 0..2 {
+        assert_eq!(server.get("/down/x").status, 502);
+    }
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let requests = |upstream: &str, outcome: &str| {
+        let key = format!(
+            "tessera_upstream_requests_total{{upstream=\"{upstream}\",outcome=\"{outcome}\"}}"
+        );
+        *s.get(&key).unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    assert_eq!(requests("o", "response"), 1.0);
+    assert_eq!(requests("o", "server_error"), 3.0);
+    assert_eq!(requests("down", "connect_error"), 2.0);
+    assert_eq!(sum(&s, "tessera_upstream_requests_total{", &[]), 6.0);
+    // Every response head is timed, and only those.
+    let seconds = "tessera_upstream_response_seconds";
+    assert_eq!(s[&format!("{seconds}_count{{upstream=\"o\"}}")], 4.0);
+    assert_eq!(
+        s[&format!("{seconds}_bucket{{upstream=\"o\",le=\"+Inf\"}}")],
+        4.0
+    );
+    assert_eq!(s[&format!("{seconds}_count{{upstream=\"down\"}}")], 0.0);
+    assert!(s[&format!("{seconds}_sum{{upstream=\"o\"}}")] > 0.0);
+    // The proxy's requests are the origin's: 4 answered by the script.
+    let script = sum(&s, "tessera_requests_total{", &["kind=\"script\""]);
+    assert_eq!(script, 4.0);
+}

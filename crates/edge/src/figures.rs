@@ -1,0 +1,227 @@
+//! Per-upstream figures for `/metrics`: requests by outcome and the time to the response
+//! head, counted per worker and summed at scrape time.
+//!
+//! Each worker's `Edge` gets a block of counters of its own for every upstream (the same
+//! block again if it builds its `Edge` anew), which only that worker's thread writes: a
+//! relaxed load and store, no locked instruction, no cache line another worker writes.
+//! The scrape reads every block.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::UpstreamError;
+
+/// What became of a request sent to an upstream, up to its response head: the `outcome`
+/// label.
+pub(crate) const OUTCOMES: [&str; 7] = [
+    "response",
+    "server_error",
+    "connect_error",
+    "connect_timeout",
+    "timeout",
+    "protocol_error",
+    "breaker_open",
+];
+
+/// The index of `breaker_open` in [`OUTCOMES`].
+pub(crate) const BREAKER_OPEN: usize = 6;
+
+/// Upper bounds of the latency buckets in microseconds: 100 us to 10 s, as the server's
+/// request duration histogram.
+const BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// The index in [`OUTCOMES`] of a request's result: a response (`server_error` for a
+/// 5xx), or the error that ended it before one.
+pub(crate) fn outcome(result: Result<u16, &UpstreamError>) -> usize {
+    match result {
+        Ok(status) if status >= 500 => 1,
+        Ok(_) => 0,
+        Err(UpstreamError::Connect { .. }) => 2,
+        Err(UpstreamError::ConnectTimeout { .. }) => 3,
+        Err(UpstreamError::ResponseTimeout { .. }) => 4,
+        Err(UpstreamError::BreakerOpen { .. }) => BREAKER_OPEN,
+        Err(
+            UpstreamError::Protocol { .. }
+            | UpstreamError::TooLarge { .. }
+            | UpstreamError::Decode { .. }
+            | UpstreamError::Coalesced { .. },
+        ) => 5,
+    }
+}
+
+/// One worker's counters for one upstream. Aligned so that two workers' never share a
+/// cache line.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct UpstreamCounts {
+    outcomes: [AtomicU64; OUTCOMES.len()],
+    /// Responses per bucket (not cumulative; the last is above every bound).
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// Adds to a counter only this worker writes: no atomic read-modify-write.
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+impl UpstreamCounts {
+    /// Counts one request; `micros` to its response head when one came.
+    pub(crate) fn record(&self, outcome: usize, micros: Option<u64>) {
+        bump(&self.outcomes[outcome], 1);
+        if let Some(micros) = micros {
+            let bucket = BUCKETS_US.partition_point(|&le| le < micros);
+            bump(&self.buckets[bucket], 1);
+            bump(&self.sum_us, micros);
+        }
+    }
+}
+
+/// Every worker's counters, per upstream (in the configuration's order).
+pub(crate) struct UpstreamFigures {
+    upstreams: usize,
+    /// By worker index; a worker's block has one `UpstreamCounts` per upstream.
+    workers: Mutex<Vec<Option<Arc<[UpstreamCounts]>>>>,
+}
+
+impl UpstreamFigures {
+    pub(crate) fn new(upstreams: usize) -> UpstreamFigures {
+        UpstreamFigures {
+            upstreams,
+            workers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The worker's block, made the first time it asks (off the request path: when the
+    /// worker builds its `Edge`).
+    pub(crate) fn for_worker(&self, worker: usize) -> Arc<[UpstreamCounts]> {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        if workers.len() <= worker {
+            workers.resize(worker + 1, None);
+        }
+        workers[worker]
+            .get_or_insert_with(|| (0..self.upstreams).map(|_| Default::default()).collect())
+            .clone()
+    }
+
+    /// Writes `tessera_upstream_requests_total` and `tessera_upstream_response_seconds`,
+    /// `names` being the upstreams' names in the configuration's order.
+    pub(crate) fn write(&self, out: &mut handler::Metrics, names: &[&str]) {
+        let workers: Vec<Arc<[UpstreamCounts]>> = self
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let total = |i: usize, pick: &dyn Fn(&UpstreamCounts) -> &AtomicU64| -> u64 {
+            workers
+                .iter()
+                .map(|w| pick(&w[i]).load(Ordering::Relaxed))
+                .sum()
+        };
+        for (i, name) in names.iter().enumerate().take(self.upstreams) {
+            for (o, outcome) in OUTCOMES.iter().enumerate() {
+                out.counter(
+                    "tessera_upstream_requests_total",
+                    "Requests sent to each upstream, by what became of them up to the response head.",
+                    &[("upstream", name), ("outcome", outcome)],
+                    total(i, &|c| &c.outcomes[o]),
+                );
+            }
+            let mut cumulative = 0;
+            let mut buckets = Vec::with_capacity(BUCKETS_US.len());
+            for (b, le) in BUCKETS_US.iter().enumerate() {
+                cumulative += total(i, &|c| &c.buckets[b]);
+                buckets.push((*le as f64 / 1e6, cumulative));
+            }
+            let count = cumulative + total(i, &|c| &c.buckets[BUCKETS_US.len()]);
+            out.histogram(
+                "tessera_upstream_response_seconds",
+                "Time from sending a request to an upstream (taking or opening a connection \
+                 included) to its response head.",
+                &[("upstream", name)],
+                &buckets,
+                count,
+                total(i, &|c| &c.sum_us) as f64 / 1e6,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_every_workers_counts() {
+        let figures = UpstreamFigures::new(2);
+        let first = figures.for_worker(0);
+        let second = figures.for_worker(1);
+        assert!(
+            Arc::ptr_eq(&first, &figures.for_worker(0)),
+            "one block a worker"
+        );
+        first[1].record(0, Some(150));
+        first[1].record(1, Some(20_000_000));
+        second[1].record(0, Some(100));
+        second[1].record(2, None);
+        let mut out = handler::Metrics::new();
+        figures.write(&mut out, &["a", "b"]);
+        let text = out.render(false);
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.starts_with(needle))
+                .unwrap_or_else(|| panic!("{needle} in {text}"))
+                .rsplit_once(' ')
+                .unwrap()
+                .1
+                .to_string()
+        };
+        let requests = "tessera_upstream_requests_total";
+        assert_eq!(
+            line(&format!(
+                "{requests}{{upstream=\"b\",outcome=\"response\"}}"
+            )),
+            "2"
+        );
+        assert_eq!(
+            line(&format!(
+                "{requests}{{upstream=\"b\",outcome=\"server_error\"}}"
+            )),
+            "1"
+        );
+        assert_eq!(
+            line(&format!(
+                "{requests}{{upstream=\"b\",outcome=\"connect_error\"}}"
+            )),
+            "1"
+        );
+        assert_eq!(
+            line(&format!(
+                "{requests}{{upstream=\"a\",outcome=\"response\"}}"
+            )),
+            "0"
+        );
+        let bucket = "tessera_upstream_response_seconds_bucket{upstream=\"b\",le=";
+        assert_eq!(line(&format!("{bucket}\"0.0001\"}}")), "1");
+        assert_eq!(line(&format!("{bucket}\"0.00025\"}}")), "2");
+        assert_eq!(line(&format!("{bucket}\"10\"}}")), "2");
+        assert_eq!(line(&format!("{bucket}\"+Inf\"}}")), "3");
+        assert_eq!(
+            line("tessera_upstream_response_seconds_count{upstream=\"b\"}"),
+            "3"
+        );
+        assert_eq!(
+            line("tessera_upstream_response_seconds_sum{upstream=\"b\"}"),
+            "20.00025"
+        );
+    }
+}
