@@ -5,7 +5,7 @@
 //! then does the old one stop accepting and drain. A new process that fails to start
 //! closes the pipe without writing, and the old one goes on serving.
 //!
-//! The executable is found by the path it was started with (argv[0] made absolute at
+//! The executable is found by the path it was started with (`argv[0]` made absolute at
 //! start), not `/proc/self/exe`, which keeps naming the file that was replaced: a new
 //! version copied over the old file is what runs.
 
@@ -31,7 +31,7 @@ pub struct Exe {
 }
 
 impl Exe {
-    /// argv[0] resolved to an absolute path now (a bare name through `PATH`, a relative
+    /// `argv[0]` resolved to an absolute path now (a bare name through `PATH`, a relative
     /// path against the current directory), and the arguments after it.
     pub fn at_start() -> Exe {
         let mut args = std::env::args_os();

@@ -1,10 +1,9 @@
-//! [`Scripts`] (what every worker shares: the configuration, the shared dictionaries and
-//! the watchdog) and [`Engine`] (one worker's Lua state with its loaded scripts).
+//! [`Engine`]: one worker's Lua state with its loaded scripts (what every worker shares
+//! is [`Scripts`], in `scripts.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -14,137 +13,15 @@ use std::time::Duration;
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
 
 use crate::clock;
-use crate::config::{ScriptConfig, SharedDictConfig};
+use crate::config::ScriptConfig;
 use crate::context::{self, Context, RequestHead};
-use crate::guard::{self, Watchdog, WorkerGuard};
-use crate::shared::{self, SharedDicts};
-use crate::Error;
+use crate::guard::{self, WorkerGuard};
+use crate::scripts::compile;
+pub use crate::scripts::Scripts;
+use crate::shared;
 
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
-
-/// What every worker shares.
-pub struct Scripts {
-    configs: Vec<ScriptConfig>,
-    dict_configs: Vec<SharedDictConfig>,
-    dicts: Arc<SharedDicts>,
-    watchdog: Arc<Watchdog>,
-}
-
-impl Scripts {
-    /// Checks the configuration and that every script compiles (so a typo stops the
-    /// server at start, not at the first request).
-    pub fn new(
-        configs: Vec<ScriptConfig>,
-        dicts: &[SharedDictConfig],
-    ) -> Result<Arc<Scripts>, Error> {
-        Scripts::replacing(configs, dicts, None)
-    }
-
-    /// As [`Scripts::new`], for a reload: the shared dictionaries of `previous`, with
-    /// what they hold, are kept when their configuration did not change (else they
-    /// start empty), and so is its watchdog thread. Every worker's scripts are loaded
-    /// anew from their files.
-    pub fn replacing(
-        configs: Vec<ScriptConfig>,
-        dicts: &[SharedDictConfig],
-        previous: Option<&Scripts>,
-    ) -> Result<Arc<Scripts>, Error> {
-        for (i, c) in configs.iter().enumerate() {
-            if !c.prefix.starts_with('/') {
-                return Err(Error::Config(format!(
-                    "script prefix `{}` must start with /",
-                    c.prefix
-                )));
-            }
-            if configs[..i]
-                .iter()
-                .any(|o| o.prefix == c.prefix && o.site == c.site)
-            {
-                return Err(Error::Config(format!(
-                    "two scripts are mounted at `{}`",
-                    c.prefix
-                )));
-            }
-            if !(c.time_limit.is_finite() && c.time_limit > 0.0) {
-                return Err(Error::Config(format!(
-                    "script `{}`: time_limit must be > 0",
-                    c.prefix
-                )));
-            }
-            if c.memory_limit < 1 << 20 {
-                return Err(Error::Config(format!(
-                    "script `{}`: memory_limit must be at least 1 MiB",
-                    c.prefix
-                )));
-            }
-            compile(&Lua::new(), &c.path)?;
-        }
-        for (i, d) in dicts.iter().enumerate() {
-            let ident = !d.name.is_empty()
-                && !d.name.starts_with(|c: char| c.is_ascii_digit())
-                && d.name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ident {
-                return Err(Error::Config(format!(
-                    "shared_dict name `{}` must be a Lua identifier",
-                    d.name
-                )));
-            }
-            if dicts[..i].iter().any(|o| o.name == d.name) {
-                return Err(Error::Config(format!(
-                    "shared_dict `{}` is defined twice",
-                    d.name
-                )));
-            }
-            if d.max_entries == 0 {
-                return Err(Error::Config(format!(
-                    "shared_dict `{}`: max_entries must be > 0",
-                    d.name
-                )));
-            }
-        }
-        // Longest prefix first, so a mount's index is the same in every worker's engine
-        // and in the routes the server is given (`Module::routes`).
-        let mut configs = configs;
-        configs.sort_by_key(|c| std::cmp::Reverse(c.prefix.len()));
-        let (dicts_kept, watchdog) = match previous {
-            Some(p) if p.dict_configs == dicts => (Some(p.dicts.clone()), p.watchdog.clone()),
-            Some(p) => (None, p.watchdog.clone()),
-            None => (None, Watchdog::start()),
-        };
-        Ok(Arc::new(Scripts {
-            configs,
-            dict_configs: dicts.to_vec(),
-            dicts: dicts_kept.unwrap_or_else(|| Arc::new(SharedDicts::new(dicts))),
-            watchdog,
-        }))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.configs.is_empty()
-    }
-
-    /// The mounts' prefixes and sites, by mount index.
-    pub fn prefixes(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.configs.iter().map(|c| (c.prefix.as_str(), c.site))
-    }
-}
-
-fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
-    let source = std::fs::read(path).map_err(|cause| Error::Read {
-        path: path.to_owned(),
-        cause,
-    })?;
-    lua.load(&source[..])
-        .set_name(format!("@{}", path.display()))
-        .into_function()
-        .map_err(|e| Error::Load {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })
-}
 
 /// The functions a script module returned.
 #[derive(Clone, Default)]

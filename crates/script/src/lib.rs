@@ -32,6 +32,7 @@ mod engine;
 mod error;
 mod guard;
 mod module;
+mod scripts;
 mod shared;
 
 pub use config::{ScriptConfig, SharedDictConfig};
