@@ -88,7 +88,7 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
     let head = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-        reason(status),
+        wire::reason(status),
         body.len()
     );
     let _ = stream.write_all(head.as_bytes());
@@ -231,15 +231,4 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         module.metrics(&mut out);
     }
     out
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    }
 }
