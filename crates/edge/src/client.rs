@@ -554,6 +554,7 @@ impl Upstream {
             version: match r.version {
                 wire::Version::Http10 => http::Version::HTTP_10,
                 wire::Version::Http11 => http::Version::HTTP_11,
+                wire::Version::Http2 => http::Version::HTTP_2,
             },
             headers,
         })

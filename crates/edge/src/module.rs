@@ -345,6 +345,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
             version: match head.version {
                 wire::Version::Http10 => http::Version::HTTP_10,
                 wire::Version::Http11 => http::Version::HTTP_11,
+                wire::Version::Http2 => http::Version::HTTP_2,
             },
         },
     })

@@ -176,6 +176,7 @@ impl Format {
                         line.extend_from_slice(match r.version {
                             wire::Version::Http10 => b" HTTP/1.0",
                             wire::Version::Http11 => b" HTTP/1.1",
+                            wire::Version::Http2 => b" HTTP/2.0",
                         });
                     }
                     None if !entry.raw_line.is_empty() => escape(line, entry.raw_line),
@@ -198,6 +199,7 @@ impl Format {
                 Item::Protocol => line.extend_from_slice(match request.map(|r| r.version) {
                     Some(wire::Version::Http10) => b"HTTP/1.0",
                     Some(wire::Version::Http11) => b"HTTP/1.1",
+                    Some(wire::Version::Http2) => b"HTTP/2.0",
                     None => b"-",
                 }),
                 Item::Status => {

@@ -82,6 +82,10 @@ pub struct Config {
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
     pub compression: handler::compress::CompressionConfig,
+    /// `http2 = true | false`, or `[http2]` with its limits (docs/http2.md): HTTP/2 over
+    /// TLS (ALPN) and in cleartext with prior knowledge. Default on.
+    #[serde(deserialize_with = "crate::http2::bool_or_table")]
+    pub http2: crate::http2::Http2Config,
     /// `[[host]]`: virtual hosts, each with its names and its own files. The top-level
     /// keys (`root`, `index`, `autoindex`, `cache_control`) form the default host, which
     /// answers requests whose host matches no `[[host]]` (unless one is marked
@@ -199,6 +203,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
+            http2: Default::default(),
             host: Vec::new(),
         }
     }
@@ -271,6 +276,7 @@ impl Config {
             problems.push("`listen` needs at least one address".into());
         }
         problems.extend(crate::tls::problems(self));
+        problems.extend(self.http2.problems());
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
             problems.push("`limits.max_head_size` must be between 256 and 1048576".into());

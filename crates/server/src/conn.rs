@@ -52,6 +52,9 @@ enum Ending {
     /// We decided to close after a response: close at once when the client has nothing
     /// more in flight, else half-close and drain first (see [`Conn::may_have_unread`]).
     AfterResponse,
+    /// The connection began with the HTTP/2 preface (prior knowledge): the bytes read so
+    /// far go to the HTTP/2 connection, which takes over.
+    Http2,
 }
 
 pub(crate) struct Conn {
@@ -68,6 +71,8 @@ pub(crate) struct Conn {
     /// A request was refused part-way (a malformed or oversized head or body): the rest
     /// of it may still be on its way, so closing must linger.
     refused: bool,
+    /// Nothing has been parsed yet: the first bytes may be the HTTP/2 preface.
+    fresh: bool,
 }
 
 impl Conn {
@@ -83,6 +88,7 @@ impl Conn {
             end: 0,
             discard: Discard::None,
             refused: false,
+            fresh: true,
         }
     }
 }
@@ -95,6 +101,27 @@ impl Conn {
 pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
     async move {
         let ending = conn.run().await;
+        if let Ok(Ending::Http2) = ending {
+            let prefix = match conn.buffers.take() {
+                Some(buffers) => {
+                    let prefix = bytes::Bytes::copy_from_slice(&buffers.read[..conn.end]);
+                    conn.worker.give_back(buffers);
+                    prefix
+                }
+                None => bytes::Bytes::new(),
+            };
+            let Conn {
+                stream,
+                peer,
+                worker,
+                slot,
+                ..
+            } = conn;
+            let io = crate::http2::Rewind::new(prefix, stream);
+            // Boxed: only HTTP/2 connections pay for the HTTP/2 connection's state.
+            Box::pin(crate::http2::serve(io, peer, worker, slot, None)).await;
+            return;
+        }
         conn.stream.close_notify();
         if let Ok(Ending::AfterResponse) = ending {
             if conn.may_have_unread() {
@@ -149,6 +176,14 @@ impl Conn {
                         }
                     }
                     continue;
+                }
+            }
+            if self.fresh {
+                match self.preface() {
+                    Some(true) => return Ok(Ending::Http2),
+                    // Part of the preface: read the rest before deciding.
+                    None => continue,
+                    Some(false) => self.fresh = false,
                 }
             }
             if self.read_at.is_some() || worker.shared.metrics_on || worker.log.borrow().is_some() {
@@ -209,6 +244,24 @@ impl Conn {
                 self.start = 0;
             }
         }
+    }
+
+    /// Whether the connection starts with the HTTP/2 preface (and HTTP/2 is on): `None`
+    /// while the bytes read so far are only the start of it.
+    fn preface(&self) -> Option<bool> {
+        let read = match self.buffers.as_ref() {
+            Some(buffers) => &buffers.read[..self.end],
+            None => return Some(false),
+        };
+        let preface = crate::http2::PREFACE;
+        let n = read.len().min(preface.len());
+        if read.first() != Some(&b'P') || read[..n] != preface[..n] {
+            return Some(false);
+        }
+        if !self.worker.current().gen.config.http2.enabled {
+            return Some(false);
+        }
+        (n == preface.len()).then_some(true)
     }
 
     /// Parses and answers every complete request in the buffer, into the output batch,
@@ -745,7 +798,7 @@ fn log_proxied(
 /// The metrics and access log line of the response just added to `out` (`request`:
 /// the request and who answered it; `None` for a request refused before it parsed,
 /// which the refusal counters count).
-fn log(
+pub(crate) fn log(
     worker: &Worker,
     client: SocketAddr,
     read_at: Option<Instant>,
@@ -775,7 +828,7 @@ fn log(
 }
 
 /// Counts a response in this worker's metrics, when they are on.
-fn count(worker: &Worker, answered: Answered, status: u16, read_at: Option<Instant>) {
+pub(crate) fn count(worker: &Worker, answered: Answered, status: u16, read_at: Option<Instant>) {
     if worker.shared.metrics_on {
         let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
         worker.shared.metrics[worker.id].record(answered, status, micros);
@@ -783,7 +836,7 @@ fn count(worker: &Worker, answered: Answered, status: u16, read_at: Option<Insta
 }
 
 /// One access log line: `response` is (status, head, body bytes).
-fn record(
+pub(crate) fn record(
     worker: &Worker,
     client: SocketAddr,
     read_at: Option<Instant>,

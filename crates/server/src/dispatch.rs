@@ -476,10 +476,10 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
     out.replace_head(at, written.len(), &new_head);
 }
 
-type Field<'a> = (&'a [u8], &'a [u8]);
+pub(crate) type Field<'a> = (&'a [u8], &'a [u8]);
 
 /// The status and fields of a response head this server wrote.
-fn parse_head(head: &[u8]) -> Option<(u16, Vec<Field<'_>>)> {
+pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, Vec<Field<'_>>)> {
     let mut lines = head
         .split(|&b| b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l));

@@ -31,6 +31,7 @@ mod date;
 mod dispatch;
 mod files;
 mod generation;
+mod http2;
 mod listeners;
 mod listing;
 mod metrics;
@@ -57,6 +58,7 @@ use listeners::{Listeners, Listening};
 
 pub use access_log::FormatError;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
+pub use http2::Http2Config;
 pub use listeners::Inherited;
 pub use tls::{Tls, TlsConfig};
 pub use worker::ConnState;

@@ -65,6 +65,17 @@ pub(crate) struct Mark {
     outside: u64,
 }
 
+/// A part of a response body taken out of the batch ([`Output::take_pieces`]).
+pub(crate) enum Piece {
+    Bytes(bytes::Bytes),
+    /// `len` bytes of the file from `offset`.
+    File {
+        entry: Arc<FileEntry>,
+        offset: u64,
+        len: u64,
+    },
+}
+
 /// What one write attempt achieved.
 pub(crate) enum Progress {
     /// Everything went out; the output is empty again.
@@ -263,6 +274,47 @@ impl Output {
                 Ok(n as usize)
             }
         })
+    }
+
+    /// The response queued (one, from the start of the batch), without its first `skip`
+    /// bytes (its head), as owned pieces, and the batch emptied: for HTTP/2, which
+    /// frames the body itself and may send it long after the buffers are lent to
+    /// another stream. Bytes in memory are copied (bodies in memory are small, below
+    /// `sendfile_min_size`); file ranges stay ranges, read as they are sent.
+    pub(crate) fn take_pieces(&mut self, mut skip: usize) -> Vec<Piece> {
+        self.close_buf_segment();
+        let mut pieces = Vec::new();
+        for segment in &self.segments {
+            let bytes: &[u8] = match segment {
+                Segment::Buf { start, end } => &self.buf[*start..*end],
+                Segment::Memory { entry, start, end } => &entry.body()[*start..*end],
+                Segment::File { entry, offset, len } => {
+                    debug_assert_eq!(skip, 0, "a file segment inside a head");
+                    pieces.push(Piece::File {
+                        entry: entry.clone(),
+                        offset: *offset,
+                        len: *len,
+                    });
+                    continue;
+                }
+            };
+            let cut = skip.min(bytes.len());
+            skip -= cut;
+            if bytes.len() > cut {
+                match pieces.last_mut() {
+                    // Adjacent bytes (a part head and its body in a multipart/byteranges
+                    // response) go out as one DATA frame.
+                    Some(Piece::Bytes(last)) => {
+                        let mut joined = bytes::BytesMut::from(&last[..]);
+                        joined.extend_from_slice(&bytes[cut..]);
+                        *last = joined.freeze();
+                    }
+                    _ => pieces.push(Piece::Bytes(bytes::Bytes::copy_from_slice(&bytes[cut..]))),
+                }
+            }
+        }
+        self.clear();
+        pieces
     }
 
     /// Whether everything queued has been taken (written, or copied out and taken).

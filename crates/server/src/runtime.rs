@@ -53,6 +53,9 @@ pub(crate) fn run(
             spare: RefCell::new(Vec::with_capacity(capacity)),
             slot_freed: Notify::new(),
             shutting_down: Cell::new(false),
+            shutdown: Notify::new(),
+            http2: RefCell::new(vec![false; capacity]),
+            http2_resets: RateLimitedLog::new(),
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
@@ -88,6 +91,7 @@ pub(crate) fn run(
             }
         }
         worker.shutting_down.set(true);
+        worker.shutdown.notify_waiters();
         for (_, accepting) in worker.accepting.take() {
             accepting.stop();
         }
@@ -165,11 +169,16 @@ impl Stop {
 /// and then close because the worker is shutting down.
 fn shut_reads(worker: &Worker) {
     let slots = worker.slots.borrow();
+    let http2 = worker.http2.borrow();
     for state in ConnState::ALL {
         if state == ConnState::Free {
             continue;
         }
         for (slot, _) in slots.iter(state) {
+            // HTTP/2 connections have sent GOAWAY and end when their streams finish.
+            if http2.get(slot.index()).copied().unwrap_or(false) {
+                continue;
+            }
             // SAFETY: the descriptor belongs to a live connection.
             unsafe { libc::shutdown(slots[slot], libc::SHUT_RD) };
         }

@@ -100,6 +100,13 @@ pub(crate) struct Worker {
     pub(crate) spare: RefCell<Vec<Box<Buffers>>>,
     pub(crate) slot_freed: Notify,
     pub(crate) shutting_down: Cell<bool>,
+    /// Woken when shutting down begins: HTTP/2 connections send GOAWAY and finish their
+    /// streams (HTTP/1 ones notice `shutting_down` at their next response).
+    pub(crate) shutdown: Notify,
+    /// Which slots hold HTTP/2 connections (by slot index): a shutdown does not shut
+    /// their reading side, which would cut off the streams in flight.
+    pub(crate) http2: RefCell<Vec<bool>>,
+    pub(crate) http2_resets: RateLimitedLog,
     /// When the last eviction / accept-pause message was logged, and how many since.
     pub(crate) evictions: RateLimitedLog,
     pub(crate) pauses: RateLimitedLog,
@@ -192,6 +199,13 @@ impl Worker {
                 "refused a request: {error}"
             );
         });
+    }
+
+    /// Marks a slot as holding an HTTP/2 connection, or no longer.
+    pub(crate) fn mark_http2(&self, slot: SlotId, on: bool) {
+        if let Some(mark) = self.http2.borrow_mut().get_mut(slot.index()) {
+            *mark = on;
+        }
     }
 
     pub fn take_buffers(&self) -> Box<Buffers> {

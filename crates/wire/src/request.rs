@@ -39,7 +39,8 @@ pub enum Method {
 }
 
 impl Method {
-    fn from_token(token: &str) -> Method {
+    /// The method a token names (`Other` for any it does not know).
+    pub fn from_token(token: &str) -> Method {
         match token {
             "GET" => Method::Get,
             "HEAD" => Method::Head,
@@ -59,6 +60,9 @@ impl Method {
 pub enum Version {
     Http10,
     Http11,
+    /// A request that came over HTTP/2 (parsed by the `h2` crate, not here): handlers
+    /// answer it as they answer HTTP/1.1; the connection frames the response.
+    Http2,
 }
 
 /// How the request's body is delimited (RFC 9112 section 6.3).

@@ -69,6 +69,8 @@ pub(crate) struct TlsFacts {
     pub version: &'static str,
     /// The cipher suite's IANA name (`TLS13_AES_128_GCM_SHA256`), for `%{tls_cipher}x`.
     pub cipher: &'static str,
+    /// ALPN chose `h2`: the connection speaks HTTP/2.
+    pub h2: bool,
 }
 
 /// TLS 1.2 sessions remembered for resumption by session ID, across all workers. Each
@@ -141,6 +143,11 @@ pub(crate) async fn serve(
     };
     let current = worker.current();
     match stream::TlsStream::accept(tcp, tls.current(), &current.gen.sites.hosts).await {
+        Ok(stream) if stream.facts.h2 => {
+            let facts = Some(stream.facts);
+            let stream = Stream::Tls(Box::new(stream));
+            crate::http2::serve(stream, peer, worker, slot, facts).await;
+        }
         Ok(stream) => {
             let stream = Stream::Tls(Box::new(stream));
             conn::serve(Conn::new(stream, peer, worker, slot)).await;
@@ -203,7 +210,11 @@ fn build(
         .map_err(|e| format!("TLS settings: {e}"))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
-    server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Most preferred first: rustls picks the first of ours the client offers.
+    server_config.alpn_protocols = match config.http2.enabled {
+        true => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        false => vec![b"http/1.1".to_vec()],
+    };
     server_config.ignore_client_order = true;
     server_config.ticketer = tickets;
     server_config.session_storage = sessions;

@@ -78,6 +78,7 @@ impl TlsStream {
             sni: false,
             version: "-",
             cipher: "-",
+            h2: false,
         };
         let mut stream = TlsStream { tcp, tls, facts };
         while stream.tls.is_handshaking() {
@@ -105,6 +106,7 @@ impl TlsStream {
             Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
             _ => "-",
         };
+        stream.facts.h2 = tls.alpn_protocol() == Some(b"h2");
         stream.facts.cipher = tls
             .negotiated_cipher_suite()
             .and_then(|s| s.suite().as_str())

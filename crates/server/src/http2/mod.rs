@@ -1,0 +1,274 @@
+//! HTTP/2 (RFC 9113): the `h2` crate (hyper's codec) frames the connection; each stream
+//! is answered by the same `dispatch` as an HTTP/1 request, so the static files, the
+//! proxy, ESI, the cache and Lua answer both protocols with one code path
+//! ([`stream`]). The hand-written HTTP/1 loop (`conn`) stays as it is: a connection is
+//! HTTP/2 when TLS negotiated ALPN `h2` or when its first bytes are the HTTP/2 preface
+//! (prior knowledge, cleartext).
+//!
+//! A connection holds one slot of the fixed connection budget, whatever its streams;
+//! the slot's state is the connection's: `Idle` with no stream open (so
+//! `timeouts.idle` closes it and an eviction may take it), `Handling` while streams are
+//! answered, `Writing` while a response waits for the client's flow-control window or
+//! socket (so `timeouts.write` closes a client that stops reading).
+
+mod config;
+mod stream;
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use pool::SlotId;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+
+pub(crate) use config::bool_or_table;
+pub use config::Http2Config;
+
+use crate::tls::TlsFacts;
+use crate::worker::{ConnState, Worker};
+
+/// The client connection preface (RFC 9113 section 3.4).
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// What a connection's streams tell it, and what it tells them.
+pub(crate) struct Streams {
+    worker: Rc<Worker>,
+    slot: SlotId,
+    peer: SocketAddr,
+    tls: Option<TlsFacts>,
+    /// Streams being answered.
+    active: Cell<u32>,
+    /// Of those, streams waiting for the client's window or the socket.
+    blocked: Cell<u32>,
+    /// Streams the client cancelled before their response finished, and streams whose
+    /// response finished (Rapid Reset accounting).
+    cancelled: Cell<u64>,
+    finished: Cell<u64>,
+    /// `[http2] max_reset_streams` of the configuration the connection started with.
+    max_resets: u64,
+    /// The client has cancelled too many streams: the connection sends GOAWAY.
+    abusive: Cell<bool>,
+    /// The connection has ended (its slot is free, maybe another connection's already):
+    /// streams still finishing must not touch the slot.
+    ended: Cell<bool>,
+    wake: Notify,
+}
+
+impl Streams {
+    /// Moves the connection's slot to the state its streams put it in. Returns false if
+    /// a timeout or eviction closed it.
+    fn settle(&self) -> bool {
+        if self.ended.get() {
+            return false;
+        }
+        let state = if self.blocked.get() > 0 {
+            ConnState::Writing
+        } else if self.active.get() > 0 {
+            ConnState::Handling
+        } else {
+            ConnState::Idle
+        };
+        self.worker.enter(self.slot, state)
+    }
+
+    /// A stream ended: `cancelled` when the client reset it before its response was
+    /// complete.
+    fn ended(&self, cancelled: bool) {
+        self.active.set(self.active.get() - 1);
+        if cancelled {
+            self.cancelled.set(self.cancelled.get() + 1);
+            if self.cancelled.get() > self.finished.get() + self.max_resets {
+                self.abusive.set(true);
+            }
+        } else {
+            self.finished.set(self.finished.get() + 1);
+        }
+        self.settle();
+        self.wake.notify_one();
+    }
+}
+
+/// Serves one HTTP/2 connection to its end and frees its slot. `io` is the socket or
+/// the TLS stream, with any bytes already read (the preface) in front.
+pub(crate) async fn serve<T>(
+    io: T,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    slot: SlotId,
+    tls: Option<TlsFacts>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    worker.mark_http2(slot, true);
+    run(io, peer, &worker, slot, tls).await;
+    worker.mark_http2(slot, false);
+    worker.free(slot);
+}
+
+async fn run<T>(io: T, peer: SocketAddr, worker: &Rc<Worker>, slot: SlotId, tls: Option<TlsFacts>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let current = worker.current();
+    let config = &current.gen.config.http2;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(config.max_concurrent_streams)
+        .initial_window_size(config.initial_stream_window)
+        .initial_connection_window_size(config.initial_connection_window)
+        .max_frame_size(config.max_frame_size)
+        .header_table_size(config.hpack_table_size)
+        .max_send_buffer_size(config.max_send_buffer as usize)
+        // One budget for a request head, whichever protocol carries it: the decoded
+        // fields (name, value and 32 bytes each, RFC 9113 section 6.5.2) of a HEADERS
+        // frame and its CONTINUATIONs. h2 stops decoding past it, so neither endless
+        // CONTINUATION frames nor an HPACK bomb grows memory beyond it.
+        .max_header_list_size(current.gen.config.limits.max_head_size as u32)
+        // Streams cancelled before they were accepted are counted with the others in
+        // `Streams::ended`; this bound only keeps h2's own queue from growing between
+        // two accepts.
+        .max_pending_accept_reset_streams(config.max_reset_streams as usize)
+        .max_concurrent_reset_streams(config.max_concurrent_streams as usize);
+    let max_resets = config.max_reset_streams as u64;
+    drop(current);
+    // The handshake (the preface and the first SETTINGS) happens in `ReadingHead`, where
+    // the slot has been since accept: `timeouts.head` bounds it.
+    let mut conn = match builder.handshake::<T, Bytes>(io).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
+            return;
+        }
+    };
+    let streams = Rc::new(Streams {
+        worker: worker.clone(),
+        slot,
+        peer,
+        tls,
+        active: Cell::new(0),
+        blocked: Cell::new(0),
+        cancelled: Cell::new(0),
+        finished: Cell::new(0),
+        max_resets,
+        abusive: Cell::new(false),
+        ended: Cell::new(false),
+        wake: Notify::new(),
+    });
+    if !streams.settle() {
+        return;
+    }
+    let mut going_away = false;
+    let mut calmed = false;
+    loop {
+        if !going_away && worker.is_shutting_down() {
+            // GOAWAY with the last stream accepted: the streams in flight finish, the
+            // client opens new ones on a new connection.
+            going_away = true;
+            conn.graceful_shutdown();
+        }
+        if streams.abusive.get() && !calmed {
+            calmed = true;
+            let count = streams.cancelled.get();
+            worker.http2_resets.event(worker.clock.millis(), |n| {
+                tracing::warn!(
+                    worker = worker.id,
+                    %peer,
+                    cancelled = count,
+                    connections = n,
+                    "HTTP/2 client cancelled too many streams (Rapid Reset): sent GOAWAY"
+                );
+            });
+            conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+        }
+        let next = tokio::select! {
+            biased;
+            next = conn.accept() => next,
+            _ = streams.wake.notified() => continue,
+            _ = worker.shutdown.notified(), if !going_away => continue,
+        };
+        match next {
+            Some(Ok((request, respond))) => {
+                streams.active.set(streams.active.get() + 1);
+                if !streams.settle() {
+                    break;
+                }
+                tokio::task::spawn_local(stream::serve(streams.clone(), request, respond));
+            }
+            Some(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
+                break;
+            }
+            None => break,
+        }
+    }
+    streams.ended.set(true);
+}
+
+/// A stream with bytes already read from it put back in front: the preface a cleartext
+/// connection started with, read before the connection knew its protocol.
+pub(crate) struct Rewind<T> {
+    prefix: Option<Bytes>,
+    inner: T,
+}
+
+impl<T> Rewind<T> {
+    pub(crate) fn new(prefix: Bytes, inner: T) -> Rewind<T> {
+        Rewind {
+            prefix: (!prefix.is_empty()).then_some(prefix),
+            inner,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(mut prefix) = self.prefix.take() {
+            let n = prefix.len().min(buf.remaining());
+            buf.put_slice(&prefix.split_to(n));
+            if !prefix.is_empty() {
+                self.prefix = Some(prefix);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,488 @@
+//! One HTTP/2 stream: its request seen as the request model every handler takes (a
+//! `wire::Request`, version `Http2`), answered by `dispatch` exactly as an HTTP/1 request
+//! is, and the response framed as HEADERS and DATA within the flow-control windows.
+//!
+//! The response's fields come from the one encoder of response heads (`dispatch`,
+//! `files`, `reply` write HTTP/1 field lines, the static files' cached heads among
+//! them): they are read back here and sent as HPACK fields, the connection-specific
+//! ones (RFC 9113 section 8.2.2) left out. So a field is written once for both
+//! protocols and both send the same ones (HSTS, Vary, ETag, Cache-Control...).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use handler::{Body, Response};
+use http::{HeaderName, HeaderValue};
+use wire::{BodyFraming, Version};
+
+use super::Streams;
+use crate::conn;
+use crate::dispatch::{self, Dispatched, Exchange, Work};
+use crate::output::Piece;
+use crate::worker::Worker;
+
+/// Largest DATA payload read from a file at a time (the send buffer takes at most
+/// `[http2] max_send_buffer` of it before the client's window opens).
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// Answers one stream and tells the connection how it ended.
+pub(super) async fn serve(
+    streams: Rc<Streams>,
+    request: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
+    let mut respond = respond;
+    // A stream the client cancelled before we looked at it (a Rapid Reset) costs
+    // nothing more than this check.
+    let cancelled = match reset(&mut respond) {
+        true => true,
+        false => answer(&streams, request, &mut respond)
+            .await
+            .is_err_and(|e| e.is_reset() && e.is_remote()),
+    };
+    streams.ended(cancelled);
+}
+
+/// Whether the client has reset the stream already (polled without waiting).
+fn reset(respond: &mut SendResponse<Bytes>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    matches!(respond.poll_reset(&mut cx), std::task::Poll::Ready(_))
+}
+
+/// A response ready to frame: its head as the HTTP/1 encoder wrote it, and its body.
+enum Framed {
+    /// The static files' answer: the pieces queued after the head (memory, file ranges).
+    Pieces(Vec<Piece>),
+    /// A handler's body.
+    Body(Body),
+}
+
+async fn answer(
+    streams: &Streams,
+    request: http::Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+) -> Result<(), h2::Error> {
+    let worker: &Worker = &streams.worker;
+    let (parts, mut body) = request.into_parts();
+    let read_at = (worker.shared.metrics_on || worker.log.borrow().is_some()).then(Instant::now);
+    let limits = &worker.shared.limits;
+
+    // The request as the handlers see it. The Host field is the :authority (a client
+    // that sends both must send the same host, RFC 9113 section 8.3.1); cookies split
+    // over several fields are joined as one (section 8.2.3).
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let target: &[u8] = match (&parts.method, parts.uri.path_and_query()) {
+        (&http::Method::CONNECT, _) => authority.unwrap_or(b""),
+        (_, Some(pq)) => pq.as_str().as_bytes(),
+        (_, None) => b"/",
+    };
+    let mut cookie: Vec<u8> = Vec::new();
+    let mut fields: Vec<wire::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
+    if let Some(authority) = authority {
+        fields.push(wire::Header {
+            name: "host",
+            value: authority,
+        });
+    }
+    let mut refusal = None;
+    for (name, value) in &parts.headers {
+        match *name {
+            http::header::HOST => {
+                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value.as_bytes())) {
+                    refusal = Some(wire::Error::BadHost);
+                }
+                if authority.is_none() {
+                    fields.push(wire::Header {
+                        name: "host",
+                        value: value.as_bytes(),
+                    });
+                }
+            }
+            http::header::COOKIE => {
+                if !cookie.is_empty() {
+                    cookie.extend_from_slice(b"; ");
+                }
+                cookie.extend_from_slice(value.as_bytes());
+            }
+            _ => fields.push(wire::Header {
+                name: name.as_str(),
+                value: value.as_bytes(),
+            }),
+        }
+    }
+    if !cookie.is_empty() {
+        fields.push(wire::Header {
+            name: "cookie",
+            value: &cookie,
+        });
+    }
+    let framing = if body.is_end_stream() {
+        BodyFraming::None
+    } else {
+        match parts.headers.get(http::header::CONTENT_LENGTH) {
+            Some(length) => match std::str::from_utf8(length.as_bytes())
+                .ok()
+                .and_then(|l| l.parse().ok())
+            {
+                Some(n) => BodyFraming::Length(n),
+                None => {
+                    refusal = Some(wire::Error::BadContentLength);
+                    BodyFraming::None
+                }
+            },
+            None => BodyFraming::Chunked,
+        }
+    };
+    if target.len() > limits.max_uri_length {
+        refusal = Some(wire::Error::UriTooLong);
+    } else if fields.len() > limits.max_headers {
+        refusal = Some(wire::Error::TooManyHeaders);
+    } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
+        refusal = Some(wire::Error::BodyTooLarge);
+    }
+    let path = target;
+    let req = wire::Request {
+        method: wire::Method::from_token(parts.method.as_str()),
+        method_token: parts.method.as_str(),
+        target,
+        path,
+        version: Version::Http2,
+        headers: &fields,
+        head_len: 0,
+        body: framing,
+        keep_alive: true,
+        expect_continue: false,
+    };
+    let head_only = req.method == wire::Method::Head;
+
+    worker.clock.refresh();
+    worker.tls.set(streams.tls);
+    let mut buffers = worker.take_buffers();
+    let out = &mut buffers.out;
+    let mark = out.mark();
+    let dispatched = match refusal {
+        Some(e) => {
+            worker.refused(streams.peer, e);
+            crate::reply::simple(worker, out, &req, true, e.status(), b"");
+            let current = worker.current();
+            let site = current.gen.sites.hosts.select(&req);
+            Dispatched::Done(crate::metrics::Answered {
+                host: current.gen.host_labels[site],
+                kind: crate::metrics::kind_index("static"),
+            })
+        }
+        None => dispatch::answer(worker, &req, streams.peer, true, out, &[]),
+    };
+    let (head, framed, log) = match dispatched {
+        Dispatched::Done(answered) => {
+            conn::log(
+                worker,
+                streams.peer,
+                read_at,
+                Some((&req, answered)),
+                b"",
+                out,
+                mark,
+            );
+            let (_, head, _) = out.since(mark);
+            let head = head.to_vec();
+            let pieces = out.take_pieces(head.len());
+            worker.give_back(buffers);
+            (head, Framed::Pieces(pieces), None)
+        }
+        Dispatched::Later(exchange) => {
+            worker.give_back(buffers);
+            let (head, body, log) = later(streams, *exchange, &mut body, head_only).await?;
+            (head, Framed::Body(body), Some(log))
+        }
+    };
+    let Some((status, fields)) = dispatch::parse_head(&head) else {
+        respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        return Ok(());
+    };
+    let no_body = wire::no_body(head_only, status);
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    let map = response.headers_mut();
+    for (name, value) in fields {
+        if is_connection_specific(name) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        {
+            map.append(name, value);
+        }
+    }
+    let empty = no_body
+        || match &framed {
+            Framed::Pieces(pieces) => pieces.is_empty(),
+            Framed::Body(body) => matches!(body, Body::Empty),
+        };
+    let mut send = respond.send_response(response, empty)?;
+    let mut sent = 0u64;
+    let result = match framed {
+        _ if empty => Ok(()),
+        Framed::Pieces(pieces) => send_pieces(streams, &mut send, pieces, &mut sent).await,
+        Framed::Body(body) => send_body(streams, &mut send, body, &mut sent).await,
+    };
+    if let Some((answered, raw_status)) = log {
+        worker.clock.refresh();
+        worker.tls.set(streams.tls);
+        conn::count(worker, answered, raw_status, read_at);
+        if worker.log.borrow().is_some() {
+            conn::record(
+                worker,
+                streams.peer,
+                read_at,
+                Some(&req),
+                b"",
+                (raw_status, &head, sent),
+            );
+        }
+    }
+    result
+}
+
+/// Finishes a response that comes later (as `conn::Conn::finish` does for HTTP/1): the
+/// request body read within its limits, the handler awaited, the route's filter and
+/// compression applied. Returns the head (HTTP/1 lines), the body, and what the access
+/// log and metrics count.
+async fn later(
+    streams: &Streams,
+    exchange: Exchange,
+    body: &mut RecvStream,
+    head_only: bool,
+) -> Result<(Vec<u8>, Body, (crate::metrics::Answered, u16)), h2::Error> {
+    let worker: &Worker = &streams.worker;
+    let Exchange {
+        work,
+        mut filter,
+        answered,
+        site,
+        accepted,
+        ..
+    } = exchange;
+    let mut response = match work {
+        Work::Ready(response) => response,
+        Work::Deferred(deferred) => {
+            let received = match read_body(worker, body).await? {
+                Ok(bytes) => deferred.respond(bytes).await,
+                Err(status) => Err(status),
+            };
+            worker.clock.refresh();
+            worker.tls.set(streams.tls);
+            match received {
+                Ok(mut response) => {
+                    if let Some(filter) = filter.as_deref_mut() {
+                        dispatch::filter_response(filter, &mut response);
+                    }
+                    dispatch::compress(worker, site, accepted, head_only, &mut response);
+                    response
+                }
+                Err(status) => Response::status_page(status),
+            }
+        }
+    };
+    let mut head = Vec::with_capacity(512);
+    worker.tls.set(streams.tls);
+    let framing = dispatch::write_head(
+        worker,
+        &mut head,
+        &response,
+        head_only,
+        Version::Http2,
+        true,
+    );
+    if framing.is_none() {
+        response.body = Body::Empty;
+    }
+    let status = response.head.status();
+    // Ends the exchange for the filter (it has seen the head).
+    drop(filter);
+    Ok((head, response.body, (answered, status)))
+}
+
+/// The request body for a handler that reads it, within `limits.max_body_size` (413
+/// past it) and `timeouts.body` (408), the flow-control window released as it is read.
+async fn read_body(
+    worker: &Worker,
+    body: &mut RecvStream,
+) -> Result<Result<Bytes, u16>, h2::Error> {
+    let max = worker.shared.limits.max_body_size;
+    let timeout = worker.current().gen.config.timeouts.body;
+    let mut all = BytesMut::new();
+    let read = async {
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if all.len() as u64 + chunk.len() as u64 > max {
+                return Ok(Err(413));
+            }
+            all.extend_from_slice(&chunk);
+        }
+        Ok(Ok(()))
+    };
+    match tokio::time::timeout(Duration::from_secs_f64(timeout), read).await {
+        Ok(Ok(Ok(()))) => Ok(Ok(all.freeze())),
+        Ok(Ok(Err(status))) => Ok(Err(status)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(Err(408)),
+    }
+}
+
+/// The static files' body: memory as it is, file ranges read a chunk at a time, each
+/// sent as the window allows (a 64 MiB file is never all in memory).
+async fn send_pieces(
+    streams: &Streams,
+    send: &mut SendStream<Bytes>,
+    pieces: Vec<Piece>,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    use std::os::unix::fs::FileExt;
+    let count = pieces.len();
+    for (i, piece) in pieces.into_iter().enumerate() {
+        let last = i + 1 == count;
+        match piece {
+            Piece::Bytes(bytes) => {
+                *sent += bytes.len() as u64;
+                send_data(streams, send, bytes, last).await?;
+            }
+            Piece::File { entry, offset, len } => {
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(FILE_CHUNK as u64) as usize;
+                    let mut chunk = BytesMut::zeroed(want);
+                    let got = match entry.file.read_at(&mut chunk, offset + done) {
+                        Ok(0) | Err(_) => {
+                            // The file shrank or broke under us: its length is
+                            // promised, so the stream is cut off, not completed.
+                            send.send_reset(h2::Reason::INTERNAL_ERROR);
+                            return Ok(());
+                        }
+                        Ok(n) => n,
+                    };
+                    chunk.truncate(got);
+                    done += got as u64;
+                    *sent += got as u64;
+                    send_data(streams, send, chunk.freeze(), last && done == len).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A handler's body, streamed as it arrives (an ESI page as its fragments come).
+async fn send_body(
+    streams: &Streams,
+    send: &mut SendStream<Bytes>,
+    body: Body,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    match body {
+        Body::Empty => send_data(streams, send, Bytes::new(), true).await,
+        Body::Full(bytes) => {
+            *sent += bytes.len() as u64;
+            send_data(streams, send, bytes, true).await
+        }
+        Body::Ready(chunks) => {
+            let count = chunks.len();
+            for (i, chunk) in chunks.iter().enumerate() {
+                *sent += chunk.len() as u64;
+                send_data(streams, send, chunk.clone(), i + 1 == count).await?;
+            }
+            if count == 0 {
+                send_data(streams, send, Bytes::new(), true).await?;
+            }
+            Ok(())
+        }
+        mut body @ Body::Stream { .. } => {
+            let length = body.length();
+            loop {
+                match body.next_chunk().await {
+                    None => break,
+                    Some(Ok(chunk)) if chunk.is_empty() => {}
+                    Some(Ok(chunk)) => {
+                        *sent += chunk.len() as u64;
+                        send_data(streams, send, chunk, false).await?;
+                    }
+                    Some(Err(e)) => {
+                        // Broken off after the head went out: a reset tells the client
+                        // (and any cache) the body is incomplete.
+                        tracing::debug!(error = %e, "body failed while streaming");
+                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        return Ok(());
+                    }
+                }
+            }
+            if length.is_some_and(|l| l != *sent) {
+                send.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Ok(());
+            }
+            send_data(streams, send, Bytes::new(), true).await
+        }
+    }
+}
+
+/// Sends `data` as the stream's window and send buffer allow; `end` ends the stream with
+/// its last frame. While it waits for capacity the connection counts as writing, so
+/// `timeouts.write` closes a client that never opens its window.
+async fn send_data(
+    streams: &Streams,
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
+    if data.is_empty() {
+        if end {
+            send.send_data(data, true)?;
+        }
+        return Ok(());
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let mut capacity = send.capacity();
+        if capacity == 0 {
+            streams.blocked.set(streams.blocked.get() + 1);
+            streams.settle();
+            let granted = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
+            streams.blocked.set(streams.blocked.get() - 1);
+            streams.worker.clock.refresh();
+            if !streams.settle() {
+                return Err(h2::Reason::CANCEL.into());
+            }
+            streams.worker.touch(streams.slot);
+            match granted {
+                Some(Ok(n)) => capacity = n,
+                Some(Err(e)) => return Err(e),
+                None => return Err(h2::Reason::STREAM_CLOSED.into()),
+            }
+            if capacity == 0 {
+                continue;
+            }
+        }
+        let chunk = data.split_to(capacity.min(data.len()));
+        send.send_data(chunk, end && data.is_empty())?;
+    }
+    Ok(())
+}
+
+/// Fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2); the length stays (it is
+/// allowed, and tells the client the size in advance).
+fn is_connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+        b"te",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
