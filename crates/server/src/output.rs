@@ -76,6 +76,15 @@ pub(crate) enum Piece {
     },
 }
 
+impl Piece {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Piece::Bytes(b) => b.len() as u64,
+            Piece::File { len, .. } => *len,
+        }
+    }
+}
+
 /// What one write attempt achieved.
 pub(crate) enum Progress {
     /// Everything went out; the output is empty again.

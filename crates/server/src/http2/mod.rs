@@ -164,6 +164,10 @@ where
     }
     let mut going_away = false;
     let mut calmed = false;
+    // Streams answered in this pass, framed together once no more are waiting (each
+    // poll of the connection writes what is queued: framing them one by one would cost
+    // a write, and a TLS record, per response).
+    let mut ready: Vec<stream::Ready> = Vec::new();
     loop {
         if !going_away && worker.is_shutting_down() {
             // GOAWAY with the last stream accepted: the streams in flight finish, the
@@ -185,11 +189,22 @@ where
             });
             conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
         }
-        let next = tokio::select! {
-            biased;
-            next = conn.accept() => next,
-            _ = streams.wake.notified() => continue,
-            _ = worker.shutdown.notified(), if !going_away => continue,
+        let polled = std::future::poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await;
+        let next = match polled {
+            Poll::Ready(next) => next,
+            Poll::Pending if !ready.is_empty() => {
+                for answered in ready.drain(..) {
+                    let cancelled = answered.send();
+                    streams.ended(cancelled);
+                }
+                continue;
+            }
+            Poll::Pending => tokio::select! {
+                biased;
+                next = conn.accept() => next,
+                _ = streams.wake.notified() => continue,
+                _ = worker.shutdown.notified(), if !going_away => continue,
+            },
         };
         match next {
             Some(Ok((request, respond))) => {
@@ -197,7 +212,13 @@ where
                 if !streams.settle() {
                     break;
                 }
-                tokio::task::spawn_local(stream::serve(streams.clone(), request, respond));
+                match stream::start(&streams, request, respond) {
+                    stream::Rest::Ended(cancelled) => streams.ended(cancelled),
+                    stream::Rest::Ready(answered) => ready.push(answered),
+                    stream::Rest::Later(pending) => {
+                        tokio::task::spawn_local(stream::finish(streams.clone(), pending));
+                    }
+                }
             }
             Some(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");

@@ -7,6 +7,11 @@
 //! them): they are read back here and sent as HPACK fields, the connection-specific
 //! ones (RFC 9113 section 8.2.2) left out. So a field is written once for both
 //! protocols and both send the same ones (HSTS, Vary, ETag, Cache-Control...).
+//!
+//! A response ready at once with a small body in memory (a static file from the cache,
+//! a refusal, a cached page) is framed on the connection's own task as the stream is
+//! accepted; only one that waits (a handler's, a file read in chunks, a body larger
+//! than the window) gets a task of its own.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -28,22 +33,152 @@ use crate::worker::Worker;
 /// `[http2] max_send_buffer` of it before the client's window opens).
 const FILE_CHUNK: usize = 64 * 1024;
 
-/// Answers one stream and tells the connection how it ended.
-pub(super) async fn serve(
-    streams: Rc<Streams>,
-    request: http::Request<RecvStream>,
+/// Bodies up to this size, in memory, are queued whole as the response is sent (within
+/// the protocol's initial window, which every client grants): no task, no wait.
+const SEND_AT_ONCE: usize = 16 * 1024;
+
+/// What is left of a stream after [`start`].
+pub(super) enum Rest {
+    /// Ended: `true` if the client had cancelled it.
+    Ended(bool),
+    /// Answered, to be framed with the others answered in the same pass ([`Ready::send`]),
+    /// so that their frames leave in one write.
+    Ready(Ready),
+    /// Its response waits (a handler, a file, a large body): finished by [`finish`] on a
+    /// task of its own.
+    Later(Box<Pending>),
+}
+
+pub(super) struct Pending {
     respond: SendResponse<Bytes>,
-) {
-    let mut respond = respond;
+    work: Waits,
+}
+
+// Always boxed (in `Pending`), so the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Waits {
+    /// The static files' answer, logged already: its head and its body's pieces.
+    Pieces { head: Vec<u8>, pieces: Vec<Piece> },
+    /// A handler's answer to come.
+    Exchange {
+        parts: http::request::Parts,
+        body: RecvStream,
+        exchange: Box<Exchange>,
+        read_at: Option<Instant>,
+    },
+}
+
+/// Answers a stream as far as it can without waiting.
+pub(super) fn start(
+    streams: &Streams,
+    request: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) -> Rest {
     // A stream the client cancelled before we looked at it (a Rapid Reset) costs
     // nothing more than this check.
-    let cancelled = match reset(&mut respond) {
-        true => true,
-        false => answer(&streams, request, &mut respond)
-            .await
-            .is_err_and(|e| e.is_reset() && e.is_remote()),
+    if reset(&mut respond) {
+        return Rest::Ended(true);
+    }
+    let worker: &Worker = &streams.worker;
+    let (parts, body) = request.into_parts();
+    let read_at = (worker.shared.metrics_on || worker.log.borrow().is_some()).then(Instant::now);
+    let mut cookie = Vec::new();
+    let mut fields = Vec::with_capacity(parts.headers.len() + 1);
+    let (req, refusal) = view(
+        &parts,
+        body.is_end_stream(),
+        &mut cookie,
+        &mut fields,
+        &worker.shared.limits,
+    );
+    worker.clock.refresh();
+    worker.tls.set(streams.tls);
+    let mut buffers = worker.take_buffers();
+    let out = &mut buffers.out;
+    let mark = out.mark();
+    let dispatched = match refusal {
+        Some(e) => {
+            worker.refused(streams.peer, e);
+            crate::reply::simple(worker, out, &req, true, e.status(), b"");
+            let current = worker.current();
+            let site = current.gen.sites.hosts.select(&req);
+            Dispatched::Done(crate::metrics::Answered {
+                host: current.gen.host_labels[site],
+                kind: crate::metrics::kind_index("static"),
+            })
+        }
+        None => dispatch::answer(worker, &req, streams.peer, true, out, &[]),
     };
-    streams.ended(cancelled);
+    let exchange = match dispatched {
+        Dispatched::Done(answered) => {
+            conn::log(
+                worker,
+                streams.peer,
+                read_at,
+                Some((&req, answered)),
+                b"",
+                out,
+                mark,
+            );
+            let (_, head, _) = out.since(mark);
+            let head = head.to_vec();
+            let pieces = out.take_pieces(head.len());
+            worker.give_back(buffers);
+            let small = pieces.iter().all(|p| matches!(p, Piece::Bytes(_)))
+                && pieces.iter().map(Piece::len).sum::<u64>() <= SEND_AT_ONCE as u64;
+            if !small {
+                let work = Waits::Pieces { head, pieces };
+                return Rest::Later(Box::new(Pending { respond, work }));
+            }
+            let head_only = req.method == wire::Method::Head;
+            let Some((response, content)) = response(&head, head_only) else {
+                respond.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Rest::Ended(false);
+            };
+            let body = match pieces.into_iter().next() {
+                Some(Piece::Bytes(bytes)) if content => bytes,
+                _ => Bytes::new(),
+            };
+            return Rest::Ready(Ready {
+                respond,
+                response,
+                body,
+            });
+        }
+        Dispatched::Later(exchange) => exchange,
+    };
+    worker.give_back(buffers);
+    let work = Waits::Exchange {
+        parts,
+        body,
+        exchange,
+        read_at,
+    };
+    Rest::Later(Box::new(Pending { respond, work }))
+}
+
+/// Finishes a stream [`start`] could not; returns whether the client cancelled it.
+pub(super) async fn finish(streams: Rc<Streams>, pending: Box<Pending>) {
+    let Pending { mut respond, work } = *pending;
+    let result = match work {
+        Waits::Pieces { head, pieces } => {
+            let head_only = false;
+            match response(&head, head_only) {
+                None => Ok(()),
+                Some((response, _)) => match respond.send_response(response, pieces.is_empty()) {
+                    Ok(mut send) => send_pieces(&streams, &mut send, pieces, &mut 0).await,
+                    Err(e) => Err(e),
+                },
+            }
+        }
+        Waits::Exchange {
+            parts,
+            mut body,
+            exchange,
+            read_at,
+        } => handled(&streams, &parts, &mut body, exchange, read_at, &mut respond).await,
+    };
+    streams.ended(result.is_err_and(|e| e.is_reset() && e.is_remote()));
 }
 
 /// Whether the client has reset the stream already (polled without waiting).
@@ -52,42 +187,29 @@ fn reset(respond: &mut SendResponse<Bytes>) -> bool {
     matches!(respond.poll_reset(&mut cx), std::task::Poll::Ready(_))
 }
 
-/// A response ready to frame: its head as the HTTP/1 encoder wrote it, and its body.
-enum Framed {
-    /// The static files' answer: the pieces queued after the head (memory, file ranges).
-    Pieces(Vec<Piece>),
-    /// A handler's body.
-    Body(Body),
-}
-
-async fn answer(
-    streams: &Streams,
-    request: http::Request<RecvStream>,
-    respond: &mut SendResponse<Bytes>,
-) -> Result<(), h2::Error> {
-    let worker: &Worker = &streams.worker;
-    let (parts, mut body) = request.into_parts();
-    let read_at = (worker.shared.metrics_on || worker.log.borrow().is_some()).then(Instant::now);
-    let limits = &worker.shared.limits;
-
-    // The request as the handlers see it. The Host field is the :authority (a client
-    // that sends both must send the same host, RFC 9113 section 8.3.1); cookies split
-    // over several fields are joined as one (section 8.2.3).
+/// The request as the handlers see it, and why it is refused, if it is. The Host
+/// field is the :authority (a client that sends both must send the same host, RFC 9113
+/// section 8.3.1); cookies split over several fields are joined as one (section 8.2.3).
+fn view<'a>(
+    parts: &'a http::request::Parts,
+    end_stream: bool,
+    cookie: &'a mut Vec<u8>,
+    fields: &'a mut Vec<wire::Header<'a>>,
+    limits: &wire::Limits,
+) -> (wire::Request<'a, 'a>, Option<wire::Error>) {
     let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
     let target: &[u8] = match (&parts.method, parts.uri.path_and_query()) {
         (&http::Method::CONNECT, _) => authority.unwrap_or(b""),
         (_, Some(pq)) => pq.as_str().as_bytes(),
         (_, None) => b"/",
     };
-    let mut cookie: Vec<u8> = Vec::new();
-    let mut fields: Vec<wire::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
+    let mut refusal = None;
     if let Some(authority) = authority {
         fields.push(wire::Header {
             name: "host",
             value: authority,
         });
     }
-    let mut refusal = None;
     for (name, value) in &parts.headers {
         match *name {
             http::header::HOST => {
@@ -113,13 +235,14 @@ async fn answer(
             }),
         }
     }
+    let cookie: &'a [u8] = cookie;
     if !cookie.is_empty() {
         fields.push(wire::Header {
             name: "cookie",
-            value: &cookie,
+            value: cookie,
         });
     }
-    let framing = if body.is_end_stream() {
+    let framing = if end_stream {
         BodyFraming::None
     } else {
         match parts.headers.get(http::header::CONTENT_LENGTH) {
@@ -143,71 +266,30 @@ async fn answer(
     } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
         refusal = Some(wire::Error::BodyTooLarge);
     }
-    let path = target;
+    let fields: &'a [wire::Header<'a>] = fields;
     let req = wire::Request {
         method: wire::Method::from_token(parts.method.as_str()),
         method_token: parts.method.as_str(),
         target,
-        path,
+        path: target,
         version: Version::Http2,
-        headers: &fields,
+        headers: fields,
         head_len: 0,
         body: framing,
         keep_alive: true,
         expect_continue: false,
     };
-    let head_only = req.method == wire::Method::Head;
+    (req, refusal)
+}
 
-    worker.clock.refresh();
-    worker.tls.set(streams.tls);
-    let mut buffers = worker.take_buffers();
-    let out = &mut buffers.out;
-    let mark = out.mark();
-    let dispatched = match refusal {
-        Some(e) => {
-            worker.refused(streams.peer, e);
-            crate::reply::simple(worker, out, &req, true, e.status(), b"");
-            let current = worker.current();
-            let site = current.gen.sites.hosts.select(&req);
-            Dispatched::Done(crate::metrics::Answered {
-                host: current.gen.host_labels[site],
-                kind: crate::metrics::kind_index("static"),
-            })
-        }
-        None => dispatch::answer(worker, &req, streams.peer, true, out, &[]),
-    };
-    let (head, framed, log) = match dispatched {
-        Dispatched::Done(answered) => {
-            conn::log(
-                worker,
-                streams.peer,
-                read_at,
-                Some((&req, answered)),
-                b"",
-                out,
-                mark,
-            );
-            let (_, head, _) = out.since(mark);
-            let head = head.to_vec();
-            let pieces = out.take_pieces(head.len());
-            worker.give_back(buffers);
-            (head, Framed::Pieces(pieces), None)
-        }
-        Dispatched::Later(exchange) => {
-            worker.give_back(buffers);
-            let (head, body, log) = later(streams, *exchange, &mut body, head_only).await?;
-            (head, Framed::Body(body), Some(log))
-        }
-    };
-    let Some((status, fields)) = dispatch::parse_head(&head) else {
-        respond.send_reset(h2::Reason::INTERNAL_ERROR);
-        return Ok(());
-    };
-    let no_body = wire::no_body(head_only, status);
+/// The HTTP/2 response for a head the HTTP/1 encoder wrote, and whether content
+/// follows it. `None` if the head does not parse (never, for heads written here).
+fn response(head: &[u8], head_only: bool) -> Option<(http::Response<()>, bool)> {
+    let (status, fields) = dispatch::parse_head(head)?;
     let mut response = http::Response::new(());
-    *response.status_mut() =
-        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    *response.status_mut() = http::StatusCode::from_u16(status).ok()?;
     let map = response.headers_mut();
+    map.reserve(fields.len());
     for (name, value) in fields {
         if is_connection_specific(name) {
             continue;
@@ -218,32 +300,72 @@ async fn answer(
             map.append(name, value);
         }
     }
-    let empty = no_body
-        || match &framed {
-            Framed::Pieces(pieces) => pieces.is_empty(),
-            Framed::Body(body) => matches!(body, Body::Empty),
-        };
-    let mut send = respond.send_response(response, empty)?;
+    Some((response, !wire::no_body(head_only, status)))
+}
+
+/// A response whose body is small and in memory, framed without waiting.
+pub(super) struct Ready {
+    respond: SendResponse<Bytes>,
+    response: http::Response<()>,
+    body: Bytes,
+}
+
+impl Ready {
+    /// Queues its frames; returns whether the client had cancelled the stream.
+    pub(super) fn send(mut self) -> bool {
+        let sent = self
+            .respond
+            .send_response(self.response, self.body.is_empty())
+            .and_then(|mut send| match self.body.is_empty() {
+                true => Ok(()),
+                false => send.send_data(self.body, true),
+            });
+        sent.is_err_and(|e| e.is_reset() && e.is_remote())
+    }
+}
+
+/// A handler's response: awaited, framed, logged.
+async fn handled(
+    streams: &Streams,
+    parts: &http::request::Parts,
+    body: &mut RecvStream,
+    exchange: Box<Exchange>,
+    read_at: Option<Instant>,
+    respond: &mut SendResponse<Bytes>,
+) -> Result<(), h2::Error> {
+    let worker: &Worker = &streams.worker;
+    let head_only = exchange.head_only;
+    let (head, body, (answered, status)) = later(streams, *exchange, body, head_only).await?;
     let mut sent = 0u64;
-    let result = match framed {
-        _ if empty => Ok(()),
-        Framed::Pieces(pieces) => send_pieces(streams, &mut send, pieces, &mut sent).await,
-        Framed::Body(body) => send_body(streams, &mut send, body, &mut sent).await,
-    };
-    if let Some((answered, raw_status)) = log {
-        worker.clock.refresh();
-        worker.tls.set(streams.tls);
-        conn::count(worker, answered, raw_status, read_at);
-        if worker.log.borrow().is_some() {
-            conn::record(
-                worker,
-                streams.peer,
-                read_at,
-                Some(&req),
-                b"",
-                (raw_status, &head, sent),
-            );
+    let result = match response(&head, head_only) {
+        None => {
+            respond.send_reset(h2::Reason::INTERNAL_ERROR);
+            Ok(())
         }
+        Some((response, content)) => {
+            let empty = !content || matches!(body, Body::Empty);
+            match respond.send_response(response, empty) {
+                Ok(_) if empty => Ok(()),
+                Ok(mut send) => send_body(streams, &mut send, body, &mut sent).await,
+                Err(e) => Err(e),
+            }
+        }
+    };
+    worker.clock.refresh();
+    worker.tls.set(streams.tls);
+    conn::count(worker, answered, status, read_at);
+    if worker.log.borrow().is_some() {
+        let mut cookie = Vec::new();
+        let mut fields = Vec::with_capacity(parts.headers.len() + 1);
+        let (req, _) = view(parts, true, &mut cookie, &mut fields, &worker.shared.limits);
+        conn::record(
+            worker,
+            streams.peer,
+            read_at,
+            Some(&req),
+            b"",
+            (status, &head, sent),
+        );
     }
     result
 }
