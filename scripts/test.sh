@@ -32,6 +32,16 @@ for tool in curl openssl; do
     fi
 done
 
+# The HTTP/2 tests drive the server with h2load (crates/cli/tests/serve/http2.rs).
+if ! command -v h2load >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing nghttp2-client (h2load) for the HTTP/2 tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq nghttp2-client
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client
+    fi
+fi
+
 # The metrics tests check /metrics with promtool and scrape it with a real Prometheus
 # (crates/cli/tests/serve/metrics.rs): the Debian package's binaries, unpacked into a
 # cache folder rather than installed (the package would start a service listening on

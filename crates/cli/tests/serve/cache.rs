@@ -29,14 +29,14 @@ use crate::harness::{eventually, read_request_head, read_response, Response, Ser
 /// - `/many`: ESI page of 600 includes `/frag/mN`, comma-separated
 /// - `/big`: 6 MB of numbered lines, `max-age=60`
 #[derive(Clone)]
-struct Origin {
-    addr: SocketAddr,
+pub struct Origin {
+    pub addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, usize>>>,
     failing: Arc<AtomicBool>,
 }
 
 impl Origin {
-    fn start() -> Origin {
+    pub fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = Origin {
             addr: listener.local_addr().unwrap(),
@@ -53,7 +53,7 @@ impl Origin {
         origin
     }
 
-    fn hits(&self, path: &str) -> usize {
+    pub fn hits(&self, path: &str) -> usize {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 

@@ -9,6 +9,7 @@ mod compression;
 mod demo;
 mod framing;
 mod hosts;
+mod http2;
 mod http_semantics;
 mod lifecycle;
 mod limits;

@@ -14,7 +14,7 @@ use crate::harness::{read_request_head, read_response, read_to_close, Server, Si
 /// - `/frag/N`: `[N]` after 50 ms
 /// - `/echo`: the request head fields, one per line, then the body
 /// - anything else: 404
-fn origin() -> SocketAddr {
+pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {

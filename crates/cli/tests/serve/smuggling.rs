@@ -360,8 +360,6 @@ refused! {
         b"GET / HTTP/1.10\r\nHost: t\r\n\r\n" => 400;
     rejects_http_2_0_over_http1_framing:
         b"GET / HTTP/2.0\r\nHost: t\r\n\r\n" => 505;
-    rejects_http2_connection_preface:
-        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" => 505;
     rejects_http_0_9_version:
         b"GET / HTTP/0.9\r\nHost: t\r\n\r\n" => 505;
     /// A 0.9 simple request has no version and no headers; answering it would mean
@@ -677,6 +675,34 @@ fn refusal_of_a_head_request_has_no_body() {
     assert!(
         contains(&got, b"<h1>400 Bad Request</h1>"),
         "{}",
+        show(&got)
+    );
+}
+
+/// The HTTP/2 preface starts HTTP/2 (prior knowledge, docs/http2.md): what follows must
+/// be frames, so an HTTP/1 request after it is a protocol error (GOAWAY), never answered.
+#[test]
+fn http1_after_the_http2_preface_is_a_protocol_error_not_a_request() {
+    let site = Site::hostile();
+    let server = site.serve();
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(FOLLOW_UP);
+    let got = send(&server, &bytes);
+    assert!(
+        !contains(&got, CANARY),
+        "follow-up answered: {}",
+        show(&got)
+    );
+    assert!(
+        !contains(&got, b"HTTP/1.1"),
+        "answered as HTTP/1: {}",
+        show(&got)
+    );
+    // The server's SETTINGS first (type 4 on stream 0), and a GOAWAY (type 7) later.
+    assert_eq!(got.get(3), Some(&4), "{}", show(&got));
+    assert!(
+        got.windows(2).any(|w| w == [7, 0]),
+        "no GOAWAY: {}",
         show(&got)
     );
 }

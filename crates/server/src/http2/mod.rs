@@ -19,6 +19,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -135,6 +136,8 @@ where
         .max_pending_accept_reset_streams(config.max_reset_streams as usize)
         .max_concurrent_reset_streams(config.max_concurrent_streams as usize);
     let max_resets = config.max_reset_streams as u64;
+    let settings = config.clone();
+    let mut generation = current.gen.number;
     drop(current);
     // The handshake (the preface and the first SETTINGS) happens in `ReadingHead`, where
     // the slot has been since accept: `timeouts.head` bounds it.
@@ -169,6 +172,17 @@ where
     // a write, and a TLS record, per response).
     let mut ready: Vec<stream::Ready> = Vec::new();
     loop {
+        if !going_away && worker.shared.generation.load(Ordering::Relaxed) != generation {
+            // A reload: streams take the new configuration as HTTP/1 requests do, but
+            // the SETTINGS this connection announced are fixed; when `[http2]` changed,
+            // GOAWAY sends the client to a new connection that gets the new ones.
+            let current = worker.current();
+            generation = current.gen.number;
+            if current.gen.config.http2 != settings {
+                going_away = true;
+                conn.graceful_shutdown();
+            }
+        }
         if !going_away && worker.is_shutting_down() {
             // GOAWAY with the last stream accepted: the streams in flight finish, the
             // client opens new ones on a new connection.
@@ -177,16 +191,7 @@ where
         }
         if streams.abusive.get() && !calmed {
             calmed = true;
-            let count = streams.cancelled.get();
-            worker.http2_resets.event(worker.clock.millis(), |n| {
-                tracing::warn!(
-                    worker = worker.id,
-                    %peer,
-                    cancelled = count,
-                    connections = n,
-                    "HTTP/2 client cancelled too many streams (Rapid Reset): sent GOAWAY"
-                );
-            });
+            rapid_reset(worker, peer, streams.cancelled.get());
             conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
         }
         let polled = std::future::poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await;
@@ -221,6 +226,12 @@ where
                 }
             }
             Some(Err(e)) => {
+                // h2 counts the streams cancelled before they were accepted itself (all
+                // those of one read, before this loop sees them): past the same limit it
+                // has sent GOAWAY.
+                if e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) && !e.is_remote() && !calmed {
+                    rapid_reset(worker, peer, streams.cancelled.get() + max_resets);
+                }
                 tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
                 break;
             }
@@ -228,6 +239,19 @@ where
         }
     }
     streams.ended.set(true);
+}
+
+/// Logs a connection closed for Rapid Reset (at most a line every 10 s per worker).
+fn rapid_reset(worker: &Worker, peer: SocketAddr, cancelled: u64) {
+    worker.http2_resets.event(worker.clock.millis(), |n| {
+        tracing::warn!(
+            worker = worker.id,
+            %peer,
+            cancelled,
+            connections = n,
+            "HTTP/2 client cancelled too many streams (Rapid Reset): sent GOAWAY and closed"
+        );
+    });
 }
 
 /// A stream with bytes already read from it put back in front: the preface a cleartext

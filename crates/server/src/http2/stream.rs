@@ -58,7 +58,12 @@ pub(super) struct Pending {
 #[allow(clippy::large_enum_variant)]
 enum Waits {
     /// The static files' answer, logged already: its head and its body's pieces.
-    Pieces { head: Vec<u8>, pieces: Vec<Piece> },
+    Pieces {
+        head: Vec<u8>,
+        pieces: Vec<Piece>,
+        /// The request body, to skip first.
+        skip: Option<RecvStream>,
+    },
     /// A handler's answer to come.
     Exchange {
         parts: http::request::Parts,
@@ -126,8 +131,13 @@ pub(super) fn start(
             worker.give_back(buffers);
             let small = pieces.iter().all(|p| matches!(p, Piece::Bytes(_)))
                 && pieces.iter().map(Piece::len).sum::<u64>() <= SEND_AT_ONCE as u64;
-            if !small {
-                let work = Waits::Pieces { head, pieces };
+            // A request body nobody reads (a static file's) is skipped to its end before
+            // the response goes out, as HTTP/1 does: the stream stays open and checked
+            // (its length, its trailers, its window) until the client ends it. A refused
+            // request is answered at once; its stream is reset when the body is dropped.
+            let skip = (refusal.is_none() && !body.is_end_stream()).then_some(body);
+            if !small || skip.is_some() {
+                let work = Waits::Pieces { head, pieces, skip };
                 return Rest::Later(Box::new(Pending { respond, work }));
             }
             let head_only = req.method == wire::Method::Head;
@@ -161,7 +171,10 @@ pub(super) fn start(
 pub(super) async fn finish(streams: Rc<Streams>, pending: Box<Pending>) {
     let Pending { mut respond, work } = *pending;
     let result = match work {
-        Waits::Pieces { head, pieces } => {
+        Waits::Pieces { head, pieces, skip } => {
+            if let Some(mut body) = skip {
+                skip_body(&streams.worker, &mut body).await;
+            }
             let head_only = false;
             match response(&head, head_only) {
                 None => Ok(()),
@@ -179,6 +192,25 @@ pub(super) async fn finish(streams: Rc<Streams>, pending: Box<Pending>) {
         } => handled(&streams, &parts, &mut body, exchange, read_at, &mut respond).await,
     };
     streams.ended(result.is_err_and(|e| e.is_reset() && e.is_remote()));
+}
+
+/// Reads a request body nobody needs to its end, within `limits.max_body_size` and
+/// `timeouts.body` (past either the response goes out, and dropping the body resets
+/// the stream).
+async fn skip_body(worker: &Worker, body: &mut RecvStream) {
+    let max = worker.shared.limits.max_body_size;
+    let wait = Duration::from_secs_f64(worker.current().gen.config.timeouts.body);
+    let skip = async {
+        let mut seen = 0u64;
+        while let Some(Ok(chunk)) = body.data().await {
+            seen += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if seen > max {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(wait, skip).await;
 }
 
 /// Whether the client has reset the stream already (polled without waiting).
@@ -328,14 +360,14 @@ impl Ready {
 async fn handled(
     streams: &Streams,
     parts: &http::request::Parts,
-    body: &mut RecvStream,
+    body_in: &mut RecvStream,
     exchange: Box<Exchange>,
     read_at: Option<Instant>,
     respond: &mut SendResponse<Bytes>,
 ) -> Result<(), h2::Error> {
     let worker: &Worker = &streams.worker;
     let head_only = exchange.head_only;
-    let (head, body, (answered, status)) = later(streams, *exchange, body, head_only).await?;
+    let (head, body, (answered, status)) = later(streams, *exchange, body_in, head_only).await?;
     let mut sent = 0u64;
     let result = match response(&head, head_only) {
         None => {
@@ -390,7 +422,13 @@ async fn later(
         ..
     } = exchange;
     let mut response = match work {
-        Work::Ready(response) => response,
+        Work::Ready(response) => {
+            // Made without the request body: skipped first, as for a static file.
+            if !body.is_end_stream() {
+                skip_body(worker, body).await;
+            }
+            response
+        }
         Work::Deferred(deferred) => {
             let received = match read_body(worker, body).await? {
                 Ok(bytes) => deferred.respond(bytes).await,
