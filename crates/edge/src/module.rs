@@ -377,7 +377,9 @@ impl Deferred for Proxied {
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
                     let compression = edge.route_compression(route);
+                    let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
+                    response.head.set_assembled(assembled);
                     if edge.route_uncompressed(route) {
                         response.head.set_identity_only(true);
                     }

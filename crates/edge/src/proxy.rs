@@ -132,6 +132,12 @@ impl Body {
         matches!(self.kind, BodyKind::Page { .. })
     }
 
+    /// Whether this body is an ESI page: being assembled, or assembled already.
+    pub fn is_page(&self) -> bool {
+        matches!(&self.kind, BodyKind::Page { .. })
+            || matches!(&self.kind, BodyKind::Ready { chunks, .. } if !chunks.is_empty())
+    }
+
     /// A body whose chunks are all here (a cache hit), its length known.
     pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
         let chunks = chunks.into();

@@ -656,3 +656,119 @@ fn upstream_requests_count_exactly_by_outcome() {
     let script = sum(&s, "tessera_requests_total{", &["kind=\"script\""]);
     assert_eq!(script, 4.0);
 }
+
+/// One whole response as it came (head and a Content-Length body), raw.
+fn read_raw(stream: &mut TcpStream, head_only: bool) -> Vec<u8> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed mid-head");
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    if !head_only {
+        let start = raw.len();
+        raw.resize(start + length, 0);
+        stream.read_exact(&mut raw[start..]).unwrap();
+    }
+    raw
+}
+
+#[test]
+fn bytes_connections_methods_file_cache_and_log_lines_count_exactly() {
+    let site = Site::new();
+    site.write("hello.txt", b"hello\n");
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\nmax_connections = 2\nfile_cache_valid_ms = 600000\n\
+         access_log = \"{}\"\n[timeouts]\nhead = 1\nidle = 1\n",
+        log.display()
+    ));
+    let admin = admin_addr(&server);
+    let (mut received, mut sent) = (0, 0);
+    let mut exchange = |stream: &mut TcpStream, request: &str, head_only: bool| {
+        stream.write_all(request.as_bytes()).unwrap();
+        received += request.len();
+        let response = read_raw(stream, head_only);
+        sent += response.len();
+        response
+    };
+    // Two keep-alive connections fill the two slots; a third evicts the oldest idle one.
+    let get = "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    let mut first = server.connect();
+    assert!(exchange(&mut first, get, false).ends_with(b"\r\n\r\nhello\n"));
+    let mut second = server.connect();
+    exchange(
+        &mut second,
+        "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        true,
+    );
+    let mut third = server.connect();
+    let post = "POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi";
+    assert!(exchange(&mut third, post, false).starts_with(b"HTTP/1.1 405"));
+    assert_eq!(
+        read_to_close(&mut first),
+        b"",
+        "the oldest idle one was evicted"
+    );
+    exchange(
+        &mut third,
+        "GET /missing HTTP/1.1\r\nHost: t\r\n\r\n",
+        false,
+    );
+    exchange(
+        &mut third,
+        "DELETE /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        false,
+    );
+    // The idle ones time out; then one that never finishes its head.
+    assert_eq!(read_to_close(&mut second), b"");
+    assert_eq!(read_to_close(&mut third), b"");
+    let mut slow = server.connect();
+    slow.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+    received += 25;
+    assert_eq!(read_to_close(&mut slow), b"");
+
+    let mut text = String::new();
+    eventually("the access log lines written", || {
+        text = admin_get(admin, "/metrics", "").1;
+        samples(&text)["tessera_access_log_lines_total"] == 5.0
+    });
+    let s = samples(&text);
+    let requests = "tessera_requests_total{";
+    let method = |m: &str| {
+        sum(
+            &s,
+            requests,
+            &["kind=\"static\"", &format!("method=\"{m}\"")],
+        )
+    };
+    assert_eq!(method("GET"), 2.0, "{text}");
+    assert_eq!(method("HEAD"), 1.0);
+    assert_eq!(method("POST"), 1.0);
+    assert_eq!(method("DELETE"), 1.0);
+    assert_eq!(sum(&s, requests, &["kind=\"static\""]), 5.0);
+    assert_eq!(s["tessera_received_bytes_total"], received as f64);
+    assert_eq!(s["tessera_sent_bytes_total"], sent as f64);
+    assert_eq!(s["tessera_connections_accepted_total"], 4.0);
+    let closed =
+        |reason: &str| s[&format!("tessera_connections_closed_total{{reason=\"{reason}\"}}")];
+    assert_eq!(closed("evicted"), 1.0);
+    assert_eq!(closed("idle_timeout"), 2.0);
+    assert_eq!(closed("head_timeout"), 1.0);
+    assert_eq!(closed("body_timeout") + closed("write_timeout"), 0.0);
+    assert_eq!(s["tessera_accept_pauses_total"], 0.0);
+    // The first GET opened the file, the HEAD found it cached, the 404 looked on disk
+    // (a POST or DELETE is refused before any lookup).
+    let files = "tessera_open_file_cache_requests_total";
+    assert_eq!(s[&format!("{files}{{result=\"hit\"}}")], 1.0);
+    assert_eq!(s[&format!("{files}{{result=\"miss\"}}")], 2.0);
+    assert_eq!(s["tessera_access_log_dropped_lines_total"], 0.0);
+    let lines = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(lines, 5);
+}
