@@ -200,6 +200,7 @@ impl Module for EdgeModule {
                 opened,
             );
         }
+        crate::tally::write_esi(out);
         let Some(s) = self.cache_stats() else {
             return;
         };
@@ -209,6 +210,7 @@ impl Module for EdgeModule {
             ("miss", s.misses),
             ("stale", s.stale_served),
             ("coalesced", s.coalesced),
+            ("pass", crate::tally::passes()),
         ] {
             out.counter(
                 "tessera_cache_requests_total",
@@ -217,6 +219,7 @@ impl Module for EdgeModule {
                 n,
             );
         }
+        crate::tally::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
             "Objects (and Vary markers) in the memory tier.",
@@ -269,6 +272,12 @@ impl Module for EdgeModule {
                 "Times the Redis tier's circuit breaker opened.",
                 &[],
                 r.breaker_opened,
+            );
+            out.gauge(
+                "tessera_redis_breaker_open",
+                "Whether the Redis tier's circuit breaker is open now (Redis skipped): 1 or 0.",
+                &[],
+                f64::from(u8::from(r.breaker_open)),
             );
         }
     }

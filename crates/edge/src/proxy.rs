@@ -388,6 +388,7 @@ impl Edge {
             return Ok(self.invalidate(&req, &key));
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+            crate::tally::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
@@ -403,9 +404,11 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
+            crate::tally::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         if req.method == Method::HEAD {
+            crate::tally::passed();
             let store = Store {
                 key,
                 guard: None,

@@ -83,9 +83,19 @@ fn site_with_everything(extra: &str) -> (Site, Server) {
         "return { content = function(r) if r:arg('sleep') then tessera.sleep(2) end return 'hi' end }",
     )
     .unwrap();
+    // /p/esi: an ESI page (not stored) including /p/frag and /p/broken (a 500, its
+    // include `onerror="continue"`).
     std::fs::write(
         dir.join("origin.lua"),
-        "return { content = function(r) r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
+        "return { content = function(r)\n\
+           local p = r:path()\n\
+           if p:find('esi') then\n\
+             r:set_header('Surrogate-Control', 'content=\"ESI/1.0\"')\n\
+             return [[<p><esi:include src=\"/p/frag\"/>|<esi:include src=\"/p/broken\" onerror=\"continue\"/></p>]]\n\
+           end\n\
+           if p:find('frag') then return 'F' end\n\
+           if p:find('broken') then r:set_status(500) return 'down' end\n\
+           r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
     )
     .unwrap();
     let server = site.serve_with(&format!(
@@ -123,31 +133,75 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     assert_eq!(server.get("/p/x").body, b"page");
     let refused = server.exchange(b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n");
     assert!(refused.starts_with(b"HTTP/1.1 400"));
+    // An ESI page with one fragment that fails (three upstream requests, and three
+    // script requests answering them).
+    assert_eq!(server.get("/p/esi").body, b"<p>F|</p>");
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut stream, true).status, 200);
 
+    // A proxied response is counted once its last byte is written, which may be just
+    // after the client has read it.
+    let mut text = String::new();
+    eventually("the ESI page counted", || {
+        text = admin_get(admin, "/metrics", "").1;
+        text.contains("kind=\"esi\"")
+    });
     let (status, text) = admin_get(admin, "/metrics", "");
     assert_eq!(status, 200);
     let s = samples(&text);
     let requests = "tessera_requests_total{";
     let host = "host=\"default\"";
-    assert_eq!(
-        sum(&s, requests, &[host, "kind=\"static\"", "2xx"]),
-        3.0,
-        "{text}"
-    );
+    let static_ok = sum(&s, requests, &[host, "kind=\"static\"", "2xx"]);
+    assert_eq!(static_ok, 4.0, "{text}");
     assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "3xx"]), 1.0);
     assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "4xx"]), 2.0);
-    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "2xx"]), 2.0);
+    assert_eq!(
+        sum(&s, requests, &["kind=\"static\"", "method=\"HEAD\""]),
+        1.0
+    );
+    assert_eq!(
+        sum(&s, requests, &["kind=\"static\"", "method=\"GET\""]),
+        6.0
+    );
+    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "2xx"]), 4.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "5xx"]), 1.0);
     assert_eq!(sum(&s, requests, &[host, "kind=\"proxy\"", "2xx"]), 2.0);
-    assert_eq!(sum(&s, requests, &[]), 10.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"esi\"", "2xx"]), 1.0);
+    let scrapes = sum(&s, requests, &["kind=\"admin\""]);
+    assert_eq!(sum(&s, requests, &[]) - scrapes, 15.0);
     assert_eq!(sum(&s, "tessera_refused_requests_total", &[]), 1.0);
     let count = "tessera_request_duration_seconds_count";
-    assert_eq!(sum(&s, count, &["static"]), 6.0);
-    assert_eq!(sum(&s, count, &["script"]), 2.0);
+    assert_eq!(sum(&s, count, &["static"]), 7.0);
+    assert_eq!(sum(&s, count, &["script"]), 5.0);
     assert_eq!(sum(&s, count, &["proxy"]), 2.0);
+    assert_eq!(sum(&s, count, &["esi"]), 1.0);
     let inf = "tessera_request_duration_seconds_bucket{kind=\"static\",le=\"+Inf\"}";
-    assert_eq!(s[inf], 6.0);
-    assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 1.0);
+    assert_eq!(s[inf], 7.0);
     assert_eq!(s["tessera_cache_requests_total{result=\"hit\"}"], 1.0);
+    // Misses: /p/x (stored) and the failing fragment; passes: the ESI page and its good
+    // fragment, which may not be stored (no Cache-Control).
+    assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 2.0);
+    assert_eq!(s["tessera_cache_requests_total{result=\"pass\"}"], 2.0);
+    assert_eq!(s["tessera_cache_stores_total"], 1.0);
+    let upstream = |outcome: &str| {
+        s[&format!("tessera_upstream_requests_total{{upstream=\"o\",outcome=\"{outcome}\"}}")]
+    };
+    assert_eq!(upstream("response"), 3.0);
+    assert_eq!(upstream("server_error"), 1.0);
+    assert_eq!(s["tessera_esi_pages_total{result=\"complete\"}"], 1.0);
+    assert_eq!(sum(&s, "tessera_esi_pages_total{", &[]), 1.0);
+    assert_eq!(s["tessera_esi_fragments_total{result=\"ok\"}"], 1.0);
+    assert_eq!(s["tessera_esi_fragments_total{result=\"error\"}"], 1.0);
+    assert_eq!(sum(&s, "tessera_esi_fragments_total{", &[]), 2.0);
+    assert_eq!(s["tessera_esi_fragment_seconds_count"], 2.0);
+    let failures = "tessera_esi_include_failures_total";
+    assert_eq!(s[&format!("{failures}{{outcome=\"continue\"}}")], 1.0);
+    assert_eq!(sum(&s, failures, &[]), 1.0);
     assert_eq!(s["tessera_config_generation"], 1.0);
     assert!(s["tessera_connections_capacity"] >= 1.0);
 
@@ -181,7 +235,7 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     );
     assert!(text.ends_with("# EOF\n"));
     let s = samples(&text);
-    assert_eq!(sum(&s, requests, &["kind=\"admin\""]), 1.0);
+    assert_eq!(sum(&s, requests, &["kind=\"admin\""]), scrapes + 1.0);
 }
 
 #[test]
@@ -526,6 +580,7 @@ fn grafana_dashboard_names_only_what_metrics_exposes() {
     assert_eq!(server.get("/p/x").body, b"page");
     let (_, text) = admin_get(admin, "/metrics", "");
     let s = samples(&text);
+    assert!(s.contains_key("tessera_redis_breaker_open"), "{text}");
     let names: std::collections::HashSet<&str> =
         s.keys().map(|k| k.split('{').next().unwrap()).collect();
     let label = regex_lite::Regex::new(r#"[{,]([a-zA-Z_][a-zA-Z0-9_]*)=""#).unwrap();
@@ -771,4 +826,68 @@ fn bytes_connections_methods_file_cache_and_log_lines_count_exactly() {
     assert_eq!(s["tessera_access_log_dropped_lines_total"], 0.0);
     let lines = std::fs::read_to_string(&log).unwrap().lines().count();
     assert_eq!(lines, 5);
+}
+
+#[test]
+fn cache_stores_evictions_invalidations_and_passes_count_exactly() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r)\n\
+           r:set_header('Cache-Control', 'max-age=60')\n\
+           r:set_header('Content-Type', 'image/png')\n\
+           if r:path():find('big') then return string.rep('x', 2000) end\n\
+           return 'page' end }",
+    )
+    .unwrap();
+    // A 64 KiB memory budget: a hundred 2 KB objects do not fit.
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [cache]\nmax_size = 65536\nmax_object_size = 4096\npurge_allow = [\"127.0.0.1\"]\n\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+         [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+         [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+        dir.display()
+    ));
+    let admin = admin_addr(&server);
+    for path in ["/p/a", "/p/b1", "/p/b2"] {
+        assert_eq!(server.get(path).body, b"page");
+    }
+    let invalidate = |method: &str, path: &str| {
+        let raw = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let answer = server.exchange(raw.as_bytes());
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{method} {path}");
+    };
+    invalidate("PURGE", "/p/a");
+    invalidate("BAN", "/p/b");
+    // Not a method the cache looks up: a pass.
+    let post = server.exchange(
+        b"POST /p/form HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(post.starts_with(b"HTTP/1.1 200"));
+    for i in 0..100 {
+        assert_eq!(server.get(&format!("/p/big/{i}")).body.len(), 2000);
+    }
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let lookups = |result: &str| s[&format!("tessera_cache_requests_total{{result=\"{result}\"}}")];
+    assert_eq!(lookups("miss"), 103.0, "{text}");
+    assert_eq!(lookups("pass"), 1.0);
+    assert_eq!(lookups("hit"), 0.0);
+    assert_eq!(s["tessera_cache_stores_total"], 103.0);
+    let invalidations = "tessera_cache_invalidations_total";
+    assert_eq!(s[&format!("{invalidations}{{method=\"purge\"}}")], 1.0);
+    assert_eq!(s[&format!("{invalidations}{{method=\"ban\"}}")], 1.0);
+    let evicted =
+        |reason: &str| s[&format!("tessera_cache_evictions_total{{reason=\"{reason}\"}}")];
+    assert_eq!(evicted("purge"), 1.0);
+    assert_eq!(evicted("ban"), 2.0);
+    assert!(evicted("capacity") > 0.0);
+    // Every object stored is still there or was let go, once (not compressible, so no
+    // Vary marker beside each).
+    assert_eq!(
+        s["tessera_cache_stores_total"] - evicted("capacity") - evicted("purge") - evicted("ban"),
+        s["tessera_cache_objects"]
+    );
 }
