@@ -891,3 +891,76 @@ fn cache_stores_evictions_invalidations_and_passes_count_exactly() {
         s["tessera_cache_objects"]
     );
 }
+
+#[test]
+fn lua_calls_failures_and_loads_count_exactly() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("m.lua"),
+        r#"return {
+  access = function(r) end,
+  content = function(r)
+    local p = r:path()
+    if p == "/m/error" then local t = nil return t.field end
+    if p == "/m/spin" then while true do end end
+    if p == "/m/hog" then
+      local t = {}
+      for i = 1, 1e8 do t[i] = string.rep("x", 65536) .. i end
+    end
+    return "ok"
+  end,
+  header_filter = function(r) end,
+  log = function(r) end,
+}"#,
+    )
+    .unwrap();
+    let config = format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[script]]\nprefix = \"/m\"\npath = \"{}/m.lua\"\ntime_limit = 0.2\nmemory_limit = 8388608\n",
+        dir.display()
+    );
+    let server = site.serve_with(&config);
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/m/ok").body, b"ok");
+    for path in ["/m/error", "/m/spin", "/m/hog"] {
+        assert_eq!(server.get(path).status, 500, "{path}");
+    }
+    let lua = |text: &str, name: &str, labels: &str| -> f64 {
+        samples(text)
+            .get(&format!("tessera_lua_{name}{{{labels}}}"))
+            .copied()
+            .unwrap_or_else(|| panic!("{name}{{{labels}}} in {text}"))
+    };
+    let mut text = String::new();
+    eventually("the log phases", || {
+        text = admin_get(admin, "/metrics", "").1;
+        lua(&text, "calls_total", "phase=\"log\"") == 4.0
+    });
+    assert_eq!(lua(&text, "calls_total", "phase=\"access\""), 4.0, "{text}");
+    assert_eq!(lua(&text, "calls_total", "phase=\"content\""), 4.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"header_filter\""), 4.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"timer\""), 0.0);
+    let errors = |reason: &str| {
+        lua(
+            &text,
+            "errors_total",
+            &format!("phase=\"content\",reason=\"{reason}\""),
+        )
+    };
+    assert_eq!(errors("error"), 1.0);
+    assert_eq!(errors("time_limit"), 1.0);
+    assert_eq!(errors("memory_limit"), 1.0);
+    assert_eq!(errors("panic"), 0.0);
+    assert_eq!(sum(&samples(&text), "tessera_lua_errors_total", &[]), 3.0);
+    assert_eq!(lua(&text, "script_loads_total", "result=\"ok\""), 1.0);
+
+    // A reload loads the script again (when the worker takes the new configuration).
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    assert_eq!(server.get("/m/ok").body, b"ok");
+    let (_, text) = admin_get(admin, "/metrics", "");
+    assert_eq!(lua(&text, "script_loads_total", "result=\"ok\""), 2.0);
+    assert_eq!(lua(&text, "script_loads_total", "result=\"failed\""), 0.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"content\""), 5.0);
+}
