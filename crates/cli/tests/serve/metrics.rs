@@ -964,3 +964,59 @@ fn lua_calls_failures_and_loads_count_exactly() {
     assert_eq!(lua(&text, "script_loads_total", "result=\"failed\""), 0.0);
     assert_eq!(lua(&text, "calls_total", "phase=\"content\""), 5.0);
 }
+
+#[test]
+fn upstream_counters_go_on_across_a_reload_that_keeps_the_upstream() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r) return 'page' end }",
+    )
+    .unwrap();
+    let config = |down: &str, extra: &str| {
+        format!(
+            "admin_listen = \"127.0.0.1:0\"\n{extra}\n\
+             [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+             [[upstream]]\nname = \"down\"\naddresses = [\"{down}\"]\n\n\
+             [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+             [[route]]\nprefix = \"/down\"\nupstream = \"down\"\n\n\
+             [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+            dir.display()
+        )
+    };
+    let server = site.serve_with(&config("127.0.0.1:1", ""));
+    let admin = admin_addr(&server);
+    for _ in 0..2 {
+        assert_eq!(server.get("/p/x").body, b"page");
+    }
+    assert_eq!(server.get("/down/x").status, 502);
+    // `o` stays as it was, `down` moves to another address, something else changes.
+    std::fs::write(
+        dir.join("tessera.toml"),
+        config(
+            "127.0.0.1:2",
+            "[[route]]\nprefix = \"/q\"\nupstream = \"o\"\n",
+        ),
+    )
+    .unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    assert_eq!(server.get("/p/x").body, b"page");
+    assert_eq!(server.get("/down/x").status, 502);
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    assert_eq!(s["tessera_config_generation"], 2.0, "{text}");
+    let requests = |upstream: &str, outcome: &str| {
+        s[&format!(
+            "tessera_upstream_requests_total{{upstream=\"{upstream}\",outcome=\"{outcome}\"}}"
+        )]
+    };
+    assert_eq!(requests("o", "response"), 3.0, "{text}");
+    assert_eq!(
+        s["tessera_upstream_response_seconds_count{upstream=\"o\"}"],
+        3.0
+    );
+    assert_eq!(requests("down", "connect_error"), 1.0);
+    assert!(s["tessera_upstream_connections_opened_total{upstream=\"o\"}"] >= 1.0);
+}
