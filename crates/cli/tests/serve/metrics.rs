@@ -1020,3 +1020,48 @@ fn upstream_counters_go_on_across_a_reload_that_keeps_the_upstream() {
     assert_eq!(requests("down", "connect_error"), 1.0);
     assert!(s["tessera_upstream_connections_opened_total{upstream=\"o\"}"] >= 1.0);
 }
+
+#[test]
+fn tls_handshakes_count_full_resumed_and_failed() {
+    use crate::tls::{s_client, TlsSite};
+    let tls = TlsSite::start("admin_listen = \"127.0.0.1:0\"", "");
+    let admin = admin_addr(&tls.server);
+    let session = tls.site.dir.path().join("session.pem");
+    let session = session.to_str().unwrap();
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    // -ign_eof: s_client reads on until the server closes, so the ticket is saved.
+    for (args, line) in [
+        (["-sess_out", session], "New,"),
+        (["-sess_in", session], "Reused,"),
+    ] {
+        let (stdout, err) = s_client(
+            tls.https,
+            &[&["-tls1_3", "-ign_eof"][..], &args].concat(),
+            request,
+        );
+        let stdout = String::from_utf8_lossy(&stdout);
+        assert!(
+            stdout.lines().any(|l| l.starts_with(line)),
+            "{line} {stdout} {err}"
+        );
+    }
+    // Cleartext HTTP on the TLS port: the handshake fails.
+    let mut plain = TcpStream::connect(tls.https).unwrap();
+    plain.write_all(request).unwrap();
+    let _ = read_to_close(&mut plain);
+    let mut text = String::new();
+    eventually("the failed handshake", || {
+        text = admin_get(admin, "/metrics", "").1;
+        samples(&text)["tessera_tls_handshakes_total{result=\"failed\"}"] == 1.0
+    });
+    let s = samples(&text);
+    assert_eq!(
+        s["tessera_tls_handshakes_total{result=\"full\"}"], 1.0,
+        "{text}"
+    );
+    assert_eq!(s["tessera_tls_handshakes_total{result=\"resumed\"}"], 1.0);
+    assert_eq!(
+        sum(&s, "tessera_requests_total{", &["kind=\"static\""]),
+        2.0
+    );
+}
