@@ -741,7 +741,7 @@ fn bytes_connections_methods_file_cache_and_log_lines_count_exactly() {
     let log = site.dir.path().join("access.log");
     let server = site.serve_with(&format!(
         "admin_listen = \"127.0.0.1:0\"\nmax_connections = 2\nfile_cache_valid_ms = 600000\n\
-         access_log = \"{}\"\n[timeouts]\nhead = 1\nidle = 1\n",
+         access_log = \"{}\"\n[timeouts]\nhead = 2\nidle = 2\n",
         log.display()
     ));
     let admin = admin_addr(&server);
