@@ -368,6 +368,10 @@ pub(crate) struct FlightGuard {
     cache: Arc<Cache>,
     key: String,
     tx: watch::Sender<Option<Landing>>,
+    /// Led after a memory miss ([`Cache::join`]), not a background refresh: its landing
+    /// counts the lookup, a `miss` when the fetch was stored or failed, a `pass` when
+    /// its response could not be stored.
+    lookup: bool,
 }
 
 impl FlightGuard {
@@ -383,7 +387,7 @@ impl Drop for FlightGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.key);
-        self.tx.send_if_modified(|v| {
+        let not_stored = self.tx.send_if_modified(|v| {
             if v.is_none() {
                 *v = Some(Landing::NotStored);
                 true
@@ -391,6 +395,11 @@ impl Drop for FlightGuard {
                 false
             }
         });
+        match (self.lookup, not_stored) {
+            (false, _) => {}
+            (true, false) => self.cache.count_miss(),
+            (true, true) => crate::tally::passed(),
+        }
     }
 }
 
@@ -402,6 +411,23 @@ pub(crate) async fn wait_landing(
     match tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
         Ok(Ok(v)) => v.clone().unwrap_or(Landing::NotStored),
         _ => Landing::NotStored,
+    }
+}
+
+/// Counts what the memory tier evicts to make room (quick_cache calls it on the thread
+/// whose insert made the room).
+#[derive(Clone, Copy)]
+struct Evictions;
+
+impl quick_cache::Lifecycle<String, Slot> for Evictions {
+    type RequestState = ();
+
+    fn begin_request(&self) {}
+
+    fn on_evict(&self, _: &mut (), _: String, slot: Slot) {
+        if matches!(slot, Slot::Object(_)) {
+            crate::tally::evicted(crate::tally::Evicted::Capacity, 1);
+        }
     }
 }
 
@@ -432,7 +458,7 @@ pub struct Cache {
     pub(crate) config: CacheConfig,
     stale_while_revalidate: Duration,
     stale_if_error: Duration,
-    mem: quick_cache::sync::Cache<String, Slot, Weigh>,
+    mem: quick_cache::sync::Cache<String, Slot, Weigh, quick_cache::DefaultHashBuilder, Evictions>,
     flights: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
     shared: Option<SharedTier>,
     hits: AtomicU64,
@@ -543,7 +569,7 @@ impl Cache {
                 .map_err(|e| ConfigError::Invalid(format!("cache: {e:?}")))?,
             Weigh,
             Default::default(),
-            Default::default(),
+            Evictions,
         );
         Ok(Arc::new(Cache {
             stale_while_revalidate: crate::config::secs(config.stale_while_revalidate),
@@ -651,6 +677,7 @@ impl Cache {
             shared.set(&object_key, entry.encode(), ttl);
         }
         self.mem.insert(object_key, Slot::Object(entry));
+        crate::tally::stored();
     }
 
     /// Looks `key` up in the shared tier (Redis); what is still of use (fresh, or stale
@@ -695,6 +722,7 @@ impl Cache {
             return None;
         }
         self.mem.insert(object_key, Slot::Object(entry.clone()));
+        crate::tally::stored();
         Some(entry)
     }
 
@@ -727,6 +755,7 @@ impl Cache {
             cache: self.clone(),
             key: key.to_string(),
             tx,
+            lookup: false,
         })
     }
 
@@ -743,6 +772,7 @@ impl Cache {
             cache: self.clone(),
             key: key.to_string(),
             tx,
+            lookup: true,
         })
     }
 
@@ -752,20 +782,23 @@ impl Cache {
         let removed = match self.mem.remove(key) {
             Some((_, Slot::Vary(names, _))) => {
                 let prefix = format!("{key}\0");
-                let any = std::sync::atomic::AtomicBool::new(false);
+                let n = std::sync::atomic::AtomicU64::new(0);
                 self.mem.retain(|k, _| {
                     let gone = k.starts_with(&prefix);
                     if gone {
-                        any.store(true, Ordering::Relaxed);
+                        n.fetch_add(1, Ordering::Relaxed);
                     }
                     !gone
                 });
                 drop(names);
-                any.into_inner()
+                n.into_inner()
             }
-            Some(_) => true,
-            None => false,
+            Some(_) => 1,
+            None => 0,
         };
+        crate::tally::invalidated(false);
+        crate::tally::evicted(crate::tally::Evicted::Purge, removed);
+        let removed = removed > 0;
         if let Some(shared) = &self.shared {
             self.purges
                 .lock()
@@ -794,6 +827,8 @@ impl Cache {
                 .record(Purged::Prefix(prefix.to_string()), now_ms());
             shared.ban(prefix);
         }
+        crate::tally::invalidated(true);
+        crate::tally::evicted(crate::tally::Evicted::Ban, n.load(Ordering::Relaxed) as u64);
         n.into_inner()
     }
 }

@@ -216,6 +216,11 @@ impl Inner {
         let key = fetch_key(&target);
         let existing = self.inflight.borrow().get(&key).cloned();
         let mut rx = match existing {
+            // A memory miss that waits for this worker's fetch of the same fragment.
+            Some(rx) if target.cache_key.is_some() => {
+                self.cache.count_miss();
+                rx
+            }
             Some(rx) => rx,
             None => {
                 let (tx, rx) = watch::channel(None);

@@ -110,39 +110,59 @@ impl UpstreamFigures {
             .clone()
     }
 
-    /// Writes `tessera_upstream_requests_total` and `tessera_upstream_response_seconds`,
-    /// `names` being the upstreams' names in the configuration's order.
-    pub(crate) fn write(&self, out: &mut handler::Metrics, names: &[&str]) {
-        let workers: Vec<Arc<[UpstreamCounts]>> = self
+    /// Upstream `i`'s figures summed over every worker.
+    fn totals(&self, i: usize) -> Totals {
+        let mut totals = Totals::default();
+        for block in self
             .workers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .flatten()
-            .cloned()
-            .collect();
-        let total = |i: usize, pick: &dyn Fn(&UpstreamCounts) -> &AtomicU64| -> u64 {
-            workers
-                .iter()
-                .map(|w| pick(&w[i]).load(Ordering::Relaxed))
-                .sum()
-        };
+        {
+            let c = &block[i];
+            let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            for (t, o) in totals.outcomes.iter_mut().zip(&c.outcomes) {
+                *t += load(o);
+            }
+            for (t, b) in totals.buckets.iter_mut().zip(&c.buckets) {
+                *t += load(b);
+            }
+            totals.sum_us += load(&c.sum_us);
+        }
+        totals
+    }
+
+    /// Whether some worker's proxy still counts into these figures (holds its block).
+    fn in_use(&self) -> bool {
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        workers.iter().flatten().any(|b| Arc::strong_count(b) > 1)
+    }
+
+    /// Writes `tessera_upstream_requests_total` and `tessera_upstream_response_seconds`,
+    /// `names` being the upstreams' names in the configuration's order and `earlier`
+    /// (when not empty) what the proxies a reload replaced counted for each.
+    pub(crate) fn write(&self, out: &mut handler::Metrics, names: &[&str], earlier: &[Earlier]) {
         for (i, name) in names.iter().enumerate().take(self.upstreams) {
+            let mut t = self.totals(i);
+            if let Some(e) = earlier.get(i) {
+                t.add(&e.totals());
+            }
             for (o, outcome) in OUTCOMES.iter().enumerate() {
                 out.counter(
                     "tessera_upstream_requests_total",
                     "Requests sent to each upstream, by what became of them up to the response head.",
                     &[("upstream", name), ("outcome", outcome)],
-                    total(i, &|c| &c.outcomes[o]),
+                    t.outcomes[o],
                 );
             }
             let mut cumulative = 0;
             let mut buckets = Vec::with_capacity(BUCKETS_US.len());
             for (b, le) in BUCKETS_US.iter().enumerate() {
-                cumulative += total(i, &|c| &c.buckets[b]);
+                cumulative += t.buckets[b];
                 buckets.push((*le as f64 / 1e6, cumulative));
             }
-            let count = cumulative + total(i, &|c| &c.buckets[BUCKETS_US.len()]);
+            let count = cumulative + t.buckets[BUCKETS_US.len()];
             out.histogram(
                 "tessera_upstream_response_seconds",
                 "Time from sending a request to an upstream (taking or opening a connection \
@@ -150,9 +170,64 @@ impl UpstreamFigures {
                 &[("upstream", name)],
                 &buckets,
                 count,
-                total(i, &|c| &c.sum_us) as f64 / 1e6,
+                t.sum_us as f64 / 1e6,
             );
         }
+    }
+}
+
+/// One upstream's figures summed.
+#[derive(Clone, Default)]
+struct Totals {
+    outcomes: [u64; OUTCOMES.len()],
+    buckets: [u64; BUCKETS_US.len() + 1],
+    sum_us: u64,
+}
+
+impl Totals {
+    fn add(&mut self, other: &Totals) {
+        for (a, b) in self.outcomes.iter_mut().zip(&other.outcomes) {
+            *a += b;
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.sum_us += other.sum_us;
+    }
+}
+
+/// What the proxies that reloads replaced counted for an upstream the reloads left
+/// unchanged, so that its counters go on instead of starting again from zero: the
+/// figures still counted into (a request in flight on a replaced proxy), and the sum of
+/// those no proxy counts into any more.
+#[derive(Clone, Default)]
+pub(crate) struct Earlier {
+    live: Vec<(Arc<UpstreamFigures>, usize)>,
+    retired: Totals,
+}
+
+impl Earlier {
+    /// For an upstream that was number `i` of the module being replaced, whose figures
+    /// are `figures` and whose own earlier ones `before`.
+    pub(crate) fn after(before: &Earlier, figures: &Arc<UpstreamFigures>, i: usize) -> Earlier {
+        let mut retired = before.retired.clone();
+        let mut live = Vec::new();
+        for (f, j) in before.live.iter().cloned().chain([(figures.clone(), i)]) {
+            if f.in_use() {
+                live.push((f, j));
+            } else {
+                retired.add(&f.totals(j));
+            }
+        }
+        Earlier { live, retired }
+    }
+
+    fn totals(&self) -> Totals {
+        let mut t = self.retired.clone();
+        for (f, i) in &self.live {
+            t.add(&f.totals(*i));
+        }
+        t
     }
 }
 
@@ -174,7 +249,7 @@ mod tests {
         second[1].record(0, Some(100));
         second[1].record(2, None);
         let mut out = handler::Metrics::new();
-        figures.write(&mut out, &["a", "b"]);
+        figures.write(&mut out, &["a", "b"], &[]);
         let text = out.render(false);
         let line = |needle: &str| {
             text.lines()

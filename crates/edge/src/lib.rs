@@ -87,6 +87,7 @@ mod page;
 mod proxy;
 mod shared_tier;
 mod stitch;
+mod tally;
 mod variants;
 
 pub use breaker::BreakerState;

@@ -16,7 +16,8 @@ use crate::clock::now_ms;
 /// A request field by name, for the `Vary` of a stored object.
 pub(crate) type Field<'a> = &'a (dyn Fn(&str) -> Option<HeaderValue> + Sync);
 
-/// What the memory tier holds for a key (counted: hit, stale or miss).
+/// What the memory tier holds for a key (counted: hit or stale; a miss is counted once
+/// the rest of the lookup is decided).
 pub(crate) enum Memory {
     /// A fresh object: serve it.
     Fresh(Arc<Entry>),
@@ -63,10 +64,9 @@ impl Cache {
                 let guard = self.try_lead(key);
                 Memory::Stale(e, guard)
             }
-            found => {
-                self.count_miss();
-                Memory::Miss(found.filter(|e| e.may_serve_on_error(now)))
-            }
+            // Counted once the rest of the lookup is decided (`fly`): a `miss`, or a
+            // `pass` when the response may not be stored.
+            found => Memory::Miss(found.filter(|e| e.may_serve_on_error(now))),
         }
     }
 
@@ -83,6 +83,7 @@ impl Cache {
         let guard = match self.join(key) {
             Join::Lead(g) => g,
             Join::Wait(rx) => {
+                self.count_miss();
                 return match wait_landing(rx, deadline).await {
                     Landing::Stored(e) => match self.landed_for(key, e, field) {
                         Some(e) => Flight::Hit(e),

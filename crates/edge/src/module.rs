@@ -47,7 +47,10 @@ pub struct EdgeModule {
     /// Connections opened per upstream by all workers.
     opened: Arc<[Arc<AtomicU64>]>,
     /// Requests per upstream by outcome and their latency, per worker.
-    figures: crate::figures::UpstreamFigures,
+    figures: Arc<crate::figures::UpstreamFigures>,
+    /// Per upstream, what the modules that reloads replaced counted for it, when the
+    /// reloads left it unchanged (its counters go on).
+    earlier: Vec<crate::figures::Earlier>,
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
@@ -80,8 +83,25 @@ impl EdgeModule {
             Some(p) if p.config.cache == config.cache => p.cache.clone(),
             _ => Cache::new(&config.cache)?,
         };
-        let opened = crate::proxy::opened_totals(&config);
-        let figures = crate::figures::UpstreamFigures::new(config.upstream.len());
+        let mut opened = crate::proxy::opened_totals(&config).to_vec();
+        let mut earlier = vec![crate::figures::Earlier::default(); config.upstream.len()];
+        if let Some(p) = previous {
+            for (j, u) in config.upstream.iter().enumerate() {
+                // Unchanged: the same name and the same settings (compared in their
+                // Debug form, which shows every field).
+                let same = p
+                    .config
+                    .upstream
+                    .iter()
+                    .position(|v| v.name == u.name && format!("{v:?}") == format!("{u:?}"));
+                if let Some(i) = same {
+                    opened[j] = p.opened[i].clone();
+                    earlier[j] = crate::figures::Earlier::after(&p.earlier[i], &p.figures, i);
+                }
+            }
+        }
+        let opened: Arc<[Arc<AtomicU64>]> = opened.into();
+        let figures = Arc::new(crate::figures::UpstreamFigures::new(config.upstream.len()));
         Ok(Arc::new(EdgeModule {
             id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
             config,
@@ -89,6 +109,7 @@ impl EdgeModule {
             proxies,
             opened,
             figures,
+            earlier,
             listening: OnceLock::new(),
         }))
     }
@@ -191,7 +212,7 @@ impl Module for EdgeModule {
             .iter()
             .map(|u| u.name.as_str())
             .collect();
-        self.figures.write(out, &names);
+        self.figures.write(out, &names, &self.earlier);
         for (name, opened) in self.upstream_connections() {
             out.counter(
                 "tessera_upstream_connections_opened_total",
@@ -200,6 +221,7 @@ impl Module for EdgeModule {
                 opened,
             );
         }
+        crate::tally::write_esi(out);
         let Some(s) = self.cache_stats() else {
             return;
         };
@@ -209,6 +231,7 @@ impl Module for EdgeModule {
             ("miss", s.misses),
             ("stale", s.stale_served),
             ("coalesced", s.coalesced),
+            ("pass", crate::tally::passes()),
         ] {
             out.counter(
                 "tessera_cache_requests_total",
@@ -217,6 +240,7 @@ impl Module for EdgeModule {
                 n,
             );
         }
+        crate::tally::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
             "Objects (and Vary markers) in the memory tier.",
@@ -269,6 +293,12 @@ impl Module for EdgeModule {
                 "Times the Redis tier's circuit breaker opened.",
                 &[],
                 r.breaker_opened,
+            );
+            out.gauge(
+                "tessera_redis_breaker_open",
+                "Whether the Redis tier's circuit breaker is open now (Redis skipped): 1 or 0.",
+                &[],
+                f64::from(u8::from(r.breaker_open)),
             );
         }
     }
@@ -378,7 +408,9 @@ impl Deferred for Proxied {
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
                     let compression = edge.route_compression(route);
+                    let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
+                    response.head.set_assembled(assembled);
                     if edge.route_uncompressed(route) {
                         response.head.set_identity_only(true);
                     }

@@ -26,6 +26,7 @@ use tokio::time::{timeout_at, Instant};
 use crate::config::PagePolicy;
 use crate::error::PageError;
 use crate::inner::Inner;
+use crate::tally;
 
 /// What one include turned into.
 enum Outcome {
@@ -104,14 +105,16 @@ pub(crate) fn start(
         };
         let end = doc.ev.items().len();
         match emit(&doc, 0, end, &mut sink).await {
-            Ok(()) => {
-                let _ = sink.flush(true).await;
-            }
+            Ok(()) => match sink.flush(true).await {
+                Ok(()) => tally::page(tally::Page::Complete),
+                Err(_) => tally::page(tally::Page::Abandoned),
+            },
             Err(Stop::Failed(e)) => {
                 tracing::debug!(error = %e, "ESI page failed");
+                tally::page(tally::Page::Failed);
                 let _ = sink.tx.send(Err(PageError::IncludeFailed(e))).await;
             }
-            Err(Stop::ClientGone) => {}
+            Err(Stop::ClientGone) => tally::page(tally::Page::Abandoned),
         }
         drop(ctx);
     });
@@ -194,19 +197,32 @@ async fn resolve(
     req: esi::Request,
     depth: usize,
 ) -> Outcome {
-    for (url, target) in targets {
-        let deadline = Instant::now() + timeout;
+    for (i, (url, target)) in targets.into_iter().enumerate() {
+        let started = Instant::now();
+        let deadline = started + timeout;
         let fetched = timeout_at(deadline, async {
             let _permit = ctx.concurrency.acquire().await;
             ctx.edge.fetch(target, deadline).await
         })
         .await;
+        let micros = started.elapsed().as_micros() as u64;
+        tally::fragment(
+            match &fetched {
+                Ok(Ok(_)) => tally::Fragment::Ok,
+                Ok(Err(_)) => tally::Fragment::Error,
+                Err(_) => tally::Fragment::Timeout,
+            },
+            micros,
+        );
         match fetched {
             Ok(Ok(f)) => {
+                if i > 0 {
+                    tally::absorbed(tally::Absorbed::Alt);
+                }
                 return match &f.template {
                     Some(t) => Outcome::Esi(start_doc(&ctx, t, &req.for_fragment(&url), depth)),
                     None => Outcome::Body(f.body.clone()),
-                }
+                };
             }
             Ok(Err(e)) => tracing::debug!(%url, error = %e, "fragment failed"),
             Err(_) => tracing::debug!(%url, ?timeout, "fragment timed out"),
@@ -294,6 +310,9 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
                         }
                         Outcome::Failed => false,
                     };
+                    if !ok {
+                        count_failure(inc.continue_on_error, sink);
+                    }
                     if !ok && !inc.continue_on_error {
                         // Unabsorbed here: an enclosing try (or include) may absorb it;
                         // at the top, the page policy decides.
@@ -322,6 +341,7 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
                         Ok(()) => {}
                         Err(Stop::ClientGone) => return Err(Stop::ClientGone),
                         Err(Stop::Failed(_)) => {
+                            tally::absorbed(tally::Absorbed::Except);
                             sink.queued.truncate(mark);
                             // Its includes were started with the page; they are not
                             // needed now.
@@ -337,6 +357,22 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
         }
         Ok(())
     })
+}
+
+/// Counts a failed include where its failure is decided: its own `onerror="continue"`,
+/// or at the top the page policy. Inside an attempt or an absorbing fragment the
+/// enclosing construct decides (and counts).
+fn count_failure(continue_on_error: bool, sink: &Sink) {
+    let how = if continue_on_error {
+        tally::Absorbed::Continue
+    } else if sink.hold > 0 {
+        return;
+    } else if sink.policy == PagePolicy::Fail {
+        tally::Absorbed::PageFailed
+    } else {
+        tally::Absorbed::Omitted
+    };
+    tally::absorbed(how);
 }
 
 fn any_pending(doc: &Doc, start: usize, end: usize) -> bool {
@@ -382,6 +418,7 @@ pub(crate) fn assemble_cached(
         fresh_until: Cell::new(u64::MAX),
     };
     walk.walk(template, req, 0, &mut includes, &mut out)?;
+    tally::page(tally::Page::Complete);
     Some(CachedPage {
         chunks: out,
         request_independent: walk.request_independent.get(),

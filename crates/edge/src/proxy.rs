@@ -132,6 +132,12 @@ impl Body {
         matches!(self.kind, BodyKind::Page { .. })
     }
 
+    /// Whether this body is an ESI page: being assembled, or assembled already.
+    pub fn is_page(&self) -> bool {
+        matches!(&self.kind, BodyKind::Page { .. })
+            || matches!(&self.kind, BodyKind::Ready { chunks, .. } if !chunks.is_empty())
+    }
+
     /// A body whose chunks are all here (a cache hit), its length known.
     pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
         let chunks = chunks.into();
@@ -382,6 +388,7 @@ impl Edge {
             return Ok(self.invalidate(&req, &key));
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+            crate::tally::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
@@ -397,9 +404,11 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
+            crate::tally::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         if req.method == Method::HEAD {
+            crate::tally::passed();
             let store = Store {
                 key,
                 guard: None,

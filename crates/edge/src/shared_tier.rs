@@ -39,6 +39,8 @@ pub struct SharedTierStats {
     pub breaker_opened: u64,
     /// Records found but refused (malformed or implausible): treated as misses.
     pub rejected: u64,
+    /// Whether the breaker is open now (Redis is skipped).
+    pub breaker_open: bool,
 }
 
 enum Command {
@@ -123,6 +125,7 @@ impl SharedTier {
             writes_dropped: l(&s.writes_dropped),
             breaker_opened: l(&s.breaker_opened),
             rejected: l(&s.rejected),
+            breaker_open: now_ms() < l(&s.open_until_ms),
         }
     }
 

@@ -27,6 +27,8 @@ pub struct ResponseHead {
     encoded_date: bool,
     /// Sent without on-the-fly compression ([`ResponseHead::set_identity_only`]).
     identity_only: bool,
+    /// Assembled from fragments ([`ResponseHead::set_assembled`]).
+    assembled: bool,
 }
 
 impl ResponseHead {
@@ -47,6 +49,7 @@ impl ResponseHead {
             encoded: None,
             encoded_date: false,
             identity_only: false,
+            assembled: false,
         }
     }
 
@@ -83,6 +86,7 @@ impl ResponseHead {
         self.encoded = None;
         self.encoded_date = false;
         self.identity_only = false;
+        self.assembled = false;
     }
 
     /// Keeps the compression filter away from this response: a Lua handler's opt-out, or
@@ -94,6 +98,17 @@ impl ResponseHead {
     /// Whether the compression filter leaves this response alone.
     pub fn identity_only(&self) -> bool {
         self.identity_only
+    }
+
+    /// Marks a page assembled from fragments (ESI), which the server's request metrics
+    /// count as `kind="esi"` rather than as the module's own kind.
+    pub fn set_assembled(&mut self, assembled: bool) {
+        self.assembled = assembled;
+    }
+
+    /// Whether the page was assembled from fragments.
+    pub fn assembled(&self) -> bool {
+        self.assembled
     }
 
     /// Adds a field after the others (a repeated name adds another line).

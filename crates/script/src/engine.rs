@@ -19,6 +19,7 @@ use crate::guard::{self, WorkerGuard};
 use crate::scripts::compile;
 pub use crate::scripts::Scripts;
 use crate::shared;
+use crate::tally::{self, Failure, Phase};
 
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
@@ -192,7 +193,7 @@ impl Engine {
         let calls = std::mem::take(&mut *self.logs.borrow_mut());
         for call in calls {
             if let Some(f) = self.phase(call.mount, |p| p.log.clone()) {
-                self.call_sync(call.mount, &f, &call);
+                self.call_sync(call.mount, &f, &call, Phase::Log);
             }
             self.end(call);
         }
@@ -233,6 +234,7 @@ impl Engine {
             Ok(phases)
         })();
         let previous = mount.phases.borrow().is_some();
+        tally::loaded(loaded.is_ok());
         match loaded {
             Ok(phases) => {
                 *mount.phases.borrow_mut() = Some(phases);
@@ -347,12 +349,17 @@ impl Engine {
                         running,
                         version,
                     };
+                    tally::call(Phase::Timer);
                     match call.await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
+                            tally::failed(Phase::Timer, Failure::of(&e));
                             tracing::error!(worker, timer = %at, error = %e, "timer failed")
                         }
-                        Err(()) => tracing::error!(worker, timer = %at, "timer panicked"),
+                        Err(()) => {
+                            tally::failed(Phase::Timer, Failure::Panic);
+                            tracing::error!(worker, timer = %at, "timer panicked")
+                        }
                     }
                 });
                 Ok(true)
@@ -515,7 +522,7 @@ impl Engine {
                 Some(f) => f.clone(),
             },
         };
-        self.call_sync(call.mount, &access, call)
+        self.call_sync(call.mount, &access, call, Phase::Access)
     }
 
     /// Runs `content`. It finishes here unless the script awaits an upstream call or a
@@ -525,6 +532,7 @@ impl Engine {
         let Some(f) = self.phase(call.mount, |p| p.content.clone()) else {
             return Content::Done(self.not_loaded(call));
         };
+        tally::call(Phase::Content);
         let mut running = ContentCall {
             call: Guarded {
                 future: f.call_async::<Value>(call.ud.clone()),
@@ -552,7 +560,7 @@ impl Engine {
         }
         match self.phase(call.mount, |p| p.header_filter.clone()) {
             None => Outcome::Continue,
-            Some(f) => match self.call_sync(call.mount, &f, call) {
+            Some(f) => match self.call_sync(call.mount, &f, call, Phase::HeaderFilter) {
                 // exit() in a header filter just ends it.
                 Outcome::Respond => Outcome::Continue,
                 other => other,
@@ -599,14 +607,15 @@ impl Engine {
         }
     }
 
-    fn call_sync(&self, mount: usize, f: &Function, call: &Call) -> Outcome {
+    fn call_sync(&self, mount: usize, f: &Function, call: &Call, phase: Phase) -> Outcome {
+        tally::call(phase);
         let m = &self.mounts[mount];
         let result = {
             let _inside = self.guard.enter(m.limit);
             let _running = Running::new(&self.running, self.version(mount));
             std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
         };
-        finish_call(&call.ud, &m.name, result, false)
+        finish_call(&call.ud, &m.name, result, phase)
     }
 }
 
@@ -615,8 +624,9 @@ fn finish_call(
     ud: &AnyUserData,
     name: &str,
     result: Result<mlua::Result<Value>, Box<dyn std::any::Any + Send>>,
-    is_content: bool,
+    phase: Phase,
 ) -> Outcome {
+    let is_content = matches!(phase, Phase::Content);
     match result {
         Ok(Ok(value)) => {
             let appended = context::with(ud, |c| {
@@ -647,11 +657,13 @@ fn finish_call(
                 return Outcome::Respond;
             }
             tracing::error!(script = %name, error = %e, "script failed");
+            tally::failed(phase, Failure::of(&e));
             context::with(ud, |c| c.failed = true);
             Outcome::Failed
         }
         Err(_) => {
             tracing::error!(script = %name, "script callback panicked");
+            tally::failed(phase, Failure::Panic);
             context::with(ud, |c| c.failed = true);
             Outcome::Failed
         }
@@ -757,12 +769,14 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
         let this = self.get_mut();
         match Pin::new(&mut this.call).poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(r)) => Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), true)),
+            Poll::Ready(Ok(r)) => {
+                Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), Phase::Content))
+            }
             Poll::Ready(Err(())) => Poll::Ready(finish_call(
                 &this.ud,
                 &this.name,
                 Err(Box::new("panic")),
-                true,
+                Phase::Content,
             )),
         }
     }

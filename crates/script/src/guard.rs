@@ -283,6 +283,10 @@ unsafe extern "C-unwind" fn on_hook(state: *mut ffi::lua_State, ar: *mut ffi::lu
     };
 }
 
+/// What the error of a call the watchdog stopped says (the message of `on_hook`), by
+/// which metrics tell a time-limit kill from other errors.
+pub(crate) const TIME_LIMIT_MESSAGE: &str = "script ran longer than its time limit";
+
 /// Longest subject a pattern with backtracking may run on is such that this estimate of
 /// character comparisons stays under [`PATTERN_BUDGET`].
 pub const PATTERN_BUDGET: f64 = 1e9;

@@ -34,6 +34,7 @@ mod guard;
 mod module;
 mod scripts;
 mod shared;
+mod tally;
 
 pub use config::{ScriptConfig, SharedDictConfig};
 pub use context::{Context, RequestHead};

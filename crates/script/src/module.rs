@@ -54,6 +54,10 @@ impl Module for ScriptModule {
         "script"
     }
 
+    fn metrics(&self, out: &mut handler::Metrics) {
+        crate::tally::write(out);
+    }
+
     fn start(&self, worker: usize) -> Rc<dyn Service> {
         let upstreams = self.upstreams.as_ref().and_then(|f| f.upstreams(worker));
         let engine = Engine::new(self.scripts.clone(), worker, upstreams);

@@ -333,6 +333,8 @@ pub(crate) fn clf_time(unix: u64, out: &mut [u8; 28]) {
 
 /// Shared between the workers and the writer thread.
 pub(crate) struct Shared {
+    /// Lines written to the files (counted by the writer threads).
+    pub written: AtomicU64,
     pub dropped: AtomicU64,
     /// Incremented by each SIGUSR1; every writer (one per log file) reopens its file
     /// when it sees a number it has not seen.
@@ -494,10 +496,12 @@ fn writer(
         };
         // And right before writing: lines that arrive after SIGUSR1 go to the new file.
         reopen_if_asked(&mut file);
+        let lines = memchr::memchr_iter(b'\n', &buffer).count() as u64;
         if let Err(e) = file.write_all(&buffer) {
-            let lines = memchr::memchr_iter(b'\n', &buffer).count() as u64;
             shared.dropped.fetch_add(lines, Ordering::Relaxed);
             tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");
+        } else {
+            shared.written.fetch_add(lines, Ordering::Relaxed);
         }
         buffer.clear();
         // Give it back to whichever worker has room for it (round robin).

@@ -72,6 +72,8 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
     let Ok(peer) = stream.peer_addr() else { return };
     let mut buf = vec![0u8; MAX_HEAD];
     let mut len = 0;
+    // A request that does not parse counts as `other`.
+    let mut method = metrics::method_index(wire::Method::Other);
     let (status, content_type, body) = loop {
         let n = match stream.read(&mut buf[len..]) {
             Ok(0) | Err(_) => return,
@@ -80,7 +82,10 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
         len += n;
         let mut storage = wire::HeaderStorage::new();
         match wire::parse_request(&buf[..len], &mut storage, &shared.limits) {
-            Ok(Some(req)) => break answer(&req, peer.ip(), shared, phase),
+            Ok(Some(req)) => {
+                method = metrics::method_index(req.method);
+                break answer(&req, peer.ip(), shared, phase);
+            }
             Ok(None) if len < MAX_HEAD => continue,
             _ => break (400, "text/plain", b"bad request\n".to_vec()),
         }
@@ -94,13 +99,16 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
     let _ = stream.write_all(head.as_bytes());
     let _ = stream.write_all(&body);
     let micros = started.elapsed().as_micros() as u64;
+    shared.admin_metrics.received(len);
     shared.admin_metrics.record(
         Answered {
             host: 0,
             kind: metrics::kind_index("admin"),
+            method,
         },
         status,
         micros,
+        (head.len() + body.len()) as u64,
     );
 }
 
@@ -220,6 +228,12 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         "Connections closed with a lingering close (the client might still have been sending).",
         &[],
         shared.lingering_closes.load(Ordering::Relaxed),
+    );
+    out.counter(
+        "tessera_access_log_lines_total",
+        "Access log lines written to their files.",
+        &[],
+        shared.log.written.load(Ordering::Relaxed),
     );
     out.counter(
         "tessera_access_log_dropped_lines_total",

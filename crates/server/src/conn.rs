@@ -167,7 +167,12 @@ impl Conn {
             .await;
             match read {
                 Some(Ok(0)) => return Ok(Ending::Closed),
-                Some(Ok(n)) => self.end += n,
+                Some(Ok(n)) => {
+                    self.end += n;
+                    if let Some(metrics) = worker.metrics() {
+                        metrics.received(n);
+                    }
+                }
                 Some(Err(e)) => return Err(e),
                 None => {
                     if self.end == 0 && matches!(self.discard, Discard::None) {
@@ -374,7 +379,7 @@ impl Conn {
             head_only,
             version,
             raw_head,
-            answered,
+            mut answered,
             site,
             accepted,
         } = *exchange;
@@ -406,6 +411,9 @@ impl Conn {
             }
         };
         let status = response.head.status();
+        if response.head.assembled() {
+            answered.kind = crate::metrics::ESI;
+        }
         if version == Version::Http10
             && response.body.length().is_none()
             && !wire::no_body(head_only, status)
@@ -669,6 +677,9 @@ impl Conn {
             if n == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
+            if let Some(metrics) = worker.metrics() {
+                metrics.received(n);
+            }
             self.end = n;
         }
     }
@@ -784,7 +795,7 @@ fn log_proxied(
     answered: Answered,
     response: (u16, &[u8], u64),
 ) {
-    count(worker, answered, response.0, read_at);
+    count(worker, answered, response, read_at);
     if worker.log.borrow().is_none() {
         return;
     }
@@ -813,7 +824,7 @@ pub(crate) fn log(
     }
     let response = out.since(mark);
     if let Some((_, answered)) = request {
-        count(worker, answered, response.0, read_at);
+        count(worker, answered, response, read_at);
     }
     if logging {
         record(
@@ -827,11 +838,17 @@ pub(crate) fn log(
     }
 }
 
-/// Counts a response in this worker's metrics, when they are on.
-pub(crate) fn count(worker: &Worker, answered: Answered, status: u16, read_at: Option<Instant>) {
-    if worker.shared.metrics_on {
+/// Counts a response, (status, head, body bytes), in this worker's metrics, when they
+/// are on.
+pub(crate) fn count(
+    worker: &Worker,
+    answered: Answered,
+    (status, head, body_bytes): (u16, &[u8], u64),
+    read_at: Option<Instant>,
+) {
+    if let Some(metrics) = worker.metrics() {
         let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
-        worker.shared.metrics[worker.id].record(answered, status, micros);
+        metrics.record(answered, status, micros, head.len() as u64 + body_bytes);
     }
 }
 

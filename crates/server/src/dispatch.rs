@@ -138,6 +138,7 @@ pub(crate) fn answer(
     let gen = &current.gen;
     let hosts = &gen.sites.hosts;
     let static_kind = metrics::kind_index("static");
+    let method = metrics::method_index(req.method);
     let site = match worker.tls.get() {
         None if gen.config.tls.redirect_https => {
             redirect_https(worker, req, keep_alive, out);
@@ -145,6 +146,7 @@ pub(crate) fn answer(
             return Dispatched::Done(Answered {
                 host,
                 kind: static_kind,
+                method,
             });
         }
         None => hosts.select(req),
@@ -159,6 +161,7 @@ pub(crate) fn answer(
                 return Dispatched::Done(Answered {
                     host,
                     kind: static_kind,
+                    method,
                 });
             }
             _ => tls.site,
@@ -175,6 +178,7 @@ pub(crate) fn answer(
     let files_answered = Answered {
         host,
         kind: static_kind,
+        method,
     };
     let routed = match normal && !routes.is_empty() {
         true => routes.find(&path),

@@ -324,10 +324,14 @@ fn lookup(
     let mut cpath = worker.cpath.borrow_mut();
     let cpath = &mut *cpath;
     let now = worker.clock.millis();
-    if let Some(entry) = site.files.get(key, now, site.file_cache_valid_ms, accept) {
-        return Ok(entry);
+    let cached = site.files.get(key, now, site.file_cache_valid_ms, accept);
+    if let Some(metrics) = worker.metrics() {
+        metrics.file_cache(cached.is_some());
     }
-    open(site, key, cpath, now, accept)
+    match cached {
+        Some(entry) => Ok(entry),
+        None => open(site, key, cpath, now, accept),
+    }
 }
 
 /// Opens the file for `key` (a normalised path) and its precompressed siblings; keeps

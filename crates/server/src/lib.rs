@@ -195,6 +195,7 @@ impl Server {
                 refusals: Default::default(),
                 lingering_closes: AtomicU64::new(0),
                 log: Arc::new(access_log::Shared {
+                    written: AtomicU64::new(0),
                     dropped: AtomicU64::new(0),
                     reopen: AtomicU64::new(0),
                 }),

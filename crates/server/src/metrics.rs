@@ -10,8 +10,62 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// What answered a request: the `kind` label.
-pub(crate) const KINDS: [&str; 5] = ["static", "proxy", "script", "admin", "module"];
+/// What answered a request: the `kind` label. `esi` is a proxied response assembled
+/// from fragments (the proxy module says so on the response head).
+pub(crate) const KINDS: [&str; 6] = ["static", "proxy", "esi", "script", "admin", "module"];
+
+/// The index of `esi` in [`KINDS`].
+pub(crate) const ESI: u8 = 2;
+
+/// The request's method: the `method` label. The methods a site sees every day keep
+/// their own label; the rest (TRACE, CONNECT, PURGE, BAN, any other token) are `other`.
+pub(crate) const METHODS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "other",
+];
+
+/// The index in [`METHODS`] of a request's method.
+pub(crate) fn method_index(method: wire::Method) -> u8 {
+    match method {
+        wire::Method::Get => 0,
+        wire::Method::Head => 1,
+        wire::Method::Post => 2,
+        wire::Method::Put => 3,
+        wire::Method::Delete => 4,
+        wire::Method::Options => 5,
+        wire::Method::Patch => 6,
+        _ => 7,
+    }
+}
+
+/// Why the server closed a client connection of its own accord: the `reason` label of
+/// `tessera_connections_closed_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Closed {
+    /// The slots were full: the oldest idle keep-alive connection made room for a new one.
+    Evicted,
+    HeadTimeout,
+    BodyTimeout,
+    IdleTimeout,
+    WriteTimeout,
+}
+
+const CLOSE_REASONS: [&str; 5] = [
+    "evicted",
+    "head_timeout",
+    "body_timeout",
+    "idle_timeout",
+    "write_timeout",
+];
+
+/// How a TLS handshake ended: the `result` label of `tessera_tls_handshakes_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Handshake {
+    Full,
+    Resumed,
+    Failed,
+}
+
+const HANDSHAKES: [&str; 3] = ["full", "resumed", "failed"];
 
 /// The index in [`KINDS`] of a module's `handler::Module::kind`.
 pub(crate) fn kind_index(kind: &str) -> u8 {
@@ -39,6 +93,8 @@ pub(crate) struct Answered {
     pub host: u16,
     /// The index in [`KINDS`].
     pub kind: u8,
+    /// The index in [`METHODS`].
+    pub method: u8,
 }
 
 /// One worker's counters. Aligned so that two workers' never share a cache line.
@@ -49,6 +105,16 @@ pub(crate) struct WorkerMetrics {
     /// By kind, per bucket (not cumulative; the last is above every bound).
     durations: Box<[AtomicU64]>,
     duration_sum_us: [AtomicU64; KINDS.len()],
+    /// Bytes read from clients (heads and bodies, as they came: TLS records decrypted).
+    received_bytes: AtomicU64,
+    /// Response heads and bodies written (chunked framing and TLS records not counted).
+    sent_bytes: AtomicU64,
+    accepted: AtomicU64,
+    closed: [AtomicU64; CLOSE_REASONS.len()],
+    accept_pauses: AtomicU64,
+    /// Open-file cache lookups: hits, misses.
+    file_cache: [AtomicU64; 2],
+    handshakes: [AtomicU64; HANDSHAKES.len()],
 }
 
 /// Adds one: only this worker writes the counter, so no atomic read-modify-write.
@@ -63,25 +129,66 @@ impl WorkerMetrics {
     pub fn new() -> WorkerMetrics {
         let zeros = |n| (0..n).map(|_| AtomicU64::new(0)).collect();
         WorkerMetrics {
-            requests: zeros(MAX_HOSTS * KINDS.len() * CLASSES.len()),
+            requests: zeros(MAX_HOSTS * KINDS.len() * METHODS.len() * CLASSES.len()),
             durations: zeros(KINDS.len() * (BUCKETS_US.len() + 1)),
             duration_sum_us: Default::default(),
+            received_bytes: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            closed: Default::default(),
+            accept_pauses: AtomicU64::new(0),
+            file_cache: Default::default(),
+            handshakes: Default::default(),
         }
     }
 
-    /// Counts one response (called by this worker only).
-    pub fn record(&self, answered: Answered, status: u16, micros: u64) {
+    /// Counts one response of `bytes` (head and body; called by this worker only).
+    pub fn record(&self, answered: Answered, status: u16, micros: u64, bytes: u64) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
-        let kind = answered.kind as usize;
+        let kind = (answered.kind as usize).min(KINDS.len() - 1);
+        let method = (answered.method as usize).min(METHODS.len() - 1);
         let host = (answered.host as usize).min(MAX_HOSTS - 1);
-        bump(
-            &self.requests[(host * KINDS.len() + kind) * CLASSES.len() + class],
-            1,
-        );
+        bump(&self.requests[request_index(host, kind, method, class)], 1);
         let bucket = BUCKETS_US.partition_point(|&b| b < micros);
         bump(&self.durations[kind * (BUCKETS_US.len() + 1) + bucket], 1);
         bump(&self.duration_sum_us[kind], micros);
+        bump(&self.sent_bytes, bytes);
     }
+
+    /// Counts bytes read from a client.
+    pub fn received(&self, bytes: usize) {
+        bump(&self.received_bytes, bytes as u64);
+    }
+
+    /// Counts a connection accepted.
+    pub fn accepted(&self) {
+        bump(&self.accepted, 1);
+    }
+
+    /// Counts a connection the server closed of its own accord.
+    pub fn closed(&self, reason: Closed) {
+        bump(&self.closed[reason as usize], 1);
+    }
+
+    /// Counts a pause of accepting (slots full, none idle).
+    pub fn accept_paused(&self) {
+        bump(&self.accept_pauses, 1);
+    }
+
+    /// Counts a TLS handshake.
+    pub fn handshake(&self, result: Handshake) {
+        bump(&self.handshakes[result as usize], 1);
+    }
+
+    /// Counts an open-file cache lookup.
+    pub fn file_cache(&self, hit: bool) {
+        bump(&self.file_cache[usize::from(!hit)], 1);
+    }
+}
+
+/// Where the counter of (host, kind, method, class) is in `requests`.
+fn request_index(host: usize, kind: usize, method: usize, class: usize) -> usize {
+    ((host * KINDS.len() + kind) * METHODS.len() + method) * CLASSES.len() + class
 }
 
 /// The host labels handed out so far (each configured host's first name, `default` for
@@ -131,19 +238,25 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
     for host in 0..MAX_HOSTS {
         let mut name = None;
         for (k, kind) in KINDS.iter().enumerate() {
-            for (c, class) in CLASSES.iter().enumerate() {
-                let i = (host * KINDS.len() + k) * CLASSES.len() + c;
-                let n = sum(&|w| &w.requests[i]);
-                if n == 0 {
-                    continue;
+            for (m, method) in METHODS.iter().enumerate() {
+                for (c, class) in CLASSES.iter().enumerate() {
+                    let n = sum(&|w| &w.requests[request_index(host, k, m, c)]);
+                    if n == 0 {
+                        continue;
+                    }
+                    let host = name.get_or_insert_with(|| labels.name(host));
+                    out.counter(
+                        "tessera_requests_total",
+                        "Requests answered, by host, kind of handler, method and status class.",
+                        &[
+                            ("host", host),
+                            ("kind", kind),
+                            ("method", method),
+                            ("code", class),
+                        ],
+                        n,
+                    );
                 }
-                let host = name.get_or_insert_with(|| labels.name(host));
-                out.counter(
-                    "tessera_requests_total",
-                    "Requests answered, by host, kind of handler and status class.",
-                    &[("host", host), ("kind", kind), ("code", class)],
-                    n,
-                );
             }
         }
     }
@@ -166,6 +279,55 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             &buckets,
             count,
             sum(&|w| &w.duration_sum_us[k]) as f64 / 1e6,
+        );
+    }
+    out.counter(
+        "tessera_received_bytes_total",
+        "Bytes read from clients: request heads and bodies (after TLS decryption).",
+        &[],
+        sum(&|w| &w.received_bytes),
+    );
+    out.counter(
+        "tessera_sent_bytes_total",
+        "Bytes of response heads and bodies written to clients (before chunked framing and TLS).",
+        &[],
+        sum(&|w| &w.sent_bytes),
+    );
+    out.counter(
+        "tessera_connections_accepted_total",
+        "Client connections accepted.",
+        &[],
+        sum(&|w| &w.accepted),
+    );
+    for (r, reason) in CLOSE_REASONS.iter().enumerate() {
+        out.counter(
+            "tessera_connections_closed_total",
+            "Client connections the server closed of its own accord, by reason.",
+            &[("reason", reason)],
+            sum(&|w| &w.closed[r]),
+        );
+    }
+    out.counter(
+        "tessera_accept_pauses_total",
+        "Times a worker stopped accepting because every slot was busy and none idle.",
+        &[],
+        sum(&|w| &w.accept_pauses),
+    );
+    for (i, result) in ["hit", "miss"].iter().enumerate() {
+        out.counter(
+            "tessera_open_file_cache_requests_total",
+            "Lookups of the open-file cache: hit (no system call), miss (the file system asked).",
+            &[("result", result)],
+            sum(&|w| &w.file_cache[i]),
+        );
+    }
+    for (i, result) in HANDSHAKES.iter().enumerate() {
+        out.counter(
+            "tessera_tls_handshakes_total",
+            "TLS handshakes on the public listeners, by result: full, resumed (a ticket or \
+             session ID), failed (or timed out).",
+            &[("result", result)],
+            sum(&|w| &w.handshakes[i]),
         );
     }
 }

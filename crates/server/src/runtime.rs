@@ -280,6 +280,9 @@ async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, s
                 if slots.count(ConnState::Closing) == 0 {
                     if let Some(victim) = slots.oldest(ConnState::Idle) {
                         worker.kill(&mut slots, victim);
+                        if let Some(metrics) = worker.metrics() {
+                            metrics.closed(crate::metrics::Closed::Evicted);
+                        }
                         worker.evictions.event(now, |n| {
                             tracing::warn!(
                                 worker = worker.id,
@@ -288,6 +291,9 @@ async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, s
                             );
                         });
                     } else {
+                        if let Some(metrics) = worker.metrics() {
+                            metrics.accept_paused();
+                        }
                         worker.pauses.event(now, |n| {
                             tracing::warn!(
                                 worker = worker.id,
@@ -313,6 +319,9 @@ async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, s
             slots[slot] = stream.as_raw_fd();
             slot
         };
+        if let Some(metrics) = worker.metrics() {
+            metrics.accepted();
+        }
         if is_tls {
             tokio::task::spawn_local(crate::tls::serve(stream, peer, worker.clone(), slot));
             continue;

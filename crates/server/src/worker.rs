@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use crate::access_log::WorkerLogs;
 use crate::date::Clock;
 use crate::generation::Current;
+use crate::metrics::Closed;
 use crate::output::Output;
 use crate::Shared;
 
@@ -158,6 +159,13 @@ impl Worker {
         self.current.borrow().clone()
     }
 
+    /// This worker's counters for `/metrics`, when an admin listener is configured.
+    pub fn metrics(&self) -> Option<&crate::metrics::WorkerMetrics> {
+        self.shared
+            .metrics_on
+            .then(|| &self.shared.metrics[self.id])
+    }
+
     /// Moves a connection to `to` (a no-op if it is there already, so the time it
     /// entered is kept). Returns false if the connection was closed by a timeout or
     /// eviction: its task should end.
@@ -258,6 +266,14 @@ impl Worker {
             let timeout = (seconds * 1000.0) as u64;
             while let Some(slot) = slots.oldest_expired(state, now, timeout) {
                 self.kill(&mut slots, slot);
+                if let Some(metrics) = self.metrics() {
+                    metrics.closed(match state {
+                        ConnState::ReadingHead => Closed::HeadTimeout,
+                        ConnState::ReadingBody => Closed::BodyTimeout,
+                        ConnState::Idle => Closed::IdleTimeout,
+                        _ => Closed::WriteTimeout,
+                    });
+                }
                 self.timeouts.event(now, |n| {
                     tracing::info!(worker = self.id, ?state, closed = n, "connection timeouts");
                 });

@@ -83,9 +83,19 @@ fn site_with_everything(extra: &str) -> (Site, Server) {
         "return { content = function(r) if r:arg('sleep') then tessera.sleep(2) end return 'hi' end }",
     )
     .unwrap();
+    // /p/esi: an ESI page (not stored) including /p/frag and /p/broken (a 500, its
+    // include `onerror="continue"`).
     std::fs::write(
         dir.join("origin.lua"),
-        "return { content = function(r) r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
+        "return { content = function(r)\n\
+           local p = r:path()\n\
+           if p:find('esi') then\n\
+             r:set_header('Surrogate-Control', 'content=\"ESI/1.0\"')\n\
+             return [[<p><esi:include src=\"/p/frag\"/>|<esi:include src=\"/p/broken\" onerror=\"continue\"/></p>]]\n\
+           end\n\
+           if p:find('frag') then return 'F' end\n\
+           if p:find('broken') then r:set_status(500) return 'down' end\n\
+           r:set_header('Cache-Control', 'max-age=60') return 'page' end }",
     )
     .unwrap();
     let server = site.serve_with(&format!(
@@ -123,31 +133,75 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     assert_eq!(server.get("/p/x").body, b"page");
     let refused = server.exchange(b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n");
     assert!(refused.starts_with(b"HTTP/1.1 400"));
+    // An ESI page with one fragment that fails (three upstream requests, and three
+    // script requests answering them).
+    assert_eq!(server.get("/p/esi").body, b"<p>F|</p>");
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut stream, true).status, 200);
 
+    // A proxied response is counted once its last byte is written, which may be just
+    // after the client has read it.
+    let mut text = String::new();
+    eventually("the ESI page counted", || {
+        text = admin_get(admin, "/metrics", "").1;
+        text.contains("kind=\"esi\"")
+    });
     let (status, text) = admin_get(admin, "/metrics", "");
     assert_eq!(status, 200);
     let s = samples(&text);
     let requests = "tessera_requests_total{";
     let host = "host=\"default\"";
-    assert_eq!(
-        sum(&s, requests, &[host, "kind=\"static\"", "2xx"]),
-        3.0,
-        "{text}"
-    );
+    let static_ok = sum(&s, requests, &[host, "kind=\"static\"", "2xx"]);
+    assert_eq!(static_ok, 4.0, "{text}");
     assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "3xx"]), 1.0);
     assert_eq!(sum(&s, requests, &[host, "kind=\"static\"", "4xx"]), 2.0);
-    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "2xx"]), 2.0);
+    assert_eq!(
+        sum(&s, requests, &["kind=\"static\"", "method=\"HEAD\""]),
+        1.0
+    );
+    assert_eq!(
+        sum(&s, requests, &["kind=\"static\"", "method=\"GET\""]),
+        6.0
+    );
+    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "2xx"]), 4.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"script\"", "5xx"]), 1.0);
     assert_eq!(sum(&s, requests, &[host, "kind=\"proxy\"", "2xx"]), 2.0);
-    assert_eq!(sum(&s, requests, &[]), 10.0);
+    assert_eq!(sum(&s, requests, &[host, "kind=\"esi\"", "2xx"]), 1.0);
+    let scrapes = sum(&s, requests, &["kind=\"admin\""]);
+    assert_eq!(sum(&s, requests, &[]) - scrapes, 15.0);
     assert_eq!(sum(&s, "tessera_refused_requests_total", &[]), 1.0);
     let count = "tessera_request_duration_seconds_count";
-    assert_eq!(sum(&s, count, &["static"]), 6.0);
-    assert_eq!(sum(&s, count, &["script"]), 2.0);
+    assert_eq!(sum(&s, count, &["static"]), 7.0);
+    assert_eq!(sum(&s, count, &["script"]), 5.0);
     assert_eq!(sum(&s, count, &["proxy"]), 2.0);
+    assert_eq!(sum(&s, count, &["esi"]), 1.0);
     let inf = "tessera_request_duration_seconds_bucket{kind=\"static\",le=\"+Inf\"}";
-    assert_eq!(s[inf], 6.0);
-    assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 1.0);
+    assert_eq!(s[inf], 7.0);
     assert_eq!(s["tessera_cache_requests_total{result=\"hit\"}"], 1.0);
+    // Misses: /p/x (stored) and the failing fragment; passes: the ESI page and its good
+    // fragment, which may not be stored (no Cache-Control).
+    assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 2.0);
+    assert_eq!(s["tessera_cache_requests_total{result=\"pass\"}"], 2.0);
+    assert_eq!(s["tessera_cache_stores_total"], 1.0);
+    let upstream = |outcome: &str| {
+        s[&format!("tessera_upstream_requests_total{{upstream=\"o\",outcome=\"{outcome}\"}}")]
+    };
+    assert_eq!(upstream("response"), 3.0);
+    assert_eq!(upstream("server_error"), 1.0);
+    assert_eq!(s["tessera_esi_pages_total{result=\"complete\"}"], 1.0);
+    assert_eq!(sum(&s, "tessera_esi_pages_total{", &[]), 1.0);
+    assert_eq!(s["tessera_esi_fragments_total{result=\"ok\"}"], 1.0);
+    assert_eq!(s["tessera_esi_fragments_total{result=\"error\"}"], 1.0);
+    assert_eq!(sum(&s, "tessera_esi_fragments_total{", &[]), 2.0);
+    assert_eq!(s["tessera_esi_fragment_seconds_count"], 2.0);
+    let failures = "tessera_esi_include_failures_total";
+    assert_eq!(s[&format!("{failures}{{outcome=\"continue\"}}")], 1.0);
+    assert_eq!(sum(&s, failures, &[]), 1.0);
     assert_eq!(s["tessera_config_generation"], 1.0);
     assert!(s["tessera_connections_capacity"] >= 1.0);
 
@@ -181,7 +235,7 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     );
     assert!(text.ends_with("# EOF\n"));
     let s = samples(&text);
-    assert_eq!(sum(&s, requests, &["kind=\"admin\""]), 1.0);
+    assert_eq!(sum(&s, requests, &["kind=\"admin\""]), scrapes + 1.0);
 }
 
 #[test]
@@ -526,6 +580,7 @@ fn grafana_dashboard_names_only_what_metrics_exposes() {
     assert_eq!(server.get("/p/x").body, b"page");
     let (_, text) = admin_get(admin, "/metrics", "");
     let s = samples(&text);
+    assert!(s.contains_key("tessera_redis_breaker_open"), "{text}");
     let names: std::collections::HashSet<&str> =
         s.keys().map(|k| k.split('{').next().unwrap()).collect();
     let label = regex_lite::Regex::new(r#"[{,]([a-zA-Z_][a-zA-Z0-9_]*)=""#).unwrap();
@@ -655,4 +710,358 @@ fn upstream_requests_count_exactly_by_outcome() {
     // The proxy's requests are the origin's: 4 answered by the script.
     let script = sum(&s, "tessera_requests_total{", &["kind=\"script\""]);
     assert_eq!(script, 4.0);
+}
+
+/// One whole response as it came (head and a Content-Length body), raw.
+fn read_raw(stream: &mut TcpStream, head_only: bool) -> Vec<u8> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed mid-head");
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    if !head_only {
+        let start = raw.len();
+        raw.resize(start + length, 0);
+        stream.read_exact(&mut raw[start..]).unwrap();
+    }
+    raw
+}
+
+#[test]
+fn bytes_connections_methods_file_cache_and_log_lines_count_exactly() {
+    let site = Site::new();
+    site.write("hello.txt", b"hello\n");
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\nmax_connections = 2\nfile_cache_valid_ms = 600000\n\
+         access_log = \"{}\"\n[timeouts]\nhead = 2\nidle = 2\n",
+        log.display()
+    ));
+    let admin = admin_addr(&server);
+    let (mut received, mut sent) = (0, 0);
+    let mut exchange = |stream: &mut TcpStream, request: &str, head_only: bool| {
+        stream.write_all(request.as_bytes()).unwrap();
+        received += request.len();
+        let response = read_raw(stream, head_only);
+        sent += response.len();
+        response
+    };
+    // Two keep-alive connections fill the two slots; a third evicts the oldest idle one.
+    let get = "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    let mut first = server.connect();
+    assert!(exchange(&mut first, get, false).ends_with(b"\r\n\r\nhello\n"));
+    let mut second = server.connect();
+    exchange(
+        &mut second,
+        "HEAD /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        true,
+    );
+    let mut third = server.connect();
+    let post = "POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi";
+    assert!(exchange(&mut third, post, false).starts_with(b"HTTP/1.1 405"));
+    assert_eq!(
+        read_to_close(&mut first),
+        b"",
+        "the oldest idle one was evicted"
+    );
+    exchange(
+        &mut third,
+        "GET /missing HTTP/1.1\r\nHost: t\r\n\r\n",
+        false,
+    );
+    exchange(
+        &mut third,
+        "DELETE /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        false,
+    );
+    // The idle ones time out; then one that never finishes its head.
+    assert_eq!(read_to_close(&mut second), b"");
+    assert_eq!(read_to_close(&mut third), b"");
+    let mut slow = server.connect();
+    slow.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+    received += 25;
+    assert_eq!(read_to_close(&mut slow), b"");
+
+    let mut text = String::new();
+    eventually("the access log lines written", || {
+        text = admin_get(admin, "/metrics", "").1;
+        samples(&text)["tessera_access_log_lines_total"] == 5.0
+    });
+    let s = samples(&text);
+    let requests = "tessera_requests_total{";
+    let method = |m: &str| {
+        sum(
+            &s,
+            requests,
+            &["kind=\"static\"", &format!("method=\"{m}\"")],
+        )
+    };
+    assert_eq!(method("GET"), 2.0, "{text}");
+    assert_eq!(method("HEAD"), 1.0);
+    assert_eq!(method("POST"), 1.0);
+    assert_eq!(method("DELETE"), 1.0);
+    assert_eq!(sum(&s, requests, &["kind=\"static\""]), 5.0);
+    assert_eq!(s["tessera_received_bytes_total"], received as f64);
+    assert_eq!(s["tessera_sent_bytes_total"], sent as f64);
+    assert_eq!(s["tessera_connections_accepted_total"], 4.0);
+    let closed =
+        |reason: &str| s[&format!("tessera_connections_closed_total{{reason=\"{reason}\"}}")];
+    assert_eq!(closed("evicted"), 1.0);
+    assert_eq!(closed("idle_timeout"), 2.0);
+    assert_eq!(closed("head_timeout"), 1.0);
+    assert_eq!(closed("body_timeout") + closed("write_timeout"), 0.0);
+    assert_eq!(s["tessera_accept_pauses_total"], 0.0);
+    // The first GET opened the file, the HEAD found it cached, the 404 looked on disk
+    // (a POST or DELETE is refused before any lookup).
+    let files = "tessera_open_file_cache_requests_total";
+    assert_eq!(s[&format!("{files}{{result=\"hit\"}}")], 1.0);
+    assert_eq!(s[&format!("{files}{{result=\"miss\"}}")], 2.0);
+    assert_eq!(s["tessera_access_log_dropped_lines_total"], 0.0);
+    let lines = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(lines, 5);
+}
+
+#[test]
+fn cache_stores_evictions_invalidations_and_passes_count_exactly() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r)\n\
+           r:set_header('Cache-Control', 'max-age=60')\n\
+           r:set_header('Content-Type', 'image/png')\n\
+           if r:path():find('big') then return string.rep('x', 2000) end\n\
+           return 'page' end }",
+    )
+    .unwrap();
+    // A 64 KiB memory budget: a hundred 2 KB objects do not fit.
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [cache]\nmax_size = 65536\nmax_object_size = 4096\npurge_allow = [\"127.0.0.1\"]\n\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+         [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+         [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+        dir.display()
+    ));
+    let admin = admin_addr(&server);
+    for path in ["/p/a", "/p/b1", "/p/b2"] {
+        assert_eq!(server.get(path).body, b"page");
+    }
+    let invalidate = |method: &str, path: &str| {
+        let raw = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let answer = server.exchange(raw.as_bytes());
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{method} {path}");
+    };
+    invalidate("PURGE", "/p/a");
+    invalidate("BAN", "/p/b");
+    // Not a method the cache looks up: a pass.
+    let post = server.exchange(
+        b"POST /p/form HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(post.starts_with(b"HTTP/1.1 200"));
+    for i in 0..100 {
+        assert_eq!(server.get(&format!("/p/big/{i}")).body.len(), 2000);
+    }
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    let lookups = |result: &str| s[&format!("tessera_cache_requests_total{{result=\"{result}\"}}")];
+    assert_eq!(lookups("miss"), 103.0, "{text}");
+    assert_eq!(lookups("pass"), 1.0);
+    assert_eq!(lookups("hit"), 0.0);
+    assert_eq!(s["tessera_cache_stores_total"], 103.0);
+    let invalidations = "tessera_cache_invalidations_total";
+    assert_eq!(s[&format!("{invalidations}{{method=\"purge\"}}")], 1.0);
+    assert_eq!(s[&format!("{invalidations}{{method=\"ban\"}}")], 1.0);
+    let evicted =
+        |reason: &str| s[&format!("tessera_cache_evictions_total{{reason=\"{reason}\"}}")];
+    assert_eq!(evicted("purge"), 1.0);
+    assert_eq!(evicted("ban"), 2.0);
+    assert!(evicted("capacity") > 0.0);
+    // Every object stored is still there or was let go, once (not compressible, so no
+    // Vary marker beside each).
+    assert_eq!(
+        s["tessera_cache_stores_total"] - evicted("capacity") - evicted("purge") - evicted("ban"),
+        s["tessera_cache_objects"]
+    );
+}
+
+#[test]
+fn lua_calls_failures_and_loads_count_exactly() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("m.lua"),
+        r#"return {
+  access = function(r) end,
+  content = function(r)
+    local p = r:path()
+    if p == "/m/error" then local t = nil return t.field end
+    if p == "/m/spin" then while true do end end
+    if p == "/m/hog" then
+      local t = {}
+      for i = 1, 1e8 do t[i] = string.rep("x", 65536) .. i end
+    end
+    return "ok"
+  end,
+  header_filter = function(r) end,
+  log = function(r) end,
+}"#,
+    )
+    .unwrap();
+    let config = format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[script]]\nprefix = \"/m\"\npath = \"{}/m.lua\"\ntime_limit = 0.2\nmemory_limit = 8388608\n",
+        dir.display()
+    );
+    let server = site.serve_with(&config);
+    let admin = admin_addr(&server);
+    assert_eq!(server.get("/m/ok").body, b"ok");
+    for path in ["/m/error", "/m/spin", "/m/hog"] {
+        assert_eq!(server.get(path).status, 500, "{path}");
+    }
+    let lua = |text: &str, name: &str, labels: &str| -> f64 {
+        samples(text)
+            .get(&format!("tessera_lua_{name}{{{labels}}}"))
+            .copied()
+            .unwrap_or_else(|| panic!("{name}{{{labels}}} in {text}"))
+    };
+    let mut text = String::new();
+    eventually("the log phases", || {
+        text = admin_get(admin, "/metrics", "").1;
+        lua(&text, "calls_total", "phase=\"log\"") == 4.0
+    });
+    assert_eq!(lua(&text, "calls_total", "phase=\"access\""), 4.0, "{text}");
+    assert_eq!(lua(&text, "calls_total", "phase=\"content\""), 4.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"header_filter\""), 4.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"timer\""), 0.0);
+    let errors = |reason: &str| {
+        lua(
+            &text,
+            "errors_total",
+            &format!("phase=\"content\",reason=\"{reason}\""),
+        )
+    };
+    assert_eq!(errors("error"), 1.0);
+    assert_eq!(errors("time_limit"), 1.0);
+    assert_eq!(errors("memory_limit"), 1.0);
+    assert_eq!(errors("panic"), 0.0);
+    assert_eq!(sum(&samples(&text), "tessera_lua_errors_total", &[]), 3.0);
+    assert_eq!(lua(&text, "script_loads_total", "result=\"ok\""), 1.0);
+
+    // A reload loads the script again (when the worker takes the new configuration).
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    assert_eq!(server.get("/m/ok").body, b"ok");
+    let (_, text) = admin_get(admin, "/metrics", "");
+    assert_eq!(lua(&text, "script_loads_total", "result=\"ok\""), 2.0);
+    assert_eq!(lua(&text, "script_loads_total", "result=\"failed\""), 0.0);
+    assert_eq!(lua(&text, "calls_total", "phase=\"content\""), 5.0);
+}
+
+#[test]
+fn upstream_counters_go_on_across_a_reload_that_keeps_the_upstream() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("origin.lua"),
+        "return { content = function(r) return 'page' end }",
+    )
+    .unwrap();
+    let config = |down: &str, extra: &str| {
+        format!(
+            "admin_listen = \"127.0.0.1:0\"\n{extra}\n\
+             [[upstream]]\nname = \"o\"\naddresses = [\"self\"]\npath_prefix = \"/origin\"\n\n\
+             [[upstream]]\nname = \"down\"\naddresses = [\"{down}\"]\n\n\
+             [[route]]\nprefix = \"/p\"\nupstream = \"o\"\n\n\
+             [[route]]\nprefix = \"/down\"\nupstream = \"down\"\n\n\
+             [[script]]\nprefix = \"/origin\"\npath = \"{}/origin.lua\"\n",
+            dir.display()
+        )
+    };
+    let server = site.serve_with(&config("127.0.0.1:1", ""));
+    let admin = admin_addr(&server);
+    for _ in 0..2 {
+        assert_eq!(server.get("/p/x").body, b"page");
+    }
+    assert_eq!(server.get("/down/x").status, 502);
+    // `o` stays as it was, `down` moves to another address, something else changes.
+    std::fs::write(
+        dir.join("tessera.toml"),
+        config(
+            "127.0.0.1:2",
+            "[[route]]\nprefix = \"/q\"\nupstream = \"o\"\n",
+        ),
+    )
+    .unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    assert_eq!(server.get("/p/x").body, b"page");
+    assert_eq!(server.get("/down/x").status, 502);
+    let (_, text) = admin_get(admin, "/metrics", "");
+    let s = samples(&text);
+    assert_eq!(s["tessera_config_generation"], 2.0, "{text}");
+    let requests = |upstream: &str, outcome: &str| {
+        s[&format!(
+            "tessera_upstream_requests_total{{upstream=\"{upstream}\",outcome=\"{outcome}\"}}"
+        )]
+    };
+    assert_eq!(requests("o", "response"), 3.0, "{text}");
+    assert_eq!(
+        s["tessera_upstream_response_seconds_count{upstream=\"o\"}"],
+        3.0
+    );
+    assert_eq!(requests("down", "connect_error"), 1.0);
+    assert!(s["tessera_upstream_connections_opened_total{upstream=\"o\"}"] >= 1.0);
+}
+
+#[test]
+fn tls_handshakes_count_full_resumed_and_failed() {
+    use crate::tls::{s_client, TlsSite};
+    let tls = TlsSite::start("admin_listen = \"127.0.0.1:0\"", "");
+    let admin = admin_addr(&tls.server);
+    let session = tls.site.dir.path().join("session.pem");
+    let session = session.to_str().unwrap();
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    // -ign_eof: s_client reads on until the server closes, so the ticket is saved.
+    for (args, line) in [
+        (["-sess_out", session], "New,"),
+        (["-sess_in", session], "Reused,"),
+    ] {
+        let (stdout, err) = s_client(
+            tls.https,
+            &[&["-tls1_3", "-ign_eof"][..], &args].concat(),
+            request,
+        );
+        let stdout = String::from_utf8_lossy(&stdout);
+        assert!(
+            stdout.lines().any(|l| l.starts_with(line)),
+            "{line} {stdout} {err}"
+        );
+    }
+    // Cleartext HTTP on the TLS port: the handshake fails.
+    let mut plain = TcpStream::connect(tls.https).unwrap();
+    plain.write_all(request).unwrap();
+    let _ = read_to_close(&mut plain);
+    let mut text = String::new();
+    eventually("the failed handshake", || {
+        text = admin_get(admin, "/metrics", "").1;
+        samples(&text)["tessera_tls_handshakes_total{result=\"failed\"}"] == 1.0
+    });
+    let s = samples(&text);
+    assert_eq!(
+        s["tessera_tls_handshakes_total{result=\"full\"}"], 1.0,
+        "{text}"
+    );
+    assert_eq!(s["tessera_tls_handshakes_total{result=\"resumed\"}"], 1.0);
+    assert_eq!(
+        sum(&s, "tessera_requests_total{", &["kind=\"static\""]),
+        2.0
+    );
 }

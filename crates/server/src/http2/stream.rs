@@ -110,6 +110,7 @@ pub(super) fn start(
             Dispatched::Done(crate::metrics::Answered {
                 host: current.gen.host_labels[site],
                 kind: crate::metrics::kind_index("static"),
+                method: crate::metrics::method_index(req.method),
             })
         }
         None => dispatch::answer(worker, &req, streams.peer, true, out, &[]),
@@ -385,7 +386,7 @@ async fn handled(
     };
     worker.clock.refresh();
     worker.tls.set(streams.tls);
-    conn::count(worker, answered, status, read_at);
+    conn::count(worker, answered, (status, &head, sent), read_at);
     if worker.log.borrow().is_some() {
         let mut cookie = Vec::new();
         let mut fields = Vec::with_capacity(parts.headers.len() + 1);

@@ -35,6 +35,7 @@ use tokio::net::TcpStream;
 
 use crate::config::Config;
 use crate::conn::{self, Conn};
+use crate::metrics::Handshake;
 use crate::transport::Stream;
 use crate::worker::Worker;
 
@@ -149,11 +150,22 @@ pub(crate) async fn serve(
             crate::http2::serve(stream, peer, worker, slot, facts).await;
         }
         Ok(stream) => {
+            if let Some(metrics) = worker.metrics() {
+                let resumed = stream.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                metrics.handshake(if resumed {
+                    Handshake::Resumed
+                } else {
+                    Handshake::Full
+                });
+            }
             let stream = Stream::Tls(Box::new(stream));
             conn::serve(Conn::new(stream, peer, worker, slot)).await;
         }
         Err(e) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            if let Some(metrics) = worker.metrics() {
+                metrics.handshake(Handshake::Failed);
+            }
             worker.free(slot);
         }
     }
