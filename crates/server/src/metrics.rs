@@ -115,6 +115,22 @@ pub(crate) struct WorkerMetrics {
     /// Open-file cache lookups: hits, misses.
     file_cache: [AtomicU64; 2],
     handshakes: [AtomicU64; HANDSHAKES.len()],
+    http2_connections: AtomicU64,
+    /// HTTP/2 streams by how they ended: finished, cancelled by the client.
+    http2_streams: [AtomicU64; 2],
+    /// GOAWAYs sent, by [`GOAWAY_REASONS`].
+    http2_goaways: [AtomicU64; GOAWAY_REASONS.len()],
+}
+
+/// Why the server sent an HTTP/2 connection GOAWAY: the `reason` label.
+pub(crate) const GOAWAY_REASONS: [&str; 3] = ["shutdown", "reload", "rapid_reset"];
+
+/// Indexes into [`GOAWAY_REASONS`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum GoAway {
+    Shutdown,
+    Reload,
+    RapidReset,
 }
 
 /// Adds one: only this worker writes the counter, so no atomic read-modify-write.
@@ -139,6 +155,9 @@ impl WorkerMetrics {
             accept_pauses: AtomicU64::new(0),
             file_cache: Default::default(),
             handshakes: Default::default(),
+            http2_connections: AtomicU64::new(0),
+            http2_streams: Default::default(),
+            http2_goaways: Default::default(),
         }
     }
 
@@ -178,6 +197,22 @@ impl WorkerMetrics {
     /// Counts a TLS handshake.
     pub fn handshake(&self, result: Handshake) {
         bump(&self.handshakes[result as usize], 1);
+    }
+
+    /// Counts a connection that speaks HTTP/2.
+    pub fn http2_connection(&self) {
+        bump(&self.http2_connections, 1);
+    }
+
+    /// Counts an HTTP/2 stream ended (`cancelled` by the client before its response was
+    /// complete).
+    pub fn http2_stream(&self, cancelled: bool) {
+        bump(&self.http2_streams[usize::from(cancelled)], 1);
+    }
+
+    /// Counts a GOAWAY sent.
+    pub fn http2_goaway(&self, reason: GoAway) {
+        bump(&self.http2_goaways[reason as usize], 1);
     }
 
     /// Counts an open-file cache lookup.
@@ -328,6 +363,31 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
              session ID), failed (or timed out).",
             &[("result", result)],
             sum(&|w| &w.handshakes[i]),
+        );
+    }
+    out.counter(
+        "tessera_http2_connections_total",
+        "Client connections that spoke HTTP/2 (ALPN h2, or the preface in cleartext).",
+        &[],
+        sum(&|w| &w.http2_connections),
+    );
+    for (i, result) in ["finished", "cancelled"].iter().enumerate() {
+        out.counter(
+            "tessera_http2_streams_total",
+            "HTTP/2 streams answered, by how they ended: finished, or cancelled by the client \
+             (RST_STREAM) before their response was complete.",
+            &[("result", result)],
+            sum(&|w| &w.http2_streams[i]),
+        );
+    }
+    for (i, reason) in GOAWAY_REASONS.iter().enumerate() {
+        out.counter(
+            "tessera_http2_goaways_total",
+            "GOAWAY frames the server sent to end an HTTP/2 connection, by reason: shutdown \
+             (or upgrade), reload (its [http2] settings changed), rapid_reset (too many \
+             streams cancelled).",
+            &[("reason", reason)],
+            sum(&|w| &w.http2_goaways[i]),
         );
     }
 }

@@ -786,3 +786,41 @@ fn a_reload_that_changes_http2_settings_sends_goaway_and_one_that_does_not_keeps
         "{payload:?}"
     );
 }
+
+#[test]
+fn metrics_count_http2_connections_streams_and_goaways() {
+    use crate::metrics::{admin_addr, admin_get, samples, sum};
+    let site = Site::new();
+    let server =
+        site.serve_with("admin_listen = \"127.0.0.1:0\"\n[http2]\nmax_reset_streams = 10\n");
+    let admin = admin_addr(&server);
+    for _ in 0..3 {
+        assert_still_served(&server);
+    }
+    let mut client = Frames::connect(server.addr, &[]);
+    let mut bytes = Vec::new();
+    for i in 0..2000u32 {
+        let id = 2 * i + 1;
+        bytes.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            id,
+            &get("/hello.txt"),
+        ));
+        bytes.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+    }
+    let _ = client.send(&bytes);
+    assert_eq!(client.goaway(), Some(ENHANCE_YOUR_CALM));
+    eventually("the figures", || {
+        let (_, text) = admin_get(admin, "/metrics", "");
+        let s = samples(&text);
+        sum(&s, "tessera_http2_connections_total", &[]) == 4.0
+            && sum(&s, "tessera_http2_streams_total", &["finished"]) >= 3.0
+            && sum(&s, "tessera_http2_goaways_total", &["rapid_reset"]) == 1.0
+            && sum(
+                &s,
+                "tessera_requests_total",
+                &["kind=\"static\"", "GET", "2xx"],
+            ) >= 3.0
+    });
+}

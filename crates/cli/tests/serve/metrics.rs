@@ -30,7 +30,7 @@ fn prometheus_bin(name: &str) -> PathBuf {
 }
 
 /// The admin address from the start-up line.
-fn admin_addr(server: &Server) -> SocketAddr {
+pub fn admin_addr(server: &Server) -> SocketAddr {
     eventually("the admin line", || stderr_has(server, "admin on http://"));
     let lines = server.stderr.lock().unwrap();
     let line = lines
@@ -42,7 +42,7 @@ fn admin_addr(server: &Server) -> SocketAddr {
 }
 
 /// One request to the admin listener: (status, body).
-fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
+pub fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -53,7 +53,7 @@ fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
 }
 
 /// `name{labels}` -> value, for every sample.
-fn samples(text: &str) -> HashMap<String, f64> {
+pub fn samples(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
@@ -64,7 +64,7 @@ fn samples(text: &str) -> HashMap<String, f64> {
 }
 
 /// The sum of the samples whose key starts with `prefix` and contains every `part`.
-fn sum(samples: &HashMap<String, f64>, prefix: &str, parts: &[&str]) -> f64 {
+pub fn sum(samples: &HashMap<String, f64>, prefix: &str, parts: &[&str]) -> f64 {
     samples
         .iter()
         .filter(|(k, _)| k.starts_with(prefix) && parts.iter().all(|p| k.contains(p)))

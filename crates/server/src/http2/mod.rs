@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 pub(crate) use config::bool_or_table;
 pub use config::Http2Config;
 
+use crate::metrics::GoAway;
 use crate::tls::TlsFacts;
 use crate::worker::{ConnState, Worker};
 
@@ -81,6 +82,9 @@ impl Streams {
     /// complete.
     fn ended(&self, cancelled: bool) {
         self.active.set(self.active.get() - 1);
+        if let Some(metrics) = self.worker.metrics() {
+            metrics.http2_stream(cancelled);
+        }
         if cancelled {
             self.cancelled.set(self.cancelled.get() + 1);
             if self.cancelled.get() > self.finished.get() + self.max_resets {
@@ -106,6 +110,13 @@ pub(crate) async fn serve<T>(
     T: AsyncRead + AsyncWrite + Unpin,
 {
     worker.mark_http2(slot, true);
+    if let Some(metrics) = worker.metrics() {
+        metrics.http2_connection();
+    }
+    let io = Counted {
+        inner: io,
+        worker: worker.clone(),
+    };
     run(io, peer, &worker, slot, tls).await;
     worker.mark_http2(slot, false);
     worker.free(slot);
@@ -180,6 +191,7 @@ where
             generation = current.gen.number;
             if current.gen.config.http2 != settings {
                 going_away = true;
+                goaway(worker, GoAway::Reload);
                 conn.graceful_shutdown();
             }
         }
@@ -187,6 +199,7 @@ where
             // GOAWAY with the last stream accepted: the streams in flight finish, the
             // client opens new ones on a new connection.
             going_away = true;
+            goaway(worker, GoAway::Shutdown);
             conn.graceful_shutdown();
         }
         if streams.abusive.get() && !calmed {
@@ -241,8 +254,16 @@ where
     streams.ended.set(true);
 }
 
-/// Logs a connection closed for Rapid Reset (at most a line every 10 s per worker).
+fn goaway(worker: &Worker, reason: GoAway) {
+    if let Some(metrics) = worker.metrics() {
+        metrics.http2_goaway(reason);
+    }
+}
+
+/// Counts and logs a connection closed for Rapid Reset (the log at most a line every
+/// 10 s per worker).
 fn rapid_reset(worker: &Worker, peer: SocketAddr, cancelled: u64) {
+    goaway(worker, GoAway::RapidReset);
     worker.http2_resets.event(worker.clock.millis(), |n| {
         tracing::warn!(
             worker = worker.id,
@@ -289,6 +310,58 @@ impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The connection's stream, counting the bytes read from the client for
+/// `tessera_received_bytes_total` (HTTP/1 counts them at its own reads).
+struct Counted<T> {
+    inner: T,
+    worker: Rc<Worker>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(metrics)) = (&polled, self.worker.metrics()) {
+            metrics.received(buf.filled().len() - before);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
