@@ -78,7 +78,6 @@ http {
     tcp_nodelay on;
     keepalive_requests 1000000;
     keepalive_timeout 300s;
-    http2_max_requests 1000000;
     open_file_cache max=1000 inactive=60s;
     open_file_cache_valid 1s;
     types { text/plain txt; text/html html; }

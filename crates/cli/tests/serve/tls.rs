@@ -175,6 +175,11 @@ fn curl_and_s_client_fetch_a_file_over_tls13_and_tls12() {
             log.contains(&format!("SSL connection using {want}")),
             "{log}"
         );
+        // curl offers h2 first, and gets it (docs/http2.md); with --http1.1, HTTP/1.1.
+        assert!(log.contains("ALPN: server accepted h2"), "{log}");
+        let out = tls.curl("/hello.txt", &[versions, &["-v", "--http1.1"]].concat());
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.stdout, b"hello world\n");
         assert!(log.contains("ALPN: server accepted http/1.1"), "{log}");
     }
     for (flag, want) in [("-tls1_3", "TLSv1.3"), ("-tls1_2", "TLSv1.2")] {
@@ -446,15 +451,17 @@ fn a_host_other_than_the_snis_is_misdirected_421() {
 fn hsts_on_tls_responses_and_redirect_https_on_cleartext() {
     let tls = TlsSite::start("", "hsts = \"max-age=63072000\"\nredirect_https = true");
     let out = tls.curl("/hello.txt", &["-i"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    // Over HTTP/2 (what curl negotiates) field names are lower case.
+    let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
     assert!(
-        text.contains("Strict-Transport-Security: max-age=63072000\r\n"),
+        text.contains("strict-transport-security: max-age=63072000\r\n"),
         "{text}"
     );
     assert!(text.ends_with("\r\n\r\nhello world\n"), "{text}");
     // 404s (pages the server makes) carry it too.
     let out = tls.curl("/missing", &["-i"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Strict-Transport-Security: "));
+    let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(text.contains("strict-transport-security: "), "{text}");
 
     let mut stream = tls.server.connect();
     stream
