@@ -824,3 +824,39 @@ fn metrics_count_http2_connections_streams_and_goaways() {
             ) >= 3.0
     });
 }
+
+#[test]
+fn the_authority_chooses_the_virtual_host() {
+    let site = Site::new();
+    let a = site.dir.path().join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(a.join("who.txt"), b"a\n").unwrap();
+    site.write("who.txt", b"top\n");
+    let server = site.serve_with(&format!(
+        "[[host]]\nnames = [\"a.test\"]\nroot = {:?}\n",
+        a.display().to_string()
+    ));
+    let port = server.addr.port();
+    for (host, want) in [("a.test", &b"a\n"[..]), ("other.test", b"top\n")] {
+        let resolve = format!("{host}:{port}:127.0.0.1");
+        let url = format!("http://{host}:{port}/who.txt");
+        let out = curl(&["--http2-prior-knowledge", "--resolve", &resolve, &url]);
+        assert_eq!(out.stdout, want, "{host}");
+    }
+    // A Host field that names another host than the :authority is refused (400: HPACK
+    // static index 12, the first byte of the response's header block is 0x8c).
+    let mut client = Frames::connect(server.addr, &[]);
+    let mut fields = get("/who.txt");
+    fields.extend(block(&[("host", "a.test")]));
+    client
+        .send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &fields))
+        .unwrap();
+    let status = loop {
+        match client.read() {
+            Some((HEADERS, _, 1, payload)) => break payload[0],
+            Some(_) => {}
+            None => panic!("no response"),
+        }
+    };
+    assert_eq!(status, 0x8c, "not 400");
+}
