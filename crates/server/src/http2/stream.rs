@@ -517,7 +517,7 @@ async fn send_pieces(
                 let mut done = 0u64;
                 while done < len {
                     let want = (len - done).min(FILE_CHUNK as u64) as usize;
-                    let mut chunk = BytesMut::zeroed(want);
+                    let mut chunk = file_chunk(&streams.worker, want);
                     let got = match entry.file.read_at(&mut chunk, offset + done) {
                         Ok(0) | Err(_) => {
                             // The file shrank or broke under us: its length is
@@ -536,6 +536,18 @@ async fn send_pieces(
         }
     }
     Ok(())
+}
+
+/// `len` bytes to read a file chunk into, cut from the worker's chunk buffer: once the
+/// chunks sent before have been written and dropped, `reserve` takes their room back, so
+/// the steady state reuses the same memory (a fresh 64 KiB allocation per chunk cost
+/// page faults: the allocator returns such blocks to the kernel and gets them back
+/// zeroed).
+fn file_chunk(worker: &Worker, len: usize) -> BytesMut {
+    let mut buf = worker.file_chunks.borrow_mut();
+    buf.reserve(len.max(4 * FILE_CHUNK));
+    buf.resize(len, 0);
+    buf.split()
 }
 
 /// A handler's body, streamed as it arrives (an ESI page as its fragments come).
