@@ -317,8 +317,10 @@ fn view<'a>(
 
 /// The HTTP/2 response for a head the HTTP/1 encoder wrote, and whether content
 /// follows it. `None` if the head does not parse (never, for heads written here).
+/// The values share the head's one buffer (a slice each, not a copy each).
 fn response(head: &[u8], head_only: bool) -> Option<(http::Response<()>, bool)> {
-    let (status, fields) = dispatch::parse_head(head)?;
+    let shared = Bytes::copy_from_slice(head);
+    let (status, fields) = dispatch::parse_head(&shared)?;
     let mut response = http::Response::new(());
     *response.status_mut() = http::StatusCode::from_u16(status).ok()?;
     let map = response.headers_mut();
@@ -327,9 +329,8 @@ fn response(head: &[u8], head_only: bool) -> Option<(http::Response<()>, bool)> 
         if is_connection_specific(name) {
             continue;
         }
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
-        {
+        let value = HeaderValue::from_maybe_shared(shared.slice_ref(value));
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), value) {
             map.append(name, value);
         }
     }
