@@ -77,6 +77,9 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn new(stream: Stream, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) -> Conn {
+        // Prior knowledge is for cleartext only: over TLS, HTTP/2 is what ALPN chose
+        // (RFC 9113 section 3.3), and a connection here negotiated HTTP/1.1.
+        let fresh = matches!(stream, Stream::Plain(_));
         Conn {
             worker,
             stream,
@@ -88,7 +91,7 @@ impl Conn {
             end: 0,
             discard: Discard::None,
             refused: false,
-            fresh: true,
+            fresh,
         }
     }
 }
@@ -117,9 +120,11 @@ pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
                 slot,
                 ..
             } = conn;
-            let io = crate::http2::Rewind::new(prefix, stream);
             // Boxed: only HTTP/2 connections pay for the HTTP/2 connection's state.
-            Box::pin(crate::http2::serve(io, peer, worker, slot, None)).await;
+            Box::pin(crate::http2::serve(
+                stream, prefix, peer, worker, slot, None,
+            ))
+            .await;
             return;
         }
         conn.stream.close_notify();

@@ -149,6 +149,32 @@ impl Frames {
         }
     }
 
+    /// Whether the server ends the connection (GOAWAY, or closes it) within `wait`;
+    /// false if it is still open and silent when `wait` is over.
+    fn cut_off(&mut self, wait: Duration) -> bool {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        loop {
+            while self.buf.len() >= 9 {
+                if self.buf[3] == GOAWAY {
+                    return true;
+                }
+                let len = (self.buf[0] as usize) << 16
+                    | (self.buf[1] as usize) << 8
+                    | self.buf[2] as usize;
+                if self.buf.len() < 9 + len {
+                    break;
+                }
+                self.buf.drain(..9 + len);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => return !is_timeout(&e),
+            }
+        }
+    }
+
     /// Reads until a GOAWAY (its error code) or the end of the connection (`None`).
     fn goaway(&mut self) -> Option<u32> {
         while let Some((kind, _, _, payload)) = self.read() {
@@ -158,6 +184,13 @@ impl Frames {
         }
         None
     }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 fn curl(args: &[&str]) -> std::process::Output {
@@ -268,10 +301,6 @@ fn files_are_byte_exact_over_h2c_and_tls_with_ranges_head_and_validators() {
 
     let (head, _) = h2c(server, "/missing", &[]);
     assert!(head.starts_with("HTTP/2 404"), "{head}");
-    // No field HTTP/2 forbids (RFC 9113 section 8.2.2) in any of them.
-    for forbidden in ["connection:", "keep-alive:", "transfer-encoding:"] {
-        assert!(!head.to_ascii_lowercase().contains(forbidden), "{head}");
-    }
 }
 
 #[test]
@@ -312,6 +341,11 @@ fn esi_pages_proxied_bodies_lua_and_cached_responses_over_http2() {
     let h1_page = curl(&["--http1.1", &format!("http://{}/page", server.addr)]).stdout;
     assert_eq!(h2_page, b"<html>[0][1][2]</html>");
     assert_eq!(h2_page, h1_page);
+    // Chunked over HTTP/1.1, a plain stream of DATA over HTTP/2: no field HTTP/2 forbids
+    // (RFC 9113 section 8.2.2).
+    for forbidden in ["connection:", "keep-alive:", "transfer-encoding:"] {
+        assert!(!head.to_ascii_lowercase().contains(forbidden), "{head}");
+    }
     let (head, echo) = h2c(&server, "/echo", &["--data-binary", "a body over h2"]);
     assert!(head.starts_with("HTTP/2 200"), "{head}");
     let echo = String::from_utf8_lossy(&echo).to_ascii_lowercase();
@@ -392,9 +426,21 @@ fn http2_false_turns_off_both_alpn_h2_and_prior_knowledge() {
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     assert!(
-        answer.starts_with(b"HTTP/1.1 "),
+        answer.starts_with(b"HTTP/1.1 505 "),
         "{:?}",
         String::from_utf8_lossy(&answer)
+    );
+}
+
+#[test]
+fn over_tls_http2_is_what_alpn_chose_never_the_preface() {
+    let tls = TlsSite::start("", "");
+    // ALPN http/1.1, then the preface: an HTTP/1 request line (505), not HTTP/2.
+    let (out, err) = crate::tls::s_client(tls.https, &["-alpn", "http/1.1", "-quiet"], PREFACE);
+    assert!(
+        out.starts_with(b"HTTP/1.1 505 "),
+        "{:?} {err}",
+        String::from_utf8_lossy(&out)
     );
 }
 
@@ -525,6 +571,10 @@ fn an_endless_continuation_is_cut_off_at_the_head_budget() {
     let site = Site::new();
     let server = site.serve();
     let mut client = Frames::connect(server.addr, &[]);
+    client
+        .stream
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut bytes = frame(HEADERS, 0, 1, &get("/hello.txt"));
     let filler = "x".repeat(1000);
     let mut written = 0usize;
@@ -536,17 +586,17 @@ fn an_endless_continuation_is_cut_off_at_the_head_budget() {
             1,
             &block(&[(&format!("x-{i}"), &filler)]),
         ));
-        if client.send(&bytes).is_err() {
+        if let Err(e) = client.send(&bytes) {
+            // Closed by the server, not merely stalled.
+            assert!(!is_timeout(&e), "stalled after {written} bytes: {e}");
             cut_off = true;
             break;
         }
         written += bytes.len();
         bytes.clear();
     }
-    // The server stopped reading (and closed) long before 10 MB of header block.
-    if !cut_off {
-        cut_off = client.goaway().is_some() || client.read().is_none();
-    }
+    // The server closed (or sent GOAWAY) long before 10 MB of header block.
+    cut_off = cut_off || client.cut_off(Duration::from_secs(5));
     assert!(cut_off, "{written} bytes of CONTINUATION accepted");
     assert!(
         server.rss_kib() < 200 * 1024,
@@ -571,16 +621,21 @@ fn an_hpack_bomb_is_refused_without_decoding_it() {
     let mut bytes = frame(HEADERS, END_STREAM, 1, &block[..16_000]);
     bytes.extend(frame(CONTINUATION, END_HEADERS, 1, &block[16_000..]));
     client.send(&bytes).unwrap();
-    let mut refused = false;
-    while let Some((kind, _, id, _)) = client.read() {
-        // A 431 answer, a stream reset or the connection closed: not served.
-        if (kind == HEADERS && id == 1) || kind == RST_STREAM || kind == GOAWAY {
-            refused = true;
-            break;
+    // Refused: a response that is not 200 (0x88, HPACK's static index 8), a stream reset,
+    // GOAWAY, or the connection closed; never silence, never 200.
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let refused = loop {
+        match client.read() {
+            Some((HEADERS, _, 1, payload)) => break payload[0] != 0x88,
+            Some((RST_STREAM, ..)) | Some((GOAWAY, ..)) => break true,
+            Some(_) => {}
+            None => break client.cut_off(Duration::from_millis(10)),
         }
-    }
-    refused |= client.read().is_none();
-    assert!(refused);
+    };
+    assert!(refused, "the bomb was answered 200, or not at all");
     assert!(
         server.rss_kib() < 200 * 1024,
         "RSS {} KiB",
@@ -642,14 +697,31 @@ fn a_client_that_never_opens_its_window_is_closed_at_the_write_timeout() {
         ))
         .unwrap();
     let started = Instant::now();
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
     let mut data = 0;
+    let mut chunk = [0u8; 65536];
     loop {
-        match client.read() {
-            None => break,
-            Some((DATA, _, _, payload)) => data += payload.len(),
-            Some(_) => {}
+        match client.stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => client.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("not closed after {:?}: {e}", started.elapsed()),
         }
-        assert!(started.elapsed() < Duration::from_secs(8), "not closed");
+        while client.buf.len() >= 9 {
+            let len = (client.buf[0] as usize) << 16
+                | (client.buf[1] as usize) << 8
+                | client.buf[2] as usize;
+            if client.buf.len() < 9 + len {
+                break;
+            }
+            if client.buf[3] == DATA {
+                data += len;
+            }
+            client.buf.drain(..9 + len);
+        }
     }
     assert_eq!(data, 0);
     let waited = started.elapsed();
@@ -657,6 +729,7 @@ fn a_client_that_never_opens_its_window_is_closed_at_the_write_timeout() {
         waited >= Duration::from_millis(900),
         "closed after {waited:?}"
     );
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
     assert_still_served(&server);
 }
 
@@ -859,4 +932,41 @@ fn the_authority_chooses_the_virtual_host() {
         }
     };
     assert_eq!(status, 0x8c, "not 400");
+}
+
+#[test]
+fn streams_cancelled_while_their_handler_waits_count_toward_rapid_reset() {
+    let site = Site::new();
+    let origin = crate::cache::Origin::start();
+    let server = site.serve_with(&format!(
+        "[http2]\nmax_reset_streams = 50\n\
+         [[upstream]]\nname = \"o\"\naddresses = [\"{}\"]\n\
+         [[route]]\nprefix = \"/slow\"\nupstream = \"o\"\n",
+        origin.addr
+    ));
+    let mut client = Frames::connect(server.addr, &[]);
+    // Each stream is accepted and waits on the origin (500 ms) when the client cancels
+    // it: the handler's work is dropped and the cancel counted.
+    for i in 0..200u32 {
+        let id = 2 * i + 1;
+        let path = format!("/slow/{i}");
+        if client
+            .send(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get(&path)))
+            .is_err()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(3));
+        if client
+            .send(&frame(RST_STREAM, 0, id, &8u32.to_be_bytes()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    assert_eq!(client.goaway(), Some(ENHANCE_YOUR_CALM));
+    eventually("the Rapid Reset line", || {
+        stderr_has(&server, "Rapid Reset")
+    });
+    assert_still_served(&server);
 }

@@ -75,6 +75,10 @@ impl Http2Config {
         if self.hpack_table_size > 1 << 20 {
             problems.push("`http2.hpack_table_size` must be at most 1048576".into());
         }
+        if self.max_reset_streams == 0 {
+            // 0 would make the first stream a browser cancels (leaving a page) an attack.
+            problems.push("`http2.max_reset_streams` must be at least 1".into());
+        }
         if self.max_send_buffer < 1024 {
             problems.push("`http2.max_send_buffer` must be at least 1024".into());
         }

@@ -32,6 +32,7 @@ pub use config::Http2Config;
 
 use crate::metrics::GoAway;
 use crate::tls::TlsFacts;
+use crate::transport::Stream;
 use crate::worker::{ConnState, Worker};
 
 /// The client connection preface (RFC 9113 section 3.4).
@@ -47,6 +48,15 @@ pub(crate) struct Streams {
     active: Cell<u32>,
     /// Of those, streams waiting for the client's window or the socket.
     blocked: Cell<u32>,
+    /// The socket did not take the last write: the connection waits for the client to
+    /// read (whether or not a stream is still counted: a response queued whole ends its
+    /// stream before its bytes leave).
+    write_blocked: Cell<bool>,
+    /// The handshake is done: the slot's state follows the streams from then on.
+    started: Cell<bool>,
+    /// `[http2] max_concurrent_streams`: h2 frees a stream's place as soon as the client
+    /// cancels it, so the streams still being answered are bounded here too.
+    max_streams: u32,
     /// Streams the client cancelled before their response finished, and streams whose
     /// response finished (Rapid Reset accounting).
     cancelled: Cell<u64>,
@@ -68,7 +78,10 @@ impl Streams {
         if self.ended.get() {
             return false;
         }
-        let state = if self.blocked.get() > 0 {
+        if !self.started.get() {
+            return true;
+        }
+        let state = if self.blocked.get() > 0 || self.write_blocked.get() {
             ConnState::Writing
         } else if self.active.get() > 0 {
             ConnState::Handling
@@ -76,6 +89,14 @@ impl Streams {
             ConnState::Idle
         };
         self.worker.enter(self.slot, state)
+    }
+
+    /// The socket took a write (`false`) or refused one (`true`).
+    fn write_waits(&self, blocked: bool) {
+        if self.write_blocked.get() != blocked {
+            self.write_blocked.set(blocked);
+            self.settle();
+        }
     }
 
     /// A stream ended: `cancelled` when the client reset it before its response was
@@ -98,34 +119,56 @@ impl Streams {
     }
 }
 
-/// Serves one HTTP/2 connection to its end and frees its slot. `io` is the socket or
-/// the TLS stream, with any bytes already read (the preface) in front.
-pub(crate) async fn serve<T>(
-    io: T,
+/// Serves one HTTP/2 connection to its end and frees its slot. `prefix` holds the bytes
+/// already read from the stream (the preface of a cleartext connection).
+pub(crate) async fn serve(
+    stream: Stream,
+    prefix: Bytes,
     peer: SocketAddr,
     worker: Rc<Worker>,
     slot: SlotId,
     tls: Option<TlsFacts>,
-) where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
+) {
     worker.mark_http2(slot, true);
     if let Some(metrics) = worker.metrics() {
         metrics.http2_connection();
     }
-    let io = Counted {
-        inner: io,
+    let current = worker.current();
+    let config = &current.gen.config.http2;
+    let streams = Rc::new(Streams {
         worker: worker.clone(),
-    };
-    run(io, peer, &worker, slot, tls).await;
+        slot,
+        peer,
+        tls,
+        active: Cell::new(0),
+        blocked: Cell::new(0),
+        write_blocked: Cell::new(false),
+        started: Cell::new(false),
+        max_streams: config.max_concurrent_streams,
+        cancelled: Cell::new(0),
+        finished: Cell::new(0),
+        max_resets: config.max_reset_streams as u64,
+        abusive: Cell::new(false),
+        ended: Cell::new(false),
+        wake: Notify::new(),
+    });
+    drop(current);
+    let io = Rewind::new(
+        prefix,
+        Counted {
+            inner: stream,
+            streams: streams.clone(),
+        },
+    );
+    run(io, &streams).await;
+    streams.ended.set(true);
     worker.mark_http2(slot, false);
     worker.free(slot);
 }
 
-async fn run<T>(io: T, peer: SocketAddr, worker: &Rc<Worker>, slot: SlotId, tls: Option<TlsFacts>)
-where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
+async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
+    let worker = &streams.worker;
+    let peer = streams.peer;
     let current = worker.current();
     let config = &current.gen.config.http2;
     let mut builder = h2::server::Builder::new();
@@ -152,27 +195,14 @@ where
     drop(current);
     // The handshake (the preface and the first SETTINGS) happens in `ReadingHead`, where
     // the slot has been since accept: `timeouts.head` bounds it.
-    let mut conn = match builder.handshake::<T, Bytes>(io).await {
+    let mut conn = match builder.handshake::<_, Bytes>(io).await {
         Ok(conn) => conn,
         Err(e) => {
             tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
             return;
         }
     };
-    let streams = Rc::new(Streams {
-        worker: worker.clone(),
-        slot,
-        peer,
-        tls,
-        active: Cell::new(0),
-        blocked: Cell::new(0),
-        cancelled: Cell::new(0),
-        finished: Cell::new(0),
-        max_resets,
-        abusive: Cell::new(false),
-        ended: Cell::new(false),
-        wake: Notify::new(),
-    });
+    streams.started.set(true);
     if !streams.settle() {
         return;
     }
@@ -225,12 +255,17 @@ where
             },
         };
         match next {
+            Some(Ok((_, mut respond))) if streams.active.get() >= streams.max_streams => {
+                // Cancelled streams still being answered (until they notice) count
+                // against the limit the client was told.
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
             Some(Ok((request, respond))) => {
                 streams.active.set(streams.active.get() + 1);
                 if !streams.settle() {
                     break;
                 }
-                match stream::start(&streams, request, respond) {
+                match stream::start(streams, request, respond) {
                     stream::Rest::Ended(cancelled) => streams.ended(cancelled),
                     stream::Rest::Ready(answered) => ready.push(answered),
                     stream::Rest::Later(pending) => {
@@ -251,7 +286,11 @@ where
             None => break,
         }
     }
-    streams.ended.set(true);
+    // Answered but not framed when the connection ended: counted as ended all the same.
+    for answered in ready.drain(..) {
+        let cancelled = answered.send();
+        streams.ended(cancelled);
+    }
 }
 
 fn goaway(worker: &Worker, reason: GoAway) {
@@ -340,13 +379,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 }
 
 /// The connection's stream, counting the bytes read from the client for
-/// `tessera_received_bytes_total` (HTTP/1 counts them at its own reads).
-struct Counted<T> {
-    inner: T,
-    worker: Rc<Worker>,
+/// `tessera_received_bytes_total` (HTTP/1 counts them at its own reads) and telling the
+/// connection when the socket stops taking writes (the slot is then `writing`, so
+/// `timeouts.write` applies and an eviction passes it by).
+pub(crate) struct Counted {
+    inner: Stream,
+    streams: Rc<Streams>,
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+impl Counted {
+    fn wrote<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        self.streams.write_waits(polled.is_pending());
+        polled
+    }
+}
+
+impl AsyncRead for Counted {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -354,20 +402,21 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some(metrics)) = (&polled, self.worker.metrics()) {
+        if let (Poll::Ready(Ok(())), Some(metrics)) = (&polled, self.streams.worker.metrics()) {
             metrics.received(buf.filled().len() - before);
         }
         polled
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+impl AsyncWrite for Counted {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(polled)
     }
 
     fn poll_write_vectored(
@@ -375,15 +424,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        true
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.wrote(polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

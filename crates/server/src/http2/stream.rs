@@ -33,8 +33,10 @@ use crate::worker::Worker;
 /// `[http2] max_send_buffer` of it before the client's window opens).
 const FILE_CHUNK: usize = 64 * 1024;
 
-/// Bodies up to this size, in memory, are queued whole as the response is sent (within
-/// the protocol's initial window, which every client grants): no task, no wait.
+/// Bodies up to this size, in memory, are queued whole with their head: no task, no
+/// wait. h2 lets them out as the client's window allows; a client that keeps its window
+/// shut leaves the connection idle as far as the server can tell (its stream is done),
+/// so `timeouts.idle`, or an eviction, ends it.
 const SEND_AT_ONCE: usize = 16 * 1024;
 
 /// What is left of a stream after [`start`].
@@ -192,7 +194,7 @@ pub(super) async fn finish(streams: Rc<Streams>, pending: Box<Pending>) {
             read_at,
         } => handled(&streams, &parts, &mut body, exchange, read_at, &mut respond).await,
     };
-    streams.ended(result.is_err_and(|e| e.is_reset() && e.is_remote()));
+    streams.ended(result.is_err() && reset(&mut respond));
 }
 
 /// Reads a request body nobody needs to its end, within `limits.max_body_size` and
@@ -354,7 +356,9 @@ impl Ready {
                 true => Ok(()),
                 false => send.send_data(self.body, true),
             });
-        sent.is_err_and(|e| e.is_reset() && e.is_remote())
+        // Once the client has reset a stream, h2 reports sends on it as a misuse, not as
+        // the reset: the stream's own state says whether it was cancelled.
+        sent.is_err() && reset(&mut self.respond)
     }
 }
 
@@ -369,7 +373,17 @@ async fn handled(
 ) -> Result<(), h2::Error> {
     let worker: &Worker = &streams.worker;
     let head_only = exchange.head_only;
-    let (head, body, (answered, status)) = later(streams, *exchange, body_in, head_only).await?;
+    // The handler's work stops as soon as the client cancels the stream (its upstream
+    // request or script is dropped), so cancelled streams never pile up behind the
+    // concurrency limit the client was told (h2 frees a stream's place at its reset).
+    let answered = tokio::select! {
+        biased;
+        _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+            return Err(h2::Reason::CANCEL.into());
+        }
+        answered = later(streams, *exchange, body_in, head_only) => answered,
+    };
+    let (head, body, (answered, status)) = answered?;
     let mut sent = 0u64;
     let result = match response(&head, head_only) {
         None => {
@@ -418,7 +432,7 @@ async fn later(
     let Exchange {
         work,
         mut filter,
-        answered,
+        mut answered,
         site,
         accepted,
         ..
@@ -464,6 +478,9 @@ async fn later(
         response.body = Body::Empty;
     }
     let status = response.head.status();
+    if response.head.assembled() {
+        answered.kind = crate::metrics::ESI;
+    }
     // Ends the exchange for the filter (it has seen the head).
     drop(filter);
     Ok((head, response.body, (answered, status)))
@@ -578,7 +595,16 @@ async fn send_body(
         mut body @ Body::Stream { .. } => {
             let length = body.length();
             loop {
-                match body.next_chunk().await {
+                // A body that arrives slowly (fragments from upstreams) stops waiting
+                // when the client cancels the stream.
+                let next = tokio::select! {
+                    biased;
+                    _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => {
+                        return Err(h2::Reason::CANCEL.into());
+                    }
+                    next = body.next_chunk() => next,
+                };
+                match next {
                     None => break,
                     Some(Ok(chunk)) if chunk.is_empty() => {}
                     Some(Ok(chunk)) => {

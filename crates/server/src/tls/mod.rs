@@ -144,11 +144,6 @@ pub(crate) async fn serve(
     };
     let current = worker.current();
     match stream::TlsStream::accept(tcp, tls.current(), &current.gen.sites.hosts).await {
-        Ok(stream) if stream.facts.h2 => {
-            let facts = Some(stream.facts);
-            let stream = Stream::Tls(Box::new(stream));
-            crate::http2::serve(stream, peer, worker, slot, facts).await;
-        }
         Ok(stream) => {
             if let Some(metrics) = worker.metrics() {
                 let resumed = stream.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
@@ -158,8 +153,14 @@ pub(crate) async fn serve(
                     Handshake::Full
                 });
             }
+            let facts = stream.facts;
             let stream = Stream::Tls(Box::new(stream));
-            conn::serve(Conn::new(stream, peer, worker, slot)).await;
+            if facts.h2 {
+                let prefix = bytes::Bytes::new();
+                crate::http2::serve(stream, prefix, peer, worker, slot, Some(facts)).await;
+            } else {
+                conn::serve(Conn::new(stream, peer, worker, slot)).await;
+            }
         }
         Err(e) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
