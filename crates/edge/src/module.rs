@@ -22,6 +22,7 @@ use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
+use crate::peers::PeerSet;
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
 thread_local! {
@@ -51,6 +52,9 @@ pub struct EdgeModule {
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
+    /// The peers and their health per upstream, shared by every worker; made when the
+    /// first worker starts (after `listening`), with the health checker.
+    sets: OnceLock<Arc<[Arc<PeerSet>]>>,
 }
 
 impl EdgeModule {
@@ -90,6 +94,7 @@ impl EdgeModule {
             opened,
             figures,
             listening: OnceLock::new(),
+            sets: OnceLock::new(),
         }))
     }
 
@@ -116,7 +121,8 @@ impl EdgeModule {
         let mut config = self.config.clone();
         if let Some(addr) = self.listening.get() {
             for u in &mut config.upstream {
-                for a in &mut u.addresses {
+                let peers = u.peer.iter_mut().map(|p| &mut p.address);
+                for a in u.addresses.iter_mut().chain(peers) {
                     if a == crate::SELF_ADDRESS {
                         *a = addr.to_string();
                     }
@@ -139,12 +145,23 @@ impl EdgeModule {
         if mine.is_some() {
             return mine;
         }
+        let config = self.resolved();
+        let sets = self
+            .sets
+            .get_or_init(|| {
+                let sets = crate::proxy::peer_sets(&config);
+                crate::health::start(&config, &sets);
+                sets
+            })
+            .clone();
         match Edge::build(
-            self.resolved(),
+            config,
             self.cache.clone(),
             true,
             self.opened.clone(),
             self.figures.for_worker(worker),
+            sets,
+            worker,
         ) {
             Ok(edge) => {
                 WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.downgrade())));
@@ -192,6 +209,9 @@ impl Module for EdgeModule {
             .map(|u| u.name.as_str())
             .collect();
         self.figures.write(out, &names);
+        if let Some(sets) = self.sets.get() {
+            crate::health::metrics(out, sets);
+        }
         for (name, opened) in self.upstream_connections() {
             out.counter(
                 "tessera_upstream_connections_opened_total",

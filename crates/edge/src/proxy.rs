@@ -32,7 +32,8 @@ use crate::lookup::{Flight, Memory};
 use crate::variants::Variants;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
-/// connection pools, breakers and in-flight fetches are the worker's own) and call
+/// connection pools, balancers and in-flight fetches are the worker's own; peer health is
+/// the process's) and call
 /// [`Edge::proxy`] from tasks on that worker's `LocalSet`. Cloning is cheap and shares
 /// everything.
 #[derive(Clone)]
@@ -248,7 +249,8 @@ impl Edge {
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
         let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
-        Edge::build(config, cache, false, opened, figures)
+        let sets = peer_sets(&config);
+        Edge::build(config, cache, false, opened, figures, sets, 0)
     }
 
     /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
@@ -256,13 +258,16 @@ impl Edge {
     /// hit does not copy every field into a map nobody reads.
     /// `opened`: per upstream (in `config.upstream`'s order), the connections every
     /// worker opened ([`opened_totals`]). `figures`: this worker's counters per upstream,
-    /// in the same order.
+    /// in the same order. `sets`: the peers and their health per upstream, shared by
+    /// every worker ([`peer_sets`]). `worker` seeds the balancers' random choices.
     pub(crate) fn build(
         config: EdgeConfig,
         cache: Arc<Cache>,
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
         figures: Arc<[crate::figures::UpstreamCounts]>,
+        sets: Arc<[Arc<crate::peers::PeerSet>]>,
+        worker: usize,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
@@ -271,7 +276,9 @@ impl Edge {
             .zip(opened.iter())
             .enumerate()
             .map(|(i, (u, o))| {
-                let upstream = Upstream::new(u, o.clone(), figures.clone(), i);
+                let seed = crate::peers::hash(format!("{worker}-{i}").as_bytes());
+                let upstream =
+                    Upstream::new(u, sets[i].clone(), o.clone(), figures.clone(), i, seed);
                 (u.name.clone(), Rc::new(upstream))
             })
             .collect();
@@ -818,7 +825,7 @@ impl Edge {
 impl Edge {
     /// One request to the upstream named `upstream`, for a script: no routing, no header
     /// forwarding and no ESI, the whole response body read (at most `max_body` bytes)
-    /// within the upstream's timeouts, through its pool and breaker.
+    /// within the upstream's timeouts, through its balancer, pools and retries.
     pub async fn call(
         &self,
         upstream: &str,
@@ -853,6 +860,19 @@ impl Edge {
                 .await?;
         Ok((parts.status, parts.headers, bytes))
     }
+}
+
+/// The peers and their health per upstream of `config` (in its order), to share between
+/// workers.
+pub(crate) fn peer_sets(config: &EdgeConfig) -> Arc<[Arc<crate::peers::PeerSet>]> {
+    config
+        .upstream
+        .iter()
+        .map(|u| {
+            let ring = u.balance == crate::config::Balance::Hash;
+            Arc::new(crate::peers::PeerSet::new(u, ring))
+        })
+        .collect()
 }
 
 /// A counter of opened connections per upstream of `config`, to share between workers.
