@@ -35,9 +35,11 @@ const UP: u8 = 0;
 const DOWN: u8 = 1;
 const PROBING: u8 = 2;
 
-/// Points on the hash ring per unit of weight: 160, as nginx's `hash ... consistent`
-/// and Pingora's Ketama, which keeps each peer's share within about 10% of its due.
-const POINTS_PER_WEIGHT: u32 = 160;
+/// Points on the hash ring per unit of weight. nginx's `hash ... consistent` and Pingora's
+/// Ketama use 160, which leaves a peer's share of keys up to 20% off its due (measured: 401
+/// of 1,000 keys on one of three loopback peers); 1,000 points keep it within about 5%, for
+/// 16 KB of ring per peer and one more step of binary search.
+const POINTS_PER_WEIGHT: u32 = 1000;
 
 pub(crate) struct PeerShared {
     pub(crate) address: String,
@@ -347,7 +349,7 @@ mod tests {
         }
         assert!(moved <= 400, "{moved} of 1000 keys moved");
         for n in per_peer {
-            assert!((250..=420).contains(&n), "uneven ring: {per_peer:?}");
+            assert!((300..=370).contains(&n), "uneven ring: {per_peer:?}");
         }
     }
 

@@ -22,3 +22,4 @@ mod smuggling;
 mod static_files;
 mod tls;
 mod upgrade;
+mod upstreams;
