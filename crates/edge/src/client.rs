@@ -37,7 +37,7 @@ use crate::balance::{Balancer, HashKey, RetryBudget};
 use crate::config::{secs, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::figures::{self, UpstreamCounts};
-use crate::headers::Forwarded;
+pub(crate) use crate::outgoing::{Fields, Outgoing};
 use crate::peers::{PeerSet, PeerState, Ticket};
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
@@ -126,67 +126,6 @@ struct Conn {
     write: Vec<u8>,
 }
 
-/// A request to send: its head as the caller has it, and its whole body.
-pub(crate) struct Outgoing<'a> {
-    pub(crate) method: &'a Method,
-    /// Origin form: `/path?query`.
-    pub(crate) target: &'a str,
-    pub(crate) fields: Fields<'a>,
-    pub(crate) body: &'a Bytes,
-}
-
-/// The fields of an outgoing request.
-pub(crate) enum Fields<'a> {
-    /// Sent as they are (a fragment's request, a script's call).
-    Plain(&'a HeaderMap),
-    /// A client's request, forwarded.
-    Forwarded(Forwarded<'a>),
-}
-
-impl Outgoing<'_> {
-    /// The request head: request line (the target after the upstream's `path_prefix`),
-    /// the fields (framing fields the caller left are dropped: the body's length is known
-    /// here), Content-Length when there is a body or the method expects one.
-    fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str) {
-        buf.clear();
-        buf.extend_from_slice(self.method.as_str().as_bytes());
-        buf.push(b' ');
-        buf.extend_from_slice(path_prefix.as_bytes());
-        buf.extend_from_slice(self.target.as_bytes());
-        buf.extend_from_slice(b" HTTP/1.1\r\n");
-        match &self.fields {
-            Fields::Plain(fields) => {
-                for (name, value) in *fields {
-                    if name == http::header::CONTENT_LENGTH
-                        || name == http::header::TRANSFER_ENCODING
-                    {
-                        continue;
-                    }
-                    wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
-                }
-            }
-            Fields::Forwarded(f) => f.write(buf),
-        }
-        if !self.body.is_empty()
-            || matches!(*self.method, Method::POST | Method::PUT | Method::PATCH)
-        {
-            buf.extend_from_slice(b"content-length: ");
-            wire::write_decimal(buf, self.body.len() as u64);
-            buf.extend_from_slice(b"\r\n");
-        }
-        buf.extend_from_slice(b"\r\n");
-    }
-
-    /// Whether the request may be sent again after the connection failed under it (RFC
-    /// 9110 section 9.2.2).
-    fn idempotent(&self) -> bool {
-        matches!(
-            *self.method,
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
-        )
-    }
-}
-
 /// A response head as the proxy reads it.
 pub(crate) struct Head {
     pub(crate) status: StatusCode,
@@ -215,6 +154,17 @@ enum BodyState {
 }
 
 impl Pooled {
+    /// The connection of a `101 Switching Protocols`, for the server to splice with the
+    /// client's, with the bytes that came after the head. The pool never sees it again.
+    pub(crate) fn into_tunnel(mut self) -> Option<(std::net::TcpStream, Bytes)> {
+        let conn = self.conn.take()?;
+        let Conn {
+            stream, mut read, ..
+        } = *conn;
+        let early = read.split().freeze();
+        stream.into_std().ok().map(|s| (s, early))
+    }
+
     pub(crate) fn response_timeout(&self) -> Duration {
         self.busy.upstream.response_timeout
     }
@@ -610,7 +560,8 @@ impl Upstream {
             let attempt = timeout_at(deadline, async {
                 req.encode(&mut conn.write, &self.path_prefix);
                 conn.send(req.body).await.map_err(Attempt::Broken)?;
-                self.read_head(&mut conn, head_request).await
+                self.read_head(&mut conn, head_request, req.upgrade.is_some())
+                    .await
             })
             .await
             .map_err(|_| timed_out())?;
@@ -653,19 +604,24 @@ impl Upstream {
         &self,
         conn: &mut Conn,
         head_request: bool,
+        upgrade: bool,
     ) -> Result<(Head, BodyState, bool), Attempt> {
         let mut received = false;
         loop {
             if !conn.read.is_empty() {
                 received = true;
                 let mut storage = wire::HeaderStorage::new();
-                let parsed = wire::parse_response(
-                    &conn.read,
-                    &mut storage,
-                    head_request,
-                    MAX_HEAD,
-                    MAX_FIELDS,
-                )
+                let parsed = if upgrade {
+                    wire::parse_upgrade_response(&conn.read, &mut storage, MAX_HEAD, MAX_FIELDS)
+                } else {
+                    wire::parse_response(
+                        &conn.read,
+                        &mut storage,
+                        head_request,
+                        MAX_HEAD,
+                        MAX_FIELDS,
+                    )
+                }
                 .map_err(|e| self.protocol(format!("response head: {e}")))?;
                 if let Some(r) = parsed {
                     let head_len = r.head_len;

@@ -87,6 +87,11 @@ pub struct UpstreamConfig {
     /// Seconds over which a peer that comes back is ramped from almost no traffic to its
     /// full weight (round robin, least_conn, random_two). Default 0: off.
     pub slow_start: f64,
+    /// Seconds an upgraded connection (WebSocket) may pass no byte either way before it
+    /// is closed. Default 60.
+    pub tunnel_idle_timeout: f64,
+    /// Seconds an upgraded connection may last at most. Default 0: no limit.
+    pub tunnel_max_duration: f64,
     /// `[upstream.health]`: active health checks. Default none.
     pub health: Option<HealthConfig>,
     /// Prepended to the path of every request sent to this upstream (`"/origin"` sends
@@ -360,6 +365,8 @@ impl Default for UpstreamConfig {
             retries: 1,
             retry_budget: 0.2,
             slow_start: 0.0,
+            tunnel_idle_timeout: 60.0,
+            tunnel_max_duration: 0.0,
             health: None,
         }
     }
@@ -461,8 +468,13 @@ impl EdgeConfig {
             if !(u.retry_budget.is_finite() && u.retry_budget >= 0.0) {
                 return bad(format!("upstream `{}`: retry_budget must be >= 0", u.name));
             }
-            if !(u.slow_start.is_finite() && u.slow_start >= 0.0) {
-                return bad(format!("upstream `{}`: slow_start must be >= 0", u.name));
+            for (key, v) in [
+                ("slow_start", u.slow_start),
+                ("tunnel_max_duration", u.tunnel_max_duration),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return bad(format!("upstream `{}`: {key} must be >= 0", u.name));
+                }
             }
             if let Some(h) = &u.health {
                 if !h.path.starts_with('/') || h.healthy_after == 0 || h.unhealthy_after == 0 {
@@ -500,6 +512,7 @@ impl EdgeConfig {
                 ("connect_timeout", u.connect_timeout),
                 ("response_timeout", u.response_timeout),
                 ("fail_window", u.fail_window),
+                ("tunnel_idle_timeout", u.tunnel_idle_timeout),
                 ("fail_timeout", u.fail_timeout),
             ] {
                 if !(v.is_finite() && v > 0.0) {

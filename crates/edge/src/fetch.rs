@@ -338,6 +338,7 @@ impl Inner {
             target: &target.path_and_query,
             fields: Fields::Plain(&target.headers),
             body: &Bytes::new(),
+            upgrade: None,
         };
         let (parts, pooled) = upstream
             .send(&out, deadline)

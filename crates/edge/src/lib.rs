@@ -71,6 +71,7 @@
 //! ```
 
 mod balance;
+mod body;
 mod cache;
 mod client;
 mod clock;
@@ -85,11 +86,13 @@ mod health;
 mod inner;
 mod lookup;
 mod module;
+mod outgoing;
 mod page;
 mod peers;
 mod proxy;
 mod shared_tier;
 mod stitch;
+mod tunnel;
 mod variants;
 
 pub use cache::{Cache, CacheStats};

@@ -398,7 +398,7 @@ impl Deferred for Proxied {
                 Ok(response) => {
                     let compression = edge.route_compression(route);
                     let mut response = response_of(&edge, response, compression, accepted);
-                    if edge.route_uncompressed(route) {
+                    if edge.route_uncompressed(route) || response.head.status() == 101 {
                         response.head.set_identity_only(true);
                     }
                     Ok(response)
@@ -500,6 +500,10 @@ impl Chunks for Body {
     ) -> Poll<Option<Result<Bytes, BodyError>>> {
         futures_core::Stream::poll_next(self, cx)
             .map(|c| c.map(|r| r.map_err(|e: PageError| BodyError(e.to_string()))))
+    }
+
+    fn take_tunnel(self: Pin<&mut Self>) -> Option<handler::Tunnel> {
+        self.get_mut().take_tunnel()
     }
 }
 

@@ -21,5 +21,6 @@ mod security;
 mod smuggling;
 mod static_files;
 mod tls;
+mod tunnel;
 mod upgrade;
 mod upstreams;
