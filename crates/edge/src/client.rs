@@ -51,6 +51,9 @@ const READ_ROOM: usize = 16 * 1024;
 /// A request body up to this size is copied behind the head and written with it; a
 /// larger one goes out in a vectored write.
 const COPY_BODY: usize = 16 * 1024;
+/// How much shorter than the response timeout a caller's deadline must be to be its own
+/// (see `Failure::peer_fault`).
+const CALLERS_MARGIN: Duration = Duration::from_millis(10);
 /// Most bytes one read asks for: a body of 64 KiB arrives in one read when the socket
 /// has it all.
 const MAX_READ: usize = 64 * 1024;
@@ -370,6 +373,10 @@ struct Failure {
     /// accepted in time, or an idempotent request's connection broke before any response
     /// byte.
     retryable: bool,
+    /// Whether the peer's health hears of it: not when the caller's own deadline (an
+    /// include's timeout shorter than the response timeout) or this worker's connection
+    /// limit ran out, which says nothing about the peer.
+    peer_fault: bool,
 }
 
 impl Upstream {
@@ -493,7 +500,7 @@ impl Upstream {
                 }
                 Err(failure) => {
                     counts.record(figures::outcome(Err(&failure.error)), None);
-                    outcome.result = Some(false);
+                    outcome.result = failure.peer_fault.then_some(false);
                     drop(outcome);
                     let now = self.set.now_ms();
                     if !failure.retryable
@@ -528,16 +535,21 @@ impl Upstream {
     ) -> Result<(Head, Pooled), Failure> {
         let busy = Busy::new(self, peer);
         let pool = &self.peers[peer];
-        let deadline = deadline.min(Instant::now() + self.response_timeout);
-        let timed_out = || Failure {
+        let own = Instant::now() + self.response_timeout;
+        // The caller's own deadline, when clearly shorter than the response timeout (a
+        // page's is the response timeout, computed a moment before; a retry's is later).
+        let callers = deadline + CALLERS_MARGIN < own;
+        let deadline = deadline.min(own);
+        let timed_out = |peer_fault: bool| Failure {
             error: UpstreamError::ResponseTimeout {
                 upstream: self.name.clone(),
             },
             retryable: false,
+            peer_fault,
         };
         let permit = timeout_at(deadline, pool.permits.clone().acquire_owned())
             .await
-            .map_err(|_| timed_out())?
+            .map_err(|_| timed_out(false))?
             .expect("the pool's semaphore is never closed");
         let idempotent = req.idempotent();
         // A pooled connection may have been closed by the upstream a moment ago; an
@@ -552,6 +564,7 @@ impl Upstream {
                         .map_err(|error| Failure {
                             error,
                             retryable: true,
+                            peer_fault: true,
                         })?,
                     false,
                 ),
@@ -564,7 +577,7 @@ impl Upstream {
                     .await
             })
             .await
-            .map_err(|_| timed_out())?;
+            .map_err(|_| timed_out(!callers))?;
             match attempt {
                 Ok((head, body, keep_alive)) => {
                     let pooled = Pooled {
@@ -586,12 +599,14 @@ impl Upstream {
                             message: e.to_string(),
                         },
                         retryable: idempotent,
+                        peer_fault: true,
                     })
                 }
                 Err(Attempt::Failed(error)) => {
                     return Err(Failure {
                         error,
                         retryable: false,
+                        peer_fault: true,
                     })
                 }
             }

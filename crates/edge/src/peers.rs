@@ -213,6 +213,10 @@ impl PeerSet {
     /// Hears how a request went: a failure counts towards `max_fails` (a failed probe
     /// takes the peer out again at once), a good probe brings the peer back.
     pub(crate) fn record(&self, ticket: Ticket, success: bool) {
+        if success && !ticket.probe {
+            // The common case: nothing to change, not even a clock to read.
+            return;
+        }
         let p = &self.peers[ticket.peer];
         let now = self.now_ms();
         if ticket.probe {

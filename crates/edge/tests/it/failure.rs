@@ -444,3 +444,28 @@ fn references_in_include_urls_are_decoded() {
         assert_eq!(paths, ["/", "/q?a=1&b=2", "/q?a=3&b=4"]);
     });
 }
+
+#[test]
+fn an_include_timeout_shorter_than_the_response_timeout_does_not_take_a_peer_out() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/slow" alt="/alt" timeout="50"/>."#),
+        ),
+        ("/slow", frag("slow", 300)),
+        ("/alt", frag("alt", 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        // Two peers (the same origin twice), so max_fails (1) applies.
+        let address = c.upstream[0].addresses[0].clone();
+        c.upstream[0].addresses.push(address);
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "alt.");
+        let peers = edge.upstream_stats("origin").unwrap().peers;
+        assert!(
+            peers.iter().all(|(_, state)| *state == PeerState::Up),
+            "the page's own deadline is not the peer's failure: {peers:?}"
+        );
+    });
+}
