@@ -297,4 +297,36 @@ mod tests {
         assert!(budget.withdraw(100), "10 a second: one after 100 ms");
         assert!(!budget.withdraw(100));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_comes_back_ramps_up_over_slow_start() {
+        let c = UpstreamConfig {
+            addresses: vec!["10.0.0.1:80".into(), "10.0.0.2:80".into()],
+            max_fails: Some(1),
+            fail_timeout: 1.0,
+            slow_start: 10.0,
+            ..UpstreamConfig::default()
+        };
+        let set = PeerSet::new(&c, false);
+        let b = Balancer::new(Balance::RoundRobin, 2, 7);
+        let down = set.claim(0, set.now_ms()).unwrap();
+        set.record(down, false);
+        tokio::time::advance(std::time::Duration::from_millis(1100)).await;
+        let probe = set.claim(0, set.now_ms()).unwrap();
+        set.record(probe, true);
+        let share = |n: usize| {
+            (0..n)
+                .filter(|_| b.pick(&set, |_| 0, None, &[]) == Some(0))
+                .count()
+        };
+        assert!(share(100) <= 2, "just back: almost nothing");
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        let half = share(300);
+        assert!(
+            (80..=120).contains(&half),
+            "half way: weight 1/2, a third of 300: {half}"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(6)).await;
+        assert_eq!(share(300), 150, "after slow_start: its full share");
+    }
 }

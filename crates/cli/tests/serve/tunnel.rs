@@ -125,7 +125,12 @@ fn read_frame(stream: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
 }
 
 /// Writes one final frame, masked (as a client must) when `mask` is given.
-fn write_frame(stream: &mut TcpStream, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) {
+fn write_frame(
+    stream: &mut TcpStream,
+    opcode: u8,
+    payload: &[u8],
+    mask: Option<[u8; 4]>,
+) -> std::io::Result<()> {
     let mut frame = vec![0x80 | opcode];
     let m = if mask.is_some() { 0x80 } else { 0 };
     match payload.len() {
@@ -146,7 +151,7 @@ fn write_frame(stream: &mut TcpStream, opcode: u8, payload: &[u8], mask: Option<
         }
         None => frame.extend_from_slice(payload),
     }
-    stream.write_all(&frame).unwrap();
+    stream.write_all(&frame)
 }
 
 /// A WebSocket echo server: every data frame comes back with its opcode; a close frame
@@ -177,8 +182,7 @@ fn echo_origin() -> SocketAddr {
                 );
                 stream.write_all(response.as_bytes()).unwrap();
                 while let Some((opcode, payload)) = read_frame(&mut stream) {
-                    write_frame(&mut stream, opcode, &payload, None);
-                    if opcode == 8 {
+                    if write_frame(&mut stream, opcode, &payload, None).is_err() || opcode == 8 {
                         return;
                     }
                 }
@@ -229,18 +233,18 @@ fn websocket_echo_through_the_proxy_text_binary_1_mib_and_close() {
     let server = serve(&site, echo_origin(), "");
     let mut ws = open(server.addr);
     let mask = Some([0x12, 0x34, 0x56, 0x78]);
-    write_frame(&mut ws, 1, b"hello, tunnel", mask);
+    write_frame(&mut ws, 1, b"hello, tunnel", mask).unwrap();
     assert_eq!(read_frame(&mut ws), Some((1, b"hello, tunnel".to_vec())));
     let binary: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
-    write_frame(&mut ws, 2, &binary, mask);
+    write_frame(&mut ws, 2, &binary, mask).unwrap();
     assert_eq!(read_frame(&mut ws), Some((2, binary)));
     let big: Vec<u8> = (0..1u32 << 20).map(|i| (i ^ (i >> 8)) as u8).collect();
-    write_frame(&mut ws, 2, &big, mask);
+    write_frame(&mut ws, 2, &big, mask).unwrap();
     let (opcode, echoed) = read_frame(&mut ws).unwrap();
     assert_eq!((opcode, echoed.len()), (2, big.len()));
     assert!(echoed == big, "the 1 MiB message came back changed");
     // The close handshake: code 1000 each way, then the connection ends.
-    write_frame(&mut ws, 8, &1000u16.to_be_bytes(), mask);
+    write_frame(&mut ws, 8, &1000u16.to_be_bytes(), mask).unwrap();
     assert_eq!(
         read_frame(&mut ws),
         Some((8, 1000u16.to_be_bytes().to_vec()))
@@ -253,7 +257,7 @@ fn websocket_echo_through_the_proxy_text_binary_1_mib_and_close() {
     );
     // The next one works as well.
     let mut again = open(server.addr);
-    write_frame(&mut again, 1, b"again", mask);
+    write_frame(&mut again, 1, b"again", mask).unwrap();
     assert_eq!(read_frame(&mut again), Some((1, b"again".to_vec())));
 }
 
@@ -262,7 +266,7 @@ fn an_idle_tunnel_is_closed_at_its_timeout() {
     let site = Site::new();
     let server = serve(&site, echo_origin(), "tunnel_idle_timeout = 0.5");
     let mut ws = open(server.addr);
-    write_frame(&mut ws, 1, b"ping", Some([1, 2, 3, 4]));
+    write_frame(&mut ws, 1, b"ping", Some([1, 2, 3, 4])).unwrap();
     assert_eq!(read_frame(&mut ws), Some((1, b"ping".to_vec())));
     let idle = Instant::now();
     let mut rest = [0u8; 16];
@@ -271,6 +275,32 @@ fn an_idle_tunnel_is_closed_at_its_timeout() {
     assert_eq!(n, 0, "closed, nothing sent");
     assert!(
         took >= Duration::from_millis(450) && took < Duration::from_millis(3000),
+        "closed after {took:?}"
+    );
+}
+
+#[test]
+fn a_busy_tunnel_is_closed_at_its_maximum_duration() {
+    let site = Site::new();
+    let server = serve(
+        &site,
+        echo_origin(),
+        "tunnel_idle_timeout = 10\ntunnel_max_duration = 0.6",
+    );
+    let mut ws = open(server.addr);
+    let opened = Instant::now();
+    // A frame every 50 ms: never idle, yet closed at 0.6 s.
+    loop {
+        let sent = write_frame(&mut ws, 1, b"tick", Some([9, 8, 7, 6]));
+        if sent.is_err() || read_frame(&mut ws).is_none() {
+            break;
+        }
+        assert!(opened.elapsed() < Duration::from_secs(5), "never closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = opened.elapsed();
+    assert!(
+        took >= Duration::from_millis(550) && took < Duration::from_millis(2500),
         "closed after {took:?}"
     );
 }

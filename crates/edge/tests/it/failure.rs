@@ -469,3 +469,26 @@ fn an_include_timeout_shorter_than_the_response_timeout_does_not_take_a_peer_out
         );
     });
 }
+
+#[test]
+fn a_fragment_fetch_refused_by_one_peer_is_retried_on_another() {
+    let frags = Origin::start(&[("/f", frag("frag", 0))]);
+    let origin = Origin::start(&[("/", page(r#"[<esi:include src="http://frags.test/f"/>]"#))]);
+    run(async {
+        let mut c = config(&origin);
+        allow_host(
+            &mut c,
+            "frags.test",
+            "frags",
+            &frags.addr.to_string(),
+            false,
+        );
+        // The refusing peer first: round robin tries it first, then the live one.
+        c.upstream[1].addresses = vec![closed_port().to_string(), frags.addr.to_string()];
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "[frag]");
+        let peers = edge.upstream_stats("frags").unwrap().peers;
+        assert_eq!(peers[0].1, PeerState::Down, "the refusing peer is out");
+        assert_eq!(peers[1].1, PeerState::Up);
+    });
+}
