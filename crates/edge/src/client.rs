@@ -391,8 +391,8 @@ impl Upstream {
         index: usize,
         seed: u64,
     ) -> Upstream {
-        let peers = c
-            .peer_list()
+        let peers = set
+            .peers
             .iter()
             .map(|p| PeerPool {
                 permits: Arc::new(Semaphore::new(p.max_connections)),

@@ -47,8 +47,8 @@ pub struct UpstreamConfig {
     /// Name routes refer to. Default `"origin"`.
     pub name: String,
     /// `host:port` addresses of the peers, each of weight 1 (see `peer` for weights).
-    /// Default `["127.0.0.1:9000"]` when `peer` is empty. Names are resolved when a
-    /// connection is opened. [`SELF_ADDRESS`] stands for this server's own first listener
+    /// Default `["127.0.0.1:9000"]` when `peer` is empty. Names are resolved at start
+    /// and at each reload (one peer per address). [`SELF_ADDRESS`] stands for this server's own first listener
     /// (see [`crate::EdgeModule::listening_on`]), for an origin served by the same process.
     pub addresses: Vec<String>,
     /// `[[upstream.peer]]`: peers with a weight (and limits) of their own, after those of
@@ -308,12 +308,6 @@ impl UpstreamConfig {
     /// How many idle connections a worker keeps (`max_idle`, or `max_connections`).
     pub fn idle_limit(&self) -> usize {
         self.max_idle.unwrap_or(self.max_connections)
-    }
-
-    /// `max_fails` as it applies (see there).
-    pub(crate) fn effective_max_fails(&self) -> u32 {
-        let peers = self.addresses.len() + self.peer.len();
-        self.max_fails.unwrap_or(if peers > 1 { 1 } else { 0 })
     }
 
     /// Every peer, `addresses` first.

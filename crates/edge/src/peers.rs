@@ -42,8 +42,13 @@ const PROBING: u8 = 2;
 const POINTS_PER_WEIGHT: u32 = 1000;
 
 pub(crate) struct PeerShared {
+    /// `ip:port` once resolved (or the name as written, when it did not resolve: then
+    /// each connection resolves it).
     pub(crate) address: String,
     pub(crate) weight: u32,
+    /// This peer's `max_connections` and `max_idle`, per worker.
+    pub(crate) max_connections: usize,
+    pub(crate) max_idle: usize,
     state: AtomicU8,
     /// Milliseconds (of [`PeerSet::now_ms`]) until which a `DOWN` peer stays out.
     down_until: AtomicU64,
@@ -78,6 +83,46 @@ pub(crate) struct Ticket {
     probe: bool,
 }
 
+/// Host names resolved now (at start, and at each reload, which builds the sets anew):
+/// a name with several addresses becomes one peer per address, each with the name's
+/// weight and limits. A name that does not resolve stays as written (each connection
+/// then tries again, and fails as a connect error until it resolves).
+fn resolve(peers: Vec<crate::config::Peer>) -> Vec<crate::config::Peer> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    let mut out = Vec::with_capacity(peers.len());
+    for p in peers {
+        if p.address.parse::<SocketAddr>().is_ok() {
+            out.push(p);
+            continue;
+        }
+        match p.address.to_socket_addrs() {
+            Ok(addrs) => {
+                let mut seen: Vec<SocketAddr> = Vec::new();
+                for a in addrs {
+                    if !seen.contains(&a) {
+                        seen.push(a);
+                    }
+                }
+                if seen.is_empty() {
+                    out.push(p);
+                    continue;
+                }
+                for a in seen {
+                    out.push(crate::config::Peer {
+                        address: a.to_string(),
+                        ..p.clone()
+                    });
+                }
+            }
+            Err(e) => {
+                tracing::warn!(peer = %p.address, error = %e, "cannot resolve; trying again per connection");
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 impl Ticket {
     pub(crate) fn is_probe(&self) -> bool {
         self.probe
@@ -103,12 +148,13 @@ pub(crate) fn hash(bytes: &[u8]) -> u64 {
 impl PeerSet {
     /// `ring`: whether to build the hash ring (`balance = "hash"`).
     pub(crate) fn new(c: &UpstreamConfig, ring: bool) -> PeerSet {
-        let peers: Box<[PeerShared]> = c
-            .peer_list()
+        let peers: Box<[PeerShared]> = resolve(c.peer_list())
             .into_iter()
             .map(|p| PeerShared {
                 address: p.address,
                 weight: p.weight.max(1),
+                max_connections: p.max_connections,
+                max_idle: p.max_idle,
                 state: AtomicU8::new(UP),
                 down_until: AtomicU64::new(0),
                 fails: AtomicU32::new(0),
@@ -133,10 +179,12 @@ impl PeerSet {
             }
             points.sort_unstable();
         }
+        let max_fails = c.max_fails.unwrap_or(if peers.len() > 1 { 1 } else { 0 });
         PeerSet {
             name: c.name.clone(),
             peers,
-            max_fails: c.effective_max_fails(),
+            // As nginx: never for a lone peer, unless set.
+            max_fails,
             fail_window_ms: secs(c.fail_window).as_millis() as u64,
             fail_timeout_ms: secs(c.fail_timeout).as_millis() as u64,
             slow_start_ms: secs(c.slow_start).as_millis() as u64,
@@ -378,5 +426,21 @@ mod tests {
         s.record(probe, true);
         assert_eq!(s.state(0), PeerState::Up);
         assert_eq!(s.healthy(), 2);
+    }
+
+    #[test]
+    fn names_resolve_at_start_one_peer_per_address() {
+        let c = UpstreamConfig {
+            addresses: vec!["localhost:8080".into(), "10.0.0.1:80".into()],
+            ..UpstreamConfig::default()
+        };
+        let s = PeerSet::new(&c, false);
+        let names: Vec<&str> = s.peers.iter().map(|p| p.address.as_str()).collect();
+        assert!(
+            names.contains(&"127.0.0.1:8080") || names.contains(&"[::1]:8080"),
+            "{names:?}"
+        );
+        assert!(!names.contains(&"localhost:8080"));
+        assert_eq!(names.last(), Some(&"10.0.0.1:80"));
     }
 }
