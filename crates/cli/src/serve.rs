@@ -355,10 +355,17 @@ fn route_table(file: &ServeConfig) -> Vec<(String, String)> {
             (Some(name), _) => {
                 let to = file.upstream.iter().find(|u| &u.name == name);
                 let at = to.map_or(String::new(), |u| {
-                    if u.addresses.iter().all(|a| a == edge::SELF_ADDRESS) {
+                    let peers = u.peer.iter().map(|p| p.address.as_str());
+                    let all: Vec<&str> = u
+                        .addresses
+                        .iter()
+                        .map(|a| a.as_str())
+                        .chain(peers)
+                        .collect();
+                    if all.iter().all(|a| *a == edge::SELF_ADDRESS) {
                         format!(" (this server, {}/...)", u.path_prefix)
                     } else {
-                        format!(" ({}{}/...)", u.addresses.join(", "), u.path_prefix)
+                        format!(" ({}{}/...)", all.join(", "), u.path_prefix)
                     }
                 });
                 let esi = format!("{:?}", r.esi).to_lowercase();

@@ -1,6 +1,9 @@
-//! The upstream HTTP/1.1 client: per worker and per upstream, a pool of keep-alive
-//! connections, at most `max_connections` of them, with connect and response timeouts and
-//! the upstream's circuit breaker in front.
+//! The upstream HTTP/1.1 client: per worker, per upstream and per peer, a pool of
+//! keep-alive connections, at most `max_connections` of them, with connect and response
+//! timeouts; the peer chosen by the upstream's balancer among those its shared health
+//! ([`crate::peers`]) lets through, and a request that fails to connect, or whose
+//! connection breaks before any response byte, retried on another peer within `retries`
+//! and the retry budget.
 //!
 //! Written on `wire`'s codec rather than on hyper's client (which it replaced; measured in
 //! docs/benchmarks.md, issue 26): hyper's connection is a task of its own that the request
@@ -30,11 +33,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
-use crate::breaker::{Breaker, BreakerState, Ticket};
+use crate::balance::{Balancer, HashKey, RetryBudget};
 use crate::config::{secs, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::figures::{self, UpstreamCounts};
-use crate::headers::Forwarded;
+pub(crate) use crate::outgoing::{Fields, Outgoing};
+use crate::peers::{PeerSet, PeerState, Ticket};
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
 /// four times the request limit, for origins that set many cookies.
@@ -47,32 +51,72 @@ const READ_ROOM: usize = 16 * 1024;
 /// A request body up to this size is copied behind the head and written with it; a
 /// larger one goes out in a vectored write.
 const COPY_BODY: usize = 16 * 1024;
+/// How much shorter than the response timeout a caller's deadline must be to be its own
+/// (see `Failure::peer_fault`).
+const CALLERS_MARGIN: Duration = Duration::from_millis(10);
 /// Most bytes one read asks for: a body of 64 KiB arrives in one read when the socket
 /// has it all.
 const MAX_READ: usize = 64 * 1024;
 
 pub(crate) struct Upstream {
     pub(crate) name: String,
-    addresses: Vec<String>,
-    next_address: Cell<usize>,
+    /// The peers and their health, shared with every worker.
+    pub(crate) set: Arc<PeerSet>,
+    /// This worker's pool for each peer of `set`, in the same order.
+    peers: Box<[PeerPool]>,
+    balancer: Balancer,
+    hash_key: HashKey,
+    budget: RetryBudget,
+    retries: u32,
+    fail_status: Vec<u16>,
     /// `path_prefix`: prepended to every request's path.
     path_prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// Connections opened by every worker, for the operator.
+    opened_total: Arc<AtomicU64>,
+    /// This worker's figures for every upstream; this one's at `figures_index`.
+    figures: Arc<[UpstreamCounts]>,
+    figures_index: usize,
+}
+
+/// One worker's connections to one peer.
+struct PeerPool {
     permits: Arc<Semaphore>,
     /// Boxed: a connection moves between the pool and a response body, which stay small,
     /// and moving it is a pointer copy.
     #[allow(clippy::vec_box)]
     idle: RefCell<Vec<Box<Conn>>>,
     max_idle: usize,
-    breaker: Breaker,
     /// Connections opened by this worker (for tests: reuse shows as a low count).
     opened: Cell<u64>,
-    /// Connections opened by every worker, for the operator.
-    opened_total: Arc<AtomicU64>,
-    /// This worker's figures for every upstream; this one's at `figures_index`.
-    figures: Arc<[UpstreamCounts]>,
-    figures_index: usize,
+    /// This worker's requests to the peer from sending to the end of the response body
+    /// (least_conn, random_two).
+    in_flight: Cell<u64>,
+}
+
+/// A request in flight to a peer: counted while it lives.
+struct Busy {
+    upstream: Rc<Upstream>,
+    peer: u32,
+}
+
+impl Busy {
+    fn new(upstream: &Rc<Upstream>, peer: usize) -> Busy {
+        let n = &upstream.peers[peer].in_flight;
+        n.set(n.get() + 1);
+        Busy {
+            upstream: upstream.clone(),
+            peer: peer as u32,
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let n = &self.upstream.peers[self.peer as usize].in_flight;
+        n.set(n.get().saturating_sub(1));
+    }
 }
 
 /// One open connection to an upstream, with its buffers (kept while it is pooled, so a
@@ -83,67 +127,6 @@ struct Conn {
     read: BytesMut,
     /// The request being written.
     write: Vec<u8>,
-}
-
-/// A request to send: its head as the caller has it, and its whole body.
-pub(crate) struct Outgoing<'a> {
-    pub(crate) method: &'a Method,
-    /// Origin form: `/path?query`.
-    pub(crate) target: &'a str,
-    pub(crate) fields: Fields<'a>,
-    pub(crate) body: &'a Bytes,
-}
-
-/// The fields of an outgoing request.
-pub(crate) enum Fields<'a> {
-    /// Sent as they are (a fragment's request, a script's call).
-    Plain(&'a HeaderMap),
-    /// A client's request, forwarded.
-    Forwarded(Forwarded<'a>),
-}
-
-impl Outgoing<'_> {
-    /// The request head: request line (the target after the upstream's `path_prefix`),
-    /// the fields (framing fields the caller left are dropped: the body's length is known
-    /// here), Content-Length when there is a body or the method expects one.
-    fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str) {
-        buf.clear();
-        buf.extend_from_slice(self.method.as_str().as_bytes());
-        buf.push(b' ');
-        buf.extend_from_slice(path_prefix.as_bytes());
-        buf.extend_from_slice(self.target.as_bytes());
-        buf.extend_from_slice(b" HTTP/1.1\r\n");
-        match &self.fields {
-            Fields::Plain(fields) => {
-                for (name, value) in *fields {
-                    if name == http::header::CONTENT_LENGTH
-                        || name == http::header::TRANSFER_ENCODING
-                    {
-                        continue;
-                    }
-                    wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
-                }
-            }
-            Fields::Forwarded(f) => f.write(buf),
-        }
-        if !self.body.is_empty()
-            || matches!(*self.method, Method::POST | Method::PUT | Method::PATCH)
-        {
-            buf.extend_from_slice(b"content-length: ");
-            wire::write_decimal(buf, self.body.len() as u64);
-            buf.extend_from_slice(b"\r\n");
-        }
-        buf.extend_from_slice(b"\r\n");
-    }
-
-    /// Whether the request may be sent again after the connection failed under it (RFC
-    /// 9110 section 9.2.2).
-    fn idempotent(&self) -> bool {
-        matches!(
-            *self.method,
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
-        )
-    }
 }
 
 /// A response head as the proxy reads it.
@@ -158,10 +141,10 @@ pub(crate) struct Head {
 /// dropping it before closes the connection.
 pub(crate) struct Pooled {
     conn: Option<Box<Conn>>,
-    upstream: Rc<Upstream>,
     body: BodyState,
     keep_alive: bool,
     _permit: OwnedSemaphorePermit,
+    busy: Busy,
 }
 
 enum BodyState {
@@ -174,8 +157,19 @@ enum BodyState {
 }
 
 impl Pooled {
+    /// The connection of a `101 Switching Protocols`, for the server to splice with the
+    /// client's, with the bytes that came after the head. The pool never sees it again.
+    pub(crate) fn into_tunnel(mut self) -> Option<(std::net::TcpStream, Bytes)> {
+        let conn = self.conn.take()?;
+        let Conn {
+            stream, mut read, ..
+        } = *conn;
+        let early = read.split().freeze();
+        stream.into_std().ok().map(|s| (s, early))
+    }
+
     pub(crate) fn response_timeout(&self) -> Duration {
-        self.upstream.response_timeout
+        self.busy.upstream.response_timeout
     }
 
     /// The whole body when it is already buffered (a small response arrives with its
@@ -199,7 +193,7 @@ impl Pooled {
     /// the pool if it may carry another request).
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, UpstreamError>> {
         let protocol = |message: String| UpstreamError::Protocol {
-            upstream: self.upstream.name.clone(),
+            upstream: self.busy.upstream.name.clone(),
             message,
         };
         loop {
@@ -271,8 +265,9 @@ impl Pooled {
         if !self.keep_alive || !conn.read.is_empty() {
             return;
         }
-        let mut idle = self.upstream.idle.borrow_mut();
-        if idle.len() < self.upstream.max_idle {
+        let pool = &self.busy.upstream.peers[self.busy.peer as usize];
+        let mut idle = pool.idle.borrow_mut();
+        if idle.len() < pool.max_idle {
             // Reclaims the buffer's room once the pieces handed on are gone.
             conn.read.clear();
             idle.push(conn);
@@ -332,30 +327,35 @@ impl Conn {
     }
 }
 
-/// Reports a call to the breaker when the call ends, also when it is dropped midway
-/// (the client went away): a lost half-open probe would otherwise leave the breaker
-/// refusing calls for good. A call that did not finish counts as a failure.
+/// Reports a request to its peer's health when it ends. A probe dropped midway (the
+/// client went away) counts as a failure, or the peer would wait for it for good; any
+/// other request dropped midway is not counted: the peer did nothing wrong.
 struct Outcome<'a> {
-    breaker: &'a Breaker,
+    set: &'a PeerSet,
     ticket: Ticket,
-    success: bool,
+    /// `Some(success)` once known.
+    result: Option<bool>,
 }
 
 impl Drop for Outcome<'_> {
     fn drop(&mut self) {
-        self.breaker.record(self.ticket, self.success);
+        match self.result {
+            Some(success) => self.set.record(self.ticket, success),
+            None if self.ticket.is_probe() => self.set.record(self.ticket, false),
+            None => {}
+        }
     }
 }
 
 /// One upstream's counters, for tests and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamStats {
-    /// TCP connections opened since start.
+    /// TCP connections opened since start (by this worker, to every peer).
     pub connections_opened: u64,
-    /// Idle keep-alive connections in the pool now.
+    /// Idle keep-alive connections in the pools now.
     pub idle: usize,
-    /// The circuit breaker's state.
-    pub breaker: BreakerState,
+    /// Each peer's address and state.
+    pub peers: Vec<(String, PeerState)>,
 }
 
 /// Why one attempt on a connection failed.
@@ -366,26 +366,54 @@ enum Attempt {
     Failed(UpstreamError),
 }
 
+/// Why one attempt on a peer failed, and whether another peer may be tried.
+struct Failure {
+    error: UpstreamError,
+    /// Nothing of the request can have been acted on: the connection was refused or not
+    /// accepted in time, or an idempotent request's connection broke before any response
+    /// byte.
+    retryable: bool,
+    /// Whether the peer's health hears of it: not when the caller's own deadline (an
+    /// include's timeout shorter than the response timeout) or this worker's connection
+    /// limit ran out, which says nothing about the peer.
+    peer_fault: bool,
+}
+
 impl Upstream {
-    /// `figures`: this worker's counters for every upstream, this one's at `index`.
+    /// `set`: the upstream's peers and health, shared by every worker. `figures`: this
+    /// worker's counters for every upstream, this one's at `index`. `seed` varies the
+    /// worker's random choices.
     pub(crate) fn new(
         c: &UpstreamConfig,
+        set: Arc<PeerSet>,
         opened_total: Arc<AtomicU64>,
         figures: Arc<[UpstreamCounts]>,
         index: usize,
+        seed: u64,
     ) -> Upstream {
+        let peers = set
+            .peers
+            .iter()
+            .map(|p| PeerPool {
+                permits: Arc::new(Semaphore::new(p.max_connections)),
+                idle: RefCell::new(Vec::new()),
+                max_idle: p.max_idle,
+                opened: Cell::new(0),
+                in_flight: Cell::new(0),
+            })
+            .collect::<Box<[_]>>();
         Upstream {
             name: c.name.clone(),
-            addresses: c.addresses.clone(),
-            next_address: Cell::new(0),
+            balancer: Balancer::new(c.balance, peers.len(), seed),
+            peers,
+            set,
+            hash_key: HashKey::parse(&c.hash_key),
+            budget: RetryBudget::new(c.retry_budget),
+            retries: c.retries,
+            fail_status: c.fail_status.clone(),
             path_prefix: c.path_prefix.clone(),
             connect_timeout: secs(c.connect_timeout),
             response_timeout: secs(c.response_timeout),
-            permits: Arc::new(Semaphore::new(c.max_connections)),
-            idle: RefCell::new(Vec::new()),
-            max_idle: c.idle_limit(),
-            breaker: Breaker::new(&c.name, c.breaker_failures, secs(c.breaker_cool_down)),
-            opened: Cell::new(0),
             opened_total,
             figures,
             figures_index: index,
@@ -394,84 +422,170 @@ impl Upstream {
 
     pub(crate) fn stats(&self) -> UpstreamStats {
         UpstreamStats {
-            connections_opened: self.opened.get(),
-            idle: self.idle.borrow().len(),
-            breaker: self.breaker.state(),
+            connections_opened: self.peers.iter().map(|p| p.opened.get()).sum(),
+            idle: self.peers.iter().map(|p| p.idle.borrow().len()).sum(),
+            peers: (0..self.peers.len())
+                .map(|i| (self.set.peers[i].address.clone(), self.set.state(i)))
+                .collect(),
         }
     }
 
+    /// Whether every peer is out now (a request would fail at once).
+    pub(crate) fn all_down(&self) -> bool {
+        self.set.healthy() == 0
+    }
+
+    /// The hash key of a request, when the upstream balances by hash.
+    fn hash_of(&self, req: &Outgoing<'_>) -> Option<u64> {
+        let fields = match &req.fields {
+            Fields::Plain(fields) => *fields,
+            Fields::Forwarded(f) => f.client_headers,
+        };
+        self.hash_key.of(
+            req.target,
+            |name| fields.get(name),
+            fields.get_all(http::header::COOKIE).iter(),
+        )
+    }
+
     /// Sends `req` and waits for the response head, by `deadline` at the latest (and
-    /// within the response timeout). The breaker hears of the outcome: connect errors,
-    /// timeouts and 5xx count as failures. The figures count it by outcome, and the time
-    /// to its response head.
+    /// within the response timeout), on the peer the balancer picks; when that fails
+    /// before anything of the request can have been acted on, on another peer, up to
+    /// `retries` times within the retry budget. Each peer's health hears how its attempt
+    /// went: errors and the statuses of `fail_status` count as failures. The figures
+    /// count each attempt by outcome, and the time to its response head.
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: &Outgoing<'_>,
         deadline: Instant,
     ) -> Result<(Head, Pooled), UpstreamError> {
         let counts = &self.figures[self.figures_index];
-        let Some(ticket) = self.breaker.try_call() else {
-            counts.record(figures::BREAKER_OPEN, None);
-            return Err(UpstreamError::BreakerOpen {
-                upstream: self.name.clone(),
-            });
+        let key = match self.balancer_hashes() {
+            true => self.hash_of(req),
+            false => None,
         };
-        let mut outcome = Outcome {
-            breaker: &self.breaker,
-            ticket,
-            success: false,
-        };
-        let started = Instant::now();
-        let result = self.send_inner(req, deadline).await;
-        let micros = started.elapsed().as_micros() as u64;
-        match &result {
-            Ok((head, _)) => {
-                counts.record(figures::outcome(Ok(head.status.as_u16())), Some(micros))
+        self.budget.deposit();
+        let mut tried = Vec::new();
+        let mut retries = self.retries;
+        loop {
+            let pick =
+                self.balancer
+                    .pick(&self.set, |i| self.peers[i].in_flight.get(), key, &tried);
+            let ticket = pick.and_then(|i| self.set.claim(i, self.set.now_ms()));
+            let Some(ticket) = ticket else {
+                if pick.is_some() {
+                    // Another worker took that peer's probe a moment ago: look again.
+                    tried.push(pick.unwrap_or_default());
+                    continue;
+                }
+                counts.record(figures::BREAKER_OPEN, None);
+                return Err(UpstreamError::Unavailable {
+                    upstream: self.name.clone(),
+                });
+            };
+            let mut outcome = Outcome {
+                set: &self.set,
+                ticket,
+                result: None,
+            };
+            let started = Instant::now();
+            let result = self.attempt(ticket.peer, req, deadline).await;
+            let micros = started.elapsed().as_micros() as u64;
+            match result {
+                Ok((head, pooled)) => {
+                    let status = head.status.as_u16();
+                    counts.record(figures::outcome(Ok(status)), Some(micros));
+                    outcome.result = Some(!self.fail_status.contains(&status));
+                    return Ok((head, pooled));
+                }
+                Err(failure) => {
+                    counts.record(figures::outcome(Err(&failure.error)), None);
+                    outcome.result = failure.peer_fault.then_some(false);
+                    drop(outcome);
+                    let now = self.set.now_ms();
+                    if !failure.retryable
+                        || retries == 0
+                        || Instant::now() >= deadline
+                        || !self.budget.withdraw(now)
+                    {
+                        return Err(failure.error);
+                    }
+                    retries -= 1;
+                    tried.push(ticket.peer);
+                    if tried.len() >= self.peers.len() {
+                        return Err(failure.error);
+                    }
+                    tracing::debug!(upstream = %self.name, peer = %self.set.peers[ticket.peer].address,
+                        error = %failure.error, "retrying on another peer");
+                }
             }
-            Err(e) => counts.record(figures::outcome(Err(e)), None),
         }
-        outcome.success = matches!(&result, Ok((head, _)) if !head.status.is_server_error());
-        result
     }
 
-    async fn send_inner(
+    fn balancer_hashes(&self) -> bool {
+        self.set.hashes()
+    }
+
+    /// One attempt on peer `peer`.
+    async fn attempt(
         self: &Rc<Self>,
+        peer: usize,
         req: &Outgoing<'_>,
         deadline: Instant,
-    ) -> Result<(Head, Pooled), UpstreamError> {
-        let deadline = deadline.min(Instant::now() + self.response_timeout);
-        let timed_out = || UpstreamError::ResponseTimeout {
-            upstream: self.name.clone(),
+    ) -> Result<(Head, Pooled), Failure> {
+        let busy = Busy::new(self, peer);
+        let pool = &self.peers[peer];
+        let own = Instant::now() + self.response_timeout;
+        // The caller's own deadline, when clearly shorter than the response timeout (a
+        // page's is the response timeout, computed a moment before; a retry's is later).
+        let callers = deadline + CALLERS_MARGIN < own;
+        let deadline = deadline.min(own);
+        let timed_out = |peer_fault: bool| Failure {
+            error: UpstreamError::ResponseTimeout {
+                upstream: self.name.clone(),
+            },
+            retryable: false,
+            peer_fault,
         };
-        let permit = timeout_at(deadline, self.permits.clone().acquire_owned())
+        let permit = timeout_at(deadline, pool.permits.clone().acquire_owned())
             .await
-            .map_err(|_| timed_out())?
+            .map_err(|_| timed_out(false))?
             .expect("the pool's semaphore is never closed");
         let idempotent = req.idempotent();
         // A pooled connection may have been closed by the upstream a moment ago; an
         // idempotent request that fails on one before any response byte is retried on
-        // the next pooled connection, or a new one.
+        // the next pooled connection of the same peer, or a new one.
         loop {
-            let (mut conn, reused) = match self.take_idle(idempotent) {
+            let (mut conn, reused) = match self.take_idle(peer, idempotent) {
                 Some(c) => (c, true),
-                None => (self.connect(deadline).await?, false),
+                None => (
+                    self.connect(peer, deadline)
+                        .await
+                        .map_err(|error| Failure {
+                            error,
+                            retryable: true,
+                            peer_fault: true,
+                        })?,
+                    false,
+                ),
             };
             let head_request = *req.method == Method::HEAD;
             let attempt = timeout_at(deadline, async {
                 req.encode(&mut conn.write, &self.path_prefix);
                 conn.send(req.body).await.map_err(Attempt::Broken)?;
-                self.read_head(&mut conn, head_request).await
+                self.read_head(&mut conn, head_request, req.upgrade.is_some())
+                    .await
             })
             .await
-            .map_err(|_| timed_out())?;
+            .map_err(|_| timed_out(!callers))?;
             match attempt {
                 Ok((head, body, keep_alive)) => {
                     let pooled = Pooled {
                         conn: Some(conn),
-                        upstream: self.clone(),
                         body,
                         keep_alive,
                         _permit: permit,
+                        busy,
                     };
                     return Ok((head, pooled));
                 }
@@ -479,12 +593,22 @@ impl Upstream {
                     tracing::debug!(upstream = %self.name, error = %e, "stale pooled connection; retrying");
                 }
                 Err(Attempt::Broken(e)) => {
-                    return Err(UpstreamError::Protocol {
-                        upstream: self.name.clone(),
-                        message: e.to_string(),
+                    return Err(Failure {
+                        error: UpstreamError::Protocol {
+                            upstream: self.name.clone(),
+                            message: e.to_string(),
+                        },
+                        retryable: idempotent,
+                        peer_fault: true,
                     })
                 }
-                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Failed(error)) => {
+                    return Err(Failure {
+                        error,
+                        retryable: false,
+                        peer_fault: true,
+                    })
+                }
             }
         }
     }
@@ -495,19 +619,24 @@ impl Upstream {
         &self,
         conn: &mut Conn,
         head_request: bool,
+        upgrade: bool,
     ) -> Result<(Head, BodyState, bool), Attempt> {
         let mut received = false;
         loop {
             if !conn.read.is_empty() {
                 received = true;
                 let mut storage = wire::HeaderStorage::new();
-                let parsed = wire::parse_response(
-                    &conn.read,
-                    &mut storage,
-                    head_request,
-                    MAX_HEAD,
-                    MAX_FIELDS,
-                )
+                let parsed = if upgrade {
+                    wire::parse_upgrade_response(&conn.read, &mut storage, MAX_HEAD, MAX_FIELDS)
+                } else {
+                    wire::parse_response(
+                        &conn.read,
+                        &mut storage,
+                        head_request,
+                        MAX_HEAD,
+                        MAX_FIELDS,
+                    )
+                }
                 .map_err(|e| self.protocol(format!("response head: {e}")))?;
                 if let Some(r) = parsed {
                     let head_len = r.head_len;
@@ -567,11 +696,11 @@ impl Upstream {
         })
     }
 
-    /// The most recently used idle connection (its buffers and the upstream's socket
-    /// state are warmest). Before a request that must not be sent twice, one the
-    /// upstream closed meanwhile is skipped.
-    fn take_idle(&self, idempotent: bool) -> Option<Box<Conn>> {
-        let mut idle = self.idle.borrow_mut();
+    /// The most recently used idle connection to `peer` (its buffers and the peer's
+    /// socket state are warmest). Before a request that must not be sent twice, one the
+    /// peer closed meanwhile is skipped.
+    fn take_idle(&self, peer: usize, idempotent: bool) -> Option<Box<Conn>> {
+        let mut idle = self.peers[peer].idle.borrow_mut();
         while let Some(mut c) = idle.pop() {
             if idempotent || c.still_open() {
                 return Some(c);
@@ -580,39 +709,30 @@ impl Upstream {
         None
     }
 
-    /// Opens a connection to the next address in turn; when that one refuses, the
-    /// following ones are tried, all within one connect timeout.
-    async fn connect(&self, deadline: Instant) -> Result<Box<Conn>, UpstreamError> {
+    /// Opens a connection to `peer` within the connect timeout.
+    async fn connect(&self, peer: usize, deadline: Instant) -> Result<Box<Conn>, UpstreamError> {
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
-        let failed = |message: String| UpstreamError::Connect {
-            upstream: self.name.clone(),
-            message,
-        };
-        let mut last_error = None;
-        for _ in 0..self.addresses.len() {
-            let i = self.next_address.get();
-            self.next_address.set(i.wrapping_add(1));
-            let address = &self.addresses[i % self.addresses.len()];
-            match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await {
-                Err(_) => {
-                    return Err(UpstreamError::ConnectTimeout {
-                        upstream: self.name.clone(),
-                    })
-                }
-                Ok(Err(e)) => last_error = Some(failed(format!("{address}: {e}"))),
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    self.opened.set(self.opened.get() + 1);
-                    self.opened_total.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Box::new(Conn {
-                        stream,
-                        read: BytesMut::with_capacity(READ_ROOM),
-                        write: Vec::with_capacity(1024),
-                    }));
-                }
+        let address = &self.set.peers[peer].address;
+        match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await {
+            Err(_) => Err(UpstreamError::ConnectTimeout {
+                upstream: self.name.clone(),
+            }),
+            Ok(Err(e)) => Err(UpstreamError::Connect {
+                upstream: self.name.clone(),
+                message: format!("{address}: {e}"),
+            }),
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                let opened = &self.peers[peer].opened;
+                opened.set(opened.get() + 1);
+                self.opened_total.fetch_add(1, Ordering::Relaxed);
+                Ok(Box::new(Conn {
+                    stream,
+                    read: BytesMut::with_capacity(READ_ROOM),
+                    write: Vec::with_capacity(1024),
+                }))
             }
         }
-        Err(last_error.unwrap_or_else(|| failed("no addresses".into())))
     }
 }
 
@@ -624,7 +744,7 @@ async fn read_chunks(
     deadline: Instant,
     mut chunk: impl FnMut(Bytes),
 ) -> Result<(), UpstreamError> {
-    let name = pooled.upstream.name.clone();
+    let name = pooled.busy.upstream.name.clone();
     let mut len = 0;
     loop {
         match timeout_at(deadline, std::future::poll_fn(|cx| pooled.poll_chunk(cx))).await {
@@ -649,7 +769,7 @@ async fn read_chunks(
 /// The name of the upstream a response comes from (for errors and log lines).
 impl Pooled {
     pub(crate) fn upstream_name(&self) -> &str {
-        &self.upstream.name
+        &self.busy.upstream.name
     }
 }
 
@@ -711,7 +831,7 @@ pub(crate) struct PassBody {
 
 impl PassBody {
     pub(crate) fn new(pooled: Pooled) -> PassBody {
-        let idle_timeout = pooled.upstream.response_timeout;
+        let idle_timeout = pooled.busy.upstream.response_timeout;
         PassBody {
             pooled,
             idle_timeout,
@@ -728,7 +848,7 @@ impl PassBody {
                 if self.idle.as_mut().poll(cx).is_ready() {
                     self.pooled.conn = None;
                     return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
-                        upstream: self.pooled.upstream.name.clone(),
+                        upstream: self.pooled.busy.upstream.name.clone(),
                     })));
                 }
                 Poll::Pending

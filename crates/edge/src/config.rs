@@ -37,17 +37,63 @@ pub struct EdgeConfig {
 /// The upstream address that means this server's own first listener.
 pub const SELF_ADDRESS: &str = "self";
 
+/// The address of an upstream that names none.
+const DEFAULT_ADDRESS: &str = "127.0.0.1:9000";
+
 /// One `[[upstream]]`: a named origin reached at one or more addresses.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Name routes refer to. Default `"origin"`.
     pub name: String,
-    /// `host:port` addresses, used in turn (round robin); one that refuses a connection
-    /// is skipped for the next. Default `["127.0.0.1:9000"]`. Names are resolved when a
-    /// connection is opened. [`SELF_ADDRESS`] stands for this server's own first listener
+    /// `host:port` addresses of the peers, each of weight 1 (see `peer` for weights).
+    /// Default `["127.0.0.1:9000"]` when `peer` is empty. Names are resolved at start
+    /// and at each reload (one peer per address). [`SELF_ADDRESS`] stands for this server's own first listener
     /// (see [`crate::EdgeModule::listening_on`]), for an origin served by the same process.
     pub addresses: Vec<String>,
+    /// `[[upstream.peer]]`: peers with a weight (and limits) of their own, after those of
+    /// `addresses`.
+    pub peer: Vec<PeerConfig>,
+    /// How a request's peer is chosen. Default `round_robin`.
+    pub balance: Balance,
+    /// What `balance = "hash"` hashes: `"cache_key"` (the default: host, path and
+    /// query), `"header:NAME"` or `"cookie:NAME"`. A request without the header or
+    /// cookie is balanced round robin.
+    pub hash_key: String,
+    /// Failures of a peer (connect errors and timeouts, a connection broken before the
+    /// response, no response in time; and the statuses of `fail_status`) within
+    /// `fail_window` that take it out for `fail_timeout`. 0: never. Default 1, and, as
+    /// nginx, never for an upstream of one peer: taking out the only peer turns one
+    /// failed request into `fail_timeout` of failures (set it to take out even that one,
+    /// so that its failures are answered at once).
+    #[serde(alias = "breaker_failures")]
+    pub max_fails: Option<u32>,
+    /// Seconds in which `max_fails` failures count. Default 10.
+    pub fail_window: f64,
+    /// Seconds a failed peer stays out; then one probe request decides whether it is
+    /// back (success) or out again. Default 10.
+    #[serde(alias = "breaker_cool_down")]
+    pub fail_timeout: f64,
+    /// Response statuses that count as a peer's failure. Default none: a 5xx is the
+    /// application's answer, passed on, and does not take a peer out.
+    pub fail_status: Vec<u16>,
+    /// Other peers an idempotent request (or one whose body was not sent) is tried on
+    /// when a peer refuses the connection, does not accept it in time, or breaks it before
+    /// any response byte. Default 1.
+    pub retries: u32,
+    /// Retries allowed as a share of requests, plus 10 a second (per worker). Default
+    /// 0.2: a brownout is never multiplied by retries.
+    pub retry_budget: f64,
+    /// Seconds over which a peer that comes back is ramped from almost no traffic to its
+    /// full weight (round robin, least_conn, random_two). Default 0: off.
+    pub slow_start: f64,
+    /// Seconds an upgraded connection (WebSocket) may pass no byte either way before it
+    /// is closed. Default 60.
+    pub tunnel_idle_timeout: f64,
+    /// Seconds an upgraded connection may last at most. Default 0: no limit.
+    pub tunnel_max_duration: f64,
+    /// `[upstream.health]`: active health checks. Default none.
+    pub health: Option<HealthConfig>,
     /// Prepended to the path of every request sent to this upstream (`"/origin"` sends
     /// `/a?b` as `/origin/a?b`), like the path of nginx's `proxy_pass http://app/origin`.
     /// Default empty: paths go as they came. Empty or `/...` without a trailing `/`.
@@ -59,7 +105,7 @@ pub struct UpstreamConfig {
     /// silence while reading a body. Default 30, for slow pages; fragments are bounded
     /// by the shorter include timeout.
     pub response_timeout: f64,
-    /// Most connections open to this upstream per worker, in use or idle. Default 64;
+    /// Most connections open to each peer per worker, in use or idle. Default 64;
     /// requests beyond it wait for a connection (within their timeouts). This is also
     /// the per-upstream fetch concurrency.
     pub max_connections: usize,
@@ -70,12 +116,89 @@ pub struct UpstreamConfig {
     /// connections cost the upstream a socket each; an origin that closes idle
     /// connections sooner is fine (a closed one is noticed and replaced).
     pub max_idle: Option<usize>,
-    /// Consecutive failures (connect error, timeout, 5xx) that open this upstream's
-    /// circuit breaker. Default 5. 0 disables the breaker.
-    pub breaker_failures: u32,
-    /// Seconds an open breaker refuses requests before letting one probe through.
-    /// Default 10.
-    pub breaker_cool_down: f64,
+}
+
+/// One `[[upstream.peer]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PeerConfig {
+    /// `host:port`. Required.
+    pub address: String,
+    /// Its share of requests against the other peers'. Default 1.
+    pub weight: u32,
+    /// Its own `max_connections` (per worker). Default: the upstream's.
+    pub max_connections: Option<usize>,
+    /// Its own `max_idle` (per worker). Default: the upstream's.
+    pub max_idle: Option<usize>,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig {
+            address: String::new(),
+            weight: 1,
+            max_connections: None,
+            max_idle: None,
+        }
+    }
+}
+
+/// How a request's peer is chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// In turn, by weight (smooth weighted round robin, as nginx).
+    #[default]
+    RoundRobin,
+    /// The peer with the fewest requests in flight (from this worker) for its weight.
+    LeastConn,
+    /// The less loaded of two peers picked at random (power of two choices).
+    RandomTwo,
+    /// Consistent hashing of `hash_key`, so that a key stays on one peer and several
+    /// tessera nodes agree on it.
+    Hash,
+}
+
+/// `[upstream.health]`: one checker per process asks each peer for `path` every
+/// `interval` (with jitter), and shares its verdict with every worker.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Path requested (`GET`). Default `"/"`.
+    pub path: String,
+    /// Seconds between two checks of a peer. Default 5; each wait is drawn within
+    /// ±10% so that many tessera nodes do not check in lockstep.
+    pub interval: f64,
+    /// Seconds a check may take (connect and response head). Default 1.
+    pub timeout: f64,
+    /// Statuses that pass. Default none: any 2xx or 3xx passes.
+    pub expect_status: Vec<u16>,
+    /// Checks passed in a row that bring an unhealthy peer back. Default 1.
+    pub healthy_after: u32,
+    /// Checks failed in a row that take a peer out. Default 2.
+    pub unhealthy_after: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            path: "/".into(),
+            interval: 5.0,
+            timeout: 1.0,
+            expect_status: Vec::new(),
+            healthy_after: 1,
+            unhealthy_after: 2,
+        }
+    }
+}
+
+/// One peer as the client uses it: `addresses` and `[[upstream.peer]]` together.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    pub(crate) address: String,
+    pub(crate) weight: u32,
+    pub(crate) max_connections: usize,
+    pub(crate) max_idle: usize,
 }
 
 /// One `[[route]]`.
@@ -186,20 +309,59 @@ impl UpstreamConfig {
     pub fn idle_limit(&self) -> usize {
         self.max_idle.unwrap_or(self.max_connections)
     }
+
+    /// Every peer, `addresses` first.
+    pub(crate) fn peer_list(&self) -> Vec<Peer> {
+        let default = [DEFAULT_ADDRESS.to_string()];
+        let addresses = match (&self.addresses[..], &self.peer[..]) {
+            ([], []) => &default[..],
+            (a, _) => a,
+        };
+        let plain = addresses.iter().map(|a| Peer {
+            address: a.clone(),
+            weight: 1,
+            max_connections: self.max_connections,
+            max_idle: self.idle_limit(),
+        });
+        let weighted = self.peer.iter().map(|p| {
+            let max_connections = p.max_connections.unwrap_or(self.max_connections);
+            Peer {
+                address: p.address.clone(),
+                weight: p.weight,
+                max_connections,
+                max_idle: p.max_idle.unwrap_or(match p.max_connections {
+                    Some(m) => self.max_idle.unwrap_or(m).min(m),
+                    None => self.idle_limit(),
+                }),
+            }
+        });
+        plain.chain(weighted).collect()
+    }
 }
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             name: "origin".into(),
-            addresses: vec!["127.0.0.1:9000".into()],
+            addresses: Vec::new(),
             path_prefix: String::new(),
             connect_timeout: 1.0,
             response_timeout: 30.0,
             max_connections: 64,
             max_idle: None,
-            breaker_failures: 5,
-            breaker_cool_down: 10.0,
+            peer: Vec::new(),
+            balance: Balance::RoundRobin,
+            hash_key: "cache_key".into(),
+            max_fails: None,
+            fail_window: 10.0,
+            fail_timeout: 10.0,
+            fail_status: Vec::new(),
+            retries: 1,
+            retry_budget: 0.2,
+            slow_start: 0.0,
+            tunnel_idle_timeout: 60.0,
+            tunnel_max_duration: 0.0,
+            health: None,
         }
     }
 }
@@ -279,8 +441,51 @@ impl EdgeConfig {
             if self.upstream[..i].iter().any(|o| o.name == u.name) {
                 return bad(format!("upstream `{}` is defined twice", u.name));
             }
-            if u.addresses.is_empty() {
-                return bad(format!("upstream `{}` has no addresses", u.name));
+            for p in &u.peer {
+                if p.address.is_empty() || p.weight == 0 || p.max_connections == Some(0) {
+                    return bad(format!(
+                        "upstream `{}`: a peer needs an address, a weight > 0 and \
+                         max_connections > 0",
+                        u.name
+                    ));
+                }
+            }
+            let key = u.hash_key.as_str();
+            let named = |prefix: &str| key.strip_prefix(prefix).is_some_and(|n| !n.is_empty());
+            if key != "cache_key" && !named("header:") && !named("cookie:") {
+                return bad(format!(
+                    "upstream `{}`: hash_key must be cache_key, header:NAME or cookie:NAME \
+                     (not {key:?})",
+                    u.name
+                ));
+            }
+            if !(u.retry_budget.is_finite() && u.retry_budget >= 0.0) {
+                return bad(format!("upstream `{}`: retry_budget must be >= 0", u.name));
+            }
+            for (key, v) in [
+                ("slow_start", u.slow_start),
+                ("tunnel_max_duration", u.tunnel_max_duration),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return bad(format!("upstream `{}`: {key} must be >= 0", u.name));
+                }
+            }
+            if let Some(h) = &u.health {
+                if !h.path.starts_with('/') || h.healthy_after == 0 || h.unhealthy_after == 0 {
+                    return bad(format!(
+                        "upstream `{}`: health.path must start with /, healthy_after and \
+                         unhealthy_after must be > 0",
+                        u.name
+                    ));
+                }
+                for (key, v) in [
+                    ("health.interval", h.interval),
+                    ("health.timeout", h.timeout),
+                ] {
+                    if !(v.is_finite() && v > 0.0) {
+                        return bad(format!("upstream `{}`: {key} must be > 0", u.name));
+                    }
+                }
             }
             let p = &u.path_prefix;
             if !p.is_empty() && (!p.starts_with('/') || p.ends_with('/') || p.contains(['?', '#']))
@@ -300,7 +505,9 @@ impl EdgeConfig {
             for (key, v) in [
                 ("connect_timeout", u.connect_timeout),
                 ("response_timeout", u.response_timeout),
-                ("breaker_cool_down", u.breaker_cool_down),
+                ("fail_window", u.fail_window),
+                ("tunnel_idle_timeout", u.tunnel_idle_timeout),
+                ("fail_timeout", u.fail_timeout),
             ] {
                 if !(v.is_finite() && v > 0.0) {
                     return bad(format!("upstream `{}`: {key} must be > 0", u.name));

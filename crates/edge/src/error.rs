@@ -25,9 +25,9 @@ pub enum UpstreamError {
     /// The connection broke or the response was not HTTP.
     #[error("{upstream}: {message}")]
     Protocol { upstream: String, message: String },
-    /// The upstream's circuit breaker is open.
-    #[error("{upstream} is failing; its circuit breaker is open")]
-    BreakerOpen { upstream: String },
+    /// Every peer of the upstream is out (passive or active health): not sent.
+    #[error("every peer of {upstream} is down")]
+    Unavailable { upstream: String },
     /// A body larger than the limit.
     #[error("response from {upstream} is too large")]
     TooLarge { upstream: String },
@@ -77,14 +77,13 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
-    /// The status to answer: 404 no route, 400 bad request, 503 breaker open, 504
-    /// timeouts, 502 everything else an upstream or a fragment did. `StaticRoute` is
+    /// The status to answer: 404 no route, 400 bad request, 504 timeouts, 502 everything
+    /// else an upstream or a fragment did (every peer down included: at once). `StaticRoute` is
     /// not an error to show: the server serves the file (404 if it gets here anyway).
     pub fn status(&self) -> u16 {
         match self {
             ProxyError::NoRoute { .. } | ProxyError::StaticRoute { .. } => 404,
             ProxyError::BadRequest(_) => 400,
-            ProxyError::Upstream(UpstreamError::BreakerOpen { .. }) => 503,
             ProxyError::Upstream(
                 UpstreamError::ConnectTimeout { .. } | UpstreamError::ResponseTimeout { .. },
             ) => 504,

@@ -169,7 +169,7 @@ impl Inner {
     }
 
     /// Whether the cache holds an object for the target that may be served when its
-    /// upstream fails, so an include whose breaker is open still tries.
+    /// upstream fails, so an include whose upstream is down still tries.
     pub(crate) fn has_stale(&self, target: &FragmentTarget) -> bool {
         let Some(key) = &target.cache_key else {
             return false;
@@ -181,11 +181,11 @@ impl Inner {
             .is_some_and(|e| e.may_serve_on_error(now))
     }
 
-    /// Whether the target's upstream is refusing calls (open breaker), so the include
-    /// can fail at once.
+    /// Whether every peer of the target's upstream is down, so the include can fail at
+    /// once.
     pub(crate) fn refused_now(&self, target: &FragmentTarget) -> bool {
         match &target.source {
-            Source::Upstream(u) => u.stats().breaker == crate::BreakerState::Open,
+            Source::Upstream(u) => u.all_down(),
             Source::Static(_) => false,
         }
     }
@@ -343,6 +343,7 @@ impl Inner {
             target: &target.path_and_query,
             fields: Fields::Plain(&target.headers),
             body: &Bytes::new(),
+            upgrade: None,
         };
         let (parts, pooled) = upstream
             .send(&out, deadline)

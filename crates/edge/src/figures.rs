@@ -23,7 +23,8 @@ pub(crate) const OUTCOMES: [&str; 7] = [
     "breaker_open",
 ];
 
-/// The index of `breaker_open` in [`OUTCOMES`].
+/// The index of `breaker_open` in [`OUTCOMES`]: not sent, every peer being down (the
+/// label kept from the breaker per upstream that peer health replaced, for dashboards).
 pub(crate) const BREAKER_OPEN: usize = 6;
 
 /// Upper bounds of the latency buckets in microseconds: 100 us to 10 s, as the server's
@@ -42,7 +43,7 @@ pub(crate) fn outcome(result: Result<u16, &UpstreamError>) -> usize {
         Err(UpstreamError::Connect { .. }) => 2,
         Err(UpstreamError::ConnectTimeout { .. }) => 3,
         Err(UpstreamError::ResponseTimeout { .. }) => 4,
-        Err(UpstreamError::BreakerOpen { .. }) => BREAKER_OPEN,
+        Err(UpstreamError::Unavailable { .. }) => BREAKER_OPEN,
         Err(
             UpstreamError::Protocol { .. }
             | UpstreamError::TooLarge { .. }

@@ -1,6 +1,7 @@
 //! The ESI proxy engine: an upstream HTTP/1.1 client with pooled keep-alive connections,
-//! parallel fragment assembly streamed in document order, the include failure policy and
-//! a circuit breaker per upstream.
+//! parallel fragment assembly streamed in document order, the include failure policy, and
+//! upstreams of several peers: balancing, passive and active health, retries
+//! (docs/upstreams.md).
 //!
 //! **What it is for.** Sitting between tessera's server and the origins: [`Edge::proxy`]
 //! forwards a request to the upstream its route names (RFC 9110 forwarding: hop-by-hop
@@ -69,7 +70,8 @@
 //! tokio::task::LocalSet::new().block_on(&runtime, serve_one()).unwrap();
 //! ```
 
-mod breaker;
+mod balance;
+mod body;
 mod cache;
 mod client;
 mod clock;
@@ -80,25 +82,29 @@ mod fetch;
 mod figures;
 mod freshness;
 pub mod headers;
+mod health;
 mod inner;
 mod lookup;
 mod module;
+mod outgoing;
 mod page;
+mod peers;
 mod proxy;
 mod shared_tier;
 mod stitch;
 mod tally;
+mod tunnel;
 mod variants;
 
-pub use breaker::BreakerState;
 pub use cache::{Cache, CacheStats};
 pub use client::UpstreamStats;
 pub use config::{
-    CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, PagePolicy, RedisConfig,
-    RouteConfig, UpstreamConfig, SELF_ADDRESS,
+    Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
+    PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
 pub use module::EdgeModule;
+pub use peers::PeerState;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
 pub use shared_tier::SharedTierStats;

@@ -22,6 +22,7 @@ use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
+use crate::peers::PeerSet;
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
 thread_local! {
@@ -54,6 +55,9 @@ pub struct EdgeModule {
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
+    /// The peers and their health per upstream, shared by every worker; made when the
+    /// first worker starts (after `listening`), with the health checker.
+    sets: OnceLock<Arc<[Arc<PeerSet>]>>,
 }
 
 impl EdgeModule {
@@ -111,6 +115,7 @@ impl EdgeModule {
             figures,
             earlier,
             listening: OnceLock::new(),
+            sets: OnceLock::new(),
         }))
     }
 
@@ -137,7 +142,8 @@ impl EdgeModule {
         let mut config = self.config.clone();
         if let Some(addr) = self.listening.get() {
             for u in &mut config.upstream {
-                for a in &mut u.addresses {
+                let peers = u.peer.iter_mut().map(|p| &mut p.address);
+                for a in u.addresses.iter_mut().chain(peers) {
                     if a == crate::SELF_ADDRESS {
                         *a = addr.to_string();
                     }
@@ -160,12 +166,23 @@ impl EdgeModule {
         if mine.is_some() {
             return mine;
         }
+        let config = self.resolved();
+        let sets = self
+            .sets
+            .get_or_init(|| {
+                let sets = crate::proxy::peer_sets(&config);
+                crate::health::start(&config, &sets);
+                sets
+            })
+            .clone();
         match Edge::build(
-            self.resolved(),
+            config,
             self.cache.clone(),
             true,
             self.opened.clone(),
             self.figures.for_worker(worker),
+            sets,
+            worker,
         ) {
             Ok(edge) => {
                 WORKER_EDGE.with(|e| *e.borrow_mut() = Some((self.id, edge.downgrade())));
@@ -213,6 +230,9 @@ impl Module for EdgeModule {
             .map(|u| u.name.as_str())
             .collect();
         self.figures.write(out, &names, &self.earlier);
+        if let Some(sets) = self.sets.get() {
+            crate::health::metrics(out, sets);
+        }
         for (name, opened) in self.upstream_connections() {
             out.counter(
                 "tessera_upstream_connections_opened_total",
@@ -411,7 +431,7 @@ impl Deferred for Proxied {
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
-                    if edge.route_uncompressed(route) {
+                    if edge.route_uncompressed(route) || response.head.status() == 101 {
                         response.head.set_identity_only(true);
                     }
                     Ok(response)
@@ -513,6 +533,10 @@ impl Chunks for Body {
     ) -> Poll<Option<Result<Bytes, BodyError>>> {
         futures_core::Stream::poll_next(self, cx)
             .map(|c| c.map(|r| r.map_err(|e: PageError| BodyError(e.to_string()))))
+    }
+
+    fn take_tunnel(self: Pin<&mut Self>) -> Option<handler::Tunnel> {
+        self.get_mut().take_tunnel()
     }
 }
 

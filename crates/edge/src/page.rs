@@ -173,7 +173,7 @@ fn start_include(
                     t.cache_key = None;
                 }
             }
-            // An open breaker fails the include at once, unless the cache holds an
+            // An upstream whose peers are all down fails the include at once, unless the cache holds an
             // object it may serve instead (stale-if-error).
             t.filter(|t| !ctx.edge.refused_now(t) || ctx.edge.has_stale(t))
                 .map(|t| (url.clone(), t))

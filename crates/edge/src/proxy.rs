@@ -4,26 +4,24 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
-use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+pub use crate::body::Body;
+use crate::body::BodyKind;
 use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
     read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
-use crate::error::{ConfigError, PageError, ProxyError, UpstreamError};
+use crate::error::{ConfigError, ProxyError, UpstreamError};
 use crate::fetch::{is_esi, normalise_authority};
 use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo, Forwarded};
@@ -32,7 +30,8 @@ use crate::lookup::{Flight, Memory};
 use crate::variants::Variants;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
-/// connection pools, breakers and in-flight fetches are the worker's own) and call
+/// connection pools, balancers and in-flight fetches are the worker's own; peer health is
+/// the process's) and call
 /// [`Edge::proxy`] from tasks on that worker's `LocalSet`. Cloning is cheap and shares
 /// everything.
 #[derive(Clone)]
@@ -93,153 +92,6 @@ pub struct ProxyResponse {
     pub(crate) head_h1: Option<(Bytes, bool, Option<Arc<Variants>>)>,
 }
 
-/// A response body: an upstream body passed through as it arrives, or an ESI page
-/// assembled as its fragments arrive.
-pub struct Body {
-    kind: BodyKind,
-    length: Option<u64>,
-}
-
-enum BodyKind {
-    Pass(PassBody),
-    Page {
-        first: Option<Bytes>,
-        rx: mpsc::Receiver<Result<Bytes, PageError>>,
-        writer: AbortHandle,
-    },
-    /// Whole already, in one piece (a cached object, a small upstream body that came
-    /// with its head), until it is taken.
-    Whole(Option<Bytes>),
-    /// Whole already (from the cache): the chunks in order, shared with the cache's
-    /// memo of the page when there is one.
-    Ready {
-        chunks: Arc<[Bytes]>,
-        next: usize,
-    },
-}
-
-impl Body {
-    /// The body's length when known in advance (a passed-through body with
-    /// Content-Length). `None` for an assembled page or a chunked upstream body: an
-    /// HTTP/1.1 client gets it chunked, an HTTP/1.0 client gets it buffered
-    /// ([`Body::collect`]) or close-delimited.
-    pub fn content_length(&self) -> Option<u64> {
-        self.length
-    }
-
-    /// Whether this body is an ESI page being assembled.
-    pub fn is_assembled(&self) -> bool {
-        matches!(self.kind, BodyKind::Page { .. })
-    }
-
-    /// Whether this body is an ESI page: being assembled, or assembled already.
-    pub fn is_page(&self) -> bool {
-        matches!(&self.kind, BodyKind::Page { .. })
-            || matches!(&self.kind, BodyKind::Ready { chunks, .. } if !chunks.is_empty())
-    }
-
-    /// A body whose chunks are all here (a cache hit), its length known.
-    pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
-        let chunks = chunks.into();
-        let length = chunks.iter().map(|c| c.len() as u64).sum();
-        Body {
-            kind: BodyKind::Ready { chunks, next: 0 },
-            length: Some(length),
-        }
-    }
-
-    /// A body in one piece that is already here.
-    pub(crate) fn whole(bytes: Bytes) -> Body {
-        Body {
-            length: Some(bytes.len() as u64),
-            kind: BodyKind::Whole(Some(bytes)),
-        }
-    }
-
-    /// The chunks not yet taken, when the whole body is already here (a cache hit: the
-    /// cached buffers themselves), so the server can write them with one vectored
-    /// write. `None` for a body still arriving.
-    pub fn ready_chunks(&self) -> Option<&[Bytes]> {
-        match &self.kind {
-            BodyKind::Ready { chunks, next } => Some(&chunks[*next..]),
-            BodyKind::Whole(whole) => Some(whole.as_slice()),
-            _ => None,
-        }
-    }
-
-    /// The whole body when it is one piece already here and untouched; else the body
-    /// back.
-    pub fn into_whole(mut self) -> Result<Bytes, Body> {
-        match &mut self.kind {
-            BodyKind::Whole(whole @ Some(_)) => Ok(whole.take().unwrap_or_default()),
-            _ => Err(self),
-        }
-    }
-
-    /// The whole body when it is already here and untouched (a cache hit): the cached
-    /// chunks themselves, shared, not copied; else the body back.
-    pub fn into_ready(mut self) -> Result<Arc<[Bytes]>, Body> {
-        match &mut self.kind {
-            BodyKind::Ready { chunks, next: 0 } => Ok(std::mem::replace(chunks, Arc::new([]))),
-            _ => Err(self),
-        }
-    }
-
-    /// The next chunk, `None` at the end. An `Err` means the body broke off (an include
-    /// failed after the head was sent, or the upstream body broke): the server must close
-    /// the connection without ending the body properly (no final chunk), so no cache
-    /// downstream stores a truncated page.
-    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, PageError>> {
-        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
-    }
-
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, PageError>>> {
-        match &mut self.kind {
-            BodyKind::Pass(p) => p
-                .poll_next(cx)
-                .map(|r| r.map(|r| r.map_err(PageError::from))),
-            BodyKind::Page { first, rx, .. } => match first.take() {
-                Some(b) => Poll::Ready(Some(Ok(b))),
-                None => rx.poll_recv(cx),
-            },
-            BodyKind::Whole(whole) => Poll::Ready(whole.take().map(Ok)),
-            BodyKind::Ready { chunks, next } => {
-                let chunk = chunks.get(*next).cloned();
-                *next += 1;
-                Poll::Ready(chunk.map(Ok))
-            }
-        }
-    }
-
-    /// The whole body, for a client that needs a length (HTTP/1.0 with keep-alive, or a
-    /// cache).
-    pub async fn collect(mut self) -> Result<Bytes, PageError> {
-        let mut parts = Vec::new();
-        while let Some(chunk) = self.next_chunk().await {
-            parts.push(chunk?);
-        }
-        Ok(Bytes::from(parts.concat()))
-    }
-}
-
-/// The same chunks as [`Body::next_chunk`], for code that composes streams.
-impl futures_core::Stream for Body {
-    type Item = Result<Bytes, PageError>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_chunk(cx)
-    }
-}
-
-impl Drop for Body {
-    fn drop(&mut self) {
-        // A page nobody reads is not assembled further: its writer and include tasks stop.
-        if let BodyKind::Page { writer, .. } = &self.kind {
-            writer.abort();
-        }
-    }
-}
-
 impl Edge {
     /// Builds the proxy from a validated configuration, with a cache of its own (see
     /// [`Edge::with_cache`] to share one).
@@ -254,7 +106,8 @@ impl Edge {
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
         let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
-        Edge::build(config, cache, false, opened, figures)
+        let sets = peer_sets(&config);
+        Edge::build(config, cache, false, opened, figures, sets, 0)
     }
 
     /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
@@ -262,13 +115,16 @@ impl Edge {
     /// hit does not copy every field into a map nobody reads.
     /// `opened`: per upstream (in `config.upstream`'s order), the connections every
     /// worker opened ([`opened_totals`]). `figures`: this worker's counters per upstream,
-    /// in the same order.
+    /// in the same order. `sets`: the peers and their health per upstream, shared by
+    /// every worker ([`peer_sets`]). `worker` seeds the balancers' random choices.
     pub(crate) fn build(
         config: EdgeConfig,
         cache: Arc<Cache>,
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
         figures: Arc<[crate::figures::UpstreamCounts]>,
+        sets: Arc<[Arc<crate::peers::PeerSet>]>,
+        worker: usize,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
         let upstreams: HashMap<String, Rc<Upstream>> = config
@@ -277,7 +133,9 @@ impl Edge {
             .zip(opened.iter())
             .enumerate()
             .map(|(i, (u, o))| {
-                let upstream = Upstream::new(u, o.clone(), figures.clone(), i);
+                let seed = crate::peers::hash(format!("{worker}-{i}").as_bytes());
+                let upstream =
+                    Upstream::new(u, sets[i].clone(), o.clone(), figures.clone(), i, seed);
                 (u.name.clone(), Rc::new(upstream))
             })
             .collect();
@@ -386,6 +244,9 @@ impl Edge {
         let cache = &inner.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
             return Ok(self.invalidate(&req, &key));
+        }
+        if let Some(protocol) = crate::tunnel::upgrade_of(&req).cloned() {
+            return self.upgrade(req, &upstream, protocol, authority).await;
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
             crate::tally::passed();
@@ -585,6 +446,7 @@ impl Edge {
                 whole: store.is_some(),
             }),
             body: &req.body,
+            upgrade: None,
         };
         let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
@@ -677,7 +539,7 @@ impl Edge {
 
     /// Answers with an upstream response as it arrives: passed through, or assembled
     /// when it is ESI.
-    async fn answer(
+    pub(crate) async fn answer(
         &self,
         req: ProxyRequest,
         parts: Head,
@@ -827,7 +689,7 @@ impl Edge {
 impl Edge {
     /// One request to the upstream named `upstream`, for a script: no routing, no header
     /// forwarding and no ESI, the whole response body read (at most `max_body` bytes)
-    /// within the upstream's timeouts, through its pool and breaker.
+    /// within the upstream's timeouts, through its balancer, pools and retries.
     pub async fn call(
         &self,
         upstream: &str,
@@ -854,6 +716,7 @@ impl Edge {
             target,
             fields: Fields::Plain(&headers),
             body: &body,
+            upgrade: None,
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
@@ -862,6 +725,19 @@ impl Edge {
                 .await?;
         Ok((parts.status, parts.headers, bytes))
     }
+}
+
+/// The peers and their health per upstream of `config` (in its order), to share between
+/// workers.
+pub(crate) fn peer_sets(config: &EdgeConfig) -> Arc<[Arc<crate::peers::PeerSet>]> {
+    config
+        .upstream
+        .iter()
+        .map(|u| {
+            let ring = u.balance == crate::config::Balance::Hash;
+            Arc::new(crate::peers::PeerSet::new(u, ring))
+        })
+        .collect()
 }
 
 /// A counter of opened connections per upstream of `config`, to share between workers.

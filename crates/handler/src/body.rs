@@ -20,6 +20,29 @@ pub trait Chunks {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, BodyError>>>;
+
+    /// For a `101 Switching Protocols` response: the upstream connection to splice the
+    /// client's to, taken once. `None` (the default) for every other body; a 101 without
+    /// one is answered 502.
+    fn take_tunnel(self: Pin<&mut Self>) -> Option<Tunnel> {
+        None
+    }
+}
+
+/// An upgraded connection (WebSocket and other `Upgrade` protocols) to splice with the
+/// client's after the 101 head: bytes are copied both ways until either side closes.
+/// A plain `std` socket so that the seam names no runtime: the server registers it with
+/// its own.
+#[derive(Debug)]
+pub struct Tunnel {
+    /// The upstream connection, non-blocking.
+    pub upstream: std::net::TcpStream,
+    /// Bytes the upstream sent after its 101 head, for the client first.
+    pub early: Bytes,
+    /// The tunnel closes after this long with no byte either way.
+    pub idle_timeout: std::time::Duration,
+    /// The tunnel closes after this long whatever happens; `None`: never.
+    pub max_duration: Option<std::time::Duration>,
 }
 
 /// What follows a response head.

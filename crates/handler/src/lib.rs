@@ -30,7 +30,7 @@ mod router;
 mod service;
 mod upstream;
 
-pub use body::{Body, BodyError, Chunks};
+pub use body::{Body, BodyError, Chunks, Tunnel};
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};
 pub use metrics::{content_type as metrics_content_type, Labels, MetricKind, Metrics};

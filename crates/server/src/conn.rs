@@ -419,6 +419,9 @@ impl Conn {
         if response.head.assembled() {
             answered.kind = crate::metrics::ESI;
         }
+        if status == 101 {
+            return self.upgrade(response, &raw_head, answered).await;
+        }
         if version == Version::Http10
             && response.body.length().is_none()
             && !wire::no_body(head_only, status)
@@ -536,6 +539,42 @@ impl Conn {
     }
     /// Writes `head` and then `chunks` whole, with as few vectored writes as the socket
     /// takes, counting as writing meanwhile.
+    /// Answers `101 Switching Protocols` and splices the connection with the upstream
+    /// one the handler handed over (`crate::tunnel`); a 101 without one is a 502. The
+    /// connection ends with the tunnel.
+    async fn upgrade(
+        &mut self,
+        response: Response,
+        raw_head: &[u8],
+        answered: Answered,
+    ) -> io::Result<bool> {
+        let worker_rc = Rc::clone(&self.worker);
+        let (head, tunnel) = crate::tunnel::answer(&worker_rc, response);
+        self.send(&head).await?;
+        let status = if tunnel.is_some() { 101 } else { 502 };
+        let logged = (status, &head[..], 0);
+        log_proxied(
+            &worker_rc,
+            self.peer,
+            self.read_at,
+            raw_head,
+            answered,
+            logged,
+        );
+        if let Some(tunnel) = tunnel {
+            // What the client sent after its request head is the tunnel's first bytes.
+            let early = match self.buffers.as_ref() {
+                Some(b) => b.read[self.start..self.end].to_vec(),
+                None => Vec::new(),
+            };
+            self.start = self.end;
+            if let Err(e) = crate::tunnel::splice(&mut self.stream, &early, tunnel).await {
+                tracing::debug!(error = %e, "tunnel ended with an error");
+            }
+        }
+        Ok(false)
+    }
+
     async fn send_vectored(&mut self, head: &[u8], chunks: &[bytes::Bytes]) -> io::Result<()> {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());

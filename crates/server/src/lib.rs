@@ -42,6 +42,7 @@ mod runtime;
 mod sites;
 mod tls;
 mod transport;
+mod tunnel;
 mod worker;
 
 use std::net::SocketAddr;

@@ -30,7 +30,9 @@ mod response;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
 pub use limits::{Limits, MAX_HEADERS_CAP};
-pub use parse_response::{parse_response, ParsedResponse, ResponseError, ResponseFraming};
+pub use parse_response::{
+    parse_response, parse_upgrade_response, ParsedResponse, ResponseError, ResponseFraming,
+};
 pub use path::{normalize_path, InvalidPath};
 pub use request::{
     parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,

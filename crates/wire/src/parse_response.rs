@@ -81,6 +81,36 @@ pub fn parse_response<'h, 'b>(
     max_head_size: usize,
     max_headers: usize,
 ) -> Result<Option<ParsedResponse<'h, 'b>>, ResponseError> {
+    parse_response_to(
+        buf,
+        storage,
+        head_request,
+        max_head_size,
+        max_headers,
+        false,
+    )
+}
+
+/// [`parse_response`] of the answer to a request that asked for an upgrade
+/// (`Connection: upgrade`): a `101 Switching Protocols` is then its final response, with
+/// no body and no further HTTP on the connection.
+pub fn parse_upgrade_response<'h, 'b>(
+    buf: &'b [u8],
+    storage: &'h mut HeaderStorage<'b>,
+    max_head_size: usize,
+    max_headers: usize,
+) -> Result<Option<ParsedResponse<'h, 'b>>, ResponseError> {
+    parse_response_to(buf, storage, false, max_head_size, max_headers, true)
+}
+
+fn parse_response_to<'h, 'b>(
+    buf: &'b [u8],
+    storage: &'h mut HeaderStorage<'b>,
+    head_request: bool,
+    max_head_size: usize,
+    max_headers: usize,
+    upgrade: bool,
+) -> Result<Option<ParsedResponse<'h, 'b>>, ResponseError> {
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut resp,
@@ -118,7 +148,7 @@ pub fn parse_response<'h, 'b>(
     if !(100..=999).contains(&status) {
         return Err(ResponseError::BadStatusLine);
     }
-    if status == 101 {
+    if status == 101 && !upgrade {
         return Err(ResponseError::UnexpectedUpgrade);
     }
     let version = if minor == 0 {
@@ -318,5 +348,23 @@ mod tests {
         .unwrap();
         assert!(r.is_interim());
         assert_eq!(r.body, ResponseFraming::None);
+    }
+
+    #[test]
+    fn a_101_is_final_only_for_an_upgrade_request() {
+        let head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x02hi";
+        let mut storage = HeaderStorage::new();
+        let r = parse_upgrade_response(head, &mut storage, 16384, 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.status, r.body), (101, ResponseFraming::None));
+        assert!(!r.is_interim());
+        assert_eq!(
+            &head[r.head_len..],
+            b"\x81\x02hi",
+            "the protocol's bytes follow"
+        );
+        let mut storage = HeaderStorage::new();
+        assert!(parse_response(head, &mut storage, false, 16384, 100).is_err());
     }
 }

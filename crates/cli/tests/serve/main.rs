@@ -22,4 +22,6 @@ mod security;
 mod smuggling;
 mod static_files;
 mod tls;
+mod tunnel;
 mod upgrade;
+mod upstreams;

@@ -30,7 +30,7 @@ fn prometheus_bin(name: &str) -> PathBuf {
 }
 
 /// The admin address from the start-up line.
-pub fn admin_addr(server: &Server) -> SocketAddr {
+pub(crate) fn admin_addr(server: &Server) -> SocketAddr {
     eventually("the admin line", || stderr_has(server, "admin on http://"));
     let lines = server.stderr.lock().unwrap();
     let line = lines
@@ -42,7 +42,7 @@ pub fn admin_addr(server: &Server) -> SocketAddr {
 }
 
 /// One request to the admin listener: (status, body).
-pub fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
+pub(crate) fn admin_get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::origin::{black_hole, closed_port, frag, page, status, Origin, Reply};
 use crate::{allow_host, config, fetch_error, fetch_page, ms, read_all, request, run};
-use edge::{BreakerState, Edge, PageError, PagePolicy};
+use edge::{Edge, PageError, PagePolicy, PeerState};
 
 #[test]
 fn timeout_attribute_then_alt() {
@@ -207,7 +207,7 @@ fn a_server_that_accepts_and_never_answers_does_not_hang_the_page() {
 fn unreachable_page_upstream_is_a_502_and_its_timeouts_a_504() {
     run(async {
         let mut c = edge::EdgeConfig::proxy_to(&closed_port().to_string());
-        c.upstream[0].breaker_failures = 0;
+        c.upstream[0].max_fails = Some(0);
         let edge = Edge::new(c).unwrap();
         assert_eq!(fetch_error(&edge, "/").await.status(), 502);
         let mut c = edge::EdgeConfig::proxy_to(&black_hole().to_string());
@@ -293,7 +293,7 @@ fn an_include_of_its_own_page_is_refused_at_any_depth() {
 }
 
 #[test]
-fn breaker_opens_after_failures_and_closes_after_a_good_probe() {
+fn a_peer_failing_max_fails_times_is_skipped_until_a_good_probe() {
     let frags = Origin::start(&[("/f", status(500, 0))]);
     let origin = Origin::start(&[(
         "/",
@@ -308,79 +308,67 @@ fn breaker_opens_after_failures_and_closes_after_a_good_probe() {
             &frags.addr.to_string(),
             false,
         );
-        c.upstream[1].breaker_failures = 3;
-        c.upstream[1].breaker_cool_down = 0.2;
+        c.upstream[1].max_fails = Some(3);
+        c.upstream[1].fail_status = vec![500];
+        c.upstream[1].fail_timeout = 0.2;
         let edge = Edge::new(c).unwrap();
         for _ in 0..3 {
             assert_eq!(fetch_page(&edge, "/").await, "[]");
         }
         assert_eq!(frags.hits("/f"), 3);
-        assert_eq!(
-            edge.upstream_stats("frags").unwrap().breaker,
-            BreakerState::Open
-        );
-        // Open: the include fails at once, the fragment server is not called.
+        assert_eq!(peer_state(&edge, "frags"), PeerState::Down);
+        // Down: the include fails at once, the fragment server is not called.
         let start = Instant::now();
         assert_eq!(fetch_page(&edge, "/").await, "[]");
         assert!(start.elapsed() < Duration::from_millis(50));
         assert_eq!(frags.hits("/f"), 3);
-        // After the cool-down one probe goes through; it succeeds and closes the breaker.
+        // After fail_timeout one probe goes through; it succeeds and the peer is back.
         frags.set("/f", frag("back", 0));
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert_eq!(
-            edge.upstream_stats("frags").unwrap().breaker,
-            BreakerState::HalfOpen
-        );
+        assert_eq!(peer_state(&edge, "frags"), PeerState::Probing);
         assert_eq!(fetch_page(&edge, "/").await, "[back]");
-        assert_eq!(
-            edge.upstream_stats("frags").unwrap().breaker,
-            BreakerState::Closed
-        );
+        assert_eq!(peer_state(&edge, "frags"), PeerState::Up);
         assert_eq!(fetch_page(&edge, "/").await, "[back]");
         assert_eq!(frags.hits("/f"), 5);
         // The page's own upstream was never affected.
-        assert_eq!(
-            edge.upstream_stats("origin").unwrap().breaker,
-            BreakerState::Closed
-        );
+        assert_eq!(peer_state(&edge, "origin"), PeerState::Up);
     });
 }
 
+/// The state of an upstream's first peer.
+fn peer_state(edge: &Edge, upstream: &str) -> PeerState {
+    edge.upstream_stats(upstream).unwrap().peers[0].1
+}
+
 #[test]
-fn a_probe_dropped_midway_counts_as_a_failure_not_a_stuck_breaker() {
+fn a_probe_dropped_midway_counts_as_a_failure_not_a_stuck_peer() {
     let hole = black_hole();
     run(async {
         let mut c = edge::EdgeConfig::proxy_to(&hole.to_string());
         c.upstream[0].response_timeout = 0.05;
-        c.upstream[0].breaker_failures = 1;
-        c.upstream[0].breaker_cool_down = 0.05;
+        c.upstream[0].max_fails = Some(1);
+        c.upstream[0].fail_timeout = 0.05;
         let edge = Edge::new(c).unwrap();
         assert_eq!(fetch_error(&edge, "/").await.status(), 504);
-        assert_eq!(
-            edge.upstream_stats("origin").unwrap().breaker,
-            BreakerState::Open
-        );
-        assert_eq!(fetch_error(&edge, "/").await.status(), 503);
+        assert_eq!(peer_state(&edge, "origin"), PeerState::Down);
+        // Every peer down: 502 at once.
+        let start = Instant::now();
+        assert_eq!(fetch_error(&edge, "/").await.status(), 502);
+        assert!(start.elapsed() < Duration::from_millis(20));
         tokio::time::sleep(Duration::from_millis(70)).await;
         // The probe's client goes away before the upstream answers.
         let probe = tokio::time::timeout(Duration::from_millis(10), edge.proxy(request("/", &[])));
         assert!(probe.await.is_err());
-        assert_eq!(
-            edge.upstream_stats("origin").unwrap().breaker,
-            BreakerState::Open
-        );
+        assert_eq!(peer_state(&edge, "origin"), PeerState::Down);
         tokio::time::sleep(Duration::from_millis(70)).await;
-        assert_eq!(
-            edge.upstream_stats("origin").unwrap().breaker,
-            BreakerState::HalfOpen
-        );
+        assert_eq!(peer_state(&edge, "origin"), PeerState::Probing);
         // The next probe is let through (and times out against the black hole).
         assert_eq!(fetch_error(&edge, "/").await.status(), 504);
     });
 }
 
 #[test]
-fn a_refusing_address_is_skipped_for_the_next_one() {
+fn a_refused_get_is_retried_on_the_next_peer_which_takes_the_load() {
     let origin = Origin::start(&[("/", page("up"))]);
     run(async {
         let mut c = config(&origin);
@@ -390,10 +378,13 @@ fn a_refusing_address_is_skipped_for_the_next_one() {
         for _ in 0..4 {
             assert_eq!(fetch_page(&edge, "/").await, "up");
         }
+        let peers = edge.upstream_stats("origin").unwrap().peers;
         assert_eq!(
-            edge.upstream_stats("origin").unwrap().breaker,
-            BreakerState::Closed
+            peers[0].1,
+            PeerState::Down,
+            "refused once: out (max_fails 1)"
         );
+        assert_eq!(peers[1].1, PeerState::Up);
     });
 }
 
@@ -451,5 +442,53 @@ fn references_in_include_urls_are_decoded() {
         let mut paths: Vec<String> = origin.seen().into_iter().map(|s| s.target).collect();
         paths.sort();
         assert_eq!(paths, ["/", "/q?a=1&b=2", "/q?a=3&b=4"]);
+    });
+}
+
+#[test]
+fn an_include_timeout_shorter_than_the_response_timeout_does_not_take_a_peer_out() {
+    let origin = Origin::start(&[
+        (
+            "/",
+            page(r#"<esi:include src="/slow" alt="/alt" timeout="50"/>."#),
+        ),
+        ("/slow", frag("slow", 300)),
+        ("/alt", frag("alt", 0)),
+    ]);
+    run(async {
+        let mut c = config(&origin);
+        // Two peers (the same origin twice), so max_fails (1) applies.
+        let address = c.upstream[0].addresses[0].clone();
+        c.upstream[0].addresses.push(address);
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "alt.");
+        let peers = edge.upstream_stats("origin").unwrap().peers;
+        assert!(
+            peers.iter().all(|(_, state)| *state == PeerState::Up),
+            "the page's own deadline is not the peer's failure: {peers:?}"
+        );
+    });
+}
+
+#[test]
+fn a_fragment_fetch_refused_by_one_peer_is_retried_on_another() {
+    let frags = Origin::start(&[("/f", frag("frag", 0))]);
+    let origin = Origin::start(&[("/", page(r#"[<esi:include src="http://frags.test/f"/>]"#))]);
+    run(async {
+        let mut c = config(&origin);
+        allow_host(
+            &mut c,
+            "frags.test",
+            "frags",
+            &frags.addr.to_string(),
+            false,
+        );
+        // The refusing peer first: round robin tries it first, then the live one.
+        c.upstream[1].addresses = vec![closed_port().to_string(), frags.addr.to_string()];
+        let edge = Edge::new(c).unwrap();
+        assert_eq!(fetch_page(&edge, "/").await, "[frag]");
+        let peers = edge.upstream_stats("frags").unwrap().peers;
+        assert_eq!(peers[0].1, PeerState::Down, "the refusing peer is out");
+        assert_eq!(peers[1].1, PeerState::Up);
     });
 }

@@ -278,3 +278,65 @@ fn route_esi_mode_html_and_off() {
         assert_eq!(read_all(&mut resp).await.0, r#"<esi:include src="/f"/>"#);
     });
 }
+
+#[test]
+fn upstream_peers_balance_and_health_parse_from_toml() {
+    let c: edge::EdgeConfig = toml::from_str(
+        r#"
+        [[upstream]]
+        name = "app"
+        addresses = ["127.0.0.1:9000"]
+        balance = "hash"
+        hash_key = "cookie:session"
+        max_fails = 3
+        fail_timeout = 5
+        retries = 2
+        slow_start = 30
+
+        [[upstream.peer]]
+        address = "127.0.0.1:9001"
+        weight = 3
+
+        [upstream.health]
+        path = "/healthz"
+        interval = 2
+        "#,
+    )
+    .unwrap();
+    let u = &c.upstream[0];
+    assert_eq!(u.balance, edge::Balance::Hash);
+    assert_eq!(
+        (u.max_fails, u.fail_timeout, u.fail_window),
+        (Some(3), 5.0, 10.0)
+    );
+    assert_eq!((u.retries, u.retry_budget, u.slow_start), (2, 0.2, 30.0));
+    assert_eq!(
+        (u.peer[0].address.as_str(), u.peer[0].weight),
+        ("127.0.0.1:9001", 3)
+    );
+    let h = u.health.as_ref().unwrap();
+    assert_eq!(
+        (h.path.as_str(), h.interval, h.timeout),
+        ("/healthz", 2.0, 1.0)
+    );
+    assert_eq!((h.healthy_after, h.unhealthy_after), (1, 2));
+    let edge = Edge::new(c.clone()).unwrap();
+    let peers = edge.upstream_stats("app").unwrap().peers;
+    assert_eq!(peers.len(), 2, "addresses and [[upstream.peer]] together");
+    // The breaker's old keys still read, as passive health's.
+    let old: edge::EdgeConfig =
+        toml::from_str("[[upstream]]\nbreaker_failures = 4\nbreaker_cool_down = 2").unwrap();
+    assert_eq!(
+        (old.upstream[0].max_fails, old.upstream[0].fail_timeout),
+        (Some(4), 2.0)
+    );
+    for bad in [
+        "hash_key = \"header:\"",
+        "hash_key = \"path\"",
+        "retry_budget = -1",
+    ] {
+        let c: edge::EdgeConfig = toml::from_str(&format!("[[upstream]]\n{bad}")).unwrap();
+        assert!(Edge::new(c).is_err(), "{bad}");
+    }
+    assert!(toml::from_str::<edge::EdgeConfig>("[[upstream]]\nbalance = \"fastest\"").is_err());
+}

@@ -477,6 +477,11 @@ async fn later(
     if framing.is_none() {
         response.body = Body::Empty;
     }
+    if response.head.status() == 101 {
+        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6; h2 refuses
+        // the Upgrade field that would ask for one), so an upstream's 101 is a bad answer.
+        response = Response::status_page(502);
+    }
     let status = response.head.status();
     if response.head.assembled() {
         answered.kind = crate::metrics::ESI;

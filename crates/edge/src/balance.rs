@@ -1,0 +1,332 @@
+//! Choosing a request's peer (one worker's view: its own round-robin positions and
+//! requests in flight, the process's shared health from [`PeerSet`]), the hash key of
+//! `balance = "hash"`, and the retry budget.
+
+use std::cell::Cell;
+
+use http::header::{HeaderName, HeaderValue};
+
+use crate::config::Balance;
+use crate::peers::{hash, PeerSet};
+
+/// What `balance = "hash"` hashes.
+pub(crate) enum HashKey {
+    /// Host, path and query: the cache key's parts, so a page stays on one peer (and in
+    /// its cache) whichever tessera node serves it.
+    CacheKey,
+    Header(HeaderName),
+    Cookie(String),
+}
+
+impl HashKey {
+    /// From a validated `hash_key`.
+    pub(crate) fn parse(key: &str) -> HashKey {
+        if let Some(name) = key.strip_prefix("header:") {
+            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                return HashKey::Header(name);
+            }
+        }
+        match key.strip_prefix("cookie:") {
+            Some(name) => HashKey::Cookie(name.to_string()),
+            None => HashKey::CacheKey,
+        }
+    }
+
+    /// The key of a request, `header` reading its fields; `None` when the header or
+    /// cookie is absent (the request is balanced round robin).
+    pub(crate) fn of<'a>(
+        &self,
+        target: &str,
+        header: impl Fn(&str) -> Option<&'a HeaderValue>,
+        cookies: impl Iterator<Item = &'a HeaderValue>,
+    ) -> Option<u64> {
+        match self {
+            HashKey::CacheKey => {
+                let host = header("host").map_or(&b""[..], |h| h.as_bytes());
+                let mut key = Vec::with_capacity(host.len() + target.len());
+                key.extend_from_slice(host);
+                key.extend_from_slice(target.as_bytes());
+                Some(hash(&key))
+            }
+            HashKey::Header(name) => header(name.as_str()).map(|v| hash(v.as_bytes())),
+            HashKey::Cookie(name) => cookies
+                .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
+                .find_map(|pair| {
+                    let pair = pair.trim_ascii();
+                    let eq = pair.iter().position(|&b| b == b'=')?;
+                    (pair[..eq].trim_ascii() == name.as_bytes())
+                        .then(|| hash(pair[eq + 1..].trim_ascii()))
+                }),
+        }
+    }
+}
+
+/// One worker's balancer for one upstream.
+pub(crate) struct Balancer {
+    kind: Balance,
+    /// Smooth weighted round robin's current weights (nginx's `ngx_http_upstream_round_robin`).
+    current: Box<[Cell<i64>]>,
+    /// Where least_conn starts looking, so that ties are spread.
+    next: Cell<usize>,
+    rng: Cell<u64>,
+}
+
+impl Balancer {
+    pub(crate) fn new(kind: Balance, peers: usize, seed: u64) -> Balancer {
+        Balancer {
+            kind,
+            current: (0..peers).map(|_| Cell::new(0)).collect(),
+            next: Cell::new(0),
+            rng: Cell::new(seed | 1),
+        }
+    }
+
+    /// xorshift64: cheap, and good enough to pick peers.
+    fn random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+
+    /// The peer for a request: available, not in `tried`; `in_flight(i)` is this
+    /// worker's requests in flight to peer `i`. `None` when every peer is out.
+    pub(crate) fn pick(
+        &self,
+        set: &PeerSet,
+        in_flight: impl Fn(usize) -> u64,
+        key: Option<u64>,
+        tried: &[usize],
+    ) -> Option<usize> {
+        let now = set.now_ms();
+        let n = set.peers.len();
+        let candidate = |i: usize| !tried.contains(&i) && set.available(i, now);
+        if let (Balance::Hash, Some(key)) = (self.kind, key) {
+            return set.by_hash(key, now, tried);
+        }
+        match self.kind {
+            Balance::RoundRobin | Balance::Hash => {
+                let (mut best, mut total) = (None::<usize>, 0i64);
+                for i in (0..n).filter(|&i| candidate(i)) {
+                    let w = set.effective_weight(i, now) as i64;
+                    let c = &self.current[i];
+                    c.set(c.get() + w);
+                    total += w;
+                    if best.map_or(true, |b| c.get() > self.current[b].get()) {
+                        best = Some(i);
+                    }
+                }
+                let b = best?;
+                self.current[b].set(self.current[b].get() - total);
+                Some(b)
+            }
+            Balance::LeastConn => {
+                let start = self.next.get();
+                self.next.set(start.wrapping_add(1));
+                let load = |i: usize| (in_flight(i), set.effective_weight(i, now));
+                (0..n)
+                    .map(|k| (start + k) % n)
+                    .filter(|&i| candidate(i))
+                    .min_by(|&a, &b| {
+                        let ((la, wa), (lb, wb)) = (load(a), load(b));
+                        (la * wb).cmp(&(lb * wa))
+                    })
+            }
+            Balance::RandomTwo => {
+                let candidates: u64 = (0..n)
+                    .filter(|&i| candidate(i))
+                    .map(|i| set.effective_weight(i, now))
+                    .sum();
+                if candidates == 0 {
+                    return None;
+                }
+                // Two draws by weight; the one with fewer requests in flight for its
+                // weight wins.
+                let draw = || {
+                    let mut r = self.random() % candidates;
+                    (0..n).filter(|&i| candidate(i)).find(|&i| {
+                        let w = set.effective_weight(i, now);
+                        if r < w {
+                            return true;
+                        }
+                        r -= w;
+                        false
+                    })
+                };
+                let (a, b) = (draw()?, draw()?);
+                let score = |i: usize| (in_flight(i), set.effective_weight(i, now));
+                let ((la, wa), (lb, wb)) = (score(a), score(b));
+                Some(if lb * wa < la * wb { b } else { a })
+            }
+        }
+    }
+}
+
+/// Retries allowed per worker: every request adds `ratio` of a retry, and 10 more accrue
+/// each second; a retry spends one. So retries stay under `ratio` of requests plus 10 a
+/// second, and a brownout is not made worse by them. (Finagle's retry budget, simplified.)
+pub(crate) struct RetryBudget {
+    /// Thousandths of a retry each request adds.
+    ratio: i64,
+    /// Thousandths of a retry available.
+    balance: Cell<i64>,
+    /// When the per-second allowance was last added (ms of the peer set's clock).
+    last: Cell<u64>,
+}
+
+/// 10 retries a second, in thousandths per millisecond.
+const PER_MS: i64 = 10;
+/// Most retries saved up: 100, so a long quiet time does not buy a long burst.
+const MOST: i64 = 100_000;
+
+impl RetryBudget {
+    pub(crate) fn new(ratio: f64) -> RetryBudget {
+        RetryBudget {
+            ratio: (ratio * 1000.0) as i64,
+            balance: Cell::new(10_000),
+            last: Cell::new(0),
+        }
+    }
+
+    pub(crate) fn deposit(&self) {
+        self.balance
+            .set((self.balance.get() + self.ratio).min(MOST));
+    }
+
+    /// Whether a retry may go now (it is then paid for).
+    pub(crate) fn withdraw(&self, now_ms: u64) -> bool {
+        let elapsed = now_ms.saturating_sub(self.last.get()) as i64;
+        self.last.set(now_ms);
+        let balance = (self.balance.get() + elapsed.saturating_mul(PER_MS)).min(MOST);
+        if balance < 1000 {
+            self.balance.set(balance);
+            return false;
+        }
+        self.balance.set(balance - 1000);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{PeerConfig, UpstreamConfig};
+
+    fn weighted(weights: &[u32], kind: Balance) -> (PeerSet, Balancer) {
+        let c = UpstreamConfig {
+            peer: weights
+                .iter()
+                .enumerate()
+                .map(|(i, &weight)| PeerConfig {
+                    address: format!("10.0.0.{i}:80"),
+                    weight,
+                    ..PeerConfig::default()
+                })
+                .collect(),
+            balance: kind,
+            ..UpstreamConfig::default()
+        };
+        (
+            PeerSet::new(&c, kind == Balance::Hash),
+            Balancer::new(kind, weights.len(), 7),
+        )
+    }
+
+    #[test]
+    fn round_robin_follows_weights_smoothly() {
+        let (set, b) = weighted(&[5, 1, 1], Balance::RoundRobin);
+        let picks: Vec<usize> = (0..7)
+            .map(|_| b.pick(&set, |_| 0, None, &[]).unwrap())
+            .collect();
+        assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 5);
+        // nginx's smooth order: a a b a c a a, never five of `a` in a row.
+        assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0]);
+        assert_eq!(
+            b.pick(&set, |_| 0, None, &[0, 1]),
+            Some(2),
+            "tried peers skipped"
+        );
+    }
+
+    #[test]
+    fn least_conn_and_random_two_avoid_the_busy_peer() {
+        for kind in [Balance::LeastConn, Balance::RandomTwo] {
+            let (set, b) = weighted(&[1, 1, 1], kind);
+            let busy = |i: usize| if i == 1 { 50 } else { 0 };
+            let to_busy = (0..300)
+                .filter(|_| b.pick(&set, busy, None, &[]) == Some(1))
+                .count();
+            // random_two picks the busy one only when both draws are it (1 in 9).
+            assert!(to_busy < 60, "{kind:?}: {to_busy} of 300 to the busy peer");
+        }
+    }
+
+    #[test]
+    fn hash_key_reads_the_named_cookie_or_header() {
+        let cookie = HeaderValue::from_static("a=1; session=abc ; b=2");
+        let key = HashKey::parse("cookie:session");
+        let got = key.of("/x", |_| None, [&cookie].into_iter());
+        assert_eq!(got, Some(hash(b"abc")));
+        assert_eq!(
+            HashKey::parse("cookie:none").of("/x", |_| None, [&cookie].into_iter()),
+            None
+        );
+        let user = HeaderValue::from_static("u7");
+        let key = HashKey::parse("header:X-User");
+        assert_eq!(
+            key.of(
+                "/",
+                |n| (n == "x-user").then_some(&user),
+                std::iter::empty()
+            ),
+            Some(hash(b"u7"))
+        );
+    }
+
+    #[test]
+    fn retry_budget_is_a_share_of_requests_plus_ten_a_second() {
+        let budget = RetryBudget::new(0.2);
+        budget.balance.set(0);
+        for _ in 0..100 {
+            budget.deposit();
+        }
+        let allowed = (0..100).filter(|_| budget.withdraw(0)).count();
+        assert_eq!(allowed, 20, "20% of 100 requests");
+        assert!(budget.withdraw(100), "10 a second: one after 100 ms");
+        assert!(!budget.withdraw(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_comes_back_ramps_up_over_slow_start() {
+        let c = UpstreamConfig {
+            addresses: vec!["10.0.0.1:80".into(), "10.0.0.2:80".into()],
+            max_fails: Some(1),
+            fail_timeout: 1.0,
+            slow_start: 10.0,
+            ..UpstreamConfig::default()
+        };
+        let set = PeerSet::new(&c, false);
+        let b = Balancer::new(Balance::RoundRobin, 2, 7);
+        let down = set.claim(0, set.now_ms()).unwrap();
+        set.record(down, false);
+        tokio::time::advance(std::time::Duration::from_millis(1100)).await;
+        let probe = set.claim(0, set.now_ms()).unwrap();
+        set.record(probe, true);
+        let share = |n: usize| {
+            (0..n)
+                .filter(|_| b.pick(&set, |_| 0, None, &[]) == Some(0))
+                .count()
+        };
+        assert!(share(100) <= 2, "just back: almost nothing");
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        let half = share(300);
+        assert!(
+            (80..=120).contains(&half),
+            "half way: weight 1/2, a third of 300: {half}"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(6)).await;
+        assert_eq!(share(300), 150, "after slow_start: its full share");
+    }
+}

@@ -1,0 +1,171 @@
+//! A proxied response's body: an upstream body passed through, an ESI page being
+//! assembled, a cached object, or an upgraded connection handed to the server.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::client::PassBody;
+use crate::error::PageError;
+
+/// A response body: an upstream body passed through as it arrives, or an ESI page
+/// assembled as its fragments arrive.
+pub struct Body {
+    pub(crate) kind: BodyKind,
+    pub(crate) length: Option<u64>,
+}
+
+pub(crate) enum BodyKind {
+    Pass(PassBody),
+    Page {
+        first: Option<Bytes>,
+        rx: mpsc::Receiver<Result<Bytes, PageError>>,
+        writer: AbortHandle,
+    },
+    /// Whole already, in one piece (a cached object, a small upstream body that came
+    /// with its head), until it is taken.
+    Whole(Option<Bytes>),
+    /// Whole already (from the cache): the chunks in order, shared with the cache's
+    /// memo of the page when there is one.
+    Ready {
+        chunks: Arc<[Bytes]>,
+        next: usize,
+    },
+    /// A 101's upgraded connection, until the server takes it (no body).
+    Tunnel(Option<handler::Tunnel>),
+}
+
+impl Body {
+    /// The body's length when known in advance (a passed-through body with
+    /// Content-Length). `None` for an assembled page or a chunked upstream body: an
+    /// HTTP/1.1 client gets it chunked, an HTTP/1.0 client gets it buffered
+    /// ([`Body::collect`]) or close-delimited.
+    pub fn content_length(&self) -> Option<u64> {
+        self.length
+    }
+
+    /// Whether this body is an ESI page being assembled.
+    pub fn is_assembled(&self) -> bool {
+        matches!(self.kind, BodyKind::Page { .. })
+    }
+
+    /// Whether this body is an ESI page: being assembled, or assembled already.
+    pub fn is_page(&self) -> bool {
+        matches!(&self.kind, BodyKind::Page { .. })
+            || matches!(&self.kind, BodyKind::Ready { chunks, .. } if !chunks.is_empty())
+    }
+
+    /// A body whose chunks are all here (a cache hit), its length known.
+    pub(crate) fn ready(chunks: impl Into<Arc<[Bytes]>>) -> Body {
+        let chunks = chunks.into();
+        let length = chunks.iter().map(|c| c.len() as u64).sum();
+        Body {
+            kind: BodyKind::Ready { chunks, next: 0 },
+            length: Some(length),
+        }
+    }
+
+    /// A body in one piece that is already here.
+    pub(crate) fn whole(bytes: Bytes) -> Body {
+        Body {
+            length: Some(bytes.len() as u64),
+            kind: BodyKind::Whole(Some(bytes)),
+        }
+    }
+
+    /// The chunks not yet taken, when the whole body is already here (a cache hit: the
+    /// cached buffers themselves), so the server can write them with one vectored
+    /// write. `None` for a body still arriving.
+    pub fn ready_chunks(&self) -> Option<&[Bytes]> {
+        match &self.kind {
+            BodyKind::Ready { chunks, next } => Some(&chunks[*next..]),
+            BodyKind::Whole(whole) => Some(whole.as_slice()),
+            _ => None,
+        }
+    }
+
+    /// The whole body when it is one piece already here and untouched; else the body
+    /// back.
+    pub fn into_whole(mut self) -> Result<Bytes, Body> {
+        match &mut self.kind {
+            BodyKind::Whole(whole @ Some(_)) => Ok(whole.take().unwrap_or_default()),
+            _ => Err(self),
+        }
+    }
+
+    /// The whole body when it is already here and untouched (a cache hit): the cached
+    /// chunks themselves, shared, not copied; else the body back.
+    pub fn into_ready(mut self) -> Result<Arc<[Bytes]>, Body> {
+        match &mut self.kind {
+            BodyKind::Ready { chunks, next: 0 } => Ok(std::mem::replace(chunks, Arc::new([]))),
+            _ => Err(self),
+        }
+    }
+
+    /// The next chunk, `None` at the end. An `Err` means the body broke off (an include
+    /// failed after the head was sent, or the upstream body broke): the server must close
+    /// the connection without ending the body properly (no final chunk), so no cache
+    /// downstream stores a truncated page.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, PageError>> {
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+    }
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, PageError>>> {
+        match &mut self.kind {
+            BodyKind::Pass(p) => p
+                .poll_next(cx)
+                .map(|r| r.map(|r| r.map_err(PageError::from))),
+            BodyKind::Page { first, rx, .. } => match first.take() {
+                Some(b) => Poll::Ready(Some(Ok(b))),
+                None => rx.poll_recv(cx),
+            },
+            BodyKind::Whole(whole) => Poll::Ready(whole.take().map(Ok)),
+            BodyKind::Tunnel(_) => Poll::Ready(None),
+            BodyKind::Ready { chunks, next } => {
+                let chunk = chunks.get(*next).cloned();
+                *next += 1;
+                Poll::Ready(chunk.map(Ok))
+            }
+        }
+    }
+
+    /// The upgraded connection of a 101 response, once.
+    pub fn take_tunnel(&mut self) -> Option<handler::Tunnel> {
+        match &mut self.kind {
+            BodyKind::Tunnel(tunnel) => tunnel.take(),
+            _ => None,
+        }
+    }
+
+    /// The whole body, for a client that needs a length (HTTP/1.0 with keep-alive, or a
+    /// cache).
+    pub async fn collect(mut self) -> Result<Bytes, PageError> {
+        let mut parts = Vec::new();
+        while let Some(chunk) = self.next_chunk().await {
+            parts.push(chunk?);
+        }
+        Ok(Bytes::from(parts.concat()))
+    }
+}
+
+/// The same chunks as [`Body::next_chunk`], for code that composes streams.
+impl futures_core::Stream for Body {
+    type Item = Result<Bytes, PageError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_chunk(cx)
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        // A page nobody reads is not assembled further: its writer and include tasks stop.
+        if let BodyKind::Page { writer, .. } = &self.kind {
+            writer.abort();
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! WebSocket and other upgrades through the proxy: a GET with `Connection: upgrade` and
+//! `Upgrade: PROTOCOL` (HTTP/1.1) is forwarded with both fields (they are hop-by-hop, so
+//! only an upgrade request sends them on), never through the cache; when the upstream
+//! answers `101 Switching Protocols`, its connection leaves the pool and goes to the
+//! server with the 101 ([`handler::Tunnel`]), which splices it with the client's. Any
+//! other answer is passed on like a normal response.
+
+use std::rc::Rc;
+
+use http::header::{self, HeaderValue};
+use http::{Method, StatusCode};
+use tokio::time::Instant;
+
+use crate::body::{Body, BodyKind};
+use crate::client::{Fields, Outgoing, Upstream};
+use crate::config::secs;
+use crate::error::{ProxyError, UpstreamError};
+use crate::headers::{self, Forwarded};
+use crate::proxy::{Edge, ProxyRequest, ProxyResponse};
+
+/// The protocol a request asks to upgrade to: a GET over HTTP/1.1 whose Connection
+/// field names `upgrade` and that has an Upgrade field.
+pub(crate) fn upgrade_of(req: &ProxyRequest) -> Option<&HeaderValue> {
+    if req.method != Method::GET || req.client.version != http::Version::HTTP_11 {
+        return None;
+    }
+    let asks = req.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    asks.then(|| req.headers.get(header::UPGRADE)).flatten()
+}
+
+impl Edge {
+    /// Forwards an upgrade request; see the module's documentation.
+    pub(crate) async fn upgrade(
+        &self,
+        req: ProxyRequest,
+        upstream: &Rc<Upstream>,
+        protocol: HeaderValue,
+        authority: String,
+    ) -> Result<ProxyResponse, ProxyError> {
+        let token = self.inner.config.esi.device_token.as_str();
+        let out = Outgoing {
+            method: &req.method,
+            target: &req.target,
+            fields: Fields::Forwarded(Forwarded {
+                client_headers: &req.headers,
+                client: &req.client,
+                token,
+                identity: false,
+                whole: false,
+            }),
+            body: &req.body,
+            upgrade: Some(&protocol),
+        };
+        let deadline = Instant::now() + upstream.response_timeout;
+        let (mut parts, pooled) = upstream.send(&out, deadline).await?;
+        if parts.status != StatusCode::SWITCHING_PROTOCOLS {
+            return self.answer(req, parts, pooled, false, authority).await;
+        }
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        headers::remove_hop_by_hop(&mut parts.headers);
+        if let Some(upgrade) = upgrade {
+            parts.headers.insert(header::UPGRADE, upgrade);
+        }
+        let name = upstream.name.clone();
+        let (stream, early) = pooled
+            .into_tunnel()
+            .ok_or_else(|| UpstreamError::Protocol {
+                upstream: name,
+                message: "the upgraded connection could not be handed over".into(),
+            })?;
+        let config = self
+            .inner
+            .config
+            .upstream
+            .iter()
+            .find(|u| u.name == upstream.name);
+        let (idle, max) = config.map_or((60.0, 0.0), |u| {
+            (u.tunnel_idle_timeout, u.tunnel_max_duration)
+        });
+        let tunnel = handler::Tunnel {
+            upstream: stream,
+            early,
+            idle_timeout: secs(idle),
+            max_duration: (max > 0.0).then(|| secs(max)),
+        };
+        Ok(ProxyResponse {
+            status: parts.status,
+            headers: parts.headers,
+            body: Body {
+                kind: BodyKind::Tunnel(Some(tunnel)),
+                length: None,
+            },
+            head_h1: None,
+        })
+    }
+}
