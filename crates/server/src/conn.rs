@@ -15,11 +15,11 @@ use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
-use crate::access_log::Entry;
 use crate::dispatch::{self, Dispatched, Exchange, Work};
 use crate::metrics::Answered;
-use crate::output::{Mark, Output, Progress};
+use crate::output::Progress;
 use crate::reply;
+use crate::served::{log, log_proxied};
 use crate::transport::Stream;
 use crate::worker::{Buffers, ConnState, Worker};
 
@@ -828,101 +828,6 @@ fn discard_for(body: BodyFraming, max_head_size: usize) -> Discard {
         BodyFraming::Length(n) => Discard::Length(n),
         BodyFraming::Chunked => Discard::Chunked(Box::new((ChunkedDecoder::new(max_head_size), 0))),
     }
-}
-
-/// The metrics and access log line of a proxied request, from its head as received.
-fn log_proxied(
-    worker: &Worker,
-    client: SocketAddr,
-    read_at: Option<Instant>,
-    raw_head: &[u8],
-    answered: Answered,
-    response: (u16, &[u8], u64),
-) {
-    count(worker, answered, response, read_at);
-    if worker.log.borrow().is_none() {
-        return;
-    }
-    let mut storage = HeaderStorage::new();
-    let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
-        .ok()
-        .flatten();
-    record(worker, client, read_at, request.as_ref(), b"", response);
-}
-
-/// The metrics and access log line of the response just added to `out` (`request`:
-/// the request and who answered it; `None` for a request refused before it parsed,
-/// which the refusal counters count).
-pub(crate) fn log(
-    worker: &Worker,
-    client: SocketAddr,
-    read_at: Option<Instant>,
-    request: Option<(&wire::Request<'_, '_>, Answered)>,
-    raw_line: &[u8],
-    out: &Output,
-    mark: Mark,
-) {
-    let logging = worker.log.borrow().is_some();
-    if !logging && !worker.shared.metrics_on {
-        return;
-    }
-    let response = out.since(mark);
-    if let Some((_, answered)) = request {
-        count(worker, answered, response, read_at);
-    }
-    if logging {
-        record(
-            worker,
-            client,
-            read_at,
-            request.map(|(r, _)| r),
-            raw_line,
-            response,
-        );
-    }
-}
-
-/// Counts a response, (status, head, body bytes), in this worker's metrics, when they
-/// are on.
-pub(crate) fn count(
-    worker: &Worker,
-    answered: Answered,
-    (status, head, body_bytes): (u16, &[u8], u64),
-    read_at: Option<Instant>,
-) {
-    if let Some(metrics) = worker.metrics() {
-        let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
-        metrics.record(answered, status, micros, head.len() as u64 + body_bytes);
-    }
-}
-
-/// One access log line: `response` is (status, head, body bytes).
-pub(crate) fn record(
-    worker: &Worker,
-    client: SocketAddr,
-    read_at: Option<Instant>,
-    request: Option<&wire::Request<'_, '_>>,
-    raw_line: &[u8],
-    (status, head, body_bytes): (u16, &[u8], u64),
-) {
-    let mut logs = worker.log.borrow_mut();
-    let current = worker.current.borrow().clone();
-    let hosts = &current.gen.sites.hosts;
-    let site = request.map_or(hosts.default_site(), |r| hosts.select(r));
-    let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
-        return;
-    };
-    let entry = Entry {
-        tls: worker.tls.get(),
-        client,
-        request,
-        raw_line,
-        status,
-        head,
-        body_bytes,
-        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
-    };
-    log.record(&entry, &worker.clock.clf_time()[..]);
 }
 
 /// Consumes body bytes from `buf[*start..end]`. Returns whether the body is complete

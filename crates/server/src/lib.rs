@@ -39,6 +39,7 @@ mod output;
 mod range;
 mod reply;
 mod runtime;
+mod served;
 mod sites;
 mod tls;
 mod transport;

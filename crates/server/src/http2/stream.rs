@@ -24,9 +24,9 @@ use http::{HeaderName, HeaderValue};
 use wire::{BodyFraming, Version};
 
 use super::Streams;
-use crate::conn;
 use crate::dispatch::{self, Dispatched, Exchange, Work};
 use crate::output::Piece;
+use crate::served;
 use crate::worker::Worker;
 
 /// Largest DATA payload read from a file at a time (the send buffer takes at most
@@ -119,7 +119,7 @@ pub(super) fn start(
     };
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
-            conn::log(
+            served::log(
                 worker,
                 streams.peer,
                 read_at,
@@ -401,12 +401,12 @@ async fn handled(
     };
     worker.clock.refresh();
     worker.tls.set(streams.tls);
-    conn::count(worker, answered, (status, &head, sent), read_at);
+    served::count(worker, answered, (status, &head, sent), read_at);
     if worker.log.borrow().is_some() {
         let mut cookie = Vec::new();
         let mut fields = Vec::with_capacity(parts.headers.len() + 1);
         let (req, _) = view(parts, true, &mut cookie, &mut fields, &worker.shared.limits);
-        conn::record(
+        served::record(
             worker,
             streams.peer,
             read_at,
@@ -418,7 +418,7 @@ async fn handled(
     result
 }
 
-/// Finishes a response that comes later (as `conn::Conn::finish` does for HTTP/1): the
+/// Finishes a response that comes later (as `Conn::finish` in `conn` does for HTTP/1): the
 /// request body read within its limits, the handler awaited, the route's filter and
 /// compression applied. Returns the head (HTTP/1 lines), the body, and what the access
 /// log and metrics count.

@@ -1,0 +1,107 @@
+//! What is recorded for every response served, whichever protocol carried it: its
+//! count in the worker's metrics and its access log line.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use wire::HeaderStorage;
+
+use crate::access_log::Entry;
+use crate::metrics::Answered;
+use crate::output::{Mark, Output};
+use crate::worker::Worker;
+
+/// The metrics and access log line of a proxied request, from its head as received.
+pub(crate) fn log_proxied(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    raw_head: &[u8],
+    answered: Answered,
+    response: (u16, &[u8], u64),
+) {
+    count(worker, answered, response, read_at);
+    if worker.log.borrow().is_none() {
+        return;
+    }
+    let mut storage = HeaderStorage::new();
+    let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
+        .ok()
+        .flatten();
+    record(worker, client, read_at, request.as_ref(), b"", response);
+}
+
+/// The metrics and access log line of the response just added to `out` (`request`:
+/// the request and who answered it; `None` for a request refused before it parsed,
+/// which the refusal counters count).
+pub(crate) fn log(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    request: Option<(&wire::Request<'_, '_>, Answered)>,
+    raw_line: &[u8],
+    out: &Output,
+    mark: Mark,
+) {
+    let logging = worker.log.borrow().is_some();
+    if !logging && !worker.shared.metrics_on {
+        return;
+    }
+    let response = out.since(mark);
+    if let Some((_, answered)) = request {
+        count(worker, answered, response, read_at);
+    }
+    if logging {
+        record(
+            worker,
+            client,
+            read_at,
+            request.map(|(r, _)| r),
+            raw_line,
+            response,
+        );
+    }
+}
+
+/// Counts a response, (status, head, body bytes), in this worker's metrics, when they
+/// are on.
+pub(crate) fn count(
+    worker: &Worker,
+    answered: Answered,
+    (status, head, body_bytes): (u16, &[u8], u64),
+    read_at: Option<Instant>,
+) {
+    if let Some(metrics) = worker.metrics() {
+        let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
+        metrics.record(answered, status, micros, head.len() as u64 + body_bytes);
+    }
+}
+
+/// One access log line: `response` is (status, head, body bytes).
+pub(crate) fn record(
+    worker: &Worker,
+    client: SocketAddr,
+    read_at: Option<Instant>,
+    request: Option<&wire::Request<'_, '_>>,
+    raw_line: &[u8],
+    (status, head, body_bytes): (u16, &[u8], u64),
+) {
+    let mut logs = worker.log.borrow_mut();
+    let current = worker.current.borrow().clone();
+    let hosts = &current.gen.sites.hosts;
+    let site = request.map_or(hosts.default_site(), |r| hosts.select(r));
+    let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
+        return;
+    };
+    let entry = Entry {
+        tls: worker.tls.get(),
+        client,
+        request,
+        raw_line,
+        status,
+        head,
+        body_bytes,
+        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
+    };
+    log.record(&entry, &worker.clock.clf_time()[..]);
+}
