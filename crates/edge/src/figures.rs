@@ -9,6 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use handler::bump;
+
 use crate::error::UpstreamError;
 
 /// What became of a request sent to an upstream, up to its response head: the `outcome`
@@ -62,14 +64,6 @@ pub(crate) struct UpstreamCounts {
     /// Responses per bucket (not cumulative; the last is above every bound).
     buckets: [AtomicU64; BUCKETS_US.len() + 1],
     sum_us: AtomicU64,
-}
-
-/// Adds to a counter only this worker writes: no atomic read-modify-write.
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(by),
-        Ordering::Relaxed,
-    );
 }
 
 impl UpstreamCounts {

@@ -8,8 +8,10 @@
 //! cache line another thread writes). The blocks are the process's, not a module's, so
 //! the figures go on across reloads.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use handler::{bump, PerThread};
 
 /// How an ESI page's assembly ended: the `result` label of `tessera_esi_pages_total`.
 #[derive(Debug, Clone, Copy)]
@@ -89,23 +91,11 @@ pub(crate) struct Tally {
     bans: AtomicU64,
 }
 
-/// Adds to a counter only this thread writes: no atomic read-modify-write.
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(by),
-        Ordering::Relaxed,
-    );
-}
-
 /// Every thread's block.
-static ALL: Mutex<Vec<Arc<Tally>>> = Mutex::new(Vec::new());
+static ALL: PerThread<Tally> = PerThread::new();
 
 thread_local! {
-    static MINE: Arc<Tally> = {
-        let mine = Arc::new(Tally::default());
-        ALL.lock().unwrap_or_else(|e| e.into_inner()).push(mine.clone());
-        mine
-    };
+    static MINE: Arc<Tally> = ALL.register();
 }
 
 /// This thread's counters.
@@ -154,8 +144,7 @@ pub(crate) fn passes() -> u64 {
 }
 
 fn sum(pick: &dyn Fn(&Tally) -> &AtomicU64) -> u64 {
-    let all = ALL.lock().unwrap_or_else(|e| e.into_inner());
-    all.iter().map(|t| pick(t).load(Ordering::Relaxed)).sum()
+    ALL.sum(pick)
 }
 
 /// Writes the cache's families (stores, evictions, invalidations).

@@ -33,7 +33,9 @@ mod upstream;
 pub use body::{Body, BodyError, Chunks, Tunnel};
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};
-pub use metrics::{content_type as metrics_content_type, Labels, MetricKind, Metrics};
+pub use metrics::{
+    bump, content_type as metrics_content_type, Labels, MetricKind, Metrics, PerThread,
+};
 pub use router::Router;
 pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, LocalFuture,

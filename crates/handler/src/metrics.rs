@@ -9,6 +9,56 @@
 //! request path: the figures are summed from per-worker counters at scrape time.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Adds `by` to a counter only one thread writes (a worker's, or a thread's block of
+/// [`PerThread`]): a relaxed load and store, no atomic read-modify-write, so counting
+/// costs the request path nothing measurable.
+pub fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+/// Counters kept in a block per thread and summed at scrape time. A crate declares
+/// `static ALL: PerThread<Block> = PerThread::new();` and a `thread_local!` holding
+/// `ALL.register()`; each thread then counts in its own block with [`bump`], and a
+/// block stays in the list after its thread ends, so its counts are never lost.
+pub struct PerThread<T> {
+    all: Mutex<Vec<Arc<T>>>,
+}
+
+impl<T: Default> PerThread<T> {
+    pub const fn new() -> PerThread<T> {
+        PerThread {
+            all: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new block for the calling thread, listed for [`PerThread::sum`].
+    pub fn register(&self) -> Arc<T> {
+        let block = Arc::new(T::default());
+        self.all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(block.clone());
+        block
+    }
+
+    /// The sum of one counter over every block.
+    pub fn sum(&self, pick: &dyn Fn(&T) -> &AtomicU64) -> u64 {
+        let all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().map(|t| pick(t).load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl<T: Default> Default for PerThread<T> {
+    fn default() -> Self {
+        PerThread::new()
+    }
+}
 
 /// A metric family's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

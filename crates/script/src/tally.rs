@@ -6,8 +6,10 @@
 //! store, no locked instruction, no cache line another thread writes). The blocks are the
 //! process's, not an engine's, so the figures go on across reloads.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use handler::{bump, PerThread};
 
 /// A script's phase: the `phase` label.
 #[derive(Debug, Clone, Copy)]
@@ -55,22 +57,10 @@ struct Tally {
     loads: [AtomicU64; 2],
 }
 
-/// Adds to a counter only this thread writes: no atomic read-modify-write.
-fn bump(counter: &AtomicU64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(1),
-        Ordering::Relaxed,
-    );
-}
-
-static ALL: Mutex<Vec<Arc<Tally>>> = Mutex::new(Vec::new());
+static ALL: PerThread<Tally> = PerThread::new();
 
 thread_local! {
-    static MINE: Arc<Tally> = {
-        let mine = Arc::new(Tally::default());
-        ALL.lock().unwrap_or_else(|e| e.into_inner()).push(mine.clone());
-        mine
-    };
+    static MINE: Arc<Tally> = ALL.register();
 }
 
 fn mine(count: impl FnOnce(&Tally)) {
@@ -80,25 +70,22 @@ fn mine(count: impl FnOnce(&Tally)) {
 
 /// Counts a call into a script's `phase`.
 pub(crate) fn call(phase: Phase) {
-    mine(|t| bump(&t.calls[phase as usize]));
+    mine(|t| bump(&t.calls[phase as usize], 1));
 }
 
 /// Counts a failed call of `phase`.
 pub(crate) fn failed(phase: Phase, why: Failure) {
-    mine(|t| bump(&t.failures[phase as usize][why as usize]));
+    mine(|t| bump(&t.failures[phase as usize][why as usize], 1));
 }
 
 /// Counts a script loaded by a worker's state, or one that failed to load.
 pub(crate) fn loaded(ok: bool) {
-    mine(|t| bump(&t.loads[usize::from(!ok)]));
+    mine(|t| bump(&t.loads[usize::from(!ok)], 1));
 }
 
 /// Writes the Lua families, summed over every thread.
 pub(crate) fn write(out: &mut handler::Metrics) {
-    let all = ALL.lock().unwrap_or_else(|e| e.into_inner());
-    let sum = |pick: &dyn Fn(&Tally) -> &AtomicU64| -> u64 {
-        all.iter().map(|t| pick(t).load(Ordering::Relaxed)).sum()
-    };
+    let sum = |pick: &dyn Fn(&Tally) -> &AtomicU64| -> u64 { ALL.sum(pick) };
     for (p, phase) in PHASES.iter().enumerate() {
         out.counter(
             "tessera_lua_calls_total",

@@ -10,6 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use handler::bump;
+
 /// What answered a request: the `kind` label. `esi` is a proxied response assembled
 /// from fragments (the proxy module says so on the response head).
 pub(crate) const KINDS: [&str; 6] = ["static", "proxy", "esi", "script", "admin", "module"];
@@ -131,14 +133,6 @@ pub(crate) enum GoAway {
     Shutdown,
     Reload,
     RapidReset,
-}
-
-/// Adds one: only this worker writes the counter, so no atomic read-modify-write.
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(by),
-        Ordering::Relaxed,
-    );
 }
 
 impl WorkerMetrics {
