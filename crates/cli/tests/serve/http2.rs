@@ -75,6 +75,15 @@ fn get(path: &str) -> Vec<u8> {
     ])
 }
 
+/// Why no frame came.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// The server closed the connection (or reset it).
+    Closed,
+    /// Nothing within the read timeout.
+    TimedOut,
+}
+
 struct Frames {
     stream: TcpStream,
     buf: Vec<u8>,
@@ -106,9 +115,8 @@ impl Frames {
         self.stream.write_all(bytes)
     }
 
-    /// The next frame: (type, flags, stream, payload); `None` at the end of the
-    /// connection (or after the read timeout).
-    fn read(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+    /// The next frame: (type, flags, stream, payload), or why there is none.
+    fn next(&mut self) -> Result<(u8, u8, u32, Vec<u8>), End> {
         loop {
             if self.buf.len() >= 9 {
                 let len = (self.buf[0] as usize) << 16
@@ -120,15 +128,22 @@ impl Frames {
                     let id = u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff;
                     let payload = self.buf[9..9 + len].to_vec();
                     self.buf.drain(..9 + len);
-                    return Some((kind, flags, id, payload));
+                    return Ok((kind, flags, id, payload));
                 }
             }
             let mut chunk = [0u8; 65536];
             match self.stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
+                Ok(0) => return Err(End::Closed),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if is_timeout(&e) => return Err(End::TimedOut),
+                Err(_) => return Err(End::Closed),
             }
         }
+    }
+
+    /// The next frame; `None` at the end of the connection (or after the read timeout).
+    fn read(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        self.next().ok()
     }
 
     /// Whether the server closes the connection within 10 s (frames before are read
@@ -139,12 +154,10 @@ impl Frames {
 
     fn closed_within(&mut self, wait: Duration) -> bool {
         self.stream.set_read_timeout(Some(wait)).unwrap();
-        let mut chunk = [0u8; 4096];
         loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return true,
+            match self.next() {
                 Ok(_) => {}
-                Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+                Err(end) => return end == End::Closed,
             }
         }
     }
@@ -154,23 +167,10 @@ impl Frames {
     fn cut_off(&mut self, wait: Duration) -> bool {
         self.stream.set_read_timeout(Some(wait)).unwrap();
         loop {
-            while self.buf.len() >= 9 {
-                if self.buf[3] == GOAWAY {
-                    return true;
-                }
-                let len = (self.buf[0] as usize) << 16
-                    | (self.buf[1] as usize) << 8
-                    | self.buf[2] as usize;
-                if self.buf.len() < 9 + len {
-                    break;
-                }
-                self.buf.drain(..9 + len);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return !is_timeout(&e),
+            match self.next() {
+                Ok((GOAWAY, ..)) => return true,
+                Ok(_) => {}
+                Err(end) => return end == End::Closed,
             }
         }
     }
@@ -702,25 +702,12 @@ fn a_client_that_never_opens_its_window_is_closed_at_the_write_timeout() {
         .set_read_timeout(Some(Duration::from_secs(8)))
         .unwrap();
     let mut data = 0;
-    let mut chunk = [0u8; 65536];
     loop {
-        match client.stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => client.buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("not closed after {:?}: {e}", started.elapsed()),
-        }
-        while client.buf.len() >= 9 {
-            let len = (client.buf[0] as usize) << 16
-                | (client.buf[1] as usize) << 8
-                | client.buf[2] as usize;
-            if client.buf.len() < 9 + len {
-                break;
-            }
-            if client.buf[3] == DATA {
-                data += len;
-            }
-            client.buf.drain(..9 + len);
+        match client.next() {
+            Ok((DATA, _, _, payload)) => data += payload.len(),
+            Ok(_) => {}
+            Err(End::Closed) => break,
+            Err(End::TimedOut) => panic!("not closed after {:?}", started.elapsed()),
         }
     }
     assert_eq!(data, 0);
