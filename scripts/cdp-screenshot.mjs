@@ -14,7 +14,7 @@ const call = (method, params) => new Promise(r => {
   ws.addEventListener("message", e => { const m = JSON.parse(e.data); if (m.id === me) r(m.result); });
   ws.send(JSON.stringify({ id: me, method, params }));
 });
-await call("Emulation.setDeviceMetricsOverride", { width: 1200, height: 900, deviceScaleFactor: 1, mobile: false });
+await call("Emulation.setDeviceMetricsOverride", { width: 1200, height: 1140, deviceScaleFactor: 1, mobile: false });
 await call("Page.navigate", { url });
 await new Promise(r => setTimeout(r, Number(wait) * 1000));
 const shot = await call("Page.captureScreenshot", { format: "png" });

@@ -38,6 +38,7 @@ path_prefix = "/origin"
 [[upstream]]
 name = "down"
 addresses = ["127.0.0.1:1"]
+max_fails = 3
 
 [[route]]
 prefix = "/p"
@@ -64,7 +65,7 @@ MIX
 
 "$TESSERA" serve --config "$work/tessera.toml" 2> "$work/serve.log" &
 pids="$pids $!"
-chromium --headless --no-sandbox --disable-gpu --window-size=1200,900 \
+chromium --headless --no-sandbox --disable-gpu --window-size=1200,1140 \
     --remote-debugging-port="$DEBUG_PORT" about:blank 2> "$work/chromium.log" &
 pids="$pids $!"
 sleep 2
