@@ -874,3 +874,39 @@ fn an_upstream_coding_the_client_refuses_is_decoded_for_it() {
     );
     assert_eq!(r.body, gzip(&page_text()));
 }
+
+/// Over HTTP/2 (curl, prior knowledge) the same codings, byte exact once decoded: the
+/// compression filter runs before the response is framed, whichever the protocol.
+#[test]
+fn responses_over_http2_are_compressed_the_same_way() {
+    let (site, server) = serve("");
+    for (path, expected) in [
+        ("/page", page_text()),
+        ("/esi", esi_page()),
+        ("/lua", lua_text()),
+    ] {
+        for coding in ["gzip", "br", "zstd"] {
+            let head = site.dir.path().join("head");
+            let out = std::process::Command::new("curl")
+                .args(["-s", "--max-time", "30", "--http2-prior-knowledge"])
+                .args(["-H", &format!("Accept-Encoding: {coding}")])
+                .args(["-D", head.to_str().unwrap()])
+                .arg(format!("http://{}{path}", server.addr))
+                .output()
+                .unwrap();
+            let head = std::fs::read_to_string(&head).unwrap().to_ascii_lowercase();
+            assert!(head.starts_with("http/2 200"), "{path} {coding}: {head}");
+            assert!(
+                head.contains(&format!("content-encoding: {coding}")),
+                "{head}"
+            );
+            assert!(head.contains("vary: accept-encoding"), "{head}");
+            assert!(!head.contains("transfer-encoding"), "{head}");
+            assert!(
+                out.stdout.len() < expected.len() / 2,
+                "{path} {coding} not smaller"
+            );
+            assert_eq!(decode(coding, &out.stdout), expected, "{path} {coding}");
+        }
+    }
+}
