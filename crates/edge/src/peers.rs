@@ -318,7 +318,8 @@ impl PeerSet {
         if changed {
             p.window_start.store(0, Ordering::Relaxed);
             p.up_since.store(self.now_ms(), Ordering::Relaxed);
-            tracing::warn!(upstream = %self.name, peer = %p.address, "peer up: {why}");
+            // Good news: info, where going down is a warning.
+            tracing::info!(upstream = %self.name, peer = %p.address, "peer up: {why}");
         }
         changed
     }
@@ -332,7 +333,7 @@ impl PeerSet {
             // A peer the checks find healthy is back for passive health too.
             if !self.bring_back(i, DOWN, "health checks pass") {
                 p.up_since.store(self.now_ms(), Ordering::Relaxed);
-                tracing::warn!(upstream = %self.name, peer = %p.address,
+                tracing::info!(upstream = %self.name, peer = %p.address,
                     "peer up: health checks pass");
             }
         } else {
