@@ -161,6 +161,53 @@ pub(super) fn start(
         Dispatched::Later(exchange) => exchange,
     };
     worker.give_back(buffers);
+    // A handler's response ready now with a small body in memory (a cached object, a
+    // cached page) and no request body to wait for: framed in this pass, like a file.
+    let small = |body: &Body| match body {
+        Body::Empty => true,
+        Body::Full(b) => b.len() <= SEND_AT_ONCE,
+        Body::Ready(chunks) => chunks.iter().map(|c| c.len()).sum::<usize>() <= SEND_AT_ONCE,
+        Body::Stream { .. } => false,
+    };
+    if body.is_end_stream() && matches!(&exchange.work, Work::Ready(r) if small(&r.body)) {
+        let Exchange {
+            work: Work::Ready(ready),
+            filter,
+            answered,
+            head_only,
+            ..
+        } = *exchange
+        else {
+            unreachable!("matched above")
+        };
+        let (head, body, (answered, status)) =
+            frame_head(streams, ready, filter, answered, head_only);
+        let body = match body {
+            Body::Full(bytes) => bytes,
+            Body::Ready(chunks) if chunks.len() == 1 => chunks[0].clone(),
+            Body::Ready(chunks) => chunks.concat().into(),
+            _ => Bytes::new(),
+        };
+        served::count(
+            worker,
+            answered,
+            (status, &head, body.len() as u64),
+            read_at,
+        );
+        if worker.log.borrow().is_some() {
+            let sent = (status, &head[..], body.len() as u64);
+            served::record(worker, streams.peer, read_at, Some(&req), b"", sent);
+        }
+        let Some((response, _)) = response(&head, head_only) else {
+            respond.send_reset(h2::Reason::INTERNAL_ERROR);
+            return Rest::Ended(false);
+        };
+        return Rest::Ready(Ready {
+            respond,
+            response,
+            body,
+        });
+    }
     let work = Waits::Exchange {
         parts,
         body,
@@ -432,12 +479,12 @@ async fn later(
     let Exchange {
         work,
         mut filter,
-        mut answered,
+        answered,
         site,
         accepted,
         ..
     } = exchange;
-    let mut response = match work {
+    let response = match work {
         Work::Ready(response) => {
             // Made without the request body: skipped first, as for a static file.
             if !body.is_end_stream() {
@@ -464,6 +511,28 @@ async fn later(
             }
         }
     };
+    Ok(frame_head(streams, response, filter, answered, head_only))
+}
+
+/// A handler's response made ready to frame: its head written by the HTTP/1 encoder, its
+/// body (none when no content follows), and what metrics and the access log count. The
+/// filter's exchange ends here (it has seen the head).
+fn frame_head(
+    streams: &Streams,
+    mut response: Response,
+    filter: Option<Box<dyn handler::Attached>>,
+    mut answered: crate::metrics::Answered,
+    head_only: bool,
+) -> (Vec<u8>, Body, (crate::metrics::Answered, u16)) {
+    let worker: &Worker = &streams.worker;
+    if response.head.status() == 101 {
+        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6; h2 refuses
+        // the Upgrade field that would ask for one), so an upstream's 101 is a bad answer.
+        response = Response::status_page(502);
+    }
+    if response.head.assembled() {
+        answered.kind = crate::metrics::ESI;
+    }
     let mut head = Vec::with_capacity(512);
     worker.tls.set(streams.tls);
     let framing = dispatch::write_head(
@@ -477,18 +546,8 @@ async fn later(
     if framing.is_none() {
         response.body = Body::Empty;
     }
-    if response.head.status() == 101 {
-        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6; h2 refuses
-        // the Upgrade field that would ask for one), so an upstream's 101 is a bad answer.
-        response = Response::status_page(502);
-    }
-    let status = response.head.status();
-    if response.head.assembled() {
-        answered.kind = crate::metrics::ESI;
-    }
-    // Ends the exchange for the filter (it has seen the head).
     drop(filter);
-    Ok((head, response.body, (answered, status)))
+    (head, response.body, (answered, response.head.status()))
 }
 
 /// The request body for a handler that reads it, within `limits.max_body_size` (413
