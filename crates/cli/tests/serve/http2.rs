@@ -66,6 +66,23 @@ fn block(fields: &[(&str, &str)]) -> Vec<u8> {
     out
 }
 
+/// HEADERS then RST_STREAM (CANCEL) for `count` streams from the `first`-th: what a
+/// Rapid Reset client sends.
+fn open_and_cancel(first: u32, count: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for i in first..first + count {
+        let id = 2 * i + 1;
+        bytes.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            id,
+            &get("/hello.txt"),
+        ));
+        bytes.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+    }
+    bytes
+}
+
 fn get(path: &str) -> Vec<u8> {
     block(&[
         (":method", "GET"),
@@ -505,17 +522,7 @@ fn rapid_reset_gets_goaway_and_other_clients_are_served() {
     let mut sent = 0u32;
     // Open and cancel streams in batches, as CVE-2023-44487's clients do.
     for batch in 0..100u32 {
-        let mut bytes = Vec::new();
-        for i in 0..100u32 {
-            let id = 2 * (batch * 100 + i) + 1;
-            bytes.extend(frame(
-                HEADERS,
-                END_HEADERS | END_STREAM,
-                id,
-                &get("/hello.txt"),
-            ));
-            bytes.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
-        }
+        let bytes = open_and_cancel(batch * 100, 100);
         if client.send(&bytes).is_err() {
             break;
         }
@@ -541,17 +548,7 @@ fn cancelling_fewer_streams_than_the_limit_is_not_an_attack() {
     let server = site.serve_with("[http2]\nmax_reset_streams = 1000\n");
     let mut client = Frames::connect(server.addr, &[]);
     // A browser leaving a page cancels what it had asked for: 900 streams here.
-    let mut bytes = Vec::new();
-    for i in 0..900u32 {
-        let id = 2 * i + 1;
-        bytes.extend(frame(
-            HEADERS,
-            END_HEADERS | END_STREAM,
-            id,
-            &get("/hello.txt"),
-        ));
-        bytes.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
-    }
+    let mut bytes = open_and_cancel(0, 900);
     bytes.extend(frame(
         HEADERS,
         END_HEADERS | END_STREAM,
@@ -855,17 +852,7 @@ fn metrics_count_http2_connections_streams_and_goaways() {
         assert_still_served(&server);
     }
     let mut client = Frames::connect(server.addr, &[]);
-    let mut bytes = Vec::new();
-    for i in 0..2000u32 {
-        let id = 2 * i + 1;
-        bytes.extend(frame(
-            HEADERS,
-            END_HEADERS | END_STREAM,
-            id,
-            &get("/hello.txt"),
-        ));
-        bytes.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
-    }
+    let bytes = open_and_cancel(0, 2000);
     let _ = client.send(&bytes);
     assert_eq!(client.goaway(), Some(ENHANCE_YOUR_CALM));
     eventually("the figures", || {
