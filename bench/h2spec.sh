@@ -91,7 +91,7 @@ run() {
     shift
     local out
     out=$("$H2SPEC" -o 5 "$@" 2>&1 || true)
-    if [ -n "$VERBOSE" ]; then echo "$out"; else echo "$out" | sed -n '/^Failures:/,$p' | grep -v '^$' | head -40; fi
+    if [ -n "$VERBOSE" ]; then echo "$out"; else echo "$out" | sed -n '/^Failures:/,$p' | grep -v '^$' | head -40 || true; fi
     echo "$name: $(echo "$out" | grep -E '^[0-9]+ tests' | tail -1)"
 }
 run "tessera TLS" -t -k -h 127.0.0.1 -p "$tls"
