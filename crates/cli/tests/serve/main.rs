@@ -22,6 +22,7 @@ mod security;
 mod smuggling;
 mod static_files;
 mod tls;
+mod tls_records;
 mod tunnel;
 mod upgrade;
 mod upstreams;

@@ -734,9 +734,10 @@ fn a_flood_of_5000_half_open_handshakes_stays_in_budget_and_a_good_client_is_ser
         opened.elapsed()
     );
     let flooded = tls.server.rss_kib();
-    // Budget: a handshake holds its slot, its task and socket registration and rustls'
-    // handshake state with its 4 KiB record buffer; no read or output buffer set.
-    let per_handshake = 16;
+    // Budget: a handshake holds its slot, its task and socket registration, rustls'
+    // handshake state and the 8 bytes received; no record, read or output buffer (about
+    // 2.6 KiB measured; 11.8 KiB with rustls' buffered connection).
+    let per_handshake = 6;
     let grew = flooded.saturating_sub(base);
     assert!(
         grew <= flood.len() as u64 * per_handshake,

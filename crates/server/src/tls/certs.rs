@@ -49,6 +49,7 @@ impl Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        super::stream::note_sni(hello.server_name());
         hello
             .server_name()
             .and_then(|name| self.hosts.named(name.as_bytes()))

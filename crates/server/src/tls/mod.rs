@@ -154,10 +154,20 @@ pub(crate) async fn serve(
                 });
             }
             let facts = stream.facts;
-            let stream = Stream::Tls(Box::new(stream));
+            let stream = Stream::Tls(stream);
             if facts.h2 {
+                // Boxed, as in `conn`: the HTTP/2 connection's future is several KiB, and
+                // every TLS connection's task would otherwise carry room for it.
                 let prefix = bytes::Bytes::new();
-                crate::http2::serve(stream, prefix, peer, worker, slot, Some(facts)).await;
+                Box::pin(crate::http2::serve(
+                    stream,
+                    prefix,
+                    peer,
+                    worker,
+                    slot,
+                    Some(facts),
+                ))
+                .await;
             } else {
                 conn::serve(Conn::new(stream, peer, worker, slot)).await;
             }

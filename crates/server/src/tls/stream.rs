@@ -1,65 +1,168 @@
-//! One TLS connection: rustls' `ServerConnection` over the worker's non-blocking socket,
-//! driven by hand (no tokio-rustls) so that the connection's output batch is encrypted
-//! straight from where it lies, a few records per write, and so that waiting is done on
-//! the socket's own readiness as on a cleartext connection.
+//! One TLS connection: rustls' *unbuffered* server connection over the worker's
+//! non-blocking socket, driven by hand (no tokio-rustls) so that the connection's output
+//! batch is encrypted straight from where it lies, a few records per write, so that
+//! waiting is done on the socket's own readiness as on a cleartext connection, and so
+//! that an idle connection holds no buffer.
 //!
-//! Reads: the socket's bytes go into rustls, which decrypts them; the connection copies
-//! the plaintext into its read buffer. Writes: the batch (heads, small bodies, file
-//! pieces read with pread(2) into one reused per-worker buffer) goes into rustls as
-//! 16 KiB records until rustls holds its limit (64 KiB), then one vectored write sends
-//! them all. kTLS would replace the second half (the kernel encrypting, sendfile again)
-//! behind a start-up probe; nothing above this file would change.
+//! Why unbuffered: rustls' buffered `ServerConnection` keeps a read buffer of at least
+//! 4 KiB for as long as the connection lives, the larger part of what an idle TLS
+//! connection cost (measured: 7.3 KiB of rustls state per idle connection, 4 KiB of it
+//! that buffer). Here the bytes read from the socket go into one per-worker buffer,
+//! rustls decrypts them there, and the connection keeps bytes of its own only when it
+//! must: the part of a record that has not all arrived, plaintext its reader had no room
+//! for, records the socket would not take yet. Each of those is freed once used up, so
+//! an idle connection holds rustls' keys and state and nothing more.
+//!
+//! Reads: the socket's bytes (after any partial record kept from before) go into the
+//! worker's input buffer; every complete record is processed; application data is copied
+//! into the reader's buffer. Writes: the batch (heads, small bodies, file pieces read
+//! with pread(2) into one reused per-worker buffer) is encrypted as 16 KiB records, four
+//! at most, into the worker's output buffer, which one write sends. kTLS would replace
+//! the second half (the kernel encrypting, sendfile again) behind a start-up probe;
+//! nothing above this file would change.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use rustls::{ServerConfig, ServerConnection};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+use rustls::ServerConfig;
 use tokio::net::TcpStream;
 
 use super::TlsFacts;
 use crate::output::{Output, Progress};
 
-/// Plaintext taken from a batch per record: TLS's largest record.
+/// Plaintext per record: TLS's largest.
 const RECORD: usize = 16 * 1024;
+/// Records encrypted before one write sends them.
+const RECORDS_PER_WRITE: usize = 4;
+/// What a record adds to its plaintext at most: the header (5), TLS 1.2's explicit nonce
+/// (8) or TLS 1.3's content type (1), and the AEAD tag (16).
+const OVERHEAD: usize = 5 + 8 + 16;
+/// The input buffer: room for a handshake message that spans records (rustls allows
+/// 64 KiB) and a large read after it.
+const INPUT: usize = 128 * 1024;
+
+/// The worker's buffers (each worker is one thread; a connection never holds them across
+/// a wait): bytes read from the socket, plaintext on its way into a record, records on
+/// their way to the socket.
+struct Scratch {
+    input: Box<[u8]>,
+    plain: Box<[u8]>,
+    wire: Records,
+}
+
+/// Encrypted records on their way to the socket: `buf[at..len]`. `buf` only grows, and
+/// its bytes past `len` stay initialized, so encrypting into it never fills it again.
+#[derive(Default)]
+struct Records {
+    buf: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl Records {
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.at..self.len]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.at >= self.len
+    }
+
+    fn clear(&mut self) {
+        self.at = 0;
+        self.len = 0;
+    }
+
+    /// Room for at least `n` more bytes after what it holds; [`Records::filled`] says how
+    /// much of it was used.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.buf.len() < self.len + n {
+            self.buf.resize(self.len + n, 0);
+        }
+        &mut self.buf[self.len..]
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.len += n;
+    }
+}
 
 thread_local! {
-    /// The worker's buffer for a batch's plaintext on its way into rustls (each worker
-    /// is one thread; a connection never holds it across a wait).
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECORD].into_boxed_slice());
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
+        input: vec![0; INPUT].into_boxed_slice(),
+        plain: vec![0; RECORD].into_boxed_slice(),
+        wire: Records {
+            buf: vec![0; RECORDS_PER_WRITE * (RECORD + OVERHEAD)],
+            at: 0,
+            len: 0,
+        },
+    });
+
+    /// The server name of the ClientHello just processed on this worker, set by the
+    /// certificate resolver (`certs::Resolver`) while rustls runs inside
+    /// [`TlsStream::receive`], and taken right after it: rustls' unbuffered connection
+    /// has no accessor for the SNI it received (0.23), and the resolver sees every
+    /// ClientHello, resumed or not. `Some(None)`: a ClientHello without SNI.
+    static SNI: RefCell<Option<Option<Box<str>>>> = const { RefCell::new(None) };
+}
+
+/// Called by the certificate resolver with the ClientHello's server name.
+pub(super) fn note_sni(name: Option<&str>) {
+    SNI.with_borrow_mut(|sni| *sni = Some(name.map(Box::from)));
 }
 
 pub(crate) struct TlsStream {
     pub tcp: TcpStream,
-    pub tls: ServerConnection,
+    pub tls: UnbufferedServerConnection,
     /// Known once the handshake is done.
     pub facts: TlsFacts,
+    /// Records (handshake messages, alerts, the tail of a write the socket refused) not
+    /// yet taken by the socket; they go out before anything else.
+    out: Records,
+    /// Received bytes not processed yet: a record (or a handshake message spanning
+    /// records) that has not all arrived.
+    partial: Vec<u8>,
+    /// Plaintext decrypted for which the reader had no room, from `plain_at` on.
+    plain: Vec<u8>,
+    plain_at: usize,
+    /// The peer's close_notify arrived: reads end once `plain` is used up.
+    peer_closed: bool,
+    /// The server name the client sent, known once its ClientHello is processed.
+    sni: Option<Box<str>>,
 }
 
-/// The socket as rustls sees it: reads and writes that never wait (tokio clears the
-/// socket's readiness on `WouldBlock`, so the next wait goes to epoll).
-struct Socket<'a>(&'a TcpStream);
-
-impl Read for Socket<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(buf)
-    }
+/// Where processing the received records stopped.
+#[derive(PartialEq)]
+enum Next {
+    /// The handshake needs more bytes from the peer.
+    Handshake,
+    /// The handshake is done and every complete record is processed.
+    Traffic,
 }
 
-impl Write for Socket<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.try_write(buf)
-    }
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
 
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.0.try_write_vectored(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+/// Encodes a handshake message or alert rustls has ready onto the end of `to`.
+fn encode(
+    state: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>,
+    to: &mut Records,
+) -> io::Result<()> {
+    let n = match state.encode(to.room(1024)) {
+        Ok(n) => n,
+        Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => state
+            .encode(to.room(required_size))
+            .map_err(io::Error::other)?,
+        Err(e) => return Err(io::Error::other(e)),
+    };
+    to.filled(n);
+    Ok(())
 }
 
 impl TlsStream {
@@ -71,8 +174,8 @@ impl TlsStream {
         tcp: TcpStream,
         config: Arc<ServerConfig>,
         hosts: &handler::Hosts,
-    ) -> io::Result<TlsStream> {
-        let tls = ServerConnection::new(config).map_err(io::Error::other)?;
+    ) -> io::Result<Box<TlsStream>> {
+        let tls = UnbufferedServerConnection::new(config).map_err(io::Error::other)?;
         let facts = TlsFacts {
             site: hosts.default_site(),
             sni: false,
@@ -80,25 +183,40 @@ impl TlsStream {
             cipher: "-",
             h2: false,
         };
-        let mut stream = TlsStream { tcp, tls, facts };
+        // Boxed from the start: the connection's task holds a pointer across the
+        // handshake's waits, not rustls' state.
+        let mut stream = Box::new(TlsStream {
+            tcp,
+            tls,
+            facts,
+            out: Records::default(),
+            partial: Vec::new(),
+            plain: Vec::new(),
+            plain_at: 0,
+            peer_closed: false,
+            sni: None,
+        });
         while stream.tls.is_handshaking() {
-            poll_fn(|cx| stream.poll_send(cx)).await?;
-            if !stream.tls.is_handshaking() {
-                break;
-            }
             poll_fn(|cx| stream.tcp.poll_read_ready(cx)).await?;
-            match stream.receive() {
+            match stream.receive(&mut [], &mut 0) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
+            // The server's flight (and, once done, the TLS 1.3 session tickets).
+            poll_fn(|cx| stream.poll_send(cx)).await?;
+            if stream.peer_closed {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
         }
-        // The TLS 1.3 session tickets, queued as the handshake completed.
-        poll_fn(|cx| stream.poll_send(cx)).await?;
         let tls = &stream.tls;
-        stream.facts.sni = tls.server_name().is_some();
-        if let Some(site) = tls.server_name().and_then(|n| hosts.named(n.as_bytes())) {
+        stream.facts.sni = stream.sni.is_some();
+        if let Some(site) = stream
+            .sni
+            .as_deref()
+            .and_then(|n| hosts.named(n.as_bytes()))
+        {
             stream.facts.site = site;
         }
         stream.facts.version = match tls.protocol_version() {
@@ -114,63 +232,239 @@ impl TlsStream {
         Ok(stream)
     }
 
-    /// Reads what the socket has into rustls and processes it. A protocol error (a
-    /// client speaking cleartext HTTP to a TLS port, a refused version or suite) sends
-    /// rustls' alert, without waiting, and ends the connection.
-    fn receive(&mut self) -> io::Result<usize> {
-        let n = self.tls.read_tls(&mut Socket(&self.tcp))?;
-        if n > 0 {
-            if let Err(e) = self.tls.process_new_packets() {
-                let _ = self.tls.write_tls(&mut Socket(&self.tcp));
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+    /// Processes the received bytes `input` holds, from the front, until rustls needs
+    /// more: handshake messages (its answers are queued in `out`), application data
+    /// (copied into `into` from `filled` on; what does not fit is kept in `plain`), the
+    /// peer's close_notify. Returns how many bytes of `input` are used up.
+    fn process(
+        &mut self,
+        input: &mut [u8],
+        into: &mut [u8],
+        filled: &mut usize,
+    ) -> io::Result<(usize, Next)> {
+        let mut used = 0;
+        loop {
+            let status = self.tls.process_tls_records(&mut input[used..]);
+            let mut discard = status.discard;
+            let state = match status.state {
+                Ok(state) => state,
+                Err(e) => {
+                    // rustls queued an alert saying why; it goes out with `send_now`.
+                    if let Ok(ConnectionState::EncodeTlsData(mut alert)) =
+                        self.tls.process_tls_records(&mut []).state
+                    {
+                        let _ = encode(&mut alert, &mut self.out);
+                    }
+                    return Err(tls_error(e));
+                }
+            };
+            match state {
+                ConnectionState::ReadTraffic(mut traffic) => {
+                    while let Some(record) = traffic.next_record() {
+                        let record = record.map_err(tls_error)?;
+                        discard += record.discard;
+                        let room = &mut into[*filled..];
+                        let n = room.len().min(record.payload.len());
+                        room[..n].copy_from_slice(&record.payload[..n]);
+                        *filled += n;
+                        self.plain.extend_from_slice(&record.payload[n..]);
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut data) => encode(&mut data, &mut self.out)?,
+                // The encoded records are in `out`, which goes out before anything
+                // written later.
+                ConnectionState::TransmitTlsData(data) => data.done(),
+                ConnectionState::BlockedHandshake => return Ok((used + discard, Next::Handshake)),
+                ConnectionState::WriteTraffic(_) => return Ok((used + discard, Next::Traffic)),
+                ConnectionState::PeerClosed => self.peer_closed = true,
+                ConnectionState::Closed => {
+                    self.peer_closed = true;
+                    return Ok((used + discard, Next::Traffic));
+                }
+                // 0-RTT is off (`max_early_data_size = 0`), so there is none to read.
+                ConnectionState::ReadEarlyData(_) => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "early data"))
+                }
+                _ => return Err(io::Error::other("unknown TLS connection state")),
             }
-            // A key update or an alert to answer: best effort now, else with the next
-            // write.
-            if self.tls.wants_write() {
-                let _ = self.tls.write_tls(&mut Socket(&self.tcp));
-            }
+            used += discard;
         }
-        Ok(n)
     }
 
-    /// Sends every record rustls holds, waiting for writability when the socket is full.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut Socket(&self.tcp)) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(self.tcp.poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
+    /// Reads what the socket has (after the partial record kept from before), processes
+    /// it, and keeps what is left of a record that has not all arrived. Application data
+    /// goes into `into` from `filled` on. `Ok(0)`: the end of the stream. A protocol
+    /// error (a client speaking cleartext HTTP to a TLS port, a refused version or
+    /// suite) sends rustls' alert, without waiting, and ends the connection.
+    fn receive(&mut self, into: &mut [u8], filled: &mut usize) -> io::Result<usize> {
+        let result = SCRATCH.with_borrow_mut(|scratch| {
+            let input = &mut scratch.input[..];
+            let kept = self.partial.len();
+            if kept >= INPUT - RECORD {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "TLS handshake message too large",
+                ));
             }
+            input[..kept].copy_from_slice(&self.partial);
+            let n = self.tcp.try_read(&mut input[kept..])?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let len = kept + n;
+            let (used, _) = self.process(&mut input[..len], into, filled)?;
+            self.partial.clear();
+            match used < len {
+                true => self.partial.extend_from_slice(&input[used..len]),
+                false => self.partial = Vec::new(),
+            }
+            Ok(n)
+        });
+        // Set by the certificate resolver if a ClientHello was processed just now.
+        if let Some(sni) = SNI.with_borrow_mut(Option::take) {
+            self.sni = sni;
+        }
+        // A handshake answer, a key update or an alert: best effort now, else before
+        // the next write.
+        self.send_now();
+        result
+    }
+
+    /// Writes what `out` holds as far as the socket takes it without waiting. `Ok(true)`
+    /// once it is all gone. Its memory stays while a response streams (the next refused
+    /// write reuses it) and goes when the connection waits to read (`release`).
+    fn try_send(&mut self) -> io::Result<bool> {
+        while !self.out.is_empty() {
+            match self.tcp.try_write(self.out.pending()) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out.at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        Ok(true)
+    }
+
+    /// Frees the output buffer once it is sent: the connection is about to wait for the
+    /// peer, so an idle connection holds no buffer.
+    fn release(&mut self) {
+        if self.out.is_empty() && self.out.buf.capacity() > 0 {
+            self.out = Records::default();
+        }
+    }
+
+    fn send_now(&mut self) {
+        if !self.out.is_empty() {
+            let _ = self.try_send();
+        }
+    }
+
+    /// Sends every record queued, waiting for writability when the socket is full.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.try_send()? {
+            ready!(self.tcp.poll_write_ready(cx))?;
         }
         Poll::Ready(Ok(()))
     }
 
-    /// Ready when plaintext is waiting in rustls, or the socket is readable.
-    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.tls.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {
-                self.tcp.poll_read_ready(cx)
+    /// Encrypts `plain` as records onto the end of `wire`, with any handshake message
+    /// rustls must send first (a key update) before them.
+    fn encrypt(&mut self, plain: &[u8], wire: &mut Records) -> io::Result<()> {
+        loop {
+            match self
+                .tls
+                .process_tls_records(&mut [])
+                .state
+                .map_err(tls_error)?
+            {
+                ConnectionState::WriteTraffic(mut traffic) => {
+                    let records = plain.len().div_ceil(RECORD).max(1);
+                    let n =
+                        match traffic.encrypt(plain, wire.room(plain.len() + records * OVERHEAD)) {
+                            Ok(n) => n,
+                            Err(EncryptError::InsufficientSize(InsufficientSizeError {
+                                required_size,
+                            })) => traffic
+                                .encrypt(plain, wire.room(required_size))
+                                .map_err(io::Error::other)?,
+                            Err(e) => return Err(io::Error::other(e)),
+                        };
+                    wire.filled(n);
+                    return Ok(());
+                }
+                ConnectionState::EncodeTlsData(mut data) => encode(&mut data, wire)?,
+                ConnectionState::TransmitTlsData(data) => data.done(),
+                // Plaintext that arrived with a handshake message: kept for the reader.
+                ConnectionState::ReadTraffic(mut traffic) => {
+                    while let Some(record) = traffic.next_record() {
+                        self.plain
+                            .extend_from_slice(record.map_err(tls_error)?.payload);
+                    }
+                }
+                ConnectionState::PeerClosed => self.peer_closed = true,
+                _ => return Err(io::ErrorKind::BrokenPipe.into()),
             }
-            // Plaintext, the peer's close_notify, or an error: the read reports it.
-            _ => Poll::Ready(Ok(())),
         }
+    }
+
+    /// Sends `wire` (records in order after `out`, which is empty) as far as the socket
+    /// takes it now. What it does not take stays where it is: the worker's buffer becomes
+    /// the connection's `out` (no copy), and `out`'s old allocation becomes the worker's,
+    /// so a long response swaps two buffers and allocates nothing. Whether any byte went
+    /// out.
+    fn send_wire(&mut self, wire: &mut Records) -> io::Result<bool> {
+        let n = match self.tcp.try_write(wire.pending()) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        wire.at += n;
+        if !wire.is_empty() {
+            self.out.clear();
+            std::mem::swap(&mut self.out, wire);
+        }
+        Ok(n > 0)
+    }
+
+    /// Ready when a read would find bytes (or the end): plaintext already decrypted, the
+    /// peer's close_notify, or the socket's readiness.
+    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.plain_at < self.plain.len() || self.peer_closed {
+            return Poll::Ready(Ok(()));
+        }
+        self.release();
+        self.tcp.poll_read_ready(cx)
     }
 
     /// Decrypted bytes into `buf`; 0 at the end of the stream.
     pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
         loop {
-            match self.tls.reader().read(buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+            if self.plain_at < self.plain.len() {
+                let left = &self.plain[self.plain_at..];
+                let n = left.len().min(buf.len());
+                buf[..n].copy_from_slice(&left[..n]);
+                self.plain_at += n;
+                if self.plain_at == self.plain.len() {
+                    self.plain = Vec::new();
+                    self.plain_at = 0;
+                }
+                return Poll::Ready(Ok(n));
             }
-            match self.receive() {
+            if self.peer_closed {
+                return Poll::Ready(Ok(0));
+            }
+            let mut filled = 0;
+            match self.receive(buf, &mut filled) {
                 Ok(0) => return Poll::Ready(Ok(0)),
+                Ok(_) if filled > 0 => return Poll::Ready(Ok(filled)),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.release();
                     ready!(self.tcp.poll_read_ready(cx))?;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
@@ -178,20 +472,53 @@ impl TlsStream {
         }
     }
 
-    /// Encrypts `bufs` (several pieces become one record while they fit) once what
-    /// rustls held before has gone out, so that it never holds more than one write's
-    /// worth; then sends what the socket takes without waiting.
+    /// Encrypts up to four records' worth of `bufs` (small pieces gathered into one
+    /// record) once what was queued before has gone out, so that the connection never
+    /// holds more than one write's worth; then sends what the socket takes without
+    /// waiting, keeping the rest.
     pub fn poll_write_vectored(
         &mut self,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         ready!(self.poll_send(cx))?;
-        let n = self.tls.writer().write_vectored(bufs)?;
-        match self.tls.write_tls(&mut Socket(&self.tcp)) {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(n)),
-        }
+        let taken = SCRATCH.with_borrow_mut(|scratch| {
+            let Scratch { plain, wire, .. } = scratch;
+            wire.clear();
+            let budget = RECORDS_PER_WRITE * RECORD;
+            let (mut taken, mut gathered) = (0, 0);
+            for buf in bufs {
+                let mut buf = &buf[..buf.len().min(budget - taken - gathered)];
+                if gathered == 0 && buf.len() >= RECORD {
+                    self.encrypt(buf, wire)?;
+                    taken += buf.len();
+                    continue;
+                }
+                while !buf.is_empty() {
+                    let n = buf.len().min(RECORD - gathered);
+                    plain[gathered..gathered + n].copy_from_slice(&buf[..n]);
+                    gathered += n;
+                    buf = &buf[n..];
+                    if gathered == RECORD {
+                        self.encrypt(&plain[..gathered], wire)?;
+                        taken += gathered;
+                        gathered = 0;
+                    }
+                }
+                if taken + gathered == budget {
+                    break;
+                }
+            }
+            if gathered > 0 {
+                self.encrypt(&plain[..gathered], wire)?;
+                taken += gathered;
+            }
+            if !wire.is_empty() {
+                self.send_wire(wire)?;
+            }
+            io::Result::Ok(taken)
+        })?;
+        Poll::Ready(Ok(taken))
     }
 
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -199,55 +526,77 @@ impl TlsStream {
     }
 
     pub fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.tls.send_close_notify();
+        self.queue_close_notify();
         ready!(self.poll_send(cx))?;
         Poll::Ready(socket2::SockRef::from(&self.tcp).shutdown(std::net::Shutdown::Write))
     }
 
     /// The output batch, encrypted and written without waiting: the plaintext is taken
-    /// a record at a time (in the worker's scratch buffer; file pieces read into it)
-    /// until rustls holds its limit, then one vectored write sends those records.
+    /// a record at a time (in the worker's buffer; file pieces read into it) and
+    /// encrypted into the worker's output buffer, four records at most, which one write
+    /// sends; what the socket does not take is kept until it is writable again.
     pub fn try_write_output(&mut self, out: &mut Output) -> io::Result<Progress> {
+        let mut wrote = false;
+        if !self.out.is_empty() {
+            let before = self.out.at;
+            let done = self.try_send().inspect_err(|_| out.clear())?;
+            wrote = self.out.at > before || done;
+            if !done {
+                return Ok(Progress::Blocked { wrote });
+            }
+        }
         SCRATCH.with_borrow_mut(|scratch| {
-            let mut wrote = false;
+            let Scratch { plain, wire, .. } = scratch;
             loop {
-                while !out.is_taken() {
-                    let n = match out.copy_out(scratch) {
-                        Ok(n) => n,
+                wire.clear();
+                for _ in 0..RECORDS_PER_WRITE {
+                    if out.is_taken() {
+                        break;
+                    }
+                    let result = out
+                        .copy_out(plain)
+                        .and_then(|n| self.encrypt(&plain[..n], wire).map(|()| n));
+                    match result {
+                        Ok(0) => break,
+                        Ok(n) => out.advance(n as u64),
                         Err(e) => {
                             out.clear();
                             return Err(e);
                         }
-                    };
-                    let taken = self.tls.writer().write(&scratch[..n])?;
-                    out.advance(taken as u64);
-                    if taken < n || n == 0 {
-                        break;
                     }
                 }
-                if !self.tls.wants_write() {
-                    // rustls holds nothing, so it took all it was given.
+                if wire.is_empty() {
                     out.clear();
                     return Ok(Progress::Done);
                 }
-                match self.tls.write_tls(&mut Socket(&self.tcp)) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(_) => wrote = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        return Ok(Progress::Blocked { wrote });
-                    }
+                match self.send_wire(wire) {
+                    Ok(sent) => wrote |= sent,
                     Err(e) => {
                         out.clear();
                         return Err(e);
                     }
                 }
+                if !self.out.is_empty() {
+                    return Ok(Progress::Blocked { wrote });
+                }
             }
         })
     }
 
+    /// Queues a close_notify alert after what is queued already.
+    fn queue_close_notify(&mut self) {
+        if let Ok(ConnectionState::WriteTraffic(mut traffic)) =
+            self.tls.process_tls_records(&mut []).state
+        {
+            if let Ok(n) = traffic.queue_close_notify(self.out.room(64)) {
+                self.out.filled(n);
+            }
+        }
+    }
+
     /// Best effort at closing cleanly: a close_notify alert, if the socket takes it now.
     pub fn close_notify(&mut self) {
-        self.tls.send_close_notify();
-        let _ = self.tls.write_tls(&mut Socket(&self.tcp));
+        self.queue_close_notify();
+        self.send_now();
     }
 }
