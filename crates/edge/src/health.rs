@@ -7,7 +7,9 @@
 //! worker reads on its next pick, no lock.
 //!
 //! The checker holds the peer sets weakly: when a reload replaces the module, its sets
-//! go with the last worker that used them and the checker's tasks end at their next turn.
+//! go with it and the checker's tasks end at their next turn, while the new module's
+//! checker, with the new `[upstream.health]` settings, goes on from the verdicts the
+//! kept peers had.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -96,7 +98,13 @@ async fn check_peer(
     let first = interval.min(Duration::from_secs(1));
     tokio::time::sleep(first.mul_f64((random() % 1000) as f64 / 1000.0)).await;
     let (mut passed, mut failed) = (0u32, 0u32);
-    let mut healthy = true;
+    // Where the last verdict left the peer: a reload keeps it (and the checker of the
+    // configuration it replaced may still run for one interval; `set_checked` logs a
+    // change once).
+    let mut healthy = match sets.upgrade() {
+        Some(sets) => !sets[upstream].checked_unhealthy(peer),
+        None => return,
+    };
     loop {
         let Some(set) = sets.upgrade().map(|s| s[upstream].clone()) else {
             return;

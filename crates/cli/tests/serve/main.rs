@@ -24,4 +24,5 @@ mod static_files;
 mod tls;
 mod tunnel;
 mod upgrade;
+mod upstream_state;
 mod upstreams;
