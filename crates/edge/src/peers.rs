@@ -71,6 +71,10 @@ pub(crate) struct PeerHealth {
     /// The active checks' verdict: true once `unhealthy_after` checks failed in a row,
     /// false again after `healthy_after` passed.
     unhealthy: AtomicBool,
+    /// Which checker checks the peer: each one that starts takes the next number, and an
+    /// older one (of a configuration a reload replaced, still held by a long request)
+    /// stops at its next turn instead of checking with the old settings.
+    checker: AtomicU64,
     /// Requests in flight to the peer from every worker, from sending to the end of the
     /// response body (least_conn, random_two). One atomic per peer, in a line of its own
     /// so that counting does not slow the reads of the state beside it.
@@ -228,10 +232,13 @@ impl PeerSet {
                     }
                     None => Arc::default(),
                 };
-                // Nothing checks it any more: the active checks' verdict goes.
-                if c.health.is_none() && health.unhealthy.swap(false, Ordering::Relaxed) {
-                    tracing::info!(upstream = %c.name, peer = %p.address,
-                        "peer up: health checks no longer configured");
+                // Nothing checks it any more: the old checker stops, its verdict goes.
+                if c.health.is_none() {
+                    health.checker.fetch_add(1, Ordering::Relaxed);
+                    if health.unhealthy.swap(false, Ordering::Relaxed) {
+                        tracing::info!(upstream = %c.name, peer = %p.address,
+                            "peer up: health checks no longer configured");
+                    }
                 }
                 PeerShared {
                     address: p.address,
@@ -436,6 +443,16 @@ impl PeerSet {
         self.peers[i].health.unhealthy.load(Ordering::Relaxed)
     }
 
+    /// Makes the caller peer `i`'s checker; the number to give [`PeerSet::checks`].
+    pub(crate) fn take_checks(&self, i: usize) -> u64 {
+        self.peers[i].health.checker.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether the checker that took number `checker` still checks peer `i`.
+    pub(crate) fn checks(&self, i: usize, checker: u64) -> bool {
+        self.peers[i].health.checker.load(Ordering::Relaxed) == checker
+    }
+
     /// Requests in flight to peer `i` from every worker.
     pub(crate) fn in_flight(&self, i: usize) -> u64 {
         self.peers[i].health.in_flight.0.load(Ordering::Relaxed)
@@ -556,6 +573,7 @@ mod tests {
         old.set_checked(2, false);
         old.begin(0);
         tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        let old_checker = old.take_checks(2);
         let inherited = Inherited::from(std::slice::from_ref(&old));
         let c = UpstreamConfig {
             addresses: ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"]
@@ -569,6 +587,9 @@ mod tests {
         assert_eq!(new.state(1), PeerState::Down, "still out");
         assert_eq!(new.state(2), PeerState::Unhealthy);
         assert!(new.checked_unhealthy(2));
+        let new_checker = new.take_checks(2);
+        assert!(!old.checks(2, old_checker), "the old checker stops");
+        assert!(new.checks(2, new_checker));
         assert_eq!(
             (new.state(3), new.in_flight(3)),
             (PeerState::Up, 0),
@@ -591,6 +612,10 @@ mod tests {
             inherited.epoch(),
         );
         assert_eq!(later.state(2), PeerState::Up);
+        assert!(
+            !later.checks(2, new_checker),
+            "no checks configured: none run"
+        );
     }
 
     #[test]
