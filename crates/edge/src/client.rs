@@ -34,7 +34,7 @@ use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
 use crate::balance::{Balancer, HashKey};
-use crate::config::{secs, UpstreamConfig};
+use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::figures::{self, UpstreamCounts};
 pub(crate) use crate::outgoing::{Fields, Outgoing};
@@ -65,6 +65,8 @@ pub(crate) struct Upstream {
     /// This worker's pool for each peer of `set`, in the same order.
     peers: Box<[PeerPool]>,
     balancer: Balancer,
+    /// Whether the balance reads the requests in flight (least_conn, random_two).
+    counts_in_flight: bool,
     hash_key: HashKey,
     retries: u32,
     fail_status: Vec<u16>,
@@ -95,25 +97,34 @@ struct PeerPool {
 /// in the peer's count shared by every worker ([`PeerSet::in_flight`], for least_conn
 /// and random_two) while it lives, so the count goes back down on every path: a
 /// success, an error, or a request dropped half way (a client gone, a timeout). It holds
-/// the worker's `Rc`, not an `Arc`: no atomic reference count per request.
+/// the worker's `Rc`, not an `Arc`: no atomic reference count per request. Counted only
+/// when the upstream's balance reads the counts: round robin and hash pay nothing for
+/// them (two writes per request to a line every worker writes).
 struct Busy {
     upstream: Rc<Upstream>,
     peer: u32,
+    counted: bool,
 }
 
 impl Busy {
     fn new(upstream: &Rc<Upstream>, peer: usize) -> Busy {
-        upstream.set.begin(peer);
+        let counted = upstream.counts_in_flight;
+        if counted {
+            upstream.set.begin(peer);
+        }
         Busy {
             upstream: upstream.clone(),
             peer: peer as u32,
+            counted,
         }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.upstream.set.end(self.peer as usize);
+        if self.counted {
+            self.upstream.set.end(self.peer as usize);
+        }
     }
 }
 
@@ -402,6 +413,7 @@ impl Upstream {
         Upstream {
             name: c.name.clone(),
             balancer: Balancer::new(c.balance, peers.len(), seed),
+            counts_in_flight: matches!(c.balance, Balance::LeastConn | Balance::RandomTwo),
             peers,
             set,
             hash_key: HashKey::parse(&c.hash_key),

@@ -7,7 +7,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::config::Balance;
 use crate::figures::UpstreamFigures;
 
 /// A peer that reads requests and answers each with `200 ok`, or never answers.
