@@ -60,6 +60,7 @@ pub(crate) struct PeerShared {
 /// the active checks' verdict, its slow start, and the requests in flight to it.
 #[derive(Default)]
 pub(crate) struct PeerHealth {
+    /// `UP` (0, so a new peer starts up), `DOWN` or `PROBING`.
     state: AtomicU8,
     /// Milliseconds (of [`PeerSet::now_ms`]) until which a `DOWN` peer stays out.
     down_until: AtomicU64,
