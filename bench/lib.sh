@@ -57,3 +57,28 @@ cleanup_work() {
     wait 2>/dev/null || true
     if [ -n "${KEEP_WORK:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
+
+# start_floors CPU ORIGIN_PORT: builds bench/floor.c and bench/proxy-floor.c into $work and
+# starts both pinned to CPU: the floor (a fixed 1 KB response: one recv and one send per
+# request, the cheapest single hop) and the proxy floor (a byte pipe to
+# 127.0.0.1:ORIGIN_PORT, one upstream connection per client connection: the cheapest
+# proxy any user-space program can be). Sets floor_port, floor_pid, proxy_floor_port and
+# proxy_floor_pid.
+start_floors() {
+    cc -O2 -o "$work/floor" bench/floor.c
+    floor_port=$(free_port)
+    taskset -c "$1" "$work/floor" "$floor_port" 1024 &
+    pids+=($!); floor_pid=$!
+    cc -O2 -o "$work/proxy-floor" bench/proxy-floor.c
+    proxy_floor_port=$(free_port)
+    taskset -c "$1" "$work/proxy-floor" "$proxy_floor_port" "$2" &
+    pids+=($!); proxy_floor_pid=$!
+}
+
+# in_proxy_floors LABEL RATIO PROXY_FLOOR_US NGINX_NAME NGINX_US TESSERA_NAME TESSERA_US:
+# both proxies' CPU per request as multiples of the proxy floor's, and what tessera would
+# cost if it were RATIO times cheaper than nginx.
+in_proxy_floors() {
+    awk -v l="$1" -v r="$2" -v pf="$3" -v nn="$4" -v n="$5" -v tn="$6" -v t="$7" 'BEGIN {
+        printf "%s in proxy floors (%.2f us): %s %.2f, %s %.2f; %sx cheaper than nginx would be %.2f proxy floors\n", l, pf, nn, n / pf, tn, t / pf, r, n / r / pf }'
+}

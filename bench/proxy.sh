@@ -75,15 +75,8 @@ taskset -c $LOAD_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$origin
 pids+=($!)
 wait_up "$origin_port" 1k.txt
 
-# --- the floor: a fixed 1 KB response, on the proxies' core.
-cc -O2 -o "$work/floor" bench/floor.c
-floor_port=$(free_port)
-taskset -c $PROXY_CPU "$work/floor" "$floor_port" 1024 &
-pids+=($!); floor_pid=$!
-cc -O2 -o "$work/proxy-floor" bench/proxy-floor.c
-proxy_floor_port=$(free_port)
-taskset -c $PROXY_CPU "$work/proxy-floor" "$proxy_floor_port" "$origin_port" &
-pids+=($!); proxy_floor_pid=$!
+# --- the floors (bench/lib.sh), on the proxies' core.
+start_floors $PROXY_CPU "$origin_port"
 
 # --- nginx, tuned and default: one process each (master_process off), no access log.
 nginx_conf() { # NAME PORT UPSTREAM-BLOCK LOCATION-BLOCK
@@ -182,10 +175,10 @@ for file in 1k.txt 64k.txt; do
         printf '%-8s %-16s %12.0f %12.2f   (cpu runs: %s)\n' "$file" "$s" "${rps_med[$s]}" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
     done
     awk -v f="$file" -v nt="${cpu_med[nginx-tuned]}" -v tt="${cpu_med[tessera-tuned]}" \
-        -v nd="${cpu_med[nginx-default]}" -v td="${cpu_med[tessera-default]}" -v pf="${cpu_med[proxy-floor]}" 'BEGIN {
+        -v nd="${cpu_med[nginx-default]}" -v td="${cpu_med[tessera-default]}" 'BEGIN {
         printf "%-8s tuned: nginx/tessera cpu per request x%.2f (target >= 1.2); defaults: nginx/tessera x%.2f (target >= 2)\n", f, nt / tt, nd / td
-        printf "%-8s in proxy floors (%.2f us): nginx tuned %.2f, tessera tuned %.2f; 1.2x cheaper than nginx would be %.2f\n", f, pf, nt / pf, tt / pf, nt / 1.2 / pf
     }'
+    in_proxy_floors "$(printf '%-8s' "$file")" 1.2 "${cpu_med[proxy-floor]}" "nginx tuned" "${cpu_med[nginx-tuned]}" "tessera tuned" "${cpu_med[tessera-tuned]}"
     unset rps_runs cpu_runs rps_med cpu_med
 done
 

@@ -9,7 +9,12 @@
 #    the origins; tessera `[[upstream]]` with the same addresses and `max_idle = 32`. The
 #    proxies take turns in every round; printed: the median requests/s and proxy CPU time
 #    per request (utime+stime from /proc divided by the requests wrk completed), and
-#    nginx/tessera. Target: tessera at least 1.5x cheaper per request.
+#    nginx/tessera. Target: tessera at least 1.5x cheaper per request. The two floors of
+#    bench/proxy.sh (bench/lib.sh start_floors) are measured in the same rounds on core 0:
+#    bench/floor.c (a fixed 1 KB response, the cheapest single hop) and bench/proxy-floor.c
+#    (a byte pipe to origin 0, the same four system calls per request as a proxy: the
+#    cheapest proxy any user-space program can be); both proxies are printed in proxy
+#    floors, and what "1.5x cheaper than nginx" would be in proxy floors.
 # 2. failover: three origins; during FAILOVER_SECONDS (30) of keep-alive load one origin
 #    is killed (SIGKILL) every 5 s, the one killed before being started again on its port
 #    at the same moment, so one of three is always down. Printed for each proxy: requests
@@ -19,15 +24,17 @@
 #    fail_timeout = 10) and `[upstream.health]` every second. Target: 0 failed for tessera.
 #
 # usage: bench/upstreams.sh   (env: ROUNDS=3 SECONDS_PER_RUN=5 CONNECTIONS=50
-#                              FAILOVER_SECONDS=30 NO_BUILD=1 to skip cargo, TESSERA=path
-#                              of another build to measure)
-# Needs: nginx, wrk, curl, taskset, python3 (apt-get when missing; as root).
+#                              FAILOVER_SECONDS=30 PARTS="cost failover" (either alone
+#                              runs one part) NO_BUILD=1 to skip cargo, TESSERA=path of
+#                              another build to measure, KEEP_WORK=1 to keep the logs)
+# Needs: nginx, wrk, curl, cc, taskset, python3 (apt-get when missing; as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-50}
 FAILOVER_SECONDS=${FAILOVER_SECONDS:-30}
+PARTS=${PARTS:-"cost failover"}
 PROXY_CPU=0
 LOAD_CPU=1
 
@@ -35,6 +42,7 @@ source bench/lib.sh
 need nginx nginx
 need wrk wrk
 need curl curl
+need cc gcc
 need taskset util-linux
 if [ "$(nproc --all)" -lt 2 ]; then echo "needs at least 2 cores" >&2; exit 1; fi
 
@@ -131,20 +139,28 @@ CONF
 }
 start_nginx nginx-1 0; start_tessera tessera-1 0
 start_nginx nginx-3 0 1 2; start_tessera tessera-3 0 1 2
-for s in nginx-1 tessera-1 nginx-3 tessera-3; do
+start_floors $PROXY_CPU "${origin_port[0]}"
+pid_of[floor]=$floor_pid; port_of[floor]=$floor_port
+pid_of[proxy-floor]=$proxy_floor_pid; port_of[proxy-floor]=$proxy_floor_port
+wait_up "$floor_port" 1k.txt
+for s in proxy-floor nginx-1 tessera-1 nginx-3 tessera-3; do
     wait_up "${port_of[$s]}" 1k.txt
     cmp -s <(curl -fs "http://127.0.0.1:${port_of[$s]}/1k.txt") "$site/1k.txt" || { echo "check: $s does not relay 1k.txt byte-exact" >&2; exit 1; }
 done
 echo "check: every proxy relays 1k.txt byte-exact"
 
+if [[ " $PARTS " == *" cost "* ]]; then
 echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, origins and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
-printf '%-10s %12s %12s\n' proxy "requests/s" "cpu us/req"
+printf '%-12s %12s %12s\n' proxy "requests/s" "cpu us/req"
+proxy_floor_cpu=
 for peers in 1 3; do
     servers="nginx-$peers tessera-$peers"
+    [ "$peers" = 1 ] && servers="floor proxy-floor $servers"
     declare -A rps_runs=() cpu_runs=() cpu_med=()
     for round in $(seq "$ROUNDS"); do
+        # Who goes first alternates, so each sees the same machine noise.
         order=$servers
-        [ $((round % 2)) = 0 ] && order="tessera-$peers nginx-$peers"
+        [ $((round % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
         for s in $order; do
             read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/1k.txt" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
             rps_runs[$s]+="$rps "
@@ -154,12 +170,15 @@ for peers in 1 3; do
     for s in $servers; do
         rps=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
         cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
-        printf '%-10s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
+        printf '%-12s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
     done
+    [ "$peers" = 1 ] && proxy_floor_cpu=${cpu_med[proxy-floor]}
     awk -v p="$peers" -v n="${cpu_med[nginx-$peers]}" -v t="${cpu_med[tessera-$peers]}" 'BEGIN {
         printf "%d peer(s): nginx/tessera cpu per request x%.2f (target >= 1.5)\n", p, n / t }'
+    in_proxy_floors "$peers peer(s)" 1.5 "$proxy_floor_cpu" nginx "${cpu_med[nginx-$peers]}" tessera "${cpu_med[tessera-$peers]}"
     unset rps_runs cpu_runs cpu_med
 done
+fi
 
 # --- failover: one origin of three killed every 5 s, the previous one started again.
 failover() { # PROXY: prints "completed failed"
@@ -179,8 +198,18 @@ failover() { # PROXY: prints "completed failed"
         done
     ) &
     local killer=$!
+    # A new connection every half second beside wrk's kept-alive ones (a proxy that
+    # stopped accepting shows here): "seconds status time".
+    (
+        local start=$SECONDS
+        while [ $((SECONDS - start)) -lt "$FAILOVER_SECONDS" ]; do
+            echo "$((SECONDS - start)) $(curl -s -o /dev/null -m 2 -w '%{http_code} %{time_total}' "http://127.0.0.1:${port_of[$s]}/1k.txt")"
+            sleep 0.5
+        done > "$work/accept-$s.txt"
+    ) &
+    local prober=$!
     out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${FAILOVER_SECONDS}s" "http://127.0.0.1:${port_of[$s]}/1k.txt")
-    wait $killer
+    wait $killer $prober
     echo "$out" > "$work/failover-$s.txt"
     non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
     sockerr=$(echo "$out" | awk '/Socket errors/ {gsub(",", ""); print $4 + $6 + $8 + $10}')
@@ -197,14 +226,16 @@ restore_origins() { # every origin up again, its pid in origin-pid-N
         fi
     done
 }
+[[ " $PARTS " == *" failover "* ]] || exit 0
 for i in 0 1 2; do echo "${origin_pid[$i]}" > "$work/origin-pid-$i"; done
-echo "# failover: wrk -t1 -c$CONNECTIONS -d${FAILOVER_SECONDS}s, one of three origins killed (SIGKILL) every 5 s and the one before started again"
+echo "# failover, $(date -u +'%F %H:%M UTC'): wrk -t1 -c$CONNECTIONS -d${FAILOVER_SECONDS}s, one of three origins killed (SIGKILL) every 5 s and the one before started again"
 for s in nginx-3 tessera-3; do
     restore_origins
     sleep 12 # both proxies' fail_timeout (10 s) over, and tessera's checks passed
     read -r completed failed < <(failover "$s")
-    printf '%-10s %9d requests, %6d failed (%s)\n' "$s" "$completed" "$failed" \
-        "$(grep -E 'Non-2xx|Socket errors' "$work/failover-$s.txt" | tr -s ' ' | tr '\n' ';' || true)"
+    printf '%-10s %9d requests, %6d failed (%s); new connections not answered 200: %s of %s\n' "$s" "$completed" "$failed" \
+        "$(grep -E 'Non-2xx|Socket errors' "$work/failover-$s.txt" | tr -s ' ' | tr '\n' ';' || true)" \
+        "$(awk '$2 != 200' "$work/accept-$s.txt" | wc -l)" "$(wc -l < "$work/accept-$s.txt")"
 done
 # Origins started by the killer are not in $pids: stop them too.
 for i in 0 1 2; do kill "$(cat "$work/origin-pid-$i")" 2>/dev/null || true; done

@@ -1,6 +1,6 @@
-//! Choosing a request's peer (one worker's view: its own round-robin positions and
-//! requests in flight, the process's shared health from [`PeerSet`]), the hash key of
-//! `balance = "hash"`, and the retry budget.
+//! Choosing a request's peer (one worker's view: its own round-robin positions; the
+//! process's shared health and requests in flight from [`PeerSet`]) and the hash key of
+//! `balance = "hash"`.
 
 use std::cell::Cell;
 
@@ -91,8 +91,8 @@ impl Balancer {
         x
     }
 
-    /// The peer for a request: available, not in `tried`; `in_flight(i)` is this
-    /// worker's requests in flight to peer `i`. `None` when every peer is out.
+    /// The peer for a request: available, not in `tried`; `in_flight(i)` is the
+    /// process's requests in flight to peer `i` (every worker's). `None` when every peer is out.
     pub(crate) fn pick(
         &self,
         set: &PeerSet,
@@ -161,51 +161,6 @@ impl Balancer {
                 Some(if lb * wa < la * wb { b } else { a })
             }
         }
-    }
-}
-
-/// Retries allowed per worker: every request adds `ratio` of a retry, and 10 more accrue
-/// each second; a retry spends one. So retries stay under `ratio` of requests plus 10 a
-/// second, and a brownout is not made worse by them. (Finagle's retry budget, simplified.)
-pub(crate) struct RetryBudget {
-    /// Thousandths of a retry each request adds.
-    ratio: i64,
-    /// Thousandths of a retry available.
-    balance: Cell<i64>,
-    /// When the per-second allowance was last added (ms of the peer set's clock).
-    last: Cell<u64>,
-}
-
-/// 10 retries a second, in thousandths per millisecond.
-const PER_MS: i64 = 10;
-/// Most retries saved up: 100, so a long quiet time does not buy a long burst.
-const MOST: i64 = 100_000;
-
-impl RetryBudget {
-    pub(crate) fn new(ratio: f64) -> RetryBudget {
-        RetryBudget {
-            ratio: (ratio * 1000.0) as i64,
-            balance: Cell::new(10_000),
-            last: Cell::new(0),
-        }
-    }
-
-    pub(crate) fn deposit(&self) {
-        self.balance
-            .set((self.balance.get() + self.ratio).min(MOST));
-    }
-
-    /// Whether a retry may go now (it is then paid for).
-    pub(crate) fn withdraw(&self, now_ms: u64) -> bool {
-        let elapsed = now_ms.saturating_sub(self.last.get()) as i64;
-        self.last.set(now_ms);
-        let balance = (self.balance.get() + elapsed.saturating_mul(PER_MS)).min(MOST);
-        if balance < 1000 {
-            self.balance.set(balance);
-            return false;
-        }
-        self.balance.set(balance - 1000);
-        true
     }
 }
 
@@ -283,19 +238,6 @@ mod tests {
             ),
             Some(hash(b"u7"))
         );
-    }
-
-    #[test]
-    fn retry_budget_is_a_share_of_requests_plus_ten_a_second() {
-        let budget = RetryBudget::new(0.2);
-        budget.balance.set(0);
-        for _ in 0..100 {
-            budget.deposit();
-        }
-        let allowed = (0..100).filter(|_| budget.withdraw(0)).count();
-        assert_eq!(allowed, 20, "20% of 100 requests");
-        assert!(budget.withdraw(100), "10 a second: one after 100 ms");
-        assert!(!budget.withdraw(100));
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,8 +33,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
-use crate::balance::{Balancer, HashKey, RetryBudget};
-use crate::config::{secs, UpstreamConfig};
+use crate::balance::{Balancer, HashKey};
+use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::figures::{self, UpstreamCounts};
 pub(crate) use crate::outgoing::{Fields, Outgoing};
@@ -65,8 +65,9 @@ pub(crate) struct Upstream {
     /// This worker's pool for each peer of `set`, in the same order.
     peers: Box<[PeerPool]>,
     balancer: Balancer,
+    /// Whether the balance reads the requests in flight (least_conn, random_two).
+    counts_in_flight: bool,
     hash_key: HashKey,
-    budget: RetryBudget,
     retries: u32,
     fail_status: Vec<u16>,
     /// `path_prefix`: prepended to every request's path.
@@ -90,32 +91,40 @@ struct PeerPool {
     max_idle: usize,
     /// Connections opened by this worker (for tests: reuse shows as a low count).
     opened: Cell<u64>,
-    /// This worker's requests to the peer from sending to the end of the response body
-    /// (least_conn, random_two).
-    in_flight: Cell<u64>,
 }
 
-/// A request in flight to a peer: counted while it lives.
+/// A request in flight to a peer, from sending to the end of its response body: counted
+/// in the peer's count shared by every worker ([`PeerSet::in_flight`], for least_conn
+/// and random_two) while it lives, so the count goes back down on every path: a
+/// success, an error, or a request dropped half way (a client gone, a timeout). It holds
+/// the worker's `Rc`, not an `Arc`: no atomic reference count per request. Counted only
+/// when the upstream's balance reads the counts: round robin and hash pay nothing for
+/// them (two writes per request to a line every worker writes).
 struct Busy {
     upstream: Rc<Upstream>,
     peer: u32,
+    counted: bool,
 }
 
 impl Busy {
     fn new(upstream: &Rc<Upstream>, peer: usize) -> Busy {
-        let n = &upstream.peers[peer].in_flight;
-        n.set(n.get() + 1);
+        let counted = upstream.counts_in_flight;
+        if counted {
+            upstream.set.begin(peer);
+        }
         Busy {
             upstream: upstream.clone(),
             peer: peer as u32,
+            counted,
         }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let n = &self.upstream.peers[self.peer as usize].in_flight;
-        n.set(n.get().saturating_sub(1));
+        if self.counted {
+            self.upstream.set.end(self.peer as usize);
+        }
     }
 }
 
@@ -399,16 +408,15 @@ impl Upstream {
                 idle: RefCell::new(Vec::new()),
                 max_idle: p.max_idle,
                 opened: Cell::new(0),
-                in_flight: Cell::new(0),
             })
             .collect::<Box<[_]>>();
         Upstream {
             name: c.name.clone(),
             balancer: Balancer::new(c.balance, peers.len(), seed),
+            counts_in_flight: matches!(c.balance, Balance::LeastConn | Balance::RandomTwo),
             peers,
             set,
             hash_key: HashKey::parse(&c.hash_key),
-            budget: RetryBudget::new(c.retry_budget),
             retries: c.retries,
             fail_status: c.fail_status.clone(),
             path_prefix: c.path_prefix.clone(),
@@ -464,13 +472,13 @@ impl Upstream {
             true => self.hash_of(req),
             false => None,
         };
-        self.budget.deposit();
+        self.set.budget.deposit();
         let mut tried = Vec::new();
         let mut retries = self.retries;
         loop {
-            let pick =
-                self.balancer
-                    .pick(&self.set, |i| self.peers[i].in_flight.get(), key, &tried);
+            let pick = self
+                .balancer
+                .pick(&self.set, |i| self.set.in_flight(i), key, &tried);
             let ticket = pick.and_then(|i| self.set.claim(i, self.set.now_ms()));
             let Some(ticket) = ticket else {
                 if pick.is_some() {
@@ -506,7 +514,7 @@ impl Upstream {
                     if !failure.retryable
                         || retries == 0
                         || Instant::now() >= deadline
-                        || !self.budget.withdraw(now)
+                        || !self.set.budget.withdraw(now)
                     {
                         return Err(failure.error);
                     }
@@ -866,3 +874,6 @@ impl PassBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

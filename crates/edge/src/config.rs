@@ -81,8 +81,9 @@ pub struct UpstreamConfig {
     /// when a peer refuses the connection, does not accept it in time, or breaks it before
     /// any response byte. Default 1.
     pub retries: u32,
-    /// Retries allowed as a share of requests, plus 10 a second (per worker). Default
-    /// 0.2: a brownout is never multiplied by retries.
+    /// Retries allowed as a share of requests, plus 10 a second, counted over the whole
+    /// process (every worker's requests and retries). Default 0.2: a brownout is never
+    /// multiplied by retries.
     pub retry_budget: f64,
     /// Seconds over which a peer that comes back is ramped from almost no traffic to its
     /// full weight (round robin, least_conn, random_two). Default 0: off.
@@ -150,7 +151,7 @@ pub enum Balance {
     /// In turn, by weight (smooth weighted round robin, as nginx).
     #[default]
     RoundRobin,
-    /// The peer with the fewest requests in flight (from this worker) for its weight.
+    /// The peer with the fewest requests in flight (from every worker) for its weight.
     LeastConn,
     /// The less loaded of two peers picked at random (power of two choices).
     RandomTwo,

@@ -7,7 +7,11 @@
 //! worker reads on its next pick, no lock.
 //!
 //! The checker holds the peer sets weakly: when a reload replaces the module, its sets
-//! go with the last worker that used them and the checker's tasks end at their next turn.
+//! go with it and the checker's tasks end at their next turn. A peer a reload keeps
+//! keeps its health ([`crate::peers::Inherited`]): the new module's checker, with the new
+//! `[upstream.health]` settings, takes its checks over (the old one stops at its next
+//! turn even while a long request still holds the old module) and goes on from the
+//! verdict it had.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -93,14 +97,25 @@ async fn check_peer(
     };
     let interval = secs(health.interval);
     let timeout = secs(health.timeout);
+    // Where the last verdict left the peer: a reload keeps it. Taking the checks stops
+    // the checker of the configuration the reload replaced.
+    let (mut healthy, checker) = match sets.upgrade() {
+        Some(sets) => (
+            !sets[upstream].checked_unhealthy(peer),
+            sets[upstream].take_checks(peer),
+        ),
+        None => return,
+    };
     let first = interval.min(Duration::from_secs(1));
     tokio::time::sleep(first.mul_f64((random() % 1000) as f64 / 1000.0)).await;
     let (mut passed, mut failed) = (0u32, 0u32);
-    let mut healthy = true;
     loop {
         let Some(set) = sets.upgrade().map(|s| s[upstream].clone()) else {
             return;
         };
+        if !set.checks(peer, checker) {
+            return;
+        }
         let address = set.peers[peer].address.clone();
         let result = tokio::time::timeout(timeout, check(&address, &health.path)).await;
         let verdict = match result {
@@ -109,6 +124,10 @@ async fn check_peer(
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("timed out".into()),
         };
+        if !set.checks(peer, checker) {
+            // A newer checker took over while this check was out: its verdict counts.
+            return;
+        }
         match verdict {
             Ok(()) => {
                 (passed, failed) = (passed + 1, 0);

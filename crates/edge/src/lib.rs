@@ -72,6 +72,7 @@
 
 mod balance;
 mod body;
+mod budget;
 mod cache;
 mod client;
 mod clock;

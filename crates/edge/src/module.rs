@@ -22,7 +22,7 @@ use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
-use crate::peers::PeerSet;
+use crate::peers::{Inherited, PeerSet};
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
 thread_local! {
@@ -58,6 +58,10 @@ pub struct EdgeModule {
     /// The peers and their health per upstream, shared by every worker; made when the
     /// first worker starts (after `listening`), with the health checker.
     sets: OnceLock<Arc<[Arc<PeerSet>]>>,
+    /// The health of the peers of the module a reload replaced, for `sets`' peers of the
+    /// same upstream and address. (Not the old sets themselves: holding them would keep
+    /// the old health checker running.)
+    inherited: Inherited,
 }
 
 impl EdgeModule {
@@ -69,7 +73,9 @@ impl EdgeModule {
     }
 
     /// As [`EdgeModule::new`], for a reload: the new module keeps `previous`'s cache,
-    /// with everything stored in it, when the `[cache]` settings did not change.
+    /// with everything stored in it, when the `[cache]` settings did not change, and the
+    /// health of every peer whose upstream name and address did not change (passive and
+    /// active health, slow start, requests in flight).
     pub fn replacing(
         mut config: EdgeConfig,
         previous: Option<&EdgeModule>,
@@ -104,6 +110,9 @@ impl EdgeModule {
                 }
             }
         }
+        let inherited = previous
+            .and_then(|p| p.sets.get())
+            .map_or_else(Inherited::default, |sets| Inherited::from(sets));
         let opened: Arc<[Arc<AtomicU64>]> = opened.into();
         let figures = Arc::new(crate::figures::UpstreamFigures::new(config.upstream.len()));
         Ok(Arc::new(EdgeModule {
@@ -116,6 +125,7 @@ impl EdgeModule {
             earlier,
             listening: OnceLock::new(),
             sets: OnceLock::new(),
+            inherited,
         }))
     }
 
@@ -170,7 +180,7 @@ impl EdgeModule {
         let sets = self
             .sets
             .get_or_init(|| {
-                let sets = crate::proxy::peer_sets(&config);
+                let sets = crate::proxy::peer_sets(&config, &self.inherited);
                 crate::health::start(&config, &sets);
                 sets
             })

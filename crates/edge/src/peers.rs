@@ -13,9 +13,11 @@
 //! at once only when all of its peers are out.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::budget::RetryBudget;
 use crate::config::{secs, UpstreamConfig};
 
 /// What is known of one peer (see [`crate::UpstreamStats`]).
@@ -49,6 +51,16 @@ pub(crate) struct PeerShared {
     /// This peer's `max_connections` and `max_idle`, per worker.
     pub(crate) max_connections: usize,
     pub(crate) max_idle: usize,
+    /// What is known of it: kept by a reload that keeps the peer ([`Inherited`]).
+    health: Arc<PeerHealth>,
+}
+
+/// The state of one peer that every worker shares, and that a reload carries over to the
+/// new configuration's peer of the same upstream name and address: its passive health,
+/// the active checks' verdict, its slow start, and the requests in flight to it.
+#[derive(Default)]
+pub(crate) struct PeerHealth {
+    /// `UP` (0, so a new peer starts up), `DOWN` or `PROBING`.
     state: AtomicU8,
     /// Milliseconds (of [`PeerSet::now_ms`]) until which a `DOWN` peer stays out.
     down_until: AtomicU64,
@@ -60,6 +72,48 @@ pub(crate) struct PeerShared {
     /// The active checks' verdict: true once `unhealthy_after` checks failed in a row,
     /// false again after `healthy_after` passed.
     unhealthy: AtomicBool,
+    /// Which checker checks the peer: each one that starts takes the next number, and an
+    /// older one (of a configuration a reload replaced, still held by a long request)
+    /// stops at its next turn instead of checking with the old settings.
+    checker: AtomicU64,
+    /// Requests in flight to the peer from every worker, from sending to the end of the
+    /// response body (least_conn, random_two). One atomic per peer, in a line of its own
+    /// so that counting does not slow the reads of the state beside it.
+    in_flight: CacheLine<AtomicU64>,
+}
+
+/// A value alone in its 64-byte cache line.
+#[derive(Default)]
+#[repr(align(64))]
+struct CacheLine<T>(T);
+
+/// The health of the peers of the configuration a reload replaces, for the new one's
+/// peers of the same upstream name and address; with the clock its times are counted on.
+#[derive(Default)]
+pub(crate) struct Inherited {
+    epoch: Option<Instant>,
+    peers: Vec<(String, String, Arc<PeerHealth>)>,
+}
+
+impl Inherited {
+    pub(crate) fn from(sets: &[Arc<PeerSet>]) -> Inherited {
+        Inherited {
+            epoch: sets.first().map(|s| s.epoch),
+            peers: sets
+                .iter()
+                .flat_map(|s| {
+                    s.peers
+                        .iter()
+                        .map(|p| (s.name.clone(), p.address.clone(), p.health.clone()))
+                })
+                .collect(),
+        }
+    }
+
+    /// The clock the new sets count on: the old one, so that kept times stay right.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch.unwrap_or_else(Instant::now)
+    }
 }
 
 /// The peers of one upstream and their shared state.
@@ -73,6 +127,8 @@ pub(crate) struct PeerSet {
     /// Ketama ring: (point, peer) sorted by point. Empty unless `balance = "hash"`.
     ring: Box<[(u64, u32)]>,
     epoch: Instant,
+    /// The upstream's retry budget, shared by every worker.
+    pub(crate) budget: RetryBudget,
 }
 
 /// Permission to send one request to a peer; report how it went with
@@ -147,20 +203,51 @@ pub(crate) fn hash(bytes: &[u8]) -> u64 {
 
 impl PeerSet {
     /// `ring`: whether to build the hash ring (`balance = "hash"`).
+    #[cfg(test)]
     pub(crate) fn new(c: &UpstreamConfig, ring: bool) -> PeerSet {
+        PeerSet::inheriting(c, ring, &Inherited::default(), Instant::now())
+    }
+
+    /// As [`PeerSet::new`] at a reload: a peer of the same upstream name and address as
+    /// one of `inherited` keeps its health, slow start and requests in flight; `epoch`
+    /// ([`Inherited::epoch`]) is the clock of every set of the configuration.
+    pub(crate) fn inheriting(
+        c: &UpstreamConfig,
+        ring: bool,
+        inherited: &Inherited,
+        epoch: Instant,
+    ) -> PeerSet {
+        let mut taken = vec![false; inherited.peers.len()];
         let peers: Box<[PeerShared]> = resolve(c.peer_list())
             .into_iter()
-            .map(|p| PeerShared {
-                address: p.address,
-                weight: p.weight.max(1),
-                max_connections: p.max_connections,
-                max_idle: p.max_idle,
-                state: AtomicU8::new(UP),
-                down_until: AtomicU64::new(0),
-                fails: AtomicU32::new(0),
-                window_start: AtomicU64::new(0),
-                up_since: AtomicU64::new(0),
-                unhealthy: AtomicBool::new(false),
+            .map(|p| {
+                let kept = inherited
+                    .peers
+                    .iter()
+                    .enumerate()
+                    .position(|(i, (u, a, _))| !taken[i] && *u == c.name && *a == p.address);
+                let health = match kept {
+                    Some(i) => {
+                        taken[i] = true;
+                        inherited.peers[i].2.clone()
+                    }
+                    None => Arc::default(),
+                };
+                // Nothing checks it any more: the old checker stops, its verdict goes.
+                if c.health.is_none() {
+                    health.checker.fetch_add(1, Ordering::Relaxed);
+                    if health.unhealthy.swap(false, Ordering::Relaxed) {
+                        tracing::info!(upstream = %c.name, peer = %p.address,
+                            "peer up: health checks no longer configured");
+                    }
+                }
+                PeerShared {
+                    address: p.address,
+                    weight: p.weight.max(1),
+                    max_connections: p.max_connections,
+                    max_idle: p.max_idle,
+                    health,
+                }
             })
             .collect();
         // Consistent hashing: Ketama (a ring of points per peer) rather than Maglev (a
@@ -189,7 +276,8 @@ impl PeerSet {
             fail_timeout_ms: secs(c.fail_timeout).as_millis() as u64,
             slow_start_ms: secs(c.slow_start).as_millis() as u64,
             ring: points.into_boxed_slice(),
-            epoch: Instant::now(),
+            epoch,
+            budget: RetryBudget::new(c.retry_budget),
         }
     }
 
@@ -205,13 +293,13 @@ impl PeerSet {
 
     pub(crate) fn state(&self, i: usize) -> PeerState {
         let p = &self.peers[i];
-        if p.unhealthy.load(Ordering::Relaxed) {
+        if p.health.unhealthy.load(Ordering::Relaxed) {
             return PeerState::Unhealthy;
         }
-        match p.state.load(Ordering::Relaxed) {
+        match p.health.state.load(Ordering::Relaxed) {
             UP => PeerState::Up,
             PROBING => PeerState::Probing,
-            _ if self.now_ms() >= p.down_until.load(Ordering::Relaxed) => PeerState::Probing,
+            _ if self.now_ms() >= p.health.down_until.load(Ordering::Relaxed) => PeerState::Probing,
             _ => PeerState::Down,
         }
     }
@@ -220,12 +308,12 @@ impl PeerSet {
     /// request that gets it will be its probe).
     pub(crate) fn available(&self, i: usize, now: u64) -> bool {
         let p = &self.peers[i];
-        if p.unhealthy.load(Ordering::Relaxed) {
+        if p.health.unhealthy.load(Ordering::Relaxed) {
             return false;
         }
-        match p.state.load(Ordering::Relaxed) {
+        match p.health.state.load(Ordering::Relaxed) {
             UP => true,
-            DOWN => now >= p.down_until.load(Ordering::Relaxed),
+            DOWN => now >= p.health.down_until.load(Ordering::Relaxed),
             _ => false,
         }
     }
@@ -241,12 +329,13 @@ impl PeerSet {
     /// Takes peer `i` for one request, or `None` when another worker just took its probe.
     pub(crate) fn claim(&self, i: usize, now: u64) -> Option<Ticket> {
         let p = &self.peers[i];
-        match p.state.load(Ordering::Relaxed) {
+        match p.health.state.load(Ordering::Relaxed) {
             UP => Some(Ticket {
                 peer: i,
                 probe: false,
             }),
-            DOWN if now >= p.down_until.load(Ordering::Relaxed) => p
+            DOWN if now >= p.health.down_until.load(Ordering::Relaxed) => p
+                .health
                 .state
                 .compare_exchange(DOWN, PROBING, Ordering::AcqRel, Ordering::Relaxed)
                 .ok()
@@ -269,12 +358,14 @@ impl PeerSet {
         let now = self.now_ms();
         if ticket.probe {
             if success {
-                p.fails.store(0, Ordering::Relaxed);
+                p.health.fails.store(0, Ordering::Relaxed);
                 self.bring_back(ticket.peer, PROBING, "a probe request succeeded");
             } else {
-                p.down_until
+                p.health
+                    .down_until
                     .store(now + self.fail_timeout_ms, Ordering::Relaxed);
-                if p.state
+                if p.health
+                    .state
                     .compare_exchange(PROBING, DOWN, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
@@ -287,18 +378,20 @@ impl PeerSet {
         if success || self.max_fails == 0 {
             return;
         }
-        let start = p.window_start.load(Ordering::Relaxed);
+        let start = p.health.window_start.load(Ordering::Relaxed);
         let fails = if start == 0 || now.saturating_sub(start) > self.fail_window_ms {
-            p.window_start.store(now, Ordering::Relaxed);
-            p.fails.store(1, Ordering::Relaxed);
+            p.health.window_start.store(now, Ordering::Relaxed);
+            p.health.fails.store(1, Ordering::Relaxed);
             1
         } else {
-            p.fails.fetch_add(1, Ordering::Relaxed) + 1
+            p.health.fails.fetch_add(1, Ordering::Relaxed) + 1
         };
         if fails >= self.max_fails {
-            p.down_until
+            p.health
+                .down_until
                 .store(now + self.fail_timeout_ms, Ordering::Relaxed);
-            if p.state
+            if p.health
+                .state
                 .compare_exchange(UP, DOWN, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
@@ -312,27 +405,31 @@ impl PeerSet {
     fn bring_back(&self, i: usize, from: u8, why: &str) -> bool {
         let p = &self.peers[i];
         let changed = p
+            .health
             .state
             .compare_exchange(from, UP, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
         if changed {
-            p.window_start.store(0, Ordering::Relaxed);
-            p.up_since.store(self.now_ms(), Ordering::Relaxed);
+            p.health.window_start.store(0, Ordering::Relaxed);
+            p.health.up_since.store(self.now_ms(), Ordering::Relaxed);
             // Good news: info, where going down is a warning.
             tracing::info!(upstream = %self.name, peer = %p.address, "peer up: {why}");
         }
         changed
     }
 
-    /// The active checks' verdict on peer `i` (called by the checker's one thread, which
-    /// only calls on a change, so each is logged once).
+    /// The active checks' verdict on peer `i`, logged when it changes it: once, even
+    /// while the checker of the configuration a reload replaced has not yet stopped.
     pub(crate) fn set_checked(&self, i: usize, healthy: bool) {
         let p = &self.peers[i];
-        p.unhealthy.store(!healthy, Ordering::Relaxed);
+        let was_healthy = !p.health.unhealthy.swap(!healthy, Ordering::Relaxed);
+        if was_healthy == healthy {
+            return;
+        }
         if healthy {
             // A peer the checks find healthy is back for passive health too.
             if !self.bring_back(i, DOWN, "health checks pass") {
-                p.up_since.store(self.now_ms(), Ordering::Relaxed);
+                p.health.up_since.store(self.now_ms(), Ordering::Relaxed);
                 tracing::info!(upstream = %self.name, peer = %p.address,
                     "peer up: health checks pass");
             }
@@ -341,12 +438,51 @@ impl PeerSet {
         }
     }
 
+    /// Whether the active checks last found peer `i` unhealthy (where a new checker
+    /// starts from).
+    pub(crate) fn checked_unhealthy(&self, i: usize) -> bool {
+        self.peers[i].health.unhealthy.load(Ordering::Relaxed)
+    }
+
+    /// Makes the caller peer `i`'s checker; the number to give [`PeerSet::checks`].
+    pub(crate) fn take_checks(&self, i: usize) -> u64 {
+        self.peers[i].health.checker.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether the checker that took number `checker` still checks peer `i`.
+    pub(crate) fn checks(&self, i: usize, checker: u64) -> bool {
+        self.peers[i].health.checker.load(Ordering::Relaxed) == checker
+    }
+
+    /// Requests in flight to peer `i` from every worker.
+    pub(crate) fn in_flight(&self, i: usize) -> u64 {
+        self.peers[i].health.in_flight.0.load(Ordering::Relaxed)
+    }
+
+    /// One more request in flight to peer `i`; the caller's guard calls [`PeerSet::end`]
+    /// on every path (the client's `Busy`).
+    pub(crate) fn begin(&self, i: usize) {
+        self.peers[i]
+            .health
+            .in_flight
+            .0
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn end(&self, i: usize) {
+        self.peers[i]
+            .health
+            .in_flight
+            .0
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// Peer `i`'s weight now, in thousandths: its configured weight, ramped up over
     /// `slow_start` after it came back (from a thousandth of it, never zero).
     pub(crate) fn effective_weight(&self, i: usize, now: u64) -> u64 {
         let p = &self.peers[i];
         let full = p.weight as u64 * 1000;
-        let since = p.up_since.load(Ordering::Relaxed);
+        let since = p.health.up_since.load(Ordering::Relaxed);
         if self.slow_start_ms == 0 || since == 0 {
             return full;
         }
@@ -427,6 +563,60 @@ mod tests {
         s.record(probe, true);
         assert_eq!(s.state(0), PeerState::Up);
         assert_eq!(s.healthy(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_keeps_the_health_of_the_peers_it_keeps() {
+        let old = Arc::new(set(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"], false));
+        for _ in 0..2 {
+            old.record(old.claim(1, old.now_ms()).unwrap(), false);
+        }
+        old.set_checked(2, false);
+        old.begin(0);
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        let old_checker = old.take_checks(2);
+        let inherited = Inherited::from(std::slice::from_ref(&old));
+        let c = UpstreamConfig {
+            addresses: ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"]
+                .map(String::from)
+                .to_vec(),
+            fail_timeout: 30.0,
+            health: Some(Default::default()),
+            ..UpstreamConfig::default()
+        };
+        let new = PeerSet::inheriting(&c, false, &inherited, inherited.epoch());
+        assert_eq!(new.state(1), PeerState::Down, "still out");
+        assert_eq!(new.state(2), PeerState::Unhealthy);
+        assert!(new.checked_unhealthy(2));
+        let new_checker = new.take_checks(2);
+        assert!(!old.checks(2, old_checker), "the old checker stops");
+        assert!(new.checks(2, new_checker));
+        assert_eq!(
+            (new.state(3), new.in_flight(3)),
+            (PeerState::Up, 0),
+            "added: fresh"
+        );
+        assert_eq!(new.in_flight(0), 1, "a request of the old set still counts");
+        old.end(0);
+        assert_eq!(new.in_flight(0), 0);
+        // Its fail_timeout (10 s, from the old settings) ends on the kept clock.
+        tokio::time::advance(std::time::Duration::from_secs(6)).await;
+        assert_eq!(new.state(1), PeerState::Down);
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        assert_eq!(new.state(1), PeerState::Probing);
+        // Without `[upstream.health]` nothing would bring it back: the verdict goes.
+        let unchecked = UpstreamConfig { health: None, ..c };
+        let later = PeerSet::inheriting(
+            &unchecked,
+            false,
+            &Inherited::from(&[Arc::new(new)]),
+            inherited.epoch(),
+        );
+        assert_eq!(later.state(2), PeerState::Up);
+        assert!(
+            !later.checks(2, new_checker),
+            "no checks configured: none run"
+        );
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Edge {
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
         let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
-        let sets = peer_sets(&config);
+        let sets = peer_sets(&config, &Default::default());
         Edge::build(config, cache, false, opened, figures, sets, 0)
     }
 
@@ -728,14 +728,18 @@ impl Edge {
 }
 
 /// The peers and their health per upstream of `config` (in its order), to share between
-/// workers.
-pub(crate) fn peer_sets(config: &EdgeConfig) -> Arc<[Arc<crate::peers::PeerSet>]> {
+/// workers; a peer of `inherited` (the configuration a reload replaced) keeps its health.
+pub(crate) fn peer_sets(
+    config: &EdgeConfig,
+    inherited: &crate::peers::Inherited,
+) -> Arc<[Arc<crate::peers::PeerSet>]> {
+    let epoch = inherited.epoch();
     config
         .upstream
         .iter()
         .map(|u| {
             let ring = u.balance == crate::config::Balance::Hash;
-            Arc::new(crate::peers::PeerSet::new(u, ring))
+            Arc::new(crate::peers::PeerSet::inheriting(u, ring, inherited, epoch))
         })
         .collect()
 }

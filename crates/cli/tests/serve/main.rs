@@ -25,4 +25,5 @@ mod tls;
 mod tls_records;
 mod tunnel;
 mod upgrade;
+mod upstream_state;
 mod upstreams;

@@ -13,7 +13,7 @@ use crate::harness::{eventually, read_response, stderr_has, Load, Server, Site};
 
 /// What an origin does with a request.
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Answers 200 with its name (for `/same`: `same`), after `delay`.
     Answer,
     /// Reads the whole request (body included), then closes without answering.
@@ -22,15 +22,17 @@ enum Mode {
 
 /// An origin that can be killed (its listener closed, so connections are refused, and
 /// its open connections closed) and restarted on the same port, like a process.
-struct Origin {
+pub(crate) struct Origin {
     name: &'static str,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     alive: Arc<AtomicBool>,
-    mode: Arc<Mutex<Mode>>,
+    pub(crate) mode: Arc<Mutex<Mode>>,
     delay_ms: Arc<AtomicU64>,
     /// Requests received, and POSTs among them.
     hits: Arc<AtomicUsize>,
     posts: Arc<AtomicUsize>,
+    /// Requests received per path (without the query).
+    paths: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Origin {
@@ -44,6 +46,7 @@ impl Origin {
             delay_ms: Arc::new(AtomicU64::new(0)),
             hits: Arc::default(),
             posts: Arc::default(),
+            paths: Arc::default(),
         };
         origin.accept(listener);
         origin
@@ -51,12 +54,13 @@ impl Origin {
 
     fn accept(&self, listener: TcpListener) {
         listener.set_nonblocking(true).unwrap();
-        let (alive, mode, delay, hits, posts, name) = (
+        let (alive, mode, delay, hits, posts, paths, name) = (
             self.alive.clone(),
             self.mode.clone(),
             self.delay_ms.clone(),
             self.hits.clone(),
             self.posts.clone(),
+            self.paths.clone(),
             self.name,
         );
         std::thread::spawn(move || {
@@ -64,15 +68,17 @@ impl Origin {
             while alive.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let (alive, mode, delay, hits, posts) = (
+                        let (alive, mode, delay, hits, posts, paths) = (
                             alive.clone(),
                             mode.clone(),
                             delay.clone(),
                             hits.clone(),
                             posts.clone(),
+                            paths.clone(),
                         );
                         std::thread::spawn(move || {
-                            serve(stream, name, &alive, &mode, &delay, &hits, &posts)
+                            let counts = (&*hits, &*posts, &*paths);
+                            serve(stream, name, &alive, &mode, &delay, counts)
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
@@ -98,10 +104,22 @@ impl Origin {
         self.accept(listener);
     }
 
-    fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
+
+    /// Requests received for `path` (without the query).
+    pub(crate) fn hits_of(&self, path: &str) -> usize {
+        self.paths.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
 }
+
+/// An origin's counters: requests, POSTs, requests per path.
+type Counts<'a> = (
+    &'a AtomicUsize,
+    &'a AtomicUsize,
+    &'a Mutex<HashMap<String, usize>>,
+);
 
 /// One connection: requests read by hand (with a short read timeout, so a killed origin
 /// closes its connections too), answered keep-alive.
@@ -111,8 +129,7 @@ fn serve(
     alive: &AtomicBool,
     mode: &Mutex<Mode>,
     delay: &AtomicU64,
-    hits: &AtomicUsize,
-    posts: &AtomicUsize,
+    (hits, posts, paths): Counts<'_>,
 ) {
     stream.set_nodelay(true).unwrap();
     stream
@@ -151,6 +168,13 @@ fn serve(
         if !alive.load(Ordering::SeqCst) {
             return;
         }
+        let path = String::from_utf8_lossy(&request)
+            .split(' ')
+            .nth(1)
+            .unwrap_or("/")
+            .to_string();
+        let without_query = path.split('?').next().unwrap_or_default().to_string();
+        *paths.lock().unwrap().entry(without_query).or_insert(0) += 1;
         hits.fetch_add(1, Ordering::SeqCst);
         if request.starts_with(b"POST ") {
             posts.fetch_add(1, Ordering::SeqCst);
@@ -159,11 +183,6 @@ fn serve(
             return;
         }
         std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
-        let path = String::from_utf8_lossy(&request)
-            .split(' ')
-            .nth(1)
-            .unwrap_or("/")
-            .to_string();
         let (body, extra) = if path == "/same" {
             ("same".to_string(), "")
         } else if path.starts_with("/cached") {
@@ -184,11 +203,11 @@ fn serve(
     }
 }
 
-fn origins(names: &[&'static str]) -> Vec<Origin> {
+pub(crate) fn origins(names: &[&'static str]) -> Vec<Origin> {
     names.iter().map(|n| Origin::start(n)).collect()
 }
 
-fn quoted(origins: &[Origin]) -> String {
+pub(crate) fn quoted(origins: &[Origin]) -> String {
     origins
         .iter()
         .map(|o| format!("\"{}\"", o.addr))
@@ -197,7 +216,7 @@ fn quoted(origins: &[Origin]) -> String {
 }
 
 /// GET `path` on a kept-alive connection (opened again when the server closed it).
-fn get(server: &Server, conn: &mut Option<TcpStream>, path: &str) -> (u16, String) {
+pub(crate) fn get(server: &Server, conn: &mut Option<TcpStream>, path: &str) -> (u16, String) {
     let stream = conn.get_or_insert_with(|| {
         let s = server.connect();
         s.set_nodelay(true).unwrap();
