@@ -17,6 +17,7 @@
 #
 # usage: flock /tmp/bench.lock bench/tls.sh [ROUNDS] [SECONDS] [IDLE]
 #        (defaults: 3 rounds of 5 s per server and case, 10000 idle connections)
+#        BASE_BIN=PATH adds a second tessera (an earlier build) as `base` in every case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -31,6 +32,7 @@ need h2o h2o
 need wrk wrk
 need taskset util-linux
 need python3 python3
+[ -f /usr/include/openssl/ssl.h ] || { echo "installing libssl-dev" >&2; apt-get install -y -q libssl-dev >/dev/null; }
 
 cargo build --release --locked -q -p tessera
 TESSERA=$PWD/target/release/tessera
@@ -119,6 +121,12 @@ CONF
 taskset -c $SERVER_CPU h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
 pids+=($!); h2o_pid=$!
 
+# --- the TLS floor (bench/tls-floor.c): one recv, one record each way, one send.
+cc -O2 -o "$work/tls-floor" bench/tls-floor.c -lssl -lcrypto
+floor_port=$(free_port)
+taskset -c $SERVER_CPU "$work/tls-floor" "$floor_port" "$work/cert.pem" "$work/key.pem" &
+pids+=($!); floor_pid=$!
+
 # --- tessera: one worker, a cleartext listener beside the TLS one (for the memory case).
 tessera_port=$(free_port)
 tessera_plain=$(free_port)
@@ -138,10 +146,21 @@ wait_tls() {
     echo "TLS server on port $1 did not start" >&2
     exit 1
 }
-wait_tls "$nginx_port"; wait_tls "$h2o_port"; wait_tls "$tessera_port"
+wait_tls "$nginx_port"; wait_tls "$h2o_port"; wait_tls "$tessera_port"; wait_tls "$floor_port"
 servers="tessera nginx h2o"
-declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid)
-declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=$h2o_port)
+peers="nginx h2o"
+declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid [floor]=$floor_pid)
+declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=$h2o_port [floor]=$floor_port)
+if [ -n "${BASE_BIN:-}" ]; then
+    base_port=$(free_port)
+    taskset -c $SERVER_CPU "$BASE_BIN" serve --config "$work/tessera.toml" --root "$site" \
+        --listen "127.0.0.1:$(free_port)" --tls-listen "127.0.0.1:$base_port" \
+        --cert "$work/cert.pem" --key "$work/key.pem" --workers 1 --backlog 16384 \
+        2>"$work/base.log" &
+    pids+=($!); pid_of[base]=$!; port_of[base]=$base_port
+    wait_tls "$base_port"
+    servers+=" base"; peers+=" base"
+fi
 for s in $servers; do
     got=$(openssl s_client -connect "127.0.0.1:${port_of[$s]}" -brief </dev/null 2>&1 |
         awk -F': ' '/Protocol version|Ciphersuite/ {printf "%s ", $2}')
@@ -153,7 +172,7 @@ echo "# $(nginx -v 2>&1 | tr -d '\n'); $(h2o --version | head -1); $(openssl ver
 
 # ratios NAME: prints tessera's CPU per request against each peer's.
 ratios() {
-    for s in nginx h2o; do
+    for s in $peers; do
         awk -v o="${cpu_med[$s]}" -v t="${cpu_med[tessera]}" -v n="$1" -v s="$s" \
             'BEGIN { printf "%-12s tessera/%s: cpu per request x%.2f (%s/tessera)\n", n, s, o / t, s }'
     done
@@ -181,7 +200,13 @@ run_case() {
 }
 
 printf '%-12s %-8s %12s %12s\n' case server "requests/s" "cpu us/req"
+# The 12-byte case runs the TLS floor too: what the 2x-cheaper-than-nginx target means in
+# floors (nothing can cost less than one floor).
+servers+=" floor"
 run_case keepalive-12b /12b.txt 100
+servers=${servers% floor}
+awk -v n="${cpu_med[nginx]}" -v t="${cpu_med[tessera]}" -v f="${cpu_med[floor]}" \
+    'BEGIN { printf "keepalive-12b in TLS floors (%.2f us): tessera %.2f, nginx %.2f; 2x cheaper than nginx would be %.2f\n", f, t / f, n / f, n / 2 / f }'
 for file in 64k.bin 1m.bin; do
     run_case "keepalive-${file%.bin}" "/$file" 100
     size=$(stat -c %s "$site/$file")
@@ -243,7 +268,7 @@ time.sleep(3600)
 PY
 echo "# memory: $IDLE idle keep-alive connections, each answered once"
 printf '%-16s %14s %14s %12s\n' server "start RSS KiB" "idle RSS KiB" "bytes/conn"
-for s in tessera-plain tessera nginx h2o; do
+for s in tessera-plain $servers; do
     case $s in
         tessera-plain) pid=$tessera_pid; port=$tessera_plain; mode=plain ;;
         *) pid=${pid_of[$s]}; port=${port_of[$s]}; mode=tls ;;
