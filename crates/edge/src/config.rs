@@ -216,8 +216,13 @@ pub struct RouteConfig {
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,
     /// Whether this route's responses may be compressed on the fly (the site's
-    /// `[compression]` decides how). Default true; false sends them as they come.
-    pub compress: bool,
+    /// `[compression]` decides how). Default true; false sends them as they come, a
+    /// shorthand for `[route.compression] enabled = false`.
+    pub compress: Option<bool>,
+    /// `[route.compression]`: this route's own compression policy, replacing its site's
+    /// `[compression]` (or `[host.compression]`) table as a whole, as a host's replaces
+    /// the top-level one. Default: the site's. Not together with `compress`.
+    pub compression: Option<handler::compress::CompressionConfig>,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
@@ -373,7 +378,8 @@ impl Default for RouteConfig {
             upstream: None,
             root: None,
             esi: EsiMode::Auto,
-            compress: true,
+            compress: None,
+            compression: None,
             site: 0,
         }
     }
@@ -529,6 +535,18 @@ impl EdgeConfig {
                         "route `{}`: needs exactly one of upstream and root",
                         r.prefix
                     ))
+                }
+            }
+            if let Some(c) = &r.compression {
+                if r.compress.is_some() {
+                    return bad(format!(
+                        "route `{}`: `compress` and `[route.compression]` together; \
+                         keep one (`compress = false` is `compression.enabled = false`)",
+                        r.prefix
+                    ));
+                }
+                if let Err(e) = c.build() {
+                    return bad(format!("route `{}`: compression: {e}", r.prefix));
                 }
             }
         }

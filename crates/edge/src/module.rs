@@ -22,6 +22,7 @@ use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
+use crate::inner::RoutePolicy;
 use crate::peers::PeerSet;
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
@@ -407,7 +408,7 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
-    /// The route (for its site's `[compression]`) and what the client accepts.
+    /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
     accepted: handler::compress::Accepted,
     request: ProxyRequest,
@@ -431,8 +432,13 @@ impl Deferred for Proxied {
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
-                    if edge.route_uncompressed(route) || response.head.status() == 101 {
-                        response.head.set_identity_only(true);
+                    match edge.route_policy(route) {
+                        _ if response.head.status() == 101 => response.head.set_identity_only(true),
+                        Some(RoutePolicy::Own(Some(policy))) => {
+                            response.head.set_compression(policy.clone())
+                        }
+                        Some(RoutePolicy::Own(None)) => response.head.set_identity_only(true),
+                        Some(RoutePolicy::Site) | None => {}
                     }
                     Ok(response)
                 }

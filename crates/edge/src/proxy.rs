@@ -152,6 +152,11 @@ impl Edge {
                 }))
             })
             .collect();
+        let route_policies = config
+            .route
+            .iter()
+            .map(crate::inner::RoutePolicy::of)
+            .collect();
         Ok(Edge {
             inner: Rc::new(Inner {
                 config,
@@ -162,6 +167,7 @@ impl Edge {
                 cache,
                 lean,
                 parts: Default::default(),
+                route_policies,
             }),
         })
     }

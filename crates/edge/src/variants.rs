@@ -14,6 +14,8 @@ use bytes::Bytes;
 use handler::compress::{Accepted, Coding, Compression};
 use handler::{Body, ResponseHead};
 
+use crate::inner::RoutePolicy;
+
 /// The forms of one body, by coding (identity included: its head adds
 /// `Vary: Accept-Encoding`). Never changes once made; a new body (a new object, a new
 /// assembly of a page) comes with new `Variants`.
@@ -132,20 +134,21 @@ impl Variants {
 }
 
 impl crate::Edge {
-    /// The `[compression]` policy of the site of `config.route[route]`.
-    /// `None` when compression is off there, or the route says `compress = false`.
+    /// The compression policy of `config.route[route]`: its own `[route.compression]`,
+    /// else its site's. `None` when compression is off there.
     pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
-        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
-        self.inner.config.compression.get(route.site)?.as_ref()
+        match self.inner.route_policies.get(route)? {
+            RoutePolicy::Own(policy) => policy.as_deref(),
+            RoutePolicy::Site => {
+                let site = self.inner.config.route.get(route)?.site;
+                self.inner.config.compression.get(site)?.as_ref()
+            }
+        }
     }
 
-    /// Whether `config.route[route]` says `compress = false`.
-    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
-        self.inner
-            .config
-            .route
-            .get(route)
-            .is_some_and(|r| !r.compress)
+    /// Whose policy the server's filter applies to `config.route[route]`'s responses.
+    pub(crate) fn route_policy(&self, route: usize) -> Option<&RoutePolicy> {
+        self.inner.route_policies.get(route)
     }
 
     /// A page assembled per request from cached parts, in the coding the client gets,

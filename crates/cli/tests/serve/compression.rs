@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::harness::{read_request_head, read_response, Response, Server, Site};
 
 /// A text page long enough to compress (about 20 KB).
-fn page_text() -> Vec<u8> {
+pub fn page_text() -> Vec<u8> {
     (0..400)
         .flat_map(|i| format!("<p>paragraph {i} of the page, with some words</p>\n").into_bytes())
         .collect()
@@ -22,7 +22,7 @@ fn fragment_text(n: u32) -> Vec<u8> {
 }
 
 /// The assembled ESI page `/esi` makes.
-fn esi_page() -> Vec<u8> {
+pub fn esi_page() -> Vec<u8> {
     let mut page = b"<html><body>\n".to_vec();
     for n in 0..3 {
         page.extend_from_slice(&fragment_text(n));
@@ -51,7 +51,7 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 /// - `/enc/CODING/page`: the `/esi` template encoded in CODING (gzip, br, zstd), whatever
 ///   the request accepts (an origin serving precompressed files), including
 ///   `/enc/CODING/frag/N`: [`fragment_text`] encoded the same way
-fn origin() -> SocketAddr {
+pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -306,7 +306,7 @@ pub fn decode(coding: &str, body: &[u8]) -> Vec<u8> {
     out
 }
 
-fn vary_names_accept_encoding(r: &Response) -> bool {
+pub fn vary_names_accept_encoding(r: &Response) -> bool {
     r.headers.iter().any(|(n, v)| {
         n.eq_ignore_ascii_case("vary") && v.to_ascii_lowercase().contains("accept-encoding")
     })
@@ -709,22 +709,6 @@ fn static_files_without_siblings_are_compressed_once_and_kept() {
     let r = request(&none, "GET", "/page.html", "Accept-Encoding: gzip\r\n");
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.body, page_text());
-}
-
-#[test]
-fn a_route_can_turn_compression_off() {
-    let site = Site::new();
-    let server = site.serve_with(&format!(
-        "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
-         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
-         [[route]]\nprefix = \"/page\"\nupstream = \"origin\"\ncompress = false\n",
-        origin()
-    ));
-    let r = request(&server, "GET", "/page", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), None);
-    assert_eq!(r.body, page_text());
-    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), Some("gzip"));
 }
 
 /// The page `/cached/personal` makes for a client whose cookie says `name`.
