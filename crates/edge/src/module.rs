@@ -471,9 +471,8 @@ fn response_of(
             head.append(b"age", age.as_bytes());
         }
         head.set_encoded(lines.clone(), date);
-        if let (Some(policy), Some(variants)) = (compression, variants) {
+        if let (Some(policy), Some((variants, entry))) = (compression, variants) {
             let chunks = response.body.ready_chunks();
-            let limit = edge.inner.cache.config.max_size;
             if let Some((lines, date, body)) = chunks.and_then(|chunks| {
                 let identity = crate::variants::Identity {
                     head: &head,
@@ -481,7 +480,8 @@ fn response_of(
                     date,
                     chunks,
                 };
-                variants.respond(limit, policy, accepted, identity)
+                let grew = || edge.inner.cache.reweigh(&entry);
+                variants.respond(policy, accepted, identity, grew)
             }) {
                 head.set_encoded(lines, date);
                 head.set_identity_only(true);
