@@ -231,14 +231,14 @@ return M
 "#;
 
 /// The Lua handler's body.
-fn lua_text() -> Vec<u8> {
+pub fn lua_text() -> Vec<u8> {
     (0..300)
         .flat_map(|i| format!("lua line {i} with some text to compress\n").into_bytes())
         .collect()
 }
 
 /// A server proxying `/` to the origin (ESI on), with `/lua` answered by [`LUA`].
-fn serve(extra: &str) -> (Site, Server) {
+pub fn serve(extra: &str) -> (Site, Server) {
     serve_env(extra, &[])
 }
 
@@ -800,19 +800,6 @@ fn an_http_1_0_client_gets_a_compressed_stream_with_its_length() {
     let length = format!("content-length: {}", all.len() - end);
     assert!(head.contains(&length), "{head}");
     assert_eq!(decode("gzip", &all[end..]), esi_page());
-}
-
-#[test]
-fn past_max_streams_a_streamed_page_goes_out_uncompressed() {
-    let (_site, server) = serve("[compression]\nmax_streams = 0\n");
-    // The ESI page streams (its fragments are not cached): no compressor for it.
-    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), None);
-    assert!(vary_names_accept_encoding(&r));
-    assert_eq!(r.body, esi_page());
-    // A whole body is compressed still.
-    let r = request(&server, "GET", "/lua", "Accept-Encoding: gzip\r\n");
-    assert_eq!(decode("gzip", &r.body), lua_text());
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod access_log;
 mod cache;
 mod check_config;
 mod compression;
+mod compression_budget;
 mod compression_cache;
 mod compression_routes;
 mod demo;

@@ -24,12 +24,6 @@ pub struct CompressionConfig {
     /// The codings offered, in order of preference (`zstd`, `br`, `gzip`); a client's
     /// higher q-value beats the order. Default `["zstd", "br", "gzip"]`.
     pub algorithms: Vec<String>,
-    /// Most responses compressed while they stream at once, per site (each holds a
-    /// compressor: about 0.4 MiB for gzip and 1.1 MiB for Brotli, measured, and about
-    /// 1.2 MiB for zstd, estimated, with the windows chosen here). Past it a streamed response goes out uncompressed, so memory does
-    /// not grow with load. Default 256. Whole bodies (cached, Lua) are not counted: their
-    /// compressor lives only while one is compressed.
-    pub max_streams: usize,
     /// Bytes of compressed forms of static files (those without a precompressed sibling)
     /// kept in each site's open-file cache. Default 64 MiB; 0 compresses no file.
     pub file_cache_bytes: u64,
@@ -82,7 +76,6 @@ impl Default for CompressionConfig {
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_length: 1024,
             algorithms: vec!["zstd".into(), "br".into(), "gzip".into()],
-            max_streams: 256,
             file_cache_bytes: 64 << 20,
             level: Levels::default(),
         }
@@ -112,9 +105,6 @@ pub struct Compression {
     pub min_length: u64,
     /// `file_cache_bytes`.
     pub file_cache_bytes: u64,
-    /// `max_streams`, and how many stream now (shared by the clones of this policy).
-    pub max_streams: usize,
-    pub streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Lower-case media types.
     types: Vec<Vec<u8>>,
 }
@@ -153,8 +143,6 @@ impl CompressionConfig {
             levels: l,
             min_length: self.min_length,
             file_cache_bytes: self.file_cache_bytes,
-            max_streams: self.max_streams,
-            streams: Default::default(),
             types: self
                 .types
                 .iter()

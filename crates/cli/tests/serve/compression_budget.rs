@@ -1,0 +1,101 @@
+//! `compression_memory`: the compressors of streaming responses reserve their state from
+//! one budget for the process; a stream that would pass it goes out uncompressed (with
+//! Vary), and every reservation is given back, also when the client goes away.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+use crate::compression::{decode, esi_page, lua_text, request, serve, vary_names_accept_encoding};
+use crate::harness::{eventually, Server};
+use crate::metrics::{admin_addr, admin_get, samples};
+
+/// Room for one gzip stream (432 KiB), not two.
+const ONE_GZIP_STREAM: &str = "admin_listen = \"127.0.0.1:0\"\ncompression_memory = 600000\n\
+                               [compression]\nalgorithms = [\"gzip\"]\n";
+
+/// Sends `GET /esi` accepting gzip and reads the response head: the page is then
+/// streaming (its second fragment is 100 ms away). The head's lines, lower-case, and the
+/// reader for the rest.
+fn start_esi_page(server: &Server) -> (Vec<String>, BufReader<TcpStream>) {
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /esi HTTP/1.1\r\nHost: test\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            return (head, reader);
+        }
+        head.push(line.trim().to_ascii_lowercase());
+    }
+}
+
+fn streams_metric(server: &Server, name: &str) -> f64 {
+    samples(&admin_get(admin_addr(server), "/metrics", "").1)[name]
+}
+
+#[test]
+fn past_the_budget_a_concurrent_stream_goes_out_uncompressed_and_the_budget_comes_back() {
+    let (_site, server) = serve(ONE_GZIP_STREAM);
+    let (first, first_rest) = start_esi_page(&server);
+    assert!(
+        first.contains(&"content-encoding: gzip".to_string()),
+        "{first:?}"
+    );
+    assert_eq!(
+        streams_metric(&server, "tessera_compression_stream_bytes"),
+        432.0 * 1024.0
+    );
+    // While the first streams, a second has no room: identity, with Vary.
+    let second = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
+    assert_eq!(second.header("content-encoding"), None);
+    assert!(vary_names_accept_encoding(&second));
+    assert_eq!(second.body, esi_page());
+    // A whole body needs no stream: compressed still.
+    let lua = request(&server, "GET", "/lua", "Accept-Encoding: gzip\r\n");
+    assert_eq!(decode("gzip", &lua.body), lua_text());
+    drop(first_rest.into_inner());
+    // The first's reservation is given back once it is gone, and the next page streams
+    // compressed again.
+    eventually("the budget given back", || {
+        streams_metric(&server, "tessera_compression_stream_bytes") == 0.0
+    });
+    let third = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
+    assert_eq!(third.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode("gzip", &third.body), esi_page());
+    eventually("the budget given back after a whole page", || {
+        streams_metric(&server, "tessera_compression_stream_bytes") == 0.0
+    });
+    let refused = "tessera_compression_streams_total{result=\"refused\"}";
+    assert_eq!(streams_metric(&server, refused), 1.0);
+    let compressed = "tessera_compression_streams_total{result=\"compressed\"}";
+    assert_eq!(streams_metric(&server, compressed), 2.0);
+}
+
+#[test]
+fn a_client_that_goes_away_mid_stream_gives_its_reservation_back() {
+    let (_site, server) = serve(ONE_GZIP_STREAM);
+    for _ in 0..3 {
+        let (head, rest) = start_esi_page(&server);
+        assert!(
+            head.contains(&"content-encoding: gzip".to_string()),
+            "{head:?}"
+        );
+        drop(rest);
+        eventually("the reservation given back", || {
+            streams_metric(&server, "tessera_compression_stream_bytes") == 0.0
+        });
+    }
+}
+
+#[test]
+fn a_budget_of_nothing_streams_nothing_compressed() {
+    let (_site, server) = serve("compression_memory = 0\n");
+    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding"), None);
+    assert!(vary_names_accept_encoding(&r));
+    assert_eq!(r.body, esi_page());
+}
