@@ -99,3 +99,21 @@ fn a_budget_of_nothing_streams_nothing_compressed() {
     assert!(vary_names_accept_encoding(&r));
     assert_eq!(r.body, esi_page());
 }
+
+#[test]
+fn a_reload_sets_the_budget_anew() {
+    let (site, server) = serve(ONE_GZIP_STREAM);
+    let capacity = "tessera_compression_stream_capacity_bytes";
+    assert_eq!(streams_metric(&server, capacity), 600000.0);
+    let config = site.dir.path().join("tessera.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    let toml = toml.replace("compression_memory = 600000", "compression_memory = 0");
+    std::fs::write(&config, toml).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the new budget", || {
+        streams_metric(&server, capacity) == 0.0
+    });
+    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, esi_page());
+}
