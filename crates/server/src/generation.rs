@@ -48,8 +48,6 @@ impl Generation {
         labels: &crate::metrics::HostLabels,
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
-        // One budget for the process, whatever the sites (docs/compression.md).
-        handler::compress::STREAM_MEMORY.set_capacity(config.compression_memory);
         let routes = dispatch::routes(&modules, config.host.len() + 1);
         let sites = Sites::open(&config, crate::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {

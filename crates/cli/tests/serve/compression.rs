@@ -244,6 +244,15 @@ pub fn serve(extra: &str) -> (Site, Server) {
 
 /// [`serve`] with environment variables for the server.
 fn serve_env(extra: &str, env: &[(&str, &str)]) -> (Site, Server) {
+    serve_with(extra, env, &["--listen", "127.0.0.1:0"])
+}
+
+/// [`serve`] listening where `extra` says (`listen = [...]`), not on the command line.
+pub fn serve_listening_as_configured(extra: &str) -> (Site, Server) {
+    serve_with(extra, &[], &[])
+}
+
+fn serve_with(extra: &str, env: &[(&str, &str)], listen: &[&str]) -> (Site, Server) {
     let site = Site::new();
     site.write("handler.lua", LUA.as_bytes());
     let lua = site.root().join("handler.lua");
@@ -263,12 +272,11 @@ fn serve_env(extra: &str, env: &[(&str, &str)]) -> (Site, Server) {
         site.root().to_str().unwrap(),
         "--workers",
         "1",
-        "--listen",
-        "127.0.0.1:0",
         "--config",
         config.to_str().unwrap(),
     ]
     .iter()
+    .chain(listen)
     .map(|s| s.to_string())
     .collect();
     let server = Server::start_args_env(std::path::Path::new("."), &args, env);

@@ -5,8 +5,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 
-use crate::compression::{decode, esi_page, lua_text, request, serve, vary_names_accept_encoding};
-use crate::harness::{eventually, Server};
+use crate::compression::{
+    decode, esi_page, lua_text, request, serve, serve_listening_as_configured,
+    vary_names_accept_encoding,
+};
+use crate::harness::{eventually, stderr_has, Server};
 use crate::metrics::{admin_addr, admin_get, samples};
 
 /// Room for one gzip stream (432 KiB), not two.
@@ -116,4 +119,36 @@ fn a_reload_sets_the_budget_anew() {
     let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.body, esi_page());
+}
+
+#[test]
+fn a_refused_reload_leaves_the_budget_as_it_was() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = held.local_addr().unwrap();
+    let (site, server) =
+        serve_listening_as_configured(&format!("listen = [\"127.0.0.1:0\"]\n{ONE_GZIP_STREAM}"));
+    let capacity = "tessera_compression_stream_capacity_bytes";
+    let config = site.dir.path().join("tessera.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    // A budget of nothing, and an address another socket holds: the reload is checked
+    // and built, then fails when it opens the new listener.
+    let toml = toml
+        .replace("compression_memory = 600000", "compression_memory = 0")
+        .replace(
+            "listen = [\"127.0.0.1:0\"]",
+            &format!("listen = [\"127.0.0.1:0\", \"{busy}\"]"),
+        );
+    std::fs::write(&config, toml).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the reload failure", || {
+        stderr_has(&server, "reload failed")
+    });
+    assert_eq!(streams_metric(&server, capacity), 600000.0);
+    let (head, rest) = start_esi_page(&server);
+    assert!(
+        head.contains(&"content-encoding: gzip".to_string()),
+        "{head:?}"
+    );
+    drop(rest);
+    drop(held);
 }
