@@ -1,6 +1,6 @@
-//! Measures the memory one compressing stream holds, per coding at the default level and
-//! window: the figures `handler::compress::stream_state_bytes` reserves from the
-//! streaming budget (docs/compression.md, "Streaming").
+//! Measures the memory one compressing stream holds, per coding and level at the
+//! encoder's window: the figures `handler::compress::stream_state_bytes` reserves from
+//! the streaming budget (docs/compression.md, "Streaming").
 //!
 //! gzip and Brotli allocate through Rust's allocator, so a counting allocator sees their
 //! state: the bytes live after a page was written through the encoder with a flush every
@@ -53,7 +53,10 @@ fn main() {
         data.len()
     );
     println!("coding level  held (MiB)  peak (MiB)");
-    for (coding, level) in [(Coding::Gzip, 2), (Coding::Brotli, 2), (Coding::Zstd, 3)] {
+    let gzip = (1..=9).map(|l| (Coding::Gzip, l));
+    let brotli = (0..=11).map(|l| (Coding::Brotli, l));
+    let zstd = (1..=19).map(|l| (Coding::Zstd, l));
+    for (coding, level) in gzip.chain(brotli).chain(zstd) {
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
         let mut encoder = Encoder::new(coding, level).unwrap();
@@ -73,15 +76,18 @@ fn main() {
         );
         drop(encoder);
     }
-    // The zstd line above is only its Rust side (the writer's buffers).
-    zstd_context(&data);
+    // The zstd lines above are only its Rust side (the writer's buffers).
+    for level in 1..=19 {
+        zstd_context(&data, level);
+    }
 }
 
-/// zstd level 3 with the encoder's 256 KiB window: the context's own size report.
-fn zstd_context(data: &[u8]) {
+/// zstd at `level` with the encoder's 256 KiB window: the context's own size report.
+fn zstd_context(data: &[u8], level: i32) {
     use zstd::zstd_safe::{CCtx, CParameter, InBuffer, OutBuffer};
     let mut cctx = CCtx::create();
-    cctx.set_parameter(CParameter::CompressionLevel(3)).unwrap();
+    cctx.set_parameter(CParameter::CompressionLevel(level))
+        .unwrap();
     cctx.set_parameter(CParameter::WindowLog(18)).unwrap();
     cctx.set_parameter(CParameter::ChecksumFlag(false)).unwrap();
     let mut out = vec![0u8; 1 << 20];
@@ -96,5 +102,5 @@ fn zstd_context(data: &[u8]) {
         written = output.pos();
     }
     let context = cctx.sizeof() as f64 / MIB;
-    println!("zstd       3 {context:11.2}           - (its C context, ZSTD_sizeof_CCtx)");
+    println!("zstd  {level:6} {context:11.2}           - (its C context, ZSTD_sizeof_CCtx)");
 }

@@ -229,7 +229,8 @@ pub fn compress_response(
                 }
             }
             Body::Stream { chunks, length } => {
-                let reserved = super::STREAM_MEMORY.reserve(super::stream_state_bytes(coding));
+                let reserved =
+                    super::STREAM_MEMORY.reserve(super::stream_state_bytes(coding, level));
                 match (reserved, Encoder::new(coding, level)) {
                     (Some(reserved), Ok(encoder)) => Body::Stream {
                         length: None,
