@@ -221,7 +221,8 @@ pub struct RouteConfig {
     pub compress: Option<bool>,
     /// `[route.compression]`: this route's own compression policy, replacing its site's
     /// `[compression]` (or `[host.compression]`) table as a whole, as a host's replaces
-    /// the top-level one. Default: the site's. Not together with `compress`.
+    /// the top-level one. Default: the site's. Not together with `compress`, nor on a
+    /// `root` route (static files take their site's policy).
     pub compression: Option<handler::compress::CompressionConfig>,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
@@ -536,6 +537,17 @@ impl EdgeConfig {
                         r.prefix
                     ))
                 }
+            }
+            if r.root.is_some() && (r.compression.is_some() || r.compress.is_some()) {
+                // A `root` route's files are the server's static files, compressed (and
+                // their compressed forms kept) by the site's policy per site; a route's
+                // own would not reach them.
+                return bad(format!(
+                    "route `{}`: `compress` and `[route.compression]` do not apply to a \
+                     `root` route: its files are compressed by its site's `[compression]` \
+                     (or `[host.compression]`)",
+                    r.prefix
+                ));
             }
             if let Some(c) = &r.compression {
                 if r.compress.is_some() {

@@ -147,6 +147,29 @@ fn a_bad_route_compression_table_is_refused_naming_the_route() {
 }
 
 #[test]
+fn a_root_route_with_a_compression_table_is_refused_naming_the_route() {
+    let site = Site::new();
+    for table in [
+        "[route.compression]\nalgorithms = [\"gzip\"]\n",
+        "compress = false\n",
+    ] {
+        let toml = routes(&format!(
+            "[[route]]\nprefix = \"/static\"\nroot = \"{}\"\n{table}",
+            site.root().display()
+        ));
+        let (code, stderr) = check(&site, &toml);
+        assert_eq!(code, 1, "{table}: {stderr}");
+        assert!(
+            stderr.contains(
+                "route `/static`: `compress` and `[route.compression]` do not apply to a \
+                 `root` route"
+            ),
+            "{table}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_reload_applies_a_route_table_and_refuses_a_bad_one() {
     let site = Site::new();
     let server = site.serve_with(&routes(
