@@ -557,6 +557,14 @@ impl EdgeConfig {
                         r.prefix
                     ));
                 }
+                if c.file_cache_bytes.is_some() {
+                    // Only files have their forms kept in the open-file cache.
+                    return bad(format!(
+                        "route `{}`: `compression.file_cache_bytes` is a site's key \
+                         (`[compression]` or `[host.compression]`), not a route's",
+                        r.prefix
+                    ));
+                }
                 if let Err(e) = c.build() {
                     return bad(format!("route `{}`: compression: {e}", r.prefix));
                 }

@@ -135,6 +135,10 @@ fn a_bad_route_compression_table_is_refused_naming_the_route() {
             "[route.compression]\nlevels = 3\n",
             "unknown field `levels`",
         ),
+        (
+            "[route.compression]\nfile_cache_bytes = 1000\n",
+            "route `/page`: `compression.file_cache_bytes` is a site's key",
+        ),
     ];
     for (table, expected) in cases {
         let toml = routes(&format!(

@@ -25,12 +25,17 @@ pub struct CompressionConfig {
     /// higher q-value beats the order. Default `["zstd", "br", "gzip"]`.
     pub algorithms: Vec<String>,
     /// Bytes of compressed forms of static files (those without a precompressed sibling)
-    /// kept in each site's open-file cache. Default 64 MiB; 0 compresses no file.
-    pub file_cache_bytes: u64,
+    /// kept in each site's open-file cache. Default 64 MiB ([`DEFAULT_FILE_CACHE_BYTES`]);
+    /// 0 compresses no file. `None` when the table leaves it out, so that a route's table
+    /// (whose responses are not files) can refuse it.
+    pub file_cache_bytes: Option<u64>,
     /// `[compression.level]`: per coding. Defaults measured for edge use
     /// (docs/compression.md): gzip 2, br 2, zstd 3.
     pub level: Levels,
 }
+
+/// The default `file_cache_bytes`: 64 MiB per site.
+pub const DEFAULT_FILE_CACHE_BYTES: u64 = 64 << 20;
 
 /// `[compression.level]`.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -76,7 +81,7 @@ impl Default for CompressionConfig {
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_length: 1024,
             algorithms: vec!["zstd".into(), "br".into(), "gzip".into()],
-            file_cache_bytes: 64 << 20,
+            file_cache_bytes: None,
             level: Levels::default(),
         }
     }
@@ -142,7 +147,7 @@ impl CompressionConfig {
             order,
             levels: l,
             min_length: self.min_length,
-            file_cache_bytes: self.file_cache_bytes,
+            file_cache_bytes: self.file_cache_bytes.unwrap_or(DEFAULT_FILE_CACHE_BYTES),
             types: self
                 .types
                 .iter()

@@ -19,7 +19,10 @@ pub use accept::{Accepted, Coding};
 pub use budget::{
     stream_state_bytes, Reservation, StreamMemory, DEFAULT_STREAM_MEMORY, STREAM_MEMORY,
 };
-pub use config::{Compression, CompressionConfig, CompressionConfigError, Levels, DEFAULT_TYPES};
+pub use config::{
+    Compression, CompressionConfig, CompressionConfigError, Levels, DEFAULT_FILE_CACHE_BYTES,
+    DEFAULT_TYPES,
+};
 pub use encoder::{compress, decode, DecodeError, Encoder};
 pub use filter::{
     add_vary, compress_response, compressible, has_content_encoding, mark_encoded, no_transform,
