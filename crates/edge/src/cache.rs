@@ -471,6 +471,8 @@ pub struct Cache {
     stale_while_revalidate: Duration,
     stale_if_error: Duration,
     mem: quick_cache::sync::Cache<String, Slot, Weigh, quick_cache::DefaultHashBuilder, Evictions>,
+    /// The most one key may weigh, forms included (`forms::shard_hot_target`).
+    weight_limit: u64,
     flights: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
     shared: Option<SharedTier>,
     hits: AtomicU64,
@@ -577,6 +579,7 @@ impl Cache {
                 .estimated_items_capacity(estimated)
                 .weight_capacity(config.max_size)
                 .shards(shards)
+                .hot_allocation(forms::HOT_ALLOCATION)
                 .build()
                 .map_err(|e| ConfigError::Invalid(format!("cache: {e:?}")))?,
             Weigh,
@@ -588,6 +591,7 @@ impl Cache {
             stale_if_error: crate::config::secs(config.stale_if_error),
             config: config.clone(),
             mem,
+            weight_limit: forms::shard_hot_target(config.max_size, shards),
             flights: Mutex::new(HashMap::new()),
             shared,
             hits: AtomicU64::new(0),

@@ -480,8 +480,9 @@ fn response_of(
                     date,
                     chunks,
                 };
+                let room = edge.inner.cache.form_room(&entry);
                 let grew = || edge.inner.cache.reweigh(&entry);
-                variants.respond(policy, accepted, identity, grew)
+                variants.respond(policy, accepted, identity, room, grew)
             }) {
                 head.set_encoded(lines, date);
                 head.set_identity_only(true);

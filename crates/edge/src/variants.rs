@@ -90,13 +90,18 @@ impl Variants {
     /// coding it gets, made now if this is the first request to want it. `None` when
     /// the response is not the policy's to compress (its type, its length, its status,
     /// no-transform, a coding already) or the client refuses every form: the server's
-    /// filter then sees the identity response as it is. `grew` is called when a form was
-    /// made and kept here (so that the cache weighs the object again).
+    /// filter then sees the identity response as it is. `room`: the bytes of forms the
+    /// object may count in all ([`Cache::form_room`](crate::cache::Cache::form_room)); a
+    /// form that would pass it is served to this request and not kept, so that the
+    /// object is never weighed past what its shard holds (which would evict it). `grew`
+    /// is called when a form was made and kept here (so that the cache weighs the object
+    /// again).
     pub(crate) fn respond(
         &self,
         policy: &Compression,
         accepted: Accepted,
         identity: Identity<'_>,
+        room: u64,
         grew: impl FnOnce(),
     ) -> Option<(Bytes, bool, Body)> {
         let Identity {
@@ -126,20 +131,44 @@ impl Variants {
                     FormBody::Whole(b) => b.len() as u64,
                     FormBody::Pieces(_) => 0,
                 };
+                // Counted before it is kept, within the room, in one step: two forms
+                // made at once cannot both pass it.
+                let counted = size == 0
+                    || self
+                        .counted_in
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                            c.checked_add(size).filter(|&total| total <= room)
+                        })
+                        .is_ok();
+                if !counted {
+                    return Some(form.response());
+                }
                 // Two workers may make it at once; the first stored wins, both are right.
-                if slot.set(form).is_ok() && size > 0 {
-                    self.bytes.fetch_add(size, Ordering::Relaxed);
-                    self.counted_in.fetch_add(size, Ordering::Relaxed);
-                    grew();
+                match slot.set(form) {
+                    Ok(()) if size > 0 => {
+                        self.bytes.fetch_add(size, Ordering::Relaxed);
+                        grew();
+                    }
+                    Ok(()) => {}
+                    Err(_) => {
+                        self.counted_in.fetch_sub(size, Ordering::AcqRel);
+                    }
                 }
                 slot.get()?
             }
         };
-        let body = match &form.body {
+        Some(form.response())
+    }
+}
+
+impl Form {
+    /// Its head's lines, whether they hold a Date, and its body.
+    fn response(&self) -> (Bytes, bool, Body) {
+        let body = match &self.body {
             FormBody::Whole(b) => Body::Full(b.clone()),
             FormBody::Pieces(c) => Body::Ready(c.clone()),
         };
-        Some((form.lines.clone(), form.date, body))
+        (self.lines.clone(), self.date, body)
     }
 }
 
@@ -251,6 +280,7 @@ mod tests {
                 date: false,
                 chunks,
             },
+            u64::MAX,
             || grew = true,
         );
         (answer, grew)
