@@ -207,3 +207,21 @@ fn a_reload_applies_a_route_table_and_refuses_a_bad_one() {
     });
     assert_eq!(coding().as_deref(), Some("br"), "the old table stays");
 }
+
+#[test]
+fn a_cached_page_is_served_from_the_cache_with_its_route_table() {
+    let site = Site::new();
+    let server = site.serve_with(&routes(
+        "[[route]]\nprefix = \"/cached/plain\"\nupstream = \"origin\"\n\
+         [route.compression]\nalgorithms = [\"br\"]\n",
+    ));
+    // The site's policy would choose zstd; the route's, Brotli, for the miss and the hit.
+    let miss = request(&server, "GET", "/cached/plain", EVERY);
+    assert_eq!(miss.header("content-encoding"), Some("br"));
+    assert_eq!(decode("br", &miss.body), page_text());
+    let hit = request(&server, "GET", "/cached/plain", EVERY);
+    assert!(hit.header("age").is_some(), "not a hit: {hit:?}");
+    assert_eq!(hit.header("content-encoding"), Some("br"));
+    assert!(vary_names_accept_encoding(&hit));
+    assert_eq!(decode("br", &hit.body), page_text());
+}
