@@ -106,7 +106,6 @@ impl StreamMemory {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        self.compressed.fetch_add(1, Ordering::Relaxed);
         Some(Reservation {
             memory: self,
             bytes,
@@ -119,6 +118,15 @@ impl StreamMemory {
 pub struct Reservation {
     memory: &'static StreamMemory,
     bytes: u64,
+}
+
+impl Reservation {
+    /// Counts its stream as compressed (once its compressor was made): a reservation
+    /// given back before, its compressor failing to start, counts as neither.
+    pub fn started(self) -> Reservation {
+        self.memory.compressed.fetch_add(1, Ordering::Relaxed);
+        self
+    }
 }
 
 impl Drop for Reservation {
@@ -138,9 +146,11 @@ mod tests {
     #[test]
     fn reservations_stay_within_the_budget_and_are_given_back() {
         static MEMORY: StreamMemory = StreamMemory::new(1000);
-        let first = MEMORY.reserve(600).unwrap();
+        let first = MEMORY.reserve(600).unwrap().started();
         assert!(MEMORY.reserve(600).is_none(), "past the budget");
-        let small = MEMORY.reserve(400).unwrap();
+        let small = MEMORY.reserve(400).unwrap().started();
+        // One whose compressor did not start: given back, counted as neither.
+        drop(MEMORY.reserve(0).unwrap());
         assert_eq!(MEMORY.reserved(), 1000);
         drop(first);
         drop(small);

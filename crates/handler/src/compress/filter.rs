@@ -229,22 +229,25 @@ pub fn compress_response(
                 }
             }
             Body::Stream { chunks, length } => {
-                let reserved =
-                    super::STREAM_MEMORY.reserve(super::stream_state_bytes(coding, level));
-                match (reserved, Encoder::new(coding, level)) {
-                    (Some(reserved), Ok(encoder)) => Body::Stream {
+                // The compressor is made only with its room reserved, and the stream
+                // counts as compressed only once it is made.
+                let started = super::STREAM_MEMORY
+                    .reserve(super::stream_state_bytes(coding, level))
+                    .and_then(|reserved| Some((Encoder::new(coding, level).ok()?, reserved)));
+                match started {
+                    Some((encoder, reserved)) => Body::Stream {
                         length: None,
                         chunks: Box::pin(Compressing {
                             inner: chunks,
                             encoder,
                             unflushed: false,
                             done: false,
-                            _reserved: reserved,
+                            _reserved: reserved.started(),
                         }),
                     },
                     // Past `compression_memory` (or a compressor that cannot start): as
                     // it is.
-                    _ => {
+                    None => {
                         response.body = Body::Stream { chunks, length };
                         add_vary(&mut response.head);
                         return Compressed::Identity;
