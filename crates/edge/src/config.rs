@@ -228,6 +228,20 @@ pub struct RouteConfig {
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
     pub site: usize,
+    /// The first name of its `[[host]]`, for a `[[host.route]]` (set by `cli`; no TOML
+    /// key), so that an error names the host too.
+    #[serde(skip)]
+    pub host: Option<String>,
+}
+
+impl RouteConfig {
+    /// How an error names it: "route `/p`", or "route `/p` of host `a.test`".
+    pub fn named(&self) -> String {
+        match &self.host {
+            Some(host) => format!("route `{}` of host `{host}`", self.prefix),
+            None => format!("route `{}`", self.prefix),
+        }
+    }
 }
 
 /// When a response is processed as ESI.
@@ -382,6 +396,7 @@ impl Default for RouteConfig {
             compress: None,
             compression: None,
             site: 0,
+            host: None,
         }
     }
 }
@@ -524,17 +539,17 @@ impl EdgeConfig {
         let known = |name: &str| self.upstream.iter().any(|u| u.name == name);
         for r in &self.route {
             if !r.prefix.starts_with('/') {
-                return bad(format!("route `{}`: prefix must start with /", r.prefix));
+                return bad(format!("{}: prefix must start with /", r.named()));
             }
             match (&r.upstream, &r.root) {
                 (Some(u), None) if !known(u) => {
-                    return bad(format!("route `{}`: no upstream named `{u}`", r.prefix))
+                    return bad(format!("{}: no upstream named `{u}`", r.named()))
                 }
                 (Some(_), None) | (None, Some(_)) => {}
                 _ => {
                     return bad(format!(
-                        "route `{}`: needs exactly one of upstream and root",
-                        r.prefix
+                        "{}: needs exactly one of upstream and root",
+                        r.named()
                     ))
                 }
             }
@@ -543,30 +558,30 @@ impl EdgeConfig {
                 // their compressed forms kept) by the site's policy per site; a route's
                 // own would not reach them.
                 return bad(format!(
-                    "route `{}`: `compress` and `[route.compression]` do not apply to a \
+                    "{}: `compress` and `[route.compression]` do not apply to a \
                      `root` route: its files are compressed by its site's `[compression]` \
                      (or `[host.compression]`)",
-                    r.prefix
+                    r.named()
                 ));
             }
             if let Some(c) = &r.compression {
                 if r.compress.is_some() {
                     return bad(format!(
-                        "route `{}`: `compress` and `[route.compression]` together; \
+                        "{}: `compress` and `[route.compression]` together; \
                          keep one (`compress = false` is `compression.enabled = false`)",
-                        r.prefix
+                        r.named()
                     ));
                 }
                 if c.file_cache_bytes.is_some() {
                     // Only files have their forms kept in the open-file cache.
                     return bad(format!(
-                        "route `{}`: `compression.file_cache_bytes` is a site's key \
+                        "{}: `compression.file_cache_bytes` is a site's key \
                          (`[compression]` or `[host.compression]`), not a route's",
-                        r.prefix
+                        r.named()
                     ));
                 }
                 if let Err(e) = c.build() {
-                    return bad(format!("route `{}`: compression: {e}", r.prefix));
+                    return bad(format!("{}: compression: {e}", r.named()));
                 }
             }
         }

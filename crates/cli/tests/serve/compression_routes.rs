@@ -225,3 +225,33 @@ fn a_cached_page_is_served_from_the_cache_with_its_route_table() {
     assert!(vary_names_accept_encoding(&hit));
     assert_eq!(decode("br", &hit.body), page_text());
 }
+
+#[test]
+fn a_host_route_error_names_its_host_and_max_streams_says_what_replaced_it() {
+    let site = Site::new();
+    let toml = format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
+         [[host]]\nnames = [\"a.test\", \"www.a.test\"]\n\
+         [[host.route]]\nprefix = \"/page\"\nupstream = \"origin\"\n\
+         [host.route.compression]\nlevel.gzip = 12\n",
+        origin()
+    );
+    let (code, stderr) = check(&site, &toml);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "route `/page` of host `a.test`: compression: level.gzip = 12 is out of range"
+        ),
+        "{stderr}"
+    );
+    let replaced = "`max_streams` was replaced by the top-level `compression_memory`";
+    for toml in [
+        "[compression]\nmax_streams = 64\n".to_string(),
+        routes("[[route]]\nprefix = \"/page\"\nupstream = \"origin\"\n[route.compression]\nmax_streams = 8\n"),
+    ] {
+        let (code, stderr) = check(&site, &toml);
+        assert_eq!(code, 1, "{toml}: {stderr}");
+        assert!(stderr.contains(replaced), "{toml}: {stderr}");
+        assert!(!stderr.contains("unknown field"), "{toml}: {stderr}");
+    }
+}

@@ -29,6 +29,10 @@ pub struct CompressionConfig {
     /// 0 compresses no file. `None` when the table leaves it out, so that a route's table
     /// (whose responses are not files) can refuse it.
     pub file_cache_bytes: Option<u64>,
+    /// The removed `max_streams` (a limit per site), read only to say what replaced it:
+    /// the top-level `compression_memory`.
+    #[serde(rename = "max_streams")]
+    pub removed_max_streams: Option<serde::de::IgnoredAny>,
     /// `[compression.level]`: per coding. Defaults measured for edge use
     /// (docs/compression.md): gzip 2, br 2, zstd 3.
     pub level: Levels,
@@ -82,6 +86,7 @@ impl Default for CompressionConfig {
             min_length: 1024,
             algorithms: vec!["zstd".into(), "br".into(), "gzip".into()],
             file_cache_bytes: None,
+            removed_max_streams: None,
             level: Levels::default(),
         }
     }
@@ -93,6 +98,8 @@ impl Default for CompressionConfig {
 pub enum CompressionConfigError {
     #[error("unknown algorithm {0:?} (known: zstd, br, gzip)")]
     UnknownAlgorithm(String),
+    #[error("`max_streams` was replaced by the top-level `compression_memory` (bytes for all the streams compressing at once, docs/compression.md)")]
+    MaxStreamsRemoved,
     #[error("level.{coding} = {level} is out of range ({range})")]
     Level {
         coding: &'static str,
@@ -117,6 +124,9 @@ pub struct Compression {
 impl CompressionConfig {
     /// Checks the table; `Ok(None)` when compression is off.
     pub fn build(&self) -> Result<Option<Compression>, CompressionConfigError> {
+        if self.removed_max_streams.is_some() {
+            return Err(CompressionConfigError::MaxStreamsRemoved);
+        }
         let mut order = Vec::new();
         for name in &self.algorithms {
             let coding = Coding::from_token(name.as_bytes())
