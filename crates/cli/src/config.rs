@@ -97,8 +97,16 @@ impl ServeConfig {
         let server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
         let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
         for (site, h) in host_modules {
+            let host = server
+                .host
+                .get(site - 1)
+                .and_then(|h| h.names.first().cloned());
             m.route
-                .extend(h.route.into_iter().map(|r| edge::RouteConfig { site, ..r }));
+                .extend(h.route.into_iter().map(|r| edge::RouteConfig {
+                    site,
+                    host: host.clone(),
+                    ..r
+                }));
             m.script.extend(
                 h.script
                     .into_iter()

@@ -55,8 +55,13 @@ pub(crate) struct Entry {
     out_h1: std::sync::OnceLock<(Bytes, bool)>,
     /// For an ESI page: the last assembly from cached fragments, reused while it holds.
     memo: Mutex<Option<Arc<Memo>>>,
-    /// The body's compressed forms, made on demand (not counted in `weight`).
+    /// The body's compressed forms, made on demand.
     pub(crate) variants: Arc<crate::variants::Variants>,
+    /// Bytes of the compressed forms of its body and of its memoized assemblies, counted
+    /// in its weight in memory ([`Cache::reweigh`]).
+    pub(crate) forms: Arc<AtomicU64>,
+    /// The key it is stored under in memory, once stored.
+    stored_as: std::sync::OnceLock<String>,
 }
 
 /// A page assembled from cached fragments, for a template whose evaluation does not
@@ -151,6 +156,7 @@ impl Entry {
             .map(|(n, v)| n.as_str().len() + v.len() + 16)
             .sum();
         let source_len: usize = source.iter().map(Bytes::len).sum();
+        let forms = Arc::<AtomicU64>::default();
         Entry {
             status,
             weight: (body.len() + source_len + header_bytes + 256) as u64,
@@ -165,7 +171,9 @@ impl Entry {
             out: std::sync::OnceLock::new(),
             out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
-            variants: Arc::default(),
+            variants: Arc::new(crate::variants::Variants::counted_in(forms.clone())),
+            forms,
+            stored_as: std::sync::OnceLock::new(),
         }
     }
 
@@ -325,7 +333,11 @@ impl Entry {
 /// What a key holds in memory.
 #[derive(Clone)]
 enum Slot {
-    Object(Arc<Entry>),
+    /// An object and its weight when it was (re)inserted: its own bytes and those of
+    /// its compressed forms then. quick_cache weighs a value again whenever it moves or
+    /// leaves, so the weight must not change while the value is in; a form made later is
+    /// counted by inserting the object again ([`Cache::reweigh`]).
+    Object(Arc<Entry>, u64),
     /// The response varies on these fields; the object is under the variant key.
     Vary(Arc<[String]>, u64),
 }
@@ -337,7 +349,7 @@ impl quick_cache::Weighter<String, Slot> for Weigh {
     fn weight(&self, key: &String, slot: &Slot) -> u64 {
         key.len() as u64
             + match slot {
-                Slot::Object(e) => e.weight,
+                Slot::Object(_, weight) => *weight,
                 Slot::Vary(names, _) => 64 + names.iter().map(|n| n.len() as u64 + 24).sum::<u64>(),
             }
     }
@@ -425,7 +437,7 @@ impl quick_cache::Lifecycle<String, Slot> for Evictions {
     fn begin_request(&self) {}
 
     fn on_evict(&self, _: &mut (), _: String, slot: Slot) {
-        if matches!(slot, Slot::Object(_)) {
+        if matches!(slot, Slot::Object(..)) {
             crate::tally::evicted(crate::tally::Evicted::Capacity, 1);
         }
     }
@@ -459,6 +471,8 @@ pub struct Cache {
     stale_while_revalidate: Duration,
     stale_if_error: Duration,
     mem: quick_cache::sync::Cache<String, Slot, Weigh, quick_cache::DefaultHashBuilder, Evictions>,
+    /// The most one key may weigh, forms included (`forms::shard_hot_target`).
+    weight_limit: u64,
     flights: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
     shared: Option<SharedTier>,
     hits: AtomicU64,
@@ -565,6 +579,7 @@ impl Cache {
                 .estimated_items_capacity(estimated)
                 .weight_capacity(config.max_size)
                 .shards(shards)
+                .hot_allocation(forms::HOT_ALLOCATION)
                 .build()
                 .map_err(|e| ConfigError::Invalid(format!("cache: {e:?}")))?,
             Weigh,
@@ -576,6 +591,7 @@ impl Cache {
             stale_if_error: crate::config::secs(config.stale_if_error),
             config: config.clone(),
             mem,
+            weight_limit: forms::shard_hot_target(config.max_size, shards),
             flights: Mutex::new(HashMap::new()),
             shared,
             hits: AtomicU64::new(0),
@@ -636,10 +652,10 @@ impl Cache {
         now: u64,
     ) -> Option<Arc<Entry>> {
         let entry = match self.mem.get(key)? {
-            Slot::Object(e) => e,
+            Slot::Object(e, _) => e,
             Slot::Vary(_, until) if now >= until => return None,
             Slot::Vary(names, _) => match self.mem.get(&variant_key(key, &names, field))? {
-                Slot::Object(e) => e,
+                Slot::Object(e, _) => e,
                 Slot::Vary(..) => return None,
             },
         };
@@ -676,7 +692,7 @@ impl Cache {
         if let Some(shared) = &self.shared {
             shared.set(&object_key, entry.encode(), ttl);
         }
-        self.mem.insert(object_key, Slot::Object(entry));
+        self.store(object_key, entry);
         crate::tally::stored();
     }
 
@@ -721,7 +737,7 @@ impl Cache {
         if entry.useless(now) {
             return None;
         }
-        self.mem.insert(object_key, Slot::Object(entry.clone()));
+        self.store(object_key, entry.clone());
         crate::tally::stored();
         Some(entry)
     }
@@ -815,7 +831,7 @@ impl Cache {
         let n = std::sync::atomic::AtomicUsize::new(0);
         self.mem.retain(|k, slot| {
             let gone = k.starts_with(prefix);
-            if gone && matches!(slot, Slot::Object(_)) {
+            if gone && matches!(slot, Slot::Object(..)) {
                 n.fetch_add(1, Ordering::Relaxed);
             }
             !gone
@@ -871,5 +887,6 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
     k
 }
 
+mod forms;
 #[cfg(test)]
 mod tests;

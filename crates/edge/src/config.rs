@@ -217,12 +217,32 @@ pub struct RouteConfig {
     /// When responses are processed as ESI. Default `auto`.
     pub esi: EsiMode,
     /// Whether this route's responses may be compressed on the fly (the site's
-    /// `[compression]` decides how). Default true; false sends them as they come.
-    pub compress: bool,
+    /// `[compression]` decides how). Default true; false sends them as they come, a
+    /// shorthand for `[route.compression] enabled = false`.
+    pub compress: Option<bool>,
+    /// `[route.compression]`: this route's own compression policy, replacing its site's
+    /// `[compression]` (or `[host.compression]`) table as a whole, as a host's replaces
+    /// the top-level one. Default: the site's. Not together with `compress`, nor on a
+    /// `root` route (static files take their site's policy).
+    pub compression: Option<handler::compress::CompressionConfig>,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
     pub site: usize,
+    /// The first name of its `[[host]]`, for a `[[host.route]]` (set by `cli`; no TOML
+    /// key), so that an error names the host too.
+    #[serde(skip)]
+    pub host: Option<String>,
+}
+
+impl RouteConfig {
+    /// How an error names it: "route `/p`", or "route `/p` of host `a.test`".
+    pub fn named(&self) -> String {
+        match &self.host {
+            Some(host) => format!("route `{}` of host `{host}`", self.prefix),
+            None => format!("route `{}`", self.prefix),
+        }
+    }
 }
 
 /// When a response is processed as ESI.
@@ -374,8 +394,10 @@ impl Default for RouteConfig {
             upstream: None,
             root: None,
             esi: EsiMode::Auto,
-            compress: true,
+            compress: None,
+            compression: None,
             site: 0,
+            host: None,
         }
     }
 }
@@ -518,18 +540,49 @@ impl EdgeConfig {
         let known = |name: &str| self.upstream.iter().any(|u| u.name == name);
         for r in &self.route {
             if !r.prefix.starts_with('/') {
-                return bad(format!("route `{}`: prefix must start with /", r.prefix));
+                return bad(format!("{}: prefix must start with /", r.named()));
             }
             match (&r.upstream, &r.root) {
                 (Some(u), None) if !known(u) => {
-                    return bad(format!("route `{}`: no upstream named `{u}`", r.prefix))
+                    return bad(format!("{}: no upstream named `{u}`", r.named()))
                 }
                 (Some(_), None) | (None, Some(_)) => {}
                 _ => {
                     return bad(format!(
-                        "route `{}`: needs exactly one of upstream and root",
-                        r.prefix
+                        "{}: needs exactly one of upstream and root",
+                        r.named()
                     ))
+                }
+            }
+            if r.root.is_some() && (r.compression.is_some() || r.compress.is_some()) {
+                // A `root` route's files are the server's static files, compressed (and
+                // their compressed forms kept) by the site's policy per site; a route's
+                // own would not reach them.
+                return bad(format!(
+                    "{}: `compress` and `[route.compression]` do not apply to a \
+                     `root` route: its files are compressed by its site's `[compression]` \
+                     (or `[host.compression]`)",
+                    r.named()
+                ));
+            }
+            if let Some(c) = &r.compression {
+                if r.compress.is_some() {
+                    return bad(format!(
+                        "{}: `compress` and `[route.compression]` together; \
+                         keep one (`compress = false` is `compression.enabled = false`)",
+                        r.named()
+                    ));
+                }
+                if c.file_cache_bytes.is_some() {
+                    // Only files have their forms kept in the open-file cache.
+                    return bad(format!(
+                        "{}: `compression.file_cache_bytes` is a site's key \
+                         (`[compression]` or `[host.compression]`), not a route's",
+                        r.named()
+                    ));
+                }
+                if let Err(e) = c.build() {
+                    return bad(format!("{}: compression: {e}", r.named()));
                 }
             }
         }

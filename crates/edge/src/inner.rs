@@ -29,6 +29,27 @@ pub(crate) struct Inner {
     pub(crate) lean: bool,
     /// Compressed parts of pages assembled per request ([`crate::stitch`]).
     pub(crate) parts: crate::stitch::Parts,
+    /// Per route (as `config.route`), whose compression policy its responses take.
+    pub(crate) route_policies: Vec<RoutePolicy>,
+}
+
+/// Whose `[compression]` a route's responses are compressed with.
+pub(crate) enum RoutePolicy {
+    /// Its site's (`[compression]` or `[host.compression]`).
+    Site,
+    /// Its own `[route.compression]`; `None` when that is off (or `compress = false`).
+    Own(Option<Arc<handler::compress::Compression>>),
+}
+
+impl RoutePolicy {
+    /// The policy of a `[[route]]` as configured (already validated).
+    pub(crate) fn of(route: &crate::config::RouteConfig) -> RoutePolicy {
+        match (&route.compression, route.compress) {
+            (Some(c), _) => RoutePolicy::Own(c.build().ok().flatten().map(Arc::new)),
+            (None, Some(false)) => RoutePolicy::Own(None),
+            (None, _) => RoutePolicy::Site,
+        }
+    }
 }
 
 pub(crate) enum RouteTo {

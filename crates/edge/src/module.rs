@@ -22,6 +22,7 @@ use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
+use crate::inner::RoutePolicy;
 use crate::peers::{Inherited, PeerSet};
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
 
@@ -417,7 +418,7 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
-    /// The route (for its site's `[compression]`) and what the client accepts.
+    /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
     accepted: handler::compress::Accepted,
     request: ProxyRequest,
@@ -441,8 +442,13 @@ impl Deferred for Proxied {
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
-                    if edge.route_uncompressed(route) || response.head.status() == 101 {
-                        response.head.set_identity_only(true);
+                    match edge.route_policy(route) {
+                        _ if response.head.status() == 101 => response.head.set_identity_only(true),
+                        Some(RoutePolicy::Own(Some(policy))) => {
+                            response.head.set_compression(policy.clone())
+                        }
+                        Some(RoutePolicy::Own(None)) => response.head.set_identity_only(true),
+                        Some(RoutePolicy::Site) | None => {}
                     }
                     Ok(response)
                 }
@@ -475,9 +481,8 @@ fn response_of(
             head.append(b"age", age.as_bytes());
         }
         head.set_encoded(lines.clone(), date);
-        if let (Some(policy), Some(variants)) = (compression, variants) {
+        if let (Some(policy), Some((variants, entry))) = (compression, variants) {
             let chunks = response.body.ready_chunks();
-            let limit = edge.inner.cache.config.max_size;
             if let Some((lines, date, body)) = chunks.and_then(|chunks| {
                 let identity = crate::variants::Identity {
                     head: &head,
@@ -485,7 +490,9 @@ fn response_of(
                     date,
                     chunks,
                 };
-                variants.respond(limit, policy, accepted, identity)
+                let room = edge.inner.cache.form_room(&entry);
+                let grew = || edge.inner.cache.reweigh(&entry);
+                variants.respond(policy, accepted, identity, room, grew)
             }) {
                 head.set_encoded(lines, date);
                 head.set_identity_only(true);

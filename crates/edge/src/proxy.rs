@@ -88,9 +88,13 @@ pub struct ProxyResponse {
     pub body: Body,
     /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
     /// for the object, so that serving it does not re-encode every field.
-    /// With the object's (or assembled page's) compressed forms, to serve from.
-    pub(crate) head_h1: Option<(Bytes, bool, Option<Arc<Variants>>)>,
+    /// With the object's (or assembled page's) compressed forms, to serve from, and the
+    /// object (weighed again in the cache when a form is added).
+    pub(crate) head_h1: Option<(Bytes, bool, Option<CachedForms>)>,
 }
+
+/// A cached body's compressed forms and the object they count in.
+pub(crate) type CachedForms = (Arc<Variants>, Arc<Entry>);
 
 impl Edge {
     /// Builds the proxy from a validated configuration, with a cache of its own (see
@@ -152,6 +156,11 @@ impl Edge {
                 }))
             })
             .collect();
+        let route_policies = config
+            .route
+            .iter()
+            .map(crate::inner::RoutePolicy::of)
+            .collect();
         Ok(Edge {
             inner: Rc::new(Inner {
                 config,
@@ -162,6 +171,7 @@ impl Edge {
                 cache,
                 lean,
                 parts: Default::default(),
+                route_policies,
             }),
         })
     }
@@ -398,7 +408,7 @@ impl Edge {
         match &entry.template {
             None => Ok(ProxyResponse {
                 status: entry.status,
-                head_h1: Some((lines, date, Some(entry.variants.clone()))),
+                head_h1: Some((lines, date, Some((entry.variants.clone(), entry.clone())))),
                 headers,
                 body: Body::whole(entry.body.clone()),
             }),
@@ -406,7 +416,7 @@ impl Edge {
                 if let Some(memo) = memo {
                     return Ok(ProxyResponse {
                         status: entry.status,
-                        head_h1: Some((lines, date, Some(memo.variants.clone()))),
+                        head_h1: Some((lines, date, Some((memo.variants.clone(), entry.clone())))),
                         headers,
                         body: Body::ready(memo.chunks.clone()),
                     });
@@ -643,7 +653,7 @@ impl Edge {
                         chunks: chunks.clone(),
                         fresh_until: page.fresh_until.min(entry.fresh_until()),
                         generation,
-                        variants: Arc::default(),
+                        variants: Arc::new(Variants::counted_in(entry.forms.clone())),
                     });
                 }
                 return Ok(ProxyResponse {

@@ -31,10 +31,11 @@ const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 /// An empty final deflate block (fixed Huffman, end of block at once).
 const DEFLATE_END: [u8; 2] = [0x03, 0x00];
 
-/// One worker's compressed parts, by the identity of the buffer they were made from.
+/// One worker's compressed parts, by the identity of the buffer they were made from and
+/// the coding and level they were made with (routes may compress at different levels).
 #[derive(Default)]
 pub(crate) struct Parts {
-    made: RefCell<HashMap<(usize, usize, Coding), Part>>,
+    made: RefCell<HashMap<(usize, usize, Coding, i32), Part>>,
     bytes: Cell<usize>,
 }
 
@@ -66,7 +67,7 @@ impl Parts {
         }
         let mut crc = flate2::Crc::new();
         for chunk in chunks.iter().filter(|c| !c.is_empty()) {
-            let key = (chunk.as_ptr() as usize, chunk.len(), coding);
+            let key = (chunk.as_ptr() as usize, chunk.len(), coding, level);
             let mut made = self.made.borrow_mut();
             if !made.contains_key(&key) {
                 let part = compress_part(coding, level, chunk)?;
@@ -162,5 +163,20 @@ mod tests {
         let (z, _) = parts.stitch(Coding::Zstd, 3, &chunks).unwrap();
         assert_eq!(zstd::decode_all(&z[..]).unwrap(), whole(&chunks));
         assert!(parts.stitch(Coding::Brotli, 3, &chunks).is_none());
+    }
+
+    #[test]
+    fn parts_made_at_one_level_are_not_used_at_another() {
+        let parts = Parts::default();
+        let chunks = page();
+        let (fast, _) = parts.stitch(Coding::Gzip, 1, &chunks).unwrap();
+        let (best, made) = parts.stitch(Coding::Gzip, 9, &chunks).unwrap();
+        assert_eq!(made, 4, "made anew at level 9");
+        assert_ne!(fast, best);
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&best[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, whole(&chunks));
     }
 }

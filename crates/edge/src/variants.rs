@@ -14,28 +14,41 @@ use bytes::Bytes;
 use handler::compress::{Accepted, Coding, Compression};
 use handler::{Body, ResponseHead};
 
+use crate::inner::RoutePolicy;
+
 /// The forms of one body, by coding (identity included: its head adds
 /// `Vary: Accept-Encoding`). Never changes once made; a new body (a new object, a new
 /// assembly of a page) comes with new `Variants`.
-#[derive(Default)]
 pub(crate) struct Variants {
     forms: [OnceLock<Form>; 4],
     /// Whether the object is the policy's to compress (its status, type, length and
     /// fields do not change), decided on its first request rather than on every one.
     eligible: OnceLock<bool>,
-    /// Bytes of compressed bodies held here, counted in [`HELD`].
+    /// Bytes of compressed bodies held here.
     bytes: AtomicU64,
+    /// The cached object's count of its forms' bytes (its own forms and its memoized
+    /// assemblies'), which is in its weight in the cache (`Entry::forms`).
+    counted_in: Arc<AtomicU64>,
 }
 
-/// Bytes of compressed forms held by every object of the process. They are not in the
-/// cache's weight (an object is weighed once, when stored); this bounds them instead, at
-/// the cache's `max_size`: past it a form is not kept and the server's filter compresses
-/// per response.
-static HELD: AtomicU64 = AtomicU64::new(0);
+impl Variants {
+    /// No forms yet; those made will count in `counted_in`.
+    pub(crate) fn counted_in(counted_in: Arc<AtomicU64>) -> Variants {
+        Variants {
+            forms: Default::default(),
+            eligible: OnceLock::new(),
+            bytes: AtomicU64::new(0),
+            counted_in,
+        }
+    }
+}
 
 impl Drop for Variants {
     fn drop(&mut self) {
-        HELD.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
+        // A memoized assembly replaced: its forms leave the object's count (its weight in
+        // the cache follows at its next reweighing).
+        self.counted_in
+            .fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
     }
 }
 
@@ -77,13 +90,19 @@ impl Variants {
     /// coding it gets, made now if this is the first request to want it. `None` when
     /// the response is not the policy's to compress (its type, its length, its status,
     /// no-transform, a coding already) or the client refuses every form: the server's
-    /// filter then sees the identity response as it is.
+    /// filter then sees the identity response as it is. `room`: the bytes of forms the
+    /// object may count in all ([`Cache::form_room`](crate::cache::Cache::form_room)); a
+    /// form that would pass it is served to this request and not kept, so that the
+    /// object is never weighed past what its shard holds (which would evict it). `grew`
+    /// is called when a form was made and kept here (so that the cache weighs the object
+    /// again).
     pub(crate) fn respond(
         &self,
-        limit: u64,
         policy: &Compression,
         accepted: Accepted,
         identity: Identity<'_>,
+        room: u64,
+        grew: impl FnOnce(),
     ) -> Option<(Bytes, bool, Body)> {
         let Identity {
             head: identity,
@@ -112,40 +131,63 @@ impl Variants {
                     FormBody::Whole(b) => b.len() as u64,
                     FormBody::Pieces(_) => 0,
                 };
-                if HELD.load(Ordering::Relaxed) + size > limit {
-                    return None;
+                // Counted before it is kept, within the room, in one step: two forms
+                // made at once cannot both pass it.
+                let counted = size == 0
+                    || self
+                        .counted_in
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                            c.checked_add(size).filter(|&total| total <= room)
+                        })
+                        .is_ok();
+                if !counted {
+                    return Some(form.response());
                 }
                 // Two workers may make it at once; the first stored wins, both are right.
-                if slot.set(form).is_ok() {
-                    HELD.fetch_add(size, Ordering::Relaxed);
-                    self.bytes.fetch_add(size, Ordering::Relaxed);
+                match slot.set(form) {
+                    Ok(()) if size > 0 => {
+                        self.bytes.fetch_add(size, Ordering::Relaxed);
+                        grew();
+                    }
+                    Ok(()) => {}
+                    Err(_) => {
+                        self.counted_in.fetch_sub(size, Ordering::AcqRel);
+                    }
                 }
                 slot.get()?
             }
         };
-        let body = match &form.body {
+        Some(form.response())
+    }
+}
+
+impl Form {
+    /// Its head's lines, whether they hold a Date, and its body.
+    fn response(&self) -> (Bytes, bool, Body) {
+        let body = match &self.body {
             FormBody::Whole(b) => Body::Full(b.clone()),
             FormBody::Pieces(c) => Body::Ready(c.clone()),
         };
-        Some((form.lines.clone(), form.date, body))
+        (self.lines.clone(), self.date, body)
     }
 }
 
 impl crate::Edge {
-    /// The `[compression]` policy of the site of `config.route[route]`.
-    /// `None` when compression is off there, or the route says `compress = false`.
+    /// The compression policy of `config.route[route]`: its own `[route.compression]`,
+    /// else its site's. `None` when compression is off there.
     pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
-        let route = self.inner.config.route.get(route).filter(|r| r.compress)?;
-        self.inner.config.compression.get(route.site)?.as_ref()
+        match self.inner.route_policies.get(route)? {
+            RoutePolicy::Own(policy) => policy.as_deref(),
+            RoutePolicy::Site => {
+                let site = self.inner.config.route.get(route)?.site;
+                self.inner.config.compression.get(site)?.as_ref()
+            }
+        }
     }
 
-    /// Whether `config.route[route]` says `compress = false`.
-    pub(crate) fn route_uncompressed(&self, route: usize) -> bool {
-        self.inner
-            .config
-            .route
-            .get(route)
-            .is_some_and(|r| !r.compress)
+    /// Whose policy the server's filter applies to `config.route[route]`'s responses.
+    pub(crate) fn route_policy(&self, route: usize) -> Option<&RoutePolicy> {
+        self.inner.route_policies.get(route)
     }
 
     /// A page assembled per request from cached parts, in the coding the client gets,
@@ -219,103 +261,72 @@ mod tests {
             .unwrap()
     }
 
+    /// `variants.respond` for a client accepting `accept`, and whether a form was kept.
+    fn respond(
+        variants: &Variants,
+        accept: Option<&[u8]>,
+        lines: &Bytes,
+        chunks: &[Bytes],
+    ) -> (Option<(Bytes, bool, Body)>, bool) {
+        let mut identity = ResponseHead::new(200);
+        identity.set_encoded(lines.clone(), false);
+        let mut grew = false;
+        let answer = variants.respond(
+            &policy(),
+            Accepted::parse(accept),
+            Identity {
+                head: &identity,
+                lines,
+                date: false,
+                chunks,
+            },
+            u64::MAX,
+            || grew = true,
+        );
+        (answer, grew)
+    }
+
     #[test]
     fn each_form_is_made_once_and_shared() {
         let lines = Bytes::from_static(b"Content-Type: text/html\r\nETag: \"e\"\r\n");
-        let mut identity = ResponseHead::new(200);
-        identity.set_encoded(lines.clone(), false);
         let page: Vec<Bytes> = (0..50)
             .map(|i| Bytes::from(format!("<p>piece {i} of a page</p>\n")))
             .collect();
-        let variants = Variants::default();
-        let gzip = Accepted::parse(Some(b"gzip"));
-        let (head, _, first) = variants
-            .respond(
-                1 << 20,
-                &policy(),
-                gzip,
-                Identity {
-                    head: &identity,
-                    lines: &lines,
-                    date: false,
-                    chunks: &page,
-                },
-            )
-            .unwrap();
+        let variants = Variants::counted_in(Arc::default());
+        let (head, _, first) = respond(&variants, Some(b"gzip"), &lines, &page).0.unwrap();
         let text = String::from_utf8_lossy(&head).to_string();
         assert!(text.contains("Content-Encoding: gzip"), "{text}");
         assert!(text.contains("ETag: W/\"e\""), "{text}");
         assert!(text.contains("Vary: Accept-Encoding"), "{text}");
-        let (_, _, again) = variants
-            .respond(
-                1 << 20,
-                &policy(),
-                gzip,
-                Identity {
-                    head: &identity,
-                    lines: &lines,
-                    date: false,
-                    chunks: &page,
-                },
-            )
-            .unwrap();
+        let (_, _, again) = respond(&variants, Some(b"gzip"), &lines, &page).0.unwrap();
         match (first, again) {
             (Body::Full(a), Body::Full(b)) => assert_eq!(a.as_ptr(), b.as_ptr(), "not shared"),
             _ => panic!("not whole"),
         }
-        let plain = Accepted::parse(None);
-        let (head, _, body) = variants
-            .respond(
-                1 << 20,
-                &policy(),
-                plain,
-                Identity {
-                    head: &identity,
-                    lines: &lines,
-                    date: false,
-                    chunks: &page,
-                },
-            )
-            .unwrap();
+        let (head, _, body) = respond(&variants, None, &lines, &page).0.unwrap();
         assert!(String::from_utf8_lossy(&head).contains("Vary: Accept-Encoding"));
         assert!(matches!(body, Body::Ready(c) if c.len() == 50));
     }
 
     #[test]
-    fn forms_past_the_budget_are_not_kept() {
+    fn forms_count_in_their_object_until_dropped() {
         let lines = Bytes::from_static(b"Content-Type: text/html\r\n");
-        let mut identity = ResponseHead::new(200);
-        identity.set_encoded(lines.clone(), false);
         let page = vec![Bytes::from("<p>some text to compress</p>\n".repeat(100))];
-        let variants = Variants::default();
-        let gzip = Accepted::parse(Some(b"gzip"));
-        assert!(variants
-            .respond(
-                0,
-                &policy(),
-                gzip,
-                Identity {
-                    head: &identity,
-                    lines: &lines,
-                    date: false,
-                    chunks: &page
-                }
-            )
-            .is_none());
-        // The identity form holds no bytes of its own: kept whatever the budget.
-        let plain = Accepted::parse(None);
-        assert!(variants
-            .respond(
-                0,
-                &policy(),
-                plain,
-                Identity {
-                    head: &identity,
-                    lines: &lines,
-                    date: false,
-                    chunks: &page
-                }
-            )
-            .is_some());
+        let counted = Arc::<AtomicU64>::default();
+        let variants = Variants::counted_in(counted.clone());
+        let (answer, grew) = respond(&variants, Some(b"gzip"), &lines, &page);
+        let Some((_, _, Body::Full(gzip))) = answer else {
+            panic!("no gzip form")
+        };
+        assert!(grew);
+        assert_eq!(counted.load(Ordering::Relaxed), gzip.len() as u64);
+        // Served again, or the identity form (no bytes of its own): nothing grows.
+        assert!(!respond(&variants, Some(b"gzip"), &lines, &page).1);
+        assert!(!respond(&variants, None, &lines, &page).1);
+        let (_, grew) = respond(&variants, Some(b"zstd"), &lines, &page);
+        assert!(grew);
+        assert!(counted.load(Ordering::Relaxed) > gzip.len() as u64);
+        drop(variants);
+        assert_eq!(counted.load(Ordering::Relaxed), 0);
     }
 }

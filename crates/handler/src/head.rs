@@ -29,6 +29,9 @@ pub struct ResponseHead {
     identity_only: bool,
     /// Assembled from fragments ([`ResponseHead::set_assembled`]).
     assembled: bool,
+    /// The compression policy of the route that made it, in place of its site's
+    /// ([`ResponseHead::set_compression`]).
+    compression: Option<std::sync::Arc<crate::compress::Compression>>,
 }
 
 impl ResponseHead {
@@ -50,6 +53,7 @@ impl ResponseHead {
             encoded_date: false,
             identity_only: false,
             assembled: false,
+            compression: None,
         }
     }
 
@@ -87,6 +91,7 @@ impl ResponseHead {
         self.encoded_date = false;
         self.identity_only = false;
         self.assembled = false;
+        self.compression = None;
     }
 
     /// Keeps the compression filter away from this response: a Lua handler's opt-out, or
@@ -98,6 +103,17 @@ impl ResponseHead {
     /// Whether the compression filter leaves this response alone.
     pub fn identity_only(&self) -> bool {
         self.identity_only
+    }
+
+    /// Has the compression filter use `policy` for this response rather than its site's
+    /// `[compression]`: a `[[route]]` with a `[route.compression]` of its own.
+    pub fn set_compression(&mut self, policy: std::sync::Arc<crate::compress::Compression>) {
+        self.compression = Some(policy);
+    }
+
+    /// The policy set with [`ResponseHead::set_compression`], if any.
+    pub fn compression(&self) -> Option<&std::sync::Arc<crate::compress::Compression>> {
+        self.compression.as_ref()
     }
 
     /// Marks a page assembled from fragments (ESI), which the server's request metrics

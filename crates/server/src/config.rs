@@ -82,6 +82,12 @@ pub struct Config {
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
     pub compression: handler::compress::CompressionConfig,
+    /// Bytes of memory for the compressors of responses compressed while they stream,
+    /// for the whole process (every site and route together): each such response
+    /// reserves its compressor's measured state (about 0.4 MiB for gzip, 0.9 MiB for
+    /// Brotli, 1.8 MiB for zstd) until its body ends, and one that would pass the budget
+    /// goes out uncompressed. Default 128 MiB; 0 compresses no stream.
+    pub compression_memory: u64,
     /// `http2 = true | false`, or `[http2]` with its limits (docs/http2.md): HTTP/2 over
     /// TLS (ALPN) and in cleartext with prior knowledge. Default on.
     #[serde(deserialize_with = "crate::http2::bool_or_table")]
@@ -203,6 +209,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
+            compression_memory: handler::compress::DEFAULT_STREAM_MEMORY,
             http2: Default::default(),
             host: Vec::new(),
         }

@@ -479,9 +479,21 @@ impl Conn {
                 // first bytes come with the upstream's head), and each chunk with its
                 // chunked framing in one write.
                 let mut head_sent = false;
+                let mut gone = false;
                 loop {
                     let _ = worker.enter(self.slot, ConnState::Handling);
-                    match body.next_chunk().await {
+                    // A client that goes away while the body waits (a late fragment)
+                    // ends it now, not at the next write: what the body holds (its
+                    // compressor's reservation, its fetches) is given back at once.
+                    let chunk = tokio::select! {
+                        biased;
+                        chunk = body.next_chunk() => chunk,
+                        () = client_gone(self.stream.tcp()) => {
+                            (complete, gone) = (false, true);
+                            break;
+                        }
+                    };
+                    match chunk {
                         None => break,
                         Some(Ok(bytes)) if bytes.is_empty() => {}
                         Some(Ok(bytes)) => {
@@ -512,7 +524,9 @@ impl Conn {
                 } else {
                     b""
                 };
-                if !head_sent {
+                if gone {
+                    tracing::debug!("client went away while the body was streaming");
+                } else if !head_sent {
                     self.send_parts(&[&head, last]).await?;
                 } else if !last.is_empty() {
                     self.send(last).await?;
@@ -818,6 +832,17 @@ impl Conn {
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    }
+}
+
+/// Ready when the client has closed the connection (a read would find its end, or it
+/// was reset); bytes it sent meanwhile (a pipelined request) are not a close, and then
+/// this is never ready.
+async fn client_gone(tcp: &tokio::net::TcpStream) {
+    let mut byte = [0u8; 1];
+    match tcp.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
     }
 }
 

@@ -347,8 +347,9 @@ fn accepted(req: &wire::Request<'_, '_>) -> handler::compress::Accepted {
     handler::compress::Accepted::parse(req.header("accept-encoding"))
 }
 
-/// The compression body filter on a handler's response, per the site's `[compression]`
-/// (after the route's response filter, so a Lua `header_filter` sees the identity head).
+/// The compression body filter on a handler's response, per its route's
+/// `[route.compression]` or else its site's `[compression]` (after the route's response
+/// filter, so a Lua `header_filter` sees the identity head).
 pub(crate) fn compress(
     worker: &Worker,
     site: usize,
@@ -356,6 +357,11 @@ pub(crate) fn compress(
     head_only: bool,
     response: &mut Response,
 ) {
+    // A route's own `[route.compression]`, set on the head by the module that answered.
+    if let Some(policy) = response.head.compression().cloned() {
+        handler::compress::compress_response(&policy, accepted, head_only, response);
+        return;
+    }
     // The site of the configuration the request was routed with, or, after a reload
     // since, the one now at that index (the policy is looked up once per response).
     let current = worker.current.borrow().clone();

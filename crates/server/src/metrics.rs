@@ -350,6 +350,29 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             sum(&|w| &w.file_cache[i]),
         );
     }
+    let streams = &handler::compress::STREAM_MEMORY;
+    out.gauge(
+        "tessera_compression_stream_bytes",
+        "Bytes of compression_memory reserved by responses compressing as they stream.",
+        &[],
+        streams.reserved() as f64,
+    );
+    out.gauge(
+        "tessera_compression_stream_capacity_bytes",
+        "compression_memory: the budget of compressing streams, for the process.",
+        &[],
+        streams.capacity() as f64,
+    );
+    let (compressed, refused) = streams.streams();
+    for (result, n) in [("compressed", compressed), ("refused", refused)] {
+        out.counter(
+            "tessera_compression_streams_total",
+            "Responses to compress as they stream: compressed, or refused (sent \
+             uncompressed) because compression_memory was taken.",
+            &[("result", result)],
+            n,
+        );
+    }
     for (i, result) in HANDSHAKES.iter().enumerate() {
         out.counter(
             "tessera_tls_handshakes_total",

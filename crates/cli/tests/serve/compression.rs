@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::harness::{read_request_head, read_response, Response, Server, Site};
 
 /// A text page long enough to compress (about 20 KB).
-fn page_text() -> Vec<u8> {
+pub fn page_text() -> Vec<u8> {
     (0..400)
         .flat_map(|i| format!("<p>paragraph {i} of the page, with some words</p>\n").into_bytes())
         .collect()
@@ -22,7 +22,7 @@ fn fragment_text(n: u32) -> Vec<u8> {
 }
 
 /// The assembled ESI page `/esi` makes.
-fn esi_page() -> Vec<u8> {
+pub fn esi_page() -> Vec<u8> {
     let mut page = b"<html><body>\n".to_vec();
     for n in 0..3 {
         page.extend_from_slice(&fragment_text(n));
@@ -51,7 +51,7 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 /// - `/enc/CODING/page`: the `/esi` template encoded in CODING (gzip, br, zstd), whatever
 ///   the request accepts (an origin serving precompressed files), including
 ///   `/enc/CODING/frag/N`: [`fragment_text`] encoded the same way
-fn origin() -> SocketAddr {
+pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -231,19 +231,28 @@ return M
 "#;
 
 /// The Lua handler's body.
-fn lua_text() -> Vec<u8> {
+pub fn lua_text() -> Vec<u8> {
     (0..300)
         .flat_map(|i| format!("lua line {i} with some text to compress\n").into_bytes())
         .collect()
 }
 
 /// A server proxying `/` to the origin (ESI on), with `/lua` answered by [`LUA`].
-fn serve(extra: &str) -> (Site, Server) {
+pub fn serve(extra: &str) -> (Site, Server) {
     serve_env(extra, &[])
 }
 
 /// [`serve`] with environment variables for the server.
 fn serve_env(extra: &str, env: &[(&str, &str)]) -> (Site, Server) {
+    serve_with(extra, env, &["--listen", "127.0.0.1:0"])
+}
+
+/// [`serve`] listening where `extra` says (`listen = [...]`), not on the command line.
+pub fn serve_listening_as_configured(extra: &str) -> (Site, Server) {
+    serve_with(extra, &[], &[])
+}
+
+fn serve_with(extra: &str, env: &[(&str, &str)], listen: &[&str]) -> (Site, Server) {
     let site = Site::new();
     site.write("handler.lua", LUA.as_bytes());
     let lua = site.root().join("handler.lua");
@@ -263,12 +272,11 @@ fn serve_env(extra: &str, env: &[(&str, &str)]) -> (Site, Server) {
         site.root().to_str().unwrap(),
         "--workers",
         "1",
-        "--listen",
-        "127.0.0.1:0",
         "--config",
         config.to_str().unwrap(),
     ]
     .iter()
+    .chain(listen)
     .map(|s| s.to_string())
     .collect();
     let server = Server::start_args_env(std::path::Path::new("."), &args, env);
@@ -306,7 +314,7 @@ pub fn decode(coding: &str, body: &[u8]) -> Vec<u8> {
     out
 }
 
-fn vary_names_accept_encoding(r: &Response) -> bool {
+pub fn vary_names_accept_encoding(r: &Response) -> bool {
     r.headers.iter().any(|(n, v)| {
         n.eq_ignore_ascii_case("vary") && v.to_ascii_lowercase().contains("accept-encoding")
     })
@@ -711,22 +719,6 @@ fn static_files_without_siblings_are_compressed_once_and_kept() {
     assert_eq!(r.body, page_text());
 }
 
-#[test]
-fn a_route_can_turn_compression_off() {
-    let site = Site::new();
-    let server = site.serve_with(&format!(
-        "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
-         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
-         [[route]]\nprefix = \"/page\"\nupstream = \"origin\"\ncompress = false\n",
-        origin()
-    ));
-    let r = request(&server, "GET", "/page", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), None);
-    assert_eq!(r.body, page_text());
-    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), Some("gzip"));
-}
-
 /// The page `/cached/personal` makes for a client whose cookie says `name`.
 fn personal_page(name: &str) -> Vec<u8> {
     let mut page = format!("<html><body>\nHello {name}\n").into_bytes();
@@ -816,19 +808,6 @@ fn an_http_1_0_client_gets_a_compressed_stream_with_its_length() {
     let length = format!("content-length: {}", all.len() - end);
     assert!(head.contains(&length), "{head}");
     assert_eq!(decode("gzip", &all[end..]), esi_page());
-}
-
-#[test]
-fn past_max_streams_a_streamed_page_goes_out_uncompressed() {
-    let (_site, server) = serve("[compression]\nmax_streams = 0\n");
-    // The ESI page streams (its fragments are not cached): no compressor for it.
-    let r = request(&server, "GET", "/esi", "Accept-Encoding: gzip\r\n");
-    assert_eq!(r.header("content-encoding"), None);
-    assert!(vary_names_accept_encoding(&r));
-    assert_eq!(r.body, esi_page());
-    // A whole body is compressed still.
-    let r = request(&server, "GET", "/lua", "Accept-Encoding: gzip\r\n");
-    assert_eq!(decode("gzip", &r.body), lua_text());
 }
 
 #[test]

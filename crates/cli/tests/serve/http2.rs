@@ -11,21 +11,21 @@ use crate::tls::TlsSite;
 
 // --- A client from raw frames (RFC 9113 section 4).
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
+pub(crate) const HEADERS: u8 = 0x1;
+pub(crate) const RST_STREAM: u8 = 0x3;
+pub(crate) const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
+pub(crate) const END_STREAM: u8 = 0x1;
+pub(crate) const END_HEADERS: u8 = 0x4;
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 const REFUSED_STREAM: u32 = 0x7;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
     let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
     f.extend_from_slice(&stream.to_be_bytes());
@@ -56,7 +56,7 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// A header block of literal fields without indexing (no Huffman, no table).
-fn block(fields: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn block(fields: &[(&str, &str)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, value) in fields {
         out.push(0);

@@ -294,3 +294,114 @@ fn decode_refuses_records_the_store_would_not_make() {
     trailing.push(0);
     assert!(decode(Bytes::from(trailing)).is_none());
 }
+
+/// A cache of 1 MiB in four shards (objects up to 64 KiB) holding one small object.
+fn one_object() -> (Arc<Cache>, Arc<Entry>) {
+    let config = CacheConfig {
+        max_size: 1 << 20,
+        max_object_size: 64 << 10,
+        ..CacheConfig::default()
+    };
+    let cache = Cache::new(&config).unwrap();
+    let now = now_ms();
+    let object = entry(&"t".repeat(2000), "max-age=60", None, now);
+    cache.insert(&key("a", "/page"), &fields(&[]), object.clone(), now);
+    (cache, object)
+}
+
+#[test]
+fn forms_added_at_once_by_several_workers_are_all_weighed() {
+    let (cache, object) = one_object();
+    let base = cache.stats().weight;
+    let rounds = 1000u64;
+    // Each round both add a form and reweigh at the same moment; after it, the weight
+    // holds both.
+    let barrier = std::sync::Barrier::new(4);
+    let lost = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for size in [3u64, 5, 7, 11] {
+            let (cache, object, barrier, lost) = (&cache, &object, &barrier, &lost);
+            s.spawn(move || {
+                for round in 1..=rounds {
+                    barrier.wait();
+                    object.forms.fetch_add(size, Ordering::AcqRel);
+                    cache.reweigh(object);
+                    barrier.wait();
+                    let weight = cache.stats().weight;
+                    if size == 3 && weight != base + round * 26 {
+                        // Not asserted here: the others would wait for this thread.
+                        lost.fetch_max(round, Ordering::Relaxed);
+                    }
+                    barrier.wait();
+                }
+            });
+        }
+    });
+    assert_eq!(lost.into_inner(), 0, "a round whose growth was not weighed");
+    assert_eq!(cache.stats().weight, base + rounds * 26);
+}
+
+#[test]
+fn a_reweighing_of_a_key_gone_leaves_it_gone() {
+    let (cache, object) = one_object();
+    assert!(cache.purge(&key("a", "/page")));
+    object.forms.fetch_add(100, Ordering::AcqRel);
+    cache.reweigh(&object);
+    assert_eq!(cache.stats().weight, 0);
+    assert!(cache
+        .lookup(&key("a", "/page"), &fields(&[]), now_ms())
+        .is_none());
+}
+
+#[test]
+fn a_form_that_would_weigh_its_object_past_its_shard_is_not_kept() {
+    use handler::compress::{Accepted, CompressionConfig};
+    let (cache, object) = one_object();
+    // A memoized page of 200 KB that does not compress, counted in its small template:
+    // its shard holds 248 KiB, so one form fits and a second would not.
+    let mut noise = 0x2545_f491_4f6c_dd1du64;
+    let page: Vec<u8> = (0..200_000)
+        .map(|_| {
+            noise ^= noise << 13;
+            noise ^= noise >> 7;
+            noise ^= noise << 17;
+            noise as u8
+        })
+        .collect();
+    let page = [Bytes::from(page)];
+    let variants = crate::variants::Variants::counted_in(object.forms.clone());
+    let policy = CompressionConfig::default().build().unwrap().unwrap();
+    let lines = Bytes::from_static(b"Content-Type: text/html\r\n");
+    let mut head = handler::ResponseHead::new(200);
+    head.set_encoded(lines.clone(), false);
+    for coding in ["gzip", "br", "zstd"] {
+        let identity = crate::variants::Identity {
+            head: &head,
+            lines: &lines,
+            date: false,
+            chunks: &page,
+        };
+        let room = cache.form_room(&object);
+        let answer = variants.respond(
+            &policy,
+            Accepted::parse(Some(coding.as_bytes())),
+            identity,
+            room,
+            || cache.reweigh(&object),
+        );
+        assert!(answer.is_some(), "{coding}: served");
+        assert!(
+            cache
+                .lookup(&key("a", "/page"), &fields(&[]), now_ms())
+                .is_some(),
+            "{coding}: the object evicted by its own form"
+        );
+    }
+    let kept = object.forms.load(Ordering::Acquire);
+    assert!(
+        kept > 200_000 && kept < 2 * 200_000,
+        "one form kept: {kept}"
+    );
+    let s = cache.stats();
+    assert!(s.weight <= s.capacity / 4, "{s:?}");
+}

@@ -24,19 +24,22 @@ pub struct CompressionConfig {
     /// The codings offered, in order of preference (`zstd`, `br`, `gzip`); a client's
     /// higher q-value beats the order. Default `["zstd", "br", "gzip"]`.
     pub algorithms: Vec<String>,
-    /// Most responses compressed while they stream at once, per site (each holds a
-    /// compressor: about 0.4 MiB for gzip and 1.1 MiB for Brotli, measured, and about
-    /// 1.2 MiB for zstd, estimated, with the windows chosen here). Past it a streamed response goes out uncompressed, so memory does
-    /// not grow with load. Default 256. Whole bodies (cached, Lua) are not counted: their
-    /// compressor lives only while one is compressed.
-    pub max_streams: usize,
     /// Bytes of compressed forms of static files (those without a precompressed sibling)
-    /// kept in each site's open-file cache. Default 64 MiB; 0 compresses no file.
-    pub file_cache_bytes: u64,
+    /// kept in each site's open-file cache. Default 64 MiB ([`DEFAULT_FILE_CACHE_BYTES`]);
+    /// 0 compresses no file. `None` when the table leaves it out, so that a route's table
+    /// (whose responses are not files) can refuse it.
+    pub file_cache_bytes: Option<u64>,
+    /// The removed `max_streams` (a limit per site), read only to say what replaced it:
+    /// the top-level `compression_memory`.
+    #[serde(rename = "max_streams")]
+    pub removed_max_streams: Option<serde::de::IgnoredAny>,
     /// `[compression.level]`: per coding. Defaults measured for edge use
     /// (docs/compression.md): gzip 2, br 2, zstd 3.
     pub level: Levels,
 }
+
+/// The default `file_cache_bytes`: 64 MiB per site.
+pub const DEFAULT_FILE_CACHE_BYTES: u64 = 64 << 20;
 
 /// `[compression.level]`.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -82,8 +85,8 @@ impl Default for CompressionConfig {
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_length: 1024,
             algorithms: vec!["zstd".into(), "br".into(), "gzip".into()],
-            max_streams: 256,
-            file_cache_bytes: 64 << 20,
+            file_cache_bytes: None,
+            removed_max_streams: None,
             level: Levels::default(),
         }
     }
@@ -95,6 +98,8 @@ impl Default for CompressionConfig {
 pub enum CompressionConfigError {
     #[error("unknown algorithm {0:?} (known: zstd, br, gzip)")]
     UnknownAlgorithm(String),
+    #[error("`max_streams` was replaced by the top-level `compression_memory` (bytes for all the streams compressing at once, docs/compression.md)")]
+    MaxStreamsRemoved,
     #[error("level.{coding} = {level} is out of range ({range})")]
     Level {
         coding: &'static str,
@@ -112,9 +117,6 @@ pub struct Compression {
     pub min_length: u64,
     /// `file_cache_bytes`.
     pub file_cache_bytes: u64,
-    /// `max_streams`, and how many stream now (shared by the clones of this policy).
-    pub max_streams: usize,
-    pub streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Lower-case media types.
     types: Vec<Vec<u8>>,
 }
@@ -122,6 +124,9 @@ pub struct Compression {
 impl CompressionConfig {
     /// Checks the table; `Ok(None)` when compression is off.
     pub fn build(&self) -> Result<Option<Compression>, CompressionConfigError> {
+        if self.removed_max_streams.is_some() {
+            return Err(CompressionConfigError::MaxStreamsRemoved);
+        }
         let mut order = Vec::new();
         for name in &self.algorithms {
             let coding = Coding::from_token(name.as_bytes())
@@ -152,9 +157,7 @@ impl CompressionConfig {
             order,
             levels: l,
             min_length: self.min_length,
-            file_cache_bytes: self.file_cache_bytes,
-            max_streams: self.max_streams,
-            streams: Default::default(),
+            file_cache_bytes: self.file_cache_bytes.unwrap_or(DEFAULT_FILE_CACHE_BYTES),
             types: self
                 .types
                 .iter()

@@ -229,20 +229,25 @@ pub fn compress_response(
                 }
             }
             Body::Stream { chunks, length } => {
-                let slot = StreamSlot::take(policy);
-                match (slot, Encoder::new(coding, level)) {
-                    (Some(slot), Ok(encoder)) => Body::Stream {
+                // The compressor is made only with its room reserved, and the stream
+                // counts as compressed only once it is made.
+                let started = super::STREAM_MEMORY
+                    .reserve(super::stream_state_bytes(coding, level))
+                    .and_then(|reserved| Some((Encoder::new(coding, level).ok()?, reserved)));
+                match started {
+                    Some((encoder, reserved)) => Body::Stream {
                         length: None,
                         chunks: Box::pin(Compressing {
                             inner: chunks,
                             encoder,
                             unflushed: false,
                             done: false,
-                            _slot: slot,
+                            _reserved: reserved.started(),
                         }),
                     },
-                    // At `max_streams` (or a compressor that cannot start): as it is.
-                    _ => {
+                    // Past `compression_memory` (or a compressor that cannot start): as
+                    // it is.
+                    None => {
                         response.body = Body::Stream { chunks, length };
                         add_vary(&mut response.head);
                         return Compressed::Identity;
@@ -278,29 +283,9 @@ struct Compressing {
     /// Input written since the last flush.
     unflushed: bool,
     done: bool,
-    /// Its place among the site's `max_streams`, given back when the stream is dropped.
-    _slot: StreamSlot,
-}
-
-/// One of the `max_streams` compressing streams of a policy.
-struct StreamSlot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl StreamSlot {
-    fn take(policy: &Compression) -> Option<StreamSlot> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let taken = policy.streams.fetch_add(1, Relaxed);
-        if taken >= policy.max_streams {
-            policy.streams.fetch_sub(1, Relaxed);
-            return None;
-        }
-        Some(StreamSlot(policy.streams.clone()))
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+    /// Its compressor's share of `compression_memory`, given back when the stream is
+    /// dropped (finished, failed, or abandoned by its client).
+    _reserved: super::Reservation,
 }
 
 impl Chunks for Compressing {
