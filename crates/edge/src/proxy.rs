@@ -240,7 +240,7 @@ impl Edge {
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .map_or_else(|| upstream.name.clone(), |h| h.trim().to_string());
-        let key = cache::key(&normalise_authority(&authority), &req.target);
+        let key = crate::fetch::key_at(&authority, &req.target);
         let cache = &inner.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
             return Ok(self.invalidate(&req, &key));
