@@ -2,6 +2,7 @@
 //! Architecture note): what goes upstream, what comes back, what a fragment request
 //! carries.
 
+use std::cell::RefCell;
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -211,6 +212,32 @@ fn named_in_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
         .any(|t| wire::trim_ows(t).eq_ignore_ascii_case(name.as_str().as_bytes()))
 }
 
+thread_local! {
+    /// The Via value of the last response forwarded without one on this worker (for its
+    /// version and token): the next such response shares it, a reference count instead
+    /// of two allocations.
+    static VIA: RefCell<Option<(Version, Box<str>, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+/// Via's value: `earlier` (the upstream's values, `, ` after each) then this hop; `None`
+/// if `token` cannot be in a field value.
+fn via_value<'a>(
+    earlier: impl Iterator<Item = &'a HeaderValue>,
+    version: Version,
+    token: &str,
+) -> Option<HeaderValue> {
+    let mut via = Vec::with_capacity(64);
+    for v in earlier {
+        via.extend_from_slice(v.as_bytes());
+        via.extend_from_slice(b", ");
+    }
+    via.extend_from_slice(via_protocol(version).as_bytes());
+    via.push(b' ');
+    via.extend_from_slice(token.as_bytes());
+    // Copied to an exact-size value: a cached object keeps it for its whole life.
+    HeaderValue::from_bytes(&via).ok()
+}
+
 /// The headers of a response sent downstream: hop-by-hop fields and Surrogate-Control
 /// removed (it is addressed to surrogates, and we are the last one), Via appended.
 pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> HeaderMap {
@@ -221,16 +248,20 @@ pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> 
 pub(crate) fn forward_response_owned(mut h: HeaderMap, version: Version, token: &str) -> HeaderMap {
     remove_hop_by_hop(&mut h);
     h.remove("surrogate-control");
-    let mut via = Vec::with_capacity(64);
-    for v in h.get_all(header::VIA) {
-        via.extend_from_slice(v.as_bytes());
-        via.extend_from_slice(b", ");
-    }
-    via.extend_from_slice(via_protocol(version).as_bytes());
-    via.push(b' ');
-    via.extend_from_slice(token.as_bytes());
-    // Copied to an exact-size value: a cached object keeps it for its whole life.
-    if let Ok(v) = HeaderValue::from_bytes(&via) {
+    let via = if h.contains_key(header::VIA) {
+        via_value(h.get_all(header::VIA).iter(), version, token)
+    } else {
+        // The usual case: the same value as the last response's on this worker, shared.
+        VIA.with_borrow_mut(|last| match last {
+            Some((v, t, value)) if *v == version && **t == *token => Some(value.clone()),
+            _ => {
+                let value = via_value(std::iter::empty(), version, token)?;
+                *last = Some((version, token.into(), value.clone()));
+                Some(value)
+            }
+        })
+    };
+    if let Some(v) = via {
         h.insert(header::VIA, v);
     }
     h
