@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 pub use crate::body::Body;
 use crate::body::BodyKind;
-use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
+use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
     read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
