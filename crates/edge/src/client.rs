@@ -677,7 +677,7 @@ impl Upstream {
     /// The head of `r`, parsed from `raw`. The values are slices of one copy of `raw`
     /// (two allocations: the copy and its shared count), not a copy each.
     fn head(&self, r: &wire::ParsedResponse<'_, '_>, raw: &[u8]) -> Result<Head, Attempt> {
-        let mut headers = HeaderMap::with_capacity(r.headers.len());
+        let mut headers = crate::headers::take_map(r.headers.len());
         let shared = Bytes::copy_from_slice(raw);
         for h in r.headers {
             let at = (h.value.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);

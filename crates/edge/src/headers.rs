@@ -219,6 +219,39 @@ thread_local! {
     static VIA: RefCell<Option<(Version, Box<str>, HeaderValue)>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// Maps of responses already sent, cleared, for the worker's next upstream responses.
+    static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty map with room for `fields`: one the worker gave back ([`give_map`]) if it
+/// has one, so that the steady state allocates none.
+pub(crate) fn take_map(fields: usize) -> HeaderMap {
+    match SPARE_MAPS.with_borrow_mut(Vec::pop) {
+        Some(mut map) => {
+            map.reserve(fields);
+            map
+        }
+        None => HeaderMap::with_capacity(fields),
+    }
+}
+
+/// Keeps `map`, cleared, for [`take_map`] (up to as many as a worker has responses in
+/// flight; not a map grown unusually large).
+pub(crate) fn give_map(mut map: HeaderMap) {
+    if map.capacity() > 128 {
+        return;
+    }
+    map.clear();
+    let _ = SPARE_MAPS.try_with(|s| {
+        if let Ok(mut spares) = s.try_borrow_mut() {
+            if spares.len() < 256 {
+                spares.push(map);
+            }
+        }
+    });
+}
+
 /// Via's value: `earlier` (the upstream's values, `, ` after each) then this hop; `None`
 /// if `token` cannot be in a field value.
 fn via_value<'a>(

@@ -506,6 +506,7 @@ fn response_of(
         for (name, value) in &response.headers {
             head.append(name.as_str().as_bytes(), value.as_bytes());
         }
+        crate::headers::give_map(response.headers);
     }
     let body = match response.body.into_whole() {
         Ok(bytes) => handler::Body::Full(bytes),
