@@ -220,7 +220,7 @@ thread_local! {
 }
 
 thread_local! {
-    /// Maps of responses already sent, cleared, for the worker's next upstream responses.
+    /// Maps of requests and responses done with, cleared, for the worker's next ones.
     static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
 }
 

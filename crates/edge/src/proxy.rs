@@ -572,6 +572,7 @@ impl Edge {
                     length,
                 },
             };
+            headers::give_map(req.headers);
             return Ok(ProxyResponse {
                 status: parts.status,
                 head_h1: None,
