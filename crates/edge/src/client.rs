@@ -681,7 +681,10 @@ impl Upstream {
         let shared = Bytes::copy_from_slice(raw);
         for h in r.headers {
             let at = (h.value.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
-            let value = match at.checked_add(h.value.len()).filter(|&end| end <= raw.len()) {
+            let value = match at
+                .checked_add(h.value.len())
+                .filter(|&end| end <= raw.len())
+            {
                 Some(end) => HeaderValue::from_maybe_shared(shared.slice(at..end)),
                 None => HeaderValue::from_bytes(h.value),
             };

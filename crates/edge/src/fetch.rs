@@ -72,9 +72,7 @@ pub(crate) fn normalise_authority(authority: &str) -> String {
 /// built in one allocation.
 pub(crate) fn key_at(authority: &str, path_and_query: &str) -> String {
     let host = match authority.len().checked_sub(3) {
-        Some(at) if authority.is_char_boundary(at) && &authority[at..] == ":80" => {
-            &authority[..at]
-        }
+        Some(at) if authority.is_char_boundary(at) && &authority[at..] == ":80" => &authority[..at],
         _ => authority,
     };
     let mut k = String::with_capacity(host.len() + path_and_query.len());
@@ -505,7 +503,15 @@ mod tests {
 
     #[test]
     fn key_at_is_the_key_of_the_normalised_authority() {
-        for a in ["Example.COM:80", "example.com", "h:8080", ":80", "", "É:80", "x:80:80"] {
+        for a in [
+            "Example.COM:80",
+            "example.com",
+            "h:8080",
+            ":80",
+            "",
+            "É:80",
+            "x:80:80",
+        ] {
             let expected = crate::cache::key(&normalise_authority(a), "/p?q");
             assert_eq!(key_at(a, "/p?q"), expected, "{a}");
         }
