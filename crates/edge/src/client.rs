@@ -652,7 +652,7 @@ impl Upstream {
                         conn.read.advance(head_len);
                         continue;
                     }
-                    let head = self.head(&r)?;
+                    let head = self.head(&r, &conn.read[..head_len])?;
                     let body = match r.body {
                         ResponseFraming::None => BodyState::Done,
                         ResponseFraming::Length(n) => BodyState::Length(n),
@@ -674,13 +674,21 @@ impl Upstream {
         }
     }
 
-    fn head(&self, r: &wire::ParsedResponse<'_, '_>) -> Result<Head, Attempt> {
-        let mut headers = HeaderMap::with_capacity(r.headers.len());
+    /// The head of `r`, parsed from `raw`. The values are slices of one copy of `raw`
+    /// (two allocations: the copy and its shared count), not a copy each.
+    fn head(&self, r: &wire::ParsedResponse<'_, '_>, raw: &[u8]) -> Result<Head, Attempt> {
+        let mut headers = crate::headers::take_map(r.headers.len());
+        let shared = Bytes::copy_from_slice(raw);
         for h in r.headers {
-            let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(h.name.as_bytes()),
-                HeaderValue::from_bytes(h.value),
-            ) else {
+            let at = (h.value.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
+            let value = match at
+                .checked_add(h.value.len())
+                .filter(|&end| end <= raw.len())
+            {
+                Some(end) => HeaderValue::from_maybe_shared(shared.slice(at..end)),
+                None => HeaderValue::from_bytes(h.value),
+            };
+            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) else {
                 return Err(self.protocol(format!("response field {:?}", h.name)));
             };
             headers.append(name, value);

@@ -67,6 +67,20 @@ pub(crate) fn normalise_authority(authority: &str) -> String {
     }
 }
 
+/// The cache key of `path_and_query` at `authority` (normalised as by
+/// [`normalise_authority`]): the same string as `cache::key` of the normalised authority,
+/// built in one allocation.
+pub(crate) fn key_at(authority: &str, path_and_query: &str) -> String {
+    let host = match authority.len().checked_sub(3) {
+        Some(at) if authority.is_char_boundary(at) && &authority[at..] == ":80" => &authority[..at],
+        _ => authority,
+    };
+    let mut k = String::with_capacity(host.len() + path_and_query.len());
+    k.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+    k.push_str(path_and_query);
+    k
+}
+
 /// Where an include may be fetched from (see [`Inner::fragment_origin`]).
 enum FragmentOrigin<'a> {
     /// The page's own authority: by its route.
@@ -485,5 +499,21 @@ mod tests {
         assert_eq!(static_path(root, "/a//b"), None);
         assert_eq!(static_path(root, "/a/..%5cx"), None);
         assert_eq!(static_path(root, "/a%00"), None);
+    }
+
+    #[test]
+    fn key_at_is_the_key_of_the_normalised_authority() {
+        for a in [
+            "Example.COM:80",
+            "example.com",
+            "h:8080",
+            ":80",
+            "",
+            "É:80",
+            "x:80:80",
+        ] {
+            let expected = crate::cache::key(&normalise_authority(a), "/p?q");
+            assert_eq!(key_at(a, "/p?q"), expected, "{a}");
+        }
     }
 }

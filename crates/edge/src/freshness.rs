@@ -169,7 +169,12 @@ pub(crate) fn request_no_store(headers: &HeaderMap) -> bool {
 }
 
 fn vary_star(headers: &HeaderMap) -> bool {
-    vary_names(headers).any(|n| n == "*")
+    // Not through `vary_names`: no lower-cased copy of each name per response.
+    headers
+        .get_all(header::VARY)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|n| wire::trim_ows(n) == b"*")
 }
 
 /// The field names of Vary, lower-cased.

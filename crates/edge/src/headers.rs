@@ -2,6 +2,7 @@
 //! Architecture note): what goes upstream, what comes back, what a fragment request
 //! carries.
 
+use std::cell::RefCell;
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -211,6 +212,65 @@ fn named_in_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
         .any(|t| wire::trim_ows(t).eq_ignore_ascii_case(name.as_str().as_bytes()))
 }
 
+thread_local! {
+    /// The Via value of the last response forwarded without one on this worker (for its
+    /// version and token): the next such response shares it, a reference count instead
+    /// of two allocations.
+    static VIA: RefCell<Option<(Version, Box<str>, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// Maps of requests and responses done with, cleared, for the worker's next ones.
+    static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty map with room for `fields`: one the worker gave back ([`give_map`]) if it
+/// has one, so that the steady state allocates none.
+pub(crate) fn take_map(fields: usize) -> HeaderMap {
+    match SPARE_MAPS.with_borrow_mut(Vec::pop) {
+        Some(mut map) => {
+            map.reserve(fields);
+            map
+        }
+        None => HeaderMap::with_capacity(fields),
+    }
+}
+
+/// Keeps `map`, cleared, for [`take_map`] (up to as many as a worker has responses in
+/// flight; not a map grown unusually large).
+pub(crate) fn give_map(mut map: HeaderMap) {
+    if map.capacity() > 128 {
+        return;
+    }
+    map.clear();
+    let _ = SPARE_MAPS.try_with(|s| {
+        if let Ok(mut spares) = s.try_borrow_mut() {
+            if spares.len() < 256 {
+                spares.push(map);
+            }
+        }
+    });
+}
+
+/// Via's value: `earlier` (the upstream's values, `, ` after each) then this hop; `None`
+/// if `token` cannot be in a field value.
+fn via_value<'a>(
+    earlier: impl Iterator<Item = &'a HeaderValue>,
+    version: Version,
+    token: &str,
+) -> Option<HeaderValue> {
+    let mut via = Vec::with_capacity(64);
+    for v in earlier {
+        via.extend_from_slice(v.as_bytes());
+        via.extend_from_slice(b", ");
+    }
+    via.extend_from_slice(via_protocol(version).as_bytes());
+    via.push(b' ');
+    via.extend_from_slice(token.as_bytes());
+    // Copied to an exact-size value: a cached object keeps it for its whole life.
+    HeaderValue::from_bytes(&via).ok()
+}
+
 /// The headers of a response sent downstream: hop-by-hop fields and Surrogate-Control
 /// removed (it is addressed to surrogates, and we are the last one), Via appended.
 pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> HeaderMap {
@@ -221,16 +281,20 @@ pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> 
 pub(crate) fn forward_response_owned(mut h: HeaderMap, version: Version, token: &str) -> HeaderMap {
     remove_hop_by_hop(&mut h);
     h.remove("surrogate-control");
-    let mut via = Vec::with_capacity(64);
-    for v in h.get_all(header::VIA) {
-        via.extend_from_slice(v.as_bytes());
-        via.extend_from_slice(b", ");
-    }
-    via.extend_from_slice(via_protocol(version).as_bytes());
-    via.push(b' ');
-    via.extend_from_slice(token.as_bytes());
-    // Copied to an exact-size value: a cached object keeps it for its whole life.
-    if let Ok(v) = HeaderValue::from_bytes(&via) {
+    let via = if h.contains_key(header::VIA) {
+        via_value(h.get_all(header::VIA).iter(), version, token)
+    } else {
+        // The usual case: the same value as the last response's on this worker, shared.
+        VIA.with_borrow_mut(|last| match last {
+            Some((v, t, value)) if *v == version && **t == *token => Some(value.clone()),
+            _ => {
+                let value = via_value(std::iter::empty(), version, token)?;
+                *last = Some((version, token.into(), value.clone()));
+                Some(value)
+            }
+        })
+    };
+    if let Some(v) = via {
         h.insert(header::VIA, v);
     }
     h

@@ -381,7 +381,7 @@ impl Service for EdgeService {
 fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
     let head = req.head;
     let path = std::str::from_utf8(head.path).ok()?;
-    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    let mut headers = crate::headers::take_map(head.headers.len());
     for h in head.headers {
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(h.name.as_bytes()),
@@ -513,6 +513,7 @@ fn response_of(
         for (name, value) in &response.headers {
             head.append(name.as_str().as_bytes(), value.as_bytes());
         }
+        crate::headers::give_map(response.headers);
     }
     let body = match response.body.into_whole() {
         Ok(bytes) => handler::Body::Full(bytes),

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 pub use crate::body::Body;
 use crate::body::BodyKind;
-use crate::cache::{self, Cache, Entry, FlightGuard, Landing, Memo};
+use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::client::{
     read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
@@ -250,7 +250,7 @@ impl Edge {
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .map_or_else(|| upstream.name.clone(), |h| h.trim().to_string());
-        let key = cache::key(&normalise_authority(&authority), &req.target);
+        let key = crate::fetch::key_at(&authority, &req.target);
         let cache = &inner.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
             return Ok(self.invalidate(&req, &key));
@@ -582,6 +582,7 @@ impl Edge {
                     length,
                 },
             };
+            headers::give_map(req.headers);
             return Ok(ProxyResponse {
                 status: parts.status,
                 head_h1: None,

@@ -2,7 +2,17 @@
 //! encoded per protocol only at the connection (nothing is written as bytes and parsed
 //! back to change it).
 
+use std::cell::RefCell;
+use std::mem;
+
 use bytes::Bytes;
+
+type Buffers = (Vec<u8>, Vec<(u32, u32, u32)>);
+
+thread_local! {
+    /// The buffers of heads dropped on this thread, for [`ResponseHead::with_capacity`].
+    static SPARE_BUFFERS: RefCell<Vec<Buffers>> = const { RefCell::new(Vec::new()) };
+}
 
 /// A status and its fields, in one buffer that is reused from response to response.
 /// Framing fields (`Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`)
@@ -14,7 +24,7 @@ use bytes::Bytes;
 /// of rebuilding every field per response. The block's fields come after the others.
 /// Reading a field looks into the block too; changing one (a filter) first turns the
 /// block into ordinary fields.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ResponseHead {
     status: u16,
     /// Names and values back to back.
@@ -34,21 +44,57 @@ pub struct ResponseHead {
     compression: Option<std::sync::Arc<crate::compress::Compression>>,
 }
 
+impl Default for ResponseHead {
+    fn default() -> ResponseHead {
+        ResponseHead::new(0)
+    }
+}
+
+impl Drop for ResponseHead {
+    /// Keeps the buffers for the thread's next head (not unusually large ones, and as
+    /// many as a worker has responses in flight).
+    fn drop(&mut self) {
+        if self.bytes.capacity() == 0 || self.bytes.capacity() > 16 * 1024 {
+            return;
+        }
+        let (mut b, mut f) = (mem::take(&mut self.bytes), mem::take(&mut self.fields));
+        b.clear();
+        f.clear();
+        let _ = SPARE_BUFFERS.try_with(|s| {
+            if let Ok(mut spares) = s.try_borrow_mut() {
+                if spares.len() < 256 {
+                    spares.push((b, f));
+                }
+            }
+        });
+    }
+}
+
 impl ResponseHead {
     pub fn new(status: u16) -> ResponseHead {
-        ResponseHead {
-            status,
-            ..ResponseHead::default()
-        }
+        ResponseHead::with_buffers(status, Vec::new(), Vec::new())
     }
 
     /// A head with room for `fields` fields of `bytes` bytes of names and values in all,
-    /// so that filling it does not reallocate.
+    /// so that filling it does not reallocate. Its buffers are those of a head this
+    /// thread dropped, when there is one: a handler making a head per response (the
+    /// proxy) allocates none in the steady state.
     pub fn with_capacity(status: u16, fields: usize, bytes: usize) -> ResponseHead {
+        let (mut b, mut f) = SPARE_BUFFERS
+            .try_with(|s| s.try_borrow_mut().ok()?.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        b.reserve(bytes);
+        f.reserve(fields);
+        ResponseHead::with_buffers(status, b, f)
+    }
+
+    fn with_buffers(status: u16, bytes: Vec<u8>, fields: Vec<(u32, u32, u32)>) -> ResponseHead {
         ResponseHead {
             status,
-            bytes: Vec::with_capacity(bytes),
-            fields: Vec::with_capacity(fields),
+            bytes,
+            fields,
             encoded: None,
             encoded_date: false,
             identity_only: false,

@@ -455,7 +455,7 @@ impl Conn {
                 }
             }
         }
-        let mut head = Vec::with_capacity(512);
+        let mut head = crate::reply::HeadBuf::take();
         worker.tls.set(self.stream.tls_facts());
         let framing =
             dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);

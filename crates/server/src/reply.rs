@@ -2,6 +2,8 @@
 //! the start of every head it generates, and the status pages of errors, refusals and
 //! redirects (the page itself is `handler::write_status_page`, shared with the modules).
 
+use std::cell::RefCell;
+
 use wire::{Framing, Method, Request, Version};
 
 use crate::output::Output;
@@ -69,5 +71,52 @@ pub(crate) fn write_simple(
     wire::write_framing(buf, Framing::Length(len as u64), version, keep_alive);
     if !head_only {
         handler::write_status_page(buf, status);
+    }
+}
+
+thread_local! {
+    /// Buffers of deferred responses' heads, kept for the worker's next ones.
+    static SPARE_HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The buffer a deferred response's head is written to: one of the worker's spares,
+/// given back when dropped, so that the steady state allocates none for it.
+pub(crate) struct HeadBuf(Vec<u8>);
+
+impl HeadBuf {
+    pub(crate) fn take() -> HeadBuf {
+        let spare = SPARE_HEADS.with_borrow_mut(Vec::pop);
+        HeadBuf(spare.unwrap_or_else(|| Vec::with_capacity(512)))
+    }
+}
+
+impl std::ops::Deref for HeadBuf {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HeadBuf {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+}
+
+impl Drop for HeadBuf {
+    fn drop(&mut self) {
+        // As many as the worker has responses in flight, each no larger than a big head.
+        if self.0.capacity() > 16 * 1024 {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.0);
+        buf.clear();
+        let _ = SPARE_HEADS.try_with(|s| {
+            if let Ok(mut spares) = s.try_borrow_mut() {
+                if spares.len() < 256 {
+                    spares.push(buf);
+                }
+            }
+        });
     }
 }
