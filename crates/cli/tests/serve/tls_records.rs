@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness::stderr_has;
 use crate::tls::{curl, TlsSite};
 
 /// An origin that answers each request (one per connection) with its body.
@@ -76,10 +77,12 @@ fn request_bodies_of_many_records_arrive_byte_exact_over_tls13_tls12_and_http2()
     }
 }
 
-/// A rustls client of `version` that trusts the site's certificate.
+/// A rustls client of `version` that trusts the site's certificate; `fragment` caps its
+/// records' size (so that its handshake messages span records).
 fn client(
     tls: &TlsSite,
     version: &'static rustls::SupportedProtocolVersion,
+    fragment: Option<usize>,
 ) -> rustls::ClientConnection {
     let pem = std::fs::read(&tls.cert.cert).unwrap();
     let mut roots = rustls::RootCertStore::empty();
@@ -87,22 +90,24 @@ fn client(
         roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[version])
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    config.max_fragment_size = fragment;
     rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap()
 }
 
-/// A client that sends every byte of its handshake and request in a write of its own
-/// (the server reads records, and handshake messages, in pieces).
+/// A client that sends every byte of its handshake and request in a write of its own,
+/// in records of 64 bytes (the server reads records in pieces, and handshake messages
+/// that span records).
 #[test]
 fn a_client_that_sends_a_byte_at_a_time_is_served() {
     let tls = TlsSite::start("", "");
     tls.site.write("big.txt", &vec![b'x'; 100_000]);
     for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
-        let mut client = client(&tls, version);
+        let mut client = client(&tls, version, Some(64));
         client
             .writer()
             .write_all(b"GET /big.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -161,7 +166,7 @@ fn idle_tls_connections_hold_rustls_state_and_no_buffer() {
     let base = tls.server.rss_kib();
     let mut held = Vec::new();
     for _ in 0..1000 {
-        let mut client = client(&tls, &rustls::version::TLS13);
+        let mut client = client(&tls, &rustls::version::TLS13, None);
         let mut tcp = TcpStream::connect(tls.https).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut stream = rustls::Stream::new(&mut client, &mut tcp);
@@ -184,4 +189,38 @@ fn idle_tls_connections_hold_rustls_state_and_no_buffer() {
         held.len()
     );
     assert!(each <= 8 * 1024, "{each} bytes per idle TLS connection");
+}
+
+/// The first part of a handshake message, then an alert record in its middle: rustls
+/// refuses the interleaving, and the connection sends its alert and closes. It must not
+/// panic (rustls holds the message's first part in bytes the connection keeps: asked
+/// again with an empty buffer, it indexed out of bounds), which would leave the
+/// connection's slot taken: more of them than slots, and a good client waited for the
+/// head timeout.
+#[test]
+fn a_record_inside_a_split_handshake_message_is_refused_without_a_panic() {
+    let tls = TlsSite::start("max_connections = 8", "");
+    for _ in 0..12 {
+        let mut tcp = TcpStream::connect(tls.https).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        tcp.write_all(&[0x16, 3, 1, 0, 2, 1, 0]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        tcp.write_all(&[0x15, 3, 1, 0, 2, 1, 0]).unwrap();
+        let mut answer = Vec::new();
+        let _ = tcp.read_to_end(&mut answer);
+    }
+    let started = std::time::Instant::now();
+    let out = tls.curl("/hello.txt", &["--max-time", "5"]);
+    assert_eq!(
+        out.stdout,
+        b"hello world\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!stderr_has(&tls.server, "panicked"), "the server panicked");
 }

@@ -42,6 +42,8 @@ const RECORDS_PER_WRITE: usize = 4;
 /// What a record adds to its plaintext at most: the header (5), TLS 1.2's explicit nonce
 /// (8) or TLS 1.3's content type (1), and the AEAD tag (16).
 const OVERHEAD: usize = 5 + 8 + 16;
+/// The largest TLS record on the wire: header, 16 KiB, and the expansion TLS allows.
+const MAX_WIRE_RECORD: usize = 5 + RECORD + 256;
 /// The input buffer: room for a handshake message that spans records (rustls allows
 /// 64 KiB) and a large read after it.
 const INPUT: usize = 128 * 1024;
@@ -250,8 +252,13 @@ impl TlsStream {
                 Ok(state) => state,
                 Err(e) => {
                     // rustls queued an alert saying why; it goes out with `send_now`.
-                    if let Ok(ConnectionState::EncodeTlsData(mut alert)) =
-                        self.tls.process_tls_records(&mut []).state
+                    // The bytes after those used up go back in: rustls may hold a
+                    // handshake message's first part there (an empty buffer would be
+                    // out of its bounds).
+                    if let Ok(ConnectionState::EncodeTlsData(mut alert)) = self
+                        .tls
+                        .process_tls_records(&mut input[used + discard..])
+                        .state
                     {
                         let _ = encode(&mut alert, &mut self.out);
                     }
@@ -297,6 +304,7 @@ impl TlsStream {
     /// error (a client speaking cleartext HTTP to a TLS port, a refused version or
     /// suite) sends rustls' alert, without waiting, and ends the connection.
     fn receive(&mut self, into: &mut [u8], filled: &mut usize) -> io::Result<usize> {
+        SNI.with_borrow_mut(|sni| *sni = None);
         let result = SCRATCH.with_borrow_mut(|scratch| {
             let input = &mut scratch.input[..];
             let kept = self.partial.len();
@@ -307,17 +315,22 @@ impl TlsStream {
                 ));
             }
             input[..kept].copy_from_slice(&self.partial);
-            let n = self.tcp.try_read(&mut input[kept..])?;
+            // No more than the reader has room for and one record: what does not fit
+            // waits in `plain`, so that stays within a record.
+            let room = (into.len() - *filled).max(1) + MAX_WIRE_RECORD;
+            let end = INPUT.min(kept + room);
+            let n = self.tcp.try_read(&mut input[kept..end])?;
             if n == 0 {
-                return Ok(0);
+                // The end of the stream inside a record: cut short, not closed.
+                return match kept {
+                    0 => Ok(0),
+                    _ => Err(io::ErrorKind::UnexpectedEof.into()),
+                };
             }
             let len = kept + n;
             let (used, _) = self.process(&mut input[..len], into, filled)?;
-            self.partial.clear();
-            match used < len {
-                true => self.partial.extend_from_slice(&input[used..len]),
-                false => self.partial = Vec::new(),
-            }
+            // A copy of its own size: the connection keeps no larger buffer than it needs.
+            self.partial = input[used..len].to_vec();
             Ok(n)
         });
         // Set by the certificate resolver if a ClientHello was processed just now.
@@ -372,12 +385,11 @@ impl TlsStream {
     /// rustls must send first (a key update) before them.
     fn encrypt(&mut self, plain: &[u8], wire: &mut Records) -> io::Result<()> {
         loop {
-            match self
-                .tls
-                .process_tls_records(&mut [])
-                .state
-                .map_err(tls_error)?
-            {
+            // The part of a record kept from before, never an empty buffer: rustls may
+            // hold a handshake message's first part there.
+            let status = self.tls.process_tls_records(&mut self.partial);
+            let discard = status.discard;
+            match status.state.map_err(tls_error)? {
                 ConnectionState::WriteTraffic(mut traffic) => {
                     let records = plain.len().div_ceil(RECORD).max(1);
                     let n =
@@ -391,6 +403,7 @@ impl TlsStream {
                             Err(e) => return Err(io::Error::other(e)),
                         };
                     wire.filled(n);
+                    self.partial.drain(..discard);
                     return Ok(());
                 }
                 ConnectionState::EncodeTlsData(mut data) => encode(&mut data, wire)?,
@@ -405,6 +418,7 @@ impl TlsStream {
                 ConnectionState::PeerClosed => self.peer_closed = true,
                 _ => return Err(io::ErrorKind::BrokenPipe.into()),
             }
+            self.partial.drain(..discard);
         }
     }
 
@@ -586,7 +600,7 @@ impl TlsStream {
     /// Queues a close_notify alert after what is queued already.
     fn queue_close_notify(&mut self) {
         if let Ok(ConnectionState::WriteTraffic(mut traffic)) =
-            self.tls.process_tls_records(&mut []).state
+            self.tls.process_tls_records(&mut self.partial).state
         {
             if let Ok(n) = traffic.queue_close_notify(self.out.room(64)) {
                 self.out.filled(n);
