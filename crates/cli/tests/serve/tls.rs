@@ -526,6 +526,16 @@ fn the_access_log_names_the_tls_version_and_cipher() {
     assert!(lines.contains("- - 200 /hello.txt\n"), "{lines}");
 }
 
+/// A request's head, read a byte at a time (nothing after it is taken).
+pub fn read_head(stream: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    head
+}
+
 /// An origin that answers one request per connection with the request's head as its
 /// body.
 fn echo_origin() -> SocketAddr {
@@ -533,11 +543,7 @@ fn echo_origin() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for mut stream in listener.incoming().flatten() {
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                head.push(byte[0]);
-            }
+            let head = read_head(&mut stream);
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::stderr_has;
-use crate::tls::{curl, TlsSite};
+use crate::tls::{curl, read_head, TlsSite};
 
 /// An origin that answers each request (one per connection) with its body.
 fn body_echo_origin() -> SocketAddr {
@@ -17,12 +17,7 @@ fn body_echo_origin() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for mut stream in listener.incoming().flatten() {
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                head.push(byte[0]);
-            }
-            let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let head = String::from_utf8_lossy(&read_head(&mut stream)).to_ascii_lowercase();
             let length: usize = head
                 .lines()
                 .find_map(|l| l.strip_prefix("content-length:"))
