@@ -38,24 +38,7 @@ plain=$(free_port); tls=$(free_port)
     --cert "$work/cert.pem" --key "$work/key.pem" --workers 1 2>"$work/tessera.log" &
 pids+=($!)
 
-h2o_port=$(free_port)
-cat > "$work/h2o.conf" <<CONF
-num-threads: 1
-listen:
-  host: 127.0.0.1
-  port: $h2o_port
-  ssl:
-    certificate-file: $work/cert.pem
-    key-file: $work/key.pem
-error-log: $work/h2o-error.log
-hosts:
-  default:
-    paths:
-      /:
-        file.dir: $work/site
-CONF
-h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
-pids+=($!)
+start_h2o_tls "$work/site" ""
 
 nginx_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF

@@ -40,25 +40,7 @@ taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/tessera.toml" --root "$w
     --listen "127.0.0.1:$tessera_plain" --workers 1 --backlog 16384 2>"$work/tessera-h2c.log" &
 pids+=($!); tessera_h2c_pid=$!
 
-h2o_port=$(free_port)
-cat > "$work/h2o.conf" <<CONF
-num-threads: 1
-max-connections: $((IDLE + 64))
-listen:
-  host: 127.0.0.1
-  port: $h2o_port
-  ssl:
-    certificate-file: $work/cert.pem
-    key-file: $work/key.pem
-error-log: $work/h2o-error.log
-hosts:
-  default:
-    paths:
-      /:
-        file.dir: $work/site
-CONF
-taskset -c $SERVER_CPU h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
-pids+=($!); h2o_pid=$!
+start_h2o_tls "$work/site" $SERVER_CPU "$((IDLE + 64))"
 
 nginx_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF

@@ -82,3 +82,35 @@ in_proxy_floors() {
     awk -v l="$1" -v r="$2" -v pf="$3" -v nn="$4" -v n="$5" -v tn="$6" -v t="$7" 'BEGIN {
         printf "%s in proxy floors (%.2f us): %s %.2f, %s %.2f; %sx cheaper than nginx would be %.2f proxy floors\n", l, pf, nn, n / pf, tn, t / pf, r, n / r / pf }'
 }
+
+# start_h2o_tls SITE CPU [MAX_CONNECTIONS]: h2o with one thread serving SITE over TLS
+# ($work/cert.pem and key.pem; HTTP/2 by ALPN, on by default) on a free port, pinned to
+# CPU (none when empty). Sets h2o_port and h2o_pid; the process joins `pids`.
+start_h2o_tls() {
+    h2o_port=$(free_port)
+    {
+        echo "num-threads: 1"
+        [ -z "${3:-}" ] || echo "max-connections: $3"
+        cat <<CONF
+listen:
+  host: 127.0.0.1
+  port: $h2o_port
+  ssl:
+    certificate-file: $work/cert.pem
+    key-file: $work/key.pem
+error-log: $work/h2o-error.log
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $1
+CONF
+    } > "$work/h2o.conf"
+    if [ -n "$2" ]; then
+        taskset -c "$2" h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
+    else
+        h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
+    fi
+    h2o_pid=$!
+    pids+=("$h2o_pid")
+}

@@ -101,25 +101,7 @@ taskset -c $SERVER_CPU nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.l
 pids+=($!); nginx_pid=$!
 
 # --- h2o: one thread.
-h2o_port=$(free_port)
-cat > "$work/h2o.conf" <<CONF
-num-threads: 1
-max-connections: $((IDLE + 1024))
-listen:
-  host: 127.0.0.1
-  port: $h2o_port
-  ssl:
-    certificate-file: $work/cert.pem
-    key-file: $work/key.pem
-error-log: $work/h2o-error.log
-hosts:
-  default:
-    paths:
-      /:
-        file.dir: $site
-CONF
-taskset -c $SERVER_CPU h2o -c "$work/h2o.conf" >/dev/null 2>&1 &
-pids+=($!); h2o_pid=$!
+start_h2o_tls "$site" $SERVER_CPU "$((IDLE + 1024))"
 
 # --- the TLS floor (bench/tls-floor.c): one recv, one record each way, one send.
 cc -O2 -o "$work/tls-floor" bench/tls-floor.c -lssl -lcrypto
