@@ -113,6 +113,13 @@ impl SlotId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The slot at `index` (the inverse of [`SlotId::index`]), for code that keeps a
+    /// slot's index rather than its id.
+    #[inline]
+    pub fn from_index(index: usize) -> SlotId {
+        SlotId(index as u32)
+    }
 }
 
 impl fmt::Display for SlotId {

@@ -838,7 +838,7 @@ impl Conn {
 /// Ready when the client has closed the connection (a read would find its end, or it
 /// was reset); bytes it sent meanwhile (a pipelined request) are not a close, and then
 /// this is never ready.
-async fn client_gone(tcp: &tokio::net::TcpStream) {
+async fn client_gone(tcp: &crate::reactor::Socket) {
     let mut byte = [0u8; 1];
     match tcp.peek(&mut byte).await {
         Ok(0) | Err(_) => {}

@@ -7,8 +7,8 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use crate::reactor::Socket;
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use crate::cache::FileEntry;
 
@@ -212,7 +212,7 @@ impl Output {
     }
 
     /// Writes as much as the socket takes without waiting.
-    pub fn try_write(&mut self, stream: &TcpStream) -> io::Result<Progress> {
+    pub fn try_write(&mut self, stream: &Socket) -> io::Result<Progress> {
         self.close_buf_segment();
         let mut wrote = false;
         while self.index < self.segments.len() {
@@ -242,7 +242,7 @@ impl Output {
     }
 
     /// One writev of the memory segments starting at `index` (up to a file segment).
-    fn write_memory_segments(&self, stream: &TcpStream) -> io::Result<usize> {
+    fn write_memory_segments(&self, stream: &Socket) -> io::Result<usize> {
         let mut iovecs = [IoSlice::new(&[]); MAX_IOVECS];
         let mut count = 0;
         let mut file_follows = false;
@@ -407,7 +407,7 @@ fn copy(from: &[u8], to: &mut [u8]) -> (usize, bool) {
 /// writability, resuming at the saved offset: a slow reader holds only its own
 /// connection, never the worker (nginx's ngx_linux_sendfile_chain, the Yaws sendfile
 /// driver). A return of 0 means the file shrank under us.
-fn send_file(stream: &TcpStream, entry: &FileEntry, offset: u64, len: u64) -> io::Result<usize> {
+fn send_file(stream: &Socket, entry: &FileEntry, offset: u64, len: u64) -> io::Result<usize> {
     let socket = stream.as_raw_fd();
     let file = entry.file.as_raw_fd();
     let mut offset = offset as libc::off_t;

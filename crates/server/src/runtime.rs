@@ -1,6 +1,7 @@
 //! A worker thread's life: its runtime, its listeners and accept loop, and its graceful
 //! shutdown. The worker's state is [`Worker`]; each accepted connection is a task
-//! running [`conn::serve`].
+//! running [`conn::serve`] in its slot's room (`tasks`), waiting on the worker's epoll
+//! (`reactor`).
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pool::Pool;
-use tokio::net::TcpListener;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
@@ -40,6 +41,13 @@ pub(crate) fn run(
     let capacity = shared.slots_per_worker;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
+        let reactor = match crate::reactor::Reactor::new(capacity) {
+            Ok(reactor) => Rc::new(reactor),
+            Err(e) => {
+                tracing::error!(worker = id, error = %e, "cannot start worker epoll");
+                return;
+            }
+        };
         // Each module's service for this worker, started on its thread inside the
         // LocalSet (a service may spawn its own tasks).
         let gen = shared.current.load_full();
@@ -68,7 +76,18 @@ pub(crate) fn run(
             tls: Cell::new(None),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
+            reactor,
+            tasks: crate::tasks::Tasks::new(capacity),
             shared,
+        });
+        // The connections' driver: each turn takes the worker epoll's events, then
+        // polls the connections they (or anything else) woke.
+        let driver = tokio::task::spawn_local({
+            let worker = worker.clone();
+            std::future::poll_fn(move |cx| {
+                let _ = worker.reactor.poll_events(cx);
+                worker.tasks.poll_woken(cx, |index| worker.panicked(index))
+            })
         });
         sync_listeners(&worker);
         let sweeper = tokio::task::spawn_local({
@@ -138,6 +157,8 @@ pub(crate) fn run(
             }
         }
         sweeper.abort();
+        driver.abort();
+        worker.tasks.end_all();
         let log = worker.log.borrow_mut().take();
         if let Some(mut log) = log {
             log.flush_blocking();
@@ -226,7 +247,12 @@ fn sync_listeners(worker: &Rc<Worker>) {
             .fd
             .try_clone()
             .map(std::net::TcpListener::from)
-            .and_then(TcpListener::from_std);
+            .and_then(|l| {
+                l.set_nonblocking(true)?;
+                // SAFETY: the AsyncFd owns the listener's descriptor until it is dropped.
+                unsafe { AsyncFd::register_with_interest(l, tokio::io::Interest::READABLE) }
+                    .map_err(std::io::Error::from)
+            });
         match listener {
             Ok(listener) => {
                 let stop = Rc::new(Stop::default());
@@ -242,9 +268,15 @@ fn sync_listeners(worker: &Rc<Worker>) {
     }
 }
 
-/// Accepts connections as long as the listener has them (tokio's accept retries until
-/// the kernel says EAGAIN, so one wake-up drains the queue) and spawns each one's task.
-async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, stop: &Stop) {
+/// Accepts connections as long as the listener has them (one wake-up drains the queue:
+/// the listener's readiness is cleared only when accept4 says EAGAIN) and spawns each
+/// one's task.
+async fn accept_all(
+    listener: &AsyncFd<std::net::TcpListener>,
+    is_tls: bool,
+    worker: &Rc<Worker>,
+    stop: &Stop,
+) {
     loop {
         // Stopping is looked at only here, before a connection is taken: one accepted is
         // always served (during a shutdown, with `Connection: close`), never dropped.
@@ -255,10 +287,10 @@ async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, s
         }
         let accepted = tokio::select! {
             biased;
-            accepted = listener.accept() => accepted,
+            accepted = accept_one(listener) => accepted,
             _ = stop.stopped() => return,
         };
-        let (stream, peer) = match accepted {
+        let (fd, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning.
@@ -317,21 +349,44 @@ async fn accept_all(listener: &TcpListener, is_tls: bool, worker: &Rc<Worker>, s
             ) else {
                 continue;
             };
-            slots[slot] = stream.as_raw_fd();
+            slots[slot] = fd.as_raw_fd();
             slot
+        };
+        let socket = match worker.reactor.register(fd, slot.index()) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot add a connection to the worker's epoll");
+                worker.free(slot);
+                continue;
+            }
         };
         if let Some(metrics) = worker.metrics() {
             metrics.accepted();
         }
         if is_tls {
-            tokio::task::spawn_local(crate::tls::serve(stream, peer, worker.clone(), slot));
+            let task = crate::tls::serve(socket, peer, worker.clone(), slot);
+            worker.tasks.start(slot.index(), task);
             continue;
         }
-        tokio::task::spawn_local(conn::serve(conn::Conn::new(
-            Stream::Plain(stream),
+        let task = conn::serve(conn::Conn::new(
+            Stream::Plain(socket),
             peer,
             worker.clone(),
             slot,
-        )));
+        ));
+        worker.tasks.start(slot.index(), task);
+    }
+}
+
+/// The next connection on `listener`: accept4(2), waiting for readiness when the queue
+/// is empty. The socket is not registered with tokio: the worker's reactor takes it.
+async fn accept_one(
+    listener: &AsyncFd<std::net::TcpListener>,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::net::SocketAddr)> {
+    loop {
+        let mut guard = listener.readable().await?;
+        if let Ok(accepted) = guard.try_io(|l| crate::reactor::accept(l.as_raw_fd())) {
+            return accepted;
+        }
     }
 }

@@ -8,14 +8,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use crate::output::{Output, Progress};
+use crate::reactor::Socket;
 use crate::tls::stream::TlsStream;
 use crate::tls::TlsFacts;
 
 pub(crate) enum Stream {
-    Plain(TcpStream),
+    Plain(Socket),
     /// Boxed: rustls' connection state is large, and every cleartext connection's future
     /// would otherwise carry room for it.
     Tls(Box<TlsStream>),
@@ -23,7 +23,7 @@ pub(crate) enum Stream {
 
 impl Stream {
     /// The socket under the stream (for a lingering close, which drains raw bytes).
-    pub fn tcp(&self) -> &TcpStream {
+    pub fn tcp(&self) -> &Socket {
         match self {
             Stream::Plain(tcp) => tcp,
             Stream::Tls(tls) => &tls.tcp,

@@ -130,6 +130,10 @@ pub(crate) struct Worker {
     /// connection before each stretch of synchronous answering: the 421 check, HSTS,
     /// the handlers' `secure` and the access log read it without being passed it.
     pub(crate) tls: Cell<Option<crate::tls::TlsFacts>>,
+    /// The epoll the worker's client connections wait on (`reactor`).
+    pub(crate) reactor: Rc<crate::reactor::Reactor>,
+    /// The connections' futures, one room per slot (`tasks`).
+    pub(crate) tasks: crate::tasks::Tasks,
 }
 
 impl Worker {
@@ -241,6 +245,16 @@ impl Worker {
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         let from = slots.state(slot);
         slots.set_state(slot, from, ConnState::Closing, self.clock.millis());
+    }
+
+    /// A connection's task panicked and was dropped: its socket is closed; its slot,
+    /// unless the task freed it before, is freed here (a bug in one connection costs
+    /// no slot).
+    pub(crate) fn panicked(&self, index: usize) {
+        let slot = SlotId::from_index(index);
+        if self.slots.borrow().state(slot) != ConnState::Free {
+            self.free(slot);
+        }
     }
 
     pub(crate) fn free(&self, slot: SlotId) {

@@ -1,6 +1,6 @@
 //! Proves the steady-state request path allocates nothing: a keep-alive GET of a small
-//! static file, served by the real server in this process, 10,000 times; and that a
-//! connection per request allocates only what tokio needs for each connection.
+//! static file, served by the real server in this process, 10,000 times; and a new
+//! connection per request, thousands of times.
 
 mod common;
 
@@ -205,13 +205,10 @@ fn conditional_and_range_requests_allocate_nothing() {
 }
 
 /// A new connection for every request (`Connection: close`), as health checkers and
-/// `ab` without -k do: the server's slot, buffers and close cost no allocation. What
-/// remains is tokio's, three per connection, counted here so that nothing else creeps
-/// in: the socket's reactor registration (`ScheduledIo`, 256 bytes), the connection's
-/// task (`spawn_local`), and the reactor's list of registrations to release, which it
-/// takes whole each time it releases them (so one push per close allocates it anew).
+/// `ab` without -k do: nothing is allocated per connection. The slot, its task's room
+/// and its readiness entry are allocated at start; buffers are recycled.
 #[test]
-fn connection_per_request_allocates_only_tokios_per_connection_state() {
+fn connection_per_request_allocates_nothing() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (_dir, addr, running) = common::serve_hello();
     let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
@@ -242,9 +239,10 @@ fn connection_per_request_allocates_only_tokios_per_connection_state() {
         connections += 1;
     }
     let after = ALLOCATIONS.load(Ordering::Relaxed);
-    eprintln!(
-        "{} allocations over {connections} connections",
-        after - before
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during {connections} connections"
     );
     assert_eq!(running.lingering_closes(), 0);
     running.shutdown();

@@ -27,11 +27,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::reactor::Socket;
 use arc_swap::ArcSwap;
 use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::ServerConfig;
 use serde::Deserialize;
-use tokio::net::TcpStream;
 
 use crate::config::Config;
 use crate::conn::{self, Conn};
@@ -132,12 +132,7 @@ impl Tls {
 /// A TLS connection's task: the handshake, then HTTP/1 over it. Its slot was taken at
 /// accept, in `ReadingHead`: a handshake counts against the connection budget and is
 /// closed by the worker's check after `timeouts.head`, like a slow request head.
-pub(crate) async fn serve(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    worker: Rc<Worker>,
-    slot: pool::SlotId,
-) {
+pub(crate) async fn serve(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slot: pool::SlotId) {
     let Some(tls) = worker.shared.tls.as_ref() else {
         worker.free(slot);
         return;

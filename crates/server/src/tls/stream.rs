@@ -27,10 +27,10 @@ use std::io;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+use crate::reactor::Socket;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 use rustls::ServerConfig;
-use tokio::net::TcpStream;
 
 use super::TlsFacts;
 use crate::output::{Output, Progress};
@@ -119,7 +119,7 @@ pub(super) fn note_sni(name: Option<&str>) {
 }
 
 pub(crate) struct TlsStream {
-    pub tcp: TcpStream,
+    pub tcp: Socket,
     pub tls: UnbufferedServerConnection,
     /// Known once the handshake is done.
     pub facts: TlsFacts,
@@ -173,7 +173,7 @@ impl TlsStream {
     /// handshake that takes longer than `timeouts.head`, and the slot counts against
     /// the connection budget meanwhile.
     pub async fn accept(
-        tcp: TcpStream,
+        tcp: Socket,
         config: Arc<ServerConfig>,
         hosts: &handler::Hosts,
     ) -> io::Result<Box<TlsStream>> {
@@ -542,7 +542,7 @@ impl TlsStream {
     pub fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.queue_close_notify();
         ready!(self.poll_send(cx))?;
-        Poll::Ready(socket2::SockRef::from(&self.tcp).shutdown(std::net::Shutdown::Write))
+        Poll::Ready(self.tcp.shutdown_write())
     }
 
     /// The output batch, encrypted and written without waiting: the plaintext is taken

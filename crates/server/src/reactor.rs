@@ -1,0 +1,433 @@
+//! The worker's readiness loop for its client connections: one epoll instance per
+//! worker, a readiness entry per connection slot, and [`Socket`], the client socket the
+//! connections read and write.
+//!
+//! Written by hand rather than using tokio's `TcpStream` because tokio's reactor costs
+//! every connection two allocations (its `ScheduledIo` registration, and a place in the
+//! list of registrations to release) and an `EPOLL_CTL_DEL` before the close, where
+//! close(2) removes the socket from epoll anyway (issue 27: a connection per request).
+//! Here a socket's readiness lives in its slot's [`Entry`], allocated with the slots at
+//! start, and a socket is added to epoll once and leaves it by being closed.
+//!
+//! The epoll instance is itself registered with the worker's tokio runtime (one
+//! `AsyncFd`), so timers, upstream connections and everything else stay on tokio; when
+//! it is readable, [`Reactor::poll_events`] collects the events and wakes the waiting
+//! connections. The semantics are tokio's (edge-triggered; readiness cleared when an
+//! operation says EAGAIN, and after a short read or write), so the connection code reads
+//! the same as it did over tokio's sockets.
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+/// Readable.
+const READ: u8 = 1;
+/// Writable.
+const WRITE: u8 = 2;
+/// The peer closed its side, or the connection failed: a read says so, and keeps
+/// saying so, so this is never cleared (a short read that takes the last bytes before
+/// the end must not make the task wait for an event that will not come again).
+const READ_CLOSED: u8 = 4;
+/// The connection failed or hung up: a write says so; never cleared.
+const WRITE_CLOSED: u8 = 8;
+
+/// Events collected per `epoll_wait`.
+const EVENTS: usize = 256;
+
+/// One slot's readiness and the wakers waiting on it.
+#[derive(Default)]
+struct Entry {
+    ready: Cell<u8>,
+    reader: Cell<Option<Waker>>,
+    writer: Cell<Option<Waker>>,
+}
+
+pub(crate) struct Reactor {
+    epoll: AsyncFd<OwnedFd>,
+    entries: Box<[Entry]>,
+}
+
+impl Reactor {
+    /// An epoll instance with an entry for each of `slots` connection slots; must be
+    /// called inside the worker's runtime.
+    pub(crate) fn new(slots: usize) -> io::Result<Reactor> {
+        // SAFETY: epoll_create1 has no memory arguments; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the AsyncFd owns the descriptor, which stays open and the same epoll
+        // instance until it is dropped.
+        let epoll = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        Ok(Reactor {
+            epoll,
+            entries: (0..slots).map(|_| Entry::default()).collect(),
+        })
+    }
+
+    /// Adds a connected socket, in slot `slot`, to the worker's epoll. The socket must
+    /// be non-blocking; it leaves epoll when the returned `Socket` closes it.
+    pub(crate) fn register(self: &Rc<Self>, fd: OwnedFd, slot: usize) -> io::Result<Socket> {
+        let entry = &self.entries[slot];
+        entry.ready.set(0);
+        entry.reader.take();
+        entry.writer.take();
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: slot as u64,
+        };
+        // SAFETY: both descriptors are open and `event` is a live epoll_event.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut event,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Socket {
+            fd,
+            slot: slot as u32,
+            reactor: self.clone(),
+        })
+    }
+
+    /// Collects what epoll has and wakes the connections it concerns; then waits
+    /// (through tokio) for more. Never ready: the worker's reactor task polls it forever.
+    pub(crate) fn poll_events(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        loop {
+            let mut guard = match self.epoll.poll_read_ready(cx) {
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err(e)) => {
+                    // An epoll descriptor does not fail; if it did, nothing could be served.
+                    tracing::error!(error = %e, "worker epoll failed");
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            };
+            // SAFETY: `events` has room for EVENTS entries; a zero timeout never blocks.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    EVENTS as i32,
+                    0,
+                )
+            };
+            if n < 0 {
+                // EINTR: try again at once.
+                continue;
+            }
+            for event in &events[..n as usize] {
+                let Some(entry) = self.entries.get(event.u64 as usize) else {
+                    continue;
+                };
+                let bits = event.events as i32;
+                let mut ready = 0;
+                if bits & libc::EPOLLIN != 0 {
+                    ready |= READ;
+                }
+                if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                    ready |= READ_CLOSED;
+                }
+                if bits & libc::EPOLLOUT != 0 {
+                    ready |= WRITE;
+                }
+                if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                    ready |= WRITE_CLOSED;
+                }
+                entry.ready.set(entry.ready.get() | ready);
+                if ready & (READ | READ_CLOSED) != 0 {
+                    if let Some(waker) = entry.reader.take() {
+                        waker.wake();
+                    }
+                }
+                if ready & (WRITE | WRITE_CLOSED) != 0 {
+                    if let Some(waker) = entry.writer.take() {
+                        waker.wake();
+                    }
+                }
+            }
+            if (n as usize) < EVENTS {
+                // Everything epoll had is taken: wait for tokio to see it readable again
+                // (edge-triggered, so any event from now on makes it so).
+                guard.clear_ready();
+            }
+        }
+    }
+}
+
+/// A connected client socket on the worker's epoll (see the module's doc). Closing it
+/// (dropping it) removes it from epoll.
+pub(crate) struct Socket {
+    fd: OwnedFd,
+    slot: u32,
+    reactor: Rc<Reactor>,
+}
+
+impl Socket {
+    fn entry(&self) -> &Entry {
+        &self.reactor.entries[self.slot as usize]
+    }
+
+    fn poll_ready(&self, cx: &mut Context<'_>, bit: u8) -> Poll<io::Result<()>> {
+        // Each ready answer spends the task's cooperative budget, as tokio's sockets do:
+        // a client that never stops sending cannot keep the worker to itself.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let entry = self.entry();
+        // READ << 2 is READ_CLOSED, WRITE << 2 WRITE_CLOSED.
+        if entry.ready.get() & (bit | bit << 2) != 0 {
+            coop.made_progress();
+            return Poll::Ready(Ok(()));
+        }
+        let waiting = if bit == READ {
+            &entry.reader
+        } else {
+            &entry.writer
+        };
+        let waker = match waiting.take() {
+            Some(w) if w.will_wake(cx.waker()) => w,
+            _ => cx.waker().clone(),
+        };
+        waiting.set(Some(waker));
+        Poll::Pending
+    }
+
+    fn clear(&self, bit: u8) {
+        let entry = self.entry();
+        entry.ready.set(entry.ready.get() & !bit);
+    }
+
+    /// Ready when a read would find bytes, the end of the stream, or an error.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(cx, READ)
+    }
+
+    /// Ready when a write would take bytes (or fail).
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(cx, WRITE)
+    }
+
+    /// Waits until the socket is readable.
+    pub async fn readable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_read_ready(cx)).await
+    }
+
+    /// Runs `f`, an operation on the socket; when it says EAGAIN, the readiness of
+    /// `interest` is cleared, so the next wait goes to epoll.
+    pub fn try_io<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let bit = if interest.is_readable() { READ } else { WRITE };
+        let result = f();
+        if let Err(e) = &result {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                self.clear(bit);
+            }
+        }
+        result
+    }
+
+    /// One recv(2); a short one clears the readiness (tokio does the same): the socket
+    /// is drained, and the next read waits for epoll instead of making a recv that can
+    /// only say EAGAIN.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        let n = self.try_io(Interest::READABLE, || {
+            // SAFETY: buf is a live, writable buffer of buf.len() bytes.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })?;
+        if n > 0 && n < buf.len() {
+            self.clear(READ);
+        }
+        Ok(n)
+    }
+
+    /// Reads without taking: whether the peer has closed (0) or sent bytes.
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        loop {
+            self.readable().await?;
+            let peeked = self.try_io(Interest::READABLE, || {
+                // SAFETY: buf is a live, writable buffer of buf.len() bytes.
+                let n =
+                    unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match peeked {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// One send(2); a short one clears the writability.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        let n = self.try_io(Interest::WRITABLE, || {
+            // SAFETY: buf is a live buffer of buf.len() bytes.
+            let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })?;
+        if n > 0 && n < buf.len() {
+            self.clear(WRITE);
+        }
+        Ok(n)
+    }
+
+    /// One writev(2) of `bufs`; a short one clears the writability.
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        let count = bufs.len().min(libc::UIO_MAXIOV as usize);
+        let n = self.try_io(Interest::WRITABLE, || {
+            // SAFETY: IoSlice is ABI-compatible with iovec; `count` of them are live.
+            let n = unsafe { libc::writev(fd, bufs.as_ptr().cast(), count as i32) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })?;
+        let len: usize = bufs[..count].iter().map(|b| b.len()).sum();
+        if n > 0 && n < len {
+            self.clear(WRITE);
+        }
+        Ok(n)
+    }
+
+    /// Shuts the sending side: the peer reads the end after what was sent.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        // SAFETY: the descriptor is open; shutdown(2) has no memory arguments.
+        if unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Runs `op` (a non-blocking operation) until it is done or would block; on EAGAIN it
+/// waits for readiness and tries again.
+fn poll_io<R>(
+    socket: &Socket,
+    cx: &mut Context<'_>,
+    bit: u8,
+    mut op: impl FnMut() -> io::Result<R>,
+) -> Poll<io::Result<R>> {
+    loop {
+        std::task::ready!(socket.poll_ready(cx, bit))?;
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            other => return Poll::Ready(other),
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &*self;
+        let n = std::task::ready!(
+            poll_io(this, cx, READ, || this.try_read(buf.initialize_unfilled()))
+        )?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &*self;
+        poll_io(this, cx, WRITE, || this.try_write(buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &*self;
+        poll_io(this, cx, WRITE, || this.try_write_vectored(bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.shutdown_write())
+    }
+}
+
+/// accept4(2) of one connection, non-blocking and close-on-exec from the start (no
+/// further system call to make it so), with the peer's address.
+pub(crate) fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
+    // SAFETY: try_init hands a zeroed sockaddr_storage and its length, which accept4
+    // fills with the peer's address.
+    let (fd, addr) = unsafe {
+        socket2::SockAddr::try_init(|storage, len| {
+            let fd = libc::accept4(
+                listener,
+                storage.cast(),
+                len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            );
+            if fd < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(fd)
+            }
+        })?
+    };
+    // SAFETY: fd is a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let peer = addr
+        .as_socket()
+        .ok_or_else(|| io::Error::other("accepted a socket that is not TCP/IP"))?;
+    Ok((fd, peer))
+}
