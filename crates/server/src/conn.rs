@@ -212,6 +212,9 @@ impl Conn {
             loop {
                 let next = self.answer_buffered();
                 let read_more = matches!(next, Next::Read);
+                if let (Next::Close, Some(buffers)) = (&next, self.buffers.as_mut()) {
+                    buffers.out.close_after();
+                }
                 self.flush().await?;
                 match next {
                     Next::Close => return Ok(Ending::AfterResponse),

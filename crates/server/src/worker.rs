@@ -233,7 +233,11 @@ impl Worker {
         })
     }
 
-    pub fn give_back(&self, buffers: Box<Buffers>) {
+    pub fn give_back(&self, mut buffers: Box<Buffers>) {
+        // Emptied here, whatever the connection left in it: a write that ended in an
+        // error (a timed-out writer) may leave part of a response, which must never go
+        // out on the next connection that takes this set, nor its `close_after`.
+        buffers.out.clear();
         self.spare.borrow_mut().push(buffers);
     }
 
