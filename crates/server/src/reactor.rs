@@ -47,6 +47,8 @@ struct Entry {
     ready: Cell<u8>,
     reader: Cell<Option<Waker>>,
     writer: Cell<Option<Waker>>,
+    /// Whether epoll watches the socket's writability (see [`Reactor::register`]).
+    watching_writes: Cell<bool>,
 }
 
 pub(crate) struct Reactor {
@@ -77,32 +79,44 @@ impl Reactor {
 
     /// Adds a connected socket, in slot `slot`, to the worker's epoll. The socket must
     /// be non-blocking; it leaves epoll when the returned `Socket` closes it.
+    ///
+    /// Epoll watches reads only, and the socket counts as writable (a new one is):
+    /// watching writes from the start would queue an event for every new connection
+    /// before its request arrives (a wake-up of the worker for nothing), and nginx and
+    /// h2o add it the same way. Writes are watched from the first time one finds the
+    /// socket full ([`Socket::poll_write_ready`]) until the socket closes: one
+    /// `EPOLL_CTL_MOD` in the life of a connection that ever waits to write.
     pub(crate) fn register(self: &Rc<Self>, fd: OwnedFd, slot: usize) -> io::Result<Socket> {
         let entry = &self.entries[slot];
-        entry.ready.set(0);
+        entry.ready.set(WRITE);
         entry.reader.take();
         entry.writer.take();
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: slot as u64,
-        };
-        // SAFETY: both descriptors are open and `event` is a live epoll_event.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.epoll.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut event,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        entry.watching_writes.set(false);
+        self.control(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), slot, libc::EPOLLIN)?;
         Ok(Socket {
             fd,
             slot: slot as u32,
             reactor: self.clone(),
         })
+    }
+
+    /// epoll_ctl of `fd` (slot `slot`) with `interest` besides EPOLLRDHUP, edge-triggered.
+    fn control(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        slot: usize,
+        interest: libc::c_int,
+    ) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: (interest | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: slot as u64,
+        };
+        // SAFETY: both descriptors are open and `event` is a live epoll_event.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Collects what epoll has and wakes the connections it concerns; then waits
@@ -193,6 +207,21 @@ impl Socket {
         if entry.ready.get() & (bit | bit << 2) != 0 {
             coop.made_progress();
             return Poll::Ready(Ok(()));
+        }
+        if bit == WRITE && !entry.watching_writes.get() {
+            // The first wait to write: from now on epoll watches writability too. An
+            // edge-triggered MOD reports the socket at once if it is writable already
+            // (room freed since the write that found it full).
+            let both = libc::EPOLLIN | libc::EPOLLOUT;
+            let slot = self.slot as usize;
+            if let Err(e) =
+                self.reactor
+                    .control(libc::EPOLL_CTL_MOD, self.fd.as_raw_fd(), slot, both)
+            {
+                coop.made_progress();
+                return Poll::Ready(Err(e));
+            }
+            entry.watching_writes.set(true);
         }
         let waiting = if bit == READ {
             &entry.reader
