@@ -13,7 +13,8 @@
 # per workload, the CPU ratio new/base with its per-round spread.
 #
 # usage: bench/before-after.sh [REV]   (env: ROUNDS=7 SECONDS_PER_RUN=4 CONNECTIONS=50
-#                                        FRAGMENTS=10 BASE_BIN=path to skip building REV)
+#                                        FRAGMENTS=10 BASE_BIN=path to skip building REV
+#                                        WORKLOADS="static lua esi" to measure fewer)
 # Needs: wrk, curl, taskset, python3, git (apt-get installs the first three when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ ROUNDS=${ROUNDS:-7}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 CONNECTIONS=${CONNECTIONS:-50}
 FRAGMENTS=${FRAGMENTS:-10}
+WORKLOADS=${WORKLOADS:-static lua esi}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -82,7 +84,7 @@ echo "# $(date -u '+%F %H:%M') UTC, $(nproc) cores, $(uname -r); base $(git rev-
 echo "# servers on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
 declare -A rps_runs=() cpu_runs=() ratio_runs=()
 for round in $(seq "$ROUNDS"); do
-    for w in static lua esi; do
+    for w in $WORKLOADS; do
         order="base new"; [ $((round % 2)) = 0 ] && order="new base"
         declare -A cpu_now=()
         for build in $order; do
@@ -95,7 +97,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 printf '%-12s %12s %12s\n' target "requests/s" "cpu us/req"
-for w in static lua esi; do
+for w in $WORKLOADS; do
     for build in base new; do
         t=$build-$w
         printf '%-12s %12.0f %12.2f   (cpu runs: %s)\n' "$t" \

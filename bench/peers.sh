@@ -83,6 +83,17 @@ tessera_port=$(free_port)
 taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_port" --workers 1 2>"$work/tessera.log" &
 pids+=($!); tessera_pid=$!
 
+# --- in mode close, the floor (bench/floor.c): a C epoll server that accepts, reads the
+# request, sends a fixed 12-byte response with the FIN and closes, nothing else; what a
+# server costs above it is its own work.
+floor_pid=""
+if [ "$MODE" = close ]; then
+    cc -O2 -o "$work/floor" bench/floor.c
+    floor_port=$(free_port)
+    taskset -c $SERVER_CPU "$work/floor" "$floor_port" 12 close &
+    pids+=($!); floor_pid=$!
+fi
+
 # --- h2o, the fastest static server packaged here, when installed: one thread.
 h2o_pid=""
 if command -v h2o >/dev/null 2>&1; then
@@ -114,12 +125,14 @@ fi
 wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
 [ -n "$h2o_pid" ] && wait_up "$h2o_port" 12b.txt
 [ -n "$base_pid" ] && wait_up "$base_port" 12b.txt
+[ -n "$floor_pid" ] && wait_up "$floor_port" 12b.txt
 
 servers="nginx tessera"
 [ -n "$h2o_pid" ] && servers="$servers h2o"
 [ -n "$base_pid" ] && servers="$servers base"
-declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid [base]=$base_pid)
-declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=${h2o_port:-0} [base]=${base_port:-0})
+[ -n "$floor_pid" ] && servers="$servers floor"
+declare -A pid_of=([nginx]=$nginx_pid [tessera]=$tessera_pid [h2o]=$h2o_pid [base]=$base_pid [floor]=$floor_pid)
+declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=${h2o_port:-0} [base]=${base_port:-0} [floor]=${floor_port:-0})
 
 echo "# $(date -u +%F) $(nproc) cores, $(uname -r); mode $MODE; server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s ${WRK_ARGS[*]} on core $LOAD_CPU; median of $ROUNDS rounds"
 printf '%-8s %-8s %12s %12s\n' file server "requests/s" "cpu us/req"
@@ -145,5 +158,9 @@ for file in $FILES; do
         awk -v o="${cpu_med[$s]}" -v tc="${cpu_med[tessera]}" -v f="$file" -v s="$s" \
             'BEGIN { printf "%-8s tessera/%s: cpu per request x%.2f (%s/tessera)\n", f, s, o / tc, s }'
     done
+    if [ -n "${cpu_med[floor]:-}" ]; then
+        awk -v fl="${cpu_med[floor]}" -v tc="${cpu_med[tessera]}" -v nc="${cpu_med[nginx]}" -v hc="${cpu_med[h2o]:-0}" -v f="$file" \
+            'BEGIN { printf "%-8s in floors (%.2f us): nginx %.2f, tessera %.2f%s; 1.2x cheaper than nginx would be %.2f floors\n", f, fl, nc / fl, tc / fl, (hc > 0 ? sprintf(", h2o %.2f", hc / fl) : ""), nc / fl / 1.2 }'
+    fi
     unset rps_runs cpu_runs rps_med cpu_med
 done
