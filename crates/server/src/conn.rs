@@ -795,10 +795,11 @@ impl Conn {
         if self.refused || self.start < self.end || !matches!(self.discard, Discard::None) {
             return true;
         }
-        // Tokio clears readiness after a short read; an event since (more bytes, or the
-        // client's own FIN) sets it again. Polled with a no-op waker: nothing waits on it.
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        self.stream.poll_read_ready(&mut cx).is_ready()
+        // Readiness is cleared after a short read; an event since (more bytes, or the
+        // client's own FIN) sets it again. Read without the cooperative budget: a poll
+        // that found it spent would say "nothing to read", and the close would then
+        // reset the connection under the response (which MSG_MORE holds until the FIN).
+        self.stream.read_ready_now()
     }
 
     /// Closing right after a response while the client may still be sending would make

@@ -49,6 +49,10 @@ struct Entry {
     writer: Cell<Option<Waker>>,
     /// Whether epoll watches the socket's writability (see [`Reactor::register`]).
     watching_writes: Cell<bool>,
+    /// Counts the sockets registered in this slot; an event carries its socket's, so
+    /// one for an earlier socket (still in epoll while a forked child held a copy of
+    /// its descriptor until exec) is not taken for the current one's.
+    generation: Cell<u32>,
 }
 
 pub(crate) struct Reactor {
@@ -92,6 +96,7 @@ impl Reactor {
         entry.reader.take();
         entry.writer.take();
         entry.watching_writes.set(false);
+        entry.generation.set(entry.generation.get().wrapping_add(1));
         self.control(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), slot, libc::EPOLLIN)?;
         Ok(Socket {
             fd,
@@ -108,9 +113,10 @@ impl Reactor {
         slot: usize,
         interest: libc::c_int,
     ) -> io::Result<()> {
+        let generation = self.entries[slot].generation.get();
         let mut event = libc::epoll_event {
             events: (interest | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: slot as u64,
+            u64: slot as u64 | (generation as u64) << 32,
         };
         // SAFETY: both descriptors are open and `event` is a live epoll_event.
         if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) } < 0 {
@@ -143,13 +149,22 @@ impl Reactor {
                 )
             };
             if n < 0 {
-                // EINTR: try again at once.
-                continue;
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // Cannot happen with a valid epoll descriptor and buffer; never spin on it.
+                tracing::error!(error = %e, "worker epoll_wait failed");
+                return Poll::Pending;
             }
             for event in &events[..n as usize] {
-                let Some(entry) = self.entries.get(event.u64 as usize) else {
+                let (slot, generation) = (event.u64 as u32, (event.u64 >> 32) as u32);
+                let Some(entry) = self.entries.get(slot as usize) else {
                     continue;
                 };
+                if entry.generation.get() != generation {
+                    continue;
+                }
                 let bits = event.events as i32;
                 let mut ready = 0;
                 if bits & libc::EPOLLIN != 0 {
@@ -241,6 +256,13 @@ impl Socket {
         entry.ready.set(entry.ready.get() & !bit);
     }
 
+    /// Whether a read would find bytes, the end of the stream or an error, as far as
+    /// the events seen so far tell; spends none of the task's cooperative budget (a
+    /// closing connection must not take "budget spent" for "nothing to read").
+    pub fn read_ready_now(&self) -> bool {
+        self.entry().ready.get() & (READ | READ_CLOSED) != 0
+    }
+
     /// Ready when a read would find bytes, the end of the stream, or an error.
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_ready(cx, READ)
@@ -267,7 +289,9 @@ impl Socket {
         let result = f();
         if let Err(e) = &result {
             if e.kind() == io::ErrorKind::WouldBlock {
-                self.clear(bit);
+                // A closed side never says EAGAIN: a closed bit seen with it was stale,
+                // and must not make every later wait return at once.
+                self.clear(bit | bit << 2);
             }
         }
         result
@@ -393,9 +417,21 @@ impl AsyncRead for Socket {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &*self;
-        let n = std::task::ready!(
-            poll_io(this, cx, READ, || this.try_read(buf.initialize_unfilled()))
-        )?;
+        // Into the unfilled part as it is, initialised or not (as tokio's sockets do):
+        // recv(2) only writes, and zeroing a reader's spare room first (h2 hands a
+        // buffer of uninitialised capacity) would cost a memset per read.
+        // SAFETY: nothing de-initialises the unfilled part: recv(2) only writes it.
+        let unfilled = unsafe { buf.unfilled_mut() };
+        let n = std::task::ready!(poll_io(this, cx, READ, || {
+            // SAFETY: the slice is only written by recv, never read; n bytes of it are
+            // initialised after it returns n.
+            let room = unsafe {
+                std::slice::from_raw_parts_mut(unfilled.as_mut_ptr().cast::<u8>(), unfilled.len())
+            };
+            this.try_read(room)
+        }))?;
+        // SAFETY: recv wrote the first n bytes of the unfilled part.
+        unsafe { buf.assume_init(n) };
         buf.advance(n);
         Poll::Ready(Ok(()))
     }

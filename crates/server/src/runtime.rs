@@ -85,6 +85,7 @@ pub(crate) fn run(
         let driver = tokio::task::spawn_local({
             let worker = worker.clone();
             std::future::poll_fn(move |cx| {
+                worker.tasks.driver_running();
                 let _ = worker.reactor.poll_events(cx);
                 worker.tasks.poll_woken(cx, |index| worker.panicked(index))
             })

@@ -172,6 +172,17 @@ impl Tasks {
         }
     }
 
+    /// Called first in each of the driver's polls: while it runs, a wake need not wake
+    /// it (it looks at the list before it returns), or every turn whose events woke
+    /// tasks would be followed by an empty one.
+    pub(crate) fn driver_running(&self) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .driver
+            .take();
+    }
+
     /// The driver's poll: polls every woken task, for as long as the worker's tokio
     /// budget lasts (then yields to the rest of the runtime, timers and upstream
     /// connections included). A task that panics is dropped and `panicked` told its
@@ -192,8 +203,10 @@ impl Tasks {
             }
             for (i, &index) in polling.iter().enumerate() {
                 let index = index as usize;
-                // Cleared before the poll: a wake during it queues the task again.
-                self.wakes[index].queued.store(false, Ordering::Release);
+                // Cleared before the poll: a wake during it queues the task again. A
+                // swap, not a store: it orders the clear before what the poll reads, so
+                // a wake that found the flag set has published what it woke for.
+                self.wakes[index].queued.swap(false, Ordering::AcqRel);
                 let slot = &self.slots[index];
                 let Some(vtable) = self.vtables[index].get() else {
                     // Woken after it ended (a waker outlives its task).
@@ -232,6 +245,14 @@ impl Tasks {
             }
             polling.clear();
         }
+    }
+}
+
+impl Drop for Tasks {
+    /// The futures are pinned in the rooms: they are dropped in place before the rooms'
+    /// memory goes.
+    fn drop(&mut self) {
+        self.end_all();
     }
 }
 

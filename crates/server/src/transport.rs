@@ -39,6 +39,15 @@ impl Stream {
         }
     }
 
+    /// Whether a read would find bytes (or the end) as far as is known now, without
+    /// waiting and without spending the task's cooperative budget.
+    pub fn read_ready_now(&self) -> bool {
+        match self {
+            Stream::Plain(tcp) => tcp.read_ready_now(),
+            Stream::Tls(tls) => tls.read_ready_now(),
+        }
+    }
+
     pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.tcp().poll_write_ready(cx)
     }

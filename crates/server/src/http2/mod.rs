@@ -160,10 +160,23 @@ pub(crate) async fn serve(
             streams: streams.clone(),
         },
     );
+    let ended = Ended(&streams);
     run(io, &streams).await;
-    streams.ended.set(true);
-    worker.mark_http2(slot, false);
+    drop(ended);
     worker.free(slot);
+}
+
+/// Marks the connection ended when dropped: after `run`, or when the connection's task
+/// is dropped in the middle (it panicked; its slot is then freed by the worker), so that
+/// stream tasks still holding `Streams` leave the slot alone, which another connection
+/// may take next.
+struct Ended<'a>(&'a Streams);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.ended.set(true);
+        self.0.worker.mark_http2(self.0.slot, false);
+    }
 }
 
 async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {

@@ -444,6 +444,11 @@ impl TlsStream {
 
     /// Ready when a read would find bytes (or the end): plaintext already decrypted, the
     /// peer's close_notify, or the socket's readiness.
+    /// Plaintext or the end in hand, or the socket readable (see `Stream::read_ready_now`).
+    pub fn read_ready_now(&self) -> bool {
+        self.plain_at < self.plain.len() || self.peer_closed || self.tcp.read_ready_now()
+    }
+
     pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.plain_at < self.plain.len() || self.peer_closed {
             return Poll::Ready(Ok(()));
