@@ -287,17 +287,12 @@ impl Output {
         let socket = stream.as_raw_fd();
         stream.try_io(Interest::WRITABLE, || {
             // SAFETY: msghdr points at `count` live IoSlices (ABI-compatible with iovec).
-            let n = unsafe {
+            crate::reactor::counted(unsafe {
                 let mut msg: libc::msghdr = std::mem::zeroed();
                 msg.msg_iov = iovecs.as_ptr() as *mut libc::iovec;
                 msg.msg_iovlen = count as _;
                 libc::sendmsg(socket, &msg, libc::MSG_MORE | libc::MSG_NOSIGNAL)
-            };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
+            })
         })
     }
 
@@ -432,12 +427,7 @@ fn send_file(stream: &Socket, entry: &FileEntry, offset: u64, len: u64) -> io::R
     stream.try_io(Interest::WRITABLE, || {
         // SAFETY: both descriptors are open for the duration of the call and offset
         // points to a live off_t.
-        let n = unsafe { libc::sendfile(socket, file, &mut offset, chunk) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        crate::reactor::counted(unsafe { libc::sendfile(socket, file, &mut offset, chunk) })
     })
 }
 

@@ -304,12 +304,7 @@ impl Socket {
         let fd = self.fd.as_raw_fd();
         let n = self.try_io(Interest::READABLE, || {
             // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
+            counted(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) })
         })?;
         if n > 0 && n < buf.len() {
             self.clear(READ);
@@ -324,13 +319,9 @@ impl Socket {
             self.readable().await?;
             let peeked = self.try_io(Interest::READABLE, || {
                 // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-                let n =
-                    unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
+                counted(unsafe {
+                    libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK)
+                })
             });
             match peeked {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -344,12 +335,7 @@ impl Socket {
         let fd = self.fd.as_raw_fd();
         let n = self.try_io(Interest::WRITABLE, || {
             // SAFETY: buf is a live buffer of buf.len() bytes.
-            let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
+            counted(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) })
         })?;
         if n > 0 && n < buf.len() {
             self.clear(WRITE);
@@ -363,12 +349,7 @@ impl Socket {
         let count = bufs.len().min(libc::UIO_MAXIOV as usize);
         let n = self.try_io(Interest::WRITABLE, || {
             // SAFETY: IoSlice is ABI-compatible with iovec; `count` of them are live.
-            let n = unsafe { libc::writev(fd, bufs.as_ptr().cast(), count as i32) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
+            counted(unsafe { libc::writev(fd, bufs.as_ptr().cast(), count as i32) })
         })?;
         let len: usize = bufs[..count].iter().map(|b| b.len()).sum();
         if n > 0 && n < len {
@@ -390,6 +371,15 @@ impl Socket {
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// The result of a system call that returns a byte count, or -1 with errno.
+pub(crate) fn counted(n: isize) -> io::Result<usize> {
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
 }
 
