@@ -315,19 +315,17 @@ impl Socket {
     /// Reads without taking: whether the peer has closed (0) or sent bytes.
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
-        loop {
-            self.readable().await?;
-            let peeked = self.try_io(Interest::READABLE, || {
-                // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-                counted(unsafe {
-                    libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK)
+        std::future::poll_fn(|cx| {
+            poll_io(self, cx, READ, || {
+                self.try_io(Interest::READABLE, || {
+                    // SAFETY: buf is a live, writable buffer of buf.len() bytes.
+                    counted(unsafe {
+                        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK)
+                    })
                 })
-            });
-            match peeked {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return other,
-            }
-        }
+            })
+        })
+        .await
     }
 
     /// One send(2); a short one clears the writability.

@@ -45,10 +45,8 @@ impl<F: Future<Output = ()>> Erase for F {
     };
 }
 
-/// One slot's room, and what lives in it.
-struct Slot {
-    room: UnsafeCell<Room>,
-}
+/// One slot's room: its connection's future, pinned where it was written.
+type Slot = UnsafeCell<Room>;
 
 /// A slot's waker: where its index goes when it is woken. Shared with other threads
 /// (a waker may be woken anywhere), so static: leaked once per worker with the table.
@@ -151,7 +149,7 @@ impl Tasks {
         // SAFETY: the room is empty, large and aligned enough for F (checked above);
         // the table never moves (a boxed slice), so the future stays where it is
         // written until `finish` drops it there.
-        unsafe { slot.room.get().cast::<F>().write(future) };
+        unsafe { slot.get().cast::<F>().write(future) };
         self.vtables[index].set(Some(&<F as Erase>::VTABLE));
         self.wakes[index].wake();
     }
@@ -168,7 +166,7 @@ impl Tasks {
         if let Some(vtable) = self.vtables[index].take() {
             // SAFETY: the room held a live future of the type vtable erases; it is
             // marked empty first, so a panic in its drop cannot drop it twice.
-            unsafe { (vtable.drop)(slot.room.get().cast()) };
+            unsafe { (vtable.drop)(slot.get().cast()) };
         }
     }
 
@@ -217,7 +215,7 @@ impl Tasks {
                 // SAFETY: the room holds a live future of the type vtable erases, pinned
                 // (see `start`); a task is polled here only, never from inside itself.
                 let polled = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
-                    (vtable.poll)(slot.room.get().cast(), &mut task_cx)
+                    (vtable.poll)(slot.get().cast(), &mut task_cx)
                 }));
                 match polled {
                     Ok(Poll::Pending) => {}
@@ -260,7 +258,7 @@ impl Drop for Tasks {
 /// initialising, so the allocator's fresh pages stay untouched until a room is used.
 fn rooms(count: usize) -> Box<[Slot]> {
     let rooms = Box::<[Slot]>::new_uninit_slice(count);
-    // SAFETY: a Slot is an UnsafeCell of MaybeUninit bytes, for which any contents,
+    // SAFETY: a room is an UnsafeCell of MaybeUninit bytes, for which any contents,
     // uninitialised included, are a valid value.
     unsafe { rooms.assume_init() }
 }
