@@ -340,7 +340,16 @@ enum Slot {
     Object(Arc<Entry>, u64),
     /// The response varies on these fields; the object is under the variant key.
     Vary(Arc<[String]>, u64),
+    /// The last response for the key could not be stored (Varnish's hit-for-miss), until
+    /// this time: requests for it go to the origin at once, without waiting on one
+    /// another's fetch (which would queue them one by one behind an uncacheable
+    /// resource) and without asking Redis. A response that can be stored replaces it.
+    Pass(u64),
 }
+
+/// How long a key stays marked [`Slot::Pass`] (Varnish's built-in VCL keeps its
+/// hit-for-miss objects for 120 s).
+const PASS_MS: u64 = 120_000;
 
 #[derive(Clone)]
 struct Weigh;
@@ -351,6 +360,7 @@ impl quick_cache::Weighter<String, Slot> for Weigh {
             + match slot {
                 Slot::Object(_, weight) => *weight,
                 Slot::Vary(names, _) => 64 + names.iter().map(|n| n.len() as u64 + 24).sum::<u64>(),
+                Slot::Pass(_) => 16,
             }
     }
 }
@@ -450,7 +460,7 @@ pub struct CacheStats {
     pub weight: u64,
     /// The memory budget.
     pub capacity: u64,
-    /// Objects (and Vary markers) in memory.
+    /// Objects (and Vary and pass markers) in memory.
     pub entries: usize,
     /// Requests answered from memory while fresh.
     pub hits: u64,
@@ -656,10 +666,29 @@ impl Cache {
             Slot::Vary(_, until) if now >= until => return None,
             Slot::Vary(names, _) => match self.mem.get(&variant_key(key, &names, field))? {
                 Slot::Object(e, _) => e,
-                Slot::Vary(..) => return None,
+                Slot::Vary(..) | Slot::Pass(_) => return None,
             },
+            Slot::Pass(_) => return None,
         };
         (!entry.useless(now)).then_some(entry)
+    }
+
+    /// Whether the last response for `key` could not be stored, recently (see
+    /// [`Slot::Pass`]).
+    pub(crate) fn passes(&self, key: &str, now: u64) -> bool {
+        matches!(self.mem.get(key), Some(Slot::Pass(until)) if now < until)
+    }
+
+    /// Marks `key` as one whose response could not be stored (see [`Slot::Pass`]), unless
+    /// memory holds an object for it (kept to be served if the origin fails) or a mark
+    /// that lasts another half of its time (so that a key passed again and again is
+    /// marked once a minute, not per request).
+    pub(crate) fn mark_pass(&self, key: &str, now: u64) {
+        match self.mem.get(key) {
+            Some(Slot::Object(..) | Slot::Vary(..)) => {}
+            Some(Slot::Pass(until)) if until > now + PASS_MS / 2 => {}
+            _ => self.mem.insert(key.to_string(), Slot::Pass(now + PASS_MS)),
+        }
     }
 
     /// Stores an object for `key` as fetched with these request fields, in memory and
@@ -796,6 +825,7 @@ impl Cache {
     pub(crate) fn purge(&self, key: &str) -> bool {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let removed = match self.mem.remove(key) {
+            Some((_, Slot::Pass(_))) => 0,
             Some((_, Slot::Vary(names, _))) => {
                 let prefix = format!("{key}\0");
                 let n = std::sync::atomic::AtomicU64::new(0);

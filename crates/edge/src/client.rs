@@ -675,10 +675,10 @@ impl Upstream {
     }
 
     /// The head of `r`, parsed from `raw`. The values are slices of one copy of `raw`
-    /// (two allocations: the copy and its shared count), not a copy each.
+    /// in the worker's block ([`crate::arena`]), not a copy each.
     fn head(&self, r: &wire::ParsedResponse<'_, '_>, raw: &[u8]) -> Result<Head, Attempt> {
         let mut headers = crate::headers::take_map(r.headers.len());
-        let shared = Bytes::copy_from_slice(raw);
+        let shared = crate::arena::copy(raw);
         for h in r.headers {
             let at = (h.value.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
             let value = match at

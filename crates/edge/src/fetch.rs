@@ -69,16 +69,18 @@ pub(crate) fn normalise_authority(authority: &str) -> String {
 
 /// The cache key of `path_and_query` at `authority` (normalised as by
 /// [`normalise_authority`]): the same string as `cache::key` of the normalised authority,
-/// built in one allocation.
-pub(crate) fn key_at(authority: &str, path_and_query: &str) -> String {
+/// written once into the worker's block ([`crate::arena`]).
+pub(crate) fn key_at(authority: &str, path_and_query: &str) -> crate::arena::Text {
     let host = match authority.len().checked_sub(3) {
         Some(at) if authority.is_char_boundary(at) && &authority[at..] == ":80" => &authority[..at],
         _ => authority,
     };
-    let mut k = String::with_capacity(host.len() + path_and_query.len());
-    k.extend(host.chars().map(|c| c.to_ascii_lowercase()));
-    k.push_str(path_and_query);
-    k
+    let bytes = crate::arena::copy_with(host.len() + path_and_query.len(), |k| {
+        k.extend_from_slice(host.as_bytes());
+        k[..host.len()].make_ascii_lowercase();
+        k.extend_from_slice(path_and_query.as_bytes());
+    });
+    crate::arena::Text::from_utf8(bytes).expect("a str with its ASCII lower-cased")
 }
 
 /// Where an include may be fetched from (see [`Inner::fragment_origin`]).
@@ -513,7 +515,7 @@ mod tests {
             "x:80:80",
         ] {
             let expected = crate::cache::key(&normalise_authority(a), "/p?q");
-            assert_eq!(key_at(a, "/p?q"), expected, "{a}");
+            assert_eq!(key_at(a, "/p?q").as_str(), expected, "{a}");
         }
     }
 }

@@ -70,6 +70,7 @@
 //! tokio::task::LocalSet::new().block_on(&runtime, serve_one()).unwrap();
 //! ```
 
+mod arena;
 mod balance;
 mod body;
 mod budget;
@@ -97,6 +98,7 @@ mod tally;
 mod tunnel;
 mod variants;
 
+pub use arena::Text;
 pub use cache::{Cache, CacheStats};
 pub use client::UpstreamStats;
 pub use config::{

@@ -274,7 +274,7 @@ impl Module for EdgeModule {
         crate::tally::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
-            "Objects (and Vary markers) in the memory tier.",
+            "Objects (and Vary and pass markers) in the memory tier.",
             &[],
             s.entries as f64,
         );
@@ -364,39 +364,53 @@ impl Service for EdgeService {
         else {
             return Answer::Pass;
         };
-        Answer::Later(Box::new(Proxied {
+        Answer::later(Proxied {
             edge: edge.clone(),
             upstream,
             mode,
             route: req.tag as usize,
             accepted: handler::compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
-        }))
+        })
     }
 }
 
 /// The request as the proxy takes it, copied out of the read buffer so that it can
-/// outlive it. `None` (the request goes to the static files, which answer 400) for a
-/// target that is not UTF-8 or a method `http` cannot hold.
+/// outlive it: its target and field values in one copy in the worker's block
+/// ([`crate::arena`]), so that the copy allocates nothing. `None` (the request goes to
+/// the static files, which answer 400) for a target that is not UTF-8 or a method `http`
+/// cannot hold.
 fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
     let head = req.head;
-    let path = std::str::from_utf8(head.path).ok()?;
+    std::str::from_utf8(head.path).ok()?;
+    let method = http::Method::from_bytes(head.method_token.as_bytes()).ok()?;
+    let slash = head.path.first() == Some(&b'?');
+    let target_len = usize::from(slash) + head.path.len();
+    let values: usize = head.headers.iter().map(|h| h.value.len()).sum();
+    let copied = crate::arena::copy_with(target_len + values, |out| {
+        if slash {
+            out.extend_from_slice(b"/");
+        }
+        out.extend_from_slice(head.path);
+        for h in head.headers {
+            out.extend_from_slice(h.value);
+        }
+    });
+    let target = crate::arena::Text::from_utf8(copied.slice(..target_len))?;
     let mut headers = crate::headers::take_map(head.headers.len());
+    let mut at = target_len;
     for h in head.headers {
+        let value = copied.slice(at..at + h.value.len());
+        at += h.value.len();
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
+            HeaderValue::from_maybe_shared(value),
         ) {
             headers.append(name, value);
         }
     }
-    let target = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
     Some(ProxyRequest {
-        method: http::Method::from_bytes(head.method_token.as_bytes()).ok()?,
+        method,
         target,
         headers,
         body: Bytes::new(),
@@ -425,8 +439,8 @@ struct Proxied {
 }
 
 impl Deferred for Proxied {
-    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>> {
-        Box::pin(async move {
+    fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        handler::local_future(async move {
             let Proxied {
                 edge,
                 upstream,
@@ -434,7 +448,7 @@ impl Deferred for Proxied {
                 route,
                 accepted,
                 mut request,
-            } = *self;
+            } = self;
             request.body = body;
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
@@ -561,7 +575,7 @@ impl Chunks for Body {
 impl Upstreams for Edge {
     fn call(&self, req: UpstreamRequest) -> LocalFuture<Result<UpstreamReply, String>> {
         let edge = self.clone();
-        Box::pin(async move {
+        handler::local_future(async move {
             let method = http::Method::from_bytes(req.method.as_bytes())
                 .map_err(|_| "invalid method".to_string())?;
             let mut headers = HeaderMap::new();

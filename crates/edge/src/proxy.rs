@@ -13,6 +13,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 
+use crate::arena::Text;
 pub use crate::body::Body;
 use crate::body::BodyKind;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
@@ -72,7 +73,7 @@ impl<'a> Route<'a> {
 pub struct ProxyRequest {
     pub method: Method,
     /// The request target in origin form: `/path?query`.
-    pub target: String,
+    pub target: Text,
     pub headers: HeaderMap,
     /// The whole request body (the server reads it within its body limit first).
     pub body: Bytes,
@@ -245,11 +246,7 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         origin_form(&req)?;
-        let authority = req
-            .headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .map_or_else(|| upstream.name.clone(), |h| h.trim().to_string());
+        let authority = authority_of(&req, &upstream);
         let key = crate::fetch::key_at(&authority, &req.target);
         let cache = &inner.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
@@ -273,6 +270,20 @@ impl Edge {
             }
             Memory::Miss(stale) => stale,
         };
+        if req.method == Method::GET && cache.passes(&key, now_ms()) {
+            // Its last response could not be stored: straight to the origin, storing
+            // what comes back if that one can be.
+            crate::tally::passed();
+            let store = Store {
+                key,
+                guard: None,
+                stale,
+                refresh: false,
+            };
+            return self
+                .forward(req, &upstream, mode, authority, Some(store))
+                .await;
+        }
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             crate::tally::passed();
@@ -325,14 +336,14 @@ impl Edge {
         req: &ProxyRequest,
         upstream: &Rc<Upstream>,
         mode: EsiMode,
-        authority: &str,
-        key: String,
+        authority: &Text,
+        key: Text,
         guard: FlightGuard,
     ) {
         let this = self.clone();
         let mut refresh = req.clone();
         refresh.method = Method::GET;
-        let (upstream, authority) = (upstream.clone(), authority.to_string());
+        let (upstream, authority) = (upstream.clone(), authority.clone());
         tokio::task::spawn_local(async move {
             let store = Store {
                 key,
@@ -435,7 +446,7 @@ impl Edge {
         req: ProxyRequest,
         upstream: &Rc<Upstream>,
         mode: EsiMode,
-        authority: String,
+        authority: Text,
         mut store: Option<Store>,
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
@@ -504,7 +515,8 @@ impl Edge {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        if let (Some(f), Some(s)) = (freshness, store.take()) {
+        let storable = freshness.is_some();
+        if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
             let mut stored = parts.headers.clone();
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
@@ -542,8 +554,11 @@ impl Edge {
             }
             return self.serve(entry, &req, &authority, now).await;
         }
-        // Not stored: waiters fetch their own, now rather than after this response.
-        drop(store);
+        // Not stored: waiters fetch their own, now rather than after this response, and
+        // the next requests for the key do not wait on one another.
+        if let Some(s) = store.filter(|_| req.method == Method::GET) {
+            inner.cache.mark_pass(&s.key, now);
+        }
         self.answer(req, parts, pooled, esi, authority).await
     }
 
@@ -555,7 +570,7 @@ impl Edge {
         parts: Head,
         mut pooled: Pooled,
         esi: bool,
-        authority: String,
+        authority: Text,
     ) -> Result<ProxyResponse, ProxyError> {
         let inner = &self.inner;
         let token = inner.config.esi.device_token.as_str();
@@ -762,13 +777,20 @@ pub(crate) fn opened_totals(config: &EdgeConfig) -> Arc<[Arc<AtomicU64>]> {
 
 /// What [`Edge::forward`] does with a cacheable response.
 struct Store {
-    key: String,
+    key: Text,
     /// The flight to land, when this request leads one.
     guard: Option<FlightGuard>,
     /// Served if the origin fails.
     stale: Option<Arc<Entry>>,
     /// A background refresh: store, then answer nothing.
     refresh: bool,
+}
+
+/// The request's authority: its Host field, trimmed, or the upstream's name when it has
+/// none (copied into the worker's block: no allocation).
+fn authority_of(req: &ProxyRequest, upstream: &Upstream) -> Text {
+    let host = req.headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    Text::copy(host.map_or(upstream.name.as_str(), str::trim))
 }
 
 /// Only origin-form targets (`/path?query`) are proxied.

@@ -39,7 +39,7 @@ impl Edge {
         req: ProxyRequest,
         upstream: &Rc<Upstream>,
         protocol: HeaderValue,
-        authority: String,
+        authority: crate::arena::Text,
     ) -> Result<ProxyResponse, ProxyError> {
         let token = self.inner.config.esi.device_token.as_str();
         let out = Outgoing {

@@ -26,6 +26,7 @@ pub mod compress;
 mod head;
 mod hosts;
 mod metrics;
+mod pooled;
 mod router;
 mod service;
 mod upstream;
@@ -36,9 +37,10 @@ pub use hosts::{is_valid_name, Hosts};
 pub use metrics::{
     bump, content_type as metrics_content_type, Labels, MetricKind, Metrics, PerThread,
 };
+pub use pooled::{local_future, pin, LocalFuture, Pooled};
 pub use router::Router;
 pub use service::{
-    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, LocalFuture,
+    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, Later,
     Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
 pub use upstream::{UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory};

@@ -1,17 +1,13 @@
 //! The handler interface: what a module answers, filters and exposes, as the server sees
 //! it. One request/response model for every protocol (HTTP/1 now, HTTP/2 later).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::pooled::{LocalFuture, Pooled};
 use crate::{Body, ResponseHead};
-
-/// A future on the worker's own thread (handlers hold `Rc` state, so nothing is `Send`).
-pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
 /// A request as a handler sees it: the parsed head (borrowed from the connection's read
 /// buffer), its path decoded and normalised once, the client, and which of the module's
@@ -106,7 +102,7 @@ pub enum Answer {
     /// The response comes later: the connection flushes what it has, reads the request
     /// body and awaits [`Deferred::respond`], while the worker serves its other
     /// connections.
-    Later(Box<dyn Deferred>),
+    Later(Later),
     /// Not this handler's: the handler of the next shorter prefix is asked, and when none
     /// is left the server's own handler (static files) answers.
     Pass,
@@ -116,12 +112,50 @@ pub enum Answer {
     Files,
 }
 
+impl Answer {
+    /// [`Answer::Later`] with `deferred`.
+    pub fn later<D: Deferred + 'static>(deferred: D) -> Answer {
+        Answer::Later(Later::new(deferred))
+    }
+}
+
 /// A response that waits on something (the request body, an upstream, a timer).
 pub trait Deferred {
     /// The response to the request, given its body (empty when it has none). `Err` is a
     /// status the server answers with its own status page (a 502 from the proxy, a 500
-    /// from a failed script).
-    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>>;
+    /// from a failed script). Make the future with [`crate::local_future`].
+    fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>>;
+}
+
+/// A [`Deferred`] of any type, in recycled memory ([`Pooled`]): what the server holds
+/// while it reads the request body.
+pub struct Later(Pooled<dyn Respond>);
+
+/// [`Deferred::respond`] through a pointer: the deferred state is taken out once.
+trait Respond {
+    fn respond(&mut self, body: Bytes) -> Option<LocalFuture<Result<Response, u16>>>;
+}
+
+impl<D: Deferred> Respond for Option<D> {
+    fn respond(&mut self, body: Bytes) -> Option<LocalFuture<Result<Response, u16>>> {
+        self.take().map(|d| d.respond(body))
+    }
+}
+
+impl Later {
+    pub fn new<D: Deferred + 'static>(deferred: D) -> Later {
+        // SAFETY: the unsizing coercion.
+        Later(unsafe { Pooled::new(Some(deferred)).unsize(|p| p as *mut dyn Respond) })
+    }
+
+    /// The deferred response, given the request body ([`Deferred::respond`]).
+    pub fn respond(mut self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        match self.0.respond(body) {
+            Some(future) => future,
+            // `Later` is consumed here, and its state taken only here.
+            None => unreachable!("a deferred response is taken once"),
+        }
+    }
 }
 
 /// What a request filter did (Lua's `access` phase).

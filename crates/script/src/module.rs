@@ -167,17 +167,17 @@ impl Service for ScriptService {
             return Answer::Pass;
         }
         if req.head.body != wire::BodyFraming::None {
-            return Answer::Later(Box::new(Later {
+            return Answer::later(Later {
                 call,
                 content: None,
-            }));
+            });
         }
         match engine.content(call.call()) {
             Content::Done(outcome) => Answer::Now(content_response(&call, outcome)),
-            Content::Pending(running) => Answer::Later(Box::new(Later {
+            Content::Pending(running) => Answer::later(Later {
                 call,
                 content: Some(running),
-            })),
+            }),
         }
     }
 }
@@ -190,9 +190,9 @@ struct Later {
 }
 
 impl Deferred for Later {
-    fn respond(self: Box<Self>, body: Bytes) -> LocalFuture<Result<Response, u16>> {
-        Box::pin(async move {
-            let Later { call, content } = *self;
+    fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        handler::local_future(async move {
+            let Later { call, content } = self;
             let engine = &call.engine;
             let outcome = match content {
                 Some(running) => running.await,

@@ -7,7 +7,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use handler::{Answer, Attached, Body, Filter, Filtered, Module, Response, ResponseHead, Role};
+use handler::{
+    Answer, Attached, Body, Filter, Filtered, Module, Pooled, Response, ResponseHead, Role,
+};
 use wire::{BodyFraming, Framing, Version};
 
 use crate::files;
@@ -101,7 +103,7 @@ pub(crate) struct Exchange {
 
 pub(crate) enum Work {
     /// Read the request body, then await the handler's response.
-    Deferred(Box<dyn handler::Deferred>),
+    Deferred(handler::Later),
     /// The response is ready (its body too large for the batch); the request body, if
     /// any, is skipped.
     Ready(Response),
@@ -112,7 +114,7 @@ pub(crate) enum Dispatched {
     /// The response is in the output batch (the connection skips the request body).
     Done(Answered),
     /// The connection flushes, then finishes this.
-    Later(Box<Exchange>),
+    Later(Pooled<Exchange>),
 }
 
 /// Responses larger than this are written on their own, not into the output batch, whose
@@ -230,7 +232,7 @@ pub(crate) fn answer(
         }
     }
     let later = |work| {
-        Dispatched::Later(Box::new(Exchange {
+        Dispatched::Later(Pooled::new(Exchange {
             work,
             filter: None,
             framing: req.body,

@@ -28,6 +28,8 @@ use crate::harness::{eventually, read_request_head, read_response, Response, Ser
 /// - `/unique/X`: `max-age=60`, 2 KiB
 /// - `/many`: ESI page of 600 includes `/frag/mN`, comma-separated
 /// - `/big`: 6 MB of numbered lines, `max-age=60`
+/// - `/slow-private`: `private` after 300 ms
+/// - `/becomes`: `private` the first time, `max-age=60` after
 #[derive(Clone)]
 pub struct Origin {
     pub addr: SocketAddr,
@@ -153,6 +155,14 @@ impl Origin {
                         "Cache-Control: max-age=60, private\r\n".into(),
                         "mine".into(),
                     )
+                } else if path == "/slow-private" {
+                    std::thread::sleep(Duration::from_millis(300));
+                    let h = "Cache-Control: max-age=60, private\r\n";
+                    ("200 OK", h.into(), "mine, slowly".into())
+                } else if path == "/becomes" {
+                    let cc = if n == 1 { "private" } else { "max-age=60" };
+                    let h = format!("Cache-Control: {cc}\r\n");
+                    ("200 OK", h, format!("v{n}"))
                 } else if path == "/cookie" {
                     let h = "Cache-Control: max-age=60\r\nSet-Cookie: id=1\r\n";
                     ("200 OK", h.into(), "with cookie".into())
@@ -403,6 +413,68 @@ fn hundred_concurrent_misses_make_one_origin_request() {
         assert_eq!((r.status, body(&r).as_str()), (200, "slow c"));
     }
     assert_eq!(origin.hits("/slow/c"), 1);
+}
+
+/// The shutdown line of the cache's counters (`tessera: cache: ...`), after SIGTERM.
+fn counters_at_shutdown(server: &Server) -> String {
+    server.signal(libc::SIGTERM);
+    let mut line = String::new();
+    eventually("the cache counters at shutdown", || {
+        let lines = server.stderr.lock().unwrap();
+        match lines.iter().find(|l| l.starts_with("tessera: cache: ")) {
+            Some(l) => {
+                line = l.clone();
+                true
+            }
+            None => false,
+        }
+    });
+    line
+}
+
+#[test]
+fn a_key_whose_response_was_not_stored_skips_the_waiting_list() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = Arc::new(serve(
+        &site,
+        &origin,
+        1,
+        "[cache]\npurge_allow = [\"127.0.0.1\"]\n",
+    ));
+    // The first response cannot be stored: it marks the key.
+    assert_eq!(body(&get(&server, "/slow-private")), "mine, slowly");
+    // Concurrent requests for it then go to the origin each, none waiting on another.
+    let barrier = Arc::new(Barrier::new(10));
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut stream = server.connect();
+                barrier.wait();
+                stream
+                    .write_all(
+                        b"GET /slow-private HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+                    )
+                    .unwrap();
+                read_response(&mut stream, false)
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(body(&c.join().unwrap()), "mine, slowly");
+    }
+    assert_eq!(origin.hits("/slow-private"), 11);
+    // A marked key whose response can be stored now is stored, and then hit.
+    assert_eq!(body(&get(&server, "/becomes")), "v1");
+    assert_eq!(body(&get(&server, "/becomes")), "v2");
+    assert_eq!(body(&get(&server, "/becomes")), "v2");
+    assert_eq!(origin.hits("/becomes"), 2);
+    // PURGE finds no object where there is only a mark.
+    let purge = "PURGE /slow-private HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
+    assert_eq!(request(&server, purge).status, 404);
+    let line = counters_at_shutdown(&server);
+    assert!(line.contains(" 0 coalesced"), "{line}");
 }
 
 #[test]
@@ -899,18 +971,7 @@ fn stale_fragment_hits_start_one_refresh_not_one_each() {
     });
     assert_eq!(origin.hits("/swr"), 2);
     // Only the first stale hit started a refresh: no other waited on it.
-    server.signal(libc::SIGTERM);
-    let mut line = String::new();
-    eventually("the cache counters at shutdown", || {
-        let lines = server.stderr.lock().unwrap();
-        match lines.iter().find(|l| l.starts_with("tessera: cache: ")) {
-            Some(l) => {
-                line = l.clone();
-                true
-            }
-            None => false,
-        }
-    });
+    let line = counters_at_shutdown(&server);
     assert!(line.contains(" 0 coalesced"), "{line}");
 }
 

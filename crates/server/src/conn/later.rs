@@ -21,7 +21,7 @@ impl Conn {
     /// takes the response that was ready), runs the route's filter on the head, and
     /// writes the response, streaming a body that arrives over time. Returns whether the
     /// connection may go on.
-    pub(super) async fn finish(&mut self, exchange: Box<Exchange>) -> io::Result<bool> {
+    pub(super) async fn finish(&mut self, exchange: handler::Pooled<Exchange>) -> io::Result<bool> {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
         let Exchange {
@@ -36,7 +36,7 @@ impl Conn {
             mut answered,
             site,
             accepted,
-        } = *exchange;
+        } = exchange.into_inner();
         let mut response = match work {
             Work::Ready(response) => {
                 self.discard = discard_for(framing, worker.shared.limits.max_head_size);

@@ -42,7 +42,7 @@ enum Next {
     Close,
     /// Flush, then finish this request (its response waits on something, or is too
     /// large for the batch).
-    Later(Box<Exchange>),
+    Later(handler::Pooled<Exchange>),
 }
 
 enum Ending {
@@ -219,10 +219,11 @@ impl Conn {
                 match next {
                     Next::Close => return Ok(Ending::AfterResponse),
                     Next::Later(exchange) => {
-                        // Boxed: the handler's future is large, and every connection's
-                        // future (static and idle ones included) would otherwise carry
-                        // room for it.
-                        if !Box::pin(self.finish(exchange)).await? {
+                        // On the heap (recycled: no allocation per request): the
+                        // handler's future is large, and every connection's future
+                        // (static and idle ones included) would otherwise carry room
+                        // for it.
+                        if !handler::pin(self.finish(exchange)).await? {
                             return Ok(Ending::AfterResponse);
                         }
                     }

@@ -70,7 +70,7 @@ enum Waits {
     Exchange {
         parts: http::request::Parts,
         body: RecvStream,
-        exchange: Box<Exchange>,
+        exchange: handler::Pooled<Exchange>,
         read_at: Option<Instant>,
     },
 }
@@ -176,7 +176,7 @@ pub(super) fn start(
             answered,
             head_only,
             ..
-        } = *exchange
+        } = exchange.into_inner()
         else {
             unreachable!("matched above")
         };
@@ -414,7 +414,7 @@ async fn handled(
     streams: &Streams,
     parts: &http::request::Parts,
     body_in: &mut RecvStream,
-    exchange: Box<Exchange>,
+    exchange: handler::Pooled<Exchange>,
     read_at: Option<Instant>,
     respond: &mut SendResponse<Bytes>,
 ) -> Result<(), h2::Error> {
@@ -428,7 +428,7 @@ async fn handled(
         _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
             return Err(h2::Reason::CANCEL.into());
         }
-        answered = later(streams, *exchange, body_in, head_only) => answered,
+        answered = later(streams, exchange.into_inner(), body_in, head_only) => answered,
     };
     let (head, body, (answered, status)) = answered?;
     let mut sent = 0u64;
