@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Two builds of tessera side by side in one run: the working tree's against a git
-# revision's (default: the parent commit), on the three paths a refactor must not slow:
+# revision's (default: the parent commit), on the four paths a refactor must not slow:
 #   static   a 12-byte file, keep-alive (the figure of bench/peers.sh);
 #   lua      the hello example (examples/lua/hello.lua) at /hello (bench/lua.sh);
 #   esi      a cached page of FRAGMENTS cached fragments from bench/esi-origin.py
-#            (bench/esi.sh, part b).
+#            (bench/esi.sh, part b);
+#   proxy    a 1 KB file proxied, not stored (no freshness information), from a tessera
+#            origin on core 1 (bench/proxy.sh's case, with the proxy's default pool).
 # Each build runs one worker per workload pinned to core 0; wrk -t1 -cCONNECTIONS drives
 # it from core 1 (the ESI origin also sits on core 1, asked only while caches fill). In
 # every round each target is measured once, the two builds one after the other and
@@ -14,7 +16,8 @@
 #
 # usage: bench/before-after.sh [REV]   (env: ROUNDS=7 SECONDS_PER_RUN=4 CONNECTIONS=50
 #                                        FRAGMENTS=10 BASE_BIN=path to skip building REV
-#                                        WORKLOADS="static lua esi" to measure fewer)
+#                                        WORKLOADS="static lua esi proxy" to measure
+#                                        fewer)
 # Needs: wrk, curl, taskset, python3, git (apt-get installs the first three when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,7 @@ ROUNDS=${ROUNDS:-7}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 CONNECTIONS=${CONNECTIONS:-50}
 FRAGMENTS=${FRAGMENTS:-10}
-WORKLOADS=${WORKLOADS:-static lua esi}
+WORKLOADS=${WORKLOADS:-static lua esi proxy}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -49,11 +52,17 @@ fi
 site=$work/site
 mkdir -p "$site"
 printf 'hello world\n' > "$site/12b.txt"
+head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
 
 origin_port=$(free_port)
 taskset -c $LOAD_CPU python3 bench/esi-origin.py "$origin_port" "$FRAGMENTS" 0 &
 pids+=($!)
 wait_up "$origin_port" cached/frag/1
+file_origin_port=$(free_port)
+taskset -c $LOAD_CPU "$NEW" serve --root "$site" --listen "127.0.0.1:$file_origin_port" --workers 1 \
+    2>"$work/file-origin.log" &
+pids+=($!)
+wait_up "$file_origin_port" 1k.txt
 
 declare -A pid_of=() url_of=()
 for build in base new; do
@@ -74,6 +83,13 @@ for build in base new; do
     pid_of[$build-esi]=$!
     url_of[$build-esi]="http://127.0.0.1:$port/cached/page"
     wait_up "$port" cached/frag/1
+    port=$(free_port)
+    taskset -c $SERVER_CPU "$bin" serve --proxy "http://127.0.0.1:$file_origin_port" \
+        --listen "127.0.0.1:$port" --workers 1 2>"$work/$build-pass.log" &
+    pids+=($!)
+    pid_of[$build-proxy]=$!
+    url_of[$build-proxy]="http://127.0.0.1:$port/1k.txt"
+    wait_up "$port" 1k.txt
     for _ in 1 2; do curl -fsS -o "$work/$build-page.html" "${url_of[$build-esi]}"; done
     found=$(grep -c '<p>fragment ' "$work/$build-page.html" || true)
     [ "$found" = "$FRAGMENTS" ] || { echo "$build did not assemble the page ($found fragments)" >&2; exit 1; }
