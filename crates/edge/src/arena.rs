@@ -6,19 +6,25 @@
 //! proxied request): each worker copies into one block, and every copy is a
 //! [`Bytes`] sharing that block's count, so a copy costs a `memcpy` and an increment.
 //! When a block is full, the worker goes on in one of its few blocks that no copy is
-//! left of (the steady state: a block's copies are a few hundred requests', done by the
+//! left of (the steady state: a block's copies are a few dozen requests', done by the
 //! time the worker comes back to it); only when every one is still in use does it start
 //! a new block, and the one it replaces goes with its last copy.
+//!
+//! A copy keeps its whole block alive, so what may be kept long is not copied here: a
+//! request with a body (its client decides how long the body takes) gets a copy of its
+//! own ([`own_with`]), and the cache copies what it stores (`Entry::new`). Blocks are
+//! small (16 KiB) so that a copy kept alive while an upstream takes its time holds
+//! little besides itself.
 
 use std::cell::RefCell;
 use std::ops::Deref;
 
 use bytes::{Bytes, BytesMut};
 
-/// A block's size: a few hundred requests' heads.
-const BLOCK: usize = 64 * 1024;
+/// A block's size: a few dozen requests' heads.
+const BLOCK: usize = 16 * 1024;
 /// Blocks a worker keeps.
-const BLOCKS: usize = 4;
+const BLOCKS: usize = 8;
 
 /// A worker's blocks: the one being filled first.
 struct Blocks {
@@ -66,9 +72,7 @@ pub(crate) fn copy(bytes: &[u8]) -> Bytes {
 /// `len` bytes written by `write`, copied as by [`copy`].
 pub(crate) fn copy_with(len: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes {
     if len > BLOCK / 4 {
-        let mut own = BytesMut::with_capacity(len);
-        write(&mut own);
-        return own.freeze();
+        return own_with(len, write);
     }
     let mut write = Some(write);
     let copied = BLOCKS_IN_USE.try_with(|blocks| {
@@ -80,20 +84,30 @@ pub(crate) fn copy_with(len: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes 
     });
     match copied {
         Ok(Some(bytes)) => bytes,
-        _ => {
-            let mut own = BytesMut::with_capacity(len);
-            if let Some(write) = write {
-                write(&mut own);
-            }
-            own.freeze()
-        }
+        _ => own_with(len, write.expect("taken only when the copy is made")),
     }
+}
+
+/// `len` bytes written by `write`, in an allocation of their own: a copy that may be kept
+/// long.
+pub(crate) fn own_with(len: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes {
+    let mut own = BytesMut::with_capacity(len);
+    write(&mut own);
+    own.freeze()
 }
 
 /// UTF-8 text in a [`Bytes`] (a target, an authority, a cache key): cloned and sliced
 /// without copying.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Text(Bytes);
+
+/// Hashed as its `str` (not as `Bytes`, which hashes differently), as `Borrow<str>`
+/// requires.
+impl std::hash::Hash for Text {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
 
 impl Text {
     /// `s`, copied into this worker's block.

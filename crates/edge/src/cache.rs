@@ -684,10 +684,25 @@ impl Cache {
     /// that lasts another half of its time (so that a key passed again and again is
     /// marked once a minute, not per request).
     pub(crate) fn mark_pass(&self, key: &str, now: u64) {
-        match self.mem.get(key) {
-            Some(Slot::Object(..) | Slot::Vary(..)) => {}
-            Some(Slot::Pass(until)) if until > now + PASS_MS / 2 => {}
-            _ => self.mem.insert(key.to_string(), Slot::Pass(now + PASS_MS)),
+        let kept = |slot: &Slot| match slot {
+            Slot::Object(..) | Slot::Vary(..) => true,
+            Slot::Pass(until) => *until > now + PASS_MS / 2,
+        };
+        // The usual case, under the shard's read lock: marked already.
+        if self.mem.get(key).is_some_and(|slot| kept(&slot)) {
+            return;
+        }
+        // Decided and written under the write lock, so that an object another worker
+        // stores meanwhile is never replaced by the mark.
+        let until = now + PASS_MS;
+        let result = self.mem.entry(key, Some(Duration::ZERO), |_, slot| {
+            if !kept(slot) {
+                *slot = Slot::Pass(until);
+            }
+            quick_cache::sync::EntryAction::Retain(())
+        });
+        if let quick_cache::sync::EntryResult::Vacant(guard) = result {
+            let _ = guard.insert(Slot::Pass(until));
         }
     }
 

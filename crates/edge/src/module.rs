@@ -376,10 +376,10 @@ impl Service for EdgeService {
 }
 
 /// The request as the proxy takes it, copied out of the read buffer so that it can
-/// outlive it: its target and field values in one copy in the worker's block
-/// ([`crate::arena`]), so that the copy allocates nothing. `None` (the request goes to
-/// the static files, which answer 400) for a target that is not UTF-8 or a method `http`
-/// cannot hold.
+/// outlive it: its target and field values in one copy, in the worker's block
+/// ([`crate::arena`]: no allocation) unless the request has a body, which its client may
+/// take long to send. `None` (the request goes to the static files, which answer 400)
+/// for a target that is not UTF-8 or a method `http` cannot hold.
 fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
     let head = req.head;
     std::str::from_utf8(head.path).ok()?;
@@ -387,7 +387,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
     let slash = head.path.first() == Some(&b'?');
     let target_len = usize::from(slash) + head.path.len();
     let values: usize = head.headers.iter().map(|h| h.value.len()).sum();
-    let copied = crate::arena::copy_with(target_len + values, |out| {
+    let write = |out: &mut bytes::BytesMut| {
         if slash {
             out.extend_from_slice(b"/");
         }
@@ -395,7 +395,11 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
         for h in head.headers {
             out.extend_from_slice(h.value);
         }
-    });
+    };
+    let copied = match head.body {
+        wire::BodyFraming::None => crate::arena::copy_with(target_len + values, write),
+        _ => crate::arena::own_with(target_len + values, write),
+    };
     let target = crate::arena::Text::from_utf8(copied.slice(..target_len))?;
     let mut headers = crate::headers::take_map(head.headers.len());
     let mut at = target_len;

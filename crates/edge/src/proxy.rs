@@ -270,26 +270,14 @@ impl Edge {
             }
             Memory::Miss(stale) => stale,
         };
-        if req.method == Method::GET && cache.passes(&key, now_ms()) {
-            // Its last response could not be stored: straight to the origin, storing
-            // what comes back if that one can be.
-            crate::tally::passed();
-            let store = Store {
-                key,
-                guard: None,
-                stale,
-                refresh: false,
-            };
-            return self
-                .forward(req, &upstream, mode, authority, Some(store))
-                .await;
-        }
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             crate::tally::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
-        if req.method == Method::HEAD {
+        // A HEAD, or a GET for a key whose last response could not be stored: straight
+        // to the origin, storing what comes back if it can be.
+        if req.method == Method::HEAD || cache.passes(&key, now_ms()) {
             crate::tally::passed();
             let store = Store {
                 key,
@@ -555,8 +543,11 @@ impl Edge {
             return self.serve(entry, &req, &authority, now).await;
         }
         // Not stored: waiters fetch their own, now rather than after this response, and
-        // the next requests for the key do not wait on one another.
-        if let Some(s) = store.filter(|_| req.method == Method::GET) {
+        // the next requests for the key do not wait on one another; unless it was this
+        // request's credentials that kept the response from being stored (another
+        // client's may be).
+        let own_reason = req.headers.contains_key(header::AUTHORIZATION);
+        if let Some(s) = store.filter(|_| req.method == Method::GET && !own_reason) {
             inner.cache.mark_pass(&s.key, now);
         }
         self.answer(req, parts, pooled, esi, authority).await

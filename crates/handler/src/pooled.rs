@@ -291,8 +291,12 @@ mod tests {
         drop(future);
         assert_eq!(Rc::strong_count(&counted), 1);
         let mut future = local_future(async { 7 });
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+        let mut cx = std::task::Context::from_waker(&waker);
         assert_eq!(future.as_mut().poll(&mut cx), std::task::Poll::Ready(7));
     }
 

@@ -465,11 +465,15 @@ fn a_key_whose_response_was_not_stored_skips_the_waiting_list() {
         assert_eq!(body(&c.join().unwrap()), "mine, slowly");
     }
     assert_eq!(origin.hits("/slow-private"), 11);
-    // A marked key whose response can be stored now is stored, and then hit.
+    // A marked key whose response can be stored now is stored, and then hit; but not
+    // for a request that says `no-store`.
     assert_eq!(body(&get(&server, "/becomes")), "v1");
-    assert_eq!(body(&get(&server, "/becomes")), "v2");
-    assert_eq!(body(&get(&server, "/becomes")), "v2");
-    assert_eq!(origin.hits("/becomes"), 2);
+    let no_store =
+        "GET /becomes HTTP/1.1\r\nHost: test\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+    assert_eq!(body(&request(&server, no_store)), "v2");
+    assert_eq!(body(&get(&server, "/becomes")), "v3");
+    assert_eq!(body(&get(&server, "/becomes")), "v3");
+    assert_eq!(origin.hits("/becomes"), 3);
     // PURGE finds no object where there is only a mark.
     let purge = "PURGE /slow-private HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
     assert_eq!(request(&server, purge).status, 404);
