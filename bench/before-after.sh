@@ -6,7 +6,9 @@
 #   esi      a cached page of FRAGMENTS cached fragments from bench/esi-origin.py
 #            (bench/esi.sh, part b);
 #   proxy    a 1 KB file proxied, not stored (no freshness information), from a tessera
-#            origin on core 1 (bench/proxy.sh's case, with the proxy's default pool).
+#            origin on core 1 (bench/proxy.sh's case, with the proxy's default pool);
+#   proxy-pipelined  the same, 16 requests pipelined per connection (wrk with a
+#            pipelining script; not in the default set).
 # Each build runs one worker per workload pinned to core 0; wrk -t1 -cCONNECTIONS drives
 # it from core 1 (the ESI origin also sits on core 1, asked only while caches fill). In
 # every round each target is measured once, the two builds one after the other and
@@ -53,6 +55,16 @@ site=$work/site
 mkdir -p "$site"
 printf 'hello world\n' > "$site/12b.txt"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
+# wrk sends what request() returns as is: 16 requests at once, the next 16 once answered.
+cat > "$work/pipeline.lua" <<'LUA'
+init = function(args)
+  local r = {}
+  for i = 1, tonumber(args[1] or 16) do r[i] = wrk.format() end
+  req = table.concat(r)
+end
+request = function() return req end
+LUA
+declare -A extra_of=([proxy-pipelined]="-s $work/pipeline.lua")
 
 origin_port=$(free_port)
 taskset -c $LOAD_CPU python3 bench/esi-origin.py "$origin_port" "$FRAGMENTS" 0 &
@@ -87,8 +99,9 @@ for build in base new; do
     taskset -c $SERVER_CPU "$bin" serve --proxy "http://127.0.0.1:$file_origin_port" \
         --listen "127.0.0.1:$port" --workers 1 2>"$work/$build-pass.log" &
     pids+=($!)
-    pid_of[$build-proxy]=$!
+    pid_of[$build-proxy]=$!; pid_of[$build-proxy-pipelined]=$!
     url_of[$build-proxy]="http://127.0.0.1:$port/1k.txt"
+    url_of[$build-proxy-pipelined]="http://127.0.0.1:$port/1k.txt"
     wait_up "$port" 1k.txt
     for _ in 1 2; do curl -fsS -o "$work/$build-page.html" "${url_of[$build-esi]}"; done
     found=$(grep -c '<p>fragment ' "$work/$build-page.html" || true)
@@ -105,7 +118,8 @@ for round in $(seq "$ROUNDS"); do
         declare -A cpu_now=()
         for build in $order; do
             t=$build-$w
-            read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN")
+            # shellcheck disable=SC2086 # the extra wrk options split into words
+            read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN" ${extra_of[$w]:-})
             rps_runs[$t]+="$rps "; cpu_runs[$t]+="$cpu "; cpu_now[$build]=$cpu
         done
         ratio_runs[$w]+="$(awk -v n="${cpu_now[new]}" -v b="${cpu_now[base]}" 'BEGIN {printf "%.3f", n / b}') "

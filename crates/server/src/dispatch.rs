@@ -101,6 +101,17 @@ pub(crate) struct Exchange {
     pub accepted: handler::compress::Accepted,
 }
 
+impl Exchange {
+    /// Whether its response may be added to the connection's output batch instead of
+    /// being written on its own: a handler's response to a request without a body, on a
+    /// connection that stays open (its size is known only once it comes).
+    pub(crate) fn may_join_batch(&self) -> bool {
+        matches!(self.work, Work::Deferred(_))
+            && self.framing == BodyFraming::None
+            && self.keep_alive
+    }
+}
+
 pub(crate) enum Work {
     /// Read the request body, then await the handler's response.
     Deferred(handler::Later),
@@ -119,7 +130,7 @@ pub(crate) enum Dispatched {
 
 /// Responses larger than this are written on their own, not into the output batch, whose
 /// buffer is sized for heads and small bodies and would otherwise grow for good.
-const MAX_BATCHED_BODY: usize = 16 * 1024;
+pub(crate) const MAX_BATCHED_BODY: usize = 16 * 1024;
 
 /// Answers one parsed request: route, filter, handlers, static files. `pending` is the
 /// read buffer from the request's first byte (its head is copied for the access log of

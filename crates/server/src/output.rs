@@ -176,6 +176,11 @@ impl Output {
         self.buf.is_empty() && self.segments.is_empty()
     }
 
+    /// Whether `len` more bytes fit the batch's buffer without growing it.
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        self.buf.len() + len <= self.buf.capacity() && self.segments.len() + 3 <= MAX_SEGMENTS
+    }
+
     /// Whether the batch must be flushed before another response is added.
     pub fn is_full(&self) -> bool {
         self.buf.len() + self.reserve > self.buf.capacity()

@@ -290,3 +290,45 @@ fn a_files_route_under_a_proxied_root_serves_files_and_path_prefix_is_prepended(
     // Not under /docs: proxied, even though the file exists in the root.
     assert_eq!(server.get("/hello.txt").body, b"[hello.txt]");
 }
+
+#[test]
+fn pipelined_proxied_static_and_slow_requests_are_answered_in_order() {
+    let site = Site::new();
+    let origin = origin();
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"app\"\naddresses = [\"{origin}\"]\n[[route]]\nprefix = \"/echo\"\nupstream = \"app\"\n[[route]]\nprefix = \"/frag\"\nupstream = \"app\"\n"
+    ));
+    let echo = |n: u32| format!("GET /echo?{n} HTTP/1.1\r\nHost: t\r\nX-N: {n}\r\n\r\n");
+    let file = "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n".to_string();
+    // Proxied, static and slow (50 ms: past the time the batch is held) responses mixed,
+    // the last request closing.
+    let requests = [
+        echo(1),
+        file.clone(),
+        echo(2),
+        "GET /frag/7 HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        echo(3),
+        file,
+        "GET /echo?4 HTTP/1.1\r\nHost: t\r\nX-N: 4\r\nConnection: close\r\n\r\n".to_string(),
+    ];
+    let mut stream = server.connect();
+    stream.write_all(requests.concat().as_bytes()).unwrap();
+    let mut bodies = Vec::new();
+    for _ in 0..requests.len() {
+        let r = read_response(&mut stream, false);
+        assert_eq!(r.status, 200, "{r:?}");
+        bodies.push(String::from_utf8(r.body).unwrap().to_ascii_lowercase());
+    }
+    for (i, n) in [(0, 1), (2, 2), (4, 3), (6, 4)] {
+        assert!(
+            bodies[i].contains(&format!("x-n: {n}")),
+            "{i}: {}",
+            bodies[i]
+        );
+    }
+    assert_eq!(bodies[1], "hello world\n");
+    assert_eq!(bodies[3], "[7]");
+    assert_eq!(bodies[5], "hello world\n");
+    // The last one asked to close: nothing follows.
+    assert!(read_to_close(&mut stream).is_empty());
+}

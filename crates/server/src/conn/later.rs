@@ -16,12 +16,25 @@ use crate::metrics::Answered;
 use crate::served::log_proxied;
 use crate::worker::{ConnState, Worker};
 
+/// How long a response that joins the output batch may keep the responses before it
+/// waiting while its handler works (pipelined requests to a slow upstream).
+const HOLD: std::time::Duration = std::time::Duration::from_millis(2);
+
 impl Conn {
     /// Finishes a request answered later: reads its body and awaits its handler (or
     /// takes the response that was ready), runs the route's filter on the head, and
     /// writes the response, streaming a body that arrives over time. Returns whether the
     /// connection may go on.
-    pub(super) async fn finish(&mut self, exchange: handler::Pooled<Exchange>) -> io::Result<bool> {
+    ///
+    /// With `join` (pipelined requests, [`Exchange::may_join_batch`]), the output batch
+    /// may hold earlier responses not written yet: a whole response that fits is added
+    /// to it (the connection flushes it with the next ones), anything else flushes the
+    /// batch first. The batch is held at most [`HOLD`] while the handler works.
+    pub(super) async fn finish(
+        &mut self,
+        exchange: handler::Pooled<Exchange>,
+        join: bool,
+    ) -> io::Result<bool> {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
         let Exchange {
@@ -49,7 +62,19 @@ impl Conn {
                 if !worker.enter(self.slot, ConnState::Handling) {
                     return Ok(false);
                 }
-                let response = deferred.respond(body).await;
+                let mut responding = deferred.respond(body);
+                let held = join && self.buffers.as_ref().is_some_and(|b| !b.out.is_empty());
+                let response = match held {
+                    false => responding.await,
+                    true => match tokio::time::timeout(HOLD, &mut responding).await {
+                        Ok(response) => response,
+                        Err(_) => {
+                            // A slow handler does not keep the responses before it.
+                            self.flush().await?;
+                            responding.await
+                        }
+                    },
+                };
                 worker.clock.refresh();
                 worker.tls.set(self.stream.tls_facts());
                 match response {
@@ -67,6 +92,20 @@ impl Conn {
         let status = response.head.status();
         if response.head.assembled() {
             answered.kind = crate::metrics::ESI;
+        }
+        let whole_len = match &response.body {
+            Body::Empty => Some(0),
+            Body::Full(b) => Some(b.len()),
+            Body::Ready(chunks) => Some(chunks.iter().map(|c| c.len()).sum()),
+            Body::Stream { .. } => None,
+        };
+        let mut joins = join
+            && self.buffers.is_some()
+            && status != 101
+            && whole_len.is_some_and(|n| n <= dispatch::MAX_BATCHED_BODY);
+        if join && !joins {
+            // Written on its own: what the batch holds goes first.
+            self.flush().await?;
         }
         if status == 101 {
             return self.upgrade(response, &raw_head, answered).await;
@@ -108,9 +147,37 @@ impl Conn {
         worker.tls.set(self.stream.tls_facts());
         let framing =
             dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);
+        if joins {
+            let need = head.len() + whole_len.unwrap_or(0);
+            let room = |c: &Self| c.buffers.as_ref().is_some_and(|b| b.out.has_room(need));
+            if !room(self) {
+                // The batch is full: it goes out, and this response starts the next one
+                // (or, larger than an empty batch takes, goes out on its own).
+                self.flush().await?;
+                joins = room(self);
+            }
+        }
         let mut sent: u64 = 0;
         let mut complete = true;
         match (framing, response.body) {
+            (framing, body) if joins => {
+                // Added to the batch, which the connection writes with the next
+                // responses.
+                if let Some(buffers) = self.buffers.as_mut() {
+                    let out = buffers.out.buf();
+                    out.extend_from_slice(&head);
+                    if framing.is_some() {
+                        match body {
+                            Body::Full(bytes) => out.extend_from_slice(&bytes),
+                            Body::Ready(chunks) => {
+                                chunks.iter().for_each(|c| out.extend_from_slice(c))
+                            }
+                            _ => {}
+                        }
+                        sent = whole_len.unwrap_or(0) as u64;
+                    }
+                }
+            }
             (None, _) | (Some(_), Body::Empty) => self.send(&head).await?,
             (Some(_), Body::Full(bytes)) => {
                 self.send_parts(&[&head, &bytes]).await?;

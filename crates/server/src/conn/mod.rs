@@ -215,7 +215,15 @@ impl Conn {
                 if let (Next::Close, Some(buffers)) = (&next, self.buffers.as_mut()) {
                     buffers.out.close_after();
                 }
-                self.flush().await?;
+                // A response that comes later joins the batch when other requests are
+                // buffered behind it or responses before it (pipelining): their
+                // responses go out in one write, as on the static path.
+                let batched = self.buffers.as_ref().is_some_and(|b| !b.out.is_empty());
+                let join = matches!(&next, Next::Later(e) if e.may_join_batch())
+                    && (self.start < self.end || batched);
+                if !join {
+                    self.flush().await?;
+                }
                 match next {
                     Next::Close => return Ok(Ending::AfterResponse),
                     Next::Later(exchange) => {
@@ -223,7 +231,12 @@ impl Conn {
                         // handler's future is large, and every connection's future
                         // (static and idle ones included) would otherwise carry room
                         // for it.
-                        if !handler::pin(self.finish(exchange)).await? {
+                        if !handler::pin(self.finish(exchange, join)).await? {
+                            // What the batch holds goes out before the close.
+                            if let Some(buffers) = self.buffers.as_mut() {
+                                buffers.out.close_after();
+                            }
+                            self.flush().await?;
                             return Ok(Ending::AfterResponse);
                         }
                     }
