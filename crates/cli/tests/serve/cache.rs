@@ -388,28 +388,31 @@ fn cached_esi_page_is_assembled_from_cached_fragments() {
     assert_eq!(origin.hits("/page/1"), 1);
 }
 
+/// `n` GETs of `path`, each on a connection of its own, sent at once.
+fn concurrent_gets(server: &Arc<Server>, path: &str, n: usize) -> Vec<Response> {
+    let barrier = Arc::new(Barrier::new(n));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            let (server, barrier, request) = (server.clone(), barrier.clone(), request.clone());
+            std::thread::spawn(move || {
+                let mut stream = server.connect();
+                barrier.wait();
+                stream.write_all(request.as_bytes()).unwrap();
+                read_response(&mut stream, false)
+            })
+        })
+        .collect();
+    clients.into_iter().map(|c| c.join().unwrap()).collect()
+}
+
 #[test]
 fn hundred_concurrent_misses_make_one_origin_request() {
     let site = Site::new();
     let origin = Origin::start();
     // Two workers: the misses land on both, and still make one request.
     let server = Arc::new(serve(&site, &origin, 2, ""));
-    let barrier = Arc::new(Barrier::new(100));
-    let clients: Vec<_> = (0..100)
-        .map(|_| {
-            let (server, barrier) = (server.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut stream = server.connect();
-                barrier.wait();
-                stream
-                    .write_all(b"GET /slow/c HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-                    .unwrap();
-                read_response(&mut stream, false)
-            })
-        })
-        .collect();
-    for c in clients {
-        let r = c.join().unwrap();
+    for r in concurrent_gets(&server, "/slow/c", 100) {
         assert_eq!((r.status, body(&r).as_str()), (200, "slow c"));
     }
     assert_eq!(origin.hits("/slow/c"), 1);
@@ -445,24 +448,8 @@ fn a_key_whose_response_was_not_stored_skips_the_waiting_list() {
     // The first response cannot be stored: it marks the key.
     assert_eq!(body(&get(&server, "/slow-private")), "mine, slowly");
     // Concurrent requests for it then go to the origin each, none waiting on another.
-    let barrier = Arc::new(Barrier::new(10));
-    let clients: Vec<_> = (0..10)
-        .map(|_| {
-            let (server, barrier) = (server.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut stream = server.connect();
-                barrier.wait();
-                stream
-                    .write_all(
-                        b"GET /slow-private HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
-                    )
-                    .unwrap();
-                read_response(&mut stream, false)
-            })
-        })
-        .collect();
-    for c in clients {
-        assert_eq!(body(&c.join().unwrap()), "mine, slowly");
+    for r in concurrent_gets(&server, "/slow-private", 10) {
+        assert_eq!(body(&r), "mine, slowly");
     }
     assert_eq!(origin.hits("/slow-private"), 11);
     // A marked key whose response can be stored now is stored, and then hit; but not
