@@ -842,7 +842,7 @@ pub(crate) struct PassBody {
     pooled: Pooled,
     idle_timeout: Duration,
     /// Reset whenever bytes arrive: the longest silence allowed inside the body.
-    idle: Pin<Box<Sleep>>,
+    idle: Pin<handler::Pooled<Sleep>>,
 }
 
 impl PassBody {
@@ -851,7 +851,7 @@ impl PassBody {
         PassBody {
             pooled,
             idle_timeout,
-            idle: Box::pin(tokio::time::sleep(idle_timeout)),
+            idle: handler::pin(tokio::time::sleep(idle_timeout)),
         }
     }
 

@@ -537,10 +537,7 @@ fn response_of(
         Ok(bytes) => handler::Body::Full(bytes),
         Err(body) => match body.into_ready() {
             Ok(chunks) => handler::Body::Ready(chunks),
-            Err(body) => handler::Body::Stream {
-                length: body.content_length(),
-                chunks: Box::pin(body),
-            },
+            Err(body) => handler::Body::stream(body.content_length(), body),
         },
     };
     // A page assembled from cached parts for this request (the only body that arrives

@@ -6,6 +6,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
+use crate::Pooled;
+
 /// Why a streamed body broke off after its head was sent (logged; the connection closes
 /// without a final chunk, so the client sees it is truncated).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,14 +55,23 @@ pub enum Body {
     /// A whole body in pieces (a cached page: its fragments as stored), written with one
     /// vectored write together with the head.
     Ready(Arc<[Bytes]>),
-    /// A body that arrives over time; `length` when known in advance.
+    /// A body that arrives over time; `length` when known in advance. Made with
+    /// [`Body::stream`].
     Stream {
         length: Option<u64>,
-        chunks: Pin<Box<dyn Chunks>>,
+        chunks: Pin<Pooled<dyn Chunks>>,
     },
 }
 
 impl Body {
+    /// [`Body::Stream`] of `chunks`, in recycled memory ([`Pooled`]).
+    pub fn stream<C: Chunks + 'static>(length: Option<u64>, chunks: C) -> Body {
+        // SAFETY: the unsizing coercion; the value never moves (see `Pooled`).
+        let chunks =
+            unsafe { Pin::new_unchecked(Pooled::new(chunks).unsize(|p| p as *mut dyn Chunks)) };
+        Body::Stream { length, chunks }
+    }
+
     /// The length, when known before the body is sent.
     pub fn length(&self) -> Option<u64> {
         match self {

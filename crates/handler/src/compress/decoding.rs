@@ -86,7 +86,7 @@ impl Decoder {
 
 /// A streamed body decoded as it arrives.
 pub(crate) struct Decoding {
-    inner: Pin<Box<dyn Chunks>>,
+    inner: Pin<crate::Pooled<dyn Chunks>>,
     decoder: Decoder,
     done: bool,
 }
@@ -94,9 +94,9 @@ pub(crate) struct Decoding {
 impl Decoding {
     /// `Err` gives the body back when no decoder can start.
     pub(crate) fn new(
-        inner: Pin<Box<dyn Chunks>>,
+        inner: Pin<crate::Pooled<dyn Chunks>>,
         coding: Coding,
-    ) -> Result<Decoding, Pin<Box<dyn Chunks>>> {
+    ) -> Result<Decoding, Pin<crate::Pooled<dyn Chunks>>> {
         match Decoder::new(coding) {
             Some(decoder) => Ok(Decoding {
                 inner,

@@ -148,10 +148,7 @@ fn decode_refused(accepted: Accepted, head_only: bool, response: &mut Response) 
             }
             Body::Stream { chunks, length } => {
                 match super::decoding::Decoding::new(chunks, coding) {
-                    Ok(d) => Body::Stream {
-                        length: None,
-                        chunks: Box::pin(d),
-                    },
+                    Ok(d) => Body::stream(None, d),
                     Err(chunks) => {
                         response.body = Body::Stream { chunks, length };
                         return;
@@ -203,10 +200,7 @@ pub fn compress_response(
     let body = std::mem::replace(&mut response.body, Body::Empty);
     response.body = if head_only {
         // The fields its GET would get; the length is not known without compressing.
-        Body::Stream {
-            length: None,
-            chunks: Box::pin(Nothing),
-        }
+        Body::stream(None, Nothing)
     } else {
         match body {
             Body::Full(b) => match super::compress(coding, level, &[&b]) {
@@ -235,16 +229,16 @@ pub fn compress_response(
                     .reserve(super::stream_state_bytes(coding, level))
                     .and_then(|reserved| Some((Encoder::new(coding, level).ok()?, reserved)));
                 match started {
-                    Some((encoder, reserved)) => Body::Stream {
-                        length: None,
-                        chunks: Box::pin(Compressing {
+                    Some((encoder, reserved)) => Body::stream(
+                        None,
+                        Compressing {
                             inner: chunks,
                             encoder,
                             unflushed: false,
                             done: false,
                             _reserved: reserved.started(),
-                        }),
-                    },
+                        },
+                    ),
                     // Past `compression_memory` (or a compressor that cannot start): as
                     // it is.
                     None => {
@@ -278,7 +272,7 @@ impl Chunks for Nothing {
 /// upstream between reads) the compressor is flushed and what it made goes out, so the
 /// client sees each ready piece of the page without waiting for the next.
 struct Compressing {
-    inner: Pin<Box<dyn Chunks>>,
+    inner: Pin<crate::Pooled<dyn Chunks>>,
     encoder: Encoder,
     /// Input written since the last flush.
     unflushed: bool,
