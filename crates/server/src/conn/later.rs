@@ -71,6 +71,10 @@ impl Conn {
                         Err(_) => {
                             // A slow handler does not keep the responses before it.
                             self.flush().await?;
+                            // A flush that waited for the client counted as writing.
+                            if !worker.enter(self.slot, ConnState::Handling) {
+                                return Ok(false);
+                            }
                             responding.await
                         }
                     },
