@@ -3,6 +3,8 @@
 use std::time::SystemTime;
 
 use super::*;
+use http::header::{HeaderMap, HeaderName};
+use http::StatusCode;
 
 fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<Entry> {
     let mut h = HeaderMap::new();

@@ -1,0 +1,313 @@
+//! A stored response ([`Entry`]): its status, fields, body or compiled template, its
+//! lifetime windows, and its encoding for the Redis tier.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+
+use crate::freshness::{Freshness, MAX_LIFETIME};
+
+/// One stored response.
+pub(crate) struct Entry {
+    pub(crate) status: StatusCode,
+    /// The origin's headers, hop-by-hop fields (and Set-Cookie) removed; Surrogate-Control
+    /// kept (it is removed when sent downstream).
+    pub(crate) headers: HeaderMap,
+    /// The body, when not ESI.
+    pub(crate) body: Bytes,
+    /// Compiled when the response is ESI.
+    pub(crate) template: Option<Arc<esi::Template>>,
+    /// The template's source as it arrived (the same buffers its text points into), to
+    /// serialize it for the shared tier.
+    source: Vec<Bytes>,
+    /// When it was generated at the origin (received, minus its Age), Unix ms.
+    pub(super) born_ms: u64,
+    pub(super) fresh_ms: u64,
+    pub(super) swr_ms: u64,
+    pub(super) sie_ms: u64,
+    pub(super) weight: u64,
+    /// The headers sent downstream, made on the first hit.
+    out: std::sync::OnceLock<HeaderMap>,
+    /// The same but Age and the framing fields, as HTTP/1 lines, made on the first hit,
+    /// and whether they hold a Date.
+    out_h1: std::sync::OnceLock<(Bytes, bool)>,
+    /// For an ESI page: the last assembly from cached fragments, reused while it holds.
+    memo: Mutex<Option<Arc<Memo>>>,
+    /// The body's compressed forms, made on demand.
+    pub(crate) variants: Arc<crate::variants::Variants>,
+    /// Bytes of the compressed forms of its body and of its memoized assemblies, counted
+    /// in its weight in memory ([`Cache::reweigh`]).
+    pub(crate) forms: Arc<AtomicU64>,
+    /// The key it is stored under in memory, once stored.
+    pub(super) stored_as: std::sync::OnceLock<String>,
+}
+
+/// A page assembled from cached fragments, for a template whose evaluation does not
+/// depend on the request (it reads no variables, and no fragment varies): the next
+/// request gets the same chunks without evaluating or looking anything up, while every
+/// fragment is still fresh and nothing was purged since.
+pub(crate) struct Memo {
+    pub(crate) chunks: Arc<[Bytes]>,
+    /// The earliest time one of its fragments stops being fresh (Unix ms).
+    pub(crate) fresh_until: u64,
+    /// [`Cache::generation`] when it was made.
+    pub(crate) generation: u64,
+    /// Its compressed forms, made on demand.
+    pub(crate) variants: Arc<crate::variants::Variants>,
+}
+
+impl Entry {
+    /// The headers to send downstream (Surrogate-Control and hop-by-hop fields removed,
+    /// Via added; an ESI page's length and validators removed, as it is assembled).
+    /// [`Entry::response_headers`] but Age (which changes per response) and the framing
+    /// fields, encoded once as HTTP/1 lines.
+    /// Also says whether they hold a Date field.
+    pub(crate) fn response_head_h1(&self, token: &str) -> (Bytes, bool) {
+        self.out_h1
+            .get_or_init(|| {
+                let headers = self.response_headers(token);
+                let mut lines = Vec::new();
+                for (name, value) in headers {
+                    let name = name.as_str().as_bytes();
+                    if name != b"age" && !wire::is_framing_field(name) {
+                        wire::write_field(&mut lines, name, value.as_bytes());
+                    }
+                }
+                (lines.into(), headers.contains_key(http::header::DATE))
+            })
+            .clone()
+    }
+
+    pub(crate) fn response_headers(&self, token: &str) -> &HeaderMap {
+        self.out.get_or_init(|| {
+            let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            if self.template.is_some() {
+                crate::headers::page_headers(h)
+            } else {
+                h
+            }
+        })
+    }
+
+    /// Whether the response said it may be stored.
+    pub(crate) fn storable(&self) -> bool {
+        self.fresh_ms
+            .saturating_add(self.swr_ms)
+            .saturating_add(self.sie_ms)
+            > 0
+    }
+
+    /// A response as fetched; `freshness` is `None` for one that is not stored.
+    pub(crate) fn new(
+        status: StatusCode,
+        mut headers: HeaderMap,
+        body: Bytes,
+        template: Option<(esi::Template, Vec<Bytes>)>,
+        freshness: Option<&Freshness>,
+        now: u64,
+    ) -> Entry {
+        headers.remove(http::header::SET_COOKIE);
+        // Parsed header values are slices of the connection's read buffer; copied, so a
+        // stored object holds only its own bytes (the weight below).
+        let headers: HeaderMap = headers
+            .iter()
+            .map(|(n, v)| {
+                let mut copy = HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
+                copy.set_sensitive(v.is_sensitive());
+                (n.clone(), copy)
+            })
+            .collect();
+        let (template, source) = match template {
+            Some((t, s)) => (Some(Arc::new(t)), s),
+            None => (None, Vec::new()),
+        };
+        let ms = |d: Duration| d.min(MAX_LIFETIME).as_millis() as u64;
+        let f = freshness.copied().unwrap_or(Freshness {
+            store: false,
+            fresh: Duration::ZERO,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            age: Duration::ZERO,
+        });
+        let header_bytes: usize = headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 16)
+            .sum();
+        let source_len: usize = source.iter().map(Bytes::len).sum();
+        let forms = Arc::<AtomicU64>::default();
+        Entry {
+            status,
+            weight: (body.len() + source_len + header_bytes + 256) as u64,
+            headers,
+            body,
+            template,
+            source,
+            born_ms: now.saturating_sub(ms(f.age)),
+            fresh_ms: ms(f.fresh),
+            swr_ms: ms(f.stale_while_revalidate),
+            sie_ms: ms(f.stale_if_error),
+            out: std::sync::OnceLock::new(),
+            out_h1: std::sync::OnceLock::new(),
+            memo: Mutex::new(None),
+            variants: Arc::new(crate::variants::Variants::counted_in(forms.clone())),
+            forms,
+            stored_as: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn age_secs(&self, now: u64) -> u64 {
+        now.saturating_sub(self.born_ms) / 1000
+    }
+
+    pub(crate) fn is_fresh(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms
+    }
+
+    /// When it stops being fresh (Unix ms).
+    pub(crate) fn fresh_until(&self) -> u64 {
+        self.born_ms.saturating_add(self.fresh_ms)
+    }
+
+    /// The memoized assembly, if it still holds at `now` for this cache `generation`.
+    pub(crate) fn memo(&self, now: u64, generation: u64) -> Option<Arc<Memo>> {
+        let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        memo.as_ref()
+            .filter(|m| now < m.fresh_until && m.generation == generation)
+            .cloned()
+    }
+
+    pub(crate) fn set_memo(&self, memo: Memo) {
+        *self.memo.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(memo));
+    }
+
+    /// Stale, but within `stale-while-revalidate`.
+    pub(crate) fn may_revalidate_stale(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.swr_ms)
+    }
+
+    /// Stale, but within `stale-if-error`.
+    pub(crate) fn may_serve_on_error(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.sie_ms)
+    }
+
+    pub(super) fn useless(&self, now: u64) -> bool {
+        now.saturating_sub(self.born_ms)
+            >= self.fresh_ms.saturating_add(self.swr_ms.max(self.sie_ms))
+    }
+
+    /// Seconds Redis keeps it: as long as it can be of any use.
+    pub(super) fn remaining_secs(&self, now: u64) -> u64 {
+        let end = self
+            .born_ms
+            .saturating_add(self.fresh_ms)
+            .saturating_add(self.swr_ms.max(self.sie_ms));
+        end.saturating_sub(now).div_ceil(1000).max(1)
+    }
+
+    /// The shared tier's encoding: a versioned binary record.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = BytesMut::with_capacity(self.weight as usize + 64);
+        out.put_slice(b"TSC1");
+        out.put_u8(u8::from(self.template.is_some()));
+        out.put_u16(self.status.as_u16());
+        for v in [self.born_ms, self.fresh_ms, self.swr_ms, self.sie_ms] {
+            out.put_u64(v);
+        }
+        out.put_u32(self.headers.len() as u32);
+        for (n, v) in &self.headers {
+            out.put_u32(n.as_str().len() as u32);
+            out.put_slice(n.as_str().as_bytes());
+            out.put_u32(v.len() as u32);
+            out.put_slice(v.as_bytes());
+        }
+        let body_len: usize = if self.template.is_some() {
+            self.source.iter().map(Bytes::len).sum()
+        } else {
+            self.body.len()
+        };
+        out.put_u32(body_len as u32);
+        if self.template.is_some() {
+            for s in &self.source {
+                out.put_slice(s);
+            }
+        } else {
+            out.put_slice(&self.body);
+        }
+        out.to_vec()
+    }
+
+    /// A record read back from Redis, which anyone able to write there may have made:
+    /// accepted only as the store would have made it (a cacheable status, lifetimes
+    /// within [`MAX_LIFETIME`], born no later than a minute from `now`, no hop-by-hop
+    /// fields, a body within `max_object_size`); anything else is `None`.
+    pub(super) fn decode(mut b: Bytes, max_object_size: usize, now: u64) -> Option<Entry> {
+        fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
+            (b.remaining() >= n).then(|| b.split_to(n))
+        }
+        if take(&mut b, 4)?.as_ref() != b"TSC1" || b.remaining() < 1 + 2 + 32 + 4 {
+            return None;
+        }
+        let is_template = match b.get_u8() {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let status = StatusCode::from_u16(b.get_u16()).ok()?;
+        if !crate::freshness::status_cacheable(status) {
+            return None;
+        }
+        let born_ms = b.get_u64();
+        let fresh_ms = b.get_u64();
+        let swr_ms = b.get_u64();
+        let sie_ms = b.get_u64();
+        let longest = MAX_LIFETIME.as_millis() as u64;
+        if born_ms > now.saturating_add(60_000)
+            || [fresh_ms, swr_ms, sie_ms].iter().any(|&t| t > longest)
+        {
+            return None;
+        }
+        let count = b.get_u32() as usize;
+        let mut headers = HeaderMap::with_capacity(count.min(64));
+        for _ in 0..count {
+            let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+            let name = HeaderName::from_bytes(&take(&mut b, n)?).ok()?;
+            if crate::headers::is_hop_by_hop(name.as_str()) {
+                return None;
+            }
+            let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+            let value = HeaderValue::from_maybe_shared(take(&mut b, n)?).ok()?;
+            headers.append(name, value);
+        }
+        let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+        if n > max_object_size {
+            return None;
+        }
+        let body = take(&mut b, n)?;
+        if b.has_remaining() {
+            return None;
+        }
+        let mut e = if is_template {
+            let mut compiler = esi::Compiler::new(&esi::Options::default());
+            compiler.feed(body.clone());
+            Entry::new(
+                status,
+                headers,
+                Bytes::new(),
+                Some((compiler.finish(), vec![body])),
+                None,
+                0,
+            )
+        } else {
+            Entry::new(status, headers, body, None, None, 0)
+        };
+        e.born_ms = born_ms;
+        e.fresh_ms = fresh_ms;
+        e.swr_ms = swr_ms;
+        e.sie_ms = sie_ms;
+        Some(e)
+    }
+}
