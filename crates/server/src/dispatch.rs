@@ -406,6 +406,28 @@ fn static_files(
     files::respond(req, path, worker, site, out, keep_alive);
 }
 
+/// What a deferred handler answered, as either protocol sends it: through the route's
+/// filter and the compression filter, or the server's status page for its error status.
+pub(crate) fn handled(
+    worker: &Worker,
+    answer: Result<Response, u16>,
+    filter: &mut Option<Box<dyn Attached>>,
+    site: usize,
+    accepted: handler::compress::Accepted,
+    head_only: bool,
+) -> Response {
+    match answer {
+        Ok(mut response) => {
+            if let Some(filter) = filter.as_deref_mut() {
+                filter_response(filter, &mut response);
+            }
+            compress(worker, site, accepted, head_only, &mut response);
+            response
+        }
+        Err(status) => Response::status_page(status),
+    }
+}
+
 /// Runs the route's filter on a response not yet encoded; a filter that fails makes an
 /// unframed response a 500.
 pub(crate) fn filter_response(filter: &mut dyn Attached, response: &mut Response) {

@@ -81,16 +81,7 @@ impl Conn {
                 };
                 worker.clock.refresh();
                 worker.tls.set(self.stream.tls_facts());
-                match response {
-                    Ok(mut response) => {
-                        if let Some(filter) = filter.as_deref_mut() {
-                            dispatch::filter_response(filter, &mut response);
-                        }
-                        dispatch::compress(worker, site, accepted, head_only, &mut response);
-                        response
-                    }
-                    Err(status) => Response::status_page(status),
-                }
+                dispatch::handled(worker, response, &mut filter, site, accepted, head_only)
             }
         };
         let status = response.head.status();
@@ -135,14 +126,7 @@ impl Conn {
                     }
                     self.send(&head).await?;
                     let response = (502, &head[..], 0);
-                    log_proxied(
-                        worker,
-                        self.peer,
-                        self.read_at,
-                        &raw_head,
-                        answered,
-                        response,
-                    );
+                    self.log_answer(&raw_head, answered, response);
                     return Ok(false);
                 }
             }
@@ -259,18 +243,24 @@ impl Conn {
         worker.clock.refresh();
         worker.tls.set(self.stream.tls_facts());
         let response = (status, &head[..], sent);
-        log_proxied(
-            worker,
-            self.peer,
-            self.read_at,
-            &raw_head,
-            answered,
-            response,
-        );
+        self.log_answer(&raw_head, answered, response);
         // Ends the exchange for the filter (it may have work of its own to finish).
         drop(filter);
         Ok(complete && keep_alive)
     }
+    /// Counts and logs the response to a request answered later (`response`: its status,
+    /// head and body bytes sent).
+    fn log_answer(&self, raw_head: &[u8], answered: Answered, response: (u16, &[u8], u64)) {
+        log_proxied(
+            &self.worker,
+            self.peer,
+            self.read_at,
+            raw_head,
+            answered,
+            response,
+        );
+    }
+
     /// Answers `101 Switching Protocols` and splices the connection with the upstream
     /// one the handler handed over (`crate::tunnel`); a 101 without one is a 502. The
     /// connection ends with the tunnel.
@@ -285,14 +275,7 @@ impl Conn {
         self.send(&head).await?;
         let status = if tunnel.is_some() { 101 } else { 502 };
         let logged = (status, &head[..], 0);
-        log_proxied(
-            &worker_rc,
-            self.peer,
-            self.read_at,
-            raw_head,
-            answered,
-            logged,
-        );
+        self.log_answer(raw_head, answered, logged);
         if let Some(tunnel) = tunnel {
             // What the client sent after its request head is the tunnel's first bytes.
             let early = match self.buffers.as_ref() {

@@ -499,16 +499,7 @@ async fn later(
             };
             worker.clock.refresh();
             worker.tls.set(streams.tls);
-            match received {
-                Ok(mut response) => {
-                    if let Some(filter) = filter.as_deref_mut() {
-                        dispatch::filter_response(filter, &mut response);
-                    }
-                    dispatch::compress(worker, site, accepted, head_only, &mut response);
-                    response
-                }
-                Err(status) => Response::status_page(status),
-            }
+            dispatch::handled(worker, received, &mut filter, site, accepted, head_only)
         }
     };
     Ok(frame_head(streams, response, filter, answered, head_only))
