@@ -288,22 +288,29 @@ impl Cache {
         field: &dyn Fn(&str) -> Option<HeaderValue>,
         now: u64,
     ) -> Option<Arc<Entry>> {
-        let entry = match self.mem.get(key)? {
-            Slot::Object(e, _) => e,
-            Slot::Vary(_, until) if now >= until => return None,
-            Slot::Vary(names, _) => match self.mem.get(&variant_key(key, &names, field))? {
-                Slot::Object(e, _) => e,
-                Slot::Vary(..) | Slot::Pass(_) => return None,
-            },
-            Slot::Pass(_) => return None,
-        };
-        (!entry.useless(now)).then_some(entry)
+        self.lookup_marked(key, field, now).0
     }
 
-    /// Whether the last response for `key` could not be stored, recently (see
-    /// [`Slot::Pass`]).
-    pub(crate) fn passes(&self, key: &str, now: u64) -> bool {
-        matches!(self.mem.get(key), Some(Slot::Pass(until)) if now < until)
+    /// [`Cache::lookup`], and whether `key` is marked as one whose last response could
+    /// not be stored, recently (see [`Slot::Pass`]), from the same read of its slot.
+    pub(crate) fn lookup_marked(
+        &self,
+        key: &str,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+        now: u64,
+    ) -> (Option<Arc<Entry>>, bool) {
+        let entry = match self.mem.get(key) {
+            Some(Slot::Object(e, _)) => e,
+            Some(Slot::Vary(names, until)) if now < until => {
+                match self.mem.get(&variant_key(key, &names, field)) {
+                    Some(Slot::Object(e, _)) => e,
+                    _ => return (None, false),
+                }
+            }
+            Some(Slot::Pass(until)) => return (None, now < until),
+            Some(Slot::Vary(..)) | None => return (None, false),
+        };
+        ((!entry.useless(now)).then_some(entry), false)
     }
 
     /// Marks `key` as one whose response could not be stored (see [`Slot::Pass`]), unless

@@ -227,6 +227,7 @@ impl Inner {
                     return Ok(e);
                 }
                 Memory::Miss(s) => stale = s,
+                Memory::Pass => stale = None,
             }
         }
         let key = fetch_key(&target);

@@ -26,6 +26,8 @@ pub(crate) enum Memory {
     Stale(Arc<Entry>, Option<FlightGuard>),
     /// Nothing usable; the stale object that may be served if the origin fails, if any.
     Miss(Option<Arc<Entry>>),
+    /// Nothing, and the key's last response could not be stored (see `Cache::mark_pass`).
+    Pass,
 }
 
 /// Where a memory miss stands once the flight and the Redis tier have been asked.
@@ -52,7 +54,8 @@ impl Cache {
     /// The memory tier's answer for `key`.
     pub(crate) fn lookup_memory(self: &Arc<Self>, key: &str, field: Field<'_>) -> Memory {
         let now = now_ms();
-        match self.lookup(key, field, now) {
+        let (found, passes) = self.lookup_marked(key, field, now);
+        match found {
             Some(e) if e.is_fresh(now) => {
                 self.count_hit();
                 Memory::Fresh(e)
@@ -66,6 +69,7 @@ impl Cache {
             }
             // Counted once the rest of the lookup is decided (`fly`): a `miss`, or a
             // `pass` when the response may not be stored.
+            None if passes => Memory::Pass,
             found => Memory::Miss(found.filter(|e| e.may_serve_on_error(now))),
         }
     }

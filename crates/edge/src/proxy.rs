@@ -260,7 +260,7 @@ impl Edge {
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
-        let stale = match cache.lookup_memory(&key, &field) {
+        let (stale, passes) = match cache.lookup_memory(&key, &field) {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
@@ -268,7 +268,8 @@ impl Edge {
                 }
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
-            Memory::Miss(stale) => stale,
+            Memory::Miss(stale) => (stale, false),
+            Memory::Pass => (None, true),
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
@@ -277,7 +278,7 @@ impl Edge {
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
-        if req.method == Method::HEAD || cache.passes(&key, now_ms()) {
+        if req.method == Method::HEAD || passes {
             crate::tally::passed();
             let store = Store {
                 key,
@@ -483,6 +484,7 @@ impl Edge {
             parts.headers = page_headers(parts.headers);
         }
         let now = now_ms();
+        let authorized = req.headers.contains_key(header::AUTHORIZATION);
         let freshness = store
             .as_ref()
             .filter(|_| req.method == Method::GET)
@@ -492,7 +494,7 @@ impl Edge {
                     &parts.headers,
                     &inner.cache.rules(token),
                     None,
-                    req.headers.contains_key(header::AUTHORIZATION),
+                    authorized,
                     std::time::SystemTime::now(),
                 )
             })
@@ -546,8 +548,7 @@ impl Edge {
         // the next requests for the key do not wait on one another; unless it was this
         // request's credentials that kept the response from being stored (another
         // client's may be).
-        let own_reason = req.headers.contains_key(header::AUTHORIZATION);
-        if let Some(s) = store.filter(|_| req.method == Method::GET && !own_reason) {
+        if let Some(s) = store.filter(|_| req.method == Method::GET && !authorized) {
             inner.cache.mark_pass(&s.key, now);
         }
         self.answer(req, parts, pooled, esi, authority).await

@@ -88,11 +88,10 @@ impl Conn {
         if response.head.assembled() {
             answered.kind = crate::metrics::ESI;
         }
+        // A body in memory (a stream's length, even when known, is still to come).
         let whole_len = match &response.body {
-            Body::Empty => Some(0),
-            Body::Full(b) => Some(b.len()),
-            Body::Ready(chunks) => Some(chunks.iter().map(|c| c.len()).sum()),
             Body::Stream { .. } => None,
+            body => body.length().map(|n| n as usize),
         };
         let mut joins = join
             && self.buffers.is_some()
