@@ -761,15 +761,18 @@ fn a_thousand_idle_http2_connections_fit_the_budget_and_a_new_one_evicts_the_old
     let site = Site::new();
     let server = site.serve_with("max_connections = 1000\n");
     let before = server.rss_kib();
+    // One after another, each with its SETTINGS exchanged before the next connects: all
+    // are open HTTP/2 connections, and the server saw them go idle in this order (had
+    // they all connected first, the worker could finish their handshakes in another).
     let mut clients: Vec<Frames> = (0..1000)
-        .map(|_| Frames::connect(server.addr, &[]))
+        .map(|_| {
+            let mut client = Frames::connect(server.addr, &[]);
+            client.send(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
+            let (kind, _, _, _) = client.read().expect("server SETTINGS");
+            assert_eq!(kind, SETTINGS);
+            client
+        })
         .collect();
-    // Each has its SETTINGS acknowledged: all are open HTTP/2 connections.
-    for client in &mut clients {
-        client.send(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
-        let (kind, _, _, _) = client.read().expect("server SETTINGS");
-        assert_eq!(kind, SETTINGS);
-    }
     std::thread::sleep(Duration::from_millis(300));
     let per_connection = (server.rss_kib().saturating_sub(before)) as f64 / 1000.0;
     // What one idle HTTP/2 connection costs here (docs/http2.md records the figure).
