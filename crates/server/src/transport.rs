@@ -90,11 +90,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Stream::Tls(tls) => {
-                let n = std::task::ready!(tls.poll_read(cx, buf.initialize_unfilled()))?;
-                buf.advance(n);
-                Poll::Ready(Ok(()))
-            }
+            Stream::Tls(tls) => tls.poll_read(cx, buf),
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::reactor::Socket;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 use rustls::ServerConfig;
+use tokio::io::ReadBuf;
 
 use super::TlsFacts;
 use crate::output::{Output, Progress};
@@ -200,7 +201,7 @@ impl TlsStream {
         });
         while stream.tls.is_handshaking() {
             poll_fn(|cx| stream.tcp.poll_read_ready(cx)).await?;
-            match stream.receive(&mut [], &mut 0) {
+            match stream.receive(&mut ReadBuf::new(&mut [])) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -236,14 +237,9 @@ impl TlsStream {
 
     /// Processes the received bytes `input` holds, from the front, until rustls needs
     /// more: handshake messages (its answers are queued in `out`), application data
-    /// (copied into `into` from `filled` on; what does not fit is kept in `plain`), the
-    /// peer's close_notify. Returns how many bytes of `input` are used up.
-    fn process(
-        &mut self,
-        input: &mut [u8],
-        into: &mut [u8],
-        filled: &mut usize,
-    ) -> io::Result<(usize, Next)> {
+    /// (copied into `into`; what does not fit is kept in `plain`), the peer's
+    /// close_notify. Returns how many bytes of `input` are used up.
+    fn process(&mut self, input: &mut [u8], into: &mut ReadBuf<'_>) -> io::Result<(usize, Next)> {
         let mut used = 0;
         loop {
             let status = self.tls.process_tls_records(&mut input[used..]);
@@ -270,10 +266,8 @@ impl TlsStream {
                     while let Some(record) = traffic.next_record() {
                         let record = record.map_err(tls_error)?;
                         discard += record.discard;
-                        let room = &mut into[*filled..];
-                        let n = room.len().min(record.payload.len());
-                        room[..n].copy_from_slice(&record.payload[..n]);
-                        *filled += n;
+                        let n = into.remaining().min(record.payload.len());
+                        into.put_slice(&record.payload[..n]);
                         self.plain.extend_from_slice(&record.payload[n..]);
                     }
                 }
@@ -300,10 +294,10 @@ impl TlsStream {
 
     /// Reads what the socket has (after the partial record kept from before), processes
     /// it, and keeps what is left of a record that has not all arrived. Application data
-    /// goes into `into` from `filled` on. `Ok(0)`: the end of the stream. A protocol
+    /// goes into `into`. `Ok(0)`: the end of the stream. A protocol
     /// error (a client speaking cleartext HTTP to a TLS port, a refused version or
     /// suite) sends rustls' alert, without waiting, and ends the connection.
-    fn receive(&mut self, into: &mut [u8], filled: &mut usize) -> io::Result<usize> {
+    fn receive(&mut self, into: &mut ReadBuf<'_>) -> io::Result<usize> {
         SNI.with_borrow_mut(|sni| *sni = None);
         let result = SCRATCH.with_borrow_mut(|scratch| {
             let input = &mut scratch.input[..];
@@ -317,7 +311,7 @@ impl TlsStream {
             input[..kept].copy_from_slice(&self.partial);
             // No more than the reader has room for and one record: what does not fit
             // waits in `plain`, so that stays within a record.
-            let room = (into.len() - *filled).max(1) + MAX_WIRE_RECORD;
+            let room = into.remaining().max(1) + MAX_WIRE_RECORD;
             let end = INPUT.min(kept + room);
             let n = self.tcp.try_read(&mut input[kept..end])?;
             if n == 0 {
@@ -328,7 +322,7 @@ impl TlsStream {
                 };
             }
             let len = kept + n;
-            let (used, _) = self.process(&mut input[..len], into, filled)?;
+            let (used, _) = self.process(&mut input[..len], into)?;
             // A copy of its own size: the connection keeps no larger buffer than it needs.
             self.partial = input[used..len].to_vec();
             Ok(n)
@@ -457,30 +451,36 @@ impl TlsStream {
         self.tcp.poll_read_ready(cx)
     }
 
-    /// Decrypted bytes into `buf`; 0 at the end of the stream.
-    pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
+    /// Decrypted bytes into `buf` (written, never zeroed first: a reader such as h2's
+    /// hands an uninitialised buffer of several KiB for every read); nothing added at
+    /// the end of the stream.
+    pub fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
         }
         loop {
             if self.plain_at < self.plain.len() {
                 let left = &self.plain[self.plain_at..];
-                let n = left.len().min(buf.len());
-                buf[..n].copy_from_slice(&left[..n]);
+                let n = left.len().min(buf.remaining());
+                buf.put_slice(&left[..n]);
                 self.plain_at += n;
                 if self.plain_at == self.plain.len() {
                     self.plain = Vec::new();
                     self.plain_at = 0;
                 }
-                return Poll::Ready(Ok(n));
+                return Poll::Ready(Ok(()));
             }
             if self.peer_closed {
-                return Poll::Ready(Ok(0));
+                return Poll::Ready(Ok(()));
             }
-            let mut filled = 0;
-            match self.receive(buf, &mut filled) {
-                Ok(0) => return Poll::Ready(Ok(0)),
-                Ok(_) if filled > 0 => return Poll::Ready(Ok(filled)),
+            let before = buf.filled().len();
+            match self.receive(buf) {
+                Ok(0) => return Poll::Ready(Ok(())),
+                Ok(_) if buf.filled().len() > before => return Poll::Ready(Ok(())),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.release();
