@@ -494,7 +494,7 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
     };
     let mut head = ResponseHead::new(status);
     let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
-    for &(name, value) in &fields {
+    for (name, value) in fields {
         if wire::is_framing_field(name)
             || name.eq_ignore_ascii_case(b"date")
             || name.eq_ignore_ascii_case(b"server")
@@ -523,25 +523,58 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
 
 pub(crate) type Field<'a> = (&'a [u8], &'a [u8]);
 
-/// The status and fields of a response head this server wrote.
-pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, Vec<Field<'_>>)> {
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let status_line = lines.next()?;
-    let status = std::str::from_utf8(status_line.get(9..12)?)
-        .ok()?
-        .parse()
-        .ok()?;
-    let mut fields = Vec::new();
-    for line in lines {
-        if line.is_empty() {
-            break;
+/// The status of a response head this server wrote, and its fields. `None` when the
+/// status line or a field line has no place for them (never, for heads written here).
+pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
+    let line_end = memchr::memchr(b'\n', head)?;
+    let status = std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()?;
+    let mut fields = HeadFields {
+        rest: &head[line_end + 1..],
+        left: 0,
+    };
+    // Every field line has its colon: checked and counted here (memchr's pass over the
+    // head), so that the fields can be handed out one by one without a list.
+    for (name, _) in fields.clone() {
+        if name.is_empty() {
+            return None;
         }
-        let colon = line.iter().position(|&b| b == b':')?;
-        let value = &line[colon + 1..];
-        let value = value.strip_prefix(b" ").unwrap_or(value);
-        fields.push((&line[..colon], value));
+        fields.left += 1;
     }
     Some((status, fields))
+}
+
+/// The fields of a head, in order, found as they are read (no list of them is built).
+#[derive(Clone)]
+pub(crate) struct HeadFields<'a> {
+    rest: &'a [u8],
+    /// How many are left (counted by [`parse_head`]).
+    left: usize,
+}
+
+impl<'a> Iterator for HeadFields<'a> {
+    type Item = Field<'a>;
+
+    /// The next field, up to the blank line; a line without a colon comes out with an
+    /// empty name (which [`parse_head`] refuses).
+    fn next(&mut self) -> Option<Field<'a>> {
+        let end = memchr::memchr(b'\n', self.rest).unwrap_or(self.rest.len());
+        let line = &self.rest[..end];
+        self.rest = self.rest.get(end + 1..).unwrap_or_default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            self.rest = &[];
+            return None;
+        }
+        self.left = self.left.saturating_sub(1);
+        let Some(colon) = memchr::memchr(b':', line) else {
+            return Some((&[], line));
+        };
+        let value = &line[colon + 1..];
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        Some((&line[..colon], value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
 }

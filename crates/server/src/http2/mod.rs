@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use pool::SlotId;
@@ -225,6 +226,9 @@ async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
     // poll of the connection writes what is queued: framing them one by one would cost
     // a write, and a TLS record, per response).
     let mut ready: Vec<stream::Ready> = Vec::new();
+    // When the streams now being accepted were read: the clock is read once for all the
+    // streams of one read (ten requests in a read cost one pair of clock reads, not ten).
+    let mut read_at: Option<Option<Instant>> = None;
     loop {
         if !going_away && worker.shared.generation.load(Ordering::Relaxed) != generation {
             // A reload: streams take the new configuration as HTTP/1 requests do, but
@@ -254,18 +258,22 @@ async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
         let next = match polled {
             Poll::Ready(next) => next,
             Poll::Pending if !ready.is_empty() => {
+                read_at = None;
                 for answered in ready.drain(..) {
                     let cancelled = answered.send();
                     streams.ended(cancelled);
                 }
                 continue;
             }
-            Poll::Pending => tokio::select! {
-                biased;
-                next = conn.accept() => next,
-                _ = streams.wake.notified() => continue,
-                _ = worker.shutdown.notified(), if !going_away => continue,
-            },
+            Poll::Pending => {
+                read_at = None;
+                tokio::select! {
+                    biased;
+                    next = conn.accept() => next,
+                    _ = streams.wake.notified() => continue,
+                    _ = worker.shutdown.notified(), if !going_away => continue,
+                }
+            }
         };
         match next {
             Some(Ok((_, mut respond))) if streams.active.get() >= streams.max_streams => {
@@ -278,7 +286,12 @@ async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
                 if !streams.settle() {
                     break;
                 }
-                match stream::start(streams, request, respond) {
+                let read_at = *read_at.get_or_insert_with(|| {
+                    worker.clock.refresh();
+                    let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
+                    timed.then(Instant::now)
+                });
+                match stream::start(streams, request, respond, read_at) {
                     stream::Rest::Ended(cancelled) => streams.ended(cancelled),
                     stream::Rest::Ready(answered) => ready.push(answered),
                     stream::Rest::Later(pending) => {

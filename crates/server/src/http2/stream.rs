@@ -61,7 +61,7 @@ pub(super) struct Pending {
 enum Waits {
     /// The static files' answer, logged already: its head and its body's pieces.
     Pieces {
-        head: Vec<u8>,
+        head: Bytes,
         pieces: Vec<Piece>,
         /// The request body, to skip first.
         skip: Option<RecvStream>,
@@ -75,11 +75,13 @@ enum Waits {
     },
 }
 
-/// Answers a stream as far as it can without waiting.
+/// Answers a stream as far as it can without waiting. `read_at`: when the read that
+/// brought it in was taken (the worker's clock was refreshed then).
 pub(super) fn start(
     streams: &Streams,
     request: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
+    read_at: Option<Instant>,
 ) -> Rest {
     // A stream the client cancelled before we looked at it (a Rapid Reset) costs
     // nothing more than this check.
@@ -88,7 +90,6 @@ pub(super) fn start(
     }
     let worker: &Worker = &streams.worker;
     let (parts, body) = request.into_parts();
-    let read_at = (worker.shared.metrics_on || worker.log.borrow().is_some()).then(Instant::now);
     let mut cookie = Vec::new();
     let mut fields = Vec::with_capacity(parts.headers.len() + 1);
     let (req, refusal) = view(
@@ -98,7 +99,6 @@ pub(super) fn start(
         &mut fields,
         &worker.shared.limits,
     );
-    worker.clock.refresh();
     worker.tls.set(streams.tls);
     let mut buffers = worker.take_buffers();
     let out = &mut buffers.out;
@@ -129,7 +129,8 @@ pub(super) fn start(
                 mark,
             );
             let (_, head, _) = out.since(mark);
-            let head = head.to_vec();
+            // One copy, which the HTTP/2 field values share.
+            let head = Bytes::copy_from_slice(head);
             let pieces = out.take_pieces(head.len());
             worker.give_back(buffers);
             let small = pieces.iter().all(|p| matches!(p, Piece::Bytes(_)))
@@ -198,7 +199,7 @@ pub(super) fn start(
             let sent = (status, &head[..], body.len() as u64);
             served::record(worker, streams.peer, read_at, Some(&req), b"", sent);
         }
-        let Some((response, _)) = response(&head, head_only) else {
+        let Some((response, _)) = response(&Bytes::from(head), head_only) else {
             respond.send_reset(h2::Reason::INTERNAL_ERROR);
             return Rest::Ended(false);
         };
@@ -366,19 +367,18 @@ fn view<'a>(
 
 /// The HTTP/2 response for a head the HTTP/1 encoder wrote, and whether content
 /// follows it. `None` if the head does not parse (never, for heads written here).
-/// The values share the head's one buffer (a slice each, not a copy each).
-fn response(head: &[u8], head_only: bool) -> Option<(http::Response<()>, bool)> {
-    let shared = Bytes::copy_from_slice(head);
-    let (status, fields) = dispatch::parse_head(&shared)?;
+/// The values share the head's buffer (a slice each, not a copy each).
+fn response(head: &Bytes, head_only: bool) -> Option<(http::Response<()>, bool)> {
+    let (status, fields) = dispatch::parse_head(head)?;
     let mut response = http::Response::new(());
     *response.status_mut() = http::StatusCode::from_u16(status).ok()?;
     let map = response.headers_mut();
-    map.reserve(fields.len());
+    map.reserve(fields.size_hint().0);
     for (name, value) in fields {
         if is_connection_specific(name) {
             continue;
         }
-        let value = HeaderValue::from_maybe_shared(shared.slice_ref(value));
+        let value = HeaderValue::from_maybe_shared(head.slice_ref(value));
         if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), value) {
             map.append(name, value);
         }
@@ -431,6 +431,7 @@ async fn handled(
         answered = later(streams, exchange.into_inner(), body_in, head_only) => answered,
     };
     let (head, body, (answered, status)) = answered?;
+    let head = Bytes::from(head);
     let mut sent = 0u64;
     let result = match response(&head, head_only) {
         None => {
