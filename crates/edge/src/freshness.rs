@@ -254,7 +254,7 @@ impl Directives {
         let mut untargeted = Surrogate::default();
         let mut targeted = Surrogate::default();
         let mut any_targeted = false;
-        for value in headers.get_all("surrogate-control") {
+        for value in headers.get_all(crate::headers::SURROGATE_CONTROL) {
             let Ok(value) = value.to_str() else { continue };
             for item in crate::headers::split_directives(value) {
                 let (body, target) = match item.rsplit_once(';') {
