@@ -8,7 +8,9 @@
 #   proxy    a 1 KB file proxied, not stored (no freshness information), from a tessera
 #            origin on core 1 (bench/proxy.sh's case, with the proxy's default pool);
 #   proxy-pipelined  the same, 16 requests pipelined per connection (wrk with a
-#            pipelining script; not in the default set).
+#            pipelining script; not in the default set);
+#   h2       the 12-byte file over HTTP/2 and TLS 1.3, h2load -c100 -m10 (bench/http2.sh's
+#            case; not in the default set).
 # Each build runs one worker per workload pinned to core 0; wrk -t1 -cCONNECTIONS drives
 # it from core 1 (the ESI origin also sits on core 1, asked only while caches fill). In
 # every round each target is measured once, the two builds one after the other and
@@ -20,7 +22,8 @@
 #                                        FRAGMENTS=10 BASE_BIN=path to skip building REV
 #                                        WORKLOADS="static lua esi proxy" to measure
 #                                        fewer)
-# Needs: wrk, curl, taskset, python3, git (apt-get installs the first three when missing).
+# Needs: wrk, curl, taskset, python3, git, openssl, and h2load for h2 (apt-get installs wrk,
+# curl, taskset and h2load when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:-HEAD~1}
@@ -36,6 +39,7 @@ source bench/lib.sh
 need wrk wrk
 need curl curl
 need taskset util-linux
+case " $WORKLOADS " in *" h2 "*) need h2load nghttp2-client ;; esac
 
 cargo build --release --locked -q -p tessera
 NEW=$PWD/target/release/tessera
@@ -65,6 +69,8 @@ end
 request = function() return req end
 LUA
 declare -A extra_of=([proxy-pipelined]="-s $work/pipeline.lua")
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost 2>/dev/null
 
 origin_port=$(free_port)
 taskset -c $LOAD_CPU python3 bench/esi-origin.py "$origin_port" "$FRAGMENTS" 0 &
@@ -80,12 +86,15 @@ declare -A pid_of=() url_of=()
 for build in base new; do
     bin=$BASE; [ $build = new ] && bin=$NEW
     port=$(free_port)
+    tls_port=$(free_port)
     taskset -c $SERVER_CPU "$bin" serve --root "$site" --listen "127.0.0.1:$port" --workers 1 \
+        --tls-listen "127.0.0.1:$tls_port" --cert "$work/cert.pem" --key "$work/key.pem" \
         --script "/hello=$PWD/examples/lua/hello.lua" 2>"$work/$build-files.log" &
     pids+=($!)
-    pid_of[$build-static]=$!; pid_of[$build-lua]=$!
+    pid_of[$build-static]=$!; pid_of[$build-lua]=$!; pid_of[$build-h2]=$!
     url_of[$build-static]="http://127.0.0.1:$port/12b.txt"
     url_of[$build-lua]="http://127.0.0.1:$port/hello"
+    url_of[$build-h2]="https://127.0.0.1:$tls_port/12b.txt"
     wait_up "$port" 12b.txt; wait_up "$port" hello
     [ "$(curl -s "http://127.0.0.1:$port/hello")" = "Hello World" ] || { echo "$build: wrong hello body" >&2; exit 1; }
     port=$(free_port)
@@ -118,8 +127,12 @@ for round in $(seq "$ROUNDS"); do
         declare -A cpu_now=()
         for build in $order; do
             t=$build-$w
-            # shellcheck disable=SC2086 # the extra wrk options split into words
-            read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN" ${extra_of[$w]:-})
+            if [ "$w" = h2 ]; then
+                read -r rps cpu < <(h2measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU 100 10 "$SECONDS_PER_RUN")
+            else
+                # shellcheck disable=SC2086 # the extra wrk options split into words
+                read -r rps cpu < <(measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN" ${extra_of[$w]:-})
+            fi
             rps_runs[$t]+="$rps "; cpu_runs[$t]+="$cpu "; cpu_now[$build]=$cpu
         done
         ratio_runs[$w]+="$(awk -v n="${cpu_now[new]}" -v b="${cpu_now[base]}" 'BEGIN {printf "%.3f", n / b}') "

@@ -172,27 +172,13 @@ declare -A port_of=([nginx]=$nginx_port [tessera]=$tessera_port [h2o]=$h2o_port)
 echo "# $(date -u +'%F %H:%M UTC') $(nproc) cores, $(uname -r); server on core $SERVER_CPU, h2load on core $LOAD_CPU; median of $ROUNDS rounds of ${SECONDS_PER_RUN}s; -c$CONNECTIONS -m$STREAMS"
 echo "# $(nginx -v 2>&1 | tr -d '\n'); $(h2o --version | head -1); $(h2load --version | head -1); $(varnishd -V 2>&1 | head -1)"
 
-# h2measure PID URL: one h2load run; prints "requests/s server-cpu-us-per-request".
-h2measure() {
-    local pid=$1 url=$2 before after out done rps
-    before=$(cpu_ticks "$pid")
-    out=$(taskset -c $LOAD_CPU h2load -c "$CONNECTIONS" -m "$STREAMS" -t 1 \
-        -D "$SECONDS_PER_RUN" "$url" 2>&1)
-    after=$(cpu_ticks "$pid")
-    done=$(echo "$out" | awk '/^requests:/ {print $8}')
-    rps=$(echo "$out" | awk '/^finished in/ {print $4}')
-    if ! echo "$out" | grep -q "0 failed, 0 errored"; then echo "h2load reported failures: $(echo "$out" | grep '^requests:')" >&2; fi
-    echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$done" \
-        'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
-}
-
 # run_case NAME PATH: ROUNDS rounds of h2load, servers in turn; prints medians and ratios.
 run_case() {
     local name=$1 path=$2 s rps cpu
     declare -A rps_runs=() cpu_runs=()
     for _ in $(seq "$ROUNDS"); do
         for s in $servers; do
-            read -r rps cpu < <(h2measure "${pid_of[$s]}" "https://127.0.0.1:${port_of[$s]}$path")
+            read -r rps cpu < <(h2measure "${pid_of[$s]}" "https://127.0.0.1:${port_of[$s]}$path" $LOAD_CPU "$CONNECTIONS" "$STREAMS" "$SECONDS_PER_RUN")
             rps_runs[$s]+="$rps "
             cpu_runs[$s]+="$cpu "
         done
@@ -216,7 +202,7 @@ run_case h2-page57k /page.html
 # The cached ESI page: tessera over h2 (h2load), Varnish over HTTP/1.1 (wrk).
 declare -A esi_rps=() esi_cpu=()
 for _ in $(seq "$ROUNDS"); do
-    read -r rps cpu < <(h2measure "$tessera_pid" "https://127.0.0.1:$tessera_port/cached/page")
+    read -r rps cpu < <(h2measure "$tessera_pid" "https://127.0.0.1:$tessera_port/cached/page" $LOAD_CPU "$CONNECTIONS" "$STREAMS" "$SECONDS_PER_RUN")
     esi_rps[tessera]+="$rps "; esi_cpu[tessera]+="$cpu "
     read -r rps cpu < <(measure "$varnish_pid" "http://127.0.0.1:$varnish_port/cached/page" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
     esi_rps[varnish]+="$rps "; esi_cpu[varnish]+="$cpu "

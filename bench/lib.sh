@@ -42,6 +42,20 @@ measure() {
     echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
 
+# h2measure PID URL CPU CONNECTIONS STREAMS SECONDS: one h2load run (-t1, from CPU);
+# prints "requests/s cpu-us-per-request" as measure does.
+h2measure() {
+    local pid=$1 url=$2 cpu=$3 connections=$4 streams=$5 seconds=$6 before after out done rps
+    before=$(cpu_ticks "$pid")
+    out=$(taskset -c "$cpu" h2load -c "$connections" -m "$streams" -t 1 -D "$seconds" "$url" 2>&1)
+    after=$(cpu_ticks "$pid")
+    done=$(echo "$out" | awk '/^requests:/ {print $8}')
+    rps=$(echo "$out" | awk '/^finished in/ {print $4}')
+    if ! echo "$out" | grep -q "0 failed, 0 errored"; then echo "h2load reported failures: $(echo "$out" | grep '^requests:')" >&2; fi
+    echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$done" \
+        'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
+}
+
 # make_work NAME: a fresh directory in $work (readable by all: h2o and nginx workers may
 # run as nobody), and an empty $pids; on exit every PID in $pids is killed and the
 # directory removed (kept, and named, when KEEP_WORK is set).
