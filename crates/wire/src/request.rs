@@ -257,18 +257,22 @@ fn partial(buf: &[u8], limits: &Limits) -> Result<(), Error> {
 
 /// RFC 9112 section 2.2 lets a recipient accept a bare LF; tessera does not, because
 /// two parsers that disagree on line endings disagree on where a request ends.
+///
+/// Every LF follows a CR and every CR is followed by an LF (or ends `head`, whose next
+/// byte has not arrived): for each pair of neighbouring bytes, the first is CR exactly
+/// when the second is LF. One branch-free pass the compiler vectorises: it runs on every
+/// request and response head, where a search per line ending (memchr, twice per line)
+/// cost 3% of a proxied request's instructions (callgrind).
 pub(crate) fn check_line_endings(head: &[u8]) -> Result<(), Error> {
-    for i in memchr::memchr_iter(b'\n', head) {
-        if i == 0 || head[i - 1] != b'\r' {
-            return Err(Error::BareLineEnding);
-        }
+    let bad = head.first() == Some(&b'\n')
+        || head
+            .iter()
+            .zip(&head[1.min(head.len())..])
+            .fold(false, |bad, (&a, &b)| bad | ((a == b'\r') != (b == b'\n')));
+    match bad {
+        true => Err(Error::BareLineEnding),
+        false => Ok(()),
     }
-    for i in memchr::memchr_iter(b'\r', head) {
-        if head.get(i + 1).is_some_and(|&b| b != b'\n') {
-            return Err(Error::BareLineEnding);
-        }
-    }
-    Ok(())
 }
 
 /// httparse reports any bad version token the same way; a well-formed `HTTP/x.y` that is
@@ -455,6 +459,25 @@ pub fn trim_ows(mut s: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The definition the check must keep: every LF follows a CR, every CR is followed
+    /// by an LF or ends the bytes.
+    fn line_endings_as_defined(head: &[u8]) -> bool {
+        head.iter().enumerate().all(|(i, &b)| match b {
+            b'\n' => i > 0 && head[i - 1] == b'\r',
+            b'\r' => head.get(i + 1).map_or(true, |&n| n == b'\n'),
+            _ => true,
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn line_endings_are_checked_as_defined(
+            head in proptest::collection::vec(proptest::sample::select(vec![b'\r', b'\n', b'a', b':', b' ']), 0..64)
+        ) {
+            proptest::prop_assert_eq!(check_line_endings(&head).is_ok(), line_endings_as_defined(&head));
+        }
+    }
 
     /// Method, path, head length, body framing, keep-alive.
     type Parsed = (Method, Vec<u8>, usize, BodyFraming, bool);
