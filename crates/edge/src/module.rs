@@ -444,7 +444,7 @@ struct Proxied {
 
 impl Deferred for Proxied {
     fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
-        handler::local_future(async move {
+        handler::local_future_with(move || async move {
             let Proxied {
                 edge,
                 upstream,

@@ -37,7 +37,7 @@ pub use hosts::{is_valid_name, Hosts};
 pub use metrics::{
     bump, content_type as metrics_content_type, Labels, MetricKind, Metrics, PerThread,
 };
-pub use pooled::{local_future, pin, LocalFuture, Pooled};
+pub use pooled::{local_future, local_future_with, pin, LocalFuture, Pooled};
 pub use router::Router;
 pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, Later,

@@ -138,6 +138,14 @@ pub struct Pooled<T: ?Sized> {
 
 impl<T> Pooled<T> {
     pub fn new(value: T) -> Pooled<T> {
+        Pooled::new_with(|| value)
+    }
+
+    /// The value `make` returns, made once its memory is taken, so that the compiler
+    /// can build it there: a large value made first and then moved in is copied whole
+    /// (a proxied request's 5.5 KB future was 2% of its instructions, callgrind).
+    #[inline(always)]
+    pub fn new_with(make: impl FnOnce() -> T) -> Pooled<T> {
         let layout = Layout::new::<T>();
         let ptr = if layout.size() == 0 {
             NonNull::dangling()
@@ -145,7 +153,7 @@ impl<T> Pooled<T> {
             take(layout).cast::<T>()
         };
         // SAFETY: memory for a `T`, unused.
-        unsafe { ptr.as_ptr().write(value) };
+        unsafe { ptr.as_ptr().write(make()) };
         Pooled {
             ptr,
             _owns: PhantomData,
@@ -227,8 +235,18 @@ pub type LocalFuture<T> = Pin<Pooled<dyn Future<Output = T>>>;
 
 /// `future`, pinned in recycled memory: what `Box::pin` is for a `Pin<Box<dyn Future>>`.
 pub fn local_future<T, F: Future<Output = T> + 'static>(future: F) -> LocalFuture<T> {
+    local_future_with(|| future)
+}
+
+/// [`local_future`] of the future `make` returns, made in its memory ([`Pooled::new_with`]).
+#[inline(always)]
+pub fn local_future_with<T, F: Future<Output = T> + 'static>(
+    make: impl FnOnce() -> F,
+) -> LocalFuture<T> {
     // SAFETY: the unsizing coercion; the value never moves (see `Pooled`).
-    unsafe { Pin::new_unchecked(Pooled::new(future).unsize(|p| p as *mut dyn Future<Output = T>)) }
+    unsafe {
+        Pin::new_unchecked(Pooled::new_with(make).unsize(|p| p as *mut dyn Future<Output = T>))
+    }
 }
 
 /// `future`, pinned in recycled memory, for a concrete future type (one too large to
