@@ -465,7 +465,7 @@ mod tests {
     fn line_endings_as_defined(head: &[u8]) -> bool {
         head.iter().enumerate().all(|(i, &b)| match b {
             b'\n' => i > 0 && head[i - 1] == b'\r',
-            b'\r' => head.get(i + 1).map_or(true, |&n| n == b'\n'),
+            b'\r' => i + 1 == head.len() || head[i + 1] == b'\n',
             _ => true,
         })
     }
