@@ -32,16 +32,7 @@ need curl curl
 cargo build --release --locked -q -p tessera
 NEW=$PWD/target/release/tessera
 make_work instructions
-if [ -n "${BASE_BIN:-}" ]; then
-    BASE=$BASE_BIN
-else
-    base_rev=$(git rev-parse --short "$REV")
-    git worktree add --detach "$work/src" "$base_rev" >/dev/null
-    trap 'git worktree remove --force "$work/src" 2>/dev/null || true; cleanup_work' EXIT
-    echo "building $base_rev (release) ..." >&2
-    (cd "$work/src" && CARGO_TARGET_DIR=$work/target cargo build --release --locked -q -p tessera)
-    BASE=$work/target/release/tessera
-fi
+build_base "$REV"
 
 site=$work/site
 mkdir -p "$site"

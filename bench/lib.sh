@@ -42,6 +42,22 @@ measure() {
     echo "$rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
 
+# build_base REV: sets BASE to $BASE_BIN when given, else to a release build of git
+# revision REV made in a worktree under $work (removed on exit). Needs make_work first.
+build_base() {
+    if [ -n "${BASE_BIN:-}" ]; then
+        BASE=$BASE_BIN
+        return
+    fi
+    local base_rev
+    base_rev=$(git rev-parse --short "$1")
+    git worktree add --detach "$work/src" "$base_rev" >/dev/null
+    trap 'git worktree remove --force "$work/src" 2>/dev/null || true; cleanup_work' EXIT
+    echo "building $base_rev (release) ..." >&2
+    (cd "$work/src" && CARGO_TARGET_DIR=$work/target cargo build --release --locked -q -p tessera)
+    BASE=$work/target/release/tessera
+}
+
 # h2measure PID URL CPU CONNECTIONS STREAMS SECONDS: one h2load run (-t1, from CPU);
 # prints "requests/s cpu-us-per-request" as measure does.
 h2measure() {
