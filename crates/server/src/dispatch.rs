@@ -526,18 +526,14 @@ pub(crate) type Field<'a> = (&'a [u8], &'a [u8]);
 /// The status of a response head this server wrote, and its fields. `None` when the
 /// status line or a field line has no place for them (never, for heads written here).
 pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
-    let line_end = memchr::memchr(b'\n', head)?;
     let status = std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()?;
-    let mut fields = HeadFields {
-        rest: &head[line_end + 1..],
-        left: 0,
-    };
+    let rest = memchr::memchr(b'\n', head).map_or(&[][..], |end| &head[end + 1..]);
+    let mut fields = HeadFields { rest, left: 0 };
     // Every field line has its colon: checked and counted here (memchr's pass over the
     // head), so that the fields can be handed out one by one without a list.
-    for (name, _) in fields.clone() {
-        if name.is_empty() {
-            return None;
-        }
+    let mut lines = fields.clone();
+    while let Some(line) = lines.next_line() {
+        memchr::memchr(b':', line)?;
         fields.left += 1;
     }
     Some((status, fields))
@@ -551,12 +547,9 @@ pub(crate) struct HeadFields<'a> {
     left: usize,
 }
 
-impl<'a> Iterator for HeadFields<'a> {
-    type Item = Field<'a>;
-
-    /// The next field, up to the blank line; a line without a colon comes out with an
-    /// empty name (which [`parse_head`] refuses).
-    fn next(&mut self) -> Option<Field<'a>> {
+impl<'a> HeadFields<'a> {
+    /// The next line, without its line ending, up to the blank line.
+    fn next_line(&mut self) -> Option<&'a [u8]> {
         let end = memchr::memchr(b'\n', self.rest).unwrap_or(self.rest.len());
         let line = &self.rest[..end];
         self.rest = self.rest.get(end + 1..).unwrap_or_default();
@@ -565,16 +558,56 @@ impl<'a> Iterator for HeadFields<'a> {
             self.rest = &[];
             return None;
         }
+        Some(line)
+    }
+}
+
+impl<'a> Iterator for HeadFields<'a> {
+    type Item = Field<'a>;
+
+    /// The next field, up to the blank line (every line has its colon: [`parse_head`]
+    /// checked).
+    fn next(&mut self) -> Option<Field<'a>> {
+        let line = self.next_line()?;
         self.left = self.left.saturating_sub(1);
-        let Some(colon) = memchr::memchr(b':', line) else {
-            return Some((&[], line));
-        };
-        let value = &line[colon + 1..];
+        let colon = memchr::memchr(b':', line).unwrap_or(line.len());
+        let value = line.get(colon + 1..).unwrap_or_default();
         let value = value.strip_prefix(b" ").unwrap_or(value);
         Some((&line[..colon], value))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         (self.left, Some(self.left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(head: &[u8]) -> Option<(u16, Vec<Field<'_>>)> {
+        parse_head(head).map(|(status, fields)| (status, fields.collect()))
+    }
+
+    #[test]
+    fn a_written_head_is_read_back_field_by_field() {
+        let head =
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Empty:\r\n: v\r\nA:b\r\n\r\nbody";
+        let expected: Vec<Field> = vec![
+            (b"Content-Type", b"text/plain"),
+            (b"X-Empty", b""),
+            (b"", b"v"),
+            (b"A", b"b"),
+        ];
+        assert_eq!(fields(head), Some((200, expected)));
+        let (_, read) = parse_head(head).unwrap();
+        assert_eq!(read.size_hint(), (4, Some(4)));
+        // A line without its colon makes the head unreadable; a head of only its status
+        // line, or without the blank line, is read as far as it goes.
+        assert_eq!(fields(b"HTTP/1.1 200 OK\r\nBroken\r\n\r\n"), None);
+        assert_eq!(fields(b"HTTP/1.1 204 No Content"), Some((204, vec![])));
+        let cut: Vec<Field> = vec![(b"A", b"b")];
+        assert_eq!(fields(b"HTTP/1.1 404 Not Found\r\nA: b"), Some((404, cut)));
+        assert_eq!(fields(b"HTTP/1.1 2x0 OK\r\n\r\n"), None);
     }
 }
