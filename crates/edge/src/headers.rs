@@ -171,9 +171,13 @@ impl Forwarded<'_> {
         // The usual request has no Connection field naming others: looked up once here,
         // not once per field.
         let connection = h.contains_key(header::CONNECTION);
+        // Whether the client sent any of the three lists appended to below (most send
+        // none: then no lookup is made for them).
+        let mut lists = false;
         for (name, value) in h {
             let appended =
                 name == X_FORWARDED_FOR || name == header::VIA || name == SURROGATE_CAPABILITY;
+            lists |= appended;
             let replaced = name == X_FORWARDED_PROTO
                 || name == header::CONTENT_LENGTH
                 || (self.identity && name == header::ACCEPT_ENCODING)
@@ -190,9 +194,11 @@ impl Forwarded<'_> {
         let list = |buf: &mut Vec<u8>, name: HeaderName, item: &dyn Fn(&mut Vec<u8>)| {
             buf.extend_from_slice(name.as_str().as_bytes());
             buf.extend_from_slice(b": ");
-            for v in h.get_all(&name) {
-                buf.extend_from_slice(v.as_bytes());
-                buf.extend_from_slice(b", ");
+            if lists {
+                for v in h.get_all(&name) {
+                    buf.extend_from_slice(v.as_bytes());
+                    buf.extend_from_slice(b", ");
+                }
             }
             item(buf);
             buf.extend_from_slice(b"\r\n");
