@@ -13,6 +13,16 @@ wait_up() {
     exit 1
 }
 
+# "utime stime" in clock ticks of a process (all its threads) and its children.
+user_sys_ticks() {
+    local user=0 sys=0 pid u s
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        read -r u s < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        user=$((user + u)); sys=$((sys + s))
+    done
+    echo "$user $sys"
+}
+
 # utime+stime in clock ticks of a process (all its threads) and its children.
 cpu_ticks() {
     local total=0 pid

@@ -14,7 +14,8 @@
 #    bench/floor.c (a fixed 1 KB response, the cheapest single hop) and bench/proxy-floor.c
 #    (a byte pipe to origin 0, the same four system calls per request as a proxy: the
 #    cheapest proxy any user-space program can be); both proxies are printed in proxy
-#    floors, and what "1.5x cheaper than nginx" would be in proxy floors.
+#    floors, and what "1.5x cheaper than nginx" would be in proxy floors. Each run's CPU
+#    per request is also printed split into user and system time.
 # 2. failover: three origins; during FAILOVER_SECONDS (30) of keep-alive load one origin
 #    is killed (SIGKILL) every 5 s, the one killed before being started again on its port
 #    at the same moment, so one of three is always down. Printed for each proxy: requests
@@ -156,27 +157,33 @@ proxy_floor_cpu=
 for peers in 1 3; do
     servers="nginx-$peers tessera-$peers"
     [ "$peers" = 1 ] && servers="floor proxy-floor $servers"
-    declare -A rps_runs=() cpu_runs=() cpu_med=()
+    declare -A rps_runs=() cpu_runs=() cpu_med=() user_runs=() sys_runs=()
     for round in $(seq "$ROUNDS"); do
         # Who goes first alternates, so each sees the same machine noise.
         order=$servers
         [ $((round % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
         for s in $order; do
+            read -r u0 s0 < <(user_sys_ticks "${pid_of[$s]}")
             read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/1k.txt" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
+            read -r u1 s1 < <(user_sys_ticks "${pid_of[$s]}")
             rps_runs[$s]+="$rps "
             cpu_runs[$s]+="$cpu "
+            # The run's CPU per request split in the shares of user and system time.
+            user_runs[$s]+="$(awk -v c="$cpu" -v u=$((u1 - u0)) -v y=$((s1 - s0)) 'BEGIN { printf "%.2f", (u + y) ? c * u / (u + y) : 0 }') "
+            sys_runs[$s]+="$(awk -v c="$cpu" -v u=$((u1 - u0)) -v y=$((s1 - s0)) 'BEGIN { printf "%.2f", (u + y) ? c * y / (u + y) : 0 }') "
         done
     done
     for s in $servers; do
         rps=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
         cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
-        printf '%-12s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
+        printf '%-12s %12.0f %12.2f   (cpu runs: %s; user: %s; system: %s)\n' "$s" "$rps" "${cpu_med[$s]}" \
+            "${cpu_runs[$s]% }" "${user_runs[$s]% }" "${sys_runs[$s]% }"
     done
     [ "$peers" = 1 ] && proxy_floor_cpu=${cpu_med[proxy-floor]}
     awk -v p="$peers" -v n="${cpu_med[nginx-$peers]}" -v t="${cpu_med[tessera-$peers]}" 'BEGIN {
         printf "%d peer(s): nginx/tessera cpu per request x%.2f (target >= 1.5)\n", p, n / t }'
     in_proxy_floors "$peers peer(s)" 1.5 "$proxy_floor_cpu" nginx "${cpu_med[nginx-$peers]}" tessera "${cpu_med[tessera-$peers]}"
-    unset rps_runs cpu_runs cpu_med
+    unset rps_runs cpu_runs cpu_med user_runs sys_runs
 done
 fi
 
