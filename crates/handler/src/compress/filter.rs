@@ -79,16 +79,6 @@ impl Facts {
     }
 }
 
-/// Whether a head's Cache-Control forbids transforming the body (RFC 9111 5.2.2.6).
-pub fn no_transform(head: &crate::ResponseHead) -> bool {
-    Facts::of(head, None).no_transform
-}
-
-/// Whether a head carries a content coding other than identity.
-pub fn has_content_encoding(head: &crate::ResponseHead) -> bool {
-    Facts::of(head, None).encoded
-}
-
 /// Whether the response is one the policy would compress for a client that accepts a
 /// coding: everything but the client's Accept-Encoding is checked. `length` is the
 /// identity body's, when known.
@@ -166,10 +156,11 @@ fn decode_refused(
     facts: Facts,
 ) -> bool {
     let status = response.head.status();
-    if !(200..300).contains(&status) || status == 206 || response.head.identity_only() {
-        return false;
-    }
-    if facts.no_transform {
+    if !(200..300).contains(&status)
+        || status == 206
+        || response.head.identity_only()
+        || facts.no_transform
+    {
         return false;
     }
     let Some(coding) = facts
@@ -178,11 +169,6 @@ fn decode_refused(
     else {
         return false;
     };
-    decode(coding, head_only, response)
-}
-
-/// [`decode_refused`]'s work, once it knows the coding.
-fn decode(coding: Coding, head_only: bool, response: &mut Response) -> bool {
     if !head_only {
         let body = std::mem::replace(&mut response.body, Body::Empty);
         response.body = match body {

@@ -24,7 +24,4 @@ pub use config::{
     DEFAULT_TYPES,
 };
 pub use encoder::{compress, decode, DecodeError, Encoder};
-pub use filter::{
-    add_vary, compress_response, compressible, has_content_encoding, mark_encoded, no_transform,
-    Compressed,
-};
+pub use filter::{add_vary, compress_response, compressible, mark_encoded, Compressed};
