@@ -25,11 +25,9 @@ user_sys_ticks() {
 
 # utime+stime in clock ticks of a process (all its threads) and its children.
 cpu_ticks() {
-    local total=0 pid
-    for pid in "$1" $(pgrep -P "$1" || true); do
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-    done
-    echo "$total"
+    local user sys
+    read -r user sys < <(user_sys_ticks "$1")
+    echo $((user + sys))
 }
 
 # Resident memory of a process in KiB.
