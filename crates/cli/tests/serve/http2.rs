@@ -327,6 +327,44 @@ fn files_are_byte_exact_over_h2c_and_tls_with_ranges_head_and_validators() {
     assert!(head.starts_with("HTTP/2 404"), "{head}");
 }
 
+/// Over TLS the records of an HTTP/2 connection gather until the h2 crate's flush, and a
+/// flush right after a full DATA frame is held until the connection's next poll: files
+/// whose last frame is full, and sizes around that, each alone on its connection, still
+/// arrive whole and at once.
+#[test]
+fn responses_ending_on_a_full_data_frame_leave_at_once_over_tls() {
+    let tls = TlsSite::start("", "");
+    let resolve = format!("localhost:{}:127.0.0.1", tls.https.port());
+    let cacert = tls.cert.cert.to_str().unwrap();
+    for size in [16_384usize, 16_385, 32_768, 58_368, 65_536, 65_545, 262_144] {
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let name = format!("f{size}.bin");
+        tls.site.write(&name, &body);
+        let https = format!("https://localhost:{}/{name}", tls.https.port());
+        let started = Instant::now();
+        let out = curl(&[
+            "--http2",
+            "--cacert",
+            cacert,
+            "--resolve",
+            &resolve,
+            "-o",
+            "-",
+            &https,
+        ]);
+        assert!(
+            out.stdout == body,
+            "{size} bytes: body differs ({} bytes)",
+            out.stdout.len()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{size} bytes took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[test]
 fn a_hundred_concurrent_streams_on_one_connection() {
     if !h2load_available() {

@@ -139,7 +139,7 @@ pub(crate) async fn serve(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slo
     };
     let current = worker.current();
     match stream::TlsStream::accept(tcp, tls.current(), &current.gen.sites.hosts).await {
-        Ok(stream) => {
+        Ok(mut stream) => {
             if let Some(metrics) = worker.metrics() {
                 let resumed = stream.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                 metrics.handshake(if resumed {
@@ -149,6 +149,10 @@ pub(crate) async fn serve(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slo
                 });
             }
             let facts = stream.facts;
+            if facts.h2 {
+                // The h2 crate flushes after the frames of every poll.
+                stream.hold_writes_until_flush();
+            }
             let stream = Stream::Tls(stream);
             if facts.h2 {
                 // Boxed, as in `conn`: the HTTP/2 connection's future is several KiB, and
