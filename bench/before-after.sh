@@ -10,7 +10,9 @@
 #   proxy-pipelined  the same, 16 requests pipelined per connection (wrk with a
 #            pipelining script; not in the default set);
 #   h2       the 12-byte file over HTTP/2 and TLS 1.3, h2load -c100 -m10 (bench/http2.sh's
-#            case; not in the default set).
+#            case; not in the default set);
+#   h2-page  the 57 KB page over HTTP/2 and TLS 1.3, h2load -c100 -m10 (bench/http2.sh's
+#            second case; not in the default set).
 # Each build runs one worker per workload pinned to core 0; wrk -t1 -cCONNECTIONS drives
 # it from core 1 (the ESI origin also sits on core 1, asked only while caches fill). In
 # every round each target is measured once, the two builds one after the other and
@@ -39,7 +41,7 @@ source bench/lib.sh
 need wrk wrk
 need curl curl
 need taskset util-linux
-case " $WORKLOADS " in *" h2 "*) need h2load nghttp2-client ;; esac
+case " $WORKLOADS " in *" h2"*) need h2load nghttp2-client ;; esac
 
 cargo build --release --locked -q -p tessera
 NEW=$PWD/target/release/tessera
@@ -50,6 +52,7 @@ site=$work/site
 mkdir -p "$site"
 printf 'hello world\n' > "$site/12b.txt"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
+make_page "$site/page.html"
 # wrk sends what request() returns as is: 16 requests at once, the next 16 once answered.
 cat > "$work/pipeline.lua" <<'LUA'
 init = function(args)
@@ -82,10 +85,11 @@ for build in base new; do
         --tls-listen "127.0.0.1:$tls_port" --cert "$work/cert.pem" --key "$work/key.pem" \
         --script "/hello=$PWD/examples/lua/hello.lua" 2>"$work/$build-files.log" &
     pids+=($!)
-    pid_of[$build-static]=$!; pid_of[$build-lua]=$!; pid_of[$build-h2]=$!
+    pid_of[$build-static]=$!; pid_of[$build-lua]=$!; pid_of[$build-h2]=$!; pid_of[$build-h2-page]=$!
     url_of[$build-static]="http://127.0.0.1:$port/12b.txt"
     url_of[$build-lua]="http://127.0.0.1:$port/hello"
     url_of[$build-h2]="https://127.0.0.1:$tls_port/12b.txt"
+    url_of[$build-h2-page]="https://127.0.0.1:$tls_port/page.html"
     wait_up "$port" 12b.txt; wait_up "$port" hello
     [ "$(curl -s "http://127.0.0.1:$port/hello")" = "Hello World" ] || { echo "$build: wrong hello body" >&2; exit 1; }
     port=$(free_port)
@@ -118,7 +122,7 @@ for round in $(seq "$ROUNDS"); do
         declare -A cpu_now=()
         for build in $order; do
             t=$build-$w
-            if [ "$w" = h2 ]; then
+            if [ "${w%-page}" = h2 ]; then
                 read -r rps cpu < <(h2measure "${pid_of[$t]}" "${url_of[$t]}" $LOAD_CPU 100 10 "$SECONDS_PER_RUN")
             else
                 # shellcheck disable=SC2086 # the extra wrk options split into words

@@ -43,18 +43,7 @@ make_work http2
 site=$work/site
 mkdir -p "$site" "$work/nginx"
 printf 'hello world\n' > "$site/12b.txt"
-# A 57 KB HTML page: paragraphs of text, as a content page is.
-python3 - "$site/page.html" <<'PY'
-import sys
-words = "edge server cache fragment stream window header frame page site".split()
-out = ["<!doctype html>\n<html><head><title>page</title></head><body>\n"]
-i = 0
-while sum(map(len, out)) < 57 * 1024 - 200:
-    out.append("<p>" + " ".join(words[(i + k) % len(words)] for k in range(40)) + "</p>\n")
-    i += 1
-out.append("</body></html>\n")
-open(sys.argv[1], "w").write("".join(out))
-PY
+make_page "$site/page.html"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \

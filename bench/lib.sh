@@ -121,6 +121,22 @@ in_proxy_floors() {
         printf "%s in proxy floors (%.2f us): %s %.2f, %s %.2f; %sx cheaper than nginx would be %.2f proxy floors\n", l, pf, nn, n / pf, tn, t / pf, r, n / r / pf }'
 }
 
+# make_page FILE: a 57 KB HTML page of paragraphs of text, as a content page is (the page
+# of bench/http2.sh).
+make_page() {
+    python3 - "$1" <<'PY'
+import sys
+words = "edge server cache fragment stream window header frame page site".split()
+out = ["<!doctype html>\n<html><head><title>page</title></head><body>\n"]
+i = 0
+while sum(map(len, out)) < 57 * 1024 - 200:
+    out.append("<p>" + " ".join(words[(i + k) % len(words)] for k in range(40)) + "</p>\n")
+    i += 1
+out.append("</body></html>\n")
+open(sys.argv[1], "w").write("".join(out))
+PY
+}
+
 # start_h2o_tls SITE CPU [MAX_CONNECTIONS]: h2o with one thread serving SITE over TLS
 # ($work/cert.pem and key.pem; HTTP/2 by ALPN, on by default) on a free port, pinned to
 # CPU (none when empty). Sets h2o_port and h2o_pid; the process joins `pids`.

@@ -12,17 +12,19 @@
 #           (`max_idle = 32`), nginx (`keepalive 32`) and bench/proxy-floor.c, as
 #           bench/upstreams.sh's one-origin case;
 #   h2      a 12-byte file over HTTP/2 and TLS 1.3, h2load -c100 -m10: tessera and h2o,
-#           as bench/http2.sh's first case.
+#           as bench/http2.sh's first case;
+#   h2-page the 57 KB page over HTTP/2 and TLS 1.3, the same way: bench/http2.sh's second
+#           case.
 # Counted with perf's syscall tracepoints on every thread of the server over a run of
 # SECONDS; printed per request completed: all calls, then each kind that makes at least
 # 0.01 per request.
 #
-# usage: bench/syscalls.sh   (env: WORKLOADS="static proxy h2" SECONDS_PER_RUN=4
+# usage: bench/syscalls.sh   (env: WORKLOADS="static proxy h2 h2-page" SECONDS_PER_RUN=4
 #                             NO_BUILD=1 to skip cargo, TESSERA=path of another build)
 # Needs: perf, nginx, h2o, wrk, h2load, curl, openssl, cc, taskset (apt-get installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORKLOADS=${WORKLOADS:-static proxy h2}
+WORKLOADS=${WORKLOADS:-static proxy h2 h2-page}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 SERVER_CPU=0
 LOAD_CPU=1
@@ -35,6 +37,7 @@ need wrk wrk
 need h2load nghttp2-client
 need curl curl
 need cc gcc
+need python3 python3
 need taskset util-linux
 if [ "$(nproc --all)" -lt 2 ]; then echo "needs at least 2 cores" >&2; exit 1; fi
 
@@ -52,6 +55,7 @@ site=$work/site
 mkdir -p "$site" "$work/nginx"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
 printf 'hello world\n' > "$site/12b.txt"
+make_page "$site/page.html"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost 2>/dev/null
@@ -179,6 +183,10 @@ for w in $WORKLOADS; do
     h2)
         census h2-h2o "$h2o_pid" "${h2_run[@]}" "https://127.0.0.1:$h2o_port/12b.txt"
         census h2-tessera "$tessera_pid" "${h2_run[@]}" "https://127.0.0.1:$tessera_tls_port/12b.txt"
+        ;;
+    h2-page)
+        census page-h2o "$h2o_pid" "${h2_run[@]}" "https://127.0.0.1:$h2o_port/page.html"
+        census page-tessera "$tessera_pid" "${h2_run[@]}" "https://127.0.0.1:$tessera_tls_port/page.html"
         ;;
     *) echo "unknown workload $w" >&2; exit 1 ;;
     esac
