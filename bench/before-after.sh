@@ -63,8 +63,7 @@ end
 request = function() return req end
 LUA
 declare -A extra_of=([proxy-pipelined]="-s $work/pipeline.lua")
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost 2>/dev/null
+make_cert
 
 origin_port=$(free_port)
 taskset -c $LOAD_CPU python3 bench/esi-origin.py "$origin_port" "$FRAGMENTS" 0 &

@@ -28,10 +28,7 @@ TESSERA=$PWD/target/release/tessera
 make_work h2spec
 mkdir -p "$work/site" "$work/nginx"
 printf 'hello world\n' > "$work/site/index.html"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-chmod 644 "$work/key.pem"
+make_cert
 
 plain=$(free_port); tls=$(free_port)
 "$TESSERA" serve --root "$work/site" --listen "127.0.0.1:$plain" --tls-listen "127.0.0.1:$tls" \

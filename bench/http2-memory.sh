@@ -24,10 +24,7 @@ ulimit -n "$(ulimit -Hn)"
 make_work http2-memory
 mkdir -p "$work/site" "$work/nginx"
 printf 'hello world\n' > "$work/site/12b.txt"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-chmod 644 "$work/key.pem"
+make_cert
 
 tessera_tls=$(free_port); tessera_plain=$(free_port)
 echo "max_connections = $((IDLE + 64))" > "$work/tessera.toml"

@@ -45,10 +45,7 @@ mkdir -p "$site" "$work/nginx"
 printf 'hello world\n' > "$site/12b.txt"
 make_page "$site/page.html"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-chmod 644 "$work/key.pem"
+make_cert
 
 # --- nginx: one process, http2 on the TLS listener.
 nginx_port=$(free_port)

@@ -37,8 +37,7 @@ build_base "$REV"
 site=$work/site
 mkdir -p "$site"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost 2>/dev/null
+make_cert
 origin_port=$(free_port)
 "$NEW" serve --root "$site" --listen "127.0.0.1:$origin_port" --workers 1 2>"$work/origin.log" &
 pids+=($!)

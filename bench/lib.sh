@@ -121,6 +121,15 @@ in_proxy_floors() {
         printf "%s in proxy floors (%.2f us): %s %.2f, %s %.2f; %sx cheaper than nginx would be %.2f proxy floors\n", l, pf, nn, n / pf, tn, t / pf, r, n / r / pf }'
 }
 
+# make_cert: a self-signed ECDSA P-256 certificate for localhost in $work/cert.pem and
+# $work/key.pem, the key readable by all (h2o and nginx workers may run as nobody).
+make_cert() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+        -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost 2>/dev/null
+    chmod 644 "$work/key.pem"
+}
+
 # make_page FILE: a 57 KB HTML page of paragraphs of text, as a content page is (the page
 # of bench/http2.sh).
 make_page() {

@@ -56,10 +56,7 @@ mkdir -p "$site" "$work/nginx"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
 printf 'hello world\n' > "$site/12b.txt"
 make_page "$site/page.html"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-chmod 644 "$work/key.pem"
+make_cert
 
 # The origin of the proxy workload, on the load's core.
 origin_port=$(free_port)

@@ -45,10 +45,7 @@ printf 'hello world\n' > "$site/12b.txt"
 head -c 65536 /dev/urandom > "$site/64k.bin"
 head -c 1048576 /dev/urandom > "$site/1m.bin"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-chmod 644 "$work/key.pem"
+make_cert
 cat > "$work/openssl-client.cnf" <<CONF
 openssl_conf = default_conf
 [default_conf]

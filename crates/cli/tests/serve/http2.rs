@@ -272,21 +272,7 @@ fn files_are_byte_exact_over_h2c_and_tls_with_ranges_head_and_validators() {
     assert!(head.contains("content-length: 67108864"), "{head}");
     assert!(body == big, "64 MiB body differs ({} bytes)", body.len());
 
-    let https = format!("https://localhost:{}/big.bin", tls.https.port());
-    let resolve = format!("localhost:{}:127.0.0.1", tls.https.port());
-    let cacert = tls.cert.cert.to_str().unwrap();
-    let out = curl(&[
-        "--http2",
-        "--cacert",
-        cacert,
-        "--resolve",
-        &resolve,
-        "-w",
-        "%{http_version}",
-        "-o",
-        "-",
-        &https,
-    ]);
+    let out = tls.curl("/big.bin", &["--http2", "-w", "%{http_version}", "-o", "-"]);
     assert!(out.stdout.ends_with(b"2"), "not HTTP/2 over TLS");
     assert!(
         out.stdout[..out.stdout.len() - 1] == big[..],
@@ -334,24 +320,12 @@ fn files_are_byte_exact_over_h2c_and_tls_with_ranges_head_and_validators() {
 #[test]
 fn responses_ending_on_a_full_data_frame_leave_at_once_over_tls() {
     let tls = TlsSite::start("", "");
-    let resolve = format!("localhost:{}:127.0.0.1", tls.https.port());
-    let cacert = tls.cert.cert.to_str().unwrap();
     for size in [16_384usize, 16_385, 32_768, 58_368, 65_536, 65_545, 262_144] {
         let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         let name = format!("f{size}.bin");
         tls.site.write(&name, &body);
-        let https = format!("https://localhost:{}/{name}", tls.https.port());
         let started = Instant::now();
-        let out = curl(&[
-            "--http2",
-            "--cacert",
-            cacert,
-            "--resolve",
-            &resolve,
-            "-o",
-            "-",
-            &https,
-        ]);
+        let out = tls.curl(&format!("/{name}"), &["--http2", "-o", "-"]);
         assert!(
             out.stdout == body,
             "{size} bytes: body differs ({} bytes)",
