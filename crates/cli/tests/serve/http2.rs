@@ -337,6 +337,15 @@ fn responses_ending_on_a_full_data_frame_leave_at_once_over_tls() {
             started.elapsed()
         );
     }
+    // A client that reads slowly: the socket takes part of the queue at a time.
+    let body: Vec<u8> = (0..4usize << 20).map(|i| (i % 253) as u8).collect();
+    tls.site.write("slow.bin", &body);
+    let out = tls.curl("/slow.bin", &["--http2", "--limit-rate", "4M", "-o", "-"]);
+    assert!(
+        out.stdout == body,
+        "slow read: body differs ({} bytes)",
+        out.stdout.len()
+    );
 }
 
 #[test]

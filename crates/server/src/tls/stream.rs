@@ -82,8 +82,15 @@ impl Records {
     }
 
     /// Room for at least `n` more bytes after what it holds; [`Records::filled`] says how
-    /// much of it was used.
+    /// much of it was used. Where the room is short and some bytes have gone out, the
+    /// rest moves to the front instead of the buffer growing: a queue that a slow reader
+    /// never lets empty stays the size of what it holds, not of all it ever held.
     fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.buf.len() < self.len + n && self.at > 0 {
+            self.buf.copy_within(self.at..self.len, 0);
+            self.len -= self.at;
+            self.at = 0;
+        }
         if self.buf.len() < self.len + n {
             self.buf.resize(self.len + n, 0);
         }
@@ -366,7 +373,17 @@ impl TlsStream {
     /// peer, so an idle connection holds no buffer.
     fn release(&mut self) {
         if self.out.is_empty() && self.out.buf.capacity() > 0 {
-            self.out = Records::default();
+            let mut out = std::mem::take(&mut self.out);
+            // Back to the worker when its own went to a connection (the next queue of
+            // held writes takes it again, without allocating and zeroing it).
+            let _ = SCRATCH.try_with(|scratch| {
+                if let Ok(mut scratch) = scratch.try_borrow_mut() {
+                    if scratch.wire.buf.is_empty() {
+                        out.clear();
+                        scratch.wire = out;
+                    }
+                }
+            });
         }
     }
 
@@ -537,6 +554,11 @@ impl TlsStream {
             // `write_records` borrows the connection too).
             let mut queue = std::mem::take(&mut self.out);
             let taken = SCRATCH.with_borrow_mut(|scratch| {
+                if queue.buf.is_empty() {
+                    // The worker's buffer, allocated once, rather than a new one.
+                    std::mem::swap(&mut queue, &mut scratch.wire);
+                    queue.clear();
+                }
                 self.write_records(bufs, &mut scratch.plain, &mut queue)
             });
             self.out = queue;
@@ -685,5 +707,43 @@ impl TlsStream {
     pub fn close_notify(&mut self) {
         self.queue_close_notify();
         self.send_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Records;
+
+    /// A queue appended to while its reader takes only part of it each time: the front
+    /// that went out is reused, so the buffer stays near what is pending.
+    #[test]
+    fn a_queue_never_emptied_stays_the_size_of_what_it_holds() {
+        let mut queue = Records::default();
+        let mut next = 0u8;
+        let mut expected = Vec::new();
+        let mut received = Vec::new();
+        for _ in 0..1000 {
+            let room = queue.room(16 * 1024);
+            for b in &mut room[..16 * 1024] {
+                *b = next;
+                next = next.wrapping_add(1);
+            }
+            expected.extend_from_slice(&queue.buf[queue.len..queue.len + 16 * 1024]);
+            queue.filled(16 * 1024);
+            // The socket takes a little less than was added: the queue never empties.
+            let took = queue.pending().len().min(16 * 1024 - 100);
+            received.extend_from_slice(&queue.pending()[..took]);
+            queue.at += took;
+            assert!(!queue.is_empty());
+            assert!(
+                queue.buf.len() <= 2 * 16 * 1024 + 100 * 1000,
+                "{}",
+                queue.buf.len()
+            );
+        }
+        received.extend_from_slice(queue.pending());
+        assert!(received == expected, "bytes out of order");
+        // 100 bytes more pending per round: 100 KB, not the 16 MB written.
+        assert!(queue.buf.len() < 160 * 1024, "{}", queue.buf.len());
     }
 }
