@@ -146,10 +146,9 @@ pub(crate) struct TlsStream {
     sni: Option<Box<str>>,
     /// Writes gather in `out` ([`TlsStream::hold_writes_until_flush`]).
     hold_writes: bool,
-    /// With writes held: the last write took a record or more (a DATA frame's payload).
-    last_write_large: bool,
-    /// With writes held: a write came since the last flush.
-    written_since_flush: bool,
+    /// With writes held: the last write since the last flush took a record or more (a
+    /// DATA frame's payload), so that flush is held.
+    large_write_unflushed: bool,
 }
 
 /// Where processing the received records stopped.
@@ -212,8 +211,7 @@ impl TlsStream {
             peer_closed: false,
             sni: None,
             hold_writes: false,
-            last_write_large: false,
-            written_since_flush: false,
+            large_write_unflushed: false,
         });
         while stream.tls.is_handshaking() {
             poll_fn(|cx| stream.tcp.poll_read_ready(cx)).await?;
@@ -563,8 +561,7 @@ impl TlsStream {
             });
             self.out = queue;
             let taken = taken?;
-            self.last_write_large = taken >= RECORD;
-            self.written_since_flush = true;
+            self.large_write_unflushed = taken >= RECORD;
             return Poll::Ready(Ok(taken));
         }
         let taken = SCRATCH.with_borrow_mut(|scratch| {
@@ -620,11 +617,10 @@ impl TlsStream {
 
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.hold_writes {
-            let hold = self.written_since_flush
-                && self.last_write_large
+            let hold = self.large_write_unflushed
                 && !self.out.is_empty()
                 && self.out.pending().len() < RECORDS_PER_WRITE * RECORD;
-            self.written_since_flush = false;
+            self.large_write_unflushed = false;
             if hold {
                 // Sent at the next flush, which the writer makes when polled again.
                 cx.waker().wake_by_ref();
