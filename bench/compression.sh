@@ -89,12 +89,7 @@ cp "$PAGE" "$work/floor/page.html"
 gzip -6 -c "$PAGE" > "$work/floor/page.html.gz"
 nginx_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/nginx")
 http {
     access_log off;
     sendfile on;

@@ -121,6 +121,19 @@ in_proxy_floors() {
         printf "%s in proxy floors (%.2f us): %s %.2f, %s %.2f; %sx cheaper than nginx would be %.2f proxy floors\n", l, pf, nn, n / pf, tn, t / pf, r, n / r / pf }'
 }
 
+# nginx_head DIR: the top of a one-process nginx.conf (one worker, no master, in the
+# foreground, its error log and pid file in DIR, epoll), for a heredoc: $(nginx_head DIR).
+nginx_head() {
+    cat <<CONF
+worker_processes 1;
+master_process off;
+daemon off;
+error_log $1/error.log warn;
+pid $1/nginx.pid;
+events { worker_connections 4096; use epoll; multi_accept on; }
+CONF
+}
+
 # make_cert: a self-signed ECDSA P-256 certificate for localhost in $work/cert.pem and
 # $work/key.pem, the key readable by all (h2o and nginx workers may run as nobody).
 make_cert() {

@@ -41,12 +41,7 @@ mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<CONF
 load_module $modules/ndk_http_module.so;
 load_module $modules/ngx_http_lua_module.so;
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/nginx")
 http {
     access_log off;
     sendfile on;

@@ -48,12 +48,7 @@ head -c 1048576 /dev/urandom > "$site/1m.bin"
 nginx_port=$(free_port)
 mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<CONF
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/nginx")
 http {
     access_log off;
     sendfile on;

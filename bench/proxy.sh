@@ -82,12 +82,7 @@ start_floors $PROXY_CPU "$origin_port"
 nginx_conf() { # NAME PORT UPSTREAM-BLOCK LOCATION-BLOCK
     mkdir -p "$work/$1"
     cat > "$work/$1/nginx.conf" <<CONF
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/$1/error.log warn;
-pid $work/$1/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/$1")
 http {
     access_log off;
     tcp_nodelay on;

@@ -68,12 +68,7 @@ wait_up "$origin_port" 1k.txt
 # nginx: the static site on one port, the proxy on another.
 nginx_port=$(free_port); nginx_proxy_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/nginx")
 http {
     access_log off;
     sendfile on;

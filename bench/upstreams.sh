@@ -84,12 +84,7 @@ start_nginx() {
     mkdir -p "$work/$name"
     port_of[$name]=$(free_port)
     cat > "$work/$name/nginx.conf" <<CONF
-worker_processes 1;
-master_process off;
-daemon off;
-error_log $work/$name/error.log warn;
-pid $work/$name/nginx.pid;
-events { worker_connections 4096; use epoll; multi_accept on; }
+$(nginx_head "$work/$name")
 http {
     access_log off;
     tcp_nodelay on;
