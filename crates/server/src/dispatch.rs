@@ -524,60 +524,42 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
 pub(crate) type Field<'a> = (&'a [u8], &'a [u8]);
 
 /// The status of a response head this server wrote, and its fields. `None` when the
-/// status line or a field line has no place for them (never, for heads written here).
+/// status line has no status (never, for heads written here).
 pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
-    let status = std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()?;
-    let rest = memchr::memchr(b'\n', head).map_or(&[][..], |end| &head[end + 1..]);
-    let mut fields = HeadFields { rest, left: 0 };
-    // Every field line has its colon: checked and counted here (memchr's pass over the
-    // head), so that the fields can be handed out one by one without a list.
-    let mut lines = fields.clone();
-    while let Some(line) = lines.next_line() {
-        memchr::memchr(b':', line)?;
-        fields.left += 1;
+    let digits = head.get(9..12)?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
     }
-    Some((status, fields))
+    let status = digits
+        .iter()
+        .fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+    let rest = memchr::memchr(b'\n', head).map_or(&[][..], |end| &head[end + 1..]);
+    Some((status, HeadFields { rest }))
 }
 
 /// The fields of a head, in order, found as they are read (no list of them is built).
 #[derive(Clone)]
 pub(crate) struct HeadFields<'a> {
     rest: &'a [u8],
-    /// How many are left (counted by [`parse_head`]).
-    left: usize,
-}
-
-impl<'a> HeadFields<'a> {
-    /// The next line, without its line ending, up to the blank line.
-    fn next_line(&mut self) -> Option<&'a [u8]> {
-        let end = memchr::memchr(b'\n', self.rest).unwrap_or(self.rest.len());
-        let line = &self.rest[..end];
-        self.rest = self.rest.get(end + 1..).unwrap_or_default();
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            self.rest = &[];
-            return None;
-        }
-        Some(line)
-    }
 }
 
 impl<'a> Iterator for HeadFields<'a> {
     type Item = Field<'a>;
 
-    /// The next field, up to the blank line (every line has its colon: [`parse_head`]
-    /// checked).
+    /// The next field, up to the blank line (or a line without a colon, which a head
+    /// written here never has).
     fn next(&mut self) -> Option<Field<'a>> {
-        let line = self.next_line()?;
-        self.left = self.left.saturating_sub(1);
-        let colon = memchr::memchr(b':', line).unwrap_or(line.len());
-        let value = line.get(colon + 1..).unwrap_or_default();
+        let end = memchr::memchr(b'\n', self.rest).unwrap_or(self.rest.len());
+        let line = &self.rest[..end];
+        self.rest = self.rest.get(end + 1..).unwrap_or_default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = memchr::memchr(b':', line) else {
+            self.rest = &[];
+            return None;
+        };
+        let value = &line[colon + 1..];
         let value = value.strip_prefix(b" ").unwrap_or(value);
         Some((&line[..colon], value))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
     }
 }
 
@@ -600,11 +582,13 @@ mod tests {
             (b"A", b"b"),
         ];
         assert_eq!(fields(head), Some((200, expected)));
-        let (_, read) = parse_head(head).unwrap();
-        assert_eq!(read.size_hint(), (4, Some(4)));
-        // A line without its colon makes the head unreadable; a head of only its status
-        // line, or without the blank line, is read as far as it goes.
-        assert_eq!(fields(b"HTTP/1.1 200 OK\r\nBroken\r\n\r\n"), None);
+        // A line without its colon ends the fields; a head of only its status line, or
+        // without the blank line, is read as far as it goes.
+        let first: Vec<Field> = vec![(b"A", b"b")];
+        assert_eq!(
+            fields(b"HTTP/1.1 200 OK\r\nA: b\r\nBroken\r\nC: d\r\n\r\n"),
+            Some((200, first))
+        );
         assert_eq!(fields(b"HTTP/1.1 204 No Content"), Some((204, vec![])));
         let cut: Vec<Field> = vec![(b"A", b"b")];
         assert_eq!(fields(b"HTTP/1.1 404 Not Found\r\nA: b"), Some((404, cut)));

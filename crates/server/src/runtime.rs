@@ -64,7 +64,6 @@ pub(crate) fn run(
             shutdown: Notify::new(),
             http2: RefCell::new(vec![false; capacity]),
             http2_resets: RateLimitedLog::new(),
-            file_chunks: RefCell::new(bytes::BytesMut::new()),
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),

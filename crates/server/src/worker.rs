@@ -108,8 +108,6 @@ pub(crate) struct Worker {
     /// their reading side, which would cut off the streams in flight.
     pub(crate) http2: RefCell<Vec<bool>>,
     pub(crate) http2_resets: RateLimitedLog,
-    /// Where HTTP/2 reads file chunks (`http2::stream`), reused once they are sent.
-    pub(crate) file_chunks: RefCell<bytes::BytesMut>,
     /// When the last eviction / accept-pause message was logged, and how many since.
     pub(crate) evictions: RateLimitedLog,
     pub(crate) pauses: RateLimitedLog,

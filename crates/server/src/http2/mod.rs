@@ -1,9 +1,14 @@
-//! HTTP/2 (RFC 9113): the `h2` crate (hyper's codec) frames the connection; each stream
-//! is answered by the same `dispatch` as an HTTP/1 request, so the static files, the
-//! proxy, ESI, the cache and Lua answer both protocols with one code path
-//! ([`stream`]). The hand-written HTTP/1 loop (`conn`) stays as it is: a connection is
-//! HTTP/2 when TLS negotiated ALPN `h2` or when its first bytes are the HTTP/2 preface
-//! (prior knowledge, cleartext).
+//! HTTP/2 (RFC 9113), framed by tessera's own codec (`h2codec`: frames, HPACK and the
+//! connection's state machine, without I/O). Each stream is answered by the same
+//! `dispatch` as an HTTP/1 request, so the static files, the proxy, ESI, the cache and
+//! Lua answer both protocols with one code path ([`stream`]). The hand-written HTTP/1
+//! loop (`conn`) stays as it is: a connection is HTTP/2 when TLS negotiated ALPN `h2` or
+//! when its first bytes are the HTTP/2 preface (prior knowledge, cleartext).
+//!
+//! One task per connection reads, frames and writes. A response ready at once (a file
+//! from the cache, a refusal, a cached page) is framed on it as its request is read;
+//! one that waits (a handler's, a large file) is answered on a task of its own, which
+//! hands its head and body to the connection through the stream's [`stream::Slot`].
 //!
 //! A connection holds one slot of the fixed connection budget, whatever its streams;
 //! the slot's state is the connection's: `Idle` with no stream open (so
@@ -14,19 +19,21 @@
 mod config;
 mod stream;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use h2codec::conn::{Conn, Event, IdMap, OUTPUT_HIGH};
+use h2codec::frame::Reason;
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 
 pub(crate) use config::bool_or_table;
 pub use config::Http2Config;
@@ -37,7 +44,10 @@ use crate::transport::Stream;
 use crate::worker::{ConnState, Worker};
 
 /// The client connection preface (RFC 9113 section 3.4).
-pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = h2codec::conn::PREFACE;
+
+/// Room made in the read buffer before each read.
+const READ_ROOM: usize = 16 * 1024;
 
 /// What a connection's streams tell it, and what it tells them.
 pub(crate) struct Streams {
@@ -47,7 +57,7 @@ pub(crate) struct Streams {
     tls: Option<TlsFacts>,
     /// Streams being answered.
     active: Cell<u32>,
-    /// Of those, streams waiting for the client's window or the socket.
+    /// Of those, streams waiting for the client's window.
     blocked: Cell<u32>,
     /// The socket did not take the last write: the connection waits for the client to
     /// read (whether or not a stream is still counted: a response queued whole ends its
@@ -55,8 +65,9 @@ pub(crate) struct Streams {
     write_blocked: Cell<bool>,
     /// The handshake is done: the slot's state follows the streams from then on.
     started: Cell<bool>,
-    /// `[http2] max_concurrent_streams`: h2 frees a stream's place as soon as the client
-    /// cancels it, so the streams still being answered are bounded here too.
+    /// `[http2] max_concurrent_streams`: a stream the client cancelled leaves the
+    /// protocol's count at once, but its handler until it notices, so the streams still
+    /// being answered are bounded here too.
     max_streams: u32,
     /// Streams the client cancelled before their response finished, and streams whose
     /// response finished (Rapid Reset accounting).
@@ -64,12 +75,22 @@ pub(crate) struct Streams {
     finished: Cell<u64>,
     /// `[http2] max_reset_streams` of the configuration the connection started with.
     max_resets: u64,
+    /// `[http2] max_send_buffer`: response bytes a stream's task queues ahead of the
+    /// window and the socket.
+    max_queued: usize,
     /// The client has cancelled too many streams: the connection sends GOAWAY.
     abusive: Cell<bool>,
     /// The connection has ended (its slot is free, maybe another connection's already):
     /// streams still finishing must not touch the slot.
     ended: Cell<bool>,
-    wake: Notify,
+    /// Streams answered on tasks of their own, and responses waiting for window.
+    slots: RefCell<IdMap<stream::Slot>>,
+    /// A slot has something for the connection.
+    poked: Cell<bool>,
+    /// A slot has more to frame once the output is written.
+    more: Cell<bool>,
+    /// The connection's task, while it waits.
+    waker: RefCell<Option<Waker>>,
 }
 
 impl Streams {
@@ -116,7 +137,15 @@ impl Streams {
             self.finished.set(self.finished.get() + 1);
         }
         self.settle();
-        self.wake.notify_one();
+        self.poke();
+    }
+
+    /// Wakes the connection's task: a slot has something for it.
+    fn poke(&self) {
+        self.poked.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
     }
 }
 
@@ -149,20 +178,21 @@ pub(crate) async fn serve(
         cancelled: Cell::new(0),
         finished: Cell::new(0),
         max_resets: config.max_reset_streams as u64,
+        max_queued: config.max_send_buffer as usize,
         abusive: Cell::new(false),
         ended: Cell::new(false),
-        wake: Notify::new(),
+        slots: RefCell::new(IdMap::default()),
+        poked: Cell::new(false),
+        more: Cell::new(false),
+        waker: RefCell::new(None),
     });
     drop(current);
-    let io = Rewind::new(
-        prefix,
-        Counted {
-            inner: stream,
-            streams: streams.clone(),
-        },
-    );
+    let mut io = Counted {
+        inner: stream,
+        streams: streams.clone(),
+    };
     let ended = Ended(&streams);
-    run(io, &streams).await;
+    run(&mut io, prefix, &streams).await;
     drop(ended);
     worker.free(slot);
 }
@@ -170,65 +200,57 @@ pub(crate) async fn serve(
 /// Marks the connection ended when dropped: after `run`, or when the connection's task
 /// is dropped in the middle (it panicked; its slot is then freed by the worker), so that
 /// stream tasks still holding `Streams` leave the slot alone, which another connection
-/// may take next.
+/// may take next; and tells those tasks their streams are gone.
 struct Ended<'a>(&'a Streams);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
         self.0.ended.set(true);
         self.0.worker.mark_http2(self.0.slot, false);
+        stream::abandon(self.0);
     }
 }
 
-async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
+/// How one wait of the connection's task ended.
+enum Woke {
+    /// Bytes were read, written, or a slot or the shutdown wants attention.
+    Progress,
+    /// The client closed the connection, or the socket failed.
+    Closed,
+}
+
+async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
     let worker = &streams.worker;
     let peer = streams.peer;
     let current = worker.current();
     let config = &current.gen.config.http2;
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(config.max_concurrent_streams)
-        .initial_window_size(config.initial_stream_window)
-        .initial_connection_window_size(config.initial_connection_window)
-        .max_frame_size(config.max_frame_size)
-        .header_table_size(config.hpack_table_size)
-        .max_send_buffer_size(config.max_send_buffer as usize)
+    let mut conn = Conn::new(h2codec::conn::Config {
+        max_concurrent_streams: config.max_concurrent_streams,
+        initial_stream_window: config.initial_stream_window,
+        initial_connection_window: config.initial_connection_window,
+        max_frame_size: config.max_frame_size,
+        header_table_size: config.hpack_table_size,
         // One budget for a request head, whichever protocol carries it: the decoded
         // fields (name, value and 32 bytes each, RFC 9113 section 6.5.2) of a HEADERS
-        // frame and its CONTINUATIONs. h2 stops decoding past it, so neither endless
-        // CONTINUATION frames nor an HPACK bomb grows memory beyond it.
-        .max_header_list_size(current.gen.config.limits.max_head_size as u32)
-        // Streams cancelled before they were accepted are counted with the others in
-        // `Streams::ended`; this bound only keeps h2's own queue from growing between
-        // two accepts.
-        .max_pending_accept_reset_streams(config.max_reset_streams as usize)
-        .max_concurrent_reset_streams(config.max_concurrent_streams as usize);
-    let max_resets = config.max_reset_streams as u64;
+        // frame and its CONTINUATIONs; a header block four times as large ends the
+        // connection, so neither endless CONTINUATION frames nor an HPACK bomb grows
+        // memory beyond it.
+        max_header_list_size: current.gen.config.limits.max_head_size as u32,
+    });
     let settings = config.clone();
     let mut generation = current.gen.number;
     drop(current);
-    // The handshake (the preface and the first SETTINGS) happens in `ReadingHead`, where
-    // the slot has been since accept: `timeouts.head` bounds it.
-    let mut conn = match builder.handshake::<_, Bytes>(io).await {
-        Ok(conn) => conn,
-        Err(e) => {
-            tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
-            return;
-        }
-    };
-    streams.started.set(true);
-    if !streams.settle() {
-        return;
-    }
+    let mut read = BytesMut::with_capacity(READ_ROOM.max(prefix.len()));
+    read.extend_from_slice(&prefix);
     let mut going_away = false;
     let mut calmed = false;
-    // Streams answered in this pass, framed together once no more are waiting (each
-    // poll of the connection writes what is queued: framing them one by one would cost
-    // a write, and a TLS record, per response).
+    let mut client_gone = false;
+    let mut flush = false;
+    // Streams answered in this pass, framed together once every frame read is handled
+    // (so that a stream the client cancelled in the same read is counted as cancelled,
+    // and the responses leave in one write).
     let mut ready: Vec<stream::Ready> = Vec::new();
-    // When the streams now being accepted were read: the clock is read once for all the
-    // streams of one read (ten requests in a read cost one pair of clock reads, not ten).
-    let mut read_at: Option<Option<Instant>> = None;
+    let mut shutdown = std::pin::pin!(worker.shutdown.notified());
     loop {
         if !going_away && worker.shared.generation.load(Ordering::Relaxed) != generation {
             // A reload: streams take the new configuration as HTTP/1 requests do, but
@@ -239,84 +261,226 @@ async fn run(io: Rewind<Counted>, streams: &Rc<Streams>) {
             if current.gen.config.http2 != settings {
                 going_away = true;
                 goaway(worker, GoAway::Reload);
-                conn.graceful_shutdown();
+                conn.go_away(Reason::NO_ERROR);
             }
         }
         if !going_away && worker.is_shutting_down() {
-            // GOAWAY with the last stream accepted: the streams in flight finish, the
+            // GOAWAY with the last stream read: the streams in flight finish, the
             // client opens new ones on a new connection.
             going_away = true;
             goaway(worker, GoAway::Shutdown);
-            conn.graceful_shutdown();
+            conn.go_away(Reason::NO_ERROR);
         }
         if streams.abusive.get() && !calmed {
             calmed = true;
             rapid_reset(worker, peer, streams.cancelled.get());
-            conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+            conn.go_away(Reason::ENHANCE_YOUR_CALM);
         }
-        let polled = std::future::poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await;
-        let next = match polled {
-            Poll::Ready(next) => next,
-            Poll::Pending if !ready.is_empty() => {
-                read_at = None;
-                for answered in ready.drain(..) {
-                    let cancelled = answered.send();
-                    streams.ended(cancelled);
-                }
-                continue;
-            }
-            Poll::Pending => {
-                read_at = None;
-                tokio::select! {
-                    biased;
-                    next = conn.accept() => next,
-                    _ = streams.wake.notified() => continue,
-                    _ = worker.shutdown.notified(), if !going_away => continue,
-                }
-            }
-        };
-        match next {
-            Some(Ok((_, mut respond))) if streams.active.get() >= streams.max_streams => {
-                // Cancelled streams still being answered (until they notice) count
-                // against the limit the client was told.
-                respond.send_reset(h2::Reason::REFUSED_STREAM);
-            }
-            Some(Ok((request, respond))) => {
-                streams.active.set(streams.active.get() + 1);
-                if !streams.settle() {
+        let mut read_at: Option<Option<Instant>> = None;
+        let mut failed = false;
+        loop {
+            let event = match conn.next(&mut read) {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
+                    failed = true;
                     break;
                 }
-                let read_at = *read_at.get_or_insert_with(|| {
-                    worker.clock.refresh();
-                    let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
-                    timed.then(Instant::now)
-                });
-                match stream::start(streams, request, respond, read_at) {
-                    stream::Rest::Ended(cancelled) => streams.ended(cancelled),
-                    stream::Rest::Ready(answered) => ready.push(answered),
-                    stream::Rest::Later(pending) => {
-                        tokio::task::spawn_local(stream::finish(streams.clone(), pending));
+            };
+            match event {
+                Event::Request { stream: id, .. }
+                    if streams.active.get() >= streams.max_streams =>
+                {
+                    // Cancelled streams still being answered (until they notice) count
+                    // against the limit the client was told.
+                    conn.reset(id, Reason::REFUSED_STREAM);
+                }
+                Event::Request {
+                    stream: id,
+                    end_stream,
+                } => {
+                    streams.active.set(streams.active.get() + 1);
+                    if !streams.settle() {
+                        return;
+                    }
+                    let read_at = *read_at.get_or_insert_with(|| {
+                        worker.clock.refresh();
+                        let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
+                        timed.then(Instant::now)
+                    });
+                    match stream::start(streams, conn.request(), id, end_stream, read_at) {
+                        stream::Rest::Ended => {
+                            conn.reset(id, Reason::INTERNAL_ERROR);
+                            streams.ended(false);
+                        }
+                        stream::Rest::Ready(answered) => ready.push(answered),
+                        stream::Rest::Later(pending) => {
+                            streams
+                                .slots
+                                .borrow_mut()
+                                .insert(id, stream::Slot::new(true));
+                            tokio::task::spawn_local(stream::finish(streams.clone(), id, pending));
+                        }
                     }
                 }
-            }
-            Some(Err(e)) => {
-                // h2 counts the streams cancelled before they were accepted itself (all
-                // those of one read, before this loop sees them): past the same limit it
-                // has sent GOAWAY.
-                if e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) && !e.is_remote() && !calmed {
-                    rapid_reset(worker, peer, streams.cancelled.get() + max_resets);
+                Event::Data {
+                    stream: id,
+                    data,
+                    end_stream,
+                } => stream::body(streams, &mut conn, id, data, end_stream),
+                Event::Reset { stream: id, .. } => {
+                    // Cancelled before its answer was framed (a Rapid Reset client
+                    // sends both in one write): ended here, its answer never sent.
+                    match ready.iter().rposition(|r| r.id() == id) {
+                        Some(i) => {
+                            ready.remove(i);
+                            streams.ended(true);
+                        }
+                        None => stream::cancel(streams, id),
+                    }
                 }
-                tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
-                break;
+                Event::Window => {}
+                Event::GoAway { .. } => client_gone = true,
             }
-            None => break,
+        }
+        for answered in ready.drain(..) {
+            let cancelled = answered.send(streams, &mut conn);
+            streams.ended(cancelled);
+        }
+        if !streams.started.get() && conn.started() {
+            streams.started.set(true);
+            if !streams.settle() {
+                return;
+            }
+        }
+        stream::pump(streams, &mut conn);
+        let finished = streams.active.get() == 0 && streams.slots.borrow().is_empty();
+        if failed || ((going_away || client_gone) && finished) {
+            // What is owed (GOAWAY, the last frames) goes out, within the write
+            // timeout like any write, and the connection ends.
+            if write_all(io, &mut conn, &mut flush).await.is_ok() {
+                linger(io, worker).await;
+            }
+            return;
+        }
+        let woke = std::future::poll_fn(|cx| {
+            // Writes first: while the output is backed up no more frames are read.
+            while !conn.output().is_empty() {
+                match Pin::new(&mut *io).poll_write(cx, conn.output()) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Woke::Closed),
+                    Poll::Ready(Ok(n)) => {
+                        conn.written(n);
+                        flush = true;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if flush && conn.output().is_empty() {
+                match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => flush = false,
+                    Poll::Ready(Err(_)) => return Poll::Ready(Woke::Closed),
+                    Poll::Pending => {}
+                }
+            }
+            if conn.output().is_empty() && streams.more.get() {
+                // A file waits to be read into the output, which is empty now.
+                return Poll::Ready(Woke::Progress);
+            }
+            if conn.output().len() <= OUTPUT_HIGH {
+                if read.capacity() - read.len() < READ_ROOM {
+                    read.reserve(READ_ROOM);
+                }
+                match poll_read_buf(Pin::new(&mut *io), cx, &mut read) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Woke::Closed),
+                    Poll::Ready(Ok(_)) => return Poll::Ready(Woke::Progress),
+                    Poll::Pending => {}
+                }
+            }
+            if streams.poked.replace(false) {
+                return Poll::Ready(Woke::Progress);
+            }
+            if !going_away && shutdown.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Woke::Progress);
+            }
+            let mut waker = streams.waker.borrow_mut();
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+        if let Woke::Closed = woke {
+            return;
         }
     }
-    // Answered but not framed when the connection ended: counted as ended all the same.
-    for answered in ready.drain(..) {
-        let cancelled = answered.send();
-        streams.ended(cancelled);
+}
+
+/// Reads into the spare room of `buf`.
+fn poll_read_buf(
+    io: Pin<&mut Counted>,
+    cx: &mut Context<'_>,
+    buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    let spare = buf.spare_capacity_mut();
+    let mut read = ReadBuf::uninit(spare);
+    match io.poll_read(cx, &mut read) {
+        Poll::Ready(Ok(())) => {
+            let n = read.filled().len();
+            // SAFETY: `ReadBuf` hands out only the bytes the read initialised as
+            // `filled`, and they are the first `n` of the spare room.
+            unsafe { buf.set_len(buf.len() + n) };
+            Poll::Ready(Ok(n))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        Poll::Pending => Poll::Pending,
     }
+}
+
+/// Writes the whole output and flushes it (the last frames of a connection).
+async fn write_all(io: &mut Counted, conn: &mut Conn, flush: &mut bool) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    while !conn.output().is_empty() {
+        let n = io.write(conn.output()).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        conn.written(n);
+        *flush = true;
+    }
+    if *flush {
+        io.flush().await?;
+    }
+    Ok(())
+}
+
+/// Closing while the client may still be sending would make the kernel answer with
+/// RST, which can destroy the GOAWAY before the client reads it. So, as HTTP/1 does
+/// (`conn`'s lingering close): close the sending side (TLS close_notify, then FIN), then
+/// read and drop what arrives, for at most 2 s and 256 KiB.
+async fn linger(io: &mut Counted, worker: &Worker) {
+    worker
+        .shared
+        .lingering_closes
+        .fetch_add(1, Ordering::Relaxed);
+    let mut buffers = worker.take_buffers();
+    let drain = async {
+        let _ = std::future::poll_fn(|cx| Pin::new(&mut *io).poll_shutdown(cx)).await;
+        let tcp = io.inner.tcp();
+        let mut total = 0usize;
+        while total <= 256 * 1024 {
+            if tcp.readable().await.is_err() {
+                break;
+            }
+            match tcp.try_read(&mut buffers.read) {
+                Ok(n) if n > 0 => total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+    worker.give_back(buffers);
 }
 
 fn goaway(worker: &Worker, reason: GoAway) {
@@ -338,70 +502,6 @@ fn rapid_reset(worker: &Worker, peer: SocketAddr, cancelled: u64) {
             "HTTP/2 client cancelled too many streams (Rapid Reset): sent GOAWAY and closed"
         );
     });
-}
-
-/// A stream with bytes already read from it put back in front: the preface a cleartext
-/// connection started with, read before the connection knew its protocol.
-pub(crate) struct Rewind<T> {
-    prefix: Option<Bytes>,
-    inner: T,
-}
-
-impl<T> Rewind<T> {
-    pub(crate) fn new(prefix: Bytes, inner: T) -> Rewind<T> {
-        Rewind {
-            prefix: (!prefix.is_empty()).then_some(prefix),
-            inner,
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if let Some(mut prefix) = self.prefix.take() {
-            let n = prefix.len().min(buf.remaining());
-            buf.put_slice(&prefix.split_to(n));
-            if !prefix.is_empty() {
-                self.prefix = Some(prefix);
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
 
 /// The connection's stream, counting the bytes read from the client for
@@ -443,19 +543,6 @@ impl AsyncWrite for Counted {
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.wrote(polled)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.wrote(polled)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

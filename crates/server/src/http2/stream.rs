@@ -10,17 +10,22 @@
 //!
 //! A response ready at once with a small body in memory (a static file from the cache,
 //! a refusal, a cached page) is framed on the connection's own task as the stream is
-//! accepted; only one that waits (a handler's, a file read in chunks, a body larger
-//! than the window) gets a task of its own.
+//! read; only one that waits (a handler's, a file read in chunks, a body larger than
+//! [`SEND_AT_ONCE`]) gets a task of its own. That task and the connection meet in the
+//! stream's [`Slot`]: the task queues the head and the body (at most
+//! `[http2] max_send_buffer` bytes ahead), the connection frames them as the windows
+//! allow and hands the task the request body and the client's cancel.
 
+use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
+use bytes::{Buf, Bytes, BytesMut};
+use h2codec::conn::{Conn, OwnedRequest, Request, OUTPUT_HIGH};
+use h2codec::frame::Reason;
 use handler::{Body, Response};
-use http::{HeaderName, HeaderValue};
 use wire::{BodyFraming, Version};
 
 use super::Streams;
@@ -29,22 +34,71 @@ use crate::output::Piece;
 use crate::served;
 use crate::worker::Worker;
 
-/// Largest DATA payload read from a file at a time (the send buffer takes at most
-/// `[http2] max_send_buffer` of it before the client's window opens).
-const FILE_CHUNK: usize = 64 * 1024;
+/// Largest DATA payload read from a file at a time.
+const FILE_CHUNK: usize = 16 * 1024;
 
-/// Bodies up to this size, in memory, are queued whole with their head: no task, no
-/// wait. h2 lets them out as the client's window allows; a client that keeps its window
-/// shut leaves the connection idle as far as the server can tell (its stream is done),
-/// so `timeouts.idle`, or an eviction, ends it.
+/// Handlers' bodies up to this size, in memory, are framed with their head on the
+/// connection's task, with no task of their own.
 const SEND_AT_ONCE: usize = 16 * 1024;
+
+/// Where a stream's task and the connection meet.
+pub(super) struct Slot {
+    /// The response head (HTTP/1 lines) to frame, and whether no body follows.
+    head: Option<(Bytes, bool)>,
+    /// The body to frame, in order: bytes, and ranges of files read straight into the
+    /// output as the windows and the socket take them; `end` once the last is among
+    /// them.
+    data: VecDeque<Piece>,
+    /// Bytes of `data` in memory (a task queues at most `[http2] max_send_buffer`).
+    queued: usize,
+    end: bool,
+    /// The task wants the stream reset (its body broke off).
+    reset: Option<Reason>,
+    /// A task answers the stream (else the slot only holds what the window did not
+    /// take yet, and goes once that is framed).
+    tasked: bool,
+    /// The client reset the stream, or the connection ended.
+    cancelled: bool,
+    /// Request body bytes received and not yet read by the task; `body_end` once the
+    /// client has ended its side.
+    body: VecDeque<Bytes>,
+    body_end: bool,
+    /// Body bytes the task has read, for the connection to give back to the client.
+    released: usize,
+    /// The task, waiting for room, the request body or the cancel.
+    waker: Option<Waker>,
+}
+
+impl Slot {
+    pub(super) fn new(tasked: bool) -> Slot {
+        Slot {
+            head: None,
+            data: VecDeque::new(),
+            queued: 0,
+            end: false,
+            reset: None,
+            tasked,
+            cancelled: false,
+            body: VecDeque::new(),
+            body_end: false,
+            released: 0,
+            waker: None,
+        }
+    }
+
+    fn wake(&mut self) {
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
 
 /// What is left of a stream after [`start`].
 pub(super) enum Rest {
-    /// Ended: `true` if the client had cancelled it.
-    Ended(bool),
-    /// Answered, to be framed with the others answered in the same pass ([`Ready::send`]),
-    /// so that their frames leave in one write.
+    /// Not answerable (a head the encoder wrote does not parse, which never happens):
+    /// reset.
+    Ended,
+    /// Answered, to be framed with the others answered in the same pass.
     Ready(Ready),
     /// Its response waits (a handler, a file, a large body): finished by [`finish`] on a
     /// task of its own.
@@ -52,24 +106,19 @@ pub(super) enum Rest {
 }
 
 pub(super) struct Pending {
-    respond: SendResponse<Bytes>,
+    request: OwnedRequest,
+    end_stream: bool,
     work: Waits,
 }
 
 // Always boxed (in `Pending`), so the size of the larger variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 enum Waits {
-    /// The static files' answer, logged already: its head and its body's pieces.
-    Pieces {
-        head: Bytes,
-        pieces: Vec<Piece>,
-        /// The request body, to skip first.
-        skip: Option<RecvStream>,
-    },
+    /// The static files' answer, logged already: its head and its body's pieces; the
+    /// request body, if any, is skipped first.
+    Pieces { head: Bytes, pieces: Vec<Piece> },
     /// A handler's answer to come.
     Exchange {
-        parts: http::request::Parts,
-        body: RecvStream,
         exchange: handler::Pooled<Exchange>,
         read_at: Option<Instant>,
     },
@@ -79,22 +128,17 @@ enum Waits {
 /// brought it in was taken (the worker's clock was refreshed then).
 pub(super) fn start(
     streams: &Streams,
-    request: http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    request: Request<'_>,
+    id: u32,
+    end_stream: bool,
     read_at: Option<Instant>,
 ) -> Rest {
-    // A stream the client cancelled before we looked at it (a Rapid Reset) costs
-    // nothing more than this check.
-    if reset(&mut respond) {
-        return Rest::Ended(true);
-    }
     let worker: &Worker = &streams.worker;
-    let (parts, body) = request.into_parts();
     let mut cookie = Vec::new();
-    let mut fields = Vec::with_capacity(parts.headers.len() + 1);
+    let mut fields = Vec::with_capacity(request.field_count() + 1);
     let (req, refusal) = view(
-        &parts,
-        body.is_end_stream(),
+        request,
+        end_stream,
         &mut cookie,
         &mut fields,
         &worker.shared.limits,
@@ -129,34 +173,29 @@ pub(super) fn start(
                 mark,
             );
             let (_, head, _) = out.since(mark);
-            // One copy, which the HTTP/2 field values share.
             let head = Bytes::copy_from_slice(head);
             let pieces = out.take_pieces(head.len());
             worker.give_back(buffers);
-            let small = pieces.iter().all(|p| matches!(p, Piece::Bytes(_)))
-                && pieces.iter().map(Piece::len).sum::<u64>() <= SEND_AT_ONCE as u64;
             // A request body nobody reads (a static file's) is skipped to its end before
-            // the response goes out, as HTTP/1 does: the stream stays open and checked
-            // (its length, its trailers, its window) until the client ends it. A refused
-            // request is answered at once; its stream is reset when the body is dropped.
-            let skip = (refusal.is_none() && !body.is_end_stream()).then_some(body);
-            if !small || skip.is_some() {
-                let work = Waits::Pieces { head, pieces, skip };
-                return Rest::Later(Box::new(Pending { respond, work }));
+            // the response goes out, as HTTP/1 does: that waits, on a task. A refused
+            // request is answered at once; its body is dropped as it comes.
+            if refusal.is_none() && !end_stream {
+                let work = Waits::Pieces { head, pieces };
+                return Rest::Later(Box::new(Pending {
+                    request: request.to_owned(),
+                    end_stream,
+                    work,
+                }));
             }
             let head_only = req.method == wire::Method::Head;
-            let Some((response, content)) = response(&head, head_only) else {
-                respond.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Rest::Ended(false);
-            };
-            let body = match pieces.into_iter().next() {
-                Some(Piece::Bytes(bytes)) if content => bytes,
-                _ => Bytes::new(),
+            let Some((status, content)) = status_of(&head, head_only) else {
+                return Rest::Ended;
             };
             return Rest::Ready(Ready {
-                respond,
-                response,
-                body,
+                id,
+                status,
+                head,
+                body: if content { pieces } else { Vec::new() },
             });
         }
         Dispatched::Later(exchange) => exchange,
@@ -170,7 +209,7 @@ pub(super) fn start(
         Body::Ready(chunks) => chunks.iter().map(|c| c.len()).sum::<usize>() <= SEND_AT_ONCE,
         Body::Stream { .. } => false,
     };
-    if body.is_end_stream() && matches!(&exchange.work, Work::Ready(r) if small(&r.body)) {
+    if end_stream && matches!(&exchange.work, Work::Ready(r) if small(&r.body)) {
         let Exchange {
             work: Work::Ready(ready),
             filter,
@@ -199,63 +238,525 @@ pub(super) fn start(
             let sent = (status, &head[..], body.len() as u64);
             served::record(worker, streams.peer, read_at, Some(&req), b"", sent);
         }
-        let Some((response, _)) = response(&Bytes::from(head), head_only) else {
-            respond.send_reset(h2::Reason::INTERNAL_ERROR);
-            return Rest::Ended(false);
+        let head = Bytes::from(head);
+        let Some((status, _)) = status_of(&head, head_only) else {
+            return Rest::Ended;
         };
         return Rest::Ready(Ready {
-            respond,
-            response,
-            body,
+            id,
+            status,
+            head,
+            body: match body.is_empty() {
+                true => Vec::new(),
+                false => vec![Piece::Bytes(body)],
+            },
         });
     }
-    let work = Waits::Exchange {
-        parts,
-        body,
-        exchange,
-        read_at,
-    };
-    Rest::Later(Box::new(Pending { respond, work }))
+    let work = Waits::Exchange { exchange, read_at };
+    Rest::Later(Box::new(Pending {
+        request: request.to_owned(),
+        end_stream,
+        work,
+    }))
 }
 
-/// Finishes a stream [`start`] could not; returns whether the client cancelled it.
-pub(super) async fn finish(streams: Rc<Streams>, pending: Box<Pending>) {
-    let Pending { mut respond, work } = *pending;
-    let result = match work {
-        Waits::Pieces { head, pieces, skip } => {
-            if let Some(mut body) = skip {
-                skip_body(&streams.worker, &mut body).await;
+/// A response ready now: a file's, a refusal, a cached object. Its head and what of
+/// its body the windows take are framed on the connection's task; the rest waits in a
+/// slot of its own, read from the file as it is sent.
+pub(super) struct Ready {
+    id: u32,
+    status: u16,
+    /// The head as the HTTP/1 encoder wrote it.
+    head: Bytes,
+    body: Vec<Piece>,
+}
+
+impl Ready {
+    pub(super) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Frames it; returns whether the client had cancelled the stream.
+    pub(super) fn send(self, streams: &Streams, conn: &mut Conn) -> bool {
+        let empty = self.body.iter().all(|p| p.len() == 0);
+        if send_head(conn, self.id, self.status, &self.head, empty).is_err() {
+            return true;
+        }
+        if empty {
+            return false;
+        }
+        let mut slot = Slot::new(false);
+        slot.queued = self
+            .body
+            .iter()
+            .map(|p| match p {
+                Piece::Bytes(b) => b.len(),
+                Piece::File { .. } => 0,
+            })
+            .sum();
+        slot.data = self.body.into();
+        slot.end = true;
+        // Framed now as far as the windows and the output allow; the rest by `pump`.
+        if frame_pieces(conn, self.id, &mut slot).is_err() {
+            return true;
+        }
+        if !slot.data.is_empty() {
+            streams.slots.borrow_mut().insert(self.id, slot);
+        }
+        false
+    }
+}
+
+/// What stopped [`frame_pieces`] before the slot's body was all framed.
+enum Stop {
+    /// The output is full: more once it is written.
+    Output,
+    /// The client's window.
+    Window,
+}
+
+/// Frames what it can of a slot's body. `Err` when the stream is gone (reset, or its
+/// file broke under it).
+fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<Option<Stop>, ()> {
+    loop {
+        if conn.output().len() >= OUTPUT_HIGH {
+            return Ok(Some(Stop::Output));
+        }
+        let last = slot.end && slot.data.len() == 1;
+        let Some(front) = slot.data.front_mut() else {
+            return Ok(None);
+        };
+        match front {
+            Piece::Bytes(bytes) => {
+                let n = conn.send_data(id, bytes, last).map_err(|_| ())?;
+                slot.queued -= n;
+                if n < bytes.len() {
+                    bytes.advance(n);
+                    return Ok(Some(Stop::Window));
+                }
             }
-            let head_only = false;
-            match response(&head, head_only) {
-                None => Ok(()),
-                Some((response, _)) => match respond.send_response(response, pieces.is_empty()) {
-                    Ok(mut send) => send_pieces(&streams, &mut send, pieces, &mut 0).await,
-                    Err(e) => Err(e),
-                },
+            Piece::File { entry, offset, len } => {
+                let want = (*len).min(FILE_CHUNK as u64) as usize;
+                let n = conn.begin_data(id, want).map_err(|_| ())?;
+                if n == 0 {
+                    return Ok(Some(Stop::Window));
+                }
+                if read_into(conn.payload(), &entry.file, *offset, n).is_err() {
+                    // The file shrank or broke under us: its length is promised, so
+                    // the stream is cut off, not completed.
+                    conn.finish_data(false);
+                    conn.reset(id, Reason::INTERNAL_ERROR);
+                    return Err(());
+                }
+                *offset += n as u64;
+                *len -= n as u64;
+                conn.finish_data(last && *len == 0);
+                if *len > 0 {
+                    continue;
+                }
             }
         }
-        Waits::Exchange {
-            parts,
-            mut body,
-            exchange,
-            read_at,
-        } => handled(&streams, &parts, &mut body, exchange, read_at, &mut respond).await,
+        slot.data.pop_front();
+    }
+}
+
+/// Reads exactly `n` bytes of `file` at `offset` onto the end of `out`: pread(2) into
+/// its spare room, so the bytes are neither zeroed first nor copied after.
+fn read_into(
+    out: &mut Vec<u8>,
+    file: &std::fs::File,
+    offset: u64,
+    n: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    out.reserve(n);
+    let mut got = 0;
+    while got < n {
+        let spare = &mut out.spare_capacity_mut()[..n - got];
+        // SAFETY: pread writes at most `spare.len()` bytes into `spare`, room `out`
+        // owns; only the bytes it reports written become part of `out`.
+        let r = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                (offset + got as u64) as libc::off_t,
+            )
+        };
+        match r {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            r if r < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            r => {
+                // SAFETY: the `r` bytes after the old length were just written.
+                unsafe { out.set_len(out.len() + r as usize) };
+                got += r as usize;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Frames a head the HTTP/1 encoder wrote: its status and fields, the
+/// connection-specific ones left out.
+fn send_head(
+    conn: &mut Conn,
+    id: u32,
+    status: u16,
+    head: &[u8],
+    end_stream: bool,
+) -> Result<(), h2codec::conn::StreamGone> {
+    let Some((_, fields)) = dispatch::parse_head(head) else {
+        conn.reset(id, Reason::INTERNAL_ERROR);
+        return Err(h2codec::conn::StreamGone);
     };
-    streams.ended(result.is_err() && reset(&mut respond));
+    let fields = fields.filter(|(name, _)| !is_connection_specific(name));
+    conn.send_headers(id, status, fields, end_stream)
+}
+
+/// The status of a head the HTTP/1 encoder wrote, and whether content follows it.
+/// `None` if the head does not parse (never, for heads written here).
+fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
+    let (status, _) = dispatch::parse_head(head)?;
+    Some((status, !wire::no_body(head_only, status)))
+}
+
+/// Hands request body bytes to the stream's task, or, when nothing reads them (the
+/// stream is answered already), gives them straight back to the client's window.
+pub(super) fn body(streams: &Streams, conn: &mut Conn, id: u32, data: Bytes, end: bool) {
+    let mut slots = streams.slots.borrow_mut();
+    match slots.get_mut(&id).filter(|s| s.tasked && !s.cancelled) {
+        Some(slot) => {
+            if !data.is_empty() {
+                slot.body.push_back(data);
+            }
+            slot.body_end |= end;
+            slot.wake();
+        }
+        None => conn.release(id, data.len()),
+    }
+}
+
+/// The client reset the stream: its task stops.
+pub(super) fn cancel(streams: &Streams, id: u32) {
+    let mut slots = streams.slots.borrow_mut();
+    if let Some(slot) = slots.get_mut(&id) {
+        slot.cancelled = true;
+        slot.data.clear();
+        slot.queued = 0;
+        slot.wake();
+        if !slot.tasked {
+            slots.remove(&id);
+        }
+    }
+}
+
+/// The connection has ended: every task stops.
+pub(super) fn abandon(streams: &Streams) {
+    let mut slots = streams.slots.borrow_mut();
+    for slot in slots.values_mut() {
+        slot.cancelled = true;
+        slot.wake();
+    }
+    slots.retain(|_, s| s.tasked);
+}
+
+/// Frames what the slots hold, as far as the windows allow: heads, body bytes, the
+/// body bytes read (given back to the client), resets. Wakes the tasks that may queue
+/// more.
+pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
+    let mut slots = streams.slots.borrow_mut();
+    streams.more.set(false);
+    if slots.is_empty() {
+        if streams.blocked.replace(0) > 0 {
+            streams.settle();
+        }
+        return;
+    }
+    let max_queued = streams.max_queued;
+    let mut blocked = 0;
+    let mut more = false;
+    slots.retain(|&id, slot| {
+        if slot.cancelled {
+            return slot.tasked;
+        }
+        if slot.released > 0 {
+            conn.release(id, slot.released);
+            slot.released = 0;
+        }
+        if let Some((head, end)) = slot.head.take() {
+            let status = dispatch::parse_head(&head).map_or(500, |(s, _)| s);
+            if send_head(conn, id, status, &head, end).is_err() {
+                slot.cancelled = true;
+            }
+        }
+        if !slot.cancelled {
+            match frame_pieces(conn, id, slot) {
+                Ok(None) => {}
+                Ok(Some(Stop::Window)) => blocked += 1,
+                Ok(Some(Stop::Output)) => more = true,
+                Err(()) => slot.cancelled = true,
+            }
+        }
+        if slot.cancelled {
+            slot.data.clear();
+            slot.queued = 0;
+        }
+        if let Some(reason) = slot.reset.take() {
+            conn.reset(id, reason);
+            slot.cancelled = true;
+        }
+        if slot.cancelled || slot.queued < max_queued {
+            slot.wake();
+        }
+        slot.tasked || !slot.data.is_empty()
+    });
+    streams.more.set(more);
+    if streams.blocked.replace(blocked) != blocked {
+        streams.settle();
+    }
+}
+
+/// The task's end of a stream's slot.
+struct Link<'a> {
+    streams: &'a Streams,
+    id: u32,
+}
+
+/// The stream was reset by the client, or the connection ended.
+#[derive(Debug)]
+struct Cancelled;
+
+impl Link<'_> {
+    fn with<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
+        self.streams.slots.borrow_mut().get_mut(&self.id).map(f)
+    }
+
+    /// Ready when the stream is cancelled.
+    fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let cancelled = self.with(|s| {
+            if !s.cancelled {
+                s.waker = Some(cx.waker().clone());
+            }
+            s.cancelled
+        });
+        match cancelled {
+            Some(false) => Poll::Pending,
+            _ => Poll::Ready(()),
+        }
+    }
+
+    /// Queues the response head (HTTP/1 lines); `end`: no body follows.
+    fn head(&self, head: Bytes, end: bool) -> Result<(), Cancelled> {
+        let queued = self.with(|s| {
+            if s.cancelled {
+                return false;
+            }
+            s.head = Some((head, end));
+            s.end |= end;
+            true
+        });
+        self.streams.poke();
+        match queued {
+            Some(true) => Ok(()),
+            _ => Err(Cancelled),
+        }
+    }
+
+    /// Queues body bytes, once the stream's queue has room; `end` with the last.
+    async fn data(&self, chunk: Bytes, end: bool) -> Result<(), Cancelled> {
+        let max = self.streams.max_queued;
+        poll_fn(|cx| {
+            let room = self.with(|s| {
+                if s.cancelled {
+                    return Err(Cancelled);
+                }
+                if s.queued >= max {
+                    s.waker = Some(cx.waker().clone());
+                    return Ok(false);
+                }
+                Ok(true)
+            });
+            match room {
+                None => Poll::Ready(Err(Cancelled)),
+                Some(Err(c)) => Poll::Ready(Err(c)),
+                Some(Ok(false)) => Poll::Pending,
+                Some(Ok(true)) => Poll::Ready(Ok(())),
+            }
+        })
+        .await?;
+        self.with(|s| {
+            s.queued += chunk.len();
+            if !chunk.is_empty() || end {
+                s.data.push_back(Piece::Bytes(chunk));
+            }
+            s.end |= end;
+        });
+        self.streams.poke();
+        Ok(())
+    }
+
+    /// Hands over a static file's body whole: the connection reads its file ranges as
+    /// it sends them.
+    fn pieces(&self, pieces: Vec<Piece>) -> Result<(), Cancelled> {
+        let queued = self.with(|s| {
+            if s.cancelled {
+                return false;
+            }
+            s.queued += pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Bytes(b) => b.len(),
+                    Piece::File { .. } => 0,
+                })
+                .sum::<usize>();
+            s.data.extend(pieces);
+            s.end = true;
+            true
+        });
+        self.streams.poke();
+        match queued {
+            Some(true) => Ok(()),
+            _ => Err(Cancelled),
+        }
+    }
+
+    /// Waits until what was queued has been framed (the window and the socket took it),
+    /// so the stream's end is counted when its bytes are out of the task's hands.
+    async fn drained(&self) -> Result<(), Cancelled> {
+        poll_fn(|cx| {
+            let left = self.with(|s| {
+                if s.cancelled {
+                    return None;
+                }
+                if s.head.is_some() || !s.data.is_empty() {
+                    s.waker = Some(cx.waker().clone());
+                    return Some(true);
+                }
+                Some(false)
+            });
+            match left.flatten() {
+                None => Poll::Ready(Err(Cancelled)),
+                Some(true) => Poll::Pending,
+                Some(false) => Poll::Ready(Ok(())),
+            }
+        })
+        .await
+    }
+
+    /// Resets the stream (its body broke off after the head went out).
+    fn reset(&self, reason: Reason) {
+        self.with(|s| s.reset = Some(reason));
+        self.streams.poke();
+    }
+
+    /// The next piece of the request body; `None` at its end.
+    async fn body_chunk(&self) -> Result<Option<Bytes>, Cancelled> {
+        poll_fn(|cx| {
+            let next = self.with(|s| {
+                if s.cancelled {
+                    return Err(Cancelled);
+                }
+                if let Some(chunk) = s.body.pop_front() {
+                    s.released += chunk.len();
+                    return Ok(Some(Some(chunk)));
+                }
+                if s.body_end {
+                    return Ok(Some(None));
+                }
+                s.waker = Some(cx.waker().clone());
+                Ok(None)
+            });
+            match next {
+                None => Poll::Ready(Err(Cancelled)),
+                Some(Err(c)) => Poll::Ready(Err(c)),
+                Some(Ok(None)) => Poll::Pending,
+                Some(Ok(Some(chunk))) => {
+                    if chunk.is_some() {
+                        // The connection gives the bytes back to the client's window.
+                        self.streams.poke();
+                    }
+                    Poll::Ready(Ok(chunk))
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Link<'_> {
+    /// The task is done: its slot goes once what it queued is framed.
+    fn drop(&mut self) {
+        let mut slots = self.streams.slots.borrow_mut();
+        if let Some(slot) = slots.get_mut(&self.id) {
+            slot.tasked = false;
+            slot.waker = None;
+            if slot.cancelled || slot.data.is_empty() && slot.head.is_none() {
+                slots.remove(&self.id);
+            }
+        }
+        drop(slots);
+        self.streams.poke();
+    }
+}
+
+/// Finishes a stream [`start`] could not, on a task of its own.
+pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>) {
+    let Pending {
+        request,
+        end_stream,
+        work,
+    } = *pending;
+    let link = Link {
+        streams: &streams,
+        id,
+    };
+    let result = match work {
+        Waits::Pieces { head, pieces } => {
+            if !end_stream {
+                skip_body(&streams.worker, &link).await;
+            }
+            match status_of(&head, request.view().method() == b"HEAD") {
+                None => {
+                    link.reset(Reason::INTERNAL_ERROR);
+                    Ok(())
+                }
+                Some((_, content)) => {
+                    let empty = !content || pieces.iter().all(|p| p.len() == 0);
+                    match link.head(head, empty) {
+                        Ok(()) if empty => Ok(()),
+                        Ok(()) => link.pieces(pieces),
+                        Err(c) => Err(c),
+                    }
+                }
+            }
+        }
+        Waits::Exchange { exchange, read_at } => {
+            handled(&streams, &request, end_stream, &link, exchange, read_at).await
+        }
+    };
+    let result = match result {
+        Ok(()) => link.drained().await,
+        Err(c) => Err(c),
+    };
+    drop(link);
+    streams.ended(result.is_err());
 }
 
 /// Reads a request body nobody needs to its end, within `limits.max_body_size` and
-/// `timeouts.body` (past either the response goes out, and dropping the body resets
-/// the stream).
-async fn skip_body(worker: &Worker, body: &mut RecvStream) {
+/// `timeouts.body` (past either the response goes out, and the rest is dropped as it
+/// comes).
+async fn skip_body(worker: &Worker, link: &Link<'_>) {
     let max = worker.shared.limits.max_body_size;
     let wait = Duration::from_secs_f64(worker.current().gen.config.timeouts.body);
     let skip = async {
         let mut seen = 0u64;
-        while let Some(Ok(chunk)) = body.data().await {
+        while let Ok(Some(chunk)) = link.body_chunk().await {
             seen += chunk.len() as u64;
-            let _ = body.flow_control().release_capacity(chunk.len());
             if seen > max {
                 return;
             }
@@ -264,58 +765,64 @@ async fn skip_body(worker: &Worker, body: &mut RecvStream) {
     let _ = tokio::time::timeout(wait, skip).await;
 }
 
-/// Whether the client has reset the stream already (polled without waiting).
-fn reset(respond: &mut SendResponse<Bytes>) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    matches!(respond.poll_reset(&mut cx), std::task::Poll::Ready(_))
-}
-
 /// The request as the handlers see it, and why it is refused, if it is. The Host
 /// field is the :authority (a client that sends both must send the same host, RFC 9113
 /// section 8.3.1); cookies split over several fields are joined as one (section 8.2.3).
 fn view<'a>(
-    parts: &'a http::request::Parts,
+    request: Request<'a>,
     end_stream: bool,
     cookie: &'a mut Vec<u8>,
     fields: &'a mut Vec<wire::Header<'a>>,
     limits: &wire::Limits,
 ) -> (wire::Request<'a, 'a>, Option<wire::Error>) {
-    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
-    let target: &[u8] = match (&parts.method, parts.uri.path_and_query()) {
-        (&http::Method::CONNECT, _) => authority.unwrap_or(b""),
-        (_, Some(pq)) => pq.as_str().as_bytes(),
+    let authority = request.authority();
+    let method = std::str::from_utf8(request.method()).unwrap_or("");
+    let mut refusal = None;
+    if method.is_empty() || !method.bytes().all(is_token_byte) {
+        refusal = Some(wire::Error::BadMethod);
+    }
+    let target: &[u8] = match (method, request.path()) {
+        ("CONNECT", _) => authority.unwrap_or(b""),
+        (_, Some(path)) => path,
         (_, None) => b"/",
     };
-    let mut refusal = None;
+    if !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+        refusal = Some(wire::Error::BadTarget);
+    }
     if let Some(authority) = authority {
         fields.push(wire::Header {
             name: "host",
             value: authority,
         });
     }
-    for (name, value) in &parts.headers {
-        match *name {
-            http::header::HOST => {
-                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value.as_bytes())) {
+    let mut length = None;
+    for (name, value) in request.fields() {
+        // Names are lower-case tokens (checked by the codec), so ASCII.
+        let name = std::str::from_utf8(name).unwrap_or("");
+        match name {
+            "host" => {
+                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value)) {
                     refusal = Some(wire::Error::BadHost);
                 }
                 if authority.is_none() {
                     fields.push(wire::Header {
                         name: "host",
-                        value: value.as_bytes(),
+                        value,
                     });
                 }
             }
-            http::header::COOKIE => {
+            "cookie" => {
                 if !cookie.is_empty() {
                     cookie.extend_from_slice(b"; ");
                 }
-                cookie.extend_from_slice(value.as_bytes());
+                cookie.extend_from_slice(value);
             }
-            _ => fields.push(wire::Header {
-                name: name.as_str(),
-                value: value.as_bytes(),
-            }),
+            _ => {
+                if name == "content-length" {
+                    length = Some(value);
+                }
+                fields.push(wire::Header { name, value });
+            }
         }
     }
     let cookie: &'a [u8] = cookie;
@@ -328,8 +835,8 @@ fn view<'a>(
     let framing = if end_stream {
         BodyFraming::None
     } else {
-        match parts.headers.get(http::header::CONTENT_LENGTH) {
-            Some(length) => match std::str::from_utf8(length.as_bytes())
+        match length {
+            Some(length) => match std::str::from_utf8(length)
                 .ok()
                 .and_then(|l| l.parse().ok())
             {
@@ -342,7 +849,9 @@ fn view<'a>(
             None => BodyFraming::Chunked,
         }
     };
-    if target.len() > limits.max_uri_length {
+    if request.oversize() {
+        refusal = Some(wire::Error::HeadTooLarge);
+    } else if target.len() > limits.max_uri_length {
         refusal = Some(wire::Error::UriTooLong);
     } else if fields.len() > limits.max_headers {
         refusal = Some(wire::Error::TooManyHeaders);
@@ -351,8 +860,8 @@ fn view<'a>(
     }
     let fields: &'a [wire::Header<'a>] = fields;
     let req = wire::Request {
-        method: wire::Method::from_token(parts.method.as_str()),
-        method_token: parts.method.as_str(),
+        method: wire::Method::from_token(method),
+        method_token: method,
         target,
         path: target,
         version: Version::Http2,
@@ -365,85 +874,44 @@ fn view<'a>(
     (req, refusal)
 }
 
-/// The HTTP/2 response for a head the HTTP/1 encoder wrote, and whether content
-/// follows it. `None` if the head does not parse (never, for heads written here).
-/// The values share the head's buffer (a slice each, not a copy each).
-fn response(head: &Bytes, head_only: bool) -> Option<(http::Response<()>, bool)> {
-    let (status, fields) = dispatch::parse_head(head)?;
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::from_u16(status).ok()?;
-    let map = response.headers_mut();
-    map.reserve(fields.size_hint().0);
-    for (name, value) in fields {
-        if is_connection_specific(name) {
-            continue;
-        }
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(value));
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), value) {
-            map.append(name, value);
-        }
-    }
-    Some((response, !wire::no_body(head_only, status)))
-}
-
-/// A response whose body is small and in memory, framed without waiting.
-pub(super) struct Ready {
-    respond: SendResponse<Bytes>,
-    response: http::Response<()>,
-    body: Bytes,
-}
-
-impl Ready {
-    /// Queues its frames; returns whether the client had cancelled the stream.
-    pub(super) fn send(mut self) -> bool {
-        let sent = self
-            .respond
-            .send_response(self.response, self.body.is_empty())
-            .and_then(|mut send| match self.body.is_empty() {
-                true => Ok(()),
-                false => send.send_data(self.body, true),
-            });
-        // Once the client has reset a stream, h2 reports sends on it as a misuse, not as
-        // the reset: the stream's own state says whether it was cancelled.
-        sent.is_err() && reset(&mut self.respond)
-    }
+/// A token character (RFC 9110 section 5.6.2), for the method.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// A handler's response: awaited, framed, logged.
 async fn handled(
     streams: &Streams,
-    parts: &http::request::Parts,
-    body_in: &mut RecvStream,
+    request: &OwnedRequest,
+    end_stream: bool,
+    link: &Link<'_>,
     exchange: handler::Pooled<Exchange>,
     read_at: Option<Instant>,
-    respond: &mut SendResponse<Bytes>,
-) -> Result<(), h2::Error> {
+) -> Result<(), Cancelled> {
     let worker: &Worker = &streams.worker;
     let head_only = exchange.head_only;
     // The handler's work stops as soon as the client cancels the stream (its upstream
     // request or script is dropped), so cancelled streams never pile up behind the
-    // concurrency limit the client was told (h2 frees a stream's place at its reset).
+    // concurrency limit.
     let answered = tokio::select! {
         biased;
-        _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
-            return Err(h2::Reason::CANCEL.into());
-        }
-        answered = later(streams, exchange.into_inner(), body_in, head_only) => answered,
+        _ = poll_fn(|cx| link.poll_cancelled(cx)) => return Err(Cancelled),
+        answered = later(streams, exchange.into_inner(), link, end_stream, head_only) => answered,
     };
     let (head, body, (answered, status)) = answered?;
     let head = Bytes::from(head);
     let mut sent = 0u64;
-    let result = match response(&head, head_only) {
+    let result = match status_of(&head, head_only) {
         None => {
-            respond.send_reset(h2::Reason::INTERNAL_ERROR);
+            link.reset(Reason::INTERNAL_ERROR);
             Ok(())
         }
-        Some((response, content)) => {
+        Some((_, content)) => {
             let empty = !content || matches!(body, Body::Empty);
-            match respond.send_response(response, empty) {
-                Ok(_) if empty => Ok(()),
-                Ok(mut send) => send_body(streams, &mut send, body, &mut sent).await,
-                Err(e) => Err(e),
+            match link.head(head.clone(), empty) {
+                Ok(()) if empty => Ok(()),
+                Ok(()) => send_body(link, body, &mut sent).await,
+                Err(c) => Err(c),
             }
         }
     };
@@ -452,8 +920,15 @@ async fn handled(
     served::count(worker, answered, (status, &head, sent), read_at);
     if worker.log.borrow().is_some() {
         let mut cookie = Vec::new();
-        let mut fields = Vec::with_capacity(parts.headers.len() + 1);
-        let (req, _) = view(parts, true, &mut cookie, &mut fields, &worker.shared.limits);
+        let request = request.view();
+        let mut fields = Vec::with_capacity(request.field_count() + 1);
+        let (req, _) = view(
+            request,
+            true,
+            &mut cookie,
+            &mut fields,
+            &worker.shared.limits,
+        );
         served::record(
             worker,
             streams.peer,
@@ -473,9 +948,10 @@ async fn handled(
 async fn later(
     streams: &Streams,
     exchange: Exchange,
-    body: &mut RecvStream,
+    link: &Link<'_>,
+    end_stream: bool,
     head_only: bool,
-) -> Result<(Vec<u8>, Body, (crate::metrics::Answered, u16)), h2::Error> {
+) -> Result<(Vec<u8>, Body, (crate::metrics::Answered, u16)), Cancelled> {
     let worker: &Worker = &streams.worker;
     let Exchange {
         work,
@@ -488,13 +964,13 @@ async fn later(
     let response = match work {
         Work::Ready(response) => {
             // Made without the request body: skipped first, as for a static file.
-            if !body.is_end_stream() {
-                skip_body(worker, body).await;
+            if !end_stream {
+                skip_body(worker, link).await;
             }
             response
         }
         Work::Deferred(deferred) => {
-            let received = match read_body(worker, body).await? {
+            let received = match read_body(worker, link, end_stream).await? {
                 Ok(bytes) => deferred.respond(bytes).await,
                 Err(status) => Err(status),
             };
@@ -518,8 +994,8 @@ fn frame_head(
 ) -> (Vec<u8>, Body, (crate::metrics::Answered, u16)) {
     let worker: &Worker = &streams.worker;
     if response.head.status() == 101 {
-        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6; h2 refuses
-        // the Upgrade field that would ask for one), so an upstream's 101 is a bad answer.
+        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6), so an
+        // upstream's 101 is a bad answer.
         response = Response::status_page(502);
     }
     if response.head.assembled() {
@@ -543,18 +1019,20 @@ fn frame_head(
 }
 
 /// The request body for a handler that reads it, within `limits.max_body_size` (413
-/// past it) and `timeouts.body` (408), the flow-control window released as it is read.
+/// past it) and `timeouts.body` (408).
 async fn read_body(
     worker: &Worker,
-    body: &mut RecvStream,
-) -> Result<Result<Bytes, u16>, h2::Error> {
+    link: &Link<'_>,
+    end_stream: bool,
+) -> Result<Result<Bytes, u16>, Cancelled> {
+    if end_stream {
+        return Ok(Ok(Bytes::new()));
+    }
     let max = worker.shared.limits.max_body_size;
     let timeout = worker.current().gen.config.timeouts.body;
     let mut all = BytesMut::new();
     let read = async {
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk?;
-            let _ = body.flow_control().release_capacity(chunk.len());
+        while let Some(chunk) = link.body_chunk().await? {
             if all.len() as u64 + chunk.len() as u64 > max {
                 return Ok(Err(413));
             }
@@ -565,86 +1043,27 @@ async fn read_body(
     match tokio::time::timeout(Duration::from_secs_f64(timeout), read).await {
         Ok(Ok(Ok(()))) => Ok(Ok(all.freeze())),
         Ok(Ok(Err(status))) => Ok(Err(status)),
-        Ok(Err(e)) => Err(e),
+        Ok(Err(c)) => Err(c),
         Err(_) => Ok(Err(408)),
     }
 }
 
-/// The static files' body: memory as it is, file ranges read a chunk at a time, each
-/// sent as the window allows (a 64 MiB file is never all in memory).
-async fn send_pieces(
-    streams: &Streams,
-    send: &mut SendStream<Bytes>,
-    pieces: Vec<Piece>,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    use std::os::unix::fs::FileExt;
-    let count = pieces.len();
-    for (i, piece) in pieces.into_iter().enumerate() {
-        let last = i + 1 == count;
-        match piece {
-            Piece::Bytes(bytes) => {
-                *sent += bytes.len() as u64;
-                send_data(streams, send, bytes, last).await?;
-            }
-            Piece::File { entry, offset, len } => {
-                let mut done = 0u64;
-                while done < len {
-                    let want = (len - done).min(FILE_CHUNK as u64) as usize;
-                    let mut chunk = file_chunk(&streams.worker, want);
-                    let got = match entry.file.read_at(&mut chunk, offset + done) {
-                        Ok(0) | Err(_) => {
-                            // The file shrank or broke under us: its length is
-                            // promised, so the stream is cut off, not completed.
-                            send.send_reset(h2::Reason::INTERNAL_ERROR);
-                            return Ok(());
-                        }
-                        Ok(n) => n,
-                    };
-                    chunk.truncate(got);
-                    done += got as u64;
-                    *sent += got as u64;
-                    send_data(streams, send, chunk.freeze(), last && done == len).await?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `len` bytes to read a file chunk into, cut from the worker's chunk buffer: once the
-/// chunks sent before have been written and dropped, `reserve` takes their room back, so
-/// the steady state reuses the same memory (a fresh 64 KiB allocation per chunk cost
-/// page faults: the allocator returns such blocks to the kernel and gets them back
-/// zeroed).
-fn file_chunk(worker: &Worker, len: usize) -> BytesMut {
-    let mut buf = worker.file_chunks.borrow_mut();
-    buf.reserve(len.max(4 * FILE_CHUNK));
-    buf.resize(len, 0);
-    buf.split()
-}
-
-/// A handler's body, streamed as it arrives (an ESI page as its fragments come).
-async fn send_body(
-    streams: &Streams,
-    send: &mut SendStream<Bytes>,
-    body: Body,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
+/// A handler's body, queued as it arrives (an ESI page as its fragments come).
+async fn send_body(link: &Link<'_>, body: Body, sent: &mut u64) -> Result<(), Cancelled> {
     match body {
-        Body::Empty => send_data(streams, send, Bytes::new(), true).await,
+        Body::Empty => link.data(Bytes::new(), true).await,
         Body::Full(bytes) => {
             *sent += bytes.len() as u64;
-            send_data(streams, send, bytes, true).await
+            link.data(bytes, true).await
         }
         Body::Ready(chunks) => {
             let count = chunks.len();
             for (i, chunk) in chunks.iter().enumerate() {
                 *sent += chunk.len() as u64;
-                send_data(streams, send, chunk.clone(), i + 1 == count).await?;
+                link.data(chunk.clone(), i + 1 == count).await?;
             }
             if count == 0 {
-                send_data(streams, send, Bytes::new(), true).await?;
+                link.data(Bytes::new(), true).await?;
             }
             Ok(())
         }
@@ -655,9 +1074,7 @@ async fn send_body(
                 // when the client cancels the stream.
                 let next = tokio::select! {
                     biased;
-                    _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => {
-                        return Err(h2::Reason::CANCEL.into());
-                    }
+                    _ = poll_fn(|cx| link.poll_cancelled(cx)) => return Err(Cancelled),
                     next = body.next_chunk() => next,
                 };
                 match next {
@@ -665,67 +1082,24 @@ async fn send_body(
                     Some(Ok(chunk)) if chunk.is_empty() => {}
                     Some(Ok(chunk)) => {
                         *sent += chunk.len() as u64;
-                        send_data(streams, send, chunk, false).await?;
+                        link.data(chunk, false).await?;
                     }
                     Some(Err(e)) => {
                         // Broken off after the head went out: a reset tells the client
                         // (and any cache) the body is incomplete.
                         tracing::debug!(error = %e, "body failed while streaming");
-                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        link.reset(Reason::INTERNAL_ERROR);
                         return Ok(());
                     }
                 }
             }
             if length.is_some_and(|l| l != *sent) {
-                send.send_reset(h2::Reason::INTERNAL_ERROR);
+                link.reset(Reason::INTERNAL_ERROR);
                 return Ok(());
             }
-            send_data(streams, send, Bytes::new(), true).await
+            link.data(Bytes::new(), true).await
         }
     }
-}
-
-/// Sends `data` as the stream's window and send buffer allow; `end` ends the stream with
-/// its last frame. While it waits for capacity the connection counts as writing, so
-/// `timeouts.write` closes a client that never opens its window.
-async fn send_data(
-    streams: &Streams,
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-) -> Result<(), h2::Error> {
-    if data.is_empty() {
-        if end {
-            send.send_data(data, true)?;
-        }
-        return Ok(());
-    }
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let mut capacity = send.capacity();
-        if capacity == 0 {
-            streams.blocked.set(streams.blocked.get() + 1);
-            streams.settle();
-            let granted = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
-            streams.blocked.set(streams.blocked.get() - 1);
-            streams.worker.clock.refresh();
-            if !streams.settle() {
-                return Err(h2::Reason::CANCEL.into());
-            }
-            streams.worker.touch(streams.slot);
-            match granted {
-                Some(Ok(n)) => capacity = n,
-                Some(Err(e)) => return Err(e),
-                None => return Err(h2::Reason::STREAM_CLOSED.into()),
-            }
-            if capacity == 0 {
-                continue;
-            }
-        }
-        let chunk = data.split_to(capacity.min(data.len()));
-        send.send_data(chunk, end && data.is_empty())?;
-    }
-    Ok(())
 }
 
 /// Fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2); the length stays (it is
@@ -741,4 +1115,14 @@ fn is_connection_specific(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn connection_specific_fields_are_told_apart_in_any_case() {
+        assert!(super::is_connection_specific(b"Transfer-Encoding"));
+        assert!(super::is_connection_specific(b"connection"));
+        assert!(!super::is_connection_specific(b"content-length"));
+    }
 }

@@ -150,7 +150,7 @@ pub(crate) async fn serve(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slo
             }
             let facts = stream.facts;
             if facts.h2 {
-                // The h2 crate flushes after the frames of every poll.
+                // HTTP/2 writes the frames of a pass, then flushes once.
                 stream.hold_writes_until_flush();
             }
             let stream = Stream::Tls(stream);

@@ -146,9 +146,6 @@ pub(crate) struct TlsStream {
     sni: Option<Box<str>>,
     /// Writes gather in `out` ([`TlsStream::hold_writes_until_flush`]).
     hold_writes: bool,
-    /// With writes held: the last write since the last flush took a record or more (a
-    /// DATA frame's payload), so that flush is held.
-    large_write_unflushed: bool,
 }
 
 /// Where processing the received records stopped.
@@ -211,7 +208,6 @@ impl TlsStream {
             peer_closed: false,
             sni: None,
             hold_writes: false,
-            large_write_unflushed: false,
         });
         while stream.tls.is_handshaking() {
             poll_fn(|cx| stream.tcp.poll_read_ready(cx)).await?;
@@ -522,14 +518,9 @@ impl TlsStream {
     }
 
     /// From now on a write is encrypted onto the connection's queue, which goes out when
-    /// it holds four records' worth, or at a flush; and a flush right after a write of a
-    /// record or more (a DATA frame's payload) is held until the next flush with no
-    /// write before it, which the writer is woken to make. For the h2 crate, which
-    /// flushes after every DATA frame it writes (each 16 KiB at the client's default
-    /// frame size), and again, with nothing new, each time the connection is polled:
-    /// a large response then goes out in 64 KiB writes, not one per frame (measured
-    /// here: four sendto(2) per 57 KB page over HTTP/2, where h2o makes 0.8). A writer
-    /// that does not flush again when woken must not call this.
+    /// it holds four records' worth, or at a flush. For HTTP/2, which writes the frames
+    /// of a pass in as many calls as the queue takes and then flushes once: a large
+    /// response goes out in 64 KiB writes, not one per call.
     pub fn hold_writes_until_flush(&mut self) {
         self.hold_writes = true;
     }
@@ -560,9 +551,7 @@ impl TlsStream {
                 self.write_records(bufs, &mut scratch.plain, &mut queue)
             });
             self.out = queue;
-            let taken = taken?;
-            self.large_write_unflushed = taken >= RECORD;
-            return Poll::Ready(Ok(taken));
+            return Poll::Ready(taken);
         }
         let taken = SCRATCH.with_borrow_mut(|scratch| {
             let Scratch { plain, wire, .. } = scratch;
@@ -616,17 +605,6 @@ impl TlsStream {
     }
 
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.hold_writes {
-            let hold = self.large_write_unflushed
-                && !self.out.is_empty()
-                && self.out.pending().len() < RECORDS_PER_WRITE * RECORD;
-            self.large_write_unflushed = false;
-            if hold {
-                // Sent at the next flush, which the writer makes when polled again.
-                cx.waker().wake_by_ref();
-                return Poll::Ready(Ok(()));
-            }
-        }
         self.poll_send(cx)
     }
 
