@@ -38,6 +38,9 @@ pub const OUTPUT_HIGH: usize = 64 * 1024;
 /// PROTOCOL_ERROR, section 5.1).
 const RECENTLY_CLOSED: usize = 128;
 
+/// DATA payloads from this size on are shared with the read buffer, smaller ones copied.
+const SHARE_DATA_FROM: usize = 4096;
+
 /// The largest flow-control window (section 6.9.1).
 const MAX_WINDOW: i64 = (1 << 31) - 1;
 
@@ -343,6 +346,11 @@ impl Conn {
             recv_window += i64::from(raise);
         }
         Conn {
+            // The announced size from the start, as the h2 crate did: below the
+            // protocol's 4096 a client that indexes fields before it has read the
+            // server's SETTINGS can lose step (RFC 9113 section 6.5.3); requiring
+            // its size update after the acknowledgement instead would refuse clients
+            // that never index (h2spec's, most test clients).
             decoder: hpack::Decoder::new(config.header_table_size as usize),
             encoder: hpack::Encoder::new(),
             config,
@@ -385,6 +393,14 @@ impl Conn {
             // the rest after every partial write.
             self.out.drain(..self.out_at);
             self.out_at = 0;
+        }
+    }
+
+    /// Gives back the output buffer's memory when it is empty and large (a page framed
+    /// a while ago): for a connection about to wait idle.
+    pub fn shrink(&mut self) {
+        if self.out.is_empty() && self.out.capacity() > 16 * 1024 {
+            self.out = Vec::with_capacity(256);
         }
     }
 
@@ -507,8 +523,16 @@ impl Conn {
                     },
                     Some((at, len)),
                 ) => {
-                    // The payload, shared with the read buffer rather than copied.
-                    let data = buf.split_to(used).freeze().slice(at..at + len);
+                    // A large payload is shared with the read buffer rather than copied;
+                    // a small one is copied, so that it does not hold a whole read
+                    // buffer alive while it waits to be read.
+                    let data = if len >= SHARE_DATA_FROM {
+                        buf.split_to(used).freeze().slice(at..at + len)
+                    } else {
+                        let data = Bytes::copy_from_slice(&buf[at..at + len]);
+                        buf.advance(used);
+                        data
+                    };
                     return Ok(Some(Event::Data {
                         stream,
                         data,
@@ -725,15 +749,13 @@ impl Conn {
             return Ok(self.stream_error(stream, Reason::PROTOCOL_ERROR));
         }
         if padding > 0 {
-            s.recv_window += i64::from(padding);
+            // Given back to both windows, announced as read bytes are.
+            self.release(stream, padding as usize);
         }
         if end_stream {
-            s.recv_open = false;
-        }
-        if padding > 0 {
-            self.release_connection(padding);
-        }
-        if end_stream {
+            if let Some(s) = self.streams.get_mut(&stream) {
+                s.recv_open = false;
+            }
             self.close_if_done(stream);
         }
         if len == 0 && !end_stream {
@@ -826,7 +848,10 @@ impl Conn {
                     Ok(l) => (l, end_stream && l.is_some_and(|l| l != 0)),
                     Err(()) => (None, true),
                 };
-                if malformed || bad_length || !self.pseudo_complete() {
+                // A head over the budget is answered 431 by the server, whatever the
+                // fields it lost.
+                let oversize = self.head.oversize;
+                if !oversize && (malformed || bad_length || !self.pseudo_complete()) {
                     frame::write_rst_stream(&mut self.out, stream, Reason::PROTOCOL_ERROR);
                     self.closed(stream, true);
                     return Ok(None);
@@ -998,6 +1023,19 @@ impl Conn {
             .map(|&(_, reset)| reset)
     }
 
+    /// The server has ended its side of `stream`. If the client has not ended its own,
+    /// it is told to stop sending with RST_STREAM NO_ERROR (RFC 9113 section 8.1): the
+    /// response is complete and the rest of the request is not wanted.
+    fn sent_end(&mut self, stream: u32) {
+        if self.streams.get(&stream).is_some_and(|s| s.recv_open) {
+            self.streams.remove(&stream);
+            frame::write_rst_stream(&mut self.out, stream, Reason::NO_ERROR);
+            self.closed(stream, true);
+        } else {
+            self.close_if_done(stream);
+        }
+    }
+
     fn close_if_done(&mut self, stream: u32) {
         if self
             .streams
@@ -1069,7 +1107,7 @@ impl Conn {
         block.finish();
         frame::finish_headers(&mut self.out, at, stream, end_stream, self.peer_max_frame);
         if end_stream {
-            self.close_if_done(stream);
+            self.sent_end(stream);
         }
         Ok(())
     }
@@ -1120,7 +1158,7 @@ impl Conn {
         s.send_window -= n as i64;
         if ends {
             s.send_open = false;
-            self.close_if_done(stream);
+            self.sent_end(stream);
         }
         Ok(n)
     }
@@ -1181,7 +1219,7 @@ impl Conn {
             s.send_window -= len as i64;
             if end_stream {
                 s.send_open = false;
-                self.close_if_done(stream);
+                self.sent_end(stream);
             }
         }
     }
@@ -2074,6 +2112,62 @@ mod tests {
         }
         got.extend_from_slice(c.conn.output());
         assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_complete_response_to_a_request_still_sending_tells_it_to_stop() {
+        let mut c = client();
+        let head = block(&[(":method", "POST"), (":scheme", "https"), (":path", "/")]);
+        c.send(&frame(HEADERS, END_HEADERS, 1, &head)).unwrap();
+        c.output();
+        c.conn.send_headers(1, 413, [], true).unwrap();
+        assert_eq!(c.resets(), vec![(1, 0x0)]);
+        assert_eq!(c.conn.active(), 0);
+        // What the client sent before it knew is ignored.
+        assert_eq!(c.send(&frame(DATA, END_STREAM, 1, b"late")), Ok(vec![]));
+        assert_eq!(c.output(), vec![]);
+    }
+
+    #[test]
+    fn padding_goes_back_to_the_stream_window_and_is_announced() {
+        let mut c = Client::new(Config {
+            initial_stream_window: 16_384,
+            ..Config::default()
+        });
+        let head = block(&[(":method", "POST"), (":scheme", "https"), (":path", "/")]);
+        let mut padded = vec![200];
+        padded.extend([b'x'; 100]);
+        padded.extend([0; 200]);
+        let mut bytes = frame(HEADERS, END_HEADERS, 1, &head);
+        for _ in 0..30 {
+            bytes.extend(frame(DATA, 0x8, 1, &padded));
+        }
+        // 30 frames of 301 bytes: 9,030 against a window of 16,384; 6,030 of it padding.
+        c.send(&bytes).unwrap();
+        let updates: Vec<(u32, u32)> = c
+            .output()
+            .into_iter()
+            .filter(|f| f.0 == WINDOW_UPDATE)
+            .map(|f| (f.2, u32::from_be_bytes(f.3[..4].try_into().unwrap())))
+            .collect();
+        assert_eq!(updates, vec![]);
+        let mut more = Vec::new();
+        for _ in 0..30 {
+            more.extend(frame(DATA, 0x8, 1, &padded));
+        }
+        // Without the padding given back this would overrun the window.
+        let events = c.send(&more).unwrap();
+        assert!(
+            events.iter().all(|e| matches!(e, Event::Data { .. })),
+            "{events:?}"
+        );
+        let updates: Vec<(u32, u32)> = c
+            .output()
+            .into_iter()
+            .filter(|f| f.0 == WINDOW_UPDATE && f.2 == 1)
+            .map(|f| (f.2, u32::from_be_bytes(f.3[..4].try_into().unwrap())))
+            .collect();
+        assert_eq!(updates, vec![(1, 8_241)]);
     }
 
     #[test]

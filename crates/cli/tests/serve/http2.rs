@@ -533,6 +533,52 @@ fn the_server_announces_its_limits_and_refuses_streams_beyond_them() {
     assert!(refused, "the third stream was not refused");
 }
 
+/// Request bodies the server stops reading (past `limits.max_body_size`, a body sent to
+/// a file) go back to the connection's window: twenty uploads of 64 KiB each, more than
+/// the connection's 1 MiB window, leave it open for the next request.
+#[test]
+fn bodies_the_server_stops_reading_give_their_window_back() {
+    let site = Site::new();
+    let server = site.serve_with("[limits]\nmax_body_size = 10000\n");
+    let mut client = Frames::connect(server.addr, &[]);
+    client.send(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
+    let post = block(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/hello.txt"),
+        (":authority", "localhost"),
+    ]);
+    for i in 0..20u32 {
+        let id = 2 * i + 1;
+        // No content-length: the server reads until it has seen more than it allows.
+        let mut bytes = frame(HEADERS, END_HEADERS, id, &post);
+        for _ in 0..3 {
+            bytes.extend(frame(DATA, 0, id, &[b'u'; 16_384]));
+        }
+        bytes.extend(frame(DATA, END_STREAM, id, &[b'u'; 16_383]));
+        client.send(&bytes).unwrap();
+        let answered = loop {
+            match client.read() {
+                Some((HEADERS, _, got, _)) if got == id => break true,
+                Some((GOAWAY, ..)) | None => break false,
+                Some(_) => {}
+            }
+        };
+        assert!(answered, "upload {i} was not answered");
+    }
+    let mut bytes = frame(HEADERS, END_HEADERS | END_STREAM, 41, &get("/hello.txt"));
+    bytes.extend(frame(PING, 0, 0, &[1; 8]));
+    client.send(&bytes).unwrap();
+    loop {
+        match client.read() {
+            Some((DATA, flags, 41, _)) if flags & END_STREAM != 0 => break,
+            Some((GOAWAY, _, _, payload)) => panic!("GOAWAY {payload:?}"),
+            None => panic!("the request after the uploads was not answered"),
+            Some(_) => {}
+        }
+    }
+}
+
 // --- What attackers do.
 
 #[test]

@@ -89,6 +89,10 @@ pub(crate) struct Streams {
     poked: Cell<bool>,
     /// A slot has more to frame once the output is written.
     more: Cell<bool>,
+    /// Slots with a head or body still to frame (the connection is busy, not idle).
+    sending: Cell<u32>,
+    /// Request body bytes of streams gone, to give back to the connection's window.
+    give_back: Cell<usize>,
     /// The connection's task, while it waits.
     waker: RefCell<Option<Waker>>,
 }
@@ -105,7 +109,7 @@ impl Streams {
         }
         let state = if self.blocked.get() > 0 || self.write_blocked.get() {
             ConnState::Writing
-        } else if self.active.get() > 0 {
+        } else if self.active.get() > 0 || self.sending.get() > 0 {
             ConnState::Handling
         } else {
             ConnState::Idle
@@ -184,6 +188,8 @@ pub(crate) async fn serve(
         slots: RefCell::new(IdMap::default()),
         poked: Cell::new(false),
         more: Cell::new(false),
+        sending: Cell::new(0),
+        give_back: Cell::new(0),
         waker: RefCell::new(None),
     });
     drop(current);
@@ -337,7 +343,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                             ready.remove(i);
                             streams.ended(true);
                         }
-                        None => stream::cancel(streams, id),
+                        None => stream::cancel(streams, &mut conn, id),
                     }
                 }
                 Event::Window => {}
@@ -364,6 +370,13 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
             }
             return;
         }
+        // The output went past its bound while frames wait in the read buffer: they are
+        // read once it is written.
+        let backed_up = conn.output().len() > OUTPUT_HIGH;
+        if finished && conn.output().is_empty() {
+            // Idle: the memory of a large response framed earlier goes back.
+            conn.shrink();
+        }
         let woke = std::future::poll_fn(|cx| {
             // Writes first: while the output is backed up no more frames are read.
             while !conn.output().is_empty() {
@@ -385,6 +398,9 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
             }
             if conn.output().is_empty() && streams.more.get() {
                 // A file waits to be read into the output, which is empty now.
+                return Poll::Ready(Woke::Progress);
+            }
+            if backed_up && conn.output().len() <= OUTPUT_HIGH {
                 return Poll::Ready(Woke::Progress);
             }
             if conn.output().len() <= OUTPUT_HIGH {

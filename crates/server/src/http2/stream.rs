@@ -57,8 +57,16 @@ pub(super) struct Slot {
     /// A task answers the stream (else the slot only holds what the window did not
     /// take yet, and goes once that is framed).
     tasked: bool,
-    /// The client reset the stream, or the connection ended.
+    /// The stream is gone: the client reset it, the connection ended, or the server
+    /// reset it (`reset_by_us`).
     cancelled: bool,
+    reset_by_us: bool,
+    /// The task waits for room in the queue or for the queue to drain: woken when there
+    /// is (and on a cancel), not on every pass.
+    want: bool,
+    /// The task still reads the request body; once it stops, what arrives is given
+    /// back to the client's window at once.
+    reading: bool,
     /// Request body bytes received and not yet read by the task; `body_end` once the
     /// client has ended its side.
     body: VecDeque<Bytes>,
@@ -79,6 +87,9 @@ impl Slot {
             reset: None,
             tasked,
             cancelled: false,
+            reset_by_us: false,
+            want: false,
+            reading: tasked,
             body: VecDeque::new(),
             body_end: false,
             released: 0,
@@ -90,6 +101,14 @@ impl Slot {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+
+    /// Request body bytes the client may send again: those read and those never to be.
+    fn unread(&mut self) -> usize {
+        let n = self.released + self.body.iter().map(Bytes::len).sum::<usize>();
+        self.released = 0;
+        self.body.clear();
+        n
     }
 }
 
@@ -328,11 +347,22 @@ fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<Option<Stop
         };
         match front {
             Piece::Bytes(bytes) => {
-                let n = conn.send_data(id, bytes, last).map_err(|_| ())?;
+                // At most what the output has room for (a frame at least), so that a
+                // client with a huge window cannot make it hold a whole large body.
+                let room = OUTPUT_HIGH
+                    .saturating_sub(conn.output().len())
+                    .max(FILE_CHUNK);
+                let take = bytes.len().min(room);
+                let n = conn
+                    .send_data(id, &bytes[..take], last && take == bytes.len())
+                    .map_err(|_| ())?;
                 slot.queued -= n;
                 if n < bytes.len() {
                     bytes.advance(n);
-                    return Ok(Some(Stop::Window));
+                    if n < take {
+                        return Ok(Some(Stop::Window));
+                    }
+                    continue;
                 }
             }
             Piece::File { entry, offset, len } => {
@@ -429,7 +459,10 @@ fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
 /// stream is answered already), gives them straight back to the client's window.
 pub(super) fn body(streams: &Streams, conn: &mut Conn, id: u32, data: Bytes, end: bool) {
     let mut slots = streams.slots.borrow_mut();
-    match slots.get_mut(&id).filter(|s| s.tasked && !s.cancelled) {
+    match slots
+        .get_mut(&id)
+        .filter(|s| s.tasked && s.reading && !s.cancelled)
+    {
         Some(slot) => {
             if !data.is_empty() {
                 slot.body.push_back(data);
@@ -441,13 +474,15 @@ pub(super) fn body(streams: &Streams, conn: &mut Conn, id: u32, data: Bytes, end
     }
 }
 
-/// The client reset the stream: its task stops.
-pub(super) fn cancel(streams: &Streams, id: u32) {
+/// The client reset the stream: its task stops; the body bytes it had not read go back
+/// to the connection's window.
+pub(super) fn cancel(streams: &Streams, conn: &mut Conn, id: u32) {
     let mut slots = streams.slots.borrow_mut();
     if let Some(slot) = slots.get_mut(&id) {
         slot.cancelled = true;
         slot.data.clear();
         slot.queued = 0;
+        conn.release(id, slot.unread());
         slot.wake();
         if !slot.tasked {
             slots.remove(&id);
@@ -469,19 +504,27 @@ pub(super) fn abandon(streams: &Streams) {
 /// body bytes read (given back to the client), resets. Wakes the tasks that may queue
 /// more.
 pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
+    let given = streams.give_back.replace(0);
+    if given > 0 {
+        conn.release(0, given);
+    }
     let mut slots = streams.slots.borrow_mut();
     streams.more.set(false);
     if slots.is_empty() {
-        if streams.blocked.replace(0) > 0 {
+        let was = (streams.blocked.replace(0), streams.sending.replace(0));
+        if was != (0, 0) {
             streams.settle();
         }
         return;
     }
     let max_queued = streams.max_queued;
+    let before = conn.output().len();
     let mut blocked = 0;
+    let mut sending = 0;
     let mut more = false;
     slots.retain(|&id, slot| {
         if slot.cancelled {
+            conn.release(id, slot.unread());
             return slot.tasked;
         }
         if slot.released > 0 {
@@ -499,24 +542,44 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
                 Ok(None) => {}
                 Ok(Some(Stop::Window)) => blocked += 1,
                 Ok(Some(Stop::Output)) => more = true,
-                Err(()) => slot.cancelled = true,
+                Err(()) => {
+                    // Its file broke: the stream was reset.
+                    slot.cancelled = true;
+                    slot.reset_by_us = true;
+                }
             }
-        }
-        if slot.cancelled {
-            slot.data.clear();
-            slot.queued = 0;
         }
         if let Some(reason) = slot.reset.take() {
             conn.reset(id, reason);
             slot.cancelled = true;
+            slot.reset_by_us = true;
         }
-        if slot.cancelled || slot.queued < max_queued {
+        if slot.cancelled {
+            slot.data.clear();
+            slot.queued = 0;
+            conn.release(id, slot.unread());
+        }
+        let drained = slot.head.is_none() && slot.data.is_empty();
+        if slot.cancelled || (slot.want && (slot.queued < max_queued || drained)) {
+            slot.want = false;
             slot.wake();
+        }
+        if !drained {
+            sending += 1;
         }
         slot.tasked || !slot.data.is_empty()
     });
+    drop(slots);
+    if conn.output().len() > before {
+        // Progress for a stream that waits on the window: the write timeout starts over.
+        streams.worker.touch(streams.slot);
+    }
     streams.more.set(more);
-    if streams.blocked.replace(blocked) != blocked {
+    let was = (
+        streams.blocked.replace(blocked),
+        streams.sending.replace(sending),
+    );
+    if was != (blocked, sending) {
         streams.settle();
     }
 }
@@ -577,6 +640,7 @@ impl Link<'_> {
                 }
                 if s.queued >= max {
                     s.waker = Some(cx.waker().clone());
+                    s.want = true;
                     return Ok(false);
                 }
                 Ok(true)
@@ -631,10 +695,12 @@ impl Link<'_> {
         poll_fn(|cx| {
             let left = self.with(|s| {
                 if s.cancelled {
-                    return None;
+                    // Reset by the server (its body broke off): not the client's doing.
+                    return if s.reset_by_us { Some(false) } else { None };
                 }
-                if s.head.is_some() || !s.data.is_empty() {
+                if s.head.is_some() || !s.data.is_empty() || s.reset.is_some() {
                     s.waker = Some(cx.waker().clone());
+                    s.want = true;
                     return Some(true);
                 }
                 Some(false)
@@ -651,6 +717,17 @@ impl Link<'_> {
     /// Resets the stream (its body broke off after the head went out).
     fn reset(&self, reason: Reason) {
         self.with(|s| s.reset = Some(reason));
+        self.streams.poke();
+    }
+
+    /// The task reads no more of the request body: what it left, and what is still to
+    /// come, goes back to the client's window.
+    fn stop_reading(&self) {
+        self.with(|s| {
+            s.reading = false;
+            s.released += s.body.iter().map(Bytes::len).sum::<usize>();
+            s.body.clear();
+        });
         self.streams.poke();
     }
 
@@ -694,8 +771,12 @@ impl Drop for Link<'_> {
         let mut slots = self.streams.slots.borrow_mut();
         if let Some(slot) = slots.get_mut(&self.id) {
             slot.tasked = false;
+            slot.reading = false;
             slot.waker = None;
-            if slot.cancelled || slot.data.is_empty() && slot.head.is_none() {
+            let given = self.streams.give_back.get() + slot.unread();
+            self.streams.give_back.set(given);
+            let done = slot.data.is_empty() && slot.head.is_none() && slot.reset.is_none();
+            if slot.cancelled || done {
                 slots.remove(&self.id);
             }
         }
@@ -711,6 +792,11 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
         end_stream,
         work,
     } = *pending;
+    // Counted as ended once, whatever happens, a panic of the handler included.
+    let mut end = Finished {
+        streams: &streams,
+        cancelled: false,
+    };
     let link = Link {
         streams: &streams,
         id,
@@ -744,7 +830,20 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
         Err(c) => Err(c),
     };
     drop(link);
-    streams.ended(result.is_err());
+    end.cancelled = result.is_err();
+}
+
+/// Counts a stream answered on its own task as ended when the task ends.
+struct Finished<'a> {
+    streams: &'a Streams,
+    /// The client cancelled it.
+    cancelled: bool,
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.streams.ended(self.cancelled);
+    }
 }
 
 /// Reads a request body nobody needs to its end, within `limits.max_body_size` and
@@ -763,6 +862,7 @@ async fn skip_body(worker: &Worker, link: &Link<'_>) {
         }
     };
     let _ = tokio::time::timeout(wait, skip).await;
+    link.stop_reading();
 }
 
 /// The request as the handlers see it, and why it is refused, if it is. The Host
@@ -1040,7 +1140,9 @@ async fn read_body(
         }
         Ok(Ok(()))
     };
-    match tokio::time::timeout(Duration::from_secs_f64(timeout), read).await {
+    let read = tokio::time::timeout(Duration::from_secs_f64(timeout), read).await;
+    link.stop_reading();
+    match read {
         Ok(Ok(Ok(()))) => Ok(Ok(all.freeze())),
         Ok(Ok(Err(status))) => Ok(Err(status)),
         Ok(Err(c)) => Err(c),
