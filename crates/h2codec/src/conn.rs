@@ -1345,6 +1345,20 @@ mod tests {
             c
         }
 
+        /// A GET of `/` on stream `id`, with no body, read by the server.
+        fn request(&mut self, id: u32) {
+            let events = self
+                .send(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get("/")))
+                .unwrap();
+            assert_eq!(
+                events,
+                vec![Event::Request {
+                    stream: id,
+                    end_stream: true
+                }]
+            );
+        }
+
         fn send(&mut self, bytes: &[u8]) -> Result<Vec<Event>, ConnError> {
             self.buf.extend_from_slice(bytes);
             self.events()
@@ -1387,6 +1401,11 @@ mod tests {
         Client::new(Config::default())
     }
 
+    /// What `Client::send` returns after a connection error.
+    fn fails(reason: Reason) -> Result<Vec<Event>, ConnError> {
+        Err(ConnError { reason })
+    }
+
     #[test]
     fn the_server_preface_is_its_settings_and_the_connection_window() {
         let conn = Conn::new(Config::default());
@@ -1417,21 +1436,14 @@ mod tests {
             conn: Conn::new(Config::default()),
             buf: BytesMut::from(&b"GET / HTTP/1.1\r\n\r\n"[..]),
         };
-        assert_eq!(
-            c.events(),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
-        );
+        assert_eq!(c.events(), fails(Reason::PROTOCOL_ERROR));
         let mut c = Client {
             conn: Conn::new(Config::default()),
             buf: BytesMut::from(PREFACE),
         };
         assert_eq!(
             c.send(&frame(PING, 0, 0, &[0; 8])),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
+            fails(Reason::PROTOCOL_ERROR)
         );
         assert_eq!(c.goaway(), Some(0x1));
     }
@@ -1706,18 +1718,13 @@ mod tests {
         let mut c = client();
         assert_eq!(
             c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 2, &get("/"))),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
+            fails(Reason::PROTOCOL_ERROR)
         );
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 5, &get("/")))
-            .unwrap();
+        c.request(5);
         assert_eq!(
             c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/"))),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
+            fails(Reason::PROTOCOL_ERROR)
         );
         assert_eq!(c.goaway(), Some(0x1));
     }
@@ -1731,17 +1738,11 @@ mod tests {
             frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()),
         ] {
             let mut c = client();
-            assert_eq!(
-                c.send(&bytes),
-                Err(ConnError {
-                    reason: Reason::PROTOCOL_ERROR
-                })
-            );
+            assert_eq!(c.send(&bytes), fails(Reason::PROTOCOL_ERROR));
         }
         // DATA after the client's END_STREAM: STREAM_CLOSED.
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         let events = c.send(&frame(DATA, 0, 1, b"x")).unwrap();
         assert_eq!(
             events,
@@ -1754,8 +1755,7 @@ mod tests {
         // A stream closed both ways: late WINDOW_UPDATE and RST_STREAM are ignored, DATA
         // and HEADERS get STREAM_CLOSED.
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         c.conn.send_headers(1, 204, [], true).unwrap();
         c.output();
         let late = [
@@ -1776,14 +1776,11 @@ mod tests {
         );
         assert_eq!(c.output(), vec![]);
         // HEADERS on a stream both sides ended: a connection error.
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/")))
-            .unwrap();
+        c.request(3);
         c.conn.send_headers(3, 204, [], true).unwrap();
         assert_eq!(
             c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/"))),
-            Err(ConnError {
-                reason: Reason::STREAM_CLOSED
-            })
+            fails(Reason::STREAM_CLOSED)
         );
     }
 
@@ -1836,19 +1833,12 @@ mod tests {
             let mut c = client();
             let mut bytes = frame(HEADERS, END_STREAM, 3, &head[..5]);
             bytes.extend(between);
-            assert_eq!(
-                c.send(&bytes),
-                Err(ConnError {
-                    reason: Reason::PROTOCOL_ERROR
-                })
-            );
+            assert_eq!(c.send(&bytes), fails(Reason::PROTOCOL_ERROR));
         }
         let mut c = client();
         assert_eq!(
             c.send(&frame(CONTINUATION, END_HEADERS, 1, &head)),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
+            fails(Reason::PROTOCOL_ERROR)
         );
     }
 
@@ -1869,12 +1859,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(
-            result,
-            Err(ConnError {
-                reason: Reason::ENHANCE_YOUR_CALM
-            })
-        );
+        assert_eq!(result, fails(Reason::ENHANCE_YOUR_CALM));
         assert!(c.conn.block.len() <= 4 * 8192 + filler.len() + 9);
     }
 
@@ -1902,8 +1887,7 @@ mod tests {
     #[test]
     fn send_windows_hold_data_back_until_the_client_opens_them() {
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         c.conn.send_headers(1, 200, [], false).unwrap();
         let body = vec![7u8; 100_000];
         assert_eq!(c.conn.send_data(1, &body, true), Ok(65_535));
@@ -1933,8 +1917,7 @@ mod tests {
     #[test]
     fn a_payload_appended_in_place_is_framed_within_the_windows() {
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         c.conn.send_headers(1, 200, [], false).unwrap();
         c.output();
         let mut sent = 0;
@@ -1976,8 +1959,7 @@ mod tests {
     #[test]
     fn settings_move_open_windows_and_frame_sizes() {
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         c.conn.send_headers(1, 200, [], false).unwrap();
         assert_eq!(c.conn.send_data(1, &[1; 1000], false), Ok(1000));
         // INITIAL_WINDOW_SIZE 100: the open stream's window is now 100 - 1000 < 0.
@@ -2000,13 +1982,10 @@ mod tests {
         let mut c = client();
         assert_eq!(
             c.send(&frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes())),
-            Err(ConnError {
-                reason: Reason::FLOW_CONTROL_ERROR
-            })
+            fails(Reason::FLOW_CONTROL_ERROR)
         );
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         let events = c
             .send(&frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes()))
             .unwrap();
@@ -2018,15 +1997,12 @@ mod tests {
             }]
         );
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         c.send(&frame(WINDOW_UPDATE, 0, 1, &0x7fff_0000u32.to_be_bytes()))
             .unwrap();
         assert_eq!(
             c.send(&frame(SETTINGS, 0, 0, &[0, 4, 0, 1, 0, 0])),
-            Err(ConnError {
-                reason: Reason::FLOW_CONTROL_ERROR
-            })
+            fails(Reason::FLOW_CONTROL_ERROR)
         );
     }
 
@@ -2070,8 +2046,7 @@ mod tests {
     #[test]
     fn a_client_reset_reaches_the_server_and_goaway_refuses_new_streams() {
         let mut c = client();
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/")))
-            .unwrap();
+        c.request(1);
         let events = c
             .send(&frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()))
             .unwrap();
@@ -2083,8 +2058,7 @@ mod tests {
             }]
         );
         assert_eq!(c.conn.send_headers(1, 200, [], true), Err(StreamGone));
-        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/")))
-            .unwrap();
+        c.request(3);
         c.conn.go_away(Reason::NO_ERROR);
         assert_eq!(c.goaway(), Some(0));
         assert!(c.conn.is_going_away());
@@ -2177,9 +2151,7 @@ mod tests {
         payload.extend(get("/"));
         assert_eq!(
             c.send(&frame(0x5, END_HEADERS, 1, &payload)),
-            Err(ConnError {
-                reason: Reason::PROTOCOL_ERROR
-            })
+            fails(Reason::PROTOCOL_ERROR)
         );
     }
 }
