@@ -1,0 +1,236 @@
+//! A request head: decoded from its header block, checked (RFC 9113 section 8.1-8.3),
+//! and read by the server.
+
+use super::*;
+
+/// Where a request field sits in [`Conn`]'s head buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) name: (u32, u32),
+    pub(super) value: (u32, u32),
+}
+
+/// The request head last decoded.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Head {
+    pub(super) bytes: Vec<u8>,
+    pub(super) fields: Vec<Span>,
+    pub(super) method: Option<(u32, u32)>,
+    pub(super) scheme: Option<(u32, u32)>,
+    pub(super) authority: Option<(u32, u32)>,
+    pub(super) path: Option<(u32, u32)>,
+    pub(super) oversize: bool,
+}
+
+impl Head {
+    pub(super) fn clear(&mut self) {
+        self.bytes.clear();
+        self.fields.clear();
+        self.method = None;
+        self.scheme = None;
+        self.authority = None;
+        self.path = None;
+        self.oversize = false;
+    }
+
+    pub(super) fn push(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(bytes);
+        (start, self.bytes.len() as u32)
+    }
+
+    pub(super) fn get(&self, span: (u32, u32)) -> &[u8] {
+        &self.bytes[span.0 as usize..span.1 as usize]
+    }
+}
+
+/// A request head, as [`Event::Request`] announced it. Field names are lower case (an
+/// upper-case name makes the request malformed, section 8.2.1); cookies are as the
+/// client split them.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub(super) head: &'a Head,
+}
+
+impl<'a> Request<'a> {
+    pub fn method(&self) -> &'a [u8] {
+        self.head.method.map_or(&[], |s| self.head.get(s))
+    }
+
+    pub fn scheme(&self) -> Option<&'a [u8]> {
+        self.head.scheme.map(|s| self.head.get(s))
+    }
+
+    pub fn authority(&self) -> Option<&'a [u8]> {
+        self.head.authority.map(|s| self.head.get(s))
+    }
+
+    /// `:path`; absent only for CONNECT.
+    pub fn path(&self) -> Option<&'a [u8]> {
+        self.head.path.map(|s| self.head.get(s))
+    }
+
+    /// The regular fields, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let head = self.head;
+        head.fields
+            .iter()
+            .map(move |f| (head.get(f.name), head.get(f.value)))
+    }
+
+    pub fn field_count(&self) -> usize {
+        self.head.fields.len()
+    }
+
+    /// The decoded head was larger than `max_header_list_size`: its fields are cut
+    /// short, and the server answers 431.
+    pub fn oversize(&self) -> bool {
+        self.head.oversize
+    }
+
+    /// A copy that outlives the next event (for a stream answered later).
+    pub fn to_owned(&self) -> OwnedRequest {
+        OwnedRequest {
+            head: self.head.clone(),
+        }
+    }
+}
+
+/// A request head of its own (see [`Request::to_owned`]).
+#[derive(Debug, Clone)]
+pub struct OwnedRequest {
+    head: Head,
+}
+
+impl OwnedRequest {
+    pub fn view(&self) -> Request<'_> {
+        Request { head: &self.head }
+    }
+}
+
+impl Conn {
+    /// Decodes a header block into the head; returns whether the request it holds is
+    /// malformed (section 8.1.1). The whole block is always decoded: the HPACK table is
+    /// the connection's, whatever becomes of the stream.
+    pub(super) fn decode(&mut self, block: &[u8], trailers: bool) -> Result<bool, ConnError> {
+        let head = &mut self.head;
+        head.clear();
+        let mut malformed = false;
+        let mut regular = false;
+        let decoded = self.decoder.decode(
+            block,
+            self.config.max_header_list_size as usize,
+            |name: &[u8], value: &[u8]| {
+                if value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
+                    malformed = true;
+                }
+                if let Some(pseudo) = name.strip_prefix(b":") {
+                    if regular || trailers {
+                        malformed = true;
+                        return Ok::<(), std::convert::Infallible>(());
+                    }
+                    let slot = match pseudo {
+                        b"method" => &mut head.method,
+                        b"scheme" => &mut head.scheme,
+                        b"authority" => &mut head.authority,
+                        b"path" => &mut head.path,
+                        _ => {
+                            malformed = true;
+                            return Ok(());
+                        }
+                    };
+                    if slot.is_some() {
+                        malformed = true;
+                        return Ok(());
+                    }
+                    let span = {
+                        let start = head.bytes.len() as u32;
+                        head.bytes.extend_from_slice(value);
+                        (start, head.bytes.len() as u32)
+                    };
+                    match pseudo {
+                        b"method" => head.method = Some(span),
+                        b"scheme" => head.scheme = Some(span),
+                        b"authority" => head.authority = Some(span),
+                        _ => head.path = Some(span),
+                    }
+                    return Ok(());
+                }
+                regular = true;
+                if name.is_empty() || !name.iter().all(|&b| is_name_byte(b)) {
+                    malformed = true;
+                    return Ok(());
+                }
+                if is_connection_specific(name) || (name == b"te" && value != b"trailers") {
+                    malformed = true;
+                    return Ok(());
+                }
+                if !trailers {
+                    let name = head.push(name);
+                    let value = head.push(value);
+                    head.fields.push(Span { name, value });
+                }
+                Ok(())
+            },
+        );
+        match decoded {
+            Ok(d) => {
+                self.head.oversize = d.list_too_large;
+                Ok(malformed)
+            }
+            Err(_) => Err(self.fail(Reason::COMPRESSION_ERROR)),
+        }
+    }
+
+    /// The request's content-length: `Err` if it is not one decimal number (several
+    /// equal values count as one).
+    pub(super) fn content_length(&self) -> Result<Option<u64>, ()> {
+        let mut length = None;
+        for (name, value) in self.request().fields() {
+            if name != b"content-length" {
+                continue;
+            }
+            if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+                return Err(());
+            }
+            let n = value
+                .iter()
+                .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+            if length.is_some_and(|l| l != n) {
+                return Err(());
+            }
+            length = Some(n);
+        }
+        Ok(length)
+    }
+
+    /// Whether the pseudo-header fields a request needs are there (section 8.3.1; a
+    /// CONNECT has only :method and :authority, section 8.5).
+    pub(super) fn pseudo_complete(&self) -> bool {
+        let r = self.request();
+        let head = &self.head;
+        if head.method.is_none() {
+            return false;
+        }
+        if r.method() == b"CONNECT" {
+            return head.authority.is_some() && head.scheme.is_none() && head.path.is_none();
+        }
+        head.scheme.is_some() && r.path().is_some_and(|p| !p.is_empty())
+    }
+}
+
+/// A byte a field name may hold in HTTP/2: a token character that is not upper case
+/// (RFC 9113 section 8.2.1, RFC 9110 section 5.6.2).
+fn is_name_byte(b: u8) -> bool {
+    matches!(b,
+        b'a'..=b'z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*'
+        | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// Fields HTTP/2 forbids (RFC 9113 section 8.2.2).
+fn is_connection_specific(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade"
+    )
+}
