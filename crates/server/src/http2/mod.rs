@@ -8,7 +8,7 @@
 //! One task per connection reads, frames and writes. A response ready at once (a file
 //! from the cache, a refusal, a cached page) is framed on it as its request is read;
 //! one that waits (a handler's, a large file) is answered on a task of its own, which
-//! hands its head and body to the connection through the stream's [`stream::Slot`].
+//! hands its head and body to the connection through the stream's [`slot::Slot`].
 //!
 //! A connection holds one slot of the fixed connection budget, whatever its streams;
 //! the slot's state is the connection's: `Idle` with no stream open (so
@@ -17,6 +17,9 @@
 //! socket (so `timeouts.write` closes a client that stops reading).
 
 mod config;
+mod request;
+mod send;
+mod slot;
 mod stream;
 
 use std::cell::{Cell, RefCell};
@@ -84,7 +87,7 @@ pub(crate) struct Streams {
     /// streams still finishing must not touch the slot.
     ended: Cell<bool>,
     /// Streams answered on tasks of their own, and responses waiting for window.
-    slots: RefCell<IdMap<stream::Slot>>,
+    slots: RefCell<IdMap<slot::Slot>>,
     /// A slot has something for the connection.
     poked: Cell<bool>,
     /// A slot has more to frame once the output is written.
@@ -213,7 +216,7 @@ impl Drop for Ended<'_> {
     fn drop(&mut self) {
         self.0.ended.set(true);
         self.0.worker.mark_http2(self.0.slot, false);
-        stream::abandon(self.0);
+        slot::abandon(self.0);
     }
 }
 
@@ -255,7 +258,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
     // Streams answered in this pass, framed together once every frame read is handled
     // (so that a stream the client cancelled in the same read is counted as cancelled,
     // and the responses leave in one write).
-    let mut ready: Vec<stream::Ready> = Vec::new();
+    let mut ready: Vec<send::Ready> = Vec::new();
     let mut shutdown = std::pin::pin!(worker.shutdown.notified());
     loop {
         if !going_away && worker.shared.generation.load(Ordering::Relaxed) != generation {
@@ -322,10 +325,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                         }
                         stream::Rest::Ready(answered) => ready.push(answered),
                         stream::Rest::Later(pending) => {
-                            streams
-                                .slots
-                                .borrow_mut()
-                                .insert(id, stream::Slot::new(true));
+                            streams.slots.borrow_mut().insert(id, slot::Slot::new(true));
                             tokio::task::spawn_local(stream::finish(streams.clone(), id, pending));
                         }
                     }
@@ -334,7 +334,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                     stream: id,
                     data,
                     end_stream,
-                } => stream::body(streams, &mut conn, id, data, end_stream),
+                } => slot::body(streams, &mut conn, id, data, end_stream),
                 Event::Reset { stream: id, .. } => {
                     // Cancelled before its answer was framed (a Rapid Reset client
                     // sends both in one write): ended here, its answer never sent.
@@ -343,7 +343,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                             ready.remove(i);
                             streams.ended(true);
                         }
-                        None => stream::cancel(streams, &mut conn, id),
+                        None => slot::cancel(streams, &mut conn, id),
                     }
                 }
                 Event::Window => {}
@@ -360,7 +360,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                 return;
             }
         }
-        stream::pump(streams, &mut conn);
+        send::pump(streams, &mut conn);
         let finished = streams.active.get() == 0 && streams.slots.borrow().is_empty();
         if failed || ((going_away || client_gone) && finished) {
             // What is owed (GOAWAY, the last frames) goes out, within the write

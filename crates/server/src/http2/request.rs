@@ -1,0 +1,119 @@
+//! A stream's request seen as the request model every handler takes: a
+//! `wire::Request`, version `Http2`.
+
+use h2codec::conn::Request;
+use wire::{BodyFraming, Version};
+
+/// The request as the handlers see it, and why it is refused, if it is. The Host
+/// field is the :authority (a client that sends both must send the same host, RFC 9113
+/// section 8.3.1); cookies split over several fields are joined as one (section 8.2.3).
+pub(super) fn view<'a>(
+    request: Request<'a>,
+    end_stream: bool,
+    cookie: &'a mut Vec<u8>,
+    fields: &'a mut Vec<wire::Header<'a>>,
+    limits: &wire::Limits,
+) -> (wire::Request<'a, 'a>, Option<wire::Error>) {
+    let authority = request.authority();
+    let method = std::str::from_utf8(request.method()).unwrap_or("");
+    let mut refusal = None;
+    if method.is_empty() || !method.bytes().all(is_token_byte) {
+        refusal = Some(wire::Error::BadMethod);
+    }
+    let target: &[u8] = match (method, request.path()) {
+        ("CONNECT", _) => authority.unwrap_or(b""),
+        (_, Some(path)) => path,
+        (_, None) => b"/",
+    };
+    if !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+        refusal = Some(wire::Error::BadTarget);
+    }
+    if let Some(authority) = authority {
+        fields.push(wire::Header {
+            name: "host",
+            value: authority,
+        });
+    }
+    let mut length = None;
+    for (name, value) in request.fields() {
+        // Names are lower-case tokens (checked by the codec), so ASCII.
+        let name = std::str::from_utf8(name).unwrap_or("");
+        match name {
+            "host" => {
+                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value)) {
+                    refusal = Some(wire::Error::BadHost);
+                }
+                if authority.is_none() {
+                    fields.push(wire::Header {
+                        name: "host",
+                        value,
+                    });
+                }
+            }
+            "cookie" => {
+                if !cookie.is_empty() {
+                    cookie.extend_from_slice(b"; ");
+                }
+                cookie.extend_from_slice(value);
+            }
+            _ => {
+                if name == "content-length" {
+                    length = Some(value);
+                }
+                fields.push(wire::Header { name, value });
+            }
+        }
+    }
+    let cookie: &'a [u8] = cookie;
+    if !cookie.is_empty() {
+        fields.push(wire::Header {
+            name: "cookie",
+            value: cookie,
+        });
+    }
+    let framing = if end_stream {
+        BodyFraming::None
+    } else {
+        match length {
+            Some(length) => match std::str::from_utf8(length)
+                .ok()
+                .and_then(|l| l.parse().ok())
+            {
+                Some(n) => BodyFraming::Length(n),
+                None => {
+                    refusal = Some(wire::Error::BadContentLength);
+                    BodyFraming::None
+                }
+            },
+            None => BodyFraming::Chunked,
+        }
+    };
+    if request.oversize() {
+        refusal = Some(wire::Error::HeadTooLarge);
+    } else if target.len() > limits.max_uri_length {
+        refusal = Some(wire::Error::UriTooLong);
+    } else if fields.len() > limits.max_headers {
+        refusal = Some(wire::Error::TooManyHeaders);
+    } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
+        refusal = Some(wire::Error::BodyTooLarge);
+    }
+    let fields: &'a [wire::Header<'a>] = fields;
+    let req = wire::Request {
+        method: wire::Method::from_token(method),
+        method_token: method,
+        target,
+        path: target,
+        version: Version::Http2,
+        headers: fields,
+        head_len: 0,
+        body: framing,
+        keep_alive: true,
+        expect_continue: false,
+    };
+    (req, refusal)
+}
+
+/// A token character (RFC 9110 section 5.6.2), for the method.
+pub(super) fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}

@@ -1,0 +1,300 @@
+//! Responses framed: a head the HTTP/1 encoder wrote, sent as HPACK fields without the
+//! connection-specific ones (RFC 9113 section 8.2.2), and bodies as DATA within the
+//! windows and the output's bound, file ranges read straight into the output.
+
+use bytes::{Buf, Bytes};
+use h2codec::conn::{Conn, OUTPUT_HIGH};
+use h2codec::frame::Reason;
+
+use super::slot::Slot;
+use super::Streams;
+use crate::dispatch;
+use crate::output::Piece;
+
+/// Largest DATA payload read from a file at a time.
+const FILE_CHUNK: usize = 16 * 1024;
+
+/// A response ready now: a file's, a refusal, a cached object. Its head and what of
+/// its body the windows take are framed on the connection's task; the rest waits in a
+/// slot of its own, read from the file as it is sent.
+pub(super) struct Ready {
+    pub(super) id: u32,
+    pub(super) status: u16,
+    /// The head as the HTTP/1 encoder wrote it.
+    pub(super) head: Bytes,
+    pub(super) body: Vec<Piece>,
+}
+
+impl Ready {
+    pub(super) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Frames it; returns whether the client had cancelled the stream.
+    pub(super) fn send(self, streams: &Streams, conn: &mut Conn) -> bool {
+        let empty = self.body.iter().all(|p| p.len() == 0);
+        if send_head(conn, self.id, self.status, &self.head, empty).is_err() {
+            return true;
+        }
+        if empty {
+            return false;
+        }
+        let mut slot = Slot::new(false);
+        slot.queued = self
+            .body
+            .iter()
+            .map(|p| match p {
+                Piece::Bytes(b) => b.len(),
+                Piece::File { .. } => 0,
+            })
+            .sum();
+        slot.data = self.body.into();
+        slot.end = true;
+        // Framed now as far as the windows and the output allow; the rest by `pump`.
+        if frame_pieces(conn, self.id, &mut slot).is_err() {
+            return true;
+        }
+        if !slot.data.is_empty() {
+            streams.slots.borrow_mut().insert(self.id, slot);
+        }
+        false
+    }
+}
+
+/// What stopped [`frame_pieces`] before the slot's body was all framed.
+pub(super) enum Stop {
+    /// The output is full: more once it is written.
+    Output,
+    /// The client's window.
+    Window,
+}
+
+/// Frames what it can of a slot's body. `Err` when the stream is gone (reset, or its
+/// file broke under it).
+pub(super) fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<Option<Stop>, ()> {
+    loop {
+        if conn.output().len() >= OUTPUT_HIGH {
+            return Ok(Some(Stop::Output));
+        }
+        let last = slot.end && slot.data.len() == 1;
+        let Some(front) = slot.data.front_mut() else {
+            return Ok(None);
+        };
+        match front {
+            Piece::Bytes(bytes) => {
+                // At most what the output has room for (a frame at least), so that a
+                // client with a huge window cannot make it hold a whole large body.
+                let room = OUTPUT_HIGH
+                    .saturating_sub(conn.output().len())
+                    .max(FILE_CHUNK);
+                let take = bytes.len().min(room);
+                let n = conn
+                    .send_data(id, &bytes[..take], last && take == bytes.len())
+                    .map_err(|_| ())?;
+                slot.queued -= n;
+                if n < bytes.len() {
+                    bytes.advance(n);
+                    if n < take {
+                        return Ok(Some(Stop::Window));
+                    }
+                    continue;
+                }
+            }
+            Piece::File { entry, offset, len } => {
+                let want = (*len).min(FILE_CHUNK as u64) as usize;
+                let n = conn.begin_data(id, want).map_err(|_| ())?;
+                if n == 0 {
+                    return Ok(Some(Stop::Window));
+                }
+                if read_into(conn.payload(), &entry.file, *offset, n).is_err() {
+                    // The file shrank or broke under us: its length is promised, so
+                    // the stream is cut off, not completed.
+                    conn.finish_data(false);
+                    conn.reset(id, Reason::INTERNAL_ERROR);
+                    return Err(());
+                }
+                *offset += n as u64;
+                *len -= n as u64;
+                conn.finish_data(last && *len == 0);
+                if *len > 0 {
+                    continue;
+                }
+            }
+        }
+        slot.data.pop_front();
+    }
+}
+
+/// Reads exactly `n` bytes of `file` at `offset` onto the end of `out`: pread(2) into
+/// its spare room, so the bytes are neither zeroed first nor copied after.
+pub(super) fn read_into(
+    out: &mut Vec<u8>,
+    file: &std::fs::File,
+    offset: u64,
+    n: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    out.reserve(n);
+    let mut got = 0;
+    while got < n {
+        let spare = &mut out.spare_capacity_mut()[..n - got];
+        // SAFETY: pread writes at most `spare.len()` bytes into `spare`, room `out`
+        // owns; only the bytes it reports written become part of `out`.
+        let r = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                (offset + got as u64) as libc::off_t,
+            )
+        };
+        match r {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            r if r < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            r => {
+                // SAFETY: the `r` bytes after the old length were just written.
+                unsafe { out.set_len(out.len() + r as usize) };
+                got += r as usize;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Frames a head the HTTP/1 encoder wrote: its status and fields, the
+/// connection-specific ones left out.
+pub(super) fn send_head(
+    conn: &mut Conn,
+    id: u32,
+    status: u16,
+    head: &[u8],
+    end_stream: bool,
+) -> Result<(), h2codec::conn::StreamGone> {
+    let Some((_, fields)) = dispatch::parse_head(head) else {
+        conn.reset(id, Reason::INTERNAL_ERROR);
+        return Err(h2codec::conn::StreamGone);
+    };
+    let fields = fields.filter(|(name, _)| !is_connection_specific(name));
+    conn.send_headers(id, status, fields, end_stream)
+}
+
+/// The status of a head the HTTP/1 encoder wrote, and whether content follows it.
+/// `None` if the head does not parse (never, for heads written here).
+pub(super) fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
+    let (status, _) = dispatch::parse_head(head)?;
+    Some((status, !wire::no_body(head_only, status)))
+}
+
+/// Frames what the slots hold, as far as the windows allow: heads, body bytes, the
+/// body bytes read (given back to the client), resets. Wakes the tasks that may queue
+/// more.
+pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
+    let given = streams.give_back.replace(0);
+    if given > 0 {
+        conn.release(0, given);
+    }
+    let mut slots = streams.slots.borrow_mut();
+    streams.more.set(false);
+    if slots.is_empty() {
+        let was = (streams.blocked.replace(0), streams.sending.replace(0));
+        if was != (0, 0) {
+            streams.settle();
+        }
+        return;
+    }
+    let max_queued = streams.max_queued;
+    let before = conn.output().len();
+    let mut blocked = 0;
+    let mut sending = 0;
+    let mut more = false;
+    slots.retain(|&id, slot| {
+        if slot.cancelled {
+            conn.release(id, slot.unread());
+            return slot.tasked;
+        }
+        if slot.released > 0 {
+            conn.release(id, slot.released);
+            slot.released = 0;
+        }
+        if let Some((head, end)) = slot.head.take() {
+            let status = dispatch::parse_head(&head).map_or(500, |(s, _)| s);
+            if send_head(conn, id, status, &head, end).is_err() {
+                slot.cancelled = true;
+            }
+        }
+        if !slot.cancelled {
+            match frame_pieces(conn, id, slot) {
+                Ok(None) => {}
+                Ok(Some(Stop::Window)) => blocked += 1,
+                Ok(Some(Stop::Output)) => more = true,
+                Err(()) => {
+                    // Its file broke: the stream was reset.
+                    slot.cancelled = true;
+                    slot.reset_by_us = true;
+                }
+            }
+        }
+        if let Some(reason) = slot.reset.take() {
+            conn.reset(id, reason);
+            slot.cancelled = true;
+            slot.reset_by_us = true;
+        }
+        if slot.cancelled {
+            slot.data.clear();
+            slot.queued = 0;
+            conn.release(id, slot.unread());
+        }
+        let drained = slot.head.is_none() && slot.data.is_empty();
+        if slot.cancelled || (slot.want && (slot.queued < max_queued || drained)) {
+            slot.want = false;
+            slot.wake();
+        }
+        if !drained {
+            sending += 1;
+        }
+        slot.tasked || !slot.data.is_empty()
+    });
+    drop(slots);
+    if conn.output().len() > before {
+        // Progress for a stream that waits on the window: the write timeout starts over.
+        streams.worker.touch(streams.slot);
+    }
+    streams.more.set(more);
+    let was = (
+        streams.blocked.replace(blocked),
+        streams.sending.replace(sending),
+    );
+    if was != (blocked, sending) {
+        streams.settle();
+    }
+}
+
+/// Fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2); the length stays (it is
+/// allowed, and tells the client the size in advance).
+pub(super) fn is_connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+        b"te",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn connection_specific_fields_are_told_apart_in_any_case() {
+        assert!(super::is_connection_specific(b"Transfer-Encoding"));
+        assert!(super::is_connection_specific(b"connection"));
+        assert!(!super::is_connection_specific(b"content-length"));
+    }
+}
