@@ -338,7 +338,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                 Event::Reset { stream: id, .. } => {
                     // Cancelled before its answer was framed (a Rapid Reset client
                     // sends both in one write): ended here, its answer never sent.
-                    match ready.iter().rposition(|r| r.id() == id) {
+                    match ready.iter().rposition(|r| r.id == id) {
                         Some(i) => {
                             ready.remove(i);
                             streams.ended(true);

@@ -19,21 +19,16 @@ const FILE_CHUNK: usize = 16 * 1024;
 /// slot of its own, read from the file as it is sent.
 pub(super) struct Ready {
     pub(super) id: u32,
-    pub(super) status: u16,
     /// The head as the HTTP/1 encoder wrote it.
     pub(super) head: Bytes,
     pub(super) body: Vec<Piece>,
 }
 
 impl Ready {
-    pub(super) fn id(&self) -> u32 {
-        self.id
-    }
-
     /// Frames it; returns whether the client had cancelled the stream.
     pub(super) fn send(self, streams: &Streams, conn: &mut Conn) -> bool {
         let empty = self.body.iter().all(|p| p.len() == 0);
-        if send_head(conn, self.id, self.status, &self.head, empty).is_err() {
+        if send_head(conn, self.id, &self.head, empty).is_err() {
             return true;
         }
         if empty {
@@ -171,11 +166,10 @@ pub(super) fn read_into(
 pub(super) fn send_head(
     conn: &mut Conn,
     id: u32,
-    status: u16,
     head: &[u8],
     end_stream: bool,
 ) -> Result<(), h2codec::conn::StreamGone> {
-    let Some((_, fields)) = dispatch::parse_head(head) else {
+    let Some((status, fields)) = dispatch::parse_head(head) else {
         conn.reset(id, Reason::INTERNAL_ERROR);
         return Err(h2codec::conn::StreamGone);
     };
@@ -222,8 +216,7 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
             slot.released = 0;
         }
         if let Some((head, end)) = slot.head.take() {
-            let status = dispatch::parse_head(&head).map_or(500, |(s, _)| s);
-            if send_head(conn, id, status, &head, end).is_err() {
+            if send_head(conn, id, &head, end).is_err() {
                 slot.cancelled = true;
             }
         }

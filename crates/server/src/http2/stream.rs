@@ -124,12 +124,11 @@ pub(super) fn start(
                 }));
             }
             let head_only = req.method == wire::Method::Head;
-            let Some((status, content)) = status_of(&head, head_only) else {
+            let Some((_, content)) = status_of(&head, head_only) else {
                 return Rest::Ended;
             };
             return Rest::Ready(Ready {
                 id,
-                status,
                 head,
                 body: if content { pieces } else { Vec::new() },
             });
@@ -174,14 +173,9 @@ pub(super) fn start(
             let sent = (status, &head[..], body.len() as u64);
             served::record(worker, streams.peer, read_at, Some(&req), b"", sent);
         }
-        let head = Bytes::from(head);
-        let Some((status, _)) = status_of(&head, head_only) else {
-            return Rest::Ended;
-        };
         return Rest::Ready(Ready {
             id,
-            status,
-            head,
+            head: Bytes::from(head),
             body: match body.is_empty() {
                 true => Vec::new(),
                 false => vec![Piece::Bytes(body)],
