@@ -1,8 +1,6 @@
 //! What the client sends: HEADERS and DATA on their streams, the header block's bound,
 //! and the receive windows given back as the server reads.
 
-use bytes::Bytes;
-
 use super::*;
 
 impl Conn {
