@@ -31,6 +31,7 @@
 //! else as a literal. Strings are Huffman-coded only when that is shorter.
 
 use super::index::Index;
+use super::names;
 use super::table::{self, DynamicTable, Entry, NameRef, ENTRY_OVERHEAD, NAME_SEED};
 use super::{encode_integer, encode_string, DYNAMIC_BASE};
 
@@ -59,8 +60,9 @@ const SET_COOKIE: usize = 55;
 /// limit (4096 by default: the size every peer starts with, and enough for the fields
 /// that repeat across responses). Memory is fixed by that limit `L`: a byte arena of at
 /// most `2 * L`, one 20-byte record per entry (at most `L / 32`), and a hash index of
-/// 4-byte slots, four per possible entry (2 KiB for 4096), allocated up front. Once the
-/// arena has grown, encoding allocates nothing beyond what `out` needs.
+/// 4-byte slots, at most four per possible entry (2 KiB for 4096), which starts at 64
+/// bytes and doubles as the table fills (`index.rs`). Once the arena and the index have
+/// grown, encoding allocates nothing beyond what `out` needs.
 #[derive(Debug)]
 pub struct Encoder {
     table: DynamicTable,
@@ -69,6 +71,8 @@ pub struct Encoder {
     /// The smallest table size set since the last block, if it changed: the next block
     /// opens with it and, if larger, the current size (section 4.2).
     pending_min: Option<usize>,
+    /// Scratch for lower-casing a name [`Block::field_any_case`] does not recognise.
+    lower: Vec<u8>,
 }
 
 impl Default for Encoder {
@@ -108,6 +112,7 @@ impl Encoder {
             index: Index::new(limit),
             limit,
             pending_min: (initial < DEFAULT_TABLE_SIZE).then_some(initial),
+            lower: Vec::new(),
         }
     }
 
@@ -198,6 +203,16 @@ impl Encoder {
     }
 }
 
+/// The indexing policy of a name, from its static table index (module docs).
+fn policy(static_name: Option<usize>) -> Policy {
+    match static_name {
+        Some(STATUS) => Policy::Index,
+        Some(AUTHORIZATION | PROXY_AUTHORIZATION | COOKIE | SET_COOKIE) => Policy::Never,
+        Some(CONTENT_LENGTH | CONTENT_RANGE | AGE) => Policy::NoIndex,
+        _ => Policy::Auto,
+    }
+}
+
 /// Removes an evicted entry's keys from the index.
 fn forget(index: &mut Index, number: u16, entry: &Entry) {
     index.remove(entry.field_tag, number);
@@ -233,13 +248,25 @@ impl Block<'_> {
         );
         let name_hash = table::hash(NAME_SEED, name);
         let static_name = table::static_name(name, name_hash);
-        let policy = match static_name {
-            Some(STATUS) => Policy::Index,
-            Some(AUTHORIZATION | PROXY_AUTHORIZATION | COOKIE | SET_COOKIE) => Policy::Never,
-            Some(CONTENT_LENGTH | CONTENT_RANGE | AGE) => Policy::NoIndex,
-            _ => Policy::Auto,
-        };
-        self.encode_hashed(name, name_hash, value, static_name, policy);
+        self.encode_hashed(name, name_hash, value, static_name, policy(static_name));
+    }
+
+    /// [`field`](Block::field) for a name in any case, as an HTTP/1 head spells it
+    /// (`Content-Type`): sent in lower case. The names most responses carry are
+    /// recognised without lower-casing or hashing them (`names.rs`).
+    pub fn field_any_case(&mut self, name: &[u8], value: &[u8]) {
+        if let Some(known) = names::recognize(name) {
+            let policy = policy(known.static_index);
+            self.encode_hashed(known.lower, known.hash, value, known.static_index, policy);
+        } else if name.iter().any(u8::is_ascii_uppercase) {
+            let mut lower = std::mem::take(&mut self.encoder.lower);
+            lower.clear();
+            lower.extend(name.iter().map(u8::to_ascii_lowercase));
+            self.field(&lower, value);
+            self.encoder.lower = lower;
+        } else {
+            self.field(name, value);
+        }
     }
 
     /// Adds a field as a literal never indexed (RFC 7541 section 6.2.3): for values that
@@ -280,7 +307,7 @@ impl Block<'_> {
                     table
                         .index_of(number)
                         .and_then(|i| table.get(i))
-                        .is_some_and(|(n, v)| v == value && n == name)
+                        .is_some_and(|(n, v)| table::same(v, value) && table::same(n, name))
                 });
                 if let Some(index) = found.and_then(|number| table.index_of(number)) {
                     encoder.table.entry_mut(index).reused = true;
@@ -344,7 +371,7 @@ impl Block<'_> {
                 table
                     .index_of(old)
                     .and_then(|i| table.get(i))
-                    .is_some_and(|(n, _)| n == name)
+                    .is_some_and(|(n, _)| table::same(n, name))
             });
         }
     }
@@ -357,7 +384,7 @@ fn find_name(encoder: &Encoder, name_tag: u16, name: &[u8]) -> Option<usize> {
         table
             .index_of(number)
             .and_then(|i| table.get(i))
-            .is_some_and(|(n, _)| n == name)
+            .is_some_and(|(n, _)| table::same(n, name))
     })?;
     table.index_of(number)
 }

@@ -20,6 +20,7 @@ mod decoder;
 mod encoder;
 mod huffman;
 mod index;
+mod names;
 mod table;
 
 #[cfg(test)]
@@ -130,6 +131,7 @@ fn decode_integer(block: &[u8], pos: &mut usize, prefix_bits: u32) -> Result<usi
 
 /// Appends `value` as an integer with a `prefix_bits`-bit prefix (section 5.1), the
 /// prefix byte's other bits being `flags`.
+#[inline]
 fn encode_integer(out: &mut Vec<u8>, flags: u8, prefix_bits: u32, value: usize) {
     let max = (1usize << prefix_bits) - 1;
     if value < max {

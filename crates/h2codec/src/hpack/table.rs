@@ -113,7 +113,7 @@ pub(crate) fn hash(seed: u64, bytes: &[u8]) -> u64 {
 
 /// [`hash`] as a `const fn`, byte by byte, to build the static name lookup at compile
 /// time; a test checks that the two agree.
-const fn const_hash(seed: u64, bytes: &[u8]) -> u64 {
+pub(crate) const fn const_hash(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = seed ^ (bytes.len() as u64).wrapping_mul(HASH_MULTIPLIER);
     let mut i = 0;
     while i + 8 <= bytes.len() {
@@ -190,6 +190,19 @@ const fn static_names() -> [u8; STATIC_SLOTS] {
     slots
 }
 
+/// [`static_name`] as a `const fn`, by scanning: the lowest HPACK index whose name is
+/// `name`, 0 if none.
+pub(crate) const fn const_static_name(name: &[u8]) -> usize {
+    let mut i = 0;
+    while i < STATIC_TABLE.len() {
+        if bytes_eq(STATIC_TABLE[i].0, name) {
+            return i + 1;
+        }
+        i += 1;
+    }
+    0
+}
+
 /// The lowest HPACK index whose name is `name`, whose hash (seed [`NAME_SEED`]) is
 /// `name_hash`.
 pub(crate) fn static_name(name: &[u8], name_hash: u64) -> Option<usize> {
@@ -199,20 +212,68 @@ pub(crate) fn static_name(name: &[u8], name_hash: u64) -> Option<usize> {
         if index == 0 {
             return None;
         }
-        if STATIC_TABLE[index - 1].0 == name {
+        if same(STATIC_TABLE[index - 1].0, name) {
             return Some(index);
         }
         slot = (slot + 1) % STATIC_SLOTS;
     }
 }
 
+/// For each HPACK index (position `i - 1`), the lowest index with the same name.
+const NAME_GROUPS: [u8; STATIC_TABLE.len()] = name_groups();
+
+const fn name_groups() -> [u8; STATIC_TABLE.len()] {
+    let mut groups = [0u8; STATIC_TABLE.len()];
+    let mut i = 0;
+    while i < STATIC_TABLE.len() {
+        groups[i] = if i > 0 && bytes_eq(STATIC_TABLE[i - 1].0, STATIC_TABLE[i].0) {
+            groups[i - 1]
+        } else {
+            (i + 1) as u8
+        };
+        i += 1;
+    }
+    groups
+}
+
 /// The HPACK index of `(name, value)` in the static table, given `name_index`, the
 /// lowest index with that name.
+#[inline]
 pub(crate) fn static_field(name_index: usize, value: &[u8]) -> Option<usize> {
-    let name = STATIC_TABLE[name_index - 1].0;
     (name_index..=STATIC_TABLE.len())
-        .take_while(|&i| STATIC_TABLE[i - 1].0 == name)
-        .find(|&i| STATIC_TABLE[i - 1].1 == value)
+        .take_while(|&i| usize::from(NAME_GROUPS[i - 1]) == name_index)
+        .find(|&i| same(STATIC_TABLE[i - 1].1, value))
+}
+
+/// Whether two byte strings are equal: inline, for the short names and values of header
+/// fields, where a call to `memcmp` costs more than the comparison (the encoder makes
+/// several per field).
+#[inline]
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8"));
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().expect("4"));
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        8..=32 => {
+            // Whole words, the last one overlapping the one before when `n` is not a
+            // multiple of 8.
+            let mut at = 0;
+            while at + 8 < n {
+                if word(a, at) != word(b, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            word(a, n - 8) == word(b, n - 8)
+        }
+        _ => a == b,
+    }
 }
 
 /// One dynamic table entry: where its bytes are in the arena, and what the encoder's

@@ -385,7 +385,7 @@ fn memory_stays_within_the_limit_as_entries_churn() {
         decode(&mut decoder, &out).unwrap();
         let (table, index) = encoder.parts();
         assert!(table.heap_bytes() <= 2 * 4096 + 2 * (4096 / 32) * 20);
-        assert_eq!(index.heap_bytes(), 512 * 4);
+        assert!(index.heap_bytes() <= 512 * 4);
     }
     assert_eq!(encoder_table(&encoder), decoder_table(&decoder));
     check_index(&encoder);
