@@ -224,8 +224,6 @@ pub struct Conn {
     /// The DATA frame [`Conn::begin_data`] started: its stream, where its head is, and
     /// how much it may carry.
     data_at: Option<(u32, usize, usize)>,
-    /// Scratch for lower-casing response field names.
-    lower: Vec<u8>,
 }
 
 impl Conn {
@@ -281,7 +279,6 @@ impl Conn {
             out,
             out_at: 0,
             data_at: None,
-            lower: Vec::new(),
         }
     }
 

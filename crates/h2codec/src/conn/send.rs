@@ -22,13 +22,7 @@ impl Conn {
         let at = frame::begin_headers(&mut self.out);
         let mut block = self.encoder.response(status, &mut self.out);
         for (name, value) in fields {
-            if name.iter().any(u8::is_ascii_uppercase) {
-                self.lower.clear();
-                self.lower.extend(name.iter().map(u8::to_ascii_lowercase));
-                block.field(&self.lower, value);
-            } else {
-                block.field(name, value);
-            }
+            block.field_any_case(name, value);
         }
         block.finish();
         frame::finish_headers(&mut self.out, at, stream, end_stream, self.peer_max_frame);
