@@ -16,8 +16,12 @@ pub(super) fn view<'a>(
 ) -> (wire::Request<'a, 'a>, Option<wire::Error>) {
     let authority = request.authority();
     let method = std::str::from_utf8(request.method()).unwrap_or("");
+    let method_kind = wire::Method::from_token(method);
     let mut refusal = None;
-    if method.is_empty() || !method.bytes().all(is_token_byte) {
+    // A method the server knows is a token; only another is checked byte by byte.
+    if method_kind == wire::Method::Other
+        && (method.is_empty() || !method.bytes().all(is_token_byte))
+    {
         refusal = Some(wire::Error::BadMethod);
     }
     let target: &[u8] = match (method, request.path()) {
@@ -99,7 +103,7 @@ pub(super) fn view<'a>(
     }
     let fields: &'a [wire::Header<'a>] = fields;
     let req = wire::Request {
-        method: wire::Method::from_token(method),
+        method: method_kind,
         method_token: method,
         target,
         path: target,

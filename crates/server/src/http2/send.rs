@@ -34,16 +34,27 @@ impl Ready {
         if empty {
             return false;
         }
+        let mut body = self.body;
+        // A small body in memory (a small file, a cached object), the common case: framed
+        // whole when the windows take it, with no slot.
+        if let [Piece::Bytes(bytes)] = &mut body[..] {
+            if bytes.len() <= FILE_CHUNK && conn.output().len() < OUTPUT_HIGH {
+                match conn.send_data(self.id, bytes, true) {
+                    Err(_) => return true,
+                    Ok(n) if n == bytes.len() => return false,
+                    Ok(n) => bytes.advance(n),
+                }
+            }
+        }
         let mut slot = Slot::new(false);
-        slot.queued = self
-            .body
+        slot.queued = body
             .iter()
             .map(|p| match p {
                 Piece::Bytes(b) => b.len(),
                 Piece::File { .. } => 0,
             })
             .sum();
-        slot.data = self.body.into();
+        slot.data = body.into();
         slot.end = true;
         // Framed now as far as the windows and the output allow; the rest by `pump`.
         if frame_pieces(conn, self.id, &mut slot).is_err() {
