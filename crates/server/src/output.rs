@@ -70,6 +70,12 @@ pub(crate) struct Mark {
 /// A part of a response body taken out of the batch ([`Output::take_pieces`]).
 pub(crate) enum Piece {
     Bytes(bytes::Bytes),
+    /// Bytes `start..end` of a file the file cache holds in memory: shared, not copied.
+    Memory {
+        entry: Arc<FileEntry>,
+        start: usize,
+        end: usize,
+    },
     /// `len` bytes of the file from `offset`.
     File {
         entry: Arc<FileEntry>,
@@ -82,7 +88,17 @@ impl Piece {
     pub(crate) fn len(&self) -> u64 {
         match self {
             Piece::Bytes(b) => b.len() as u64,
+            Piece::Memory { start, end, .. } => (end - start) as u64,
             Piece::File { len, .. } => *len,
+        }
+    }
+
+    /// The bytes it holds of its own, which count against a stream's send buffer (a
+    /// file's bytes, in the file cache or on disk, do not).
+    pub(crate) fn queued(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::Memory { .. } | Piece::File { .. } => 0,
         }
     }
 }
@@ -303,14 +319,28 @@ impl Output {
     /// The response queued (one, from the start of the batch), without its first `skip`
     /// bytes (its head), as owned pieces, and the batch emptied: for HTTP/2, which
     /// frames the body itself and may send it long after the buffers are lent to
-    /// another stream. Bytes in memory are copied (bodies in memory are small, below
-    /// `sendfile_min_size`); file ranges stay ranges, read as they are sent.
+    /// another stream. Bytes written into the batch are copied; a file the cache holds
+    /// in memory is shared, not copied (a 57 KB page was copied whole per request); file
+    /// ranges stay ranges, read as they are sent.
     pub(crate) fn take_pieces(&mut self, mut skip: usize) -> Vec<Piece> {
         self.close_buf_segment();
         let mut pieces = Vec::new();
         for segment in &self.segments {
             let bytes: &[u8] = match segment {
                 Segment::Buf { start, end } => &self.buf[*start..*end],
+                // Shared unless it joins bytes before it (below).
+                Segment::Memory { entry, start, end }
+                    if skip == 0 && !matches!(pieces.last(), Some(Piece::Bytes(_))) =>
+                {
+                    if end > start {
+                        pieces.push(Piece::Memory {
+                            entry: entry.clone(),
+                            start: *start,
+                            end: *end,
+                        });
+                    }
+                    continue;
+                }
                 Segment::Memory { entry, start, end } => &entry.body()[*start..*end],
                 Segment::File { entry, offset, len } => {
                     debug_assert_eq!(skip, 0, "a file segment inside a head");

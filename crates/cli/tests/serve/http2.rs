@@ -348,6 +348,77 @@ fn responses_ending_on_a_full_data_frame_leave_at_once_over_tls() {
     );
 }
 
+/// Files small enough for the file cache's memory (below `sendfile_min_size`) are framed
+/// from the cache's copy: whole, ranged, as parts of a multipart/byteranges body, and
+/// past the windows (8 KiB per stream, 64 KiB for the connection, ten 10 KB files at a
+/// time) they arrive as HTTP/1.1 gets them.
+#[test]
+fn files_held_in_memory_are_byte_exact_over_h2_whole_ranged_and_past_the_window() {
+    if !h2load_available() {
+        panic!("h2load is missing: scripts/test.sh installs it (nghttp2-client)");
+    }
+    let site = Site::new();
+    let small: Vec<u8> = (0..10_000u32).map(|i| (i * 31 + i / 97) as u8).collect();
+    site.write("small.bin", &small);
+    let server = Server::start(&site.root(), &[]);
+    let url = format!("http://{}/small.bin", server.addr);
+
+    let (head, body) = h2c(&server, "/small.bin", &[]);
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    assert!(body == small, "whole body differs ({} bytes)", body.len());
+
+    let (head, body) = h2c(&server, "/small.bin", &["-r", "100-199"]);
+    assert!(head.starts_with("HTTP/2 206"), "{head}");
+    assert_eq!(body, &small[100..200]);
+
+    // Multipart: the part heads and the parts, as HTTP/1.1 frames them (each response
+    // has a boundary of its own).
+    let unbound = |head: &str, body: Vec<u8>| {
+        let boundary = head
+            .lines()
+            .find_map(|l| l.split_once("boundary="))
+            .expect("a boundary")
+            .1
+            .trim()
+            .to_string();
+        String::from_utf8_lossy(&body).replace(&boundary, "BOUNDARY")
+    };
+    let (head, body) = h2c(&server, "/small.bin", &["-r", "0-9,5000-5009"]);
+    assert!(head.starts_with("HTTP/2 206"), "{head}");
+    let over_h2 = unbound(&head, body);
+    let dir = tempfile::tempdir().unwrap();
+    let head1 = dir.path().join("head");
+    let http1 = curl(&[
+        "--http1.1",
+        "-D",
+        head1.to_str().unwrap(),
+        "-r",
+        "0-9,5000-5009",
+        &url,
+    ]);
+    let over_h1 = unbound(&std::fs::read_to_string(&head1).unwrap(), http1.stdout);
+    assert!(over_h2.contains("bytes 5000-5009/10000"), "{over_h2}");
+    assert_eq!(over_h2, over_h1, "multipart bodies differ");
+
+    // Ten 10 KB bodies at a time through 8 KiB stream windows and a 64 KiB connection
+    // window: each body waits for its WINDOW_UPDATE part way.
+    let out = Command::new("h2load")
+        .args([
+            "-n", "200", "-c", "1", "-m", "10", "-w", "13", "-W", "16", &url,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("200 succeeded, 0 failed, 0 errored"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(2000000) data"),
+        "not every byte arrived: {text}"
+    );
+}
+
 #[test]
 fn a_hundred_concurrent_streams_on_one_connection() {
     if !h2load_available() {

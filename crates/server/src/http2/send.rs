@@ -34,26 +34,24 @@ impl Ready {
         if empty {
             return false;
         }
-        let mut body = self.body;
+        let body = self.body;
         // A small body in memory (a small file, a cached object), the common case: framed
         // whole when the windows take it, with no slot.
-        if let [Piece::Bytes(bytes)] = &mut body[..] {
-            if bytes.len() <= FILE_CHUNK && conn.output().len() < OUTPUT_HIGH {
-                match conn.send_data(self.id, bytes, true) {
-                    Err(_) => return true,
-                    Ok(n) if n == bytes.len() => return false,
-                    Ok(n) => bytes.advance(n),
-                }
+        let small = match &body[..] {
+            [Piece::Bytes(bytes)] => Some(&bytes[..]),
+            [Piece::Memory { entry, start, end }] => Some(&entry.body()[*start..*end]),
+            _ => None,
+        };
+        if let Some(bytes) = small {
+            if bytes.len() <= FILE_CHUNK
+                && conn.output().len() < OUTPUT_HIGH
+                && conn.capacity(self.id) >= bytes.len()
+            {
+                return conn.send_data(self.id, bytes, true).is_err();
             }
         }
         let mut slot = Slot::new(false);
-        slot.queued = body
-            .iter()
-            .map(|p| match p {
-                Piece::Bytes(b) => b.len(),
-                Piece::File { .. } => 0,
-            })
-            .sum();
+        slot.queued = body.iter().map(Piece::queued).sum();
         slot.data = body.into();
         slot.end = true;
         // Framed now as far as the windows and the output allow; the rest by `pump`.
@@ -88,18 +86,20 @@ pub(super) fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<
         };
         match front {
             Piece::Bytes(bytes) => {
-                // At most what the output has room for (a frame at least), so that a
-                // client with a huge window cannot make it hold a whole large body.
-                let room = OUTPUT_HIGH
-                    .saturating_sub(conn.output().len())
-                    .max(FILE_CHUNK);
-                let take = bytes.len().min(room);
-                let n = conn
-                    .send_data(id, &bytes[..take], last && take == bytes.len())
-                    .map_err(|_| ())?;
+                let (n, take) = send_some(conn, id, bytes, last)?;
                 slot.queued -= n;
                 if n < bytes.len() {
                     bytes.advance(n);
+                    if n < take {
+                        return Ok(Some(Stop::Window));
+                    }
+                    continue;
+                }
+            }
+            Piece::Memory { entry, start, end } => {
+                let (n, take) = send_some(conn, id, &entry.body()[*start..*end], last)?;
+                *start += n;
+                if start < end {
                     if n < take {
                         return Ok(Some(Stop::Window));
                     }
@@ -129,6 +129,20 @@ pub(super) fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<
         }
         slot.data.pop_front();
     }
+}
+
+/// Frames what the windows take of `bytes`, at most what the output has room for (a
+/// frame at least), so that a client with a huge window cannot make it hold a whole
+/// large body. Returns the bytes framed and the most that were offered.
+fn send_some(conn: &mut Conn, id: u32, bytes: &[u8], last: bool) -> Result<(usize, usize), ()> {
+    let room = OUTPUT_HIGH
+        .saturating_sub(conn.output().len())
+        .max(FILE_CHUNK);
+    let take = bytes.len().min(room);
+    let n = conn
+        .send_data(id, &bytes[..take], last && take == bytes.len())
+        .map_err(|_| ())?;
+    Ok((n, take))
 }
 
 /// Reads exactly `n` bytes of `file` at `offset` onto the end of `out`: pread(2) into

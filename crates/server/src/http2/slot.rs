@@ -217,13 +217,7 @@ impl Link<'_> {
             if s.cancelled {
                 return false;
             }
-            s.queued += pieces
-                .iter()
-                .map(|p| match p {
-                    Piece::Bytes(b) => b.len(),
-                    Piece::File { .. } => 0,
-                })
-                .sum::<usize>();
+            s.queued += pieces.iter().map(Piece::queued).sum::<usize>();
             s.data.extend(pieces);
             s.end = true;
             true
