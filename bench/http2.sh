@@ -16,13 +16,15 @@
 #      issue's target is tessera at least 10x cheaper per request.
 #
 # usage: flock /tmp/bench.lock bench/http2.sh [ROUNDS] [SECONDS] [CONNECTIONS] [STREAMS]
-#        (defaults: 3 rounds of 5 s, 100 connections x 10 streams)
+#        (defaults: 3 rounds of 5 s, 100 connections x 10 streams; env CASES="12b page
+#        esi" runs those cases only, NO_BUILD=1 skips cargo, TESSERA=path of the binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-5}
 CONNECTIONS=${3:-100}
 STREAMS=${4:-10}
+CASES=${CASES:-12b page esi}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -35,8 +37,8 @@ need wrk wrk
 need taskset util-linux
 need python3 python3
 
-cargo build --release --locked -q -p tessera
-TESSERA=$PWD/target/release/tessera
+[ -n "${NO_BUILD:-}" ] || cargo build --release --locked -q -p tessera
+TESSERA=${TESSERA:-$PWD/target/release/tessera}
 
 ulimit -n "$(ulimit -Hn)"
 make_work http2
@@ -182,8 +184,9 @@ run_case() {
 }
 
 printf '%-14s %-8s %12s %12s\n' case server "requests/s" "cpu us/req"
-run_case h2-12b /12b.txt
-run_case h2-page57k /page.html
+[[ " $CASES " == *" 12b "* ]] && run_case h2-12b /12b.txt
+[[ " $CASES " == *" page "* ]] && run_case h2-page57k /page.html
+[[ " $CASES " == *" esi "* ]] || exit 0
 
 # The cached ESI page: tessera over h2 (h2load), Varnish over HTTP/1.1 (wrk).
 declare -A esi_rps=() esi_cpu=()
