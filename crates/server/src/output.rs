@@ -156,7 +156,7 @@ impl Output {
         } else {
             0
         };
-        let len = head_len(&added[start..]).map_or(added.len() - start, |i| i + 4);
+        let len = head_len(&added[start..]).unwrap_or(added.len() - start);
         (mark.buf + start, &added[start..start + len])
     }
 
@@ -320,8 +320,9 @@ impl Output {
     /// bytes (its head), as owned pieces, and the batch emptied: for HTTP/2, which
     /// frames the body itself and may send it long after the buffers are lent to
     /// another stream. Bytes written into the batch are copied; a file the cache holds
-    /// in memory is shared, not copied (a 57 KB page was copied whole per request); file
-    /// ranges stay ranges, read as they are sent.
+    /// in memory is shared, not copied, unless it follows bytes (a multipart part head,
+    /// joined with its part into one copy); file ranges stay ranges, read as they are
+    /// sent.
     pub(crate) fn take_pieces(&mut self, mut skip: usize) -> Vec<Piece> {
         self.close_buf_segment();
         let mut pieces = Vec::new();
@@ -489,4 +490,40 @@ pub(crate) fn split_response(response: &[u8]) -> (u16, &[u8], u64) {
         &response[..head_len],
         (response.len() - head_len) as u64,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_is_found_up_to_its_blank_line_whatever_follows() {
+        for (written, head) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n"[..],
+                &b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n"[..],
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody\r\n\r\nmore",
+                b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n",
+            ),
+            // No blank line (never, for heads written here): all of it.
+            (b"HTTP/1.1 200 OK\r\nA: b", b"HTTP/1.1 200 OK\r\nA: b"),
+            (
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\n\r\nx",
+                b"HTTP/1.1 404 Not Found\r\n\r\n",
+            ),
+        ] {
+            let mut out = Output::new(0);
+            out.buf().extend_from_slice(b"before");
+            let mark = out.mark();
+            out.buf().extend_from_slice(written);
+            let (at, found) = out.head_since(mark);
+            assert_eq!(found, head, "{:?}", String::from_utf8_lossy(written));
+            assert_eq!(&out.buf[at..at + found.len()], head);
+            let (_, since_head, body) = out.since(mark);
+            assert_eq!(since_head, head);
+            assert_eq!(body as usize, written.len() - (at - 6) - head.len());
+        }
+    }
 }

@@ -188,6 +188,12 @@ mod tests {
                 .map(|(i, &b)| if flips >> (i % 32) & 1 == 1 { b.to_ascii_uppercase() } else { b })
                 .collect();
             proptest::prop_assert!(std::ptr::eq(recognize(&varied).unwrap(), k));
+            // A near miss (one byte changed: to CR, '_', a byte past ASCII, or by one)
+            // is not.
+            let mut near = k.lower.to_vec();
+            let at = flips as usize % near.len();
+            near[at] = [b'\r', b'_', 0xc1, near[at].wrapping_add(1), near[at] - 1][name.len() % 5];
+            proptest::prop_assert!(recognize(&near).is_none(), "{:?}", near);
             // Any bytes are recognised exactly when they equal a known name ignoring
             // ASCII case.
             let expected = KNOWN.iter().find(|k| k.lower.eq_ignore_ascii_case(&name));

@@ -517,6 +517,27 @@ impl DynamicTable {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn same_is_equality(
+            a in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            at in proptest::num::usize::ANY,
+            flip in 1u8..=255,
+            shorter in proptest::bool::ANY,
+        ) {
+            proptest::prop_assert!(same(&a, &a.clone()));
+            if !a.is_empty() {
+                // One byte differs, anywhere: at every length's branch.
+                let mut b = a.clone();
+                b[at % a.len()] ^= flip;
+                proptest::prop_assert!(!same(&a, &b));
+                if shorter {
+                    proptest::prop_assert!(!same(&a, &a[..a.len() - 1]));
+                }
+            }
+        }
+    }
+
     #[test]
     fn static_name_finds_every_name_at_its_lowest_index() {
         for (i, (name, _)) in STATIC_TABLE.iter().enumerate() {

@@ -18,11 +18,12 @@ use crate::output::Piece;
 pub(super) struct Slot {
     /// The response head (HTTP/1 lines) to frame, and whether no body follows.
     pub(super) head: Option<(Bytes, bool)>,
-    /// The body to frame, in order: bytes, and ranges of files read straight into the
-    /// output as the windows and the socket take them; `end` once the last is among
-    /// them.
+    /// The body to frame, in order: bytes, ranges of files the file cache holds in
+    /// memory, and ranges of files read straight into the output as the windows and the
+    /// socket take them; `end` once the last is among them.
     pub(super) data: VecDeque<Piece>,
-    /// Bytes of `data` in memory (a task queues at most `[http2] max_send_buffer`).
+    /// Bytes `data` holds of its own, not the file cache's (a task queues at most
+    /// `[http2] max_send_buffer`).
     pub(super) queued: usize,
     pub(super) end: bool,
     /// The task wants the stream reset (its body broke off).
