@@ -143,7 +143,11 @@ impl Streams {
         } else {
             self.finished.set(self.finished.get() + 1);
         }
-        self.settle();
+        // With streams still active the state stays what it was (Handling, or Writing
+        // while blocked, which `pump` settles): only the last one changes it.
+        if self.active.get() == 0 {
+            self.settle();
+        }
         self.poke();
     }
 
@@ -287,6 +291,10 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
         }
         let mut read_at: Option<Option<Instant>> = None;
         let mut failed = false;
+        // The slot's state is settled by the first new stream of a pass (nothing outside
+        // this task moves it before the pass ends) and by any that makes the connection
+        // busy again; the others leave it as it is.
+        let mut settled = false;
         loop {
             let event = match conn.next(&mut read) {
                 Ok(Some(event)) => event,
@@ -310,8 +318,11 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                     end_stream,
                 } => {
                     streams.active.set(streams.active.get() + 1);
-                    if !streams.settle() {
-                        return;
+                    if !settled || streams.active.get() == 1 {
+                        settled = true;
+                        if !streams.settle() {
+                            return;
+                        }
                     }
                     let read_at = *read_at.get_or_insert_with(|| {
                         worker.clock.refresh();
