@@ -234,8 +234,19 @@ fn h2c(server: &Server, path: &str, extra: &[&str]) -> (String, Vec<u8>) {
     )
 }
 
-fn h2load_available() -> bool {
-    Command::new("h2load").arg("--version").output().is_ok()
+/// h2load's report of a run of `requests` requests, every one of which succeeded.
+fn h2load(requests: usize, args: &[&str]) -> String {
+    let out = Command::new("h2load")
+        .args(["-n", &requests.to_string()])
+        .args(args)
+        .output()
+        .expect("h2load is missing: scripts/test.sh installs it (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains(&format!("{requests} succeeded, 0 failed, 0 errored")),
+        "{args:?}: {text}"
+    );
+    text
 }
 
 /// A good client, asked after an attack: served at once, over HTTP/2.
@@ -354,9 +365,6 @@ fn responses_ending_on_a_full_data_frame_leave_at_once_over_tls() {
 /// time) they arrive as HTTP/1.1 gets them.
 #[test]
 fn files_held_in_memory_are_byte_exact_over_h2_whole_ranged_and_past_the_window() {
-    if !h2load_available() {
-        panic!("h2load is missing: scripts/test.sh installs it (nghttp2-client)");
-    }
     let site = Site::new();
     let small: Vec<u8> = (0..10_000u32).map(|i| (i * 31 + i / 97) as u8).collect();
     site.write("small.bin", &small);
@@ -402,17 +410,7 @@ fn files_held_in_memory_are_byte_exact_over_h2_whole_ranged_and_past_the_window(
 
     // Ten 10 KB bodies at a time through 8 KiB stream windows and a 64 KiB connection
     // window: each body waits for its WINDOW_UPDATE part way.
-    let out = Command::new("h2load")
-        .args([
-            "-n", "200", "-c", "1", "-m", "10", "-w", "13", "-W", "16", &url,
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("200 succeeded, 0 failed, 0 errored"),
-        "{text}"
-    );
+    let text = h2load(200, &["-c", "1", "-m", "10", "-w", "13", "-W", "16", &url]);
     assert!(
         text.contains("(2000000) data"),
         "not every byte arrived: {text}"
@@ -421,24 +419,13 @@ fn files_held_in_memory_are_byte_exact_over_h2_whole_ranged_and_past_the_window(
 
 #[test]
 fn a_hundred_concurrent_streams_on_one_connection() {
-    if !h2load_available() {
-        panic!("h2load is missing: scripts/test.sh installs it (nghttp2-client)");
-    }
     let tls = TlsSite::start("", "");
     let urls = [
         format!("http://{}/hello.txt", tls.server.addr),
         format!("https://127.0.0.1:{}/hello.txt", tls.https.port()),
     ];
     for url in urls {
-        let out = Command::new("h2load")
-            .args(["-n", "1000", "-c", "1", "-m", "100", &url])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.contains("1000 succeeded, 0 failed, 0 errored"),
-            "{url}: {text}"
-        );
+        let text = h2load(1000, &["-c", "1", "-m", "100", &url]);
         assert!(
             text.contains("Application protocol: h2") || text.contains("h2c"),
             "{text}"
