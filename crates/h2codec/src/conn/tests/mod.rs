@@ -86,13 +86,7 @@ impl Client {
         let events = self
             .send(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get("/")))
             .unwrap();
-        assert_eq!(
-            events,
-            vec![Event::Request {
-                stream: id,
-                end_stream: true
-            }]
-        );
+        assert_eq!(events, opened(id, true));
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<Vec<Event>, ConnError> {
@@ -131,6 +125,11 @@ impl Client {
             .map(|f| (f.2, u32::from_be_bytes(f.3[..4].try_into().unwrap())))
             .collect()
     }
+}
+
+/// The events of one request head read: stream `stream` opened.
+fn opened(stream: u32, end_stream: bool) -> Vec<Event> {
+    vec![Event::Request { stream, end_stream }]
 }
 
 fn client() -> Client {

@@ -51,13 +51,7 @@ fn a_request_is_read_and_answered() {
     let events = c
         .send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/a?b")))
         .unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 1,
-            end_stream: true
-        }]
-    );
+    assert_eq!(events, opened(1, true));
     let r = c.conn.request();
     assert_eq!(r.method(), b"GET");
     assert_eq!(r.path(), Some(&b"/a?b"[..]));
@@ -204,14 +198,7 @@ fn malformed_requests_are_reset_and_never_reach_the_server() {
         let events = c
             .send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/")))
             .unwrap();
-        assert_eq!(
-            events,
-            vec![Event::Request {
-                stream: 3,
-                end_stream: true
-            }],
-            "{name}"
-        );
+        assert_eq!(events, opened(3, true), "{name}");
     }
 }
 
@@ -223,22 +210,10 @@ fn te_trailers_and_a_connect_with_authority_alone_are_well_formed() {
     let events = c
         .send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &head))
         .unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 1,
-            end_stream: true
-        }]
-    );
+    assert_eq!(events, opened(1, true));
     let connect = block(&[(":method", "CONNECT"), (":authority", "example.com:443")]);
     let events = c.send(&frame(HEADERS, END_HEADERS, 3, &connect)).unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 3,
-            end_stream: false
-        }]
-    );
+    assert_eq!(events, opened(3, false));
 }
 
 #[test]
@@ -249,13 +224,7 @@ fn a_header_block_continues_in_continuation_frames_and_nothing_may_come_between(
     bytes.extend(frame(CONTINUATION, 0, 1, &head[5..20]));
     bytes.extend(frame(CONTINUATION, END_HEADERS, 1, &head[20..]));
     let events = c.send(&bytes).unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 1,
-            end_stream: true
-        }]
-    );
+    assert_eq!(events, opened(1, true));
     assert_eq!(c.conn.request().path(), Some(&b"/split"[..]));
     for between in [
         frame(PING, 0, 0, &[0; 8]),
@@ -306,13 +275,7 @@ fn a_head_over_the_budget_is_still_decoded_and_marked() {
     let events = c
         .send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &head))
         .unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 1,
-            end_stream: true
-        }]
-    );
+    assert_eq!(events, opened(1, true));
     assert!(c.conn.request().oversize());
 }
 

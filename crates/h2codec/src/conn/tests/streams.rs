@@ -90,13 +90,7 @@ fn streams_beyond_the_limit_are_refused() {
     // Once one ends, another may open.
     c.conn.reset(1, Reason::CANCEL);
     let events = c.send(&frame(HEADERS, END_HEADERS, 7, &get("/"))).unwrap();
-    assert_eq!(
-        events,
-        vec![Event::Request {
-            stream: 7,
-            end_stream: false
-        }]
-    );
+    assert_eq!(events, opened(7, false));
 }
 
 #[test]
