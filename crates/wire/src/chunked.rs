@@ -7,6 +7,7 @@
 //! bare LF inside an extension, a quoted CRLF, garbage after the size) disagree on where
 //! the body ends, which is request smuggling. Anything outside the grammar is refused.
 
+use crate::request::is_tchar;
 use crate::Error;
 
 /// What [`ChunkedDecoder::decode`] found in its input.
@@ -264,11 +265,6 @@ impl ChunkedDecoder {
         }
         Ok(())
     }
-}
-
-/// RFC 9110 section 5.6.2 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

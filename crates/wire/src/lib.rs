@@ -35,7 +35,7 @@ pub use parse_response::{
 };
 pub use path::{normalize_path, InvalidPath};
 pub use request::{
-    parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
+    is_tchar, parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
 };
 pub use response::{
     bodiless, chunk_size_line, is_framing_field, no_body, reason, status_line, write_decimal,

@@ -429,7 +429,9 @@ pub(crate) fn parse_transfer_encoding(value: &[u8]) -> Result<(), Error> {
     }
 }
 
-fn is_tchar(b: u8) -> bool {
+/// A token character (RFC 9110 section 5.6.2 `tchar`): methods, field names,
+/// transfer codings, chunk extensions.
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

@@ -20,7 +20,7 @@ pub(super) fn view<'a>(
     let mut refusal = None;
     // A method the server knows is a token; only another is checked byte by byte.
     if method_kind == wire::Method::Other
-        && (method.is_empty() || !method.bytes().all(is_token_byte))
+        && (method.is_empty() || !method.bytes().all(wire::is_tchar))
     {
         refusal = Some(wire::Error::BadMethod);
     }
@@ -115,9 +115,4 @@ pub(super) fn view<'a>(
         expect_continue: false,
     };
     (req, refusal)
-}
-
-/// A token character (RFC 9110 section 5.6.2), for the method.
-pub(super) fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
