@@ -26,6 +26,10 @@ pub struct Args {
     /// `[tls]` in the config (docs/tls.md)
     #[arg(long, value_name = "ADDR")]
     tls_listen: Vec<SocketAddr>,
+    /// Address that speaks only HTTP/2 with prior knowledge (h2c), no HTTP/1.1;
+    /// repeatable (docs/http2.md)
+    #[arg(long, value_name = "ADDR")]
+    h2c_listen: Vec<SocketAddr>,
     /// PEM file with the default TLS certificate and its chain, leaf first
     #[arg(long, value_name = "FILE", requires = "key")]
     cert: Option<PathBuf>,
@@ -106,16 +110,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (None, Some(root)) => format!(" {}", root.display()),
         (None, None) => format!(" no files (no --root, and no {DEFAULT_ROOT} here)"),
     };
-    for addr in server.local_addrs() {
-        eprintln!(
-            "tessera: serving{what} on http://{addr}/ with {workers} worker{}",
-            if workers == 1 { "" } else { "s" }
+    let plural = if workers == 1 { "" } else { "s" };
+    let listening = (server.local_addrs().iter().map(|a| ("http", a, "")))
+        .chain(server.tls_addrs().iter().map(|a| ("https", a, "")))
+        .chain(
+            server
+                .h2c_addrs()
+                .iter()
+                .map(|a| ("http", a, ", HTTP/2 with prior knowledge only")),
         );
-    }
-    for addr in server.tls_addrs() {
+    for (scheme, addr, only) in listening {
         eprintln!(
-            "tessera: serving{what} on https://{addr}/ with {workers} worker{}",
-            if workers == 1 { "" } else { "s" }
+            "tessera: serving{what} on {scheme}://{addr}/ with {workers} worker{plural}{only}"
         );
     }
     if let Some(&addr) = server.local_addrs().first() {
@@ -237,6 +243,9 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
     }
     if !args.tls_listen.is_empty() {
         config.tls_listen = args.tls_listen.clone();
+    }
+    if !args.h2c_listen.is_empty() {
+        config.h2c_listen = args.h2c_listen.clone();
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         config.tls.certificate = Some(cert.clone());

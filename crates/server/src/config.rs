@@ -3,6 +3,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::listeners::Kind;
+
 /// Everything `tessera serve` can be told, from the config file and the command line.
 /// Every key is optional; docs/config.md lists them with their defaults.
 #[derive(Debug, Clone, Deserialize)]
@@ -14,6 +16,10 @@ pub struct Config {
     /// Addresses to listen on with TLS (docs/tls.md). Default none. Needs a
     /// certificate: `[tls]`, or a `[[host]]`'s `[host.tls]`.
     pub tls_listen: Vec<SocketAddr>,
+    /// Addresses that speak HTTP/2 with prior knowledge only (h2c, no HTTP/1.1), as
+    /// nginx's `listen ... http2` without `ssl` before 1.25: for a load balancer or
+    /// another proxy that talks h2c to its origins (docs/http2.md). Default none.
+    pub h2c_listen: Vec<SocketAddr>,
     /// `[tls]`: the default certificate and key (docs/tls.md).
     pub tls: crate::tls::TlsConfig,
     /// Directory served. Default none: no static files, so every request no module
@@ -187,6 +193,7 @@ impl Default for Config {
         Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             tls_listen: Vec::new(),
+            h2c_listen: Vec::new(),
             tls: Default::default(),
             root: None,
             workers: 0,
@@ -240,6 +247,20 @@ impl LimitsConfig {
 }
 
 impl Config {
+    /// Every address to listen on with what it speaks, in the order `listen`,
+    /// `tls_listen`, `h2c_listen`.
+    pub(crate) fn listening(&self) -> impl Iterator<Item = (SocketAddr, Kind)> + '_ {
+        fn tagged(
+            list: &[SocketAddr],
+            kind: Kind,
+        ) -> impl Iterator<Item = (SocketAddr, Kind)> + '_ {
+            list.iter().map(move |a| (*a, kind))
+        }
+        tagged(&self.listen, Kind::Plain)
+            .chain(tagged(&self.tls_listen, Kind::Tls))
+            .chain(tagged(&self.h2c_listen, Kind::H2c))
+    }
+
     /// Which site a request's host names (site `i + 1` for `host[i]`).
     pub fn hosts(&self) -> handler::Hosts {
         let default = self
@@ -279,8 +300,21 @@ impl Config {
     /// first). Only the values are checked here, not the files they name.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.listen.is_empty() && self.tls_listen.is_empty() {
+        if self.listening().next().is_none() {
             problems.push("`listen` needs at least one address".into());
+        }
+        let all: Vec<_> = self.listening().collect();
+        for (i, (addr, kind)) in all.iter().enumerate() {
+            if let Some((first, first_kind)) = all[..i].iter().find(|(a, _)| overlap(*a, *addr)) {
+                problems.push(format!(
+                    "`{}` lists {addr}, which `{}` {first} takes already: an address can have one listener",
+                    kind.key(),
+                    first_kind.key()
+                ));
+            }
+        }
+        if !self.h2c_listen.is_empty() && !self.http2.enabled {
+            problems.push("`h2c_listen` needs HTTP/2, which `http2 = false` turns off".into());
         }
         problems.extend(crate::tls::problems(self));
         problems.extend(self.http2.problems());
@@ -301,16 +335,10 @@ impl Config {
             problems.push("`max_connections` must be at least one per worker".into());
         }
         if let Some(admin) = self.admin_listen {
-            // Port 0 (any free port) never collides.
-            if self.listen.iter().any(|l| {
-                admin.port() != 0
-                    && l.port() == admin.port()
-                    && (l.ip() == admin.ip()
-                        || l.ip().is_unspecified()
-                        || admin.ip().is_unspecified())
-            }) {
+            if let Some((_, kind)) = self.listening().find(|(l, _)| overlap(*l, admin)) {
                 problems.push(format!(
-                    "`admin_listen` {admin} overlaps a public `listen` address: the admin listener needs an address of its own"
+                    "`admin_listen` {admin} overlaps a public `{}` address: the admin listener needs an address of its own",
+                    kind.key()
                 ));
             }
             if !admin.ip().is_loopback()
@@ -422,4 +450,52 @@ fn validate_cache_control(key: &str, rules: &[CacheControlRule]) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// Whether two listening addresses take the same connections: the same port on the same
+/// address, or on every address of the same family (`0.0.0.0`, `[::]`: an IPv6 listener
+/// takes no IPv4 connections, `listeners::bind`). Port 0 (a free port, chosen at each
+/// bind) never does.
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(listen: &[&str], tls: &[&str], h2c: &[&str]) -> Vec<String> {
+        let addrs = |list: &[&str]| list.iter().map(|a| a.parse().unwrap()).collect();
+        let config = Config {
+            listen: addrs(listen),
+            tls_listen: addrs(tls),
+            h2c_listen: addrs(h2c),
+            ..Config::default()
+        };
+        config
+            .problems()
+            .into_iter()
+            .filter(|p| p.contains("one listener"))
+            .collect()
+    }
+
+    #[test]
+    fn an_address_has_one_listener() {
+        assert_eq!(
+            problems(&["127.0.0.1:80"], &[], &["127.0.0.1:80"]),
+            ["`h2c_listen` lists 127.0.0.1:80, which `listen` 127.0.0.1:80 takes already: an address can have one listener"]
+        );
+        assert_eq!(problems(&["0.0.0.0:80"], &["127.0.0.1:80"], &[]).len(), 1);
+        assert_eq!(
+            problems(&["127.0.0.1:80", "127.0.0.1:80"], &[], &[]).len(),
+            1
+        );
+        // Different ports, families, or port 0 (a new free port each time).
+        assert!(problems(&["127.0.0.1:80"], &["127.0.0.1:443"], &["127.0.0.1:81"]).is_empty());
+        assert!(problems(&["0.0.0.0:80", "[::]:80"], &[], &[]).is_empty());
+        assert!(problems(&["127.0.0.1:0"], &[], &["127.0.0.1:0"]).is_empty());
+    }
 }

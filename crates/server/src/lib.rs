@@ -64,6 +64,7 @@ pub use access_log::FormatError;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use http2::Http2Config;
 pub use listeners::Inherited;
+use listeners::Kind;
 pub use tls::{Tls, TlsConfig};
 pub use worker::ConnState;
 
@@ -152,6 +153,7 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     admin: Option<std::net::TcpListener>,
     tls_addrs: Vec<SocketAddr>,
+    h2c_addrs: Vec<SocketAddr>,
 }
 
 impl Server {
@@ -181,17 +183,20 @@ impl Server {
         let tls = tls::Tls::new(config).map_err(Error::Tls)?;
         let listeners = Listeners::new();
         let mut set = Vec::new();
-        for &requested in &config.listen {
-            set.push(listeners.open(requested, false, config.backlog, workers, &mut inherited)?);
-        }
-        for &requested in &config.tls_listen {
-            set.push(listeners.open(requested, true, config.backlog, workers, &mut inherited)?);
+        for (requested, kind) in config.listening() {
+            set.push(listeners.open(requested, kind, config.backlog, workers, &mut inherited)?);
         }
         for addr in inherited.unused() {
             tracing::info!(address = %addr, "closing a listening socket taken over but no longer configured");
         }
-        let addrs: Vec<SocketAddr> = set.iter().filter(|l| !l.tls).map(|l| l.local).collect();
-        let tls_addrs: Vec<SocketAddr> = set.iter().filter(|l| l.tls).map(|l| l.local).collect();
+        let bound = |kind| -> Vec<SocketAddr> {
+            set.iter()
+                .filter(|l| l.kind == kind)
+                .map(|l| l.local)
+                .collect()
+        };
+        let (addrs, tls_addrs, h2c_addrs) =
+            (bound(Kind::Plain), bound(Kind::Tls), bound(Kind::H2c));
         listeners.replace(set);
         Ok(Server {
             shared: Arc::new(Shared {
@@ -226,6 +231,7 @@ impl Server {
             addrs,
             admin,
             tls_addrs,
+            h2c_addrs,
         })
     }
 
@@ -242,6 +248,11 @@ impl Server {
     /// The TLS addresses actually bound (port 0 resolved).
     pub fn tls_addrs(&self) -> &[SocketAddr] {
         &self.tls_addrs
+    }
+
+    /// The `h2c_listen` addresses actually bound (port 0 resolved).
+    pub fn h2c_addrs(&self) -> &[SocketAddr] {
+        &self.h2c_addrs
     }
 
     /// Starts one thread per worker.
@@ -392,31 +403,27 @@ impl Running {
             Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),
             None => None,
         };
-        let wanted = |l: &SocketAddr, is_tls: bool| {
-            if is_tls {
-                shared.tls.is_some() && gen.config.tls_listen.contains(l)
-            } else {
-                gen.config.listen.contains(l)
-            }
+        // A TLS address without the certificates that start-up loaded is not applied.
+        let wanted = |requested: SocketAddr, kind: Kind| {
+            (kind != Kind::Tls || shared.tls.is_some())
+                && gen.config.listening().any(|l| l == (requested, kind))
         };
-        let known: Vec<(SocketAddr, bool)> = {
+        let known: Vec<(SocketAddr, Kind)> = {
             let set = shared
                 .listeners
                 .set
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            set.iter().map(|l| (l.requested, l.tls)).collect()
+            set.iter().map(|l| (l.requested, l.kind)).collect()
         };
         let mut opened = Vec::new();
-        let plain = gen.config.listen.iter().map(|a| (*a, false));
-        let secure = gen.config.tls_listen.iter().map(|a| (*a, true));
-        for (requested, is_tls) in plain.chain(secure) {
-            if known.contains(&(requested, is_tls)) || !wanted(&requested, is_tls) {
+        for (requested, kind) in gen.config.listening() {
+            if known.contains(&(requested, kind)) || !wanted(requested, kind) {
                 continue;
             }
             opened.push(shared.listeners.open(
                 requested,
-                is_tls,
+                kind,
                 gen.config.backlog,
                 shared.workers,
                 &mut Inherited::default(),
@@ -448,7 +455,7 @@ impl Running {
                 .unwrap_or_else(|e| e.into_inner());
             let mut kept: Vec<Listening> = Vec::new();
             for l in std::mem::take(&mut *set) {
-                if wanted(&l.requested, l.tls) {
+                if wanted(l.requested, l.kind) {
                     kept.push(l);
                 } else {
                     listeners_removed.push(l.local);
@@ -456,12 +463,9 @@ impl Running {
             }
             kept.extend(opened);
             let order = |l: &Listening| {
-                let list = if l.tls {
-                    &gen.config.tls_listen
-                } else {
-                    &gen.config.listen
-                };
-                (l.tls, list.iter().position(|a| *a == l.requested))
+                gen.config
+                    .listening()
+                    .position(|a| a == (l.requested, l.kind))
             };
             kept.sort_by_key(order);
             *set = kept;

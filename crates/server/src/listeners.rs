@@ -38,6 +38,29 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
     Ok(socket.into())
 }
 
+/// What a listening address speaks: the first bytes of its connections.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    /// `listen`: HTTP/1.1, or HTTP/2 when a connection starts with its preface (and
+    /// `http2` is on).
+    Plain,
+    /// `tls_listen`: a TLS handshake, then the protocol ALPN chose.
+    Tls,
+    /// `h2c_listen`: HTTP/2 with prior knowledge, nothing else.
+    H2c,
+}
+
+impl Kind {
+    /// The configuration key that lists addresses of this kind.
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Plain => "listen",
+            Kind::Tls => "tls_listen",
+            Kind::H2c => "h2c_listen",
+        }
+    }
+}
+
 /// One listening socket, with a number no other socket of this process gets (a worker
 /// knows by it which sockets it accepts on already).
 pub(crate) struct Listener {
@@ -52,8 +75,8 @@ pub(crate) struct Listening {
     pub requested: SocketAddr,
     /// The address bound (port 0 resolved).
     pub local: SocketAddr,
-    /// Whether it is a `tls_listen` address (its connections start with a handshake).
-    pub tls: bool,
+    /// What its connections speak.
+    pub kind: Kind,
     /// At least one per worker; worker `w` accepts on those whose index is `w` modulo
     /// the worker count (more than one each when taken over from a process that had
     /// more workers).
@@ -82,7 +105,7 @@ impl Listeners {
     pub fn open(
         &self,
         requested: SocketAddr,
-        tls: bool,
+        kind: Kind,
         backlog: u32,
         workers: usize,
         inherited: &mut Inherited,
@@ -111,7 +134,7 @@ impl Listeners {
         Ok(Listening {
             requested,
             local,
-            tls,
+            kind,
             sockets: fds
                 .into_iter()
                 .map(|fd| Listener {

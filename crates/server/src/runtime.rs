@@ -17,7 +17,7 @@ use tokio::sync::{watch, Notify};
 use crate::access_log::WorkerLogs;
 use crate::date::Clock;
 use crate::generation::Current;
-use crate::listeners::Listener;
+use crate::listeners::{Kind, Listener};
 use crate::transport::Stream;
 use crate::worker::{ConnState, RateLimitedLog, Worker};
 use crate::{conn, Phase, Shared};
@@ -218,16 +218,16 @@ fn sync_listeners(worker: &Rc<Worker>) {
     worker.listeners_seen.set(version);
     let set = listeners.set.lock().unwrap_or_else(|e| e.into_inner());
     let workers = worker.shared.workers;
-    let mine: Vec<(&Listener, bool)> = set
+    let mine: Vec<(&Listener, Kind)> = set
         .iter()
         .flat_map(|l| {
             l.sockets
                 .iter()
                 .enumerate()
-                .map(move |(i, s)| (i, s, l.tls))
+                .map(move |(i, s)| (i, s, l.kind))
         })
         .filter(|(i, _, _)| i % workers == worker.id)
-        .map(|(_, s, tls)| (s, tls))
+        .map(|(_, s, kind)| (s, kind))
         .collect();
     let mut accepting = worker.accepting.borrow_mut();
     // Dropping the accept loop closes this worker's descriptor of the socket; the
@@ -239,7 +239,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
         }
         keep
     });
-    for (socket, is_tls) in mine {
+    for (socket, kind) in mine {
         if accepting.iter().any(|(id, _)| *id == socket.id) {
             continue;
         }
@@ -259,7 +259,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
                 tokio::task::spawn_local({
                     let worker = worker.clone();
                     let stop = stop.clone();
-                    async move { accept_all(&listener, is_tls, &worker, &stop).await }
+                    async move { accept_all(&listener, kind, &worker, &stop).await }
                 });
                 accepting.push((socket.id, stop));
             }
@@ -273,7 +273,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
 /// one's task.
 async fn accept_all(
     listener: &AsyncFd<std::net::TcpListener>,
-    is_tls: bool,
+    kind: Kind,
     worker: &Rc<Worker>,
     stop: &Stop,
 ) {
@@ -363,18 +363,35 @@ async fn accept_all(
         if let Some(metrics) = worker.metrics() {
             metrics.accepted();
         }
-        if is_tls {
-            let task = crate::tls::serve(socket, peer, worker.clone(), slot);
-            worker.tasks.start(slot.index(), task);
-            continue;
+        match kind {
+            Kind::Plain => {
+                let task = conn::serve(conn::Conn::new(
+                    Stream::Plain(socket),
+                    peer,
+                    worker.clone(),
+                    slot,
+                ));
+                worker.tasks.start(slot.index(), task);
+            }
+            Kind::Tls => {
+                let task = crate::tls::serve(socket, peer, worker.clone(), slot);
+                worker.tasks.start(slot.index(), task);
+            }
+            Kind::H2c => {
+                // Boxed, as where a cleartext connection turns out to be HTTP/2: the
+                // HTTP/2 connection's future is several KiB. The codec reads the preface
+                // and closes a connection that does not start with it.
+                let task = Box::pin(crate::http2::serve(
+                    Stream::Plain(socket),
+                    bytes::Bytes::new(),
+                    peer,
+                    worker.clone(),
+                    slot,
+                    None,
+                ));
+                worker.tasks.start(slot.index(), task);
+            }
         }
-        let task = conn::serve(conn::Conn::new(
-            Stream::Plain(socket),
-            peer,
-            worker.clone(),
-            slot,
-        ));
-        worker.tasks.start(slot.index(), task);
     }
 }
 

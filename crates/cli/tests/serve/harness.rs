@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Server {
     pub child: Child,
@@ -399,6 +399,22 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// Whether the server has printed a line containing `needle` on stderr.
+/// The address in the first `serving ... on SCHEME://ADDR/` line that contains `marker`.
+pub fn printed_addr(server: &Server, marker: &str) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = server.stderr.lock().unwrap().clone();
+        if let Some(addr) = lines.iter().filter(|l| l.contains(marker)).find_map(|l| {
+            let rest = l.split_once("://")?.1;
+            rest.split('/').next()?.parse().ok()
+        }) {
+            return addr;
+        }
+        assert!(Instant::now() < deadline, "no {marker:?} line in {lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn stderr_has(server: &Server, needle: &str) -> bool {
     server
         .stderr

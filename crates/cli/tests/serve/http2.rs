@@ -235,7 +235,7 @@ fn h2c(server: &Server, path: &str, extra: &[&str]) -> (String, Vec<u8>) {
 }
 
 /// h2load's report of a run of `requests` requests, every one of which succeeded.
-fn h2load(requests: usize, args: &[&str]) -> String {
+pub(crate) fn h2load(requests: usize, args: &[&str]) -> String {
     let out = Command::new("h2load")
         .args(["-n", &requests.to_string()])
         .args(args)

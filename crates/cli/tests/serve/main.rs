@@ -11,6 +11,7 @@ mod compression_cache;
 mod compression_routes;
 mod demo;
 mod framing;
+mod h2c_listen;
 mod hosts;
 mod http2;
 mod http_semantics;

@@ -16,7 +16,7 @@ fn text(r: &Response) -> String {
 }
 
 /// The address in a `listeners added [ADDR]` log line.
-fn added_listener(server: &Server) -> SocketAddr {
+pub(crate) fn added_listener(server: &Server) -> SocketAddr {
     let lines = server.stderr.lock().unwrap();
     let line = lines
         .iter()

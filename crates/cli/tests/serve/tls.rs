@@ -37,18 +37,7 @@ pub fn make_cert(dir: &Path, file: &str, names: &[&str]) -> Cert {
 
 /// The `https://` address the server printed (after its cleartext one).
 pub fn https_addr(server: &Server) -> SocketAddr {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let lines = server.stderr.lock().unwrap().clone();
-        if let Some(addr) = lines.iter().find_map(|l| {
-            let rest = l.split_once("https://")?.1;
-            rest.split('/').next()?.parse().ok()
-        }) {
-            return addr;
-        }
-        assert!(Instant::now() < deadline, "no https:// line in {lines:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::harness::printed_addr(server, "https://")
 }
 
 /// A site served over TLS with one certificate for `localhost` (and `extra` config).
