@@ -15,7 +15,11 @@
 #    (a byte pipe to origin 0, the same four system calls per request as a proxy: the
 #    cheapest proxy any user-space program can be); both proxies are printed in proxy
 #    floors, and what "1.5x cheaper than nginx" would be in proxy floors. Each run's CPU
-#    per request is also printed split into user and system time.
+#    per request is also printed split into user and system time. A diagnostic pair beside
+#    them, nginx-1-pool64 and tessera-1-pool64, has pools of 64 (`keepalive 64`,
+#    `max_idle = 64`), more than the clients: with 32 for 50 clients, both proxies open
+#    and close upstream connections whenever more than 32 requests are at the origin at
+#    once; with 64 neither does, which shows what that costs each of them.
 # 2. failover: three origins; during FAILOVER_SECONDS (30) of keep-alive load one origin
 #    is killed (SIGKILL) every 5 s, the one killed before being started again on its port
 #    at the same moment, so one of three is always down. Printed for each proxy: requests
@@ -95,7 +99,7 @@ http {
     fastcgi_temp_path $work/$name;
     uwsgi_temp_path $work/$name;
     scgi_temp_path $work/$name;
-    upstream origin { $(servers_nginx "$@") keepalive 32; keepalive_requests 1000000; }
+    upstream origin { $(servers_nginx "$@") keepalive ${POOL:-32}; keepalive_requests 1000000; }
     server {
         listen 127.0.0.1:${port_of[$name]} reuseport;
         location / {
@@ -118,7 +122,7 @@ start_tessera() {
 [[upstream]]
 name = "origin"
 addresses = $(addresses "$@")
-max_idle = 32
+max_idle = ${POOL:-32}
 
 [upstream.health]
 path = "/1k.txt"
@@ -134,12 +138,15 @@ CONF
     pids+=($!)
 }
 start_nginx nginx-1 0; start_tessera tessera-1 0
+# The same with pools of 64, more than the 50 clients: no upstream connection is opened
+# or closed per request (a diagnostic beside the issue's configuration, not instead of it).
+POOL=64 start_nginx nginx-1-pool64 0; POOL=64 start_tessera tessera-1-pool64 0
 start_nginx nginx-3 0 1 2; start_tessera tessera-3 0 1 2
 start_floors $PROXY_CPU "${origin_port[0]}"
 pid_of[floor]=$floor_pid; port_of[floor]=$floor_port
 pid_of[proxy-floor]=$proxy_floor_pid; port_of[proxy-floor]=$proxy_floor_port
 wait_up "$floor_port" 1k.txt
-for s in proxy-floor nginx-1 tessera-1 nginx-3 tessera-3; do
+for s in proxy-floor nginx-1 tessera-1 nginx-1-pool64 tessera-1-pool64 nginx-3 tessera-3; do
     wait_up "${port_of[$s]}" 1k.txt
     cmp -s <(curl -fs "http://127.0.0.1:${port_of[$s]}/1k.txt") "$site/1k.txt" || { echo "check: $s does not relay 1k.txt byte-exact" >&2; exit 1; }
 done
@@ -151,7 +158,7 @@ printf '%-12s %12s %12s\n' proxy "requests/s" "cpu us/req"
 proxy_floor_cpu=
 for peers in 1 3; do
     servers="nginx-$peers tessera-$peers"
-    [ "$peers" = 1 ] && servers="floor proxy-floor $servers"
+    [ "$peers" = 1 ] && servers="floor proxy-floor $servers nginx-1-pool64 tessera-1-pool64"
     declare -A rps_runs=() cpu_runs=() cpu_med=() user_runs=() sys_runs=()
     for round in $(seq "$ROUNDS"); do
         # Who goes first alternates, so each sees the same machine noise.
@@ -178,6 +185,8 @@ for peers in 1 3; do
     awk -v p="$peers" -v n="${cpu_med[nginx-$peers]}" -v t="${cpu_med[tessera-$peers]}" 'BEGIN {
         printf "%d peer(s): nginx/tessera cpu per request x%.2f (target >= 1.5)\n", p, n / t }'
     in_proxy_floors "$peers peer(s)" 1.5 "$proxy_floor_cpu" nginx "${cpu_med[nginx-$peers]}" tessera "${cpu_med[tessera-$peers]}"
+    [ "$peers" = 1 ] && awk -v n="${cpu_med[nginx-1-pool64]}" -v t="${cpu_med[tessera-1-pool64]}" -v pf="$proxy_floor_cpu" 'BEGIN {
+        printf "1 peer(s), pools of 64 (diagnostic): nginx/tessera cpu per request x%.2f; in proxy floors: nginx %.2f, tessera %.2f\n", n / t, n / pf, t / pf }'
     unset rps_runs cpu_runs cpu_med user_runs sys_runs
 done
 fi

@@ -303,13 +303,17 @@ impl Config {
         if self.listening().next().is_none() {
             problems.push("`listen` needs at least one address".into());
         }
-        let all: Vec<_> = self.listening().collect();
+        // Both would join one SO_REUSEPORT group, and the kernel would share the
+        // connections out between, say, HTTP/1.1 and TLS. (Port 0 is a new free port at
+        // each bind; a wildcard and a specific address may share a port, as the kernel
+        // gives a connection to the socket bound to its address.)
+        let all: Vec<_> = self.listening().filter(|(a, _)| a.port() != 0).collect();
         for (i, (addr, kind)) in all.iter().enumerate() {
-            if let Some((first, first_kind)) = all[..i].iter().find(|(a, _)| overlap(*a, *addr)) {
+            if let Some((_, first)) = all[..i].iter().find(|(a, k)| a == addr && k != kind) {
                 problems.push(format!(
-                    "`{}` lists {addr}, which `{}` {first} takes already: an address can have one listener",
+                    "`{}` lists {addr}, which `{}` lists already: an address speaks one protocol",
                     kind.key(),
-                    first_kind.key()
+                    first.key()
                 ));
             }
         }
@@ -335,7 +339,7 @@ impl Config {
             problems.push("`max_connections` must be at least one per worker".into());
         }
         if let Some(admin) = self.admin_listen {
-            if let Some((_, kind)) = self.listening().find(|(l, _)| overlap(*l, admin)) {
+            if let Some((_, kind)) = self.listening().find(|(l, _)| takes_admin(*l, admin)) {
                 problems.push(format!(
                     "`admin_listen` {admin} overlaps a public `{}` address: the admin listener needs an address of its own",
                     kind.key()
@@ -452,15 +456,17 @@ fn validate_cache_control(key: &str, rules: &[CacheControlRule]) -> Result<(), S
     Ok(())
 }
 
-/// Whether two listening addresses take the same connections: the same port on the same
-/// address, or on every address of the same family (`0.0.0.0`, `[::]`: an IPv6 listener
-/// takes no IPv4 connections, `listeners::bind`). Port 0 (a free port, chosen at each
-/// bind) never does.
-fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() != 0
-        && a.port() == b.port()
-        && a.is_ipv4() == b.is_ipv4()
-        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+/// Whether the public listener `l` and the admin listener `admin` would want the same
+/// connections: the same port on the same address, or on every address. Port 0 (a free
+/// port, chosen at each bind) never does. A public IPv6 listener takes no IPv4
+/// connections (`listeners::bind`), but the admin listener on `[::]` takes both.
+fn takes_admin(l: SocketAddr, admin: SocketAddr) -> bool {
+    let families =
+        l.is_ipv4() == admin.is_ipv4() || (admin.is_ipv6() && admin.ip().is_unspecified());
+    admin.port() != 0
+        && l.port() == admin.port()
+        && families
+        && (l.ip() == admin.ip() || l.ip().is_unspecified() || admin.ip().is_unspecified())
 }
 
 #[cfg(test)]
@@ -478,24 +484,45 @@ mod tests {
         config
             .problems()
             .into_iter()
-            .filter(|p| p.contains("one listener"))
+            .filter(|p| p.contains("one protocol"))
             .collect()
     }
 
     #[test]
-    fn an_address_has_one_listener() {
+    fn an_address_speaks_one_protocol() {
         assert_eq!(
             problems(&["127.0.0.1:80"], &[], &["127.0.0.1:80"]),
-            ["`h2c_listen` lists 127.0.0.1:80, which `listen` 127.0.0.1:80 takes already: an address can have one listener"]
+            ["`h2c_listen` lists 127.0.0.1:80, which `listen` lists already: an address speaks one protocol"]
         );
-        assert_eq!(problems(&["0.0.0.0:80"], &["127.0.0.1:80"], &[]).len(), 1);
-        assert_eq!(
-            problems(&["127.0.0.1:80", "127.0.0.1:80"], &[], &[]).len(),
-            1
-        );
-        // Different ports, families, or port 0 (a new free port each time).
+        assert_eq!(problems(&[], &["[::1]:80"], &["[::1]:80"]).len(), 1);
+        // Twice in one list, a wildcard beside an address, different ports, families,
+        // or port 0 (a new free port each time): as before.
+        assert!(problems(&["127.0.0.1:80", "127.0.0.1:80"], &[], &[]).is_empty());
+        assert!(problems(&["0.0.0.0:80"], &["127.0.0.1:80"], &[]).is_empty());
         assert!(problems(&["127.0.0.1:80"], &["127.0.0.1:443"], &["127.0.0.1:81"]).is_empty());
         assert!(problems(&["0.0.0.0:80", "[::]:80"], &[], &[]).is_empty());
         assert!(problems(&["127.0.0.1:0"], &[], &["127.0.0.1:0"]).is_empty());
+    }
+
+    #[test]
+    fn the_admin_listener_needs_a_port_no_public_listener_takes() {
+        let admin = |admin: &str, listen: &str| {
+            Config {
+                listen: vec![listen.parse().unwrap()],
+                admin_listen: Some(admin.parse().unwrap()),
+                ..Config::default()
+            }
+            .problems()
+            .iter()
+            .any(|p| p.contains("overlaps a public `listen` address"))
+        };
+        assert!(admin("127.0.0.1:9100", "127.0.0.1:9100"));
+        assert!(admin("127.0.0.1:9100", "0.0.0.0:9100"));
+        assert!(admin("0.0.0.0:9100", "127.0.0.1:9100"));
+        // The admin listener on [::] takes IPv4 too; a public one on [::] does not.
+        assert!(admin("[::]:9100", "0.0.0.0:9100"));
+        assert!(!admin("0.0.0.0:9100", "[::]:9100"));
+        assert!(!admin("127.0.0.1:9101", "127.0.0.1:9100"));
+        assert!(!admin("127.0.0.1:0", "127.0.0.1:0"));
     }
 }

@@ -235,7 +235,7 @@ impl Server {
         })
     }
 
-    /// The addresses actually bound (port 0 resolved).
+    /// The `listen` addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
     }
@@ -362,7 +362,8 @@ impl Running {
         self.shared.lingering_closes.load(Ordering::Relaxed)
     }
 
-    /// The addresses listened on now (port 0 resolved), in the configured order.
+    /// The `listen` addresses listened on now (port 0 resolved), in the configured order:
+    /// those that speak HTTP/1.1 in cleartext.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.shared.listeners.local_addrs()
     }

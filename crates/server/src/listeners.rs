@@ -151,10 +151,13 @@ impl Listeners {
         self.version.fetch_add(1, Ordering::Release);
     }
 
-    /// The addresses bound, in the configured order.
+    /// The `listen` addresses bound (HTTP/1.1 in cleartext), in the configured order.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         let set = self.set.lock().unwrap_or_else(|e| e.into_inner());
-        set.iter().map(|l| l.local).collect()
+        set.iter()
+            .filter(|l| l.kind == Kind::Plain)
+            .map(|l| l.local)
+            .collect()
     }
 }
 
@@ -199,8 +202,11 @@ impl Inherited {
     }
 
     fn take(&mut self, requested: SocketAddr) -> Vec<OwnedFd> {
+        // `remove`, not `swap_remove`: the same address (port 0) may be configured more
+        // than once, in lists of different kinds, and each takes the sockets handed over
+        // in the order the previous process listed them, which is the configured order.
         match self.sockets.iter().position(|(a, _)| *a == requested) {
-            Some(i) => self.sockets.swap_remove(i).1,
+            Some(i) => self.sockets.remove(i).1,
             None => Vec::new(),
         }
     }

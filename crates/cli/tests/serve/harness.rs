@@ -398,8 +398,8 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Whether the server has printed a line containing `needle` on stderr.
-/// The address in the first `serving ... on SCHEME://ADDR/` line that contains `marker`.
+/// The address in a `serving ... on SCHEME://ADDR/` line that contains `marker`, among
+/// the lines kept (every one after the first `http://` line, which gave `Server::addr`).
 pub fn printed_addr(server: &Server, marker: &str) -> SocketAddr {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -415,6 +415,7 @@ pub fn printed_addr(server: &Server, marker: &str) -> SocketAddr {
     }
 }
 
+/// Whether the server has printed a line containing `needle` on stderr.
 pub fn stderr_has(server: &Server, needle: &str) -> bool {
     server
         .stderr
