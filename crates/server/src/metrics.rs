@@ -384,7 +384,7 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
     }
     out.counter(
         "tessera_http2_connections_total",
-        "Client connections that spoke HTTP/2 (ALPN h2, the preface in cleartext, or an h2c_listen port).",
+        "Client connections that spoke HTTP/2: their preface and SETTINGS arrived (over ALPN h2, or in cleartext).",
         &[],
         sum(&|w| &w.http2_connections),
     );

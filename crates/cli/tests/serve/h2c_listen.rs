@@ -81,8 +81,10 @@ fn assert_only_http2(addr: SocketAddr) {
 
 #[test]
 fn an_h2c_listener_speaks_http2_with_prior_knowledge_and_nothing_else() {
+    use crate::metrics::{admin_addr, admin_get, samples, sum};
     let site = Site::new();
-    let server = site.serve_with("h2c_listen = [\"127.0.0.1:0\"]\n");
+    let server =
+        site.serve_with("h2c_listen = [\"127.0.0.1:0\"]\nadmin_listen = \"127.0.0.1:0\"\n");
     let h2c = printed_addr(&server, H2C_ONLY);
     assert_ne!(h2c, server.addr);
 
@@ -98,6 +100,14 @@ fn an_h2c_listener_speaks_http2_with_prior_knowledge_and_nothing_else() {
     assert_eq!(version, "1.1");
     let (out, closed) = answer(server.addr, NOT_HTTP2[1]);
     assert!(closed && out.starts_with(b"HTTP/1.1 400 "), "{out:?}");
+
+    // curl's connection and h2load's two spoke HTTP/2; the two without the preface
+    // did not.
+    let admin = admin_addr(&server);
+    eventually("the count", || {
+        let (_, text) = admin_get(admin, "/metrics", "");
+        sum(&samples(&text), "tessera_http2_connections_total", &[]) == 3.0
+    });
 }
 
 #[test]

@@ -171,9 +171,6 @@ pub(crate) async fn serve(
     tls: Option<TlsFacts>,
 ) {
     worker.mark_http2(slot, true);
-    if let Some(metrics) = worker.metrics() {
-        metrics.http2_connection();
-    }
     let current = worker.current();
     let config = &current.gen.config.http2;
     let streams = Rc::new(Streams {
@@ -367,6 +364,11 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
         }
         if !streams.started.get() && conn.started() {
             streams.started.set(true);
+            // Counted once the handshake is done: on an `h2c_listen` port, a
+            // connection that never sends the preface did not speak HTTP/2.
+            if let Some(metrics) = worker.metrics() {
+                metrics.http2_connection();
+            }
             if !streams.settle() {
                 return;
             }
