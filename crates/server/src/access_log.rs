@@ -146,7 +146,7 @@ impl Format {
 /// What a log line needs to know about one response.
 pub(crate) struct Entry<'a> {
     /// The TLS connection's facts; `None` in cleartext.
-    pub tls: Option<crate::tls::TlsFacts>,
+    pub tls: Option<crate::facts::TlsFacts>,
     pub client: SocketAddr,
     /// `None` when the request could not be parsed.
     pub request: Option<&'a Request<'a, 'a>>,
@@ -298,37 +298,6 @@ fn write_ip(line: &mut Vec<u8>, ip: std::net::IpAddr) {
             let _ = write!(line, "{v6}");
         }
     }
-}
-
-/// `[10/Oct/2000:13:55:36 +0000]` for a Unix second (UTC).
-pub(crate) fn clf_time(unix: u64, out: &mut [u8; 28]) {
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let days = (unix / 86400) as i64;
-    let secs = unix % 86400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let mut cursor = &mut out[..];
-    let _ = write!(
-        cursor,
-        "[{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000]",
-        day,
-        std::str::from_utf8(MONTHS[(month - 1) as usize]).unwrap_or("Jan"),
-        year,
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
 }
 
 /// Shared between the workers and the writer thread.
@@ -525,17 +494,6 @@ fn writer(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn clf_time_formats_utc() {
-        let mut out = [0u8; 28];
-        clf_time(971_186_136, &mut out);
-        assert_eq!(&out, b"[10/Oct/2000:13:55:36 +0000]");
-        clf_time(0, &mut out);
-        assert_eq!(&out, b"[01/Jan/1970:00:00:00 +0000]");
-        clf_time(1_709_210_096, &mut out); // leap day
-        assert_eq!(&out, b"[29/Feb/2024:12:34:56 +0000]");
-    }
 
     #[test]
     fn escapes_like_apache() {

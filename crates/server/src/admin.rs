@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::{self, Answered, WorkerMetrics};
-use crate::{Phase, Shared};
+use crate::shared::{Phase, Shared};
 
 /// The live status page: self-contained (inline script, canvas charts), it polls
 /// `/status.json` and computes rates from successive samples in the browser.

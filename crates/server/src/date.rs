@@ -43,7 +43,7 @@ impl Clock {
             let mut cursor = &mut line[..];
             // The date is always 29 bytes, so this cannot run out of room.
             let _ = write!(cursor, "Date: {}\r\n", httpdate::HttpDate::from(now));
-            crate::access_log::clf_time(second, &mut self.clf.borrow_mut());
+            format_clf(second, &mut self.clf.borrow_mut());
         }
     }
 
@@ -63,5 +63,52 @@ impl Clock {
 
     pub fn write_date(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.line.borrow()[..]);
+    }
+}
+
+/// `[10/Oct/2000:13:55:36 +0000]` for a Unix second (UTC).
+pub(crate) fn format_clf(unix: u64, out: &mut [u8; 28]) {
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let days = (unix / 86400) as i64;
+    let secs = unix % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut cursor = &mut out[..];
+    let _ = write!(
+        cursor,
+        "[{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000]",
+        day,
+        std::str::from_utf8(MONTHS[(month - 1) as usize]).unwrap_or("Jan"),
+        year,
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clf_time_formats_utc() {
+        let mut out = [0u8; 28];
+        format_clf(971_186_136, &mut out);
+        assert_eq!(&out, b"[10/Oct/2000:13:55:36 +0000]");
+        format_clf(0, &mut out);
+        assert_eq!(&out, b"[01/Jan/1970:00:00:00 +0000]");
+        format_clf(1_709_210_096, &mut out); // leap day
+        assert_eq!(&out, b"[29/Feb/2024:12:34:56 +0000]");
     }
 }

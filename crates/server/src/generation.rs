@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::access_log::{self, WorkerLogs};
 use crate::config::Config;
-use crate::dispatch::{self, Routed};
+use crate::error::Error;
+use crate::routes::{self, Routed};
 use crate::sites::Sites;
-use crate::{files, Error};
+use crate::sys;
 
 pub(crate) struct Generation {
     /// 1 for the configuration the server started with, one more at each reload.
@@ -48,11 +49,11 @@ impl Generation {
         labels: &crate::metrics::HostLabels,
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
-        let routes = dispatch::routes(&modules, config.host.len() + 1);
-        let sites = Sites::open(&config, crate::open_root)?;
+        let routes = routes::routes(&modules, config.host.len() + 1);
+        let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
             use std::os::fd::AsRawFd;
-            files::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
+            sys::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         }
         let host_labels = labels.of(&config);
         let kinds = modules

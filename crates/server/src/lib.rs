@@ -20,132 +20,53 @@
 //! request is routed once (`dispatch`) to the modules' filters and handlers, and to the
 //! static files when no handler takes it; docs/architecture.md follows one through.
 
+// In layers, lowest first; a module imports only from the layers above it in this list
+// (scripts/layering.py checks that no module imports one that imports it back).
 mod access_log;
 mod admin;
-mod cache;
-mod compressed;
-mod conditional;
 mod config;
-mod conn;
+mod conn_state;
 mod date;
-mod dispatch;
+mod error;
+mod exchange;
+mod facts;
 mod files;
 mod generation;
+mod http1;
 mod http2;
-mod listeners;
-mod listing;
 mod metrics;
-mod output;
-mod range;
-mod reactor;
+mod net;
 mod reply;
+mod routes;
 mod runtime;
-mod served;
+mod session;
+mod shared;
 mod sites;
-mod tasks;
-mod tls;
-mod transport;
-mod tunnel;
+mod sys;
 mod worker;
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
 use generation::{Generation, LogPlan};
-use listeners::{Listeners, Listening};
+use net::listeners::{Listeners, Listening};
+
+use config::Kind;
+use shared::{Phase, Shared};
 
 pub use access_log::FormatError;
+pub use config::http2::Http2Config;
+pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
-pub use http2::Http2Config;
-pub use listeners::Inherited;
-use listeners::Kind;
-pub use tls::{Tls, TlsConfig};
-pub use worker::ConnState;
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    #[error("cannot open root directory {path}")]
-    Root {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot listen on {addr}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    /// A certificate or key that cannot be used; the message names the file.
-    #[error("{0}")]
-    Tls(String),
-    #[error("invalid access_log_format: {0}")]
-    LogFormat(#[from] FormatError),
-    #[error("cannot open access log {path}")]
-    AccessLog {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot start worker thread: {0}")]
-    Thread(std::io::Error),
-    #[error(
-        "the kernel does not support openat2(2) (Linux 5.6 or newer is needed to serve files safely): {0}"
-    )]
-    NoOpenat2(std::io::Error),
-}
-
-/// What every worker shares. The configuration and what is built from it is the
-/// current [`Generation`], replaced whole by a reload; the rest lives as long as the
-/// process.
-pub(crate) struct Shared {
-    /// The running configuration generation, and its number (what a worker compares
-    /// with the one it holds before each request).
-    pub current: ArcSwap<Generation>,
-    pub generation: AtomicU64,
-    /// The listening sockets; workers sync their accept loops to them.
-    pub listeners: Listeners,
-    /// The access log's drop counter and reopen flag.
-    pub log: Arc<access_log::Shared>,
-    /// Requests refused, per reason (indexed by `wire::Error::index`).
-    pub refusals: [AtomicU64; wire::Error::ALL.len()],
-    /// Connections closed with a lingering close (half-close, then drain), because the
-    /// client might have had bytes in flight; every other close after a response is
-    /// immediate.
-    pub lingering_closes: AtomicU64,
-    /// Connections per state for each worker, published by its periodic check.
-    pub counts: Vec<[AtomicUsize; worker::ConnState::ALL.len()]>,
-    /// Fixed at start (they size the buffers and slots every worker allocated): a
-    /// reload that changes them says they wait for a restart or an upgrade.
-    pub limits: wire::Limits,
-    pub workers: usize,
-    pub slots_per_worker: usize,
-    /// The TLS settings every TLS listener shares (certificates, resumption), when
-    /// there was a `tls_listen` at start.
-    pub tls: Option<tls::Tls>,
-    /// The port of the first `tls_listen`, for `redirect_https`.
-    pub https_port: Option<u16>,
-    /// The origin of every worker's millisecond clock, so that a time one worker
-    /// records in the shared file cache means the same to the others.
-    pub epoch: std::time::Instant,
-    /// Whether requests are counted for `/metrics` (an admin listener is configured).
-    pub metrics_on: bool,
-    /// Per worker, its request counters; the admin listener's own.
-    pub metrics: Vec<metrics::WorkerMetrics>,
-    pub admin_metrics: metrics::WorkerMetrics,
-    pub host_labels: metrics::HostLabels,
-    /// When the process started, in seconds since the Unix epoch.
-    pub started_unix: f64,
-    /// Reloads refused (an invalid configuration).
-    pub reloads_failed: AtomicU64,
-}
+pub use conn_state::ConnState;
+pub use error::Error;
+pub use net::listeners::Inherited;
+pub use net::tls::Tls;
 
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {
@@ -180,7 +101,7 @@ impl Server {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
             None => None,
         };
-        let tls = tls::Tls::new(config).map_err(Error::Tls)?;
+        let tls = Tls::new(config).map_err(Error::Tls)?;
         let listeners = Listeners::new();
         let mut set = Vec::new();
         for (requested, kind) in config.listening() {
@@ -285,20 +206,6 @@ impl Server {
             log_plan: Mutex::new(plan),
         })
     }
-}
-
-/// Where the workers are in their life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Serve,
-    /// Another process took the listening sockets over (binary upgrade): stop
-    /// accepting, answer the next request on each connection with `Connection: close`,
-    /// let idle connections time out, exit when none is left (or after
-    /// `shutdown_timeout`).
-    Drain,
-    /// Graceful shutdown: stop accepting, finish the responses in flight, close idle
-    /// connections at once, exit (after `shutdown_timeout` at the latest).
-    Stop,
 }
 
 /// Running workers.
@@ -583,26 +490,4 @@ impl Running {
             }
         }
     }
-}
-
-pub(crate) fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
-    use std::os::unix::ffi::OsStrExt;
-    let err = |source| Error::Root {
-        path: path.to_owned(),
-        source,
-    };
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
-    // SAFETY: c_path is a valid NUL-terminated string; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c_path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    // SAFETY: fd was just opened and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use wire::{Framing, Method, Request, Version};
 
-use crate::output::Output;
+use crate::net::output::Output;
 use crate::worker::Worker;
 
 /// Status line, Server and Date: how every response this server generates starts.

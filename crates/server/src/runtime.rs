@@ -15,12 +15,14 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
+use crate::config::Kind;
+use crate::conn_state::ConnState;
 use crate::date::Clock;
 use crate::generation::Current;
-use crate::listeners::{Kind, Listener};
-use crate::transport::Stream;
-use crate::worker::{ConnState, RateLimitedLog, Worker};
-use crate::{conn, Phase, Shared};
+use crate::net::listeners::{Listener, Stop};
+use crate::session;
+use crate::shared::{Phase, Shared};
+use crate::worker::{RateLimitedLog, Worker};
 
 pub(crate) fn run(
     id: usize,
@@ -41,7 +43,7 @@ pub(crate) fn run(
     let capacity = shared.slots_per_worker;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let reactor = match crate::reactor::Reactor::new(capacity) {
+        let reactor = match crate::net::reactor::Reactor::new(capacity) {
             Ok(reactor) => Rc::new(reactor),
             Err(e) => {
                 tracing::error!(worker = id, error = %e, "cannot start worker epoll");
@@ -76,7 +78,7 @@ pub(crate) fn run(
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             reactor,
-            tasks: crate::tasks::Tasks::new(capacity),
+            tasks: crate::net::tasks::Tasks::new(capacity),
             shared,
         });
         // The connections' driver: each turn takes the worker epoll's events, then
@@ -166,27 +168,6 @@ pub(crate) fn run(
     });
 }
 
-/// Tells an accept loop to stop taking connections (its listener is closed when it
-/// ends); it stops at once unless it is handing a connection it took to its task.
-#[derive(Default)]
-pub(crate) struct Stop {
-    stopped: Cell<bool>,
-    wake: Notify,
-}
-
-impl Stop {
-    pub(crate) fn stop(&self) {
-        self.stopped.set(true);
-        self.wake.notify_one();
-    }
-
-    async fn stopped(&self) {
-        while !self.stopped.get() {
-            self.wake.notified().await;
-        }
-    }
-}
-
 /// Idle connections see end-of-file and close; busy ones finish their response first
 /// and then close because the worker is shutting down.
 fn shut_reads(worker: &Worker) {
@@ -201,8 +182,7 @@ fn shut_reads(worker: &Worker) {
             if http2.get(slot.index()).copied().unwrap_or(false) {
                 continue;
             }
-            // SAFETY: the descriptor belongs to a live connection.
-            unsafe { libc::shutdown(slots[slot], libc::SHUT_RD) };
+            crate::sys::shutdown(slots[slot], libc::SHUT_RD);
         }
     }
 }
@@ -363,35 +343,7 @@ async fn accept_all(
         if let Some(metrics) = worker.metrics() {
             metrics.accepted();
         }
-        match kind {
-            Kind::Plain => {
-                let task = conn::serve(conn::Conn::new(
-                    Stream::Plain(socket),
-                    peer,
-                    worker.clone(),
-                    slot,
-                ));
-                worker.tasks.start(slot.index(), task);
-            }
-            Kind::Tls => {
-                let task = crate::tls::serve(socket, peer, worker.clone(), slot);
-                worker.tasks.start(slot.index(), task);
-            }
-            Kind::H2c => {
-                // Boxed, as where a cleartext connection turns out to be HTTP/2: the
-                // HTTP/2 connection's future is several KiB. The codec reads the preface
-                // and closes a connection that does not start with it.
-                let task = Box::pin(crate::http2::serve(
-                    Stream::Plain(socket),
-                    bytes::Bytes::new(),
-                    peer,
-                    worker.clone(),
-                    slot,
-                    None,
-                ));
-                worker.tasks.start(slot.index(), task);
-            }
-        }
+        session::start(kind, socket, peer, worker.clone(), slot);
     }
 }
 
@@ -402,7 +354,7 @@ async fn accept_one(
 ) -> std::io::Result<(std::os::fd::OwnedFd, std::net::SocketAddr)> {
     loop {
         let mut guard = listener.readable().await?;
-        if let Ok(accepted) = guard.try_io(|l| crate::reactor::accept(l.as_raw_fd())) {
+        if let Ok(accepted) = guard.try_io(|l| crate::net::reactor::accept(l.as_raw_fd())) {
             return accepted;
         }
     }

@@ -5,8 +5,10 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::cache::FileCache;
 use crate::config::{CacheControlRule, Config};
+use crate::error::Error;
+use crate::files::open::FileCache;
+use crate::sys;
 
 pub(crate) struct Site {
     /// The document root, if any, opened once (`O_PATH`); every file is opened beneath
@@ -89,4 +91,12 @@ impl Sites {
     pub fn all(&self) -> &[Site] {
         &self.sites
     }
+}
+
+/// A site's document root, opened once (`O_PATH`); every file is opened beneath it.
+pub(crate) fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
+    sys::open_dir_path(path).map_err(|source| Error::Root {
+        path: path.to_owned(),
+        source,
+    })
 }

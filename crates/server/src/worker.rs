@@ -14,68 +14,16 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use pool::{Pool, SlotId, State};
+use pool::{Pool, SlotId};
 use tokio::sync::Notify;
 
 use crate::access_log::WorkerLogs;
+use crate::conn_state::ConnState;
 use crate::date::Clock;
 use crate::generation::Current;
 use crate::metrics::Closed;
-use crate::output::Output;
-use crate::Shared;
-
-/// Where a connection is in its life. Each state's slots form a list ordered by when
-/// they entered it, so timeouts are found oldest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnState {
-    /// No connection.
-    Free,
-    /// Receiving a request head (from accept, or from the first byte after idling).
-    ReadingHead,
-    /// Receiving (and discarding) a request body.
-    ReadingBody,
-    /// Producing a response that waits on something (not used by static files, which
-    /// answer synchronously; proxied and scripted responses will).
-    Handling,
-    /// The response is written and the socket is full: waiting for the client to read.
-    Writing,
-    /// A keep-alive connection between requests. Holds no buffer.
-    Idle,
-    /// Closed by a timeout or eviction; the slot frees when its task notices.
-    Closing,
-}
-
-impl State for ConnState {
-    const COUNT: usize = 7;
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl ConnState {
-    /// The state's name in metrics: `reading_head`...
-    pub fn name(self) -> &'static str {
-        match self {
-            ConnState::Free => "free",
-            ConnState::ReadingHead => "reading_head",
-            ConnState::ReadingBody => "reading_body",
-            ConnState::Handling => "handling",
-            ConnState::Writing => "writing",
-            ConnState::Idle => "idle",
-            ConnState::Closing => "closing",
-        }
-    }
-
-    pub const ALL: [ConnState; 7] = [
-        ConnState::Free,
-        ConnState::ReadingHead,
-        ConnState::ReadingBody,
-        ConnState::Handling,
-        ConnState::Writing,
-        ConnState::Idle,
-        ConnState::Closing,
-    ];
-}
+use crate::net::output::Output;
+use crate::shared::Shared;
 
 /// A connection's read buffer and output batch, lent while it has bytes in hand.
 pub(crate) struct Buffers {
@@ -116,7 +64,7 @@ pub(crate) struct Worker {
     /// generation's modules ([`Worker::current`]).
     pub(crate) current: RefCell<Rc<Current>>,
     /// An accept loop per listening socket this worker accepts on, by the socket's id.
-    pub(crate) accepting: RefCell<Vec<(u64, Rc<crate::runtime::Stop>)>>,
+    pub(crate) accepting: RefCell<Vec<(u64, Rc<crate::net::listeners::Stop>)>>,
     /// The version of `Shared::listeners` the accept loops match.
     pub(crate) listeners_seen: Cell<u64>,
     /// The access logs (one per file; each site writes to its own), when any is on.
@@ -127,11 +75,11 @@ pub(crate) struct Worker {
     /// The TLS facts of the connection being answered (`None` in cleartext), set by the
     /// connection before each stretch of synchronous answering: the 421 check, HSTS,
     /// the handlers' `secure` and the access log read it without being passed it.
-    pub(crate) tls: Cell<Option<crate::tls::TlsFacts>>,
+    pub(crate) tls: Cell<Option<crate::facts::TlsFacts>>,
     /// The epoll the worker's client connections wait on (`reactor`).
-    pub(crate) reactor: Rc<crate::reactor::Reactor>,
+    pub(crate) reactor: Rc<crate::net::reactor::Reactor>,
     /// The connections' futures, one room per slot (`tasks`).
-    pub(crate) tasks: crate::tasks::Tasks,
+    pub(crate) tasks: crate::net::tasks::Tasks,
 }
 
 impl Worker {
@@ -243,8 +191,7 @@ impl Worker {
     /// whatever it waits on wakes with an error or end-of-file, and it frees its slot.
     pub(crate) fn kill(&self, slots: &mut Pool<ConnState, RawFd>, slot: SlotId) {
         let fd = slots[slot];
-        // SAFETY: fd is the open socket of a live connection of this worker.
-        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        crate::sys::shutdown(fd, libc::SHUT_RDWR);
         let from = slots.state(slot);
         slots.set_state(slot, from, ConnState::Closing, self.clock.millis());
     }

@@ -16,11 +16,14 @@
 //! answered, `Writing` while a response waits for the client's flow-control window or
 //! socket (so `timeouts.write` closes a client that stops reading).
 
-mod config;
+mod link;
 mod request;
 mod send;
 mod slot;
 mod stream;
+mod streams;
+
+use streams::Streams;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -29,7 +32,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -38,127 +41,13 @@ use h2codec::frame::Reason;
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub(crate) use config::bool_or_table;
-pub use config::Http2Config;
-
+use crate::facts::TlsFacts;
 use crate::metrics::GoAway;
-use crate::tls::TlsFacts;
-use crate::transport::Stream;
-use crate::worker::{ConnState, Worker};
-
-/// The client connection preface (RFC 9113 section 3.4).
-pub(crate) const PREFACE: &[u8] = h2codec::conn::PREFACE;
+use crate::net::transport::Stream;
+use crate::worker::Worker;
 
 /// Room made in the read buffer before each read.
 const READ_ROOM: usize = 16 * 1024;
-
-/// What a connection's streams tell it, and what it tells them.
-pub(crate) struct Streams {
-    worker: Rc<Worker>,
-    slot: SlotId,
-    peer: SocketAddr,
-    tls: Option<TlsFacts>,
-    /// Streams being answered.
-    active: Cell<u32>,
-    /// Of those, streams waiting for the client's window.
-    blocked: Cell<u32>,
-    /// The socket did not take the last write: the connection waits for the client to
-    /// read (whether or not a stream is still counted: a response queued whole ends its
-    /// stream before its bytes leave).
-    write_blocked: Cell<bool>,
-    /// The handshake is done: the slot's state follows the streams from then on.
-    started: Cell<bool>,
-    /// `[http2] max_concurrent_streams`: a stream the client cancelled leaves the
-    /// protocol's count at once, but its handler until it notices, so the streams still
-    /// being answered are bounded here too.
-    max_streams: u32,
-    /// Streams the client cancelled before their response finished, and streams whose
-    /// response finished (Rapid Reset accounting).
-    cancelled: Cell<u64>,
-    finished: Cell<u64>,
-    /// `[http2] max_reset_streams` of the configuration the connection started with.
-    max_resets: u64,
-    /// `[http2] max_send_buffer`: response bytes a stream's task queues ahead of the
-    /// window and the socket.
-    max_queued: usize,
-    /// The client has cancelled too many streams: the connection sends GOAWAY.
-    abusive: Cell<bool>,
-    /// The connection has ended (its slot is free, maybe another connection's already):
-    /// streams still finishing must not touch the slot.
-    ended: Cell<bool>,
-    /// Streams answered on tasks of their own, and responses waiting for window.
-    slots: RefCell<IdMap<slot::Slot>>,
-    /// A slot has something for the connection.
-    poked: Cell<bool>,
-    /// A slot has more to frame once the output is written.
-    more: Cell<bool>,
-    /// Slots with a head or body still to frame (the connection is busy, not idle).
-    sending: Cell<u32>,
-    /// Request body bytes of streams gone, to give back to the connection's window.
-    give_back: Cell<usize>,
-    /// The connection's task, while it waits.
-    waker: RefCell<Option<Waker>>,
-}
-
-impl Streams {
-    /// Moves the connection's slot to the state its streams put it in. Returns false if
-    /// a timeout or eviction closed it.
-    fn settle(&self) -> bool {
-        if self.ended.get() {
-            return false;
-        }
-        if !self.started.get() {
-            return true;
-        }
-        let state = if self.blocked.get() > 0 || self.write_blocked.get() {
-            ConnState::Writing
-        } else if self.active.get() > 0 || self.sending.get() > 0 {
-            ConnState::Handling
-        } else {
-            ConnState::Idle
-        };
-        self.worker.enter(self.slot, state)
-    }
-
-    /// The socket took a write (`false`) or refused one (`true`).
-    fn write_waits(&self, blocked: bool) {
-        if self.write_blocked.get() != blocked {
-            self.write_blocked.set(blocked);
-            self.settle();
-        }
-    }
-
-    /// A stream ended: `cancelled` when the client reset it before its response was
-    /// complete.
-    fn ended(&self, cancelled: bool) {
-        self.active.set(self.active.get() - 1);
-        if let Some(metrics) = self.worker.metrics() {
-            metrics.http2_stream(cancelled);
-        }
-        if cancelled {
-            self.cancelled.set(self.cancelled.get() + 1);
-            if self.cancelled.get() > self.finished.get() + self.max_resets {
-                self.abusive.set(true);
-            }
-        } else {
-            self.finished.set(self.finished.get() + 1);
-        }
-        // With streams still active the state stays what it was (Handling, or Writing
-        // while blocked, which `pump` settles): only the last one changes it.
-        if self.active.get() == 0 {
-            self.settle();
-        }
-        self.poke();
-    }
-
-    /// Wakes the connection's task: a slot has something for it.
-    fn poke(&self) {
-        self.poked.set(true);
-        if let Some(waker) = self.waker.borrow_mut().take() {
-            waker.wake();
-        }
-    }
-}
 
 /// Serves one HTTP/2 connection to its end and frees its slot. `prefix` holds the bytes
 /// already read from the stream (the preface of a cleartext connection).
@@ -217,7 +106,7 @@ impl Drop for Ended<'_> {
     fn drop(&mut self) {
         self.0.ended.set(true);
         self.0.worker.mark_http2(self.0.slot, false);
-        slot::abandon(self.0);
+        link::abandon(self.0);
     }
 }
 
@@ -342,7 +231,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                     stream: id,
                     data,
                     end_stream,
-                } => slot::body(streams, &mut conn, id, data, end_stream),
+                } => link::body(streams, &mut conn, id, data, end_stream),
                 Event::Reset { stream: id, .. } => {
                     // Cancelled before its answer was framed (a Rapid Reset client
                     // sends both in one write): ended here, its answer never sent.
@@ -351,7 +240,7 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
                             ready.remove(i);
                             streams.ended(true);
                         }
-                        None => slot::cancel(streams, &mut conn, id),
+                        None => link::cancel(streams, &mut conn, id),
                     }
                 }
                 Event::Window => {}

@@ -7,9 +7,9 @@ use h2codec::conn::{Conn, OUTPUT_HIGH};
 use h2codec::frame::Reason;
 
 use super::slot::Slot;
-use super::Streams;
-use crate::dispatch;
-use crate::output::Piece;
+use super::streams::Streams;
+use crate::exchange;
+use crate::net::output::Piece;
 
 /// Largest DATA payload read from a file at a time.
 const FILE_CHUNK: usize = 16 * 1024;
@@ -194,7 +194,7 @@ pub(super) fn send_head(
     head: &[u8],
     end_stream: bool,
 ) -> Result<(), h2codec::conn::StreamGone> {
-    let Some((status, fields)) = dispatch::parse_head(head) else {
+    let Some((status, fields)) = exchange::parse_head(head) else {
         conn.reset(id, Reason::INTERNAL_ERROR);
         return Err(h2codec::conn::StreamGone);
     };
@@ -205,7 +205,7 @@ pub(super) fn send_head(
 /// The status of a head the HTTP/1 encoder wrote, and whether content follows it.
 /// `None` if the head does not parse (never, for heads written here).
 pub(super) fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
-    let (status, _) = dispatch::parse_head(head)?;
+    let (status, _) = exchange::parse_head(head)?;
     Some((status, !wire::no_body(head_only, status)))
 }
 

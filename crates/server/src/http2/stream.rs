@@ -16,13 +16,13 @@ use h2codec::frame::Reason;
 use handler::{Body, Response};
 use wire::Version;
 
+use super::link::{Cancelled, Link};
 use super::request::view;
 use super::send::{status_of, Ready};
-use super::slot::{Cancelled, Link};
-use super::Streams;
-use crate::dispatch::{self, Dispatched, Exchange, Work};
-use crate::output::Piece;
-use crate::served;
+use super::streams::Streams;
+use crate::exchange::served;
+use crate::exchange::{self, Dispatched, Exchange, Work};
+use crate::net::output::Piece;
 use crate::worker::Worker;
 
 /// Handlers' bodies up to this size, in memory, are framed with their head on the
@@ -95,7 +95,7 @@ pub(super) fn start(
                 method: crate::metrics::method_index(req.method),
             })
         }
-        None => dispatch::answer(worker, &req, streams.peer, true, out, &[]),
+        None => exchange::answer(worker, &req, streams.peer, true, out, &[]),
     };
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
@@ -367,7 +367,7 @@ async fn later(
             };
             worker.clock.refresh();
             worker.tls.set(streams.tls);
-            dispatch::handled(worker, received, &mut filter, site, accepted, head_only)
+            exchange::handled(worker, received, &mut filter, site, accepted, head_only)
         }
     };
     Ok(frame_head(streams, response, filter, answered, head_only))
@@ -394,7 +394,7 @@ fn frame_head(
     }
     let mut head = Vec::with_capacity(512);
     worker.tls.set(streams.tls);
-    let framing = dispatch::write_head(
+    let framing = exchange::write_head(
         worker,
         &mut head,
         &response,

@@ -8,7 +8,7 @@ use wire::HeaderStorage;
 
 use crate::access_log::Entry;
 use crate::metrics::Answered;
-use crate::output::{Mark, Output};
+use crate::net::output::{Mark, Output};
 use crate::worker::Worker;
 
 /// The metrics and access log line of a proxied request, from its head as received.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::transport::Stream;
+use crate::net::transport::Stream;
 use crate::worker::Worker;
 
 /// The head to send for a handler's 101, and the tunnel to splice; without a tunnel,
@@ -29,7 +29,7 @@ pub(crate) fn answer(
     if tunnel.is_none() {
         let page = handler::Response::status_page(502);
         let version = wire::Version::Http11;
-        crate::dispatch::write_head(worker, &mut head, &page, false, version, false);
+        crate::exchange::write_head(worker, &mut head, &page, false, version, false);
         if let handler::Body::Full(b) = &page.body {
             head.extend_from_slice(b);
         }

@@ -11,10 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, Version};
 
 use super::{discard_for, Conn};
-use crate::dispatch::{self, Exchange, Work};
+use crate::conn_state::ConnState;
+use crate::exchange::served::log_proxied;
+use crate::exchange::{self, Exchange, Work};
 use crate::metrics::Answered;
-use crate::served::log_proxied;
-use crate::worker::{ConnState, Worker};
+use crate::worker::Worker;
 
 /// How long a response that joins the output batch may keep the responses before it
 /// waiting while its handler works (pipelined requests to a slow upstream).
@@ -81,7 +82,7 @@ impl Conn {
                 };
                 worker.clock.refresh();
                 worker.tls.set(self.stream.tls_facts());
-                dispatch::handled(worker, response, &mut filter, site, accepted, head_only)
+                exchange::handled(worker, response, &mut filter, site, accepted, head_only)
             }
         };
         let status = response.head.status();
@@ -96,7 +97,7 @@ impl Conn {
         let mut joins = join
             && self.buffers.is_some()
             && status != 101
-            && whole_len.is_some_and(|n| n <= dispatch::MAX_BATCHED_BODY);
+            && whole_len.is_some_and(|n| n <= exchange::MAX_BATCHED_BODY);
         if join && !joins {
             // Written on its own: what the batch holds goes first.
             self.flush().await?;
@@ -119,7 +120,7 @@ impl Conn {
                     let page = Response::status_page(502);
                     let mut head = Vec::new();
                     worker.tls.set(self.stream.tls_facts());
-                    dispatch::write_head(worker, &mut head, &page, head_only, version, false);
+                    exchange::write_head(worker, &mut head, &page, head_only, version, false);
                     if let (Body::Full(b), false) = (&page.body, head_only) {
                         head.extend_from_slice(b);
                     }
@@ -133,7 +134,7 @@ impl Conn {
         let mut head = crate::reply::HeadBuf::take();
         worker.tls.set(self.stream.tls_facts());
         let framing =
-            dispatch::write_head(worker, &mut head, &response, head_only, version, keep_alive);
+            exchange::write_head(worker, &mut head, &response, head_only, version, keep_alive);
         if joins {
             let need = head.len() + whole_len.unwrap_or(0);
             let room = |c: &Self| c.buffers.as_ref().is_some_and(|b| b.out.has_room(need));
@@ -261,7 +262,7 @@ impl Conn {
     }
 
     /// Answers `101 Switching Protocols` and splices the connection with the upstream
-    /// one the handler handed over (`crate::tunnel`); a 101 without one is a 502. The
+    /// one the handler handed over (`crate::exchange::tunnel`); a 101 without one is a 502. The
     /// connection ends with the tunnel.
     async fn upgrade(
         &mut self,
@@ -270,7 +271,7 @@ impl Conn {
         answered: Answered,
     ) -> io::Result<bool> {
         let worker_rc = Rc::clone(&self.worker);
-        let (head, tunnel) = crate::tunnel::answer(&worker_rc, response);
+        let (head, tunnel) = crate::exchange::tunnel::answer(&worker_rc, response);
         self.send(&head).await?;
         let status = if tunnel.is_some() { 101 } else { 502 };
         let logged = (status, &head[..], 0);
@@ -282,7 +283,8 @@ impl Conn {
                 None => Vec::new(),
             };
             self.start = self.end;
-            if let Err(e) = crate::tunnel::splice(&mut self.stream, &early, tunnel).await {
+            if let Err(e) = crate::exchange::tunnel::splice(&mut self.stream, &early, tunnel).await
+            {
                 tracing::debug!(error = %e, "tunnel ended with an error");
             }
         }
@@ -448,7 +450,7 @@ impl Conn {
 /// Ready when the client has closed the connection (a read would find its end, or it
 /// was reset); bytes it sent meanwhile (a pipelined request) are not a close, and then
 /// this is never ready.
-async fn client_gone(tcp: &crate::reactor::Socket) {
+async fn client_gone(tcp: &crate::net::reactor::Socket) {
     let mut byte = [0u8; 1];
     match tcp.peek(&mut byte).await {
         Ok(0) | Err(_) => {}

@@ -1,9 +1,14 @@
+//! The server's configuration as `cli` reads it from TOML: every key with its default
+//! (docs/config.md), the checks of values (`Config::problems`), and the kind of each
+//! listening address. `[tls]` and `[http2]` are in their own modules.
+
+pub(crate) mod http2;
+pub(crate) mod tls;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
-
-use crate::listeners::Kind;
 
 /// Everything `tessera serve` can be told, from the config file and the command line.
 /// Every key is optional; docs/config.md lists them with their defaults.
@@ -21,7 +26,7 @@ pub struct Config {
     /// another proxy that talks h2c to its origins (docs/http2.md). Default none.
     pub h2c_listen: Vec<SocketAddr>,
     /// `[tls]`: the default certificate and key (docs/tls.md).
-    pub tls: crate::tls::TlsConfig,
+    pub tls: tls::TlsConfig,
     /// Directory served. Default none: no static files, so every request no module
     /// answers is 404 (a proxy needs no directory). `tessera serve` sets
     /// `examples/site` when it is given no root and that directory exists.
@@ -96,8 +101,8 @@ pub struct Config {
     pub compression_memory: u64,
     /// `http2 = true | false`, or `[http2]` with its limits (docs/http2.md): HTTP/2 over
     /// TLS (ALPN) and in cleartext with prior knowledge. Default on.
-    #[serde(deserialize_with = "crate::http2::bool_or_table")]
-    pub http2: crate::http2::Http2Config,
+    #[serde(deserialize_with = "http2::bool_or_table")]
+    pub http2: http2::Http2Config,
     /// `[[host]]`: virtual hosts, each with its names and its own files. The top-level
     /// keys (`root`, `index`, `autoindex`, `cache_control`) form the default host, which
     /// answers requests whose host matches no `[[host]]` (unless one is marked
@@ -132,7 +137,7 @@ pub struct HostConfig {
     pub access_log: Option<PathBuf>,
     /// `[host.tls]`: this host's certificate and key, chosen when a client's SNI names
     /// one of its names. Default: the `[tls]` certificate.
-    pub tls: Option<crate::tls::TlsConfig>,
+    pub tls: Option<tls::TlsConfig>,
     /// `[host.compression]`, replacing the top-level `[compression]` table as a whole.
     /// Default: the top-level one.
     pub compression: Option<handler::compress::CompressionConfig>,
@@ -320,7 +325,7 @@ impl Config {
         if !self.h2c_listen.is_empty() && !self.http2.enabled {
             problems.push("`h2c_listen` needs HTTP/2, which `http2 = false` turns off".into());
         }
-        problems.extend(crate::tls::problems(self));
+        problems.extend(tls_problems(self));
         problems.extend(self.http2.problems());
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
@@ -467,6 +472,68 @@ fn takes_admin(l: SocketAddr, admin: SocketAddr) -> bool {
         && l.port() == admin.port()
         && families
         && (l.ip() == admin.ip() || l.ip().is_unspecified() || admin.ip().is_unspecified())
+}
+
+/// Every problem of the TLS keys (values only, like `Config::problems`).
+fn tls_problems(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let pair = |key: &str, tls: &tls::TlsConfig, problems: &mut Vec<String>| {
+        if tls.certificate.is_some() != tls.key.is_some() {
+            problems.push(format!(
+                "`{key}` needs both `certificate` and `key`, or neither"
+            ));
+        }
+    };
+    pair("tls", &config.tls, &mut problems);
+    if let Some(hsts) = &config.tls.hsts {
+        if hsts.is_empty() || hsts.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            problems.push("`tls.hsts` must be non-empty printable text".into());
+        }
+    }
+    if config.tls.redirect_https && config.tls_listen.is_empty() {
+        problems.push("`tls.redirect_https` needs a `tls_listen` to send clients to".into());
+    }
+    for (i, host) in config.host.iter().enumerate() {
+        if let Some(tls) = &host.tls {
+            pair(&format!("host[{i}].tls"), tls, &mut problems);
+        }
+    }
+    if !config.tls_listen.is_empty()
+        && config.tls.certificate.is_none()
+        && !config
+            .host
+            .iter()
+            .any(|h| h.tls.as_ref().is_some_and(|t| t.certificate.is_some()))
+    {
+        problems.push(
+            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key)"
+                .into(),
+        );
+    }
+    problems
+}
+
+/// What a listening address speaks: the first bytes of its connections.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    /// `listen`: HTTP/1.1, or HTTP/2 when a connection starts with its preface (and
+    /// `http2` is on).
+    Plain,
+    /// `tls_listen`: a TLS handshake, then the protocol ALPN chose.
+    Tls,
+    /// `h2c_listen`: HTTP/2 with prior knowledge, nothing else.
+    H2c,
+}
+
+impl Kind {
+    /// The configuration key that lists addresses of this kind.
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Plain => "listen",
+            Kind::Tls => "tls_listen",
+            Kind::H2c => "h2c_listen",
+        }
+    }
 }
 
 #[cfg(test)]

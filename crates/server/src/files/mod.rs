@@ -2,64 +2,33 @@
 //! responses for files and directories with the semantics of RFC 9110: validators and
 //! conditional requests, byte ranges, OPTIONS, precompressed siblings, listings.
 
+pub(crate) mod compressed;
+mod conditional;
+mod listing;
+pub(crate) mod open;
+pub(crate) mod range;
+
 use std::collections::hash_map::RandomState;
 use std::ffi::CStr;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use wire::{Framing, Method, Request};
 
-pub(crate) use crate::cache::FileEntry;
-use crate::cache::{AcceptEncoding, Coding, Identities, Identity, Resource};
-use crate::conditional::{self, Conditions, Outcome};
 use crate::config::CacheControlRule;
-use crate::listing;
-use crate::output::Output;
-use crate::range::{self, Ranges};
+use crate::net::output::Output;
 use crate::reply::{simple, start_head};
 use crate::sites::Site;
+use crate::sys;
 use crate::worker::Worker;
-
-/// Fails at start on kernels without openat2(2), rather than on the first request.
-pub(crate) fn probe_openat2(root: RawFd) -> io::Result<()> {
-    open_beneath(root, c".", libc::O_PATH).map(drop)
-}
-
-/// Opens `path` (relative) beneath `root`: `RESOLVE_BENEATH` makes the kernel refuse any
-/// `..` or symlink (absolute or relative) that would leave the root, with EXDEV, so no
-/// request can read outside it whatever the path normalisation above missed.
-fn open_beneath(root: RawFd, path: &CStr, flags: i32) -> io::Result<File> {
-    // SAFETY: open_how is plain data; all-zero is its documented neutral value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    // O_NONBLOCK: opening a FIFO must not block the worker. openat2 refuses flags that
-    // mean nothing with O_PATH, so those get only O_CLOEXEC.
-    let extra = if flags & libc::O_PATH != 0 {
-        libc::O_CLOEXEC
-    } else {
-        libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY
-    };
-    how.flags = (flags | extra) as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: path is NUL-terminated, how is a valid open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root,
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
-}
+use conditional::{Conditions, Outcome};
+pub(crate) use open::FileEntry;
+use open::{AcceptEncoding, Coding, Identities, Identity, Resource};
+use range::Ranges;
 
 /// What a static resource allows: the Allow header of 405s and OPTIONS answers.
 const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
@@ -355,7 +324,7 @@ fn open(
     }
     cpath.push(0);
     let name = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
-    let file = match open_beneath(root, name, libc::O_RDONLY) {
+    let file = match sys::open_beneath(root, name, libc::O_RDONLY) {
         Ok(file) => file,
         Err(e) => {
             site.files.remove(key);
@@ -400,8 +369,8 @@ fn open(
     });
     let policy = site.compression.as_ref().filter(|p| {
         p.compresses_type(content_type.as_bytes())
-            && (p.min_length..=crate::compressed::MAX_FILE_SIZE).contains(&plain.len)
-            && !crate::compressed::no_transform(&site.cache_control, key)
+            && (p.min_length..=crate::files::compressed::MAX_FILE_SIZE).contains(&plain.len)
+            && !crate::files::compressed::no_transform(&site.cache_control, key)
     });
     let varies = brotli.is_some() || gzip.is_some() || policy.is_some();
     let extra = path_headers(&site.cache_control, key, varies);
@@ -417,7 +386,8 @@ fn open(
         now,
     );
     if let Some(policy) = policy {
-        resource.compressed = crate::compressed::forms(policy, site, &resource.plain, has, &extra);
+        resource.compressed =
+            crate::files::compressed::forms(policy, site, &resource.plain, has, &extra);
     }
     let entry = resource.select(accept).clone();
     site.files.insert(key, resource);
@@ -433,7 +403,7 @@ fn sibling(root: RawFd, cpath: &mut Vec<u8>, suffix: &[u8]) -> Option<(File, Ide
     cpath.push(0);
     let found = CStr::from_bytes_with_nul(cpath)
         .ok()
-        .and_then(|name| open_beneath(root, name, libc::O_RDONLY).ok())
+        .and_then(|name| sys::open_beneath(root, name, libc::O_RDONLY).ok())
         .and_then(|file| {
             let meta = file.metadata().ok()?;
             meta.is_file().then(|| (file, Identity::of(&meta)))
@@ -460,12 +430,12 @@ fn directory_without_index(
     let dir = CStr::from_bytes_with_nul(cpath).map_err(|_| Miss::Status(400))?;
     let root = site.root.as_ref().ok_or(Miss::Status(404))?.as_raw_fd();
     if !site.autoindex {
-        return match open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
+        return match sys::open_beneath(root, dir, libc::O_PATH | libc::O_DIRECTORY) {
             Ok(_) => Err(Miss::Status(403)),
             Err(e) => Err(Miss::Status(status_for(&e))),
         };
     }
-    let dir = open_beneath(root, dir, libc::O_RDONLY | libc::O_DIRECTORY)
+    let dir = sys::open_beneath(root, dir, libc::O_RDONLY | libc::O_DIRECTORY)
         .map_err(|e| Miss::Status(status_for(&e)))?;
     let html = listing::render(&dir, key).map_err(|e| Miss::Status(status_for(&e)))?;
     Err(Miss::Listing(Arc::new(FileEntry::generated(

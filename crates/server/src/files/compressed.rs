@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::cache::{Compressed, FileEntry};
 use crate::config::CacheControlRule;
+use crate::files::open::{Compressed, FileEntry};
 use crate::sites::Site;
 use handler::compress::{Coding, Compression};
 

@@ -27,14 +27,14 @@ use std::io;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use crate::reactor::Socket;
+use crate::net::reactor::Socket;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 use rustls::ServerConfig;
 use tokio::io::ReadBuf;
 
-use super::TlsFacts;
-use crate::output::{Output, Progress};
+use crate::facts::TlsFacts;
+use crate::net::output::{Output, Progress};
 
 /// Plaintext per record: TLS's largest.
 const RECORD: usize = 16 * 1024;

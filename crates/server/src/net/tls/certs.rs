@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::TlsConfig;
+use crate::config::tls::TlsConfig;
 use crate::config::Config;
 
 /// Chooses a handshake's certificate by its server name.

@@ -7,10 +7,10 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use crate::reactor::Socket;
+use crate::net::reactor::Socket;
 use tokio::io::Interest;
 
-use crate::cache::FileEntry;
+use crate::files::open::FileEntry;
 
 /// Most iovecs handed to one writev; a batch of 100 pipelined responses needs 200 (head
 /// and body each), so they go out in a few calls. Kept on the stack of a synchronous
@@ -23,7 +23,7 @@ const MAX_SEGMENTS: usize = 128;
 /// Most segments one response adds: a multipart/byteranges response has a head and a
 /// body segment per range, then the closing boundary. The segment list has room for this
 /// beyond `MAX_SEGMENTS`, so a response started on an almost-full batch still fits.
-const MAX_SEGMENTS_PER_RESPONSE: usize = 2 * crate::range::MAX_RANGES + 2;
+const MAX_SEGMENTS_PER_RESPONSE: usize = 2 * crate::files::range::MAX_RANGES + 2;
 
 enum Segment {
     /// Bytes `start..end` of `Output::buf` (response heads, small generated bodies).
@@ -307,7 +307,7 @@ impl Output {
         let socket = stream.as_raw_fd();
         stream.try_io(Interest::WRITABLE, || {
             // SAFETY: msghdr points at `count` live IoSlices (ABI-compatible with iovec).
-            crate::reactor::counted(unsafe {
+            crate::net::reactor::counted(unsafe {
                 let mut msg: libc::msghdr = std::mem::zeroed();
                 msg.msg_iov = iovecs.as_ptr() as *mut libc::iovec;
                 msg.msg_iovlen = count as _;
@@ -462,7 +462,7 @@ fn send_file(stream: &Socket, entry: &FileEntry, offset: u64, len: u64) -> io::R
     stream.try_io(Interest::WRITABLE, || {
         // SAFETY: both descriptors are open for the duration of the call and offset
         // points to a live off_t.
-        crate::reactor::counted(unsafe { libc::sendfile(socket, file, &mut offset, chunk) })
+        crate::net::reactor::counted(unsafe { libc::sendfile(socket, file, &mut offset, chunk) })
     })
 }
 

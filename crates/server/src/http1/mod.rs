@@ -14,12 +14,13 @@ use pool::SlotId;
 use tokio::io::AsyncRead;
 use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 
-use crate::dispatch::{self, Dispatched, Exchange};
-use crate::output::Progress;
+use crate::conn_state::ConnState;
+use crate::exchange::served::log;
+use crate::exchange::{self, Dispatched, Exchange};
+use crate::net::output::Progress;
+use crate::net::transport::Stream;
 use crate::reply;
-use crate::served::log;
-use crate::transport::Stream;
-use crate::worker::{Buffers, ConnState, Worker};
+use crate::worker::{Buffers, Worker};
 
 mod later;
 
@@ -96,12 +97,28 @@ impl Conn {
     }
 }
 
-/// Serves one connection to its end and frees its slot. This future is the connection's
-/// whole task. A plain `fn` returning an `async move` block, not an `async fn`: the block
-/// uses the captured connection in place, where an `async fn` would keep room for its
-/// parameter and for the local it is moved into (about 150 bytes per connection more).
+/// A cleartext connection whose first bytes were the HTTP/2 preface (prior knowledge):
+/// what the HTTP/2 connection takes over, its slot still held.
+pub(crate) struct Handoff {
+    pub stream: Stream,
+    /// The bytes read so far, the preface among them.
+    pub prefix: bytes::Bytes,
+    pub peer: SocketAddr,
+    pub worker: Rc<Worker>,
+    pub slot: SlotId,
+}
+
+/// Serves one connection to its end and frees its slot. A cleartext connection that
+/// turns out to speak HTTP/2 (its first bytes are the preface) is handed, its slot still
+/// held, to what `session` gives as `http2`. This future is the connection's whole task.
+/// A plain `fn` returning an `async move` block, not an `async fn`: the block uses the
+/// captured connection in place, where an `async fn` would keep room for its parameter
+/// and for the local it is moved into (about 150 bytes per connection more).
 #[allow(clippy::manual_async_fn)]
-pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
+pub(crate) fn serve<F: std::future::Future<Output = ()>>(
+    mut conn: Conn,
+    http2: impl FnOnce(Handoff) -> std::pin::Pin<Box<F>>,
+) -> impl std::future::Future<Output = ()> {
     async move {
         let ending = conn.run().await;
         if let Ok(Ending::Http2) = ending {
@@ -120,10 +137,14 @@ pub(crate) fn serve(mut conn: Conn) -> impl std::future::Future<Output = ()> {
                 slot,
                 ..
             } = conn;
-            // Boxed: only HTTP/2 connections pay for the HTTP/2 connection's state.
-            Box::pin(crate::http2::serve(
-                stream, prefix, peer, worker, slot, None,
-            ))
+            // Boxed by `session`: only HTTP/2 connections pay for its state.
+            http2(Handoff {
+                stream,
+                prefix,
+                peer,
+                worker,
+                slot,
+            })
             .await;
             return;
         }
@@ -280,7 +301,7 @@ impl Conn {
             Some(buffers) => &buffers.read[..self.end],
             None => return Some(false),
         };
-        let preface = crate::http2::PREFACE;
+        let preface = h2codec::conn::PREFACE;
         let n = read.len().min(preface.len());
         if read.first() != Some(&b'P') || read[..n] != preface[..n] {
             return Some(false);
@@ -334,7 +355,7 @@ impl Conn {
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];
                     let answered =
-                        match dispatch::answer(worker, &req, self.peer, keep_alive, out, pending) {
+                        match exchange::answer(worker, &req, self.peer, keep_alive, out, pending) {
                             Dispatched::Later(exchange) => {
                                 self.start += req.head_len;
                                 return Next::Later(exchange);
@@ -453,8 +474,7 @@ impl Conn {
             .shared
             .lingering_closes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the socket is open; shutdown(2) only affects its write side.
-        unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR) };
+        crate::sys::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.stream), libc::SHUT_WR);
         let buffers = self.buffers.get_or_insert_with(|| worker.take_buffers());
         let stream = self.stream.tcp();
         let drain = async {

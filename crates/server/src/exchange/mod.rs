@@ -4,80 +4,20 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+pub(crate) mod served;
+pub(crate) mod tunnel;
 
-use handler::{
-    Answer, Attached, Body, Filter, Filtered, Module, Pooled, Response, ResponseHead, Role,
-};
+use std::net::SocketAddr;
+
+use handler::{Answer, Attached, Body, Filter, Filtered, Pooled, Response, ResponseHead};
 use wire::{BodyFraming, Framing, Version};
 
 use crate::files;
 use crate::metrics::{self, Answered};
-use crate::output::{Mark, Output};
+use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::sites::Site;
 use crate::worker::Worker;
-
-/// What the modules do for the paths under one prefix.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Routed {
-    /// The handlers that may answer, longest prefix first (a handler that passes hands
-    /// the request to the next; the static files answer when all pass): (module, tag).
-    handlers: Vec<(usize, u32)>,
-    /// The filter around whichever answers (the longest filter prefix): (module, tag).
-    filter: Option<(usize, u32)>,
-}
-
-/// The routing tables, one per site (`sites` of them): every prefix any module declared
-/// for the site, each with what every module does for it. A path takes the longest
-/// prefix it matches on whole segments; since the table holds every prefix, that entry
-/// names the longest handler and filter prefixes of the path too.
-pub(crate) fn routes(modules: &[Arc<dyn Module>], sites: usize) -> Vec<handler::Router<Routed>> {
-    let mut all: Vec<(usize, handler::Route)> = Vec::new();
-    for (m, module) in modules.iter().enumerate() {
-        all.extend(module.routes().into_iter().map(|r| (m, r)));
-    }
-    (0..sites)
-        .map(|site| {
-            let all: Vec<&(usize, handler::Route)> =
-                all.iter().filter(|(_, r)| r.site == site).collect();
-            site_routes(&all)
-        })
-        .collect()
-}
-
-fn site_routes(all: &[&(usize, handler::Route)]) -> handler::Router<Routed> {
-    let handlers = handler::Router::new(
-        all.iter()
-            .filter(|(_, r)| r.role == Role::Handler)
-            .map(|(m, r)| (r.prefix.clone(), (*m, r.tag))),
-    );
-    let filters = handler::Router::new(
-        all.iter()
-            .filter(|(_, r)| r.role == Role::Filter)
-            .map(|(m, r)| (r.prefix.clone(), (*m, r.tag))),
-    );
-    let mut prefixes: Vec<&str> = all.iter().map(|(_, r)| r.prefix.as_str()).collect();
-    prefixes.sort_unstable();
-    prefixes.dedup();
-    handler::Router::new(prefixes.into_iter().map(|prefix| {
-        let routed = Routed {
-            handlers: handlers
-                .iter()
-                .filter(|(p, _)| whole_prefix(p, prefix.as_bytes()))
-                .map(|(_, &h)| h)
-                .collect(),
-            filter: filters.find(prefix.as_bytes()).copied(),
-        };
-        (prefix, routed)
-    }))
-}
-
-/// Whether `prefix` takes `path` (the router's rule, for building the table).
-fn whole_prefix(prefix: &[u8], path: &[u8]) -> bool {
-    handler::Router::new([(prefix, ())]).find(path).is_some()
-}
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
 /// [`handler::Deferred`]) or a response too large for the batch. It holds what the

@@ -9,10 +9,10 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::output::{Output, Progress};
-use crate::reactor::Socket;
-use crate::tls::stream::TlsStream;
-use crate::tls::TlsFacts;
+use crate::facts::TlsFacts;
+use crate::net::output::{Output, Progress};
+use crate::net::reactor::Socket;
+use crate::net::tls::stream::TlsStream;
 
 pub(crate) enum Stream {
     Plain(Socket),

@@ -8,15 +8,19 @@
 //! thing that drops the connections queued on it (`net.ipv4.tcp_migrate_req` is 0 on
 //! many kernels), so an upgrade passes the very same sockets on instead of binding anew.
 
+use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use tokio::sync::Notify;
+
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::Error;
+use crate::config::Kind;
+use crate::error::Error;
 
 /// Binds one listener with SO_REUSEPORT, so every worker can have its own and the kernel
 /// balances new connections across them.
@@ -36,29 +40,6 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
     socket.bind(&addr.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     Ok(socket.into())
-}
-
-/// What a listening address speaks: the first bytes of its connections.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Kind {
-    /// `listen`: HTTP/1.1, or HTTP/2 when a connection starts with its preface (and
-    /// `http2` is on).
-    Plain,
-    /// `tls_listen`: a TLS handshake, then the protocol ALPN chose.
-    Tls,
-    /// `h2c_listen`: HTTP/2 with prior knowledge, nothing else.
-    H2c,
-}
-
-impl Kind {
-    /// The configuration key that lists addresses of this kind.
-    pub fn key(self) -> &'static str {
-        match self {
-            Kind::Plain => "listen",
-            Kind::Tls => "tls_listen",
-            Kind::H2c => "h2c_listen",
-        }
-    }
 }
 
 /// One listening socket, with a number no other socket of this process gets (a worker
@@ -257,4 +238,25 @@ fn set_cloexec(fd: &OwnedFd) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Tells an accept loop to stop taking connections (its listener is closed when it
+/// ends); it stops at once unless it is handing a connection it took to its task.
+#[derive(Default)]
+pub(crate) struct Stop {
+    pub(crate) stopped: Cell<bool>,
+    wake: Notify,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        self.stopped.set(true);
+        self.wake.notify_one();
+    }
+
+    pub(crate) async fn stopped(&self) {
+        while !self.stopped.get() {
+            self.wake.notified().await;
+        }
+    }
 }

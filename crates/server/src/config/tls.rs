@@ -1,0 +1,23 @@
+//! `[tls]` and `[host.tls]`: certificates, HSTS, the redirect to HTTPS.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `[tls]`: the default certificate, served to a client whose SNI names no `[[host]]`
+/// with a certificate of its own (or that sends no SNI).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file: the certificate, then its chain (intermediates), leaf first.
+    pub certificate: Option<PathBuf>,
+    /// PEM file: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+    pub key: Option<PathBuf>,
+    /// `Strict-Transport-Security` value added to every response sent over TLS
+    /// (`"max-age=31536000"`). Default none: HSTS is a promise for the whole name, for
+    /// as long as max-age says, so only the operator can make it.
+    pub hsts: Option<String>,
+    /// Answer every request on a cleartext listener with 308 to the same URL on https
+    /// (the port of the first `tls_listen`, left out when 443). Default false.
+    pub redirect_https: bool,
+}

@@ -1,0 +1,18 @@
+//! What a request needs to know about the connection it came on.
+
+/// What a request needs to know about the TLS connection it came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TlsFacts {
+    /// The site the client's SNI named, or the default site without one (or for a name
+    /// no `[[host]]` has): the only site this connection may be served by.
+    pub site: usize,
+    /// Whether the client sent SNI. Without it every request is the default site's,
+    /// whatever its Host: the client could not say which certificate it wanted.
+    pub sni: bool,
+    /// `TLSv1.3` or `TLSv1.2`, for `%{tls_version}x`.
+    pub version: &'static str,
+    /// The cipher suite's IANA name (`TLS13_AES_128_GCM_SHA256`), for `%{tls_cipher}x`.
+    pub cipher: &'static str,
+    /// ALPN chose `h2`: the connection speaks HTTP/2.
+    pub h2: bool,
+}

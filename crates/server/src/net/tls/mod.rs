@@ -1,0 +1,110 @@
+//! TLS termination with rustls: the settings every TLS listener shares ([`Tls`]), the
+//! certificates chosen by SNI (`certs`), and one connection's encrypted stream
+//! (`stream`), which the HTTP/1 connection uses through `transport::Stream`.
+//!
+//! The crypto provider is *ring*, not aws-lc-rs: both run the same BoringSSL-derived
+//! assembly for AES-GCM, ChaCha20-Poly1305, X25519 and P-256, but ring builds from crates
+//! with a C compiler alone (aws-lc-sys compiles a whole C library, with CMake on some
+//! targets), which keeps a clean clone's build short and its toolchain needs as they
+//! were. aws-lc-rs would add FIPS and post-quantum key exchange; neither is asked for.
+//!
+//! Secure by default, with nothing to turn on: TLS 1.3 and 1.2 only; rustls has no RSA
+//! key exchange, no CBC or RC4 suite, no renegotiation and no compression at all, and
+//! every suite it has is an AEAD with ephemeral (EC)DHE, so those are absent rather than
+//! disabled. The server's suite order wins for TLS 1.2; 0-RTT stays off; ALPN offers
+//! `http/1.1`.
+//!
+//! Shared by every worker, so a client resumes on any of them: the TLS 1.3 ticket keys
+//! (rotated every 6 hours, a ticket accepted for at most 12) and the TLS 1.2 session
+//! cache. Certificates are swapped whole ([`Tls::reload`]): a handshake reads the
+//! current configuration once, lock-free; connections already open keep theirs.
+
+mod certs;
+pub(crate) mod stream;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
+use rustls::ServerConfig;
+
+use crate::config::Config;
+
+/// TLS 1.2 sessions remembered for resumption by session ID, across all workers. Each
+/// costs a few hundred bytes; 20,000 is what nginx keeps in 5 MB of `ssl_session_cache`.
+const SESSION_CACHE_ENTRIES: usize = 20_000;
+
+/// What every TLS listener of every worker shares: the current rustls configuration
+/// (certificates included), swapped whole on reload, and the resumption state that
+/// outlives reloads.
+pub struct Tls {
+    current: ArcSwap<ServerConfig>,
+    tickets: Arc<dyn ProducesTickets>,
+    sessions: Arc<dyn StoresServerSessions>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Reads every certificate and key the configuration names. `Ok(None)` when it
+    /// has no `tls_listen`.
+    pub fn new(config: &Config) -> Result<Option<Tls>, String> {
+        if config.tls_listen.is_empty() {
+            return Ok(None);
+        }
+        let tickets = rustls::crypto::ring::Ticketer::new()
+            .map_err(|e| format!("cannot make TLS ticket keys: {e}"))?;
+        let sessions = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+        let server_config = build(config, tickets.clone(), sessions.clone())?;
+        Ok(Some(Tls {
+            current: ArcSwap::from_pointee(server_config),
+            tickets,
+            sessions,
+        }))
+    }
+
+    /// The rustls configuration for `config`'s certificates (with the resumption state
+    /// kept), built but not yet used: a reload installs it once everything else of the
+    /// new configuration is ready too.
+    pub(crate) fn prepare(&self, config: &Config) -> Result<Arc<ServerConfig>, String> {
+        build(config, self.tickets.clone(), self.sessions.clone()).map(Arc::new)
+    }
+
+    /// New handshakes use `prepared` from now on.
+    pub(crate) fn install(&self, prepared: Arc<ServerConfig>) {
+        self.current.store(prepared);
+    }
+
+    /// The configuration for a new handshake.
+    pub(crate) fn current(&self) -> Arc<ServerConfig> {
+        self.current.load_full()
+    }
+}
+
+fn build(
+    config: &Config,
+    tickets: Arc<dyn ProducesTickets>,
+    sessions: Arc<dyn StoresServerSessions>,
+) -> Result<ServerConfig, String> {
+    let resolver = certs::Resolver::load(config)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server_config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    // Most preferred first: rustls picks the first of ours the client offers.
+    server_config.alpn_protocols = match config.http2.enabled {
+        true => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        false => vec![b"http/1.1".to_vec()],
+    };
+    server_config.ignore_client_order = true;
+    server_config.ticketer = tickets;
+    server_config.session_storage = sessions;
+    server_config.max_early_data_size = 0;
+    Ok(server_config)
+}

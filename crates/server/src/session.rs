@@ -1,0 +1,126 @@
+//! A connection from accept to its end: the TLS handshake on a `tls_listen` listener,
+//! then the choice of HTTP/1.1 or HTTP/2, made here and nowhere else, from the
+//! listener's kind (`h2c_listen` speaks HTTP/2 only), ALPN (over TLS), or the first
+//! bytes (the HTTP/2 preface on a cleartext `listen` port, prior knowledge, which the
+//! HTTP/1 connection looks for and hands over to what this module gives it).
+//!
+//! The connection's slot was taken at accept, in `ReadingHead`: a handshake counts
+//! against the connection budget and is closed by the worker's check after
+//! `timeouts.head`, like a slow request head. Whatever protocol serves the connection
+//! frees the slot when it ends.
+//!
+//! Each kind's future is started on its own rather than as one future that matches on
+//! the kind: a connection's future lives in a room of fixed size (`net::tasks`), and an
+//! `async fn` keeps its parameters beside the futures they move into.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use pool::SlotId;
+
+use crate::config::Kind;
+use crate::facts::TlsFacts;
+use crate::http1::{self, Conn, Handoff};
+use crate::http2;
+use crate::metrics::Handshake;
+use crate::net::reactor::Socket;
+use crate::net::tls::stream::TlsStream;
+use crate::net::transport::Stream;
+use crate::worker::Worker;
+
+/// Starts the task of a connection accepted on a listener of `kind`, in its slot's room.
+pub(crate) fn start(
+    kind: Kind,
+    socket: Socket,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    slot: SlotId,
+) {
+    let tasks = worker.clone();
+    let tasks = &tasks.tasks;
+    match kind {
+        Kind::Plain => {
+            let conn = Conn::new(Stream::Plain(socket), peer, worker, slot);
+            tasks.start(slot.index(), http1::serve(conn, after_preface));
+        }
+        Kind::Tls => tasks.start(slot.index(), tls(socket, peer, worker, slot)),
+        // The codec reads the preface and closes a connection that does not start with it.
+        Kind::H2c => {
+            let stream = Stream::Plain(socket);
+            let http2 = http2_boxed(stream, Bytes::new(), peer, worker, slot, None);
+            tasks.start(slot.index(), http2);
+        }
+    }
+}
+
+/// A cleartext connection that began with the HTTP/2 preface: the bytes read so far go
+/// to the HTTP/2 connection.
+fn after_preface(handoff: Handoff) -> Pin<Box<impl Future<Output = ()>>> {
+    let Handoff {
+        stream,
+        prefix,
+        peer,
+        worker,
+        slot,
+    } = handoff;
+    http2_boxed(stream, prefix, peer, worker, slot, None)
+}
+
+/// The TLS handshake (which picks the certificate, and with it the site, by SNI), then
+/// the protocol ALPN chose.
+async fn tls(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) {
+    let Some(tls) = worker.shared.tls.as_ref() else {
+        worker.free(slot);
+        return;
+    };
+    let current = worker.current();
+    match TlsStream::accept(tcp, tls.current(), &current.gen.sites.hosts).await {
+        Ok(mut stream) => {
+            // The connection is served by whichever generation each request finds.
+            drop(current);
+            if let Some(metrics) = worker.metrics() {
+                let resumed = stream.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                metrics.handshake(if resumed {
+                    Handshake::Resumed
+                } else {
+                    Handshake::Full
+                });
+            }
+            let facts = stream.facts;
+            if facts.h2 {
+                // HTTP/2 writes the frames of a pass, then flushes once.
+                stream.hold_writes_until_flush();
+                let stream = Stream::Tls(stream);
+                http2_boxed(stream, Bytes::new(), peer, worker, slot, Some(facts)).await;
+            } else {
+                // Over TLS, HTTP/2 is what ALPN chose (RFC 9113 section 3.3): this
+                // connection negotiated HTTP/1.1, and its first bytes are not looked at.
+                let conn = Conn::new(Stream::Tls(stream), peer, worker, slot);
+                http1::serve(conn, after_preface).await;
+            }
+        }
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            if let Some(metrics) = worker.metrics() {
+                metrics.handshake(Handshake::Failed);
+            }
+            worker.free(slot);
+        }
+    }
+}
+
+/// An HTTP/2 connection, boxed: its future is several KiB, and every connection's room
+/// would otherwise be sized for it.
+fn http2_boxed(
+    stream: Stream,
+    prefix: Bytes,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    slot: SlotId,
+    tls: Option<TlsFacts>,
+) -> Pin<Box<impl Future<Output = ()>>> {
+    Box::pin(http2::serve(stream, prefix, peer, worker, slot, tls))
+}
