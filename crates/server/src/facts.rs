@@ -16,3 +16,21 @@ pub(crate) struct TlsFacts {
     /// ALPN chose `h2`: the connection speaks HTTP/2.
     pub h2: bool,
 }
+
+/// The connection a request came on, as its exchange sees it: passed with the request
+/// from the connection to whatever answers, counts and logs it (never kept in the
+/// worker, where a connection that forgot to set it would mislabel another's request).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnFacts {
+    /// The client's address (the socket's peer).
+    pub peer: std::net::SocketAddr,
+    /// The TLS connection's facts, `None` in cleartext.
+    pub tls: Option<TlsFacts>,
+}
+
+impl ConnFacts {
+    /// Whether the connection is encrypted (TLS).
+    pub fn secure(&self) -> bool {
+        self.tls.is_some()
+    }
+}

@@ -6,20 +6,21 @@ use std::cell::RefCell;
 
 use wire::{Framing, Method, Request, Version};
 
+use crate::facts::ConnFacts;
 use crate::net::output::Output;
 use crate::worker::Worker;
 
 /// Status line, Server and Date: how every response this server generates starts.
-pub(crate) fn start_head(worker: &Worker, buf: &mut Vec<u8>, status: u16) {
+pub(crate) fn start_head(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>, status: u16) {
     wire::write_status_line(buf, status);
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);
-    hsts(worker, buf);
+    hsts(worker, conn, buf);
 }
 
 /// Strict-Transport-Security, on a TLS connection when `[tls] hsts` is set.
-pub(crate) fn hsts(worker: &Worker, buf: &mut Vec<u8>) {
-    if worker.tls.get().is_some() {
+pub(crate) fn hsts(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>) {
+    if conn.secure() {
         let current = worker.current.borrow();
         if let Some(value) = &current.gen.config.tls.hsts {
             wire::write_field(buf, b"Strict-Transport-Security", value.as_bytes());
@@ -27,38 +28,49 @@ pub(crate) fn hsts(worker: &Worker, buf: &mut Vec<u8>) {
     }
 }
 
+/// What a request decides of how its response is framed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    /// A response to HEAD: no content follows the head.
+    pub head_only: bool,
+    pub version: Version,
+    pub keep_alive: bool,
+}
+
 /// A response with a small generated HTML body (or none for 204 and 304), as nginx
 /// sends for errors and redirects.
 pub(crate) fn simple(
     worker: &Worker,
+    conn: &ConnFacts,
     out: &mut Output,
     req: &Request<'_, '_>,
     keep_alive: bool,
     status: u16,
     extra_headers: &[u8],
 ) {
-    write_simple(
-        worker,
-        out.buf(),
-        status,
-        extra_headers,
-        req.method == Method::Head,
-        req.version,
+    let terms = Terms {
+        head_only: req.method == Method::Head,
+        version: req.version,
         keep_alive,
-    );
+    };
+    write_simple(worker, conn, out.buf(), status, extra_headers, terms);
 }
 
 /// The same, for refusals that come before a request could be parsed.
 pub(crate) fn write_simple(
     worker: &Worker,
+    conn: &ConnFacts,
     buf: &mut Vec<u8>,
     status: u16,
     extra_headers: &[u8],
-    head_only: bool,
-    version: Version,
-    keep_alive: bool,
+    terms: Terms,
 ) {
-    start_head(worker, buf, status);
+    let Terms {
+        head_only,
+        version,
+        keep_alive,
+    } = terms;
+    start_head(worker, conn, buf, status);
     buf.extend_from_slice(extra_headers);
     if wire::bodiless(status) {
         wire::write_framing(buf, Framing::None, version, keep_alive);

@@ -74,7 +74,6 @@ pub(crate) fn run(
             listeners_seen: Cell::new(0),
             log: RefCell::new(log),
             drops: RateLimitedLog::new(),
-            tls: Cell::new(None),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
             reactor,

@@ -72,10 +72,6 @@ pub(crate) struct Worker {
     pub(crate) drops: RateLimitedLog,
     pub(crate) dropped_seen: Cell<u64>,
     pub(crate) refusals: RateLimitedLog,
-    /// The TLS facts of the connection being answered (`None` in cleartext), set by the
-    /// connection before each stretch of synchronous answering: the 421 check, HSTS,
-    /// the handlers' `secure` and the access log read it without being passed it.
-    pub(crate) tls: Cell<Option<crate::facts::TlsFacts>>,
     /// The epoll the worker's client connections wait on (`reactor`).
     pub(crate) reactor: Rc<crate::net::reactor::Reactor>,
     /// The connections' futures, one room per slot (`tasks`).

@@ -7,16 +7,14 @@
 pub(crate) mod served;
 pub(crate) mod tunnel;
 
-use std::net::SocketAddr;
-
 use handler::{Answer, Attached, Body, Filter, Filtered, Pooled, Response, ResponseHead};
 use wire::{BodyFraming, Framing, Version};
 
+use crate::facts::ConnFacts;
 use crate::files;
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
-use crate::sites::Site;
 use crate::worker::Worker;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
@@ -77,8 +75,8 @@ pub(crate) const MAX_BATCHED_BODY: usize = 16 * 1024;
 /// a response that comes later).
 pub(crate) fn answer(
     worker: &Worker,
+    conn: &ConnFacts,
     req: &wire::Request<'_, '_>,
-    client: SocketAddr,
     keep_alive: bool,
     out: &mut Output,
     pending: &[u8],
@@ -92,9 +90,9 @@ pub(crate) fn answer(
     let hosts = &gen.sites.hosts;
     let static_kind = metrics::kind_index("static");
     let method = metrics::method_index(req.method);
-    let site = match worker.tls.get() {
+    let site = match conn.tls {
         None if gen.config.tls.redirect_https => {
-            redirect_https(worker, req, keep_alive, out);
+            redirect_https(worker, conn, req, keep_alive, out);
             let host = gen.host_labels[hosts.select(req)];
             return Dispatched::Done(Answered {
                 host,
@@ -109,7 +107,7 @@ pub(crate) fn answer(
         Some(tls) if !tls.sni => tls.site,
         Some(tls) => match hosts.select_named(req) {
             Some(named) if named != tls.site => {
-                reply::simple(worker, out, req, keep_alive, 421, b"");
+                reply::simple(worker, conn, out, req, keep_alive, 421, b"");
                 let host = gen.host_labels[tls.site];
                 return Dispatched::Done(Answered {
                     host,
@@ -138,23 +136,25 @@ pub(crate) fn answer(
         false => None,
     };
     let Some(routed) = routed else {
-        static_files(
-            worker,
-            &gen.sites.all()[site],
+        continue_first(req, pending, out);
+        let site = &gen.sites.all()[site];
+        files::respond(
             req,
             normal.then_some(&path[..]),
-            keep_alive,
+            worker,
+            conn,
+            site,
             out,
-            pending,
+            keep_alive,
         );
         return Dispatched::Done(files_answered);
     };
     let mut request = handler::Request {
         head: req,
         path: &path,
-        client,
+        client: conn.peer,
         tag: 0,
-        secure: worker.tls.get().is_some(),
+        secure: conn.secure(),
     };
     let mut filter = None;
     let mut answer = None;
@@ -211,15 +211,9 @@ pub(crate) fn answer(
     match answer {
         None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
-            static_files(
-                worker,
-                &gen.sites.all()[site],
-                req,
-                Some(&path[..]),
-                keep_alive,
-                out,
-                pending,
-            );
+            continue_first(req, pending, out);
+            let site = &gen.sites.all()[site];
+            files::respond(req, Some(&path[..]), worker, conn, site, out, keep_alive);
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
@@ -241,7 +235,15 @@ pub(crate) fn answer(
                 return attach(later(Work::Ready(response)), filter);
             }
             let buf = out.buf();
-            let framing = write_head(worker, buf, &response, head_only, req.version, keep_alive);
+            let framing = write_head(
+                worker,
+                conn,
+                buf,
+                &response,
+                head_only,
+                req.version,
+                keep_alive,
+            );
             if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
                 buf.extend_from_slice(body);
             }
@@ -255,6 +257,7 @@ pub(crate) fn answer(
 /// name, is refused (400).
 fn redirect_https(
     worker: &Worker,
+    conn: &ConnFacts,
     req: &wire::Request<'_, '_>,
     keep_alive: bool,
     out: &mut Output,
@@ -272,11 +275,11 @@ fn redirect_https(
                 .all(|&b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
     };
     let Some(host) = host.filter(is_name) else {
-        reply::simple(worker, out, req, keep_alive, 400, b"");
+        reply::simple(worker, conn, out, req, keep_alive, 400, b"");
         return;
     };
     let buf = out.buf();
-    reply::start_head(worker, buf, 308);
+    reply::start_head(worker, conn, buf, 308);
     buf.extend_from_slice(b"Location: https://");
     buf.extend_from_slice(host);
     match worker.shared.https_port {
@@ -329,21 +332,12 @@ pub(crate) fn compress(
     }
 }
 
-/// The server's own handler: the file (or listing, or refusal) for the request's path.
-fn static_files(
-    worker: &Worker,
-    site: &Site,
-    req: &wire::Request<'_, '_>,
-    path: Option<&[u8]>,
-    keep_alive: bool,
-    out: &mut Output,
-    pending: &[u8],
-) {
+/// Before the static files answer a request whose body they will skip: `100 Continue`,
+/// which a client that sent `Expect: 100-continue` (and no body yet) waits for.
+fn continue_first(req: &wire::Request<'_, '_>, pending: &[u8], out: &mut Output) {
     if req.expect_continue && pending.len() == req.head_len {
-        // The client waits for this before sending the body we will skip.
         out.buf().extend_from_slice(wire::CONTINUE);
     }
-    files::respond(req, path, worker, site, out, keep_alive);
 }
 
 /// What a deferred handler answered, as either protocol sends it: through the route's
@@ -383,6 +377,7 @@ pub(crate) fn filter_response(filter: &mut dyn Attached, response: &mut Response
 /// framing, or `None` when no content follows (HEAD, 1xx, 204, 304).
 pub(crate) fn write_head(
     worker: &Worker,
+    conn: &ConnFacts,
     buf: &mut Vec<u8>,
     response: &Response,
     head_only: bool,
@@ -398,10 +393,10 @@ pub(crate) fn write_head(
             worker.clock.write_date(buf);
         }
         if head.get(b"strict-transport-security").is_none() {
-            reply::hsts(worker, buf);
+            reply::hsts(worker, conn, buf);
         }
     } else {
-        reply::start_head(worker, buf, status);
+        reply::start_head(worker, conn, buf, status);
         head.write_fields_h1(buf);
     }
     let no_body = wire::no_body(head_only, status);

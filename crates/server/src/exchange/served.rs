@@ -1,12 +1,12 @@
 //! What is recorded for every response served, whichever protocol carried it: its
 //! count in the worker's metrics and its access log line.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use wire::HeaderStorage;
 
 use crate::access_log::Entry;
+use crate::facts::ConnFacts;
 use crate::metrics::Answered;
 use crate::net::output::{Mark, Output};
 use crate::worker::Worker;
@@ -14,7 +14,7 @@ use crate::worker::Worker;
 /// The metrics and access log line of a proxied request, from its head as received.
 pub(crate) fn log_proxied(
     worker: &Worker,
-    client: SocketAddr,
+    conn: &ConnFacts,
     read_at: Option<Instant>,
     raw_head: &[u8],
     answered: Answered,
@@ -28,7 +28,7 @@ pub(crate) fn log_proxied(
     let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
         .ok()
         .flatten();
-    record(worker, client, read_at, request.as_ref(), b"", response);
+    record(worker, conn, read_at, request.as_ref(), b"", response);
 }
 
 /// The metrics and access log line of the response just added to `out` (`request`:
@@ -36,7 +36,7 @@ pub(crate) fn log_proxied(
 /// which the refusal counters count).
 pub(crate) fn log(
     worker: &Worker,
-    client: SocketAddr,
+    conn: &ConnFacts,
     read_at: Option<Instant>,
     request: Option<(&wire::Request<'_, '_>, Answered)>,
     raw_line: &[u8],
@@ -54,7 +54,7 @@ pub(crate) fn log(
     if logging {
         record(
             worker,
-            client,
+            conn,
             read_at,
             request.map(|(r, _)| r),
             raw_line,
@@ -80,7 +80,7 @@ pub(crate) fn count(
 /// One access log line: `response` is (status, head, body bytes).
 pub(crate) fn record(
     worker: &Worker,
-    client: SocketAddr,
+    conn: &ConnFacts,
     read_at: Option<Instant>,
     request: Option<&wire::Request<'_, '_>>,
     raw_line: &[u8],
@@ -94,8 +94,8 @@ pub(crate) fn record(
         return;
     };
     let entry = Entry {
-        tls: worker.tls.get(),
-        client,
+        tls: conn.tls,
+        client: conn.peer,
         request,
         raw_line,
         status,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::facts::ConnFacts;
 use crate::net::transport::Stream;
 use crate::worker::Worker;
 
@@ -19,6 +20,7 @@ use crate::worker::Worker;
 /// a 502 page instead.
 pub(crate) fn answer(
     worker: &Worker,
+    conn: &ConnFacts,
     mut response: handler::Response,
 ) -> (Vec<u8>, Option<handler::Tunnel>) {
     let tunnel = match &mut response.body {
@@ -29,7 +31,7 @@ pub(crate) fn answer(
     if tunnel.is_none() {
         let page = handler::Response::status_page(502);
         let version = wire::Version::Http11;
-        crate::exchange::write_head(worker, &mut head, &page, false, version, false);
+        crate::exchange::write_head(worker, conn, &mut head, &page, false, version, false);
         if let handler::Body::Full(b) = &page.body {
             head.extend_from_slice(b);
         }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use wire::{Framing, Method, Request};
 
 use crate::config::CacheControlRule;
+use crate::facts::ConnFacts;
 use crate::net::output::Output;
 use crate::reply::{simple, start_head};
 use crate::sites::Site;
@@ -39,6 +40,7 @@ pub(crate) fn respond(
     req: &Request<'_, '_>,
     path: Option<&[u8]>,
     worker: &Worker,
+    conn: &ConnFacts,
     site: &Site,
     out: &mut Output,
     keep_alive: bool,
@@ -46,12 +48,12 @@ pub(crate) fn respond(
     let get = match req.method {
         Method::Get => true,
         Method::Head => false,
-        Method::Options => return options(req, path, worker, site, out, keep_alive),
-        Method::Other => return simple(worker, out, req, keep_alive, 501, b""),
+        Method::Options => return options(req, path, worker, conn, site, out, keep_alive),
+        Method::Other => return simple(worker, conn, out, req, keep_alive, 501, b""),
         // Methods tessera knows but files do not support, TRACE among them: RFC 9110
         // section 9.3.8 leaves TRACE optional, and echoing requests back only helps
         // cross-site tracing attacks.
-        _ => return simple(worker, out, req, keep_alive, 405, ALLOW),
+        _ => return simple(worker, conn, out, req, keep_alive, 405, ALLOW),
     };
     let conditions = Conditions::from_headers(req.headers);
     let accept = if site.precompressed || site.compression.is_some() {
@@ -61,22 +63,26 @@ pub(crate) fn respond(
     };
     let entry = match lookup(path, worker, site, accept) {
         Ok(entry) => entry,
-        Err(Miss::Status(status)) => return simple(worker, out, req, keep_alive, status, b""),
-        Err(Miss::AddSlash) => return redirect_with_slash(worker, out, req, keep_alive),
+        Err(Miss::Status(status)) => {
+            return simple(worker, conn, out, req, keep_alive, status, b"")
+        }
+        Err(Miss::AddSlash) => return redirect_with_slash(worker, conn, out, req, keep_alive),
         // A listing is generated for this request alone: no validators, no ranges.
-        Err(Miss::Listing(entry)) => return send_whole(worker, out, req, keep_alive, entry, get),
+        Err(Miss::Listing(entry)) => {
+            return send_whole(worker, conn, out, req, keep_alive, entry, get)
+        }
     };
     let now = worker.clock.second() as i64;
     match conditional::evaluate(&conditions, entry.etag(), entry.mtime, now) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
             let buf = out.buf();
-            start_head(worker, buf, 304);
+            start_head(worker, conn, buf, 304);
             buf.extend_from_slice(entry.validators());
             wire::write_framing(buf, Framing::None, req.version, keep_alive);
             return;
         }
-        Outcome::PreconditionFailed => return simple(worker, out, req, keep_alive, 412, b""),
+        Outcome::PreconditionFailed => return simple(worker, conn, out, req, keep_alive, 412, b""),
     }
     // Range is defined for GET only (RFC 9110 section 14.2); HEAD gets the 200 head.
     if let (true, Some(range)) = (get, conditions.range) {
@@ -88,20 +94,20 @@ pub(crate) fn respond(
             match range::parse(range, entry.len) {
                 Ranges::Ignore => {}
                 Ranges::Unsatisfiable => {
-                    return unsatisfiable(worker, out, req, keep_alive, entry.len);
+                    return unsatisfiable(worker, conn, out, req, keep_alive, entry.len);
                 }
                 Ranges::Satisfiable(set) => {
                     return match set.as_slice() {
                         &[(first, last)] => {
-                            send_range(worker, out, req, keep_alive, entry, first, last)
+                            send_range(worker, conn, out, req, keep_alive, entry, (first, last))
                         }
-                        ranges => send_multipart(worker, out, req, keep_alive, entry, ranges),
+                        ranges => send_multipart(worker, conn, out, req, keep_alive, entry, ranges),
                     };
                 }
             }
         }
     }
-    send_whole(worker, out, req, keep_alive, entry, get)
+    send_whole(worker, conn, out, req, keep_alive, entry, get)
 }
 
 /// `OPTIONS *` asks about the server, `OPTIONS /path` about one resource: both are
@@ -110,24 +116,26 @@ fn options(
     req: &Request<'_, '_>,
     path: Option<&[u8]>,
     worker: &Worker,
+    conn: &ConnFacts,
     site: &Site,
     out: &mut Output,
     keep_alive: bool,
 ) {
     if req.path == b"*" {
-        return simple(worker, out, req, keep_alive, 204, ALLOW);
+        return simple(worker, conn, out, req, keep_alive, 204, ALLOW);
     }
     match lookup(path, worker, site, AcceptEncoding::IDENTITY) {
         Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
-            simple(worker, out, req, keep_alive, 204, ALLOW)
+            simple(worker, conn, out, req, keep_alive, 204, ALLOW)
         }
-        Err(Miss::Status(status)) => simple(worker, out, req, keep_alive, status, b""),
+        Err(Miss::Status(status)) => simple(worker, conn, out, req, keep_alive, status, b""),
     }
 }
 
 /// 200 with the whole representation.
 fn send_whole(
     worker: &Worker,
+    conn: &ConnFacts,
     out: &mut Output,
     req: &Request<'_, '_>,
     keep_alive: bool,
@@ -135,7 +143,7 @@ fn send_whole(
     get: bool,
 ) {
     let buf = out.buf();
-    start_head(worker, buf, 200);
+    start_head(worker, conn, buf, 200);
     buf.extend_from_slice(entry.head());
     wire::write_framing(buf, Framing::Length(entry.len), req.version, keep_alive);
     if get && entry.len > 0 {
@@ -147,15 +155,15 @@ fn send_whole(
 /// 206 with one range: the slice goes out with sendfile from its offset (or from memory).
 fn send_range(
     worker: &Worker,
+    conn: &ConnFacts,
     out: &mut Output,
     req: &Request<'_, '_>,
     keep_alive: bool,
     entry: Arc<FileEntry>,
-    first: u64,
-    last: u64,
+    (first, last): (u64, u64),
 ) {
     let buf = out.buf();
-    start_head(worker, buf, 206);
+    start_head(worker, conn, buf, 206);
     buf.extend_from_slice(entry.partial_head());
     content_range(buf, first, last, entry.len);
     buf.extend_from_slice(b"\r\n");
@@ -172,6 +180,7 @@ fn send_range(
 /// sent from the file (or memory) like a single range.
 fn send_multipart(
     worker: &Worker,
+    conn: &ConnFacts,
     out: &mut Output,
     req: &Request<'_, '_>,
     keep_alive: bool,
@@ -196,7 +205,7 @@ fn send_multipart(
             + (last - first + 1);
     }
     let buf = out.buf();
-    start_head(worker, buf, 206);
+    start_head(worker, conn, buf, 206);
     buf.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
     buf.extend_from_slice(boundary);
     buf.extend_from_slice(b"\r\n");
@@ -222,6 +231,7 @@ fn send_multipart(
 /// 416 (RFC 9110 section 15.5.17), saying how long the representation is.
 fn unsatisfiable(
     worker: &Worker,
+    conn: &ConnFacts,
     out: &mut Output,
     req: &Request<'_, '_>,
     keep_alive: bool,
@@ -232,7 +242,7 @@ fn unsatisfiable(
     // At most 20 digits: always fits.
     let _ = write!(cursor, "Content-Range: bytes */{len}\r\n");
     let used = 64 - cursor.len();
-    simple(worker, out, req, keep_alive, 416, &header[..used]);
+    simple(worker, conn, out, req, keep_alive, 416, &header[..used]);
 }
 
 /// A multipart boundary that no file is likely to contain: 16 hex digits from a keyed
@@ -473,7 +483,13 @@ fn status_for(e: &io::Error) -> u16 {
     }
 }
 
-fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>, keep_alive: bool) {
+fn redirect_with_slash(
+    worker: &Worker,
+    conn: &ConnFacts,
+    out: &mut Output,
+    req: &Request<'_, '_>,
+    keep_alive: bool,
+) {
     let (path, query) = match memchr::memchr(b'?', req.path) {
         Some(q) => req.path.split_at(q),
         None => (req.path, &b""[..]),
@@ -484,7 +500,7 @@ fn redirect_with_slash(worker: &Worker, out: &mut Output, req: &Request<'_, '_>,
     location.push(b'/');
     location.extend_from_slice(query);
     location.extend_from_slice(b"\r\n");
-    simple(worker, out, req, keep_alive, 301, &location);
+    simple(worker, conn, out, req, keep_alive, 301, &location);
 }
 
 /// The media type for a file name, by extension; text types carry `charset=utf-8`.

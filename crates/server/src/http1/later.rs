@@ -81,7 +81,6 @@ impl Conn {
                     },
                 };
                 worker.clock.refresh();
-                worker.tls.set(self.stream.tls_facts());
                 exchange::handled(worker, response, &mut filter, site, accepted, head_only)
             }
         };
@@ -119,8 +118,15 @@ impl Conn {
                     tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
                     let page = Response::status_page(502);
                     let mut head = Vec::new();
-                    worker.tls.set(self.stream.tls_facts());
-                    exchange::write_head(worker, &mut head, &page, head_only, version, false);
+                    exchange::write_head(
+                        worker,
+                        &self.facts(),
+                        &mut head,
+                        &page,
+                        head_only,
+                        version,
+                        false,
+                    );
                     if let (Body::Full(b), false) = (&page.body, head_only) {
                         head.extend_from_slice(b);
                     }
@@ -132,9 +138,15 @@ impl Conn {
             }
         }
         let mut head = crate::reply::HeadBuf::take();
-        worker.tls.set(self.stream.tls_facts());
-        let framing =
-            exchange::write_head(worker, &mut head, &response, head_only, version, keep_alive);
+        let framing = exchange::write_head(
+            worker,
+            &self.facts(),
+            &mut head,
+            &response,
+            head_only,
+            version,
+            keep_alive,
+        );
         if joins {
             let need = head.len() + whole_len.unwrap_or(0);
             let room = |c: &Self| c.buffers.as_ref().is_some_and(|b| b.out.has_room(need));
@@ -241,7 +253,6 @@ impl Conn {
             }
         }
         worker.clock.refresh();
-        worker.tls.set(self.stream.tls_facts());
         let response = (status, &head[..], sent);
         self.log_answer(&raw_head, answered, response);
         // Ends the exchange for the filter (it may have work of its own to finish).
@@ -253,7 +264,7 @@ impl Conn {
     fn log_answer(&self, raw_head: &[u8], answered: Answered, response: (u16, &[u8], u64)) {
         log_proxied(
             &self.worker,
-            self.peer,
+            &self.facts(),
             self.read_at,
             raw_head,
             answered,
@@ -271,7 +282,7 @@ impl Conn {
         answered: Answered,
     ) -> io::Result<bool> {
         let worker_rc = Rc::clone(&self.worker);
-        let (head, tunnel) = crate::exchange::tunnel::answer(&worker_rc, response);
+        let (head, tunnel) = crate::exchange::tunnel::answer(&worker_rc, &self.facts(), response);
         self.send(&head).await?;
         let status = if tunnel.is_some() { 101 } else { 502 };
         let logged = (status, &head[..], 0);

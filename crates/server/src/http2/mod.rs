@@ -41,7 +41,7 @@ use h2codec::frame::Reason;
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::facts::TlsFacts;
+use crate::facts::{ConnFacts, TlsFacts};
 use crate::metrics::GoAway;
 use crate::net::transport::Stream;
 use crate::worker::Worker;
@@ -65,8 +65,7 @@ pub(crate) async fn serve(
     let streams = Rc::new(Streams {
         worker: worker.clone(),
         slot,
-        peer,
-        tls,
+        facts: ConnFacts { peer, tls },
         active: Cell::new(0),
         blocked: Cell::new(0),
         write_blocked: Cell::new(false),
@@ -120,7 +119,7 @@ enum Woke {
 
 async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
     let worker = &streams.worker;
-    let peer = streams.peer;
+    let peer = streams.facts.peer;
     let current = worker.current();
     let config = &current.gen.config.http2;
     let mut conn = Conn::new(h2codec::conn::Config {

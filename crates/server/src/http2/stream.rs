@@ -79,14 +79,13 @@ pub(super) fn start(
         &mut fields,
         &worker.shared.limits,
     );
-    worker.tls.set(streams.tls);
     let mut buffers = worker.take_buffers();
     let out = &mut buffers.out;
     let mark = out.mark();
     let dispatched = match refusal {
         Some(e) => {
-            worker.refused(streams.peer, e);
-            crate::reply::simple(worker, out, &req, true, e.status(), b"");
+            worker.refused(streams.facts.peer, e);
+            crate::reply::simple(worker, &streams.facts, out, &req, true, e.status(), b"");
             let current = worker.current();
             let site = current.gen.sites.hosts.select(&req);
             Dispatched::Done(crate::metrics::Answered {
@@ -95,13 +94,13 @@ pub(super) fn start(
                 method: crate::metrics::method_index(req.method),
             })
         }
-        None => exchange::answer(worker, &req, streams.peer, true, out, &[]),
+        None => exchange::answer(worker, &streams.facts, &req, true, out, &[]),
     };
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
             served::log(
                 worker,
-                streams.peer,
+                &streams.facts,
                 read_at,
                 Some((&req, answered)),
                 b"",
@@ -171,7 +170,7 @@ pub(super) fn start(
         );
         if worker.log.borrow().is_some() {
             let sent = (status, &head[..], body.len() as u64);
-            served::record(worker, streams.peer, read_at, Some(&req), b"", sent);
+            served::record(worker, &streams.facts, read_at, Some(&req), b"", sent);
         }
         return Rest::Ready(Ready {
             id,
@@ -307,7 +306,6 @@ async fn handled(
         }
     };
     worker.clock.refresh();
-    worker.tls.set(streams.tls);
     served::count(worker, answered, (status, &head, sent), read_at);
     if worker.log.borrow().is_some() {
         let mut cookie = Vec::new();
@@ -322,7 +320,7 @@ async fn handled(
         );
         served::record(
             worker,
-            streams.peer,
+            &streams.facts,
             read_at,
             Some(&req),
             b"",
@@ -366,7 +364,6 @@ async fn later(
                 Err(status) => Err(status),
             };
             worker.clock.refresh();
-            worker.tls.set(streams.tls);
             exchange::handled(worker, received, &mut filter, site, accepted, head_only)
         }
     };
@@ -393,9 +390,9 @@ fn frame_head(
         answered.kind = crate::metrics::ESI;
     }
     let mut head = Vec::with_capacity(512);
-    worker.tls.set(streams.tls);
     let framing = exchange::write_head(
         worker,
+        &streams.facts,
         &mut head,
         &response,
         head_only,

@@ -3,7 +3,6 @@
 //! connection's task.
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::task::Waker;
 
@@ -12,15 +11,15 @@ use pool::SlotId;
 
 use super::slot;
 use crate::conn_state::ConnState;
-use crate::facts::TlsFacts;
+use crate::facts::ConnFacts;
 use crate::worker::Worker;
 
 /// What a connection's streams tell it, and what it tells them.
 pub(crate) struct Streams {
     pub(super) worker: Rc<Worker>,
     pub(super) slot: SlotId,
-    pub(super) peer: SocketAddr,
-    pub(super) tls: Option<TlsFacts>,
+    /// The client's address and the TLS facts, for every stream's exchange.
+    pub(super) facts: ConnFacts,
     /// Streams being answered.
     pub(super) active: Cell<u32>,
     /// Of those, streams waiting for the client's window.
