@@ -109,6 +109,12 @@ impl std::ops::Deref for HeadBuf {
     }
 }
 
+impl AsRef<[u8]> for HeadBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl std::ops::DerefMut for HeadBuf {
     fn deref_mut(&mut self) -> &mut Vec<u8> {
         &mut self.0

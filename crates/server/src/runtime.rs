@@ -291,10 +291,10 @@ async fn accept_all(
                 let now = worker.clock.millis();
                 if slots.count(ConnState::Closing) == 0 {
                     if let Some(victim) = slots.oldest(ConnState::Idle) {
-                        worker.kill(&mut slots, victim);
                         if let Some(metrics) = worker.metrics() {
                             metrics.closed(crate::metrics::Closed::Evicted);
                         }
+                        worker.kill(&mut slots, victim);
                         worker.evictions.event(now, |n| {
                             tracing::warn!(
                                 worker = worker.id,

@@ -226,7 +226,8 @@ impl Worker {
         ] {
             let timeout = (seconds * 1000.0) as u64;
             while let Some(slot) = slots.oldest_expired(state, now, timeout) {
-                self.kill(&mut slots, slot);
+                // Counted before the close, so that a client that sees the close and
+                // then asks for the metrics finds it counted.
                 if let Some(metrics) = self.metrics() {
                     metrics.closed(match state {
                         ConnState::ReadingHead => Closed::HeadTimeout,
@@ -235,6 +236,7 @@ impl Worker {
                         _ => Closed::WriteTimeout,
                     });
                 }
+                self.kill(&mut slots, slot);
                 self.timeouts.event(now, |n| {
                     tracing::info!(worker = self.id, ?state, closed = n, "connection timeouts");
                 });

@@ -4,6 +4,7 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+pub(crate) mod finish;
 pub(crate) mod served;
 pub(crate) mod tunnel;
 
@@ -12,9 +13,11 @@ use wire::{BodyFraming, Framing, Version};
 
 use crate::facts::ConnFacts;
 use crate::files;
+use crate::generation::{Current, Generation};
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
+use crate::routes::Routed;
 use crate::worker::Worker;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
@@ -87,36 +90,19 @@ pub(crate) fn answer(
     };
     let current = worker.current();
     let gen = &current.gen;
-    let hosts = &gen.sites.hosts;
     let static_kind = metrics::kind_index("static");
     let method = metrics::method_index(req.method);
-    let site = match conn.tls {
-        None if gen.config.tls.redirect_https => {
-            redirect_https(worker, conn, req, keep_alive, out);
-            let host = gen.host_labels[hosts.select(req)];
+    let site = match choose_site(worker, conn, gen, req, keep_alive, out) {
+        Ok(site) => site,
+        Err(site) => {
+            // Answered already: redirected to HTTPS, or misdirected.
+            let host = gen.host_labels[site];
             return Dispatched::Done(Answered {
                 host,
                 kind: static_kind,
                 method,
             });
         }
-        None => hosts.select(req),
-        // On TLS the SNI chose the site (and its certificate); a request for another
-        // configured host is misdirected (RFC 9110 section 15.5.20), one that names
-        // none is the SNI's site's; without SNI, every request is the default site's.
-        Some(tls) if !tls.sni => tls.site,
-        Some(tls) => match hosts.select_named(req) {
-            Some(named) if named != tls.site => {
-                reply::simple(worker, conn, out, req, keep_alive, 421, b"");
-                let host = gen.host_labels[tls.site];
-                return Dispatched::Done(Answered {
-                    host,
-                    kind: static_kind,
-                    method,
-                });
-            }
-            _ => tls.site,
-        },
     };
     // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
     // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
@@ -156,32 +142,8 @@ pub(crate) fn answer(
         tag: 0,
         secure: conn.secure(),
     };
-    let mut filter = None;
-    let mut answer = None;
     let mut answered = files_answered;
-    if let Some((m, tag)) = routed.filter {
-        request.tag = tag;
-        match current.services[m].filter(&request) {
-            Filtered::Continue(attached) => filter = attached,
-            Filtered::Answer(a) => {
-                answer = Some(a);
-                answered.kind = gen.kinds[m];
-            }
-        }
-    }
-    if answer.is_none() {
-        for &(m, tag) in &routed.handlers {
-            request.tag = tag;
-            match current.services[m].call(&request) {
-                Answer::Pass => continue,
-                a => {
-                    answer = Some(a);
-                    answered.kind = gen.kinds[m];
-                    break;
-                }
-            }
-        }
-    }
+    let (mut filter, answer) = call_modules(&current, routed, &mut request, &mut answered.kind);
     let later = |work| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
@@ -249,6 +211,70 @@ pub(crate) fn answer(
             }
             Dispatched::Done(answered)
         }
+    }
+}
+
+/// The route's filter, then its handlers in turn until one answers: what the filter
+/// left attached to the exchange, and the answer (`None`: every handler passed). `kind`
+/// becomes the metrics kind of the module that answered.
+fn call_modules(
+    current: &Current,
+    routed: &Routed,
+    request: &mut handler::Request<'_>,
+    kind: &mut u8,
+) -> (Option<Box<dyn Attached>>, Option<Answer>) {
+    let mut filter = None;
+    if let Some((m, tag)) = routed.filter {
+        request.tag = tag;
+        match current.services[m].filter(request) {
+            Filtered::Continue(attached) => filter = attached,
+            Filtered::Answer(a) => {
+                *kind = current.gen.kinds[m];
+                return (filter, Some(a));
+            }
+        }
+    }
+    for &(m, tag) in &routed.handlers {
+        request.tag = tag;
+        match current.services[m].call(request) {
+            Answer::Pass => continue,
+            a => {
+                *kind = current.gen.kinds[m];
+                return (filter, Some(a));
+            }
+        }
+    }
+    (filter, None)
+}
+
+/// The site that answers a request: on TLS the one the SNI chose (and its certificate);
+/// a request for another configured host is misdirected (RFC 9110 section 15.5.20),
+/// one that names none is the SNI's site's; without SNI, every request is the default
+/// site's. `Err(site)` when the request is answered here already (a redirect to HTTPS
+/// or a 421), with the site it is counted for.
+fn choose_site(
+    worker: &Worker,
+    conn: &ConnFacts,
+    gen: &Generation,
+    req: &wire::Request<'_, '_>,
+    keep_alive: bool,
+    out: &mut Output,
+) -> Result<usize, usize> {
+    let hosts = &gen.sites.hosts;
+    match conn.tls {
+        None if gen.config.tls.redirect_https => {
+            redirect_https(worker, conn, req, keep_alive, out);
+            Err(hosts.select(req))
+        }
+        None => Ok(hosts.select(req)),
+        Some(tls) if !tls.sni => Ok(tls.site),
+        Some(tls) => match hosts.select_named(req) {
+            Some(named) if named != tls.site => {
+                reply::simple(worker, conn, out, req, keep_alive, 421, b"");
+                Err(tls.site)
+            }
+            _ => Ok(tls.site),
+        },
     }
 }
 

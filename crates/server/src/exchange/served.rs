@@ -3,32 +3,27 @@
 
 use std::time::Instant;
 
-use wire::HeaderStorage;
-
 use crate::access_log::Entry;
 use crate::facts::ConnFacts;
 use crate::metrics::Answered;
 use crate::net::output::{Mark, Output};
 use crate::worker::Worker;
 
-/// The metrics and access log line of a proxied request, from its head as received.
-pub(crate) fn log_proxied(
+/// The metrics and the access log line of a response sent ((status, head, body bytes)):
+/// `request` calls its argument with the request as the log sees it, and is called only
+/// when an access log is on.
+pub(crate) fn account(
     worker: &Worker,
     conn: &ConnFacts,
     read_at: Option<Instant>,
-    raw_head: &[u8],
     answered: Answered,
     response: (u16, &[u8], u64),
+    request: impl FnOnce(&mut dyn FnMut(Option<&wire::Request<'_, '_>>)),
 ) {
     count(worker, answered, response, read_at);
-    if worker.log.borrow().is_none() {
-        return;
+    if worker.log.borrow().is_some() {
+        request(&mut |request| record(worker, conn, read_at, request, b"", response));
     }
-    let mut storage = HeaderStorage::new();
-    let request = wire::parse_request(raw_head, &mut storage, &worker.shared.limits)
-        .ok()
-        .flatten();
-    record(worker, conn, read_at, request.as_ref(), b"", response);
 }
 
 /// The metrics and access log line of the response just added to `out` (`request`:

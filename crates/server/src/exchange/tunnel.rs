@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::facts::ConnFacts;
 use crate::net::transport::Stream;
+use crate::reply::HeadBuf;
 use crate::worker::Worker;
 
 /// The head to send for a handler's 101, and the tunnel to splice; without a tunnel,
@@ -22,12 +23,12 @@ pub(crate) fn answer(
     worker: &Worker,
     conn: &ConnFacts,
     mut response: handler::Response,
-) -> (Vec<u8>, Option<handler::Tunnel>) {
+) -> (HeadBuf, Option<handler::Tunnel>) {
     let tunnel = match &mut response.body {
         handler::Body::Stream { chunks, .. } => chunks.as_mut().take_tunnel(),
         _ => None,
     };
-    let mut head = Vec::with_capacity(256);
+    let mut head = HeadBuf::take();
     if tunnel.is_none() {
         let page = handler::Response::status_page(502);
         let version = wire::Version::Http11;

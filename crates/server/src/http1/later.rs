@@ -1,20 +1,24 @@
-//! A request answered later (`Next::Later`): its body read for the handler, its
-//! response awaited and written as it arrives, streamed or all at once, or the
-//! connection handed to a tunnel after `101 Switching Protocols`. The batch loop that
-//! answers requests in place is in `conn`.
+//! A request answered later (`Next::Later`), finished by `exchange::finish` with the
+//! connection as its sink: its body read for the handler, its response awaited (holding
+//! the batch of pipelined responses at most [`HOLD`]) and written as it arrives, streamed
+//! or all at once, or the connection handed to a tunnel after `101 Switching Protocols`.
+//! The batch loop that answers requests in place is in `http1`.
 
 use std::io;
 use std::rc::Rc;
 
-use handler::{Body, Response};
+use std::time::Instant;
+
+use handler::{Body, LocalFuture, Response, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, Version};
+use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use super::{discard_for, Conn};
 use crate::conn_state::ConnState;
-use crate::exchange::served::log_proxied;
-use crate::exchange::{self, Exchange, Work};
-use crate::metrics::Answered;
+use crate::exchange::finish::{self, BodyRead, Sent, Sink};
+use crate::exchange::{self, tunnel, Exchange};
+use crate::facts::ConnFacts;
+use crate::reply::{HeadBuf, Terms};
 use crate::worker::Worker;
 
 /// How long a response that joins the output batch may keep the responses before it
@@ -22,10 +26,8 @@ use crate::worker::Worker;
 const HOLD: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl Conn {
-    /// Finishes a request answered later: reads its body and awaits its handler (or
-    /// takes the response that was ready), runs the route's filter on the head, and
-    /// writes the response, streaming a body that arrives over time. Returns whether the
-    /// connection may go on.
+    /// Finishes a request answered later (`exchange::finish` with this connection as its
+    /// [`Sink`]). Returns whether the connection may go on.
     ///
     /// With `join` (pipelined requests, [`Exchange::may_join_batch`]), the output batch
     /// may hold earlier responses not written yet: a whole response that fits is added
@@ -36,58 +38,166 @@ impl Conn {
         exchange: handler::Pooled<Exchange>,
         join: bool,
     ) -> io::Result<bool> {
+        let mut sink = Later { conn: self, join };
+        match finish::finish(&mut sink, exchange.into_inner()).await {
+            Ok(go_on) => Ok(go_on),
+            Err(Gone::Closed) => Ok(false),
+            Err(Gone::Failed(e)) => Err(e),
+        }
+    }
+}
+
+/// HTTP/1's side of a request answered later.
+struct Later<'c> {
+    conn: &'c mut Conn,
+    join: bool,
+}
+
+/// Why HTTP/1 stopped an exchange short.
+enum Gone {
+    /// A timeout or an eviction closed the connection: it ends quietly.
+    Closed,
+    Failed(io::Error),
+}
+
+impl From<io::Error> for Gone {
+    fn from(e: io::Error) -> Gone {
+        Gone::Failed(e)
+    }
+}
+
+impl Sink for Later<'_> {
+    type Gone = Gone;
+    type Head = HeadBuf;
+    const SWITCHES: bool = true;
+
+    fn worker(&self) -> &Rc<Worker> {
+        &self.conn.worker
+    }
+
+    fn facts(&self) -> ConnFacts {
+        self.conn.facts()
+    }
+
+    fn read_at(&self) -> Option<Instant> {
+        self.conn.read_at
+    }
+
+    async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+        expect_continue: bool,
+    ) -> Result<BodyRead, Gone> {
+        Ok(match self.conn.read_body(framing, expect_continue).await? {
+            Some(body) => BodyRead::Body(body),
+            None => BodyRead::Close,
+        })
+    }
+
+    async fn skip_body(&mut self, framing: BodyFraming) {
+        let max_head_size = self.conn.worker.shared.limits.max_head_size;
+        self.conn.discard = discard_for(framing, max_head_size);
+    }
+
+    async fn respond(
+        &mut self,
+        mut responding: LocalFuture<Result<Response, u16>>,
+    ) -> Result<Result<Response, u16>, Gone> {
+        let conn = &mut *self.conn;
+        let worker = conn.worker.clone();
+        if !worker.enter(conn.slot, ConnState::Handling) {
+            return Err(Gone::Closed);
+        }
+        let held = self.join && conn.buffers.as_ref().is_some_and(|b| !b.out.is_empty());
+        if !held {
+            return Ok(responding.await);
+        }
+        match tokio::time::timeout(HOLD, &mut responding).await {
+            Ok(response) => Ok(response),
+            Err(_) => {
+                // A slow handler does not keep the responses before it.
+                conn.flush().await?;
+                // A flush that waited for the client counted as writing.
+                if !worker.enter(conn.slot, ConnState::Handling) {
+                    return Err(Gone::Closed);
+                }
+                Ok(responding.await)
+            }
+        }
+    }
+
+    async fn send(&mut self, response: Response, terms: Terms) -> Result<Sent<HeadBuf>, Gone> {
+        let join = self.join;
+        Ok(self.conn.send_response(response, terms, join).await?)
+    }
+
+    async fn switch(
+        &mut self,
+        response: Response,
+    ) -> Result<(Sent<HeadBuf>, Option<Tunnel>), Gone> {
+        let conn = &mut *self.conn;
+        if self.join {
+            // Written on its own: what the batch holds goes first.
+            conn.flush().await?;
+        }
+        let worker = conn.worker.clone();
+        let (head, tunnel) = tunnel::answer(&worker, &conn.facts(), response);
+        conn.send(&head).await?;
+        let status = if tunnel.is_some() { 101 } else { 502 };
+        let sent = Sent {
+            status,
+            head,
+            body: 0,
+            complete: true,
+        };
+        Ok((sent, tunnel))
+    }
+
+    async fn tunnel(&mut self, tunnel: Tunnel) {
+        let conn = &mut *self.conn;
+        // What the client sent after its request head is the tunnel's first bytes.
+        let early = match conn.buffers.as_ref() {
+            Some(b) => b.read[conn.start..conn.end].to_vec(),
+            None => Vec::new(),
+        };
+        conn.start = conn.end;
+        if let Err(e) = tunnel::splice(&mut conn.stream, &early, tunnel).await {
+            tracing::debug!(error = %e, "tunnel ended with an error");
+        }
+    }
+
+    fn with_request(
+        &self,
+        raw_head: &[u8],
+        record: &mut dyn FnMut(Option<&wire::Request<'_, '_>>),
+    ) {
+        // The head was copied as received (only when a log is on): parsed again here.
+        let mut storage = HeaderStorage::new();
+        let limits = &self.conn.worker.shared.limits;
+        let request = wire::parse_request(raw_head, &mut storage, limits)
+            .ok()
+            .flatten();
+        record(request.as_ref());
+    }
+}
+
+impl Conn {
+    /// Writes a handler's response: into the output batch when it joins it (whole and
+    /// small), else on its own, streaming a body that arrives over time.
+    async fn send_response(
+        &mut self,
+        mut response: Response,
+        terms: Terms,
+        join: bool,
+    ) -> io::Result<Sent<HeadBuf>> {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
-        let Exchange {
-            work,
-            mut filter,
-            framing,
-            expect_continue,
-            keep_alive,
+        let Terms {
             head_only,
             version,
-            raw_head,
-            mut answered,
-            site,
-            accepted,
-        } = exchange.into_inner();
-        let mut response = match work {
-            Work::Ready(response) => {
-                self.discard = discard_for(framing, worker.shared.limits.max_head_size);
-                response
-            }
-            Work::Deferred(deferred) => {
-                let Some(body) = self.read_body(framing, expect_continue).await? else {
-                    return Ok(false);
-                };
-                if !worker.enter(self.slot, ConnState::Handling) {
-                    return Ok(false);
-                }
-                let mut responding = deferred.respond(body);
-                let held = join && self.buffers.as_ref().is_some_and(|b| !b.out.is_empty());
-                let response = match held {
-                    false => responding.await,
-                    true => match tokio::time::timeout(HOLD, &mut responding).await {
-                        Ok(response) => response,
-                        Err(_) => {
-                            // A slow handler does not keep the responses before it.
-                            self.flush().await?;
-                            // A flush that waited for the client counted as writing.
-                            if !worker.enter(self.slot, ConnState::Handling) {
-                                return Ok(false);
-                            }
-                            responding.await
-                        }
-                    },
-                };
-                worker.clock.refresh();
-                exchange::handled(worker, response, &mut filter, site, accepted, head_only)
-            }
-        };
+            keep_alive,
+        } = terms;
         let status = response.head.status();
-        if response.head.assembled() {
-            answered.kind = crate::metrics::ESI;
-        }
         // A body in memory (a stream's length, even when known, is still to come).
         let whole_len = match &response.body {
             Body::Stream { .. } => None,
@@ -95,14 +205,10 @@ impl Conn {
         };
         let mut joins = join
             && self.buffers.is_some()
-            && status != 101
             && whole_len.is_some_and(|n| n <= exchange::MAX_BATCHED_BODY);
         if join && !joins {
             // Written on its own: what the batch holds goes first.
             self.flush().await?;
-        }
-        if status == 101 {
-            return self.upgrade(response, &raw_head, answered).await;
         }
         if version == Version::Http10
             && response.body.length().is_none()
@@ -117,35 +223,28 @@ impl Conn {
                 Err(e) => {
                     tracing::debug!(error = %e, "page failed while buffering for HTTP/1.0");
                     let page = Response::status_page(502);
-                    let mut head = Vec::new();
+                    let mut head = HeadBuf::take();
+                    let facts = self.facts();
                     exchange::write_head(
-                        worker,
-                        &self.facts(),
-                        &mut head,
-                        &page,
-                        head_only,
-                        version,
-                        false,
+                        worker, &facts, &mut head, &page, head_only, version, false,
                     );
                     if let (Body::Full(b), false) = (&page.body, head_only) {
                         head.extend_from_slice(b);
                     }
                     self.send(&head).await?;
-                    let response = (502, &head[..], 0);
-                    self.log_answer(&raw_head, answered, response);
-                    return Ok(false);
+                    return Ok(Sent {
+                        status: 502,
+                        head,
+                        body: 0,
+                        complete: false,
+                    });
                 }
             }
         }
-        let mut head = crate::reply::HeadBuf::take();
+        let mut head = HeadBuf::take();
+        let facts = self.facts();
         let framing = exchange::write_head(
-            worker,
-            &self.facts(),
-            &mut head,
-            &response,
-            head_only,
-            version,
-            keep_alive,
+            worker, &facts, &mut head, &response, head_only, version, keep_alive,
         );
         if joins {
             let need = head.len() + whole_len.unwrap_or(0);
@@ -188,118 +287,92 @@ impl Conn {
                 self.send_vectored(&head, &chunks).await?;
                 sent = chunks.iter().map(|c| c.len() as u64).sum();
             }
-            (Some(framing), mut body @ Body::Stream { .. }) => {
-                let length = body.length();
-                let chunked = framing == Framing::Chunked;
-                // The head goes out with the first chunk (one write; a proxied body's
-                // first bytes come with the upstream's head), and each chunk with its
-                // chunked framing in one write.
-                let mut head_sent = false;
-                let mut gone = false;
-                loop {
-                    let _ = worker.enter(self.slot, ConnState::Handling);
-                    // A client that goes away while the body waits (a late fragment)
-                    // ends it now, not at the next write: what the body holds (its
-                    // compressor's reservation, its fetches) is given back at once.
-                    let chunk = tokio::select! {
-                        biased;
-                        chunk = body.next_chunk() => chunk,
-                        () = client_gone(self.stream.tcp()) => {
-                            (complete, gone) = (false, true);
-                            break;
-                        }
-                    };
-                    match chunk {
-                        None => break,
-                        Some(Ok(bytes)) if bytes.is_empty() => {}
-                        Some(Ok(bytes)) => {
-                            let head_part: &[u8] = if head_sent { b"" } else { &head };
-                            head_sent = true;
-                            if chunked {
-                                let mut size = [0u8; 20];
-                                let n = wire::chunk_size_line(bytes.len(), &mut size);
-                                self.send_parts(&[head_part, &size[..n], &bytes, b"\r\n"])
-                                    .await?;
-                            } else {
-                                self.send_parts(&[head_part, &bytes]).await?;
-                            }
-                            sent += bytes.len() as u64;
-                        }
-                        Some(Err(e)) => {
-                            // The body broke off after its head went out: closing without
-                            // a final chunk tells the client (and any cache) it is
-                            // truncated.
-                            tracing::debug!(error = %e, "body failed while streaming");
-                            complete = false;
-                            break;
-                        }
-                    }
-                }
-                let last: &[u8] = if complete && chunked {
-                    wire::LAST_CHUNK
-                } else {
-                    b""
-                };
-                if gone {
-                    tracing::debug!("client went away while the body was streaming");
-                } else if !head_sent {
-                    self.send_parts(&[&head, last]).await?;
-                } else if !last.is_empty() {
-                    self.send(last).await?;
-                }
-                if length.is_some_and(|l| l != sent) {
-                    complete = false;
-                }
+            (Some(framing), body @ Body::Stream { .. }) => {
+                (sent, complete) = self.send_stream(&head, framing, body).await?;
             }
         }
-        worker.clock.refresh();
-        let response = (status, &head[..], sent);
-        self.log_answer(&raw_head, answered, response);
-        // Ends the exchange for the filter (it may have work of its own to finish).
-        drop(filter);
-        Ok(complete && keep_alive)
-    }
-    /// Counts and logs the response to a request answered later (`response`: its status,
-    /// head and body bytes sent).
-    fn log_answer(&self, raw_head: &[u8], answered: Answered, response: (u16, &[u8], u64)) {
-        log_proxied(
-            &self.worker,
-            &self.facts(),
-            self.read_at,
-            raw_head,
-            answered,
-            response,
-        );
+        Ok(Sent {
+            status,
+            head,
+            body: sent,
+            complete,
+        })
     }
 
-    /// Answers `101 Switching Protocols` and splices the connection with the upstream
-    /// one the handler handed over (`crate::exchange::tunnel`); a 101 without one is a 502. The
-    /// connection ends with the tunnel.
-    async fn upgrade(
+    /// Streams a body that arrives over time (a proxied or assembled one) after its
+    /// head: returns the body bytes sent and whether all of it went out.
+    async fn send_stream(
         &mut self,
-        response: Response,
-        raw_head: &[u8],
-        answered: Answered,
-    ) -> io::Result<bool> {
+        head: &[u8],
+        framing: Framing,
+        mut body: Body,
+    ) -> io::Result<(u64, bool)> {
         let worker_rc = Rc::clone(&self.worker);
-        let (head, tunnel) = crate::exchange::tunnel::answer(&worker_rc, &self.facts(), response);
-        self.send(&head).await?;
-        let status = if tunnel.is_some() { 101 } else { 502 };
-        let logged = (status, &head[..], 0);
-        self.log_answer(raw_head, answered, logged);
-        if let Some(tunnel) = tunnel {
-            // What the client sent after its request head is the tunnel's first bytes.
-            let early = match self.buffers.as_ref() {
-                Some(b) => b.read[self.start..self.end].to_vec(),
-                None => Vec::new(),
+        let worker: &Worker = &worker_rc;
+        let mut sent: u64 = 0;
+        let mut complete = true;
+        let length = body.length();
+        let chunked = framing == Framing::Chunked;
+        // The head goes out with the first chunk (one write; a proxied body's
+        // first bytes come with the upstream's head), and each chunk with its
+        // chunked framing in one write.
+        let mut head_sent = false;
+        let mut gone = false;
+        loop {
+            let _ = worker.enter(self.slot, ConnState::Handling);
+            // A client that goes away while the body waits (a late fragment)
+            // ends it now, not at the next write: what the body holds (its
+            // compressor's reservation, its fetches) is given back at once.
+            let chunk = tokio::select! {
+                biased;
+                chunk = body.next_chunk() => chunk,
+                () = client_gone(self.stream.tcp()) => {
+                    (complete, gone) = (false, true);
+                    break;
+                }
             };
-            self.start = self.end;
-            if let Err(e) = crate::exchange::tunnel::splice(&mut self.stream, &early, tunnel).await
-            {
-                tracing::debug!(error = %e, "tunnel ended with an error");
+            match chunk {
+                None => break,
+                Some(Ok(bytes)) if bytes.is_empty() => {}
+                Some(Ok(bytes)) => {
+                    let head_part: &[u8] = if head_sent { b"" } else { head };
+                    head_sent = true;
+                    if chunked {
+                        let mut size = [0u8; 20];
+                        let n = wire::chunk_size_line(bytes.len(), &mut size);
+                        self.send_parts(&[head_part, &size[..n], &bytes, b"\r\n"])
+                            .await?;
+                    } else {
+                        self.send_parts(&[head_part, &bytes]).await?;
+                    }
+                    sent += bytes.len() as u64;
+                }
+                Some(Err(e)) => {
+                    // The body broke off after its head went out: closing without
+                    // a final chunk tells the client (and any cache) it is
+                    // truncated.
+                    tracing::debug!(error = %e, "body failed while streaming");
+                    complete = false;
+                    break;
+                }
             }
         }
-        Ok(false)
+        let last: &[u8] = if complete && chunked {
+            wire::LAST_CHUNK
+        } else {
+            b""
+        };
+        if gone {
+            tracing::debug!("client went away while the body was streaming");
+        } else if !head_sent {
+            self.send_parts(&[head, last]).await?;
+        } else if !last.is_empty() {
+            self.send(last).await?;
+        }
+        if length.is_some_and(|l| l != sent) {
+            complete = false;
+        }
+        Ok((sent, complete))
     }
 
     /// Writes `head` and then `chunks` whole, with as few vectored writes as the socket

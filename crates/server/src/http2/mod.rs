@@ -119,7 +119,6 @@ enum Woke {
 
 async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
     let worker = &streams.worker;
-    let peer = streams.facts.peer;
     let current = worker.current();
     let config = &current.gen.config.http2;
     let mut conn = Conn::new(h2codec::conn::Config {
@@ -150,102 +149,23 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
     let mut ready: Vec<send::Ready> = Vec::new();
     let mut shutdown = std::pin::pin!(worker.shutdown.notified());
     loop {
-        if !going_away && worker.shared.generation.load(Ordering::Relaxed) != generation {
-            // A reload: streams take the new configuration as HTTP/1 requests do, but
-            // the SETTINGS this connection announced are fixed; when `[http2]` changed,
-            // GOAWAY sends the client to a new connection that gets the new ones.
-            let current = worker.current();
-            generation = current.gen.number;
-            if current.gen.config.http2 != settings {
-                going_away = true;
-                goaway(worker, GoAway::Reload);
-                conn.go_away(Reason::NO_ERROR);
+        go_away_if_due(
+            streams,
+            &mut conn,
+            &settings,
+            &mut generation,
+            &mut going_away,
+            &mut calmed,
+        );
+        let failed = match read_frames(streams, &mut conn, &mut read, &mut ready) {
+            Frames::Read => false,
+            Frames::Failed => true,
+            Frames::GoneAway => {
+                client_gone = true;
+                false
             }
-        }
-        if !going_away && worker.is_shutting_down() {
-            // GOAWAY with the last stream read: the streams in flight finish, the
-            // client opens new ones on a new connection.
-            going_away = true;
-            goaway(worker, GoAway::Shutdown);
-            conn.go_away(Reason::NO_ERROR);
-        }
-        if streams.abusive.get() && !calmed {
-            calmed = true;
-            rapid_reset(worker, peer, streams.cancelled.get());
-            conn.go_away(Reason::ENHANCE_YOUR_CALM);
-        }
-        let mut read_at: Option<Option<Instant>> = None;
-        let mut failed = false;
-        // The slot's state is settled by the first new stream of a pass (nothing outside
-        // this task moves it before the pass ends) and by any that makes the connection
-        // busy again; the others leave it as it is.
-        let mut settled = false;
-        loop {
-            let event = match conn.next(&mut read) {
-                Ok(Some(event)) => event,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
-                    failed = true;
-                    break;
-                }
-            };
-            match event {
-                Event::Request { stream: id, .. }
-                    if streams.active.get() >= streams.max_streams =>
-                {
-                    // Cancelled streams still being answered (until they notice) count
-                    // against the limit the client was told.
-                    conn.reset(id, Reason::REFUSED_STREAM);
-                }
-                Event::Request {
-                    stream: id,
-                    end_stream,
-                } => {
-                    streams.active.set(streams.active.get() + 1);
-                    if !settled || streams.active.get() == 1 {
-                        settled = true;
-                        if !streams.settle() {
-                            return;
-                        }
-                    }
-                    let read_at = *read_at.get_or_insert_with(|| {
-                        worker.clock.refresh();
-                        let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
-                        timed.then(Instant::now)
-                    });
-                    match stream::start(streams, conn.request(), id, end_stream, read_at) {
-                        stream::Rest::Ended => {
-                            conn.reset(id, Reason::INTERNAL_ERROR);
-                            streams.ended(false);
-                        }
-                        stream::Rest::Ready(answered) => ready.push(answered),
-                        stream::Rest::Later(pending) => {
-                            streams.slots.borrow_mut().insert(id, slot::Slot::new(true));
-                            tokio::task::spawn_local(stream::finish(streams.clone(), id, pending));
-                        }
-                    }
-                }
-                Event::Data {
-                    stream: id,
-                    data,
-                    end_stream,
-                } => link::body(streams, &mut conn, id, data, end_stream),
-                Event::Reset { stream: id, .. } => {
-                    // Cancelled before its answer was framed (a Rapid Reset client
-                    // sends both in one write): ended here, its answer never sent.
-                    match ready.iter().rposition(|r| r.id == id) {
-                        Some(i) => {
-                            ready.remove(i);
-                            streams.ended(true);
-                        }
-                        None => link::cancel(streams, &mut conn, id),
-                    }
-                }
-                Event::Window => {}
-                Event::GoAway { .. } => client_gone = true,
-            }
-        }
+            Frames::SlotClosed => return,
+        };
         for answered in ready.drain(..) {
             let cancelled = answered.send(streams, &mut conn);
             streams.ended(cancelled);
@@ -331,6 +251,142 @@ async fn run(io: &mut Counted, prefix: Bytes, streams: &Rc<Streams>) {
             return;
         }
     }
+}
+
+/// Sends GOAWAY when it is due: a reload changed `[http2]` (streams take the new
+/// configuration as HTTP/1 requests do, but the SETTINGS this connection announced are
+/// fixed, so the client is sent to a new connection that gets the new ones), the worker
+/// shuts down (the streams in flight finish, the client opens new ones elsewhere), or
+/// the client cancelled too many streams (Rapid Reset).
+fn go_away_if_due(
+    streams: &Streams,
+    conn: &mut Conn,
+    settings: &crate::config::http2::Http2Config,
+    generation: &mut u64,
+    going_away: &mut bool,
+    calmed: &mut bool,
+) {
+    let worker = &streams.worker;
+    let peer = streams.facts.peer;
+    if !*going_away && worker.shared.generation.load(Ordering::Relaxed) != *generation {
+        // A reload: streams take the new configuration as HTTP/1 requests do, but
+        // the SETTINGS this connection announced are fixed; when `[http2]` changed,
+        // GOAWAY sends the client to a new connection that gets the new ones.
+        let current = worker.current();
+        *generation = current.gen.number;
+        if current.gen.config.http2 != *settings {
+            *going_away = true;
+            goaway(worker, GoAway::Reload);
+            conn.go_away(Reason::NO_ERROR);
+        }
+    }
+    if !*going_away && worker.is_shutting_down() {
+        // GOAWAY with the last stream read: the streams in flight finish, the
+        // client opens new ones on a new connection.
+        *going_away = true;
+        goaway(worker, GoAway::Shutdown);
+        conn.go_away(Reason::NO_ERROR);
+    }
+    if streams.abusive.get() && !*calmed {
+        *calmed = true;
+        rapid_reset(worker, peer, streams.cancelled.get());
+        conn.go_away(Reason::ENHANCE_YOUR_CALM);
+    }
+}
+
+/// What reading the frames in the buffer came to.
+enum Frames {
+    /// Every complete frame was handled.
+    Read,
+    /// The client broke the protocol: the connection ends (after what it owes).
+    Failed,
+    /// The client sent GOAWAY: the connection ends once its streams are answered.
+    GoneAway,
+    /// A timeout or eviction closed the connection's slot.
+    SlotClosed,
+}
+
+/// Handles every complete frame in `read`: new streams are answered (those ready at
+/// once into `ready`, framed together after the pass), request bodies handed to their
+/// streams, resets cancel them.
+fn read_frames(
+    streams: &Rc<Streams>,
+    conn: &mut Conn,
+    read: &mut BytesMut,
+    ready: &mut Vec<send::Ready>,
+) -> Frames {
+    let worker = &streams.worker;
+    let peer = streams.facts.peer;
+    let mut read_at: Option<Option<Instant>> = None;
+    let mut outcome = Frames::Read;
+    // The slot's state is settled by the first new stream of a pass (nothing outside
+    // this task moves it before the pass ends) and by any that makes the connection
+    // busy again; the others leave it as it is.
+    let mut settled = false;
+    loop {
+        let event = match conn.next(read) {
+            Ok(Some(event)) => event,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "HTTP/2 connection ended");
+                return Frames::Failed;
+            }
+        };
+        match event {
+            Event::Request { stream: id, .. } if streams.active.get() >= streams.max_streams => {
+                // Cancelled streams still being answered (until they notice) count
+                // against the limit the client was told.
+                conn.reset(id, Reason::REFUSED_STREAM);
+            }
+            Event::Request {
+                stream: id,
+                end_stream,
+            } => {
+                streams.active.set(streams.active.get() + 1);
+                if !settled || streams.active.get() == 1 {
+                    settled = true;
+                    if !streams.settle() {
+                        return Frames::SlotClosed;
+                    }
+                }
+                let read_at = *read_at.get_or_insert_with(|| {
+                    worker.clock.refresh();
+                    let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
+                    timed.then(Instant::now)
+                });
+                match stream::start(streams, conn.request(), id, end_stream, read_at) {
+                    stream::Rest::Ended => {
+                        conn.reset(id, Reason::INTERNAL_ERROR);
+                        streams.ended(false);
+                    }
+                    stream::Rest::Ready(answered) => ready.push(answered),
+                    stream::Rest::Later(pending) => {
+                        streams.slots.borrow_mut().insert(id, slot::Slot::new(true));
+                        tokio::task::spawn_local(stream::finish(streams.clone(), id, pending));
+                    }
+                }
+            }
+            Event::Data {
+                stream: id,
+                data,
+                end_stream,
+            } => link::body(streams, conn, id, data, end_stream),
+            Event::Reset { stream: id, .. } => {
+                // Cancelled before its answer was framed (a Rapid Reset client
+                // sends both in one write): ended here, its answer never sent.
+                match ready.iter().rposition(|r| r.id == id) {
+                    Some(i) => {
+                        ready.remove(i);
+                        streams.ended(true);
+                    }
+                    None => link::cancel(streams, conn, id),
+                }
+            }
+            Event::Window => {}
+            Event::GoAway { .. } => outcome = Frames::GoneAway,
+        }
+    }
+    outcome
 }
 
 /// Reads into the spare room of `buf`.

@@ -6,23 +6,26 @@
 //! (a handler's, or one behind a request body to read) is finished here on a task of its
 //! own, which meets the connection in the stream's slot (`slot.rs`).
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use h2codec::conn::{OwnedRequest, Request};
 use h2codec::frame::Reason;
-use handler::{Body, Response};
-use wire::Version;
+use handler::{Body, LocalFuture, Response, Tunnel};
+use wire::{BodyFraming, Version};
 
 use super::link::{Cancelled, Link};
 use super::request::view;
 use super::send::{status_of, Ready};
 use super::streams::Streams;
+use crate::exchange::finish::{self, BodyRead, Sent, Sink};
 use crate::exchange::served;
 use crate::exchange::{self, Dispatched, Exchange, Work};
+use crate::facts::ConnFacts;
 use crate::net::output::Piece;
+use crate::reply::Terms;
 use crate::worker::Worker;
 
 /// Handlers' bodies up to this size, in memory, are framed with their head on the
@@ -154,27 +157,25 @@ pub(super) fn start(
         else {
             unreachable!("matched above")
         };
-        let (head, body, (answered, status)) =
-            frame_head(streams, ready, filter, answered, head_only);
+        let mut ready = ready;
+        let mut answered = answered;
+        finish::settle(&mut ready, &mut answered, false);
+        let (head, body, status) = frame(streams, ready, head_only);
+        // The filter has seen the head: its exchange ends.
+        drop(filter);
         let body = match body {
             Body::Full(bytes) => bytes,
             Body::Ready(chunks) if chunks.len() == 1 => chunks[0].clone(),
             Body::Ready(chunks) => chunks.concat().into(),
             _ => Bytes::new(),
         };
-        served::count(
-            worker,
-            answered,
-            (status, &head, body.len() as u64),
-            read_at,
-        );
-        if worker.log.borrow().is_some() {
-            let sent = (status, &head[..], body.len() as u64);
-            served::record(worker, &streams.facts, read_at, Some(&req), b"", sent);
-        }
+        let sent = (status, &head[..], body.len() as u64);
+        served::account(worker, &streams.facts, read_at, answered, sent, |record| {
+            record(Some(&req))
+        });
         return Rest::Ready(Ready {
             id,
-            head: Bytes::from(head),
+            head,
             body: match body.is_empty() {
                 true => Vec::new(),
                 false => vec![Piece::Bytes(body)],
@@ -226,7 +227,19 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
             }
         }
         Waits::Exchange { exchange, read_at } => {
-            handled(&streams, &request, end_stream, &link, exchange, read_at).await
+            let mut task = Task {
+                streams: &streams,
+                request: &request,
+                end_stream,
+                link: &link,
+                read_at,
+                cancelled: false,
+            };
+            match finish::finish(&mut task, exchange.into_inner()).await {
+                Ok(_) if task.cancelled => Err(Cancelled),
+                Ok(_) => Ok(()),
+                Err(c) => Err(c),
+            }
         }
     };
     let result = match result {
@@ -269,126 +282,123 @@ async fn skip_body(worker: &Worker, link: &Link<'_>) {
     link.stop_reading();
 }
 
-/// A handler's response: awaited, framed, logged.
-async fn handled(
-    streams: &Streams,
-    request: &OwnedRequest,
+/// HTTP/2's side of a stream answered on a task of its own (`exchange::finish`). The
+/// handler's work stops as soon as the client cancels the stream (its upstream request
+/// or script is dropped), so cancelled streams never pile up behind the concurrency
+/// limit.
+struct Task<'a> {
+    streams: &'a Streams,
+    request: &'a OwnedRequest,
     end_stream: bool,
-    link: &Link<'_>,
-    exchange: handler::Pooled<Exchange>,
+    link: &'a Link<'a>,
     read_at: Option<Instant>,
-) -> Result<(), Cancelled> {
-    let worker: &Worker = &streams.worker;
-    let head_only = exchange.head_only;
-    // The handler's work stops as soon as the client cancels the stream (its upstream
-    // request or script is dropped), so cancelled streams never pile up behind the
-    // concurrency limit.
-    let answered = tokio::select! {
-        biased;
-        _ = poll_fn(|cx| link.poll_cancelled(cx)) => return Err(Cancelled),
-        answered = later(streams, exchange.into_inner(), link, end_stream, head_only) => answered,
-    };
-    let (head, body, (answered, status)) = answered?;
-    let head = Bytes::from(head);
-    let mut sent = 0u64;
-    let result = match status_of(&head, head_only) {
-        None => {
-            link.reset(Reason::INTERNAL_ERROR);
-            Ok(())
-        }
-        Some((_, content)) => {
-            let empty = !content || matches!(body, Body::Empty);
-            match link.head(head.clone(), empty) {
-                Ok(()) if empty => Ok(()),
-                Ok(()) => send_body(link, body, &mut sent).await,
-                Err(c) => Err(c),
-            }
-        }
-    };
-    worker.clock.refresh();
-    served::count(worker, answered, (status, &head, sent), read_at);
-    if worker.log.borrow().is_some() {
-        let mut cookie = Vec::new();
-        let request = request.view();
-        let mut fields = Vec::with_capacity(request.field_count() + 1);
-        let (req, _) = view(
-            request,
-            true,
-            &mut cookie,
-            &mut fields,
-            &worker.shared.limits,
-        );
-        served::record(
-            worker,
-            &streams.facts,
-            read_at,
-            Some(&req),
-            b"",
-            (status, &head, sent),
-        );
-    }
-    result
+    /// The client cancelled the stream while its response was sent (the response is
+    /// still counted and logged).
+    cancelled: bool,
 }
 
-/// Finishes a response that comes later (as `Conn::finish` in `conn` does for HTTP/1): the
-/// request body read within its limits, the handler awaited, the route's filter and
-/// compression applied. Returns the head (HTTP/1 lines), the body, and what the access
-/// log and metrics count.
-async fn later(
-    streams: &Streams,
-    exchange: Exchange,
-    link: &Link<'_>,
-    end_stream: bool,
-    head_only: bool,
-) -> Result<(Vec<u8>, Body, (crate::metrics::Answered, u16)), Cancelled> {
-    let worker: &Worker = &streams.worker;
-    let Exchange {
-        work,
-        mut filter,
-        answered,
-        site,
-        accepted,
-        ..
-    } = exchange;
-    let response = match work {
-        Work::Ready(response) => {
-            // Made without the request body: skipped first, as for a static file.
-            if !end_stream {
-                skip_body(worker, link).await;
+impl Task<'_> {
+    /// `work`, unless the client cancels the stream first.
+    async fn unless_cancelled<T>(&self, work: impl Future<Output = T>) -> Result<T, Cancelled> {
+        tokio::select! {
+            biased;
+            _ = poll_fn(|cx| self.link.poll_cancelled(cx)) => Err(Cancelled),
+            done = work => Ok(done),
+        }
+    }
+}
+
+impl Sink for Task<'_> {
+    type Gone = Cancelled;
+    type Head = Bytes;
+    const SWITCHES: bool = false;
+
+    fn worker(&self) -> &Rc<Worker> {
+        &self.streams.worker
+    }
+
+    fn facts(&self) -> ConnFacts {
+        self.streams.facts
+    }
+
+    fn read_at(&self) -> Option<Instant> {
+        self.read_at
+    }
+
+    async fn read_body(&mut self, _: BodyFraming, _: bool) -> Result<BodyRead, Cancelled> {
+        let worker = &self.streams.worker;
+        let read = read_body(worker, self.link, self.end_stream);
+        Ok(match self.unless_cancelled(read).await?? {
+            Ok(body) => BodyRead::Body(body),
+            Err(status) => BodyRead::Refused(status),
+        })
+    }
+
+    async fn skip_body(&mut self, _: BodyFraming) {
+        // Made without the request body: skipped first, as for a static file.
+        if !self.end_stream {
+            let _ = self
+                .unless_cancelled(skip_body(&self.streams.worker, self.link))
+                .await;
+        }
+    }
+
+    async fn respond(
+        &mut self,
+        responding: LocalFuture<Result<Response, u16>>,
+    ) -> Result<Result<Response, u16>, Cancelled> {
+        self.unless_cancelled(responding).await
+    }
+
+    async fn send(&mut self, response: Response, terms: Terms) -> Result<Sent<Bytes>, Cancelled> {
+        let (head, body, status) = frame(self.streams, response, terms.head_only);
+        let link = self.link;
+        let mut sent = 0u64;
+        let result = match status_of(&head, terms.head_only) {
+            None => {
+                link.reset(Reason::INTERNAL_ERROR);
+                Ok(())
             }
-            response
-        }
-        Work::Deferred(deferred) => {
-            let received = match read_body(worker, link, end_stream).await? {
-                Ok(bytes) => deferred.respond(bytes).await,
-                Err(status) => Err(status),
-            };
-            worker.clock.refresh();
-            exchange::handled(worker, received, &mut filter, site, accepted, head_only)
-        }
-    };
-    Ok(frame_head(streams, response, filter, answered, head_only))
+            Some((_, content)) => {
+                let empty = !content || matches!(body, Body::Empty);
+                match link.head(head.clone(), empty) {
+                    Ok(()) if empty => Ok(()),
+                    Ok(()) => send_body(link, body, &mut sent).await,
+                    Err(c) => Err(c),
+                }
+            }
+        };
+        self.cancelled = result.is_err();
+        Ok(Sent {
+            status,
+            head,
+            body: sent,
+            complete: result.is_ok(),
+        })
+    }
+
+    async fn switch(&mut self, _: Response) -> Result<(Sent<Bytes>, Option<Tunnel>), Cancelled> {
+        unreachable!("HTTP/2 does not switch protocols: finish answers a 101 with 502")
+    }
+
+    async fn tunnel(&mut self, _: Tunnel) {
+        unreachable!("HTTP/2 does not switch protocols: finish answers a 101 with 502")
+    }
+
+    fn with_request(&self, _: &[u8], record: &mut dyn FnMut(Option<&wire::Request<'_, '_>>)) {
+        let mut cookie = Vec::new();
+        let request = self.request.view();
+        let mut fields = Vec::with_capacity(request.field_count() + 1);
+        let limits = &self.streams.worker.shared.limits;
+        let (req, _) = view(request, true, &mut cookie, &mut fields, limits);
+        record(Some(&req));
+    }
 }
 
 /// A handler's response made ready to frame: its head written by the HTTP/1 encoder, its
-/// body (none when no content follows), and what metrics and the access log count. The
-/// filter's exchange ends here (it has seen the head).
-fn frame_head(
-    streams: &Streams,
-    mut response: Response,
-    filter: Option<Box<dyn handler::Attached>>,
-    mut answered: crate::metrics::Answered,
-    head_only: bool,
-) -> (Vec<u8>, Body, (crate::metrics::Answered, u16)) {
+/// body (none when no content follows), and its status.
+fn frame(streams: &Streams, mut response: Response, head_only: bool) -> (Bytes, Body, u16) {
     let worker: &Worker = &streams.worker;
-    if response.head.status() == 101 {
-        // A switch of protocols has no place in HTTP/2 (RFC 9113 section 8.6), so an
-        // upstream's 101 is a bad answer.
-        response = Response::status_page(502);
-    }
-    if response.head.assembled() {
-        answered.kind = crate::metrics::ESI;
-    }
     let mut head = Vec::with_capacity(512);
     let framing = exchange::write_head(
         worker,
@@ -402,8 +412,7 @@ fn frame_head(
     if framing.is_none() {
         response.body = Body::Empty;
     }
-    drop(filter);
-    (head, response.body, (answered, response.head.status()))
+    (Bytes::from(head), response.body, response.head.status())
 }
 
 /// The request body for a handler that reads it, within `limits.max_body_size` (413

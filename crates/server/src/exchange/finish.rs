@@ -1,0 +1,164 @@
+//! The one finisher of a request answered later, whatever protocol carries it (nginx's
+//! one request finaliser): the request body read for the handler or skipped, its
+//! response awaited, the route's filter and the compression filter run on it, a switch
+//! of protocols answered, the head and body handed to the protocol, the response counted
+//! and logged, the filter's exchange ended. What differs between HTTP/1 and HTTP/2 (how
+//! bytes are read and written, how a client's going away is seen) is a [`Sink`].
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use handler::{LocalFuture, Response, Tunnel};
+use wire::BodyFraming;
+
+use super::served;
+use super::{handled, Exchange, Work};
+use crate::facts::ConnFacts;
+use crate::metrics;
+use crate::reply::Terms;
+use crate::worker::Worker;
+
+/// What reading a request body for its handler came to.
+pub(crate) enum BodyRead {
+    /// The whole body (empty when the request has none).
+    Body(Bytes),
+    /// Refused with this status (413 past `max_body_size`, 408 past `timeouts.body`),
+    /// which the server answers with its status page.
+    Refused(u16),
+    /// Refused, and the connection ends without an answer (an HTTP/1 body that breaks
+    /// its framing: nothing after it can be trusted).
+    Close,
+}
+
+/// What a protocol sent of a response: for the metrics and the access log.
+pub(crate) struct Sent<H> {
+    pub status: u16,
+    /// The head as HTTP/1 lines (for the log's `%{X}o` and the bytes counted).
+    pub head: H,
+    /// Body bytes sent.
+    pub body: u64,
+    /// The whole body went out (not cut short by an error or the client).
+    pub complete: bool,
+}
+
+/// One protocol's side of a request answered later.
+pub(crate) trait Sink {
+    /// Why the exchange stopped short: the connection failed or the client went away.
+    type Gone;
+    /// A sent head, as the protocol keeps it.
+    type Head: AsRef<[u8]>;
+    /// Whether the protocol switches protocols (HTTP/1's `101`; HTTP/2 has no such
+    /// thing, RFC 9113 section 8.6, so an upstream's 101 is a bad answer there: 502).
+    const SWITCHES: bool;
+
+    fn worker(&self) -> &Rc<Worker>;
+    fn facts(&self) -> ConnFacts;
+    /// When the read that brought the request in was taken (for `%D` and the latency).
+    fn read_at(&self) -> Option<Instant>;
+
+    /// Reads the request body for the handler, within `limits.max_body_size`.
+    async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+        expect_continue: bool,
+    ) -> Result<BodyRead, Self::Gone>;
+    /// Leaves a body nobody reads behind (a response made without it).
+    async fn skip_body(&mut self, framing: BodyFraming);
+    /// Awaits the handler's response.
+    async fn respond(
+        &mut self,
+        responding: LocalFuture<Result<Response, u16>>,
+    ) -> Result<Result<Response, u16>, Self::Gone>;
+    /// Sends the response, head and body.
+    async fn send(
+        &mut self,
+        response: Response,
+        terms: Terms,
+    ) -> Result<Sent<Self::Head>, Self::Gone>;
+    /// Answers a `101` (only when [`Sink::SWITCHES`]): its head, and the tunnel to splice
+    /// once it is logged (none when the handler handed over none: then it was a 502).
+    async fn switch(
+        &mut self,
+        response: Response,
+    ) -> Result<(Sent<Self::Head>, Option<Tunnel>), Self::Gone>;
+    /// Splices the connection with the tunnel until either side ends.
+    async fn tunnel(&mut self, tunnel: Tunnel);
+    /// Calls `record` with the request as the access log sees it (rebuilt from what the
+    /// protocol kept of it; `raw_head` is an HTTP/1 request's head as received).
+    fn with_request(&self, raw_head: &[u8], record: &mut dyn FnMut(Option<&wire::Request<'_, '_>>));
+}
+
+/// What every handler's response goes through before a protocol sends it, whether it
+/// waited or not: a `101` where the protocol has no switch becomes a 502, and a page
+/// assembled from fragments is counted as ESI.
+pub(crate) fn settle(response: &mut Response, answered: &mut metrics::Answered, switches: bool) {
+    if response.head.status() == 101 && !switches {
+        *response = Response::status_page(502);
+    }
+    if response.head.assembled() {
+        answered.kind = metrics::ESI;
+    }
+}
+
+/// Finishes a request answered later. Returns whether the connection may go on.
+pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<bool, S::Gone> {
+    let worker = sink.worker().clone();
+    let Exchange {
+        work,
+        mut filter,
+        framing,
+        expect_continue,
+        keep_alive,
+        head_only,
+        version,
+        raw_head,
+        mut answered,
+        site,
+        accepted,
+    } = exchange;
+    let mut response = match work {
+        Work::Ready(response) => {
+            sink.skip_body(framing).await;
+            response
+        }
+        Work::Deferred(deferred) => {
+            let answer = match sink.read_body(framing, expect_continue).await? {
+                BodyRead::Body(body) => sink.respond(deferred.respond(body)).await?,
+                BodyRead::Refused(status) => Err(status),
+                BodyRead::Close => return Ok(false),
+            };
+            worker.clock.refresh();
+            handled(&worker, answer, &mut filter, site, accepted, head_only)
+        }
+    };
+    settle(&mut response, &mut answered, S::SWITCHES);
+    let switching = response.head.status() == 101;
+    let (sent, tunnel) = match switching {
+        true => sink.switch(response).await?,
+        false => {
+            let terms = Terms {
+                head_only,
+                version,
+                keep_alive,
+            };
+            (sink.send(response, terms).await?, None)
+        }
+    };
+    worker.clock.refresh();
+    let logged = (sent.status, sent.head.as_ref(), sent.body);
+    let (facts, read_at) = (sink.facts(), sink.read_at());
+    served::account(&worker, &facts, read_at, answered, logged, |record| {
+        sink.with_request(&raw_head, record)
+    });
+    // Ends the exchange for the filter (it may have work of its own to finish).
+    drop(filter);
+    if switching {
+        // The connection ends with the tunnel, or at once when there was none.
+        if let Some(tunnel) = tunnel {
+            sink.tunnel(tunnel).await;
+        }
+        return Ok(false);
+    }
+    Ok(sent.complete && keep_alive)
+}
