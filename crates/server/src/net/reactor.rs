@@ -18,14 +18,15 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+use crate::sys;
 
 /// Readable.
 const READ: u8 = 1;
@@ -64,13 +65,7 @@ impl Reactor {
     /// An epoll instance with an entry for each of `slots` connection slots; must be
     /// called inside the worker's runtime.
     pub(crate) fn new(slots: usize) -> io::Result<Reactor> {
-        // SAFETY: epoll_create1 has no memory arguments; the result is checked.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = sys::epoll_create()?;
         // SAFETY: the AsyncFd owns the descriptor, which stays open and the same epoll
         // instance until it is dropped.
         let epoll = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
@@ -114,15 +109,11 @@ impl Reactor {
         interest: libc::c_int,
     ) -> io::Result<()> {
         let generation = self.entries[slot].generation.get();
-        let mut event = libc::epoll_event {
+        let event = libc::epoll_event {
             events: (interest | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
             u64: slot as u64 | (generation as u64) << 32,
         };
-        // SAFETY: both descriptors are open and `event` is a live epoll_event.
-        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sys::epoll_ctl(self.epoll.as_raw_fd(), op, fd, event)
     }
 
     /// Collects what epoll has and wakes the connections it concerns; then waits
@@ -139,25 +130,17 @@ impl Reactor {
                 }
                 Poll::Pending => return Poll::Pending,
             };
-            // SAFETY: `events` has room for EVENTS entries; a zero timeout never blocks.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epoll.as_raw_fd(),
-                    events.as_mut_ptr(),
-                    EVENTS as i32,
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let n = match sys::epoll_ready(self.epoll.as_raw_fd(), &mut events) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Cannot happen with a valid epoll descriptor and buffer; never spin
+                    // on it.
+                    tracing::error!(error = %e, "worker epoll_wait failed");
+                    return Poll::Pending;
                 }
-                // Cannot happen with a valid epoll descriptor and buffer; never spin on it.
-                tracing::error!(error = %e, "worker epoll_wait failed");
-                return Poll::Pending;
-            }
-            for event in &events[..n as usize] {
+            };
+            for event in &events[..n] {
                 let (slot, generation) = (event.u64 as u32, (event.u64 >> 32) as u32);
                 let Some(entry) = self.entries.get(slot as usize) else {
                     continue;
@@ -191,7 +174,7 @@ impl Reactor {
                     }
                 }
             }
-            if (n as usize) < EVENTS {
+            if n < EVENTS {
                 // Everything epoll had is taken: wait for tokio to see it readable again
                 // (edge-triggered, so any event from now on makes it so).
                 guard.clear_ready();
@@ -302,10 +285,7 @@ impl Socket {
     /// only say EAGAIN.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
-        let n = self.try_io(Interest::READABLE, || {
-            // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-            counted(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) })
-        })?;
+        let n = self.try_io(Interest::READABLE, || sys::recv(fd, buf, 0))?;
         if n > 0 && n < buf.len() {
             self.clear(READ);
         }
@@ -317,12 +297,7 @@ impl Socket {
         let fd = self.fd.as_raw_fd();
         std::future::poll_fn(|cx| {
             poll_io(self, cx, READ, || {
-                self.try_io(Interest::READABLE, || {
-                    // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-                    counted(unsafe {
-                        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK)
-                    })
-                })
+                self.try_io(Interest::READABLE, || sys::recv(fd, buf, libc::MSG_PEEK))
             })
         })
         .await
@@ -332,8 +307,7 @@ impl Socket {
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
         let n = self.try_io(Interest::WRITABLE, || {
-            // SAFETY: buf is a live buffer of buf.len() bytes.
-            counted(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) })
+            sys::send(fd, buf, libc::MSG_NOSIGNAL)
         })?;
         if n > 0 && n < buf.len() {
             self.clear(WRITE);
@@ -344,12 +318,9 @@ impl Socket {
     /// One writev(2) of `bufs`; a short one clears the writability.
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
-        let count = bufs.len().min(libc::UIO_MAXIOV as usize);
-        let n = self.try_io(Interest::WRITABLE, || {
-            // SAFETY: IoSlice is ABI-compatible with iovec; `count` of them are live.
-            counted(unsafe { libc::writev(fd, bufs.as_ptr().cast(), count as i32) })
-        })?;
-        let len: usize = bufs[..count].iter().map(|b| b.len()).sum();
+        let bufs = &bufs[..bufs.len().min(libc::UIO_MAXIOV as usize)];
+        let n = self.try_io(Interest::WRITABLE, || sys::writev(fd, bufs))?;
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
         if n > 0 && n < len {
             self.clear(WRITE);
         }
@@ -358,26 +329,13 @@ impl Socket {
 
     /// Shuts the sending side: the peer reads the end after what was sent.
     pub fn shutdown_write(&self) -> io::Result<()> {
-        // SAFETY: the descriptor is open; shutdown(2) has no memory arguments.
-        if unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sys::try_shutdown(self.fd.as_raw_fd(), libc::SHUT_WR)
     }
 }
 
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
-    }
-}
-
-/// The result of a system call that returns a byte count, or -1 with errno.
-pub(crate) fn counted(n: isize) -> io::Result<usize> {
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }
 
@@ -455,32 +413,4 @@ impl AsyncWrite for Socket {
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(self.shutdown_write())
     }
-}
-
-/// accept4(2) of one connection, non-blocking and close-on-exec from the start (no
-/// further system call to make it so), with the peer's address.
-pub(crate) fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
-    // SAFETY: try_init hands a zeroed sockaddr_storage and its length, which accept4
-    // fills with the peer's address.
-    let (fd, addr) = unsafe {
-        socket2::SockAddr::try_init(|storage, len| {
-            let fd = libc::accept4(
-                listener,
-                storage.cast(),
-                len,
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            );
-            if fd < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(fd)
-            }
-        })?
-    };
-    // SAFETY: fd is a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let peer = addr
-        .as_socket()
-        .ok_or_else(|| io::Error::other("accepted a socket that is not TCP/IP"))?;
-    Ok((fd, peer))
 }
