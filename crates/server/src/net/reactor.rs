@@ -414,3 +414,116 @@ impl AsyncWrite for Socket {
         Poll::Ready(self.shutdown_write())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Not run under miri: the reactor's epoll is registered in tokio's (`AsyncFd`), and
+    //! miri's epoll cannot watch an epoll descriptor ("epoll does not support this file
+    //! description"). The system calls it makes are run under miri by `sys`'s tests.
+
+    use super::*;
+    use std::future::Future;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Runs `test` on a current-thread runtime with a reactor of `slots` slots whose
+    /// events are collected, as a worker's are.
+    fn with_reactor<F: Future<Output = ()>>(slots: usize, test: impl FnOnce(Rc<Reactor>) -> F) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, async {
+            let reactor = Rc::new(Reactor::new(slots).unwrap());
+            let events = tokio::task::spawn_local({
+                let reactor = reactor.clone();
+                std::future::poll_fn(move |cx| reactor.poll_events(cx))
+            });
+            tokio::time::timeout(std::time::Duration::from_secs(10), test(reactor))
+                .await
+                .expect("the test timed out");
+            events.abort();
+        });
+    }
+
+    /// A client, and its connection registered in `slot`.
+    fn connect(reactor: &Rc<Reactor>, listener: &TcpListener, slot: usize) -> (TcpStream, Socket) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (fd, _) = sys::accept(listener.as_raw_fd()).unwrap();
+        (client, reactor.register(fd, slot).unwrap())
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn an_event_wakes_the_reader_of_its_own_slot_only() {
+        with_reactor(4, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (_quiet_client, quiet) = connect(&reactor, &listener, 1);
+            let (mut client, socket) = connect(&reactor, &listener, 3);
+            let quiet_reader = tokio::task::spawn_local(async move { quiet.readable().await });
+            client.write_all(b"hello").unwrap();
+            socket.readable().await.unwrap();
+            tokio::task::yield_now().await;
+            assert!(!quiet_reader.is_finished());
+            let mut buf = [0u8; 16];
+            assert_eq!(socket.try_read(&mut buf).unwrap(), 5);
+            assert_eq!(&buf[..5], b"hello");
+            // A short read took everything: the next wait goes to epoll.
+            assert!(!socket.read_ready_now());
+            quiet_reader.abort();
+        });
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn reads_into_uninitialised_room_and_then_sees_the_end() {
+        with_reactor(2, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (mut client, mut socket) = connect(&reactor, &listener, 0);
+            client.write_all(b"abc").unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut peeked = [0u8; 8];
+            assert_eq!(socket.peek(&mut peeked).await.unwrap(), 3);
+            // `read_buf` hands the socket a buffer's spare capacity, uninitialised.
+            let mut buf = Vec::with_capacity(64);
+            assert_eq!(socket.read_buf(&mut buf).await.unwrap(), 3);
+            assert_eq!(buf, b"abc");
+            assert_eq!(socket.read_buf(&mut buf).await.unwrap(), 0);
+            assert!(socket.read_ready_now());
+        });
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn a_full_socket_waits_for_writability_and_then_resumes() {
+        with_reactor(1, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (mut client, mut socket) = connect(&reactor, &listener, 0);
+            let chunk = [b'x'; 64 * 1024];
+            let mut sent = 0;
+            loop {
+                match socket.try_write(&chunk) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).unwrap();
+                got
+            });
+            // Waits for epoll to say the socket is writable again (EPOLL_CTL_MOD).
+            let tail = [io::IoSlice::new(b"after "), io::IoSlice::new(b"the wait")];
+            let n = socket.write_vectored(&tail).await.unwrap();
+            socket.write_all(&b"after the wait"[n..]).await.unwrap();
+            socket.shutdown().await.unwrap();
+            let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(got.len(), sent + 14);
+            assert!(got.ends_with(b"after the wait"));
+        });
+    }
+}
