@@ -353,7 +353,7 @@ async fn accept_one(
 ) -> std::io::Result<(std::os::fd::OwnedFd, std::net::SocketAddr)> {
     loop {
         let mut guard = listener.readable().await?;
-        if let Ok(accepted) = guard.try_io(|l| crate::net::reactor::accept(l.as_raw_fd())) {
+        if let Ok(accepted) = guard.try_io(|l| crate::sys::accept(l.as_raw_fd())) {
             return accepted;
         }
     }

@@ -158,28 +158,14 @@ pub(super) fn read_into(
     let mut got = 0;
     while got < n {
         let spare = &mut out.spare_capacity_mut()[..n - got];
-        // SAFETY: pread writes at most `spare.len()` bytes into `spare`, room `out`
-        // owns; only the bytes it reports written become part of `out`.
-        let r = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                spare.as_mut_ptr().cast(),
-                spare.len(),
-                (offset + got as u64) as libc::off_t,
-            )
-        };
-        match r {
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            r if r < 0 => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            r => {
-                // SAFETY: the `r` bytes after the old length were just written.
-                unsafe { out.set_len(out.len() + r as usize) };
-                got += r as usize;
+        match crate::sys::pread(file.as_raw_fd(), spare, offset + got as u64) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+            Ok(r) => {
+                // SAFETY: pread initialised the `r` bytes after the old length.
+                unsafe { out.set_len(out.len() + r) };
+                got += r;
             }
         }
     }

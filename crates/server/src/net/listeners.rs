@@ -21,6 +21,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Kind;
 use crate::error::Error;
+use crate::sys;
 
 /// Binds one listener with SO_REUSEPORT, so every worker can have its own and the kernel
 /// balances new connections across them.
@@ -208,36 +209,12 @@ fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
 }
 
 fn is_listening_tcp(fd: RawFd) -> bool {
-    let option = |name| {
-        let mut value: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt on an arbitrary descriptor number only reads it; the value
-        // and length point to locals of the right size.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                name,
-                (&mut value as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(value)
-    };
+    let option = |name| sys::socket_option(fd, name).ok();
     option(libc::SO_TYPE) == Some(libc::SOCK_STREAM) && option(libc::SO_ACCEPTCONN) == Some(1)
 }
 
 fn set_cloexec(fd: &OwnedFd) -> Result<(), String> {
-    // SAFETY: fcntl on a descriptor this process owns.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    if r < 0 {
-        return Err(format!(
-            "descriptor {}: {}",
-            fd.as_raw_fd(),
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    sys::set_cloexec(fd.as_raw_fd()).map_err(|e| format!("descriptor {}: {e}", fd.as_raw_fd()))
 }
 
 /// Tells an accept loop to stop taking connections (its listener is closed when it

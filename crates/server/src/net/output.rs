@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use crate::net::reactor::Socket;
+use crate::sys;
 use tokio::io::Interest;
 
 use crate::files::open::FileEntry;
@@ -306,13 +307,11 @@ impl Output {
         // FIN (`close_after`).
         let socket = stream.as_raw_fd();
         stream.try_io(Interest::WRITABLE, || {
-            // SAFETY: msghdr points at `count` live IoSlices (ABI-compatible with iovec).
-            crate::net::reactor::counted(unsafe {
-                let mut msg: libc::msghdr = std::mem::zeroed();
-                msg.msg_iov = iovecs.as_ptr() as *mut libc::iovec;
-                msg.msg_iovlen = count as _;
-                libc::sendmsg(socket, &msg, libc::MSG_MORE | libc::MSG_NOSIGNAL)
-            })
+            sys::sendmsg(
+                socket,
+                &iovecs[..count],
+                libc::MSG_MORE | libc::MSG_NOSIGNAL,
+            )
         })
     }
 
@@ -460,9 +459,7 @@ fn send_file(stream: &Socket, entry: &FileEntry, offset: u64, len: u64) -> io::R
     // Linux moves at most 0x7ffff000 bytes per call.
     let chunk = len.min(0x7fff_f000) as usize;
     stream.try_io(Interest::WRITABLE, || {
-        // SAFETY: both descriptors are open for the duration of the call and offset
-        // points to a live off_t.
-        crate::net::reactor::counted(unsafe { libc::sendfile(socket, file, &mut offset, chunk) })
+        sys::sendfile(socket, file, &mut offset, chunk)
     })
 }
 

@@ -18,14 +18,15 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+use crate::sys;
 
 /// Readable.
 const READ: u8 = 1;
@@ -64,13 +65,7 @@ impl Reactor {
     /// An epoll instance with an entry for each of `slots` connection slots; must be
     /// called inside the worker's runtime.
     pub(crate) fn new(slots: usize) -> io::Result<Reactor> {
-        // SAFETY: epoll_create1 has no memory arguments; the result is checked.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = sys::epoll_create()?;
         // SAFETY: the AsyncFd owns the descriptor, which stays open and the same epoll
         // instance until it is dropped.
         let epoll = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
@@ -114,15 +109,11 @@ impl Reactor {
         interest: libc::c_int,
     ) -> io::Result<()> {
         let generation = self.entries[slot].generation.get();
-        let mut event = libc::epoll_event {
+        let event = libc::epoll_event {
             events: (interest | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
             u64: slot as u64 | (generation as u64) << 32,
         };
-        // SAFETY: both descriptors are open and `event` is a live epoll_event.
-        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sys::epoll_ctl(self.epoll.as_raw_fd(), op, fd, event)
     }
 
     /// Collects what epoll has and wakes the connections it concerns; then waits
@@ -139,25 +130,17 @@ impl Reactor {
                 }
                 Poll::Pending => return Poll::Pending,
             };
-            // SAFETY: `events` has room for EVENTS entries; a zero timeout never blocks.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epoll.as_raw_fd(),
-                    events.as_mut_ptr(),
-                    EVENTS as i32,
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let n = match sys::epoll_ready(self.epoll.as_raw_fd(), &mut events) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Cannot happen with a valid epoll descriptor and buffer; never spin
+                    // on it.
+                    tracing::error!(error = %e, "worker epoll_wait failed");
+                    return Poll::Pending;
                 }
-                // Cannot happen with a valid epoll descriptor and buffer; never spin on it.
-                tracing::error!(error = %e, "worker epoll_wait failed");
-                return Poll::Pending;
-            }
-            for event in &events[..n as usize] {
+            };
+            for event in &events[..n] {
                 let (slot, generation) = (event.u64 as u32, (event.u64 >> 32) as u32);
                 let Some(entry) = self.entries.get(slot as usize) else {
                     continue;
@@ -191,7 +174,7 @@ impl Reactor {
                     }
                 }
             }
-            if (n as usize) < EVENTS {
+            if n < EVENTS {
                 // Everything epoll had is taken: wait for tokio to see it readable again
                 // (edge-triggered, so any event from now on makes it so).
                 guard.clear_ready();
@@ -302,10 +285,7 @@ impl Socket {
     /// only say EAGAIN.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
-        let n = self.try_io(Interest::READABLE, || {
-            // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-            counted(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) })
-        })?;
+        let n = self.try_io(Interest::READABLE, || sys::recv(fd, buf, 0))?;
         if n > 0 && n < buf.len() {
             self.clear(READ);
         }
@@ -317,12 +297,7 @@ impl Socket {
         let fd = self.fd.as_raw_fd();
         std::future::poll_fn(|cx| {
             poll_io(self, cx, READ, || {
-                self.try_io(Interest::READABLE, || {
-                    // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-                    counted(unsafe {
-                        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK)
-                    })
-                })
+                self.try_io(Interest::READABLE, || sys::recv(fd, buf, libc::MSG_PEEK))
             })
         })
         .await
@@ -332,8 +307,7 @@ impl Socket {
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
         let n = self.try_io(Interest::WRITABLE, || {
-            // SAFETY: buf is a live buffer of buf.len() bytes.
-            counted(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) })
+            sys::send(fd, buf, libc::MSG_NOSIGNAL)
         })?;
         if n > 0 && n < buf.len() {
             self.clear(WRITE);
@@ -344,12 +318,9 @@ impl Socket {
     /// One writev(2) of `bufs`; a short one clears the writability.
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
-        let count = bufs.len().min(libc::UIO_MAXIOV as usize);
-        let n = self.try_io(Interest::WRITABLE, || {
-            // SAFETY: IoSlice is ABI-compatible with iovec; `count` of them are live.
-            counted(unsafe { libc::writev(fd, bufs.as_ptr().cast(), count as i32) })
-        })?;
-        let len: usize = bufs[..count].iter().map(|b| b.len()).sum();
+        let bufs = &bufs[..bufs.len().min(libc::UIO_MAXIOV as usize)];
+        let n = self.try_io(Interest::WRITABLE, || sys::writev(fd, bufs))?;
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
         if n > 0 && n < len {
             self.clear(WRITE);
         }
@@ -358,26 +329,13 @@ impl Socket {
 
     /// Shuts the sending side: the peer reads the end after what was sent.
     pub fn shutdown_write(&self) -> io::Result<()> {
-        // SAFETY: the descriptor is open; shutdown(2) has no memory arguments.
-        if unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sys::try_shutdown(self.fd.as_raw_fd(), libc::SHUT_WR)
     }
 }
 
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
-    }
-}
-
-/// The result of a system call that returns a byte count, or -1 with errno.
-pub(crate) fn counted(n: isize) -> io::Result<usize> {
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }
 
@@ -457,30 +415,115 @@ impl AsyncWrite for Socket {
     }
 }
 
-/// accept4(2) of one connection, non-blocking and close-on-exec from the start (no
-/// further system call to make it so), with the peer's address.
-pub(crate) fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
-    // SAFETY: try_init hands a zeroed sockaddr_storage and its length, which accept4
-    // fills with the peer's address.
-    let (fd, addr) = unsafe {
-        socket2::SockAddr::try_init(|storage, len| {
-            let fd = libc::accept4(
-                listener,
-                storage.cast(),
-                len,
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            );
-            if fd < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(fd)
+#[cfg(test)]
+mod tests {
+    //! Not run under miri: the reactor's epoll is registered in tokio's (`AsyncFd`), and
+    //! miri's epoll cannot watch an epoll descriptor ("epoll does not support this file
+    //! description"). The system calls it makes are run under miri by `sys`'s tests.
+
+    use super::*;
+    use std::future::Future;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Runs `test` on a current-thread runtime with a reactor of `slots` slots whose
+    /// events are collected, as a worker's are.
+    fn with_reactor<F: Future<Output = ()>>(slots: usize, test: impl FnOnce(Rc<Reactor>) -> F) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, async {
+            let reactor = Rc::new(Reactor::new(slots).unwrap());
+            let events = tokio::task::spawn_local({
+                let reactor = reactor.clone();
+                std::future::poll_fn(move |cx| reactor.poll_events(cx))
+            });
+            tokio::time::timeout(std::time::Duration::from_secs(10), test(reactor))
+                .await
+                .expect("the test timed out");
+            events.abort();
+        });
+    }
+
+    /// A client, and its connection registered in `slot`.
+    fn connect(reactor: &Rc<Reactor>, listener: &TcpListener, slot: usize) -> (TcpStream, Socket) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (fd, _) = sys::accept(listener.as_raw_fd()).unwrap();
+        (client, reactor.register(fd, slot).unwrap())
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn an_event_wakes_the_reader_of_its_own_slot_only() {
+        with_reactor(4, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (_quiet_client, quiet) = connect(&reactor, &listener, 1);
+            let (mut client, socket) = connect(&reactor, &listener, 3);
+            let quiet_reader = tokio::task::spawn_local(async move { quiet.readable().await });
+            client.write_all(b"hello").unwrap();
+            socket.readable().await.unwrap();
+            tokio::task::yield_now().await;
+            assert!(!quiet_reader.is_finished());
+            let mut buf = [0u8; 16];
+            assert_eq!(socket.try_read(&mut buf).unwrap(), 5);
+            assert_eq!(&buf[..5], b"hello");
+            // A short read took everything: the next wait goes to epoll.
+            assert!(!socket.read_ready_now());
+            quiet_reader.abort();
+        });
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn reads_into_uninitialised_room_and_then_sees_the_end() {
+        with_reactor(2, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (mut client, mut socket) = connect(&reactor, &listener, 0);
+            client.write_all(b"abc").unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut peeked = [0u8; 8];
+            assert_eq!(socket.peek(&mut peeked).await.unwrap(), 3);
+            // `read_buf` hands the socket a buffer's spare capacity, uninitialised.
+            let mut buf = Vec::with_capacity(64);
+            assert_eq!(socket.read_buf(&mut buf).await.unwrap(), 3);
+            assert_eq!(buf, b"abc");
+            assert_eq!(socket.read_buf(&mut buf).await.unwrap(), 0);
+            assert!(socket.read_ready_now());
+        });
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn a_full_socket_waits_for_writability_and_then_resumes() {
+        with_reactor(1, |reactor| async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (mut client, mut socket) = connect(&reactor, &listener, 0);
+            let chunk = [b'x'; 64 * 1024];
+            let mut sent = 0;
+            loop {
+                match socket.try_write(&chunk) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
             }
-        })?
-    };
-    // SAFETY: fd is a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let peer = addr
-        .as_socket()
-        .ok_or_else(|| io::Error::other("accepted a socket that is not TCP/IP"))?;
-    Ok((fd, peer))
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).unwrap();
+                got
+            });
+            // Waits for epoll to say the socket is writable again (EPOLL_CTL_MOD).
+            let tail = [io::IoSlice::new(b"after "), io::IoSlice::new(b"the wait")];
+            let n = socket.write_vectored(&tail).await.unwrap();
+            socket.write_all(&b"after the wait"[n..]).await.unwrap();
+            socket.shutdown().await.unwrap();
+            let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(got.len(), sent + 14);
+            assert!(got.ends_with(b"after the wait"));
+        });
+    }
 }
