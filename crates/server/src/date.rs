@@ -17,6 +17,9 @@ pub(crate) struct Clock {
 /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`
 const DATE_LINE_LEN: usize = 37;
 
+/// `Sun, 06 Nov 1994 08:49:37 GMT`
+pub(crate) const DATE_VALUE_LEN: usize = 29;
+
 impl Clock {
     /// `epoch` is shared by the workers of a process, so their millisecond counts agree.
     pub fn new(epoch: Instant) -> Self {
@@ -63,6 +66,14 @@ impl Clock {
 
     pub fn write_date(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.line.borrow()[..]);
+    }
+
+    /// The Date field's value alone (`Sun, 06 Nov 1994 08:49:37 GMT`), for HTTP/2.
+    pub fn date_value(&self) -> [u8; DATE_VALUE_LEN] {
+        let line = self.line.borrow();
+        let mut value = [0; DATE_VALUE_LEN];
+        value.copy_from_slice(&line[b"Date: ".len()..b"Date: ".len() + DATE_VALUE_LEN]);
+        value
     }
 }
 

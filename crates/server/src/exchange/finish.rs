@@ -12,7 +12,7 @@ use bytes::Bytes;
 use handler::{LocalFuture, Response, Tunnel};
 use wire::BodyFraming;
 
-use super::served;
+use super::served::{self, Sent};
 use super::{handled, Exchange, Work};
 use crate::facts::ConnFacts;
 use crate::metrics;
@@ -29,17 +29,6 @@ pub(crate) enum BodyRead {
     /// Refused, and the connection ends without an answer (an HTTP/1 body that breaks
     /// its framing: nothing after it can be trusted).
     Close,
-}
-
-/// What a protocol sent of a response: for the metrics and the access log.
-pub(crate) struct Sent<H> {
-    pub status: u16,
-    /// The head as HTTP/1 lines (for the log's `%{X}o` and the bytes counted).
-    pub head: H,
-    /// Body bytes sent.
-    pub body: u64,
-    /// The whole body went out (not cut short by an error or the client).
-    pub complete: bool,
 }
 
 /// One protocol's side of a request answered later.
@@ -146,9 +135,8 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         }
     };
     worker.clock.refresh();
-    let logged = (sent.status, sent.head.as_ref(), sent.body);
     let (facts, read_at) = (sink.facts(), sink.read_at());
-    served::account(&worker, &facts, read_at, answered, logged, |record| {
+    served::account(&worker, &facts, read_at, answered, &sent, |record| {
         sink.with_request(&raw_head, record)
     });
     // Ends the exchange for the filter (it may have work of its own to finish).

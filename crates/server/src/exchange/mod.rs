@@ -425,6 +425,16 @@ pub(crate) fn write_head(
         reply::start_head(worker, conn, buf, status);
         head.write_fields_h1(buf);
     }
+    let (framing, content) = framing(response, head_only);
+    wire::write_framing(buf, framing, version, keep_alive);
+    content.then_some(framing)
+}
+
+/// How a handler's response is framed, whatever the protocol, and whether content
+/// follows its head (not for HEAD, 1xx, 204, 304).
+pub(crate) fn framing(response: &Response, head_only: bool) -> (Framing, bool) {
+    let head = &response.head;
+    let status = head.status();
     let no_body = wire::no_body(head_only, status);
     let framing = match response.body.length() {
         // No content follows. A relayed HEAD (or 304) answer keeps the length the
@@ -438,8 +448,7 @@ pub(crate) fn write_head(
         Some(length) => Framing::Length(length),
         None => Framing::Chunked,
     };
-    wire::write_framing(buf, framing, version, keep_alive);
-    (!no_body).then_some(framing)
+    (framing, !no_body)
 }
 
 /// Runs a filter on a static response already written since `mark`, rewriting its head

@@ -9,19 +9,39 @@ use crate::metrics::Answered;
 use crate::net::output::{Mark, Output};
 use crate::worker::Worker;
 
-/// The metrics and the access log line of a response sent ((status, head, body bytes)):
+/// What a protocol sent of a response: for the metrics and the access log.
+pub(crate) struct Sent<H> {
+    pub status: u16,
+    /// The head as HTTP/1 lines, for the log's `%{X}o` (HTTP/2 writes them only when a
+    /// log is on).
+    pub head: H,
+    /// The head's size as HTTP/1 lines, which the metrics count.
+    pub head_len: u64,
+    /// Body bytes sent.
+    pub body: u64,
+    /// The whole body went out (not cut short by an error or the client).
+    pub complete: bool,
+}
+
+/// The metrics and the access log line of a response sent:
 /// `request` calls its argument with the request as the log sees it, and is called only
 /// when an access log is on.
-pub(crate) fn account(
+pub(crate) fn account<H: AsRef<[u8]>>(
     worker: &Worker,
     conn: &ConnFacts,
     read_at: Option<Instant>,
     answered: Answered,
-    response: (u16, &[u8], u64),
+    sent: &Sent<H>,
     request: impl FnOnce(&mut dyn FnMut(Option<&wire::Request<'_, '_>>)),
 ) {
-    count(worker, answered, response, read_at);
+    count(
+        worker,
+        answered,
+        (sent.status, sent.head_len, sent.body),
+        read_at,
+    );
     if worker.log.borrow().is_some() {
+        let response = (sent.status, sent.head.as_ref(), sent.body);
         request(&mut |request| record(worker, conn, read_at, request, b"", response));
     }
 }
@@ -44,7 +64,13 @@ pub(crate) fn log(
     }
     let response = out.since(mark);
     if let Some((_, answered)) = request {
-        count(worker, answered, response, read_at);
+        let (status, head, body_bytes) = response;
+        count(
+            worker,
+            answered,
+            (status, head.len() as u64, body_bytes),
+            read_at,
+        );
     }
     if logging {
         record(
@@ -58,17 +84,17 @@ pub(crate) fn log(
     }
 }
 
-/// Counts a response, (status, head, body bytes), in this worker's metrics, when they
-/// are on.
+/// Counts a response, (status, head bytes, body bytes), in this worker's metrics, when
+/// they are on.
 pub(crate) fn count(
     worker: &Worker,
     answered: Answered,
-    (status, head, body_bytes): (u16, &[u8], u64),
+    (status, head_len, body_bytes): (u16, u64, u64),
     read_at: Option<Instant>,
 ) {
     if let Some(metrics) = worker.metrics() {
         let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
-        metrics.record(answered, status, micros, head.len() as u64 + body_bytes);
+        metrics.record(answered, status, micros, head_len + body_bytes);
     }
 }
 

@@ -15,7 +15,8 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use super::{discard_for, Conn};
 use crate::conn_state::ConnState;
-use crate::exchange::finish::{self, BodyRead, Sent, Sink};
+use crate::exchange::finish::{self, BodyRead, Sink};
+use crate::exchange::served::Sent;
 use crate::exchange::{self, tunnel, Exchange};
 use crate::facts::ConnFacts;
 use crate::reply::{HeadBuf, Terms};
@@ -146,6 +147,7 @@ impl Sink for Later<'_> {
         let status = if tunnel.is_some() { 101 } else { 502 };
         let sent = Sent {
             status,
+            head_len: head.len() as u64,
             head,
             body: 0,
             complete: true,
@@ -234,6 +236,7 @@ impl Conn {
                     self.send(&head).await?;
                     return Ok(Sent {
                         status: 502,
+                        head_len: head.len() as u64,
                         head,
                         body: 0,
                         complete: false,
@@ -293,6 +296,7 @@ impl Conn {
         }
         Ok(Sent {
             status,
+            head_len: head.len() as u64,
             head,
             body: sent,
             complete,

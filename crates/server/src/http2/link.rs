@@ -9,6 +9,7 @@ use bytes::Bytes;
 use h2codec::conn::Conn;
 use h2codec::frame::Reason;
 
+use super::head::Head;
 use super::slot::Slot;
 use super::streams::Streams;
 use crate::net::output::Piece;
@@ -88,7 +89,7 @@ impl Link<'_> {
     }
 
     /// Queues the response head (HTTP/1 lines); `end`: no body follows.
-    pub(super) fn head(&self, head: Bytes, end: bool) -> Result<(), Cancelled> {
+    pub(super) fn head(&self, head: Head, end: bool) -> Result<(), Cancelled> {
         let queued = self.with(|s| {
             if s.cancelled {
                 return false;

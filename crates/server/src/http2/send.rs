@@ -2,10 +2,11 @@
 //! connection-specific ones (RFC 9113 section 8.2.2), and bodies as DATA within the
 //! windows and the output's bound, file ranges read straight into the output.
 
-use bytes::{Buf, Bytes};
+use bytes::Buf;
 use h2codec::conn::{Conn, OUTPUT_HIGH};
 use h2codec::frame::Reason;
 
+use super::head::Head;
 use super::slot::Slot;
 use super::streams::Streams;
 use crate::exchange;
@@ -19,8 +20,7 @@ const FILE_CHUNK: usize = 16 * 1024;
 /// slot of its own, read from the file as it is sent.
 pub(super) struct Ready {
     pub(super) id: u32,
-    /// The head as the HTTP/1 encoder wrote it.
-    pub(super) head: Bytes,
+    pub(super) head: Head,
     pub(super) body: Vec<Piece>,
 }
 
@@ -28,7 +28,10 @@ impl Ready {
     /// Frames it; returns whether the client had cancelled the stream.
     pub(super) fn send(self, streams: &Streams, conn: &mut Conn) -> bool {
         let empty = self.body.iter().all(|p| p.len() == 0);
-        if send_head(conn, self.id, &self.head, empty).is_err() {
+        if (self.head)
+            .send(conn, self.id, empty, &streams.worker, &streams.facts)
+            .is_err()
+        {
             return true;
         }
         if empty {
@@ -172,22 +175,6 @@ pub(super) fn read_into(
     Ok(())
 }
 
-/// Frames a head the HTTP/1 encoder wrote: its status and fields, the
-/// connection-specific ones left out.
-pub(super) fn send_head(
-    conn: &mut Conn,
-    id: u32,
-    head: &[u8],
-    end_stream: bool,
-) -> Result<(), h2codec::conn::StreamGone> {
-    let Some((status, fields)) = exchange::parse_head(head) else {
-        conn.reset(id, Reason::INTERNAL_ERROR);
-        return Err(h2codec::conn::StreamGone);
-    };
-    let fields = fields.filter(|(name, _)| !is_connection_specific(name));
-    conn.send_headers(id, status, fields, end_stream)
-}
-
 /// The status of a head the HTTP/1 encoder wrote, and whether content follows it.
 /// `None` if the head does not parse (never, for heads written here).
 pub(super) fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
@@ -227,7 +214,10 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
             slot.released = 0;
         }
         if let Some((head, end)) = slot.head.take() {
-            if send_head(conn, id, &head, end).is_err() {
+            if head
+                .send(conn, id, end, &streams.worker, &streams.facts)
+                .is_err()
+            {
                 slot.cancelled = true;
             }
         }
@@ -275,30 +265,5 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
     );
     if was != (blocked, sending) {
         streams.settle();
-    }
-}
-
-/// Fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2); the length stays (it is
-/// allowed, and tells the client the size in advance).
-pub(super) fn is_connection_specific(name: &[u8]) -> bool {
-    [
-        &b"connection"[..],
-        b"keep-alive",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-connection",
-        b"te",
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn connection_specific_fields_are_told_apart_in_any_case() {
-        assert!(super::is_connection_specific(b"Transfer-Encoding"));
-        assert!(super::is_connection_specific(b"connection"));
-        assert!(!super::is_connection_specific(b"content-length"));
     }
 }

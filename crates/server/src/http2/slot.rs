@@ -9,12 +9,13 @@ use std::task::Waker;
 use bytes::Bytes;
 use h2codec::frame::Reason;
 
+use super::head::Head;
 use crate::net::output::Piece;
 
 /// Where a stream's task and the connection meet.
 pub(super) struct Slot {
-    /// The response head (HTTP/1 lines) to frame, and whether no body follows.
-    pub(super) head: Option<(Bytes, bool)>,
+    /// The response head to frame, and whether no body follows.
+    pub(super) head: Option<(Head, bool)>,
     /// The body to frame, in order: bytes, ranges of files the file cache holds in
     /// memory, and ranges of files read straight into the output as the windows and the
     /// socket take them; `end` once the last is among them.

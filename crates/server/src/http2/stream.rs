@@ -16,12 +16,14 @@ use h2codec::frame::Reason;
 use handler::{Body, LocalFuture, Response, Tunnel};
 use wire::{BodyFraming, Version};
 
+use super::head::{Head, Made};
 use super::link::{Cancelled, Link};
 use super::request::view;
 use super::send::{status_of, Ready};
 use super::streams::Streams;
-use crate::exchange::finish::{self, BodyRead, Sent, Sink};
+use crate::exchange::finish::{self, BodyRead, Sink};
 use crate::exchange::served;
+use crate::exchange::served::Sent;
 use crate::exchange::{self, Dispatched, Exchange, Work};
 use crate::facts::ConnFacts;
 use crate::net::output::Piece;
@@ -131,7 +133,7 @@ pub(super) fn start(
             };
             return Rest::Ready(Ready {
                 id,
-                head,
+                head: Head::Lines(head),
                 body: if content { pieces } else { Vec::new() },
             });
         }
@@ -160,7 +162,7 @@ pub(super) fn start(
         let mut ready = ready;
         let mut answered = answered;
         finish::settle(&mut ready, &mut answered, false);
-        let (head, body, status) = frame(streams, ready, head_only);
+        let (head, lines, body) = frame(streams, ready, head_only);
         // The filter has seen the head: its exchange ends.
         drop(filter);
         let body = match body {
@@ -169,13 +171,19 @@ pub(super) fn start(
             Body::Ready(chunks) => chunks.concat().into(),
             _ => Bytes::new(),
         };
-        let sent = (status, &head[..], body.len() as u64);
-        served::account(worker, &streams.facts, read_at, answered, sent, |record| {
+        let sent = Sent {
+            status: head.status(),
+            head_len: lines_len(streams, &head, &lines),
+            head: lines,
+            body: body.len() as u64,
+            complete: true,
+        };
+        served::account(worker, &streams.facts, read_at, answered, &sent, |record| {
             record(Some(&req))
         });
         return Rest::Ready(Ready {
             id,
-            head,
+            head: Head::Made(head),
             body: match body.is_empty() {
                 true => Vec::new(),
                 false => vec![Piece::Bytes(body)],
@@ -218,7 +226,7 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
                 }
                 Some((_, content)) => {
                     let empty = !content || pieces.iter().all(|p| p.len() == 0);
-                    match link.head(head, empty) {
+                    match link.head(Head::Lines(head), empty) {
                         Ok(()) if empty => Ok(()),
                         Ok(()) => link.pieces(pieces),
                         Err(c) => Err(c),
@@ -351,27 +359,22 @@ impl Sink for Task<'_> {
     }
 
     async fn send(&mut self, response: Response, terms: Terms) -> Result<Sent<Bytes>, Cancelled> {
-        let (head, body, status) = frame(self.streams, response, terms.head_only);
+        let (head, lines, body) = frame(self.streams, response, terms.head_only);
+        let status = head.status();
+        let head_len = lines_len(self.streams, &head, &lines);
         let link = self.link;
         let mut sent = 0u64;
-        let result = match status_of(&head, terms.head_only) {
-            None => {
-                link.reset(Reason::INTERNAL_ERROR);
-                Ok(())
-            }
-            Some((_, content)) => {
-                let empty = !content || matches!(body, Body::Empty);
-                match link.head(head.clone(), empty) {
-                    Ok(()) if empty => Ok(()),
-                    Ok(()) => send_body(link, body, &mut sent).await,
-                    Err(c) => Err(c),
-                }
-            }
+        let empty = matches!(body, Body::Empty);
+        let result = match link.head(Head::Made(head), empty) {
+            Ok(()) if empty => Ok(()),
+            Ok(()) => send_body(link, body, &mut sent).await,
+            Err(c) => Err(c),
         };
         self.cancelled = result.is_err();
         Ok(Sent {
             status,
-            head,
+            head: lines,
+            head_len,
             body: sent,
             complete: result.is_ok(),
         })
@@ -395,24 +398,35 @@ impl Sink for Task<'_> {
     }
 }
 
-/// A handler's response made ready to frame: its head written by the HTTP/1 encoder, its
-/// body (none when no content follows), and its status.
-fn frame(streams: &Streams, mut response: Response, head_only: bool) -> (Bytes, Body, u16) {
+/// A handler's response made ready to frame: its head as data, the same head as HTTP/1
+/// lines when an access log is on (for its `%{X}o` fields; empty otherwise), and its body
+/// (none when no content follows).
+fn frame(streams: &Streams, mut response: Response, head_only: bool) -> (Made, Bytes, Body) {
     let worker: &Worker = &streams.worker;
-    let mut head = Vec::with_capacity(512);
-    let framing = exchange::write_head(
-        worker,
-        &streams.facts,
-        &mut head,
-        &response,
-        head_only,
-        Version::Http2,
-        true,
-    );
-    if framing.is_none() {
-        response.body = Body::Empty;
+    let lines = match worker.log.borrow().is_some() {
+        true => {
+            let mut lines = Vec::with_capacity(512);
+            let (facts, version) = (&streams.facts, Version::Http2);
+            exchange::write_head(
+                worker, facts, &mut lines, &response, head_only, version, true,
+            );
+            Bytes::from(lines)
+        }
+        false => Bytes::new(),
+    };
+    let (head, content) = Made::take(&mut response, head_only);
+    let body = if content { response.body } else { Body::Empty };
+    (head, lines, body)
+}
+
+/// The size of a head as HTTP/1 lines, which the metrics count (`lines` when they were
+/// written for the log).
+fn lines_len(streams: &Streams, head: &Made, lines: &Bytes) -> u64 {
+    match (lines.is_empty(), streams.worker.shared.metrics_on) {
+        (false, _) => lines.len() as u64,
+        (true, true) => head.lines_len(&streams.worker, &streams.facts),
+        (true, false) => 0,
     }
-    (Bytes::from(head), response.body, response.head.status())
 }
 
 /// The request body for a handler that reads it, within `limits.max_body_size` (413
