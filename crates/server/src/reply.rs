@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 
+use handler::ResponseHead;
 use wire::{Framing, Method, Request, Version};
 
 use crate::facts::ConnFacts;
@@ -37,8 +38,95 @@ pub(crate) struct Terms {
     pub keep_alive: bool,
 }
 
+/// Writes the head of a response the server makes itself (a file, a refusal, a
+/// redirect): as HTTP/1 lines into the output batch, or, when the output takes fields
+/// ([`Output::want_fields`], HTTP/2), as fields, which HTTP/2 encodes without reading
+/// lines back. The body goes into the batch either way.
+pub(crate) struct HeadWriter<'o> {
+    out: &'o mut Output,
+}
+
+impl<'o> HeadWriter<'o> {
+    /// Starts a head: its status, then Server, Date, and HSTS on TLS when set.
+    pub(crate) fn start(
+        worker: &Worker,
+        conn: &ConnFacts,
+        out: &'o mut Output,
+        status: u16,
+    ) -> HeadWriter<'o> {
+        match out.fields_mut() {
+            None => start_head(worker, conn, out.buf(), status),
+            Some(head) => {
+                head.reset(status);
+                head.append(b"Server", b"tessera");
+                head.append(b"Date", &worker.clock.date_value());
+                if conn.secure() {
+                    let current = worker.current.borrow();
+                    if let Some(value) = &current.gen.config.tls.hsts {
+                        head.append(b"Strict-Transport-Security", value.as_bytes());
+                    }
+                }
+            }
+        }
+        HeadWriter { out }
+    }
+
+    pub(crate) fn field(&mut self, name: &[u8], value: &[u8]) {
+        match self.out.fields_mut() {
+            None => wire::write_field(self.out.buf(), name, value),
+            Some(head) => head.append(name, value),
+        }
+    }
+
+    /// Fields kept pre-encoded (an open file's): `lines` as HTTP/1 writes them, `fields`
+    /// the same, one by one, for HTTP/2.
+    pub(crate) fn block<'f>(
+        &mut self,
+        lines: &[u8],
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+    ) {
+        match self.out.fields_mut() {
+            None => self.out.buf().extend_from_slice(lines),
+            Some(head) => fields.for_each(|(name, value)| head.append(name, value)),
+        }
+    }
+
+    /// Ends the head with its framing (HTTP/1: and the connection's fate).
+    pub(crate) fn end(self, framing: Framing, version: Version, keep_alive: bool) {
+        match self.out.fields_mut() {
+            None => wire::write_framing(self.out.buf(), framing, version, keep_alive),
+            Some(head) => {
+                if let Framing::Length(length) = framing {
+                    head.append(
+                        b"Content-Length",
+                        itoa::Buffer::new().format(length).as_bytes(),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A head as HTTP/1 lines (status line, fields, blank line): for the access log of a
+/// response whose head was written as fields.
+pub(crate) fn lines_of(head: &ResponseHead, buf: &mut Vec<u8>) {
+    wire::write_status_line(buf, head.status());
+    for (name, value) in head.iter() {
+        wire::write_field(buf, name, value);
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// The length of [`lines_of`] without writing them: what the metrics count for a head.
+pub(crate) fn lines_len(head: &ResponseHead) -> u64 {
+    let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(head.status()).len();
+    let fields: usize = head.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    (status_line + fields + 2) as u64
+}
+
 /// A response with a small generated HTML body (or none for 204 and 304), as nginx
-/// sends for errors and redirects.
+/// sends for errors and redirects. `extra`: fields before the body's (Allow, Location,
+/// Content-Range).
 pub(crate) fn simple(
     worker: &Worker,
     conn: &ConnFacts,
@@ -46,23 +134,23 @@ pub(crate) fn simple(
     req: &Request<'_, '_>,
     keep_alive: bool,
     status: u16,
-    extra_headers: &[u8],
+    extra: &[(&[u8], &[u8])],
 ) {
     let terms = Terms {
         head_only: req.method == Method::Head,
         version: req.version,
         keep_alive,
     };
-    write_simple(worker, conn, out.buf(), status, extra_headers, terms);
+    write_simple(worker, conn, out, status, extra, terms);
 }
 
 /// The same, for refusals that come before a request could be parsed.
 pub(crate) fn write_simple(
     worker: &Worker,
     conn: &ConnFacts,
-    buf: &mut Vec<u8>,
+    out: &mut Output,
     status: u16,
-    extra_headers: &[u8],
+    extra: &[(&[u8], &[u8])],
     terms: Terms,
 ) {
     let Terms {
@@ -70,19 +158,19 @@ pub(crate) fn write_simple(
         version,
         keep_alive,
     } = terms;
-    start_head(worker, conn, buf, status);
-    buf.extend_from_slice(extra_headers);
+    let mut head = HeadWriter::start(worker, conn, out, status);
+    for &(name, value) in extra {
+        head.field(name, value);
+    }
     if wire::bodiless(status) {
-        wire::write_framing(buf, Framing::None, version, keep_alive);
+        head.end(Framing::None, version, keep_alive);
         return;
     }
-    buf.extend_from_slice(b"Content-Type: ");
-    buf.extend_from_slice(handler::STATUS_PAGE_TYPE);
-    buf.extend_from_slice(b"\r\n");
+    head.field(b"Content-Type", handler::STATUS_PAGE_TYPE);
     let len = handler::status_page_len(status);
-    wire::write_framing(buf, Framing::Length(len as u64), version, keep_alive);
+    head.end(Framing::Length(len as u64), version, keep_alive);
     if !head_only {
-        handler::write_status_page(buf, status);
+        handler::write_status_page(out.buf(), status);
     }
 }
 

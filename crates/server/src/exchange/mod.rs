@@ -193,7 +193,9 @@ pub(crate) fn answer(
                 Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
                 _ => false,
             };
-            if !small {
+            // HTTP/2 (an output that takes fields) frames a handler's head from its
+            // fields: the response goes to the stream as ready.
+            if !small || out.fields().is_some() {
                 return attach(later(Work::Ready(response)), filter);
             }
             let buf = out.buf();
@@ -270,7 +272,7 @@ fn choose_site(
         Some(tls) if !tls.sni => Ok(tls.site),
         Some(tls) => match hosts.select_named(req) {
             Some(named) if named != tls.site => {
-                reply::simple(worker, conn, out, req, keep_alive, 421, b"");
+                reply::simple(worker, conn, out, req, keep_alive, 421, &[]);
                 Err(tls.site)
             }
             _ => Ok(tls.site),
@@ -301,27 +303,30 @@ fn redirect_https(
                 .all(|&b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
     };
     let Some(host) = host.filter(is_name) else {
-        reply::simple(worker, conn, out, req, keep_alive, 400, b"");
+        reply::simple(worker, conn, out, req, keep_alive, 400, &[]);
         return;
     };
-    let buf = out.buf();
-    reply::start_head(worker, conn, buf, 308);
-    buf.extend_from_slice(b"Location: https://");
-    buf.extend_from_slice(host);
+    // The Location, built in the worker's reused C-path buffer (no allocation; no file
+    // is opened meanwhile).
+    let mut location = worker.cpath.borrow_mut();
+    location.clear();
+    location.extend_from_slice(b"https://");
+    location.extend_from_slice(host);
     match worker.shared.https_port {
         Some(443) | None => {}
         Some(port) => {
-            buf.push(b':');
-            wire::write_decimal(buf, port as u64);
+            location.push(b':');
+            wire::write_decimal(&mut location, port as u64);
         }
     }
-    buf.extend_from_slice(if req.target.starts_with(b"/") {
+    location.extend_from_slice(if req.target.starts_with(b"/") {
         req.target
     } else {
         b"/"
     });
-    buf.extend_from_slice(b"\r\n");
-    wire::write_framing(buf, wire::Framing::Length(0), req.version, keep_alive);
+    let mut head = reply::HeadWriter::start(worker, conn, out, 308);
+    head.field(b"Location", &location);
+    head.end(wire::Framing::Length(0), req.version, keep_alive);
 }
 
 /// What a request's Accept-Encoding allows (read without allocating).
@@ -457,6 +462,10 @@ pub(crate) fn framing(response: &Response, head_only: bool) -> (Framing, bool) {
 /// place such a head is read back, and only under a filter. Date, Server and the
 /// framing stay as they were.
 fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
+    if let Some(fields) = out.fields_mut() {
+        filter_fields(filter, fields);
+        return;
+    }
     let (at, written) = out.head_since(mark);
     let written = written.to_vec();
     let Some((status, fields)) = parse_head(&written) else {
@@ -491,11 +500,40 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
     out.replace_head(at, written.len(), &new_head);
 }
 
-pub(crate) type Field<'a> = (&'a [u8], &'a [u8]);
+/// [`filter_written`] for a head written as fields (HTTP/2): the filter sees it without
+/// Date, Server and the framing, which stay as the file handler wrote them.
+fn filter_fields(filter: &mut dyn Attached, written: &mut ResponseHead) {
+    let kept_field = |name: &[u8]| {
+        wire::is_framing_field(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+    };
+    let mut head = ResponseHead::new(written.status());
+    for (name, value) in written.iter().filter(|(n, _)| !kept_field(n)) {
+        head.append(name, value);
+    }
+    if filter.response(&mut head, true) == Filter::Failed {
+        return;
+    }
+    let mut new = ResponseHead::new(head.status());
+    let kept = || written.iter().filter(|(n, _)| kept_field(n));
+    for (name, value) in kept().filter(|(n, _)| !wire::is_framing_field(n)) {
+        new.append(name, value);
+    }
+    for (name, value) in head.iter() {
+        new.append(name, value);
+    }
+    for (name, value) in kept().filter(|(n, _)| wire::is_framing_field(n)) {
+        new.append(name, value);
+    }
+    *written = new;
+}
+
+type Field<'a> = (&'a [u8], &'a [u8]);
 
 /// The status of a response head this server wrote, and its fields. `None` when the
 /// status line has no status (never, for heads written here).
-pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
+fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
     let digits = head.get(9..12)?;
     if !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -509,7 +547,7 @@ pub(crate) fn parse_head(head: &[u8]) -> Option<(u16, HeadFields<'_>)> {
 
 /// The fields of a head, in order, found as they are read (no list of them is built).
 #[derive(Clone)]
-pub(crate) struct HeadFields<'a> {
+struct HeadFields<'a> {
     rest: &'a [u8],
 }
 

@@ -7,6 +7,7 @@ use crate::access_log::Entry;
 use crate::facts::ConnFacts;
 use crate::metrics::Answered;
 use crate::net::output::{Mark, Output};
+use crate::reply::{self, HeadBuf};
 use crate::worker::Worker;
 
 /// What a protocol sent of a response: for the metrics and the access log.
@@ -60,6 +61,28 @@ pub(crate) fn log(
 ) {
     let logging = worker.log.borrow().is_some();
     if !logging && !worker.shared.metrics_on {
+        return;
+    }
+    if let Some(head) = out.fields() {
+        // Written as fields (HTTP/2): counted and logged as the same head in lines.
+        let body_bytes = out.added_since(mark);
+        if let Some((_, answered)) = request {
+            let counted = (head.status(), reply::lines_len(head), body_bytes);
+            count(worker, answered, counted, read_at);
+        }
+        if logging {
+            let mut lines = HeadBuf::take();
+            reply::lines_of(head, &mut lines);
+            let response = (head.status(), &lines[..], body_bytes);
+            record(
+                worker,
+                conn,
+                read_at,
+                request.map(|(r, _)| r),
+                raw_line,
+                response,
+            );
+        }
         return;
     }
     let response = out.since(mark);

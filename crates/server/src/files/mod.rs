@@ -22,7 +22,7 @@ use wire::{Framing, Method, Request};
 use crate::config::CacheControlRule;
 use crate::facts::ConnFacts;
 use crate::net::output::Output;
-use crate::reply::{simple, start_head};
+use crate::reply::{simple, HeadWriter};
 use crate::sites::Site;
 use crate::sys;
 use crate::worker::Worker;
@@ -32,7 +32,7 @@ use open::{AcceptEncoding, Coding, Identities, Identity, Resource};
 use range::Ranges;
 
 /// What a static resource allows: the Allow header of 405s and OPTIONS answers.
-const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
+const ALLOW: &[(&[u8], &[u8])] = &[(b"Allow", b"GET, HEAD, OPTIONS")];
 
 /// Answers a request for a static file. Writes the whole response into `out`. `path`
 /// is the request's path decoded and normalised (`None`: it does not normalise, 400).
@@ -49,7 +49,7 @@ pub(crate) fn respond(
         Method::Get => true,
         Method::Head => false,
         Method::Options => return options(req, path, worker, conn, site, out, keep_alive),
-        Method::Other => return simple(worker, conn, out, req, keep_alive, 501, b""),
+        Method::Other => return simple(worker, conn, out, req, keep_alive, 501, &[]),
         // Methods tessera knows but files do not support, TRACE among them: RFC 9110
         // section 9.3.8 leaves TRACE optional, and echoing requests back only helps
         // cross-site tracing attacks.
@@ -64,7 +64,7 @@ pub(crate) fn respond(
     let entry = match lookup(path, worker, site, accept) {
         Ok(entry) => entry,
         Err(Miss::Status(status)) => {
-            return simple(worker, conn, out, req, keep_alive, status, b"")
+            return simple(worker, conn, out, req, keep_alive, status, &[])
         }
         Err(Miss::AddSlash) => return redirect_with_slash(worker, conn, out, req, keep_alive),
         // A listing is generated for this request alone: no validators, no ranges.
@@ -76,13 +76,12 @@ pub(crate) fn respond(
     match conditional::evaluate(&conditions, entry.etag(), entry.mtime, now) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
-            let buf = out.buf();
-            start_head(worker, conn, buf, 304);
-            buf.extend_from_slice(entry.validators());
-            wire::write_framing(buf, Framing::None, req.version, keep_alive);
+            let mut head = HeadWriter::start(worker, conn, out, 304);
+            head.block(entry.validators(), entry.fields_of(entry.validators()));
+            head.end(Framing::None, req.version, keep_alive);
             return;
         }
-        Outcome::PreconditionFailed => return simple(worker, conn, out, req, keep_alive, 412, b""),
+        Outcome::PreconditionFailed => return simple(worker, conn, out, req, keep_alive, 412, &[]),
     }
     // Range is defined for GET only (RFC 9110 section 14.2); HEAD gets the 200 head.
     if let (true, Some(range)) = (get, conditions.range) {
@@ -128,7 +127,7 @@ fn options(
         Ok(_) | Err(Miss::AddSlash | Miss::Listing(_)) => {
             simple(worker, conn, out, req, keep_alive, 204, ALLOW)
         }
-        Err(Miss::Status(status)) => simple(worker, conn, out, req, keep_alive, status, b""),
+        Err(Miss::Status(status)) => simple(worker, conn, out, req, keep_alive, status, &[]),
     }
 }
 
@@ -142,10 +141,9 @@ fn send_whole(
     entry: Arc<FileEntry>,
     get: bool,
 ) {
-    let buf = out.buf();
-    start_head(worker, conn, buf, 200);
-    buf.extend_from_slice(entry.head());
-    wire::write_framing(buf, Framing::Length(entry.len), req.version, keep_alive);
+    let mut head = HeadWriter::start(worker, conn, out, 200);
+    head.block(entry.head(), entry.fields_of(entry.head()));
+    head.end(Framing::Length(entry.len), req.version, keep_alive);
     if get && entry.len > 0 {
         let len = entry.len;
         push_body(out, entry, 0, len);
@@ -162,17 +160,15 @@ fn send_range(
     entry: Arc<FileEntry>,
     (first, last): (u64, u64),
 ) {
-    let buf = out.buf();
-    start_head(worker, conn, buf, 206);
-    buf.extend_from_slice(entry.partial_head());
-    content_range(buf, first, last, entry.len);
-    buf.extend_from_slice(b"\r\n");
-    wire::write_framing(
-        buf,
-        Framing::Length(last - first + 1),
-        req.version,
-        keep_alive,
+    let mut head = HeadWriter::start(worker, conn, out, 206);
+    head.block(entry.partial_head(), entry.fields_of(entry.partial_head()));
+    let mut range = [0u8; CONTENT_RANGE_MAX];
+    head.field(
+        b"Content-Range",
+        content_range(&mut range, first, last, entry.len),
     );
+    let length = Framing::Length(last - first + 1);
+    head.end(length, req.version, keep_alive);
     push_body(out, entry, first, last - first + 1);
 }
 
@@ -204,21 +200,29 @@ fn send_multipart(
             + numbers.format(last).len() as u64
             + (last - first + 1);
     }
-    let buf = out.buf();
-    start_head(worker, conn, buf, 206);
-    buf.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
-    buf.extend_from_slice(boundary);
-    buf.extend_from_slice(b"\r\n");
-    buf.extend_from_slice(entry.multipart_head());
-    wire::write_framing(buf, Framing::Length(length), req.version, keep_alive);
+    let mut head = HeadWriter::start(worker, conn, out, 206);
+    let mut content_type = [0u8; 64];
+    let prefix = b"multipart/byteranges; boundary=";
+    content_type[..prefix.len()].copy_from_slice(prefix);
+    content_type[prefix.len()..prefix.len() + boundary.len()].copy_from_slice(boundary);
+    head.field(
+        b"Content-Type",
+        &content_type[..prefix.len() + boundary.len()],
+    );
+    head.block(
+        entry.multipart_head(),
+        entry.fields_of(entry.multipart_head()),
+    );
+    head.end(Framing::Length(length), req.version, keep_alive);
     for &(first, last) in ranges {
         let buf = out.buf();
         buf.extend_from_slice(b"\r\n--");
         buf.extend_from_slice(boundary);
         buf.extend_from_slice(b"\r\nContent-Type: ");
         buf.extend_from_slice(entry.content_type.as_bytes());
-        buf.extend_from_slice(b"\r\n");
-        content_range(buf, first, last, entry.len);
+        buf.extend_from_slice(b"\r\nContent-Range: ");
+        let mut range = [0u8; CONTENT_RANGE_MAX];
+        buf.extend_from_slice(content_range(&mut range, first, last, entry.len));
         buf.extend_from_slice(b"\r\n\r\n");
         push_body(out, entry.clone(), first, last - first + 1);
     }
@@ -237,12 +241,20 @@ fn unsatisfiable(
     keep_alive: bool,
     len: u64,
 ) {
-    let mut header = [0u8; 64];
-    let mut cursor = &mut header[..];
+    let mut value = [0u8; 32];
+    let mut cursor = &mut value[..];
     // At most 20 digits: always fits.
-    let _ = write!(cursor, "Content-Range: bytes */{len}\r\n");
-    let used = 64 - cursor.len();
-    simple(worker, conn, out, req, keep_alive, 416, &header[..used]);
+    let _ = write!(cursor, "bytes */{len}");
+    let used = 32 - cursor.len();
+    simple(
+        worker,
+        conn,
+        out,
+        req,
+        keep_alive,
+        416,
+        &[(b"Content-Range", &value[..used])],
+    );
 }
 
 /// A multipart boundary that no file is likely to contain: 16 hex digits from a keyed
@@ -268,15 +280,25 @@ fn push_body(out: &mut Output, entry: Arc<FileEntry>, offset: u64, len: u64) {
     }
 }
 
-/// `Content-Range: bytes FIRST-LAST/LEN`, without the CRLF.
-fn content_range(buf: &mut Vec<u8>, first: u64, last: u64, len: u64) {
+/// The longest Content-Range value: `bytes ` and three numbers of up to 20 digits.
+const CONTENT_RANGE_MAX: usize = 6 + 3 * 20 + 2;
+
+/// The Content-Range value `bytes FIRST-LAST/LEN`, written into `room`.
+fn content_range(room: &mut [u8; CONTENT_RANGE_MAX], first: u64, last: u64, len: u64) -> &[u8] {
     let mut numbers = itoa::Buffer::new();
-    buf.extend_from_slice(b"Content-Range: bytes ");
-    buf.extend_from_slice(numbers.format(first).as_bytes());
-    buf.push(b'-');
-    buf.extend_from_slice(numbers.format(last).as_bytes());
-    buf.push(b'/');
-    buf.extend_from_slice(numbers.format(len).as_bytes());
+    room[..6].copy_from_slice(b"bytes ");
+    let mut at = 6;
+    let digits = numbers.format(first).as_bytes();
+    room[at..at + digits.len()].copy_from_slice(digits);
+    at += digits.len();
+    for (sep, n) in [(b'-', last), (b'/', len)] {
+        room[at] = sep;
+        at += 1;
+        let digits = numbers.format(n).as_bytes();
+        room[at..at + digits.len()].copy_from_slice(digits);
+        at += digits.len();
+    }
+    &room[..at]
 }
 
 /// Why a path has no cached file to send.
@@ -494,13 +516,19 @@ fn redirect_with_slash(
         Some(q) => req.path.split_at(q),
         None => (req.path, &b""[..]),
     };
-    let mut location = Vec::with_capacity(path.len() + query.len() + 16);
-    location.extend_from_slice(b"Location: ");
+    let mut location = Vec::with_capacity(path.len() + query.len() + 1);
     location.extend_from_slice(path);
     location.push(b'/');
     location.extend_from_slice(query);
-    location.extend_from_slice(b"\r\n");
-    simple(worker, conn, out, req, keep_alive, 301, &location);
+    simple(
+        worker,
+        conn,
+        out,
+        req,
+        keep_alive,
+        301,
+        &[(b"Location", &location)],
+    );
 }
 
 /// The media type for a file name, by extension; text types carry `charset=utf-8`.

@@ -33,6 +33,10 @@ pub(crate) struct FileEntry {
     /// Content-Encoding (siblings only); then, from `validators_at`, the lines a 304
     /// repeats: Last-Modified, ETag, Vary (when the path has siblings), Cache-Control.
     head: Box<[u8]>,
+    /// The same lines as fields, for HTTP/2: per line, where its name starts, where its
+    /// value starts and where the value ends, in `head` (found once, when the entry is
+    /// made, so no request reads the lines back).
+    fields: Box<[(u32, u32, u32, u32)]>,
     after_accept_ranges: usize,
     after_type: usize,
     validators_at: usize,
@@ -75,6 +79,21 @@ impl FileEntry {
     /// The header lines a 304 carries.
     pub fn validators(&self) -> &[u8] {
         &self.head[self.validators_at..]
+    }
+
+    /// The fields of the lines from `lines` on (one of [`FileEntry::head`],
+    /// [`FileEntry::partial_head`], [`FileEntry::multipart_head`],
+    /// [`FileEntry::validators`]), one by one.
+    pub fn fields_of<'a>(&'a self, lines: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        let from = self.head.len() - lines.len();
+        let head = &self.head;
+        self.fields
+            .iter()
+            .filter(move |&&(name, _, _, _)| name as usize >= from)
+            .map(move |&(name, name_end, value, end)| {
+                let at = |i: u32| i as usize;
+                (&head[at(name)..at(name_end)], &head[at(value)..at(end)])
+            })
     }
 
     /// The entity tag, quotes included.
@@ -180,12 +199,14 @@ impl FileEntry {
         let etag = (etag_start, head.len());
         head.extend_from_slice(b"\r\n");
         head.extend_from_slice(extra);
+        let fields = index_fields(&head);
         FileEntry {
             file,
             len,
             body,
             in_memory,
             head: head.into_boxed_slice(),
+            fields,
             after_accept_ranges,
             after_type,
             validators_at,
@@ -205,12 +226,14 @@ impl FileEntry {
         head.extend_from_slice(content_type.as_bytes());
         head.extend_from_slice(b"\r\n");
         let after_type = head.len();
+        let fields = index_fields(&head);
         FileEntry {
             file,
             len: body.len() as u64,
             body: body.into_boxed_slice(),
             in_memory: true,
             head: head.into_boxed_slice(),
+            fields,
             after_accept_ranges: 0,
             after_type,
             validators_at: after_type,
@@ -455,6 +478,24 @@ impl FileCache {
     pub fn remove(&self, key: &[u8]) {
         self.shard(key).remove(key);
     }
+}
+
+/// Where each `Name: value\r\n` line of `head` has its name, its value and the value's
+/// end (the entry's own lines: never longer than a few hundred bytes).
+fn index_fields(head: &[u8]) -> Box<[(u32, u32, u32, u32)]> {
+    let mut fields = Vec::new();
+    let mut start = 0;
+    while let Some(eol) = memchr::memmem::find(&head[start..], b"\r\n") {
+        let line = &head[start..start + eol];
+        if let Some(colon) = memchr::memchr(b':', line) {
+            let space = usize::from(line.get(colon + 1) == Some(&b' '));
+            let value = start + colon + 1 + space;
+            let at = |i: usize| i as u32;
+            fields.push((at(start), at(start + colon), at(value), at(start + eol)));
+        }
+        start += eol + 2;
+    }
+    fields.into_boxed_slice()
 }
 
 #[cfg(test)]

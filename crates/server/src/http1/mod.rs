@@ -398,7 +398,7 @@ impl Conn {
                         version: Version::Http11,
                         keep_alive: false,
                     };
-                    reply::write_simple(worker, &facts, out.buf(), e.status(), b"", terms);
+                    reply::write_simple(worker, &facts, out, e.status(), &[], terms);
                     let line_end = memchr::memchr2(b'\r', b'\n', pending).unwrap_or(pending.len());
                     log(
                         worker,

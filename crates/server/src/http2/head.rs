@@ -1,10 +1,9 @@
-//! A response head as HTTP/2 frames it: a handler's head as data ([`Made`]), HPACK-encoded
-//! straight from its fields with the ones the server adds (RFC 9113 section 8.3.2), or
-//! the lines the static files wrote ([`Head::Lines`]).
+//! A response head as HTTP/2 frames it, HPACK-encoded straight from fields: a handler's
+//! head as data ([`Made`]) with the fields the server adds, or a head the server wrote
+//! as fields itself ([`Head::Fields`]: a file, a refusal). No HTTP/1 line is written and
+//! read back (RFC 9113 section 8.3.2 for what is left out).
 
-use bytes::Bytes;
 use h2codec::conn::{Conn, StreamGone};
-use h2codec::frame::Reason;
 use handler::{Response, ResponseHead};
 use wire::Framing;
 
@@ -14,10 +13,10 @@ use crate::worker::Worker;
 
 /// A head waiting to be framed.
 pub(super) enum Head {
-    /// HTTP/1 lines, as the static files write every response (the server's own
-    /// replies too): read field by field when framed.
-    Lines(Bytes),
-    /// A handler's head, as data.
+    /// Written as fields by the server (a file, a refusal, a redirect: `reply`), every
+    /// field there already.
+    Fields(ResponseHead),
+    /// A handler's head, as data, framed with the fields the server adds.
     Made(Made),
 }
 
@@ -33,13 +32,11 @@ impl Head {
         facts: &ConnFacts,
     ) -> Result<(), StreamGone> {
         match self {
-            Head::Lines(lines) => {
-                let Some((status, fields)) = exchange::parse_head(lines) else {
-                    conn.reset(id, Reason::INTERNAL_ERROR);
-                    return Err(StreamGone);
-                };
-                let fields = fields.filter(|(name, _)| !is_connection_specific(name));
-                conn.send_headers(id, status, fields, end_stream)
+            Head::Fields(head) => {
+                let fields = head
+                    .iter()
+                    .filter(|(name, _)| !is_connection_specific(name));
+                conn.send_headers(id, head.status(), fields, end_stream)
             }
             Head::Made(made) => made.send(conn, id, end_stream, worker, facts),
         }

@@ -9,7 +9,6 @@ use h2codec::frame::Reason;
 use super::head::Head;
 use super::slot::Slot;
 use super::streams::Streams;
-use crate::exchange;
 use crate::net::output::Piece;
 
 /// Largest DATA payload read from a file at a time.
@@ -173,13 +172,6 @@ pub(super) fn read_into(
         }
     }
     Ok(())
-}
-
-/// The status of a head the HTTP/1 encoder wrote, and whether content follows it.
-/// `None` if the head does not parse (never, for heads written here).
-pub(super) fn status_of(head: &[u8], head_only: bool) -> Option<(u16, bool)> {
-    let (status, _) = exchange::parse_head(head)?;
-    Some((status, !wire::no_body(head_only, status)))
 }
 
 /// Frames what the slots hold, as far as the windows allow: heads, body bytes, the

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use h2codec::conn::{OwnedRequest, Request};
 use h2codec::frame::Reason;
-use handler::{Body, LocalFuture, Response, Tunnel};
+use handler::{Body, LocalFuture, Response, ResponseHead, Tunnel};
 use wire::{BodyFraming, Version};
 
 use super::head::{Head, Made};
 use super::link::{Cancelled, Link};
 use super::request::view;
-use super::send::{status_of, Ready};
+use super::send::Ready;
 use super::streams::Streams;
 use crate::exchange::finish::{self, BodyRead, Sink};
 use crate::exchange::served;
@@ -57,7 +57,10 @@ pub(super) struct Pending {
 enum Waits {
     /// The static files' answer, logged already: its head and its body's pieces; the
     /// request body, if any, is skipped first.
-    Pieces { head: Bytes, pieces: Vec<Piece> },
+    Pieces {
+        head: ResponseHead,
+        pieces: Vec<Piece>,
+    },
     /// A handler's answer to come.
     Exchange {
         exchange: handler::Pooled<Exchange>,
@@ -86,11 +89,13 @@ pub(super) fn start(
     );
     let mut buffers = worker.take_buffers();
     let out = &mut buffers.out;
+    // The server's own answers (files, refusals) write their heads as fields.
+    out.want_fields(ResponseHead::with_capacity(0, 12, 320));
     let mark = out.mark();
     let dispatched = match refusal {
         Some(e) => {
             worker.refused(streams.facts.peer, e);
-            crate::reply::simple(worker, &streams.facts, out, &req, true, e.status(), b"");
+            crate::reply::simple(worker, &streams.facts, out, &req, true, e.status(), &[]);
             let current = worker.current();
             let site = current.gen.sites.hosts.select(&req);
             Dispatched::Done(crate::metrics::Answered {
@@ -112,9 +117,8 @@ pub(super) fn start(
                 out,
                 mark,
             );
-            let (_, head, _) = out.since(mark);
-            let head = Bytes::copy_from_slice(head);
-            let pieces = out.take_pieces(head.len());
+            let head = out.take_fields().unwrap_or_default();
+            let pieces = out.take_pieces(0);
             worker.give_back(buffers);
             // A request body nobody reads (a static file's) is skipped to its end before
             // the response goes out, as HTTP/1 does: that waits, on a task. A refused
@@ -128,12 +132,14 @@ pub(super) fn start(
                 }));
             }
             let head_only = req.method == wire::Method::Head;
-            let Some((_, content)) = status_of(&head, head_only) else {
+            if head.status() == 0 {
+                // Nothing wrote a head (never: every answer here writes one).
                 return Rest::Ended;
-            };
+            }
+            let content = !wire::no_body(head_only, head.status());
             return Rest::Ready(Ready {
                 id,
-                head: Head::Lines(head),
+                head: Head::Fields(head),
                 body: if content { pieces } else { Vec::new() },
             });
         }
@@ -219,14 +225,16 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
             if !end_stream {
                 skip_body(&streams.worker, &link).await;
             }
-            match status_of(&head, request.view().method() == b"HEAD") {
-                None => {
+            let head_only = request.view().method() == b"HEAD";
+            match head.status() {
+                0 => {
                     link.reset(Reason::INTERNAL_ERROR);
                     Ok(())
                 }
-                Some((_, content)) => {
+                status => {
+                    let content = !wire::no_body(head_only, status);
                     let empty = !content || pieces.iter().all(|p| p.len() == 0);
-                    match link.head(Head::Lines(head), empty) {
+                    match link.head(Head::Fields(head), empty) {
                         Ok(()) if empty => Ok(()),
                         Ok(()) => link.pieces(pieces),
                         Err(c) => Err(c),

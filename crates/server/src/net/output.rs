@@ -59,6 +59,9 @@ pub(crate) struct Output {
     outside: u64,
     /// The connection closes once this batch is out ([`Output::close_after`]).
     closing: bool,
+    /// For HTTP/2: the head of the response being made, as fields (`reply::HeadWriter`
+    /// writes there instead of into `buf`); its body still goes into the batch.
+    fields: Option<handler::ResponseHead>,
 }
 
 /// Where the output stood before a response was added (see [`Output::since`]).
@@ -125,7 +128,32 @@ impl Output {
             reserve,
             outside: 0,
             closing: false,
+            fields: None,
         }
+    }
+
+    /// From now on, heads go into `head` as fields (HTTP/2), until [`Output::take_fields`].
+    pub(crate) fn want_fields(&mut self, head: handler::ResponseHead) {
+        self.fields = Some(head);
+    }
+
+    /// The fields head, when heads go there.
+    pub(crate) fn fields(&self) -> Option<&handler::ResponseHead> {
+        self.fields.as_ref()
+    }
+
+    pub(crate) fn fields_mut(&mut self) -> Option<&mut handler::ResponseHead> {
+        self.fields.as_mut()
+    }
+
+    pub(crate) fn take_fields(&mut self) -> Option<handler::ResponseHead> {
+        self.fields.take()
+    }
+
+    /// Body bytes added since `mark` (in the buffer and outside it), for a response whose
+    /// head went into the fields head.
+    pub(crate) fn added_since(&self, mark: Mark) -> u64 {
+        (self.buf.len() - mark.buf) as u64 + (self.outside - mark.outside)
     }
 
     pub fn mark(&self) -> Mark {
@@ -244,6 +272,8 @@ impl Output {
         self.index = 0;
         self.skip = 0;
         self.outside = 0;
+        // A buffer set lent to an HTTP/1 connection next must write lines.
+        self.fields = None;
     }
 
     /// Writes as much as the socket takes without waiting.
