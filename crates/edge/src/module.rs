@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use compress::HeadPolicy;
 use handler::{
     Answer, BodyError, Chunks, Deferred, LocalFuture, Module, Request, Response, ResponseHead,
     Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory,
@@ -369,7 +370,7 @@ impl Service for EdgeService {
             upstream,
             mode,
             route: req.tag as usize,
-            accepted: handler::compress::Accepted::parse(req.head.header("accept-encoding")),
+            accepted: compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
         })
     }
@@ -438,7 +439,7 @@ struct Proxied {
     mode: EsiMode,
     /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
-    accepted: handler::compress::Accepted,
+    accepted: compress::Accepted,
     request: ProxyRequest,
 }
 
@@ -487,8 +488,8 @@ impl Deferred for Proxied {
 fn response_of(
     edge: &Edge,
     response: ProxyResponse,
-    compression: Option<&handler::compress::Compression>,
-    accepted: handler::compress::Accepted,
+    compression: Option<&compress::Compression>,
+    accepted: compress::Accepted,
 ) -> Response {
     let mut head;
     let cached = response.head_h1.is_some();

@@ -266,7 +266,7 @@ impl Server {
         }
         // One budget for the process, whatever the sites (docs/compression.md); set once
         // nothing before the workers can fail.
-        handler::compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
+        compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
         let mut threads = Vec::new();
         for (id, log) in logs.into_iter().enumerate() {
             let shared = self.shared.clone();
@@ -445,7 +445,7 @@ impl Running {
             *current_plan = plan;
         }
         // Nothing can fail from here on.
-        handler::compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
+        compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
         let listeners_added = opened.iter().map(|l| l.local).collect();
         let mut listeners_removed = Vec::new();
         {

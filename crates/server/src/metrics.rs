@@ -350,7 +350,7 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             sum(&|w| &w.file_cache[i]),
         );
     }
-    let streams = &handler::compress::STREAM_MEMORY;
+    let streams = &compress::STREAM_MEMORY;
     out.gauge(
         "tessera_compression_stream_bytes",
         "Bytes of compression_memory reserved by responses compressing as they stream.",
