@@ -13,8 +13,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use compress::HeadPolicy;
 use handler::{
-    Answer, BodyError, Chunks, Deferred, LocalFuture, Module, Request, Response, ResponseHead,
-    Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory,
+    Answer, BodyError, Chunks, Deferred, KindLabels, LocalFuture, Module, Request, Response,
+    ResponseHead, Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams,
+    UpstreamsFactory,
 };
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -67,6 +68,13 @@ pub struct EdgeModule {
 }
 
 impl EdgeModule {
+    /// The `kind` labels of its responses in request metrics: a page assembled from
+    /// fragments counts apart from the others.
+    pub const KINDS: KindLabels = KindLabels {
+        answered: "proxy",
+        assembled: Some("esi"),
+    };
+
     /// Checks the configuration and builds the process's cache (and its Redis tier). A
     /// configuration with upstreams but no route that proxies is a client for scripts
     /// only: it caches nothing.
@@ -230,8 +238,8 @@ impl Module for EdgeModule {
         })
     }
 
-    fn kind(&self) -> &'static str {
-        "proxy"
+    fn kinds(&self) -> KindLabels {
+        EdgeModule::KINDS
     }
 
     fn metrics(&self, out: &mut handler::Metrics) {

@@ -166,8 +166,9 @@ impl ResponseHead {
         self.compression.as_ref()
     }
 
-    /// Marks a page assembled from fragments (ESI), which the server's request metrics
-    /// count as `kind="esi"` rather than as the module's own kind.
+    /// Marks a page assembled from fragments (ESI), which request metrics count under
+    /// its module's assembled kind (`KindLabels::assembled`, the proxy's `esi`) rather
+    /// than under the kind it answers with.
     pub fn set_assembled(&mut self, assembled: bool) {
         self.assembled = assembled;
     }

@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     pub metrics: Vec<metrics::WorkerMetrics>,
     pub admin_metrics: metrics::WorkerMetrics,
     pub host_labels: metrics::HostLabels,
+    /// The `kind` labels, fixed when the server was bound.
+    pub kinds: metrics::Kinds,
     /// When the process started, in seconds since the Unix epoch.
     pub started_unix: f64,
     /// Reloads refused (an invalid configuration).
@@ -159,22 +161,27 @@ pub struct Server {
 impl Server {
     /// Checks the configuration, opens the roots and binds every listener. `modules`
     /// answer and filter the paths they route (`handler::Module::routes`); the static
-    /// files answer the rest.
+    /// files answer the rest. Request metrics know the kinds of these modules only.
     pub fn bind(config: Config, modules: Vec<Arc<dyn handler::Module>>) -> Result<Server, Error> {
-        Server::bind_inheriting(config, modules, Inherited::default())
+        let kinds: Vec<handler::KindLabels> = modules.iter().map(|m| m.kinds()).collect();
+        Server::bind_inheriting(config, modules, &kinds, Inherited::default())
     }
 
-    /// As [`Server::bind`], taking the listening sockets of a configured address from
-    /// `inherited` (a binary upgrade) instead of binding it anew; the inherited sockets
-    /// no configured address takes are closed.
+    /// As [`Server::bind`], with the `kind` labels of request metrics registered by
+    /// every module a reload may bring (`handler::KindLabels`, listed in this order), and
+    /// taking the listening sockets of a configured address from `inherited` (a binary
+    /// upgrade) instead of binding it anew; the inherited sockets no configured address
+    /// takes are closed.
     pub fn bind_inheriting(
         config: Config,
         modules: Vec<Arc<dyn handler::Module>>,
+        kinds: &[handler::KindLabels],
         mut inherited: Inherited,
     ) -> Result<Server, Error> {
         let workers = config.worker_count();
         let host_labels = metrics::HostLabels::new();
-        let generation = Generation::new(1, config, modules, workers, &host_labels)?;
+        let kinds = metrics::Kinds::new(kinds);
+        let generation = Generation::new(1, config, modules, workers, &host_labels, &kinds)?;
         let config = &generation.config;
         let admin = match config.admin_listen {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
@@ -217,10 +224,11 @@ impl Server {
                 listeners,
                 metrics_on: admin.is_some(),
                 metrics: (0..workers)
-                    .map(|_| metrics::WorkerMetrics::new())
+                    .map(|_| metrics::WorkerMetrics::new(&kinds))
                     .collect(),
-                admin_metrics: metrics::WorkerMetrics::new(),
+                admin_metrics: metrics::WorkerMetrics::new(&kinds),
                 host_labels,
+                kinds,
                 started_unix: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64()),
@@ -398,7 +406,14 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
-        let gen = Generation::new(number, config, modules, shared.workers, &shared.host_labels)?;
+        let gen = Generation::new(
+            number,
+            config,
+            modules,
+            shared.workers,
+            &shared.host_labels,
+            &shared.kinds,
+        )?;
         // The certificates, read and matched before anything changes.
         let tls = match &shared.tls {
             Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),

@@ -86,7 +86,7 @@ impl Conn {
         };
         let status = response.head.status();
         if response.head.assembled() {
-            answered.kind = crate::metrics::ESI;
+            answered.kind = worker.shared.kinds.assembled(answered.kind);
         }
         // A body in memory (a stream's length, even when known, is still to come).
         let whole_len = match &response.body {

@@ -390,7 +390,7 @@ fn frame_head(
         response = Response::status_page(502);
     }
     if response.head.assembled() {
-        answered.kind = crate::metrics::ESI;
+        answered.kind = worker.shared.kinds.assembled(answered.kind);
     }
     let mut head = Vec::with_capacity(512);
     worker.tls.set(streams.tls);
