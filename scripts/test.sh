@@ -57,4 +57,12 @@ if [ ! -x "$tools/prometheus/usr/bin/promtool" ]; then
 fi
 export TESSERA_PROMETHEUS_BIN="$tools/prometheus/usr/bin"
 
+# No crate declares a dependency it does not use (a dev-dependency for one only its tests
+# use; a false positive goes in its Cargo.toml's [package.metadata.cargo-machete] with why).
+if ! command -v cargo-machete >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing cargo-machete for the unused-dependency check" >&2
+    cargo install cargo-machete --locked
+fi
+cargo machete
+
 cargo test --workspace --locked "$@"

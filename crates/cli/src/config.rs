@@ -37,6 +37,12 @@ pub struct Modules {
     scripts: Option<Arc<script::Scripts>>,
 }
 
+/// The `kind` labels of request metrics of every module [`ServeConfig::modules`] may build,
+/// registered when the server is bound whatever the configuration uses: a reload may add
+/// a module, and a scrape lists the same families either way. In the order a scrape
+/// lists them, after the static files'.
+pub const MODULE_KINDS: [handler::KindLabels; 2] = [EdgeModule::KINDS, script::ScriptModule::KINDS];
+
 /// The keys that belong to the modules rather than to the server.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]

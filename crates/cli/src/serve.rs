@@ -98,8 +98,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut signals = Signals::install()?;
     raise_open_file_limit();
     let inherited = std::mem::take(&mut handover.sockets);
-    let server = server::Server::bind_inheriting(config, modules.all.clone(), inherited)
-        .map_err(what_to_do)?;
+    let server = server::Server::bind_inheriting(
+        config,
+        modules.all.clone(),
+        &crate::config::MODULE_KINDS,
+        inherited,
+    )
+    .map_err(what_to_do)?;
     if let (Some(proxy), Some(&first)) = (&modules.proxy, server.local_addrs().first()) {
         proxy.listening_on(first);
     }

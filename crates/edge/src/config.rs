@@ -31,7 +31,7 @@ pub struct EdgeConfig {
     /// object keeps its compressed forms (set by `cli`; no TOML key of the proxy's own).
     /// Default none: the server's filter compresses per response.
     #[serde(skip)]
-    pub compression: Vec<Option<handler::compress::Compression>>,
+    pub compression: Vec<Option<compress::Compression>>,
 }
 
 /// The upstream address that means this server's own first listener.
@@ -224,7 +224,7 @@ pub struct RouteConfig {
     /// `[compression]` (or `[host.compression]`) table as a whole, as a host's replaces
     /// the top-level one. Default: the site's. Not together with `compress`, nor on a
     /// `root` route (static files take their site's policy).
-    pub compression: Option<handler::compress::CompressionConfig>,
+    pub compression: Option<compress::CompressionConfig>,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]

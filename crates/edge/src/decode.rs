@@ -4,7 +4,7 @@
 //! non-ESI response is never decoded here: it passes through as it came.
 
 use bytes::Bytes;
-use handler::compress::Coding;
+use compress::Coding;
 use http::header::{HeaderMap, CONTENT_ENCODING};
 use tokio::time::Instant;
 
@@ -89,7 +89,7 @@ fn decode(
     limit: usize,
 ) -> Result<Bytes, UpstreamError> {
     let result = match coding {
-        Some(c) => handler::compress::decode(c, raw, limit).map_err(|e| e.to_string()),
+        Some(c) => compress::decode(c, raw, limit).map_err(|e| e.to_string()),
         None => Err("unknown content coding".to_string()),
     };
     result.map_err(|message| {
@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn a_bomb_is_refused_at_the_limit() {
         let zeros = vec![0u8; 1 << 20];
-        let bomb = handler::compress::compress(Coding::Gzip, 1, &[&zeros]).unwrap();
+        let bomb = compress::compress(Coding::Gzip, 1, &[&zeros]).unwrap();
         let e = decode("origin", Some(Coding::Gzip), &bomb, 4096).unwrap_err();
         assert!(e.to_string().contains("origin"), "{e}");
         let ok = decode("origin", Some(Coding::Gzip), &bomb, 1 << 20).unwrap();

@@ -38,7 +38,7 @@ pub(crate) enum RoutePolicy {
     /// Its site's (`[compression]` or `[host.compression]`).
     Site,
     /// Its own `[route.compression]`; `None` when that is off (or `compress = false`).
-    Own(Option<Arc<handler::compress::Compression>>),
+    Own(Option<Arc<compress::Compression>>),
 }
 
 impl RoutePolicy {

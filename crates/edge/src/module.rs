@@ -11,9 +11,11 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use compress::HeadPolicy;
 use handler::{
-    Answer, BodyError, Chunks, Deferred, LocalFuture, Module, Request, Response, ResponseHead,
-    Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory,
+    Answer, BodyError, Chunks, Deferred, KindLabels, LocalFuture, Module, Request, Response,
+    ResponseHead, Role, Route, Service, UpstreamReply, UpstreamRequest, Upstreams,
+    UpstreamsFactory,
 };
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -66,6 +68,13 @@ pub struct EdgeModule {
 }
 
 impl EdgeModule {
+    /// The `kind` labels of its responses in request metrics: a page assembled from
+    /// fragments counts apart from the others.
+    pub const KINDS: KindLabels = KindLabels {
+        answered: "proxy",
+        assembled: Some("esi"),
+    };
+
     /// Checks the configuration and builds the process's cache (and its Redis tier). A
     /// configuration with upstreams but no route that proxies is a client for scripts
     /// only: it caches nothing.
@@ -229,8 +238,8 @@ impl Module for EdgeModule {
         })
     }
 
-    fn kind(&self) -> &'static str {
-        "proxy"
+    fn kinds(&self) -> KindLabels {
+        EdgeModule::KINDS
     }
 
     fn metrics(&self, out: &mut handler::Metrics) {
@@ -369,7 +378,7 @@ impl Service for EdgeService {
             upstream,
             mode,
             route: req.tag as usize,
-            accepted: handler::compress::Accepted::parse(req.head.header("accept-encoding")),
+            accepted: compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
         })
     }
@@ -438,7 +447,7 @@ struct Proxied {
     mode: EsiMode,
     /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
-    accepted: handler::compress::Accepted,
+    accepted: compress::Accepted,
     request: ProxyRequest,
 }
 
@@ -487,8 +496,8 @@ impl Deferred for Proxied {
 fn response_of(
     edge: &Edge,
     response: ProxyResponse,
-    compression: Option<&handler::compress::Compression>,
-    accepted: handler::compress::Accepted,
+    compression: Option<&compress::Compression>,
+    accepted: compress::Accepted,
 ) -> Response {
     let mut head;
     let cached = response.head_h1.is_some();

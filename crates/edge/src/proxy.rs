@@ -599,7 +599,7 @@ impl Edge {
         }
         // An ESI page: read and compile it, then assemble it.
         let mut encoded = HeaderMap::new();
-        if let Some(c) = coding.filter(|&c| c != handler::compress::Coding::Identity) {
+        if let Some(c) = coding.filter(|&c| c != compress::Coding::Identity) {
             encoded.insert(
                 header::CONTENT_ENCODING,
                 HeaderValue::from_static(c.token()),

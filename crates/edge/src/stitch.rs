@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use bytes::Bytes;
-use handler::compress::Coding;
+use compress::Coding;
 
 /// Most bytes (compressed parts and the sources they keep alive) a worker keeps; past
 /// it the whole store is dropped and refills with what pages use next.

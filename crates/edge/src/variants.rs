@@ -3,7 +3,7 @@
 //! object, so that a hit costs a lookup and no compressor run. One stored object serves a
 //! client that accepts zstd, one that accepts gzip and one that accepts nothing.
 //!
-//! The compression filter of the server (`handler::compress`) does the same per
+//! The compression filter of the server (`compress`) does the same per
 //! response for everything else; a response made here is marked so that it leaves it
 //! alone.
 
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use handler::compress::{Accepted, Coding, Compression};
+use compress::{Accepted, Coding, Compression};
 use handler::{Body, ResponseHead};
 
 use crate::inner::RoutePolicy;
@@ -112,7 +112,7 @@ impl Variants {
         } = identity;
         let eligible = *self.eligible.get_or_init(|| {
             let length = chunks.iter().map(|c| c.len() as u64).sum();
-            handler::compress::compressible(policy, identity, Some(length))
+            compress::compressible(policy, identity, Some(length))
         });
         if !eligible {
             return None;
@@ -201,7 +201,7 @@ impl crate::Edge {
         chunks: &[Bytes],
     ) -> Option<Body> {
         let length = chunks.iter().map(|c| c.len() as u64).sum();
-        if !handler::compress::compressible(policy, head, Some(length)) {
+        if !compress::compressible(policy, head, Some(length)) {
             return None;
         }
         let coding = accepted.choose(&policy.order)?;
@@ -215,7 +215,7 @@ impl crate::Edge {
             made,
             "page stitched"
         );
-        handler::compress::mark_encoded(head, coding);
+        compress::mark_encoded(head, coding);
         head.set_identity_only(true);
         Some(Body::Full(body))
     }
@@ -232,12 +232,12 @@ fn make(
     let mut head = ResponseHead::new(200);
     head.set_encoded(lines.clone(), date);
     let body = if coding == Coding::Identity {
-        handler::compress::add_vary(&mut head);
+        compress::add_vary(&mut head);
         FormBody::Pieces(Arc::from(chunks))
     } else {
         let pieces: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
-        let compressed = handler::compress::compress(coding, policy.level(coding), &pieces).ok()?;
-        handler::compress::mark_encoded(&mut head, coding);
+        let compressed = compress::compress(coding, policy.level(coding), &pieces).ok()?;
+        compress::mark_encoded(&mut head, coding);
         FormBody::Whole(compressed)
     };
     tracing::debug!(coding = coding.token(), "compressed form made");
@@ -255,7 +255,7 @@ mod tests {
     use super::*;
 
     fn policy() -> Compression {
-        handler::compress::CompressionConfig::default()
+        compress::CompressionConfig::default()
             .build()
             .unwrap()
             .unwrap()

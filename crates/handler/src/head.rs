@@ -2,8 +2,10 @@
 //! encoded per protocol only at the connection (nothing is written as bytes and parsed
 //! back to change it).
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::mem;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -40,8 +42,8 @@ pub struct ResponseHead {
     /// Assembled from fragments ([`ResponseHead::set_assembled`]).
     assembled: bool,
     /// The compression policy of the route that made it, in place of its site's
-    /// ([`ResponseHead::set_compression`]).
-    compression: Option<std::sync::Arc<crate::compress::Compression>>,
+    /// ([`ResponseHead::set_compression_policy`]).
+    compression: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Default for ResponseHead {
@@ -152,18 +154,21 @@ impl ResponseHead {
     }
 
     /// Has the compression filter use `policy` for this response rather than its site's
-    /// `[compression]`: a `[[route]]` with a `[route.compression]` of its own.
-    pub fn set_compression(&mut self, policy: std::sync::Arc<crate::compress::Compression>) {
+    /// `[compression]`: a `[[route]]` with a `[route.compression]` of its own. The policy's
+    /// type is the `compress` crate's, which builds on this one, so the head carries it
+    /// without knowing it; `compress::HeadPolicy` sets and reads it typed.
+    pub fn set_compression_policy(&mut self, policy: Arc<dyn Any + Send + Sync>) {
         self.compression = Some(policy);
     }
 
-    /// The policy set with [`ResponseHead::set_compression`], if any.
-    pub fn compression(&self) -> Option<&std::sync::Arc<crate::compress::Compression>> {
+    /// The policy set with [`ResponseHead::set_compression_policy`], if any.
+    pub fn compression_policy(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
         self.compression.as_ref()
     }
 
-    /// Marks a page assembled from fragments (ESI), which the server's request metrics
-    /// count as `kind="esi"` rather than as the module's own kind.
+    /// Marks a page assembled from fragments (ESI), which request metrics count under
+    /// its module's assembled kind (`KindLabels::assembled`, the proxy's `esi`) rather
+    /// than under the kind it answers with.
     pub fn set_assembled(&mut self, assembled: bool) {
         self.assembled = assembled;
     }

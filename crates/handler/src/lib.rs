@@ -10,11 +10,11 @@
 //! fields as data, encoded per protocol only at the connection) and a [`Body`]. The
 //! [`Router`] is the one longest-whole-segment-prefix table, one per site; [`Hosts`] says
 //! which site a request's host names. [`Upstreams`] is how a
-//! module other than the proxy reaches upstreams. [`compress`] is the compression body
-//! filter and its codecs.
+//! module other than the proxy reaches upstreams.
 //!
 //! What it is not for: parsing or encoding HTTP/1 (that is `wire`), connections and
-//! static files (`server`), proxying (`edge`), Lua (`script`). It depends on `wire` only
+//! static files (`server`), proxying (`edge`), Lua (`script`), compressing bodies
+//! (`compress`, a body filter written against these types). It depends on `wire` only
 //! among tessera's crates, and the middle crates meet only here.
 //!
 //! How it fits: `cli` builds the modules from the configuration and hands them to
@@ -22,7 +22,6 @@
 //! route's filter and handlers through these traits, and encodes what they return.
 
 mod body;
-pub mod compress;
 mod head;
 mod hosts;
 mod metrics;
@@ -40,7 +39,7 @@ pub use metrics::{
 pub use pooled::{local_future, local_future_with, pin, LocalFuture, Pooled};
 pub use router::Router;
 pub use service::{
-    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, Later,
-    Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
+    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, KindLabels,
+    Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
 pub use upstream::{UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory};

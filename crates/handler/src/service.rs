@@ -233,9 +233,29 @@ pub trait Module: Send + Sync {
     /// read from its counters at scrape time.
     fn metrics(&self, _out: &mut crate::Metrics) {}
 
-    /// What kind of handler it is, for the `kind` label of request metrics: `proxy`,
-    /// `script`...
-    fn kind(&self) -> &'static str {
-        "module"
+    /// The `kind` labels of request metrics its responses count under.
+    fn kinds(&self) -> KindLabels {
+        KindLabels::UNNAMED
     }
+}
+
+/// The `kind` labels of request metrics a module's responses count under
+/// ([`Module::kinds`]). The binary registers those of every module it can build when it
+/// binds the server, so that a scrape lists the same families whatever modules the
+/// configuration uses; a label that was not registered counts as `module`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindLabels {
+    /// A response it answers: `proxy`, `script`...
+    pub answered: &'static str,
+    /// A response it marks assembled from fragments ([`ResponseHead::set_assembled`]):
+    /// the proxy's `esi`. `None`: those count as `answered`.
+    pub assembled: Option<&'static str>,
+}
+
+impl KindLabels {
+    /// A module that names no kind of its own.
+    pub const UNNAMED: KindLabels = KindLabels {
+        answered: "module",
+        assembled: None,
+    };
 }

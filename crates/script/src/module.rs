@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use handler::{
-    Answer, Attached, Body, Deferred, Filter, Filtered, LocalFuture, Module, Request, Response,
-    ResponseHead, Role, Route, Service, UpstreamsFactory,
+    Answer, Attached, Body, Deferred, Filter, Filtered, KindLabels, LocalFuture, Module, Request,
+    Response, ResponseHead, Role, Route, Service, UpstreamsFactory,
 };
 
 use crate::context::RequestHead;
@@ -29,6 +29,12 @@ pub struct ScriptModule {
 }
 
 impl ScriptModule {
+    /// The `kind` label of its responses in request metrics.
+    pub const KINDS: KindLabels = KindLabels {
+        answered: "script",
+        assembled: None,
+    };
+
     pub fn new(scripts: Arc<Scripts>, upstreams: Option<Arc<dyn UpstreamsFactory>>) -> Self {
         ScriptModule { scripts, upstreams }
     }
@@ -50,8 +56,8 @@ impl Module for ScriptModule {
             .collect()
     }
 
-    fn kind(&self) -> &'static str {
-        "script"
+    fn kinds(&self) -> KindLabels {
+        ScriptModule::KINDS
     }
 
     fn metrics(&self, out: &mut handler::Metrics) {

@@ -192,7 +192,7 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         .iter()
         .chain(std::iter::once(&shared.admin_metrics))
         .collect();
-    metrics::write(&mut out, &all, &shared.host_labels);
+    metrics::write(&mut out, &all, &shared.host_labels, &shared.kinds);
     for state in crate::ConnState::ALL {
         if state == crate::ConnState::Free {
             continue;

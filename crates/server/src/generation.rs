@@ -47,6 +47,7 @@ impl Generation {
         modules: Vec<Arc<dyn handler::Module>>,
         workers: usize,
         labels: &crate::metrics::HostLabels,
+        kinds: &crate::metrics::Kinds,
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
         let routes = routes::routes(&modules, config.host.len() + 1);
@@ -58,7 +59,7 @@ impl Generation {
         let host_labels = labels.of(&config);
         let kinds = modules
             .iter()
-            .map(|m| crate::metrics::kind_index(m.kind()))
+            .map(|m| kinds.index(m.kinds().answered))
             .collect();
         Ok(Generation {
             host_labels,

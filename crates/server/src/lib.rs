@@ -80,22 +80,27 @@ pub struct Server {
 impl Server {
     /// Checks the configuration, opens the roots and binds every listener. `modules`
     /// answer and filter the paths they route (`handler::Module::routes`); the static
-    /// files answer the rest.
+    /// files answer the rest. Request metrics know the kinds of these modules only.
     pub fn bind(config: Config, modules: Vec<Arc<dyn handler::Module>>) -> Result<Server, Error> {
-        Server::bind_inheriting(config, modules, Inherited::default())
+        let kinds: Vec<handler::KindLabels> = modules.iter().map(|m| m.kinds()).collect();
+        Server::bind_inheriting(config, modules, &kinds, Inherited::default())
     }
 
-    /// As [`Server::bind`], taking the listening sockets of a configured address from
-    /// `inherited` (a binary upgrade) instead of binding it anew; the inherited sockets
-    /// no configured address takes are closed.
+    /// As [`Server::bind`], with the `kind` labels of request metrics registered by
+    /// every module a reload may bring (`handler::KindLabels`, listed in this order), and
+    /// taking the listening sockets of a configured address from `inherited` (a binary
+    /// upgrade) instead of binding it anew; the inherited sockets no configured address
+    /// takes are closed.
     pub fn bind_inheriting(
         config: Config,
         modules: Vec<Arc<dyn handler::Module>>,
+        kinds: &[handler::KindLabels],
         mut inherited: Inherited,
     ) -> Result<Server, Error> {
         let workers = config.worker_count();
         let host_labels = metrics::HostLabels::new();
-        let generation = Generation::new(1, config, modules, workers, &host_labels)?;
+        let kinds = metrics::Kinds::new(kinds);
+        let generation = Generation::new(1, config, modules, workers, &host_labels, &kinds)?;
         let config = &generation.config;
         let admin = match config.admin_listen {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
@@ -138,10 +143,11 @@ impl Server {
                 listeners,
                 metrics_on: admin.is_some(),
                 metrics: (0..workers)
-                    .map(|_| metrics::WorkerMetrics::new())
+                    .map(|_| metrics::WorkerMetrics::new(&kinds))
                     .collect(),
-                admin_metrics: metrics::WorkerMetrics::new(),
+                admin_metrics: metrics::WorkerMetrics::new(&kinds),
                 host_labels,
+                kinds,
                 started_unix: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64()),
@@ -187,7 +193,7 @@ impl Server {
         }
         // One budget for the process, whatever the sites (docs/compression.md); set once
         // nothing before the workers can fail.
-        handler::compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
+        compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
         let mut threads = Vec::new();
         for (id, log) in logs.into_iter().enumerate() {
             let shared = self.shared.clone();
@@ -305,7 +311,14 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
-        let gen = Generation::new(number, config, modules, shared.workers, &shared.host_labels)?;
+        let gen = Generation::new(
+            number,
+            config,
+            modules,
+            shared.workers,
+            &shared.host_labels,
+            &shared.kinds,
+        )?;
         // The certificates, read and matched before anything changes.
         let tls = match &shared.tls {
             Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),
@@ -352,7 +365,7 @@ impl Running {
             *current_plan = plan;
         }
         // Nothing can fail from here on.
-        handler::compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
+        compress::STREAM_MEMORY.set_capacity(gen.config.compression_memory);
         let listeners_added = opened.iter().map(|l| l.local).collect();
         let mut listeners_removed = Vec::new();
         {

@@ -5,19 +5,81 @@
 //! Labels are bounded by construction: the host is the configured host's first name
 //! (`default` for the top-level one; at most [`MAX_HOSTS`] names over the process's
 //! life, later ones counted as `other`), never the request's Host header; the kind is one
-//! of [`KINDS`]; the code is the status class.
+//! of [`Kinds`], fixed when the server is bound; the code is the status class.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use handler::bump;
 
-/// What answered a request: the `kind` label. `esi` is a proxied response assembled
-/// from fragments (the proxy module says so on the response head).
-pub(crate) const KINDS: [&str; 6] = ["static", "proxy", "esi", "script", "admin", "module"];
+/// What answered a request, the `kind` label, when the server answered it: the static
+/// files, the admin listener, or `module` for a module whose kind was not registered. The
+/// modules' own kinds follow these in [`Kinds`].
+const OWN: [&str; 3] = ["static", "admin", "module"];
 
-/// The index of `esi` in [`KINDS`].
-pub(crate) const ESI: u8 = 2;
+/// The index of `module` in [`OWN`].
+const UNREGISTERED: u8 = 2;
+
+/// Every `kind` label of the process: the server's own, then those the modules registered
+/// when the server was bound (`handler::KindLabels`), fixed from then on so that a label
+/// keeps its counters across reloads and a scrape lists the same families whatever
+/// modules the configuration uses.
+pub(crate) struct Kinds {
+    labels: Vec<&'static str>,
+    /// Per label, the index of the one its responses count under when assembled from
+    /// fragments (its own, for most).
+    assembled: Vec<u8>,
+}
+
+impl Kinds {
+    pub fn new(registered: &[handler::KindLabels]) -> Kinds {
+        let mut labels = OWN.to_vec();
+        for k in registered {
+            for label in std::iter::once(k.answered).chain(k.assembled) {
+                if !labels.contains(&label) {
+                    labels.push(label);
+                }
+            }
+        }
+        let mut kinds = Kinds {
+            assembled: (0..labels.len() as u8).collect(),
+            labels,
+        };
+        for k in registered {
+            if let Some(assembled) = k.assembled {
+                let (from, to) = (kinds.index(k.answered), kinds.index(assembled));
+                kinds.assembled[from as usize] = to;
+            }
+        }
+        kinds
+    }
+
+    /// The index of a module's label; that of `module` when it was not registered.
+    pub fn index(&self, label: &str) -> u8 {
+        self.labels
+            .iter()
+            .position(|l| *l == label)
+            .map_or(UNREGISTERED, |i| i as u8)
+    }
+
+    /// The kind a response of `kind` counts under when it was assembled from fragments.
+    pub fn assembled(&self, kind: u8) -> u8 {
+        self.assembled.get(kind as usize).copied().unwrap_or(kind)
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The labels with their indexes, in the order a scrape lists them: the static files,
+    /// the modules' (as registered), the admin listener, `module`.
+    fn listed(&self) -> impl Iterator<Item = (usize, &'static str)> + '_ {
+        std::iter::once(0)
+            .chain(OWN.len()..self.labels.len())
+            .chain(1..OWN.len())
+            .map(|i| (i, self.labels[i]))
+    }
+}
 
 /// The request's method: the `method` label. The methods a site sees every day keep
 /// their own label; the rest (TRACE, CONNECT, PURGE, BAN, any other token) are `other`.
@@ -69,12 +131,11 @@ pub(crate) enum Handshake {
 
 const HANDSHAKES: [&str; 3] = ["full", "resumed", "failed"];
 
-/// The index in [`KINDS`] of a module's `handler::Module::kind`.
+/// The index in [`Kinds`] of one of the server's own kinds ([`OWN`]).
 pub(crate) fn kind_index(kind: &str) -> u8 {
-    KINDS
-        .iter()
+    OWN.iter()
         .position(|k| *k == kind)
-        .unwrap_or(KINDS.len() - 1) as u8
+        .map_or(UNREGISTERED, |i| i as u8)
 }
 
 /// Host labels a process keeps apart; the last one is `other`.
@@ -93,7 +154,7 @@ const BUCKETS_US: [u64; 16] = [
 pub(crate) struct Answered {
     /// The host label's index (`HostLabels`).
     pub host: u16,
-    /// The index in [`KINDS`].
+    /// The index in [`Kinds`].
     pub kind: u8,
     /// The index in [`METHODS`].
     pub method: u8,
@@ -102,11 +163,13 @@ pub(crate) struct Answered {
 /// One worker's counters. Aligned so that two workers' never share a cache line.
 #[repr(align(128))]
 pub(crate) struct WorkerMetrics {
+    /// How many kinds there are ([`Kinds`]).
+    kinds: usize,
     /// By host, kind and status class.
     requests: Box<[AtomicU64]>,
     /// By kind, per bucket (not cumulative; the last is above every bound).
     durations: Box<[AtomicU64]>,
-    duration_sum_us: [AtomicU64; KINDS.len()],
+    duration_sum_us: Box<[AtomicU64]>,
     /// Bytes read from clients (heads and bodies, as they came: TLS records decrypted).
     received_bytes: AtomicU64,
     /// Response heads and bodies written (chunked framing and TLS records not counted).
@@ -136,12 +199,14 @@ pub(crate) enum GoAway {
 }
 
 impl WorkerMetrics {
-    pub fn new() -> WorkerMetrics {
+    pub fn new(kinds: &Kinds) -> WorkerMetrics {
         let zeros = |n| (0..n).map(|_| AtomicU64::new(0)).collect();
+        let kinds = kinds.len();
         WorkerMetrics {
-            requests: zeros(MAX_HOSTS * KINDS.len() * METHODS.len() * CLASSES.len()),
-            durations: zeros(KINDS.len() * (BUCKETS_US.len() + 1)),
-            duration_sum_us: Default::default(),
+            kinds,
+            requests: zeros(MAX_HOSTS * kinds * METHODS.len() * CLASSES.len()),
+            durations: zeros(kinds * (BUCKETS_US.len() + 1)),
+            duration_sum_us: zeros(kinds),
             received_bytes: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
@@ -158,10 +223,13 @@ impl WorkerMetrics {
     /// Counts one response of `bytes` (head and body; called by this worker only).
     pub fn record(&self, answered: Answered, status: u16, micros: u64, bytes: u64) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
-        let kind = (answered.kind as usize).min(KINDS.len() - 1);
+        let kind = (answered.kind as usize).min(self.kinds - 1);
         let method = (answered.method as usize).min(METHODS.len() - 1);
         let host = (answered.host as usize).min(MAX_HOSTS - 1);
-        bump(&self.requests[request_index(host, kind, method, class)], 1);
+        bump(
+            &self.requests[self.request_index(host, kind, method, class)],
+            1,
+        );
         let bucket = BUCKETS_US.partition_point(|&b| b < micros);
         bump(&self.durations[kind * (BUCKETS_US.len() + 1) + bucket], 1);
         bump(&self.duration_sum_us[kind], micros);
@@ -213,11 +281,11 @@ impl WorkerMetrics {
     pub fn file_cache(&self, hit: bool) {
         bump(&self.file_cache[usize::from(!hit)], 1);
     }
-}
 
-/// Where the counter of (host, kind, method, class) is in `requests`.
-fn request_index(host: usize, kind: usize, method: usize, class: usize) -> usize {
-    ((host * KINDS.len() + kind) * METHODS.len() + method) * CLASSES.len() + class
+    /// Where the counter of (host, kind, method, class) is in `requests`.
+    fn request_index(&self, host: usize, kind: usize, method: usize, class: usize) -> usize {
+        ((host * self.kinds + kind) * METHODS.len() + method) * CLASSES.len() + class
+    }
 }
 
 /// The host labels handed out so far (each configured host's first name, `default` for
@@ -257,7 +325,12 @@ impl HostLabels {
 }
 
 /// Adds the request families, summed over `workers`.
-pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labels: &HostLabels) {
+pub(crate) fn write(
+    out: &mut handler::Metrics,
+    workers: &[&WorkerMetrics],
+    labels: &HostLabels,
+    kinds: &Kinds,
+) {
     let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| -> u64 {
         workers
             .iter()
@@ -266,10 +339,10 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
     };
     for host in 0..MAX_HOSTS {
         let mut name = None;
-        for (k, kind) in KINDS.iter().enumerate() {
+        for (k, kind) in kinds.listed() {
             for (m, method) in METHODS.iter().enumerate() {
                 for (c, class) in CLASSES.iter().enumerate() {
-                    let n = sum(&|w| &w.requests[request_index(host, k, m, c)]);
+                    let n = sum(&|w| &w.requests[w.request_index(host, k, m, c)]);
                     if n == 0 {
                         continue;
                     }
@@ -289,7 +362,7 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             }
         }
     }
-    for (k, kind) in KINDS.iter().enumerate() {
+    for (k, kind) in kinds.listed() {
         let mut cumulative = 0;
         let buckets: Vec<(f64, u64)> = BUCKETS_US
             .iter()
@@ -350,7 +423,7 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             sum(&|w| &w.file_cache[i]),
         );
     }
-    let streams = &handler::compress::STREAM_MEMORY;
+    let streams = &compress::STREAM_MEMORY;
     out.gauge(
         "tessera_compression_stream_bytes",
         "Bytes of compression_memory reserved by responses compressing as they stream.",
@@ -406,5 +479,35 @@ pub(crate) fn write(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labe
             &[("reason", reason)],
             sum(&|w| &w.http2_goaways[i]),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_listed_in_the_order_scrapes_always_listed_them() {
+        let kinds = Kinds::new(&[
+            handler::KindLabels {
+                answered: "proxy",
+                assembled: Some("esi"),
+            },
+            handler::KindLabels {
+                answered: "script",
+                assembled: None,
+            },
+        ]);
+        let listed: Vec<&str> = kinds.listed().map(|(_, label)| label).collect();
+        assert_eq!(
+            listed,
+            ["static", "proxy", "esi", "script", "admin", "module"]
+        );
+        assert_eq!(kinds.assembled(kinds.index("proxy")), kinds.index("esi"));
+        assert_eq!(
+            kinds.assembled(kinds.index("script")),
+            kinds.index("script")
+        );
+        assert_eq!(kinds.index("unregistered"), kind_index("module"));
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub metrics: Vec<metrics::WorkerMetrics>,
     pub admin_metrics: metrics::WorkerMetrics,
     pub host_labels: metrics::HostLabels,
+    /// The `kind` labels, fixed when the server was bound.
+    pub kinds: metrics::Kinds,
     /// When the process started, in seconds since the Unix epoch.
     pub started_unix: f64,
     /// Reloads refused (an invalid configuration).

@@ -27,7 +27,7 @@ pub(crate) struct Site {
     pub files: FileCache,
     /// On-the-fly compression of handlers' responses and of static files without
     /// siblings (`[compression]`); `None` when off.
-    pub compression: Option<handler::compress::Compression>,
+    pub compression: Option<compress::Compression>,
     /// Bytes of static files' compressed forms held in `files`.
     pub compressed_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }

@@ -357,7 +357,7 @@ fn a_reweighing_of_a_key_gone_leaves_it_gone() {
 
 #[test]
 fn a_form_that_would_weigh_its_object_past_its_shard_is_not_kept() {
-    use handler::compress::{Accepted, CompressionConfig};
+    use compress::{Accepted, CompressionConfig};
     let (cache, object) = one_object();
     // A memoized page of 200 KB that does not compress, counted in its small template:
     // its shard holds 248 KiB, so one form fits and a second would not.

@@ -92,7 +92,7 @@ pub struct Config {
     pub timeouts: TimeoutsConfig,
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
-    pub compression: handler::compress::CompressionConfig,
+    pub compression: compress::CompressionConfig,
     /// Bytes of memory for the compressors of responses compressed while they stream,
     /// for the whole process (every site and route together): each such response
     /// reserves its compressor's measured state (about 0.4 MiB for gzip, 0.9 MiB for
@@ -140,7 +140,7 @@ pub struct HostConfig {
     pub tls: Option<tls::TlsConfig>,
     /// `[host.compression]`, replacing the top-level `[compression]` table as a whole.
     /// Default: the top-level one.
-    pub compression: Option<handler::compress::CompressionConfig>,
+    pub compression: Option<compress::CompressionConfig>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -221,7 +221,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
-            compression_memory: handler::compress::DEFAULT_STREAM_MEMORY,
+            compression_memory: compress::DEFAULT_STREAM_MEMORY,
             http2: Default::default(),
             host: Vec::new(),
         }
@@ -277,7 +277,7 @@ impl Config {
     }
 
     /// The compression policy of each site (`None`: off), the top-level one first.
-    pub fn compression(&self) -> Vec<Option<handler::compress::Compression>> {
+    pub fn compression(&self) -> Vec<Option<compress::Compression>> {
         std::iter::once(&self.compression)
             .chain(
                 self.host

@@ -81,12 +81,17 @@ pub(crate) trait Sink {
 /// What every handler's response goes through before a protocol sends it, whether it
 /// waited or not: a `101` where the protocol has no switch becomes a 502, and a page
 /// assembled from fragments is counted as ESI.
-pub(crate) fn settle(response: &mut Response, answered: &mut metrics::Answered, switches: bool) {
+pub(crate) fn settle(
+    worker: &Worker,
+    response: &mut Response,
+    answered: &mut metrics::Answered,
+    switches: bool,
+) {
     if response.head.status() == 101 && !switches {
         *response = Response::status_page(502);
     }
     if response.head.assembled() {
-        answered.kind = metrics::ESI;
+        answered.kind = worker.shared.kinds.assembled(answered.kind);
     }
 }
 
@@ -121,7 +126,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
             handled(&worker, answer, &mut filter, site, accepted, head_only)
         }
     };
-    settle(&mut response, &mut answered, S::SWITCHES);
+    settle(&worker, &mut response, &mut answered, S::SWITCHES);
     let switching = response.head.status() == 101;
     let (sent, tunnel) = match switching {
         true => sink.switch(response).await?,

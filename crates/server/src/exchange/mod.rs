@@ -8,6 +8,7 @@ pub(crate) mod finish;
 pub(crate) mod served;
 pub(crate) mod tunnel;
 
+use compress::HeadPolicy;
 use handler::{Answer, Attached, Body, Filter, Filtered, Pooled, Response, ResponseHead};
 use wire::{BodyFraming, Framing, Version};
 
@@ -39,7 +40,7 @@ pub(crate) struct Exchange {
     /// The site that answers, and what the request's Accept-Encoding allows, for the
     /// compression filter.
     pub site: usize,
-    pub accepted: handler::compress::Accepted,
+    pub accepted: compress::Accepted,
 }
 
 impl Exchange {
@@ -330,8 +331,8 @@ fn redirect_https(
 }
 
 /// What a request's Accept-Encoding allows (read without allocating).
-fn accepted(req: &wire::Request<'_, '_>) -> handler::compress::Accepted {
-    handler::compress::Accepted::parse(req.header("accept-encoding"))
+fn accepted(req: &wire::Request<'_, '_>) -> compress::Accepted {
+    compress::Accepted::parse(req.header("accept-encoding"))
 }
 
 /// The compression body filter on a handler's response, per its route's
@@ -340,13 +341,13 @@ fn accepted(req: &wire::Request<'_, '_>) -> handler::compress::Accepted {
 pub(crate) fn compress(
     worker: &Worker,
     site: usize,
-    accepted: handler::compress::Accepted,
+    accepted: compress::Accepted,
     head_only: bool,
     response: &mut Response,
 ) {
     // A route's own `[route.compression]`, set on the head by the module that answered.
-    if let Some(policy) = response.head.compression().cloned() {
-        handler::compress::compress_response(&policy, accepted, head_only, response);
+    if let Some(policy) = response.head.compression() {
+        compress::compress_response(&policy, accepted, head_only, response);
         return;
     }
     // The site of the configuration the request was routed with, or, after a reload
@@ -359,7 +360,7 @@ pub(crate) fn compress(
         .get(site)
         .and_then(|s| s.compression.as_ref())
     {
-        handler::compress::compress_response(policy, accepted, head_only, response);
+        compress::compress_response(policy, accepted, head_only, response);
     }
 }
 
@@ -378,7 +379,7 @@ pub(crate) fn handled(
     answer: Result<Response, u16>,
     filter: &mut Option<Box<dyn Attached>>,
     site: usize,
-    accepted: handler::compress::Accepted,
+    accepted: compress::Accepted,
     head_only: bool,
 ) -> Response {
     match answer {

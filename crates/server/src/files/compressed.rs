@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::config::CacheControlRule;
 use crate::files::open::{Compressed, FileEntry};
 use crate::sites::Site;
-use handler::compress::{Coding, Compression};
+use compress::{Coding, Compression};
 
 /// Files larger than this are sent as they are: compressing one would hold its worker
 /// for tens of milliseconds, and large text files are rare (give them siblings).
@@ -48,7 +48,7 @@ pub(crate) fn forms(
         if (coding == Coding::Brotli && has_brotli) || (coding == Coding::Gzip && has_gzip) {
             continue;
         }
-        let bytes = handler::compress::compress(coding, policy.level(coding), &[&body]).ok()?;
+        let bytes = compress::compress(coding, policy.level(coding), &[&body]).ok()?;
         // Not worth keeping when it saves nothing.
         if bytes.len() < body.len() {
             made.push((coding, bytes));

@@ -268,7 +268,7 @@ impl Identity {
     }
 }
 
-pub(crate) use handler::compress::{Accepted as AcceptEncoding, Coding};
+pub(crate) use compress::{Accepted as AcceptEncoding, Coding};
 
 /// A cached path: the file and the precompressed siblings found next to it.
 pub(crate) struct Resource {

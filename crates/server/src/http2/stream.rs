@@ -167,7 +167,7 @@ pub(super) fn start(
         };
         let mut ready = ready;
         let mut answered = answered;
-        finish::settle(&mut ready, &mut answered, false);
+        finish::settle(worker, &mut ready, &mut answered, false);
         let (head, lines, body) = frame(streams, ready, head_only);
         // The filter has seen the head: its exchange ends.
         drop(filter);

@@ -1,5 +1,5 @@
 //! Measures the memory one compressing stream holds, per coding and level at the
-//! encoder's window: the figures `handler::compress::stream_state_bytes` reserves from
+//! encoder's window: the figures `compress::stream_state_bytes` reserves from
 //! the streaming budget (docs/compression.md, "Streaming").
 //!
 //! gzip and Brotli allocate through Rust's allocator, so a counting allocator sees their
@@ -7,12 +7,12 @@
 //! 4 KiB, its output taken (as the filter does). zstd allocates inside the C library;
 //! `ZSTD_sizeof_CCtx` reports its context, set up as the encoder sets it up.
 //!
-//! `cargo run --release -p handler --example stream_memory -- FILE`
+//! `cargo run --release -p compress --example stream_memory -- FILE`
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use handler::compress::{Coding, Encoder};
+use compress::{Coding, Encoder};
 
 struct Counting;
 

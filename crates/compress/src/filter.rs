@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::{Accepted, Coding, Compression, Encoder};
-use crate::{Body, BodyError, Chunks, Response};
+use handler::{Body, BodyError, Chunks, Pooled, Response, ResponseHead};
 
 /// A streamed body's compressed output is handed on once this much has built up, even
 /// when the handler has more ready: the client starts decoding sooner, and the buffer
@@ -50,7 +50,7 @@ struct Facts {
 
 impl Facts {
     /// The head's facts; `compressible_type` only with a `policy`.
-    fn of(head: &crate::ResponseHead, policy: Option<&Compression>) -> Facts {
+    fn of(head: &ResponseHead, policy: Option<&Compression>) -> Facts {
         let mut facts = Facts::default();
         let (mut encoding_seen, mut type_seen) = (false, false);
         for (name, value) in head.iter() {
@@ -82,14 +82,14 @@ impl Facts {
 /// Whether the response is one the policy would compress for a client that accepts a
 /// coding: everything but the client's Accept-Encoding is checked. `length` is the
 /// identity body's, when known.
-pub fn compressible(policy: &Compression, head: &crate::ResponseHead, length: Option<u64>) -> bool {
+pub fn compressible(policy: &Compression, head: &ResponseHead, length: Option<u64>) -> bool {
     compressible_with(policy, head, Facts::of(head, Some(policy)), length)
 }
 
 /// [`compressible`], with the head's facts read already (with `policy`).
 fn compressible_with(
     policy: &Compression,
-    head: &crate::ResponseHead,
+    head: &ResponseHead,
     facts: Facts,
     length: Option<u64>,
 ) -> bool {
@@ -106,12 +106,12 @@ fn compressible_with(
 }
 
 /// Adds `Vary: Accept-Encoding` unless the head's Vary names it (or `*`) already.
-pub fn add_vary(head: &mut crate::ResponseHead) {
+pub fn add_vary(head: &mut ResponseHead) {
     let varies = Facts::of(head, None).varies;
     add_vary_unless(head, varies);
 }
 
-fn add_vary_unless(head: &mut crate::ResponseHead, varies: bool) {
+fn add_vary_unless(head: &mut ResponseHead, varies: bool) {
     if !varies {
         head.append(b"Vary", b"Accept-Encoding");
     }
@@ -121,7 +121,7 @@ fn add_vary_unless(head: &mut crate::ResponseHead, varies: bool) {
 /// a strong ETag made weak (the bytes differ from the identity body's, which keeps the
 /// strong one), no Content-Length (the framing says the new length) and no
 /// Accept-Ranges (ranges are served of the identity body only).
-pub fn mark_encoded(head: &mut crate::ResponseHead, coding: Coding) {
+pub fn mark_encoded(head: &mut ResponseHead, coding: Coding) {
     weaken_etag(head);
     head.remove(b"content-length");
     head.remove(b"accept-ranges");
@@ -130,7 +130,7 @@ pub fn mark_encoded(head: &mut crate::ResponseHead, coding: Coding) {
 }
 
 /// Makes a strong ETag weak: the body sent is not the one it names byte for byte.
-fn weaken_etag(head: &mut crate::ResponseHead) {
+fn weaken_etag(head: &mut ResponseHead) {
     let etag = head
         .get(b"etag")
         .filter(|v| v.first() == Some(&b'"'))
@@ -320,7 +320,7 @@ impl Chunks for Nothing {
 /// upstream between reads) the compressor is flushed and what it made goes out, so the
 /// client sees each ready piece of the page without waiting for the next.
 struct Compressing {
-    inner: Pin<crate::Pooled<dyn Chunks>>,
+    inner: Pin<Pooled<dyn Chunks>>,
     encoder: Encoder,
     /// Input written since the last flush.
     unflushed: bool,
@@ -380,10 +380,9 @@ impl Chunks for Compressing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ResponseHead;
 
     fn policy(min_length: u64) -> Compression {
-        super::super::CompressionConfig {
+        crate::CompressionConfig {
             min_length,
             ..Default::default()
         }

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::Coding;
-use crate::{BodyError, Chunks};
+use handler::{BodyError, Chunks, Pooled};
 
 /// The most one chunk of input may expand to (input is fed in small slices, and a slice
 /// past this stops the body: a decompression bomb costs at most about this much).
@@ -86,7 +86,7 @@ impl Decoder {
 
 /// A streamed body decoded as it arrives.
 pub(crate) struct Decoding {
-    inner: Pin<crate::Pooled<dyn Chunks>>,
+    inner: Pin<Pooled<dyn Chunks>>,
     decoder: Decoder,
     done: bool,
 }
@@ -94,9 +94,9 @@ pub(crate) struct Decoding {
 impl Decoding {
     /// `Err` gives the body back when no decoder can start.
     pub(crate) fn new(
-        inner: Pin<crate::Pooled<dyn Chunks>>,
+        inner: Pin<Pooled<dyn Chunks>>,
         coding: Coding,
-    ) -> Result<Decoding, Pin<crate::Pooled<dyn Chunks>>> {
+    ) -> Result<Decoding, Pin<Pooled<dyn Chunks>>> {
         match Decoder::new(coding) {
             Some(decoder) => Ok(Decoding {
                 inner,
@@ -156,12 +156,12 @@ mod tests {
     fn every_coding_decodes_whole_and_bombs_stop() {
         let text = "<p>decoded for a client that takes no coding</p>\n".repeat(500);
         for coding in Coding::COMPRESSED {
-            let encoded = super::super::compress(coding, 3, &[text.as_bytes()]).unwrap();
+            let encoded = crate::compress(coding, 3, &[text.as_bytes()]).unwrap();
             let (a, b) = encoded.split_at(encoded.len() / 2);
             assert_eq!(decode_whole(coding, &[a, b]).unwrap(), text.as_bytes());
         }
         let zeros = vec![0u8; 40 << 20];
-        let bomb = super::super::compress(Coding::Gzip, 1, &[&zeros]).unwrap();
+        let bomb = crate::compress(Coding::Gzip, 1, &[&zeros]).unwrap();
         assert!(decode_whole(Coding::Gzip, &[&bomb]).is_err());
     }
 }

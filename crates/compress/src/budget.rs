@@ -17,7 +17,7 @@ pub const DEFAULT_STREAM_MEMORY: u64 = 128 << 20;
 pub static STREAM_MEMORY: StreamMemory = StreamMemory::new(DEFAULT_STREAM_MEMORY);
 
 /// The bytes one compressing stream of `coding` at `level` holds, at the encoder's
-/// windows, measured with `cargo run --release -p handler --example stream_memory --
+/// windows, measured with `cargo run --release -p compress --example stream_memory --
 /// bench/compression-page.html` (a counting allocator for gzip and Brotli,
 /// `ZSTD_sizeof_CCtx` for zstd's C context; docs/compression.md, "Streaming"): the peak,
 /// plus up to 16 KiB of output waiting to be taken, rounded up to 64 KiB. A level out of
@@ -140,8 +140,8 @@ mod tests {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
 
-    use super::super::Encoder;
     use super::*;
+    use crate::Encoder;
 
     #[test]
     fn reservations_stay_within_the_budget_and_are_given_back() {

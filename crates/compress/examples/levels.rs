@@ -1,11 +1,11 @@
 //! Measures each coding at each level on one file: compressed size and CPU time per
 //! compression, the figures docs/compression.md chose the default levels from.
 //!
-//! `cargo run --release -p handler --example levels -- FILE`
+//! `cargo run --release -p compress --example levels -- FILE`
 
 use std::time::Instant;
 
-use handler::compress::{compress, Coding};
+use compress::{compress, Coding};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: levels FILE");
