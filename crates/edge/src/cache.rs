@@ -75,7 +75,7 @@ impl quick_cache::Lifecycle<String, Slot> for Evictions {
 
     fn on_evict(&self, _: &mut (), _: String, slot: Slot) {
         if matches!(slot, Slot::Object(..)) {
-            crate::tally::evicted(crate::tally::Evicted::Capacity, 1);
+            crate::metrics::evicted(crate::metrics::Evicted::Capacity, 1);
         }
     }
 }
@@ -371,7 +371,7 @@ impl Cache {
             shared.set(&object_key, entry.encode(), ttl);
         }
         self.store(object_key, entry);
-        crate::tally::stored();
+        crate::metrics::stored();
     }
 
     /// Looks `key` up in the shared tier (Redis); what is still of use (fresh, or stale
@@ -416,7 +416,7 @@ impl Cache {
             return None;
         }
         self.store(object_key, entry.clone());
-        crate::tally::stored();
+        crate::metrics::stored();
         Some(entry)
     }
 
@@ -441,8 +441,8 @@ impl Cache {
             Some(_) => 1,
             None => 0,
         };
-        crate::tally::invalidated(false);
-        crate::tally::evicted(crate::tally::Evicted::Purge, removed);
+        crate::metrics::invalidated(false);
+        crate::metrics::evicted(crate::metrics::Evicted::Purge, removed);
         let removed = removed > 0;
         if let Some(shared) = &self.shared {
             self.purges
@@ -472,8 +472,11 @@ impl Cache {
                 .record(Purged::Prefix(prefix.to_string()), now_ms());
             shared.ban(prefix);
         }
-        crate::tally::invalidated(true);
-        crate::tally::evicted(crate::tally::Evicted::Ban, n.load(Ordering::Relaxed) as u64);
+        crate::metrics::invalidated(true);
+        crate::metrics::evicted(
+            crate::metrics::Evicted::Ban,
+            n.load(Ordering::Relaxed) as u64,
+        );
         n.into_inner()
     }
 }

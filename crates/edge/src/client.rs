@@ -36,7 +36,7 @@ use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 use crate::balance::{Balancer, HashKey};
 use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
-use crate::figures::{self, UpstreamCounts};
+use crate::metrics::{self, UpstreamCounts};
 pub(crate) use crate::outgoing::{Fields, Outgoing};
 use crate::peers::{PeerSet, PeerState, Ticket};
 
@@ -486,7 +486,7 @@ impl Upstream {
                     tried.push(pick.unwrap_or_default());
                     continue;
                 }
-                counts.record(figures::BREAKER_OPEN, None);
+                counts.record(metrics::BREAKER_OPEN, None);
                 return Err(UpstreamError::Unavailable {
                     upstream: self.name.clone(),
                 });
@@ -502,12 +502,12 @@ impl Upstream {
             match result {
                 Ok((head, pooled)) => {
                     let status = head.status.as_u16();
-                    counts.record(figures::outcome(Ok(status)), Some(micros));
+                    counts.record(metrics::outcome(Ok(status)), Some(micros));
                     outcome.result = Some(!self.fail_status.contains(&status));
                     return Ok((head, pooled));
                 }
                 Err(failure) => {
-                    counts.record(figures::outcome(Err(&failure.error)), None);
+                    counts.record(metrics::outcome(Err(&failure.error)), None);
                     outcome.result = failure.peer_fault.then_some(false);
                     drop(outcome);
                     let now = self.set.now_ms();

@@ -49,10 +49,10 @@ pub struct EdgeModule {
     /// Connections opened per upstream by all workers.
     opened: Arc<[Arc<AtomicU64>]>,
     /// Requests per upstream by outcome and their latency, per worker.
-    figures: Arc<crate::figures::UpstreamFigures>,
+    figures: Arc<crate::metrics::UpstreamFigures>,
     /// Per upstream, what the modules that reloads replaced counted for it, when the
     /// reloads left it unchanged (its counters go on).
-    earlier: Vec<crate::figures::Earlier>,
+    earlier: Vec<crate::metrics::Earlier>,
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
@@ -95,7 +95,7 @@ impl EdgeModule {
             _ => Cache::new(&config.cache)?,
         };
         let mut opened = crate::proxy::opened_totals(&config).to_vec();
-        let mut earlier = vec![crate::figures::Earlier::default(); config.upstream.len()];
+        let mut earlier = vec![crate::metrics::Earlier::default(); config.upstream.len()];
         if let Some(p) = previous {
             for (j, u) in config.upstream.iter().enumerate() {
                 // Unchanged: the same name and the same settings (compared in their
@@ -107,7 +107,7 @@ impl EdgeModule {
                     .position(|v| v.name == u.name && format!("{v:?}") == format!("{u:?}"));
                 if let Some(i) = same {
                     opened[j] = p.opened[i].clone();
-                    earlier[j] = crate::figures::Earlier::after(&p.earlier[i], &p.figures, i);
+                    earlier[j] = crate::metrics::Earlier::after(&p.earlier[i], &p.figures, i);
                 }
             }
         }
@@ -115,7 +115,7 @@ impl EdgeModule {
             .and_then(|p| p.sets.get())
             .map_or_else(Inherited::default, |sets| Inherited::from(sets));
         let opened: Arc<[Arc<AtomicU64>]> = opened.into();
-        let figures = Arc::new(crate::figures::UpstreamFigures::new(config.upstream.len()));
+        let figures = Arc::new(crate::metrics::UpstreamFigures::new(config.upstream.len()));
         Ok(Arc::new(EdgeModule {
             id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
             config,
@@ -252,7 +252,7 @@ impl Module for EdgeModule {
                 opened,
             );
         }
-        crate::tally::write_esi(out);
+        crate::metrics::write_esi(out);
         let Some(s) = self.cache_stats() else {
             return;
         };
@@ -262,7 +262,7 @@ impl Module for EdgeModule {
             ("miss", s.misses),
             ("stale", s.stale_served),
             ("coalesced", s.coalesced),
-            ("pass", crate::tally::passes()),
+            ("pass", crate::metrics::passes()),
         ] {
             out.counter(
                 "tessera_cache_requests_total",
@@ -271,7 +271,7 @@ impl Module for EdgeModule {
                 n,
             );
         }
-        crate::tally::write_cache(out);
+        crate::metrics::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
             "Objects (and Vary and pass markers) in the memory tier.",

@@ -26,7 +26,7 @@ use tokio::time::{timeout_at, Instant};
 use crate::config::PagePolicy;
 use crate::error::PageError;
 use crate::inner::Inner;
-use crate::tally;
+use crate::metrics;
 
 /// What one include turned into.
 enum Outcome {
@@ -106,15 +106,15 @@ pub(crate) fn start(
         let end = doc.ev.items().len();
         match emit(&doc, 0, end, &mut sink).await {
             Ok(()) => match sink.flush(true).await {
-                Ok(()) => tally::page(tally::Page::Complete),
-                Err(_) => tally::page(tally::Page::Abandoned),
+                Ok(()) => metrics::page(metrics::Page::Complete),
+                Err(_) => metrics::page(metrics::Page::Abandoned),
             },
             Err(Stop::Failed(e)) => {
                 tracing::debug!(error = %e, "ESI page failed");
-                tally::page(tally::Page::Failed);
+                metrics::page(metrics::Page::Failed);
                 let _ = sink.tx.send(Err(PageError::IncludeFailed(e))).await;
             }
-            Err(Stop::ClientGone) => tally::page(tally::Page::Abandoned),
+            Err(Stop::ClientGone) => metrics::page(metrics::Page::Abandoned),
         }
         drop(ctx);
     });
@@ -206,18 +206,18 @@ async fn resolve(
         })
         .await;
         let micros = started.elapsed().as_micros() as u64;
-        tally::fragment(
+        metrics::fragment(
             match &fetched {
-                Ok(Ok(_)) => tally::Fragment::Ok,
-                Ok(Err(_)) => tally::Fragment::Error,
-                Err(_) => tally::Fragment::Timeout,
+                Ok(Ok(_)) => metrics::Fragment::Ok,
+                Ok(Err(_)) => metrics::Fragment::Error,
+                Err(_) => metrics::Fragment::Timeout,
             },
             micros,
         );
         match fetched {
             Ok(Ok(f)) => {
                 if i > 0 {
-                    tally::absorbed(tally::Absorbed::Alt);
+                    metrics::absorbed(metrics::Absorbed::Alt);
                 }
                 return match &f.template {
                     Some(t) => Outcome::Esi(start_doc(&ctx, t, &req.for_fragment(&url), depth)),
@@ -341,7 +341,7 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
                         Ok(()) => {}
                         Err(Stop::ClientGone) => return Err(Stop::ClientGone),
                         Err(Stop::Failed(_)) => {
-                            tally::absorbed(tally::Absorbed::Except);
+                            metrics::absorbed(metrics::Absorbed::Except);
                             sink.queued.truncate(mark);
                             // Its includes were started with the page; they are not
                             // needed now.
@@ -364,15 +364,15 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
 /// enclosing construct decides (and counts).
 fn count_failure(continue_on_error: bool, sink: &Sink) {
     let how = if continue_on_error {
-        tally::Absorbed::Continue
+        metrics::Absorbed::Continue
     } else if sink.hold > 0 {
         return;
     } else if sink.policy == PagePolicy::Fail {
-        tally::Absorbed::PageFailed
+        metrics::Absorbed::PageFailed
     } else {
-        tally::Absorbed::Omitted
+        metrics::Absorbed::Omitted
     };
-    tally::absorbed(how);
+    metrics::absorbed(how);
 }
 
 fn any_pending(doc: &Doc, start: usize, end: usize) -> bool {
@@ -418,7 +418,7 @@ pub(crate) fn assemble_cached(
         fresh_until: Cell::new(u64::MAX),
     };
     walk.walk(template, req, 0, &mut includes, &mut out)?;
-    tally::page(tally::Page::Complete);
+    metrics::page(metrics::Page::Complete);
     Some(CachedPage {
         chunks: out,
         request_independent: walk.request_independent.get(),

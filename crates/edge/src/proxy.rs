@@ -110,7 +110,7 @@ impl Edge {
     /// `config.cache`, and give it to every worker's `Edge`.
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
-        let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
+        let figures = crate::metrics::UpstreamFigures::new(config.upstream.len()).for_worker(0);
         let sets = peer_sets(&config, &Default::default());
         Edge::build(config, cache, false, opened, figures, sets, 0)
     }
@@ -127,7 +127,7 @@ impl Edge {
         cache: Arc<Cache>,
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
-        figures: Arc<[crate::figures::UpstreamCounts]>,
+        figures: Arc<[crate::metrics::UpstreamCounts]>,
         sets: Arc<[Arc<crate::peers::PeerSet>]>,
         worker: usize,
     ) -> Result<Edge, ConfigError> {
@@ -256,7 +256,7 @@ impl Edge {
             return self.upgrade(req, &upstream, protocol, authority).await;
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
-            crate::tally::passed();
+            crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
@@ -273,13 +273,13 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
-            crate::tally::passed();
+            crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
         if req.method == Method::HEAD || passes {
-            crate::tally::passed();
+            crate::metrics::passed();
             let store = Store {
                 key,
                 guard: None,

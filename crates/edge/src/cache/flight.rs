@@ -65,7 +65,7 @@ impl Drop for FlightGuard {
         match (self.lookup, not_stored) {
             (false, _) => {}
             (true, false) => self.cache.count_miss(),
-            (true, true) => crate::tally::passed(),
+            (true, true) => crate::metrics::passed(),
         }
     }
 }
