@@ -11,12 +11,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cache::{Entry, FlightGuard, Landing};
-use crate::client::{Fields, Outgoing, Upstream};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
 use crate::inner::{FetchFailed, FetchResult, Fetched, Inner, Target};
 use crate::lookup::{Flight, Memory};
+use crate::upstream::client::{Fields, Outgoing, Upstream};
 
 /// Where one fragment comes from, decided before anything is sent.
 #[derive(Clone)]

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Entry};
-use crate::client::Upstream;
 use crate::config::{EdgeConfig, EsiMode};
+use crate::upstream::client::Upstream;
 
 pub(crate) struct Inner {
     pub(crate) config: EdgeConfig,

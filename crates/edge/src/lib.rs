@@ -71,11 +71,8 @@
 //! ```
 
 mod arena;
-mod balance;
 mod body;
-mod budget;
 mod cache;
-mod client;
 mod clock;
 mod config;
 mod decode;
@@ -83,23 +80,20 @@ mod error;
 mod fetch;
 mod freshness;
 pub mod headers;
-mod health;
 mod inner;
 mod lookup;
 mod metrics;
 mod module;
-mod outgoing;
 mod page;
-mod peers;
 mod proxy;
 mod shared_tier;
 mod stitch;
 mod tunnel;
+mod upstream;
 mod variants;
 
 pub use arena::Text;
 pub use cache::{Cache, CacheStats};
-pub use client::UpstreamStats;
 pub use config::{
     Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
     PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,
@@ -107,6 +101,7 @@ pub use config::{
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
 pub use module::EdgeModule;
-pub use peers::PeerState;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
 pub use shared_tier::SharedTierStats;
+pub use upstream::client::UpstreamStats;
+pub use upstream::peers::PeerState;

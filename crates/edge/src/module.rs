@@ -18,13 +18,13 @@ use handler::{
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::cache::Cache;
-use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
 use crate::headers::ClientInfo;
 use crate::inner::RoutePolicy;
-use crate::peers::{Inherited, PeerSet};
 use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
+use crate::upstream::client::Upstream;
+use crate::upstream::peers::{Inherited, PeerSet};
 
 thread_local! {
     /// This worker's proxy, once its service started, so that the scripts of the same
@@ -182,7 +182,7 @@ impl EdgeModule {
             .sets
             .get_or_init(|| {
                 let sets = crate::proxy::peer_sets(&config, &self.inherited);
-                crate::health::start(&config, &sets);
+                crate::upstream::health::start(&config, &sets);
                 sets
             })
             .clone();
@@ -242,7 +242,7 @@ impl Module for EdgeModule {
             .collect();
         self.figures.write(out, &names, &self.earlier);
         if let Some(sets) = self.sets.get() {
-            crate::health::metrics(out, sets);
+            crate::upstream::health::metrics(out, sets);
         }
         for (name, opened) in self.upstream_connections() {
             out.counter(

@@ -17,9 +17,6 @@ use crate::arena::Text;
 pub use crate::body::Body;
 use crate::body::BodyKind;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
-use crate::client::{
-    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
-};
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
@@ -28,6 +25,9 @@ use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
 use crate::lookup::{Flight, Memory};
+use crate::upstream::client::{
+    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
+};
 use crate::variants::Variants;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
@@ -128,7 +128,7 @@ impl Edge {
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
         figures: Arc<[crate::metrics::UpstreamCounts]>,
-        sets: Arc<[Arc<crate::peers::PeerSet>]>,
+        sets: Arc<[Arc<crate::upstream::peers::PeerSet>]>,
         worker: usize,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
@@ -138,7 +138,7 @@ impl Edge {
             .zip(opened.iter())
             .enumerate()
             .map(|(i, (u, o))| {
-                let seed = crate::peers::hash(format!("{worker}-{i}").as_bytes());
+                let seed = crate::upstream::peers::hash(format!("{worker}-{i}").as_bytes());
                 let upstream =
                     Upstream::new(u, sets[i].clone(), o.clone(), figures.clone(), i, seed);
                 (u.name.clone(), Rc::new(upstream))
@@ -738,9 +738,12 @@ impl Edge {
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
-        let bytes =
-            crate::client::read_bytes(pooled, max_body, Instant::now() + upstream.response_timeout)
-                .await?;
+        let bytes = crate::upstream::client::read_bytes(
+            pooled,
+            max_body,
+            Instant::now() + upstream.response_timeout,
+        )
+        .await?;
         Ok((parts.status, parts.headers, bytes))
     }
 }
@@ -749,15 +752,17 @@ impl Edge {
 /// workers; a peer of `inherited` (the configuration a reload replaced) keeps its health.
 pub(crate) fn peer_sets(
     config: &EdgeConfig,
-    inherited: &crate::peers::Inherited,
-) -> Arc<[Arc<crate::peers::PeerSet>]> {
+    inherited: &crate::upstream::peers::Inherited,
+) -> Arc<[Arc<crate::upstream::peers::PeerSet>]> {
     let epoch = inherited.epoch();
     config
         .upstream
         .iter()
         .map(|u| {
             let ring = u.balance == crate::config::Balance::Hash;
-            Arc::new(crate::peers::PeerSet::inheriting(u, ring, inherited, epoch))
+            Arc::new(crate::upstream::peers::PeerSet::inheriting(
+                u, ring, inherited, epoch,
+            ))
         })
         .collect()
 }

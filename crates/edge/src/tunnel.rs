@@ -12,11 +12,11 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::body::{Body, BodyKind};
-use crate::client::{Fields, Outgoing, Upstream};
 use crate::config::secs;
 use crate::error::{ProxyError, UpstreamError};
 use crate::headers::{self, Forwarded};
 use crate::proxy::{Edge, ProxyRequest, ProxyResponse};
+use crate::upstream::client::{Fields, Outgoing, Upstream};
 
 /// The protocol a request asks to upgrade to: a GET over HTTP/1.1 whose Connection
 /// field names `upgrade` and that has an Upgrade field.

@@ -1,7 +1,7 @@
 //! The upstream HTTP/1.1 client: per worker, per upstream and per peer, a pool of
 //! keep-alive connections, at most `max_connections` of them, with connect and response
 //! timeouts; the peer chosen by the upstream's balancer among those its shared health
-//! ([`crate::peers`]) lets through, and a request that fails to connect, or whose
+//! ([`crate::upstream::peers`]) lets through, and a request that fails to connect, or whose
 //! connection breaks before any response byte, retried on another peer within `retries`
 //! and the retry budget.
 //!
@@ -33,12 +33,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
-use crate::balance::{Balancer, HashKey};
 use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::metrics::{self, UpstreamCounts};
-pub(crate) use crate::outgoing::{Fields, Outgoing};
-use crate::peers::{PeerSet, PeerState, Ticket};
+use crate::upstream::balance::{Balancer, HashKey};
+pub(crate) use crate::upstream::outgoing::{Fields, Outgoing};
+use crate::upstream::peers::{PeerSet, PeerState, Ticket};
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
 /// four times the request limit, for origins that set many cookies.
