@@ -10,12 +10,12 @@ use http::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cache::lookup::{Flight, Memory};
 use crate::cache::{Entry, FlightGuard, Landing};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
 use crate::inner::{FetchFailed, FetchResult, Fetched, Inner, Target};
-use crate::lookup::{Flight, Memory};
 use crate::upstream::client::{Fields, Outgoing, Upstream};
 
 /// Where one fragment comes from, decided before anything is sent.
@@ -385,7 +385,7 @@ impl Inner {
             .cache_key
             .as_ref()
             .map(|_| {
-                crate::freshness::decide(
+                crate::cache::freshness::decide(
                     status,
                     &parts.headers,
                     &self.cache.rules(&self.config.esi.device_token),

@@ -78,21 +78,18 @@ mod config;
 mod decode;
 mod error;
 mod fetch;
-mod freshness;
 pub mod headers;
 mod inner;
-mod lookup;
 mod metrics;
 mod module;
 mod page;
 mod proxy;
-mod shared_tier;
 mod stitch;
 mod tunnel;
 mod upstream;
-mod variants;
 
 pub use arena::Text;
+pub use cache::SharedTierStats;
 pub use cache::{Cache, CacheStats};
 pub use config::{
     Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
@@ -102,6 +99,5 @@ pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use headers::ClientInfo;
 pub use module::EdgeModule;
 pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
-pub use shared_tier::SharedTierStats;
 pub use upstream::client::UpstreamStats;
 pub use upstream::peers::PeerState;

@@ -482,7 +482,7 @@ impl Deferred for Proxied {
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 /// A cached object is served in the form of the coding the client gets (made once per
-/// object and coding, [`crate::variants`]), marked so that the server does not compress
+/// object and coding, [`crate::cache::variants`]), marked so that the server does not compress
 /// it again.
 fn response_of(
     edge: &Edge,
@@ -502,7 +502,7 @@ fn response_of(
         if let (Some(policy), Some((variants, entry))) = (compression, variants) {
             let chunks = response.body.ready_chunks();
             if let Some((lines, date, body)) = chunks.and_then(|chunks| {
-                let identity = crate::variants::Identity {
+                let identity = crate::cache::variants::Identity {
                     head: &head,
                     lines: &lines,
                     date,

@@ -16,19 +16,19 @@ use tokio::time::Instant;
 use crate::arena::Text;
 pub use crate::body::Body;
 use crate::body::BodyKind;
+use crate::cache::freshness;
+use crate::cache::lookup::{Flight, Memory};
+use crate::cache::variants::Variants;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
 use crate::fetch::{is_esi, normalise_authority};
-use crate::freshness;
 use crate::headers::{self, page_headers, ClientInfo, Forwarded};
 use crate::inner::{Inner, RouteTo, Target};
-use crate::lookup::{Flight, Memory};
 use crate::upstream::client::{
     read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
 };
-use crate::variants::Variants;
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, balancers and in-flight fetches are the worker's own; peer health is

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use http::header::HeaderValue;
 use tokio::time::Instant;
 
-use crate::cache::{wait_landing, Cache, Entry, FlightGuard, Join, Landing};
+use super::entry::Entry;
+use super::flight::{wait_landing, FlightGuard, Join, Landing};
+use super::memory::Cache;
 use crate::clock::now_ms;
 
 /// A request field by name, for the `Vary` of a stored object.
