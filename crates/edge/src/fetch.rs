@@ -10,7 +10,7 @@ use http::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cache::lookup::{Flight, Memory};
+use crate::cache::lookup::{self, Flight, Memory};
 use crate::cache::{Entry, FlightGuard, Landing};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
@@ -218,7 +218,7 @@ impl Inner {
         let mut stale = None;
         if let Some(key) = &target.cache_key {
             let field = |n: &str| target.headers.get(n).cloned();
-            match self.cache.lookup_memory(key, &field) {
+            match lookup::memory(&self.cache, key, &field) {
                 Memory::Fresh(e) => return Ok(e),
                 Memory::Stale(e, guard) => {
                     if let Some(guard) = guard {
@@ -274,7 +274,7 @@ impl Inner {
         let cache = &self.cache;
         let headers = target.headers.clone();
         let field = |n: &str| headers.get(n).cloned();
-        let (guard, stale) = match cache.fly(&key, &field, deadline, stale).await {
+        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
             Flight::Hit(e) | Flight::StaleOnError(e) => return Ok(e),
             Flight::Refresh(e, guard) => {
                 self.refresh_in_background(target, guard);

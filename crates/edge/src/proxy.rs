@@ -17,7 +17,7 @@ use crate::arena::Text;
 pub use crate::body::Body;
 use crate::body::BodyKind;
 use crate::cache::freshness;
-use crate::cache::lookup::{Flight, Memory};
+use crate::cache::lookup::{self, Flight, Memory};
 use crate::cache::variants::Variants;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::clock::now_ms;
@@ -260,7 +260,7 @@ impl Edge {
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
-        let (stale, passes) = match cache.lookup_memory(&key, &field) {
+        let (stale, passes) = match lookup::memory(cache, &key, &field) {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
@@ -291,7 +291,7 @@ impl Edge {
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let (guard, stale) = match cache.fly(&key, &field, deadline, stale).await {
+        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
             Flight::Hit(e) | Flight::StaleOnError(e) => {
                 return self.serve(e, &req, &authority, now_ms()).await
             }

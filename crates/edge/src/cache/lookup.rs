@@ -52,81 +52,79 @@ pub(crate) enum Flight {
     },
 }
 
-impl Cache {
-    /// The memory tier's answer for `key`.
-    pub(crate) fn lookup_memory(self: &Arc<Self>, key: &str, field: Field<'_>) -> Memory {
-        let now = now_ms();
-        let (found, passes) = self.lookup_marked(key, field, now);
-        match found {
-            Some(e) if e.is_fresh(now) => {
-                self.count_hit();
-                Memory::Fresh(e)
-            }
-            // Served stale; one background fetch refreshes it, started by the flight's
-            // leader only (not a task per stale hit).
-            Some(e) if e.may_revalidate_stale(now) => {
-                self.count_stale();
-                let guard = self.try_lead(key);
-                Memory::Stale(e, guard)
-            }
-            // Counted once the rest of the lookup is decided (`fly`): a `miss`, or a
-            // `pass` when the response may not be stored.
-            None if passes => Memory::Pass,
-            found => Memory::Miss(found.filter(|e| e.may_serve_on_error(now))),
+/// The memory tier's answer for `key` in `cache`.
+pub(crate) fn memory(cache: &Cache, key: &str, field: Field<'_>) -> Memory {
+    let now = now_ms();
+    let (found, passes) = cache.lookup_marked(key, field, now);
+    match found {
+        Some(e) if e.is_fresh(now) => {
+            cache.count_hit();
+            Memory::Fresh(e)
         }
+        // Served stale; one background fetch refreshes it, started by the flight's
+        // leader only (not a task per stale hit).
+        Some(e) if e.may_revalidate_stale(now) => {
+            cache.count_stale();
+            let guard = cache.try_lead(key);
+            Memory::Stale(e, guard)
+        }
+        // Counted once the rest of the lookup is decided (`fly`): a `miss`, or a
+        // `pass` when the response may not be stored.
+        None if passes => Memory::Pass,
+        found => Memory::Miss(found.filter(|e| e.may_serve_on_error(now))),
     }
+}
 
-    /// After a memory miss: joins the key's flight or leads it, and as its leader asks
-    /// Redis. A Redis record is a hit only while fresh; a stale one is served like a
-    /// stale memory object (refreshed), or kept as the stale-if-error fallback.
-    pub(crate) async fn fly(
-        self: &Arc<Self>,
-        key: &str,
-        field: Field<'_>,
-        deadline: Instant,
-        mut stale: Option<Arc<Entry>>,
-    ) -> Flight {
-        let guard = match self.join(key) {
-            Join::Lead(g) => g,
-            Join::Wait(rx) => {
-                self.count_miss();
-                return match wait_landing(rx, deadline).await {
-                    Landing::Stored(e) => match self.landed_for(key, e, field) {
-                        Some(e) => Flight::Hit(e),
-                        // Another variant: fetch our own.
-                        None => Flight::Fetch { guard: None, stale },
-                    },
-                    Landing::Failed => match stale {
-                        Some(s) => {
-                            self.count_stale();
-                            Flight::StaleOnError(s)
-                        }
-                        None => Flight::Failed,
-                    },
-                    // Not storable, or the leader went away: fetch our own.
-                    Landing::NotStored => Flight::Fetch { guard: None, stale },
-                };
+/// After a memory miss: joins the key's flight or leads it, and as its leader asks
+/// Redis. A Redis record is a hit only while fresh; a stale one is served like a
+/// stale memory object (refreshed), or kept as the stale-if-error fallback.
+pub(crate) async fn fly(
+    cache: &Cache,
+    key: &str,
+    field: Field<'_>,
+    deadline: Instant,
+    mut stale: Option<Arc<Entry>>,
+) -> Flight {
+    let guard = match cache.join(key) {
+        Join::Lead(g) => g,
+        Join::Wait(rx) => {
+            cache.count_miss();
+            return match wait_landing(rx, deadline).await {
+                Landing::Stored(e) => match cache.landed_for(key, e, field) {
+                    Some(e) => Flight::Hit(e),
+                    // Another variant: fetch our own.
+                    None => Flight::Fetch { guard: None, stale },
+                },
+                Landing::Failed => match stale {
+                    Some(s) => {
+                        cache.count_stale();
+                        Flight::StaleOnError(s)
+                    }
+                    None => Flight::Failed,
+                },
+                // Not storable, or the leader went away: fetch our own.
+                Landing::NotStored => Flight::Fetch { guard: None, stale },
+            };
+        }
+    };
+    let found = cache.lookup_shared(key, field, now_ms()).await;
+    let now = now_ms();
+    match found {
+        Some(e) if e.is_fresh(now) => {
+            guard.land(Landing::Stored(e.clone()));
+            Flight::Hit(e)
+        }
+        Some(e) if e.may_revalidate_stale(now) => {
+            cache.count_stale();
+            Flight::Refresh(e, guard)
+        }
+        found => {
+            if let Some(e) = found.filter(|e| e.may_serve_on_error(now)) {
+                stale = Some(e);
             }
-        };
-        let found = self.lookup_shared(key, field, now_ms()).await;
-        let now = now_ms();
-        match found {
-            Some(e) if e.is_fresh(now) => {
-                guard.land(Landing::Stored(e.clone()));
-                Flight::Hit(e)
-            }
-            Some(e) if e.may_revalidate_stale(now) => {
-                self.count_stale();
-                Flight::Refresh(e, guard)
-            }
-            found => {
-                if let Some(e) = found.filter(|e| e.may_serve_on_error(now)) {
-                    stale = Some(e);
-                }
-                Flight::Fetch {
-                    guard: Some(guard),
-                    stale,
-                }
+            Flight::Fetch {
+                guard: Some(guard),
+                stale,
             }
         }
     }
