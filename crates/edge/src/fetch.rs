@@ -15,8 +15,8 @@ use crate::cache::{Entry, FlightGuard, Landing};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
 use crate::headers;
-use crate::inner::{FetchFailed, FetchResult, Fetched, Inner, Target};
 use crate::upstream::client::{Fields, Outgoing, Upstream};
+use crate::worker::{FetchFailed, FetchResult, Fetched, Target, Worker};
 
 /// Where one fragment comes from, decided before anything is sent.
 #[derive(Clone)]
@@ -83,7 +83,7 @@ pub(crate) fn key_at(authority: &str, path_and_query: &str) -> crate::arena::Tex
     crate::arena::Text::from_utf8(bytes).expect("a str with its ASCII lower-cased")
 }
 
-/// Where an include may be fetched from (see [`Inner::fragment_origin`]).
+/// Where an include may be fetched from (see [`Worker::fragment_origin`]).
 enum FragmentOrigin<'a> {
     /// The page's own authority: by its route.
     Page(Target<'a>),
@@ -91,7 +91,7 @@ enum FragmentOrigin<'a> {
     Allowed(&'a crate::config::FragmentHost),
 }
 
-impl Inner {
+impl Worker {
     /// The rules every include URL passes, for a fetch and for a cache lookup alike: an
     /// `http` URL without user info, on the page's own authority (then routed) or on an
     /// allowed fragment host. Returns the parsed URL and its normalised authority.
@@ -166,7 +166,7 @@ impl Inner {
 
     /// The cache key of an include URL and the authority and credential rule its request
     /// would have, for a lookup that builds no request (the rules of
-    /// [`fragment_target`](Inner::fragment_target)); `None` when it would be refused or
+    /// [`fragment_target`](Worker::fragment_target)); `None` when it would be refused or
     /// is not cached.
     pub(crate) fn fragment_cache_key(
         &self,

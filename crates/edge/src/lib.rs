@@ -77,18 +77,21 @@ mod clock;
 mod config;
 mod decode;
 mod error;
+mod exchange;
 mod fetch;
 pub mod headers;
-mod inner;
 mod metrics;
 mod module;
 mod page;
 mod proxy;
+mod route_compression;
 mod stitch;
 mod tunnel;
 mod upstream;
+mod worker;
 
 pub use arena::Text;
+pub use body::Body;
 pub use cache::SharedTierStats;
 pub use cache::{Cache, CacheStats};
 pub use config::{
@@ -96,8 +99,9 @@ pub use config::{
     PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
+pub use exchange::{ProxyRequest, ProxyResponse};
 pub use headers::ClientInfo;
 pub use module::EdgeModule;
-pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
+pub use proxy::{Edge, Route};
 pub use upstream::client::UpstreamStats;
 pub use upstream::peers::PeerState;

@@ -17,12 +17,14 @@ use handler::{
 };
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::body::Body;
 use crate::cache::Cache;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
+use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::headers::ClientInfo;
-use crate::inner::RoutePolicy;
-use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
+use crate::proxy::{Edge, WeakEdge};
+use crate::route_compression::RoutePolicy;
 use crate::upstream::client::Upstream;
 use crate::upstream::peers::{Inherited, PeerSet};
 
@@ -31,7 +33,7 @@ thread_local! {
     /// worker share its connection pools and breakers: (the module's id, its `Edge`).
     /// Weak: the services hold it, so the `Edge` of a module a reload replaced (and its
     /// idle upstream connections) goes with the last request that used it.
-    static WORKER_EDGE: RefCell<Option<(u64, std::rc::Weak<crate::inner::Inner>)>> =
+    static WORKER_EDGE: RefCell<Option<(u64, WeakEdge)>> =
         const { RefCell::new(None) };
 }
 
@@ -171,7 +173,7 @@ impl EdgeModule {
 
     fn edge(&self, worker: usize) -> Option<Edge> {
         let mine = WORKER_EDGE.with(|e| match &*e.borrow() {
-            Some((id, edge)) if *id == self.id => edge.upgrade().map(Edge::from_inner),
+            Some((id, edge)) if *id == self.id => edge.upgrade(),
             _ => None,
         });
         if mine.is_some() {
@@ -456,11 +458,11 @@ impl Deferred for Proxied {
             request.body = body;
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
-                    let compression = edge.route_compression(route);
+                    let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
-                    match edge.route_policy(route) {
+                    match edge.compression.policy(route) {
                         _ if response.head.status() == 101 => response.head.set_identity_only(true),
                         Some(RoutePolicy::Own(Some(policy))) => {
                             response.head.set_compression(policy.clone())
@@ -508,8 +510,8 @@ fn response_of(
                     date,
                     chunks,
                 };
-                let room = edge.inner.cache.form_room(&entry);
-                let grew = || edge.inner.cache.reweigh(&entry);
+                let room = edge.worker.cache.form_room(&entry);
+                let grew = || edge.worker.cache.reweigh(&entry);
                 variants.respond(policy, accepted, identity, room, grew)
             }) {
                 head.set_encoded(lines, date);
@@ -544,7 +546,7 @@ fn response_of(
     // here in pieces without a cached head): stitched from the parts' compressed forms
     // when the client gets gzip or zstd.
     if let (Some(policy), false, handler::Body::Ready(chunks)) = (compression, cached, &body) {
-        if let Some(stitched) = edge.stitch(policy, accepted, &mut head, chunks) {
+        if let Some(stitched) = edge.compression.stitch(policy, accepted, &mut head, chunks) {
             return Response {
                 head,
                 body: stitched,

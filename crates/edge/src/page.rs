@@ -25,8 +25,8 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::config::PagePolicy;
 use crate::error::PageError;
-use crate::inner::Inner;
 use crate::metrics;
+use crate::worker::Worker;
 
 /// What one include turned into.
 enum Outcome {
@@ -49,7 +49,7 @@ struct Doc {
 
 /// What a page's includes share.
 pub(crate) struct PageCtx {
-    edge: Rc<Inner>,
+    edge: Rc<Worker>,
     page_authority: String,
     page_headers: HeaderMap,
     includes: Cell<usize>,
@@ -74,7 +74,7 @@ impl Drop for AbortAll {
 /// fails. `page_headers` are the page request's forwarded headers (fragment requests
 /// derive theirs from them).
 pub(crate) fn start(
-    edge: Rc<Inner>,
+    edge: Rc<Worker>,
     template: &Template,
     req: &esi::Request,
     page_authority: String,
@@ -400,7 +400,7 @@ fn abort_range(doc: &Doc, start: usize, end: usize) {
 /// not (or is not cacheable, or would be refused): the caller assembles the page the
 /// streaming way, which applies the failure policy.
 pub(crate) fn assemble_cached(
-    edge: &Inner,
+    edge: &Worker,
     template: &Template,
     req: &esi::Request,
     page_authority: &str,
@@ -437,7 +437,7 @@ pub(crate) struct CachedPage {
 }
 
 struct CachedWalk<'a> {
-    edge: &'a Inner,
+    edge: &'a Worker,
     page_authority: &'a str,
     page_headers: &'a HeaderMap,
     now: u64,
