@@ -33,6 +33,21 @@
 //! fetches and page writers are spawned with `tokio::task::spawn_local`, so `proxy`
 //! must run inside a `LocalSet`.
 //!
+//! **How it is laid out.** In layers, a module never importing one above it
+//! (`scripts/layering.py` fails on any module import cycle):
+//!
+//! - leaves every layer may use: `config`, `error`, `headers`, `arena` (the worker's
+//!   blocks), `clock`, `metrics` (every figure of edge's for `/metrics`);
+//! - `upstream/`: peers, balancing, health, the retry budget, the HTTP/1.1 client and
+//!   its pools, the requests it sends;
+//! - `cache/`: the memory tier, coalescing (`flight`), the phase machine (`lookup`), the
+//!   Redis tier, stored responses and their compressed forms, freshness;
+//! - `worker`: one worker's routes, upstreams, fragment fetches in flight and cache;
+//! - `assembly/`: fragment fetches, decoding, parallel page assembly, stitching;
+//! - the proxy on top: [`Edge`] (`proxy`), its request and response (`exchange`, `body`),
+//!   upgrades (`tunnel`), per-route compression (`route_compression`), and the
+//!   `handler::Module` (`module`).
+//!
 //! ```no_run
 //! use edge::{ClientInfo, Edge, EdgeConfig, ProxyRequest};
 //!
@@ -71,29 +86,25 @@
 //! ```
 
 mod arena;
+mod assembly;
 mod body;
 mod cache;
 mod clock;
 mod config;
-mod decode;
 mod error;
 mod exchange;
-mod fetch;
 pub mod headers;
 mod metrics;
 mod module;
-mod page;
 mod proxy;
 mod route_compression;
-mod stitch;
 mod tunnel;
 mod upstream;
 mod worker;
 
 pub use arena::Text;
 pub use body::Body;
-pub use cache::SharedTierStats;
-pub use cache::{Cache, CacheStats};
+pub use cache::{Cache, CacheStats, SharedTierStats};
 pub use config::{
     Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
     PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,

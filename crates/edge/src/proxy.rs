@@ -14,6 +14,7 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::arena::Text;
+use crate::assembly::fetch::{is_esi, normalise_authority};
 use crate::body::{Body, BodyKind};
 use crate::cache::freshness;
 use crate::cache::lookup::{self, Flight, Memory};
@@ -23,7 +24,6 @@ use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
 use crate::exchange::{ProxyRequest, ProxyResponse};
-use crate::fetch::{is_esi, normalise_authority};
 use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
@@ -230,7 +230,7 @@ impl Edge {
         let worker = &self.worker;
         origin_form(&req)?;
         let authority = authority_of(&req, &upstream);
-        let key = crate::fetch::key_at(&authority, &req.target);
+        let key = crate::assembly::fetch::key_at(&authority, &req.target);
         let cache = &worker.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
             return Ok(self.invalidate(&req, &key));
@@ -499,7 +499,7 @@ impl Edge {
             let mut stored = parts.headers.clone();
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
-                let (template, source) = crate::decode::read_template_with_source(
+                let (template, source) = crate::assembly::decode::read_template_with_source(
                     pooled,
                     &parts.headers,
                     worker.config.esi.max_fragment_size,
@@ -566,7 +566,7 @@ impl Edge {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
         };
-        let coding = crate::decode::coding(&parts.headers);
+        let coding = crate::assembly::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
         if !esi {
             // A small body came with its head: the connection is free at once, and the
@@ -594,7 +594,7 @@ impl Edge {
                 HeaderValue::from_static(c.token()),
             );
         }
-        let template = crate::decode::read_template(
+        let template = crate::assembly::decode::read_template(
             pooled,
             &encoded,
             worker.config.esi.max_fragment_size,
@@ -636,7 +636,7 @@ impl Edge {
         }
         let page_authority = normalise_authority(authority);
         if worker.cache.enabled() {
-            if let Some(page) = crate::page::assemble_cached(
+            if let Some(page) = crate::assembly::page::assemble_cached(
                 worker,
                 template,
                 &esi_req,
@@ -663,7 +663,7 @@ impl Edge {
         }
         let token = worker.config.esi.device_token.as_str();
         let forwarded = headers::forward_request(&req.headers, &req.client, token);
-        let (rx, writer) = crate::page::start(
+        let (rx, writer) = crate::assembly::page::start(
             worker.clone(),
             template,
             &esi_req,

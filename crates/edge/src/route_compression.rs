@@ -10,8 +10,8 @@ use bytes::Bytes;
 use handler::compress::{Accepted, Compression};
 use handler::{Body, ResponseHead};
 
+use crate::assembly::stitch::Parts;
 use crate::config::{EdgeConfig, RouteConfig};
-use crate::stitch::Parts;
 
 /// Whose `[compression]` a route's responses are compressed with.
 pub(crate) enum RoutePolicy {
@@ -36,7 +36,7 @@ impl RoutePolicy {
 /// compressed parts.
 pub(crate) struct RouteCompression {
     policies: Vec<RoutePolicy>,
-    /// Compressed parts of pages assembled per request ([`crate::stitch`]).
+    /// Compressed parts of pages assembled per request ([`crate::assembly::stitch`]).
     parts: Parts,
 }
 
@@ -70,7 +70,7 @@ impl RouteCompression {
     }
 
     /// A page assembled per request from cached parts, in the coding the client gets,
-    /// stitched from the parts' compressed forms ([`crate::stitch`]); `None` when it is
+    /// stitched from the parts' compressed forms ([`crate::assembly::stitch`]); `None` when it is
     /// not to be compressed here (the server's filter then decides).
     pub(crate) fn stitch(
         &self,

@@ -192,7 +192,7 @@ fn start_include(
 /// concurrency limit counts), and starts the includes of an ESI fragment at once.
 async fn resolve(
     ctx: Rc<PageCtx>,
-    targets: Vec<(String, crate::fetch::FragmentTarget)>,
+    targets: Vec<(String, super::fetch::FragmentTarget)>,
     timeout: Duration,
     req: esi::Request,
     depth: usize,

@@ -372,7 +372,7 @@ impl Worker {
             // The connection is not worth keeping for an error page's body.
             return Err(FetchFailed::Status(status.as_u16()));
         }
-        if !crate::decode::readable(&parts.headers) {
+        if !super::decode::readable(&parts.headers) {
             // Asked for identity, got a coding the proxy cannot decode: encoded bytes
             // must never be spliced into a page. A failed include (its alt, onerror,
             // try apply).
@@ -399,10 +399,10 @@ impl Worker {
         // limit; what is stored and spliced is the identity body.
         let encoded = &parts.headers;
         let (body, template) = if esi {
-            let t = crate::decode::read_template_with_source(pooled, encoded, limit, deadline);
+            let t = super::decode::read_template_with_source(pooled, encoded, limit, deadline);
             (Bytes::new(), Some(t.await.map_err(FetchFailed::Upstream)?))
         } else {
-            let b = crate::decode::read_bytes(pooled, encoded, limit, deadline).await;
+            let b = super::decode::read_bytes(pooled, encoded, limit, deadline).await;
             (b.map_err(FetchFailed::Upstream)?, None)
         };
         let mut stored = parts.headers;
@@ -422,7 +422,7 @@ impl Worker {
 /// Whether a response is to be processed as ESI, per the route's mode. A body in a
 /// coding the proxy cannot decode never is (gzip, br and zstd are decoded first).
 pub(crate) fn is_esi(mode: EsiMode, headers: &HeaderMap, token: &str) -> bool {
-    crate::decode::readable(headers)
+    super::decode::readable(headers)
         && match mode {
             EsiMode::Off => false,
             EsiMode::Auto => headers::surrogate_esi(headers, token),
