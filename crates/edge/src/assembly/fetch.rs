@@ -83,7 +83,7 @@ pub(crate) fn key_at(authority: &str, path_and_query: &str) -> crate::arena::Tex
     crate::arena::Text::from_utf8(bytes).expect("a str with its ASCII lower-cased")
 }
 
-/// Where an include may be fetched from (see [`Worker::fragment_origin`]).
+/// Where an include may be fetched from (see [`fragment_origin`]).
 enum FragmentOrigin<'a> {
     /// The page's own authority: by its route.
     Page(Target<'a>),
@@ -91,332 +91,330 @@ enum FragmentOrigin<'a> {
     Allowed(&'a crate::config::FragmentHost),
 }
 
-impl Worker {
-    /// The rules every include URL passes, for a fetch and for a cache lookup alike: an
-    /// `http` URL without user info, on the page's own authority (then routed) or on an
-    /// allowed fragment host. Returns the parsed URL and its normalised authority.
-    fn fragment_origin(
-        &self,
-        url: &str,
-        page_authority: &str,
-    ) -> Option<(http::Uri, String, FragmentOrigin<'_>)> {
-        let uri: http::Uri = url.parse().ok()?;
-        if uri.scheme_str() != Some("http") {
-            return None;
-        }
-        let authority = normalise_authority(uri.authority()?.as_str());
-        if authority.contains('@') {
-            return None;
-        }
-        let origin = if authority == page_authority {
-            FragmentOrigin::Page(self.route_for(page_authority, uri.path())?)
-        } else {
-            FragmentOrigin::Allowed(
-                self.config
-                    .esi
-                    .fragment_host
-                    .iter()
-                    .find(|h| normalise_authority(&h.host) == authority)?,
+/// The rules every include URL passes, for a fetch and for a cache lookup alike: an
+/// `http` URL without user info, on the page's own authority (then routed) or on an
+/// allowed fragment host. Returns the parsed URL and its normalised authority.
+fn fragment_origin<'w>(
+    worker: &'w Worker,
+    url: &str,
+    page_authority: &str,
+) -> Option<(http::Uri, String, FragmentOrigin<'w>)> {
+    let uri: http::Uri = url.parse().ok()?;
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let authority = normalise_authority(uri.authority()?.as_str());
+    if authority.contains('@') {
+        return None;
+    }
+    let origin = if authority == page_authority {
+        FragmentOrigin::Page(worker.route_for(page_authority, uri.path())?)
+    } else {
+        FragmentOrigin::Allowed(
+            worker
+                .config
+                .esi
+                .fragment_host
+                .iter()
+                .find(|h| normalise_authority(&h.host) == authority)?,
+        )
+    };
+    Some((uri, authority, origin))
+}
+
+/// Decides whether `url` (absolute, resolved by the esi crate) may be fetched for a
+/// page on `page_authority`, and how. `None` refuses it: not `http`, or a host that is
+/// neither the page's own nor on the `[[esi.fragment_host]]` allow-list.
+pub(crate) fn fragment_target(
+    worker: &Worker,
+    url: &str,
+    page_authority: &str,
+    page_headers: &HeaderMap,
+) -> Option<FragmentTarget> {
+    let (uri, authority, origin) = fragment_origin(worker, url, page_authority)?;
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let (source, credentials, esi) = match origin {
+        FragmentOrigin::Page(Target::Upstream(u, esi)) => (Source::Upstream(u.clone()), true, esi),
+        FragmentOrigin::Page(Target::Static(root)) => (
+            Source::Static(static_path(root, uri.path())?),
+            true,
+            EsiMode::Off,
+        ),
+        FragmentOrigin::Allowed(allowed) => {
+            let upstream = worker.upstreams.get(&allowed.upstream)?.clone();
+            (
+                Source::Upstream(upstream),
+                allowed.credentials,
+                EsiMode::Auto,
             )
-        };
-        Some((uri, authority, origin))
-    }
+        }
+    };
+    let headers = headers::fragment_request(page_headers, &authority, credentials);
+    let cache_key = (worker.cache.enabled() && matches!(source, Source::Upstream(_)))
+        .then(|| crate::cache::key(&authority, &path_and_query));
+    Some(FragmentTarget {
+        source,
+        path_and_query,
+        headers,
+        esi,
+        cache_key,
+        ttl: None,
+    })
+}
 
-    /// Decides whether `url` (absolute, resolved by the esi crate) may be fetched for a
-    /// page on `page_authority`, and how. `None` refuses it: not `http`, or a host that is
-    /// neither the page's own nor on the `[[esi.fragment_host]]` allow-list.
-    pub(crate) fn fragment_target(
-        &self,
-        url: &str,
-        page_authority: &str,
-        page_headers: &HeaderMap,
-    ) -> Option<FragmentTarget> {
-        let (uri, authority, origin) = self.fragment_origin(url, page_authority)?;
-        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-        let (source, credentials, esi) = match origin {
-            FragmentOrigin::Page(Target::Upstream(u, esi)) => {
-                (Source::Upstream(u.clone()), true, esi)
-            }
-            FragmentOrigin::Page(Target::Static(root)) => (
-                Source::Static(static_path(root, uri.path())?),
-                true,
-                EsiMode::Off,
-            ),
-            FragmentOrigin::Allowed(allowed) => {
-                let upstream = self.upstreams.get(&allowed.upstream)?.clone();
-                (
-                    Source::Upstream(upstream),
-                    allowed.credentials,
-                    EsiMode::Auto,
-                )
-            }
-        };
-        let headers = headers::fragment_request(page_headers, &authority, credentials);
-        let cache_key = (self.cache.enabled() && matches!(source, Source::Upstream(_)))
-            .then(|| crate::cache::key(&authority, &path_and_query));
-        Some(FragmentTarget {
-            source,
-            path_and_query,
-            headers,
-            esi,
-            cache_key,
-            ttl: None,
-        })
-    }
+/// The cache key of an include URL and the authority and credential rule its request
+/// would have, for a lookup that builds no request (the rules of
+/// [`fragment_target`]); `None` when it would be refused or
+/// is not cached.
+pub(crate) fn fragment_cache_key(
+    worker: &Worker,
+    url: &str,
+    page_authority: &str,
+) -> Option<(String, String, bool)> {
+    let (uri, authority, origin) = fragment_origin(worker, url, page_authority)?;
+    let credentials = match origin {
+        FragmentOrigin::Page(Target::Upstream(..)) => true,
+        FragmentOrigin::Page(Target::Static(_)) => return None,
+        FragmentOrigin::Allowed(allowed) => allowed.credentials,
+    };
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+    let key = crate::cache::key(&authority, path_and_query);
+    Some((key, authority, credentials))
+}
 
-    /// The cache key of an include URL and the authority and credential rule its request
-    /// would have, for a lookup that builds no request (the rules of
-    /// [`fragment_target`](Worker::fragment_target)); `None` when it would be refused or
-    /// is not cached.
-    pub(crate) fn fragment_cache_key(
-        &self,
-        url: &str,
-        page_authority: &str,
-    ) -> Option<(String, String, bool)> {
-        let (uri, authority, origin) = self.fragment_origin(url, page_authority)?;
-        let credentials = match origin {
-            FragmentOrigin::Page(Target::Upstream(..)) => true,
-            FragmentOrigin::Page(Target::Static(_)) => return None,
-            FragmentOrigin::Allowed(allowed) => allowed.credentials,
-        };
-        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
-        let key = crate::cache::key(&authority, path_and_query);
-        Some((key, authority, credentials))
-    }
+/// Whether the cache holds an object for the target that may be served when its
+/// upstream fails, so an include whose upstream is down still tries.
+pub(crate) fn has_stale(worker: &Worker, target: &FragmentTarget) -> bool {
+    let Some(key) = &target.cache_key else {
+        return false;
+    };
+    let now = now_ms();
+    let field = |n: &str| target.headers.get(n).cloned();
+    worker
+        .cache
+        .lookup(key, &field, now)
+        .is_some_and(|e| e.may_serve_on_error(now))
+}
 
-    /// Whether the cache holds an object for the target that may be served when its
-    /// upstream fails, so an include whose upstream is down still tries.
-    pub(crate) fn has_stale(&self, target: &FragmentTarget) -> bool {
-        let Some(key) = &target.cache_key else {
-            return false;
-        };
-        let now = now_ms();
+/// Whether every peer of the target's upstream is down, so the include can fail at
+/// once.
+pub(crate) fn refused_now(target: &FragmentTarget) -> bool {
+    match &target.source {
+        Source::Upstream(u) => u.all_down(),
+        Source::Static(_) => false,
+    }
+}
+
+/// Fetches a fragment, or joins the identical fetch already in flight. The key is the
+/// source, target and every header sent but X-Forwarded-For, so two users'
+/// personalised fragments (Cookie, Authorization, ...) never share a fetch. The fetch itself ends by `deadline` (the first asker's), so a
+/// never-answering server costs each page at most its own timeouts.
+pub(crate) async fn fragment(
+    worker: &Rc<Worker>,
+    target: FragmentTarget,
+    deadline: Instant,
+) -> FetchResult {
+    let mut stale = None;
+    if let Some(key) = &target.cache_key {
         let field = |n: &str| target.headers.get(n).cloned();
-        self.cache
-            .lookup(key, &field, now)
-            .is_some_and(|e| e.may_serve_on_error(now))
-    }
-
-    /// Whether every peer of the target's upstream is down, so the include can fail at
-    /// once.
-    pub(crate) fn refused_now(&self, target: &FragmentTarget) -> bool {
-        match &target.source {
-            Source::Upstream(u) => u.all_down(),
-            Source::Static(_) => false,
-        }
-    }
-
-    /// Fetches a fragment, or joins the identical fetch already in flight. The key is the
-    /// source, target and every header sent but X-Forwarded-For, so two users'
-    /// personalised fragments (Cookie, Authorization, ...) never share a fetch. The fetch itself ends by `deadline` (the first asker's), so a
-    /// never-answering server costs each page at most its own timeouts.
-    pub(crate) async fn fetch(
-        self: &Rc<Self>,
-        target: FragmentTarget,
-        deadline: Instant,
-    ) -> FetchResult {
-        let mut stale = None;
-        if let Some(key) = &target.cache_key {
-            let field = |n: &str| target.headers.get(n).cloned();
-            match lookup::memory(&self.cache, key, &field) {
-                Memory::Fresh(e) => return Ok(e),
-                Memory::Stale(e, guard) => {
-                    if let Some(guard) = guard {
-                        self.refresh_in_background(target.clone(), guard);
-                    }
-                    return Ok(e);
+        match lookup::memory(&worker.cache, key, &field) {
+            Memory::Fresh(e) => return Ok(e),
+            Memory::Stale(e, guard) => {
+                if let Some(guard) = guard {
+                    refresh_in_background(worker, target.clone(), guard);
                 }
-                Memory::Miss(s) => stale = s,
-                Memory::Pass => stale = None,
-            }
-        }
-        let key = fetch_key(&target);
-        let existing = self.inflight.borrow().get(&key).cloned();
-        let mut rx = match existing {
-            // A memory miss that waits for this worker's fetch of the same fragment.
-            Some(rx) if target.cache_key.is_some() => {
-                self.cache.count_miss();
-                rx
-            }
-            Some(rx) => rx,
-            None => {
-                let (tx, rx) = watch::channel(None);
-                self.inflight.borrow_mut().insert(key.clone(), rx.clone());
-                self.fetches.set(self.fetches.get() + 1);
-                let inner = self.clone();
-                tokio::task::spawn_local(async move {
-                    let result = inner.fetch_cached(target, deadline, stale).await;
-                    inner.inflight.borrow_mut().remove(&key);
-                    let _ = tx.send(Some(result));
-                });
-                rx
-            }
-        };
-        let result = match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.clone().unwrap_or(Err(FetchFailed::Abandoned)),
-            Err(_) => Err(FetchFailed::Abandoned),
-        };
-        result
-    }
-
-    /// Fetches a cacheable fragment once for the whole process: joins another worker's
-    /// fetch of the key, or leads one (Redis, then the origin) and stores the result.
-    /// A failure is answered with `stale` when it may be served on error.
-    async fn fetch_cached(
-        self: &Rc<Self>,
-        target: FragmentTarget,
-        deadline: Instant,
-        stale: Option<Arc<Entry>>,
-    ) -> FetchResult {
-        let Some(key) = target.cache_key.clone() else {
-            return self.fetch_now(target, deadline).await;
-        };
-        let cache = &self.cache;
-        let headers = target.headers.clone();
-        let field = |n: &str| headers.get(n).cloned();
-        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-            Flight::Hit(e) | Flight::StaleOnError(e) => return Ok(e),
-            Flight::Refresh(e, guard) => {
-                self.refresh_in_background(target, guard);
                 return Ok(e);
             }
-            Flight::Failed => return Err(FetchFailed::Coalesced),
-            Flight::Fetch { guard, stale } => (guard, stale),
-        };
-        match self.fetch_now(target, deadline).await {
-            Ok(e) => {
-                if e.storable() {
-                    cache.insert(&key, &field, e.clone(), now_ms());
-                    if let Some(g) = guard {
-                        g.land(Landing::Stored(e.clone()));
-                    }
-                }
-                Ok(e)
-            }
-            Err(err) => {
-                if let Some(g) = guard {
-                    g.land(Landing::Failed);
-                }
-                stale_or(cache, &key, &stale, err)
-            }
+            Memory::Miss(s) => stale = s,
+            Memory::Pass => stale = None,
         }
     }
+    let key = fetch_key(&target);
+    let existing = worker.inflight.borrow().get(&key).cloned();
+    let mut rx = match existing {
+        // A memory miss that waits for this worker's fetch of the same fragment.
+        Some(rx) if target.cache_key.is_some() => {
+            worker.cache.count_miss();
+            rx
+        }
+        Some(rx) => rx,
+        None => {
+            let (tx, rx) = watch::channel(None);
+            worker.inflight.borrow_mut().insert(key.clone(), rx.clone());
+            worker.fetches.set(worker.fetches.get() + 1);
+            let worker = worker.clone();
+            tokio::task::spawn_local(async move {
+                let result = fetch_cached(&worker, target, deadline, stale).await;
+                worker.inflight.borrow_mut().remove(&key);
+                let _ = tx.send(Some(result));
+            });
+            rx
+        }
+    };
+    let result = match rx.wait_for(Option::is_some).await {
+        Ok(v) => v.clone().unwrap_or(Err(FetchFailed::Abandoned)),
+        Err(_) => Err(FetchFailed::Abandoned),
+    };
+    result
+}
 
-    /// Refetches a stale fragment as the flight leader (`guard`) while the stale one is
-    /// served: stores it and lands it for the waiters.
-    fn refresh_in_background(self: &Rc<Self>, target: FragmentTarget, guard: FlightGuard) {
-        let inner = self.clone();
-        let timeout = crate::config::secs(self.config.esi.include_timeout);
-        tokio::task::spawn_local(async move {
-            let Some(key) = target.cache_key.clone() else {
-                return;
-            };
-            let headers = target.headers.clone();
-            match inner.fetch_now(target, Instant::now() + timeout).await {
-                Ok(e) if e.storable() => {
-                    let field = |n: &str| headers.get(n).cloned();
-                    inner.cache.insert(&key, &field, e.clone(), now_ms());
-                    guard.land(Landing::Stored(e));
-                }
-                Ok(_) => guard.land(Landing::NotStored),
-                Err(err) => {
-                    tracing::debug!(%key, error = %err, "fragment refresh failed");
-                    guard.land(Landing::Failed);
+/// Fetches a cacheable fragment once for the whole process: joins another worker's
+/// fetch of the key, or leads one (Redis, then the origin) and stores the result.
+/// A failure is answered with `stale` when it may be served on error.
+async fn fetch_cached(
+    worker: &Rc<Worker>,
+    target: FragmentTarget,
+    deadline: Instant,
+    stale: Option<Arc<Entry>>,
+) -> FetchResult {
+    let Some(key) = target.cache_key.clone() else {
+        return fetch_now(worker, target, deadline).await;
+    };
+    let cache = &worker.cache;
+    let headers = target.headers.clone();
+    let field = |n: &str| headers.get(n).cloned();
+    let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
+        Flight::Hit(e) | Flight::StaleOnError(e) => return Ok(e),
+        Flight::Refresh(e, guard) => {
+            refresh_in_background(worker, target, guard);
+            return Ok(e);
+        }
+        Flight::Failed => return Err(FetchFailed::Coalesced),
+        Flight::Fetch { guard, stale } => (guard, stale),
+    };
+    match fetch_now(worker, target, deadline).await {
+        Ok(e) => {
+            if e.storable() {
+                cache.insert(&key, &field, e.clone(), now_ms());
+                if let Some(g) = guard {
+                    g.land(Landing::Stored(e.clone()));
                 }
             }
-        });
+            Ok(e)
+        }
+        Err(err) => {
+            if let Some(g) = guard {
+                g.land(Landing::Failed);
+            }
+            stale_or(cache, &key, &stale, err)
+        }
     }
+}
 
-    async fn fetch_now(&self, target: FragmentTarget, deadline: Instant) -> FetchResult {
-        let limit = self.config.esi.max_fragment_size;
-        let upstream = match target.source {
-            Source::Static(path) => {
-                let body = tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| FetchFailed::Static(format!("{}: {e}", path.display())))?;
-                if body.len() > limit {
-                    return Err(FetchFailed::Static(format!(
-                        "{}: too large",
-                        path.display()
-                    )));
-                }
-                return Ok(Arc::new(Entry::new(
-                    http::StatusCode::OK,
-                    HeaderMap::new(),
-                    Bytes::from(body),
-                    None,
-                    None,
-                    now_ms(),
+/// Refetches a stale fragment as the flight leader (`guard`) while the stale one is
+/// served: stores it and lands it for the waiters.
+fn refresh_in_background(worker: &Rc<Worker>, target: FragmentTarget, guard: FlightGuard) {
+    let worker = worker.clone();
+    let timeout = crate::config::secs(worker.config.esi.include_timeout);
+    tokio::task::spawn_local(async move {
+        let Some(key) = target.cache_key.clone() else {
+            return;
+        };
+        let headers = target.headers.clone();
+        match fetch_now(&worker, target, Instant::now() + timeout).await {
+            Ok(e) if e.storable() => {
+                let field = |n: &str| headers.get(n).cloned();
+                worker.cache.insert(&key, &field, e.clone(), now_ms());
+                guard.land(Landing::Stored(e));
+            }
+            Ok(_) => guard.land(Landing::NotStored),
+            Err(err) => {
+                tracing::debug!(%key, error = %err, "fragment refresh failed");
+                guard.land(Landing::Failed);
+            }
+        }
+    });
+}
+
+async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -> FetchResult {
+    let limit = worker.config.esi.max_fragment_size;
+    let upstream = match target.source {
+        Source::Static(path) => {
+            let body = tokio::fs::read(&path)
+                .await
+                .map_err(|e| FetchFailed::Static(format!("{}: {e}", path.display())))?;
+            if body.len() > limit {
+                return Err(FetchFailed::Static(format!(
+                    "{}: too large",
+                    path.display()
                 )));
             }
-            Source::Upstream(u) => u,
-        };
-        if !target.path_and_query.starts_with('/') {
-            return Err(FetchFailed::Status(400));
+            return Ok(Arc::new(Entry::new(
+                http::StatusCode::OK,
+                HeaderMap::new(),
+                Bytes::from(body),
+                None,
+                None,
+                now_ms(),
+            )));
         }
-        let authorized = target.headers.contains_key(http::header::AUTHORIZATION);
-        let out = Outgoing {
-            method: &http::Method::GET,
-            target: &target.path_and_query,
-            fields: Fields::Plain(&target.headers),
-            body: &Bytes::new(),
-            upgrade: None,
-        };
-        let (parts, pooled) = upstream
-            .send(&out, deadline)
-            .await
-            .map_err(FetchFailed::Upstream)?;
-        let status = parts.status;
-        let esi = is_esi(target.esi, &parts.headers, &self.config.esi.device_token);
-        if !status.is_success() {
-            // The connection is not worth keeping for an error page's body.
-            return Err(FetchFailed::Status(status.as_u16()));
-        }
-        if !super::decode::readable(&parts.headers) {
-            // Asked for identity, got a coding the proxy cannot decode: encoded bytes
-            // must never be spliced into a page. A failed include (its alt, onerror,
-            // try apply).
-            let coding = parts.headers.get(CONTENT_ENCODING);
-            return Err(FetchFailed::Encoded(
-                String::from_utf8_lossy(coding.map_or(&b""[..], |c| c.as_bytes())).into_owned(),
-            ));
-        }
-        let freshness = target
-            .cache_key
-            .as_ref()
-            .map(|_| {
-                crate::cache::freshness::decide(
-                    status,
-                    &parts.headers,
-                    &self.cache.rules(&self.config.esi.device_token),
-                    target.ttl,
-                    authorized,
-                    std::time::SystemTime::now(),
-                )
-            })
-            .filter(|f| f.store);
-        // A gzip, br or zstd body (the origin ignored `identity`) is decoded within the
-        // limit; what is stored and spliced is the identity body.
-        let encoded = &parts.headers;
-        let (body, template) = if esi {
-            let t = super::decode::read_template_with_source(pooled, encoded, limit, deadline);
-            (Bytes::new(), Some(t.await.map_err(FetchFailed::Upstream)?))
-        } else {
-            let b = super::decode::read_bytes(pooled, encoded, limit, deadline).await;
-            (b.map_err(FetchFailed::Upstream)?, None)
-        };
-        let mut stored = parts.headers;
-        headers::remove_hop_by_hop(&mut stored);
-        stored.remove(CONTENT_ENCODING);
-        Ok(Arc::new(Entry::new(
-            status,
-            stored,
-            body,
-            template,
-            freshness.as_ref(),
-            now_ms(),
-        )))
+        Source::Upstream(u) => u,
+    };
+    if !target.path_and_query.starts_with('/') {
+        return Err(FetchFailed::Status(400));
     }
+    let authorized = target.headers.contains_key(http::header::AUTHORIZATION);
+    let out = Outgoing {
+        method: &http::Method::GET,
+        target: &target.path_and_query,
+        fields: Fields::Plain(&target.headers),
+        body: &Bytes::new(),
+        upgrade: None,
+    };
+    let (parts, pooled) = upstream
+        .send(&out, deadline)
+        .await
+        .map_err(FetchFailed::Upstream)?;
+    let status = parts.status;
+    let esi = is_esi(target.esi, &parts.headers, &worker.config.esi.device_token);
+    if !status.is_success() {
+        // The connection is not worth keeping for an error page's body.
+        return Err(FetchFailed::Status(status.as_u16()));
+    }
+    if !super::decode::readable(&parts.headers) {
+        // Asked for identity, got a coding the proxy cannot decode: encoded bytes
+        // must never be spliced into a page. A failed include (its alt, onerror,
+        // try apply).
+        let coding = parts.headers.get(CONTENT_ENCODING);
+        return Err(FetchFailed::Encoded(
+            String::from_utf8_lossy(coding.map_or(&b""[..], |c| c.as_bytes())).into_owned(),
+        ));
+    }
+    let freshness = target
+        .cache_key
+        .as_ref()
+        .map(|_| {
+            crate::cache::freshness::decide(
+                status,
+                &parts.headers,
+                &worker.cache.rules(&worker.config.esi.device_token),
+                target.ttl,
+                authorized,
+                std::time::SystemTime::now(),
+            )
+        })
+        .filter(|f| f.store);
+    // A gzip, br or zstd body (the origin ignored `identity`) is decoded within the
+    // limit; what is stored and spliced is the identity body.
+    let encoded = &parts.headers;
+    let (body, template) = if esi {
+        let t = super::decode::read_template_with_source(pooled, encoded, limit, deadline);
+        (Bytes::new(), Some(t.await.map_err(FetchFailed::Upstream)?))
+    } else {
+        let b = super::decode::read_bytes(pooled, encoded, limit, deadline).await;
+        (b.map_err(FetchFailed::Upstream)?, None)
+    };
+    let mut stored = parts.headers;
+    headers::remove_hop_by_hop(&mut stored);
+    stored.remove(CONTENT_ENCODING);
+    Ok(Arc::new(Entry::new(
+        status,
+        stored,
+        body,
+        template,
+        freshness.as_ref(),
+        now_ms(),
+    )))
 }
 
 /// Whether a response is to be processed as ESI, per the route's mode. A body in a
