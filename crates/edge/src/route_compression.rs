@@ -70,8 +70,8 @@ impl RouteCompression {
     }
 
     /// A page assembled per request from cached parts, in the coding the client gets,
-    /// stitched from the parts' compressed forms ([`crate::assembly::stitch`]); `None` when it is
-    /// not to be compressed here (the server's filter then decides).
+    /// stitched from the parts' compressed forms ([`crate::assembly::stitch`]); `None`
+    /// when it is not to be compressed here (the server's filter then decides).
     pub(crate) fn stitch(
         &self,
         policy: &Compression,

@@ -20,7 +20,7 @@ pub(crate) struct Worker {
     pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
     /// Per site (see `EdgeConfig::hosts`), its routes.
     pub(crate) routes: Vec<handler::Router<RouteTo>>,
-    /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
+    /// Fragment fetches in flight, by key (see `assembly::fetch::fetch_key`).
     pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
     pub(crate) fetches: Cell<u64>,
     /// The process's cache, shared with every other worker's `Edge`.
