@@ -9,8 +9,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::client::PassBody;
 use crate::error::PageError;
+use crate::upstream::client::PassBody;
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
 /// assembled as its fragments arrive.

@@ -33,6 +33,21 @@
 //! fetches and page writers are spawned with `tokio::task::spawn_local`, so `proxy`
 //! must run inside a `LocalSet`.
 //!
+//! **How it is laid out.** In layers, a module never importing one above it
+//! (`scripts/layering.py` fails on any module import cycle):
+//!
+//! - leaves every layer may use: `config`, `error`, `headers`, `arena` (the worker's
+//!   blocks), `clock`, `metrics` (every figure of edge's for `/metrics`);
+//! - `upstream/`: peers, balancing, health, the retry budget, the HTTP/1.1 client and
+//!   its pools, the requests it sends;
+//! - `cache/`: the memory tier, coalescing (`flight`), the phase machine (`lookup`), the
+//!   Redis tier, stored responses and their compressed forms, freshness;
+//! - `worker`: one worker's routes, upstreams, fragment fetches in flight and cache;
+//! - `assembly/`: fragment fetches, decoding, parallel page assembly, stitching;
+//! - the proxy on top: [`Edge`] (`proxy`), its request and response (`exchange`, `body`),
+//!   upgrades (`tunnel`), per-route compression (`route_compression`), and the
+//!   `handler::Module` (`module`).
+//!
 //! ```no_run
 //! use edge::{ClientInfo, Edge, EdgeConfig, ProxyRequest};
 //!
@@ -71,43 +86,33 @@
 //! ```
 
 mod arena;
-mod balance;
+mod assembly;
 mod body;
-mod budget;
 mod cache;
-mod client;
 mod clock;
 mod config;
-mod decode;
 mod error;
-mod fetch;
-mod figures;
-mod freshness;
+mod exchange;
 pub mod headers;
-mod health;
-mod inner;
-mod lookup;
+mod metrics;
 mod module;
-mod outgoing;
-mod page;
-mod peers;
 mod proxy;
-mod shared_tier;
-mod stitch;
-mod tally;
+mod route_compression;
 mod tunnel;
-mod variants;
+mod upstream;
+mod worker;
 
 pub use arena::Text;
-pub use cache::{Cache, CacheStats};
-pub use client::UpstreamStats;
+pub use body::Body;
+pub use cache::{Cache, CacheStats, SharedTierStats};
 pub use config::{
     Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
     PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
+pub use exchange::{ProxyRequest, ProxyResponse};
 pub use headers::ClientInfo;
 pub use module::EdgeModule;
-pub use peers::PeerState;
-pub use proxy::{Body, Edge, ProxyRequest, ProxyResponse, Route};
-pub use shared_tier::SharedTierStats;
+pub use proxy::{Edge, Route};
+pub use upstream::client::UpstreamStats;
+pub use upstream::peers::PeerState;

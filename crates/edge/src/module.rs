@@ -19,21 +19,23 @@ use handler::{
 };
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::body::Body;
 use crate::cache::Cache;
-use crate::client::Upstream;
 use crate::config::{CacheConfig, EdgeConfig, EsiMode};
 use crate::error::{ConfigError, PageError};
+use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::headers::ClientInfo;
-use crate::inner::RoutePolicy;
-use crate::peers::{Inherited, PeerSet};
-use crate::proxy::{Body, Edge, ProxyRequest, ProxyResponse};
+use crate::proxy::{Edge, WeakEdge};
+use crate::route_compression::RoutePolicy;
+use crate::upstream::client::Upstream;
+use crate::upstream::peers::{Inherited, PeerSet};
 
 thread_local! {
     /// This worker's proxy, once its service started, so that the scripts of the same
     /// worker share its connection pools and breakers: (the module's id, its `Edge`).
     /// Weak: the services hold it, so the `Edge` of a module a reload replaced (and its
     /// idle upstream connections) goes with the last request that used it.
-    static WORKER_EDGE: RefCell<Option<(u64, std::rc::Weak<crate::inner::Inner>)>> =
+    static WORKER_EDGE: RefCell<Option<(u64, WeakEdge)>> =
         const { RefCell::new(None) };
 }
 
@@ -51,10 +53,10 @@ pub struct EdgeModule {
     /// Connections opened per upstream by all workers.
     opened: Arc<[Arc<AtomicU64>]>,
     /// Requests per upstream by outcome and their latency, per worker.
-    figures: Arc<crate::figures::UpstreamFigures>,
+    figures: Arc<crate::metrics::UpstreamFigures>,
     /// Per upstream, what the modules that reloads replaced counted for it, when the
     /// reloads left it unchanged (its counters go on).
-    earlier: Vec<crate::figures::Earlier>,
+    earlier: Vec<crate::metrics::Earlier>,
     /// The server's first listener, which the upstream address `self` stands for; set
     /// once the server has bound it, before any worker starts.
     listening: OnceLock<SocketAddr>,
@@ -104,7 +106,7 @@ impl EdgeModule {
             _ => Cache::new(&config.cache)?,
         };
         let mut opened = crate::proxy::opened_totals(&config).to_vec();
-        let mut earlier = vec![crate::figures::Earlier::default(); config.upstream.len()];
+        let mut earlier = vec![crate::metrics::Earlier::default(); config.upstream.len()];
         if let Some(p) = previous {
             for (j, u) in config.upstream.iter().enumerate() {
                 // Unchanged: the same name and the same settings (compared in their
@@ -116,7 +118,7 @@ impl EdgeModule {
                     .position(|v| v.name == u.name && format!("{v:?}") == format!("{u:?}"));
                 if let Some(i) = same {
                     opened[j] = p.opened[i].clone();
-                    earlier[j] = crate::figures::Earlier::after(&p.earlier[i], &p.figures, i);
+                    earlier[j] = crate::metrics::Earlier::after(&p.earlier[i], &p.figures, i);
                 }
             }
         }
@@ -124,7 +126,7 @@ impl EdgeModule {
             .and_then(|p| p.sets.get())
             .map_or_else(Inherited::default, |sets| Inherited::from(sets));
         let opened: Arc<[Arc<AtomicU64>]> = opened.into();
-        let figures = Arc::new(crate::figures::UpstreamFigures::new(config.upstream.len()));
+        let figures = Arc::new(crate::metrics::UpstreamFigures::new(config.upstream.len()));
         Ok(Arc::new(EdgeModule {
             id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
             config,
@@ -180,7 +182,7 @@ impl EdgeModule {
 
     fn edge(&self, worker: usize) -> Option<Edge> {
         let mine = WORKER_EDGE.with(|e| match &*e.borrow() {
-            Some((id, edge)) if *id == self.id => edge.upgrade().map(Edge::from_inner),
+            Some((id, edge)) if *id == self.id => edge.upgrade(),
             _ => None,
         });
         if mine.is_some() {
@@ -191,7 +193,7 @@ impl EdgeModule {
             .sets
             .get_or_init(|| {
                 let sets = crate::proxy::peer_sets(&config, &self.inherited);
-                crate::health::start(&config, &sets);
+                crate::upstream::health::start(&config, &sets);
                 sets
             })
             .clone();
@@ -251,7 +253,7 @@ impl Module for EdgeModule {
             .collect();
         self.figures.write(out, &names, &self.earlier);
         if let Some(sets) = self.sets.get() {
-            crate::health::metrics(out, sets);
+            crate::upstream::health::metrics(out, sets);
         }
         for (name, opened) in self.upstream_connections() {
             out.counter(
@@ -261,7 +263,7 @@ impl Module for EdgeModule {
                 opened,
             );
         }
-        crate::tally::write_esi(out);
+        crate::metrics::write_esi(out);
         let Some(s) = self.cache_stats() else {
             return;
         };
@@ -271,7 +273,7 @@ impl Module for EdgeModule {
             ("miss", s.misses),
             ("stale", s.stale_served),
             ("coalesced", s.coalesced),
-            ("pass", crate::tally::passes()),
+            ("pass", crate::metrics::passes()),
         ] {
             out.counter(
                 "tessera_cache_requests_total",
@@ -280,7 +282,7 @@ impl Module for EdgeModule {
                 n,
             );
         }
-        crate::tally::write_cache(out);
+        crate::metrics::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
             "Objects (and Vary and pass markers) in the memory tier.",
@@ -465,11 +467,11 @@ impl Deferred for Proxied {
             request.body = body;
             match edge.proxy_to(upstream, mode, request).await {
                 Ok(response) => {
-                    let compression = edge.route_compression(route);
+                    let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
-                    match edge.route_policy(route) {
+                    match edge.compression.policy(route) {
                         _ if response.head.status() == 101 => response.head.set_identity_only(true),
                         Some(RoutePolicy::Own(Some(policy))) => {
                             response.head.set_compression(policy.clone())
@@ -491,7 +493,7 @@ impl Deferred for Proxied {
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 /// A cached object is served in the form of the coding the client gets (made once per
-/// object and coding, [`crate::variants`]), marked so that the server does not compress
+/// object and coding, [`crate::cache::variants`]), marked so that the server does not compress
 /// it again.
 fn response_of(
     edge: &Edge,
@@ -511,14 +513,14 @@ fn response_of(
         if let (Some(policy), Some((variants, entry))) = (compression, variants) {
             let chunks = response.body.ready_chunks();
             if let Some((lines, date, body)) = chunks.and_then(|chunks| {
-                let identity = crate::variants::Identity {
+                let identity = crate::cache::variants::Identity {
                     head: &head,
                     lines: &lines,
                     date,
                     chunks,
                 };
-                let room = edge.inner.cache.form_room(&entry);
-                let grew = || edge.inner.cache.reweigh(&entry);
+                let room = edge.worker.cache.form_room(&entry);
+                let grew = || edge.worker.cache.reweigh(&entry);
                 variants.respond(policy, accepted, identity, room, grew)
             }) {
                 head.set_encoded(lines, date);
@@ -553,7 +555,7 @@ fn response_of(
     // here in pieces without a cached head): stitched from the parts' compressed forms
     // when the client gets gzip or zstd.
     if let (Some(policy), false, handler::Body::Ready(chunks)) = (compression, cached, &body) {
-        if let Some(stitched) = edge.stitch(policy, accepted, &mut head, chunks) {
+        if let Some(stitched) = edge.compression.stitch(policy, accepted, &mut head, chunks) {
             return Response {
                 head,
                 body: stitched,

@@ -4,7 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -14,21 +14,23 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::arena::Text;
-pub use crate::body::Body;
-use crate::body::BodyKind;
+use crate::assembly::fetch::{is_esi, normalise_authority};
+use crate::body::{Body, BodyKind};
+use crate::cache::freshness;
+use crate::cache::lookup::{self, Flight, Memory};
+use crate::cache::variants::Variants;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
-use crate::client::{
-    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
-};
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
-use crate::fetch::{is_esi, normalise_authority};
-use crate::freshness;
-use crate::headers::{self, page_headers, ClientInfo, Forwarded};
-use crate::inner::{Inner, RouteTo, Target};
-use crate::lookup::{Flight, Memory};
-use crate::variants::Variants;
+use crate::exchange::{ProxyRequest, ProxyResponse};
+use crate::headers::{self, page_headers, Forwarded};
+use crate::route_compression::RouteCompression;
+use crate::tunnel::{self, Upgrade};
+use crate::upstream::client::{
+    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
+};
+use crate::worker::{RouteTo, Target, Worker};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
 /// connection pools, balancers and in-flight fetches are the worker's own; peer health is
@@ -37,16 +39,32 @@ use crate::variants::Variants;
 /// everything.
 #[derive(Clone)]
 pub struct Edge {
-    pub(crate) inner: Rc<Inner>,
+    pub(crate) worker: Rc<Worker>,
+    /// Whose compression each route's responses take, and the worker's compressed parts.
+    pub(crate) compression: Rc<RouteCompression>,
+}
+
+/// An [`Edge`] that does not keep it alive.
+pub(crate) struct WeakEdge {
+    worker: Weak<Worker>,
+    compression: Weak<RouteCompression>,
+}
+
+impl WeakEdge {
+    pub(crate) fn upgrade(&self) -> Option<Edge> {
+        Some(Edge {
+            worker: self.worker.upgrade()?,
+            compression: self.compression.upgrade()?,
+        })
+    }
 }
 
 impl Edge {
-    pub(crate) fn from_inner(inner: Rc<Inner>) -> Edge {
-        Edge { inner }
-    }
-
-    pub(crate) fn downgrade(&self) -> std::rc::Weak<Inner> {
-        Rc::downgrade(&self.inner)
+    pub(crate) fn downgrade(&self) -> WeakEdge {
+        WeakEdge {
+            worker: Rc::downgrade(&self.worker),
+            compression: Rc::downgrade(&self.compression),
+        }
     }
 }
 
@@ -68,35 +86,6 @@ impl<'a> Route<'a> {
     }
 }
 
-/// A request to proxy, as the server parsed it.
-#[derive(Debug, Clone)]
-pub struct ProxyRequest {
-    pub method: Method,
-    /// The request target in origin form: `/path?query`.
-    pub target: Text,
-    pub headers: HeaderMap,
-    /// The whole request body (the server reads it within its body limit first).
-    pub body: Bytes,
-    pub client: ClientInfo,
-}
-
-/// The response to send downstream. `headers` are final (hop-by-hop fields and
-/// Surrogate-Control removed, Via added); the server adds its own framing from
-/// [`Body::content_length`].
-pub struct ProxyResponse {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Body,
-    /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
-    /// for the object, so that serving it does not re-encode every field.
-    /// With the object's (or assembled page's) compressed forms, to serve from, and the
-    /// object (weighed again in the cache when a form is added).
-    pub(crate) head_h1: Option<(Bytes, bool, Option<CachedForms>)>,
-}
-
-/// A cached body's compressed forms and the object they count in.
-pub(crate) type CachedForms = (Arc<Variants>, Arc<Entry>);
-
 impl Edge {
     /// Builds the proxy from a validated configuration, with a cache of its own (see
     /// [`Edge::with_cache`] to share one).
@@ -110,7 +99,7 @@ impl Edge {
     /// `config.cache`, and give it to every worker's `Edge`.
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
-        let figures = crate::figures::UpstreamFigures::new(config.upstream.len()).for_worker(0);
+        let figures = crate::metrics::UpstreamFigures::new(config.upstream.len()).for_worker(0);
         let sets = peer_sets(&config, &Default::default());
         Edge::build(config, cache, false, opened, figures, sets, 0)
     }
@@ -127,8 +116,8 @@ impl Edge {
         cache: Arc<Cache>,
         lean: bool,
         opened: Arc<[Arc<AtomicU64>]>,
-        figures: Arc<[crate::figures::UpstreamCounts]>,
-        sets: Arc<[Arc<crate::peers::PeerSet>]>,
+        figures: Arc<[crate::metrics::UpstreamCounts]>,
+        sets: Arc<[Arc<crate::upstream::peers::PeerSet>]>,
         worker: usize,
     ) -> Result<Edge, ConfigError> {
         config.validate()?;
@@ -138,7 +127,7 @@ impl Edge {
             .zip(opened.iter())
             .enumerate()
             .map(|(i, (u, o))| {
-                let seed = crate::peers::hash(format!("{worker}-{i}").as_bytes());
+                let seed = crate::upstream::peers::hash(format!("{worker}-{i}").as_bytes());
                 let upstream =
                     Upstream::new(u, sets[i].clone(), o.clone(), figures.clone(), i, seed);
                 (u.name.clone(), Rc::new(upstream))
@@ -157,13 +146,9 @@ impl Edge {
                 }))
             })
             .collect();
-        let route_policies = config
-            .route
-            .iter()
-            .map(crate::inner::RoutePolicy::of)
-            .collect();
         Ok(Edge {
-            inner: Rc::new(Inner {
+            compression: Rc::new(RouteCompression::new(&config)),
+            worker: Rc::new(Worker {
                 config,
                 upstreams,
                 routes,
@@ -171,37 +156,35 @@ impl Edge {
                 fetches: Cell::new(0),
                 cache,
                 lean,
-                parts: Default::default(),
-                route_policies,
             }),
         })
     }
 
     /// The route for a request path (longest prefix; a prefix matches whole segments
-    /// unless it ends with `/`), matched on the normalised path (see `Inner::route`).
+    /// unless it ends with `/`), matched on the normalised path (see `Worker::route`).
     pub fn route(&self, path: &str) -> Option<Route<'_>> {
-        self.inner.route(path).map(Route::of)
+        self.worker.route(path).map(Route::of)
     }
 
     /// [`Edge::route`] of a path the caller already normalised with
     /// [`wire::normalize_path`] (no allocation).
     pub fn route_normalised(&self, path: &[u8]) -> Option<Route<'_>> {
-        self.inner.route_normalised(0, path).map(Route::of)
+        self.worker.route_normalised(0, path).map(Route::of)
     }
 
     /// Counters of one upstream.
     pub fn upstream_stats(&self, name: &str) -> Option<UpstreamStats> {
-        self.inner.upstreams.get(name).map(|u| u.stats())
+        self.worker.upstreams.get(name).map(|u| u.stats())
     }
 
     /// The cache's counters and sizes.
     pub fn cache_stats(&self) -> crate::CacheStats {
-        self.inner.cache.stats()
+        self.worker.cache.stats()
     }
 
     /// Fragment fetches sent since start (identical concurrent includes count once).
     pub fn fragment_fetches(&self) -> u64 {
-        self.inner.fetches.get()
+        self.worker.fetches.get()
     }
 
     /// Proxies one request. Returns once the response head is known: for an ESI page,
@@ -212,7 +195,7 @@ impl Edge {
     pub async fn proxy(&self, req: ProxyRequest) -> Result<ProxyResponse, ProxyError> {
         origin_form(&req)?;
         let path = req.target.split(['?', '#']).next().unwrap_or("/");
-        let (upstream, mode) = match self.inner.route(path) {
+        let (upstream, mode) = match self.worker.route(path) {
             None => return Err(ProxyError::NoRoute { path: path.into() }),
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
@@ -222,7 +205,7 @@ impl Edge {
 
     /// Whether route number `route` serves files (`root`) rather than an upstream.
     pub(crate) fn route_is_files(&self, route: usize) -> bool {
-        self.inner
+        self.worker
             .config
             .route
             .get(route)
@@ -232,8 +215,8 @@ impl Edge {
     /// The upstream and ESI mode of `config.route[route]`, for a request the server
     /// routed (on its normalised path) to that route.
     pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
-        let r = self.inner.config.route.get(route)?;
-        let upstream = self.inner.upstreams.get(r.upstream.as_deref()?)?;
+        let r = self.worker.config.route.get(route)?;
+        let upstream = self.worker.upstreams.get(r.upstream.as_deref()?)?;
         Some((upstream.clone(), r.esi))
     }
 
@@ -244,23 +227,29 @@ impl Edge {
         mode: EsiMode,
         req: ProxyRequest,
     ) -> Result<ProxyResponse, ProxyError> {
-        let inner = &self.inner;
+        let worker = &self.worker;
         origin_form(&req)?;
         let authority = authority_of(&req, &upstream);
-        let key = crate::fetch::key_at(&authority, &req.target);
-        let cache = &inner.cache;
+        let key = crate::assembly::fetch::key_at(&authority, &req.target);
+        let cache = &worker.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
             return Ok(self.invalidate(&req, &key));
         }
-        if let Some(protocol) = crate::tunnel::upgrade_of(&req).cloned() {
-            return self.upgrade(req, &upstream, protocol, authority).await;
+        if let Some(protocol) = tunnel::upgrade_of(&req).cloned() {
+            let config = &self.worker.config;
+            return match tunnel::upgrade(config, &req, &upstream, protocol).await? {
+                Upgrade::Switched(response) => Ok(response),
+                Upgrade::Refused(parts, pooled) => {
+                    self.answer(req, parts, pooled, false, authority).await
+                }
+            };
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
-            crate::tally::passed();
+            crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
-        let (stale, passes) = match cache.lookup_memory(&key, &field) {
+        let (stale, passes) = match lookup::memory(cache, &key, &field) {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
@@ -273,13 +262,13 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
-            crate::tally::passed();
+            crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
         if req.method == Method::HEAD || passes {
-            crate::tally::passed();
+            crate::metrics::passed();
             let store = Store {
                 key,
                 guard: None,
@@ -291,7 +280,7 @@ impl Edge {
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let (guard, stale) = match cache.fly(&key, &field, deadline, stale).await {
+        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
             Flight::Hit(e) | Flight::StaleOnError(e) => {
                 return self.serve(e, &req, &authority, now_ms()).await
             }
@@ -350,7 +339,7 @@ impl Edge {
     /// 200 when something was removed, 404 when nothing was cached, 403 for a client
     /// neither on `purge_allow` nor holding the `purge_token`.
     fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
-        let cache = &self.inner.cache;
+        let cache = &self.worker.cache;
         let config = &cache.config;
         let token_ok = !config.purge_token.is_empty()
             && req
@@ -390,15 +379,15 @@ impl Edge {
         authority: &str,
         now: u64,
     ) -> Result<ProxyResponse, ProxyError> {
-        let token = self.inner.config.esi.device_token.as_str();
+        let token = self.worker.config.esi.device_token.as_str();
         let age = HeaderValue::from(entry.age_secs(now));
-        let generation = self.inner.cache.generation();
+        let generation = self.worker.cache.generation();
         let memo = entry
             .template
             .as_ref()
             .and_then(|_| entry.memo(now, generation));
         let whole = entry.template.is_none() || memo.is_some();
-        let mut headers = if self.inner.lean && whole {
+        let mut headers = if self.worker.lean && whole {
             HeaderMap::with_capacity(1)
         } else {
             entry.response_headers(token).clone()
@@ -438,8 +427,8 @@ impl Edge {
         authority: Text,
         mut store: Option<Store>,
     ) -> Result<ProxyResponse, ProxyError> {
-        let inner = &self.inner;
-        let token = inner.config.esi.device_token.as_str();
+        let worker = &self.worker;
+        let token = worker.config.esi.device_token.as_str();
         let deadline = Instant::now() + upstream.response_timeout;
         let out = Outgoing {
             method: &req.method,
@@ -469,7 +458,7 @@ impl Edge {
                     g.land(Landing::Failed);
                 }
                 if let Some(stale) = s.stale {
-                    inner.cache.count_stale();
+                    worker.cache.count_stale();
                     tracing::debug!(key = %s.key, "origin failed: serving stale");
                     return self.serve(stale, &req, &authority, now_ms()).await;
                 }
@@ -492,14 +481,14 @@ impl Edge {
                 freshness::decide(
                     parts.status,
                     &parts.headers,
-                    &inner.cache.rules(token),
+                    &worker.cache.rules(token),
                     None,
                     authorized,
                     std::time::SystemTime::now(),
                 )
             })
             .filter(|f| f.store);
-        let limit = inner.cache.config.max_object_size;
+        let limit = worker.cache.config.max_object_size;
         let length: Option<u64> = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -510,10 +499,10 @@ impl Edge {
             let mut stored = parts.headers.clone();
             headers::remove_hop_by_hop(&mut stored);
             let entry = if esi {
-                let (template, source) = crate::decode::read_template_with_source(
+                let (template, source) = crate::assembly::decode::read_template_with_source(
                     pooled,
                     &parts.headers,
-                    inner.config.esi.max_fragment_size,
+                    worker.config.esi.max_fragment_size,
                     Instant::now() + upstream.response_timeout,
                 )
                 .await?;
@@ -530,7 +519,7 @@ impl Edge {
             };
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
-            inner.cache.insert(&s.key, &field, entry.clone(), now);
+            worker.cache.insert(&s.key, &field, entry.clone(), now);
             if let Some(g) = s.guard {
                 g.land(Landing::Stored(entry.clone()));
             }
@@ -549,7 +538,7 @@ impl Edge {
         // request's credentials that kept the response from being stored (another
         // client's may be).
         if let Some(s) = store.filter(|_| req.method == Method::GET && !authorized) {
-            inner.cache.mark_pass(&s.key, now);
+            worker.cache.mark_pass(&s.key, now);
         }
         self.answer(req, parts, pooled, esi, authority).await
     }
@@ -564,8 +553,8 @@ impl Edge {
         esi: bool,
         authority: Text,
     ) -> Result<ProxyResponse, ProxyError> {
-        let inner = &self.inner;
-        let token = inner.config.esi.device_token.as_str();
+        let worker = &self.worker;
+        let token = worker.config.esi.device_token.as_str();
         let upstream_timeout = pooled.response_timeout();
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let length = if bodiless {
@@ -577,7 +566,7 @@ impl Edge {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
         };
-        let coding = crate::decode::coding(&parts.headers);
+        let coding = crate::assembly::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
         if !esi {
             // A small body came with its head: the connection is free at once, and the
@@ -605,10 +594,10 @@ impl Edge {
                 HeaderValue::from_static(c.token()),
             );
         }
-        let template = crate::decode::read_template(
+        let template = crate::assembly::decode::read_template(
             pooled,
             &encoded,
-            inner.config.esi.max_fragment_size,
+            worker.config.esi.max_fragment_size,
             Instant::now() + upstream_timeout,
         )
         .await?;
@@ -629,8 +618,8 @@ impl Edge {
         authority: &str,
         entry: Option<&Arc<Entry>>,
     ) -> Result<ProxyResponse, ProxyError> {
-        let inner = &self.inner;
-        let generation = inner.cache.generation();
+        let worker = &self.worker;
+        let generation = worker.cache.generation();
         let mut esi_req = esi::Request::new(format!("http://{authority}{}", req.target));
         for name in [
             header::HOST,
@@ -646,9 +635,9 @@ impl Edge {
             }
         }
         let page_authority = normalise_authority(authority);
-        if inner.cache.enabled() {
-            if let Some(page) = crate::page::assemble_cached(
-                inner,
+        if worker.cache.enabled() {
+            if let Some(page) = crate::assembly::page::assemble_cached(
+                worker,
                 template,
                 &esi_req,
                 &page_authority,
@@ -672,10 +661,15 @@ impl Edge {
                 });
             }
         }
-        let token = inner.config.esi.device_token.as_str();
+        let token = worker.config.esi.device_token.as_str();
         let forwarded = headers::forward_request(&req.headers, &req.client, token);
-        let (rx, writer) =
-            crate::page::start(inner.clone(), template, &esi_req, page_authority, forwarded);
+        let (rx, writer) = crate::assembly::page::start(
+            worker.clone(),
+            template,
+            &esi_req,
+            page_authority,
+            forwarded,
+        );
         // From here the page belongs to a Body, whose drop stops the assembly, also when
         // this future is dropped while waiting (the client went away).
         let mut body = Body {
@@ -717,7 +711,7 @@ impl Edge {
         body: Bytes,
         max_body: usize,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
-        let Some(upstream) = self.inner.upstreams.get(upstream).cloned() else {
+        let Some(upstream) = self.worker.upstreams.get(upstream).cloned() else {
             return Err(ProxyError::BadRequest(format!("no upstream `{upstream}`")));
         };
         let mut headers = headers;
@@ -738,9 +732,12 @@ impl Edge {
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
-        let bytes =
-            crate::client::read_bytes(pooled, max_body, Instant::now() + upstream.response_timeout)
-                .await?;
+        let bytes = crate::upstream::client::read_bytes(
+            pooled,
+            max_body,
+            Instant::now() + upstream.response_timeout,
+        )
+        .await?;
         Ok((parts.status, parts.headers, bytes))
     }
 }
@@ -749,15 +746,17 @@ impl Edge {
 /// workers; a peer of `inherited` (the configuration a reload replaced) keeps its health.
 pub(crate) fn peer_sets(
     config: &EdgeConfig,
-    inherited: &crate::peers::Inherited,
-) -> Arc<[Arc<crate::peers::PeerSet>]> {
+    inherited: &crate::upstream::peers::Inherited,
+) -> Arc<[Arc<crate::upstream::peers::PeerSet>]> {
     let epoch = inherited.epoch();
     config
         .upstream
         .iter()
         .map(|u| {
             let ring = u.balance == crate::config::Balance::Hash;
-            Arc::new(crate::peers::PeerSet::inheriting(u, ring, inherited, epoch))
+            Arc::new(crate::upstream::peers::PeerSet::inheriting(
+                u, ring, inherited, epoch,
+            ))
         })
         .collect()
 }

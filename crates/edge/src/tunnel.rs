@@ -12,11 +12,11 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::body::{Body, BodyKind};
-use crate::client::{Fields, Outgoing, Upstream};
-use crate::config::secs;
+use crate::config::{secs, EdgeConfig};
 use crate::error::{ProxyError, UpstreamError};
+use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::headers::{self, Forwarded};
-use crate::proxy::{Edge, ProxyRequest, ProxyResponse};
+use crate::upstream::client::{Fields, Head, Outgoing, Pooled, Upstream};
 
 /// The protocol a request asks to upgrade to: a GET over HTTP/1.1 whose Connection
 /// field names `upgrade` and that has an Upgrade field.
@@ -32,69 +32,69 @@ pub(crate) fn upgrade_of(req: &ProxyRequest) -> Option<&HeaderValue> {
     asks.then(|| req.headers.get(header::UPGRADE)).flatten()
 }
 
-impl Edge {
-    /// Forwards an upgrade request; see the module's documentation.
-    pub(crate) async fn upgrade(
-        &self,
-        req: ProxyRequest,
-        upstream: &Rc<Upstream>,
-        protocol: HeaderValue,
-        authority: crate::arena::Text,
-    ) -> Result<ProxyResponse, ProxyError> {
-        let token = self.inner.config.esi.device_token.as_str();
-        let out = Outgoing {
-            method: &req.method,
-            target: &req.target,
-            fields: Fields::Forwarded(Forwarded {
-                client_headers: &req.headers,
-                client: &req.client,
-                token,
-                identity: false,
-                whole: false,
-            }),
-            body: &req.body,
-            upgrade: Some(&protocol),
-        };
-        let deadline = Instant::now() + upstream.response_timeout;
-        let (mut parts, pooled) = upstream.send(&out, deadline).await?;
-        if parts.status != StatusCode::SWITCHING_PROTOCOLS {
-            return self.answer(req, parts, pooled, false, authority).await;
-        }
-        let upgrade = parts.headers.get(header::UPGRADE).cloned();
-        headers::remove_hop_by_hop(&mut parts.headers);
-        if let Some(upgrade) = upgrade {
-            parts.headers.insert(header::UPGRADE, upgrade);
-        }
-        let name = upstream.name.clone();
-        let (stream, early) = pooled
-            .into_tunnel()
-            .ok_or_else(|| UpstreamError::Protocol {
-                upstream: name,
-                message: "the upgraded connection could not be handed over".into(),
-            })?;
-        let config = self
-            .inner
-            .config
-            .upstream
-            .iter()
-            .find(|u| u.name == upstream.name);
-        let (idle, max) = config.map_or((60.0, 0.0), |u| {
-            (u.tunnel_idle_timeout, u.tunnel_max_duration)
-        });
-        let tunnel = handler::Tunnel {
-            upstream: stream,
-            early,
-            idle_timeout: secs(idle),
-            max_duration: (max > 0.0).then(|| secs(max)),
-        };
-        Ok(ProxyResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body: Body {
-                kind: BodyKind::Tunnel(Some(tunnel)),
-                length: None,
-            },
-            head_h1: None,
-        })
+/// What an upgrade request came to.
+pub(crate) enum Upgrade {
+    /// `101 Switching Protocols`: the response that hands the connection to the server.
+    Switched(ProxyResponse),
+    /// Any other answer, to pass on like a normal response.
+    Refused(Head, Pooled),
+}
+
+/// Forwards an upgrade request; see the module's documentation.
+pub(crate) async fn upgrade(
+    config: &EdgeConfig,
+    req: &ProxyRequest,
+    upstream: &Rc<Upstream>,
+    protocol: HeaderValue,
+) -> Result<Upgrade, ProxyError> {
+    let token = config.esi.device_token.as_str();
+    let out = Outgoing {
+        method: &req.method,
+        target: &req.target,
+        fields: Fields::Forwarded(Forwarded {
+            client_headers: &req.headers,
+            client: &req.client,
+            token,
+            identity: false,
+            whole: false,
+        }),
+        body: &req.body,
+        upgrade: Some(&protocol),
+    };
+    let deadline = Instant::now() + upstream.response_timeout;
+    let (mut parts, pooled) = upstream.send(&out, deadline).await?;
+    if parts.status != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(Upgrade::Refused(parts, pooled));
     }
+    let upgrade = parts.headers.get(header::UPGRADE).cloned();
+    headers::remove_hop_by_hop(&mut parts.headers);
+    if let Some(upgrade) = upgrade {
+        parts.headers.insert(header::UPGRADE, upgrade);
+    }
+    let name = upstream.name.clone();
+    let (stream, early) = pooled
+        .into_tunnel()
+        .ok_or_else(|| UpstreamError::Protocol {
+            upstream: name,
+            message: "the upgraded connection could not be handed over".into(),
+        })?;
+    let own = config.upstream.iter().find(|u| u.name == upstream.name);
+    let (idle, max) = own.map_or((60.0, 0.0), |u| {
+        (u.tunnel_idle_timeout, u.tunnel_max_duration)
+    });
+    let tunnel = handler::Tunnel {
+        upstream: stream,
+        early,
+        idle_timeout: secs(idle),
+        max_duration: (max > 0.0).then(|| secs(max)),
+    };
+    Ok(Upgrade::Switched(ProxyResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body: Body {
+            kind: BodyKind::Tunnel(Some(tunnel)),
+            length: None,
+        },
+        head_h1: None,
+    }))
 }

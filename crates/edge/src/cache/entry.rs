@@ -1,7 +1,7 @@
 //! A stored response ([`Entry`]): its status, fields, body or compiled template, its
 //! lifetime windows, and its encoding for the Redis tier.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
-use crate::freshness::{Freshness, MAX_LIFETIME};
+use super::freshness::{Freshness, MAX_LIFETIME};
 
 /// One stored response.
 pub(crate) struct Entry {
@@ -38,7 +38,7 @@ pub(crate) struct Entry {
     /// For an ESI page: the last assembly from cached fragments, reused while it holds.
     memo: Mutex<Option<Arc<Memo>>>,
     /// The body's compressed forms, made on demand.
-    pub(crate) variants: Arc<crate::variants::Variants>,
+    pub(crate) variants: Arc<super::variants::Variants>,
     /// Bytes of the compressed forms of its body and of its memoized assemblies, counted
     /// in its weight in memory ([`Cache::reweigh`]).
     pub(crate) forms: Arc<AtomicU64>,
@@ -57,10 +57,15 @@ pub(crate) struct Memo {
     /// [`Cache::generation`] when it was made.
     pub(crate) generation: u64,
     /// Its compressed forms, made on demand.
-    pub(crate) variants: Arc<crate::variants::Variants>,
+    pub(crate) variants: Arc<super::variants::Variants>,
 }
 
 impl Entry {
+    /// Its weight in memory now: its own bytes and its forms'.
+    pub(super) fn weight_with_forms(&self) -> u64 {
+        self.weight + self.forms.load(Ordering::Acquire)
+    }
+
     /// The headers to send downstream (Surrogate-Control and hop-by-hop fields removed,
     /// Via added; an ESI page's length and validators removed, as it is assembled).
     /// [`Entry::response_headers`] but Age (which changes per response) and the framing
@@ -153,7 +158,7 @@ impl Entry {
             out: std::sync::OnceLock::new(),
             out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
-            variants: Arc::new(crate::variants::Variants::counted_in(forms.clone())),
+            variants: Arc::new(super::variants::Variants::counted_in(forms.clone())),
             forms,
             stored_as: std::sync::OnceLock::new(),
         }
@@ -257,7 +262,7 @@ impl Entry {
             _ => return None,
         };
         let status = StatusCode::from_u16(b.get_u16()).ok()?;
-        if !crate::freshness::status_cacheable(status) {
+        if !super::freshness::status_cacheable(status) {
             return None;
         }
         let born_ms = b.get_u64();

@@ -1,14 +1,13 @@
-//! Request coalescing: one request per key leads the fetch ([`Cache::join`]), the
+//! Request coalescing: one request per key leads the fetch ([`Flights::join`]), the
 //! others, on any worker, wait for what it lands.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use http::header::HeaderValue;
 use tokio::sync::watch;
 
-use super::{Cache, Entry};
-use crate::clock::now_ms;
+use super::entry::Entry;
 
 /// What a leader's fetch came to, for the requests waiting on it.
 #[derive(Clone)]
@@ -32,10 +31,10 @@ pub(crate) enum Join {
 /// The leader's duty: landing the fetch (also on drop, as `NotStored`, so waiters never
 /// hang on a leader whose client went away).
 pub(crate) struct FlightGuard {
-    cache: Arc<Cache>,
+    flights: Arc<Flights>,
     key: String,
     tx: watch::Sender<Option<Landing>>,
-    /// Led after a memory miss ([`Cache::join`]), not a background refresh: its landing
+    /// Led after a memory miss ([`Flights::join`]), not a background refresh: its landing
     /// counts the lookup, a `miss` when the fetch was stored or failed, a `pass` when
     /// its response could not be stored.
     lookup: bool,
@@ -49,8 +48,8 @@ impl FlightGuard {
 
 impl Drop for FlightGuard {
     fn drop(&mut self) {
-        self.cache
-            .flights
+        self.flights
+            .table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.key);
@@ -64,8 +63,8 @@ impl Drop for FlightGuard {
         });
         match (self.lookup, not_stored) {
             (false, _) => {}
-            (true, false) => self.cache.count_miss(),
-            (true, true) => crate::tally::passed(),
+            (true, false) => self.flights.count_miss(),
+            (true, true) => crate::metrics::passed(),
         }
     }
 }
@@ -81,21 +80,28 @@ pub(crate) async fn wait_landing(
     }
 }
 
-impl Cache {
-    /// What a waiter may serve of a leader's landed object: the object itself, unless it
-    /// varies, in which case the variant for the waiter's own request fields (the
-    /// leader's may be another language, another encoding...), if stored.
-    pub(crate) fn landed_for(
-        &self,
-        key: &str,
-        entry: Arc<Entry>,
-        field: &dyn Fn(&str) -> Option<HeaderValue>,
-    ) -> Option<Arc<Entry>> {
-        if !entry.headers.contains_key(http::header::VARY) {
-            return Some(entry);
-        }
-        let now = now_ms();
-        self.lookup(key, field, now).filter(|e| e.is_fresh(now))
+/// The fetches in flight in the process, by key: the receiver of each one's landing.
+#[derive(Default)]
+pub(crate) struct Flights {
+    table: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
+    /// Requests that found nothing fresh in memory: counted here, where a flight's
+    /// landing decides most of them.
+    misses: AtomicU64,
+    /// Requests that waited for another request's fetch instead of fetching.
+    coalesced: AtomicU64,
+}
+
+impl Flights {
+    pub(crate) fn count_miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn coalesced(&self) -> u64 {
+        self.coalesced.load(Ordering::Relaxed)
     }
 
     /// Makes the caller the leader for `key` when nobody fetches it; for a background
@@ -112,10 +118,10 @@ impl Cache {
         self.join_as(key, true)
     }
 
-    /// [`Cache::join`]; `lookup` says whether the flight counts a lookup (and a waiter
+    /// [`Flights::join`]; `lookup` says whether the flight counts a lookup (and a waiter
     /// a coalesced one).
     fn join_as(self: &Arc<Self>, key: &str, lookup: bool) -> Join {
-        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let mut flights = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rx) = flights.get(key) {
             if lookup {
                 self.coalesced.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +131,7 @@ impl Cache {
         let (tx, rx) = watch::channel(None);
         flights.insert(key.to_string(), rx);
         Join::Lead(FlightGuard {
-            cache: self.clone(),
+            flights: self.clone(),
             key: key.to_string(),
             tx,
             lookup,

@@ -23,10 +23,11 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{timeout_at, Instant};
 
+use super::fetch::{self, FragmentTarget};
 use crate::config::PagePolicy;
 use crate::error::PageError;
-use crate::inner::Inner;
-use crate::tally;
+use crate::metrics;
+use crate::worker::Worker;
 
 /// What one include turned into.
 enum Outcome {
@@ -49,7 +50,7 @@ struct Doc {
 
 /// What a page's includes share.
 pub(crate) struct PageCtx {
-    edge: Rc<Inner>,
+    worker: Rc<Worker>,
     page_authority: String,
     page_headers: HeaderMap,
     includes: Cell<usize>,
@@ -74,13 +75,13 @@ impl Drop for AbortAll {
 /// fails. `page_headers` are the page request's forwarded headers (fragment requests
 /// derive theirs from them).
 pub(crate) fn start(
-    edge: Rc<Inner>,
+    worker: Rc<Worker>,
     template: &Template,
     req: &esi::Request,
     page_authority: String,
     page_headers: HeaderMap,
 ) -> (mpsc::Receiver<Result<Bytes, PageError>>, AbortHandle) {
-    let esi = &edge.config.esi;
+    let esi = &worker.config.esi;
     let tasks = Rc::new(RefCell::new(Vec::new()));
     let ctx = Rc::new(PageCtx {
         page_authority,
@@ -89,7 +90,7 @@ pub(crate) fn start(
         concurrency: Semaphore::new(esi.max_concurrency),
         tasks: tasks.clone(),
         default_timeout: crate::config::secs(esi.include_timeout),
-        edge: edge.clone(),
+        worker: worker.clone(),
     });
     let policy = esi.on_failure;
     let doc = start_doc(&ctx, template, req, 0);
@@ -106,15 +107,15 @@ pub(crate) fn start(
         let end = doc.ev.items().len();
         match emit(&doc, 0, end, &mut sink).await {
             Ok(()) => match sink.flush(true).await {
-                Ok(()) => tally::page(tally::Page::Complete),
-                Err(_) => tally::page(tally::Page::Abandoned),
+                Ok(()) => metrics::page(metrics::Page::Complete),
+                Err(_) => metrics::page(metrics::Page::Abandoned),
             },
             Err(Stop::Failed(e)) => {
                 tracing::debug!(error = %e, "ESI page failed");
-                tally::page(tally::Page::Failed);
+                metrics::page(metrics::Page::Failed);
                 let _ = sink.tx.send(Err(PageError::IncludeFailed(e))).await;
             }
-            Err(Stop::ClientGone) => tally::page(tally::Page::Abandoned),
+            Err(Stop::ClientGone) => metrics::page(metrics::Page::Abandoned),
         }
         drop(ctx);
     });
@@ -137,7 +138,7 @@ fn start_include(
     req: &esi::Request,
     depth: usize,
 ) -> Slot {
-    let esi = &ctx.edge.config.esi;
+    let esi = &ctx.worker.config.esi;
     if depth > esi.max_depth {
         tracing::debug!(src = %inc.src, depth, "include too deep");
         return Slot::Ready(Outcome::Failed);
@@ -159,9 +160,8 @@ fn start_include(
                 tracing::debug!(%url, "include refused: not a URL, or includes its own page");
                 return None;
             }
-            let mut t = ctx
-                .edge
-                .fragment_target(url, &ctx.page_authority, &ctx.page_headers);
+            let mut t =
+                fetch::fragment_target(&ctx.worker, url, &ctx.page_authority, &ctx.page_headers);
             if t.is_none() {
                 // Debug, not warn: a cookie substituted into a URL can make any number of
                 // these, and a log line each would hand attackers the log.
@@ -175,7 +175,7 @@ fn start_include(
             }
             // An upstream whose peers are all down fails the include at once, unless the cache holds an
             // object it may serve instead (stale-if-error).
-            t.filter(|t| !ctx.edge.refused_now(t) || ctx.edge.has_stale(t))
+            t.filter(|t| !fetch::refused_now(t) || fetch::has_stale(&ctx.worker, t))
                 .map(|t| (url.clone(), t))
         })
         .collect();
@@ -192,7 +192,7 @@ fn start_include(
 /// concurrency limit counts), and starts the includes of an ESI fragment at once.
 async fn resolve(
     ctx: Rc<PageCtx>,
-    targets: Vec<(String, crate::fetch::FragmentTarget)>,
+    targets: Vec<(String, FragmentTarget)>,
     timeout: Duration,
     req: esi::Request,
     depth: usize,
@@ -202,22 +202,22 @@ async fn resolve(
         let deadline = started + timeout;
         let fetched = timeout_at(deadline, async {
             let _permit = ctx.concurrency.acquire().await;
-            ctx.edge.fetch(target, deadline).await
+            fetch::fragment(&ctx.worker, target, deadline).await
         })
         .await;
         let micros = started.elapsed().as_micros() as u64;
-        tally::fragment(
+        metrics::fragment(
             match &fetched {
-                Ok(Ok(_)) => tally::Fragment::Ok,
-                Ok(Err(_)) => tally::Fragment::Error,
-                Err(_) => tally::Fragment::Timeout,
+                Ok(Ok(_)) => metrics::Fragment::Ok,
+                Ok(Err(_)) => metrics::Fragment::Error,
+                Err(_) => metrics::Fragment::Timeout,
             },
             micros,
         );
         match fetched {
             Ok(Ok(f)) => {
                 if i > 0 {
-                    tally::absorbed(tally::Absorbed::Alt);
+                    metrics::absorbed(metrics::Absorbed::Alt);
                 }
                 return match &f.template {
                     Some(t) => Outcome::Esi(start_doc(&ctx, t, &req.for_fragment(&url), depth)),
@@ -341,7 +341,7 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
                         Ok(()) => {}
                         Err(Stop::ClientGone) => return Err(Stop::ClientGone),
                         Err(Stop::Failed(_)) => {
-                            tally::absorbed(tally::Absorbed::Except);
+                            metrics::absorbed(metrics::Absorbed::Except);
                             sink.queued.truncate(mark);
                             // Its includes were started with the page; they are not
                             // needed now.
@@ -364,15 +364,15 @@ fn emit<'a>(doc: &'a Doc, start: usize, end: usize, sink: &'a mut Sink) -> Emit<
 /// enclosing construct decides (and counts).
 fn count_failure(continue_on_error: bool, sink: &Sink) {
     let how = if continue_on_error {
-        tally::Absorbed::Continue
+        metrics::Absorbed::Continue
     } else if sink.hold > 0 {
         return;
     } else if sink.policy == PagePolicy::Fail {
-        tally::Absorbed::PageFailed
+        metrics::Absorbed::PageFailed
     } else {
-        tally::Absorbed::Omitted
+        metrics::Absorbed::Omitted
     };
-    tally::absorbed(how);
+    metrics::absorbed(how);
 }
 
 fn any_pending(doc: &Doc, start: usize, end: usize) -> bool {
@@ -400,7 +400,7 @@ fn abort_range(doc: &Doc, start: usize, end: usize) {
 /// not (or is not cacheable, or would be refused): the caller assembles the page the
 /// streaming way, which applies the failure policy.
 pub(crate) fn assemble_cached(
-    edge: &Inner,
+    worker: &Worker,
     template: &Template,
     req: &esi::Request,
     page_authority: &str,
@@ -410,7 +410,7 @@ pub(crate) fn assemble_cached(
     let mut includes = 0;
     let mut out = Vec::new();
     let walk = CachedWalk {
-        edge,
+        worker,
         page_authority,
         page_headers,
         now,
@@ -418,7 +418,7 @@ pub(crate) fn assemble_cached(
         fresh_until: Cell::new(u64::MAX),
     };
     walk.walk(template, req, 0, &mut includes, &mut out)?;
-    tally::page(tally::Page::Complete);
+    metrics::page(metrics::Page::Complete);
     Some(CachedPage {
         chunks: out,
         request_independent: walk.request_independent.get(),
@@ -437,7 +437,7 @@ pub(crate) struct CachedPage {
 }
 
 struct CachedWalk<'a> {
-    edge: &'a Inner,
+    worker: &'a Worker,
     page_authority: &'a str,
     page_headers: &'a HeaderMap,
     now: u64,
@@ -454,7 +454,7 @@ impl CachedWalk<'_> {
         includes: &mut usize,
         out: &mut Vec<Bytes>,
     ) -> Option<()> {
-        let esi = &self.edge.config.esi;
+        let esi = &self.worker.config.esi;
         if !template.variables().is_empty() {
             self.request_independent.set(false);
         }
@@ -463,12 +463,12 @@ impl CachedWalk<'_> {
         let chunks = ev.assemble(|_, inc, chunks| {
             *includes += 1;
             let found = (depth < esi.max_depth && *includes <= esi.max_includes && !inc.no_store)
-                .then(|| self.edge.fragment_cache_key(&inc.src, self.page_authority))
+                .then(|| fetch::fragment_cache_key(self.worker, &inc.src, self.page_authority))
                 .flatten()
                 .and_then(|(key, authority, credentials)| {
                     let field =
                         |n: &str| fragment_field(self.page_headers, n, &authority, credentials);
-                    self.edge.cache.lookup(&key, &field, self.now)
+                    self.worker.cache.lookup(&key, &field, self.now)
                 })
                 .filter(|e| e.is_fresh(self.now));
             let done = match &found {

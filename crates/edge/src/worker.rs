@@ -1,7 +1,7 @@
-//! The state one worker's proxy shares between its parts: configuration, upstreams and
-//! their routes, the fragment fetches in flight, and the process's cache. The proxy
-//! (`proxy`), the fragment fetcher (`fetch`) and the page assembler (`page`) all read it;
-//! it depends on none of them.
+//! One worker's proxy state, which its parts share: configuration, upstreams and their
+//! routes, the fragment fetches in flight, and the process's cache. The proxy (`proxy`),
+//! the fragment fetcher (`assembly::fetch`) and the page assembler (`assembly::page`) all
+//! read it; it depends on none of them.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -12,44 +12,21 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Entry};
-use crate::client::Upstream;
 use crate::config::{EdgeConfig, EsiMode};
+use crate::upstream::client::Upstream;
 
-pub(crate) struct Inner {
+pub(crate) struct Worker {
     pub(crate) config: EdgeConfig,
     pub(crate) upstreams: HashMap<String, Rc<Upstream>>,
     /// Per site (see `EdgeConfig::hosts`), its routes.
     pub(crate) routes: Vec<handler::Router<RouteTo>>,
-    /// Fragment fetches in flight, by key (see `fetch::fetch_key`).
+    /// Fragment fetches in flight, by key (see `assembly::fetch::fetch_key`).
     pub(crate) inflight: RefCell<HashMap<String, watch::Receiver<Option<FetchResult>>>>,
     pub(crate) fetches: Cell<u64>,
     /// The process's cache, shared with every other worker's `Edge`.
     pub(crate) cache: Arc<Cache>,
     /// See `Edge::build`.
     pub(crate) lean: bool,
-    /// Compressed parts of pages assembled per request ([`crate::stitch`]).
-    pub(crate) parts: crate::stitch::Parts,
-    /// Per route (as `config.route`), whose compression policy its responses take.
-    pub(crate) route_policies: Vec<RoutePolicy>,
-}
-
-/// Whose `[compression]` a route's responses are compressed with.
-pub(crate) enum RoutePolicy {
-    /// Its site's (`[compression]` or `[host.compression]`).
-    Site,
-    /// Its own `[route.compression]`; `None` when that is off (or `compress = false`).
-    Own(Option<Arc<compress::Compression>>),
-}
-
-impl RoutePolicy {
-    /// The policy of a `[[route]]` as configured (already validated).
-    pub(crate) fn of(route: &crate::config::RouteConfig) -> RoutePolicy {
-        match (&route.compression, route.compress) {
-            (Some(c), _) => RoutePolicy::Own(c.build().ok().flatten().map(Arc::new)),
-            (None, Some(false)) => RoutePolicy::Own(None),
-            (None, _) => RoutePolicy::Site,
-        }
-    }
 }
 
 pub(crate) enum RouteTo {
@@ -88,7 +65,7 @@ pub(crate) enum FetchFailed {
     Coalesced,
 }
 
-impl Inner {
+impl Worker {
     /// The route of a request path (no query), matched on its normalised form
     /// ([`wire::normalize_path`], as the server matches files and script mounts), so
     /// `//app/x`, `/%61pp/x` and `/y/../app/x` all take `/app`'s route. `None` when the
@@ -97,7 +74,7 @@ impl Inner {
         self.route_on(0, path)
     }
 
-    /// [`Inner::route`] on the site `authority` names (a page's own includes).
+    /// [`Worker::route`] on the site `authority` names (a page's own includes).
     pub(crate) fn route_for(&self, authority: &str, path: &str) -> Option<Target<'_>> {
         self.route_on(self.config.hosts.site(authority.as_bytes()), path)
     }

@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::figures::UpstreamFigures;
+use crate::metrics::UpstreamFigures;
 
 /// A peer that reads requests and answers each with `200 ok`, or never answers.
 async fn peer(answers: bool) -> SocketAddr {

@@ -18,7 +18,8 @@ fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<E
         default_stale_if_error: Duration::ZERO,
         store_set_cookie: false,
     };
-    let f = crate::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());
+    let f =
+        crate::cache::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());
     assert!(f.store);
     Arc::new(Entry::new(
         StatusCode::OK,
@@ -371,13 +372,13 @@ fn a_form_that_would_weigh_its_object_past_its_shard_is_not_kept() {
         })
         .collect();
     let page = [Bytes::from(page)];
-    let variants = crate::variants::Variants::counted_in(object.forms.clone());
+    let variants = crate::cache::variants::Variants::counted_in(object.forms.clone());
     let policy = CompressionConfig::default().build().unwrap().unwrap();
     let lines = Bytes::from_static(b"Content-Type: text/html\r\n");
     let mut head = handler::ResponseHead::new(200);
     head.set_encoded(lines.clone(), false);
     for coding in ["gzip", "br", "zstd"] {
-        let identity = crate::variants::Identity {
+        let identity = crate::cache::variants::Identity {
             head: &head,
             lines: &lines,
             date: false,

@@ -8,7 +8,7 @@
 //!
 //! The checker holds the peer sets weakly: when a reload replaces the module, its sets
 //! go with it and the checker's tasks end at their next turn. A peer a reload keeps
-//! keeps its health ([`crate::peers::Inherited`]): the new module's checker, with the new
+//! keeps its health ([`crate::upstream::peers::Inherited`]): the new module's checker, with the new
 //! `[upstream.health]` settings, takes its checks over (the old one stops at its next
 //! turn even while a long request still holds the old module) and goes on from the
 //! verdict it had.
@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::{secs, EdgeConfig, HealthConfig};
-use crate::peers::{PeerSet, PeerState};
+use crate::upstream::peers::{PeerSet, PeerState};
 
 /// Starts the checker when some upstream has `[upstream.health]`. `sets` are in
 /// `config.upstream`'s order.
@@ -53,7 +53,7 @@ pub(crate) fn start(config: &EdgeConfig, sets: &Arc<[Arc<PeerSet>]>) {
                 let Some(sets) = weak.upgrade() else { return };
                 for (u, health) in checks {
                     for peer in 0..sets[u].peers.len() {
-                        let seed = crate::peers::hash(
+                        let seed = crate::upstream::peers::hash(
                             format!(
                                 "{}{:?}",
                                 sets[u].peers[peer].address,

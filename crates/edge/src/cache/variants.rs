@@ -3,7 +3,7 @@
 //! object, so that a hit costs a lookup and no compressor run. One stored object serves a
 //! client that accepts zstd, one that accepts gzip and one that accepts nothing.
 //!
-//! The compression filter of the server (`compress`) does the same per
+//! The compression filter of the server (the `compress` crate) does the same per
 //! response for everything else; a response made here is marked so that it leaves it
 //! alone.
 
@@ -13,8 +13,6 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use compress::{Accepted, Coding, Compression};
 use handler::{Body, ResponseHead};
-
-use crate::inner::RoutePolicy;
 
 /// The forms of one body, by coding (identity included: its head adds
 /// `Vary: Accept-Encoding`). Never changes once made; a new body (a new object, a new
@@ -169,55 +167,6 @@ impl Form {
             FormBody::Pieces(c) => Body::Ready(c.clone()),
         };
         (self.lines.clone(), self.date, body)
-    }
-}
-
-impl crate::Edge {
-    /// The compression policy of `config.route[route]`: its own `[route.compression]`,
-    /// else its site's. `None` when compression is off there.
-    pub(crate) fn route_compression(&self, route: usize) -> Option<&Compression> {
-        match self.inner.route_policies.get(route)? {
-            RoutePolicy::Own(policy) => policy.as_deref(),
-            RoutePolicy::Site => {
-                let site = self.inner.config.route.get(route)?.site;
-                self.inner.config.compression.get(site)?.as_ref()
-            }
-        }
-    }
-
-    /// Whose policy the server's filter applies to `config.route[route]`'s responses.
-    pub(crate) fn route_policy(&self, route: usize) -> Option<&RoutePolicy> {
-        self.inner.route_policies.get(route)
-    }
-
-    /// A page assembled per request from cached parts, in the coding the client gets,
-    /// stitched from the parts' compressed forms ([`crate::stitch`]); `None` when it is
-    /// not to be compressed here (the server's filter then decides).
-    pub(crate) fn stitch(
-        &self,
-        policy: &Compression,
-        accepted: Accepted,
-        head: &mut ResponseHead,
-        chunks: &[Bytes],
-    ) -> Option<Body> {
-        let length = chunks.iter().map(|c| c.len() as u64).sum();
-        if !compress::compressible(policy, head, Some(length)) {
-            return None;
-        }
-        let coding = accepted.choose(&policy.order)?;
-        let (body, made) = self
-            .inner
-            .parts
-            .stitch(coding, policy.level(coding), chunks)?;
-        tracing::debug!(
-            coding = coding.token(),
-            parts = chunks.len(),
-            made,
-            "page stitched"
-        );
-        compress::mark_encoded(head, coding);
-        head.set_identity_only(true);
-        Some(Body::Full(body))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The peers of an upstream and what is known of their health, shared by every worker:
 //! passive health (failures counted per peer within `fail_window`; `max_fails` of them
 //! take the peer out for `fail_timeout`, then one probe request decides), the active
-//! checks' verdict ([`crate::health`]), slow start, and the consistent-hash ring.
+//! checks' verdict ([`crate::upstream::health`]), slow start, and the consistent-hash ring.
 //!
 //! One [`PeerSet`] per upstream per process, behind an `Arc`: its state is atomics, so a
 //! worker reads it on the request path without a lock, and a change made by one worker
@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::budget::RetryBudget;
 use crate::config::{secs, UpstreamConfig};
+use crate::upstream::budget::RetryBudget;
 
 /// What is known of one peer (see [`crate::UpstreamStats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

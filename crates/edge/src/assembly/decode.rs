@@ -8,8 +8,8 @@ use compress::Coding;
 use http::header::{HeaderMap, CONTENT_ENCODING};
 use tokio::time::Instant;
 
-use crate::client::{self, Pooled};
 use crate::error::UpstreamError;
+use crate::upstream::client::{self, Pooled};
 
 /// The content coding of a response: `Some(Identity)` without one, `None` for one the
 /// proxy cannot decode (or several stacked).

@@ -1,7 +1,7 @@
 //! The upstream HTTP/1.1 client: per worker, per upstream and per peer, a pool of
 //! keep-alive connections, at most `max_connections` of them, with connect and response
 //! timeouts; the peer chosen by the upstream's balancer among those its shared health
-//! ([`crate::peers`]) lets through, and a request that fails to connect, or whose
+//! ([`crate::upstream::peers`]) lets through, and a request that fails to connect, or whose
 //! connection breaks before any response byte, retried on another peer within `retries`
 //! and the retry budget.
 //!
@@ -33,12 +33,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
-use crate::balance::{Balancer, HashKey};
 use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
-use crate::figures::{self, UpstreamCounts};
-pub(crate) use crate::outgoing::{Fields, Outgoing};
-use crate::peers::{PeerSet, PeerState, Ticket};
+use crate::metrics::{self, UpstreamCounts};
+use crate::upstream::balance::{Balancer, HashKey};
+pub(crate) use crate::upstream::outgoing::{Fields, Outgoing};
+use crate::upstream::peers::{PeerSet, PeerState, Ticket};
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
 /// four times the request limit, for origins that set many cookies.
@@ -486,7 +486,7 @@ impl Upstream {
                     tried.push(pick.unwrap_or_default());
                     continue;
                 }
-                counts.record(figures::BREAKER_OPEN, None);
+                counts.record(metrics::BREAKER_OPEN, None);
                 return Err(UpstreamError::Unavailable {
                     upstream: self.name.clone(),
                 });
@@ -502,12 +502,12 @@ impl Upstream {
             match result {
                 Ok((head, pooled)) => {
                     let status = head.status.as_u16();
-                    counts.record(figures::outcome(Ok(status)), Some(micros));
+                    counts.record(metrics::outcome(Ok(status)), Some(micros));
                     outcome.result = Some(!self.fail_status.contains(&status));
                     return Ok((head, pooled));
                 }
                 Err(failure) => {
-                    counts.record(figures::outcome(Err(&failure.error)), None);
+                    counts.record(metrics::outcome(Err(&failure.error)), None);
                     outcome.result = failure.peer_fault.then_some(false);
                     drop(outcome);
                     let now = self.set.now_ms();

@@ -1,4 +1,6 @@
-//! The response cache: one per process, shared by every worker's [`Edge`](crate::Edge).
+//! The process's cache ([`Cache`]), shared by every worker's [`Edge`](crate::Edge): the
+//! memory tier and its keys, the pass marks, purges and bans, and the compressed forms
+//! of cached objects in the memory tier's weight.
 //!
 //! - **Memory tier.** A sharded, byte-bounded `quick_cache` (S3-FIFO admission and
 //!   eviction, so a scan of one-hit objects does not push out the hot ones) of
@@ -9,9 +11,17 @@
 //!   stores a marker under that key naming the fields, and the object under the key plus
 //!   the request's values of those fields.
 //! - **Coalescing.** [`Cache::join`] makes one request the leader for a key and the
-//!   others (on any worker) wait for what it stores.
+//!   others (on any worker) wait for what it stores (`flight`).
 //! - **Shared tier.** With `[cache.redis]`, a memory miss asks Redis before the origin,
 //!   and every store is also written to Redis in the background (`shared_tier`).
+//! - **Forms.** The compressed forms of cached objects are in the cache's weight: an
+//!   object is weighed with its forms, and when a form is made for an object already in
+//!   memory the object is inserted again with its new weight, so that quick_cache evicts
+//!   others to make room and `max_size` bounds bodies and forms together
+//!   (docs/compression.md). Forms never weigh an object past what its shard holds:
+//!   quick_cache evicts at once an object heavier than its shard's hot part, so a form
+//!   that would take its object there is served once and not kept ([`Cache::form_room`]);
+//!   the object stays.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,13 +30,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::HeaderValue;
-use tokio::sync::watch;
+use quick_cache::sync::{EntryAction, EntryResult};
 
+use super::entry::Entry;
+use super::flight::{FlightGuard, Flights, Join};
+use super::freshness::{Rules, MAX_LIFETIME};
+use super::shared_tier::{SharedTier, SharedTierStats};
 use crate::clock::now_ms;
 use crate::config::CacheConfig;
 use crate::error::ConfigError;
-use crate::freshness::{Rules, MAX_LIFETIME};
-use crate::shared_tier::{SharedTier, SharedTierStats};
 
 /// What a key holds in memory.
 #[derive(Clone)]
@@ -48,6 +60,26 @@ enum Slot {
 /// How long a key stays marked [`Slot::Pass`] (Varnish's built-in VCL keeps its
 /// hit-for-miss objects for 120 s).
 const PASS_MS: u64 = 120_000;
+
+/// Tries of one reweighing that meets another's reweighing of the same key (its
+/// placeholder) for longer than [`PLACEHOLDER_WAIT`]: the other puts the object back
+/// within microseconds, so this is a bound, not a wait expected to run out.
+const REWEIGH_TRIES: usize = 4;
+const PLACEHOLDER_WAIT: Duration = Duration::from_millis(5);
+
+/// The part of each shard quick_cache keeps for its hot objects (its default, set
+/// explicitly so that [`shard_hot_target`] follows it).
+const HOT_ALLOCATION: f64 = 0.97;
+
+/// The most a key may weigh in a cache of `max_size` bytes in `shards` shards: the hot
+/// part of one shard, as quick_cache sizes it (a shard's share rounded up, 97% of it
+/// hot). quick_cache may make fewer shards than asked (then each is larger), so this is
+/// never above the real limit.
+fn shard_hot_target(max_size: u64, shards: usize) -> u64 {
+    let shards = shards.max(1) as u64;
+    let shard = max_size.div_ceil(shards);
+    ((shard as f64 * HOT_ALLOCATION) as u64).clamp(shard.min(1), shard)
+}
 
 #[derive(Clone)]
 struct Weigh;
@@ -75,7 +107,7 @@ impl quick_cache::Lifecycle<String, Slot> for Evictions {
 
     fn on_evict(&self, _: &mut (), _: String, slot: Slot) {
         if matches!(slot, Slot::Object(..)) {
-            crate::tally::evicted(crate::tally::Evicted::Capacity, 1);
+            crate::metrics::evicted(crate::metrics::Evicted::Capacity, 1);
         }
     }
 }
@@ -108,14 +140,13 @@ pub struct Cache {
     stale_while_revalidate: Duration,
     stale_if_error: Duration,
     mem: quick_cache::sync::Cache<String, Slot, Weigh, quick_cache::DefaultHashBuilder, Evictions>,
-    /// The most one key may weigh, forms included (`forms::shard_hot_target`).
+    /// The most one key may weigh, forms included ([`shard_hot_target`]).
     weight_limit: u64,
-    flights: Mutex<HashMap<String, watch::Receiver<Option<Landing>>>>,
+    /// The fetches in flight, by key (and the lookups they count).
+    flights: Arc<Flights>,
     shared: Option<SharedTier>,
     hits: AtomicU64,
-    misses: AtomicU64,
     stale_served: AtomicU64,
-    coalesced: AtomicU64,
     /// Bumped by every purge and ban, so that memoized pages are re-checked.
     generation: AtomicU64,
     /// Recent purges and bans (with Redis only), against records they did not remove.
@@ -216,7 +247,7 @@ impl Cache {
                 .estimated_items_capacity(estimated)
                 .weight_capacity(config.max_size)
                 .shards(shards)
-                .hot_allocation(forms::HOT_ALLOCATION)
+                .hot_allocation(HOT_ALLOCATION)
                 .build()
                 .map_err(|e| ConfigError::Invalid(format!("cache: {e:?}")))?,
             Weigh,
@@ -228,13 +259,11 @@ impl Cache {
             stale_if_error: crate::config::secs(config.stale_if_error),
             config: config.clone(),
             mem,
-            weight_limit: forms::shard_hot_target(config.max_size, shards),
-            flights: Mutex::new(HashMap::new()),
+            weight_limit: shard_hot_target(config.max_size, shards),
+            flights: Arc::default(),
             shared,
             hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
             stale_served: AtomicU64::new(0),
-            coalesced: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             purges: Mutex::new(PurgeLog::default()),
         }))
@@ -260,9 +289,9 @@ impl Cache {
             capacity: self.mem.capacity(),
             entries: self.mem.len(),
             hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
+            misses: self.flights.misses(),
             stale_served: self.stale_served.load(Ordering::Relaxed),
-            coalesced: self.coalesced.load(Ordering::Relaxed),
+            coalesced: self.flights.coalesced(),
             shared: self.shared.as_ref().map(SharedTier::stats),
         }
     }
@@ -272,7 +301,7 @@ impl Cache {
     }
 
     pub(crate) fn count_miss(&self) {
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.flights.count_miss();
     }
 
     pub(crate) fn count_stale(&self) {
@@ -352,7 +381,7 @@ impl Cache {
         if entry.weight > self.config.max_object_size as u64 {
             return;
         }
-        let names: Vec<String> = crate::freshness::vary_names(&entry.headers).collect();
+        let names: Vec<String> = super::freshness::vary_names(&entry.headers).collect();
         let ttl = entry.remaining_secs(now);
         let object_key = if names.is_empty() {
             key.to_string()
@@ -371,7 +400,7 @@ impl Cache {
             shared.set(&object_key, entry.encode(), ttl);
         }
         self.store(object_key, entry);
-        crate::tally::stored();
+        crate::metrics::stored();
     }
 
     /// Looks `key` up in the shared tier (Redis); what is still of use (fresh, or stale
@@ -416,7 +445,7 @@ impl Cache {
             return None;
         }
         self.store(object_key, entry.clone());
-        crate::tally::stored();
+        crate::metrics::stored();
         Some(entry)
     }
 
@@ -441,8 +470,8 @@ impl Cache {
             Some(_) => 1,
             None => 0,
         };
-        crate::tally::invalidated(false);
-        crate::tally::evicted(crate::tally::Evicted::Purge, removed);
+        crate::metrics::invalidated(false);
+        crate::metrics::evicted(crate::metrics::Evicted::Purge, removed);
         let removed = removed > 0;
         if let Some(shared) = &self.shared {
             self.purges
@@ -472,9 +501,119 @@ impl Cache {
                 .record(Purged::Prefix(prefix.to_string()), now_ms());
             shared.ban(prefix);
         }
-        crate::tally::invalidated(true);
-        crate::tally::evicted(crate::tally::Evicted::Ban, n.load(Ordering::Relaxed) as u64);
+        crate::metrics::invalidated(true);
+        crate::metrics::evicted(
+            crate::metrics::Evicted::Ban,
+            n.load(Ordering::Relaxed) as u64,
+        );
         n.into_inner()
+    }
+}
+
+impl Cache {
+    /// Puts `entry` in memory under `key`, weighed with the forms it has.
+    fn store(&self, key: String, entry: Arc<Entry>) {
+        // An entry is stored under one key (a Redis copy is a new entry).
+        let _ = entry.stored_as.set(key.clone());
+        let weight = entry.weight_with_forms();
+        self.mem.insert(key, Slot::Object(entry, weight));
+    }
+
+    /// The bytes of forms `entry` may count in all (its own and its memoized
+    /// assemblies'), so that with its own bytes and its key it stays within what its
+    /// shard holds.
+    pub(crate) fn form_room(&self, entry: &Entry) -> u64 {
+        let key = entry.stored_as.get().map_or(0, |k| k.len() as u64);
+        self.weight_limit.saturating_sub(entry.weight + key)
+    }
+
+    /// Weighs `entry` again after a compressed form was added to it (or to its memoized
+    /// assembly), if memory still holds this very entry: it is taken out and put back
+    /// with its new weight in one step of quick_cache's (a placeholder in between, so a
+    /// newer object stored meanwhile, or a purge, wins), which evicts other objects
+    /// until the shard is within its budget again.
+    ///
+    /// Two workers adding forms to one object at once: the weight is read under the
+    /// shard's lock and again just before the object goes back, and read once more after
+    /// it is back, so a form counted while the object was out is weighed by the one that
+    /// took it out; one that meets the other's placeholder waits for it (bounded).
+    pub(crate) fn reweigh(&self, entry: &Arc<Entry>) {
+        let Some(key) = entry.stored_as.get() else {
+            return;
+        };
+        for _ in 0..REWEIGH_TRIES {
+            // Only an object memory holds: a key gone (or taken by another's placeholder,
+            // which will weigh this form) gets no placeholder of ours, which would use up
+            // its S3-FIFO ghost.
+            match self.mem.peek(key.as_str()) {
+                Some(Slot::Object(e, w)) if Arc::ptr_eq(&e, entry) => {
+                    if w == entry.weight_with_forms() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+            let result =
+                self.mem
+                    .entry(key.as_str(), Some(PLACEHOLDER_WAIT), |_, slot| match slot {
+                        Slot::Object(e, w)
+                            if Arc::ptr_eq(e, entry) && *w != entry.weight_with_forms() =>
+                        {
+                            EntryAction::ReplaceWithGuard
+                        }
+                        _ => EntryAction::Retain(()),
+                    });
+            match result {
+                EntryResult::Replaced(guard, old) => {
+                    let weight = entry.weight_with_forms();
+                    let back = guard.insert(Slot::Object(entry.clone(), weight)).is_ok();
+                    drop(old);
+                    if !back {
+                        return;
+                    }
+                    // Put back as just used: it was (the form was made for a request).
+                    let _ = self.mem.get(key.as_str());
+                    if entry.weight_with_forms() == weight {
+                        return;
+                    }
+                    // A form counted meanwhile, by a worker that found the key out.
+                }
+                // Another's placeholder for longer than the wait: again.
+                EntryResult::Timeout => {}
+                // Up to date, or no longer this entry; `Vacant`: gone while waiting
+                // (dropping the guard leaves it gone).
+                _ => return,
+            }
+        }
+    }
+}
+
+impl Cache {
+    /// What a waiter may serve of a leader's landed object: the object itself, unless it
+    /// varies, in which case the variant for the waiter's own request fields (the
+    /// leader's may be another language, another encoding...), if stored.
+    pub(crate) fn landed_for(
+        &self,
+        key: &str,
+        entry: Arc<Entry>,
+        field: &dyn Fn(&str) -> Option<HeaderValue>,
+    ) -> Option<Arc<Entry>> {
+        if !entry.headers.contains_key(http::header::VARY) {
+            return Some(entry);
+        }
+        let now = now_ms();
+        self.lookup(key, field, now).filter(|e| e.is_fresh(now))
+    }
+
+    /// Makes the caller the leader for `key` when nobody fetches it; for a background
+    /// refresh, which nobody needs to wait for (not counted as coalesced).
+    pub(crate) fn try_lead(&self, key: &str) -> Option<FlightGuard> {
+        self.flights.try_lead(key)
+    }
+
+    /// Makes the caller the leader for `key`, or a waiter on the leader.
+    pub(crate) fn join(&self, key: &str) -> Join {
+        self.flights.join(key)
     }
 }
 
@@ -516,11 +655,5 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
     k
 }
 
-mod entry;
-mod flight;
-mod forms;
 #[cfg(test)]
 mod tests;
-
-pub(crate) use entry::{Entry, Memo};
-pub(crate) use flight::{wait_landing, FlightGuard, Join, Landing};

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use http::header::{HeaderName, HeaderValue};
 
 use crate::config::Balance;
-use crate::peers::{hash, PeerSet};
+use crate::upstream::peers::{hash, PeerSet};
 
 /// What `balance = "hash"` hashes.
 pub(crate) enum HashKey {

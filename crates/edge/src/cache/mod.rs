@@ -1,0 +1,19 @@
+//! The response cache, one per process: the memory tier ([`Cache`]), request coalescing
+//! (`flight`), the phase machine every cached fetch goes through (`lookup`), the Redis
+//! tier (`shared_tier`), stored responses and their compressed forms (`entry`,
+//! `variants`), and the freshness rules that decide what is stored and for how long
+//! (`freshness`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
+
+pub(crate) mod entry;
+pub(crate) mod flight;
+pub(crate) mod freshness;
+pub(crate) mod lookup;
+pub(crate) mod memory;
+pub(crate) mod shared_tier;
+pub(crate) mod variants;
+
+pub(crate) use entry::{Entry, Memo};
+pub(crate) use flight::{FlightGuard, Landing};
+pub(crate) use memory::key;
+pub use memory::{Cache, CacheStats};
+pub use shared_tier::SharedTierStats;

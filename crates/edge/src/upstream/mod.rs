@@ -1,0 +1,11 @@
+//! Reaching the origins: the peers of each upstream and their shared health (passive and
+//! active checks), balancing, the retry budget, and the HTTP/1.1 client with its pools per
+//! peer and the requests it sends. It knows nothing of the cache or of ESI: what it is
+//! asked to send and what comes back are plain requests and responses.
+
+pub(crate) mod balance;
+pub(crate) mod budget;
+pub(crate) mod client;
+pub(crate) mod health;
+pub(crate) mod outgoing;
+pub(crate) mod peers;
