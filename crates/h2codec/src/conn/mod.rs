@@ -19,7 +19,8 @@
 //!
 //! Here: the connection, its frames read and dispatched, and stream states;
 //! `receive.rs` the client's HEADERS and DATA and the receive windows; `request.rs` a
-//! request head decoded and checked; `send.rs` what the server frames.
+//! request head decoded and checked; `head.rs` the head as kept and read; `send.rs`
+//! what the server frames.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,14 +30,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::frame::{self, setting, Frame, Reason, Scope};
 use crate::hpack;
 
+mod head;
 mod receive;
 mod request;
 mod send;
 #[cfg(test)]
 mod tests;
 
-use request::Head;
-pub use request::{OwnedRequest, Request};
+use head::Head;
+pub use head::{OwnedRequest, Request};
 
 /// The connection preface a client sends first (RFC 9113 section 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -1,7 +1,8 @@
 //! Errors of the frame layer: which rule a frame broke, the error code to send, and
 //! whether it ends the connection or only a stream (RFC 9113 section 5.4).
 
-use super::{kind, Reason};
+use super::kind;
+use super::reason::Reason;
 use std::fmt;
 
 /// A frame broke a rule of RFC 9113. Says what to do about it: `scope` is the kind of

@@ -1,8 +1,10 @@
 //! Parsing frames out of a read buffer (RFC 9113 sections 4 and 6).
 
+use super::constants::{DEFAULT_MAX_FRAME_SIZE, MAX_FRAME_SIZE_LIMIT, MAX_WINDOW_SIZE};
 use super::error::{FieldBlock, FrameError, FrameErrorKind};
-use super::{be32, flag, kind, setting, Head, Reason, HEAD_LEN, STREAM_ID_MASK};
-use super::{DEFAULT_MAX_FRAME_SIZE, MAX_FRAME_SIZE_LIMIT, MAX_WINDOW_SIZE};
+use super::head::{be32, Head, HEAD_LEN, STREAM_ID_MASK};
+use super::reason::Reason;
+use super::{flag, kind, setting};
 use std::fmt;
 
 /// One frame, borrowing its payload from the buffer it was parsed from.

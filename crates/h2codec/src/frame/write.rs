@@ -3,8 +3,10 @@
 //! Every writer appends to a `Vec<u8>` and allocates nothing beyond growing it. None
 //! writes padding or priority fields: a server has no use for them.
 
-use super::{flag, kind, Head, Reason, HEAD_LEN, STREAM_ID_MASK};
-use super::{DEFAULT_MAX_FRAME_SIZE, MAX_FRAME_SIZE_LIMIT};
+use super::constants::{DEFAULT_MAX_FRAME_SIZE, MAX_FRAME_SIZE_LIMIT};
+use super::head::{Head, HEAD_LEN, STREAM_ID_MASK};
+use super::reason::Reason;
+use super::{flag, kind};
 
 /// Appends a SETTINGS frame with `params`, `(identifier, value)` pairs, in order
 /// (RFC 9113 section 6.5). At most 2730 pairs, so the frame fits the 16384 bytes every

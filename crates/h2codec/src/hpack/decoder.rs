@@ -1,8 +1,12 @@
 //! The HPACK decoder (RFC 7541 sections 3, 4 and 6): one complete header block in,
 //! borrowed `(name, value)` pairs out through a callback.
 
-use super::table::{DynamicTable, NameRef, ENTRY_OVERHEAD, MAX_TABLE_SIZE, STATIC_TABLE};
-use super::{decode_integer, huffman, HpackError, DYNAMIC_BASE};
+use super::error::HpackError;
+use super::huffman;
+use super::primitive::decode_integer;
+use super::table::{
+    DynamicTable, NameRef, DYNAMIC_BASE, ENTRY_OVERHEAD, MAX_TABLE_SIZE, STATIC_TABLE,
+};
 
 /// Scratch capacity kept between blocks. Huffman-decoded strings of a field live in the
 /// scratch buffer while the callback sees them; a block with longer strings grows it for

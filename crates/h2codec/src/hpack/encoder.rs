@@ -32,8 +32,8 @@
 
 use super::index::Index;
 use super::names;
-use super::table::{self, DynamicTable, Entry, NameRef, ENTRY_OVERHEAD, NAME_SEED};
-use super::{encode_integer, encode_string, DYNAMIC_BASE};
+use super::primitive::{encode_integer, encode_string};
+use super::table::{self, DynamicTable, Entry, NameRef, DYNAMIC_BASE, ENTRY_OVERHEAD, NAME_SEED};
 
 /// The protocol's initial table size (RFC 9113 section 6.5.2), and the default cap.
 const DEFAULT_TABLE_SIZE: usize = 4096;

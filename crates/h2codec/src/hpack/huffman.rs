@@ -10,7 +10,7 @@
 //! built by `const fn` at compile time; decoding allocates nothing beyond the output's
 //! reservation.
 
-use super::HpackError;
+use super::error::HpackError;
 
 // The code table below is RFC 7541 Appendix B, copied as data from the `h2` crate
 // (h2-0.4.20, src/hpack/huffman/table.rs, `ENCODE_CODES` and `ENCODE_CODE_LENGTHS`,

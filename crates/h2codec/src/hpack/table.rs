@@ -75,6 +75,9 @@ pub(crate) const STATIC_TABLE: [(&[u8], &[u8]); 61] = [
     (b"www-authenticate", b""),
 ];
 
+/// Index of the first dynamic table entry in the HPACK index space (section 2.3.3).
+pub(crate) const DYNAMIC_BASE: usize = STATIC_TABLE.len() + 1;
+
 /// The overhead RFC 7541 section 4.1 adds to each entry's name and value lengths.
 pub(crate) const ENTRY_OVERHEAD: usize = 32;
 

@@ -324,10 +324,10 @@ fn an_hpack_bomb_costs_no_memory() {
         if huffman {
             let mut code = Vec::new();
             super::super::huffman::encode(&value, &mut code);
-            super::super::encode_integer(&mut block, 0x80, 7, code.len());
+            super::super::primitive::encode_integer(&mut block, 0x80, 7, code.len());
             block.extend_from_slice(&code);
         } else {
-            super::super::encode_integer(&mut block, 0, 7, value.len());
+            super::super::primitive::encode_integer(&mut block, 0, 7, value.len());
             block.extend_from_slice(&value);
         }
         block.extend(std::iter::repeat(0xbe).take(20_000));

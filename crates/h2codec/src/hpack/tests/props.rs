@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::super::decoder::SCRATCH_RETAINED;
 use super::super::table::Entry;
-use super::super::{encode_integer, huffman};
+use super::super::{huffman, primitive::encode_integer};
 use super::*;
 
 /// The decoder's heap bound for a table of `max` bytes (see `Decoder`'s docs): the

@@ -1,7 +1,7 @@
 //! RFC 7541 Appendix C: the decoder byte for byte, the encoder through the decoder (and
 //! byte for byte where its policy matches the examples').
 
-use super::super::{decode_integer, encode_integer};
+use super::super::primitive::{decode_integer, encode_integer};
 use super::*;
 
 #[test]
