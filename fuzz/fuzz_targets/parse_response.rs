@@ -3,8 +3,11 @@
 //! body (Content-Length, chunked through `ChunkedDecoder`, or to the close), repeat on what
 //! follows while the connection may be reused. Besides "never panics", it checks:
 //!
-//! - a complete head ends with CRLFCRLF within the input, has no bare CR or LF and no
-//!   NUL, parses the same when nothing follows it, and no strict prefix of it is complete;
+//! - a complete head ends with an empty line (CRLF or a bare LF, after the last line's
+//!   LF) within the input, has no bare CR and no NUL, parses the same when nothing
+//!   follows it, and no strict prefix of it is complete;
+//! - a bare LF reads as a CRLF: the head with each bare LF made a CRLF parses to the same
+//!   status, fields, framing and reuse, and ends at its end;
 //! - a response to HEAD, a 1xx, 204 or 304 has no body, whatever its fields say;
 //! - a reusable connection never has a body that runs to the close.
 //!
@@ -69,12 +72,12 @@ fuzz_target!(|data: &[u8]| {
 fn check_head(buf: &[u8], head_len: usize, head_request: bool) {
     assert!(head_len <= buf.len() && head_len <= MAX_HEAD);
     let head = &buf[..head_len];
-    assert!(head.ends_with(b"\r\n\r\n"), "head does not end with CRLFCRLF");
+    assert!(
+        head.ends_with(b"\n\n") || head.ends_with(b"\n\r\n"),
+        "head does not end with an empty line"
+    );
     assert!(!head.contains(&0), "NUL accepted in a head");
     for (i, &b) in head.iter().enumerate() {
-        if b == b'\n' {
-            assert!(i > 0 && head[i - 1] == b'\r', "bare LF accepted");
-        }
         if b == b'\r' {
             assert_eq!(head.get(i + 1), Some(&b'\n'), "bare CR accepted");
         }
@@ -84,6 +87,23 @@ fn check_head(buf: &[u8], head_len: usize, head_request: bool) {
         .expect("a head that parsed with bytes after it fails alone")
         .expect("a head that parsed with bytes after it is incomplete alone");
     assert_eq!(alone.head_len, head_len);
+    let read = summary(&alone);
+    let mut crlf = Vec::with_capacity(head.len() * 2);
+    for (i, &b) in head.iter().enumerate() {
+        if b == b'\n' && (i == 0 || head[i - 1] != b'\r') {
+            crlf.push(b'\r');
+        }
+        crlf.push(b);
+    }
+    if crlf.len() > MAX_HEAD {
+        return;
+    }
+    let mut storage = HeaderStorage::new();
+    let as_crlf = wire::parse_response(&crlf, &mut storage, head_request, MAX_HEAD, MAX_FIELDS)
+        .expect("a head fails with CRLF line endings")
+        .expect("a head is incomplete with CRLF line endings");
+    assert_eq!(as_crlf.head_len, crlf.len(), "CRLF head ends elsewhere");
+    assert_eq!(summary(&as_crlf), read, "a bare LF reads otherwise than CRLF");
     let mut storage = HeaderStorage::new();
     assert!(
         !matches!(
@@ -92,6 +112,17 @@ fn check_head(buf: &[u8], head_len: usize, head_request: bool) {
         ),
         "a strict prefix of a head is complete"
     );
+}
+
+/// Status, fields, framing and reuse of a parsed head.
+#[allow(clippy::type_complexity)]
+fn summary(r: &wire::ParsedResponse<'_, '_>) -> (u16, Vec<(String, Vec<u8>)>, ResponseFraming, bool) {
+    let fields = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_string(), h.value.to_vec()))
+        .collect();
+    (r.status, fields, r.body, r.keep_alive)
 }
 
 /// Bytes a whole chunked body uses, `None` if incomplete or refused.

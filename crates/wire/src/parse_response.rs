@@ -2,11 +2,17 @@
 //! strict as request parsing: a proxy that frames an upstream's body differently from the
 //! next hop is a response-splitting hazard, so anything ambiguous is refused and the
 //! proxy answers 502 instead of guessing.
+//!
+//! One leniency the request parser does not have: a bare LF ends a line (the status line,
+//! a field line, the head), as RFC 9112 section 2.2 lets a recipient accept and as nginx,
+//! Varnish, HAProxy and hyper accept from origins. Old application servers, CGI scripts and
+//! embedded devices still send such heads. It is safe here and not in requests because the
+//! upstream client is the only reader of these bytes: no second parser downstream reads
+//! the same head and could end it elsewhere (the proxy writes its own head to the client).
+//! A bare CR stays refused: it ends nothing, and parsers disagree on what it is.
 
-use crate::request::{
-    check_line_endings, connection_options, parse_content_length, parse_transfer_encoding,
-};
-use crate::{Error, Header, HeaderStorage, Version, MAX_HEADERS_CAP};
+use crate::request::{connection_options, parse_content_length, parse_transfer_encoding};
+use crate::{Header, HeaderStorage, Version, MAX_HEADERS_CAP};
 
 /// How a response's body is delimited (RFC 9112 section 6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,10 +33,11 @@ pub struct ParsedResponse<'h, 'b> {
     pub status: u16,
     pub version: Version,
     pub headers: &'h [Header<'b>],
-    /// Length of the head, CRLFCRLF included: the body (if any) starts here.
+    /// Length of the head, its final empty line included: the body (if any) starts here.
     pub head_len: usize,
     pub body: ResponseFraming,
-    /// Whether the connection may carry another request after this response's body.
+    /// Whether the connection may carry another request after this response's body: not
+    /// after a response whose framing the origin got wrong (see [`parse_response`]).
     pub keep_alive: bool,
 }
 
@@ -53,8 +60,8 @@ pub enum ResponseError {
     UnsupportedVersion,
     #[error("malformed header field")]
     BadHeader,
-    #[error("bare LF or bare CR used as a line ending")]
-    BareLineEnding,
+    #[error("bare CR (a CR not followed by LF) in the head")]
+    BareCarriageReturn,
     #[error("response head larger than the limit")]
     HeadTooLarge,
     #[error("more header fields than the limit")]
@@ -74,6 +81,13 @@ pub enum ResponseError {
 ///
 /// Returns `Ok(None)` when `buf` holds only part of a head (read more and call again).
 /// `max_head_size` and `max_headers` bound the head as the request limits do.
+///
+/// Lines end with CRLF or a bare LF. The connection is not to be reused (`keep_alive`
+/// false) after a 204 or 304 whose fields announce a body (`Transfer-Encoding`, or a
+/// `Content-Length` other than 0): such a response has no body whatever its fields say,
+/// and if the origin sends one anyway, its bytes may arrive after the response was handed
+/// on and would then be read as the next request's response. Nor after a chunked HTTP/1.0
+/// response (RFC 9112 section 6.1: its framing is to be treated as faulty).
 pub fn parse_response<'h, 'b>(
     buf: &'b [u8],
     storage: &'h mut HeaderStorage<'b>,
@@ -123,11 +137,11 @@ fn parse_response_to<'h, 'b>(
             if buf.len() >= max_head_size {
                 return Err(ResponseError::HeadTooLarge);
             }
-            check_line_endings(buf).map_err(line_error)?;
+            check_no_bare_cr(buf)?;
             return Ok(None);
         }
         Err(e) => {
-            check_line_endings(buf).map_err(line_error)?;
+            check_no_bare_cr(buf)?;
             return Err(match e {
                 httparse::Error::TooManyHeaders => ResponseError::TooManyHeaders,
                 httparse::Error::Version => ResponseError::UnsupportedVersion,
@@ -141,7 +155,7 @@ fn parse_response_to<'h, 'b>(
     if head_len > max_head_size {
         return Err(ResponseError::HeadTooLarge);
     }
-    check_line_endings(&buf[..head_len]).map_err(line_error)?;
+    check_no_bare_cr(&buf[..head_len])?;
     let (Some(minor), Some(status)) = (resp.version, resp.code) else {
         return Err(ResponseError::BadStatusLine);
     };
@@ -183,7 +197,10 @@ fn parse_response_to<'h, 'b>(
             keep_alive_token |= k;
         }
     }
-    let body = if head_request || crate::bodiless(status) {
+    let bodiless_status = crate::bodiless(status);
+    // A 204 or 304 that announces a body may be followed by one (see `parse_response`).
+    let announces_body = chunked || content_length.is_some_and(|n| n > 0);
+    let body = if head_request || bodiless_status {
         ResponseFraming::None
     } else {
         match (content_length, chunked) {
@@ -196,7 +213,9 @@ fn parse_response_to<'h, 'b>(
     };
     let keep_alive = !close
         && (version == Version::Http11 || keep_alive_token)
-        && body != ResponseFraming::Close;
+        && body != ResponseFraming::Close
+        && !(bodiless_status && !head_request && announces_body)
+        && !(version == Version::Http10 && chunked);
     Ok(Some(ParsedResponse {
         status,
         version,
@@ -207,8 +226,19 @@ fn parse_response_to<'h, 'b>(
     }))
 }
 
-fn line_error(_: Error) -> ResponseError {
-    ResponseError::BareLineEnding
+/// Every CR is followed by an LF (or ends `head`, whose next byte has not arrived); a bare
+/// LF is a line ending (see the module's doc). httparse refuses a bare CR itself; this
+/// check keeps the refusal in one place whatever it does, and names it. Branch-free, as
+/// the request parser's line-ending check, so the compiler vectorises it.
+fn check_no_bare_cr(head: &[u8]) -> Result<(), ResponseError> {
+    let bad = head
+        .iter()
+        .zip(&head[1.min(head.len())..])
+        .fold(false, |bad, (&a, &b)| bad | ((a == b'\r') & (b != b'\n')));
+    match bad {
+        true => Err(ResponseError::BareCarriageReturn),
+        false => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -236,9 +266,11 @@ mod tests {
             parse(b"HTTP/1.1 200 OK\r\n\r\n").unwrap(),
             Some((200, ResponseFraming::Close, false, 19))
         );
+        // No body whatever its fields say; announcing one costs the connection (see
+        // `a_bodiless_status_announcing_a_body_closes_the_connection`).
         assert_eq!(
             parse(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n").unwrap(),
-            Some((304, ResponseFraming::None, true, 48))
+            Some((304, ResponseFraming::None, false, 48))
         );
         assert_eq!(
             parse(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n").unwrap(),
@@ -300,10 +332,6 @@ mod tests {
             Err(ResponseError::BadTransferEncoding)
         );
         assert_eq!(
-            parse(b"HTTP/1.1 200 OK\nContent-Length: 5\r\n\r\n"),
-            Err(ResponseError::BareLineEnding)
-        );
-        assert_eq!(
             parse(b"HTTP/2.0 200 OK\r\n\r\n"),
             Err(ResponseError::UnsupportedVersion)
         );
@@ -319,6 +347,303 @@ mod tests {
             parse(b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n"),
             Err(ResponseError::BadHeader)
         );
+    }
+
+    /// Varnish's e00007 and e00014 origins (issue 52): a whole bare-LF head, the body to
+    /// the close.
+    #[test]
+    fn accepts_bare_lf_line_endings() {
+        let head = b"HTTP/1.0 200 OK\nConnection: close\n\n";
+        let mut buf = head.to_vec();
+        buf.extend_from_slice(b"<body until the close>");
+        assert_eq!(
+            parse(&buf).unwrap(),
+            Some((200, ResponseFraming::Close, false, head.len()))
+        );
+        // Each line may end either way, the head's last empty line too.
+        for head in [
+            &b"HTTP/1.1 200 OK\nContent-Length: 5\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\n",
+            b"HTTP/1.1 200 OK\nContent-Length: 5\n\n",
+        ] {
+            let mut buf = head.to_vec();
+            buf.extend_from_slice(b"hello");
+            assert_eq!(
+                parse(&buf).unwrap(),
+                Some((200, ResponseFraming::Length(5), true, head.len())),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // The fields are read the same: no LF or CR left in a name or value.
+        let mut storage = HeaderStorage::new();
+        let r = parse_response(
+            b"HTTP/1.1 200 OK\nA: b\nC:d \n\n",
+            &mut storage,
+            false,
+            16384,
+            100,
+        )
+        .unwrap()
+        .unwrap();
+        let fields: Vec<_> = r.headers.iter().map(|h| (h.name, h.value)).collect();
+        assert_eq!(fields, [("A", &b"b"[..]), ("C", b"d")]);
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\nContent-Length: 5\n").unwrap(),
+            None,
+            "waits for the empty line"
+        );
+        assert_eq!(parse(b"HTTP/1.1 200 OK\r").unwrap(), None);
+    }
+
+    #[test]
+    fn refuses_a_bare_cr_and_obs_fold_with_bare_lf_too() {
+        for head in [
+            &b"HTTP/1.1 200 OK\rContent-Length: 5\r\n\r\n"[..],
+            b"HTTP/1.1 200 O\rK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: b\rc\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: b\r\r\n\r\n",
+            b"HTTP/1.1 200 OK\nA: b\n\r\r\n",
+            b"HTTP/1.1 200 OK\r\nA: b\r",
+        ] {
+            let refused = parse(head);
+            if head.ends_with(b"\r") {
+                assert_eq!(refused, Ok(None), "a CR at the end may be followed by LF");
+            } else {
+                assert_eq!(
+                    refused,
+                    Err(ResponseError::BareCarriageReturn),
+                    "{:?}",
+                    String::from_utf8_lossy(head)
+                );
+            }
+        }
+        for fold in [
+            &b"HTTP/1.1 200 OK\nA: b\n c\n\n"[..],
+            b"HTTP/1.1 200 OK\r\nA: b\r\n\tc\r\n\r\n",
+            b"HTTP/1.1 200 OK\n c: d\n\n",
+        ] {
+            assert_eq!(parse(fold), Err(ResponseError::BadHeader));
+        }
+    }
+
+    /// What real origins send, as nginx and Varnish read it (docs/security.md, "What the
+    /// upstream client accepts from origins").
+    #[test]
+    fn reads_status_lines_as_nginx_and_varnish_do() {
+        for line in [
+            &b"HTTP/1.1 200 OK\r\n"[..],
+            b"HTTP/1.1 200 \r\n",
+            b"HTTP/1.1 200\r\n",
+            b"HTTP/1.1 200\n",
+            b"HTTP/1.1 200 \n",
+            b"HTTP/1.1 200 Very Fine Indeed\t!\n",
+        ] {
+            let mut buf = line.to_vec();
+            buf.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+            assert_eq!(
+                parse(&buf).unwrap().map(|r| (r.0, r.1)),
+                Some((200, ResponseFraming::None)),
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        for bad in [
+            &b"HTTP/1.1 20 OK\r\n\r\n"[..],
+            b"HTTP/1.1 2000\r\n\r\n",
+            b"HTTP/1.1  200 OK\r\n\r\n",
+            b"HTTP/1.1 200OK\r\n\r\n",
+            b"HTTP/1.1\r\n\r\n",
+            b"ICY 200 OK\r\n\r\n",
+        ] {
+            assert!(
+                parse(bad).is_err(),
+                "{:?} was accepted",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_whitespace_between_a_field_name_and_its_colon() {
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\nhello"[..],
+            b"HTTP/1.1 200 OK\nContent-Length\t: 5\n\nhello",
+            b"HTTP/1.1 200 OK\nX-A : b\n\n",
+        ] {
+            assert_eq!(parse(head), Err(ResponseError::BadHeader));
+        }
+    }
+
+    #[test]
+    fn reads_content_length_with_leading_zeros_and_identical_repeats() {
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello")
+                .unwrap()
+                .map(|r| r.1),
+            Some(ResponseFraming::Length(5))
+        );
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\nContent-Length: 5\nContent-Length: 005\n\nhello")
+                .unwrap()
+                .map(|r| r.1),
+            Some(ResponseFraming::Length(5)),
+            "the same length, spelled differently"
+        );
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 00000000000000000005\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0x5\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad), Err(ResponseError::BadContentLength));
+        }
+    }
+
+    /// A 204 or 304 has no body; one that announces one may send it after all, so its
+    /// connection is not reused. A 304 without framing fields (or with `Content-Length:
+    /// 0`) keeps it, and so does a response to HEAD, whose Content-Length is the norm.
+    #[test]
+    fn a_bodiless_status_announcing_a_body_closes_the_connection() {
+        for head in [
+            &b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello"[..],
+            b"HTTP/1.1 304 Not Modified\nContent-Length: 5\n\nhello",
+            b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ] {
+            let (status, body, keep_alive, _) = parse(head).unwrap().unwrap();
+            assert!(status == 204 || status == 304);
+            assert_eq!((body, keep_alive), (ResponseFraming::None, false));
+        }
+        for head in [
+            &b"HTTP/1.1 304 Not Modified\r\n\r\n"[..],
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 204 No Content\n\n",
+        ] {
+            assert_eq!(
+                parse(head).unwrap().map(|r| (r.1, r.2)),
+                Some((ResponseFraming::None, true))
+            );
+        }
+        let mut storage = HeaderStorage::new();
+        let r = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            &mut storage,
+            true,
+            16384,
+            100,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.body, r.keep_alive), (ResponseFraming::None, true));
+    }
+
+    #[test]
+    fn a_chunked_http10_response_is_read_and_its_connection_closed() {
+        assert_eq!(
+            parse(
+                b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            .unwrap()
+            .map(|r| (r.1, r.2)),
+            Some((ResponseFraming::Chunked, false))
+        );
+        assert_eq!(
+            parse(b"HTTP/1.0 200 OK\nConnection: keep-alive\nContent-Length: 2\n\nok")
+                .unwrap()
+                .map(|r| (r.1, r.2)),
+            Some((ResponseFraming::Length(2), true))
+        );
+        assert_eq!(
+            parse(b"HTTP/1.0 200 OK\nConnection: keep-alive\n\nto the close")
+                .unwrap()
+                .map(|r| (r.1, r.2)),
+            Some((ResponseFraming::Close, false))
+        );
+    }
+
+    /// A head, as lines, with each line ending chosen by `lf`: CRLF, or a bare LF.
+    fn head_of(lines: &[String], lf: &[bool]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(if lf[i % lf.len()] { b"\n" } else { b"\r\n" });
+        }
+        out
+    }
+
+    fn status_line() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::sample::select(vec![
+            "HTTP/1.1 200 OK",
+            "HTTP/1.0 200 OK",
+            "HTTP/1.1 204 No Content",
+            "HTTP/1.1 304",
+            "HTTP/1.1 404 ",
+            "HTTP/1.1 103 Early Hints",
+            "HTTP/1.1 2000 OK",
+            "HTTP/1.1 200 O\rK",
+        ])
+        .prop_map(String::from)
+    }
+
+    fn field_line() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::sample::select(vec![
+            "Content-Length: 5",
+            "Content-Length: 005",
+            "Content-Length: 6",
+            "Content-Length : 5",
+            "Transfer-Encoding: chunked",
+            "Transfer-Encoding: gzip",
+            "Connection: close",
+            "Connection: keep-alive",
+            "X-A: b",
+            "X-A:",
+            " folded",
+            "X-B: c\rd",
+        ])
+        .prop_map(String::from)
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// A bare LF is read exactly as a CRLF: any mix of the two line endings in a head
+        /// gives the same answer (status, fields, framing, reuse, or the same refusal) as
+        /// CRLF throughout, and the head ends where its empty line ends.
+        #[test]
+        fn a_bare_lf_reads_as_a_crlf(
+            status in status_line(),
+            fields in proptest::collection::vec(field_line(), 0..5),
+            lf in proptest::collection::vec(proptest::bool::ANY, 1..8),
+            head_request in proptest::bool::ANY,
+        ) {
+            let mut lines = vec![status];
+            lines.extend(fields);
+            lines.push(String::new());
+            let crlf = head_of(&lines, &[false]);
+            let mixed = head_of(&lines, &lf);
+            let read = |buf: &[u8]| {
+                let mut storage = HeaderStorage::new();
+                parse_response(buf, &mut storage, head_request, 16384, 100).map(|r| {
+                    r.map(|r| {
+                        let fields: Vec<(String, Vec<u8>)> = r
+                            .headers
+                            .iter()
+                            .map(|h| (h.name.to_string(), h.value.to_vec()))
+                            .collect();
+                        ((r.status, r.version, fields, r.body, r.keep_alive), r.head_len)
+                    })
+                })
+            };
+            let expected = read(&crlf).map(|r| r.map(|(read, len)| {
+                assert_eq!(len, crlf.len());
+                read
+            }));
+            let got = read(&mixed).map(|r| r.map(|(read, len)| (read, len == mixed.len())));
+            proptest::prop_assert_eq!(
+                got,
+                expected.map(|r| r.map(|read| (read, true)))
+            );
+        }
     }
 
     #[test]

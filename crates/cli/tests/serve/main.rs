@@ -29,5 +29,6 @@ mod tls;
 mod tls_records;
 mod tunnel;
 mod upgrade;
+mod upstream_heads;
 mod upstream_state;
 mod upstreams;

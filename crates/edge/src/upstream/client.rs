@@ -645,7 +645,12 @@ impl Upstream {
                         MAX_FIELDS,
                     )
                 }
-                .map_err(|e| self.protocol(format!("response head: {e}")))?;
+                .map_err(|e| {
+                    // The operator's one clue to a 502 that the origin caused (nginx logs
+                    // "upstream sent invalid header" the same way).
+                    tracing::warn!(upstream = %self.name, reason = %e, "upstream response head refused");
+                    self.protocol(format!("response head: {e}"))
+                })?;
                 if let Some(r) = parsed {
                     let head_len = r.head_len;
                     if r.is_interim() {
