@@ -331,12 +331,26 @@ pub(crate) fn write(
     labels: &HostLabels,
     kinds: &Kinds,
 ) {
-    let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| -> u64 {
-        workers
-            .iter()
-            .map(|w| pick(w).load(Ordering::Relaxed))
-            .sum()
-    };
+    write_requests(out, workers, labels, kinds);
+    write_connections(out, workers);
+}
+
+/// One counter summed over `workers`.
+fn total(workers: &[&WorkerMetrics], pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64) -> u64 {
+    workers
+        .iter()
+        .map(|w| pick(w).load(Ordering::Relaxed))
+        .sum()
+}
+
+/// Requests by host, kind, method and status class, and their durations by kind.
+fn write_requests(
+    out: &mut handler::Metrics,
+    workers: &[&WorkerMetrics],
+    labels: &HostLabels,
+    kinds: &Kinds,
+) {
+    let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| total(workers, pick);
     for host in 0..MAX_HOSTS {
         let mut name = None;
         for (k, kind) in kinds.listed() {
@@ -383,6 +397,11 @@ pub(crate) fn write(
             sum(&|w| &w.duration_sum_us[k]) as f64 / 1e6,
         );
     }
+}
+
+/// Bytes, connections, the open-file cache, compression, TLS and HTTP/2.
+fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics]) {
+    let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| total(workers, pick);
     out.counter(
         "tessera_received_bytes_total",
         "Bytes read from clients: request heads and bodies (after TLS decryption).",
