@@ -1,6 +1,7 @@
-//! `server` is tessera's HTTP/1.1 server: thread-per-core workers, connection handling
-//! (keep-alive, pipelining, body discarding), TLS termination (rustls, `tls`), and static
-//! files sent with `sendfile(2)` (read and encrypted on TLS).
+//! `server` is tessera's HTTP server: thread-per-core workers, connection handling
+//! (keep-alive, pipelining, body discarding), TLS termination (rustls, `net::tls`),
+//! HTTP/1.1 and HTTP/2 (on `h2codec`), and static files sent with `sendfile(2)` (read and
+//! encrypted on TLS).
 //!
 //! What it is for: accepting connections and answering requests as fast as the machine
 //! allows with memory that does not grow with load. Each worker is an OS thread running a
@@ -17,8 +18,12 @@
 //! [`Server::bind`] (which opens every listener, so errors surface before anything runs),
 //! prints [`Server::local_addrs`], then [`Server::start`]s the workers (each starts its
 //! own service of every module) and calls [`Running::shutdown`] on SIGTERM/SIGINT. A
-//! request is routed once (`dispatch`) to the modules' filters and handlers, and to the
-//! static files when no handler takes it; docs/architecture.md follows one through.
+//! connection's protocol is chosen once (`session`); a request is routed once
+//! (`exchange`) to the modules' filters and handlers, and to the static files when no
+//! handler takes it; a response that comes later is finished by one finisher for both
+//! protocols (`exchange::finish`). The modules below are layers, each importing only
+//! from those declared before it; docs/architecture.md describes them and follows
+//! requests through.
 
 // In layers, lowest first; a module imports only from the layers above it in this list
 // (scripts/layering.py checks that no module imports one that imports it back).
