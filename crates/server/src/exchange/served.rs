@@ -63,47 +63,34 @@ pub(crate) fn log(
     if !logging && !worker.shared.metrics_on {
         return;
     }
-    if let Some(head) = out.fields() {
-        // Written as fields (HTTP/2): counted and logged as the same head in lines.
-        let body_bytes = out.added_since(mark);
-        if let Some((_, answered)) = request {
-            let counted = (head.status(), reply::lines_len(head), body_bytes);
-            count(worker, answered, counted, read_at);
+    // A head written as fields (HTTP/2) is counted and logged as the same head in lines.
+    let mut lines = None;
+    let (status, head, head_len, body_bytes) = match out.fields() {
+        Some(head) => {
+            let written = lines.insert(HeadBuf::take());
+            if logging {
+                reply::lines_of(head, written);
+            }
+            let body_bytes = out.added_since(mark);
+            (
+                head.status(),
+                &written[..],
+                reply::lines_len(head),
+                body_bytes,
+            )
         }
-        if logging {
-            let mut lines = HeadBuf::take();
-            reply::lines_of(head, &mut lines);
-            let response = (head.status(), &lines[..], body_bytes);
-            record(
-                worker,
-                conn,
-                read_at,
-                request.map(|(r, _)| r),
-                raw_line,
-                response,
-            );
+        None => {
+            let (status, head, body_bytes) = out.since(mark);
+            (status, head, head.len() as u64, body_bytes)
         }
-        return;
-    }
-    let response = out.since(mark);
+    };
     if let Some((_, answered)) = request {
-        let (status, head, body_bytes) = response;
-        count(
-            worker,
-            answered,
-            (status, head.len() as u64, body_bytes),
-            read_at,
-        );
+        count(worker, answered, (status, head_len, body_bytes), read_at);
     }
     if logging {
-        record(
-            worker,
-            conn,
-            read_at,
-            request.map(|(r, _)| r),
-            raw_line,
-            response,
-        );
+        let request = request.map(|(r, _)| r);
+        let response = (status, head, body_bytes);
+        record(worker, conn, read_at, request, raw_line, response);
     }
 }
 

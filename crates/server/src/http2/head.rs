@@ -115,22 +115,32 @@ impl Made {
         worker: &Worker,
         facts: &ConnFacts,
     ) -> Result<(), StreamGone> {
-        let date = worker.clock.date_value();
-        let current = worker.current.borrow();
-        let hsts = match facts.secure() {
-            true => current.gen.config.tls.hsts.as_deref().map(str::as_bytes),
-            false => None,
-        };
-        let mut digits = itoa::Buffer::new();
-        let length = self.length.map(|n| digits.format(n).as_bytes());
-        let fields = self.fields(&date, hsts, length);
-        conn.send_headers(id, self.status, fields, end_stream)
+        self.with_fields(worker, facts, |fields| {
+            conn.send_headers(id, self.status, fields, end_stream)
+        })
     }
 
     /// The size the head would have as HTTP/1 lines: what `tessera_sent_bytes_total`
     /// counts for a head, whatever the protocol (HPACK's size depends on what the
     /// connection sent before).
     pub(super) fn lines_len(&self, worker: &Worker, facts: &ConnFacts) -> u64 {
+        let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(self.status).len();
+        let fields: usize = self.with_fields(worker, facts, |fields| {
+            fields
+                .map(|(name, value)| name.len() + value.len() + 4)
+                .sum()
+        });
+        (status_line + fields + 2) as u64
+    }
+
+    /// Calls `use_fields` with [`Made::fields`], given this second's Date and the HSTS
+    /// value on TLS.
+    fn with_fields<R>(
+        &self,
+        worker: &Worker,
+        facts: &ConnFacts,
+        use_fields: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a [u8], &'a [u8])>) -> R,
+    ) -> R {
         let date = worker.clock.date_value();
         let current = worker.current.borrow();
         let hsts = match facts.secure() {
@@ -139,12 +149,8 @@ impl Made {
         };
         let mut digits = itoa::Buffer::new();
         let length = self.length.map(|n| digits.format(n).as_bytes());
-        let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(self.status).len();
-        let fields: usize = self
-            .fields(&date, hsts, length)
-            .map(|(name, value)| name.len() + value.len() + 4)
-            .sum();
-        (status_line + fields + 2) as u64
+        let mut fields = self.fields(&date, hsts, length);
+        use_fields(&mut fields)
     }
 }
 
