@@ -67,17 +67,16 @@ pub(crate) fn log(
     let mut lines = None;
     let (status, head, head_len, body_bytes) = match out.fields() {
         Some(head) => {
-            let written = lines.insert(HeadBuf::take());
-            if logging {
-                reply::lines_of(head, written);
-            }
+            let written = match logging {
+                true => {
+                    let lines = lines.insert(HeadBuf::take());
+                    reply::lines_of(head, lines);
+                    &lines[..]
+                }
+                false => &[][..],
+            };
             let body_bytes = out.added_since(mark);
-            (
-                head.status(),
-                &written[..],
-                reply::lines_len(head),
-                body_bytes,
-            )
+            (head.status(), written, reply::lines_len(head), body_bytes)
         }
         None => {
             let (status, head, body_bytes) = out.since(mark);
