@@ -3,11 +3,12 @@
 //! redirects (the page itself is `handler::write_status_page`, shared with the modules).
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
-use handler::ResponseHead;
 use wire::{Framing, Method, Request, Version};
 
 use crate::facts::ConnFacts;
+use crate::files::open::{EntryFields, FileEntry};
 use crate::net::output::Output;
 use crate::worker::Worker;
 
@@ -78,16 +79,13 @@ impl<'o> HeadWriter<'o> {
         }
     }
 
-    /// Fields kept pre-encoded (an open file's): `lines` as HTTP/1 writes them, `fields`
-    /// the same, one by one, for HTTP/2.
-    pub(crate) fn block<'f>(
-        &mut self,
-        lines: &[u8],
-        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
-    ) {
+    /// An open file's fields, kept pre-encoded in its cache entry: `lines`, one of the
+    /// entry's blocks, copied whole as HTTP/1 writes them, or, for HTTP/2, shared with
+    /// the entry and encoded from it.
+    pub(crate) fn block(&mut self, entry: &Arc<FileEntry>, lines: &[u8]) {
         match self.out.fields_mut() {
             None => self.out.buf().extend_from_slice(lines),
-            Some(head) => fields.for_each(|(name, value)| head.append(name, value)),
+            Some(head) => head.set_block(EntryFields::new(entry, lines)),
         }
     }
 
@@ -105,23 +103,6 @@ impl<'o> HeadWriter<'o> {
             }
         }
     }
-}
-
-/// A head as HTTP/1 lines (status line, fields, blank line): for the access log of a
-/// response whose head was written as fields.
-pub(crate) fn lines_of(head: &ResponseHead, buf: &mut Vec<u8>) {
-    wire::write_status_line(buf, head.status());
-    for (name, value) in head.iter() {
-        wire::write_field(buf, name, value);
-    }
-    buf.extend_from_slice(b"\r\n");
-}
-
-/// The length of [`lines_of`] without writing them: what the metrics count for a head.
-pub(crate) fn lines_len(head: &ResponseHead) -> u64 {
-    let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(head.status()).len();
-    let fields: usize = head.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-    (status_line + fields + 2) as u64
 }
 
 /// A response with a small generated HTML body (or none for 204 and 304), as nginx

@@ -464,7 +464,7 @@ pub(crate) fn framing(response: &Response, head_only: bool) -> (Framing, bool) {
 /// framing stay as they were.
 fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
     if let Some(fields) = out.fields_mut() {
-        filter_fields(filter, fields);
+        filter_fields(filter, fields.head_mut());
         return;
     }
     let (at, written) = out.head_since(mark);

@@ -7,7 +7,7 @@ use crate::access_log::Entry;
 use crate::facts::ConnFacts;
 use crate::metrics::Answered;
 use crate::net::output::{Mark, Output};
-use crate::reply::{self, HeadBuf};
+use crate::reply::HeadBuf;
 use crate::worker::Worker;
 
 /// What a protocol sent of a response: for the metrics and the access log.
@@ -70,13 +70,13 @@ pub(crate) fn log(
             let written = match logging {
                 true => {
                     let lines = lines.insert(HeadBuf::take());
-                    reply::lines_of(head, lines);
+                    head.write_lines(lines);
                     &lines[..]
                 }
                 false => &[][..],
             };
             let body_bytes = out.added_since(mark);
-            (head.status(), written, reply::lines_len(head), body_bytes)
+            (head.status(), written, head.lines_len(), body_bytes)
         }
         None => {
             let (status, head, body_bytes) = out.since(mark);

@@ -77,7 +77,7 @@ pub(crate) fn respond(
         Outcome::Proceed => {}
         Outcome::NotModified => {
             let mut head = HeadWriter::start(worker, conn, out, 304);
-            head.block(entry.validators(), entry.fields_of(entry.validators()));
+            head.block(&entry, entry.validators());
             head.end(Framing::None, req.version, keep_alive);
             return;
         }
@@ -142,7 +142,7 @@ fn send_whole(
     get: bool,
 ) {
     let mut head = HeadWriter::start(worker, conn, out, 200);
-    head.block(entry.head(), entry.fields_of(entry.head()));
+    head.block(&entry, entry.head());
     head.end(Framing::Length(entry.len), req.version, keep_alive);
     if get && entry.len > 0 {
         let len = entry.len;
@@ -161,7 +161,7 @@ fn send_range(
     (first, last): (u64, u64),
 ) {
     let mut head = HeadWriter::start(worker, conn, out, 206);
-    head.block(entry.partial_head(), entry.fields_of(entry.partial_head()));
+    head.block(&entry, entry.partial_head());
     let mut range = [0u8; CONTENT_RANGE_MAX];
     head.field(
         b"Content-Range",
@@ -209,10 +209,7 @@ fn send_multipart(
         b"Content-Type",
         &content_type[..prefix.len() + boundary.len()],
     );
-    head.block(
-        entry.multipart_head(),
-        entry.fields_of(entry.multipart_head()),
-    );
+    head.block(&entry, entry.multipart_head());
     head.end(Framing::Length(length), req.version, keep_alive);
     for &(first, last) in ranges {
         let buf = out.buf();

@@ -81,11 +81,8 @@ impl FileEntry {
         &self.head[self.validators_at..]
     }
 
-    /// The fields of the lines from `lines` on (one of [`FileEntry::head`],
-    /// [`FileEntry::partial_head`], [`FileEntry::multipart_head`],
-    /// [`FileEntry::validators`]), one by one.
-    pub fn fields_of<'a>(&'a self, lines: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let from = self.head.len() - lines.len();
+    /// The fields of the lines that start at `from` in `head`.
+    fn fields_from(&self, from: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
         let head = &self.head;
         self.fields
             .iter()
@@ -243,6 +240,42 @@ impl FileEntry {
             identity: Identity::default(),
             coding: Coding::Identity,
         }
+    }
+}
+
+/// The header lines of an entry from one point on (one of [`FileEntry::head`],
+/// [`FileEntry::partial_head`], [`FileEntry::multipart_head`], [`FileEntry::validators`]),
+/// shared with the entry: how a head written as fields (HTTP/2) carries a file's fields
+/// without copying them, so HPACK encodes them straight from the entry.
+#[derive(Clone)]
+pub(crate) struct EntryFields {
+    entry: Arc<FileEntry>,
+    /// Where the lines start in the entry's head.
+    from: usize,
+}
+
+impl EntryFields {
+    /// `lines` must be one of the entry's blocks named above.
+    pub(crate) fn new(entry: &Arc<FileEntry>, lines: &[u8]) -> EntryFields {
+        let from = entry.head.len() - lines.len();
+        debug_assert!(
+            std::ptr::eq(&entry.head[from..], lines),
+            "not the entry's lines"
+        );
+        EntryFields {
+            entry: entry.clone(),
+            from,
+        }
+    }
+
+    /// The lines as HTTP/1 writes them, each ending in CRLF.
+    pub(crate) fn lines(&self) -> &[u8] {
+        &self.entry.head[self.from..]
+    }
+
+    /// The same, field by field.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entry.fields_from(self.from)
     }
 }
 

@@ -9,13 +9,14 @@ use wire::Framing;
 
 use crate::exchange;
 use crate::facts::ConnFacts;
+use crate::net::output::FieldsHead;
 use crate::worker::Worker;
 
 /// A head waiting to be framed.
 pub(super) enum Head {
     /// Written as fields by the server (a file, a refusal, a redirect: `reply`), every
-    /// field there already.
-    Fields(ResponseHead),
+    /// field there already (a file's shared with its cache entry).
+    Fields(FieldsHead),
     /// A handler's head, as data, framed with the fields the server adds.
     Made(Made),
 }

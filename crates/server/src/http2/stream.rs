@@ -26,7 +26,7 @@ use crate::exchange::served;
 use crate::exchange::served::Sent;
 use crate::exchange::{self, Dispatched, Exchange, Work};
 use crate::facts::ConnFacts;
-use crate::net::output::Piece;
+use crate::net::output::{FieldsHead, Piece};
 use crate::reply::Terms;
 use crate::worker::Worker;
 
@@ -58,7 +58,7 @@ enum Waits {
     /// The static files' answer, logged already: its head and its body's pieces; the
     /// request body, if any, is skipped first.
     Pieces {
-        head: ResponseHead,
+        head: FieldsHead,
         pieces: Vec<Piece>,
     },
     /// A handler's answer to come.
@@ -117,7 +117,9 @@ pub(super) fn start(
                 out,
                 mark,
             );
-            let head = out.take_fields().unwrap_or_default();
+            let head = out
+                .take_fields()
+                .unwrap_or_else(|| FieldsHead::new(ResponseHead::default()));
             let pieces = out.take_pieces(0);
             worker.give_back(buffers);
             // A request body nobody reads (a static file's) is skipped to its end before

@@ -11,7 +11,7 @@ use crate::net::reactor::Socket;
 use crate::sys;
 use tokio::io::Interest;
 
-use crate::files::open::FileEntry;
+use crate::files::open::{EntryFields, FileEntry};
 
 /// Most iovecs handed to one writev; a batch of 100 pipelined responses needs 200 (head
 /// and body each), so they go out in a few calls. Kept on the stack of a synchronous
@@ -61,7 +61,94 @@ pub(crate) struct Output {
     closing: bool,
     /// For HTTP/2: the head of the response being made, as fields (`reply::HeadWriter`
     /// writes there instead of into `buf`); its body still goes into the batch.
-    fields: Option<handler::ResponseHead>,
+    fields: Option<FieldsHead>,
+}
+
+/// A head written as fields (HTTP/2): the fields the server wrote, with an open file's
+/// fields shared with its cache entry in their place among them, not copied.
+pub(crate) struct FieldsHead {
+    pub(crate) head: handler::ResponseHead,
+    /// The file's fields, and how many of `head`'s come before them.
+    block: Option<(EntryFields, usize)>,
+}
+
+impl FieldsHead {
+    pub(crate) fn new(head: handler::ResponseHead) -> FieldsHead {
+        FieldsHead { head, block: None }
+    }
+
+    pub(crate) fn status(&self) -> u16 {
+        self.head.status()
+    }
+
+    /// Starts again with `status` and no field.
+    pub(crate) fn reset(&mut self, status: u16) {
+        self.head.reset(status);
+        self.block = None;
+    }
+
+    pub(crate) fn append(&mut self, name: &[u8], value: &[u8]) {
+        self.head.append(name, value);
+    }
+
+    /// Places a file's fields after those appended so far (one block per head).
+    pub(crate) fn set_block(&mut self, block: EntryFields) {
+        debug_assert!(self.block.is_none(), "one block per head");
+        self.block = Some((block, self.head.len()));
+    }
+
+    /// Every field in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let before = self.block.as_ref().map_or(usize::MAX, |(_, at)| *at);
+        let block = self.block.iter().flat_map(|(block, _)| block.iter());
+        let fields = || self.head.iter();
+        fields()
+            .take(before)
+            .chain(block)
+            .chain(fields().skip(before))
+    }
+
+    /// The fields as one [`handler::ResponseHead`], the file's copied in: for a filter,
+    /// which may change any of them.
+    pub(crate) fn head_mut(&mut self) -> &mut handler::ResponseHead {
+        if self.block.is_some() {
+            let mut merged = handler::ResponseHead::with_capacity(self.status(), 12, 320);
+            for (name, value) in self.iter() {
+                merged.append(name, value);
+            }
+            self.head = merged;
+            self.block = None;
+        }
+        &mut self.head
+    }
+
+    /// The head as HTTP/1 lines (status line, fields, blank line): for the access log.
+    pub(crate) fn write_lines(&self, buf: &mut Vec<u8>) {
+        wire::write_status_line(buf, self.status());
+        let before = self.block.as_ref().map_or(usize::MAX, |(_, at)| *at);
+        for (name, value) in self.head.iter().take(before) {
+            wire::write_field(buf, name, value);
+        }
+        if let Some((block, _)) = &self.block {
+            buf.extend_from_slice(block.lines());
+        }
+        for (name, value) in self.head.iter().skip(before) {
+            wire::write_field(buf, name, value);
+        }
+        buf.extend_from_slice(b"\r\n");
+    }
+
+    /// The length of [`FieldsHead::write_lines`] without writing them: what the metrics
+    /// count for a head.
+    pub(crate) fn lines_len(&self) -> u64 {
+        let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(self.status()).len();
+        let fields: usize = self.head.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+        let block = self
+            .block
+            .as_ref()
+            .map_or(0, |(block, _)| block.lines().len());
+        (status_line + fields + block + 2) as u64
+    }
 }
 
 /// Where the output stood before a response was added (see [`Output::since`]).
@@ -134,19 +221,19 @@ impl Output {
 
     /// From now on, heads go into `head` as fields (HTTP/2), until [`Output::take_fields`].
     pub(crate) fn want_fields(&mut self, head: handler::ResponseHead) {
-        self.fields = Some(head);
+        self.fields = Some(FieldsHead::new(head));
     }
 
     /// The fields head, when heads go there.
-    pub(crate) fn fields(&self) -> Option<&handler::ResponseHead> {
+    pub(crate) fn fields(&self) -> Option<&FieldsHead> {
         self.fields.as_ref()
     }
 
-    pub(crate) fn fields_mut(&mut self) -> Option<&mut handler::ResponseHead> {
+    pub(crate) fn fields_mut(&mut self) -> Option<&mut FieldsHead> {
         self.fields.as_mut()
     }
 
-    pub(crate) fn take_fields(&mut self) -> Option<handler::ResponseHead> {
+    pub(crate) fn take_fields(&mut self) -> Option<FieldsHead> {
         self.fields.take()
     }
 
