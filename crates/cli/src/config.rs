@@ -74,6 +74,10 @@ impl ServeConfig {
 
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
         let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
+        let mut routes = Vec::new();
+        if let Some(r) = table.get_mut("route") {
+            take_rules(r, 0, &mut routes).context("route")?;
+        }
         let mut modules = toml::Table::new();
         for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
             if let Some(value) = table.remove(key) {
@@ -87,6 +91,10 @@ impl ServeConfig {
                 let Some(host) = host.as_table_mut() else {
                     continue;
                 };
+                if let Some(r) = host.get_mut("route") {
+                    take_rules(r, i + 1, &mut routes)
+                        .with_context(|| format!("host[{i}].route"))?;
+                }
                 let mut keys = toml::Table::new();
                 for key in ["route", "script"] {
                     if let Some(value) = host.remove(key) {
@@ -100,7 +108,8 @@ impl ServeConfig {
                 host_modules.push((i + 1, m));
             }
         }
-        let server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
+        let mut server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
+        server.routes = routes;
         let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
         for (site, h) in host_modules {
             let host = server
@@ -129,6 +138,73 @@ impl ServeConfig {
             shared_dict: m.shared_dict,
         })
     }
+}
+
+/// Takes the rule keys (`rules::config::ROUTE_KEYS`) out of each route of `routes` (a
+/// `[[route]]` or `[[host.route]]` array) into `out`, with the route's site and whether a
+/// module serves it (`upstream` or `root`); a route no module serves (`respond`,
+/// `redirect`, `rewrite`) leaves the array, the rest stays for the proxy.
+fn take_rules(
+    routes: &mut toml::Value,
+    site: usize,
+    out: &mut Vec<(usize, rules::RouteRules, bool)>,
+) -> anyhow::Result<()> {
+    let Some(array) = routes.as_array_mut() else {
+        return Ok(());
+    };
+    let mut kept = Vec::new();
+    for (i, route) in std::mem::take(array).into_iter().enumerate() {
+        let toml::Value::Table(mut table) = route else {
+            kept.push(route);
+            continue;
+        };
+        let module = table.contains_key("upstream") || table.contains_key("root");
+        let mut keys = toml::Table::new();
+        for key in rules::config::ROUTE_KEYS {
+            let value = match key {
+                // The proxy reads the prefix too.
+                "prefix" => table.get(key).cloned(),
+                _ => table.remove(key),
+            };
+            if let Some(value) = value {
+                keys.insert(key.into(), value);
+            }
+        }
+        if module {
+            // Not built yet: a proxied or static route is found by its prefix alone, and
+            // what it sends upstream is not edited.
+            for key in [
+                "path",
+                "regex",
+                "case_insensitive",
+                "methods",
+                "header",
+                "query",
+                "cookie",
+                "scheme",
+                "strip_prefix",
+                "add_prefix",
+                "request_headers",
+            ] {
+                anyhow::ensure!(
+                    !keys.contains_key(key),
+                    "[{i}]: `{key}` is not supported yet on a route with `upstream` or `root` \
+                     (such a route is matched by its `prefix`; see docs/config.md, \
+                     \"Routing and rewriting\")"
+                );
+            }
+        }
+        let rules: rules::RouteRules = toml::Value::Table(keys)
+            .try_into()
+            .map_err(one_line)
+            .with_context(|| format!("[{i}]"))?;
+        out.push((site, rules, module));
+        if module {
+            kept.push(toml::Value::Table(table));
+        }
+    }
+    *array = kept;
+    Ok(())
 }
 
 /// A TOML error in one line: toml prints a snippet of the file with a caret under the

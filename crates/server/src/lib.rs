@@ -43,6 +43,7 @@ mod metrics;
 mod net;
 mod reply;
 mod routes;
+mod routing;
 mod runtime;
 mod session;
 mod shared;

@@ -22,6 +22,7 @@ mod metrics;
 mod paths;
 mod proxy;
 mod reload;
+mod routing;
 mod security;
 mod smuggling;
 mod static_files;

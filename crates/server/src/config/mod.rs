@@ -108,6 +108,14 @@ pub struct Config {
     /// answers requests whose host matches no `[[host]]` (unless one is marked
     /// `default`). Default: none, so one site as before.
     pub host: Vec<HostConfig>,
+    /// Edits of every response of the default host (a `[[host]]` without its own takes
+    /// these): docs/config.md, "Routing and rewriting". Default none.
+    pub response_headers: Option<rules::HeaderEdits>,
+    /// The rule keys of every `[[route]]` and `[[host.route]]`, in file order, each with
+    /// its site (0: top level, `i + 1`: `[[host]]` `i`) and whether a module serves it
+    /// (it has `upstream` or `root`). Set by `cli`, which reads the routes; no TOML key.
+    #[serde(skip)]
+    pub routes: Vec<(usize, rules::RouteRules, bool)>,
 }
 
 /// One `[[host]]` table: a site chosen by the request's host (the authority of an
@@ -141,6 +149,9 @@ pub struct HostConfig {
     /// `[host.compression]`, replacing the top-level `[compression]` table as a whole.
     /// Default: the top-level one.
     pub compression: Option<compress::CompressionConfig>,
+    /// Edits of every response of this host, after the top-level ones (docs/config.md,
+    /// "Routing and rewriting"). Default: the top-level `response_headers`.
+    pub response_headers: Option<rules::HeaderEdits>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -224,6 +235,8 @@ impl Default for Config {
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
             http2: Default::default(),
             host: Vec::new(),
+            response_headers: None,
+            routes: Vec::new(),
         }
     }
 }
@@ -300,11 +313,50 @@ impl Config {
         self.problems().into_iter().next().map_or(Ok(()), Err)
     }
 
+    /// Compiles each site's rules: the routes of the site, and its response edits (a
+    /// `[[host]]` without its own takes the top-level ones).
+    pub(crate) fn rule_tables(&self) -> Result<Vec<std::sync::Arc<rules::Table>>, String> {
+        let config = self;
+        (0..=config.host.len())
+            .map(|site| {
+                let routes: Vec<(rules::RouteRules, bool)> = config
+                    .routes
+                    .iter()
+                    .filter(|(s, _, _)| *s == site)
+                    .map(|(_, r, module)| (r.clone(), *module))
+                    .collect();
+                let (edits, routes_key, edits_key) = match site {
+                    0 => (
+                        config.response_headers.as_ref(),
+                        "route".to_string(),
+                        "response_headers".to_string(),
+                    ),
+                    i => {
+                        let own = config.host[i - 1].response_headers.as_ref();
+                        let (edits, key) = match own {
+                            Some(edits) => {
+                                (Some(edits), format!("host[{}].response_headers", i - 1))
+                            }
+                            None => (config.response_headers.as_ref(), "response_headers".into()),
+                        };
+                        (edits, format!("host[{}].route", i - 1), key)
+                    }
+                };
+                rules::Table::compile(&routes, &routes_key, edits, &edits_key)
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
     /// Every problem of the configuration, each a message that starts with the key it is
     /// about in backquotes (`tessera check-config` lists them all; starting refuses the
     /// first). Only the values are checked here, not the files they name.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Err(e) = self.rule_tables() {
+            problems.push(e);
+        }
         if self.listening().next().is_none() {
             problems.push("`listen` needs at least one address".into());
         }

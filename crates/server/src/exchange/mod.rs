@@ -19,6 +19,7 @@ use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::routes::Routed;
+use crate::routing::{self, Ruled};
 use crate::worker::Worker;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
@@ -111,40 +112,50 @@ pub(crate) fn answer(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let routes = &gen.routes[site];
     let host = gen.host_labels[site];
     let files_answered = Answered {
         host,
         kind: static_kind,
         method,
     };
-    let routed = match normal && !routes.is_empty() {
+    // The site's rules first (`[[route]]` matchers and actions, response edits); a site
+    // without any costs one test.
+    let (ruled, edits, target) = apply_rules(&gen.rules[site], normal, req, conn, &mut path);
+    let view;
+    let req = match &target {
+        Some(target) => {
+            view = routing::with_target(req, target);
+            &view
+        }
+        None => req,
+    };
+    let routes = &gen.routes[site];
+    let routed = match normal && !routes.is_empty() && ruled.is_none() {
         true => routes.find(&path),
         false => None,
     };
-    let Some(routed) = routed else {
-        continue_first(req, pending, out);
-        let site = &gen.sites.all()[site];
-        files::respond(
-            req,
-            normal.then_some(&path[..]),
-            worker,
-            conn,
-            site,
-            out,
-            keep_alive,
-        );
-        return Dispatched::Done(files_answered);
-    };
-    let mut request = handler::Request {
-        head: req,
-        path: &path,
-        client: conn.peer,
-        tag: 0,
-        secure: conn.secure(),
-    };
     let mut answered = files_answered;
-    let (mut filter, answer) = call_modules(&current, routed, &mut request, &mut answered.kind);
+    let (filter, answer) = match (ruled, routed) {
+        (Some(response), _) => (None, Some(Answer::Now(response))),
+        (None, Some(routed)) => {
+            let mut request = handler::Request {
+                head: req,
+                path: &path,
+                client: conn.peer,
+                tag: 0,
+                secure: conn.secure(),
+            };
+            call_modules(&current, routed, &mut request, &mut answered.kind)
+        }
+        (None, None) => (None, None),
+    };
+    let mut filter = match edits {
+        Some(mut edits) => {
+            edits.inner = filter;
+            Some(Box::new(edits) as Box<dyn Attached>)
+        }
+        None => filter,
+    };
     let later = |work| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
@@ -176,7 +187,8 @@ pub(crate) fn answer(
             let mark = out.mark();
             continue_first(req, pending, out);
             let site = &gen.sites.all()[site];
-            files::respond(req, Some(&path[..]), worker, conn, site, out, keep_alive);
+            let path = normal.then_some(&path[..]);
+            files::respond(req, path, worker, conn, site, out, keep_alive);
             if let Some(mut filter) = filter {
                 filter_written(&mut *filter, out, mark);
             }
@@ -214,6 +226,28 @@ pub(crate) fn answer(
             }
             Dispatched::Done(answered)
         }
+    }
+}
+
+/// The site's rules on a request whose path normalised (into `path`): a rule's answer,
+/// the response edits, and the target a rewrite made.
+fn apply_rules(
+    table: &std::sync::Arc<rules::Table>,
+    normal: bool,
+    req: &wire::Request<'_, '_>,
+    conn: &ConnFacts,
+    path: &mut Vec<u8>,
+) -> (
+    Option<Response>,
+    Option<routing::EditFilter>,
+    Option<Vec<u8>>,
+) {
+    if !normal || table.is_empty() {
+        return (None, None, None);
+    }
+    match routing::route(table, routing::Seen { req, conn }, path) {
+        Ruled::Pass { edits, target } => (None, edits, target),
+        Ruled::Answer { response, edits } => (Some(response), edits, None),
     }
 }
 
@@ -390,7 +424,15 @@ pub(crate) fn handled(
             compress(worker, site, accepted, head_only, &mut response);
             response
         }
-        Err(status) => Response::status_page(status),
+        // The server's own page for the handler's failure (a 502): the filter sees it too
+        // (response edits with `always`, a script's header_filter), as nginx's error pages.
+        Err(status) => {
+            let mut response = Response::status_page(status);
+            if let Some(filter) = filter.as_deref_mut() {
+                filter_response(filter, &mut response);
+            }
+            response
+        }
     }
 }
 

@@ -1,0 +1,412 @@
+//! Routing and rewriting in the configuration (issue 42): `[[route]]` matchers and
+//! actions, and response edits, through the real binary on real sockets.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+
+use crate::harness::*;
+
+/// One request with `method`, `target` and extra `fields` on a new connection.
+fn ask(server: &Server, method: &str, target: &str, fields: &str) -> Response {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "{method} {target} HTTP/1.1\r\nHost: test\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream, method == "HEAD")
+}
+
+fn body(r: &Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+/// A config with `routes`, serving the site's root.
+fn config(site: &Site, routes: &str) -> String {
+    format!(
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\nroot = \"{}\"\n{routes}",
+        site.root().display()
+    )
+}
+
+#[test]
+fn respond_redirect_and_rewrite_answer_as_configured() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+[[route]]
+path = "/healthz"
+respond = { status = 200, body = "ok\n", content_type = "text/plain" }
+
+[[route]]
+regex = "^/users/(?<id>[0-9]+)$"
+methods = ["GET", "HEAD"]
+redirect = { status = 301, to = "/u/$id?from=$arg_ref" }
+
+[[route]]
+prefix = "/moved"
+redirect = { status = 308, to = "https://$host$request_uri" }
+
+[[route]]
+prefix = "/old/"
+rewrite = { from = "^/old/(.*)$", to = "/$1" }
+
+[[route]]
+path = "/echo"
+respond = { status = 202, body = "$request_uri $args $arg_a $http_x_who $cookie_sid $scheme $remote_addr" }
+
+[[route]]
+path = "/gone"
+respond = { status = 410 }
+"#,
+    ));
+    let r = ask(&server, "GET", "/healthz", "");
+    assert_eq!((r.status, body(&r).as_str()), (200, "ok\n"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+
+    let r = ask(&server, "GET", "/users/42?ref=mail", "");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/u/42?from=mail"));
+    // The regex route takes GET and HEAD only: a POST goes to the files (no such file).
+    assert_eq!(
+        ask(&server, "POST", "/users/42", "Content-Length: 0\r\n").status,
+        405
+    );
+    assert_eq!(ask(&server, "GET", "/users/x", "").status, 404);
+
+    let r = ask(&server, "GET", "/moved/a?b=1", "");
+    assert_eq!(r.status, 308);
+    assert_eq!(r.header("location"), Some("https://test/moved/a?b=1"));
+
+    // Rewritten, then routed again: to the file.
+    let r = ask(&server, "GET", "/old/hello.txt", "");
+    assert_eq!((r.status, body(&r).as_str()), (200, "hello world\n"));
+
+    let r = ask(
+        &server,
+        "GET",
+        "/echo?a=1&b=2",
+        "X-Who: me\r\nCookie: x=1; sid=s3\r\n",
+    );
+    assert_eq!(r.status, 202);
+    assert_eq!(body(&r), "/echo?a=1&b=2 a=1&b=2 1 me s3 http 127.0.0.1");
+
+    let r = ask(&server, "GET", "/gone", "");
+    assert_eq!((r.status, r.body.len()), (410, 0));
+}
+
+/// nginx's documented `location` example, and more paths: every route answers with its
+/// own number, so the body says which one the request took.
+#[test]
+fn routes_are_chosen_in_nginx_s_order() {
+    let site = Site::new();
+    let routes = [
+        r#"path = "/""#,
+        r#"prefix = "/""#,
+        r#"prefix = "/documents/""#,
+        "prefix = \"/images/\"\nno_regex = true",
+        "regex = '\\.(gif|jpg|jpeg)$'\ncase_insensitive = true",
+        r#"regex = "^/documents/private/""#,
+        r#"prefix = "/documents/private/old""#,
+        r#"path = "/documents/""#,
+        r#"prefix = "/api""#,
+        r#"regex = "^/api/v[0-9]+/""#,
+    ];
+    let toml: String = routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("[[route]]\n{r}\nrespond = {{ body = \"{}\" }}\n\n", i + 1))
+        .collect();
+    let server = site.serve_with(&config(&site, &toml));
+    let cases = [
+        ("/", "1"),
+        ("/index.html", "2"),
+        ("/documents/document.html", "3"),
+        ("/images/1.gif", "4"),
+        ("/documents/1.jpg", "5"),
+        ("/documents/1.JPG", "5"),
+        ("/x/y/z.jpeg", "5"),
+        ("/images/deep/a/b.png", "4"),
+        ("/images", "2"),
+        ("/documents/private/a", "6"),
+        ("/documents/private/old/a.txt", "6"),
+        ("/documents/private/old/a.gif", "5"),
+        ("/documents/", "8"),
+        ("/documents", "2"),
+        ("/api", "9"),
+        ("/api/x", "9"),
+        ("/apix", "2"),
+        ("/api/v2/users", "10"),
+        ("/api/v2/u.gif", "5"),
+        ("/a/b/c", "2"),
+        ("/documentsx/a", "2"),
+        // Routes match the normalised path.
+        ("/%61pi/x", "9"),
+        ("//images/../images/1.gif", "4"),
+    ];
+    for (path, want) in cases {
+        assert_eq!(body(&ask(&server, "GET", path, "")), want, "{path}");
+    }
+}
+
+#[test]
+fn header_query_cookie_and_scheme_narrow_a_route() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+[[route]]
+prefix = "/api/"
+header = { name = "X-Beta", equals = "1" }
+respond = { body = "beta" }
+
+[[route]]
+prefix = "/api/"
+query = { name = "debug" }
+respond = { body = "debug" }
+
+[[route]]
+prefix = "/api/"
+cookie = { name = "sid", regex = "^[a-z]+$" }
+respond = { body = "session" }
+
+[[route]]
+prefix = "/api/"
+scheme = "https"
+respond = { body = "secure" }
+
+[[route]]
+prefix = "/api/"
+respond = { body = "plain" }
+"#,
+    ));
+    let cases = [
+        ("/api/x", "X-Beta: 1\r\n", "beta"),
+        ("/api/x", "X-Beta: 2\r\n", "plain"),
+        ("/api/x?a&debug", "", "debug"),
+        ("/api/x?debugx=1", "", "plain"),
+        ("/api/x", "Cookie: a=b; sid=abc\r\n", "session"),
+        ("/api/x", "Cookie: sid=ABC\r\n", "plain"),
+        ("/api/x", "", "plain"),
+    ];
+    for (target, fields, want) in cases {
+        assert_eq!(
+            body(&ask(&server, "GET", target, fields)),
+            want,
+            "{target} {fields}"
+        );
+    }
+}
+
+/// An origin that answers every request 200 with `origin` as its body, then closes.
+fn origin() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            if read_request_head(&mut reader).is_some() {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\norigin",
+                );
+            }
+        }
+    });
+    addr
+}
+
+/// An address nothing listens on.
+fn dead() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+#[test]
+fn response_edits_with_always_reach_200_304_404_and_502() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+response_headers = {{ set = {{ "X-Content-Type-Options" = "nosniff", "Strict-Transport-Security" = "max-age=63072000" }}, always = true }}
+
+[[upstream]]
+name = "up"
+addresses = ["{up}"]
+
+[[upstream]]
+name = "down"
+addresses = ["{down}"]
+
+[[route]]
+prefix = "/up/"
+upstream = "up"
+response_headers = {{ add = {{ "X-Route" = "up" }}, remove = ["X-Nothing"] }}
+
+[[route]]
+prefix = "/down/"
+upstream = "down"
+
+[[route]]
+prefix = "/plain/"
+respond = {{ status = 404, body = "no" }}
+response_headers = {{ set = {{ "X-Only-Success" = "1" }} }}
+"#,
+            up = origin(),
+            down = dead(),
+        ),
+    ));
+    let ok = ask(&server, "GET", "/hello.txt", "");
+    assert_eq!(ok.status, 200);
+    let etag = ok.header("etag").unwrap().to_string();
+    let not_modified = ask(
+        &server,
+        "GET",
+        "/hello.txt",
+        &format!("If-None-Match: {etag}\r\n"),
+    );
+    assert_eq!(not_modified.status, 304);
+    let missing = ask(&server, "GET", "/nothing-here", "");
+    assert_eq!(missing.status, 404);
+    let proxied = ask(&server, "GET", "/up/x", "");
+    assert_eq!((proxied.status, body(&proxied).as_str()), (200, "origin"));
+    assert_eq!(proxied.header("x-route"), Some("up"));
+    let bad_gateway = ask(&server, "GET", "/down/x", "");
+    assert_eq!(bad_gateway.status, 502);
+    for r in [&ok, &not_modified, &missing, &proxied, &bad_gateway] {
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{}",
+            r.status
+        );
+        assert_eq!(
+            r.header("strict-transport-security"),
+            Some("max-age=63072000"),
+            "{}",
+            r.status
+        );
+    }
+    // Without `always`, as nginx's add_header: not on a 404.
+    let r = ask(&server, "GET", "/plain/x", "");
+    assert_eq!((r.status, r.header("x-only-success")), (404, None));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+}
+
+#[test]
+fn a_rewrite_loop_is_stopped_with_500() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        "[[route]]\nprefix = \"/loop\"\nrewrite = { to = \"/loop/x\" }\n",
+    ));
+    assert_eq!(ask(&server, "GET", "/loop", "").status, 500);
+    eventually("the log line", || {
+        stderr_has(&server, "more than 10 rewrites")
+    });
+    // The server goes on.
+    assert_eq!(ask(&server, "GET", "/hello.txt", "").status, 200);
+}
+
+#[test]
+fn check_config_names_each_bad_rule_with_its_line() {
+    let site = Site::new();
+    let toml = config(
+        &site,
+        r#"
+[[route]]
+regex = "(unclosed"
+respond = {}
+
+[[route]]
+path = "/a"
+redirect = { to = "/x/$nope" }
+
+[[route]]
+path = "/self"
+redirect = { to = "/self" }
+
+[[route]]
+path = "/both"
+respond = {}
+redirect = { to = "/b" }
+"#,
+    );
+    let path = site.dir.path().join("rules.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let file = path.display();
+    // The first problem of a site's rules stops its compilation: each is shown alone.
+    assert!(
+        stderr.contains(&format!(
+            "{file}:6: route[0].regex: invalid regex `(unclosed`: unclosed group"
+        )),
+        "{stderr}"
+    );
+    for (fixed, by, want) in [
+        (
+            "\"(unclosed\"",
+            "\"x\"",
+            format!("{file}:11: route[1].redirect: `to`: unknown variable `$nope`"),
+        ),
+        (
+            "/x/$nope",
+            "/elsewhere",
+            format!("{file}:15: route[2].redirect: `to`: `/self` points back at this route"),
+        ),
+        (
+            "to = \"/self\"",
+            "to = \"/elsewhere\"",
+            format!("{file}:17: route[3]: conflicting actions: `respond`, `redirect`"),
+        ),
+    ] {
+        let toml = std::fs::read_to_string(&path)
+            .unwrap()
+            .replacen(fixed, by, 1);
+        std::fs::write(&path, &toml).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&want), "{stderr} lacks {want}");
+    }
+}
+
+#[test]
+fn a_reload_applies_new_rules_to_a_kept_alive_connection() {
+    let site = Site::new();
+    let path = site.dir.path().join("tessera.toml");
+    let first = config(
+        &site,
+        "[[route]]\npath = \"/r\"\nrespond = { body = \"one\" }\n",
+    );
+    std::fs::write(&path, &first).unwrap();
+    let server = Server::start_args(&[
+        "serve".into(),
+        "--config".into(),
+        path.display().to_string(),
+    ]);
+    let mut held: TcpStream = server.connect();
+    let get = |stream: &mut TcpStream| {
+        write!(stream, "GET /r HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        read_response(stream, false)
+    };
+    assert_eq!(body(&get(&mut held)), "one");
+    let second = config(
+        &site,
+        "[[route]]\npath = \"/r\"\nrespond = { body = \"two\" }\n",
+    );
+    std::fs::write(&path, &second).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the new rule", || body(&get(&mut held)) == "two");
+}

@@ -1,0 +1,147 @@
+//! The TOML shape of the rules (docs/config.md, "Routing and rewriting"): the keys of a
+//! `[[route]]` (or `[[host.route]]`) that say when it applies and what it does besides
+//! handing the request to its module, and the host's own `response_headers`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The keys of one route that belong to the rules. `cli` takes them out of the route's
+/// table; the rest (`upstream`, `root`, `esi`, ...) goes to the module that serves it.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouteRules {
+    /// An exact path (nginx `location =`): matched before any other route.
+    pub path: Option<String>,
+    /// A path prefix, on whole segments (`/api` takes `/api` and `/api/x`, not `/apix`;
+    /// `/api/` takes what starts with it). The longest prefix that matches wins.
+    pub prefix: Option<String>,
+    /// A regular expression (the `regex` crate's syntax: linear time) on the decoded,
+    /// normalised path; its captures, numbered and named, are variables in values.
+    pub regex: Option<String>,
+    /// Makes `regex` ignore case (nginx `~*`).
+    pub case_insensitive: bool,
+    /// On a prefix: when it is the longest prefix that matches, no regex route is tried
+    /// (nginx `^~`).
+    pub no_regex: bool,
+    /// The methods it applies to (all when empty).
+    pub methods: Vec<String>,
+    /// A request header that must be present, equal a value or match a regex.
+    pub header: Option<FieldMatch>,
+    /// A query parameter that must be present or equal a value (or match a regex).
+    pub query: Option<FieldMatch>,
+    /// A cookie that must be present or equal a value (or match a regex).
+    pub cookie: Option<FieldMatch>,
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    /// Answer with a fixed response.
+    pub respond: Option<Respond>,
+    /// Answer with a redirect.
+    pub redirect: Option<Redirect>,
+    /// Change the path (and query), then route the request again.
+    pub rewrite: Option<Rewrite>,
+    /// Remove this prefix from the path sent to the upstream.
+    pub strip_prefix: Option<String>,
+    /// Put this prefix before the path sent to the upstream (after `strip_prefix`).
+    pub add_prefix: Option<String>,
+    /// Edits of the request's fields on the way to the upstream (`Host` included).
+    pub request_headers: Option<HeaderEdits>,
+    /// Edits of the response's fields (after the host's own).
+    pub response_headers: Option<HeaderEdits>,
+}
+
+/// The rule keys a route table may hold besides `prefix` (which the modules read too).
+pub const ROUTE_KEYS: [&str; 17] = [
+    "path",
+    "regex",
+    "case_insensitive",
+    "no_regex",
+    "methods",
+    "header",
+    "query",
+    "cookie",
+    "scheme",
+    "respond",
+    "redirect",
+    "rewrite",
+    "strip_prefix",
+    "add_prefix",
+    "request_headers",
+    "response_headers",
+    "prefix",
+];
+
+/// A condition on a named request field, query parameter or cookie: present (neither
+/// `equals` nor `regex`), equal to a value, or matching a regex.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FieldMatch {
+    pub name: String,
+    pub equals: Option<String>,
+    pub regex: Option<String>,
+}
+
+/// `respond = { status, body, content_type }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Respond {
+    /// Default 200.
+    pub status: u16,
+    /// Default empty. Variables are expanded.
+    pub body: String,
+    /// Default `text/plain; charset=utf-8` when there is a body.
+    pub content_type: Option<String>,
+}
+
+impl Default for Respond {
+    fn default() -> Respond {
+        Respond {
+            status: 200,
+            body: String::new(),
+            content_type: None,
+        }
+    }
+}
+
+/// `redirect = { status, to }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redirect {
+    /// 301, 302, 303, 307 or 308. Default 302.
+    pub status: u16,
+    /// The Location, variables expanded: a path or an absolute URL.
+    pub to: String,
+}
+
+impl Default for Redirect {
+    fn default() -> Redirect {
+        Redirect {
+            status: 302,
+            to: String::new(),
+        }
+    }
+}
+
+/// `rewrite = { from, to }`: when `from` (a regex on the path; default: any path)
+/// matches, the path becomes `to` with `from`'s captures expanded. A `?` in `to` sets the
+/// query; the request's own query is appended to it unless `to` ends with `?` (nginx).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Rewrite {
+    pub from: Option<String>,
+    pub to: String,
+}
+
+/// Field edits: `set` replaces (or adds), `add` adds another, `remove` drops, `default`
+/// sets only when absent. On responses, `always` applies them to every status (errors
+/// included), as nginx's `add_header ... always`; without it, to 200, 201, 204, 206, 301,
+/// 302, 303, 304, 307 and 308 only, as nginx's `add_header`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeaderEdits {
+    pub set: BTreeMap<String, String>,
+    pub add: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+    pub default: BTreeMap<String, String>,
+    pub always: bool,
+}

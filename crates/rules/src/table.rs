@@ -1,0 +1,708 @@
+//! A site's routes, compiled: exact paths in a map, prefixes longest first, regexes in
+//! one `RegexSet` pass, and the order nginx gives `location`s (docs/config.md, "Routing
+//! and rewriting"): an exact path first; else the longest prefix when it says
+//! `no_regex`; else the first regex in file order; else the longest prefix. Matchers
+//! other than the path (methods, header, query, cookie, scheme) narrow a route: one that
+//! does not hold is passed over for the next candidate in that order.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+
+use crate::config::{FieldMatch, RouteRules};
+use crate::edits::Edits;
+use crate::error::Error;
+use crate::template::{Ctx, Template};
+
+/// How a route's path matches.
+#[derive(Debug, Clone)]
+pub enum PathMatch {
+    Exact(Box<[u8]>),
+    Prefix(Box<[u8]>),
+    Regex(Regex),
+}
+
+/// What a route does when it is chosen.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Hands the request to the module that declared the route (the proxy, a script, the
+    /// files), with the route's edits.
+    Module,
+    /// A fixed response.
+    Respond {
+        status: u16,
+        body: Template,
+        content_type: Box<[u8]>,
+    },
+    /// A redirect to `to`.
+    Redirect { status: u16, to: Template },
+    /// A new path (and query), then the request is routed again.
+    Rewrite { from: Option<Regex>, to: Template },
+}
+
+/// One compiled route.
+#[derive(Debug)]
+pub struct Rule {
+    /// Its place in the configuration (0-based, among its site's routes).
+    pub index: usize,
+    /// How an error or a log line names it (`route 3 (/api/)`).
+    pub name: String,
+    pub path: PathMatch,
+    pub no_regex: bool,
+    narrow: Narrow,
+    pub action: Action,
+    /// Edits of the response (after the host's).
+    pub response: Option<Edits>,
+    /// Whether a value uses the route regex's captures (they are found only then).
+    pub captures: bool,
+}
+
+#[derive(Debug, Default)]
+struct Narrow {
+    methods: Box<[Box<str>]>,
+    header: Option<Cond>,
+    query: Option<Cond>,
+    cookie: Option<Cond>,
+    /// `Some(true)`: https only.
+    secure: Option<bool>,
+}
+
+#[derive(Debug)]
+struct Cond {
+    name: Box<[u8]>,
+    test: Test,
+}
+
+#[derive(Debug)]
+enum Test {
+    Present,
+    Equals(Box<[u8]>),
+    Matches(Regex),
+}
+
+impl Cond {
+    fn holds(&self, value: Option<&[u8]>) -> bool {
+        match (&self.test, value) {
+            (_, None) => false,
+            (Test::Present, Some(_)) => true,
+            (Test::Equals(want), Some(v)) => v == &want[..],
+            (Test::Matches(r), Some(v)) => r.is_match(v),
+        }
+    }
+}
+
+impl Narrow {
+    fn holds(&self, ctx: &Ctx<'_>) -> bool {
+        (self.methods.is_empty() || self.methods.iter().any(|m| **m == *ctx.req.method_token))
+            && self.header.as_ref().is_none_or(|c| {
+                c.holds(
+                    ctx.req
+                        .header(std::str::from_utf8(&c.name).unwrap_or_default()),
+                )
+            })
+            && self
+                .query
+                .as_ref()
+                .is_none_or(|c| c.holds(ctx.arg(&c.name)))
+            && self
+                .cookie
+                .as_ref()
+                .is_none_or(|c| c.holds(ctx.cookie(&c.name)))
+            && self.secure.is_none_or(|s| s == ctx.secure)
+    }
+}
+
+/// The routes of one site, and the site's own response edits.
+#[derive(Debug, Default)]
+pub struct Table {
+    rules: Vec<Rule>,
+    exact: HashMap<Box<[u8]>, Vec<usize>>,
+    /// Prefix rules, longest prefix first (file order among equal ones).
+    prefixes: Vec<usize>,
+    regexes: Option<RegexSet>,
+    /// The rule of each pattern of `regexes`.
+    regex_rules: Vec<usize>,
+    /// The host's `response_headers`: on every response of the site.
+    pub host_response: Option<Edits>,
+    /// Whether a value uses `$request_id` (only then is an id made per request).
+    pub request_id: bool,
+}
+
+/// The route chosen for a request, and where its regex's groups matched (when a value
+/// needs them).
+#[derive(Debug)]
+pub struct Found<'t> {
+    pub rule: &'t Rule,
+    pub captures: Vec<Option<(usize, usize)>>,
+}
+
+thread_local! {
+    /// Which regexes matched, reused from request to request (sized to the largest set).
+    static MATCHED: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Table {
+    /// Compiles a site's routes (`routes`: each route's rule keys and whether a module
+    /// serves it) and the host's response edits.
+    /// `routes_key` names the routes in errors (`route`, `host[0].route`), `host_key`
+    /// the response edits (`response_headers`, `host[0].response_headers`).
+    pub fn compile(
+        routes: &[(RouteRules, bool)],
+        routes_key: &str,
+        host_response: Option<&crate::config::HeaderEdits>,
+        host_key: &str,
+    ) -> Result<Table, Error> {
+        let mut table = Table {
+            host_response: match host_response {
+                Some(edits) => Some(Edits::compile(edits, true, None).map_err(|e| e.at(host_key))?),
+                None => None,
+            },
+            ..Table::default()
+        };
+        let mut patterns = Vec::new();
+        for (index, (config, module)) in routes.iter().enumerate() {
+            let rule = compile_rule(routes_key, index, config, *module)?;
+            match &rule.path {
+                PathMatch::Exact(p) => table.exact.entry(p.clone()).or_default().push(index),
+                PathMatch::Prefix(_) => table.prefixes.push(index),
+                PathMatch::Regex(r) => {
+                    patterns.push((r.as_str().to_string(), config.case_insensitive));
+                    table.regex_rules.push(index);
+                }
+            }
+            table.request_id |= rule.uses_request_id();
+            table.rules.push(rule);
+        }
+        table.request_id |= table
+            .host_response
+            .as_ref()
+            .is_some_and(Edits::uses_request_id);
+        let rules = &table.rules;
+        let len = |i: &usize| match &rules[*i].path {
+            PathMatch::Prefix(p) => p.len(),
+            _ => 0,
+        };
+        table.prefixes.sort_by_key(|i| std::cmp::Reverse(len(i)));
+        if !patterns.is_empty() {
+            // One set per case flag is not needed: the flag is written into each pattern.
+            let set = RegexSetBuilder::new(patterns.iter().map(|(p, ci)| match ci {
+                true => format!("(?i:{p})"),
+                false => p.clone(),
+            }))
+            .build()
+            .map_err(|e| Error::new(format!("invalid regex: {e}")))?;
+            table.regexes = Some(set);
+        }
+        Ok(table)
+    }
+
+    /// Whether the site has no route and no response edit: the request goes the way it
+    /// did before rules existed, at no cost.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.host_response.is_none()
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The route for a request whose normalised path is `ctx.path`.
+    pub fn find<'t>(&'t self, ctx: &Ctx<'_>) -> Option<Found<'t>> {
+        let path = ctx.path;
+        let holds = |i: &usize| self.rules[*i].narrow.holds(ctx);
+        if let Some(found) = self
+            .exact
+            .get(path)
+            .and_then(|rules| rules.iter().find(|i| holds(i)))
+        {
+            return Some(self.found(*found, path));
+        }
+        let prefix = self.prefixes.iter().find(|&&i| match &self.rules[i].path {
+            PathMatch::Prefix(p) => takes(p, path) && holds(&i),
+            _ => false,
+        });
+        if let Some(&i) = prefix {
+            if self.rules[i].no_regex {
+                return Some(self.found(i, path));
+            }
+        }
+        if let Some(set) = &self.regexes {
+            let regex = MATCHED.with_borrow_mut(|matched| {
+                matched.clear();
+                matched.resize(set.len(), false);
+                set.matches_read_at(matched, path, 0);
+                matched
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| **m)
+                    .map(|(n, _)| self.regex_rules[n])
+                    .find(|i| holds(i))
+            });
+            if let Some(i) = regex {
+                return Some(self.found(i, path));
+            }
+        }
+        prefix.map(|&i| self.found(i, path))
+    }
+
+    fn found(&self, i: usize, path: &[u8]) -> Found<'_> {
+        let rule = &self.rules[i];
+        let captures = match (&rule.path, rule.captures) {
+            (PathMatch::Regex(r), true) => match r.captures(path) {
+                Some(c) => c.iter().map(|m| m.map(|m| (m.start(), m.end()))).collect(),
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        Found { rule, captures }
+    }
+}
+
+impl Rule {
+    fn uses_request_id(&self) -> bool {
+        let action = match &self.action {
+            Action::Respond { body, .. } => body.uses_request_id(),
+            Action::Redirect { to, .. } | Action::Rewrite { to, .. } => to.uses_request_id(),
+            Action::Module => false,
+        };
+        action || self.response.as_ref().is_some_and(Edits::uses_request_id)
+    }
+}
+
+/// Whether `prefix` takes `path`, on whole segments (the modules' routers' rule).
+pub fn takes(prefix: &[u8], path: &[u8]) -> bool {
+    path.starts_with(prefix)
+        && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
+}
+
+fn regex(pattern: &str, case_insensitive: bool) -> Result<Regex, Error> {
+    RegexBuilder::new(pattern)
+        .case_insensitive(case_insensitive)
+        .build()
+        .map_err(|e| {
+            Error::new(format!(
+                "invalid regex `{pattern}`: {}",
+                first_line(&e.to_string())
+            ))
+        })
+}
+
+/// The regex crate's message without its drawing of the pattern: `error: ...`.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("error: "))
+        .unwrap_or(text.trim())
+        .to_string()
+}
+
+fn compile_rule(
+    routes_key: &str,
+    index: usize,
+    c: &RouteRules,
+    module: bool,
+) -> Result<Rule, Error> {
+    let paths = [c.path.is_some(), c.prefix.is_some(), c.regex.is_some()];
+    let named = c
+        .path
+        .as_deref()
+        .or(c.prefix.as_deref())
+        .or(c.regex.as_deref())
+        .unwrap_or("/");
+    let _ = named;
+    let name = format!("{routes_key}[{index}]");
+    let at = |e: Error| e.at(&name);
+    if paths.iter().filter(|p| **p).count() > 1 {
+        return Err(at(Error::new("give one of `path`, `prefix` and `regex`")));
+    }
+    let path = if let Some(p) = &c.path {
+        check_path(p).map_err(|e| at(e.at("path")))?;
+        PathMatch::Exact(p.as_bytes().into())
+    } else if let Some(r) = &c.regex {
+        PathMatch::Regex(regex(r, c.case_insensitive).map_err(|e| at(e.at("regex")))?)
+    } else {
+        let p = c.prefix.as_deref().unwrap_or("/");
+        check_path(p).map_err(|e| at(e.at("prefix")))?;
+        PathMatch::Prefix(p.as_bytes().into())
+    };
+    if c.no_regex && !matches!(path, PathMatch::Prefix(_)) {
+        return Err(at(Error::new("is for a `prefix` route").at("no_regex")));
+    }
+    if c.case_insensitive && c.regex.is_none() {
+        return Err(at(
+            Error::new("is for a `regex` route").at("case_insensitive")
+        ));
+    }
+    let groups = match &path {
+        PathMatch::Regex(r) => Some(r),
+        _ => None,
+    };
+    let mut actions: Vec<&str> = Vec::new();
+    if module {
+        actions.push("a module's (`upstream`, `root` or a script)");
+    }
+    if c.respond.is_some() {
+        actions.push("`respond`");
+    }
+    if c.redirect.is_some() {
+        actions.push("`redirect`");
+    }
+    if c.rewrite.is_some() {
+        actions.push("`rewrite`");
+    }
+    if actions.len() > 1 {
+        return Err(at(Error::new(format!(
+            "conflicting actions: {} (a route does one)",
+            actions.join(", ")
+        ))));
+    }
+    if !module {
+        for (key, set) in [
+            ("strip_prefix", c.strip_prefix.is_some()),
+            ("add_prefix", c.add_prefix.is_some()),
+            ("request_headers", c.request_headers.is_some()),
+        ] {
+            if set {
+                return Err(at(Error::new(
+                    "edits what goes to an upstream: it needs `upstream`",
+                )
+                .at(key)));
+            }
+        }
+    }
+    let action = if let Some(r) = &c.respond {
+        if !(200..=599).contains(&r.status) {
+            return Err(at(Error::new(format!("{} is not 200-599", r.status))
+                .about("status")
+                .at("respond")));
+        }
+        let content_type = r
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "text/plain; charset=utf-8".into());
+        Action::Respond {
+            status: r.status,
+            body: Template::compile(&r.body, groups)
+                .map_err(|e| at(e.about("body").at("respond")))?,
+            content_type: content_type.into_bytes().into(),
+        }
+    } else if let Some(r) = &c.redirect {
+        if ![301, 302, 303, 307, 308].contains(&r.status) {
+            return Err(at(Error::new(format!(
+                "{} is not one of 301, 302, 303, 307, 308",
+                r.status
+            ))
+            .about("status")
+            .at("redirect")));
+        }
+        if r.to.is_empty() {
+            return Err(at(Error::new("is empty").about("to").at("redirect")));
+        }
+        if r.to.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err(at(Error::new("holds a control character")
+                .about("to")
+                .at("redirect")));
+        }
+        if let PathMatch::Exact(p) = &path {
+            let target = r.to.split('?').next().unwrap_or_default();
+            if target.as_bytes() == &p[..] {
+                return Err(at(Error::new(format!(
+                    "`{}` points back at this route",
+                    r.to
+                ))
+                .about("to")
+                .at("redirect")));
+            }
+        }
+        Action::Redirect {
+            status: r.status,
+            to: Template::compile(&r.to, groups).map_err(|e| at(e.about("to").at("redirect")))?,
+        }
+    } else if let Some(r) = &c.rewrite {
+        let from = match &r.from {
+            Some(f) => Some(regex(f, false).map_err(|e| at(e.about("from").at("rewrite")))?),
+            None => None,
+        };
+        if !r.to.starts_with('/') {
+            return Err(at(Error::new(format!(
+                "must be a path starting with `/` (`{}`); an absolute URL is a `redirect`",
+                r.to
+            ))
+            .about("to")
+            .at("rewrite")));
+        }
+        let to_groups = from.as_ref().or(groups);
+        let to =
+            Template::compile(&r.to, to_groups).map_err(|e| at(e.about("to").at("rewrite")))?;
+        if let (PathMatch::Exact(p), Some(literal)) = (&path, to.literal()) {
+            let target = literal.split(|&b| b == b'?').next().unwrap_or_default();
+            if target == &p[..] {
+                return Err(at(Error::new(format!(
+                    "`{}` points back at this route",
+                    r.to
+                ))
+                .about("to")
+                .at("rewrite")));
+            }
+        }
+        Action::Rewrite { from, to }
+    } else if module {
+        Action::Module
+    } else {
+        return Err(at(Error::new(
+            "the route does nothing: give `upstream`, `root`, `respond`, `redirect` or `rewrite`",
+        )));
+    };
+    let response = match &c.response_headers {
+        Some(e) => Some(Edits::compile(e, true, groups).map_err(|e| at(e.at("response_headers")))?),
+        None => None,
+    };
+    let captures = match &action {
+        Action::Respond { body, .. } => body.uses_captures(),
+        Action::Redirect { to, .. } => to.uses_captures(),
+        // A rewrite with its own `from` uses that regex's captures, found when it runs.
+        Action::Rewrite { from: None, to } => to.uses_captures(),
+        Action::Rewrite { .. } | Action::Module => false,
+    } || response.as_ref().is_some_and(Edits::uses_captures);
+    let narrow = Narrow {
+        methods: c.methods.iter().map(|m| m.as_str().into()).collect(),
+        header: cond(c.header.as_ref()).map_err(|e| at(e.at("header")))?,
+        query: cond(c.query.as_ref()).map_err(|e| at(e.at("query")))?,
+        cookie: cond(c.cookie.as_ref()).map_err(|e| at(e.at("cookie")))?,
+        secure: match c.scheme.as_deref() {
+            None => None,
+            Some("https") => Some(true),
+            Some("http") => Some(false),
+            Some(other) => {
+                return Err(at(Error::new(format!(
+                    "`{other}` is neither `http` nor `https`"
+                ))
+                .at("scheme")))
+            }
+        },
+    };
+    for m in narrow.methods.iter() {
+        if m.is_empty() || !m.bytes().all(wire::is_tchar) {
+            return Err(at(
+                Error::new(format!("`{m}` is not a method")).at("methods")
+            ));
+        }
+    }
+    Ok(Rule {
+        index,
+        name,
+        no_regex: c.no_regex,
+        path,
+        narrow,
+        action,
+        response,
+        captures,
+    })
+}
+
+fn check_path(p: &str) -> Result<(), Error> {
+    match p.starts_with('/') && !p.contains('?') {
+        true => Ok(()),
+        false => Err(Error::new(format!(
+            "`{p}` is not a path (starting with `/`, without a query)"
+        ))),
+    }
+}
+
+fn cond(m: Option<&FieldMatch>) -> Result<Option<Cond>, Error> {
+    let Some(m) = m else { return Ok(None) };
+    if m.name.is_empty() {
+        return Err(Error::new("is empty").at("name"));
+    }
+    let test = match (&m.equals, &m.regex) {
+        (Some(_), Some(_)) => return Err(Error::new("give `equals` or `regex`, not both")),
+        (Some(v), None) => Test::Equals(v.as_bytes().into()),
+        (None, Some(r)) => Test::Matches(regex(r, false)?),
+        (None, None) => Test::Present,
+    };
+    Ok(Some(Cond {
+        name: m.name.as_bytes().into(),
+        test,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(toml_routes: &str) -> Table {
+        #[derive(serde::Deserialize)]
+        struct File {
+            route: Vec<RouteRules>,
+        }
+        let file: File = toml::from_str(toml_routes).unwrap();
+        let routes: Vec<_> = file
+            .route
+            .into_iter()
+            .map(|r| {
+                let module = r.respond.is_none() && r.redirect.is_none() && r.rewrite.is_none();
+                (r, module)
+            })
+            .collect();
+        Table::compile(&routes, "route", None, "response_headers").unwrap()
+    }
+
+    fn chosen(table: &Table, method: &str, target: &str, fields: &str) -> Option<usize> {
+        let raw = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
+        let mut storage = wire::HeaderStorage::new();
+        let req = wire::parse_request(raw.as_bytes(), &mut storage, &wire::Limits::default())
+            .unwrap()
+            .unwrap();
+        let path = target.split('?').next().unwrap().as_bytes();
+        let ctx = Ctx {
+            req: &req,
+            path,
+            peer: "127.0.0.1:1".parse().unwrap(),
+            secure: false,
+            server_port: 80,
+            request_id: b"",
+        };
+        table.find(&ctx).map(|f| f.rule.index + 1)
+    }
+
+    /// nginx's documented example (ngx_http_core_module, `location`), with more paths:
+    /// `= /` is A, `/` is B, `/documents/` is C, `^~ /images/` is D, `~* \.(gif|jpg|jpeg)$`
+    /// is E; then routes that exercise the rest of the order.
+    #[test]
+    fn the_order_is_nginx_s() {
+        let t = table(
+            r#"
+            [[route]]
+            path = "/"
+            [[route]]
+            prefix = "/"
+            [[route]]
+            prefix = "/documents/"
+            [[route]]
+            prefix = "/images/"
+            no_regex = true
+            [[route]]
+            regex = '\.(gif|jpg|jpeg)$'
+            case_insensitive = true
+            [[route]]
+            regex = '^/documents/private/'
+            [[route]]
+            prefix = "/documents/private/old"
+            [[route]]
+            path = "/documents/"
+            [[route]]
+            prefix = "/api"
+            [[route]]
+            regex = '^/api/v[0-9]+/'
+            "#,
+        );
+        let cases = [
+            ("/", 1),
+            ("/index.html", 2),
+            ("/documents/document.html", 3),
+            ("/images/1.gif", 4),
+            ("/documents/1.jpg", 5),
+            ("/documents/1.JPG", 5),
+            ("/x/y/z.jpeg", 5),
+            ("/images/deep/a/b.png", 4),
+            ("/images", 2),
+            ("/documents/private/a", 6),
+            ("/documents/private/old/a.txt", 6),
+            ("/documents/private/old/a.gif", 5),
+            ("/documents/", 8),
+            ("/documents", 2),
+            ("/api", 9),
+            ("/api/x", 9),
+            ("/apix", 2),
+            ("/api/v2/users", 10),
+            ("/api/v2/u.gif", 5),
+            ("/a/b/c", 2),
+            ("/documentsx/a", 2),
+        ];
+        for (path, want) in cases {
+            assert_eq!(chosen(&t, "GET", path, ""), Some(want), "{path}");
+        }
+    }
+
+    #[test]
+    fn narrowing_matchers_pass_a_route_over() {
+        let t = table(
+            r#"
+            [[route]]
+            prefix = "/api/"
+            header = { name = "X-Beta", equals = "1" }
+            [[route]]
+            prefix = "/api/"
+            methods = ["GET", "HEAD"]
+            [[route]]
+            prefix = "/api/"
+            query = { name = "debug" }
+            [[route]]
+            prefix = "/api/"
+            cookie = { name = "sid", regex = "^[a-z]+$" }
+            [[route]]
+            prefix = "/api/"
+            scheme = "https"
+            [[route]]
+            prefix = "/"
+            "#,
+        );
+        assert_eq!(chosen(&t, "POST", "/api/x", "X-Beta: 1\r\n"), Some(1));
+        assert_eq!(chosen(&t, "POST", "/api/x", "X-Beta: 2\r\n"), Some(6));
+        assert_eq!(chosen(&t, "GET", "/api/x", "X-Beta: 2\r\n"), Some(2));
+        assert_eq!(chosen(&t, "POST", "/api/x?a=1&debug", ""), Some(3));
+        assert_eq!(
+            chosen(&t, "POST", "/api/x", "Cookie: a=b; sid=abc\r\n"),
+            Some(4)
+        );
+        assert_eq!(chosen(&t, "POST", "/api/x", "Cookie: sid=ABC\r\n"), Some(6));
+        assert_eq!(chosen(&t, "DELETE", "/api/x", ""), Some(6));
+    }
+
+    #[test]
+    fn bad_routes_are_refused_by_name() {
+        let refused = |routes: &str, want: &str| {
+            #[derive(serde::Deserialize)]
+            struct File {
+                route: Vec<RouteRules>,
+            }
+            let file: File = toml::from_str(routes).unwrap();
+            let routes: Vec<_> = file.route.into_iter().map(|r| (r, false)).collect();
+            let e = Table::compile(&routes, "route", None, "response_headers")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e} lacks {want}");
+        };
+        refused(
+            "[[route]]\nregex = '(a'\nrespond = {}",
+            "`route[0].regex`: invalid regex",
+        );
+        refused(
+            "[[route]]\npath = '/a'\nredirect = { to = '/a' }",
+            "points back at this route",
+        );
+        refused(
+            "[[route]]\npath = '/a'\nrewrite = { to = '/a?x' }",
+            "points back at this route",
+        );
+        refused(
+            "[[route]]\npath = '/a'\nrespond = {}\nredirect = { to = '/b' }",
+            "conflicting actions",
+        );
+        refused(
+            "[[route]]\npath = '/a'\nredirect = { to = '/$nope' }",
+            "unknown variable `$nope`",
+        );
+        refused("[[route]]\nprefix = '/a'\nrespond = {}\nresponse_headers = { set = { 'Content-Length' = '1' } }", "frames every message");
+        refused("[[route]]\npath = '/a'", "does nothing");
+        refused(
+            "[[route]]\npath = '/a'\nrespond = { status = 700 }",
+            "`route[0].respond`: `status`: 700 is not",
+        );
+        refused(
+            "[[route]]\nprefix = '/a'\nrespond = {}\nstrip_prefix = '/a'",
+            "needs `upstream`",
+        );
+    }
+}

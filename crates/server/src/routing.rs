@@ -1,0 +1,291 @@
+//! The sites' rules (crate `rules`: `[[route]]` matchers and actions, response edits) at
+//! work on one request, before the modules and the files: a rule answers (`respond`,
+//! `redirect`), rewrites the request and routes it again (`rewrite`), or lets it go to
+//! whatever serves its path, with the response edits of its host and route wrapped
+//! around the answer as a filter ([`EditFilter`]).
+
+use std::sync::Arc;
+
+use handler::{Attached, Body, Filter, Response, ResponseHead};
+use rules::{Action, Ctx, Table};
+
+use crate::facts::ConnFacts;
+
+/// What the rules decided for a request.
+pub(crate) enum Ruled {
+    /// It goes to whatever serves its path (modules by prefix, then the files), with the
+    /// response edits, when there are any, around whatever answers. `target`: the
+    /// request target a rule rewrote it to.
+    Pass {
+        edits: Option<EditFilter>,
+        target: Option<Vec<u8>>,
+    },
+    /// A rule answered it (or a rewrite loop is answered 500).
+    Answer {
+        response: Response,
+        edits: Option<EditFilter>,
+    },
+}
+
+/// What a request is known by, for the rules.
+pub(crate) struct Seen<'a> {
+    pub req: &'a wire::Request<'a, 'a>,
+    pub conn: &'a ConnFacts,
+}
+
+/// Routes a request through its site's rules. `path` holds its normalised path, and
+/// the normalised path of the target it is rewritten to when it is.
+pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> Ruled {
+    let mut id = [0u8; 32];
+    if table.request_id {
+        request_id(&mut id);
+    }
+    let mut target: Option<Vec<u8>> = None;
+    for _ in 0..=rules::MAX_REWRITES {
+        let view;
+        let req = match &target {
+            Some(t) => {
+                view = with_target(seen.req, t);
+                &view
+            }
+            None => seen.req,
+        };
+        let ctx = ctx(req, seen.conn, path, &id);
+        let Some(found) = table.find(&ctx) else {
+            return Ruled::Pass {
+                edits: EditFilter::new(table, None, &ctx, &[]),
+                target,
+            };
+        };
+        let captured = (&path[..], &found.captures[..]);
+        let edits = || EditFilter::new(table, Some(found.rule.index), &ctx, &found.captures);
+        match &found.rule.action {
+            Action::Module => {
+                return Ruled::Pass {
+                    edits: edits(),
+                    target,
+                }
+            }
+            Action::Respond {
+                status,
+                body,
+                content_type,
+            } => {
+                let mut bytes = Vec::new();
+                body.expand(&ctx, captured, &mut bytes);
+                let mut head = ResponseHead::new(*status);
+                let body = match bytes.is_empty() {
+                    true => Body::Empty,
+                    false => {
+                        head.append(b"Content-Type", content_type);
+                        Body::Full(bytes.into())
+                    }
+                };
+                let response = Response {
+                    head,
+                    body,
+                    relayed: false,
+                };
+                return Ruled::Answer {
+                    response,
+                    edits: edits(),
+                };
+            }
+            Action::Redirect { status, to } => {
+                let mut location = Vec::new();
+                to.expand(&ctx, captured, &mut location);
+                rules::sanitize(&mut location);
+                let mut response = Response::status_page(*status);
+                response.head.append(b"Location", &location);
+                return Ruled::Answer {
+                    response,
+                    edits: edits(),
+                };
+            }
+            Action::Rewrite { from, to } => {
+                let mut new = Vec::new();
+                match from {
+                    Some(from) => {
+                        let Some(caps) = from.captures(&path[..]) else {
+                            // `from` does not match: the route does nothing more.
+                            return Ruled::Pass {
+                                edits: edits(),
+                                target,
+                            };
+                        };
+                        let spans: Vec<_> = caps
+                            .iter()
+                            .map(|m| m.map(|m| (m.start(), m.end())))
+                            .collect();
+                        to.expand(&ctx, (&path[..], &spans), &mut new);
+                    }
+                    None => to.expand(&ctx, captured, &mut new),
+                }
+                rewritten(&mut new, ctx.query());
+                let mut normal = Vec::new();
+                if wire::normalize_path(query_less(&new), &mut normal).is_err() {
+                    return Ruled::Answer {
+                        response: Response::status_page(400),
+                        edits: edits(),
+                    };
+                }
+                *path = normal;
+                target = Some(new);
+            }
+        }
+    }
+    tracing::error!(
+        "rewrite: more than {} rewrites of {:?}: answered 500",
+        rules::MAX_REWRITES,
+        String::from_utf8_lossy(seen.req.path)
+    );
+    Ruled::Answer {
+        response: Response::status_page(500),
+        edits: None,
+    }
+}
+
+/// A target a rewrite made, made whole: percent-encodes what cannot be in a target (a
+/// decoded byte a capture brought), and appends the request's query after the new one
+/// unless the rewrite ended with `?` (nginx's rule).
+fn rewritten(new: &mut Vec<u8>, query: &[u8]) {
+    let mut encoded = Vec::with_capacity(new.len());
+    for &b in new.iter() {
+        match b {
+            b'!'..=b'~' => encoded.push(b),
+            _ => encoded.extend_from_slice(format!("%{b:02X}").as_bytes()),
+        }
+    }
+    *new = encoded;
+    if new.last() == Some(&b'?') {
+        new.pop();
+        return;
+    }
+    if !query.is_empty() {
+        new.push(if new.contains(&b'?') { b'&' } else { b'?' });
+        new.extend_from_slice(query);
+    }
+}
+
+fn query_less(target: &[u8]) -> &[u8] {
+    match memchr::memchr(b'?', target) {
+        Some(q) => &target[..q],
+        None => target,
+    }
+}
+
+/// `req` with another target (origin form).
+pub(crate) fn with_target<'a>(
+    req: &wire::Request<'a, 'a>,
+    target: &'a [u8],
+) -> wire::Request<'a, 'a> {
+    wire::Request {
+        method: req.method,
+        method_token: req.method_token,
+        target,
+        path: target,
+        version: req.version,
+        headers: req.headers,
+        head_len: req.head_len,
+        body: req.body,
+        keep_alive: req.keep_alive,
+        expect_continue: req.expect_continue,
+    }
+}
+
+fn ctx<'a>(
+    req: &'a wire::Request<'a, 'a>,
+    conn: &ConnFacts,
+    path: &'a [u8],
+    id: &'a [u8; 32],
+) -> Ctx<'a> {
+    let secure = conn.secure();
+    Ctx {
+        req,
+        path,
+        peer: conn.peer,
+        secure,
+        server_port: server_port(req, secure),
+        request_id: id,
+    }
+}
+
+/// The port the request names in its Host, else its scheme's.
+fn server_port(req: &wire::Request<'_, '_>, secure: bool) -> u16 {
+    let host = req.header("host").unwrap_or_default();
+    let port = host
+        .iter()
+        .rposition(|&b| b == b':')
+        .filter(|&c| !host[c..].contains(&b']'))
+        .and_then(|c| std::str::from_utf8(&host[c + 1..]).ok()?.parse().ok());
+    port.unwrap_or(if secure { 443 } else { 80 })
+}
+
+/// 128 random bits as 32 lower-case hex digits (`$request_id`, as nginx's).
+fn request_id(out: &mut [u8; 32]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..));
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    }
+}
+
+/// The response edits of a request's host and route, applied to whatever answers it as
+/// a filter (before the route's own filter, a script's `header_filter`, which sees the
+/// edited head). Values with variables are expanded when the request is routed.
+pub(crate) struct EditFilter {
+    table: Arc<Table>,
+    rule: Option<usize>,
+    expanded: Vec<Vec<u8>>,
+    /// The route's own filter, run after the edits.
+    pub(crate) inner: Option<Box<dyn Attached>>,
+}
+
+impl EditFilter {
+    /// `None` when neither the host nor the route edits responses.
+    fn new(
+        table: &Arc<Table>,
+        rule: Option<usize>,
+        ctx: &Ctx<'_>,
+        captures: &rules::Captures,
+    ) -> Option<EditFilter> {
+        let route = rule.and_then(|i| table.rules()[i].response.as_ref());
+        if table.host_response.is_none() && route.is_none() {
+            return None;
+        }
+        let mut expanded = Vec::new();
+        for edits in table.host_response.iter().chain(route) {
+            edits.expand(ctx, (ctx.path, captures), &mut expanded);
+        }
+        Some(EditFilter {
+            table: table.clone(),
+            rule,
+            expanded,
+            inner: None,
+        })
+    }
+}
+
+impl Attached for EditFilter {
+    fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter {
+        let status = head.status();
+        let route = self
+            .rule
+            .and_then(|i| self.table.rules()[i].response.as_ref());
+        let mut values = self.expanded.iter().map(Vec::as_slice);
+        for edits in self.table.host_response.iter().chain(route) {
+            if edits.apply_to(status) {
+                edits.apply(head, &mut values);
+            } else {
+                // Skip its values, so the next list's line up.
+                for _ in edits.expand_count() {
+                    values.next();
+                }
+            }
+        }
+        match &mut self.inner {
+            Some(inner) => inner.response(head, framed),
+            None => Filter::Done,
+        }
+    }
+}
