@@ -75,8 +75,9 @@ impl ServeConfig {
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
         let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
         let mut routes = Vec::new();
+        let mut chosen = Vec::new();
         if let Some(r) = table.get_mut("route") {
-            take_rules(r, 0, &mut routes).context("route")?;
+            chosen = take_rules(r, 0, &mut routes).context("route")?;
         }
         let mut modules = toml::Table::new();
         for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
@@ -91,8 +92,9 @@ impl ServeConfig {
                 let Some(host) = host.as_table_mut() else {
                     continue;
                 };
+                let mut host_chosen = Vec::new();
                 if let Some(r) = host.get_mut("route") {
-                    take_rules(r, i + 1, &mut routes)
+                    host_chosen = take_rules(r, i + 1, &mut routes)
                         .with_context(|| format!("host[{i}].route"))?;
                 }
                 let mut keys = toml::Table::new();
@@ -105,23 +107,31 @@ impl ServeConfig {
                     .try_into()
                     .map_err(one_line)
                     .with_context(|| format!("host[{i}]"))?;
-                host_modules.push((i + 1, m));
+                host_modules.push((i + 1, m, host_chosen));
             }
         }
         let mut server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
         server.routes = routes;
         let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
-        for (site, h) in host_modules {
+        for (route, rule) in m.route.iter_mut().zip(chosen) {
+            route.rule = rule;
+        }
+        for (site, h, chosen) in host_modules {
             let host = server
                 .host
                 .get(site - 1)
                 .and_then(|h| h.names.first().cloned());
-            m.route
-                .extend(h.route.into_iter().map(|r| edge::RouteConfig {
-                    site,
-                    host: host.clone(),
-                    ..r
-                }));
+            m.route.extend(
+                h.route
+                    .into_iter()
+                    .zip(chosen)
+                    .map(|(r, rule)| edge::RouteConfig {
+                        site,
+                        host: host.clone(),
+                        rule,
+                        ..r
+                    }),
+            );
             m.script.extend(
                 h.script
                     .into_iter()
@@ -143,14 +153,17 @@ impl ServeConfig {
 /// Takes the rule keys (`rules::config::ROUTE_KEYS`) out of each route of `routes` (a
 /// `[[route]]` or `[[host.route]]` array) into `out`, with the route's site and whether a
 /// module serves it (`upstream` or `root`); a route no module serves (`respond`,
-/// `redirect`, `rewrite`) leaves the array, the rest stays for the proxy.
+/// `redirect`, `rewrite`) leaves the array, the rest stays for the proxy. Returns, for
+/// each route left, its place among the site's rules when the rules choose it (it has a
+/// matcher other than its prefix: `edge::RouteConfig::rule`).
 fn take_rules(
     routes: &mut toml::Value,
     site: usize,
     out: &mut Vec<(usize, rules::RouteRules, bool)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Option<usize>>> {
+    let mut chosen = Vec::new();
     let Some(array) = routes.as_array_mut() else {
-        return Ok(());
+        return Ok(chosen);
     };
     let mut kept = Vec::new();
     for (i, route) in std::mem::take(array).into_iter().enumerate() {
@@ -170,41 +183,26 @@ fn take_rules(
                 keys.insert(key.into(), value);
             }
         }
-        if module {
-            // Not built yet: a proxied or static route is found by its prefix alone, and
-            // what it sends upstream is not edited.
-            for key in [
-                "path",
-                "regex",
-                "case_insensitive",
-                "methods",
-                "header",
-                "query",
-                "cookie",
-                "scheme",
-                "strip_prefix",
-                "add_prefix",
-                "request_headers",
-            ] {
-                anyhow::ensure!(
-                    !keys.contains_key(key),
-                    "[{i}]: `{key}` is not supported yet on a route with `upstream` or `root` \
-                     (such a route is matched by its `prefix`; see docs/config.md, \
-                     \"Routing and rewriting\")"
-                );
-            }
-        }
+        let keys_set: Vec<String> = keys.keys().cloned().collect();
         let rules: rules::RouteRules = toml::Value::Table(keys)
             .try_into()
             .map_err(one_line)
             .with_context(|| format!("[{i}]"))?;
-        out.push((site, rules, module));
         if module {
+            // Chosen by the rules when more than its prefix says when it applies.
+            let by_rules = [
+                "path", "regex", "methods", "header", "query", "cookie", "scheme",
+            ]
+            .iter()
+            .any(|key| keys_set.iter().any(|k| k == key));
+            let index = out.iter().filter(|(s, _, _)| *s == site).count();
+            chosen.push(by_rules.then_some(index));
             kept.push(toml::Value::Table(table));
         }
+        out.push((site, rules, module));
     }
     *array = kept;
-    Ok(())
+    Ok(chosen)
 }
 
 /// A TOML error in one line: toml prints a snippet of the file with a caret under the

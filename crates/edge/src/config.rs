@@ -233,6 +233,11 @@ pub struct RouteConfig {
     /// key), so that an error names the host too.
     #[serde(skip)]
     pub host: Option<String>,
+    /// Its place among its site's routes when the server's rules choose it (it has a
+    /// matcher other than its prefix: `regex`, `path`, `header`...), set by `cli`; `None`:
+    /// the server finds it by its prefix.
+    #[serde(skip)]
+    pub rule: Option<usize>,
 }
 
 impl RouteConfig {
@@ -398,6 +403,7 @@ impl Default for RouteConfig {
             compression: None,
             site: 0,
             host: None,
+            rule: None,
         }
     }
 }

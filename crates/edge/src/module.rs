@@ -230,6 +230,7 @@ impl Module for EdgeModule {
                 role: Role::Handler,
                 tag: i as u32,
                 site: r.site,
+                rule: r.rule,
             })
             .collect()
     }

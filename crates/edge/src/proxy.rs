@@ -136,7 +136,10 @@ impl Edge {
         let sites = config.route.iter().map(|r| r.site + 1).max().unwrap_or(1);
         let routes = (0..sites)
             .map(|site| {
-                handler::Router::new(config.route.iter().filter(|r| r.site == site).map(|r| {
+                // A route the server's rules choose (a regex, a header...) is not found by
+                // its prefix, for a fragment either.
+                let by_prefix = |r: &&crate::RouteConfig| r.site == site && r.rule.is_none();
+                handler::Router::new(config.route.iter().filter(by_prefix).map(|r| {
                     let to = match (&r.upstream, &r.root) {
                         (Some(name), _) => RouteTo::Upstream(upstreams[name].clone(), r.esi),
                         (None, Some(root)) => RouteTo::Static(root.clone()),

@@ -178,6 +178,46 @@ impl Edits {
     }
 }
 
+impl Edits {
+    /// Applies them to a request's fields (name, value), in order; `expanded` as for
+    /// [`Edits::apply`].
+    pub fn apply_fields<'v>(
+        &self,
+        fields: &mut Vec<(Box<str>, Vec<u8>)>,
+        expanded: &mut impl Iterator<Item = &'v [u8]>,
+    ) {
+        for edit in self.list.iter() {
+            let name = &edit.name[..];
+            let same = |n: &str| n.as_bytes().eq_ignore_ascii_case(name);
+            if edit.how == How::Remove {
+                fields.retain(|(n, _)| !same(n));
+                continue;
+            }
+            let value = match edit.value.literal() {
+                Some(value) => value,
+                None => expanded.next().unwrap_or_default(),
+            };
+            let name = String::from_utf8_lossy(name).into();
+            match edit.how {
+                How::Default if fields.iter().any(|(n, _)| same(n)) => {}
+                How::Set => match fields.iter().position(|(n, _)| same(n)) {
+                    // In the place of the first one, as the client sent it.
+                    Some(first) => {
+                        fields[first].1 = value.to_vec();
+                        let mut i = 0;
+                        fields.retain(|(n, _)| {
+                            i += 1;
+                            i - 1 == first || !same(n)
+                        });
+                    }
+                    None => fields.push((name, value.to_vec())),
+                },
+                _ => fields.push((name, value.to_vec())),
+            }
+        }
+    }
+}
+
 /// Makes an expanded value safe in a field: a control character a variable brought in
 /// (a decoded `%0d%0a` in `$uri`) is percent-encoded, never written raw.
 pub fn sanitize(value: &mut Vec<u8>) {

@@ -54,6 +54,12 @@ pub struct Rule {
     pub action: Action,
     /// Edits of the response (after the host's).
     pub response: Option<Edits>,
+    /// Edits of the request's fields on the way to the module (`request_headers`).
+    pub request: Option<Edits>,
+    /// Taken off the path's start before the module sees it (`strip_prefix`).
+    pub strip_prefix: Option<Box<[u8]>>,
+    /// Put before the path after that (`add_prefix`).
+    pub add_prefix: Option<Box<[u8]>>,
     /// Whether a value uses the route regex's captures (they are found only then).
     pub captures: bool,
 }
@@ -266,7 +272,9 @@ impl Rule {
             Action::Redirect { to, .. } | Action::Rewrite { to, .. } => to.uses_request_id(),
             Action::Module => false,
         };
-        action || self.response.as_ref().is_some_and(Edits::uses_request_id)
+        action
+            || self.response.as_ref().is_some_and(Edits::uses_request_id)
+            || self.request.as_ref().is_some_and(Edits::uses_request_id)
     }
 }
 
@@ -458,13 +466,36 @@ fn compile_rule(
         Some(e) => Some(Edits::compile(e, true, groups).map_err(|e| at(e.at("response_headers")))?),
         None => None,
     };
+    let request = match &c.request_headers {
+        Some(e) => Some(Edits::compile(e, false, groups).map_err(|e| at(e.at("request_headers")))?),
+        None => None,
+    };
+    let prefix_of = |key: &str, p: &Option<String>| -> Result<Option<Box<[u8]>>, Error> {
+        match p {
+            None => Ok(None),
+            Some(p)
+                if p.starts_with('/')
+                    && !p.contains('?')
+                    && !p.bytes().any(|b| b <= b' ' || b == 0x7f) =>
+            {
+                Ok(Some(p.trim_end_matches('/').as_bytes().into()))
+            }
+            Some(p) => Err(at(Error::new(format!(
+                "`{p}` is not a path prefix (starting with `/`)"
+            ))
+            .at(key))),
+        }
+    };
+    let strip_prefix = prefix_of("strip_prefix", &c.strip_prefix)?;
+    let add_prefix = prefix_of("add_prefix", &c.add_prefix)?;
     let captures = match &action {
         Action::Respond { body, .. } => body.uses_captures(),
         Action::Redirect { to, .. } => to.uses_captures(),
         // A rewrite with its own `from` uses that regex's captures, found when it runs.
         Action::Rewrite { from: None, to } => to.uses_captures(),
         Action::Rewrite { .. } | Action::Module => false,
-    } || response.as_ref().is_some_and(Edits::uses_captures);
+    } || response.as_ref().is_some_and(Edits::uses_captures)
+        || request.as_ref().is_some_and(Edits::uses_captures);
     let narrow = Narrow {
         methods: c.methods.iter().map(|m| m.as_str().into()).collect(),
         header: cond(c.header.as_ref()).map_err(|e| at(e.at("header")))?,
@@ -497,6 +528,9 @@ fn compile_rule(
         narrow,
         action,
         response,
+        request,
+        strip_prefix,
+        add_prefix,
         captures,
     })
 }

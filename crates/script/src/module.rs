@@ -51,6 +51,7 @@ impl Module for ScriptModule {
                     role,
                     tag: i as u32,
                     site,
+                    rule: None,
                 })
             })
             .collect()

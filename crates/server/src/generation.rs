@@ -27,6 +27,8 @@ pub(crate) struct Generation {
     pub modules: Vec<Arc<dyn handler::Module>>,
     /// Per site, every prefix a module answers or filters, with what each does there.
     pub routes: Vec<handler::Router<Routed>>,
+    /// Per site and rule: the handler of a route its rules choose.
+    pub by_rule: routes::ByRule,
     /// Per site: its rules (`[[route]]` matchers and actions, response edits).
     pub rules: Vec<Arc<rules::Table>>,
     /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
@@ -53,6 +55,7 @@ impl Generation {
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
         let routes = routes::routes(&modules, config.host.len() + 1);
+        let by_rule = routes::by_rule(&modules, config.host.len() + 1);
         let rules = config.rule_tables().map_err(Error::Config)?;
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
@@ -71,6 +74,7 @@ impl Generation {
             config,
             modules,
             routes,
+            by_rule,
             rules,
             sites,
             logs: (0..workers).map(|_| Mutex::new(None)).collect(),

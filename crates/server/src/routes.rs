@@ -2,6 +2,7 @@
 //! module does there. Built once per configuration generation; `exchange` looks a
 //! request's normalised path up in its site's table.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use handler::{Module, Role};
@@ -21,17 +22,41 @@ pub(crate) struct Routed {
 /// prefix it matches on whole segments; since the table holds every prefix, that entry
 /// names the longest handler and filter prefixes of the path too.
 pub(crate) fn routes(modules: &[Arc<dyn Module>], sites: usize) -> Vec<handler::Router<Routed>> {
+    let all = declared(modules);
+    (0..sites)
+        .map(|site| {
+            let all: Vec<&(usize, handler::Route)> = all
+                .iter()
+                .filter(|(_, r)| r.site == site && r.rule.is_none())
+                .collect();
+            site_routes(&all)
+        })
+        .collect()
+}
+
+/// The handlers of the routes the rules choose (`handler::Route::rule`), per site and
+/// rule: (module, tag).
+pub(crate) type ByRule = Vec<HashMap<usize, (usize, u32)>>;
+
+/// [`ByRule`] of `modules`.
+pub(crate) fn by_rule(modules: &[Arc<dyn Module>], sites: usize) -> ByRule {
+    let mut tables: ByRule = vec![HashMap::new(); sites];
+    for (m, route) in declared(modules) {
+        if let (Some(rule), Role::Handler) = (route.rule, route.role) {
+            if let Some(table) = tables.get_mut(route.site) {
+                table.insert(rule, (m, route.tag));
+            }
+        }
+    }
+    tables
+}
+
+fn declared(modules: &[Arc<dyn Module>]) -> Vec<(usize, handler::Route)> {
     let mut all: Vec<(usize, handler::Route)> = Vec::new();
     for (m, module) in modules.iter().enumerate() {
         all.extend(module.routes().into_iter().map(|r| (m, r)));
     }
-    (0..sites)
-        .map(|site| {
-            let all: Vec<&(usize, handler::Route)> =
-                all.iter().filter(|(_, r)| r.site == site).collect();
-            site_routes(&all)
-        })
-        .collect()
+    all
 }
 
 fn site_routes(all: &[&(usize, handler::Route)]) -> handler::Router<Routed> {

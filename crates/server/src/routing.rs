@@ -19,6 +19,10 @@ pub(crate) enum Ruled {
     Pass {
         edits: Option<EditFilter>,
         target: Option<Vec<u8>>,
+        /// The route chosen, when a module serves it.
+        rule: Option<usize>,
+        /// The request's fields as the route's `request_headers` edited them.
+        fields: Option<Fields>,
     },
     /// A rule answered it (or a rewrite loop is answered 500).
     Answer {
@@ -55,16 +59,33 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
             return Ruled::Pass {
                 edits: EditFilter::new(table, None, &ctx, &[]),
                 target,
+                rule: None,
+                fields: None,
             };
         };
         let captured = (&path[..], &found.captures[..]);
         let edits = || EditFilter::new(table, Some(found.rule.index), &ctx, &found.captures);
         match &found.rule.action {
             Action::Module => {
+                let rule = found.rule;
+                let fields = rule.request.as_ref().map(|e| {
+                    let mut expanded = Vec::new();
+                    e.expand(&ctx, captured, &mut expanded);
+                    let mut fields: Fields = req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.into(), h.value.to_vec()))
+                        .collect();
+                    e.apply_fields(&mut fields, &mut expanded.iter().map(Vec::as_slice));
+                    fields
+                });
+                let prefixed = prefixed(rule, req.path, ctx.path);
                 return Ruled::Pass {
                     edits: edits(),
-                    target,
-                }
+                    target: prefixed.or(target),
+                    rule: Some(rule.index),
+                    fields,
+                };
             }
             Action::Respond {
                 status,
@@ -111,6 +132,8 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                             return Ruled::Pass {
                                 edits: edits(),
                                 target,
+                                rule: None,
+                                fields: None,
                             };
                         };
                         let spans: Vec<_> = caps
@@ -143,6 +166,52 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
         response: Response::status_page(500),
         edits: None,
     }
+}
+
+/// A request's fields, owned (as a route's `request_headers` made them).
+pub(crate) type Fields = Vec<(Box<str>, Vec<u8>)>;
+
+/// [`Fields`] as a request's borrowed fields.
+pub(crate) fn headers(fields: &[(Box<str>, Vec<u8>)]) -> Vec<wire::Header<'_>> {
+    fields
+        .iter()
+        .map(|(name, value)| wire::Header { name, value })
+        .collect()
+}
+
+/// The target the module sees after the route's `strip_prefix` and `add_prefix` (`None`
+/// without them): the prefix comes off the path as sent when it starts with it, else off
+/// the normalised path; the query stays.
+fn prefixed(rule: &rules::Rule, target: &[u8], normal: &[u8]) -> Option<Vec<u8>> {
+    if rule.strip_prefix.is_none() && rule.add_prefix.is_none() {
+        return None;
+    }
+    let (raw, query) = match memchr::memchr(b'?', target) {
+        Some(q) => (&target[..q], &target[q..]),
+        None => (target, &b""[..]),
+    };
+    let mut rest = raw;
+    let mut encode = false;
+    if let Some(strip) = &rule.strip_prefix {
+        if rules::takes(strip, raw) {
+            rest = &raw[strip.len()..];
+        } else if rules::takes(strip, normal) {
+            rest = &normal[strip.len()..];
+            encode = true;
+        }
+    }
+    let mut new = rule.add_prefix.as_deref().unwrap_or_default().to_vec();
+    if !rest.starts_with(b"/") {
+        new.push(b'/');
+    }
+    for &b in rest {
+        match b {
+            b'!'..=b'~' if !(encode && b == b'%') => new.push(b),
+            _ => new.extend_from_slice(format!("%{b:02X}").as_bytes()),
+        }
+    }
+    new.extend_from_slice(query);
+    Some(new)
 }
 
 /// A target a rewrite made, made whole: percent-encodes what cannot be in a target (a
@@ -179,13 +248,38 @@ pub(crate) fn with_target<'a>(
     req: &wire::Request<'a, 'a>,
     target: &'a [u8],
 ) -> wire::Request<'a, 'a> {
+    view(req, Some(target), req.headers)
+}
+
+/// `req` as the rules made it, when they changed its target or its fields.
+pub(crate) fn edited<'a>(
+    req: &wire::Request<'a, 'a>,
+    target: Option<&'a [u8]>,
+    headers: Option<&'a [wire::Header<'a>]>,
+) -> Option<wire::Request<'a, 'a>> {
+    match (target, headers) {
+        (None, None) => None,
+        (target, headers) => Some(view(req, target, headers.unwrap_or(req.headers))),
+    }
+}
+
+/// `req` with another target (origin form), when given, and other fields.
+pub(crate) fn view<'a>(
+    req: &wire::Request<'a, 'a>,
+    target: Option<&'a [u8]>,
+    headers: &'a [wire::Header<'a>],
+) -> wire::Request<'a, 'a> {
+    let (target, path) = match target {
+        Some(t) => (t, t),
+        None => (req.target, req.path),
+    };
     wire::Request {
         method: req.method,
         method_token: req.method_token,
         target,
-        path: target,
+        path,
         version: req.version,
-        headers: req.headers,
+        headers,
         head_len: req.head_len,
         body: req.body,
         keep_alive: req.keep_alive,

@@ -201,15 +201,27 @@ respond = { body = "plain" }
 
 /// An origin that answers every request 200 with `origin` as its body, then closes.
 fn origin() -> std::net::SocketAddr {
+    named_origin("origin")
+}
+
+/// An origin that answers every request 200 with `name` and the target it got, then
+/// closes.
+fn named_origin(name: &'static str) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            if read_request_head(&mut reader).is_some() {
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\norigin",
+            if let Some((target, _)) = read_request_head(&mut reader) {
+                let body = match name {
+                    "origin" => name.to_string(),
+                    _ => format!("{name} {target}"),
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
                 );
             }
         }
@@ -409,4 +421,140 @@ fn a_reload_applies_new_rules_to_a_kept_alive_connection() {
     std::fs::write(&path, &second).unwrap();
     server.signal(libc::SIGHUP);
     eventually("the new rule", || body(&get(&mut held)) == "two");
+}
+
+#[test]
+fn routes_to_upstreams_are_chosen_by_regex_exact_path_and_header() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+[[upstream]]
+name = "a"
+addresses = ["{a}"]
+
+[[upstream]]
+name = "b"
+addresses = ["{b}"]
+
+[[route]]
+prefix = "/api/"
+header = {{ name = "X-Beta", equals = "1" }}
+upstream = "b"
+
+[[route]]
+prefix = "/api/"
+upstream = "a"
+
+[[route]]
+regex = "^/v[0-9]+/"
+upstream = "b"
+
+[[route]]
+path = "/exact"
+methods = ["GET"]
+upstream = "a"
+"#,
+            a = named_origin("a"),
+            b = named_origin("b"),
+        ),
+    ));
+    let cases = [
+        ("GET", "/api/x?q=1", "X-Beta: 1\r\n", 200, "b /api/x?q=1"),
+        ("GET", "/api/x", "X-Beta: 2\r\n", 200, "a /api/x"),
+        ("GET", "/v2/users", "", 200, "b /v2/users"),
+        ("GET", "/exact", "", 200, "a /exact"),
+    ];
+    for (method, target, fields, status, want) in cases {
+        let r = ask(&server, method, target, fields);
+        assert_eq!(
+            (r.status, body(&r).as_str()),
+            (status, want),
+            "{target} {fields}"
+        );
+    }
+    // Not the exact path, or not its method: the files (none there).
+    assert_eq!(ask(&server, "GET", "/exact/more", "").status, 404);
+    assert_eq!(ask(&server, "DELETE", "/exact", "").status, 405);
+}
+
+/// An origin that answers with the target and the fields it got, one per line.
+fn echo_origin() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            if let Some((target, fields)) = read_request_head(&mut reader) {
+                let body = format!("{target}\n{}\n", fields.join("\n"));
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn host_request_id_and_prefixes_are_set_toward_the_origin() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/api/"
+strip_prefix = "/api"
+add_prefix = "/v1"
+upstream = "app"
+request_headers = {{ set = {{ "Host" = "api.internal", "X-Request-Id" = "$request_id" }}, add = {{ "X-From" = "$remote_addr" }}, remove = ["Cookie"] }}
+
+[[route]]
+regex = "^/users/(?<id>[0-9]+)$"
+upstream = "app"
+request_headers = {{ set = {{ "X-User" = "$id" }} }}
+"#,
+            up = echo_origin(),
+        ),
+    ));
+    let r = ask(&server, "GET", "/api/items?x=1", "Cookie: secret=1\r\n");
+    assert_eq!(r.status, 200);
+    let text = body(&r);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "/v1/items?x=1", "{text}");
+    let field = |name: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with(&format!("{}:", name.to_ascii_lowercase()))
+            })
+            .map(|l| l.split_once(':').unwrap().1.trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(field("host"), ["api.internal"], "{text}");
+    assert_eq!(field("x-from"), ["127.0.0.1"], "{text}");
+    assert!(field("cookie").is_empty(), "{text}");
+    let id = &field("x-request-id")[0];
+    assert_eq!(id.len(), 32, "{text}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{text}");
+    // A new id per request.
+    let again = body(&ask(&server, "GET", "/api/items", ""));
+    assert!(!again.contains(id.as_str()), "{again}");
+    // A capture in a field's value.
+    let r = ask(&server, "GET", "/users/42", "");
+    assert!(
+        body(&r).contains("x-user: 42") || body(&r).contains("X-User: 42"),
+        "{}",
+        body(&r)
+    );
 }

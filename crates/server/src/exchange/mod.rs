@@ -18,7 +18,6 @@ use crate::generation::{Current, Generation};
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
-use crate::routes::Routed;
 use crate::routing::{self, Ruled};
 use crate::worker::Worker;
 
@@ -120,24 +119,19 @@ pub(crate) fn answer(
     };
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
-    let (ruled, edits, target) = apply_rules(&gen.rules[site], normal, req, conn, &mut path);
-    let view;
-    let req = match &target {
-        Some(target) => {
-            view = routing::with_target(req, target);
-            &view
-        }
-        None => req,
-    };
-    let routes = &gen.routes[site];
-    let routed = match normal && !routes.is_empty() && ruled.is_none() {
-        true => routes.find(&path),
+    let (ruled, edits, target, rule, fields) =
+        apply_rules(&gen.rules[site], normal, req, conn, &mut path);
+    let headers = fields.as_deref().map(routing::headers);
+    let view = routing::edited(req, target.as_deref(), headers.as_deref());
+    let req = view.as_ref().unwrap_or(req);
+    let routed = match normal && ruled.is_none() {
+        true => handlers(gen, site, &path, rule),
         false => None,
     };
     let mut answered = files_answered;
     let (filter, answer) = match (ruled, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
-        (None, Some(routed)) => {
+        (None, Some((filter, handlers))) => {
             let mut request = handler::Request {
                 head: req,
                 path: &path,
@@ -145,7 +139,7 @@ pub(crate) fn answer(
                 tag: 0,
                 secure: conn.secure(),
             };
-            call_modules(&current, routed, &mut request, &mut answered.kind)
+            call_modules(&current, filter, handlers, &mut request, &mut answered.kind)
         }
         (None, None) => (None, None),
     };
@@ -230,24 +224,58 @@ pub(crate) fn answer(
 }
 
 /// The site's rules on a request whose path normalised (into `path`): a rule's answer,
-/// the response edits, and the target a rewrite made.
+/// the response edits, the target a rewrite (or `strip_prefix`, `add_prefix`) made, the
+/// route chosen when a module serves it, and the fields its `request_headers` made.
+type Rules = (
+    Option<Response>,
+    Option<routing::EditFilter>,
+    Option<Vec<u8>>,
+    Option<usize>,
+    Option<routing::Fields>,
+);
+
 fn apply_rules(
     table: &std::sync::Arc<rules::Table>,
     normal: bool,
     req: &wire::Request<'_, '_>,
     conn: &ConnFacts,
     path: &mut Vec<u8>,
-) -> (
-    Option<Response>,
-    Option<routing::EditFilter>,
-    Option<Vec<u8>>,
-) {
+) -> Rules {
     if !normal || table.is_empty() {
-        return (None, None, None);
+        return (None, None, None, None, None);
     }
     match routing::route(table, routing::Seen { req, conn }, path) {
-        Ruled::Pass { edits, target } => (None, edits, target),
-        Ruled::Answer { response, edits } => (Some(response), edits, None),
+        Ruled::Pass {
+            edits,
+            target,
+            rule,
+            fields,
+        } => (None, edits, target, rule, fields),
+        Ruled::Answer { response, edits } => (Some(response), edits, None, None, None),
+    }
+}
+
+/// The filter and handlers of a request's route: by the longest prefix of its path, or,
+/// for a route its rules chose by more than its prefix (`rule`), its module's handler
+/// alone under the filter of the path's prefix.
+type Handlers<'g> = (Option<(usize, u32)>, &'g [(usize, u32)]);
+
+fn handlers<'g>(
+    gen: &'g Generation,
+    site: usize,
+    path: &[u8],
+    rule: Option<usize>,
+) -> Option<Handlers<'g>> {
+    let routes = &gen.routes[site];
+    let by_prefix = match routes.is_empty() {
+        true => None,
+        false => routes.find(path),
+    };
+    let chosen = rule.and_then(|rule| gen.by_rule[site].get(&rule));
+    match (by_prefix, chosen) {
+        (r, Some(handler)) => Some((r.and_then(|r| r.filter), std::slice::from_ref(handler))),
+        (Some(r), None) => Some((r.filter, &r.handlers[..])),
+        (None, None) => None,
     }
 }
 
@@ -256,12 +284,13 @@ fn apply_rules(
 /// becomes the metrics kind of the module that answered.
 fn call_modules(
     current: &Current,
-    routed: &Routed,
+    filter_route: Option<(usize, u32)>,
+    handlers: &[(usize, u32)],
     request: &mut handler::Request<'_>,
     kind: &mut u8,
 ) -> (Option<Box<dyn Attached>>, Option<Answer>) {
     let mut filter = None;
-    if let Some((m, tag)) = routed.filter {
+    if let Some((m, tag)) = filter_route {
         request.tag = tag;
         match current.services[m].filter(request) {
             Filtered::Continue(attached) => filter = attached,
@@ -271,7 +300,7 @@ fn call_modules(
             }
         }
     }
-    for &(m, tag) in &routed.handlers {
+    for &(m, tag) in handlers {
         request.tag = tag;
         match current.services[m].call(request) {
             Answer::Pass => continue,
