@@ -40,6 +40,10 @@ pub struct RouteRules {
     pub redirect: Option<Redirect>,
     /// Change the path (and query), then route the request again.
     pub rewrite: Option<Rewrite>,
+    /// Files to try in turn from the site's root (values with variables; one ending in
+    /// `/` is a directory, served by its index), then a URI to route the request to, or
+    /// `=CODE` to answer that status (nginx `try_files`).
+    pub try_files: Vec<String>,
     /// Remove this prefix from the path sent to the upstream.
     pub strip_prefix: Option<String>,
     /// Put this prefix before the path sent to the upstream (after `strip_prefix`).
@@ -51,7 +55,8 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 17] = [
+pub const ROUTE_KEYS: [&str; 18] = [
+    "try_files",
     "path",
     "regex",
     "case_insensitive",

@@ -39,6 +39,20 @@ pub enum Action {
     Redirect { status: u16, to: Template },
     /// A new path (and query), then the request is routed again.
     Rewrite { from: Option<Regex>, to: Template },
+    /// Files tried in turn; then the fallback.
+    TryFiles {
+        files: Box<[Template]>,
+        fallback: Fallback,
+    },
+}
+
+/// What `try_files` does when no file is there.
+#[derive(Debug, Clone)]
+pub enum Fallback {
+    /// Routes the request to this URI.
+    Uri(Template),
+    /// Answers this status.
+    Status(u16),
 }
 
 /// One compiled route.
@@ -270,7 +284,7 @@ impl Rule {
         let action = match &self.action {
             Action::Respond { body, .. } => body.uses_request_id(),
             Action::Redirect { to, .. } | Action::Rewrite { to, .. } => to.uses_request_id(),
-            Action::Module => false,
+            Action::TryFiles { .. } | Action::Module => false,
         };
         action
             || self.response.as_ref().is_some_and(Edits::uses_request_id)
@@ -358,6 +372,9 @@ fn compile_rule(
     }
     if c.rewrite.is_some() {
         actions.push("`rewrite`");
+    }
+    if !c.try_files.is_empty() {
+        actions.push("`try_files`");
     }
     if actions.len() > 1 {
         return Err(at(Error::new(format!(
@@ -455,11 +472,46 @@ fn compile_rule(
             }
         }
         Action::Rewrite { from, to }
+    } else if let Some((last, files)) = c.try_files.split_last() {
+        if files.is_empty() {
+            return Err(at(Error::new(
+                "give at least one file and then a URI or `=CODE`",
+            )
+            .at("try_files")));
+        }
+        let files = files
+            .iter()
+            .map(|f| match f.starts_with('$') || f.starts_with('/') {
+                true => Template::compile(f, groups),
+                false => Err(Error::new(format!("`{f}` is not a path starting with `/`"))),
+            })
+            .collect::<Result<Box<[_]>, _>>()
+            .map_err(|e| at(e.at("try_files")))?;
+        let fallback = match last.strip_prefix('=') {
+            Some(code) => match code.parse::<u16>() {
+                Ok(status) if (200..=599).contains(&status) => Fallback::Status(status),
+                _ => {
+                    return Err(at(
+                        Error::new(format!("`{last}` is not `=` and a status")).at("try_files")
+                    ))
+                }
+            },
+            None if last.starts_with('/') || last.starts_with('$') => {
+                Fallback::Uri(Template::compile(last, groups).map_err(|e| at(e.at("try_files")))?)
+            }
+            None => {
+                return Err(at(Error::new(format!(
+                    "`{last}` (the last) is neither a URI starting with `/` nor `=CODE`"
+                ))
+                .at("try_files")))
+            }
+        };
+        Action::TryFiles { files, fallback }
     } else if module {
         Action::Module
     } else {
         return Err(at(Error::new(
-            "the route does nothing: give `upstream`, `root`, `respond`, `redirect` or `rewrite`",
+            "the route does nothing: give `upstream`, `root`, `respond`, `redirect`, `rewrite` or `try_files`",
         )));
     };
     let response = match &c.response_headers {
@@ -493,6 +545,10 @@ fn compile_rule(
         Action::Redirect { to, .. } => to.uses_captures(),
         // A rewrite with its own `from` uses that regex's captures, found when it runs.
         Action::Rewrite { from: None, to } => to.uses_captures(),
+        Action::TryFiles { files, fallback } => {
+            files.iter().any(Template::uses_captures)
+                || matches!(fallback, Fallback::Uri(t) if t.uses_captures())
+        }
         Action::Rewrite { .. } | Action::Module => false,
     } || response.as_ref().is_some_and(Edits::uses_captures)
         || request.as_ref().is_some_and(Edits::uses_captures);
@@ -575,7 +631,10 @@ mod tests {
             .route
             .into_iter()
             .map(|r| {
-                let module = r.respond.is_none() && r.redirect.is_none() && r.rewrite.is_none();
+                let module = r.respond.is_none()
+                    && r.redirect.is_none()
+                    && r.rewrite.is_none()
+                    && r.try_files.is_empty();
                 (r, module)
             })
             .collect();
@@ -737,6 +796,19 @@ mod tests {
         refused(
             "[[route]]\nprefix = '/a'\nrespond = {}\nstrip_prefix = '/a'",
             "needs `upstream`",
+        );
+        refused(
+            "[[route]]\ntry_files = ['/index.html']",
+            "at least one file",
+        );
+        refused("[[route]]\ntry_files = ['$uri', '=99']", "`=99` is not");
+        refused(
+            "[[route]]\ntry_files = ['$uri', 'index.html']",
+            "neither a URI",
+        );
+        refused(
+            "[[route]]\ntry_files = ['$uri', '/i']\nrespond = {}",
+            "conflicting actions",
         );
     }
 }

@@ -7,39 +7,50 @@
 use std::sync::Arc;
 
 use handler::{Attached, Body, Filter, Response, ResponseHead};
-use rules::{Action, Ctx, Table};
+use rules::{Action, Ctx, Fallback, Table};
 
 use crate::facts::ConnFacts;
 
-/// What the rules decided for a request.
-pub(crate) enum Ruled {
-    /// It goes to whatever serves its path (modules by prefix, then the files), with the
-    /// response edits, when there are any, around whatever answers. `target`: the
-    /// request target a rule rewrote it to.
-    Pass {
-        edits: Option<EditFilter>,
-        target: Option<Vec<u8>>,
-        /// The route chosen, when a module serves it.
-        rule: Option<usize>,
-        /// The request's fields as the route's `request_headers` edited them.
-        fields: Option<Fields>,
-    },
+/// What the rules decided for a request. By default (no route), it goes to whatever
+/// serves its path: modules by prefix, then the files.
+#[derive(Default)]
+pub(crate) struct Decided {
     /// A rule answered it (or a rewrite loop is answered 500).
-    Answer {
-        response: Response,
-        edits: Option<EditFilter>,
-    },
+    pub response: Option<Response>,
+    /// The response edits of its host and route, around whatever answers.
+    pub edits: Option<EditFilter>,
+    /// The request target a rule rewrote it to (`rewrite`, `try_files`, `strip_prefix`).
+    pub target: Option<Vec<u8>>,
+    /// The route chosen, when a module serves it.
+    pub rule: Option<usize>,
+    /// The request's fields as the route's `request_headers` edited them.
+    pub fields: Option<Fields>,
+    /// The static files serve it (a file `try_files` found), whatever module a prefix
+    /// of its path has.
+    pub files: bool,
+}
+
+impl Decided {
+    fn answer(response: Response, edits: Option<EditFilter>) -> Decided {
+        Decided {
+            response: Some(response),
+            edits,
+            ..Decided::default()
+        }
+    }
 }
 
 /// What a request is known by, for the rules.
 pub(crate) struct Seen<'a> {
     pub req: &'a wire::Request<'a, 'a>,
     pub conn: &'a ConnFacts,
+    /// Whether the static files have something at a normalised path (for `try_files`).
+    pub exists: &'a dyn Fn(&[u8]) -> bool,
 }
 
 /// Routes a request through its site's rules. `path` holds its normalised path, and
 /// the normalised path of the target it is rewritten to when it is.
-pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> Ruled {
+pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> Decided {
     let mut id = [0u8; 32];
     if table.request_id {
         request_id(&mut id);
@@ -56,16 +67,15 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
         };
         let ctx = ctx(req, seen.conn, path, &id);
         let Some(found) = table.find(&ctx) else {
-            return Ruled::Pass {
+            return Decided {
                 edits: EditFilter::new(table, None, &ctx, &[]),
                 target,
-                rule: None,
-                fields: None,
+                ..Decided::default()
             };
         };
         let captured = (&path[..], &found.captures[..]);
         let edits = || EditFilter::new(table, Some(found.rule.index), &ctx, &found.captures);
-        match &found.rule.action {
+        let new = match &found.rule.action {
             Action::Module => {
                 let rule = found.rule;
                 let fields = rule.request.as_ref().map(|e| {
@@ -80,11 +90,12 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                     fields
                 });
                 let prefixed = prefixed(rule, req.path, ctx.path);
-                return Ruled::Pass {
+                return Decided {
                     edits: edits(),
                     target: prefixed.or(target),
                     rule: Some(rule.index),
                     fields,
+                    ..Decided::default()
                 };
             }
             Action::Respond {
@@ -107,10 +118,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                     body,
                     relayed: false,
                 };
-                return Ruled::Answer {
-                    response,
-                    edits: edits(),
-                };
+                return Decided::answer(response, edits());
             }
             Action::Redirect { status, to } => {
                 let mut location = Vec::new();
@@ -118,10 +126,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                 rules::sanitize(&mut location);
                 let mut response = Response::status_page(*status);
                 response.head.append(b"Location", &location);
-                return Ruled::Answer {
-                    response,
-                    edits: edits(),
-                };
+                return Decided::answer(response, edits());
             }
             Action::Rewrite { from, to } => {
                 let mut new = Vec::new();
@@ -129,11 +134,10 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                     Some(from) => {
                         let Some(caps) = from.captures(&path[..]) else {
                             // `from` does not match: the route does nothing more.
-                            return Ruled::Pass {
+                            return Decided {
                                 edits: edits(),
                                 target,
-                                rule: None,
-                                fields: None,
+                                ..Decided::default()
                             };
                         };
                         let spans: Vec<_> = caps
@@ -145,27 +149,84 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> R
                     None => to.expand(&ctx, captured, &mut new),
                 }
                 rewritten(&mut new, ctx.query());
-                let mut normal = Vec::new();
-                if wire::normalize_path(query_less(&new), &mut normal).is_err() {
-                    return Ruled::Answer {
-                        response: Response::status_page(400),
-                        edits: edits(),
+                new
+            }
+            Action::TryFiles { files, fallback } => {
+                if let Some((target, normal)) = try_files(files, &ctx, captured, seen.exists) {
+                    let edits = edits();
+                    *path = normal;
+                    return Decided {
+                        edits,
+                        target: Some(target),
+                        files: true,
+                        ..Decided::default()
                     };
                 }
-                *path = normal;
-                target = Some(new);
+                match fallback {
+                    Fallback::Status(status) => {
+                        return Decided::answer(Response::status_page(*status), edits())
+                    }
+                    Fallback::Uri(uri) => {
+                        let mut new = Vec::new();
+                        uri.expand(&ctx, captured, &mut new);
+                        match new.contains(&b'?') {
+                            true => rewritten(&mut new, b""),
+                            false => rewritten(&mut new, ctx.query()),
+                        }
+                        new
+                    }
+                }
             }
+        };
+        // Routed again, on the new target.
+        let mut normal = Vec::new();
+        if wire::normalize_path(query_less(&new), &mut normal).is_err() {
+            return Decided::answer(Response::status_page(400), edits());
         }
+        *path = normal;
+        target = Some(new);
     }
     tracing::error!(
         "rewrite: more than {} rewrites of {:?}: answered 500",
         rules::MAX_REWRITES,
         String::from_utf8_lossy(seen.req.path)
     );
-    Ruled::Answer {
-        response: Response::status_page(500),
-        edits: None,
+    Decided::answer(Response::status_page(500), None)
+}
+
+/// The first of `files` the static files have: its target (the request's query kept)
+/// and its normalised path.
+fn try_files(
+    files: &[rules::Template],
+    ctx: &Ctx<'_>,
+    captured: (&[u8], &rules::Captures),
+    exists: &dyn Fn(&[u8]) -> bool,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut candidate = Vec::new();
+    let mut normal = Vec::new();
+    for file in files {
+        candidate.clear();
+        file.expand(ctx, captured, &mut candidate);
+        // A value is a decoded path (`$uri` is): escaped before it is read as a target.
+        let mut target = Vec::with_capacity(candidate.len());
+        for &b in &candidate {
+            match b {
+                b'%' | b'?' | b'#' => target.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                b'!'..=b'~' => target.push(b),
+                _ => target.extend_from_slice(format!("%{b:02X}").as_bytes()),
+            }
+        }
+        normal.clear();
+        if wire::normalize_path(&target, &mut normal).is_ok() && exists(&normal) {
+            let query = ctx.query();
+            if !query.is_empty() {
+                target.push(b'?');
+                target.extend_from_slice(query);
+            }
+            return Some((target, normal));
+        }
     }
+    None
 }
 
 /// A request's fields, owned (as a route's `request_headers` made them).

@@ -558,3 +558,50 @@ request_headers = {{ set = {{ "X-User" = "$id" }} }}
         body(&r)
     );
 }
+
+#[test]
+fn try_files_serves_a_single_page_application_s_deep_links() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+[[upstream]]
+name = "api"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/api/"
+upstream = "api"
+
+[[route]]
+prefix = "/assets/"
+try_files = ["$uri", "=404"]
+
+[[route]]
+prefix = "/"
+try_files = ["$uri", "$uri/", "/index.html"]
+"#,
+            up = named_origin("api"),
+        ),
+    ));
+    let cases = [
+        ("/hello.txt", 200, "hello world\n"),
+        ("/docs/", 200, "<h1>docs</h1>\n"),
+        ("/docs", 200, "<h1>docs</h1>\n"),
+        ("/app/deep/link?tab=2", 200, "<h1>home</h1>\n"),
+        ("/users/42", 200, "<h1>home</h1>\n"),
+        ("/api/items", 200, "api /api/items"),
+        ("/assets/missing.js", 404, ""),
+    ];
+    for (target, status, want) in cases {
+        let r = ask(&server, "GET", target, "");
+        assert_eq!(r.status, status, "{target}");
+        if status == 200 {
+            assert_eq!(body(&r), want, "{target}");
+        }
+    }
+    // The file found is served as a file: validators and ranges hold.
+    let r = ask(&server, "GET", "/app/x", "Range: bytes=0-3\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (206, "<h1>"));
+}

@@ -18,7 +18,7 @@ use crate::generation::{Current, Generation};
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
-use crate::routing::{self, Ruled};
+use crate::routing;
 use crate::worker::Worker;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
@@ -119,17 +119,19 @@ pub(crate) fn answer(
     };
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
-    let (ruled, edits, target, rule, fields) =
-        apply_rules(&gen.rules[site], normal, req, conn, &mut path);
-    let headers = fields.as_deref().map(routing::headers);
-    let view = routing::edited(req, target.as_deref(), headers.as_deref());
+    let decided = match normal {
+        true => decide(worker, conn, gen, site, req, &mut path),
+        false => routing::Decided::default(),
+    };
+    let headers = decided.fields.as_deref().map(routing::headers);
+    let view = routing::edited(req, decided.target.as_deref(), headers.as_deref());
     let req = view.as_ref().unwrap_or(req);
-    let routed = match normal && ruled.is_none() {
-        true => handlers(gen, site, &path, rule),
+    let routed = match normal && decided.response.is_none() && !decided.files {
+        true => handlers(gen, site, &path, decided.rule),
         false => None,
     };
     let mut answered = files_answered;
-    let (filter, answer) = match (ruled, routed) {
+    let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some((filter, handlers))) => {
             let mut request = handler::Request {
@@ -143,7 +145,7 @@ pub(crate) fn answer(
         }
         (None, None) => (None, None),
     };
-    let mut filter = match edits {
+    let mut filter = match decided.edits {
         Some(mut edits) => {
             edits.inner = filter;
             Some(Box::new(edits) as Box<dyn Attached>)
@@ -223,36 +225,27 @@ pub(crate) fn answer(
     }
 }
 
-/// The site's rules on a request whose path normalised (into `path`): a rule's answer,
-/// the response edits, the target a rewrite (or `strip_prefix`, `add_prefix`) made, the
-/// route chosen when a module serves it, and the fields its `request_headers` made.
-type Rules = (
-    Option<Response>,
-    Option<routing::EditFilter>,
-    Option<Vec<u8>>,
-    Option<usize>,
-    Option<routing::Fields>,
-);
-
-fn apply_rules(
-    table: &std::sync::Arc<rules::Table>,
-    normal: bool,
-    req: &wire::Request<'_, '_>,
+/// What the site's rules decide for a request whose path normalised (into `path`).
+fn decide(
+    worker: &Worker,
     conn: &ConnFacts,
+    gen: &Generation,
+    site: usize,
+    req: &wire::Request<'_, '_>,
     path: &mut Vec<u8>,
-) -> Rules {
-    if !normal || table.is_empty() {
-        return (None, None, None, None, None);
+) -> routing::Decided {
+    let table = &gen.rules[site];
+    if table.is_empty() {
+        return routing::Decided::default();
     }
-    match routing::route(table, routing::Seen { req, conn }, path) {
-        Ruled::Pass {
-            edits,
-            target,
-            rule,
-            fields,
-        } => (None, edits, target, rule, fields),
-        Ruled::Answer { response, edits } => (Some(response), edits, None, None, None),
-    }
+    let files = &gen.sites.all()[site];
+    let exists = |p: &[u8]| files::exists(p, worker, files);
+    let seen = routing::Seen {
+        req,
+        conn,
+        exists: &exists,
+    };
+    routing::route(table, seen, path)
 }
 
 /// The filter and handlers of a request's route: by the longest prefix of its path, or,

@@ -307,6 +307,15 @@ enum Miss {
     Listing(Arc<FileEntry>),
 }
 
+/// Whether a normalised path names something to serve: a file, a directory's index (the
+/// path ending in `/`), or its listing (`try_files`).
+pub(crate) fn exists(path: &[u8], worker: &Worker, site: &Site) -> bool {
+    matches!(
+        lookup(Some(path), worker, site, AcceptEncoding::IDENTITY),
+        Ok(_) | Err(Miss::Listing(_))
+    )
+}
+
 /// The representation to send for the request's path: from the shared cache when it was
 /// checked recently (the hot path: one shard lock, no system call, no allocation), else
 /// from the file system.
