@@ -113,6 +113,14 @@ impl Cond {
 }
 
 impl Narrow {
+    fn is_empty(&self) -> bool {
+        self.methods.is_empty()
+            && self.header.is_none()
+            && self.query.is_none()
+            && self.cookie.is_none()
+            && self.secure.is_none()
+    }
+
     fn holds(&self, ctx: &Ctx<'_>) -> bool {
         (self.methods.is_empty() || self.methods.iter().any(|m| **m == *ctx.req.method_token))
             && self.header.as_ref().is_none_or(|c| {
@@ -183,6 +191,15 @@ impl Table {
         let mut patterns = Vec::new();
         for (index, (config, module)) in routes.iter().enumerate() {
             let rule = compile_rule(routes_key, index, config, *module)?;
+            if let Some(earlier) = table.rules.iter().find(|e| e.shadows(&rule)) {
+                return Err(Error::new(format!(
+                    "never chosen: `{routes_key}[{}]` before it has the same {} and \
+                     nothing that narrows it, so it takes every request this one would",
+                    earlier.index,
+                    rule.path.kind()
+                ))
+                .at(&rule.name));
+            }
             match &rule.path {
                 PathMatch::Exact(p) => table.exact.entry(p.clone()).or_default().push(index),
                 PathMatch::Prefix(_) => table.prefixes.push(index),
@@ -279,7 +296,29 @@ impl Table {
     }
 }
 
+impl PathMatch {
+    fn kind(&self) -> &'static str {
+        match self {
+            PathMatch::Exact(_) => "`path`",
+            PathMatch::Prefix(_) => "`prefix`",
+            PathMatch::Regex(_) => "`regex`",
+        }
+    }
+}
+
 impl Rule {
+    /// Whether this earlier rule takes every request `later` would: the same path
+    /// matcher, and no matcher narrowing this one.
+    fn shadows(&self, later: &Rule) -> bool {
+        let same = match (&self.path, &later.path) {
+            (PathMatch::Exact(a), PathMatch::Exact(b))
+            | (PathMatch::Prefix(a), PathMatch::Prefix(b)) => a == b,
+            (PathMatch::Regex(a), PathMatch::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        };
+        same && self.narrow.is_empty()
+    }
+
     fn uses_request_id(&self) -> bool {
         let action = match &self.action {
             Action::Respond { body, .. } => body.uses_request_id(),
@@ -800,6 +839,14 @@ mod tests {
         refused(
             "[[route]]\ntry_files = ['/index.html']",
             "at least one file",
+        );
+        refused(
+            "[[route]]\nprefix = '/a'\nrespond = {}\n[[route]]\nprefix = '/a'\nrespond = {}",
+            "`route[1]`: never chosen: `route[0]` before it has the same `prefix`",
+        );
+        refused(
+            "[[route]]\nregex = 'x'\nrespond = {}\n[[route]]\nregex = 'x'\nmethods = ['GET']\nrespond = {}",
+            "never chosen",
         );
         refused("[[route]]\ntry_files = ['$uri', '=99']", "`=99` is not");
         refused(

@@ -605,3 +605,26 @@ try_files = ["$uri", "$uri/", "/index.html"]
     let r = ask(&server, "GET", "/app/x", "Range: bytes=0-3\r\n");
     assert_eq!((r.status, body(&r).as_str()), (206, "<h1>"));
 }
+
+#[test]
+fn check_config_names_a_route_an_earlier_one_always_shadows() {
+    let site = Site::new();
+    let toml = config(
+        &site,
+        "\n[[route]]\nprefix = \"/a/\"\nrespond = {}\n\n[[route]]\nprefix = \"/a/\"\nredirect = { to = \"/b\" }\n",
+    );
+    let path = site.dir.path().join("shadow.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let want = format!(
+        "{}:9: route[1]: never chosen: `route[0]` before it has the same `prefix`",
+        path.display()
+    );
+    assert!(stderr.contains(&want), "{stderr} lacks {want}");
+}
