@@ -628,3 +628,45 @@ fn check_config_names_a_route_an_earlier_one_always_shadows() {
     );
     assert!(stderr.contains(&want), "{stderr} lacks {want}");
 }
+
+/// A script sees the request as the rules made it (rewritten, its fields edited), and
+/// its header_filter runs after the response edits, seeing them.
+#[test]
+fn a_script_sees_the_rewritten_request_and_the_edited_fields() {
+    let site = Site::new();
+    let script = site.dir.path().join("app.lua");
+    std::fs::write(
+        &script,
+        r#"return {
+  content = function(r)
+    return r:path() .. " " .. r:uri() .. " " .. (r:header("x-tenant") or "none")
+  end,
+  header_filter = function(r)
+    r:set_header("X-Seen", r:resp_header("x-content-type-options") or "none")
+  end,
+}"#,
+    )
+    .unwrap();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+response_headers = {{ set = {{ "X-Content-Type-Options" = "nosniff" }} }}
+
+[[route]]
+prefix = "/old/"
+rewrite = {{ from = "^/old/(.*)$", to = "/app/$1" }}
+
+[[script]]
+prefix = "/app"
+path = "{}"
+"#,
+            script.display()
+        ),
+    ));
+    let r = ask(&server, "GET", "/old/page?x=1", "X-Tenant: t1\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(body(&r), "/app/page /app/page?x=1 t1");
+    assert_eq!(r.header("x-seen"), Some("nosniff"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+}
