@@ -51,6 +51,9 @@ enum Item {
     TlsVersion,
     /// `%{tls_cipher}x`: the suite's IANA name, `-` in cleartext.
     TlsCipher,
+    /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
+    /// before it was routed).
+    RequestId,
 }
 
 /// Why a log format string was refused.
@@ -124,6 +127,7 @@ impl Format {
                 (b'o', Some(name)) => Item::ResponseHeader(name),
                 (b'x', Some(name)) if name == "tls_version" => Item::TlsVersion,
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
+                (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (d, arg) => {
                     return Err(FormatError::Unknown(match arg {
                         Some(a) => format!("{{{a}}}{}", d as char),
@@ -157,6 +161,8 @@ pub(crate) struct Entry<'a> {
     pub head: &'a [u8],
     pub body_bytes: u64,
     pub micros: u64,
+    /// The request's id, when its site uses one (`%{request_id}x`).
+    pub request_id: Option<u128>,
 }
 
 impl Format {
@@ -227,6 +233,10 @@ impl Format {
                 Item::TlsCipher => {
                     line.extend_from_slice(entry.tls.map_or("-", |t| t.cipher).as_bytes())
                 }
+                Item::RequestId => match entry.request_id {
+                    Some(id) => line.extend_from_slice(&crate::facts::request_id_hex(id)),
+                    None => line.push(b'-'),
+                },
                 Item::ResponseHeader(name) => match response_header(entry.head, name) {
                     Some(value) => escape(line, value),
                     None => line.push(b'-'),

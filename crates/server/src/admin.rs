@@ -105,6 +105,7 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
             host: 0,
             kind: metrics::kind_index("admin"),
             method,
+            request_id: None,
         },
         status,
         micros,

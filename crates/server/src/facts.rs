@@ -17,6 +17,17 @@ pub(crate) struct TlsFacts {
     pub h2: bool,
 }
 
+/// A request's id (`$request_id`, `%{request_id}x`) as 32 lower-case hex digits, as
+/// nginx writes its `$request_id`.
+pub(crate) fn request_id_hex(id: u128) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = HEX[((id >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
 /// The connection a request came on, as its exchange sees it: passed with the request
 /// from the connection to whatever answers, counts and logs it (never kept in the
 /// worker, where a connection that forgot to set it would mislabel another's request).

@@ -31,6 +31,8 @@ pub(crate) struct Generation {
     pub by_rule: routes::ByRule,
     /// Per site: its rules (`[[route]]` matchers and actions, response edits).
     pub rules: Vec<Arc<rules::Table>>,
+    /// Per site: whether its requests get an id (its rules or the access log use it).
+    pub request_ids: Vec<bool>,
     /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
     /// the names that choose them.
     pub sites: Sites,
@@ -57,6 +59,8 @@ impl Generation {
         let routes = routes::routes(&modules, config.host.len() + 1);
         let by_rule = routes::by_rule(&modules, config.host.len() + 1);
         let rules = config.rule_tables().map_err(Error::Config)?;
+        let logged = config.access_log_format.contains("%{request_id}x");
+        let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
             use std::os::fd::AsRawFd;
@@ -76,6 +80,7 @@ impl Generation {
             routes,
             by_rule,
             rules,
+            request_ids,
             sites,
             logs: (0..workers).map(|_| Mutex::new(None)).collect(),
         })

@@ -158,6 +158,8 @@ pub(crate) struct Answered {
     pub kind: u8,
     /// The index in [`METHODS`].
     pub method: u8,
+    /// The request's id (`$request_id`, `%{request_id}x`), when its site uses one.
+    pub request_id: Option<u128>,
 }
 
 /// One worker's counters. Aligned so that two workers' never share a cache line.

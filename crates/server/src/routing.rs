@@ -46,15 +46,16 @@ pub(crate) struct Seen<'a> {
     pub conn: &'a ConnFacts,
     /// Whether the static files have something at a normalised path (for `try_files`).
     pub exists: &'a dyn Fn(&[u8]) -> bool,
+    /// The request's id, when its site uses one.
+    pub request_id: Option<u128>,
 }
 
 /// Routes a request through its site's rules. `path` holds its normalised path, and
 /// the normalised path of the target it is rewritten to when it is.
 pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> Decided {
-    let mut id = [0u8; 32];
-    if table.request_id {
-        request_id(&mut id);
-    }
+    let id = seen
+        .request_id
+        .map_or([0u8; 32], crate::facts::request_id_hex);
     let mut target: Option<Vec<u8>> = None;
     for _ in 0..=rules::MAX_REWRITES {
         let view;
@@ -374,15 +375,6 @@ fn server_port(req: &wire::Request<'_, '_>, secure: bool) -> u16 {
         .filter(|&c| !host[c..].contains(&b']'))
         .and_then(|c| std::str::from_utf8(&host[c + 1..]).ok()?.parse().ok());
     port.unwrap_or(if secure { 443 } else { 80 })
-}
-
-/// 128 random bits as 32 lower-case hex digits (`$request_id`, as nginx's).
-fn request_id(out: &mut [u8; 32]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits = (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..));
-    for (i, digit) in out.iter_mut().enumerate() {
-        *digit = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
-    }
 }
 
 /// The response edits of a request's host and route, applied to whatever answers it as

@@ -670,3 +670,54 @@ path = "{}"
     assert_eq!(r.header("x-seen"), Some("nosniff"));
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
 }
+
+/// `%{request_id}x` in the access log is the id `$request_id` sent to the origin.
+#[test]
+fn the_access_log_has_the_request_id_the_origin_got() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+access_log = "{log}"
+access_log_format = "%{{request_id}}x %U"
+
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/api/"
+upstream = "app"
+request_headers = {{ set = {{ "X-Request-Id" = "$request_id" }} }}
+"#,
+            log = log.display(),
+            up = echo_origin(),
+        ),
+    ));
+    let text = body(&ask(&server, "GET", "/api/x", ""));
+    let sent = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("X-Request-Id: ")
+                .or_else(|| l.strip_prefix("x-request-id: "))
+        })
+        .unwrap_or_else(|| panic!("no id in {text}"))
+        .to_string();
+    assert_eq!(ask(&server, "GET", "/hello.txt", "").status, 200);
+    let mut lines = Vec::new();
+    eventually("two log lines", || {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.len() == 2
+    });
+    assert_eq!(lines[0], format!("{sent} /api/x"));
+    // Every request of a site whose log asks for ids gets its own.
+    let (id, path) = lines[1].split_once(' ').unwrap();
+    assert_eq!((id.len(), path), (32, "/hello.txt"));
+    assert_ne!(id, sent);
+}

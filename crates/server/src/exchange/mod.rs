@@ -102,6 +102,7 @@ pub(crate) fn answer(
                 host,
                 kind: static_kind,
                 method,
+                request_id: None,
             });
         }
     };
@@ -111,18 +112,17 @@ pub(crate) fn answer(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let host = gen.host_labels[site];
     let files_answered = Answered {
-        host,
+        host: gen.host_labels[site],
         kind: static_kind,
         method,
+        // 128 random bits, only for a site whose rules or access log use them.
+        request_id: gen.request_ids[site].then(|| fastrand::u128(..)),
     };
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
-    let decided = match normal {
-        true => decide(worker, conn, gen, site, req, &mut path),
-        false => routing::Decided::default(),
-    };
+    let id = files_answered.request_id;
+    let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let headers = decided.fields.as_deref().map(routing::headers);
     let view = routing::edited(req, decided.target.as_deref(), headers.as_deref());
     let req = view.as_ref().unwrap_or(req);
@@ -229,13 +229,13 @@ pub(crate) fn answer(
 fn decide(
     worker: &Worker,
     conn: &ConnFacts,
-    gen: &Generation,
-    site: usize,
+    (gen, site): (&Generation, usize),
     req: &wire::Request<'_, '_>,
+    (normal, request_id): (bool, Option<u128>),
     path: &mut Vec<u8>,
 ) -> routing::Decided {
     let table = &gen.rules[site];
-    if table.is_empty() {
+    if !normal || table.is_empty() {
         return routing::Decided::default();
     }
     let files = &gen.sites.all()[site];
@@ -244,6 +244,7 @@ fn decide(
         req,
         conn,
         exists: &exists,
+        request_id,
     };
     routing::route(table, seen, path)
 }

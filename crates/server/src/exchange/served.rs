@@ -43,7 +43,8 @@ pub(crate) fn account<H: AsRef<[u8]>>(
     );
     if worker.log.borrow().is_some() {
         let response = (sent.status, sent.head.as_ref(), sent.body);
-        request(&mut |request| record(worker, conn, read_at, request, b"", response));
+        let id = answered.request_id;
+        request(&mut |request| record(worker, conn, (read_at, id), request, b"", response));
     }
 }
 
@@ -87,9 +88,10 @@ pub(crate) fn log(
         count(worker, answered, (status, head_len, body_bytes), read_at);
     }
     if logging {
+        let id = request.and_then(|(_, a)| a.request_id);
         let request = request.map(|(r, _)| r);
         let response = (status, head, body_bytes);
-        record(worker, conn, read_at, request, raw_line, response);
+        record(worker, conn, (read_at, id), request, raw_line, response);
     }
 }
 
@@ -111,7 +113,7 @@ pub(crate) fn count(
 pub(crate) fn record(
     worker: &Worker,
     conn: &ConnFacts,
-    read_at: Option<Instant>,
+    (read_at, request_id): (Option<Instant>, Option<u128>),
     request: Option<&wire::Request<'_, '_>>,
     raw_line: &[u8],
     (status, head, body_bytes): (u16, &[u8], u64),
@@ -132,6 +134,7 @@ pub(crate) fn record(
         head,
         body_bytes,
         micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
+        request_id,
     };
     log.record(&entry, &worker.clock.clf_time()[..]);
 }

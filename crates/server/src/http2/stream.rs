@@ -102,6 +102,7 @@ pub(super) fn start(
                 host: current.gen.host_labels[site],
                 kind: crate::metrics::kind_index("static"),
                 method: crate::metrics::method_index(req.method),
+                request_id: None,
             })
         }
         None => exchange::answer(worker, &streams.facts, &req, true, out, &[]),
