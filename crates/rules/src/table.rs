@@ -1,5 +1,5 @@
 //! A site's routes, compiled: exact paths in a map, prefixes longest first, regexes in
-//! one `RegexSet` pass, and the order nginx gives `location`s (docs/config.md, "Routing
+//! one multi-pattern pass, and the order nginx gives `location`s (docs/config.md, "Routing
 //! and rewriting"): an exact path first; else the longest prefix when it says
 //! `no_regex`; else the first regex in file order; else the longest prefix. Matchers
 //! other than the path (methods, header, query, cookie, scheme) narrow a route: one that
@@ -8,7 +8,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::meta;
+use regex_automata::{Input, PatternSet};
 
 use crate::config::{FieldMatch, RouteRules};
 use crate::edits::Edits;
@@ -148,7 +150,7 @@ pub struct Table {
     exact: HashMap<Box<[u8]>, Vec<usize>>,
     /// Prefix rules, longest prefix first (file order among equal ones).
     prefixes: Vec<usize>,
-    regexes: Option<RegexSet>,
+    regexes: Option<meta::Regex>,
     /// The rule of each pattern of `regexes`.
     regex_rules: Vec<usize>,
     /// The host's `response_headers`: on every response of the site.
@@ -166,8 +168,9 @@ pub struct Found<'t> {
 }
 
 thread_local! {
-    /// Which regexes matched, reused from request to request (sized to the largest set).
-    static MATCHED: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
+    /// Which regexes matched, reused from request to request (sized to the largest set):
+    /// matching allocates nothing.
+    static MATCHED: RefCell<Option<PatternSet>> = const { RefCell::new(None) };
 }
 
 impl Table {
@@ -223,12 +226,24 @@ impl Table {
         table.prefixes.sort_by_key(|i| std::cmp::Reverse(len(i)));
         if !patterns.is_empty() {
             // One set per case flag is not needed: the flag is written into each pattern.
-            let set = RegexSetBuilder::new(patterns.iter().map(|(p, ci)| match ci {
-                true => format!("(?i:{p})"),
-                false => p.clone(),
-            }))
-            .build()
-            .map_err(|e| Error::new(format!("invalid regex: {e}")))?;
+            let patterns: Vec<String> = patterns
+                .iter()
+                .map(|(p, ci)| match ci {
+                    true => format!("(?i:{p})"),
+                    false => p.clone(),
+                })
+                .collect();
+            // As `regex::bytes::RegexSet`: a pattern may match bytes that are not UTF-8,
+            // and every pattern that matches is reported (`MatchKind::All`).
+            let set = meta::Builder::new()
+                .syntax(regex_automata::util::syntax::Config::new().utf8(false))
+                .configure(
+                    meta::Config::new()
+                        .utf8_empty(false)
+                        .match_kind(regex_automata::MatchKind::All),
+                )
+                .build_many(&patterns)
+                .map_err(|e| Error::new(format!("invalid regex: {e}")))?;
             table.regexes = Some(set);
         }
         Ok(table)
@@ -266,14 +281,16 @@ impl Table {
         }
         if let Some(set) = &self.regexes {
             let regex = MATCHED.with_borrow_mut(|matched| {
+                let len = set.pattern_len();
+                let matched = match matched {
+                    Some(m) if m.capacity() >= len => m,
+                    other => other.insert(PatternSet::new(len)),
+                };
                 matched.clear();
-                matched.resize(set.len(), false);
-                set.matches_read_at(matched, path, 0);
+                set.which_overlapping_matches(&Input::new(path), matched);
                 matched
                     .iter()
-                    .enumerate()
-                    .filter(|(_, m)| **m)
-                    .map(|(n, _)| self.regex_rules[n])
+                    .map(|n| self.regex_rules[n.as_usize()])
                     .find(|i| holds(i))
             });
             if let Some(i) = regex {

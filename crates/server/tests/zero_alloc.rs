@@ -44,7 +44,44 @@ fn keep_alive_get_of_a_small_file_allocates_nothing() {
     run(false, true);
 }
 
+/// With routing rules that do not match the file (exact paths, prefixes and regexes,
+/// matched in one pass) and response edits without variables on every response: the
+/// rules allocate nothing either.
+#[test]
+fn keep_alive_get_under_routing_rules_allocates_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut routes = String::new();
+    for i in 0..10 {
+        routes += &format!("[[route]]\npath = \"/exact/{i}\"\nrespond = {{ body = \"{i}\" }}\n");
+        routes += &format!("[[route]]\nprefix = \"/prefix/{i}/\"\nrespond = {{ status = 204 }}\n");
+    }
+    for i in 0..5 {
+        routes += &format!(
+            "[[route]]\nregex = \"^/users/{i}/([0-9]+)$\"\nredirect = {{ to = \"/u/$1\" }}\n"
+        );
+    }
+    #[derive(serde::Deserialize)]
+    struct Routes {
+        route: Vec<rules::RouteRules>,
+    }
+    let parsed: Routes = toml::from_str(&routes).unwrap();
+    let edits: rules::HeaderEdits = toml::from_str(
+        "set = { \"X-Content-Type-Options\" = \"nosniff\", \"X-Frame-Options\" = \"DENY\", \
+         \"Referrer-Policy\" = \"no-referrer\" }\nadd = { \"X-A\" = \"1\" }\nalways = true",
+    )
+    .unwrap();
+    run_with(false, false, &|config| server::Config {
+        routes: parsed.route.iter().map(|r| (0, r.clone(), false)).collect(),
+        response_headers: Some(edits.clone()),
+        ..config
+    });
+}
+
 fn run(access_log: bool, hosts: bool) {
+    run_with(access_log, hosts, &|config| config)
+}
+
+fn run_with(access_log: bool, hosts: bool, change: &dyn Fn(server::Config) -> server::Config) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), b"hello world\n").unwrap();
     let log_path = dir.path().join("access.log");
@@ -78,7 +115,7 @@ fn run(access_log: bool, hosts: bool) {
             ..config
         }
     };
-    let server = server::Server::bind(config, Vec::new()).unwrap();
+    let server = server::Server::bind(change(config), Vec::new()).unwrap();
     let addr = server.local_addrs()[0];
     let running = server.start().unwrap();
 

@@ -145,12 +145,20 @@ pub(crate) fn answer(
         }
         (None, None) => (None, None),
     };
-    let mut filter = match decided.edits {
-        Some(mut edits) => {
+    // The response edits run first, then the route's filter (a script's header_filter);
+    // boxed only for a response that comes later.
+    let mut edits = decided.edits;
+    let mut filter = match &mut edits {
+        Some(edits) => {
             edits.inner = filter;
-            Some(Box::new(edits) as Box<dyn Attached>)
+            None
         }
         None => filter,
+    };
+    let filters: Option<&mut dyn Attached> = match (&mut edits, &mut filter) {
+        (Some(edits), _) => Some(edits),
+        (None, Some(filter)) => Some(&mut **filter),
+        (None, None) => None,
     };
     let later = |work| {
         Dispatched::Later(Pooled::new(Exchange {
@@ -185,43 +193,74 @@ pub(crate) fn answer(
             let site = &gen.sites.all()[site];
             let path = normal.then_some(&path[..]);
             files::respond(req, path, worker, conn, site, out, keep_alive);
-            if let Some(mut filter) = filter {
-                filter_written(&mut *filter, out, mark);
+            if let Some(filters) = filters {
+                filter_written(filters, out, mark);
             }
             Dispatched::Done(files_answered)
         }
-        Some(Answer::Later(deferred)) => attach(later(Work::Deferred(deferred)), filter),
+        Some(Answer::Later(deferred)) => {
+            attach(later(Work::Deferred(deferred)), boxed(edits, filter))
+        }
         Some(Answer::Now(mut response)) => {
-            if let Some(f) = filter.as_deref_mut() {
+            if let Some(f) = filters {
                 filter_response(f, &mut response);
             }
-            let head_only = req.method == wire::Method::Head;
-            compress(worker, site, accepted(req), head_only, &mut response);
-            let small = match &response.body {
-                Body::Empty => true,
-                Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
-                _ => false,
-            };
-            // HTTP/2 (an output that takes fields) frames a handler's head from its
-            // fields: the response goes to the stream as ready.
-            if !small || out.fields().is_some() {
-                return attach(later(Work::Ready(response)), filter);
-            }
-            let buf = out.buf();
-            let framing = write_head(
-                worker,
-                conn,
-                buf,
-                &response,
-                head_only,
-                req.version,
+            let terms = reply::Terms {
+                head_only: req.method == wire::Method::Head,
+                version: req.version,
                 keep_alive,
-            );
-            if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
-                buf.extend_from_slice(body);
+            };
+            match batch(worker, conn, (site, accepted(req)), out, response, terms) {
+                None => Dispatched::Done(answered),
+                // Filtered already: only its end (a script's log phase) is left.
+                Some(response) => attach(later(Work::Ready(response)), boxed(edits, filter)),
             }
-            Dispatched::Done(answered)
         }
+    }
+}
+
+/// Compresses a handler's response ready now and adds it to the output batch; gives it
+/// back when it goes out on its own instead: a large body, or HTTP/2 (an output that
+/// takes fields), which frames a handler's head from its fields.
+fn batch(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (site, accepted): (usize, compress::Accepted),
+    out: &mut Output,
+    mut response: Response,
+    terms: reply::Terms,
+) -> Option<Response> {
+    compress(worker, site, accepted, terms.head_only, &mut response);
+    let small = match &response.body {
+        Body::Empty => true,
+        Body::Full(b) => b.len() <= MAX_BATCHED_BODY,
+        _ => false,
+    };
+    if !small || out.fields().is_some() {
+        return Some(response);
+    }
+    let buf = out.buf();
+    let reply::Terms {
+        head_only,
+        version,
+        keep_alive,
+    } = terms;
+    let framing = write_head(worker, conn, buf, &response, head_only, version, keep_alive);
+    if let (Body::Full(body), false) = (&response.body, framing.is_none()) {
+        buf.extend_from_slice(body);
+    }
+    None
+}
+
+/// The response edits and the route's filter as the one filter a response that comes
+/// later carries.
+fn boxed(
+    edits: Option<routing::EditFilter>,
+    filter: Option<Box<dyn Attached>>,
+) -> Option<Box<dyn Attached>> {
+    match edits {
+        Some(edits) => Some(Box::new(edits)),
+        None => filter,
     }
 }
 
@@ -532,34 +571,35 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
         filter_fields(filter, fields.head_mut());
         return;
     }
-    let (at, written) = out.head_since(mark);
-    let written = written.to_vec();
+    // Recycled buffers and head: no allocation in the steady state (response edits on
+    // every file of a site go through here).
+    let mut written = reply::HeadBuf::take();
+    let (at, head) = out.head_since(mark);
+    written.extend_from_slice(head);
     let Some((status, fields)) = parse_head(&written) else {
         return;
     };
-    let mut head = ResponseHead::new(status);
-    let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
-    for (name, value) in fields {
-        if wire::is_framing_field(name)
+    let kept = |name: &[u8]| {
+        wire::is_framing_field(name)
             || name.eq_ignore_ascii_case(b"date")
             || name.eq_ignore_ascii_case(b"server")
-        {
-            kept.push((name, value));
-        } else {
-            head.append(name, value);
-        }
+    };
+    let mut head = ResponseHead::with_capacity(status, 12, 320);
+    for (name, value) in fields.clone().filter(|(n, _)| !kept(n)) {
+        head.append(name, value);
     }
     if filter.response(&mut head, true) == Filter::Failed {
         // The body is already queued: keep the response as the file handler wrote it.
         return;
     }
-    let mut new_head = Vec::with_capacity(written.len() + 64);
+    let mut new_head = reply::HeadBuf::take();
     wire::write_status_line(&mut new_head, head.status());
-    for &(name, value) in kept.iter().filter(|(n, _)| !wire::is_framing_field(n)) {
+    let kept_fields = || fields.clone().filter(|(n, _)| kept(n));
+    for (name, value) in kept_fields().filter(|(n, _)| !wire::is_framing_field(n)) {
         wire::write_field(&mut new_head, name, value);
     }
     head.write_fields_h1(&mut new_head);
-    for &(name, value) in kept.iter().filter(|(n, _)| wire::is_framing_field(n)) {
+    for (name, value) in kept_fields().filter(|(n, _)| wire::is_framing_field(n)) {
         wire::write_field(&mut new_head, name, value);
     }
     new_head.extend_from_slice(b"\r\n");
