@@ -191,7 +191,7 @@ fn take_rules(
         if module {
             // Chosen by the rules when more than its prefix says when it applies.
             let by_rules = [
-                "path", "regex", "methods", "header", "query", "cookie", "scheme",
+                "path", "regex", "methods", "header", "query", "cookie", "scheme", "client",
             ]
             .iter()
             .any(|key| keys_set.iter().any(|k| k == key));

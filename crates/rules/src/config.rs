@@ -34,6 +34,9 @@ pub struct RouteRules {
     pub cookie: Option<FieldMatch>,
     /// `http` or `https`.
     pub scheme: Option<String>,
+    /// Client addresses (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.7`), one of which must
+    /// hold the request's client (the socket's peer until trusted proxies exist).
+    pub client: Vec<String>,
     /// Answer with a fixed response.
     pub respond: Option<Respond>,
     /// Answer with a redirect.
@@ -55,7 +58,8 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 18] = [
+pub const ROUTE_KEYS: [&str; 19] = [
+    "client",
     "try_files",
     "path",
     "regex",

@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use regex::bytes::{Regex, RegexBuilder};
 use regex_automata::meta;
@@ -88,6 +89,8 @@ struct Narrow {
     cookie: Option<Cond>,
     /// `Some(true)`: https only.
     secure: Option<bool>,
+    /// Networks the client must be in (any of them): address and prefix length.
+    clients: Box<[(IpAddr, u8)]>,
 }
 
 #[derive(Debug)]
@@ -121,6 +124,7 @@ impl Narrow {
             && self.query.is_none()
             && self.cookie.is_none()
             && self.secure.is_none()
+            && self.clients.is_empty()
     }
 
     fn holds(&self, ctx: &Ctx<'_>) -> bool {
@@ -140,6 +144,11 @@ impl Narrow {
                 .as_ref()
                 .is_none_or(|c| c.holds(ctx.cookie(&c.name)))
             && self.secure.is_none_or(|s| s == ctx.secure)
+            && (self.clients.is_empty()
+                || self
+                    .clients
+                    .iter()
+                    .any(|&(net, len)| in_network(ctx.peer.ip(), net, len)))
     }
 }
 
@@ -624,6 +633,12 @@ fn compile_rule(
                 .at("scheme")))
             }
         },
+        clients: c
+            .client
+            .iter()
+            .map(|n| network(n))
+            .collect::<Result<_, _>>()
+            .map_err(|e| at(e.at("client")))?,
     };
     for m in narrow.methods.iter() {
         if m.is_empty() || !m.bytes().all(wire::is_tchar) {
@@ -645,6 +660,50 @@ fn compile_rule(
         add_prefix,
         captures,
     })
+}
+
+/// `ADDR` or `ADDR/LEN` as (address, prefix length).
+fn network(text: &str) -> Result<(IpAddr, u8), Error> {
+    let (addr, len) = match text.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (text, None),
+    };
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| Error::new(format!("`{text}` is not an address or a network")))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        None => max,
+        Some(l) => match l.parse::<u8>() {
+            Ok(l) if l <= max => l,
+            _ => {
+                return Err(Error::new(format!(
+                    "`{text}`: the prefix length is not 0-{max}"
+                )))
+            }
+        },
+    };
+    Ok((addr, len))
+}
+
+/// Whether `ip` is in the network `net/len` (an IPv4 client seen as IPv4-mapped IPv6
+/// counts as IPv4).
+fn in_network(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
 }
 
 fn check_path(p: &str) -> Result<(), Error> {
@@ -807,6 +866,25 @@ mod tests {
         );
         assert_eq!(chosen(&t, "POST", "/api/x", "Cookie: sid=ABC\r\n"), Some(6));
         assert_eq!(chosen(&t, "DELETE", "/api/x", ""), Some(6));
+    }
+
+    #[test]
+    fn client_networks_hold_v4_v6_and_mapped_addresses() {
+        let holds = |ip: &str, net: &str| {
+            let (n, l) = network(net).unwrap();
+            in_network(ip.parse().unwrap(), n, l)
+        };
+        assert!(holds("10.1.2.3", "10.0.0.0/8"));
+        assert!(!holds("11.1.2.3", "10.0.0.0/8"));
+        assert!(holds("192.0.2.7", "192.0.2.7"));
+        assert!(!holds("192.0.2.8", "192.0.2.7"));
+        assert!(holds("::ffff:10.9.9.9", "10.0.0.0/8"));
+        assert!(holds("2001:db8::1", "2001:db8::/32"));
+        assert!(!holds("2001:db9::1", "2001:db8::/32"));
+        assert!(holds("8.8.8.8", "0.0.0.0/0"));
+        assert!(!holds("10.0.0.1", "2001:db8::/32"));
+        assert!(network("10.0.0.0/33").is_err());
+        assert!(network("nope").is_err());
     }
 
     #[test]
