@@ -178,6 +178,17 @@ respond = { body = "secure" }
 
 [[route]]
 prefix = "/api/"
+client = ["10.0.0.0/8", "2001:db8::/32"]
+respond = { body = "office" }
+
+[[route]]
+prefix = "/api/"
+client = ["127.0.0.0/8"]
+methods = ["POST"]
+respond = { body = "loopback" }
+
+[[route]]
+prefix = "/api/"
 respond = { body = "plain" }
 "#,
     ));
@@ -197,6 +208,9 @@ respond = { body = "plain" }
             "{target} {fields}"
         );
     }
+    // The client is 127.0.0.1: not the office's network, but loopback (for a POST).
+    let r = ask(&server, "POST", "/api/x", "Content-Length: 0\r\n");
+    assert_eq!(body(&r), "loopback");
 }
 
 /// An origin that answers every request 200 with `origin` as its body, then closes.
