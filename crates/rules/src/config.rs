@@ -55,10 +55,13 @@ pub struct RouteRules {
     pub request_headers: Option<HeaderEdits>,
     /// Edits of the response's fields (after the host's own).
     pub response_headers: Option<HeaderEdits>,
+    /// Pages for error statuses (`"404" = "/404.html"`), before the host's.
+    pub error_page: BTreeMap<String, String>,
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 19] = [
+pub const ROUTE_KEYS: [&str; 20] = [
+    "error_page",
     "client",
     "try_files",
     "path",

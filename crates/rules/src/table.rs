@@ -77,8 +77,21 @@ pub struct Rule {
     pub strip_prefix: Option<Box<[u8]>>,
     /// Put before the path after that (`add_prefix`).
     pub add_prefix: Option<Box<[u8]>>,
+    /// Pages for error statuses, before the host's (`error_page`).
+    errors: Pages,
     /// Whether a value uses the route regex's captures (they are found only then).
     pub captures: bool,
+}
+
+/// Error pages: status and the path of the page in the site's root, by status.
+type Pages = Box<[(u16, Box<[u8]>)]>;
+
+/// What a site says besides its routes: its response edits and error pages, each with
+/// the key that names it in errors.
+#[derive(Default)]
+pub struct Host<'a> {
+    pub response: Option<(&'a crate::config::HeaderEdits, &'a str)>,
+    pub errors: Option<(&'a std::collections::BTreeMap<String, String>, &'a str)>,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +177,8 @@ pub struct Table {
     regex_rules: Vec<usize>,
     /// The host's `response_headers`: on every response of the site.
     pub host_response: Option<Edits>,
+    /// The host's `error_page`s.
+    host_errors: Pages,
     /// Whether a value uses `$request_id` (only then is an id made per request).
     pub request_id: bool,
 }
@@ -190,13 +205,18 @@ impl Table {
     pub fn compile(
         routes: &[(RouteRules, bool)],
         routes_key: &str,
-        host_response: Option<&crate::config::HeaderEdits>,
-        host_key: &str,
+        host: Host<'_>,
     ) -> Result<Table, Error> {
         let mut table = Table {
-            host_response: match host_response {
-                Some(edits) => Some(Edits::compile(edits, true, None).map_err(|e| e.at(host_key))?),
+            host_response: match host.response {
+                Some((edits, key)) => {
+                    Some(Edits::compile(edits, true, None).map_err(|e| e.at(key))?)
+                }
                 None => None,
+            },
+            host_errors: match host.errors {
+                Some((pages, key)) => error_pages(pages).map_err(|e| e.at(key))?,
+                None => Pages::default(),
             },
             ..Table::default()
         };
@@ -258,10 +278,25 @@ impl Table {
         Ok(table)
     }
 
-    /// Whether the site has no route and no response edit: the request goes the way it
-    /// did before rules existed, at no cost.
+    /// Whether the site has no route, no response edit and no error page: the request
+    /// goes the way it did before rules existed, at no cost.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.host_response.is_none()
+        self.rules.is_empty() && self.host_response.is_none() && self.host_errors.is_empty()
+    }
+
+    /// Whether a response of the route `rule` (or of no route) may be replaced by an
+    /// error page.
+    pub fn has_pages(&self, rule: Option<usize>) -> bool {
+        !self.host_errors.is_empty() || rule.is_some_and(|i| !self.rules[i].errors.is_empty())
+    }
+
+    /// The error page for `status` on the route `rule` (its own, else the host's).
+    pub fn page(&self, rule: Option<usize>, status: u16) -> Option<&[u8]> {
+        let own = rule.map(|i| &self.rules[i].errors[..]).unwrap_or_default();
+        own.iter()
+            .chain(self.host_errors.iter())
+            .find(|(s, _)| *s == status)
+            .map(|(_, page)| &page[..])
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -647,6 +682,7 @@ fn compile_rule(
             ));
         }
     }
+    let errors = error_pages(&c.error_page).map_err(|e| at(e.at("error_page")))?;
     Ok(Rule {
         index,
         name,
@@ -658,8 +694,33 @@ fn compile_rule(
         request,
         strip_prefix,
         add_prefix,
+        errors,
         captures,
     })
+}
+
+/// `error_page`: statuses 300-599, each to a page of the site's root.
+fn error_pages(config: &std::collections::BTreeMap<String, String>) -> Result<Pages, Error> {
+    config
+        .iter()
+        .map(|(status, page)| {
+            let code = match status.parse::<u16>() {
+                Ok(s) if (300..=599).contains(&s) => s,
+                _ => return Err(Error::new(format!("`{status}` is not a status 300-599"))),
+            };
+            if page.starts_with('@') {
+                return Err(Error::new(format!(
+                    "`{page}`: an error page from a named upstream is not built yet; \
+                     give a file of the site's root (`/50x.html`)"
+                )));
+            }
+            check_path(page)?;
+            let mut normal = Vec::new();
+            wire::normalize_path(page.as_bytes(), &mut normal)
+                .map_err(|_| Error::new(format!("`{page}` is not a path of the site")))?;
+            Ok((code, normal.into()))
+        })
+        .collect()
 }
 
 /// `ADDR` or `ADDR/LEN` as (address, prefix length).
@@ -733,224 +794,4 @@ fn cond(m: Option<&FieldMatch>) -> Result<Option<Cond>, Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn table(toml_routes: &str) -> Table {
-        #[derive(serde::Deserialize)]
-        struct File {
-            route: Vec<RouteRules>,
-        }
-        let file: File = toml::from_str(toml_routes).unwrap();
-        let routes: Vec<_> = file
-            .route
-            .into_iter()
-            .map(|r| {
-                let module = r.respond.is_none()
-                    && r.redirect.is_none()
-                    && r.rewrite.is_none()
-                    && r.try_files.is_empty();
-                (r, module)
-            })
-            .collect();
-        Table::compile(&routes, "route", None, "response_headers").unwrap()
-    }
-
-    fn chosen(table: &Table, method: &str, target: &str, fields: &str) -> Option<usize> {
-        let raw = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
-        let mut storage = wire::HeaderStorage::new();
-        let req = wire::parse_request(raw.as_bytes(), &mut storage, &wire::Limits::default())
-            .unwrap()
-            .unwrap();
-        let path = target.split('?').next().unwrap().as_bytes();
-        let ctx = Ctx {
-            req: &req,
-            path,
-            peer: "127.0.0.1:1".parse().unwrap(),
-            secure: false,
-            server_port: 80,
-            request_id: b"",
-        };
-        table.find(&ctx).map(|f| f.rule.index + 1)
-    }
-
-    /// nginx's documented example (ngx_http_core_module, `location`), with more paths:
-    /// `= /` is A, `/` is B, `/documents/` is C, `^~ /images/` is D, `~* \.(gif|jpg|jpeg)$`
-    /// is E; then routes that exercise the rest of the order.
-    #[test]
-    fn the_order_is_nginx_s() {
-        let t = table(
-            r#"
-            [[route]]
-            path = "/"
-            [[route]]
-            prefix = "/"
-            [[route]]
-            prefix = "/documents/"
-            [[route]]
-            prefix = "/images/"
-            no_regex = true
-            [[route]]
-            regex = '\.(gif|jpg|jpeg)$'
-            case_insensitive = true
-            [[route]]
-            regex = '^/documents/private/'
-            [[route]]
-            prefix = "/documents/private/old"
-            [[route]]
-            path = "/documents/"
-            [[route]]
-            prefix = "/api"
-            [[route]]
-            regex = '^/api/v[0-9]+/'
-            "#,
-        );
-        let cases = [
-            ("/", 1),
-            ("/index.html", 2),
-            ("/documents/document.html", 3),
-            ("/images/1.gif", 4),
-            ("/documents/1.jpg", 5),
-            ("/documents/1.JPG", 5),
-            ("/x/y/z.jpeg", 5),
-            ("/images/deep/a/b.png", 4),
-            ("/images", 2),
-            ("/documents/private/a", 6),
-            ("/documents/private/old/a.txt", 6),
-            ("/documents/private/old/a.gif", 5),
-            ("/documents/", 8),
-            ("/documents", 2),
-            ("/api", 9),
-            ("/api/x", 9),
-            ("/apix", 2),
-            ("/api/v2/users", 10),
-            ("/api/v2/u.gif", 5),
-            ("/a/b/c", 2),
-            ("/documentsx/a", 2),
-        ];
-        for (path, want) in cases {
-            assert_eq!(chosen(&t, "GET", path, ""), Some(want), "{path}");
-        }
-    }
-
-    #[test]
-    fn narrowing_matchers_pass_a_route_over() {
-        let t = table(
-            r#"
-            [[route]]
-            prefix = "/api/"
-            header = { name = "X-Beta", equals = "1" }
-            [[route]]
-            prefix = "/api/"
-            methods = ["GET", "HEAD"]
-            [[route]]
-            prefix = "/api/"
-            query = { name = "debug" }
-            [[route]]
-            prefix = "/api/"
-            cookie = { name = "sid", regex = "^[a-z]+$" }
-            [[route]]
-            prefix = "/api/"
-            scheme = "https"
-            [[route]]
-            prefix = "/"
-            "#,
-        );
-        assert_eq!(chosen(&t, "POST", "/api/x", "X-Beta: 1\r\n"), Some(1));
-        assert_eq!(chosen(&t, "POST", "/api/x", "X-Beta: 2\r\n"), Some(6));
-        assert_eq!(chosen(&t, "GET", "/api/x", "X-Beta: 2\r\n"), Some(2));
-        assert_eq!(chosen(&t, "POST", "/api/x?a=1&debug", ""), Some(3));
-        assert_eq!(
-            chosen(&t, "POST", "/api/x", "Cookie: a=b; sid=abc\r\n"),
-            Some(4)
-        );
-        assert_eq!(chosen(&t, "POST", "/api/x", "Cookie: sid=ABC\r\n"), Some(6));
-        assert_eq!(chosen(&t, "DELETE", "/api/x", ""), Some(6));
-    }
-
-    #[test]
-    fn client_networks_hold_v4_v6_and_mapped_addresses() {
-        let holds = |ip: &str, net: &str| {
-            let (n, l) = network(net).unwrap();
-            in_network(ip.parse().unwrap(), n, l)
-        };
-        assert!(holds("10.1.2.3", "10.0.0.0/8"));
-        assert!(!holds("11.1.2.3", "10.0.0.0/8"));
-        assert!(holds("192.0.2.7", "192.0.2.7"));
-        assert!(!holds("192.0.2.8", "192.0.2.7"));
-        assert!(holds("::ffff:10.9.9.9", "10.0.0.0/8"));
-        assert!(holds("2001:db8::1", "2001:db8::/32"));
-        assert!(!holds("2001:db9::1", "2001:db8::/32"));
-        assert!(holds("8.8.8.8", "0.0.0.0/0"));
-        assert!(!holds("10.0.0.1", "2001:db8::/32"));
-        assert!(network("10.0.0.0/33").is_err());
-        assert!(network("nope").is_err());
-    }
-
-    #[test]
-    fn bad_routes_are_refused_by_name() {
-        let refused = |routes: &str, want: &str| {
-            #[derive(serde::Deserialize)]
-            struct File {
-                route: Vec<RouteRules>,
-            }
-            let file: File = toml::from_str(routes).unwrap();
-            let routes: Vec<_> = file.route.into_iter().map(|r| (r, false)).collect();
-            let e = Table::compile(&routes, "route", None, "response_headers")
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(want), "{e} lacks {want}");
-        };
-        refused(
-            "[[route]]\nregex = '(a'\nrespond = {}",
-            "`route[0].regex`: invalid regex",
-        );
-        refused(
-            "[[route]]\npath = '/a'\nredirect = { to = '/a' }",
-            "points back at this route",
-        );
-        refused(
-            "[[route]]\npath = '/a'\nrewrite = { to = '/a?x' }",
-            "points back at this route",
-        );
-        refused(
-            "[[route]]\npath = '/a'\nrespond = {}\nredirect = { to = '/b' }",
-            "conflicting actions",
-        );
-        refused(
-            "[[route]]\npath = '/a'\nredirect = { to = '/$nope' }",
-            "unknown variable `$nope`",
-        );
-        refused("[[route]]\nprefix = '/a'\nrespond = {}\nresponse_headers = { set = { 'Content-Length' = '1' } }", "frames every message");
-        refused("[[route]]\npath = '/a'", "does nothing");
-        refused(
-            "[[route]]\npath = '/a'\nrespond = { status = 700 }",
-            "`route[0].respond`: `status`: 700 is not",
-        );
-        refused(
-            "[[route]]\nprefix = '/a'\nrespond = {}\nstrip_prefix = '/a'",
-            "needs `upstream`",
-        );
-        refused(
-            "[[route]]\ntry_files = ['/index.html']",
-            "at least one file",
-        );
-        refused(
-            "[[route]]\nprefix = '/a'\nrespond = {}\n[[route]]\nprefix = '/a'\nrespond = {}",
-            "`route[1]`: never chosen: `route[0]` before it has the same `prefix`",
-        );
-        refused(
-            "[[route]]\nregex = 'x'\nrespond = {}\n[[route]]\nregex = 'x'\nmethods = ['GET']\nrespond = {}",
-            "never chosen",
-        );
-        refused("[[route]]\ntry_files = ['$uri', '=99']", "`=99` is not");
-        refused(
-            "[[route]]\ntry_files = ['$uri', 'index.html']",
-            "neither a URI",
-        );
-        refused(
-            "[[route]]\ntry_files = ['$uri', '/i']\nrespond = {}",
-            "conflicting actions",
-        );
-    }
-}
+mod tests;

@@ -21,7 +21,7 @@ pub(crate) struct Decided {
     pub edits: Option<EditFilter>,
     /// The request target a rule rewrote it to (`rewrite`, `try_files`, `strip_prefix`).
     pub target: Option<Vec<u8>>,
-    /// The route chosen, when a module serves it.
+    /// The route chosen (for a module's, its handler; for every one, its error pages).
     pub rule: Option<usize>,
     /// The request's fields as the route's `request_headers` edited them.
     pub fields: Option<Fields>,
@@ -31,10 +31,11 @@ pub(crate) struct Decided {
 }
 
 impl Decided {
-    fn answer(response: Response, edits: Option<EditFilter>) -> Decided {
+    fn answer(response: Response, edits: Option<EditFilter>, rule: usize) -> Decided {
         Decided {
             response: Some(response),
             edits,
+            rule: Some(rule),
             ..Decided::default()
         }
     }
@@ -119,7 +120,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                     body,
                     relayed: false,
                 };
-                return Decided::answer(response, edits());
+                return Decided::answer(response, edits(), found.rule.index);
             }
             Action::Redirect { status, to } => {
                 let mut location = Vec::new();
@@ -127,7 +128,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                 rules::sanitize(&mut location);
                 let mut response = Response::status_page(*status);
                 response.head.append(b"Location", &location);
-                return Decided::answer(response, edits());
+                return Decided::answer(response, edits(), found.rule.index);
             }
             Action::Rewrite { from, to } => {
                 let mut new = Vec::new();
@@ -160,12 +161,14 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                         edits,
                         target: Some(target),
                         files: true,
+                        rule: Some(found.rule.index),
                         ..Decided::default()
                     };
                 }
                 match fallback {
                     Fallback::Status(status) => {
-                        return Decided::answer(Response::status_page(*status), edits())
+                        let page = Response::status_page(*status);
+                        return Decided::answer(page, edits(), found.rule.index);
                     }
                     Fallback::Uri(uri) => {
                         let mut new = Vec::new();
@@ -182,7 +185,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
         // Routed again, on the new target.
         let mut normal = Vec::new();
         if wire::normalize_path(query_less(&new), &mut normal).is_err() {
-            return Decided::answer(Response::status_page(400), edits());
+            return Decided::answer(Response::status_page(400), edits(), found.rule.index);
         }
         *path = normal;
         target = Some(new);
@@ -192,7 +195,10 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
         rules::MAX_REWRITES,
         String::from_utf8_lossy(seen.req.path)
     );
-    Decided::answer(Response::status_page(500), None)
+    Decided {
+        response: Some(Response::status_page(500)),
+        ..Decided::default()
+    }
 }
 
 /// The first of `files` the static files have: its target (the request's query kept)

@@ -735,3 +735,93 @@ request_headers = {{ set = {{ "X-Request-Id" = "$request_id" }} }}
     assert_eq!((id.len(), path), (32, "/hello.txt"));
     assert_ne!(id, sent);
 }
+
+#[test]
+fn error_pages_replace_the_files_rules_and_proxy_errors() {
+    let site = Site::new();
+    site.write("404.html", b"<h1>custom 404</h1>\n");
+    site.write("50x.html", b"<h1>down</h1>\n");
+    site.write("api-down.html", b"{\"error\":\"api down\"}\n");
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+error_page = {{ "404" = "/404.html", "502" = "/50x.html" }}
+response_headers = {{ set = {{ "X-Content-Type-Options" = "nosniff" }}, always = true }}
+
+[[upstream]]
+name = "down"
+addresses = ["{down}"]
+
+[[route]]
+prefix = "/down/"
+upstream = "down"
+
+[[route]]
+prefix = "/api/"
+upstream = "down"
+error_page = {{ "502" = "/api-down.html" }}
+
+[[route]]
+path = "/teapot"
+respond = {{ status = 404, body = "plain" }}
+"#,
+            down = dead(),
+        ),
+    ));
+    let cases = [
+        (
+            "/missing.html",
+            404,
+            "<h1>custom 404</h1>\n",
+            "text/html; charset=utf-8",
+        ),
+        (
+            "/teapot",
+            404,
+            "<h1>custom 404</h1>\n",
+            "text/html; charset=utf-8",
+        ),
+        (
+            "/down/x",
+            502,
+            "<h1>down</h1>\n",
+            "text/html; charset=utf-8",
+        ),
+        (
+            "/api/x",
+            502,
+            "{\"error\":\"api down\"}\n",
+            "text/html; charset=utf-8",
+        ),
+    ];
+    for (target, status, want, _) in cases {
+        let r = ask(&server, "GET", target, "");
+        assert_eq!((r.status, body(&r).as_str()), (status, want), "{target}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{target}"
+        );
+    }
+    // A HEAD gets the page's head alone; a page's own file is served as usual.
+    let r = ask(&server, "HEAD", "/missing.html", "");
+    assert_eq!((r.status, r.body.len()), (404, 0));
+    assert_eq!(ask(&server, "GET", "/404.html", "").status, 200);
+}
+
+#[test]
+fn an_error_page_from_a_named_upstream_is_refused_as_not_built() {
+    let site = Site::new();
+    let path = site.dir.path().join("pages.toml");
+    let toml = config(&site, "error_page = { \"502\" = \"@upstream:fallback\" }\n");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(":4: error_page: `@upstream:fallback`: an error page from a named upstream is not built yet"), "{stderr}");
+}

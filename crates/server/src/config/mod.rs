@@ -111,6 +111,9 @@ pub struct Config {
     /// Edits of every response of the default host (a `[[host]]` without its own takes
     /// these): docs/config.md, "Routing and rewriting". Default none.
     pub response_headers: Option<rules::HeaderEdits>,
+    /// Pages of the root for error statuses (`"404" = "/404.html"`), for every response
+    /// of the default host (a `[[host]]` without its own takes these). Default none.
+    pub error_page: Option<std::collections::BTreeMap<String, String>>,
     /// The rule keys of every `[[route]]` and `[[host.route]]`, in file order, each with
     /// its site (0: top level, `i + 1`: `[[host]]` `i`) and whether a module serves it
     /// (it has `upstream` or `root`). Set by `cli`, which reads the routes; no TOML key.
@@ -152,6 +155,8 @@ pub struct HostConfig {
     /// Edits of every response of this host, after the top-level ones (docs/config.md,
     /// "Routing and rewriting"). Default: the top-level `response_headers`.
     pub response_headers: Option<rules::HeaderEdits>,
+    /// Pages of this host's root for error statuses. Default: the top-level `error_page`.
+    pub error_page: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -236,6 +241,7 @@ impl Default for Config {
             http2: Default::default(),
             host: Vec::new(),
             response_headers: None,
+            error_page: None,
             routes: Vec::new(),
         }
     }
@@ -325,24 +331,34 @@ impl Config {
                     .filter(|(s, _, _)| *s == site)
                     .map(|(_, r, module)| (r.clone(), *module))
                     .collect();
-                let (edits, routes_key, edits_key) = match site {
-                    0 => (
-                        config.response_headers.as_ref(),
-                        "route".to_string(),
-                        "response_headers".to_string(),
+                let (host, routes_key) = match site {
+                    0 => (None, "route".to_string()),
+                    i => (
+                        Some((i - 1, &config.host[i - 1])),
+                        format!("host[{}].route", i - 1),
                     ),
-                    i => {
-                        let own = config.host[i - 1].response_headers.as_ref();
-                        let (edits, key) = match own {
-                            Some(edits) => {
-                                (Some(edits), format!("host[{}].response_headers", i - 1))
-                            }
-                            None => (config.response_headers.as_ref(), "response_headers".into()),
-                        };
-                        (edits, format!("host[{}].route", i - 1), key)
-                    }
                 };
-                rules::Table::compile(&routes, &routes_key, edits, &edits_key)
+                let edits_key = match host {
+                    Some((i, h)) if h.response_headers.is_some() => {
+                        format!("host[{i}].response_headers")
+                    }
+                    _ => "response_headers".into(),
+                };
+                let pages_key = match host {
+                    Some((i, h)) if h.error_page.is_some() => format!("host[{i}].error_page"),
+                    _ => "error_page".into(),
+                };
+                let edits = host
+                    .and_then(|(_, h)| h.response_headers.as_ref())
+                    .or(config.response_headers.as_ref());
+                let pages = host
+                    .and_then(|(_, h)| h.error_page.as_ref())
+                    .or(config.error_page.as_ref());
+                let host = rules::Host {
+                    response: edits.map(|e| (e, edits_key.as_str())),
+                    errors: pages.map(|p| (p, pages_key.as_str())),
+                };
+                rules::Table::compile(&routes, &routes_key, host)
                     .map(std::sync::Arc::new)
                     .map_err(|e| e.to_string())
             })

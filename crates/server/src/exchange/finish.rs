@@ -108,6 +108,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         version,
         raw_head,
         mut answered,
+        pages,
         site,
         accepted,
     } = exchange;
@@ -123,7 +124,15 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
                 BodyRead::Close => return Ok(false),
             };
             worker.clock.refresh();
-            handled(&worker, answer, &mut filter, site, accepted, head_only)
+            let pages = pages.as_ref();
+            handled(
+                &worker,
+                answer,
+                (&mut filter, pages),
+                site,
+                accepted,
+                head_only,
+            )
         }
     };
     settle(&worker, &mut response, &mut answered, S::SWITCHES);

@@ -37,6 +37,8 @@ pub(crate) struct Exchange {
     pub raw_head: Vec<u8>,
     /// Who answered, for metrics.
     pub answered: Answered,
+    /// The route's error pages (`error_page`), when it or its host has any.
+    pub pages: Option<Pages>,
     /// The site that answers, and what the request's Accept-Encoding allows, for the
     /// compression filter.
     pub site: usize,
@@ -160,6 +162,7 @@ pub(crate) fn answer(
         (None, Some(filter)) => Some(&mut **filter),
         (None, None) => None,
     };
+    let pages = Pages::of(gen, site, decided.rule);
     let later = |work| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
@@ -176,6 +179,7 @@ pub(crate) fn answer(
                 Vec::new()
             },
             answered,
+            pages: pages.clone(),
             site,
             accepted: accepted(req),
         }))
@@ -190,9 +194,17 @@ pub(crate) fn answer(
         None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
             continue_first(req, pending, out);
-            let site = &gen.sites.all()[site];
+            let root = &gen.sites.all()[site];
             let path = normal.then_some(&path[..]);
-            files::respond(req, path, worker, conn, site, out, keep_alive);
+            files::respond(req, path, worker, conn, root, out, keep_alive);
+            let mut filters = filters;
+            if let Some(page) = error_page(worker, out, mark, pages.as_ref(), &mut filters) {
+                let terms = terms(req, keep_alive);
+                return match batch(worker, conn, (site, accepted(req)), out, page, terms) {
+                    None => Dispatched::Done(files_answered),
+                    Some(page) => attach(later(Work::Ready(page)), boxed(edits, filter)),
+                };
+            }
             if let Some(filters) = filters {
                 filter_written(filters, out, mark);
             }
@@ -202,14 +214,13 @@ pub(crate) fn answer(
             attach(later(Work::Deferred(deferred)), boxed(edits, filter))
         }
         Some(Answer::Now(mut response)) => {
+            if let Some(pages) = &pages {
+                pages.replace(worker, &mut response);
+            }
             if let Some(f) = filters {
                 filter_response(f, &mut response);
             }
-            let terms = reply::Terms {
-                head_only: req.method == wire::Method::Head,
-                version: req.version,
-                keep_alive,
-            };
+            let terms = terms(req, keep_alive);
             match batch(worker, conn, (site, accepted(req)), out, response, terms) {
                 None => Dispatched::Done(answered),
                 // Filtered already: only its end (a script's log phase) is left.
@@ -250,6 +261,73 @@ fn batch(
         buf.extend_from_slice(body);
     }
     None
+}
+
+/// A route's error pages (`error_page`, its own and its host's).
+#[derive(Clone)]
+pub(crate) struct Pages {
+    table: std::sync::Arc<rules::Table>,
+    rule: Option<usize>,
+    site: usize,
+}
+
+impl Pages {
+    /// The pages of the route `rule` of `site`, `None` when it and its host have none.
+    fn of(gen: &Generation, site: usize, rule: Option<usize>) -> Option<Pages> {
+        let table = &gen.rules[site];
+        table.has_pages(rule).then(|| Pages {
+            table: table.clone(),
+            rule,
+            site,
+        })
+    }
+
+    /// The page for `status` as a response of that status, when there is one and the
+    /// site's root has it.
+    fn page(&self, worker: &Worker, status: u16) -> Option<Response> {
+        let path = self.table.page(self.rule, status)?;
+        let current = worker.current();
+        let site = current.gen.sites.all().get(self.site)?;
+        files::page(status, path, worker, site)
+    }
+
+    /// Puts the page for `response`'s status in its place, when there is one.
+    fn replace(&self, worker: &Worker, response: &mut Response) {
+        if let Some(page) = self.page(worker, response.head.status()) {
+            *response = page;
+        }
+    }
+}
+
+/// The site's page for the error the files just answered (a 404), taken back from the
+/// output and filtered, when there is one.
+fn error_page(
+    worker: &Worker,
+    out: &mut Output,
+    mark: Mark,
+    pages: Option<&Pages>,
+    filters: &mut Option<&mut dyn Attached>,
+) -> Option<Response> {
+    let status = out
+        .fields()
+        .map_or_else(|| out.since(mark).0, |f| f.status());
+    let mut page = pages?.page(worker, status)?;
+    if !out.rewind(mark) {
+        return None;
+    }
+    if let Some(f) = filters.as_deref_mut() {
+        filter_response(f, &mut page);
+    }
+    Some(page)
+}
+
+/// How a request's response is framed.
+fn terms(req: &wire::Request<'_, '_>, keep_alive: bool) -> reply::Terms {
+    reply::Terms {
+        head_only: req.method == wire::Method::Head,
+        version: req.version,
+        keep_alive,
+    }
 }
 
 /// The response edits and the route's filter as the one filter a response that comes
@@ -469,15 +547,26 @@ fn continue_first(req: &wire::Request<'_, '_>, pending: &[u8], out: &mut Output)
 }
 
 /// What a deferred handler answered, as either protocol sends it: through the route's
-/// filter and the compression filter, or the server's status page for its error status.
+/// filter and the compression filter, or the server's status page for its error status
+/// (either replaced by the site's error page for it, when it has one).
 pub(crate) fn handled(
     worker: &Worker,
     answer: Result<Response, u16>,
-    filter: &mut Option<Box<dyn Attached>>,
+    (filter, pages): (&mut Option<Box<dyn Attached>>, Option<&Pages>),
     site: usize,
     accepted: compress::Accepted,
     head_only: bool,
 ) -> Response {
+    let answer = match (answer, pages) {
+        (Ok(mut response), Some(pages)) => {
+            pages.replace(worker, &mut response);
+            Ok(response)
+        }
+        (Err(status), Some(pages)) => Ok(pages
+            .page(worker, status)
+            .unwrap_or_else(|| Response::status_page(status))),
+        (answer, None) => answer,
+    };
     match answer {
         Ok(mut response) => {
             if let Some(filter) = filter.as_deref_mut() {

@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use handler::{Body, Response, ResponseHead};
 use wire::{Framing, Method, Request};
 
 use crate::config::CacheControlRule;
@@ -305,6 +306,31 @@ enum Miss {
     AddSlash,
     /// A directory without an index, listed (`autoindex`).
     Listing(Arc<FileEntry>),
+}
+
+/// The page of the site's root at `path` as a response of `status` (`error_page`): the
+/// file's bytes and its type, without validators or ranges; `None` when there is no such
+/// file, or it is over 1 MiB (an error page is small).
+pub(crate) fn page(status: u16, path: &[u8], worker: &Worker, site: &Site) -> Option<Response> {
+    const MAX_PAGE: u64 = 1 << 20;
+    let entry = lookup(Some(path), worker, site, AcceptEncoding::IDENTITY).ok()?;
+    let body = match entry.in_memory {
+        true => bytes::Bytes::copy_from_slice(entry.body()),
+        false if entry.len <= MAX_PAGE => {
+            use std::os::unix::fs::FileExt;
+            let mut bytes = vec![0u8; entry.len as usize];
+            entry.file.read_exact_at(&mut bytes, 0).ok()?;
+            bytes.into()
+        }
+        false => return None,
+    };
+    let mut head = ResponseHead::new(status);
+    head.append(b"Content-Type", entry.content_type.as_bytes());
+    Some(Response {
+        head,
+        body: Body::Full(body),
+        relayed: false,
+    })
 }
 
 /// Whether a normalised path names something to serve: a file, a directory's index (the

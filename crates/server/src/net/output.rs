@@ -156,6 +156,7 @@ impl FieldsHead {
 pub(crate) struct Mark {
     buf: usize,
     outside: u64,
+    segments: usize,
 }
 
 /// A part of a response body taken out of the batch ([`Output::take_pieces`]).
@@ -247,7 +248,21 @@ impl Output {
         Mark {
             buf: self.buf.len(),
             outside: self.outside,
+            segments: self.segments.len(),
         }
+    }
+
+    /// Takes back the response added since `mark`, when it lies in the buffer alone (a
+    /// head and a small body: the server's own error pages); `false` when it cannot.
+    pub(crate) fn rewind(&mut self, mark: Mark) -> bool {
+        if self.segments.len() != mark.segments || self.pending_from > mark.buf {
+            return false;
+        }
+        self.buf.truncate(mark.buf);
+        if let Some(head) = &mut self.fields {
+            head.reset(0);
+        }
+        true
     }
 
     /// The response added since `mark`: its status, head, and body length.
