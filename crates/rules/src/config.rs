@@ -47,6 +47,10 @@ pub struct RouteRules {
     /// `/` is a directory, served by its index), then a URI to route the request to, or
     /// `=CODE` to answer that status (nginx `try_files`).
     pub try_files: Vec<String>,
+    /// Serve the paths under the route's `prefix` from this directory instead of the
+    /// site's root: `/static/a.css` under `prefix = "/static/"` is `DIR/a.css` (nginx
+    /// `alias`).
+    pub alias: Option<std::path::PathBuf>,
     /// Remove this prefix from the path sent to the upstream.
     pub strip_prefix: Option<String>,
     /// Put this prefix before the path sent to the upstream (after `strip_prefix`).
@@ -60,7 +64,8 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 20] = [
+pub const ROUTE_KEYS: [&str; 21] = [
+    "alias",
     "error_page",
     "client",
     "try_files",

@@ -42,6 +42,8 @@ pub enum Action {
     Redirect { status: u16, to: Template },
     /// A new path (and query), then the request is routed again.
     Rewrite { from: Option<Regex>, to: Template },
+    /// The files of another directory (`alias`), under the route's prefix.
+    Alias(std::path::PathBuf),
     /// Files tried in turn; then the fallback.
     TryFiles {
         files: Box<[Template]>,
@@ -384,7 +386,7 @@ impl Rule {
         let action = match &self.action {
             Action::Respond { body, .. } => body.uses_request_id(),
             Action::Redirect { to, .. } | Action::Rewrite { to, .. } => to.uses_request_id(),
-            Action::TryFiles { .. } | Action::Module => false,
+            Action::TryFiles { .. } | Action::Alias(_) | Action::Module => false,
         };
         action
             || self.response.as_ref().is_some_and(Edits::uses_request_id)
@@ -475,6 +477,9 @@ fn compile_rule(
     }
     if !c.try_files.is_empty() {
         actions.push("`try_files`");
+    }
+    if c.alias.is_some() {
+        actions.push("`alias`");
     }
     if actions.len() > 1 {
         return Err(at(Error::new(format!(
@@ -607,11 +612,23 @@ fn compile_rule(
             }
         };
         Action::TryFiles { files, fallback }
+    } else if let Some(dir) = &c.alias {
+        if !matches!(path, PathMatch::Prefix(_)) {
+            return Err(at(Error::new("is for a `prefix` route").at("alias")));
+        }
+        if !dir.is_absolute() {
+            return Err(at(Error::new(format!(
+                "`{}` is not an absolute path",
+                dir.display()
+            ))
+            .at("alias")));
+        }
+        Action::Alias(dir.clone())
     } else if module {
         Action::Module
     } else {
         return Err(at(Error::new(
-            "the route does nothing: give `upstream`, `root`, `respond`, `redirect`, `rewrite` or `try_files`",
+            "the route does nothing: give `upstream`, `root`, `respond`, `redirect`, `rewrite`, `try_files` or `alias`",
         )));
     };
     let response = match &c.response_headers {
@@ -649,7 +666,7 @@ fn compile_rule(
             files.iter().any(Template::uses_captures)
                 || matches!(fallback, Fallback::Uri(t) if t.uses_captures())
         }
-        Action::Rewrite { .. } | Action::Module => false,
+        Action::Rewrite { .. } | Action::Alias(_) | Action::Module => false,
     } || response.as_ref().is_some_and(Edits::uses_captures)
         || request.as_ref().is_some_and(Edits::uses_captures);
     let narrow = Narrow {

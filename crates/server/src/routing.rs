@@ -25,9 +25,11 @@ pub(crate) struct Decided {
     pub rule: Option<usize>,
     /// The request's fields as the route's `request_headers` edited them.
     pub fields: Option<Fields>,
-    /// The static files serve it (a file `try_files` found), whatever module a prefix
-    /// of its path has.
+    /// The static files serve it (a file `try_files` found, an `alias`), whatever module
+    /// a prefix of its path has.
     pub files: bool,
+    /// From the directory of this `alias` route, at the path that follows its prefix.
+    pub alias: Option<usize>,
 }
 
 impl Decided {
@@ -80,20 +82,11 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
         let new = match &found.rule.action {
             Action::Module => {
                 let rule = found.rule;
-                let fields = rule.request.as_ref().map(|e| {
-                    let mut expanded = Vec::new();
-                    e.expand(&ctx, captured, &mut expanded);
-                    let mut fields: Fields = req
-                        .headers
-                        .iter()
-                        .map(|h| (h.name.into(), h.value.to_vec()))
-                        .collect();
-                    e.apply_fields(&mut fields, &mut expanded.iter().map(Vec::as_slice));
-                    fields
-                });
-                let prefixed = prefixed(rule, req.path, ctx.path);
+                let fields = rule.request.as_ref();
+                let fields = fields.map(|e| edited_fields(e, &ctx, captured));
+                let (prefixed, edits) = (prefixed(rule, req.path, ctx.path), edits());
                 return Decided {
-                    edits: edits(),
+                    edits,
                     target: prefixed.or(target),
                     rule: Some(rule.index),
                     fields,
@@ -105,21 +98,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                 body,
                 content_type,
             } => {
-                let mut bytes = Vec::new();
-                body.expand(&ctx, captured, &mut bytes);
-                let mut head = ResponseHead::new(*status);
-                let body = match bytes.is_empty() {
-                    true => Body::Empty,
-                    false => {
-                        head.append(b"Content-Type", content_type);
-                        Body::Full(bytes.into())
-                    }
-                };
-                let response = Response {
-                    head,
-                    body,
-                    relayed: false,
-                };
+                let response = respond(*status, body, content_type, &ctx, captured);
                 return Decided::answer(response, edits(), found.rule.index);
             }
             Action::Redirect { status, to } => {
@@ -152,6 +131,26 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                 }
                 rewritten(&mut new, ctx.query());
                 new
+            }
+            Action::Alias(_) => {
+                let rule = found.rule;
+                let edits = edits();
+                if let rules::PathMatch::Prefix(prefix) = &rule.path {
+                    let rest = path[prefix.len()..].to_vec();
+                    path.clear();
+                    if !rest.starts_with(b"/") {
+                        path.push(b'/');
+                    }
+                    path.extend_from_slice(&rest);
+                }
+                return Decided {
+                    edits,
+                    target,
+                    files: true,
+                    alias: Some(rule.index),
+                    rule: Some(rule.index),
+                    ..Decided::default()
+                };
             }
             Action::TryFiles { files, fallback } => {
                 if let Some((target, normal)) = try_files(files, &ctx, captured, seen.exists) {
@@ -234,6 +233,49 @@ fn try_files(
         }
     }
     None
+}
+
+/// The request's fields as `edits` (a route's `request_headers`) make them.
+fn edited_fields(
+    edits: &rules::Edits,
+    ctx: &Ctx<'_>,
+    captured: (&[u8], &rules::Captures),
+) -> Fields {
+    let mut expanded = Vec::new();
+    edits.expand(ctx, captured, &mut expanded);
+    let mut fields: Fields = ctx
+        .req
+        .headers
+        .iter()
+        .map(|h| (h.name.into(), h.value.to_vec()))
+        .collect();
+    edits.apply_fields(&mut fields, &mut expanded.iter().map(Vec::as_slice));
+    fields
+}
+
+/// A `respond` rule's response.
+fn respond(
+    status: u16,
+    body: &rules::Template,
+    content_type: &[u8],
+    ctx: &Ctx<'_>,
+    captured: (&[u8], &rules::Captures),
+) -> Response {
+    let mut bytes = Vec::new();
+    body.expand(ctx, captured, &mut bytes);
+    let mut head = ResponseHead::new(status);
+    let body = match bytes.is_empty() {
+        true => Body::Empty,
+        false => {
+            head.append(b"Content-Type", content_type);
+            Body::Full(bytes.into())
+        }
+    };
+    Response {
+        head,
+        body,
+        relayed: false,
+    }
 }
 
 /// A request's fields, owned (as a route's `request_headers` made them).

@@ -32,8 +32,29 @@ pub(crate) struct Site {
     pub compressed_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
+impl Site {
+    /// A site for an `alias` route of this one: `root` in place of its root.
+    fn alias(&self, root: OwnedFd, file_cache_entries: usize) -> Site {
+        Site {
+            root: Some(root),
+            index: self.index.clone(),
+            autoindex: self.autoindex,
+            cache_control: self.cache_control.clone(),
+            precompressed: self.precompressed,
+            file_cache_valid_ms: self.file_cache_valid_ms,
+            sendfile_min_size: self.sendfile_min_size,
+            files: FileCache::new(file_cache_entries),
+            compression: self.compression.clone(),
+            compressed_bytes: Default::default(),
+        }
+    }
+}
+
 pub(crate) struct Sites {
     sites: Vec<Site>,
+    /// The directories of `alias` routes, by (site, route): each a site of its own (its
+    /// root, its open-file cache) with its parent site's settings.
+    aliases: std::collections::HashMap<(usize, usize), Site>,
     pub hosts: handler::Hosts,
 }
 
@@ -81,10 +102,32 @@ impl Sites {
         for (site, compression) in sites.iter_mut().zip(config.compression()) {
             site.compression = compression;
         }
+        let mut aliases = std::collections::HashMap::new();
+        let mut routes_of = vec![0usize; sites.len()];
+        for (site, rules, _) in &config.routes {
+            let rule = routes_of[*site];
+            routes_of[*site] += 1;
+            if let Some(dir) = &rules.alias {
+                let parent = &sites[*site];
+                aliases.insert(
+                    (*site, rule),
+                    parent.alias(open_root(dir)?, config.file_cache_entries),
+                );
+            }
+        }
         Ok(Sites {
             sites,
+            aliases,
             hosts: config.hosts(),
         })
+    }
+
+    /// The files `site` serves a request from: its own, or those of its `alias` route
+    /// `alias`.
+    pub fn serving(&self, site: usize, alias: Option<usize>) -> &Site {
+        alias
+            .and_then(|rule| self.aliases.get(&(site, rule)))
+            .unwrap_or(&self.sites[site])
     }
 
     /// Every site, the top-level one first.

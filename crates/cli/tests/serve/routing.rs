@@ -825,3 +825,59 @@ fn an_error_page_from_a_named_upstream_is_refused_as_not_built() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(":4: error_page: `@upstream:fallback`: an error page from a named upstream is not built yet"), "{stderr}");
 }
+
+#[test]
+fn alias_serves_a_prefix_from_another_directory() {
+    let site = Site::new();
+    let assets = site.dir.path().join("assets");
+    std::fs::create_dir_all(assets.join("css")).unwrap();
+    std::fs::write(assets.join("css/a.css"), b"a{}\n").unwrap();
+    std::fs::write(assets.join("index.html"), b"assets index\n").unwrap();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            "[[route]]\nprefix = \"/static/\"\nalias = \"{}\"\n",
+            assets.display()
+        ),
+    ));
+    let cases = [
+        ("/static/css/a.css", 200, "a{}\n"),
+        ("/static/", 200, "assets index\n"),
+        ("/hello.txt", 200, "hello world\n"),
+        // Only the alias directory: not the root's files, nothing above it.
+        ("/static/hello.txt", 404, ""),
+        ("/static/../secret.txt", 404, ""),
+        ("/static/%2e%2e/secret.txt", 404, ""),
+    ];
+    for (target, status, want) in cases {
+        let r = ask(&server, "GET", target, "");
+        assert_eq!(r.status, status, "{target}");
+        if status == 200 {
+            assert_eq!(body(&r), want, "{target}");
+        }
+    }
+    // A directory without its slash is redirected with the path the client asked for.
+    let r = ask(&server, "GET", "/static/css", "");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/static/css/"))
+    );
+
+    // A missing directory is named by check-config with its line.
+    let path = site.dir.path().join("alias.toml");
+    let toml = config(
+        &site,
+        "[[route]]\nprefix = \"/x/\"\nalias = \"/no/such/dir\"\n",
+    );
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(":6: route[0].alias: /no/such/dir is not a directory"),
+        "{stderr}"
+    );
+}

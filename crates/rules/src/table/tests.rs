@@ -15,7 +15,8 @@ fn table(toml_routes: &str) -> Table {
             let module = r.respond.is_none()
                 && r.redirect.is_none()
                 && r.rewrite.is_none()
-                && r.try_files.is_empty();
+                && r.try_files.is_empty()
+                && r.alias.is_none();
             (r, module)
         })
         .collect();

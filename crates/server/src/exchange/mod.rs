@@ -194,7 +194,7 @@ pub(crate) fn answer(
         None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
             continue_first(req, pending, out);
-            let root = &gen.sites.all()[site];
+            let root = gen.sites.serving(site, decided.alias);
             let path = normal.then_some(&path[..]);
             files::respond(req, path, worker, conn, root, out, keep_alive);
             let mut filters = filters;
