@@ -10,19 +10,22 @@
 #          case), h2load --h1 -c50: HTTP/1.1 keep-alive;
 #   h2     the same proxied over HTTP/2 and TLS 1.3, h2load -c100 -m10 (valgrind 3.19 lacks
 #          openat2, which the file handler needs, so HTTP/2 is measured proxying; the
-#          100 TLS handshakes are in the count, shared by REQUESTS requests).
+#          100 TLS handshakes are in the count, shared by REQUESTS requests);
+#   esi    the cached page of FRAGMENTS cached fragments from bench/esi-origin.py
+#          (bench/before-after.sh's case), h2load --h1 -c50: not in the default set.
 # Each server first answers 2,000 requests, then its counters are zeroed and REQUESTS
 # (10,000) more are counted. Prints instructions per request for each build and
 # new/base.
 #
 # usage: bench/instructions.sh [REV]   (env: REQUESTS=10000 BASE_BIN=path to skip building
-#                                       REV, WORKLOADS="proxy h2")
+#                                       REV, WORKLOADS="proxy h2", FRAGMENTS=10)
 # Needs: valgrind, h2load, curl, openssl, git (apt-get installs the first three).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:-HEAD~1}
 REQUESTS=${REQUESTS:-10000}
 WORKLOADS=${WORKLOADS:-proxy h2}
+FRAGMENTS=${FRAGMENTS:-10}
 
 source bench/lib.sh
 need valgrind valgrind
@@ -42,22 +45,31 @@ origin_port=$(free_port)
 "$NEW" serve --root "$site" --listen "127.0.0.1:$origin_port" --workers 1 2>"$work/origin.log" &
 pids+=($!)
 wait_up "$origin_port" 1k.txt
+case " $WORKLOADS " in *" esi "*)
+    esi_origin_port=$(free_port)
+    python3 bench/esi-origin.py "$esi_origin_port" "$FRAGMENTS" 0 &
+    pids+=($!)
+    wait_up "$esi_origin_port" cached/frag/1 ;;
+esac
 
 # count BIN WORKLOAD: instructions per request.
 count() {
-    local bin=$1 workload=$2 port tls_port out pid url load total result
+    local bin=$1 workload=$2 port tls_port out pid url load total result upstream=$origin_port
     port=$(free_port); tls_port=$(free_port)
     out=$work/callgrind.$workload.$RANDOM
+    [ "$workload" = esi ] && upstream=$esi_origin_port
     # Started in $work: in the repository, the defaults would serve its files too, which
     # valgrind 3.19 cannot (openat2).
     (cd "$work" && exec valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve \
-        --proxy "http://127.0.0.1:$origin_port" --listen "127.0.0.1:$port" \
+        --proxy "http://127.0.0.1:$upstream" --listen "127.0.0.1:$port" \
         --tls-listen "127.0.0.1:$tls_port" --cert "$work/cert.pem" --key "$work/key.pem" \
         --workers 1 2>"$work/valgrind.log") &
     pid=$!
     pids+=($pid)
     if [ "$workload" = h2 ]; then
         url="https://127.0.0.1:$tls_port/1k.txt"; load=(h2load -c100 -m10 -t1)
+    elif [ "$workload" = esi ]; then
+        url="http://127.0.0.1:$port/cached/page"; load=(h2load --h1 -c50 -m1 -t1)
     else
         url="http://127.0.0.1:$port/1k.txt"; load=(h2load --h1 -c50 -m1 -t1)
     fi

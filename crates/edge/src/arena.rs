@@ -1,6 +1,7 @@
-//! Copies of short-lived bytes (a request's target and field values, an upstream
-//! response's head) that must outlive the buffer they were read into, without an
-//! allocation per copy.
+//! Copies of short-lived bytes (a request's target and field values, its authority and
+//! cache key) that must outlive the buffer they were read into, without an allocation
+//! per copy. (An upstream response's fields are copied into a `handler::FieldList`,
+//! whose buffers are those of a head the worker sent before.)
 //!
 //! Written by hand because the proxy path is hot (issue 26: no heap allocation per
 //! proxied request): each worker copies into one block, and every copy is a

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use handler::FieldList;
 use http::header::HeaderMap;
 use http::{Method, StatusCode};
 
@@ -26,11 +27,12 @@ pub struct ProxyRequest {
 }
 
 /// The response to send downstream. `headers` are final (hop-by-hop fields and
-/// Surrogate-Control removed, Via added); the server adds its own framing from
+/// Surrogate-Control removed, Via added), in the seam's form: the module makes them the
+/// `handler::ResponseHead` as they are. The server adds its own framing from
 /// [`Body::content_length`].
 pub struct ProxyResponse {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    pub headers: FieldList,
     pub body: Body,
     /// For an object served from the cache: `headers` but Age, as HTTP/1 lines made once
     /// for the object, so that serving it does not re-encode every field.

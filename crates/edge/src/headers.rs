@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::net::IpAddr;
 
+use handler::FieldList;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Version;
 
@@ -23,9 +24,21 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// Surrogate-Control (W3C Edge Architecture), a name looked up on every response.
 pub(crate) const SURROGATE_CONTROL: HeaderName = HeaderName::from_static("surrogate-control");
 
-/// Whether `name` (lower case) is a hop-by-hop field.
-pub(crate) fn is_hop_by_hop(name: &str) -> bool {
-    HOP_BY_HOP.iter().any(|n| n.as_str() == name)
+/// Whether `name` (any case) is a hop-by-hop field.
+pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n.as_str().as_bytes()))
+}
+
+/// A field value as text, when it is visible ASCII (tabs allowed): what
+/// `HeaderValue::to_str` accepts, so a value with other bytes is not read as text.
+pub(crate) fn field_text(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }
 
 /// Fields a fragment request never carries: a fragment is a whole GET of another
@@ -71,6 +84,31 @@ fn via_protocol(version: Version) -> &'static str {
         Version::HTTP_3 => "3",
         _ => "1.1",
     }
+}
+
+/// Removes the hop-by-hop fields and every field the Connection field names, from a
+/// response's fields.
+pub(crate) fn strip_hop_by_hop(fields: &mut FieldList) {
+    // Most messages have none: one pass over their few names says so.
+    if !fields.iter().any(|(n, _)| is_hop_by_hop(n)) {
+        return;
+    }
+    // The fields Connection names, one name at a time as the list shrinks (a name that
+    // is hop-by-hop itself goes below with the others): none for the usual
+    // `Connection: keep-alive` or `close`, so nothing is copied for those.
+    loop {
+        let named = fields
+            .get_all(b"connection")
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(wire::trim_ows)
+            .find(|&t| !t.is_empty() && !is_hop_by_hop(t) && fields.contains(t))
+            .map(<[u8]>::to_vec);
+        let Some(named) = named else {
+            break;
+        };
+        fields.remove(&named);
+    }
+    fields.retain(|n, _| !is_hop_by_hop(n));
 }
 
 /// Removes the hop-by-hop fields and every field the Connection header names.
@@ -254,19 +292,13 @@ fn named_in_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
 }
 
 thread_local! {
-    /// The Via value of the last response forwarded without one on this worker (for its
-    /// version and token): the next such response shares it, a reference count instead
-    /// of two allocations.
-    static VIA: RefCell<Option<(Version, Box<str>, HeaderValue)>> = const { RefCell::new(None) };
-}
-
-thread_local! {
-    /// Maps of requests and responses done with, cleared, for the worker's next ones.
+    /// Maps of requests done with, cleared, for the worker's next ones.
     static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty map with room for `fields`: one the worker gave back ([`give_map`]) if it
-/// has one, so that the steady state allocates none.
+/// has one, so that the steady state allocates none. For a client's request (what
+/// [`Forwarded`] reads); a response's fields are a [`FieldList`].
 pub(crate) fn take_map(fields: usize) -> HeaderMap {
     match SPARE_MAPS.with_borrow_mut(Vec::pop) {
         Some(mut map) => {
@@ -277,7 +309,7 @@ pub(crate) fn take_map(fields: usize) -> HeaderMap {
     }
 }
 
-/// Keeps `map`, cleared, for [`take_map`] (up to as many as a worker has responses in
+/// Keeps `map`, cleared, for [`take_map`] (up to as many as a worker has requests in
 /// flight; not a map grown unusually large).
 pub(crate) fn give_map(mut map: HeaderMap) {
     if map.capacity() > 128 {
@@ -293,52 +325,51 @@ pub(crate) fn give_map(mut map: HeaderMap) {
     });
 }
 
-/// Via's value: `earlier` (the upstream's values, `, ` after each) then this hop; `None`
-/// if `token` cannot be in a field value.
-fn via_value<'a>(
-    earlier: impl Iterator<Item = &'a HeaderValue>,
-    version: Version,
-    token: &str,
-) -> Option<HeaderValue> {
-    let mut via = Vec::with_capacity(64);
-    for v in earlier {
-        via.extend_from_slice(v.as_bytes());
-        via.extend_from_slice(b", ");
-    }
-    via.extend_from_slice(via_protocol(version).as_bytes());
-    via.push(b' ');
-    via.extend_from_slice(token.as_bytes());
-    // Copied to an exact-size value: a cached object keeps it for its whole life.
-    HeaderValue::from_bytes(&via).ok()
+/// Writes this hop's Via entry: `1.1 tessera`.
+fn write_via(buf: &mut Vec<u8>, version: Version, token: &str) {
+    buf.extend_from_slice(via_protocol(version).as_bytes());
+    buf.push(b' ');
+    buf.extend_from_slice(token.as_bytes());
 }
 
-/// The headers of a response sent downstream: hop-by-hop fields and Surrogate-Control
+/// Whether `token` may be written in a field value (`HeaderValue`'s rule).
+fn value_bytes(token: &str) -> bool {
+    token
+        .bytes()
+        .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+/// The fields of a response sent downstream: hop-by-hop fields and Surrogate-Control
 /// removed (it is addressed to surrogates, and we are the last one), Via appended.
-pub fn forward_response(upstream: &HeaderMap, version: Version, token: &str) -> HeaderMap {
+pub fn forward_response(upstream: &FieldList, version: Version, token: &str) -> FieldList {
     forward_response_owned(upstream.clone(), version, token)
 }
 
-/// [`forward_response`] of a map the caller no longer needs: changed in place.
-pub(crate) fn forward_response_owned(mut h: HeaderMap, version: Version, token: &str) -> HeaderMap {
-    remove_hop_by_hop(&mut h);
-    h.remove(SURROGATE_CONTROL);
-    let via = if h.contains_key(header::VIA) {
-        via_value(h.get_all(header::VIA).iter(), version, token)
-    } else {
-        // The usual case: the same value as the last response's on this worker, shared.
-        VIA.with_borrow_mut(|last| match last {
-            Some((v, t, value)) if *v == version && **t == *token => Some(value.clone()),
-            _ => {
-                let value = via_value(std::iter::empty(), version, token)?;
-                *last = Some((version, token.into(), value.clone()));
-                Some(value)
-            }
-        })
-    };
-    if let Some(v) = via {
-        h.insert(header::VIA, v);
+/// [`forward_response`] of fields the caller no longer needs: changed in place.
+pub(crate) fn forward_response_owned(
+    mut fields: FieldList,
+    version: Version,
+    token: &str,
+) -> FieldList {
+    strip_hop_by_hop(&mut fields);
+    fields.remove(SURROGATE_CONTROL.as_str().as_bytes());
+    if !value_bytes(token) {
+        return fields;
     }
-    h
+    if fields.contains(b"via") {
+        // The upstream's values, `, ` after each, then this hop, in the first one's place.
+        let mut via = Vec::with_capacity(64);
+        for v in fields.get_all(b"via") {
+            via.extend_from_slice(v);
+            via.extend_from_slice(b", ");
+        }
+        write_via(&mut via, version, token);
+        fields.insert(b"via", &via);
+    } else {
+        // The usual case: written straight into the list.
+        fields.append_with(b"via", |b| write_via(b, version, token));
+    }
+    fields
 }
 
 /// The headers of a fragment request, from the page's forwarded request headers: the
@@ -368,11 +399,10 @@ pub fn fragment_request(page_forwarded: &HeaderMap, host: &str, credentials: boo
 /// Whether Surrogate-Control turns ESI on for us: a `content` directive naming
 /// `ESI/1.0`, untargeted or targeted at `token` (`content="ESI/1.0";tessera`).
 /// Directives targeted at other devices are ignored.
-pub fn surrogate_esi(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(SURROGATE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+pub fn surrogate_esi(fields: &FieldList, token: &str) -> bool {
+    fields
+        .get_all(SURROGATE_CONTROL.as_str().as_bytes())
+        .filter_map(field_text)
         .flat_map(split_directives)
         .any(|d| {
             let (body, target) = match d.rsplit_once(';') {
@@ -416,18 +446,20 @@ pub(crate) fn split_directives(value: &str) -> Vec<&str> {
 
 /// An assembled page is new content: the upstream's length and validators do not
 /// describe it.
-pub(crate) fn page_headers(mut headers: HeaderMap) -> HeaderMap {
-    for name in [
-        http::header::CONTENT_LENGTH,
-        // A template that came encoded was decoded: the page is assembled as identity.
-        http::header::CONTENT_ENCODING,
-        http::header::ETAG,
-        http::header::LAST_MODIFIED,
-        http::header::ACCEPT_RANGES,
-    ] {
-        headers.remove(name);
-    }
-    headers
+pub(crate) fn page_headers(mut fields: FieldList) -> FieldList {
+    fields.retain(|name, _| {
+        ![
+            &b"content-length"[..],
+            // A template that came encoded was decoded: the page is assembled as identity.
+            b"content-encoding",
+            b"etag",
+            b"last-modified",
+            b"accept-ranges",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
+    });
+    fields
 }
 
 #[cfg(test)]
@@ -463,9 +495,17 @@ mod tests {
         h
     }
 
+    fn fields(pairs: &[(&str, &str)]) -> FieldList {
+        let mut f = FieldList::new();
+        for (k, v) in pairs {
+            f.append(k.as_bytes(), v.as_bytes());
+        }
+        f
+    }
+
     #[test]
     fn surrogate_control_targeting() {
-        let esi = |v: &str| surrogate_esi(&map(&[("surrogate-control", v)]), "tessera");
+        let esi = |v: &str| surrogate_esi(&fields(&[("surrogate-control", v)]), "tessera");
         assert!(esi(r#"content="ESI/1.0""#));
         assert!(esi(r#"max-age=30, content="ESI/1.0";tessera"#));
         assert!(esi(r#"content="ESI/1.0 ESI-Inline/1.0""#));
@@ -542,5 +582,39 @@ mod tests {
         remove_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert_eq!(h["accept"], "*/*");
+    }
+
+    /// A response's fields lose what a request's map loses ([`remove_hop_by_hop`]).
+    #[test]
+    fn a_response_loses_the_fields_named_in_connection() {
+        let mut f = fields(&[
+            ("Connection", "keep-alive, X-Secret"),
+            ("X-Secret", "1"),
+            ("Keep-Alive", "timeout=5"),
+            ("te", "trailers"),
+            ("accept", "*/*"),
+            ("x-secret", "2"),
+        ]);
+        strip_hop_by_hop(&mut f);
+        assert_eq!(f, fields(&[("accept", "*/*")]));
+    }
+
+    #[test]
+    fn via_is_appended_or_joined_in_place() {
+        let out = forward_response_owned(
+            fields(&[
+                ("Via", "1.0 cdn"),
+                ("surrogate-control", "max-age=5"),
+                ("age", "1"),
+            ]),
+            Version::HTTP_11,
+            "tessera",
+        );
+        assert_eq!(
+            out,
+            fields(&[("Via", "1.0 cdn, 1.1 tessera"), ("age", "1")])
+        );
+        let out = forward_response_owned(fields(&[("age", "1")]), Version::HTTP_2, "tessera");
+        assert_eq!(out, fields(&[("age", "1"), ("via", "2 tessera")]));
     }
 }

@@ -502,14 +502,15 @@ fn response_of(
     compression: Option<&compress::Compression>,
     accepted: compress::Accepted,
 ) -> Response {
-    let mut head;
+    let mut fields = response.headers;
     let cached = response.head_h1.is_some();
+    if cached {
+        // A cached object: its Age (all the fields hold when the proxy is lean), then
+        // its fields encoded once.
+        fields.retain(|name, _| name.eq_ignore_ascii_case(b"age"));
+    }
+    let mut head = ResponseHead::from_fields(response.status.as_u16(), fields);
     if let Some((lines, date, variants)) = response.head_h1 {
-        // A cached object: its fields encoded once, and its Age.
-        head = ResponseHead::with_capacity(response.status.as_u16(), 1, 8);
-        if let Some(age) = response.headers.get(http::header::AGE) {
-            head.append(b"age", age.as_bytes());
-        }
         head.set_encoded(lines.clone(), date);
         if let (Some(policy), Some((variants, entry))) = (compression, variants) {
             let chunks = response.body.ready_chunks();
@@ -533,17 +534,6 @@ fn response_of(
                 };
             }
         }
-    } else {
-        let bytes = response
-            .headers
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len())
-            .sum();
-        head = ResponseHead::with_capacity(response.status.as_u16(), response.headers.len(), bytes);
-        for (name, value) in &response.headers {
-            head.append(name.as_str().as_bytes(), value.as_bytes());
-        }
-        crate::headers::give_map(response.headers);
     }
     let body = match response.body.into_whole() {
         Ok(bytes) => handler::Body::Full(bytes),
@@ -612,7 +602,7 @@ impl Upstreams for Edge {
                 status: status.as_u16(),
                 headers: headers
                     .iter()
-                    .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
                     .collect(),
                 body,
             })

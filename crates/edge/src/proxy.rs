@@ -9,7 +9,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use handler::FieldList;
+use http::header::{self, HeaderMap};
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 
@@ -106,7 +107,7 @@ impl Edge {
 
     /// `lean`: a cache hit's `headers` hold Age alone, its other fields being only in
     /// `head_h1` (for the server's module, which encodes those; see `module.rs`), so a
-    /// hit does not copy every field into a map nobody reads.
+    /// hit does not copy every field into a list nobody reads.
     /// `opened`: per upstream (in `config.upstream`'s order), the connections every
     /// worker opened ([`opened_totals`]). `figures`: this worker's counters per upstream,
     /// in the same order. `sets`: the peers and their health per upstream, shared by
@@ -368,7 +369,7 @@ impl Edge {
         ProxyResponse {
             status,
             head_h1: None,
-            headers: HeaderMap::new(),
+            headers: FieldList::new(),
             body: Body::ready(Vec::new()),
         }
     }
@@ -383,19 +384,23 @@ impl Edge {
         now: u64,
     ) -> Result<ProxyResponse, ProxyError> {
         let token = self.worker.config.esi.device_token.as_str();
-        let age = HeaderValue::from(entry.age_secs(now));
         let generation = self.worker.cache.generation();
         let memo = entry
             .template
             .as_ref()
             .and_then(|_| entry.memo(now, generation));
         let whole = entry.template.is_none() || memo.is_some();
-        let mut headers = if self.worker.lean && whole {
-            HeaderMap::with_capacity(1)
+        let age = entry.age_secs(now);
+        let headers = if self.worker.lean && whole {
+            // Buffers of a head this worker sent: no allocation.
+            let mut headers = FieldList::with_capacity(1, 24);
+            headers.append_with(b"age", |b| wire::write_decimal(b, age));
+            headers
         } else {
-            entry.response_headers(token).clone()
+            let mut headers = entry.response_headers(token).clone();
+            headers.insert(b"age", age.to_string().as_bytes());
+            headers
         };
-        headers.insert(header::AGE, age);
         let (lines, date) = entry.response_head_h1(token);
         match &entry.template {
             None => Ok(ProxyResponse {
@@ -492,19 +497,15 @@ impl Edge {
             })
             .filter(|f| f.store);
         let limit = worker.cache.config.max_object_size;
-        let length: Option<u64> = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
+        let length = content_length(&parts.headers);
         let storable = freshness.is_some();
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
             let mut stored = parts.headers.clone();
-            headers::remove_hop_by_hop(&mut stored);
+            headers::strip_hop_by_hop(&mut stored);
             let entry = if esi {
                 let (template, source) = crate::assembly::decode::read_template_with_source(
                     pooled,
-                    &parts.headers,
+                    crate::assembly::decode::coding(&parts.headers),
                     worker.config.esi.max_fragment_size,
                     Instant::now() + upstream.response_timeout,
                 )
@@ -530,7 +531,7 @@ impl Edge {
                 return Ok(ProxyResponse {
                     status: entry.status,
                     head_h1: None,
-                    headers: HeaderMap::new(),
+                    headers: FieldList::new(),
                     body: Body::ready(Vec::new()),
                 });
             }
@@ -563,11 +564,7 @@ impl Edge {
         let length = if bodiless {
             Some(0)
         } else {
-            parts
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
+            content_length(&parts.headers)
         };
         let coding = crate::assembly::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
@@ -589,17 +586,10 @@ impl Edge {
                 body,
             });
         }
-        // An ESI page: read and compile it, then assemble it.
-        let mut encoded = HeaderMap::new();
-        if let Some(c) = coding.filter(|&c| c != compress::Coding::Identity) {
-            encoded.insert(
-                header::CONTENT_ENCODING,
-                HeaderValue::from_static(c.token()),
-            );
-        }
+        // An ESI page (in a coding the proxy reads): read and compile it, then assemble it.
         let template = crate::assembly::decode::read_template(
             pooled,
-            &encoded,
+            Some(coding.unwrap_or(compress::Coding::Identity)),
             worker.config.esi.max_fragment_size,
             Instant::now() + upstream_timeout,
         )
@@ -617,7 +607,7 @@ impl Edge {
         req: &ProxyRequest,
         template: &esi::Template,
         status: StatusCode,
-        out_headers: HeaderMap,
+        out_headers: FieldList,
         authority: &str,
         entry: Option<&Arc<Entry>>,
     ) -> Result<ProxyResponse, ProxyError> {
@@ -713,7 +703,7 @@ impl Edge {
         headers: HeaderMap,
         body: Bytes,
         max_body: usize,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
+    ) -> Result<(StatusCode, FieldList, Bytes), ProxyError> {
         let Some(upstream) = self.worker.upstreams.get(upstream).cloned() else {
             return Err(ProxyError::BadRequest(format!("no upstream `{upstream}`")));
         };
@@ -785,6 +775,14 @@ struct Store {
 fn authority_of(req: &ProxyRequest, upstream: &Upstream) -> Text {
     let host = req.headers.get(header::HOST).and_then(|v| v.to_str().ok());
     Text::copy(host.map_or(upstream.name.as_str(), str::trim))
+}
+
+/// A response's Content-Length, when it has one that reads as a number.
+fn content_length(fields: &FieldList) -> Option<u64> {
+    fields
+        .get(b"content-length")
+        .and_then(headers::field_text)
+        .and_then(|v| v.parse().ok())
 }
 
 /// Only origin-form targets (`/path?query`) are proxied.

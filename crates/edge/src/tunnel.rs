@@ -66,10 +66,10 @@ pub(crate) async fn upgrade(
     if parts.status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Upgrade::Refused(parts, pooled));
     }
-    let upgrade = parts.headers.get(header::UPGRADE).cloned();
-    headers::remove_hop_by_hop(&mut parts.headers);
+    let upgrade = parts.headers.get(b"upgrade").map(<[u8]>::to_vec);
+    headers::strip_hop_by_hop(&mut parts.headers);
     if let Some(upgrade) = upgrade {
-        parts.headers.insert(header::UPGRADE, upgrade);
+        parts.headers.insert(b"upgrade", &upgrade);
     }
     let name = upstream.name.clone();
     let (stream, early) = pooled

@@ -3,18 +3,11 @@
 //! back to change it).
 
 use std::any::Any;
-use std::cell::RefCell;
-use std::mem;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-type Buffers = (Vec<u8>, Vec<(u32, u32, u32)>);
-
-thread_local! {
-    /// The buffers of heads dropped on this thread, for [`ResponseHead::with_capacity`].
-    static SPARE_BUFFERS: RefCell<Vec<Buffers>> = const { RefCell::new(Vec::new()) };
-}
+use crate::FieldList;
 
 /// A status and its fields, in one buffer that is reused from response to response.
 /// Framing fields (`Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`)
@@ -29,10 +22,7 @@ thread_local! {
 #[derive(Debug, Clone)]
 pub struct ResponseHead {
     status: u16,
-    /// Names and values back to back.
-    bytes: Vec<u8>,
-    /// Per field: where its name starts, where its value starts and where it ends.
-    fields: Vec<(u32, u32, u32)>,
+    fields: FieldList,
     /// `Name: value\r\n` lines, with no framing field among them.
     encoded: Option<Bytes>,
     /// Whether those lines hold a Date field.
@@ -52,50 +42,23 @@ impl Default for ResponseHead {
     }
 }
 
-impl Drop for ResponseHead {
-    /// Keeps the buffers for the thread's next head (not unusually large ones, and as
-    /// many as a worker has responses in flight).
-    fn drop(&mut self) {
-        if self.bytes.capacity() == 0 || self.bytes.capacity() > 16 * 1024 {
-            return;
-        }
-        let (mut b, mut f) = (mem::take(&mut self.bytes), mem::take(&mut self.fields));
-        b.clear();
-        f.clear();
-        let _ = SPARE_BUFFERS.try_with(|s| {
-            if let Ok(mut spares) = s.try_borrow_mut() {
-                if spares.len() < 256 {
-                    spares.push((b, f));
-                }
-            }
-        });
-    }
-}
-
 impl ResponseHead {
     pub fn new(status: u16) -> ResponseHead {
-        ResponseHead::with_buffers(status, Vec::new(), Vec::new())
+        ResponseHead::from_fields(status, FieldList::new())
     }
 
     /// A head with room for `fields` fields of `bytes` bytes of names and values in all,
-    /// so that filling it does not reallocate. Its buffers are those of a head this
-    /// thread dropped, when there is one: a handler making a head per response (the
-    /// proxy) allocates none in the steady state.
+    /// so that filling it does not reallocate. Its buffers are those of a head (or a
+    /// [`FieldList`]) this thread dropped, when there is one: a handler making a head per
+    /// response allocates none in the steady state.
     pub fn with_capacity(status: u16, fields: usize, bytes: usize) -> ResponseHead {
-        let (mut b, mut f) = SPARE_BUFFERS
-            .try_with(|s| s.try_borrow_mut().ok()?.pop())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        b.reserve(bytes);
-        f.reserve(fields);
-        ResponseHead::with_buffers(status, b, f)
+        ResponseHead::from_fields(status, FieldList::with_capacity(fields, bytes))
     }
 
-    fn with_buffers(status: u16, bytes: Vec<u8>, fields: Vec<(u32, u32, u32)>) -> ResponseHead {
+    /// A head of `fields` as they are (a handler's list becomes the head's, not copied).
+    pub fn from_fields(status: u16, fields: FieldList) -> ResponseHead {
         ResponseHead {
             status,
-            bytes,
             fields,
             encoded: None,
             encoded_date: false,
@@ -115,11 +78,7 @@ impl ResponseHead {
 
     /// Whether the head has a Date field.
     pub fn has_date(&self) -> bool {
-        self.encoded_date
-            || self
-                .fields
-                .iter()
-                .any(|&(s, v, _)| self.bytes[s as usize..v as usize].eq_ignore_ascii_case(b"date"))
+        self.encoded_date || self.fields.contains(b"date")
     }
 
     pub fn status(&self) -> u16 {
@@ -133,7 +92,6 @@ impl ResponseHead {
     /// Forgets every field and sets the status, keeping the buffers.
     pub fn reset(&mut self, status: u16) {
         self.status = status;
-        self.bytes.clear();
         self.fields.clear();
         self.encoded = None;
         self.encoded_date = false;
@@ -180,11 +138,7 @@ impl ResponseHead {
 
     /// Adds a field after the others (a repeated name adds another line).
     pub fn append(&mut self, name: &[u8], value: &[u8]) {
-        let start = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(name);
-        let value_at = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(value);
-        self.fields.push((start, value_at, self.bytes.len() as u32));
+        self.fields.append(name, value);
     }
 
     /// The first value of the field `name` (case-insensitive).
@@ -205,27 +159,15 @@ impl ResponseHead {
     }
 
     /// Keeps only the fields for which `keep` says true.
-    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
+    pub fn retain(&mut self, keep: impl FnMut(&[u8], &[u8]) -> bool) {
         self.decode_block();
-        let bytes = &self.bytes;
-        self.fields.retain(|&(s, v, e)| {
-            keep(
-                &bytes[s as usize..v as usize],
-                &bytes[v as usize..e as usize],
-            )
-        });
+        self.fields.retain(keep);
     }
 
     /// The fields in order, as (name, value).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let fields = self.fields.iter().map(|&(s, v, e)| {
-            (
-                &self.bytes[s as usize..v as usize],
-                &self.bytes[v as usize..e as usize],
-            )
-        });
         let block = self.encoded.as_deref().unwrap_or_default();
-        fields.chain(block_fields(block))
+        self.fields.iter().chain(block_fields(block))
     }
 
     pub fn len(&self) -> usize {
@@ -239,10 +181,9 @@ impl ResponseHead {
     /// Writes the field lines an HTTP/1 head carries, without the framing fields (the
     /// connection writes those) and without the status line or the blank line.
     pub fn write_fields_h1(&self, buf: &mut Vec<u8>) {
-        for &(s, v, e) in &self.fields {
-            let name = &self.bytes[s as usize..v as usize];
+        for (name, value) in self.fields.iter() {
             if !wire::is_framing_field(name) {
-                wire::write_field(buf, name, &self.bytes[v as usize..e as usize]);
+                wire::write_field(buf, name, value);
             }
         }
         if let Some(block) = &self.encoded {

@@ -7,7 +7,8 @@
 //! a service answers a [`Request`] now ([`Answer::Now`]) or later ([`Deferred`], for
 //! work that waits), or filters it ([`Filtered`], [`Attached`]: Lua's access,
 //! header_filter and log phases); a [`Response`] is a [`ResponseHead`] (status and
-//! fields as data, encoded per protocol only at the connection) and a [`Body`]. The
+//! fields as data, encoded per protocol only at the connection; its fields a
+//! [`FieldList`], which a module may fill before it has a head) and a [`Body`]. The
 //! [`Router`] is the one longest-whole-segment-prefix table, one per site; [`Hosts`] says
 //! which site a request's host names. [`Upstreams`] is how a
 //! module other than the proxy reaches upstreams.
@@ -22,6 +23,7 @@
 //! route's filter and handlers through these traits, and encodes what they return.
 
 mod body;
+mod fields;
 mod head;
 mod hosts;
 mod metrics;
@@ -31,6 +33,7 @@ mod service;
 mod upstream;
 
 pub use body::{Body, BodyError, Chunks, Tunnel};
+pub use fields::FieldList;
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};
 pub use metrics::{

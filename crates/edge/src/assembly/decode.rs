@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use compress::Coding;
-use http::header::{HeaderMap, CONTENT_ENCODING};
+use handler::FieldList;
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
@@ -13,31 +13,32 @@ use crate::upstream::client::{self, Pooled};
 
 /// The content coding of a response: `Some(Identity)` without one, `None` for one the
 /// proxy cannot decode (or several stacked).
-pub(crate) fn coding(headers: &HeaderMap) -> Option<Coding> {
-    let mut values = headers.get_all(CONTENT_ENCODING).iter();
+pub(crate) fn coding(fields: &FieldList) -> Option<Coding> {
+    let mut values = fields.get_all(b"content-encoding");
     let Some(first) = values.next() else {
         return Some(Coding::Identity);
     };
-    if values.next().is_some() || first.as_bytes().contains(&b',') {
+    if values.next().is_some() || first.contains(&b',') {
         return None;
     }
-    Coding::from_token(first.as_bytes())
+    Coding::from_token(first)
 }
 
 /// Whether the proxy can read a body with these headers (identity, or a coding it
 /// decodes).
-pub(crate) fn readable(headers: &HeaderMap) -> bool {
-    coding(headers).is_some()
+pub(crate) fn readable(fields: &FieldList) -> bool {
+    coding(fields).is_some()
 }
 
-/// A whole body, decoded: at most `limit` bytes as received and `limit` once decoded.
+/// A whole body in `coding` (as [`coding`] says), decoded: at most `limit` bytes as
+/// received and `limit` once decoded.
 pub(crate) async fn read_bytes(
     pooled: Pooled,
-    headers: &HeaderMap,
+    coding: Option<Coding>,
     limit: usize,
     deadline: Instant,
 ) -> Result<Bytes, UpstreamError> {
-    match coding(headers) {
+    match coding {
         Some(Coding::Identity) => client::read_bytes(pooled, limit, deadline).await,
         coding => {
             let upstream = pooled.upstream_name().to_string();
@@ -51,14 +52,14 @@ pub(crate) async fn read_bytes(
 /// points into.
 pub(crate) async fn read_template_with_source(
     pooled: Pooled,
-    headers: &HeaderMap,
+    coding: Option<Coding>,
     limit: usize,
     deadline: Instant,
 ) -> Result<(esi::Template, Vec<Bytes>), UpstreamError> {
-    if coding(headers) == Some(Coding::Identity) {
+    if coding == Some(Coding::Identity) {
         return client::read_template_with_source(pooled, limit, deadline).await;
     }
-    let body = read_bytes(pooled, headers, limit, deadline).await?;
+    let body = read_bytes(pooled, coding, limit, deadline).await?;
     let mut compiler = esi::Compiler::new(&esi::Options::default());
     compiler.feed(body.clone());
     Ok((compiler.finish(), vec![body]))
@@ -67,14 +68,14 @@ pub(crate) async fn read_template_with_source(
 /// [`read_template_with_source`] without the source.
 pub(crate) async fn read_template(
     pooled: Pooled,
-    headers: &HeaderMap,
+    coding: Option<Coding>,
     limit: usize,
     deadline: Instant,
 ) -> Result<esi::Template, UpstreamError> {
-    if coding(headers) == Some(Coding::Identity) {
+    if coding == Some(Coding::Identity) {
         return client::read_template(pooled, limit, deadline).await;
     }
-    Ok(read_template_with_source(pooled, headers, limit, deadline)
+    Ok(read_template_with_source(pooled, coding, limit, deadline)
         .await?
         .0)
 }
@@ -107,15 +108,15 @@ mod tests {
 
     #[test]
     fn codings_the_proxy_reads() {
-        let mut h = HeaderMap::new();
+        let mut h = FieldList::new();
         assert_eq!(coding(&h), Some(Coding::Identity));
-        h.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
+        h.insert(b"content-encoding", b"gzip");
         assert_eq!(coding(&h), Some(Coding::Gzip));
-        h.insert(CONTENT_ENCODING, "ZSTD".parse().unwrap());
+        h.insert(b"content-encoding", b"ZSTD");
         assert_eq!(coding(&h), Some(Coding::Zstd));
-        h.insert(CONTENT_ENCODING, "gzip, br".parse().unwrap());
+        h.insert(b"content-encoding", b"gzip, br");
         assert_eq!(coding(&h), None);
-        h.insert(CONTENT_ENCODING, "compress".parse().unwrap());
+        h.insert(b"content-encoding", b"compress");
         assert!(!readable(&h));
     }
 

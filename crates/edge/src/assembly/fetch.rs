@@ -6,7 +6,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
+use handler::FieldList;
+use http::header::HeaderMap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -341,7 +342,7 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
             }
             return Ok(Arc::new(Entry::new(
                 http::StatusCode::OK,
-                HeaderMap::new(),
+                FieldList::new(),
                 Bytes::from(body),
                 None,
                 None,
@@ -371,13 +372,14 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         // The connection is not worth keeping for an error page's body.
         return Err(FetchFailed::Status(status.as_u16()));
     }
-    if !super::decode::readable(&parts.headers) {
+    let coding = super::decode::coding(&parts.headers);
+    if coding.is_none() {
         // Asked for identity, got a coding the proxy cannot decode: encoded bytes
         // must never be spliced into a page. A failed include (its alt, onerror,
         // try apply).
-        let coding = parts.headers.get(CONTENT_ENCODING);
+        let coding = parts.headers.get(b"content-encoding");
         return Err(FetchFailed::Encoded(
-            String::from_utf8_lossy(coding.map_or(&b""[..], |c| c.as_bytes())).into_owned(),
+            String::from_utf8_lossy(coding.unwrap_or_default()).into_owned(),
         ));
     }
     let freshness = target
@@ -396,17 +398,16 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         .filter(|f| f.store);
     // A gzip, br or zstd body (the origin ignored `identity`) is decoded within the
     // limit; what is stored and spliced is the identity body.
-    let encoded = &parts.headers;
     let (body, template) = if esi {
-        let t = super::decode::read_template_with_source(pooled, encoded, limit, deadline);
+        let t = super::decode::read_template_with_source(pooled, coding, limit, deadline);
         (Bytes::new(), Some(t.await.map_err(FetchFailed::Upstream)?))
     } else {
-        let b = super::decode::read_bytes(pooled, encoded, limit, deadline).await;
+        let b = super::decode::read_bytes(pooled, coding, limit, deadline).await;
         (b.map_err(FetchFailed::Upstream)?, None)
     };
     let mut stored = parts.headers;
-    headers::remove_hop_by_hop(&mut stored);
-    stored.remove(CONTENT_ENCODING);
+    headers::strip_hop_by_hop(&mut stored);
+    stored.remove(b"content-encoding");
     Ok(Arc::new(Entry::new(
         status,
         stored,
@@ -419,15 +420,16 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
 
 /// Whether a response is to be processed as ESI, per the route's mode. A body in a
 /// coding the proxy cannot decode never is (gzip, br and zstd are decoded first).
-pub(crate) fn is_esi(mode: EsiMode, headers: &HeaderMap, token: &str) -> bool {
-    super::decode::readable(headers)
+pub(crate) fn is_esi(mode: EsiMode, fields: &FieldList, token: &str) -> bool {
+    super::decode::readable(fields)
         && match mode {
             EsiMode::Off => false,
-            EsiMode::Auto => headers::surrogate_esi(headers, token),
-            EsiMode::Html => headers
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/html")),
+            EsiMode::Auto => headers::surrogate_esi(fields, token),
+            EsiMode::Html => fields
+                .get(b"content-type")
+                .and_then(headers::field_text)
+                .and_then(|v| v.trim_start().as_bytes().get(..9))
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"text/html")),
         }
 }
 

@@ -474,7 +474,7 @@ impl CachedWalk<'_> {
             let done = match &found {
                 None => None,
                 Some(e) => {
-                    if e.headers.contains_key(http::header::VARY) {
+                    if e.headers.contains(b"vary") {
                         self.request_independent.set(false);
                     }
                     self.fresh_until

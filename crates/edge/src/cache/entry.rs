@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use handler::FieldList;
 use http::StatusCode;
 
 use super::freshness::{Freshness, MAX_LIFETIME};
@@ -14,9 +14,9 @@ use super::freshness::{Freshness, MAX_LIFETIME};
 /// One stored response.
 pub(crate) struct Entry {
     pub(crate) status: StatusCode,
-    /// The origin's headers, hop-by-hop fields (and Set-Cookie) removed; Surrogate-Control
+    /// The origin's fields, hop-by-hop fields (and Set-Cookie) removed; Surrogate-Control
     /// kept (it is removed when sent downstream).
-    pub(crate) headers: HeaderMap,
+    pub(crate) headers: FieldList,
     /// The body, when not ESI.
     pub(crate) body: Bytes,
     /// Compiled when the response is ESI.
@@ -30,8 +30,8 @@ pub(crate) struct Entry {
     pub(super) swr_ms: u64,
     pub(super) sie_ms: u64,
     pub(super) weight: u64,
-    /// The headers sent downstream, made on the first hit.
-    out: std::sync::OnceLock<HeaderMap>,
+    /// The fields sent downstream, made on the first hit.
+    out: std::sync::OnceLock<FieldList>,
     /// The same but Age and the framing fields, as HTTP/1 lines, made on the first hit,
     /// and whether they hold a Date.
     out_h1: std::sync::OnceLock<(Bytes, bool)>,
@@ -74,20 +74,19 @@ impl Entry {
     pub(crate) fn response_head_h1(&self, token: &str) -> (Bytes, bool) {
         self.out_h1
             .get_or_init(|| {
-                let headers = self.response_headers(token);
+                let fields = self.response_headers(token);
                 let mut lines = Vec::new();
-                for (name, value) in headers {
-                    let name = name.as_str().as_bytes();
-                    if name != b"age" && !wire::is_framing_field(name) {
-                        wire::write_field(&mut lines, name, value.as_bytes());
+                for (name, value) in fields.iter() {
+                    if !name.eq_ignore_ascii_case(b"age") && !wire::is_framing_field(name) {
+                        wire::write_field(&mut lines, name, value);
                     }
                 }
-                (lines.into(), headers.contains_key(http::header::DATE))
+                (lines.into(), fields.contains(b"date"))
             })
             .clone()
     }
 
-    pub(crate) fn response_headers(&self, token: &str) -> &HeaderMap {
+    pub(crate) fn response_headers(&self, token: &str) -> &FieldList {
         self.out.get_or_init(|| {
             let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
             if self.template.is_some() {
@@ -109,23 +108,17 @@ impl Entry {
     /// A response as fetched; `freshness` is `None` for one that is not stored.
     pub(crate) fn new(
         status: StatusCode,
-        mut headers: HeaderMap,
+        mut headers: FieldList,
         body: Bytes,
         template: Option<(esi::Template, Vec<Bytes>)>,
         freshness: Option<&Freshness>,
         now: u64,
     ) -> Entry {
-        headers.remove(http::header::SET_COOKIE);
-        // Parsed header values are slices of the connection's read buffer; copied, so a
-        // stored object holds only its own bytes (the weight below).
-        let headers: HeaderMap = headers
-            .iter()
-            .map(|(n, v)| {
-                let mut copy = HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
-                copy.set_sensitive(v.is_sensitive());
-                (n.clone(), copy)
-            })
-            .collect();
+        headers.remove(b"set-cookie");
+        // A parsed head's buffers have room for more (and a removed field's bytes): the
+        // fields are copied into buffers of their size, so a stored object holds only its
+        // own bytes (the weight below).
+        let headers = headers.clone();
         let (template, source) = match template {
             Some((t, s)) => (Some(Arc::new(t)), s),
             None => (None, Vec::new()),
@@ -138,10 +131,7 @@ impl Entry {
             stale_if_error: Duration::ZERO,
             age: Duration::ZERO,
         });
-        let header_bytes: usize = headers
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len() + 16)
-            .sum();
+        let header_bytes: usize = headers.names_and_values_len() + 16 * headers.len();
         let source_len: usize = source.iter().map(Bytes::len).sum();
         let forms = Arc::<AtomicU64>::default();
         Entry {
@@ -223,11 +213,11 @@ impl Entry {
             out.put_u64(v);
         }
         out.put_u32(self.headers.len() as u32);
-        for (n, v) in &self.headers {
-            out.put_u32(n.as_str().len() as u32);
-            out.put_slice(n.as_str().as_bytes());
+        for (n, v) in self.headers.iter() {
+            out.put_u32(n.len() as u32);
+            out.put_slice(n);
             out.put_u32(v.len() as u32);
-            out.put_slice(v.as_bytes());
+            out.put_slice(v);
         }
         let body_len: usize = if self.template.is_some() {
             self.source.iter().map(Bytes::len).sum()
@@ -276,16 +266,27 @@ impl Entry {
             return None;
         }
         let count = b.get_u32() as usize;
-        let mut headers = HeaderMap::with_capacity(count.min(64));
+        let mut headers = FieldList::new();
         for _ in 0..count {
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
-            let name = HeaderName::from_bytes(&take(&mut b, n)?).ok()?;
-            if crate::headers::is_hop_by_hop(name.as_str()) {
+            let name = take(&mut b, n)?;
+            // A field name is a token, and hop-by-hop fields are never stored.
+            if name.is_empty()
+                || name.len() >= 1 << 16
+                || !name.iter().all(|&c| wire::is_tchar(c))
+                || crate::headers::is_hop_by_hop(&name)
+            {
                 return None;
             }
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
-            let value = HeaderValue::from_maybe_shared(take(&mut b, n)?).ok()?;
-            headers.append(name, value);
+            let value = take(&mut b, n)?;
+            if !value
+                .iter()
+                .all(|&c| c == b'\t' || (c >= 0x20 && c != 0x7f))
+            {
+                return None;
+            }
+            headers.append_lowercase(&name, &value);
         }
         let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
         if n > max_object_size {

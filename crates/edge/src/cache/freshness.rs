@@ -9,8 +9,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use handler::FieldList;
 use http::header::{self, HeaderMap};
 use http::StatusCode;
+
+use crate::headers::field_text;
 
 /// What the cache may do with one response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +66,7 @@ pub(crate) fn status_cacheable(status: StatusCode) -> bool {
 /// (RFC 9111 3.5).
 pub(crate) fn decide(
     status: StatusCode,
-    headers: &HeaderMap,
+    headers: &FieldList,
     rules: &Rules<'_>,
     ttl: Option<Duration>,
     request_authorized: bool,
@@ -72,7 +75,7 @@ pub(crate) fn decide(
     if !status_cacheable(status) {
         return NOT_STORED;
     }
-    if headers.contains_key(header::SET_COOKIE) && !rules.store_set_cookie {
+    if headers.contains(b"set-cookie") && !rules.store_set_cookie {
         return NOT_STORED;
     }
     if vary_star(headers) {
@@ -87,8 +90,8 @@ pub(crate) fn decide(
         return NOT_STORED;
     }
     let age = headers
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
+        .get(b"age")
+        .and_then(field_text)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_secs);
     let mut stale_if_error = cc.stale_if_error;
@@ -140,18 +143,14 @@ pub(crate) fn decide(
 
 /// `Expires` minus `Date` (or now when there is no Date); an invalid Expires means
 /// already expired (RFC 9111 5.3).
-fn expires_lifetime(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let expires = headers.get(header::EXPIRES)?;
-    let Some(expires) = expires
-        .to_str()
-        .ok()
-        .and_then(|v| httpdate::parse_http_date(v).ok())
-    else {
+fn expires_lifetime(headers: &FieldList, now: SystemTime) -> Option<Duration> {
+    let expires = headers.get(b"expires")?;
+    let Some(expires) = field_text(expires).and_then(|v| httpdate::parse_http_date(v).ok()) else {
         return Some(Duration::ZERO);
     };
     let date = headers
-        .get(header::DATE)
-        .and_then(|v| v.to_str().ok())
+        .get(b"date")
+        .and_then(field_text)
         .and_then(|v| httpdate::parse_http_date(v).ok())
         .unwrap_or(now);
     Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
@@ -168,21 +167,19 @@ pub(crate) fn request_no_store(headers: &HeaderMap) -> bool {
         .any(|d| d.trim().eq_ignore_ascii_case("no-store"))
 }
 
-fn vary_star(headers: &HeaderMap) -> bool {
+fn vary_star(headers: &FieldList) -> bool {
     // Not through `vary_names`: no lower-cased copy of each name per response.
     headers
-        .get_all(header::VARY)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .get_all(b"vary")
+        .flat_map(|v| v.split(|&b| b == b','))
         .any(|n| wire::trim_ows(n) == b"*")
 }
 
 /// The field names of Vary, lower-cased.
-pub(crate) fn vary_names(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn vary_names(headers: &FieldList) -> impl Iterator<Item = String> + '_ {
     headers
-        .get_all(header::VARY)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .get_all(b"vary")
+        .filter_map(field_text)
         .flat_map(|v| v.split(','))
         .map(|n| n.trim().to_ascii_lowercase())
         .filter(|n| !n.is_empty())
@@ -220,10 +217,12 @@ fn seconds(v: &str) -> Option<Duration> {
 }
 
 impl Directives {
-    fn cache_control(headers: &HeaderMap) -> Directives {
+    fn cache_control(headers: &FieldList) -> Directives {
         let mut d = Directives::default();
-        for value in headers.get_all(header::CACHE_CONTROL) {
-            let Ok(value) = value.to_str() else { continue };
+        for value in headers.get_all(b"cache-control") {
+            let Some(value) = field_text(value) else {
+                continue;
+            };
             for item in value.split(',') {
                 let (name, arg) = match item.split_once('=') {
                     Some((n, a)) => (n.trim(), Some(a)),
@@ -250,12 +249,14 @@ impl Directives {
         d
     }
 
-    fn surrogate(headers: &HeaderMap, token: &str) -> Surrogate {
+    fn surrogate(headers: &FieldList, token: &str) -> Surrogate {
         let mut untargeted = Surrogate::default();
         let mut targeted = Surrogate::default();
         let mut any_targeted = false;
-        for value in headers.get_all(crate::headers::SURROGATE_CONTROL) {
-            let Ok(value) = value.to_str() else { continue };
+        for value in headers.get_all(crate::headers::SURROGATE_CONTROL.as_str().as_bytes()) {
+            let Some(value) = field_text(value) else {
+                continue;
+            };
             for item in crate::headers::split_directives(value) {
                 let (body, target) = match item.rsplit_once(';') {
                     Some((b, t)) if !t.contains('"') => (b.trim(), Some(t.trim())),
@@ -309,13 +310,10 @@ mod tests {
         store_set_cookie: false,
     };
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn headers(pairs: &[(&str, &str)]) -> FieldList {
+        let mut h = FieldList::new();
         for (k, v) in pairs {
-            h.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
+            h.append(k.as_bytes(), v.as_bytes());
         }
         h
     }

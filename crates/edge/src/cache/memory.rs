@@ -598,7 +598,7 @@ impl Cache {
         entry: Arc<Entry>,
         field: &dyn Fn(&str) -> Option<HeaderValue>,
     ) -> Option<Arc<Entry>> {
-        if !entry.headers.contains_key(http::header::VARY) {
+        if !entry.headers.contains(b"vary") {
             return Some(entry);
         }
         let now = now_ms();

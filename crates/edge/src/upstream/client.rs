@@ -26,7 +26,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use handler::FieldList;
 use http::{Method, StatusCode};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -138,11 +138,12 @@ struct Conn {
     write: Vec<u8>,
 }
 
-/// A response head as the proxy reads it.
+/// A response head as the proxy reads it: its fields in the seam's form, names
+/// lower-cased, so that passed through they become the response's head as they are.
 pub(crate) struct Head {
     pub(crate) status: StatusCode,
     pub(crate) version: http::Version,
-    pub(crate) headers: HeaderMap,
+    pub(crate) headers: FieldList,
 }
 
 /// A connection checked out of the pool with its permit, positioned at the start of a
@@ -657,7 +658,7 @@ impl Upstream {
                         conn.read.advance(head_len);
                         continue;
                     }
-                    let head = self.head(&r, &conn.read[..head_len])?;
+                    let head = self.head(&r, head_len)?;
                     let body = match r.body {
                         ResponseFraming::None => BodyState::Done,
                         ResponseFraming::Length(n) => BodyState::Length(n),
@@ -679,24 +680,15 @@ impl Upstream {
         }
     }
 
-    /// The head of `r`, parsed from `raw`. The values are slices of one copy of `raw`
-    /// in the worker's block ([`crate::arena`]), not a copy each.
-    fn head(&self, r: &wire::ParsedResponse<'_, '_>, raw: &[u8]) -> Result<Head, Attempt> {
-        let mut headers = crate::headers::take_map(r.headers.len());
-        let shared = crate::arena::copy(raw);
+    /// The head of `r` (`head_len` bytes long), its fields copied into one list whose
+    /// buffers are those of a head this worker sent before (no allocation). The parser
+    /// let through only token names and the values a field may hold.
+    fn head(&self, r: &wire::ParsedResponse<'_, '_>, head_len: usize) -> Result<Head, Attempt> {
+        // Room for every name and value (the head holds them, and more), and for the Via
+        // that the proxy appends.
+        let mut headers = FieldList::with_capacity(r.headers.len() + 1, head_len + 32);
         for h in r.headers {
-            let at = (h.value.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
-            let value = match at
-                .checked_add(h.value.len())
-                .filter(|&end| end <= raw.len())
-            {
-                Some(end) => HeaderValue::from_maybe_shared(shared.slice(at..end)),
-                None => HeaderValue::from_bytes(h.value),
-            };
-            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) else {
-                return Err(self.protocol(format!("response field {:?}", h.name)));
-            };
-            headers.append(name, value);
+            headers.append_lowercase(h.name.as_bytes(), h.value);
         }
         Ok(Head {
             status: StatusCode::from_u16(r.status)

@@ -3,14 +3,14 @@
 use std::time::SystemTime;
 
 use super::*;
-use http::header::{HeaderMap, HeaderName};
+use handler::FieldList;
 use http::StatusCode;
 
 fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<Entry> {
-    let mut h = HeaderMap::new();
-    h.insert("cache-control", cache_control.parse().unwrap());
+    let mut h = FieldList::new();
+    h.insert(b"cache-control", cache_control.as_bytes());
     if let Some(v) = vary {
-        h.insert("vary", v.parse().unwrap());
+        h.insert(b"vary", v.as_bytes());
     }
     let rules = Rules {
         device_token: "tessera",
@@ -166,7 +166,7 @@ fn shared_tier_encoding_round_trips() {
     c.feed(src.clone());
     let t = Entry::new(
         StatusCode::OK,
-        HeaderMap::new(),
+        FieldList::new(),
         Bytes::new(),
         Some((c.finish(), vec![src])),
         None,
@@ -231,7 +231,7 @@ fn huge_lifetimes_are_capped_not_overflowed() {
     // An entry (as from a hostile record) with times at the limit of u64.
     let mut e = Entry::new(
         StatusCode::OK,
-        HeaderMap::new(),
+        FieldList::new(),
         Bytes::new(),
         None,
         None,
@@ -250,16 +250,13 @@ fn decode_refuses_records_the_store_would_not_make() {
     let record = |status: u16, times: [u64; 4], header: (&str, &str), body: &[u8]| {
         let mut e = Entry::new(
             StatusCode::from_u16(status).unwrap(),
-            HeaderMap::new(),
+            FieldList::new(),
             Bytes::copy_from_slice(body),
             None,
             None,
             0,
         );
-        e.headers.insert(
-            HeaderName::from_bytes(header.0.as_bytes()).unwrap(),
-            HeaderValue::from_str(header.1).unwrap(),
-        );
+        e.headers.insert(header.0.as_bytes(), header.1.as_bytes());
         (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms) = (times[0], times[1], times[2], times[3]);
         Bytes::from(e.encode())
     };

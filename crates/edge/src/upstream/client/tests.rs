@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use http::header::HeaderMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
