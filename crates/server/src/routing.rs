@@ -461,6 +461,92 @@ impl EditFilter {
     }
 }
 
+impl EditFilter {
+    /// Whether it is the edits alone (no route filter after them).
+    pub(crate) fn alone(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Applies the edits to a head written as HTTP/1 lines (status line to blank line),
+    /// writing the edited head into `out`: the lines they replace or remove left out,
+    /// theirs appended. `false`, `out` untouched, when none applies to its status. A
+    /// file's head is edited so, line by line, without being read into fields.
+    pub(crate) fn edit_lines(&self, head: &[u8], out: &mut Vec<u8>) -> bool {
+        let status = head
+            .get(9..12)
+            .and_then(|d| std::str::from_utf8(d).ok()?.parse::<u16>().ok())
+            .unwrap_or(0);
+        let route = self
+            .rule
+            .and_then(|i| self.table.rules()[i].response.as_ref());
+        let lists = || self.table.host_response.iter().chain(route);
+        if !lists().any(|e| e.apply_to(status)) {
+            return false;
+        }
+        let applying = || {
+            lists()
+                .filter(|e| e.apply_to(status))
+                .flat_map(|e| e.list.iter())
+        };
+        let same = |a: &[u8], b: &[u8]| a.eq_ignore_ascii_case(b);
+        let Some(first) = memchr::memchr(b'\n', head) else {
+            return false;
+        };
+        out.extend_from_slice(&head[..first + 1]);
+        let mut kept_names = 0u64;
+        for line in head[first + 1..].split_inclusive(|&b| b == b'\n') {
+            if line == b"\r\n" {
+                break;
+            }
+            let name = &line[..memchr::memchr(b':', line).unwrap_or(0)];
+            let dropped = applying().any(|e| {
+                matches!(e.how, rules::How::Set | rules::How::Remove) && same(&e.name, name)
+            });
+            if dropped {
+                continue;
+            }
+            for (i, e) in applying().enumerate().take(64) {
+                if same(&e.name, name) {
+                    kept_names |= 1 << i;
+                }
+            }
+            out.extend_from_slice(line);
+        }
+        let mut values = self.expanded.iter().map(Vec::as_slice);
+        let mut index = 0;
+        for edits in lists() {
+            let applies = edits.apply_to(status);
+            for e in edits.list.iter() {
+                let value = match (e.how, e.value.literal()) {
+                    (rules::How::Remove, _) => None,
+                    (_, Some(literal)) => Some(literal),
+                    (_, None) => values.next(),
+                };
+                if !applies {
+                    continue;
+                }
+                let present = index < 64 && kept_names & (1 << index) != 0;
+                match (e.how, value) {
+                    (rules::How::Default, _) if present => {}
+                    (rules::How::Remove, _) | (_, None) => {}
+                    (_, Some(value)) => {
+                        wire::write_field(out, &e.name, value);
+                        // A later `default` of the same name finds it there.
+                        for (j, later) in applying().enumerate().take(64).skip(index + 1) {
+                            if same(&later.name, &e.name) {
+                                kept_names |= 1 << j;
+                            }
+                        }
+                    }
+                }
+                index += 1;
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+        true
+    }
+}
+
 impl Attached for EditFilter {
     fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter {
         let status = head.status();

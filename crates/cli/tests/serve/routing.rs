@@ -881,3 +881,41 @@ fn alias_serves_a_prefix_from_another_directory() {
         "{stderr}"
     );
 }
+
+/// A file's head is edited line by line: `set` replaces the file's own field, `remove`
+/// drops one, `default` leaves one that is there and adds one that is not, `add` adds.
+#[test]
+fn response_edits_replace_remove_and_default_a_file_s_own_fields() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+response_headers = { set = { "Cache-Control" = "no-store" }, remove = ["Accept-Ranges"], default = { "ETag" = "\"mine\"", "X-Default" = "1" }, add = { "Link" = "</style.css>; rel=preload" } }
+
+[[cache_control]]
+prefix = "/"
+value = "public, max-age=60"
+"#,
+    ));
+    for fields in ["", "Range: bytes=0-1\r\n"] {
+        let r = ask(&server, "GET", "/hello.txt", fields);
+        let all = |name: &str| {
+            r.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(all("cache-control"), ["no-store"], "{fields}");
+        assert!(all("accept-ranges").is_empty(), "{fields}");
+        assert_eq!(all("etag").len(), 1, "{fields}");
+        assert_ne!(all("etag"), ["\"mine\""], "{fields}");
+        assert_eq!(all("x-default"), ["1"], "{fields}");
+        assert_eq!(all("link"), ["</style.css>; rel=preload"], "{fields}");
+        assert_eq!(all("content-length").len(), 1, "{fields}");
+    }
+    assert_eq!(
+        body(&ask(&server, "GET", "/hello.txt", "")),
+        "hello world\n"
+    );
+}

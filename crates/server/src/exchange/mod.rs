@@ -149,14 +149,8 @@ pub(crate) fn answer(
     };
     // The response edits run first, then the route's filter (a script's header_filter);
     // boxed only for a response that comes later.
-    let mut edits = decided.edits;
-    let mut filter = match &mut edits {
-        Some(edits) => {
-            edits.inner = filter;
-            None
-        }
-        None => filter,
-    };
+    let (mut edits, mut filter) = chain(decided.edits, filter);
+    let edits_alone = edits.as_ref().is_some_and(routing::EditFilter::alone);
     let filters: Option<&mut dyn Attached> = match (&mut edits, &mut filter) {
         (Some(edits), _) => Some(edits),
         (None, Some(filter)) => Some(&mut **filter),
@@ -205,7 +199,12 @@ pub(crate) fn answer(
                     Some(page) => attach(later(Work::Ready(page)), boxed(edits, filter)),
                 };
             }
-            if let Some(filters) = filters {
+            if edits_alone && out.fields().is_none() {
+                // The edits alone, on lines: edited line by line.
+                if let Some(edits) = &edits {
+                    edit_written(edits, out, mark);
+                }
+            } else if let Some(filters) = filters {
                 filter_written(filters, out, mark);
             }
             Dispatched::Done(files_answered)
@@ -327,6 +326,21 @@ fn terms(req: &wire::Request<'_, '_>, keep_alive: bool) -> reply::Terms {
         head_only: req.method == wire::Method::Head,
         version: req.version,
         keep_alive,
+    }
+}
+
+/// The response edits with the route's filter after them, when there are edits; else
+/// the route's filter alone.
+fn chain(
+    edits: Option<routing::EditFilter>,
+    filter: Option<Box<dyn Attached>>,
+) -> (Option<routing::EditFilter>, Option<Box<dyn Attached>>) {
+    match edits {
+        Some(mut edits) => {
+            edits.inner = filter;
+            (Some(edits), None)
+        }
+        None => (None, filter),
     }
 }
 
@@ -693,6 +707,17 @@ fn filter_written(filter: &mut dyn Attached, out: &mut Output, mark: Mark) {
     }
     new_head.extend_from_slice(b"\r\n");
     out.replace_head(at, written.len(), &new_head);
+}
+
+/// The response edits alone on a head the files wrote as HTTP/1 lines since `mark`:
+/// edited line by line into a recycled buffer, with no field list made of it.
+fn edit_written(edits: &routing::EditFilter, out: &mut Output, mark: Mark) {
+    let mut new_head = reply::HeadBuf::take();
+    let (at, head) = out.head_since(mark);
+    let len = head.len();
+    if edits.edit_lines(head, &mut new_head) {
+        out.replace_head(at, len, &new_head);
+    }
 }
 
 /// [`filter_written`] for a head written as fields (HTTP/2): the filter sees it without
