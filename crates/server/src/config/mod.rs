@@ -70,7 +70,8 @@ pub struct Config {
     /// oldest idle keep-alive connection is closed to admit a new one, and when none is
     /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
     pub max_connections: usize,
-    /// Address of the admin listener (`/metrics`, `/healthz`; docs/observability.md).
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/status`, `/status.json`;
+    /// docs/observability.md).
     /// Default none: off. Never one of `listen`'s addresses.
     pub admin_listen: Option<SocketAddr>,
     /// Clients allowed on the admin listener; when set it is the whole list (loopback
