@@ -75,7 +75,7 @@ impl ServeConfig {
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
         let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
         let mut modules = toml::Table::new();
-        for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
+        for key in crate::keys::MODULE_KEYS {
             if let Some(value) = table.remove(key) {
                 modules.insert(key.into(), value);
             }
@@ -88,20 +88,24 @@ impl ServeConfig {
                     continue;
                 };
                 let mut keys = toml::Table::new();
-                for key in ["route", "script"] {
+                for key in crate::keys::HOST_MODULE_KEYS {
                     if let Some(value) = host.remove(key) {
                         keys.insert(key.into(), value);
                     }
                 }
                 let m: HostModuleKeys = toml::Value::Table(keys)
                     .try_into()
-                    .map_err(one_line)
+                    .map_err(|e| unknown_key(e, "host."))
                     .with_context(|| format!("host[{i}]"))?;
                 host_modules.push((i + 1, m));
             }
         }
-        let server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
-        let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
+        let server: server::Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| unknown_key(e, ""))?;
+        let mut m: ModuleKeys = toml::Value::Table(modules)
+            .try_into()
+            .map_err(|e| unknown_key(e, ""))?;
         for (site, h) in host_modules {
             let host = server
                 .host
@@ -129,6 +133,12 @@ impl ServeConfig {
             shared_dict: m.shared_dict,
         })
     }
+}
+
+/// [`one_line`], with an unknown key explained: every key valid where it was written, and
+/// the nearest (`crate::keys`). `prefix` is the path of the table that was read.
+fn unknown_key(e: toml::de::Error, prefix: &str) -> anyhow::Error {
+    anyhow::anyhow!(crate::keys::explain(one_line(e).to_string(), prefix))
 }
 
 /// A TOML error in one line: toml prints a snippet of the file with a caret under the

@@ -7,6 +7,7 @@ mod check;
 mod config;
 mod esi;
 mod generate;
+mod keys;
 mod logs;
 mod reload;
 mod serve;
