@@ -33,8 +33,9 @@ pub struct ServeConfig {
 pub struct Modules {
     pub all: Vec<Arc<dyn handler::Module>>,
     pub proxy: Option<Arc<EdgeModule>>,
-    /// The scripts' shared state (dictionaries), for a reload to keep.
-    scripts: Option<Arc<script::Scripts>>,
+    /// The scripts' shared state (dictionaries), for a reload to keep, and what they
+    /// loaded, for a reload to say which changed.
+    pub scripts: Option<Arc<script::Scripts>>,
 }
 
 /// The `kind` labels of request metrics of every module [`ServeConfig::modules`] may build,

@@ -371,7 +371,11 @@ impl Live<'_> {
         }
         match running.reload(file.server.clone(), modules.all.clone()) {
             Ok(reloaded) => {
-                let changes = crate::reload::changes(&self.file, &file, &reloaded);
+                let changes = crate::reload::changes(
+                    (&self.file, &self.modules),
+                    (&file, &modules),
+                    &reloaded,
+                );
                 tracing::info!(
                     generation = reloaded.generation,
                     "configuration reloaded: {changes}"
