@@ -491,8 +491,8 @@ fn tls_problems(config: &Config) -> Vec<String> {
             problems.push("`tls.hsts` must be non-empty printable text".into());
         }
     }
-    if config.tls.redirect_https && config.tls_listen.is_empty() {
-        problems.push("`tls.redirect_https` needs a `tls_listen` to send clients to".into());
+    if config.tls.redirect_https_port == Some(0) {
+        problems.push("`tls.redirect_https_port` must be between 1 and 65535".into());
     }
     for (i, host) in config.host.iter().enumerate() {
         if let Some(tls) = &host.tls {
