@@ -68,6 +68,8 @@ fn each_broken_file_fails_naming_file_line_and_key() {
         ("access_log = \"/nonexistent/dir/access.log\"\n".into(), "check.toml:1: access_log:"),
         ("index = \"a/b\"\n".into(), "check.toml:1: index: must be a file name"),
         ("pid_file = \"/nonexistent/dir/t.pid\"\n".into(), "check.toml:1: pid_file:"),
+        ("[[host]]\nnames = [\"a.test\"]\n[host.tls]\nredirect_https = true\n".into(),
+            "check.toml:4: host[0].tls.redirect_https: only `[tls]` has it, for every host"),
     ];
     for (toml, expected) in &cases {
         let (code, stdout, stderr) = check(&site, &["check-config"], toml);

@@ -497,6 +497,17 @@ fn tls_problems(config: &Config) -> Vec<String> {
     for (i, host) in config.host.iter().enumerate() {
         if let Some(tls) = &host.tls {
             pair(&format!("host[{i}].tls"), tls, &mut problems);
+            // `[host.tls]` shares `[tls]`'s shape but only its certificate is per host.
+            let set = [
+                ("hsts", tls.hsts.is_some()),
+                ("redirect_https", tls.redirect_https),
+                ("redirect_https_port", tls.redirect_https_port.is_some()),
+            ];
+            for (key, _) in set.iter().filter(|(_, set)| *set) {
+                problems.push(format!(
+                    "`host[{i}].tls.{key}`: only `[tls]` has it, for every host"
+                ));
+            }
         }
     }
     if !config.tls_listen.is_empty()
