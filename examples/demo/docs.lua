@@ -11,8 +11,9 @@
 -- a [[host]] that serves docs/ as plain files. The renderer below covers the Markdown
 -- these pages use (CommonMark's headings, paragraphs, lists, fenced and indented code,
 -- emphasis, links and images, and GitHub's tables and heading anchors), not all of it; it
--- escapes any HTML in the text. It scans with plain finds and anchored patterns, which the
--- pattern guard never refuses, whatever a line's length.
+-- escapes any HTML in the text and leaves out HTML comments. Paragraphs and table rows
+-- are scanned with plain finds and anchored patterns, which the pattern guard
+-- (docs/lua.md) never refuses, whatever their length.
 local M = {}
 
 local DOCS_HOST = "docs.internal"
@@ -310,7 +311,7 @@ function blocks(lines, seen, tight)
       i = i + 1
     elseif fence(line) then
       local indent = line:find("`", 1, true) - 1
-      local info = line:sub(indent + 4):gsub("%s", "")
+      local info = line:sub(indent + 4):match("^%s*(%S*)")
       local code = {}
       i = i + 1
       while i <= #lines and not fence(lines[i]) do
@@ -324,6 +325,10 @@ function blocks(lines, seen, tight)
       local class = info ~= "" and (' class="language-' .. escape(info) .. '"') or ""
       out[#out + 1] = "<pre><code" .. class .. ">" .. escape(table.concat(code, "\n"))
         .. "</code></pre>"
+    elseif line:sub(1, 4) == "<!--" then
+      -- An HTML comment: a note for the page's editors, not shown.
+      while i <= #lines and not lines[i]:find("-->", 1, true) do i = i + 1 end
+      i = i + 1
     elseif line:sub(1, 1) == "#" and line:find("^#+ ") then
       local level = line:find(" ", 1, true) - 1
       local text = line:sub(level + 2)
