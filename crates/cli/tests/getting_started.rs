@@ -231,6 +231,19 @@ fn compare(block: &Block, expected: &[String], actual: &[String]) {
     }
 }
 
+/// Shuts down the Redis on this port when dropped (a failed test included).
+struct RedisShutdown(u16);
+
+impl Drop for RedisShutdown {
+    fn drop(&mut self) {
+        let _ = Command::new("redis-cli")
+            .args(["-p", &self.0.to_string(), "shutdown", "nosave"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// A port no one listens on now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -243,9 +256,13 @@ fn free_port() -> u16 {
 #[test]
 fn getting_started_runs_as_written() {
     let mut page = std::fs::read_to_string(repository().join("docs/getting-started.md")).unwrap();
-    for port in ["18080", "19000", "16379"] {
-        page = page.replace(port, &free_port().to_string());
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    for (port, free) in ["18080", "19000", "16379"].iter().zip(&ports) {
+        page = page.replace(port, &free.to_string());
     }
+    // The page's Redis runs as a daemon, outside the sessions' process groups: stopped
+    // here too, should the page not get to its own shutdown.
+    let _redis = RedisShutdown(ports[2]);
     let blocks = blocks(&page);
 
     // A clone whose target/release holds the binary under test, and a home directory.
