@@ -9,7 +9,9 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-# The cache tests start their own redis-server (crates/cli/tests/serve/cache.rs).
+# The cache tests start their own redis-server (crates/cli/tests/serve/cache.rs), and the
+# test that runs docs/getting-started.md (crates/cli/tests/getting_started.rs) its
+# redis-server and redis-cli, curl and python3, all installed below.
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "scripts/test.sh: installing redis-server for the cache tests" >&2
     if [ "$(id -u)" -eq 0 ]; then

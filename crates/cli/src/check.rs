@@ -162,19 +162,25 @@ fn mentioned(text: &str, token: &str) -> Option<usize> {
         .map(|n| n + 1)
 }
 
-/// The line (1-based) where `key` (`name`, `table.name`, `array[i].name`, or a table
-/// itself) is set in the TOML `text`: the key's own line, else its table's header.
+/// The line (1-based) where `key` (`name`, `table.name`, `array[i].name`,
+/// `array[i].table.name`, or a table itself) is set in the TOML `text`: the key's own
+/// line, else its table's header.
 fn locate(text: &str, key: &str) -> Option<usize> {
-    let (table, index, name): (&str, Option<usize>, Option<&str>) = match key.rsplit_once('.') {
-        Some((table, name)) => match table.split_once('[') {
-            Some((t, i)) => (t, i.trim_end_matches(']').parse().ok(), Some(name)),
-            None => (table, None, Some(name)),
-        },
-        None => match key.split_once('[') {
-            Some((t, i)) => (t, i.trim_end_matches(']').parse().ok(), None),
-            None => ("", None, Some(key)),
-        },
+    let (path, name) = match key.rsplit_once('.') {
+        Some((path, name)) => (path, Some(name)),
+        None if key.contains('[') => (key, None),
+        None => ("", Some(key)),
     };
+    // `host[1].tls` is the header `[host.tls]` after the second `[[host]]`.
+    let (array, index) = match path.split_once('[') {
+        Some((array, rest)) => (array, rest.split(']').next().and_then(|i| i.parse().ok())),
+        None => ("", None),
+    };
+    let table = path
+        .split('.')
+        .map(|part| part.split('[').next().unwrap_or(part))
+        .collect::<Vec<_>>()
+        .join(".");
     let mut in_table = table.is_empty();
     let mut header_line = None;
     let mut seen = 0usize;
@@ -186,11 +192,13 @@ fn locate(text: &str, key: &str) -> Option<usize> {
                 // A top-level key written as a table (`[[cache_control]]`).
                 header_line = Some(n + 1);
             }
+            if !array.is_empty() && header == array && line.starts_with("[[") {
+                seen += 1;
+            }
             in_table = false;
             if header == table {
-                let this = seen;
-                seen += 1;
-                if index.is_none_or(|i| i == this) {
+                let this = seen.checked_sub(1);
+                if index.is_none() || index == this {
                     in_table = true;
                     header_line = Some(n + 1);
                 }
@@ -225,6 +233,12 @@ mod tests {
         assert_eq!(locate(TEXT, "host[0].names"), Some(7));
         assert_eq!(locate(TEXT, "host[1].names"), Some(10));
         assert_eq!(locate(TEXT, "host[1].root"), Some(11));
+        let nested = "[[host]]\nnames = [\"a\"]\n[host.tls]\nkey = \"k\"\n\n\
+            [[host]]\nnames = [\"b\"]\n[host.tls]\nhsts = \"x\"\n";
+        assert_eq!(locate(nested, "host[1].tls.hsts"), Some(9));
+        assert_eq!(locate(nested, "host[0].tls.key"), Some(4));
+        assert_eq!(locate(nested, "host[0].tls.hsts"), Some(3));
+        assert_eq!(locate(nested, "host[1]"), Some(6));
         // Not set in the file: the table's header.
         assert_eq!(locate(TEXT, "host[0].root"), Some(6));
         assert_eq!(locate(TEXT, "workers"), None);

@@ -33,8 +33,9 @@ pub struct ServeConfig {
 pub struct Modules {
     pub all: Vec<Arc<dyn handler::Module>>,
     pub proxy: Option<Arc<EdgeModule>>,
-    /// The scripts' shared state (dictionaries), for a reload to keep.
-    scripts: Option<Arc<script::Scripts>>,
+    /// The scripts' shared state (dictionaries), for a reload to keep, and what they
+    /// loaded, for a reload to say which changed.
+    pub scripts: Option<Arc<script::Scripts>>,
 }
 
 /// The `kind` labels of request metrics of every module [`ServeConfig::modules`] may build,
@@ -80,7 +81,7 @@ impl ServeConfig {
             chosen = take_rules(r, 0, &mut routes).context("route")?;
         }
         let mut modules = toml::Table::new();
-        for key in ["upstream", "route", "esi", "cache", "script", "shared_dict"] {
+        for key in crate::keys::MODULE_KEYS {
             if let Some(value) = table.remove(key) {
                 modules.insert(key.into(), value);
             }
@@ -98,21 +99,25 @@ impl ServeConfig {
                         .with_context(|| format!("host[{i}].route"))?;
                 }
                 let mut keys = toml::Table::new();
-                for key in ["route", "script"] {
+                for key in crate::keys::HOST_MODULE_KEYS {
                     if let Some(value) = host.remove(key) {
                         keys.insert(key.into(), value);
                     }
                 }
                 let m: HostModuleKeys = toml::Value::Table(keys)
                     .try_into()
-                    .map_err(one_line)
+                    .map_err(|e| unknown_key(e, "host."))
                     .with_context(|| format!("host[{i}]"))?;
                 host_modules.push((i + 1, m, host_chosen));
             }
         }
-        let mut server: server::Config = toml::Value::Table(table).try_into().map_err(one_line)?;
+        let mut server: server::Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| unknown_key(e, ""))?;
         server.routes = routes;
-        let mut m: ModuleKeys = toml::Value::Table(modules).try_into().map_err(one_line)?;
+        let mut m: ModuleKeys = toml::Value::Table(modules)
+            .try_into()
+            .map_err(|e| unknown_key(e, ""))?;
         for (route, rule) in m.route.iter_mut().zip(chosen) {
             route.rule = rule;
         }
@@ -203,6 +208,12 @@ fn take_rules(
     }
     *array = kept;
     Ok(chosen)
+}
+
+/// [`one_line`], with an unknown key explained: every key valid where it was written, and
+/// the nearest (`crate::keys`). `prefix` is the path of the table that was read.
+fn unknown_key(e: toml::de::Error, prefix: &str) -> anyhow::Error {
+    anyhow::anyhow!(crate::keys::explain(one_line(e).to_string(), prefix))
 }
 
 /// A TOML error in one line: toml prints a snippet of the file with a caret under the

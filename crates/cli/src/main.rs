@@ -7,6 +7,7 @@ mod check;
 mod config;
 mod esi;
 mod generate;
+mod keys;
 mod logs;
 mod reload;
 mod serve;
@@ -40,12 +41,23 @@ struct Cli {
 // Each subcommand lives in its own module with its own `Args` and `run`.
 #[derive(Subcommand)]
 enum Command {
-    /// Serve a site: static files, an ESI proxy with a cache (memory and Redis), Lua handlers
+    /// Serve a site: static files, an ESI proxy and its cache, Lua handlers
     Serve(serve::Args),
-    /// Check a configuration as `serve` would read it (values, directories, scripts,
-    /// upstream and host names) without starting: prints `configuration OK` or every
-    /// problem as FILE:LINE: key: what is wrong, and exits 1. Same options as `serve`.
-    CheckConfig(serve::Args),
+    /// Check a configuration without starting the server
+    #[command(
+        after_help = "Reads the configuration as `serve` would (the file, with these options over it)
+and checks everything `serve` would refuse at start, binding nothing: values, the
+directories and files they name, upstream and host names, scripts (compiled). Prints
+`configuration OK`, or every problem as FILE:LINE: key: what is wrong and exits 1.
+`tessera serve --check` does the same with every option of `serve`.
+
+Examples:
+  tessera check-config --config tessera.toml
+  tessera check-config --config tessera.toml --root site --script /api=api.lua
+
+Documentation: docs/operations.md (\"Check a configuration\"), docs/config.md"
+    )]
+    CheckConfig(serve::ConfigArgs),
     /// Check or render an ESI template offline.
     Esi(esi::Args),
     /// Analyse access logs: Wide Finder `top` and a full `report`.
@@ -69,10 +81,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::CheckConfig(mut args) => {
-            args.check = true;
-            serve::run(args)
-        }
+        Command::CheckConfig(args) => serve::run(serve::Args::checking(args)),
         Command::Esi(args) => esi::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Bench(args) => bench::run(*args),

@@ -1,38 +1,20 @@
-//! The log line of a configuration reload: what changed, by host.
+//! The log line of a configuration reload: what changed, by host and by script.
 
-use crate::config::ServeConfig;
+use crate::config::{Modules, ServeConfig};
 
 /// `hosts added [a.test], removed [..], changed [top-level, b.test www.b.test];
-/// listeners added [..]; ...` (a host by its names, the top-level keys as `top-level`),
-/// or `no change`.
-pub fn changes(old: &ServeConfig, new: &ServeConfig, reloaded: &server::Reloaded) -> String {
-    let old_hosts = hosts(old);
-    let new_hosts = hosts(new);
+/// listeners added [..]; scripts changed [/api, b.test/admin]; ...` (a host by its names,
+/// the top-level keys as `top-level`, a script by its host's first name and its prefix),
+/// or `no change`. A script changed when its keys or the source in its file did.
+pub fn changes(
+    (old, old_modules): (&ServeConfig, &Modules),
+    (new, new_modules): (&ServeConfig, &Modules),
+    reloaded: &server::Reloaded,
+) -> String {
     let names = |list: Vec<&str>| format!("[{}]", list.join(", "));
-    let added: Vec<&str> = new_hosts
-        .iter()
-        .filter(|(n, _)| !old_hosts.iter().any(|(o, _)| o == n))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let removed: Vec<&str> = old_hosts
-        .iter()
-        .filter(|(o, _)| !new_hosts.iter().any(|(n, _)| n == o))
-        .map(|(o, _)| o.as_str())
-        .collect();
-    let changed: Vec<&str> = new_hosts
-        .iter()
-        .filter(|(n, what)| old_hosts.iter().any(|(o, was)| o == n && was != what))
-        .map(|(n, _)| n.as_str())
-        .collect();
     let mut parts = Vec::new();
-    let mut hosts = Vec::new();
-    for (label, list) in [("added", added), ("removed", removed), ("changed", changed)] {
-        if !list.is_empty() {
-            hosts.push(format!("{label} {}", names(list)));
-        }
-    }
-    if !hosts.is_empty() {
-        parts.push(format!("hosts {}", hosts.join(", ")));
+    if let Some(hosts) = compared(&hosts(old), &hosts(new)) {
+        parts.push(format!("hosts {hosts}"));
     }
     let addrs = |list: &[std::net::SocketAddr]| {
         names(
@@ -58,6 +40,9 @@ pub fn changes(old: &ServeConfig, new: &ServeConfig, reloaded: &server::Reloaded
     }
     if reloaded.access_logs_changed {
         parts.push("access logs reopened".into());
+    }
+    if let Some(scripts) = compared(&scripts(old, old_modules), &scripts(new, new_modules)) {
+        parts.push(format!("scripts {scripts}"));
     }
     // Compared by their printed form: every part of the configuration prints all its
     // fields, and this runs once per reload.
@@ -89,13 +74,39 @@ pub fn changes(old: &ServeConfig, new: &ServeConfig, reloaded: &server::Reloaded
     parts.join("; ")
 }
 
+/// `added [..], removed [..], changed [..]` between two lists of (label, what it is),
+/// or `None` when they are the same.
+fn compared(old: &[(String, String)], new: &[(String, String)]) -> Option<String> {
+    let added: Vec<&str> = new
+        .iter()
+        .filter(|(n, _)| !old.iter().any(|(o, _)| o == n))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let removed: Vec<&str> = old
+        .iter()
+        .filter(|(o, _)| !new.iter().any(|(n, _)| n == o))
+        .map(|(o, _)| o.as_str())
+        .collect();
+    let changed: Vec<&str> = new
+        .iter()
+        .filter(|(n, what)| old.iter().any(|(o, was)| o == n && was != what))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for (label, list) in [("added", added), ("removed", removed), ("changed", changed)] {
+        if !list.is_empty() {
+            out.push(format!("{label} [{}]", list.join(", ")));
+        }
+    }
+    (!out.is_empty()).then(|| out.join(", "))
+}
+
 /// Each host (the top-level one first, then each `[[host]]` by its names) with
-/// everything that configures it, printed.
+/// everything that configures it but its scripts (reported on their own), printed.
 fn hosts(config: &ServeConfig) -> Vec<(String, String)> {
     let of_site = |site: usize| {
         let routes: Vec<_> = config.route.iter().filter(|r| r.site == site).collect();
-        let scripts: Vec<_> = config.script.iter().filter(|s| s.site == site).collect();
-        format!("{routes:?} {scripts:?}")
+        format!("{routes:?}")
     };
     let mut top = config.server.clone();
     top.host.clear();
@@ -104,5 +115,28 @@ fn hosts(config: &ServeConfig) -> Vec<(String, String)> {
     for (i, h) in config.server.host.iter().enumerate() {
         all.push((h.names.join(" "), format!("{h:?} {}", of_site(i + 1))));
     }
+    all
+}
+
+/// Each script mount (`/api` on the top-level host, `b.test/api` on a `[[host]]`) with
+/// its keys and the digest of the source it loaded, printed.
+fn scripts(config: &ServeConfig, modules: &Modules) -> Vec<(String, String)> {
+    let Some(scripts) = modules.scripts.as_deref() else {
+        return Vec::new();
+    };
+    let mut all: Vec<(String, String)> = scripts
+        .mounts()
+        .map(|(mount, digest)| {
+            let host = match mount.site {
+                0 => "",
+                site => config.server.host[site - 1].names[0].as_str(),
+            };
+            (
+                format!("{host}{}", mount.prefix),
+                format!("{mount:?} {digest}"),
+            )
+        })
+        .collect();
+    all.sort();
     all
 }

@@ -13,8 +13,13 @@ use crate::upgrade;
 /// repository. Elsewhere (an installed binary) it does not exist and no files are served.
 const DEFAULT_ROOT: &str = "examples/site";
 
+/// The options that shape the configuration served: `serve` takes them, and so does
+/// `check-config`, which checks the configuration they make.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub struct ConfigArgs {
+    /// TOML config file; the options below override it (keys: docs/config.md)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Directory to serve [default: examples/site if it exists here, else no files]
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
@@ -39,48 +44,75 @@ pub struct Args {
     /// Worker threads, each with its own listener [default: number of cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Listen backlog [default: 4096]
-    #[arg(long, value_name = "N")]
-    backlog: Option<u32>,
     /// Proxy every request to this origin (`http://host:port`), assembling ESI pages
     /// (Surrogate-Control: content="ESI/1.0") from fragments fetched in parallel
     #[arg(long, value_name = "URL")]
     proxy: Option<String>,
-    /// Append an access log (combined format unless the config says otherwise) to FILE
-    #[arg(long, value_name = "FILE")]
-    access_log: Option<PathBuf>,
     /// Mount a Lua script at a path prefix: `/api=handlers/api.lua` (docs/lua.md);
     /// repeatable, added to the config's `[[script]]`s. SIGHUP reloads them with the
     /// configuration.
     #[arg(long, value_name = "PREFIX=FILE")]
     script: Vec<String>,
-    /// TOML config file; command-line options override it (keys: docs/config.md)
+    /// Append an access log (combined format unless the config says otherwise) to FILE
     #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Serve `/metrics` and `/healthz` on this address of its own (docs/observability.md)
+    access_log: Option<PathBuf>,
+    /// Serve the admin paths `/metrics`, `/healthz`, `/status` and `/status.json` on
+    /// this address of its own (docs/observability.md)
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<SocketAddr>,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  tessera serve
+  tessera serve --root site --listen 0.0.0.0:8080 --access-log access.log
+  tessera serve --config tessera.toml
+  tessera serve --proxy http://127.0.0.1:9000 --script /api=api.lua --admin-listen 127.0.0.1:9145
+
+Signals: SIGHUP reloads the configuration, SIGUSR1 reopens the access logs, SIGUSR2
+upgrades the binary, SIGTERM and SIGINT shut down gracefully (docs/operations.md).
+
+Documentation: docs/getting-started.md, docs/config.md")]
+pub struct Args {
+    #[command(flatten)]
+    served: ConfigArgs,
+    /// Listen backlog [default: 4096]
+    #[arg(long, value_name = "N")]
+    backlog: Option<u32>,
     /// Write the process id to FILE once serving (the new process of a binary upgrade
     /// writes its own); removed at exit
     #[arg(long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
-    /// Check the configuration and exit (as `tessera check-config`): `configuration OK`,
-    /// or every problem as FILE:LINE: key: what is wrong, and exit status 1
+    /// Check the configuration these options make and exit, as `tessera check-config`
+    /// does: `configuration OK`, or every problem as FILE:LINE: key: what is wrong, and
+    /// exit status 1
     #[arg(long)]
-    pub check: bool,
+    check: bool,
+}
+
+impl Args {
+    /// `tessera check-config`'s options as `serve --check` takes them.
+    pub fn checking(served: ConfigArgs) -> Args {
+        Args {
+            served,
+            backlog: None,
+            pid_file: None,
+            check: true,
+        }
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let file = match load(&args) {
         Ok(file) => file,
-        Err(e) if args.check => match &args.config {
+        Err(e) if args.check => match &args.served.config {
             Some(path) => crate::check::unreadable(path, &e),
             None => return Err(e),
         },
         Err(e) => return Err(e),
     };
     if args.check {
-        crate::check::report(args.config.as_deref(), &file);
+        crate::check::report(args.served.config.as_deref(), &file);
         return Ok(());
     }
     // Before anything else runs: what a binary upgrade handed over, and the path this
@@ -109,7 +141,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         proxy.listening_on(first);
     }
     // What answers the paths no other line lists; nothing when a route takes `/`.
-    let what = match (&args.proxy, &root) {
+    let what = match (&args.served.proxy, &root) {
         (Some(url), _) => format!(" a proxy to {url}"),
         _ if routes.iter().any(|(prefix, _)| prefix == "/") => String::new(),
         (None, Some(root)) => format!(" {}", root.display()),
@@ -232,6 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// The configuration file with the command line's options applied over it.
 fn load(args: &Args) -> anyhow::Result<ServeConfig> {
+    let (backlog, pid_file, args) = (args.backlog, &args.pid_file, &args.served);
     let mut file = match &args.config {
         Some(path) => ServeConfig::load(path)?,
         None => ServeConfig::default(),
@@ -260,7 +293,7 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
         anyhow::ensure!(workers > 0, "--workers must be at least 1");
         config.workers = workers;
     }
-    if let Some(backlog) = args.backlog {
+    if let Some(backlog) = backlog {
         config.backlog = backlog;
     }
     if let Some(path) = &args.access_log {
@@ -269,7 +302,7 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
     if let Some(addr) = args.admin_listen {
         config.admin_listen = Some(addr);
     }
-    if let Some(path) = &args.pid_file {
+    if let Some(path) = pid_file {
         config.pid_file = Some(path.clone());
     }
     if let Some(url) = &args.proxy {
@@ -308,7 +341,7 @@ impl Live<'_> {
 
     /// The reload; false (with the problems logged) when the configuration is not valid.
     fn try_reload(&mut self, running: &server::Running) -> bool {
-        let config_path = self.args.config.as_deref();
+        let config_path = self.args.served.config.as_deref();
         let failed = |problem: &str| {
             let text = config_path.and_then(|p| std::fs::read_to_string(p).ok());
             let at = crate::check::located(config_path, text.as_deref(), problem);
@@ -338,7 +371,11 @@ impl Live<'_> {
         }
         match running.reload(file.server.clone(), modules.all.clone()) {
             Ok(reloaded) => {
-                let changes = crate::reload::changes(&self.file, &file, &reloaded);
+                let changes = crate::reload::changes(
+                    (&self.file, &self.modules),
+                    (&file, &modules),
+                    &reloaded,
+                );
                 tracing::info!(
                     generation = reloaded.generation,
                     "configuration reloaded: {changes}"

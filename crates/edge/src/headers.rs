@@ -154,7 +154,8 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
 /// The headers of a request forwarded to an upstream: the client's, minus hop-by-hop
 /// fields, plus X-Forwarded-For (appended), X-Forwarded-Proto (replaced), Via
 /// (appended) and our Surrogate-Capability (appended, so surrogates behind us keep
-/// theirs). Host is kept: the origin sees the name the client asked for.
+/// theirs). Host is kept: the origin sees the name the client asked for (a request
+/// without one gets the upstream's name when it is written, see [`Forwarded`]).
 pub fn forward_request(client_headers: &HeaderMap, client: &ClientInfo, token: &str) -> HeaderMap {
     let mut h = client_headers.clone();
     remove_hop_by_hop(&mut h);
@@ -192,6 +193,9 @@ pub(crate) struct Forwarded<'a> {
     /// Leave out the client's conditionals and Range (a cache fill asks for the whole
     /// object).
     pub(crate) whole: bool,
+    /// The Host sent when the client sent none (an HTTP/1.0 request): the upstream's
+    /// name, as nginx sends `$proxy_host`. An HTTP/1.1 request must have one.
+    pub(crate) host: &'a str,
 }
 
 /// The fields a cache fill does not forward (see [`Forwarded::whole`]).
@@ -254,6 +258,9 @@ impl Forwarded<'_> {
         });
         if self.identity {
             wire::write_field(buf, b"accept-encoding", b"identity");
+        }
+        if !h.contains_key(header::HOST) {
+            wire::write_field(buf, b"host", self.host.as_bytes());
         }
     }
 }
@@ -544,6 +551,7 @@ mod tests {
                 token: "tessera",
                 identity,
                 whole,
+                host: "app",
             }
             .write(&mut buf);
             let mut lines: Vec<String> = String::from_utf8(buf)

@@ -451,6 +451,7 @@ impl Edge {
                 // The response is to fill the cache for every client: ask for the whole
                 // object, not this client's 304 or 206 (the client gets the full 200).
                 whole: store.is_some(),
+                host: &authority,
             }),
             body: &req.body,
             upgrade: None,

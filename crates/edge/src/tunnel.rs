@@ -57,6 +57,7 @@ pub(crate) async fn upgrade(
             token,
             identity: false,
             whole: false,
+            host: &upstream.name,
         }),
         body: &req.body,
         upgrade: Some(&protocol),

@@ -15,6 +15,10 @@ use crate::Error;
 /// What every worker shares.
 pub struct Scripts {
     pub(crate) configs: Vec<ScriptConfig>,
+    /// A digest of the source each mount's file held when it was compiled here, by
+    /// mount index: what tells a reload that a script changed when its configuration
+    /// did not.
+    digests: Vec<u64>,
     dict_configs: Vec<SharedDictConfig>,
     pub(crate) dicts: Arc<SharedDicts>,
     pub(crate) watchdog: Arc<Watchdog>,
@@ -67,7 +71,12 @@ impl Scripts {
                     c.prefix
                 )));
             }
-            compile(&Lua::new(), &c.path)?;
+        }
+        let mut mounts = Vec::with_capacity(configs.len());
+        for c in configs {
+            let source = read(&c.path)?;
+            load(&Lua::new(), &c.path, &source)?;
+            mounts.push((c, digest(&source)));
         }
         for (i, d) in dicts.iter().enumerate() {
             let ident = !d.name.is_empty()
@@ -96,8 +105,8 @@ impl Scripts {
         }
         // Longest prefix first, so a mount's index is the same in every worker's engine
         // and in the routes the server is given (`Module::routes`).
-        let mut configs = configs;
-        configs.sort_by_key(|c| std::cmp::Reverse(c.prefix.len()));
+        mounts.sort_by_key(|(c, _)| std::cmp::Reverse(c.prefix.len()));
+        let (configs, digests) = mounts.into_iter().unzip();
         let (dicts_kept, watchdog) = match previous {
             Some(p) if p.dict_configs == dicts => (Some(p.dicts.clone()), p.watchdog.clone()),
             Some(p) => (None, p.watchdog.clone()),
@@ -105,6 +114,7 @@ impl Scripts {
         };
         Ok(Arc::new(Scripts {
             configs,
+            digests,
             dict_configs: dicts.to_vec(),
             dicts: dicts_kept.unwrap_or_else(|| Arc::new(SharedDicts::new(dicts))),
             watchdog,
@@ -115,6 +125,12 @@ impl Scripts {
         self.configs.is_empty()
     }
 
+    /// Each mount's configuration and a digest of the source compiled for it at load (equal
+    /// digests: the same source, within this process).
+    pub fn mounts(&self) -> impl Iterator<Item = (&ScriptConfig, u64)> {
+        self.configs.iter().zip(self.digests.iter().copied())
+    }
+
     /// The mounts' prefixes and sites, by mount index.
     pub fn prefixes(&self) -> impl Iterator<Item = (&str, usize)> {
         self.configs.iter().map(|c| (c.prefix.as_str(), c.site))
@@ -122,11 +138,26 @@ impl Scripts {
 }
 
 pub(crate) fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
-    let source = std::fs::read(path).map_err(|cause| Error::Read {
+    load(lua, path, &read(path)?)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|cause| Error::Read {
         path: path.to_owned(),
         cause,
-    })?;
-    lua.load(&source[..])
+    })
+}
+
+/// SipHash with fixed keys: the same source gives the same digest in this process.
+fn digest(source: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    source.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn load(lua: &Lua, path: &Path, source: &[u8]) -> Result<Function, Error> {
+    lua.load(source)
         .set_name(format!("@{}", path.display()))
         .into_function()
         .map_err(|e| Error::Load {

@@ -40,7 +40,7 @@ pub(crate) struct Shared {
     /// The TLS settings every TLS listener shares (certificates, resumption), when
     /// there was a `tls_listen` at start.
     pub tls: Option<tls::Tls>,
-    /// The port of the first `tls_listen`, for `redirect_https`.
+    /// The port of the first `tls_listen` as bound at start, for `redirect_https`.
     pub https_port: Option<u16>,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.

@@ -68,6 +68,8 @@ fn each_broken_file_fails_naming_file_line_and_key() {
         ("access_log = \"/nonexistent/dir/access.log\"\n".into(), "check.toml:1: access_log:"),
         ("index = \"a/b\"\n".into(), "check.toml:1: index: must be a file name"),
         ("pid_file = \"/nonexistent/dir/t.pid\"\n".into(), "check.toml:1: pid_file:"),
+        ("[[host]]\nnames = [\"a.test\"]\n[host.tls]\nredirect_https = true\n".into(),
+            "check.toml:4: host[0].tls.redirect_https: only `[tls]` has it, for every host"),
     ];
     for (toml, expected) in &cases {
         let (code, stdout, stderr) = check(&site, &["check-config"], toml);
@@ -99,4 +101,79 @@ fn every_problem_is_listed_not_only_the_first() {
             "expected {expected:?} in {stderr}"
         );
     }
+}
+
+/// An unknown key is refused with every key valid where it was written, tables included
+/// (the proxy's and the scripts' too, which another crate reads), and the nearest one,
+/// or the table it belongs in; by `check-config` at its line, and by `serve` at start.
+#[test]
+fn an_unknown_key_lists_every_valid_key_at_its_level_and_the_nearest() {
+    let site = Site::new();
+    let top_level_tables = [
+        "`tls`",
+        "`limits`",
+        "`timeouts`",
+        "`compression`",
+        "`http2`",
+        "`host`",
+        "`cache_control`",
+        "`upstream`",
+        "`route`",
+        "`esi`",
+        "`cache`",
+        "`script`",
+        "`shared_dict`",
+    ];
+    let cases: [(&str, &str, &[&str]); 6] = [
+        (
+            "listen = [\"127.0.0.1:0\"]\nrot = \"/srv\"\n",
+            "check.toml:2: invalid config file",
+            &["unknown field `rot` at the top level, did you mean `root`? Valid keys at the top level: `listen`,"],
+        ),
+        (
+            "upstreams = []\n",
+            "check.toml:1:",
+            &["unknown field `upstreams` at the top level, did you mean `upstream`?"],
+        ),
+        (
+            "max_body_size = 10\n",
+            "check.toml:1:",
+            &["unknown field `max_body_size` at the top level: it is a key of `[limits]`. Valid keys at the top level:"],
+        ),
+        (
+            "[[host]]\nnames = [\"a.test\"]\nrout = 1\n",
+            "check.toml:3:",
+            &["unknown field `rout` in `[[host]]`, did you mean `root`? Valid keys in `[[host]]`: `names`,", "`route`, `script`"],
+        ),
+        (
+            "[[host]]\nnames = [\"a.test\"]\n[[host.route]]\nprefx = \"/\"\n",
+            "check.toml:4:",
+            &["host[0]: unknown field `prefx` in `[[host.route]]`, did you mean `prefix`? Valid keys in `[[host.route]]`: `prefix`, `upstream`,"],
+        ),
+        (
+            "[cache.redis]\nurls = \"redis://127.0.0.1\"\n",
+            "check.toml:2:",
+            &["unknown field `urls` in `[cache.redis]`, did you mean `url`? Valid keys in `[cache.redis]`: `url`, `cluster`,"],
+        ),
+    ];
+    for (toml, at, expected) in cases {
+        let (code, _, stderr) = check(&site, &["check-config"], toml);
+        assert_eq!(code, 1, "{toml}");
+        assert!(stderr.contains(at), "{toml}: expected {at:?} in {stderr}");
+        for e in expected {
+            assert!(stderr.contains(e), "{toml}: expected {e:?} in {stderr}");
+        }
+        if toml.starts_with("listen") {
+            for table in top_level_tables {
+                assert!(stderr.contains(table), "{table} not listed: {stderr}");
+            }
+        }
+    }
+    // `serve` refuses the file at start with the same account.
+    let (code, _, stderr) = check(&site, &["serve"], "workrs = 2\n");
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("unknown field `workrs` at the top level, did you mean `workers`?"),
+        "{stderr}"
+    );
 }

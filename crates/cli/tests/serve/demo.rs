@@ -1,7 +1,8 @@
 //! The demo that README.md's first command starts (examples/demo): run exactly as the
 //! README says (its first `sh` block, with only the listen address made ephemeral), its
 //! home page holds every fragment in order, fetched in parallel, the Lua one and the
-//! failed include's fallback included, and a second fetch takes fragments from the cache.
+//! failed include's fallback included, and a second fetch takes fragments from the cache;
+//! `/docs/` is an index of docs/ and each page HTML with working links.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -118,16 +119,13 @@ fn readme_demo_assembles_every_fragment_in_parallel_and_caches_them() {
         css.header("cache-control"),
         Some("public, max-age=31536000, immutable")
     );
-    // Every docs link of the page is served, from the repository's docs/.
+    // Every docs link of the page is served as an HTML page (docs_pages_are_html_...).
     let mut links = 0;
     for part in page.split("href=\"/docs/").skip(1) {
         let name = &part[..part.find('"').unwrap()];
         let doc = server.get(&format!("/docs/{name}"));
         assert_eq!(doc.status, 200, "/docs/{name}");
-        assert_eq!(
-            doc.body,
-            std::fs::read(repository().join("docs").join(name)).unwrap()
-        );
+        assert_eq!(doc.header("content-type"), Some("text/html; charset=utf-8"));
         links += 1;
     }
     assert!(links >= 10, "only {links} docs links");
@@ -190,4 +188,111 @@ fn assert_head_has_no_template_length(server: &Server) {
         !head.to_ascii_lowercase().contains("content-length"),
         "{head}"
     );
+}
+
+/// The `id`s of a page's elements and the targets of its links.
+fn ids_and_links(html: &str) -> (Vec<String>, Vec<String>) {
+    let values = |attribute: &str| -> Vec<String> {
+        html.split(&format!(" {attribute}=\"")[..])
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].to_string())
+            .collect()
+    };
+    (values("id"), values("href"))
+}
+
+/// `/docs/` lists every page of docs/, and each page is HTML rendered from its Markdown
+/// (examples/demo/docs.lua): no Markdown syntax left, its title as the first heading, and
+/// every link between pages (and to an anchor in one, GitHub's way) leads somewhere that
+/// exists; images and other files of docs/ are served as they are.
+#[test]
+fn docs_are_an_index_and_html_pages_with_working_links() {
+    let server = start_demo();
+    let index = server.get("/docs/");
+    assert_eq!(index.status, 200);
+    assert_eq!(
+        index.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let index = text(&index);
+    let mut pages: Vec<String> = std::fs::read_dir(repository().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    pages.sort();
+    for name in &pages {
+        assert!(
+            index.contains(&format!("<a href=\"{name}\">")),
+            "{name} not in the index"
+        );
+    }
+    assert_eq!(server.get("/docs").status, 301);
+
+    let mut rendered = std::collections::HashMap::new();
+    for name in &pages {
+        let r = server.get(&format!("/docs/{name}"));
+        assert_eq!(r.status, 200, "{name}");
+        let html = text(&r);
+        let source = std::fs::read_to_string(repository().join("docs").join(name)).unwrap();
+        let title = source.lines().next().unwrap().trim_start_matches("# ");
+        assert!(html.contains("<h1 id=\""), "{name}: no title heading");
+        assert!(
+            html.contains(&format!("<title>{}", title.replace('`', ""))),
+            "{name}: title {title:?}"
+        );
+        // Outside code blocks (where a shell's `# ` is text), no Markdown is left.
+        let prose: String = html
+            .split("<pre>")
+            .map(|part| part.split_once("</pre>").map_or(part, |(_, after)| after))
+            .collect();
+        for leftover in ["```", "](", "\n# ", "\n## ", "**"] {
+            assert!(
+                !prose.contains(leftover),
+                "{name}: {leftover:?} left in the page"
+            );
+        }
+        rendered.insert(name.clone(), html);
+    }
+    let mut checked = 0;
+    for (name, html) in &rendered {
+        let (_, links) = ids_and_links(html);
+        for link in links {
+            if link.starts_with("http") || link.starts_with('/') {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if file.is_empty() {
+                Some(html)
+            } else {
+                rendered.get(file)
+            };
+            match target {
+                Some(target) if !anchor.is_empty() => {
+                    let (ids, _) = ids_and_links(target);
+                    assert!(
+                        ids.iter().any(|id| id == anchor),
+                        "{name} links {link}: no such anchor"
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    let r = server.get(&format!("/docs/{file}"));
+                    assert_eq!(r.status, 200, "{name} links {link}");
+                    assert_eq!(
+                        r.body,
+                        std::fs::read(repository().join("docs").join(file)).unwrap(),
+                        "{file} is served as it is"
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "only {checked} links between pages");
+    assert_eq!(
+        server.get("/docs/img/demo.png").header("content-type"),
+        Some("image/png")
+    );
+    assert_eq!(server.get("/docs/missing.md").status, 404);
 }

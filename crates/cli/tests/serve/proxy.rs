@@ -182,6 +182,32 @@ fn request_headers_and_bodies_are_forwarded() {
     assert_eq!((r.status, r.body.as_slice()), (404, &b"no such page"[..]));
 }
 
+/// The Host the origin gets: the client's as it came, and, for an HTTP/1.0 request that
+/// has none, the upstream's name (as nginx sends `$proxy_host`): the proxy speaks
+/// HTTP/1.1 to origins, where Host is required.
+#[test]
+fn the_origin_gets_the_clients_host_or_the_upstreams_name() {
+    let site = Site::new();
+    let server = site.serve_with(&format!(
+        "[[upstream]]\nname = \"app\"\naddresses = [\"{}\"]\n\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"app\"\n",
+        origin()
+    ));
+    let host_lines = |request: &[u8]| {
+        let response = String::from_utf8(server.exchange(request)).unwrap();
+        response
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(host_lines(b"GET /echo HTTP/1.0\r\n\r\n"), ["host: app"]);
+    assert_eq!(
+        host_lines(b"GET /echo HTTP/1.1\r\nHost: Shop.Test:8080\r\nConnection: close\r\n\r\n"),
+        ["host: Shop.Test:8080"]
+    );
+}
+
 /// A fragment in the client's target never reaches the origin (it would ask for
 /// another resource, `/page#top`).
 #[test]

@@ -81,7 +81,10 @@ fn sighup_applies_a_new_configuration_while_traffic_flows() {
         stderr_has(&server, "configuration reloaded") && stderr_has(&server, "generation=2")
     });
     assert!(
-        stderr_has(&server, "hosts added [b.test], changed [top-level, a.test]"),
+        stderr_has(
+            &server,
+            "hosts added [b.test], changed [a.test]; listeners added ["
+        ) && stderr_has(&server, "]; scripts removed [/gone] generation=2"),
         "{:?}",
         server.stderr.lock().unwrap()
     );
@@ -113,6 +116,7 @@ fn sighup_applies_a_new_configuration_while_traffic_flows() {
         stderr_has(&server, "generation=3")
     });
     assert!(stderr_has(&server, "listeners removed ["));
+    assert!(stderr_has(&server, "; scripts added [/gone] generation=3"));
     eventually("the removed listener to close", || {
         TcpStream::connect(added).is_err()
     });
@@ -165,4 +169,65 @@ fn a_reload_keeps_the_cache_and_shared_dictionaries_whose_settings_did_not_chang
     eventually("the second reload", || stderr_has(&server, "generation=3"));
     assert!(stderr_has(&server, "[cache] (emptied) changed"));
     assert_eq!(text(&server.get("/p/x")), "hit 3");
+}
+
+/// A script whose file changed is loaded anew by a reload, and the reload's line says so
+/// by mount (`scripts changed [/api]`), though no key of the configuration changed; a
+/// host's mount is named with the host's first name.
+#[test]
+fn a_reload_names_the_scripts_whose_source_changed() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    let script = |name: &str, body: &str| {
+        std::fs::write(
+            dir.join(name),
+            format!("return {{ content = function(r) return '{body}' end }}"),
+        )
+        .unwrap()
+    };
+    script("api.lua", "one");
+    script("b.lua", "b one");
+    script("same.lua", "same");
+    let server = site.serve_with(&format!(
+        "[[script]]\nprefix = \"/api\"\npath = \"{d}/api.lua\"\n\n\
+         [[script]]\nprefix = \"/same\"\npath = \"{d}/same.lua\"\n\n\
+         [[host]]\nnames = [\"b.test\", \"www.b.test\"]\n\
+         [[host.script]]\nprefix = \"/api\"\npath = \"{d}/b.lua\"\n",
+        d = dir.display()
+    ));
+    assert_eq!(text(&server.get("/api")), "one");
+
+    script("api.lua", "two");
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    assert!(
+        stderr_has(
+            &server,
+            "configuration reloaded: scripts changed [/api] generation=2"
+        ),
+        "{:?}",
+        server.stderr.lock().unwrap()
+    );
+    assert_eq!(text(&server.get("/api")), "two");
+
+    script("b.lua", "b two");
+    script("api.lua", "three");
+    server.signal(libc::SIGHUP);
+    eventually("the second reload", || stderr_has(&server, "generation=3"));
+    assert!(
+        stderr_has(
+            &server,
+            "configuration reloaded: scripts changed [/api, b.test/api] generation=3"
+        ),
+        "{:?}",
+        server.stderr.lock().unwrap()
+    );
+
+    // Nothing changed: nothing is named.
+    server.signal(libc::SIGHUP);
+    eventually("the third reload", || stderr_has(&server, "generation=4"));
+    assert!(stderr_has(
+        &server,
+        "configuration reloaded: no change generation=4"
+    ));
 }

@@ -471,6 +471,110 @@ fn hsts_on_tls_responses_and_redirect_https_on_cleartext() {
     );
 }
 
+/// `GET target` with `fields` on the cleartext listener: (status, Location).
+fn cleartext(server: &Server, target: &str, fields: &str) -> (u16, Option<String>) {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let r = crate::harness::read_response(&mut stream, false);
+    (r.status, r.header("location").map(String::from))
+}
+
+/// Behind a load balancer that ends TLS (no `tls_listen`, no certificate here),
+/// `redirect_https` sends cleartext requests to `https://HOST` on port 443 (left out of
+/// the URL) or `redirect_https_port`, and serves the requests the balancer says came over
+/// TLS (`X-Forwarded-Proto: https`), which would otherwise loop.
+#[test]
+fn redirect_https_without_a_tls_listener_goes_to_the_balancers_port() {
+    let site = Site::new();
+    let server = site.serve_with("[tls]\nredirect_https = true\n");
+    assert_eq!(
+        cleartext(&server, "/a/b?c=d", "Host: example.test:8080\r\n"),
+        (308, Some("https://example.test/a/b?c=d".into()))
+    );
+    assert_eq!(
+        cleartext(
+            &server,
+            "/hello.txt",
+            "Host: example.test\r\nX-Forwarded-Proto: http\r\n"
+        ),
+        (308, Some("https://example.test/hello.txt".into()))
+    );
+    for proto in ["https", "HTTPS", "https, http"] {
+        let fields = format!("Host: example.test\r\nX-Forwarded-Proto: {proto}\r\n");
+        assert_eq!(
+            cleartext(&server, "/hello.txt", &fields),
+            (200, None),
+            "{proto}"
+        );
+    }
+    // What a browser or curl is told.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+        ])
+        .args(["-H", "Host: www.example.test"])
+        .arg(format!("http://{}/shop/?q=1", server.addr))
+        .output()
+        .expect("run curl (scripts/test.sh installs it)");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "308 https://www.example.test/shop/?q=1"
+    );
+
+    let site = Site::new();
+    let server = site.serve_with("[tls]\nredirect_https = true\nredirect_https_port = 8443\n");
+    assert_eq!(
+        cleartext(&server, "/", "Host: example.test\r\n"),
+        (308, Some("https://example.test:8443/".into()))
+    );
+}
+
+/// With a TLS listener of its own, this server ends TLS: a cleartext request is
+/// redirected whatever its `X-Forwarded-Proto` says, to `redirect_https_port` when set
+/// (a port a firewall forwards to the listener) and else to the listener's port.
+#[test]
+fn redirect_https_port_overrides_the_tls_listeners_port() {
+    let tls = TlsSite::start("", "redirect_https = true\nredirect_https_port = 443");
+    let fields = "Host: example.test\r\nX-Forwarded-Proto: https\r\n";
+    assert_eq!(
+        cleartext(&tls.server, "/x", fields),
+        (308, Some("https://example.test/x".into()))
+    );
+    assert_ne!(tls.https.port(), 443);
+}
+
+#[test]
+fn redirect_https_needs_no_tls_listener_but_a_port_above_zero() {
+    let site = Site::new();
+    let check = |toml: &str| {
+        let config = site.dir.path().join("check.toml");
+        std::fs::write(&config, toml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["check-config", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    assert_eq!(
+        check("[tls]\nredirect_https = true\n"),
+        "configuration OK\n"
+    );
+    let refused = check("[tls]\nredirect_https = true\nredirect_https_port = 0\n");
+    assert!(
+        refused.ends_with("check.toml:3: tls.redirect_https_port: must be between 1 and 65535\n"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn the_access_log_names_the_tls_version_and_cipher() {
     let dir = tempfile::tempdir().unwrap();

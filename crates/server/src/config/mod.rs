@@ -70,7 +70,8 @@ pub struct Config {
     /// oldest idle keep-alive connection is closed to admit a new one, and when none is
     /// idle the worker stops accepting until a slot frees (the backlog absorbs the burst).
     pub max_connections: usize,
-    /// Address of the admin listener (`/metrics`, `/healthz`; docs/observability.md).
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/status`, `/status.json`;
+    /// docs/observability.md).
     /// Default none: off. Never one of `listen`'s addresses.
     pub admin_listen: Option<SocketAddr>,
     /// Clients allowed on the admin listener; when set it is the whole list (loopback
@@ -558,12 +559,23 @@ fn tls_problems(config: &Config) -> Vec<String> {
             problems.push("`tls.hsts` must be non-empty printable text".into());
         }
     }
-    if config.tls.redirect_https && config.tls_listen.is_empty() {
-        problems.push("`tls.redirect_https` needs a `tls_listen` to send clients to".into());
+    if config.tls.redirect_https_port == Some(0) {
+        problems.push("`tls.redirect_https_port` must be between 1 and 65535".into());
     }
     for (i, host) in config.host.iter().enumerate() {
         if let Some(tls) = &host.tls {
             pair(&format!("host[{i}].tls"), tls, &mut problems);
+            // `[host.tls]` shares `[tls]`'s shape but only its certificate is per host.
+            let set = [
+                ("hsts", tls.hsts.is_some()),
+                ("redirect_https", tls.redirect_https),
+                ("redirect_https_port", tls.redirect_https_port.is_some()),
+            ];
+            for (key, _) in set.iter().filter(|(_, set)| *set) {
+                problems.push(format!(
+                    "`host[{i}].tls.{key}`: only `[tls]` has it, for every host"
+                ));
+            }
         }
     }
     if !config.tls_listen.is_empty()

@@ -18,6 +18,11 @@ pub struct TlsConfig {
     /// as long as max-age says, so only the operator can make it.
     pub hsts: Option<String>,
     /// Answer every request on a cleartext listener with 308 to the same URL on https
-    /// (the port of the first `tls_listen`, left out when 443). Default false.
+    /// (port `redirect_https_port`, left out when 443). Without a `tls_listen`, TLS is
+    /// ended in front (a load balancer), so a request whose `X-Forwarded-Proto` says
+    /// `https` came over TLS and is served, not redirected. Default false.
     pub redirect_https: bool,
+    /// The port `redirect_https` sends clients to. Default: the port of the first
+    /// `tls_listen`, or 443 without one (a load balancer's HTTPS port).
+    pub redirect_https_port: Option<u16>,
 }

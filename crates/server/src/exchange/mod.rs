@@ -452,9 +452,19 @@ fn choose_site(
     out: &mut Output,
 ) -> Result<usize, usize> {
     let hosts = &gen.sites.hosts;
+    let config = &gen.config;
     match conn.tls {
-        None if gen.config.tls.redirect_https => {
-            redirect_https(worker, conn, req, keep_alive, out);
+        // Without a TLS listener of its own, TLS ends in front of this server: the
+        // proxy there says which requests came over it.
+        None if config.tls.redirect_https
+            && !(config.tls_listen.is_empty() && forwarded_https(req)) =>
+        {
+            let port = config.tls.redirect_https_port.unwrap_or_else(|| {
+                let first = config.tls_listen.first().map(|a| a.port());
+                // The bound port (port 0 is a free one chosen at start).
+                worker.shared.https_port.or(first).unwrap_or(443)
+            });
+            redirect_https(worker, conn, req, port, keep_alive, out);
             Err(hosts.select(req))
         }
         None => Ok(hosts.select(req)),
@@ -469,13 +479,23 @@ fn choose_site(
     }
 }
 
-/// 308 to the same target on the https listener (`[tls] redirect_https`). The host is
-/// the request's (without its port); a request without one, or with one too long to be a
+/// Whether the request's `X-Forwarded-Proto` (its first value, when a chain of proxies
+/// listed several) is `https`.
+fn forwarded_https(req: &wire::Request<'_, '_>) -> bool {
+    req.header("x-forwarded-proto").is_some_and(|v| {
+        let first = v.split(|&b| b == b',').next().unwrap_or_default();
+        first.trim_ascii().eq_ignore_ascii_case(b"https")
+    })
+}
+
+/// 308 to the same target on https, at `port` (`[tls] redirect_https`). The host is the
+/// request's (without its port); a request without one, or with one too long to be a
 /// name, is refused (400).
 fn redirect_https(
     worker: &Worker,
     conn: &ConnFacts,
     req: &wire::Request<'_, '_>,
+    port: u16,
     keep_alive: bool,
     out: &mut Output,
 ) {
@@ -501,12 +521,9 @@ fn redirect_https(
     location.clear();
     location.extend_from_slice(b"https://");
     location.extend_from_slice(host);
-    match worker.shared.https_port {
-        Some(443) | None => {}
-        Some(port) => {
-            location.push(b':');
-            wire::write_decimal(&mut location, port as u64);
-        }
+    if port != 443 {
+        location.push(b':');
+        wire::write_decimal(&mut location, port as u64);
     }
     location.extend_from_slice(if req.target.starts_with(b"/") {
         req.target
