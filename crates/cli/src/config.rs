@@ -203,6 +203,11 @@ fn take_rules(
             let index = out.iter().filter(|(s, _, _)| *s == site).count();
             chosen.push(by_rules.then_some(index));
             kept.push(toml::Value::Table(table));
+        } else if table.keys().any(|k| k != "prefix") {
+            // Keys neither the rules nor a module without `upstream` take: the proxy
+            // refuses them by name (an unknown key, a key that needs `upstream`).
+            chosen.push(None);
+            kept.push(toml::Value::Table(table));
         }
         out.push((site, rules, module));
     }
