@@ -13,8 +13,6 @@ pub struct Ctx<'a> {
     pub path: &'a [u8],
     pub peer: SocketAddr,
     pub secure: bool,
-    /// The port the request came in on (`$server_port`).
-    pub server_port: u16,
     /// The request's id (`$request_id`): 32 hex digits.
     pub request_id: &'a [u8],
 }
@@ -26,6 +24,18 @@ impl Ctx<'_> {
             Some(q) => &self.req.path[q + 1..],
             None => b"",
         }
+    }
+
+    /// The port the request names in its Host, else its scheme's (`$server_port`;
+    /// worked out only when a value uses it).
+    pub fn server_port(&self) -> u16 {
+        let host = self.req.header("host").unwrap_or_default();
+        let port = host
+            .iter()
+            .rposition(|&b| b == b':')
+            .filter(|&c| !host[c..].contains(&b']'))
+            .and_then(|c| std::str::from_utf8(&host[c + 1..]).ok()?.parse().ok());
+        port.unwrap_or(if self.secure { 443 } else { 80 })
     }
 
     /// The host the request names, without its port, in lower case as sent (`$host`).
@@ -221,7 +231,7 @@ fn expand_var(var: &Var, ctx: &Ctx<'_>, (text, spans): (&[u8], &Captures), out: 
         Var::Scheme => out.extend_from_slice(if ctx.secure { b"https" } else { b"http" }),
         Var::ServerPort => {
             use std::io::Write;
-            let _ = write!(out, "{}", ctx.server_port);
+            let _ = write!(out, "{}", ctx.server_port());
         }
         Var::RequestId => out.extend_from_slice(ctx.request_id),
         Var::Capture(n) => {
@@ -293,7 +303,6 @@ mod tests {
             path,
             peer: "192.0.2.7:5000".parse().unwrap(),
             secure: true,
-            server_port: 8443,
             request_id: b"0123456789abcdef0123456789abcdef",
         };
         f(&ctx);

@@ -409,20 +409,8 @@ fn ctx<'a>(
         path,
         peer: conn.peer,
         secure,
-        server_port: server_port(req, secure),
         request_id: id,
     }
-}
-
-/// The port the request names in its Host, else its scheme's.
-fn server_port(req: &wire::Request<'_, '_>, secure: bool) -> u16 {
-    let host = req.header("host").unwrap_or_default();
-    let port = host
-        .iter()
-        .rposition(|&b| b == b':')
-        .filter(|&c| !host[c..].contains(&b']'))
-        .and_then(|c| std::str::from_utf8(&host[c + 1..]).ok()?.parse().ok());
-    port.unwrap_or(if secure { 443 } else { 80 })
 }
 
 /// The response edits of a request's host and route, applied to whatever answers it as
@@ -479,44 +467,43 @@ impl EditFilter {
         let route = self
             .rule
             .and_then(|i| self.table.rules()[i].response.as_ref());
-        let lists = || self.table.host_response.iter().chain(route);
-        if !lists().any(|e| e.apply_to(status)) {
+        let host = self.table.host_response.as_ref();
+        // The lists that apply to this status (at most two: the host's, the route's).
+        let lists = [host, route].map(|l| l.filter(|e| e.apply_to(status)));
+        if lists.iter().all(Option::is_none) {
             return false;
         }
-        let applying = || {
-            lists()
-                .filter(|e| e.apply_to(status))
-                .flat_map(|e| e.list.iter())
-        };
-        let same = |a: &[u8], b: &[u8]| a.eq_ignore_ascii_case(b);
         let Some(first) = memchr::memchr(b'\n', head) else {
             return false;
         };
         out.extend_from_slice(&head[..first + 1]);
-        let mut kept_names = 0u64;
+        // Per edit (numbered across the lists, at most 64 tracked): whether a field of
+        // its name is in the head, for `default`.
+        let mut present = 0u64;
         for line in head[first + 1..].split_inclusive(|&b| b == b'\n') {
             if line == b"\r\n" {
                 break;
             }
             let name = &line[..memchr::memchr(b':', line).unwrap_or(0)];
-            let dropped = applying().any(|e| {
-                matches!(e.how, rules::How::Set | rules::How::Remove) && same(&e.name, name)
-            });
-            if dropped {
-                continue;
-            }
-            for (i, e) in applying().enumerate().take(64) {
-                if same(&e.name, name) {
-                    kept_names |= 1 << i;
+            let mut dropped = false;
+            let edits = lists.iter().flatten().flat_map(|e| e.list.iter());
+            for (index, edit) in edits.enumerate() {
+                if edit.name.len() == name.len() && edit.name.eq_ignore_ascii_case(name) {
+                    match edit.how {
+                        rules::How::Set | rules::How::Remove => dropped = true,
+                        _ if index < 64 => present |= 1 << index,
+                        _ => {}
+                    }
                 }
             }
-            out.extend_from_slice(line);
+            if !dropped {
+                out.extend_from_slice(line);
+            }
         }
         let mut values = self.expanded.iter().map(Vec::as_slice);
         let mut index = 0;
-        for edits in lists() {
-            let applies = edits.apply_to(status);
-            for e in edits.list.iter() {
+        for (edits, applies) in [(host, lists[0].is_some()), (route, lists[1].is_some())] {
+            for e in edits.iter().flat_map(|e| e.list.iter()) {
                 let value = match (e.how, e.value.literal()) {
                     (rules::How::Remove, _) => None,
                     (_, Some(literal)) => Some(literal),
@@ -525,21 +512,22 @@ impl EditFilter {
                 if !applies {
                     continue;
                 }
-                let present = index < 64 && kept_names & (1 << index) != 0;
+                let here = index < 64 && present & (1 << index) != 0;
+                index += 1;
                 match (e.how, value) {
-                    (rules::How::Default, _) if present => {}
+                    (rules::How::Default, _) if here => {}
                     (rules::How::Remove, _) | (_, None) => {}
                     (_, Some(value)) => {
                         wire::write_field(out, &e.name, value);
                         // A later `default` of the same name finds it there.
-                        for (j, later) in applying().enumerate().take(64).skip(index + 1) {
-                            if same(&later.name, &e.name) {
-                                kept_names |= 1 << j;
+                        let later = lists.iter().flatten().flat_map(|l| l.list.iter());
+                        for (j, l) in later.enumerate().skip(index).take(64 - index.min(64)) {
+                            if l.name.eq_ignore_ascii_case(&e.name) {
+                                present |= 1 << j;
                             }
                         }
                     }
                 }
-                index += 1;
             }
         }
         out.extend_from_slice(b"\r\n");

@@ -35,7 +35,6 @@ fn chosen(table: &Table, method: &str, target: &str, fields: &str) -> Option<usi
         path,
         peer: "127.0.0.1:1".parse().unwrap(),
         secure: false,
-        server_port: 80,
         request_id: b"",
     };
     table.find(&ctx).map(|f| f.rule.index + 1)
