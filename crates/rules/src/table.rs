@@ -171,7 +171,9 @@ impl Narrow {
 #[derive(Debug, Default)]
 pub struct Table {
     rules: Vec<Rule>,
-    exact: HashMap<Box<[u8]>, Vec<usize>>,
+    /// Exact paths, hashed for every request of the site (with foldhash, as the server's
+    /// own per-request maps, rather than std's SipHash).
+    exact: HashMap<Box<[u8]>, Vec<usize>, foldhash::fast::RandomState>,
     /// Prefix rules, longest prefix first (file order among equal ones).
     prefixes: Vec<usize>,
     regexes: Option<meta::Regex>,
