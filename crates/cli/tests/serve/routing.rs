@@ -919,3 +919,63 @@ value = "public, max-age=60"
         "hello world\n"
     );
 }
+
+/// The same rules over HTTP/2 (prior knowledge on the plain port), where the server's
+/// heads are fields: answers, rewrites, a file's edited fields, an error page.
+#[test]
+fn rules_hold_over_http2() {
+    let site = Site::new();
+    site.write("404.html", b"<h1>custom 404</h1>\n");
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+error_page = { "404" = "/404.html" }
+response_headers = { set = { "X-Content-Type-Options" = "nosniff" }, remove = ["Accept-Ranges"], always = true }
+
+[[route]]
+path = "/healthz"
+respond = { body = "ok" }
+
+[[route]]
+prefix = "/old/"
+rewrite = { from = "^/old/(.*)$", to = "/$1" }
+
+[[route]]
+regex = "^/u/([0-9]+)$"
+redirect = { status = 308, to = "/users/$1" }
+"#,
+    ));
+    let curl = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-i", "--max-time", "20", "--http2-prior-knowledge"])
+            .arg(format!("http://{}{path}", server.addr))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).replace('\r', "")
+    };
+    let r = curl("/healthz");
+    assert!(r.starts_with("HTTP/2 200"), "{r}");
+    assert!(
+        r.contains("x-content-type-options: nosniff") && r.ends_with("\n\nok"),
+        "{r}"
+    );
+    let r = curl("/old/hello.txt");
+    assert!(
+        r.starts_with("HTTP/2 200") && r.ends_with("\n\nhello world\n"),
+        "{r}"
+    );
+    assert!(r.contains("x-content-type-options: nosniff"), "{r}");
+    assert!(!r.contains("accept-ranges"), "{r}");
+    assert!(r.contains("etag: "), "{r}");
+    let r = curl("/u/7");
+    assert!(
+        r.starts_with("HTTP/2 308") && r.contains("location: /users/7"),
+        "{r}"
+    );
+    let r = curl("/nothing");
+    assert!(
+        r.starts_with("HTTP/2 404") && r.ends_with("\n\n<h1>custom 404</h1>\n"),
+        "{r}"
+    );
+    assert!(r.contains("x-content-type-options: nosniff"), "{r}");
+}
