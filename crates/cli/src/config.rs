@@ -258,6 +258,32 @@ impl ServeConfig {
 
     /// Checks what spans several crates' keys.
     pub fn validate(&self) -> anyhow::Result<()> {
+        // An error page from an upstream (`@upstream:NAME`) names one that exists.
+        let server = &self.server;
+        let pages = std::iter::once(("error_page".to_string(), server.error_page.as_ref()))
+            .chain(
+                server
+                    .host
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| (format!("host[{i}].error_page"), h.error_page.as_ref())),
+            )
+            .chain(server.routes.iter().map(|(site, r, _)| {
+                (
+                    format!("route (site {site}) error_page"),
+                    Some(&r.error_page),
+                )
+            }));
+        for (key, pages) in pages {
+            for page in pages.into_iter().flat_map(|p| p.values()) {
+                if let Some(name) = page.strip_prefix("@upstream:") {
+                    anyhow::ensure!(
+                        self.upstream.iter().any(|u| u.name == name),
+                        "invalid configuration: `{key}`: `{page}`: no upstream named `{name}`"
+                    );
+                }
+            }
+        }
         for route in &self.route {
             if let Some(root) = &route.root {
                 let (key, site_root) = match route.site {

@@ -245,6 +245,10 @@ impl Module for EdgeModule {
         EdgeModule::KINDS
     }
 
+    fn upstreams(&self, worker: usize) -> Option<Rc<dyn Upstreams>> {
+        UpstreamsFactory::upstreams(self, worker)
+    }
+
     fn metrics(&self, out: &mut handler::Metrics) {
         let names: Vec<&str> = self
             .config

@@ -230,6 +230,13 @@ pub trait Module: Send + Sync {
     /// The prefixes it answers or filters.
     fn routes(&self) -> Vec<Route>;
 
+    /// This worker's client of named upstreams, when the module has one (the proxy):
+    /// the server sends a request there for an `@upstream:NAME` error page.
+    fn upstreams(&self, worker: usize) -> Option<Rc<dyn crate::Upstreams>> {
+        let _ = worker;
+        None
+    }
+
     /// This worker's instance; called on the worker's thread before it serves anything.
     fn start(&self, worker: usize) -> Rc<dyn Service>;
 

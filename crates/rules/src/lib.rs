@@ -14,7 +14,7 @@ pub mod template;
 pub use config::{HeaderEdits, RouteRules};
 pub use edits::{sanitize, Edits, How};
 pub use error::Error;
-pub use table::{takes, Action, Fallback, Found, Host, PathMatch, Rule, Table};
+pub use table::{takes, Action, Fallback, Found, Host, Page, PathMatch, Rule, Table};
 pub use template::{Captures, Ctx, Template};
 
 /// Most times one request is rewritten before it is answered 500 (nginx's limit).

@@ -86,7 +86,17 @@ pub struct Rule {
 }
 
 /// Error pages: status and the path of the page in the site's root, by status.
-type Pages = Box<[(u16, Box<[u8]>)]>;
+type Pages = Box<[(u16, Page)]>;
+
+/// What an error page is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Page {
+    /// A file of the site's root, by its normalised path.
+    File(Box<[u8]>),
+    /// The request sent again to this upstream, whose answer goes out in its place
+    /// (`@upstream:NAME`, nginx's `error_page 502 = @fallback`).
+    Upstream(Box<str>),
+}
 
 /// What a site says besides its routes: its response edits and error pages, each with
 /// the key that names it in errors.
@@ -295,12 +305,29 @@ impl Table {
     }
 
     /// The error page for `status` on the route `rule` (its own, else the host's).
-    pub fn page(&self, rule: Option<usize>, status: u16) -> Option<&[u8]> {
+    pub fn page(&self, rule: Option<usize>, status: u16) -> Option<&Page> {
         let own = rule.map(|i| &self.rules[i].errors[..]).unwrap_or_default();
         own.iter()
             .chain(self.host_errors.iter())
             .find(|(s, _)| *s == status)
-            .map(|(_, page)| &page[..])
+            .map(|(_, page)| page)
+    }
+
+    /// Whether any error page of the site is an upstream's.
+    pub fn upstream_pages(&self) -> bool {
+        let upstream = |pages: &Pages| pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)));
+        upstream(&self.host_errors) || self.rules.iter().any(|r| upstream(&r.errors))
+    }
+
+    /// The upstreams the site's error pages name (for the configuration to check).
+    pub fn page_upstreams(&self) -> impl Iterator<Item = &str> {
+        self.host_errors
+            .iter()
+            .chain(self.rules.iter().flat_map(|r| r.errors.iter()))
+            .filter_map(|(_, p)| match p {
+                Page::Upstream(name) => Some(&name[..]),
+                Page::File(_) => None,
+            })
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -727,17 +754,19 @@ fn error_pages(config: &std::collections::BTreeMap<String, String>) -> Result<Pa
                 Ok(s) if (300..=599).contains(&s) => s,
                 _ => return Err(Error::new(format!("`{status}` is not a status 300-599"))),
             };
-            if page.starts_with('@') {
-                return Err(Error::new(format!(
-                    "`{page}`: an error page from a named upstream is not built yet; \
-                     give a file of the site's root (`/50x.html`)"
-                )));
+            if let Some(rest) = page.strip_prefix('@') {
+                return match rest.strip_prefix("upstream:").filter(|n| !n.is_empty()) {
+                    Some(name) => Ok((code, Page::Upstream(name.into()))),
+                    None => Err(Error::new(format!(
+                        "`{page}` is neither a file (`/50x.html`) nor `@upstream:NAME`"
+                    ))),
+                };
             }
             check_path(page)?;
             let mut normal = Vec::new();
             wire::normalize_path(page.as_bytes(), &mut normal)
                 .map_err(|_| Error::new(format!("`{page}` is not a path of the site")))?;
-            Ok((code, normal.into()))
+            Ok((code, Page::File(normal.into())))
         })
         .collect()
 }

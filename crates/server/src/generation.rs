@@ -87,11 +87,22 @@ impl Generation {
     }
 }
 
+/// Worker `worker`'s client of named upstreams, made only when an error page of the
+/// generation names an upstream (`@upstream:NAME`): the first module's that has one.
+pub(crate) fn upstreams(gen: &Generation, worker: usize) -> Option<Rc<dyn handler::Upstreams>> {
+    if !gen.rules.iter().any(|t| t.upstream_pages()) {
+        return None;
+    }
+    gen.modules.iter().find_map(|m| m.upstreams(worker))
+}
+
 /// What a worker runs: the generation it took and its services of that generation's
 /// modules, in the order of `Generation::modules`.
 pub(crate) struct Current {
     pub gen: Arc<Generation>,
     pub services: Vec<Rc<dyn handler::Service>>,
+    /// This worker's client of named upstreams, when an error page names one.
+    pub upstreams: Option<Rc<dyn handler::Upstreams>>,
 }
 
 /// Per worker its access logs (`None` when nothing is logged), and the writer threads.

@@ -69,7 +69,11 @@ pub(crate) fn run(
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),
             timeouts: RateLimitedLog::new(),
-            current: RefCell::new(Rc::new(Current { gen, services })),
+            current: RefCell::new(Rc::new(Current {
+                upstreams: crate::generation::upstreams(&gen, id),
+                gen,
+                services,
+            })),
             accepting: RefCell::new(Vec::new()),
             listeners_seen: Cell::new(0),
             log: RefCell::new(log),

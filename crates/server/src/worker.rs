@@ -91,6 +91,7 @@ impl Worker {
         if number != self.current.borrow().gen.number {
             let gen = self.shared.current.load_full();
             let services = gen.modules.iter().map(|m| m.start(self.id)).collect();
+            let upstreams = crate::generation::upstreams(&gen, self.id);
             let logs = gen.logs[self.id]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -102,7 +103,11 @@ impl Worker {
                     old.flush_blocking();
                 }
             }
-            *self.current.borrow_mut() = Rc::new(Current { gen, services });
+            *self.current.borrow_mut() = Rc::new(Current {
+                gen,
+                services,
+                upstreams,
+            });
         }
         self.current.borrow().clone()
     }

@@ -810,11 +810,49 @@ respond = {{ status = 404, body = "plain" }}
     assert_eq!(ask(&server, "GET", "/404.html", "").status, 200);
 }
 
+/// `"502" = "@upstream:fallback"`: a request the proxy failed (later) or the files
+/// refused (at once) is sent again to the fallback, whose answer goes out.
 #[test]
-fn an_error_page_from_a_named_upstream_is_refused_as_not_built() {
+fn an_error_page_from_a_named_upstream_answers_in_place() {
     let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+error_page = {{ "502" = "@upstream:fallback", "404" = "@upstream:fallback" }}
+
+[[upstream]]
+name = "down"
+addresses = ["{down}"]
+
+[[upstream]]
+name = "fallback"
+addresses = ["{fallback}"]
+
+[[route]]
+prefix = "/down/"
+upstream = "down"
+"#,
+            down = dead(),
+            fallback = named_origin("fallback"),
+        ),
+    ));
+    for target in ["/down/x?q=1", "/missing.html"] {
+        let r = ask(&server, "GET", target, "");
+        assert_eq!(
+            (r.status, body(&r)),
+            (200, format!("fallback {target}")),
+            "{target}"
+        );
+    }
+    assert_eq!(
+        body(&ask(&server, "GET", "/hello.txt", "")),
+        "hello world\n"
+    );
+
+    // A name no `[[upstream]]` has is refused.
     let path = site.dir.path().join("pages.toml");
-    let toml = config(&site, "error_page = { \"502\" = \"@upstream:fallback\" }\n");
+    let toml = config(&site, "error_page = { \"502\" = \"@upstream:nope\" }\n");
     std::fs::write(&path, toml).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["check-config", "--config"])
@@ -823,7 +861,12 @@ fn an_error_page_from_a_named_upstream_is_refused_as_not_built() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(":4: error_page: `@upstream:fallback`: an error page from a named upstream is not built yet"), "{stderr}");
+    assert!(
+        stderr.contains(
+            ":4: invalid configuration: `error_page`: `@upstream:nope`: no upstream named `nope`"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

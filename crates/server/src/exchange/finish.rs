@@ -109,6 +109,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         raw_head,
         mut answered,
         pages,
+        again,
         site,
         accepted,
     } = exchange;
@@ -122,6 +123,20 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
                 BodyRead::Body(body) => sink.respond(deferred.respond(body)).await?,
                 BodyRead::Refused(status) => Err(status),
                 BodyRead::Close => return Ok(false),
+            };
+            // An error an upstream answers in place of (`@upstream:NAME`): sent again.
+            let status = match &answer {
+                Ok(response) => response.head.status(),
+                Err(status) => *status,
+            };
+            let upstream = pages.as_ref().and_then(|p| p.fallback(status));
+            let upstreams = worker.current().upstreams.clone();
+            let answer = match (again, upstream, upstreams) {
+                (Some(again), Some(upstream), Some(upstreams)) => {
+                    let sent = again.send(upstreams, upstream.to_string());
+                    sink.respond(handler::local_future(sent)).await?
+                }
+                _ => answer,
             };
             worker.clock.refresh();
             let pages = pages.as_ref();

@@ -4,7 +4,9 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+pub(crate) mod filter;
 pub(crate) mod finish;
+pub(crate) mod pages;
 pub(crate) mod served;
 pub(crate) mod tunnel;
 
@@ -20,6 +22,8 @@ use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::routing;
 use crate::worker::Worker;
+use filter::filter_response;
+use pages::{error_page, Again, Pages};
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
 /// [`handler::Deferred`]) or a response too large for the batch. It holds what the
@@ -39,6 +43,8 @@ pub(crate) struct Exchange {
     pub answered: Answered,
     /// The route's error pages (`error_page`), when it or its host has any.
     pub pages: Option<Pages>,
+    /// The request as it would go again to an upstream an error page names.
+    pub again: Option<pages::Again>,
     /// The site that answers, and what the request's Accept-Encoding allows, for the
     /// compression filter.
     pub site: usize,
@@ -93,20 +99,10 @@ pub(crate) fn answer(
     };
     let current = worker.current();
     let gen = &current.gen;
-    let static_kind = metrics::kind_index("static");
-    let method = metrics::method_index(req.method);
     let site = match choose_site(worker, conn, gen, req, keep_alive, out) {
         Ok(site) => site,
-        Err(site) => {
-            // Answered already: redirected to HTTPS, or misdirected.
-            let host = gen.host_labels[site];
-            return Dispatched::Done(Answered {
-                host,
-                kind: static_kind,
-                method,
-                request_id: None,
-            });
-        }
+        // Answered already: redirected to HTTPS, or misdirected.
+        Err(site) => return Dispatched::Done(by_files(gen, site, req, None)),
     };
     // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
     // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
@@ -114,16 +110,11 @@ pub(crate) fn answer(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let files_answered = Answered {
-        host: gen.host_labels[site],
-        kind: static_kind,
-        method,
-        // 128 random bits, only for a site whose rules or access log use them.
-        request_id: gen.request_ids[site].then(|| fastrand::u128(..)),
-    };
+    // 128 random bits, only for a site whose rules or access log use them.
+    let id = gen.request_ids[site].then(|| fastrand::u128(..));
+    let files_answered = by_files(gen, site, req, id);
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
-    let id = files_answered.request_id;
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let headers = decided.fields.as_deref().map(routing::headers);
     let view = routing::edited(req, decided.target.as_deref(), headers.as_deref());
@@ -157,10 +148,10 @@ pub(crate) fn answer(
         (None, None) => None,
     };
     let pages = Pages::of(gen, site, decided.rule);
-    let later = |work| {
+    let later = |work, filter| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
-            filter: None,
+            filter,
             framing: req.body,
             expect_continue: req.expect_continue,
             keep_alive,
@@ -173,16 +164,14 @@ pub(crate) fn answer(
                 Vec::new()
             },
             answered,
+            again: pages
+                .as_ref()
+                .filter(|p| p.any_fallback())
+                .map(|_| Again::of(req)),
             pages: pages.clone(),
             site,
             accepted: accepted(req),
         }))
-    };
-    let attach = |mut d: Dispatched, filter| {
-        if let Dispatched::Later(e) = &mut d {
-            e.filter = filter;
-        }
-        d
     };
     match answer {
         None | Some(Answer::Pass) | Some(Answer::Files) => {
@@ -192,15 +181,18 @@ pub(crate) fn answer(
             let path = normal.then_some(&path[..]);
             files::respond(req, path, worker, conn, root, out, keep_alive);
             let mut filters = filters;
-            if let Some(page) = error_page(worker, out, mark, pages.as_ref(), &mut filters) {
-                let terms = terms(req, keep_alive);
-                return match batch(worker, conn, (site, accepted(req)), out, page, terms) {
-                    None => Dispatched::Done(files_answered),
-                    Some(page) => attach(later(Work::Ready(page)), boxed(edits, filter)),
-                };
+            match error_page(worker, (out, mark), pages.as_ref(), &mut filters, req) {
+                Some(Ok(page)) => {
+                    let terms = terms(req, keep_alive);
+                    return match batch(worker, conn, (site, accepted(req)), out, page, terms) {
+                        None => Dispatched::Done(files_answered),
+                        Some(page) => later(Work::Ready(page), boxed(edits, filter)),
+                    };
+                }
+                Some(Err(again)) => return later(Work::Deferred(again), boxed(edits, filter)),
+                None => {}
             }
             if edits_alone && out.fields().is_none() {
-                // The edits alone, on lines: edited line by line.
                 if let Some(edits) = &edits {
                     edit_written(edits, out, mark);
                 }
@@ -209,10 +201,13 @@ pub(crate) fn answer(
             }
             Dispatched::Done(files_answered)
         }
-        Some(Answer::Later(deferred)) => {
-            attach(later(Work::Deferred(deferred)), boxed(edits, filter))
-        }
+        Some(Answer::Later(deferred)) => later(Work::Deferred(deferred), boxed(edits, filter)),
         Some(Answer::Now(mut response)) => {
+            let status = response.head.status();
+            if let Some(Answer::Later(again)) = pages::fallback(worker, pages.as_ref(), status, req)
+            {
+                return later(Work::Deferred(again), boxed(edits, filter));
+            }
             if let Some(pages) = &pages {
                 pages.replace(worker, &mut response);
             }
@@ -223,9 +218,25 @@ pub(crate) fn answer(
             match batch(worker, conn, (site, accepted(req)), out, response, terms) {
                 None => Dispatched::Done(answered),
                 // Filtered already: only its end (a script's log phase) is left.
-                Some(response) => attach(later(Work::Ready(response)), boxed(edits, filter)),
+                Some(response) => later(Work::Ready(response), boxed(edits, filter)),
             }
         }
+    }
+}
+
+/// A request answered by the static files (or the server itself) on `site`, for the
+/// metrics and the log.
+fn by_files(
+    gen: &Generation,
+    site: usize,
+    req: &wire::Request<'_, '_>,
+    request_id: Option<u128>,
+) -> Answered {
+    Answered {
+        host: gen.host_labels[site],
+        kind: metrics::kind_index("static"),
+        method: metrics::method_index(req.method),
+        request_id,
     }
 }
 
@@ -260,64 +271,6 @@ fn batch(
         buf.extend_from_slice(body);
     }
     None
-}
-
-/// A route's error pages (`error_page`, its own and its host's).
-#[derive(Clone)]
-pub(crate) struct Pages {
-    table: std::sync::Arc<rules::Table>,
-    rule: Option<usize>,
-    site: usize,
-}
-
-impl Pages {
-    /// The pages of the route `rule` of `site`, `None` when it and its host have none.
-    fn of(gen: &Generation, site: usize, rule: Option<usize>) -> Option<Pages> {
-        let table = &gen.rules[site];
-        table.has_pages(rule).then(|| Pages {
-            table: table.clone(),
-            rule,
-            site,
-        })
-    }
-
-    /// The page for `status` as a response of that status, when there is one and the
-    /// site's root has it.
-    fn page(&self, worker: &Worker, status: u16) -> Option<Response> {
-        let path = self.table.page(self.rule, status)?;
-        let current = worker.current();
-        let site = current.gen.sites.all().get(self.site)?;
-        files::page(status, path, worker, site)
-    }
-
-    /// Puts the page for `response`'s status in its place, when there is one.
-    fn replace(&self, worker: &Worker, response: &mut Response) {
-        if let Some(page) = self.page(worker, response.head.status()) {
-            *response = page;
-        }
-    }
-}
-
-/// The site's page for the error the files just answered (a 404), taken back from the
-/// output and filtered, when there is one.
-fn error_page(
-    worker: &Worker,
-    out: &mut Output,
-    mark: Mark,
-    pages: Option<&Pages>,
-    filters: &mut Option<&mut dyn Attached>,
-) -> Option<Response> {
-    let status = out
-        .fields()
-        .map_or_else(|| out.since(mark).0, |f| f.status());
-    let mut page = pages?.page(worker, status)?;
-    if !out.rewind(mark) {
-        return None;
-    }
-    if let Some(f) = filters.as_deref_mut() {
-        filter_response(f, &mut page);
-    }
-    Some(page)
 }
 
 /// How a request's response is framed.
@@ -615,15 +568,6 @@ pub(crate) fn handled(
             }
             response
         }
-    }
-}
-
-/// Runs the route's filter on a response not yet encoded; a filter that fails makes an
-/// unframed response a 500.
-pub(crate) fn filter_response(filter: &mut dyn Attached, response: &mut Response) {
-    let framed = response.framed();
-    if filter.response(&mut response.head, framed) == Filter::Failed && !framed {
-        *response = Response::status_page(500);
     }
 }
 
