@@ -287,25 +287,37 @@ fn capture(name: &str, regex: Option<&regex::bytes::Regex>) -> Option<usize> {
     }
 }
 
+/// Calls `f` with the context of a request parsed from `METHOD TARGET` and `fields`
+/// (from 192.0.2.7, a fixed id): for the tests of the templates and the table.
+#[cfg(test)]
+pub(crate) fn with_ctx(
+    method: &str,
+    target: &str,
+    fields: &str,
+    secure: bool,
+    f: impl FnOnce(&Ctx<'_>),
+) {
+    let raw = format!("{method} {target} HTTP/1.1\r\n{fields}\r\n");
+    let mut storage = wire::HeaderStorage::new();
+    let req = wire::parse_request(raw.as_bytes(), &mut storage, &wire::Limits::default())
+        .unwrap()
+        .unwrap();
+    let ctx = Ctx {
+        req: &req,
+        path: target.split('?').next().unwrap().as_bytes(),
+        peer: "192.0.2.7:5000".parse().unwrap(),
+        secure,
+        request_id: b"0123456789abcdef0123456789abcdef",
+    };
+    f(&ctx);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn with_request(target: &str, fields: &str, f: impl FnOnce(&Ctx<'_>)) {
-        let raw = format!("GET {target} HTTP/1.1\r\n{fields}\r\n");
-        let mut storage = wire::HeaderStorage::new();
-        let req = wire::parse_request(raw.as_bytes(), &mut storage, &wire::Limits::default())
-            .unwrap()
-            .unwrap();
-        let path = target.split('?').next().unwrap().as_bytes();
-        let ctx = Ctx {
-            req: &req,
-            path,
-            peer: "192.0.2.7:5000".parse().unwrap(),
-            secure: true,
-            request_id: b"0123456789abcdef0123456789abcdef",
-        };
-        f(&ctx);
+        with_ctx("GET", target, fields, true, f)
     }
 
     fn expand(template: &str, ctx: &Ctx<'_>) -> String {

@@ -17,6 +17,24 @@ fn ask(server: &Server, method: &str, target: &str, fields: &str) -> Response {
     read_response(&mut stream, method == "HEAD")
 }
 
+/// `tessera check-config --config PATH`: its exit code and its standard error.
+fn check_config_output(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), stderr)
+}
+
+/// [`check_config_output`]'s standard error, the check having failed (exit code 1).
+fn check_config(path: &std::path::Path) -> String {
+    let (code, stderr) = check_config_output(path);
+    assert_eq!(code, Some(1), "{stderr}");
+    stderr
+}
+
 fn body(r: &Response) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
@@ -362,13 +380,7 @@ redirect = { to = "/b" }
     );
     let path = site.dir.path().join("rules.toml");
     std::fs::write(&path, &toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = check_config(&path);
     let file = path.display();
     // The first problem of a site's rules stops its compilation: each is shown alone.
     assert!(
@@ -398,12 +410,7 @@ redirect = { to = "/b" }
             .unwrap()
             .replacen(fixed, by, 1);
         std::fs::write(&path, &toml).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(["check-config", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = check_config_output(&path).1;
         assert!(stderr.contains(&want), "{stderr} lacks {want}");
     }
 }
@@ -629,13 +636,7 @@ fn check_config_names_a_route_an_earlier_one_always_shadows() {
     );
     let path = site.dir.path().join("shadow.toml");
     std::fs::write(&path, &toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = check_config(&path);
     let want = format!(
         "{}:9: route[1]: never chosen: `route[0]` before it has the same `prefix`",
         path.display()
@@ -854,13 +855,7 @@ upstream = "down"
     let path = site.dir.path().join("pages.toml");
     let toml = config(&site, "error_page = { \"502\" = \"@upstream:nope\" }\n");
     std::fs::write(&path, toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = check_config(&path);
     assert!(
         stderr.contains(
             ":4: invalid configuration: `error_page`: `@upstream:nope`: no upstream named `nope`"
@@ -913,12 +908,7 @@ fn alias_serves_a_prefix_from_another_directory() {
         "[[route]]\nprefix = \"/x/\"\nalias = \"/no/such/dir\"\n",
     );
     std::fs::write(&path, toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = check_config_output(&path).1;
     assert!(
         stderr.contains(":6: route[0].alias: /no/such/dir is not a directory"),
         "{stderr}"

@@ -24,20 +24,12 @@ fn table(toml_routes: &str) -> Table {
 }
 
 fn chosen(table: &Table, method: &str, target: &str, fields: &str) -> Option<usize> {
-    let raw = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
-    let mut storage = wire::HeaderStorage::new();
-    let req = wire::parse_request(raw.as_bytes(), &mut storage, &wire::Limits::default())
-        .unwrap()
-        .unwrap();
-    let path = target.split('?').next().unwrap().as_bytes();
-    let ctx = Ctx {
-        req: &req,
-        path,
-        peer: "127.0.0.1:1".parse().unwrap(),
-        secure: false,
-        request_id: b"",
-    };
-    table.find(&ctx).map(|f| f.rule.index + 1)
+    let fields = format!("Host: a\r\n{fields}");
+    let mut chosen = None;
+    crate::template::with_ctx(method, target, &fields, false, |ctx| {
+        chosen = table.find(ctx).map(|f| f.rule.index + 1);
+    });
+    chosen
 }
 
 /// nginx's documented example (ngx_http_core_module, `location`), with more paths:
