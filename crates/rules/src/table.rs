@@ -69,6 +69,8 @@ pub struct Rule {
     pub name: String,
     pub path: PathMatch,
     pub no_regex: bool,
+    /// A `regex` that ignores case.
+    case_insensitive: bool,
     narrow: Narrow,
     pub action: Action,
     /// Edits of the response (after the host's).
@@ -313,6 +315,12 @@ impl Table {
             .map(|(_, page)| page)
     }
 
+    /// Whether an error page of the route `rule` (or of its host) is an upstream's.
+    pub fn upstream_page(&self, rule: Option<usize>) -> bool {
+        let upstream = |pages: &Pages| pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)));
+        upstream(&self.host_errors) || rule.is_some_and(|i| upstream(&self.rules[i].errors))
+    }
+
     /// Whether any error page of the site is an upstream's.
     pub fn upstream_pages(&self) -> bool {
         let upstream = |pages: &Pages| pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)));
@@ -405,7 +413,9 @@ impl Rule {
         let same = match (&self.path, &later.path) {
             (PathMatch::Exact(a), PathMatch::Exact(b))
             | (PathMatch::Prefix(a), PathMatch::Prefix(b)) => a == b,
-            (PathMatch::Regex(a), PathMatch::Regex(b)) => a.as_str() == b.as_str(),
+            (PathMatch::Regex(a), PathMatch::Regex(b)) => {
+                a.as_str() == b.as_str() && self.case_insensitive == later.case_insensitive
+            }
             _ => false,
         };
         same && self.narrow.is_empty()
@@ -415,7 +425,11 @@ impl Rule {
         let action = match &self.action {
             Action::Respond { body, .. } => body.uses_request_id(),
             Action::Redirect { to, .. } | Action::Rewrite { to, .. } => to.uses_request_id(),
-            Action::TryFiles { .. } | Action::Alias(_) | Action::Module => false,
+            Action::TryFiles { files, fallback } => {
+                files.iter().any(Template::uses_request_id)
+                    || matches!(fallback, Fallback::Uri(t) if t.uses_request_id())
+            }
+            Action::Alias(_) | Action::Module => false,
         };
         action
             || self.response.as_ref().is_some_and(Edits::uses_request_id)
@@ -732,6 +746,7 @@ fn compile_rule(
     Ok(Rule {
         index,
         name,
+        case_insensitive: c.case_insensitive,
         no_regex: c.no_regex,
         path,
         narrow,

@@ -9,6 +9,8 @@ use crate::error::Error;
 /// What a request offers to variables.
 pub struct Ctx<'a> {
     pub req: &'a wire::Request<'a, 'a>,
+    /// The target as the client sent it (`$request_uri`), whatever a rewrite made of it.
+    pub original: &'a [u8],
     /// The decoded, normalised path (`$uri`).
     pub path: &'a [u8],
     pub peer: SocketAddr,
@@ -39,12 +41,19 @@ impl Ctx<'_> {
     }
 
     /// The host the request names, without its port, in lower case as sent (`$host`).
+    /// Empty when it is not a host name or address (a `/`, `\\`, `..` or any other byte
+    /// a name cannot have): no redirect goes to a path the client slipped into Host.
     pub fn host(&self) -> &[u8] {
         let host = self.req.header("host").unwrap_or_default();
-        match host.iter().rposition(|&b| b == b':') {
+        let name = match host.iter().rposition(|&b| b == b':') {
             // `[::1]:8080`: the colon after the bracket is the port's.
             Some(colon) if !host[colon..].contains(&b']') => &host[..colon],
             _ => host,
+        };
+        let byte = |b: &u8| b.is_ascii_alphanumeric() || b"-.[]:_".contains(b);
+        match name.iter().all(byte) && !name.windows(2).any(|w| w == b"..") {
+            true => name,
+            false => b"",
         }
     }
 
@@ -184,6 +193,37 @@ impl Template {
         self.literal.as_deref()
     }
 
+    /// [`Template::expand`] for a request target (a `rewrite`, a `try_files` fallback):
+    /// what a decoded variable brings (`$uri`, a capture of the decoded path) has its `%`,
+    /// `?`, `#` and invisible bytes percent-encoded, so the target is never decoded twice
+    /// (`%252e` stays a `%2e` in the path, not a `.`), nor gains a query from a path.
+    pub fn expand_target(&self, ctx: &Ctx<'_>, captured: (&[u8], &Captures), out: &mut Vec<u8>) {
+        if let Some(literal) = &self.literal {
+            out.extend_from_slice(literal);
+            return;
+        }
+        let mut decoded = Vec::new();
+        for part in self.parts.iter() {
+            match part {
+                Part::Text(t) => out.extend_from_slice(t),
+                Part::Var(v @ (Var::Uri | Var::Capture(_))) => {
+                    decoded.clear();
+                    expand_var(v, ctx, captured, &mut decoded);
+                    for &b in &decoded {
+                        match b {
+                            b'%' | b'?' | b'#' => {
+                                out.extend_from_slice(format!("%{b:02X}").as_bytes())
+                            }
+                            b'!'..=b'~' => out.push(b),
+                            _ => out.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                        }
+                    }
+                }
+                Part::Var(v) => expand_var(v, ctx, captured, out),
+            }
+        }
+    }
+
     /// Whether it uses a capture group.
     pub fn uses_captures(&self) -> bool {
         self.parts
@@ -219,7 +259,7 @@ fn expand_var(var: &Var, ctx: &Ctx<'_>, (text, spans): (&[u8], &Captures), out: 
     match var {
         Var::Host => out.extend(ctx.host().iter().map(u8::to_ascii_lowercase)),
         Var::Uri => out.extend_from_slice(ctx.path),
-        Var::RequestUri => out.extend_from_slice(ctx.req.path),
+        Var::RequestUri => out.extend_from_slice(ctx.original),
         Var::Args => out.extend_from_slice(ctx.query()),
         Var::Arg(name) => out.extend_from_slice(ctx.arg(name).unwrap_or_default()),
         Var::Http(name) => out.extend_from_slice(ctx.field(name).unwrap_or_default()),
@@ -304,6 +344,7 @@ pub(crate) fn with_ctx(
         .unwrap();
     let ctx = Ctx {
         req: &req,
+        original: target.as_bytes(),
         path: target.split('?').next().unwrap().as_bytes(),
         peer: "192.0.2.7:5000".parse().unwrap(),
         secure,

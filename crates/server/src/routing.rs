@@ -69,7 +69,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
             }
             None => seen.req,
         };
-        let ctx = ctx(req, seen.conn, path, &id);
+        let ctx = ctx((req, seen.req.path), seen.conn, path, &id);
         let Some(found) = table.find(&ctx) else {
             return Decided {
                 edits: EditFilter::new(table, None, &ctx, &[]),
@@ -125,9 +125,9 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                             .iter()
                             .map(|m| m.map(|m| (m.start(), m.end())))
                             .collect();
-                        to.expand(&ctx, (&path[..], &spans), &mut new);
+                        to.expand_target(&ctx, (&path[..], &spans), &mut new);
                     }
-                    None => to.expand(&ctx, captured, &mut new),
+                    None => to.expand_target(&ctx, captured, &mut new),
                 }
                 rewritten(&mut new, ctx.query());
                 new
@@ -171,7 +171,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
                     }
                     Fallback::Uri(uri) => {
                         let mut new = Vec::new();
-                        uri.expand(&ctx, captured, &mut new);
+                        uri.expand_target(&ctx, captured, &mut new);
                         match new.contains(&b'?') {
                             true => rewritten(&mut new, b""),
                             false => rewritten(&mut new, ctx.query()),
@@ -316,7 +316,10 @@ fn prefixed(rule: &rules::Rule, target: &[u8], normal: &[u8]) -> Option<Vec<u8>>
     }
     for &b in rest {
         match b {
-            b'!'..=b'~' if !(encode && b == b'%') => new.push(b),
+            // From the decoded path: `%`, `?` and `#` are its own bytes, not escapes,
+            // a query or a fragment.
+            b'%' | b'?' | b'#' if encode => new.extend_from_slice(format!("%{b:02X}").as_bytes()),
+            b'!'..=b'~' => new.push(b),
             _ => new.extend_from_slice(format!("%{b:02X}").as_bytes()),
         }
     }
@@ -398,7 +401,7 @@ pub(crate) fn view<'a>(
 }
 
 fn ctx<'a>(
-    req: &'a wire::Request<'a, 'a>,
+    (req, original): (&'a wire::Request<'a, 'a>, &'a [u8]),
     conn: &ConnFacts,
     path: &'a [u8],
     id: &'a [u8; 32],
@@ -406,6 +409,7 @@ fn ctx<'a>(
     let secure = conn.secure();
     Ctx {
         req,
+        original,
         path,
         peer: conn.peer,
         secure,
@@ -450,9 +454,24 @@ impl EditFilter {
 }
 
 impl EditFilter {
-    /// Whether it is the edits alone (no route filter after them).
+    /// Whether it is the edits alone (no route filter after them), which
+    /// [`EditFilter::edit_lines`] can apply: not when the route's edits set or remove a
+    /// field the host's edit too (a field list gets that right, one pass over lines not).
     pub(crate) fn alone(&self) -> bool {
-        self.inner.is_none()
+        let route = self
+            .rule
+            .and_then(|i| self.table.rules()[i].response.as_ref());
+        let overlap = match (&self.table.host_response, route) {
+            (Some(host), Some(route)) => route.list.iter().any(|r| {
+                matches!(r.how, rules::How::Set | rules::How::Remove)
+                    && host
+                        .list
+                        .iter()
+                        .any(|h| h.name.eq_ignore_ascii_case(&r.name))
+            }),
+            _ => false,
+        };
+        self.inner.is_none() && !overlap
     }
 
     /// Applies the edits to a head written as HTTP/1 lines (status line to blank line),

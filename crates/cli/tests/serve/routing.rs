@@ -1012,3 +1012,155 @@ redirect = { status = 308, to = "/users/$1" }
     );
     assert!(r.contains("x-content-type-options: nosniff"), "{r}");
 }
+
+/// What review found: a rewrite's decoded capture is not decoded twice, `$request_uri`
+/// stays the client's, a Host that is no name expands to nothing, `try_files` may use
+/// `$request_id`, and a case-insensitive regex is not shadowed by the same one without.
+#[test]
+fn decoded_values_stay_decoded_and_hostile_hosts_expand_to_nothing() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+[[route]]
+regex = "^/x/(.*)$"
+rewrite = { to = "/y/$1" }
+
+[[route]]
+prefix = "/y/"
+respond = { body = "y $uri $args|$request_uri" }
+
+[[route]]
+path = "/admin"
+respond = { body = "admin" }
+
+[[route]]
+path = "/go"
+redirect = { to = "https://$host/landing" }
+
+[[route]]
+prefix = "/t/"
+try_files = ["$uri", "/rid/$request_id"]
+
+[[route]]
+prefix = "/rid/"
+respond = { body = "$uri" }
+
+[[route]]
+regex = "^/case$"
+respond = { body = "exact case" }
+
+[[route]]
+regex = "^/case$"
+case_insensitive = true
+respond = { body = "any case" }
+"#,
+    ));
+    // `%252e%252e` decodes once to `%2e%2e`: it stays that, never `..` above `/y/`.
+    let r = ask(&server, "GET", "/x/%252e%252e/admin", "");
+    assert_eq!(body(&r), "y /y/%2e%2e/admin |/x/%252e%252e/admin");
+    // A decoded `?` stays in the path: no query appears.
+    let r = ask(&server, "GET", "/x/a%3Fb?q=1", "");
+    assert_eq!(body(&r), "y /y/a?b q=1|/x/a%3Fb?q=1");
+    let r = ask(&server, "GET", "/go", "");
+    assert_eq!(r.header("location"), Some("https://test/landing"));
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /go HTTP/1.1\r\nHost: a..b\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let r = read_response(&mut stream, false);
+    assert_eq!(
+        r.header("location"),
+        Some("https:///landing"),
+        "{}",
+        r.status
+    );
+    let r = ask(&server, "GET", "/t/none", "");
+    let id = body(&r)
+        .strip_prefix("/rid/")
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(id.len(), 32, "{}", body(&r));
+    assert!(id.bytes().any(|b| b != b'0'), "{id}");
+    assert_eq!(body(&ask(&server, "GET", "/case", "")), "exact case");
+    assert_eq!(body(&ask(&server, "GET", "/CASE", "")), "any case");
+}
+
+/// `strip_prefix` on a path that matched only once decoded keeps its decoded `?` and
+/// `#` in the path, and a fallback that fails too leaves the 502 (sent once).
+#[test]
+fn a_stripped_decoded_path_keeps_its_query_marks_escaped() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+error_page = {{ "502" = "@upstream:also_down" }}
+
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[upstream]]
+name = "down"
+addresses = ["{down}"]
+
+[[upstream]]
+name = "also_down"
+addresses = ["{down}"]
+
+[[route]]
+prefix = "/api/"
+strip_prefix = "/api"
+upstream = "app"
+
+[[route]]
+prefix = "/down/"
+upstream = "down"
+"#,
+            up = echo_origin(),
+            down = dead(),
+        ),
+    ));
+    let r = ask(&server, "GET", "/%61pi/x%3Fy%23z", "");
+    let first = body(&r).lines().next().unwrap_or_default().to_string();
+    assert_eq!(first, "/x%3Fy%23z");
+    assert_eq!(ask(&server, "GET", "/down/x", "").status, 502);
+}
+
+/// A route's `set` of a field the host's edits add too leaves one field, the route's,
+/// on a file as on a handler's response.
+#[test]
+fn a_route_s_set_wins_over_the_host_s_add() {
+    let site = Site::new();
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+response_headers = { add = { "X-Layer" = "host" } }
+
+[[route]]
+prefix = "/"
+root = "ROOT"
+response_headers = { set = { "X-Layer" = "route" } }
+
+[[route]]
+path = "/r"
+respond = { body = "r" }
+response_headers = { set = { "X-Layer" = "route" } }
+"#
+        .replace("ROOT", &site.root().display().to_string())
+        .as_str(),
+    ));
+    for target in ["/hello.txt", "/r"] {
+        let r = ask(&server, "GET", target, "");
+        let values: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("x-layer"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(values, ["route"], "{target}");
+    }
+}

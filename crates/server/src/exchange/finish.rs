@@ -131,15 +131,16 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
             };
             let upstream = pages.as_ref().and_then(|p| p.fallback(status));
             let upstreams = worker.current().upstreams.clone();
-            let answer = match (again, upstream, upstreams) {
+            let (answer, fell_back) = match (again, upstream, upstreams) {
                 (Some(again), Some(upstream), Some(upstreams)) => {
                     let sent = again.send(upstreams, upstream.to_string());
-                    sink.respond(handler::local_future(sent)).await?
+                    (sink.respond(handler::local_future(sent)).await?, true)
                 }
-                _ => answer,
+                _ => (answer, false),
             };
             worker.clock.refresh();
-            let pages = pages.as_ref();
+            // The fallback's answer goes out as it is, whatever its status.
+            let pages = pages.as_ref().filter(|_| !fell_back);
             handled(
                 &worker,
                 answer,

@@ -189,7 +189,9 @@ pub(crate) fn answer(
                         Some(page) => later(Work::Ready(page), boxed(edits, filter)),
                     };
                 }
-                Some(Err(again)) => return later(Work::Deferred(again), boxed(edits, filter)),
+                Some(Err(again)) => {
+                    return fallen_back(later(Work::Deferred(again), boxed(edits, filter)))
+                }
                 None => {}
             }
             if edits_alone && out.fields().is_none() {
@@ -206,7 +208,7 @@ pub(crate) fn answer(
             let status = response.head.status();
             if let Some(Answer::Later(again)) = pages::fallback(worker, pages.as_ref(), status, req)
             {
-                return later(Work::Deferred(again), boxed(edits, filter));
+                return fallen_back(later(Work::Deferred(again), boxed(edits, filter)));
             }
             if let Some(pages) = &pages {
                 pages.replace(worker, &mut response);
@@ -222,6 +224,17 @@ pub(crate) fn answer(
             }
         }
     }
+}
+
+/// An error sent again to an upstream (`@upstream:NAME`): its answer is not replaced in
+/// turn, whatever its status (nor sent again when it fails), as nginx without
+/// `recursive_error_pages`.
+fn fallen_back(mut dispatched: Dispatched) -> Dispatched {
+    if let Dispatched::Later(exchange) = &mut dispatched {
+        exchange.pages = None;
+        exchange.again = None;
+    }
+    dispatched
 }
 
 /// A request answered by the static files (or the server itself) on `site`, for the

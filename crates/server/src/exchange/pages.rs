@@ -53,9 +53,9 @@ impl Pages {
         }
     }
 
-    /// Whether an upstream answers in place of some status.
+    /// Whether an upstream answers in place of some status on this route.
     pub(crate) fn any_fallback(&self) -> bool {
-        self.table.upstream_pages()
+        self.table.upstream_page(self.rule)
     }
 
     /// Puts the page for `response`'s status in its place, when there is one.
