@@ -317,25 +317,12 @@ impl Table {
 
     /// Whether an error page of the route `rule` (or of its host) is an upstream's.
     pub fn upstream_page(&self, rule: Option<usize>) -> bool {
-        let upstream = |pages: &Pages| pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)));
         upstream(&self.host_errors) || rule.is_some_and(|i| upstream(&self.rules[i].errors))
     }
 
     /// Whether any error page of the site is an upstream's.
     pub fn upstream_pages(&self) -> bool {
-        let upstream = |pages: &Pages| pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)));
         upstream(&self.host_errors) || self.rules.iter().any(|r| upstream(&r.errors))
-    }
-
-    /// The upstreams the site's error pages name (for the configuration to check).
-    pub fn page_upstreams(&self) -> impl Iterator<Item = &str> {
-        self.host_errors
-            .iter()
-            .chain(self.rules.iter().flat_map(|r| r.errors.iter()))
-            .filter_map(|(_, p)| match p {
-                Page::Upstream(name) => Some(&name[..]),
-                Page::File(_) => None,
-            })
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -758,6 +745,11 @@ fn compile_rule(
         errors,
         captures,
     })
+}
+
+/// Whether one of `pages` is an upstream's.
+fn upstream(pages: &Pages) -> bool {
+    pages.iter().any(|(_, p)| matches!(p, Page::Upstream(_)))
 }
 
 /// `error_page`: statuses 300-599, each to a page of the site's root.

@@ -35,6 +35,17 @@ fn check_config(path: &std::path::Path) -> String {
     stderr
 }
 
+/// GETs each (target, status, body) of `cases`; the body is checked on a 200.
+fn expect_all(server: &Server, cases: &[(&str, u16, &str)]) {
+    for &(target, status, want) in cases {
+        let r = ask(server, "GET", target, "");
+        assert_eq!(r.status, status, "{target}");
+        if status == 200 {
+            assert_eq!(body(&r), want, "{target}");
+        }
+    }
+}
+
 fn body(r: &Response) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
@@ -615,13 +626,7 @@ try_files = ["$uri", "$uri/", "/index.html"]
         ("/api/items", 200, "api /api/items"),
         ("/assets/missing.js", 404, ""),
     ];
-    for (target, status, want) in cases {
-        let r = ask(&server, "GET", target, "");
-        assert_eq!(r.status, status, "{target}");
-        if status == 200 {
-            assert_eq!(body(&r), want, "{target}");
-        }
-    }
+    expect_all(&server, &cases);
     // The file found is served as a file: validators and ranges hold.
     let r = ask(&server, "GET", "/app/x", "Range: bytes=0-3\r\n");
     assert_eq!((r.status, body(&r).as_str()), (206, "<h1>"));
@@ -887,13 +892,7 @@ fn alias_serves_a_prefix_from_another_directory() {
         ("/static/../secret.txt", 404, ""),
         ("/static/%2e%2e/secret.txt", 404, ""),
     ];
-    for (target, status, want) in cases {
-        let r = ask(&server, "GET", target, "");
-        assert_eq!(r.status, status, "{target}");
-        if status == 200 {
-            assert_eq!(body(&r), want, "{target}");
-        }
-    }
+    expect_all(&server, &cases);
     // A directory without its slash is redirected with the path the client asked for.
     let r = ask(&server, "GET", "/static/css", "");
     assert_eq!(
