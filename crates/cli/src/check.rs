@@ -71,18 +71,15 @@ pub fn problems_but_modules(config: &ServeConfig) -> Vec<String> {
             problems.push(format!("`{key}`: {} is not a directory", root.display()));
         }
     }
-    let mut routes_of = vec![0usize; server.host.len() + 1];
-    for (site, rules, _) in &server.routes {
-        let index = routes_of[*site];
-        routes_of[*site] += 1;
+    for (_, rules, _) in &server.routes {
         let Some(dir) = rules.alias.as_ref().filter(|d| !d.is_dir()) else {
             continue;
         };
-        let key = match site {
-            0 => format!("route[{index}].alias"),
-            h => format!("host[{}].route[{index}].alias", h - 1),
-        };
-        problems.push(format!("`{key}`: {} is not a directory", dir.display()));
+        let key = &rules.key;
+        problems.push(format!(
+            "`{key}.alias`: {} is not a directory",
+            dir.display()
+        ));
     }
     let logs = std::iter::once(("access_log".to_string(), server.access_log.as_deref())).chain(
         server

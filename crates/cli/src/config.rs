@@ -75,11 +75,10 @@ impl ServeConfig {
 
     fn parse(text: &str) -> anyhow::Result<ServeConfig> {
         let mut table: toml::Table = toml::from_str(text).map_err(one_line)?;
+        // Per site, the scripts' rules come before the routes': at an equal prefix a
+        // script answers first (it passes to the route's module when it has no `content`).
         let mut routes = Vec::new();
-        let mut chosen = Vec::new();
-        if let Some(r) = table.get_mut("route") {
-            chosen = take_rules(r, 0, &mut routes).context("route")?;
-        }
+        let (scripts_chosen, chosen) = take_site_rules(&mut table, 0, "", &mut routes)?;
         let mut modules = toml::Table::new();
         for key in crate::keys::MODULE_KEYS {
             if let Some(value) = table.remove(key) {
@@ -93,11 +92,8 @@ impl ServeConfig {
                 let Some(host) = host.as_table_mut() else {
                     continue;
                 };
-                let mut host_chosen = Vec::new();
-                if let Some(r) = host.get_mut("route") {
-                    host_chosen = take_rules(r, i + 1, &mut routes)
-                        .with_context(|| format!("host[{i}].route"))?;
-                }
+                let at = format!("host[{i}].");
+                let host_chosen = take_site_rules(host, i + 1, &at, &mut routes)?;
                 let mut keys = toml::Table::new();
                 for key in crate::keys::HOST_MODULE_KEYS {
                     if let Some(value) = host.remove(key) {
@@ -121,7 +117,10 @@ impl ServeConfig {
         for (route, rule) in m.route.iter_mut().zip(chosen) {
             route.rule = rule;
         }
-        for (site, h, chosen) in host_modules {
+        for (script, rule) in m.script.iter_mut().zip(scripts_chosen) {
+            script.rule = rule;
+        }
+        for (site, h, (scripts_chosen, chosen)) in host_modules {
             let host = server
                 .host
                 .get(site - 1)
@@ -140,7 +139,8 @@ impl ServeConfig {
             m.script.extend(
                 h.script
                     .into_iter()
-                    .map(|s| script::ScriptConfig { site, ..s }),
+                    .zip(scripts_chosen)
+                    .map(|(s, rule)| script::ScriptConfig { site, rule, ..s }),
             );
         }
         Ok(ServeConfig {
@@ -155,51 +155,101 @@ impl ServeConfig {
     }
 }
 
-/// Takes the rule keys (`rules::config::ROUTE_KEYS`) out of each route of `routes` (a
-/// `[[route]]` or `[[host.route]]` array) into `out`, with the route's site and whether a
-/// module serves it (`upstream` or `root`); a route no module serves (`respond`,
-/// `redirect`, `rewrite`) leaves the array, the rest stays for the proxy. Returns, for
-/// each route left, its place among the site's rules when the rules choose it (it has a
-/// matcher other than its prefix: `edge::RouteConfig::rule`).
+/// [`take_rules`] of a site's `[[script]]`s, then of its `[[route]]`s (`at`: `""` or
+/// `host[I].`): the rules each chose, scripts' and routes'.
+type Chosen = (Vec<Option<usize>>, Vec<Option<usize>>);
+
+fn take_site_rules(
+    table: &mut toml::Table,
+    site: usize,
+    at: &str,
+    out: &mut Vec<(usize, rules::RouteRules, bool)>,
+) -> anyhow::Result<Chosen> {
+    let mut chosen: Chosen = Default::default();
+    for (kind, name, into) in [
+        (Mounts::Script, "script", &mut chosen.0),
+        (Mounts::Route, "route", &mut chosen.1),
+    ] {
+        if let Some(mounts) = table.get_mut(name) {
+            let key = format!("{at}{name}");
+            *into = take_rules((mounts, kind, &key), site, out).context(key.clone())?;
+        }
+    }
+    Ok(chosen)
+}
+
+/// Which array [`take_rules`] reads: `[[route]]` or `[[script]]` (at the top level or a
+/// host's).
+#[derive(Clone, Copy, PartialEq)]
+enum Mounts {
+    Route,
+    Script,
+}
+
+/// Takes the rule keys out of each entry of `mounts` (a `[[route]]` or `[[script]]`
+/// array, `key` naming it in errors: `route`, `host[0].script`) into `out`, with the
+/// entry's site and whether a module serves it.
+///
+/// A route's keys are `rules::config::ROUTE_KEYS`; a route no module serves (`respond`,
+/// `redirect`, `rewrite`: no `upstream` or `root`) leaves the array, the rest stays for
+/// the proxy. A script's are `rules::config::SCRIPT_KEYS`, and only a script that has one
+/// becomes a rule (the others are mounted by their prefix alone, as before rules).
+/// Returns, for each entry left, its place among the site's rules when the rules choose
+/// it (it has a matcher other than its prefix: `edge::RouteConfig::rule`,
+/// `script::ScriptConfig::rule`).
 fn take_rules(
-    routes: &mut toml::Value,
+    (mounts, kind, key): (&mut toml::Value, Mounts, &str),
     site: usize,
     out: &mut Vec<(usize, rules::RouteRules, bool)>,
 ) -> anyhow::Result<Vec<Option<usize>>> {
     let mut chosen = Vec::new();
-    let Some(array) = routes.as_array_mut() else {
+    let Some(array) = mounts.as_array_mut() else {
         return Ok(chosen);
     };
+    let taken: &[&str] = match kind {
+        Mounts::Route => &rules::config::ROUTE_KEYS,
+        Mounts::Script => &rules::config::SCRIPT_KEYS,
+    };
     let mut kept = Vec::new();
-    for (i, route) in std::mem::take(array).into_iter().enumerate() {
-        let toml::Value::Table(mut table) = route else {
-            kept.push(route);
+    for (i, entry) in std::mem::take(array).into_iter().enumerate() {
+        let toml::Value::Table(mut table) = entry else {
+            kept.push(entry);
             continue;
         };
-        let module = table.contains_key("upstream") || table.contains_key("root");
+        let module =
+            kind == Mounts::Script || table.contains_key("upstream") || table.contains_key("root");
         let mut keys = toml::Table::new();
-        for key in rules::config::ROUTE_KEYS {
-            let value = match key {
+        for key in taken {
+            let value = match *key {
                 // The proxy reads the prefix too.
-                "prefix" => table.get(key).cloned(),
-                _ => table.remove(key),
+                "prefix" => table.get(*key).cloned(),
+                _ => table.remove(*key),
             };
             if let Some(value) = value {
-                keys.insert(key.into(), value);
+                keys.insert(key.to_string(), value);
+            }
+        }
+        if kind == Mounts::Script && keys.is_empty() {
+            chosen.push(None);
+            kept.push(toml::Value::Table(table));
+            continue;
+        }
+        if kind == Mounts::Script {
+            if let Some(prefix) = table.get("prefix") {
+                keys.insert("prefix".into(), prefix.clone());
             }
         }
         let keys_set: Vec<String> = keys.keys().cloned().collect();
-        let rules: rules::RouteRules = toml::Value::Table(keys)
+        let mut rules: rules::RouteRules = toml::Value::Table(keys)
             .try_into()
             .map_err(one_line)
             .with_context(|| format!("[{i}]"))?;
+        rules.key = format!("{key}[{i}]");
         if module {
             // Chosen by the rules when more than its prefix says when it applies.
-            let by_rules = [
-                "path", "regex", "methods", "header", "query", "cookie", "scheme", "client",
-            ]
-            .iter()
-            .any(|key| keys_set.iter().any(|k| k == key));
+            let by_rules = rules::config::MATCHER_KEYS
+                .iter()
+                .any(|key| keys_set.iter().any(|k| k == key));
             let index = out.iter().filter(|(s, _, _)| *s == site).count();
             chosen.push(by_rules.then_some(index));
             kept.push(toml::Value::Table(table));
@@ -268,12 +318,12 @@ impl ServeConfig {
                     .enumerate()
                     .map(|(i, h)| (format!("host[{i}].error_page"), h.error_page.as_ref())),
             )
-            .chain(server.routes.iter().map(|(site, r, _)| {
-                (
-                    format!("route (site {site}) error_page"),
-                    Some(&r.error_page),
-                )
-            }));
+            .chain(
+                server
+                    .routes
+                    .iter()
+                    .map(|(_, r, _)| (format!("{}.error_page", r.key), Some(&r.error_page))),
+            );
         for (key, pages) in pages {
             for page in pages.into_iter().flat_map(|p| p.values()) {
                 if let Some(name) = page.strip_prefix("@upstream:") {

@@ -44,6 +44,9 @@ pub fn explain(message: String, prefix: &str) -> String {
     match path.as_str() {
         "" => valid.extend(MODULE_KEYS),
         "host" => valid.extend(HOST_MODULE_KEYS),
+        // The rules' keys were taken out before the module read the rest.
+        "route" | "host.route" => add_new(&mut valid, &rules::config::ROUTE_KEYS),
+        "script" | "host.script" => add_new(&mut valid, &rules::config::SCRIPT_KEYS),
         _ => {}
     }
     let level = match path.as_str() {
@@ -67,6 +70,15 @@ pub fn explain(message: String, prefix: &str) -> String {
         "{}unknown field `{key}` {level}{hint} Valid keys {level}: {list}",
         &message[..start]
     )
+}
+
+/// Adds the keys of `more` that `valid` lacks.
+fn add_new<'a>(valid: &mut Vec<&'a str>, more: &[&'a str]) {
+    for key in more {
+        if !valid.contains(key) {
+            valid.push(key);
+        }
+    }
 }
 
 /// `[limits]`, `[[upstream]]`: a level as it is written in the file.
@@ -166,7 +178,13 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
         ("esi", fields::<edge::EsiConfig>()),
         ("cache", fields::<edge::CacheConfig>()),
         ("cache.redis", fields::<edge::RedisConfig>()),
-        ("script", fields::<script::ScriptConfig>()),
+        (
+            "script",
+            with(
+                fields::<script::ScriptConfig>(),
+                &rules::config::SCRIPT_KEYS,
+            ),
+        ),
         ("shared_dict", fields::<script::SharedDictConfig>()),
     ]
 }

@@ -218,9 +218,9 @@ pub struct Route {
     /// The site whose requests it takes ([`crate::Hosts`]): 0 for the top-level
     /// configuration, `i + 1` for `[[host]]` number `i`.
     pub site: usize,
-    /// The configuration route (its place among its site's `[[route]]`s) whose rules
-    /// choose it (a regex, an exact path, a header...: the server's `rules`); `None`: it
-    /// is chosen by its prefix alone.
+    /// The configuration rule (its place among its site's rules: `[[script]]`s with
+    /// rule keys, then `[[route]]`s) that chooses it (a regex, an exact path, a header...:
+    /// the server's `rules`); `None`: it is chosen by its prefix alone.
     pub rule: Option<usize>,
 }
 

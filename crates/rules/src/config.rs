@@ -61,6 +61,10 @@ pub struct RouteRules {
     pub response_headers: Option<HeaderEdits>,
     /// Pages for error statuses (`"404" = "/404.html"`), before the host's.
     pub error_page: BTreeMap<String, String>,
+    /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
+    /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
+    #[serde(skip)]
+    pub key: String,
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
@@ -86,6 +90,31 @@ pub const ROUTE_KEYS: [&str; 21] = [
     "request_headers",
     "response_headers",
     "prefix",
+];
+
+/// The rule keys a `[[script]]` mount may hold besides `prefix`: the matchers other than
+/// `path` (there, the script's file) and the edits around the script. The actions that
+/// answer in its place (`respond`, `redirect`, `rewrite`, `try_files`, `alias`) and the
+/// path changes for an upstream are a `[[route]]`'s only.
+pub const SCRIPT_KEYS: [&str; 12] = [
+    "regex",
+    "case_insensitive",
+    "no_regex",
+    "methods",
+    "header",
+    "query",
+    "cookie",
+    "scheme",
+    "client",
+    "request_headers",
+    "response_headers",
+    "error_page",
+];
+
+/// The keys that choose when a route applies besides its prefix: a module's route with
+/// one of them is chosen by the rules (`edge::RouteConfig::rule`), not by its prefix.
+pub const MATCHER_KEYS: [&str; 8] = [
+    "path", "regex", "methods", "header", "query", "cookie", "scheme", "client",
 ];
 
 /// A condition on a named request field, query parameter or cookie: present (neither

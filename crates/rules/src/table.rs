@@ -241,9 +241,9 @@ impl Table {
             let rule = compile_rule(routes_key, index, config, *module)?;
             if let Some(earlier) = table.rules.iter().find(|e| e.shadows(&rule)) {
                 return Err(Error::new(format!(
-                    "never chosen: `{routes_key}[{}]` before it has the same {} and \
+                    "never chosen: `{}` before it has the same {} and \
                      nothing that narrows it, so it takes every request this one would",
-                    earlier.index,
+                    earlier.name,
                     rule.path.kind()
                 ))
                 .at(&rule.name));
@@ -458,14 +458,10 @@ fn compile_rule(
     module: bool,
 ) -> Result<Rule, Error> {
     let paths = [c.path.is_some(), c.prefix.is_some(), c.regex.is_some()];
-    let named = c
-        .path
-        .as_deref()
-        .or(c.prefix.as_deref())
-        .or(c.regex.as_deref())
-        .unwrap_or("/");
-    let _ = named;
-    let name = format!("{routes_key}[{index}]");
+    let name = match c.key.is_empty() {
+        true => format!("{routes_key}[{index}]"),
+        false => c.key.clone(),
+    };
     let at = |e: Error| e.at(&name);
     if paths.iter().filter(|p| **p).count() > 1 {
         return Err(at(Error::new("give one of `path`, `prefix` and `regex`")));

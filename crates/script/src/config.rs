@@ -23,6 +23,10 @@ pub struct ScriptConfig {
     /// `[[host.script]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
     pub site: usize,
+    /// Its place among its site's rules when they choose it by more than its prefix
+    /// (`regex`, `methods`, `header`, ...: docs/config.md; set by `cli`, no TOML key).
+    #[serde(skip)]
+    pub rule: Option<usize>,
 }
 
 impl Default for ScriptConfig {
@@ -33,6 +37,7 @@ impl Default for ScriptConfig {
             time_limit: 1.0,
             memory_limit: 64 << 20,
             site: 0,
+            rule: None,
         }
     }
 }

@@ -45,13 +45,13 @@ impl Module for ScriptModule {
         self.scripts
             .prefixes()
             .enumerate()
-            .flat_map(|(i, (prefix, site))| {
+            .flat_map(|(i, (prefix, site, rule))| {
                 [Role::Filter, Role::Handler].map(|role| Route {
                     prefix: prefix.to_string(),
                     role,
                     tag: i as u32,
                     site,
-                    rule: None,
+                    rule,
                 })
             })
             .collect()

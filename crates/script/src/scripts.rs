@@ -50,9 +50,13 @@ impl Scripts {
                     c.prefix
                 )));
             }
-            if configs[..i]
-                .iter()
-                .any(|o| o.prefix == c.prefix && o.site == c.site)
+            // Mounts the rules choose (`rule`) may share a prefix: their matchers tell
+            // them apart.
+            let by_prefix = |o: &ScriptConfig| o.rule.is_none() && o.site == c.site;
+            if by_prefix(c)
+                && configs[..i]
+                    .iter()
+                    .any(|o| by_prefix(o) && o.prefix == c.prefix)
             {
                 return Err(Error::Config(format!(
                     "two scripts are mounted at `{}`",
@@ -132,8 +136,10 @@ impl Scripts {
     }
 
     /// The mounts' prefixes and sites, by mount index.
-    pub fn prefixes(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.configs.iter().map(|c| (c.prefix.as_str(), c.site))
+    pub fn prefixes(&self) -> impl Iterator<Item = (&str, usize, Option<usize>)> {
+        self.configs
+            .iter()
+            .map(|c| (c.prefix.as_str(), c.site, c.rule))
     }
 }
 

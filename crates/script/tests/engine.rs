@@ -26,7 +26,7 @@ fn configs(
             path,
             time_limit,
             memory_limit: 16 << 20,
-            site: 0,
+            ..ScriptConfig::default()
         }],
         vec![SharedDictConfig {
             name: "counts".into(),

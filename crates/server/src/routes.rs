@@ -34,18 +34,28 @@ pub(crate) fn routes(modules: &[Arc<dyn Module>], sites: usize) -> Vec<handler::
         .collect()
 }
 
-/// The handlers of the routes the rules choose (`handler::Route::rule`), per site and
-/// rule: (module, tag).
-pub(crate) type ByRule = Vec<HashMap<usize, (usize, u32)>>;
+/// The handler and filter of the routes the rules choose (`handler::Route::rule`), per
+/// site and rule: (module, tag) each.
+pub(crate) type ByRule = Vec<HashMap<usize, Chosen>>;
+
+/// What a module does for the requests one rule chooses.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Chosen {
+    pub handler: Option<(usize, u32)>,
+    pub filter: Option<(usize, u32)>,
+}
 
 /// [`ByRule`] of `modules`.
 pub(crate) fn by_rule(modules: &[Arc<dyn Module>], sites: usize) -> ByRule {
     let mut tables: ByRule = vec![HashMap::new(); sites];
     for (m, route) in declared(modules) {
-        if let (Some(rule), Role::Handler) = (route.rule, route.role) {
-            if let Some(table) = tables.get_mut(route.site) {
-                table.insert(rule, (m, route.tag));
-            }
+        let (Some(rule), Some(table)) = (route.rule, tables.get_mut(route.site)) else {
+            continue;
+        };
+        let chosen = table.entry(rule).or_default();
+        match route.role {
+            Role::Handler => chosen.handler = Some((m, route.tag)),
+            Role::Filter => chosen.filter = Some((m, route.tag)),
         }
     }
     tables

@@ -1163,3 +1163,108 @@ response_headers = { set = { "X-Layer" = "route" } }
         assert_eq!(values, ["route"], "{target}");
     }
 }
+
+/// `[[script]]` mounts with matchers: chosen by the rules before the routes of their site
+/// (a script answers first at an equal prefix), and a script without `content` passes to
+/// the module of the path's prefix.
+#[test]
+fn scripts_are_chosen_by_matchers_and_pass_to_the_prefix_s_module() {
+    let site = Site::new();
+    let lua = |name: &str, text: &str| {
+        let path = site.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let guard = lua(
+        "guard.lua",
+        r#"return { access = function(r)
+  if r:header("x-key") ~= "k" then r:exit(403) end
+end }"#,
+    );
+    let hello = lua(
+        "hello.lua",
+        r#"return { content = function(r) return "hello " .. r:path() end }"#,
+    );
+    let beta = lua(
+        "beta.lua",
+        r#"return { content = function(r) return "beta " .. (r:header("x-stage") or "none") end }"#,
+    );
+    let server = site.serve_with(&config(
+        &site,
+        &format!(
+            r#"
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/api"
+upstream = "app"
+
+[[script]]
+prefix = "/api"
+methods = ["POST", "DELETE"]
+path = "{guard}"
+
+[[script]]
+regex = "^/hello/[a-z]+$"
+path = "{hello}"
+
+[[script]]
+prefix = "/"
+header = {{ name = "X-Beta", equals = "1" }}
+request_headers = {{ set = {{ "X-Stage" = "beta" }} }}
+response_headers = {{ set = {{ "X-Beta-Seen" = "yes" }} }}
+path = "{beta}"
+"#,
+            up = echo_origin(),
+        ),
+    ));
+    // GET under /api: the guard's methods do not hold; the proxy answers.
+    let r = ask(&server, "GET", "/api/x", "");
+    assert_eq!((r.status, body(&r).lines().next()), (200, Some("/api/x")));
+    // DELETE without the key: the guard refuses; with it, the proxy answers.
+    assert_eq!(ask(&server, "DELETE", "/api/x", "").status, 403);
+    let r = ask(&server, "DELETE", "/api/x", "X-Key: k\r\n");
+    assert_eq!((r.status, body(&r).lines().next()), (200, Some("/api/x")));
+    // A regex mount, and a path it does not match (the files: 404).
+    let r = ask(&server, "GET", "/hello/world", "");
+    assert_eq!((r.status, body(&r).as_str()), (200, "hello /hello/world"));
+    assert_eq!(ask(&server, "GET", "/hello/World1", "").status, 404);
+    // A header narrows a mount; its request and response edits apply to it.
+    let r = ask(&server, "GET", "/anything", "X-Beta: 1\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (200, "beta beta"));
+    assert_eq!(r.header("x-beta-seen"), Some("yes"));
+    let r = ask(&server, "GET", "/anything", "X-Beta: 2\r\n");
+    assert_eq!((r.status, r.header("x-beta-seen")), (404, None));
+}
+
+#[test]
+fn check_config_names_a_script_s_bad_matcher_with_its_line() {
+    let site = Site::new();
+    let path = site.dir.path().join("bad.toml");
+    let lua = site.dir.path().join("ok.lua");
+    std::fs::write(&lua, "return { content = function(r) return 'x' end }").unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n\n[[script]]\nprefix = \"/a\"\npath = \"{0}\"\n\n\
+             [[script]]\nregex = \"^/(unclosed\"\npath = \"{0}\"\n",
+            lua.display()
+        ),
+    )
+    .unwrap();
+    let stderr = check_config(&path);
+    assert!(stderr.contains(":8: script[1].regex"), "{stderr}");
+    // A key a script cannot have (an action that answers in its place) is refused by name.
+    std::fs::write(
+        &path,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n\n[[script]]\nprefix = \"/a\"\npath = \"{}\"\nredirect = {{ to = \"/b\" }}\n",
+            lua.display()
+        ),
+    )
+    .unwrap();
+    let stderr = check_config(&path);
+    assert!(stderr.contains("unknown field `redirect`"), "{stderr}");
+}

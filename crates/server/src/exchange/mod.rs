@@ -126,7 +126,7 @@ pub(crate) fn answer(
     let mut answered = files_answered;
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
-        (None, Some((filter, handlers))) => {
+        (None, Some(route)) => {
             let mut request = handler::Request {
                 head: req,
                 path: &path,
@@ -134,7 +134,7 @@ pub(crate) fn answer(
                 tag: 0,
                 secure: conn.secure(),
             };
-            call_modules(&current, filter, handlers, &mut request, &mut answered.kind)
+            call_modules(&current, route, &mut request, &mut answered.kind)
         }
         (None, None) => (None, None),
     };
@@ -347,9 +347,14 @@ fn decide(
 }
 
 /// The filter and handlers of a request's route: by the longest prefix of its path, or,
-/// for a route its rules chose by more than its prefix (`rule`), its module's handler
-/// alone under the filter of the path's prefix.
-type Handlers<'g> = (Option<(usize, u32)>, &'g [(usize, u32)]);
+/// for a route its rules chose by more than its prefix (`rule`), its module's filter (else
+/// the prefix's) and its handler, before the prefix's handlers (a script without
+/// `content` passes to them).
+struct Handlers<'g> {
+    filter: Option<(usize, u32)>,
+    chosen: Option<(usize, u32)>,
+    by_prefix: &'g [(usize, u32)],
+}
 
 fn handlers<'g>(
     gen: &'g Generation,
@@ -363,11 +368,15 @@ fn handlers<'g>(
         false => routes.find(path),
     };
     let chosen = rule.and_then(|rule| gen.by_rule[site].get(&rule));
-    match (by_prefix, chosen) {
-        (r, Some(handler)) => Some((r.and_then(|r| r.filter), std::slice::from_ref(handler))),
-        (Some(r), None) => Some((r.filter, &r.handlers[..])),
-        (None, None) => None,
+    if by_prefix.is_none() && chosen.is_none() {
+        return None;
     }
+    let prefix_filter = by_prefix.and_then(|r| r.filter);
+    Some(Handlers {
+        filter: chosen.and_then(|c| c.filter).or(prefix_filter),
+        chosen: chosen.and_then(|c| c.handler),
+        by_prefix: by_prefix.map_or(&[][..], |r| &r.handlers[..]),
+    })
 }
 
 /// The route's filter, then its handlers in turn until one answers: what the filter
@@ -375,13 +384,12 @@ fn handlers<'g>(
 /// becomes the metrics kind of the module that answered.
 fn call_modules(
     current: &Current,
-    filter_route: Option<(usize, u32)>,
-    handlers: &[(usize, u32)],
+    route: Handlers<'_>,
     request: &mut handler::Request<'_>,
     kind: &mut u8,
 ) -> (Option<Box<dyn Attached>>, Option<Answer>) {
     let mut filter = None;
-    if let Some((m, tag)) = filter_route {
+    if let Some((m, tag)) = route.filter {
         request.tag = tag;
         match current.services[m].filter(request) {
             Filtered::Continue(attached) => filter = attached,
@@ -391,7 +399,7 @@ fn call_modules(
             }
         }
     }
-    for &(m, tag) in handlers {
+    for &(m, tag) in route.chosen.iter().chain(route.by_prefix) {
         request.tag = tag;
         match current.services[m].call(request) {
             Answer::Pass => continue,
