@@ -9,8 +9,6 @@ use std::sync::Arc;
 use handler::{Attached, Body, Filter, Response, ResponseHead};
 use rules::{Action, Ctx, Fallback, Table};
 
-use crate::facts::ConnFacts;
-
 /// What the rules decided for a request. By default (no route), it goes to whatever
 /// serves its path: modules by prefix, then the files.
 #[derive(Default)]
@@ -43,10 +41,66 @@ impl Decided {
     }
 }
 
+/// Where an error page's URI leads.
+pub(crate) enum PageAt {
+    /// A rule answers it (`respond`, `redirect`, a `try_files` status).
+    Answer(Response),
+    /// The files serve this normalised path (from the directory of this `alias` route).
+    Files(Vec<u8>, Option<usize>),
+}
+
+/// Routes an error page's URI (`error_page = { "404" = "/errors/404" }`) through the
+/// site's rules, as nginx's `error_page` makes an internal redirect: a GET of that URI,
+/// with the request's client and scheme and no fields. A rule may answer it or rewrite
+/// it (`rewrite`, `try_files`, `alias`); a route of a module (an upstream, a script)
+/// does not run for a page: the files serve its path.
+pub(crate) fn page(
+    table: &Arc<Table>,
+    uri: &[u8],
+    client: (std::net::SocketAddr, bool),
+    exists: &dyn Fn(&[u8]) -> bool,
+) -> PageAt {
+    let query_less = match memchr::memchr(b'?', uri) {
+        Some(q) => &uri[..q],
+        None => uri,
+    };
+    let mut path = Vec::new();
+    if wire::normalize_path(query_less, &mut path).is_err() {
+        return PageAt::Answer(Response::status_page(500));
+    }
+    if table.rules().is_empty() {
+        return PageAt::Files(path, None);
+    }
+    let req = wire::Request {
+        method: wire::Method::Get,
+        method_token: "GET",
+        target: uri,
+        path: uri,
+        version: wire::Version::Http11,
+        headers: &[],
+        head_len: 0,
+        body: wire::BodyFraming::None,
+        keep_alive: true,
+        expect_continue: false,
+    };
+    let seen = Seen {
+        req: &req,
+        client,
+        exists,
+        request_id: None,
+    };
+    let decided = route(table, seen, &mut path);
+    match decided.response {
+        Some(response) => PageAt::Answer(response),
+        None => PageAt::Files(path, decided.alias),
+    }
+}
+
 /// What a request is known by, for the rules.
 pub(crate) struct Seen<'a> {
     pub req: &'a wire::Request<'a, 'a>,
-    pub conn: &'a ConnFacts,
+    /// The client's address and whether the connection is TLS.
+    pub client: (std::net::SocketAddr, bool),
     /// Whether the static files have something at a normalised path (for `try_files`).
     pub exists: &'a dyn Fn(&[u8]) -> bool,
     /// The request's id, when its site uses one.
@@ -69,7 +123,7 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
             }
             None => seen.req,
         };
-        let ctx = ctx((req, seen.req.path), seen.conn, path, &id);
+        let ctx = ctx((req, seen.req.path), seen.client, path, &id);
         let Some(found) = table.find(&ctx) else {
             return Decided {
                 edits: EditFilter::new(table, None, &ctx, &[]),
@@ -402,16 +456,15 @@ pub(crate) fn view<'a>(
 
 fn ctx<'a>(
     (req, original): (&'a wire::Request<'a, 'a>, &'a [u8]),
-    conn: &ConnFacts,
+    (peer, secure): (std::net::SocketAddr, bool),
     path: &'a [u8],
     id: &'a [u8; 32],
 ) -> Ctx<'a> {
-    let secure = conn.secure();
     Ctx {
         req,
         original,
         path,
-        peer: conn.peer,
+        peer,
         secure,
         request_id: id,
     }

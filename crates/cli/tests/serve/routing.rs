@@ -1268,3 +1268,48 @@ fn check_config_names_a_script_s_bad_matcher_with_its_line() {
     let stderr = check_config(&path);
     assert!(stderr.contains("unknown field `redirect`"), "{stderr}");
 }
+
+/// An error page's URI is routed by the rules, as nginx's internal redirect: a route may
+/// answer it (`respond`, its status replaced by the error's), rewrite it to a file, or
+/// redirect (its own status kept); with no rule, it is a file of the root.
+#[test]
+fn an_error_page_at_an_internal_uri_is_routed_by_the_rules() {
+    let site = Site::new();
+    std::fs::create_dir(site.root().join("pages")).unwrap();
+    site.write("pages/403.html", b"<h1>no entry</h1>\n");
+    let server = site.serve_with(&config(
+        &site,
+        r#"
+error_page = { "404" = "/errors/404", "403" = "/e/403", "405" = "/gone" }
+
+[[route]]
+path = "/errors/404"
+respond = { status = 200, body = "not here: $uri\n", content_type = "text/plain" }
+
+[[route]]
+prefix = "/e/"
+rewrite = { from = "^/e/(.*)$", to = "/pages/$1.html" }
+
+[[route]]
+path = "/gone"
+redirect = { status = 302, to = "/elsewhere" }
+
+[[route]]
+path = "/secret"
+respond = { status = 403 }
+
+[[route]]
+path = "/no-post"
+respond = { status = 405 }
+"#,
+    ));
+    let r = ask(&server, "GET", "/missing", "");
+    assert_eq!(
+        (r.status, body(&r).as_str(), r.header("content-type")),
+        (404, "not here: /errors/404\n", Some("text/plain"))
+    );
+    let r = ask(&server, "GET", "/secret", "");
+    assert_eq!((r.status, body(&r).as_str()), (403, "<h1>no entry</h1>\n"));
+    let r = ask(&server, "GET", "/no-post", "");
+    assert_eq!((r.status, r.header("location")), (302, Some("/elsewhere")));
+}

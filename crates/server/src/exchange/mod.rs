@@ -147,7 +147,7 @@ pub(crate) fn answer(
         (None, Some(filter)) => Some(&mut **filter),
         (None, None) => None,
     };
-    let pages = Pages::of(gen, site, decided.rule);
+    let pages = Pages::of(gen, site, decided.rule, conn);
     let later = |work, filter| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
@@ -339,7 +339,7 @@ fn decide(
     let exists = |p: &[u8]| files::exists(p, worker, files);
     let seen = routing::Seen {
         req,
-        conn,
+        client: (conn.peer, conn.secure()),
         exists: &exists,
         request_id,
     };

@@ -1,6 +1,7 @@
-//! Error pages (`error_page`): a response of an error status replaced by a file of the
-//! site's root (its status kept), or by the answer of the request sent again to a named
-//! upstream (`@upstream:NAME`, nginx's `error_page 502 = @fallback`).
+//! Error pages (`error_page`): a response of an error status replaced by the page at a
+//! URI (routed by the site's rules, then a file of the site's root; its status kept), or
+//! by the answer of the request sent again to a named upstream (`@upstream:NAME`, nginx's
+//! `error_page 502 = @fallback`).
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -10,9 +11,11 @@ use handler::{UpstreamReply, UpstreamRequest, Upstreams};
 use rules::Page;
 
 use super::filter::filter_response;
+use crate::facts::ConnFacts;
 use crate::files;
 use crate::generation::Generation;
 use crate::net::output::{Mark, Output};
+use crate::routing::{self, PageAt};
 use crate::worker::Worker;
 
 /// A route's error pages (`error_page`, its own and its host's).
@@ -21,28 +24,50 @@ pub(crate) struct Pages {
     table: Arc<rules::Table>,
     rule: Option<usize>,
     site: usize,
+    /// The client's address and whether the connection is TLS (for the rules that
+    /// route a page's URI).
+    client: (std::net::SocketAddr, bool),
 }
 
 impl Pages {
     /// The pages of the route `rule` of `site`, `None` when it and its host have none.
-    pub(crate) fn of(gen: &Generation, site: usize, rule: Option<usize>) -> Option<Pages> {
+    pub(crate) fn of(
+        gen: &Generation,
+        site: usize,
+        rule: Option<usize>,
+        conn: &ConnFacts,
+    ) -> Option<Pages> {
         let table = &gen.rules[site];
         table.has_pages(rule).then(|| Pages {
             table: table.clone(),
             rule,
             site,
+            client: (conn.peer, conn.secure()),
         })
     }
 
-    /// The page for `status` as a response of that status, when there is one and the
-    /// site's root has it.
+    /// The page for `status` as a response of that status (a redirect a rule makes of it
+    /// keeps its own), when there is one: what the site's rules make of its URI, else the
+    /// file there, when the site's root has it.
     pub(crate) fn page(&self, worker: &Worker, status: u16) -> Option<Response> {
-        let Page::File(path) = self.table.page(self.rule, status)? else {
+        let Page::File(uri) = self.table.page(self.rule, status)? else {
             return None;
         };
         let current = worker.current();
-        let site = current.gen.sites.all().get(self.site)?;
-        files::page(status, path, worker, site)
+        let sites = &current.gen.sites;
+        let site = sites.all().get(self.site)?;
+        let exists = |p: &[u8]| files::exists(p, worker, site);
+        match routing::page(&self.table, uri, self.client, &exists) {
+            PageAt::Answer(mut response) => {
+                if !(300..400).contains(&response.head.status()) {
+                    response.head.set_status(status);
+                }
+                Some(response)
+            }
+            PageAt::Files(path, alias) => {
+                files::page(status, &path, worker, sites.serving(self.site, alias))
+            }
+        }
     }
 
     /// The upstream that answers a response of `status` in its place, if any.
