@@ -12,7 +12,7 @@ pub mod table;
 pub mod template;
 
 pub use config::{HeaderEdits, RouteRules};
-pub use edits::{sanitize, Edits, How};
+pub use edits::{sanitize, Edits, How, LinePlan, LinePlans};
 pub use error::Error;
 pub use table::{takes, Action, Fallback, Found, Host, Page, PathMatch, Rule, Table};
 pub use template::{Captures, Ctx, Template};

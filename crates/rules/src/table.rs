@@ -14,7 +14,7 @@ use regex_automata::meta;
 use regex_automata::{Input, PatternSet};
 
 use crate::config::{FieldMatch, RouteRules};
-use crate::edits::Edits;
+use crate::edits::{Edits, LinePlan, LinePlans};
 use crate::error::Error;
 use crate::template::{Ctx, Template};
 
@@ -197,6 +197,10 @@ pub struct Table {
     host_errors: Pages,
     /// Whether a value uses `$request_id` (only then is an id made per request).
     pub request_id: bool,
+    /// The response edits of no route (the host's) and of each route (the host's then
+    /// the route's), as applied to a head while it is written, when they can be.
+    host_plans: Option<LinePlans>,
+    rule_plans: Vec<Option<LinePlans>>,
 }
 
 /// The route chosen for a request, and where its regex's groups matched (when a value
@@ -263,6 +267,16 @@ impl Table {
             .host_response
             .as_ref()
             .is_some_and(Edits::uses_request_id);
+        let host = table.host_response.as_ref();
+        table.host_plans = host.and_then(|h| LinePlans::of(&[h]));
+        table.rule_plans = table
+            .rules
+            .iter()
+            .map(|r| {
+                let lists: Vec<&Edits> = host.into_iter().chain(r.response.as_ref()).collect();
+                (!lists.is_empty()).then(|| LinePlans::of(&lists)).flatten()
+            })
+            .collect();
         let rules = &table.rules;
         let len = |i: &usize| match &rules[*i].path {
             PathMatch::Prefix(p) => p.len(),
@@ -292,6 +306,17 @@ impl Table {
             table.regexes = Some(set);
         }
         Ok(table)
+    }
+
+    /// The response edits of the route `rule` (or of no route) for a response of
+    /// `status`, as applied to a head while it is written; `None` when there are none
+    /// or they cannot be applied so (a variable, a `default`).
+    pub fn line_plan(&self, rule: Option<usize>, status: u16) -> Option<&LinePlan> {
+        let plans = match rule {
+            Some(i) => self.rule_plans.get(i)?.as_ref(),
+            None => self.host_plans.as_ref(),
+        };
+        plans.map(|p| p.for_status(status))
     }
 
     /// Whether the site has no route, no response edit and no error page: the request

@@ -3,12 +3,14 @@
 //! redirects (the page itself is `handler::write_status_page`, shared with the modules).
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use wire::{Framing, Method, Request, Version};
 
 use crate::facts::ConnFacts;
 use crate::files::open::{EntryFields, FileEntry};
+use crate::generation::Current;
 use crate::net::output::Output;
 use crate::worker::Worker;
 
@@ -25,10 +27,12 @@ pub(crate) fn hsts(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>) {
     if conn.secure() {
         let current = worker.current.borrow();
         if let Some(value) = &current.gen.config.tls.hsts {
-            wire::write_field(buf, b"Strict-Transport-Security", value.as_bytes());
+            wire::write_field(buf, HSTS, value.as_bytes());
         }
     }
 }
+
+const HSTS: &[u8] = b"Strict-Transport-Security";
 
 /// What a request decides of how its response is framed.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +49,9 @@ pub(crate) struct Terms {
 /// lines back. The body goes into the batch either way.
 pub(crate) struct HeadWriter<'o> {
     out: &'o mut Output,
+    /// The response edits applied as the lines are written ([`Output::edits`]): the
+    /// generation that holds them, the site and the route.
+    edits: Option<(Rc<Current>, usize, Option<usize>, u16)>,
 }
 
 impl<'o> HeadWriter<'o> {
@@ -55,7 +62,27 @@ impl<'o> HeadWriter<'o> {
         out: &'o mut Output,
         status: u16,
     ) -> HeadWriter<'o> {
+        let edits = match (out.fields(), out.edits) {
+            (None, Some((site, rule))) => {
+                let current = worker.current.borrow().clone();
+                let has = current.gen.rules[site].line_plan(rule, status).is_some();
+                has.then_some((current, site, rule, status))
+            }
+            _ => None,
+        };
         match out.fields_mut() {
+            None if edits.is_some() => {
+                let writer = HeadWriter { out, edits };
+                let keep_hsts = writer.plan().is_none_or(|p| p.keeps(HSTS));
+                let buf = writer.out.buf();
+                wire::write_status_line(buf, status);
+                buf.extend_from_slice(b"Server: tessera\r\n");
+                worker.clock.write_date(buf);
+                if keep_hsts {
+                    hsts(worker, conn, buf);
+                }
+                return writer;
+            }
             None => start_head(worker, conn, out.buf(), status),
             Some(head) => {
                 head.reset(status);
@@ -69,10 +96,19 @@ impl<'o> HeadWriter<'o> {
                 }
             }
         }
-        HeadWriter { out }
+        HeadWriter { out, edits }
+    }
+
+    /// The response edits applied to this head as it is written, if any.
+    fn plan(&self) -> Option<&rules::LinePlan> {
+        let (current, site, rule, status) = self.edits.as_ref()?;
+        current.gen.rules[*site].line_plan(*rule, *status)
     }
 
     pub(crate) fn field(&mut self, name: &[u8], value: &[u8]) {
+        if !self.plan().is_none_or(|p| p.keeps(name)) {
+            return;
+        }
         match self.out.fields_mut() {
             None => wire::write_field(self.out.buf(), name, value),
             Some(head) => head.append(name, value),
@@ -83,6 +119,20 @@ impl<'o> HeadWriter<'o> {
     /// entry's blocks, copied whole as HTTP/1 writes them, or, for HTTP/2, shared with
     /// the entry and encoded from it.
     pub(crate) fn block(&mut self, entry: &Arc<FileEntry>, lines: &[u8]) {
+        if let Some((current, site, rule, status)) = &self.edits {
+            if let Some(plan) = current.gen.rules[*site].line_plan(*rule, *status) {
+                if !plan.keeps_all() {
+                    let buf = self.out.buf();
+                    for line in lines.split_inclusive(|&b| b == b'\n') {
+                        let name = &line[..memchr::memchr(b':', line).unwrap_or(0)];
+                        if plan.keeps(name) {
+                            buf.extend_from_slice(line);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
         match self.out.fields_mut() {
             None => self.out.buf().extend_from_slice(lines),
             Some(head) => head.set_block(EntryFields::new(entry, lines)),
@@ -91,6 +141,12 @@ impl<'o> HeadWriter<'o> {
 
     /// Ends the head with its framing (HTTP/1: and the connection's fate).
     pub(crate) fn end(self, framing: Framing, version: Version, keep_alive: bool) {
+        if let Some((current, site, rule, status)) = &self.edits {
+            if let Some(plan) = current.gen.rules[*site].line_plan(*rule, *status) {
+                self.out.buf().extend_from_slice(plan.lines());
+                self.out.edited = true;
+            }
+        }
         match self.out.fields_mut() {
             None => wire::write_framing(self.out.buf(), framing, version, keep_alive),
             Some(head) => {

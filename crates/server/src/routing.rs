@@ -527,6 +527,14 @@ impl EditFilter {
         self.inner.is_none() && !overlap
     }
 
+    /// The route (`None`: no route, the host's edits) whose edits `reply::HeadWriter`
+    /// can apply to a head as it writes it (`rules::LinePlan`), when it is the edits
+    /// alone and they have such a plan.
+    pub(crate) fn as_written(&self) -> Option<Option<usize>> {
+        let planned = self.table.line_plan(self.rule, 200).is_some();
+        (self.inner.is_none() && planned).then_some(self.rule)
+    }
+
     /// Applies the edits to a head written as HTTP/1 lines (status line to blank line),
     /// writing the edited head into `out`: the lines they replace or remove left out,
     /// theirs appended. `false`, `out` untouched, when none applies to its status. A

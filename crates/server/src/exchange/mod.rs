@@ -142,6 +142,8 @@ pub(crate) fn answer(
     // boxed only for a response that comes later.
     let (mut edits, mut filter) = chain(decided.edits, filter);
     let edits_alone = edits.as_ref().is_some_and(routing::EditFilter::alone);
+    // Edits a file's head takes as it is written (HTTP/1), not after.
+    let as_written = edits.as_ref().and_then(routing::EditFilter::as_written);
     let filters: Option<&mut dyn Attached> = match (&mut edits, &mut filter) {
         (Some(edits), _) => Some(edits),
         (None, Some(filter)) => Some(&mut **filter),
@@ -179,7 +181,10 @@ pub(crate) fn answer(
             continue_first(req, pending, out);
             let root = gen.sites.serving(site, decided.alias);
             let path = normal.then_some(&path[..]);
+            out.edits = as_written.map(|rule| (site, rule));
             files::respond(req, path, worker, conn, root, out, keep_alive);
+            let edited = std::mem::take(&mut out.edited);
+            out.edits = None;
             let mut filters = filters;
             match error_page(worker, (out, mark), pages.as_ref(), &mut filters, req) {
                 Some(Ok(page)) => {
@@ -194,7 +199,9 @@ pub(crate) fn answer(
                 }
                 None => {}
             }
-            if edits_alone && out.fields().is_none() {
+            if edited {
+                // Taken as it was written.
+            } else if edits_alone && out.fields().is_none() {
                 if let Some(edits) = &edits {
                     edit_written(edits, out, mark);
                 }

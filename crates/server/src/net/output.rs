@@ -62,6 +62,11 @@ pub(crate) struct Output {
     /// For HTTP/2: the head of the response being made, as fields (`reply::HeadWriter`
     /// writes there instead of into `buf`); its body still goes into the batch.
     fields: Option<FieldsHead>,
+    /// The response edits to apply to the next head `reply::HeadWriter` writes as HTTP/1
+    /// lines, as they are written: the site and route whose `rules::LinePlan` they are
+    /// (set by `exchange` around a static response), and whether a head took them.
+    pub(crate) edits: Option<(usize, Option<usize>)>,
+    pub(crate) edited: bool,
 }
 
 /// A head written as fields (HTTP/2): the fields the server wrote, with an open file's
@@ -217,6 +222,8 @@ impl Output {
             outside: 0,
             closing: false,
             fields: None,
+            edits: None,
+            edited: false,
         }
     }
 
