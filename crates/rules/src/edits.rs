@@ -178,40 +178,43 @@ impl Edits {
 }
 
 impl Edits {
-    /// Applies them to a request's fields (name, value), in order; `expanded` as for
-    /// [`Edits::apply`].
-    pub fn apply_fields<'v>(
-        &self,
-        fields: &mut Vec<(Box<str>, Vec<u8>)>,
+    /// Applies them to a request's fields, in order, borrowing their names and literal
+    /// values (nothing is copied or allocated beyond `fields`' own growth); `expanded`
+    /// as for [`Edits::apply`].
+    pub fn apply_headers<'v>(
+        &'v self,
+        fields: &mut Vec<wire::Header<'v>>,
         expanded: &mut impl Iterator<Item = &'v [u8]>,
     ) {
         for edit in self.list.iter() {
             let name = &edit.name[..];
             let same = |n: &str| n.as_bytes().eq_ignore_ascii_case(name);
             if edit.how == How::Remove {
-                fields.retain(|(n, _)| !same(n));
+                fields.retain(|h| !same(h.name));
                 continue;
             }
             let value = match edit.value.literal() {
                 Some(value) => value,
                 None => expanded.next().unwrap_or_default(),
             };
-            let name = String::from_utf8_lossy(name).into();
+            // Checked to be token characters at compile: ASCII.
+            let name = std::str::from_utf8(name).unwrap_or_default();
+            let header = wire::Header { name, value };
             match edit.how {
-                How::Default if fields.iter().any(|(n, _)| same(n)) => {}
-                How::Set => match fields.iter().position(|(n, _)| same(n)) {
+                How::Default if fields.iter().any(|h| same(h.name)) => {}
+                How::Set => match fields.iter().position(|h| same(h.name)) {
                     // In the place of the first one, as the client sent it.
                     Some(first) => {
-                        fields[first].1 = value.to_vec();
+                        fields[first] = header;
                         let mut i = 0;
-                        fields.retain(|(n, _)| {
+                        fields.retain(|h| {
                             i += 1;
-                            i - 1 == first || !same(n)
+                            i - 1 == first || !same(h.name)
                         });
                     }
-                    None => fields.push((name, value.to_vec())),
+                    None => fields.push(header),
                 },
-                _ => fields.push((name, value.to_vec())),
+                _ => fields.push(header),
             }
         }
     }

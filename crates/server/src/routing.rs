@@ -21,8 +21,8 @@ pub(crate) struct Decided {
     pub target: Option<Vec<u8>>,
     /// The route chosen (for a module's, its handler; for every one, its error pages).
     pub rule: Option<usize>,
-    /// The request's fields as the route's `request_headers` edited them.
-    pub fields: Option<Fields>,
+    /// The route's `request_headers`, for [`edit_request`].
+    pub request_edits: Option<RequestEdits>,
     /// The static files serve it (a file `try_files` found, an `alias`), whatever module
     /// a prefix of its path has.
     pub files: bool,
@@ -136,14 +136,20 @@ pub(crate) fn route(table: &Arc<Table>, seen: Seen<'_>, path: &mut Vec<u8>) -> D
         let new = match &found.rule.action {
             Action::Module => {
                 let rule = found.rule;
-                let fields = rule.request.as_ref();
-                let fields = fields.map(|e| edited_fields(e, &ctx, captured));
+                let request_edits = rule.request.as_ref().map(|e| {
+                    let mut expanded = Vec::new();
+                    e.expand(&ctx, captured, &mut expanded);
+                    RequestEdits {
+                        rule: rule.index,
+                        expanded,
+                    }
+                });
                 let (prefixed, edits) = (prefixed(rule, req.path, ctx.path), edits());
                 return Decided {
                     edits,
                     target: prefixed.or(target),
                     rule: Some(rule.index),
-                    fields,
+                    request_edits,
                     ..Decided::default()
                 };
             }
@@ -289,22 +295,26 @@ fn try_files(
     None
 }
 
-/// The request's fields as `edits` (a route's `request_headers`) make them.
-fn edited_fields(
-    edits: &rules::Edits,
-    ctx: &Ctx<'_>,
-    captured: (&[u8], &rules::Captures),
-) -> Fields {
-    let mut expanded = Vec::new();
-    edits.expand(ctx, captured, &mut expanded);
-    let mut fields: Fields = ctx
-        .req
-        .headers
-        .iter()
-        .map(|h| (h.name.into(), h.value.to_vec()))
-        .collect();
-    edits.apply_fields(&mut fields, &mut expanded.iter().map(Vec::as_slice));
-    fields
+/// A route's `request_headers`: the route, and the values with variables expanded when
+/// it was chosen (none for literal values: nothing is allocated for those).
+pub(crate) struct RequestEdits {
+    rule: usize,
+    expanded: Vec<Vec<u8>>,
+}
+
+/// The request's fields (`fields`) as its route's `request_headers` make them, into
+/// `into` (emptied first, and reused from request to request by the caller).
+pub(crate) fn edit_request<'a>(
+    table: &'a Table,
+    edits: &'a RequestEdits,
+    fields: &[wire::Header<'a>],
+    into: &mut Vec<wire::Header<'a>>,
+) {
+    into.clear();
+    into.extend_from_slice(fields);
+    if let Some(e) = table.rules()[edits.rule].request.as_ref() {
+        e.apply_headers(into, &mut edits.expanded.iter().map(Vec::as_slice));
+    }
 }
 
 /// A `respond` rule's response.
@@ -330,17 +340,6 @@ fn respond(
         body,
         relayed: false,
     }
-}
-
-/// A request's fields, owned (as a route's `request_headers` made them).
-pub(crate) type Fields = Vec<(Box<str>, Vec<u8>)>;
-
-/// [`Fields`] as a request's borrowed fields.
-pub(crate) fn headers(fields: &[(Box<str>, Vec<u8>)]) -> Vec<wire::Header<'_>> {
-    fields
-        .iter()
-        .map(|(name, value)| wire::Header { name, value })
-        .collect()
 }
 
 /// The target the module sees after the route's `strip_prefix` and `add_prefix` (`None`

@@ -59,6 +59,7 @@ pub(crate) fn run(
             clock: Clock::new(shared.epoch),
             path: RefCell::new(Vec::with_capacity(256)),
             cpath: RefCell::new(Vec::with_capacity(256)),
+            headers: std::cell::Cell::new(Vec::new()),
             slots: RefCell::new(Pool::new(capacity, ConnState::Free, 0, |_| -1)),
             spare: RefCell::new(Vec::with_capacity(capacity)),
             slot_freed: Notify::new(),

@@ -45,8 +45,9 @@ fn keep_alive_get_of_a_small_file_allocates_nothing() {
 }
 
 /// With routing rules that do not match the file (exact paths, prefixes and regexes,
-/// matched in one pass) and response edits without variables on every response: the
-/// rules allocate nothing either.
+/// matched in one pass) but the last, `prefix = "/"` with request field edits, and
+/// response edits without variables on every response: the rules allocate nothing
+/// either.
 #[test]
 fn keep_alive_get_under_routing_rules_allocates_nothing() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -60,6 +61,8 @@ fn keep_alive_get_under_routing_rules_allocates_nothing() {
             "[[route]]\nregex = \"^/users/{i}/([0-9]+)$\"\nredirect = {{ to = \"/u/$1\" }}\n"
         );
     }
+    routes += "[[route]]\nprefix = \"/\"\nrequest_headers = { set = { \"Host\" = \"x.test\" }, \
+               add = { \"X-A\" = \"1\" }, remove = [\"Accept\"] }\n";
     #[derive(serde::Deserialize)]
     struct Routes {
         route: Vec<rules::RouteRules>,
@@ -71,7 +74,11 @@ fn keep_alive_get_under_routing_rules_allocates_nothing() {
     )
     .unwrap();
     run_with(false, false, &|config| server::Config {
-        routes: parsed.route.iter().map(|r| (0, r.clone(), false)).collect(),
+        routes: parsed
+            .route
+            .iter()
+            .map(|r| (0, r.clone(), r.request_headers.is_some()))
+            .collect(),
         response_headers: Some(edits.clone()),
         ..config
     });

@@ -21,7 +21,7 @@ use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::routing;
-use crate::worker::Worker;
+use crate::worker::{Recycled, Worker};
 use filter::filter_response;
 use pages::{error_page, Again, Pages};
 
@@ -116,8 +116,9 @@ pub(crate) fn answer(
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    let headers = decided.fields.as_deref().map(routing::headers);
-    let view = routing::edited(req, decided.target.as_deref(), headers.as_deref());
+    let mut headers = Recycled::headers(worker);
+    let edits = (decided.request_edits.as_ref(), decided.target.as_deref());
+    let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
     let req = view.as_ref().unwrap_or(req);
     let routed = match normal && decided.response.is_none() && !decided.files {
         true => handlers(gen, site, &path, decided.rule),
@@ -327,6 +328,24 @@ fn boxed(
         Some(edits) => Some(Box::new(edits)),
         None => filter,
     }
+}
+
+/// `req` as its rules made it (`None`: unchanged): the target they rewrote it to, the
+/// fields its route's `request_headers` made (into `list`).
+fn request_view<'l, 't: 'l>(
+    table: &'t rules::Table,
+    req: &'l wire::Request<'t, 't>,
+    (edits, target): (Option<&'t routing::RequestEdits>, Option<&'l [u8]>),
+    list: &'l mut Vec<wire::Header<'t>>,
+) -> Option<wire::Request<'l, 'l>> {
+    let headers = match edits {
+        Some(edits) => {
+            routing::edit_request(table, edits, req.headers, list);
+            Some(&list[..])
+        }
+        None => None,
+    };
+    routing::edited(req, target, headers)
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).
