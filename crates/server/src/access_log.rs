@@ -54,6 +54,49 @@ enum Item {
     /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
     /// before it was routed).
     RequestId,
+    /// `%v`: the name of the `[[host]]` that served it (its first), or, for the top-level
+    /// site, the request's Host without its port.
+    Host,
+    /// `%{route}x`: the routing rule that chose the request's handling (`route[3]`,
+    /// `host[0].route[1]`, `script[0]`), `-` when none did.
+    Route,
+    /// The time as ISO 8601 in UTC (`2026-11-28T08:30:00Z`): JSON's `time`.
+    TimeIso,
+    /// The request target's path and query as sent: JSON's `uri`.
+    Target,
+    /// Head and body bytes sent: JSON's `bytes_sent`, as nginx's `$bytes_sent`.
+    BytesSent,
+    /// Seconds from the request's arrival to its response being queued, to the
+    /// microsecond: JSON's `duration`, as nginx's `$request_time`.
+    Duration,
+}
+
+/// How a line's values are written: escaped as Apache does in a text line, or as JSON
+/// strings (`null` for a value the request has not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    Text,
+    Json,
+}
+
+impl Style {
+    fn string(self, line: &mut Vec<u8>, value: &[u8]) {
+        match self {
+            Style::Text => escape(line, value),
+            Style::Json => {
+                line.push(b'"');
+                json_escape(line, value);
+                line.push(b'"');
+            }
+        }
+    }
+
+    fn none(self, line: &mut Vec<u8>) {
+        match self {
+            Style::Text => line.push(b'-'),
+            Style::Json => line.extend_from_slice(b"null"),
+        }
+    }
 }
 
 /// Why a log format string was refused.
@@ -64,16 +107,107 @@ pub enum FormatError {
     Unknown(String),
     #[error("unterminated %{{...}} in access log format")]
     Unterminated,
+    #[error(
+        "`json_fields`: unknown field `{0}` (known: {known})",
+        known = JSON_FIELDS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownField(String),
+    #[error("`json_fields`: `{0}` is not built yet (issue 48: upstream, cache and trace fields)")]
+    NotBuilt(String),
 }
 
 /// A compiled log format.
 #[derive(Debug, Clone)]
-pub struct Format(Vec<Item>);
+pub struct Format {
+    items: Vec<Item>,
+    style: Style,
+}
+
+/// What a JSON field writes.
+type FieldItem = fn() -> Item;
+
+/// The fields of a JSON line, by name, in the order of the default set.
+const JSON_FIELDS: [(&str, FieldItem); 16] = [
+    ("time", || Item::TimeIso),
+    ("client", || Item::ClientIp),
+    ("host", || Item::Host),
+    ("route", || Item::Route),
+    ("method", || Item::Method),
+    ("uri", || Item::Target),
+    ("protocol", || Item::Protocol),
+    ("status", || Item::Status),
+    ("bytes_sent", || Item::BytesSent),
+    ("body_bytes_sent", || Item::Bytes),
+    ("duration", || Item::Duration),
+    ("request_id", || Item::RequestId),
+    ("referer", || Item::RequestHeader("Referer".into())),
+    ("user_agent", || Item::RequestHeader("User-Agent".into())),
+    ("tls_version", || Item::TlsVersion),
+    ("tls_cipher", || Item::TlsCipher),
+];
+
+/// The JSON fields [`JSON_FIELDS`] does not have yet: the interface names them.
+const JSON_NOT_BUILT: [&str; 7] = [
+    "upstream_addr",
+    "upstream_status",
+    "upstream_connect_time",
+    "upstream_header_time",
+    "upstream_response_time",
+    "cache",
+    "traceparent",
+];
+
+/// `json_fields` when it is not set: every field built but the TLS ones.
+pub const DEFAULT_JSON_FIELDS: [&str; 14] = [
+    "time",
+    "client",
+    "host",
+    "route",
+    "method",
+    "uri",
+    "protocol",
+    "status",
+    "bytes_sent",
+    "body_bytes_sent",
+    "duration",
+    "request_id",
+    "referer",
+    "user_agent",
+];
 
 pub const COMBINED: &str = r#"%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i""#;
 pub const COMMON: &str = r#"%h %l %u %t "%r" %>s %b"#;
 
 impl Format {
+    /// JSON lines of these fields (`json_fields`), one object per line.
+    pub fn json(fields: &[String]) -> Result<Format, FormatError> {
+        let mut items = Vec::new();
+        for (i, name) in fields.iter().enumerate() {
+            let Some((_, item)) = JSON_FIELDS.iter().find(|(n, _)| n == name) else {
+                return Err(match JSON_NOT_BUILT.contains(&name.as_str()) {
+                    true => FormatError::NotBuilt(name.clone()),
+                    false => FormatError::UnknownField(name.clone()),
+                });
+            };
+            let open = if i == 0 { "{" } else { "," };
+            items.push(Item::Literal(format!("{open}\"{name}\":").into_bytes()));
+            items.push(item());
+        }
+        items.push(Item::Literal(match fields.is_empty() {
+            true => b"{}".to_vec(),
+            false => b"}".to_vec(),
+        }));
+        Ok(Format {
+            items,
+            style: Style::Json,
+        })
+    }
+
+    /// Whether a line has the request's id.
+    pub fn uses_request_id(&self) -> bool {
+        self.items.contains(&Item::RequestId)
+    }
+
     /// Compiles `combined`, `common`, or an Apache-style format string.
     pub fn parse(spec: &str) -> Result<Format, FormatError> {
         let spec = match spec {
@@ -128,6 +262,8 @@ impl Format {
                 (b'x', Some(name)) if name == "tls_version" => Item::TlsVersion,
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
+                (b'x', Some(name)) if name == "route" => Item::Route,
+                (b'v', None) => Item::Host,
                 (d, arg) => {
                     return Err(FormatError::Unknown(match arg {
                         Some(a) => format!("{{{a}}}{}", d as char),
@@ -143,7 +279,10 @@ impl Format {
         if !literal.is_empty() {
             items.push(Item::Literal(literal));
         }
-        Ok(Format(items))
+        Ok(Format {
+            items,
+            style: Style::Text,
+        })
     }
 }
 
@@ -163,38 +302,59 @@ pub(crate) struct Entry<'a> {
     pub micros: u64,
     /// The request's id, when its site uses one (`%{request_id}x`).
     pub request_id: Option<u128>,
+    /// The host that served it (`%v`).
+    pub host: Option<&'a [u8]>,
+    /// The routing rule that chose its handling (`%{route}x`).
+    pub route: Option<&'a str>,
+    /// The Unix second it is logged at (`time` in JSON).
+    pub second: u64,
 }
 
 impl Format {
     pub(crate) fn write(&self, line: &mut Vec<u8>, entry: &Entry<'_>, time: &[u8]) {
         let request = entry.request;
-        for item in &self.0 {
+        let style = self.style;
+        let number = |line: &mut Vec<u8>, n: u64| {
+            line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes())
+        };
+        for item in &self.items {
             match item {
                 Item::Literal(bytes) => line.extend_from_slice(bytes),
+                Item::ClientIp if style == Style::Json => {
+                    line.push(b'"');
+                    write_ip(line, entry.client.ip());
+                    line.push(b'"');
+                }
                 Item::ClientIp => write_ip(line, entry.client.ip()),
                 Item::Dash => line.push(b'-'),
                 Item::Time => line.extend_from_slice(time),
+                Item::TimeIso => {
+                    let mut iso = [0u8; 20];
+                    crate::date::format_iso(entry.second, &mut iso);
+                    style.string(line, &iso);
+                }
                 Item::RequestLine => match request {
                     Some(r) => {
                         escape(line, r.method_token.as_bytes());
                         line.push(b' ');
                         escape(line, r.target);
-                        line.extend_from_slice(match r.version {
-                            wire::Version::Http10 => b" HTTP/1.0",
-                            wire::Version::Http11 => b" HTTP/1.1",
-                            wire::Version::Http2 => b" HTTP/2.0",
-                        });
+                        line.push(b' ');
+                        line.extend_from_slice(protocol(r.version));
                     }
                     None if !entry.raw_line.is_empty() => escape(line, entry.raw_line),
                     None => line.push(b'-'),
                 },
                 Item::Method => match request {
-                    Some(r) => escape(line, r.method_token.as_bytes()),
-                    None => line.push(b'-'),
+                    Some(r) => style.string(line, r.method_token.as_bytes()),
+                    None => style.none(line),
                 },
                 Item::Path => match request {
-                    Some(r) => escape(line, split_query(r.path).0),
-                    None => line.push(b'-'),
+                    Some(r) => style.string(line, split_query(r.path).0),
+                    None => style.none(line),
+                },
+                Item::Target => match request {
+                    Some(r) => style.string(line, r.path),
+                    None => style.none(line),
                 },
                 Item::Query => {
                     if let Some(query) = request.and_then(|r| split_query(r.path).1) {
@@ -202,48 +362,98 @@ impl Format {
                         escape(line, query);
                     }
                 }
-                Item::Protocol => line.extend_from_slice(match request.map(|r| r.version) {
-                    Some(wire::Version::Http10) => b"HTTP/1.0",
-                    Some(wire::Version::Http11) => b"HTTP/1.1",
-                    Some(wire::Version::Http2) => b"HTTP/2.0",
-                    None => b"-",
-                }),
-                Item::Status => {
-                    line.extend_from_slice(itoa::Buffer::new().format(entry.status).as_bytes())
-                }
-                Item::BytesClf if entry.body_bytes == 0 => line.push(b'-'),
-                Item::BytesClf | Item::Bytes => {
-                    line.extend_from_slice(itoa::Buffer::new().format(entry.body_bytes).as_bytes())
-                }
-                Item::Micros => {
-                    line.extend_from_slice(itoa::Buffer::new().format(entry.micros).as_bytes())
-                }
-                Item::Seconds => line.extend_from_slice(
-                    itoa::Buffer::new()
-                        .format(entry.micros / 1_000_000)
-                        .as_bytes(),
-                ),
-                Item::RequestHeader(name) => match request.and_then(|r| r.header(name)) {
-                    Some(value) => escape(line, value),
-                    None => line.push(b'-'),
+                Item::Protocol => match request {
+                    Some(r) => style.string(line, protocol(r.version)),
+                    None => style.none(line),
                 },
-                Item::TlsVersion => {
-                    line.extend_from_slice(entry.tls.map_or("-", |t| t.version).as_bytes())
+                Item::Status => number(line, entry.status.into()),
+                Item::BytesClf if entry.body_bytes == 0 => line.push(b'-'),
+                Item::BytesClf | Item::Bytes => number(line, entry.body_bytes),
+                Item::BytesSent => number(line, entry.head.len() as u64 + entry.body_bytes),
+                Item::Micros => number(line, entry.micros),
+                Item::Seconds => number(line, entry.micros / 1_000_000),
+                Item::Duration => {
+                    number(line, entry.micros / 1_000_000);
+                    let fraction = entry.micros % 1_000_000 + 1_000_000;
+                    line.push(b'.');
+                    line.extend_from_slice(&itoa::Buffer::new().format(fraction).as_bytes()[1..]);
                 }
-                Item::TlsCipher => {
-                    line.extend_from_slice(entry.tls.map_or("-", |t| t.cipher).as_bytes())
-                }
+                Item::RequestHeader(name) => match request.and_then(|r| r.header(name)) {
+                    Some(value) => style.string(line, value),
+                    None => style.none(line),
+                },
+                Item::TlsVersion => match entry.tls {
+                    Some(t) => style.string(line, t.version.as_bytes()),
+                    None => style.none(line),
+                },
+                Item::TlsCipher => match entry.tls {
+                    Some(t) => style.string(line, t.cipher.as_bytes()),
+                    None => style.none(line),
+                },
                 Item::RequestId => match entry.request_id {
-                    Some(id) => line.extend_from_slice(&crate::facts::request_id_hex(id)),
-                    None => line.push(b'-'),
+                    Some(id) => style.string(line, &crate::facts::request_id_hex(id)),
+                    None => style.none(line),
+                },
+                Item::Host => match entry.host {
+                    Some(host) => style.string(line, host),
+                    None => style.none(line),
+                },
+                Item::Route => match entry.route {
+                    Some(route) => style.string(line, route.as_bytes()),
+                    None => style.none(line),
                 },
                 Item::ResponseHeader(name) => match response_header(entry.head, name) {
-                    Some(value) => escape(line, value),
-                    None => line.push(b'-'),
+                    Some(value) => style.string(line, value),
+                    None => style.none(line),
                 },
             }
         }
         line.push(b'\n');
+    }
+}
+
+fn protocol(version: wire::Version) -> &'static [u8] {
+    match version {
+        wire::Version::Http10 => b"HTTP/1.0",
+        wire::Version::Http11 => b"HTTP/1.1",
+        wire::Version::Http2 => b"HTTP/2.0",
+    }
+}
+
+/// A JSON string's contents (RFC 8259): `"`, `\\` and control characters escaped
+/// (`\n`, `\u0001`), valid UTF-8 copied as it is, and each byte of an invalid sequence
+/// written as U+FFFD (`\ufffd`), so every line parses and no byte is taken for another
+/// character. Runs of bytes that need nothing are copied whole.
+fn json_escape(line: &mut Vec<u8>, value: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for chunk in value.utf8_chunks() {
+        let mut valid = chunk.valid().as_bytes();
+        while let Some(i) = valid
+            .iter()
+            .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+        {
+            line.extend_from_slice(&valid[..i]);
+            match valid[i] {
+                b'"' => line.extend_from_slice(b"\\\""),
+                b'\\' => line.extend_from_slice(b"\\\\"),
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                b'\t' => line.extend_from_slice(b"\\t"),
+                b => line.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 15) as usize],
+                ]),
+            }
+            valid = &valid[i + 1..];
+        }
+        line.extend_from_slice(valid);
+        for _ in chunk.invalid() {
+            line.extend_from_slice(b"\\ufffd");
+        }
     }
 }
 
@@ -515,8 +725,8 @@ mod tests {
     #[test]
     fn parses_formats_and_refuses_unknown_directives() {
         assert_eq!(
-            Format::parse("combined").unwrap().0.len(),
-            Format::parse(COMBINED).unwrap().0.len()
+            Format::parse("combined").unwrap().items.len(),
+            Format::parse(COMBINED).unwrap().items.len()
         );
         assert!(matches!(Format::parse("%h %Z"), Err(FormatError::Unknown(d)) if d == "Z"));
         assert!(matches!(
@@ -524,7 +734,31 @@ mod tests {
             Err(FormatError::Unterminated)
         ));
         let f = Format::parse("100%% %D %{X-A}o").unwrap();
-        assert_eq!(f.0[0], Item::Literal(b"100% ".to_vec()));
+        assert_eq!(f.items[0], Item::Literal(b"100% ".to_vec()));
+    }
+
+    #[test]
+    fn escapes_json_strings_and_invalid_utf8() {
+        let mut line = Vec::new();
+        json_escape(&mut line, "a\"b\\c\n\u{1}é\u{7f}".as_bytes());
+        assert_eq!(line, "a\\\"b\\\\c\\n\\u0001é\u{7f}".as_bytes());
+        line.clear();
+        json_escape(&mut line, b"x\xff\xc3y");
+        assert_eq!(line, b"x\\ufffd\\ufffdy");
+    }
+
+    #[test]
+    fn json_fields_are_known_or_refused_by_name() {
+        let fields = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(Format::json(&fields(&DEFAULT_JSON_FIELDS)).is_ok());
+        assert!(matches!(
+            Format::json(&fields(&["status", "upstream_addr"])),
+            Err(FormatError::NotBuilt(f)) if f == "upstream_addr"
+        ));
+        assert!(matches!(
+            Format::json(&fields(&["stauts"])),
+            Err(FormatError::UnknownField(f)) if f == "stauts"
+        ));
     }
 
     #[test]

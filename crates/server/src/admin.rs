@@ -106,6 +106,7 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
             kind: metrics::kind_index("admin"),
             method,
             request_id: None,
+            route: None,
         },
         status,
         micros,

@@ -83,18 +83,7 @@ pub(crate) fn format_clf(unix: u64, out: &mut [u8; 28]) {
         b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
         b"Dec",
     ];
-    let days = (unix / 86400) as i64;
-    let secs = unix % 86400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day, secs) = civil(unix);
     let mut cursor = &mut out[..];
     let _ = write!(
         cursor,
@@ -108,6 +97,39 @@ pub(crate) fn format_clf(unix: u64, out: &mut [u8; 28]) {
     );
 }
 
+/// `2000-10-10T13:55:36Z` for a Unix second (UTC): ISO 8601, as JSON log lines write it.
+pub(crate) fn format_iso(unix: u64, out: &mut [u8; 20]) {
+    let (year, month, day, secs) = civil(unix);
+    let mut cursor = &mut out[..];
+    let _ = write!(
+        cursor,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        year,
+        month,
+        day,
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+}
+
+/// (year, month, day, second of the day) of a Unix second (UTC).
+fn civil(unix: u64) -> (i64, i64, i64, u64) {
+    let days = (unix / 86400) as i64;
+    let secs = unix % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, secs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +141,9 @@ mod tests {
         assert_eq!(&out, b"[10/Oct/2000:13:55:36 +0000]");
         format_clf(0, &mut out);
         assert_eq!(&out, b"[01/Jan/1970:00:00:00 +0000]");
+        let mut iso = [0u8; 20];
+        format_iso(971_186_136, &mut iso);
+        assert_eq!(&iso, b"2000-10-10T13:55:36Z");
         format_clf(1_709_210_096, &mut out); // leap day
         assert_eq!(&out, b"[29/Feb/2024:12:34:56 +0000]");
     }

@@ -59,7 +59,7 @@ impl Generation {
         let routes = routes::routes(&modules, config.host.len() + 1);
         let by_rule = routes::by_rule(&modules, config.host.len() + 1);
         let rules = config.rule_tables().map_err(Error::Config)?;
-        let logged = config.access_log_format.contains("%{request_id}x");
+        let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
@@ -115,6 +115,7 @@ pub(crate) struct LogPlan {
     paths: Vec<PathBuf>,
     by_site: Vec<Option<usize>>,
     format: String,
+    json_fields: Option<Vec<String>>,
 }
 
 impl LogPlan {
@@ -144,6 +145,7 @@ impl LogPlan {
             },
             paths,
             format: config.access_log_format.clone(),
+            json_fields: config.json_fields.clone(),
         }
     }
 
@@ -154,7 +156,12 @@ impl LogPlan {
         workers: usize,
         shared: &Arc<access_log::Shared>,
     ) -> Result<StartedLogs, Error> {
-        let format = access_log::Format::parse(&self.format)?;
+        let config = Config {
+            access_log_format: self.format.clone(),
+            json_fields: self.json_fields.clone(),
+            ..Config::default()
+        };
+        let format = config.log_format().map_err(Error::Config)?;
         let by_site: Arc<[Option<usize>]> = self.by_site.clone().into();
         let mut per_worker: Vec<Vec<access_log::WorkerLog>> =
             (0..workers).map(|_| Vec::new()).collect();

@@ -160,6 +160,8 @@ pub(crate) struct Answered {
     pub method: u8,
     /// The request's id (`$request_id`, `%{request_id}x`), when its site uses one.
     pub request_id: Option<u128>,
+    /// The routing rule that chose its handling, (site, rule), for `%{route}x`.
+    pub route: Option<(u16, u16)>,
 }
 
 /// One worker's counters. Aligned so that two workers' never share a cache line.

@@ -200,3 +200,90 @@ fn tessera_logs_reads_the_servers_own_access_log() {
     assert_eq!(report["top_urls_by_hits"][0]["url"], "/hello.txt");
     assert_eq!(report["top_urls_by_hits"][0]["hits"], 2);
 }
+
+/// `access_log_format = "json"`: one object per line that Python's json module parses,
+/// whatever the request holds (quotes, control characters, invalid UTF-8), with the
+/// host and the routing rule that chose the request.
+#[test]
+fn json_lines_parse_whatever_the_request_holds() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {:?}\naccess_log_format = \"json\"\n\n[[route]]\npath = \"/healthz\"\nrespond = {{ body = \"ok\" }}\n",
+        log.display().to_string()
+    ));
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /hello.txt?q=%22%0a HTTP/1.1\r\nHost: Example.test:8080\r\nUser-Agent: a \"b\" \\ \t \xff\xc3 \xc3\xa9\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 200);
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 200);
+    stream
+        .write_all(b"GET /missing%ff%22 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 404);
+    let lines = wait_for_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let script = r#"
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    o = json.loads(line)
+    print(o["uri"], o["host"], o["route"], o["status"], o["user_agent"], type(o["duration"]).__name__, o["time"][-1], len(o["request_id"]), sep="|")
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        got,
+        [
+            "/hello.txt?q=%22%0a|Example.test|None|200|a \"b\" \\ \t \u{fffd}\u{fffd} é|float|Z|32",
+            "/healthz|t|route[0]|200|None|float|Z|32",
+            "/missing%ff%22|t|None|404|None|float|Z|32",
+        ]
+    );
+}
+
+/// `%v` and `%{route}x` in a format string; a JSON field not built yet is refused by
+/// `check-config` with its line.
+#[test]
+fn host_and_route_directives_and_unbuilt_json_fields() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {:?}\naccess_log_format = \"%v %{{route}}x %s\"\n\n[[route]]\npath = \"/health\"\nrespond = {{ body = \"ok\" }}\n",
+        log.display().to_string()
+    ));
+    assert_eq!(server.get("/health").status, 200);
+    assert_eq!(server.get("/hello.txt").status, 200);
+    let lines = wait_for_lines(&log, 2);
+    assert_eq!(lines, ["test route[0] 200", "test - 200"]);
+    let config = site.dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"upstream_addr\"]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(":3: json_fields: `upstream_addr` is not built yet"),
+        "{stderr}"
+    );
+}

@@ -86,9 +86,13 @@ pub struct Config {
     pub pid_file: Option<PathBuf>,
     /// Access log file, appended to; none (the default) means no access log.
     pub access_log: Option<PathBuf>,
-    /// `combined` (the default), `common`, or an Apache format string: `%h %l %u %t %r
-    /// %m %U %q %H %s %>s %b %B %D %T %{Header}i %{Header}o %%`.
+    /// `combined` (the default), `common`, `json` (one JSON object per line, of
+    /// `json_fields`), or an Apache format string: `%h %l %u %t %r %m %U %q %H %s %>s %b
+    /// %B %D %T %v %{Header}i %{Header}o %{route}x %%` (docs/observability.md).
     pub access_log_format: String,
+    /// The fields of a `json` line, in order. Default
+    /// `access_log::DEFAULT_JSON_FIELDS`.
+    pub json_fields: Option<Vec<String>>,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
@@ -235,6 +239,7 @@ impl Default for Config {
             pid_file: None,
             access_log: None,
             access_log_format: "combined".into(),
+            json_fields: None,
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
@@ -272,6 +277,19 @@ impl LimitsConfig {
 }
 
 impl Config {
+    /// The access log's compiled format.
+    pub(crate) fn log_format(&self) -> Result<crate::access_log::Format, String> {
+        use crate::access_log::{Format, DEFAULT_JSON_FIELDS};
+        let format = match self.access_log_format.as_str() {
+            "json" => {
+                let default = || DEFAULT_JSON_FIELDS.map(String::from).to_vec();
+                Format::json(&self.json_fields.clone().unwrap_or_else(default))
+            }
+            spec => Format::parse(spec),
+        };
+        format.map_err(|e| e.to_string())
+    }
+
     /// Every address to listen on with what it speaks, in the order `listen`,
     /// `tls_listen`, `h2c_listen`.
     pub(crate) fn listening(&self) -> impl Iterator<Item = (SocketAddr, Kind)> + '_ {
@@ -373,6 +391,16 @@ impl Config {
         let mut problems = Vec::new();
         if let Err(e) = self.rule_tables() {
             problems.push(e);
+        }
+        if let Err(e) = self.log_format() {
+            let key = match self.access_log_format == "json" {
+                true => "json_fields",
+                false => "access_log_format",
+            };
+            problems.push(match e.starts_with('`') {
+                true => e,
+                false => format!("`{key}`: {e}"),
+            });
         }
         if self.listening().next().is_none() {
             problems.push("`listen` needs at least one address".into());

@@ -93,10 +93,7 @@ pub(crate) fn answer(
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
-    let raw = match memchr::memchr(b'?', req.path) {
-        Some(q) => &req.path[..q],
-        None => req.path,
-    };
+    let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
     let current = worker.current();
     let gen = &current.gen;
     let site = match choose_site(worker, conn, gen, req, keep_alive, out) {
@@ -112,10 +109,13 @@ pub(crate) fn answer(
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
-    let files_answered = by_files(gen, site, req, id);
     // The site's rules first (`[[route]]` matchers and actions, response edits); a site
     // without any costs one test.
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    let files_answered = Answered {
+        route: decided.rule.map(|rule| (site as u16, rule as u16)),
+        ..by_files(gen, site, req, id)
+    };
     let mut headers = Recycled::headers(worker);
     let edits = (decided.request_edits.as_ref(), decided.target.as_deref());
     let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
@@ -258,6 +258,7 @@ fn by_files(
         kind: metrics::kind_index("static"),
         method: metrics::method_index(req.method),
         request_id,
+        route: None,
     }
 }
 

@@ -43,8 +43,8 @@ pub(crate) fn account<H: AsRef<[u8]>>(
     );
     if worker.log.borrow().is_some() {
         let response = (sent.status, sent.head.as_ref(), sent.body);
-        let id = answered.request_id;
-        request(&mut |request| record(worker, conn, (read_at, id), request, b"", response));
+        let ids = (answered.request_id, answered.route);
+        request(&mut |request| record(worker, conn, (read_at, ids), request, b"", response));
     }
 }
 
@@ -88,10 +88,10 @@ pub(crate) fn log(
         count(worker, answered, (status, head_len, body_bytes), read_at);
     }
     if logging {
-        let id = request.and_then(|(_, a)| a.request_id);
+        let ids = request.map_or((None, None), |(_, a)| (a.request_id, a.route));
         let request = request.map(|(r, _)| r);
         let response = (status, head, body_bytes);
-        record(worker, conn, (read_at, id), request, raw_line, response);
+        record(worker, conn, (read_at, ids), request, raw_line, response);
     }
 }
 
@@ -109,11 +109,14 @@ pub(crate) fn count(
     }
 }
 
+/// The request's id and the rule that routed it (site, rule).
+type Ids = (Option<u128>, Option<(u16, u16)>);
+
 /// One access log line: `response` is (status, head, body bytes).
 pub(crate) fn record(
     worker: &Worker,
     conn: &ConnFacts,
-    (read_at, request_id): (Option<Instant>, Option<u128>),
+    (read_at, (request_id, route)): (Option<Instant>, Ids),
     request: Option<&wire::Request<'_, '_>>,
     raw_line: &[u8],
     (status, head, body_bytes): (u16, &[u8], u64),
@@ -125,7 +128,28 @@ pub(crate) fn record(
     let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
         return;
     };
+    let gen = &current.gen;
+    // The host's first name; for the top-level site, the Host as sent, without its port.
+    let host = match site {
+        0 => request.and_then(|r| r.header("host")).map(|h| {
+            match h.iter().rposition(|&b| b == b':') {
+                Some(colon) if !h[colon..].contains(&b']') => &h[..colon],
+                _ => h,
+            }
+        }),
+        site => gen.config.host[site - 1]
+            .names
+            .first()
+            .map(|n| n.as_bytes()),
+    };
+    let route = route.and_then(|(site, rule)| {
+        let rules = gen.rules.get(usize::from(site))?.rules();
+        Some(rules.get(usize::from(rule))?.name.as_str())
+    });
     let entry = Entry {
+        host,
+        route,
+        second: worker.clock.second(),
         tls: conn.tls,
         client: conn.peer,
         request,

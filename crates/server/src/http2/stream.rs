@@ -103,6 +103,7 @@ pub(super) fn start(
                 kind: crate::metrics::kind_index("static"),
                 method: crate::metrics::method_index(req.method),
                 request_id: None,
+                route: None,
             })
         }
         None => exchange::answer(worker, &streams.facts, &req, true, out, &[]),
