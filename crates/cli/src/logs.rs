@@ -50,7 +50,7 @@ struct TopArgs {
 struct ReportArgs {
     #[command(flatten)]
     common: Common,
-    /// `auto`, `combined`, `common`, `vcombined`, `nginx`, or a format string such as
+    /// `auto`, `combined`, `common`, `vcombined`, `nginx`, `json`, or a format string such as
     /// '%h %l %u %t "%r" %>s %b' or '$remote_addr [$time_local] "$request" $status ...'.
     #[arg(long, default_value = "auto")]
     format: String,

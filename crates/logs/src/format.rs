@@ -72,6 +72,8 @@ enum Step {
 pub struct LogFormat {
     spec: String,
     steps: Vec<Step>,
+    /// JSON lines (`json`), read by `crate::json` rather than by `steps`.
+    json: bool,
 }
 
 /// Apache's Common Log Format.
@@ -112,14 +114,31 @@ impl LogFormat {
     /// A preset by name (`common`, `combined`, `vcombined`, `nginx`), or else a format
     /// string in Apache (`%h ...`) or nginx (`$remote_addr ...`) syntax.
     pub fn new(name_or_spec: &str) -> Result<LogFormat, Error> {
+        if name_or_spec == "json" {
+            return Ok(LogFormat::json());
+        }
         match PRESETS.iter().find(|(name, _)| *name == name_or_spec) {
             Some((_, spec)) => LogFormat::parse(spec),
             None => LogFormat::parse(name_or_spec),
         }
     }
 
-    /// The first preset that parses `line`, trying the most specific first.
+    /// JSON lines, as `tessera serve` writes them with `access_log_format = "json"`.
+    pub fn json() -> LogFormat {
+        LogFormat {
+            spec: "json".into(),
+            steps: Vec::new(),
+            json: true,
+        }
+    }
+
+    /// The first preset that parses `line`, trying the most specific first; JSON lines
+    /// for a line that is a JSON object.
     pub fn detect(line: &[u8]) -> Option<LogFormat> {
+        if crate::json::looks_like(line) {
+            let json = LogFormat::json();
+            return json.parse_line(line).is_some().then_some(json);
+        }
         PRESETS[..3]
             .iter()
             .map(|(_, spec)| LogFormat::parse(spec).expect("presets are valid"))
@@ -178,6 +197,7 @@ impl LogFormat {
         Ok(LogFormat {
             spec: spec.to_string(),
             steps,
+            json: false,
         })
     }
 
@@ -191,6 +211,9 @@ impl LogFormat {
     /// field's hour in `hours`: consecutive lines of a log mostly share it.
     #[inline]
     pub fn parse_line_with<'a>(&self, line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> {
+        if self.json {
+            return crate::json::parse_line(line, hours);
+        }
         let mut record = Record::default();
         let mut pos = 0;
         for step in &self.steps {
@@ -450,7 +473,7 @@ mod sse2 {
 
 /// Length of a quoted field's content: up to the first `"` not escaped by a backslash.
 #[inline]
-fn quoted_len(rest: &[u8]) -> Option<usize> {
+pub(crate) fn quoted_len(rest: &[u8]) -> Option<usize> {
     let mut i = 0;
     loop {
         i += find_quote_or_backslash(&rest[i..])?;
@@ -477,7 +500,7 @@ fn split_request(request: &[u8]) -> (&[u8], &[u8]) {
 }
 
 #[inline]
-fn parse_status(value: &[u8]) -> Option<u16> {
+pub(crate) fn parse_status(value: &[u8]) -> Option<u16> {
     match *value {
         [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] => {
             Some((a - b'0') as u16 * 100 + (b - b'0') as u16 * 10 + (c - b'0') as u16)
@@ -487,7 +510,7 @@ fn parse_status(value: &[u8]) -> Option<u16> {
 }
 
 #[inline]
-fn parse_bytes(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_bytes(value: &[u8]) -> Option<u64> {
     if value == b"-" {
         return Some(0);
     }
@@ -525,7 +548,7 @@ pub struct HourCache {
 
 impl HourCache {
     #[inline]
-    fn hour(&mut self, value: &[u8]) -> Option<i64> {
+    pub(crate) fn hour(&mut self, value: &[u8]) -> Option<i64> {
         let inner = match value {
             [b'[', inner @ .., b']'] => inner,
             _ => value,

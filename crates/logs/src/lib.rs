@@ -17,6 +17,7 @@
 mod error;
 pub mod format;
 mod input;
+mod json;
 mod key;
 pub mod render;
 mod report;

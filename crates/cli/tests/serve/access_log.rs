@@ -287,3 +287,64 @@ fn host_and_route_directives_and_unbuilt_json_fields() {
         "{stderr}"
     );
 }
+
+/// `tessera logs report` on a JSON log (its format found by itself) says what it says on
+/// the same traffic logged in the combined format.
+#[test]
+fn tessera_logs_reports_a_json_log_as_its_combined_twin() {
+    let site = Site::new();
+    let report = |format: &str| {
+        let log = site.dir.path().join(format!("{format}.log"));
+        let server = site.serve_with(&format!(
+            "access_log = {:?}\naccess_log_format = {format:?}\n",
+            log.display().to_string()
+        ));
+        let mut stream = server.connect();
+        let requests = [
+            ("/hello.txt", "http://example.com/"),
+            ("/style.css?v=2", "-"),
+            ("/hello.txt", "http://example.com/a?b=\"c\""),
+            ("/missing", "-"),
+            ("/missing", "-"),
+        ];
+        for (path, referer) in requests {
+            let referer = match referer {
+                "-" => String::new(),
+                r => format!("Referer: {r}\r\n"),
+            };
+            write!(
+                stream,
+                "GET {path} HTTP/1.1\r\nHost: t\r\n{referer}User-Agent: Agent \"q\" \\ x\r\n\r\n"
+            )
+            .unwrap();
+            read_response(&mut stream, false);
+        }
+        assert_eq!(wait_for_lines(&log, requests.len()).len(), requests.len());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["logs", "report", "--json"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = report.as_object_mut().unwrap();
+        // The format's name is each log's own.
+        assert_eq!(
+            report.remove("format").unwrap(),
+            match format {
+                "json" => "json",
+                _ => r#"%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-Agent}i""#,
+            }
+        );
+        report.clone()
+    };
+    let json = report("json");
+    let combined = report("combined");
+    assert_eq!(json["hits"], 5);
+    assert_eq!(json["malformed"], 0);
+    assert_eq!(json, combined);
+}
