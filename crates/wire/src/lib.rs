@@ -21,19 +21,26 @@
 
 mod chunked;
 mod error;
+mod forwarded;
 mod limits;
 mod parse_response;
 mod path;
+mod proxy;
 mod request;
 mod response;
 
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
+pub use forwarded::{client_from_forwarded, client_from_x_forwarded_for, ForwardedClient};
 pub use limits::{Limits, MAX_HEADERS_CAP};
 pub use parse_response::{
     parse_response, parse_upgrade_response, ParsedResponse, ResponseError, ResponseFraming,
 };
 pub use path::{normalize_path, InvalidPath};
+pub use proxy::{
+    parse_proxy, write_v1, write_v2, ProxyError, ProxyHeader, Tlvs, MAX_HEADER as MAX_PROXY_HEADER,
+    SIGNATURE as PROXY_V2_SIGNATURE,
+};
 pub use request::{
     is_tchar, parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
 };
