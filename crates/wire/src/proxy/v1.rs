@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::{ProxyError, ProxyHeader, MAX_V1};
+use super::header::{ProxyError, ProxyHeader, MAX_V1};
 
 pub(super) const PREFIX: &[u8] = b"PROXY ";
 

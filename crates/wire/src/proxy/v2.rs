@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::{ProxyError, ProxyHeader, MAX_HEADER};
+use super::header::{ProxyError, ProxyHeader, MAX_HEADER};
 
 /// The 12 bytes every v2 header begins with.
 pub const SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
