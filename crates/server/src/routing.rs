@@ -411,7 +411,7 @@ fn ctx<'a>(
         req,
         original,
         path,
-        peer: conn.peer,
+        peer: conn.client,
         secure,
         request_id: id,
     }

@@ -104,6 +104,8 @@ pub(crate) fn answer(
         // Answered already: redirected to HTTPS, or misdirected.
         Err(site) => return Dispatched::Done(by_files(gen, site, req, None)),
     };
+    let (by_field, forwarded_for) = named_client(gen, site, conn, req);
+    let conn = by_field.as_ref().unwrap_or(conn);
     // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
     // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
     // a path reaches a file or an upstream past the filter that guards its prefix. A path
@@ -130,7 +132,10 @@ pub(crate) fn answer(
             let mut request = handler::Request {
                 head: req,
                 path: &path,
-                client: conn.peer,
+                client: conn.client,
+                peer: conn.peer,
+                proxy_tlvs: conn.proxy_tlvs(),
+                forwarded_for,
                 tag: 0,
                 secure: conn.secure(),
             };
@@ -323,6 +328,31 @@ fn boxed(
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).
+/// Who the client is, when the site believes a trusted proxy's forwarding field: the
+/// facts of this request with that client, and, for `X-Forwarded-For`, how many of its
+/// items lie before the client's (`handler::Request::forwarded_for`). A site that reads
+/// no field costs one test.
+fn named_client(
+    gen: &Generation,
+    site: usize,
+    conn: &ConnFacts,
+    req: &wire::Request<'_, '_>,
+) -> (Option<ConnFacts>, Option<usize>) {
+    if !gen.reads_fields {
+        return (None, None);
+    }
+    let identity = &gen.identity[site];
+    let Some(found) = identity.of_request(conn, req) else {
+        return (None, None);
+    };
+    let facts = ConnFacts {
+        client: found.addr,
+        ..conn.clone()
+    };
+    let before = identity.reads_x_forwarded_for().then_some(found.before);
+    (Some(facts), before)
+}
+
 fn decide(
     worker: &Worker,
     conn: &ConnFacts,

@@ -125,9 +125,17 @@ pub(crate) fn record(
     let Some(log) = logs.as_mut().and_then(|l| l.of_site(site)) else {
         return;
     };
+    // The request's client, as `exchange::answer` found it (worked out again here: a
+    // response that came later is logged from the connection's facts).
+    let forwarded = match (request, current.gen.reads_fields) {
+        (Some(req), true) => current.gen.identity[site].of_request(conn, req),
+        _ => None,
+    };
     let entry = Entry {
         tls: conn.tls,
-        client: conn.peer,
+        client: forwarded.map_or(conn.client, |f| f.addr),
+        peer: conn.peer,
+        proxy_tlvs: conn.proxy_tlvs(),
         request,
         raw_line,
         status,

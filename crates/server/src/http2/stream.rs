@@ -337,7 +337,7 @@ impl Sink for Task<'_> {
     }
 
     fn facts(&self) -> ConnFacts {
-        self.streams.facts
+        self.streams.facts.clone()
     }
 
     fn read_at(&self) -> Option<Instant> {
