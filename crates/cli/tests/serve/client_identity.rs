@@ -1,14 +1,14 @@
 //! The client behind proxies (docs/security.md, "Client identity"): HAProxy in front
 //! sending PROXY v2 and v1 and adding X-Forwarded-For, over cleartext, TLS and IPv6; the
-//! access log, the routing rules' `client` and `$remote_addr` and Lua's `r:client()` all
-//! see the original client; a spoofing client is seen as
+//! access log, the routing rules' `client` and `$remote_addr`, Lua's `r:client()` and an
+//! origin behind `send_proxy` all see the original client; a spoofing client is seen as
 //! itself; a connection without a valid header on a `proxy_protocol` listener is closed.
 //!
 //! Loopback has every 127.0.0.0/8 address, so each party has its own: the test's client
 //! connects from 127.0.0.4, HAProxy connects to tessera from 127.0.0.3 (the one trusted
 //! proxy), and tessera listens on 127.0.0.1 (plain) and 127.0.0.2 (PROXY protocol).
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -376,4 +376,104 @@ fn ipv6_clients_in_proxy_headers_and_on_ipv6_listeners() {
     header.extend_from_slice(&[0x13, 0x88, 0, 80]);
     v2.write_all(&header).unwrap();
     assert_eq!(body(&get(&mut v2, "/who", "")), "2001:db8::8 ::1 -");
+}
+
+/// An origin that expects a PROXY header on each connection: it answers every request
+/// with the header's line (v1) or its source (v2), the X-Forwarded-For it was sent, and
+/// how many connections it has seen.
+fn origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || serve_origin(stream, n + 1));
+        }
+    });
+    addr
+}
+
+fn serve_origin(stream: TcpStream, connection: usize) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut first = [0u8; 16];
+    if reader.read_exact(&mut first[..5]).is_err() {
+        return;
+    }
+    let header = if &first[..5] == b"PROXY" {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        format!("PROXY{}", line.trim_end())
+    } else {
+        reader.read_exact(&mut first[5..]).unwrap();
+        let len = u16::from_be_bytes([first[14], first[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        reader.read_exact(&mut rest).unwrap();
+        match first[12] {
+            0x21 => format!(
+                "v2 {}.{}.{}.{}:{}",
+                rest[0],
+                rest[1],
+                rest[2],
+                rest[3],
+                u16::from_be_bytes([rest[8], rest[9]])
+            ),
+            _ => "v2 LOCAL".into(),
+        }
+    };
+    let mut stream = stream;
+    loop {
+        let mut xff = String::from("-");
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("x-forwarded-for:") {
+                xff = v.trim().to_string();
+            }
+        }
+        let body = format!("{header}|{xff}|{connection}");
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn send_proxy_names_the_client_to_an_origin_that_checks_the_header() {
+    let (v1, v2) = (origin(), origin());
+    let edge = Edge::start(&format!(
+        "[[upstream]]\nname = \"v1\"\naddresses = [\"{v1}\"]\nsend_proxy = \"v1\"\n\
+         [[upstream]]\nname = \"v2\"\naddresses = [\"{v2}\"]\nsend_proxy = \"v2\"\n\
+         [[route]]\nprefix = \"/v1\"\nupstream = \"v1\"\n\
+         [[route]]\nprefix = \"/v2\"\nupstream = \"v2\"\n"
+    ));
+    let mut client = connect_from(CLIENT, edge.plain);
+    let port = client.local_addr().unwrap().port();
+    let first = body(&get(&mut client, "/v1/a", ""));
+    let plain = edge.plain;
+    let expected = format!(
+        "PROXY TCP4 {CLIENT} 127.0.0.1 {port} {}|{CLIENT}|1",
+        v1.port()
+    );
+    assert_eq!(first, expected, "{plain}");
+    // The same client's next request reuses the connection.
+    assert_eq!(body(&get(&mut client, "/v1/b", "")), expected);
+    let v2_first = body(&get(&mut client, "/v2/a", ""));
+    assert_eq!(v2_first, format!("v2 {CLIENT}:{port}|{CLIENT}|1"));
+    // Another client gets a connection of its own, whose header names it; a client the
+    // trusted proxy names (by X-Forwarded-For) is the one named upstream, and the
+    // trusted hops after it are not forwarded.
+    let mut proxy = connect_from(PROXY, edge.plain);
+    let xff = "X-Forwarded-For: 6.6.6.6, 192.0.2.66, 127.0.0.3\r\n";
+    let named = body(&get(&mut proxy, "/v2/c", xff));
+    assert_eq!(named, "v2 192.0.2.66:0|6.6.6.6, 192.0.2.66|2");
 }
