@@ -274,7 +274,8 @@ fn tokenize(spec: &[u8]) -> Result<Vec<Token>, &'static str> {
                     .ok_or("format ends in the middle of a directive")?;
                 i += 1;
                 let field = match directive {
-                    b'h' | b'a' => Field::Client,
+                    // `%{c}a` is the socket's peer (the proxy in front), not the client.
+                    b'h' | b'a' if arg.is_empty() => Field::Client,
                     b't' if arg.is_empty() => Field::Time,
                     b'r' => Field::Request,
                     b'U' => Field::Path,

@@ -10,6 +10,11 @@
 //!
 //! It also parses the response heads a proxy receives from its upstreams
 //! ([`parse_response`]), as strictly: `edge`'s upstream client frames bodies with it.
+//! And what proxies in front say about the client: the PROXY protocol header that begins
+//! a connection ([`parse_proxy`], v1 and v2, strict and fuzzed; [`write_v1`] and
+//! [`write_v2`] for the header a proxy sends), and the client an `X-Forwarded-For` or
+//! RFC 7239 `Forwarded` field names ([`client_from_x_forwarded_for`],
+//! [`client_from_forwarded`]).
 //!
 //! What it is not for: routing, responses bodies, or anything that touches a socket; that
 //! is `server`'s and `edge`'s job.

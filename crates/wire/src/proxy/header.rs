@@ -22,7 +22,7 @@ pub struct ProxyHeader<'a> {
     /// carries no TCP address (`AF_UNSPEC`, `AF_UNIX`): the socket's peer stands.
     pub addresses: Option<(SocketAddr, SocketAddr)>,
     /// The v2 TLVs, raw (type, 16-bit length, value), each checked to lie within the
-    /// header; read them with [`Tlvs`]. Empty for v1.
+    /// header; read them with [`crate::Tlvs`]. Empty for v1.
     pub tlvs: &'a [u8],
 }
 
