@@ -454,7 +454,8 @@ fn send_proxy_names_the_client_to_an_origin_that_checks_the_header() {
         "[[upstream]]\nname = \"v1\"\naddresses = [\"{v1}\"]\nsend_proxy = \"v1\"\n\
          [[upstream]]\nname = \"v2\"\naddresses = [\"{v2}\"]\nsend_proxy = \"v2\"\n\
          [[route]]\nprefix = \"/v1\"\nupstream = \"v1\"\n\
-         [[route]]\nprefix = \"/v2\"\nupstream = \"v2\"\n"
+         [[route]]\nprefix = \"/v2\"\nupstream = \"v2\"\n\
+         [cache]\npurge_allow = [\"192.0.2.66\"]\n"
     ));
     let mut client = connect_from(CLIENT, edge.plain);
     let port = client.local_addr().unwrap().port();
@@ -476,4 +477,68 @@ fn send_proxy_names_the_client_to_an_origin_that_checks_the_header() {
     let xff = "X-Forwarded-For: 6.6.6.6, 192.0.2.66, 127.0.0.3\r\n";
     let named = body(&get(&mut proxy, "/v2/c", xff));
     assert_eq!(named, "v2 192.0.2.66:0|6.6.6.6, 192.0.2.66|2");
+    // purge_allow judges the client too: the one the trusted proxy names may purge,
+    // the proxy itself and a client claiming that address directly may not.
+    let purge = |stream: &mut TcpStream, fields: &str| {
+        write!(stream, "PURGE /v2/c HTTP/1.1\r\nHost: t\r\n{fields}\r\n").unwrap();
+        read_response(stream, false).status
+    };
+    assert_ne!(purge(&mut proxy, "X-Forwarded-For: 192.0.2.66\r\n"), 403);
+    assert_eq!(purge(&mut proxy, ""), 403);
+    let mut spoofer = connect_from("127.0.0.5", edge.plain);
+    assert_eq!(purge(&mut spoofer, "X-Forwarded-For: 192.0.2.66\r\n"), 403);
+}
+
+#[test]
+fn admin_allow_and_a_hosts_forwarded_field_take_the_named_client() {
+    let edge = Edge::start(
+        "admin_allow = [\"192.0.2.66\"]\n\
+         [[host]]\nnames = [\"fwd.test\"]\nreal_ip_from = \"forwarded\"\n\
+         [[host.route]]\npath = \"/ip\"\nrespond = { status = 200, body = \"$remote_addr\" }\n",
+    );
+    let admin = admin_addr(&edge.server);
+    let healthz = |source: &str, fields: &str| {
+        let mut stream = connect_from(source, admin);
+        write!(
+            stream,
+            "GET /healthz HTTP/1.1\r\nHost: admin\r\n{fields}\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false).status
+    };
+    assert_eq!(healthz(PROXY, "X-Forwarded-For: 192.0.2.66\r\n"), 200);
+    assert_eq!(healthz(PROXY, ""), 403);
+    assert_eq!(healthz(CLIENT, "X-Forwarded-For: 192.0.2.66\r\n"), 403);
+    // The host reads RFC 7239 Forwarded (and not X-Forwarded-For); the top level
+    // X-Forwarded-For.
+    let mut proxy = connect_from(PROXY, edge.plain);
+    let ask = |stream: &mut TcpStream, host: &str, fields: &str| {
+        write!(stream, "GET /ip HTTP/1.1\r\nHost: {host}\r\n{fields}\r\n").unwrap();
+        body(&read_response(stream, false))
+    };
+    let fields = "Forwarded: for=192.0.2.1;proto=https, for=\"[2001:db8::5]:4711\"\r\n\
+                  X-Forwarded-For: 198.51.100.1\r\n";
+    assert_eq!(ask(&mut proxy, "fwd.test", fields), "2001:db8::5");
+    assert_eq!(ask(&mut proxy, "t", fields), "198.51.100.1");
+    // A Forwarded field that does not parse is not read at all.
+    assert_eq!(
+        ask(&mut proxy, "fwd.test", "Forwarded: for=[2001:db8::5]\r\n"),
+        PROXY
+    );
+}
+
+#[test]
+fn http2_with_prior_knowledge_follows_a_proxy_header() {
+    let edge = Edge::start("");
+    let mut stream = connect_from(PROXY, edge.proxied);
+    let mut hello = v2_header([198, 51, 100, 9], 1, &[]);
+    hello.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    stream.write_all(&hello).unwrap();
+    let mut frame = [0u8; 9];
+    std::io::Read::read_exact(&mut stream, &mut frame).unwrap();
+    assert_eq!(
+        frame[3], 4,
+        "the server's first frame is SETTINGS: {frame:?}"
+    );
 }
