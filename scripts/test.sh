@@ -21,6 +21,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
 fi
 
+# The client identity tests put HAProxy in front of the server, sending the PROXY
+# protocol and X-Forwarded-For (crates/cli/tests/serve/client_identity.rs).
+if ! command -v haproxy >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing haproxy for the client identity tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq haproxy
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq haproxy
+    fi
+fi
+
 # The TLS tests speak to the server with curl and openssl s_client
 # (crates/cli/tests/serve/tls.rs).
 for tool in curl openssl; do

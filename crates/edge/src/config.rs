@@ -57,8 +57,9 @@ pub struct UpstreamConfig {
     /// How a request's peer is chosen. Default `round_robin`.
     pub balance: Balance,
     /// What `balance = "hash"` hashes: `"cache_key"` (the default: host, path and
-    /// query), `"header:NAME"` or `"cookie:NAME"`. A request without the header or
-    /// cookie is balanced round robin.
+    /// query), `"client"` (the client's address, the one a trusted proxy named),
+    /// `"header:NAME"` or `"cookie:NAME"`. A request without the header or cookie (or a
+    /// request of the proxy's own, without a client) is balanced round robin.
     pub hash_key: String,
     /// Failures of a peer (connect errors and timeouts, a connection broken before the
     /// response, no response in time; and the statuses of `fail_status`) within
@@ -117,6 +118,21 @@ pub struct UpstreamConfig {
     /// connections cost the upstream a socket each; an origin that closes idle
     /// connections sooner is fine (a closed one is noticed and replaced).
     pub max_idle: Option<usize>,
+    /// Begin every connection to this upstream's peers with a PROXY protocol header,
+    /// `"v1"` (text) or `"v2"` (binary), naming the client and the peer (HAProxy's
+    /// `send-proxy`/`send-proxy-v2`; docs/security.md). A connection then carries one
+    /// client's requests only: it is reused for the same client, never another's. A
+    /// request the proxy makes itself (an ESI fragment's) names no client: v1 `UNKNOWN`,
+    /// v2 `LOCAL`. Default none.
+    pub send_proxy: Option<SendProxy>,
+}
+
+/// `send_proxy`: the PROXY protocol version sent to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProxy {
+    V1,
+    V2,
 }
 
 /// One `[[upstream.peer]]`.
@@ -388,6 +404,7 @@ impl Default for UpstreamConfig {
             tunnel_idle_timeout: 60.0,
             tunnel_max_duration: 0.0,
             health: None,
+            send_proxy: None,
         }
     }
 }
@@ -481,9 +498,9 @@ impl EdgeConfig {
             }
             let key = u.hash_key.as_str();
             let named = |prefix: &str| key.strip_prefix(prefix).is_some_and(|n| !n.is_empty());
-            if key != "cache_key" && !named("header:") && !named("cookie:") {
+            if key != "cache_key" && key != "client" && !named("header:") && !named("cookie:") {
                 return bad(format!(
-                    "upstream `{}`: hash_key must be cache_key, header:NAME or cookie:NAME \
+                    "upstream `{}`: hash_key must be cache_key, client, header:NAME or cookie:NAME \
                      (not {key:?})",
                     u.name
                 ));

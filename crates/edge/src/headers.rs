@@ -74,6 +74,48 @@ pub struct ClientInfo {
     pub scheme: &'static str,
     /// The client's HTTP version, named in Via.
     pub version: Version,
+    /// The client's port (0 when a proxy in front named the client without one), for a
+    /// PROXY header sent upstream (`send_proxy`).
+    pub port: u16,
+    /// When the client was read from a trusted proxy's `X-Forwarded-For`: how many of its
+    /// items lie before the client's. Those are forwarded, then the client; the trusted
+    /// hops after it are not, so the origin's right-most item is the client. `None`: the
+    /// field goes whole, the client appended.
+    pub forwarded_for: Option<usize>,
+}
+
+/// Writes the first `n` non-empty items of a list field's lines, comma-separated;
+/// whether any was written.
+fn write_items<'a>(
+    buf: &mut Vec<u8>,
+    values: impl Iterator<Item = &'a HeaderValue>,
+    n: usize,
+) -> bool {
+    let items = values
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(wire::trim_ows)
+        .filter(|i| !i.is_empty())
+        .take(n);
+    let mut any = false;
+    for item in items {
+        if any {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(item);
+        any = true;
+    }
+    any
+}
+
+/// The `X-Forwarded-For` sent upstream: the client's items (or those before the client,
+/// see [`ClientInfo::forwarded_for`]), then the client.
+fn forwarded_for(buf: &mut Vec<u8>, client_headers: &HeaderMap, client: &ClientInfo) {
+    let values = client_headers.get_all(X_FORWARDED_FOR).iter();
+    let kept = client.forwarded_for.unwrap_or(usize::MAX);
+    if write_items(buf, values, kept) {
+        buf.extend_from_slice(b", ");
+    }
+    write_ip(buf, client.addr);
 }
 
 fn via_protocol(version: Version) -> &'static str {
@@ -159,11 +201,11 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
 pub fn forward_request(client_headers: &HeaderMap, client: &ClientInfo, token: &str) -> HeaderMap {
     let mut h = client_headers.clone();
     remove_hop_by_hop(&mut h);
-    append_list(
-        &mut h,
-        HeaderName::from_static("x-forwarded-for"),
-        &client.addr.to_string(),
-    );
+    let mut xff = Vec::new();
+    forwarded_for(&mut xff, client_headers, client);
+    if let Ok(v) = HeaderValue::from_bytes(&xff) {
+        h.insert(X_FORWARDED_FOR, v);
+    }
     h.insert(
         HeaderName::from_static("x-forwarded-proto"),
         HeaderValue::from_static(client.scheme),
@@ -245,7 +287,9 @@ impl Forwarded<'_> {
             item(buf);
             buf.extend_from_slice(b"\r\n");
         };
-        list(buf, X_FORWARDED_FOR, &|b| write_ip(b, self.client.addr));
+        buf.extend_from_slice(b"x-forwarded-for: ");
+        forwarded_for(buf, h, self.client);
+        buf.extend_from_slice(b"\r\n");
         wire::write_field(buf, b"x-forwarded-proto", self.client.scheme.as_bytes());
         list(buf, header::VIA, &|b| {
             b.extend_from_slice(via_protocol(self.client.version).as_bytes());
@@ -542,6 +586,8 @@ mod tests {
             addr: "10.0.0.7".parse().unwrap(),
             scheme: "http",
             version: Version::HTTP_11,
+            port: 0,
+            forwarded_for: None,
         };
         let lines = |identity: bool, whole: bool| {
             let mut buf = Vec::new();

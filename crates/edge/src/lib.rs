@@ -64,6 +64,8 @@
 //!         addr: "192.0.2.7".parse()?,
 //!         scheme: "http",
 //!         version: http::Version::HTTP_11,
+//!         port: 0,
+//!         forwarded_for: None,
 //!     },
 //! };
 //! match edge.proxy(request).await {
@@ -107,7 +109,7 @@ pub use body::Body;
 pub use cache::{Cache, CacheStats, SharedTierStats};
 pub use config::{
     Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
-    PeerConfig, RedisConfig, RouteConfig, UpstreamConfig, SELF_ADDRESS,
+    PeerConfig, RedisConfig, RouteConfig, SendProxy, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use exchange::{ProxyRequest, ProxyResponse};

@@ -436,6 +436,8 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
         body: Bytes::new(),
         client: ClientInfo {
             addr: req.client.ip(),
+            port: req.client.port(),
+            forwarded_for: req.forwarded_for,
             scheme: if req.secure { "https" } else { "http" },
             version: match head.version {
                 wire::Version::Http10 => http::Version::HTTP_10,

@@ -28,9 +28,7 @@ use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
-use crate::upstream::client::{
-    read_bytes, Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats,
-};
+use crate::upstream::client::{Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats};
 use crate::worker::{RouteTo, Target, Worker};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
@@ -515,7 +513,7 @@ impl Edge {
                 Entry::new(parts.status, stored, Bytes::new(), template, Some(&f), now)
             } else if length.is_some_and(|l| l <= limit as u64) {
                 let deadline = Instant::now() + upstream.response_timeout;
-                let bytes = read_bytes(pooled, limit, deadline).await?;
+                let bytes = crate::upstream::read::read_bytes(pooled, limit, deadline).await?;
                 Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
                 // Too large (or of unknown length) to buffer: passed through, not stored.
@@ -726,7 +724,7 @@ impl Edge {
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
-        let bytes = crate::upstream::client::read_bytes(
+        let bytes = crate::upstream::read::read_bytes(
             pooled,
             max_body,
             Instant::now() + upstream.response_timeout,

@@ -16,7 +16,19 @@ pub struct Request<'a> {
     pub head: &'a wire::Request<'a, 'a>,
     /// The decoded, normalised path without the query (`wire::normalize_path`).
     pub path: &'a [u8],
+    /// The request's client: the socket's peer, or the address a trusted proxy named
+    /// (its PROXY header, its `X-Forwarded-For` or `Forwarded`).
     pub client: SocketAddr,
+    /// The socket's peer: the proxy in front, when there is one.
+    pub peer: SocketAddr,
+    /// The TLVs of the connection's PROXY v2 header, raw (`wire::Tlvs` reads them);
+    /// empty without one.
+    pub proxy_tlvs: &'a [u8],
+    /// When the client was read from `X-Forwarded-For`: how many of its items (across its
+    /// lines) lie before the client's. A proxy forwards those, then the client, so that
+    /// the trusted hops after it are not taken for clients further on. `None`: the field
+    /// is forwarded whole and the client appended.
+    pub forwarded_for: Option<usize>,
     /// The tag the module gave the route that matched ([`Route::tag`]).
     pub tag: u32,
     /// Whether the request came over TLS (the proxy says `X-Forwarded-Proto: https`).

@@ -212,7 +212,7 @@ impl LogFormat {
     #[inline]
     pub fn parse_line_with<'a>(&self, line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> {
         if self.json {
-            return crate::json::parse_line(line, hours);
+            return json_record(line, hours);
         }
         let mut record = Record::default();
         let mut pos = 0;
@@ -259,6 +259,34 @@ impl LogFormat {
     }
 }
 
+/// A JSON line's record: its values as the text formats' fields are read.
+fn json_record<'a>(line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> {
+    let f = crate::json::fields(line)?;
+    let number = |v: &[u8]| (!v.is_empty()).then(|| parse_bytes(v)).flatten();
+    let bytes = match (f.body_bytes_sent, f.bytes_sent) {
+        (b"", b"") => 0,
+        (b"", all) => number(all)?,
+        (body, _) => number(body)?,
+    };
+    Some(Record {
+        client: f.client,
+        hour: match f.time {
+            b"" => None,
+            time => Some(hours.hour(time)?),
+        },
+        method: f.method,
+        path: f.uri,
+        status: match f.status {
+            b"" => 0,
+            status => parse_status(status)?,
+        },
+        bytes,
+        referer: f.referer,
+        user_agent: f.user_agent,
+        vhost: f.host,
+    })
+}
+
 fn tokenize(spec: &[u8]) -> Result<Vec<Token>, &'static str> {
     let mut tokens = Vec::new();
     let mut literal = Vec::new();
@@ -297,7 +325,8 @@ fn tokenize(spec: &[u8]) -> Result<Vec<Token>, &'static str> {
                     .ok_or("format ends in the middle of a directive")?;
                 i += 1;
                 let field = match directive {
-                    b'h' | b'a' => Field::Client,
+                    // `%{c}a` is the socket's peer (the proxy in front), not the client.
+                    b'h' | b'a' if arg.is_empty() => Field::Client,
                     b't' if arg.is_empty() => Field::Time,
                     b'r' => Field::Request,
                     b'U' => Field::Path,
@@ -473,7 +502,7 @@ mod sse2 {
 
 /// Length of a quoted field's content: up to the first `"` not escaped by a backslash.
 #[inline]
-pub(crate) fn quoted_len(rest: &[u8]) -> Option<usize> {
+fn quoted_len(rest: &[u8]) -> Option<usize> {
     let mut i = 0;
     loop {
         i += find_quote_or_backslash(&rest[i..])?;
@@ -500,7 +529,7 @@ fn split_request(request: &[u8]) -> (&[u8], &[u8]) {
 }
 
 #[inline]
-pub(crate) fn parse_status(value: &[u8]) -> Option<u16> {
+fn parse_status(value: &[u8]) -> Option<u16> {
     match *value {
         [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] => {
             Some((a - b'0') as u16 * 100 + (b - b'0') as u16 * 10 + (c - b'0') as u16)
@@ -510,7 +539,7 @@ pub(crate) fn parse_status(value: &[u8]) -> Option<u16> {
 }
 
 #[inline]
-pub(crate) fn parse_bytes(value: &[u8]) -> Option<u64> {
+fn parse_bytes(value: &[u8]) -> Option<u64> {
     if value == b"-" {
         return Some(0);
     }
@@ -548,7 +577,7 @@ pub struct HourCache {
 
 impl HourCache {
     #[inline]
-    pub(crate) fn hour(&mut self, value: &[u8]) -> Option<i64> {
+    fn hour(&mut self, value: &[u8]) -> Option<i64> {
         let inner = match value {
             [b'[', inner @ .., b']'] => inner,
             _ => value,

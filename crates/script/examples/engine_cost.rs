@@ -40,6 +40,8 @@ fn main() {
                         target: b"/hello",
                         headers: headers.iter().copied(),
                         client,
+                        peer: client,
+                        proxy_tlvs: &[],
                     },
                 );
                 assert_eq!(engine.access(&call), Outcome::Continue);

@@ -26,6 +26,9 @@ pub struct Context {
     target: Span,
     headers: Vec<(Span, Span)>,
     client: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    /// The connection's PROXY v2 TLVs, raw (reused buffer).
+    proxy_tlvs: Vec<u8>,
     body: Bytes,
     /// The response: status (200 unless set), extra headers, body.
     pub(crate) status: u16,
@@ -59,7 +62,12 @@ pub struct RequestHead<'a, I> {
     /// The request target: path and query.
     pub target: &'a [u8],
     pub headers: I,
+    /// The client: the peer, or who a trusted proxy said it is.
     pub client: SocketAddr,
+    /// The socket's peer.
+    pub peer: SocketAddr,
+    /// The TLVs of the connection's PROXY v2 header, raw; empty without one.
+    pub proxy_tlvs: &'a [u8],
 }
 
 impl Context {
@@ -79,6 +87,9 @@ impl Context {
             self.headers.push((n, v));
         }
         self.client = Some(req.client);
+        self.peer = Some(req.peer);
+        self.proxy_tlvs.clear();
+        self.proxy_tlvs.extend_from_slice(req.proxy_tlvs);
         self.body = Bytes::new();
         self.status = 200;
         self.headers_out.clear();
@@ -296,6 +307,22 @@ impl UserData for Context {
                 Value::Integer(a.port() as i64),
             )),
             None => Ok((Value::Nil, Value::Nil)),
+        });
+        m.add_method("peer", |lua, c, ()| match c.peer {
+            Some(a) => Ok((
+                Value::String(lua.create_string(a.ip().to_string())?),
+                Value::Integer(a.port() as i64),
+            )),
+            None => Ok((Value::Nil, Value::Nil)),
+        });
+        m.add_method("proxy_tlv", |lua, c, kind: i64| {
+            let value = u8::try_from(kind)
+                .ok()
+                .and_then(|kind| wire::Tlvs(&c.proxy_tlvs).find(|t| t.0 == kind));
+            match value {
+                Some((_, v)) => Ok(Value::String(lua.create_string(v)?)),
+                None => Ok(Value::Nil),
+            }
         });
 
         // The response.

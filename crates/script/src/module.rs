@@ -133,6 +133,8 @@ impl Service for ScriptService {
                     .iter()
                     .map(|h| (h.name.as_bytes(), h.value)),
                 client: req.client,
+                peer: req.peer,
+                proxy_tlvs: req.proxy_tlvs,
             },
         );
         let call = Rc::new(ScriptCall {

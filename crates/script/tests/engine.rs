@@ -55,6 +55,8 @@ async fn content(engine: &Rc<Engine>, target: &str) -> (Outcome, u16, Vec<u8>) {
             target: target.as_bytes(),
             headers: headers.iter().copied(),
             client,
+            peer: client,
+            proxy_tlvs: &[],
         },
     );
     let outcome = match engine.content(&call) {

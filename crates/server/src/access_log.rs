@@ -69,6 +69,12 @@ enum Item {
     /// Seconds from the request's arrival to its response being queued, to the
     /// microsecond: JSON's `duration`, as nginx's `$request_time`.
     Duration,
+    /// `%{peer}x` (or Apache's `%{c}a`): the socket's peer, where `%a` is the client a
+    /// trusted proxy named.
+    PeerIp,
+    /// `%{proxy_tlv_0xNN}x`: the value of the connection's PROXY v2 TLV of type NN
+    /// (hex), its bytes escaped as a field's are; `-` without one.
+    ProxyTlv(u8),
 }
 
 /// How a line's values are written: escaped as Apache does in a text line, or as JSON
@@ -264,6 +270,11 @@ impl Format {
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (b'x', Some(name)) if name == "route" => Item::Route,
                 (b'v', None) => Item::Host,
+                (b'x', Some(name)) if name == "peer" => Item::PeerIp,
+                (b'a', Some(name)) if name == "c" => Item::PeerIp,
+                (b'x', Some(name)) if tlv_type(&name).is_some() => {
+                    Item::ProxyTlv(tlv_type(&name).unwrap_or_default())
+                }
                 (d, arg) => {
                     return Err(FormatError::Unknown(match arg {
                         Some(a) => format!("{{{a}}}{}", d as char),
@@ -290,7 +301,12 @@ impl Format {
 pub(crate) struct Entry<'a> {
     /// The TLS connection's facts; `None` in cleartext.
     pub tls: Option<crate::facts::TlsFacts>,
+    /// The request's client (`%a`, `%h`).
     pub client: SocketAddr,
+    /// The socket's peer (`%{peer}x`).
+    pub peer: SocketAddr,
+    /// The connection's PROXY v2 TLVs, raw (`%{proxy_tlv_0xNN}x`).
+    pub proxy_tlvs: &'a [u8],
     /// `None` when the request could not be parsed.
     pub request: Option<&'a Request<'a, 'a>>,
     /// For a request that could not be parsed: its first line as received, if any.
@@ -326,6 +342,11 @@ impl Format {
                     line.push(b'"');
                 }
                 Item::ClientIp => write_ip(line, entry.client.ip()),
+                Item::PeerIp => write_ip(line, entry.peer.ip()),
+                Item::ProxyTlv(kind) => match wire::Tlvs(entry.proxy_tlvs).find(|t| t.0 == *kind) {
+                    Some((_, value)) => style.string(line, value),
+                    None => style.none(line),
+                },
                 Item::Dash => line.push(b'-'),
                 Item::Time => line.extend_from_slice(time),
                 Item::TimeIso => {
@@ -501,6 +522,16 @@ fn escape(line: &mut Vec<u8>, mut value: &[u8]) {
         value = &value[i + 1..];
     }
     line.extend_from_slice(value);
+}
+
+/// The type of `proxy_tlv_0xNN` (two hex digits, either case).
+fn tlv_type(name: &str) -> Option<u8> {
+    let hex = name
+        .strip_prefix("proxy_tlv_0x")
+        .or_else(|| name.strip_prefix("proxy_tlv_0X"))?;
+    (hex.len() == 2)
+        .then(|| u8::from_str_radix(hex, 16).ok())
+        .flatten()
 }
 
 /// The client address without the formatting machinery for the common IPv4 case.

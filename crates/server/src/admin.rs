@@ -84,7 +84,11 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
         match wire::parse_request(&buf[..len], &mut storage, &shared.limits) {
             Ok(Some(req)) => {
                 method = metrics::method_index(req.method);
-                break answer(&req, peer.ip(), shared, phase);
+                // `admin_allow` judges the client a trusted proxy names, as the site does.
+                let gen = shared.current.load();
+                let client = gen.identity[0].named_by_fields(peer, &req);
+                let client = client.map_or(peer, |c| c.addr);
+                break answer(&req, client.ip(), shared, phase);
             }
             Ok(None) if len < MAX_HEAD => continue,
             _ => break (400, "text/plain", b"bad request\n".to_vec()),

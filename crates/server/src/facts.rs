@@ -1,5 +1,8 @@
 //! What a request needs to know about the connection it came on.
 
+use std::net::SocketAddr;
+use std::rc::Rc;
+
 /// What a request needs to know about the TLS connection it came on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TlsFacts {
@@ -28,20 +31,82 @@ pub(crate) fn request_id_hex(id: u128) -> [u8; 32] {
     out
 }
 
+/// Where a connection comes from: its socket's peer, or, on a `proxy_protocol`
+/// listener, also what the PROXY header said (kept apart, so that the connection of the
+/// usual listener holds no more than its peer).
+#[derive(Debug, Clone)]
+pub(crate) enum Origin {
+    Direct(SocketAddr),
+    Proxied(Rc<Proxied>),
+}
+
+/// What a PROXY header told about a connection.
+#[derive(Debug)]
+pub(crate) struct Proxied {
+    /// The socket's peer (the proxy).
+    pub peer: SocketAddr,
+    /// The connection's client: the header's source address when the peer is trusted
+    /// (`client::of_connection`), else the peer.
+    pub client: SocketAddr,
+    /// The header's v2 TLVs, raw (`wire::Tlvs` reads them); empty for v1.
+    pub tlvs: Box<[u8]>,
+}
+
+impl Origin {
+    pub fn peer(&self) -> SocketAddr {
+        match self {
+            Origin::Direct(peer) => *peer,
+            Origin::Proxied(p) => p.peer,
+        }
+    }
+
+    /// The connection's client (before any forwarding field of a request is read).
+    pub fn client(&self) -> SocketAddr {
+        match self {
+            Origin::Direct(peer) => *peer,
+            Origin::Proxied(p) => p.client,
+        }
+    }
+
+    /// The facts a request on this connection is answered with.
+    pub fn facts(&self, tls: Option<TlsFacts>) -> ConnFacts {
+        ConnFacts {
+            peer: self.peer(),
+            client: self.client(),
+            tls,
+            proxied: match self {
+                Origin::Direct(_) => None,
+                Origin::Proxied(p) => Some(p.clone()),
+            },
+        }
+    }
+}
+
 /// The connection a request came on, as its exchange sees it: passed with the request
 /// from the connection to whatever answers, counts and logs it (never kept in the
 /// worker, where a connection that forgot to set it would mislabel another's request).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ConnFacts {
-    /// The client's address (the socket's peer).
-    pub peer: std::net::SocketAddr,
+    /// The socket's peer (`%{peer}x`).
+    pub peer: SocketAddr,
+    /// The client (`%a`): the peer, the source a trusted PROXY header named, or, for
+    /// the facts of one request, the address a trusted proxy's forwarding field named
+    /// (`client::Identity::of_request`).
+    pub client: SocketAddr,
     /// The TLS connection's facts, `None` in cleartext.
     pub tls: Option<TlsFacts>,
+    /// What the connection's PROXY header said, on a `proxy_protocol` listener.
+    pub proxied: Option<Rc<Proxied>>,
 }
 
 impl ConnFacts {
     /// Whether the connection is encrypted (TLS).
     pub fn secure(&self) -> bool {
         self.tls.is_some()
+    }
+
+    /// The PROXY header's TLVs, raw (empty without any).
+    pub fn proxy_tlvs(&self) -> &[u8] {
+        self.proxied.as_deref().map_or(&[], |p| &p.tlvs[..])
     }
 }

@@ -33,6 +33,12 @@ pub(crate) struct Generation {
     pub rules: Vec<Arc<rules::Table>>,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
+    /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
+    /// `real_ip_from`); the top-level one also judges PROXY headers.
+    pub identity: Vec<crate::client::Identity>,
+    /// Whether any site reads a forwarding field (a request's client may then differ
+    /// from its connection's).
+    pub reads_fields: bool,
     /// The sites (the top-level one and one per `[[host]]`): roots, file caches, and
     /// the names that choose them.
     pub sites: Sites,
@@ -61,6 +67,8 @@ impl Generation {
         let rules = config.rule_tables().map_err(Error::Config)?;
         let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
+        let identity = config.identity().map_err(Error::Config)?;
+        let reads_fields = identity.iter().any(|i| i.reads_fields());
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
             use std::os::fd::AsRawFd;
@@ -81,6 +89,8 @@ impl Generation {
             by_rule,
             rules,
             request_ids,
+            identity,
+            reads_fields,
             sites,
             logs: (0..workers).map(|_| Mutex::new(None)).collect(),
         })

@@ -29,6 +29,7 @@
 // (scripts/layering.py checks that no module imports one that imports it back).
 mod access_log;
 mod admin;
+mod client;
 mod config;
 mod conn_state;
 mod date;
@@ -66,6 +67,7 @@ use config::Kind;
 use shared::{Phase, Shared};
 
 pub use access_log::FormatError;
+pub use client::RealIpFrom;
 pub use config::http2::Http2Config;
 pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};

@@ -184,6 +184,9 @@ pub(crate) struct WorkerMetrics {
     /// Open-file cache lookups: hits, misses.
     file_cache: [AtomicU64; 2],
     handshakes: [AtomicU64; HANDSHAKES.len()],
+    /// Connections closed on a `proxy_protocol` listener for a missing or malformed
+    /// PROXY header.
+    proxy_refused: AtomicU64,
     http2_connections: AtomicU64,
     /// HTTP/2 streams by how they ended: finished, cancelled by the client.
     http2_streams: [AtomicU64; 2],
@@ -218,6 +221,7 @@ impl WorkerMetrics {
             accept_pauses: AtomicU64::new(0),
             file_cache: Default::default(),
             handshakes: Default::default(),
+            proxy_refused: AtomicU64::new(0),
             http2_connections: AtomicU64::new(0),
             http2_streams: Default::default(),
             http2_goaways: Default::default(),
@@ -263,6 +267,11 @@ impl WorkerMetrics {
     /// Counts a TLS handshake.
     pub fn handshake(&self, result: Handshake) {
         bump(&self.handshakes[result as usize], 1);
+    }
+
+    /// Counts a connection closed for its PROXY header.
+    pub fn proxy_refused(&self) {
+        bump(&self.proxy_refused, 1);
     }
 
     /// Counts a connection that speaks HTTP/2.
@@ -478,6 +487,14 @@ fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics]) {
             sum(&|w| &w.handshakes[i]),
         );
     }
+    out.counter(
+        "tessera_access_denied_total",
+        "Connections and requests refused by access policy, by host and reason: \
+         proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
+         header in time; counted before any host is known, so its host is empty).",
+        &[("host", ""), ("reason", "proxy_protocol")],
+        sum(&|w| &w.proxy_refused),
+    );
     out.counter(
         "tessera_http2_connections_total",
         "Client connections that spoke HTTP/2: their preface and SETTINGS arrived (over ALPN h2, or in cleartext).",

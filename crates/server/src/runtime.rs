@@ -15,6 +15,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
+use std::net::SocketAddr;
+
 use crate::config::Kind;
 use crate::conn_state::ConnState;
 use crate::date::Clock;
@@ -202,13 +204,13 @@ fn sync_listeners(worker: &Rc<Worker>) {
     worker.listeners_seen.set(version);
     let set = listeners.set.lock().unwrap_or_else(|e| e.into_inner());
     let workers = worker.shared.workers;
-    let mine: Vec<(&Listener, Kind)> = set
+    let mine: Vec<(&Listener, (Kind, SocketAddr))> = set
         .iter()
         .flat_map(|l| {
             l.sockets
                 .iter()
                 .enumerate()
-                .map(move |(i, s)| (i, s, l.kind))
+                .map(move |(i, s)| (i, s, (l.kind, l.requested)))
         })
         .filter(|(i, _, _)| i % workers == worker.id)
         .map(|(_, s, kind)| (s, kind))
@@ -257,7 +259,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
 /// one's task.
 async fn accept_all(
     listener: &AsyncFd<std::net::TcpListener>,
-    kind: Kind,
+    (kind, requested): (Kind, SocketAddr),
     worker: &Rc<Worker>,
     stop: &Stop,
 ) {
@@ -347,7 +349,13 @@ async fn accept_all(
         if let Some(metrics) = worker.metrics() {
             metrics.accepted();
         }
-        session::start(kind, socket, peer, worker.clone(), slot);
+        // Looked up per connection, so that a reload that changes the list applies to the
+        // listeners it keeps; an empty list costs one test.
+        let proxied = {
+            let listed = &worker.current.borrow().gen.config.proxy_protocol;
+            !listed.is_empty() && listed.contains(&requested)
+        };
+        session::start((kind, proxied), socket, peer, worker.clone(), slot);
     }
 }
 

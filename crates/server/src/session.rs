@@ -9,6 +9,10 @@
 //! `timeouts.head`, like a slow request head. Whatever protocol serves the connection
 //! frees the slot when it ends.
 //!
+//! On a `proxy_protocol` listener the PROXY header comes first, before TLS or HTTP,
+//! read within `timeouts.proxy_protocol`; a connection without a valid one is closed
+//! and counted (`tessera_access_denied_total{reason="proxy_protocol"}`).
+//!
 //! Each kind's future is started on its own rather than as one future that matches on
 //! the kind: a connection's future lives in a room of fixed size (`net::tasks`), and an
 //! `async fn` keeps its parameters beside the futures they move into.
@@ -22,7 +26,7 @@ use bytes::Bytes;
 use pool::SlotId;
 
 use crate::config::Kind;
-use crate::facts::TlsFacts;
+use crate::facts::{Origin, Proxied, TlsFacts};
 use crate::http1::{self, Conn, Handoff};
 use crate::http2;
 use crate::metrics::Handshake;
@@ -31,9 +35,10 @@ use crate::net::tls::stream::TlsStream;
 use crate::net::transport::Stream;
 use crate::worker::Worker;
 
-/// Starts the task of a connection accepted on a listener of `kind`, in its slot's room.
+/// Starts the task of a connection accepted on a listener of `kind`, in its slot's room;
+/// `proxied`: the listener is one of `proxy_protocol`'s.
 pub(crate) fn start(
-    kind: Kind,
+    (kind, proxied): (Kind, bool),
     socket: Socket,
     peer: SocketAddr,
     worker: Rc<Worker>,
@@ -41,17 +46,75 @@ pub(crate) fn start(
 ) {
     let tasks = worker.clone();
     let tasks = &tasks.tasks;
+    if proxied {
+        tasks.start(slot.index(), proxy_header(kind, socket, peer, worker, slot));
+        return;
+    }
+    let origin = Origin::Direct(peer);
     match kind {
         Kind::Plain => {
-            let conn = Conn::new(Stream::Plain(socket), peer, worker, slot);
+            let conn = Conn::new(Stream::Plain(socket), origin, worker, slot);
             tasks.start(slot.index(), http1::serve(conn, after_preface));
         }
-        Kind::Tls => tasks.start(slot.index(), tls(socket, peer, worker, slot)),
+        Kind::Tls => tasks.start(slot.index(), tls(socket, origin, worker, slot)),
         // The codec reads the preface and closes a connection that does not start with it.
         Kind::H2c => {
             let stream = Stream::Plain(socket);
-            let http2 = http2_boxed(stream, Bytes::new(), peer, worker, slot, None);
+            let http2 = http2_boxed(stream, Bytes::new(), origin, worker, slot, None);
             tasks.start(slot.index(), http2);
+        }
+    }
+}
+
+/// The PROXY header, then the connection as its listener's kind serves it. What serves
+/// it is boxed: this future and that one would not fit in the room together (one
+/// allocation more per connection, on these listeners only).
+async fn proxy_header(
+    kind: Kind,
+    socket: Socket,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    slot: SlotId,
+) {
+    let timeout = worker.current().gen.config.timeouts.proxy_protocol;
+    let timeout = std::time::Duration::from_secs_f64(timeout);
+    let read = crate::net::proxy::read_header(&socket);
+    let header = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(header)) => header,
+        outcome => {
+            let reason = match outcome {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no PROXY header within timeouts.proxy_protocol".into(),
+            };
+            tracing::debug!(%peer, reason, "connection refused: PROXY protocol");
+            if let Some(metrics) = worker.metrics() {
+                metrics.proxy_refused();
+            }
+            worker.free(slot);
+            return;
+        }
+    };
+    let origin = match (header.source, header.tlvs.is_empty()) {
+        // v1 UNKNOWN, v2 LOCAL: the proxy's own connection, a health check.
+        (None, true) => Origin::Direct(peer),
+        (source, _) => {
+            let client = source.map_or(peer, |source| {
+                let trusted = &worker.current().gen.identity[0].trusted;
+                crate::client::of_connection(trusted, peer, source)
+            });
+            let tlvs = header.tlvs;
+            Origin::Proxied(Rc::new(Proxied { peer, client, tlvs }))
+        }
+    };
+    match kind {
+        Kind::Plain => {
+            let conn = Conn::new(Stream::Plain(socket), origin, worker, slot);
+            Box::pin(http1::serve(conn, after_preface)).await;
+        }
+        Kind::Tls => Box::pin(tls(socket, origin, worker, slot)).await,
+        Kind::H2c => {
+            let stream = Stream::Plain(socket);
+            http2_boxed(stream, Bytes::new(), origin, worker, slot, None).await;
         }
     }
 }
@@ -62,16 +125,16 @@ fn after_preface(handoff: Handoff) -> Pin<Box<impl Future<Output = ()>>> {
     let Handoff {
         stream,
         prefix,
-        peer,
+        origin,
         worker,
         slot,
     } = handoff;
-    http2_boxed(stream, prefix, peer, worker, slot, None)
+    http2_boxed(stream, prefix, origin, worker, slot, None)
 }
 
 /// The TLS handshake (which picks the certificate, and with it the site, by SNI), then
 /// the protocol ALPN chose.
-async fn tls(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) {
+async fn tls(tcp: Socket, origin: Origin, worker: Rc<Worker>, slot: SlotId) {
     let Some(tls) = worker.shared.tls.as_ref() else {
         worker.free(slot);
         return;
@@ -94,16 +157,16 @@ async fn tls(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) {
                 // HTTP/2 writes the frames of a pass, then flushes once.
                 stream.hold_writes_until_flush();
                 let stream = Stream::Tls(stream);
-                http2_boxed(stream, Bytes::new(), peer, worker, slot, Some(facts)).await;
+                http2_boxed(stream, Bytes::new(), origin, worker, slot, Some(facts)).await;
             } else {
                 // Over TLS, HTTP/2 is what ALPN chose (RFC 9113 section 3.3): this
                 // connection negotiated HTTP/1.1, and its first bytes are not looked at.
-                let conn = Conn::new(Stream::Tls(stream), peer, worker, slot);
+                let conn = Conn::new(Stream::Tls(stream), origin, worker, slot);
                 http1::serve(conn, after_preface).await;
             }
         }
         Err(e) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            tracing::debug!(peer = %origin.peer(), error = %e, "TLS handshake failed");
             if let Some(metrics) = worker.metrics() {
                 metrics.handshake(Handshake::Failed);
             }
@@ -117,10 +180,10 @@ async fn tls(tcp: Socket, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) {
 fn http2_boxed(
     stream: Stream,
     prefix: Bytes,
-    peer: SocketAddr,
+    origin: Origin,
     worker: Rc<Worker>,
     slot: SlotId,
     tls: Option<TlsFacts>,
 ) -> Pin<Box<impl Future<Output = ()>>> {
-    Box::pin(http2::serve(stream, prefix, peer, worker, slot, tls))
+    Box::pin(http2::serve(stream, prefix, origin, worker, slot, tls))
 }

@@ -10,6 +10,11 @@
 //!
 //! It also parses the response heads a proxy receives from its upstreams
 //! ([`parse_response`]), as strictly: `edge`'s upstream client frames bodies with it.
+//! And what proxies in front say about the client: the PROXY protocol header that begins
+//! a connection ([`parse_proxy`], v1 and v2, strict and fuzzed; [`write_v1`] and
+//! [`write_v2`] for the header a proxy sends), and the client an `X-Forwarded-For` or
+//! RFC 7239 `Forwarded` field names ([`client_from_x_forwarded_for`],
+//! [`client_from_forwarded`]).
 //!
 //! What it is not for: routing, responses bodies, or anything that touches a socket; that
 //! is `server`'s and `edge`'s job.
@@ -21,19 +26,26 @@
 
 mod chunked;
 mod error;
+mod forwarded;
 mod limits;
 mod parse_response;
 mod path;
+mod proxy;
 mod request;
 mod response;
 
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use error::Error;
+pub use forwarded::{client_from_forwarded, client_from_x_forwarded_for, ForwardedClient};
 pub use limits::{Limits, MAX_HEADERS_CAP};
 pub use parse_response::{
     parse_response, parse_upgrade_response, ParsedResponse, ResponseError, ResponseFraming,
 };
 pub use path::{normalize_path, InvalidPath};
+pub use proxy::{
+    parse_proxy, write_v1, write_v2, ProxyError, ProxyHeader, Tlvs, MAX_HEADER as MAX_PROXY_HEADER,
+    SIGNATURE as PROXY_V2_SIGNATURE,
+};
 pub use request::{
     is_tchar, parse_request, trim_ows, BodyFraming, Header, HeaderStorage, Method, Request, Version,
 };

@@ -5,6 +5,7 @@ mod harness;
 mod access_log;
 mod cache;
 mod check_config;
+mod client_identity;
 mod compression;
 mod compression_budget;
 mod compression_cache;

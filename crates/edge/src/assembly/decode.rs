@@ -9,7 +9,8 @@ use handler::FieldList;
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
-use crate::upstream::client::{self, Pooled};
+use crate::upstream::client::Pooled;
+use crate::upstream::read as client;
 
 /// The content coding of a response: `Some(Identity)` without one, `None` for one the
 /// proxy cannot decode (or several stacked).

@@ -16,11 +16,18 @@ pub(crate) enum HashKey {
     CacheKey,
     Header(HeaderName),
     Cookie(String),
+    /// The client's address (the one a trusted proxy named, docs/security.md): a client
+    /// stays on one peer, as nginx's `ip_hash` (which hashes a /24) but by the whole
+    /// address.
+    Client,
 }
 
 impl HashKey {
     /// From a validated `hash_key`.
     pub(crate) fn parse(key: &str) -> HashKey {
+        if key == "client" {
+            return HashKey::Client;
+        }
         if let Some(name) = key.strip_prefix("header:") {
             if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
                 return HashKey::Header(name);
@@ -32,11 +39,13 @@ impl HashKey {
         }
     }
 
-    /// The key of a request, `header` reading its fields; `None` when the header or
-    /// cookie is absent (the request is balanced round robin).
+    /// The key of a request, `header` reading its fields; `None` when the header,
+    /// cookie or client is absent (the request is balanced round robin; a request the
+    /// proxy makes itself, an ESI fragment's, has no client).
     pub(crate) fn of<'a>(
         &self,
         target: &str,
+        client: Option<std::net::IpAddr>,
         header: impl Fn(&str) -> Option<&'a HeaderValue>,
         cookies: impl Iterator<Item = &'a HeaderValue>,
     ) -> Option<u64> {
@@ -49,6 +58,10 @@ impl HashKey {
                 Some(hash(&key))
             }
             HashKey::Header(name) => header(name.as_str()).map(|v| hash(v.as_bytes())),
+            HashKey::Client => client.map(|ip| match ip.to_canonical() {
+                std::net::IpAddr::V4(v4) => hash(&v4.octets()),
+                std::net::IpAddr::V6(v6) => hash(&v6.octets()),
+            }),
             HashKey::Cookie(name) => cookies
                 .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
                 .find_map(|pair| {
@@ -222,10 +235,10 @@ mod tests {
     fn hash_key_reads_the_named_cookie_or_header() {
         let cookie = HeaderValue::from_static("a=1; session=abc ; b=2");
         let key = HashKey::parse("cookie:session");
-        let got = key.of("/x", |_| None, [&cookie].into_iter());
+        let got = key.of("/x", None, |_| None, [&cookie].into_iter());
         assert_eq!(got, Some(hash(b"abc")));
         assert_eq!(
-            HashKey::parse("cookie:none").of("/x", |_| None, [&cookie].into_iter()),
+            HashKey::parse("cookie:none").of("/x", None, |_| None, [&cookie].into_iter()),
             None
         );
         let user = HeaderValue::from_static("u7");
@@ -233,11 +246,17 @@ mod tests {
         assert_eq!(
             key.of(
                 "/",
+                None,
                 |n| (n == "x-user").then_some(&user),
                 std::iter::empty()
             ),
             Some(hash(b"u7"))
         );
+        let key = HashKey::parse("client");
+        let of = |ip: &str| key.of("/", Some(ip.parse().unwrap()), |_| None, std::iter::empty());
+        assert_eq!(of("192.0.2.1"), of("::ffff:192.0.2.1"));
+        assert_ne!(of("192.0.2.1"), of("192.0.2.2"));
+        assert_eq!(key.of("/", None, |_| None, std::iter::empty()), None);
     }
 
     #[tokio::test(start_paused = true)]

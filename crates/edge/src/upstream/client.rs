@@ -18,6 +18,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,6 +69,7 @@ pub(crate) struct Upstream {
     /// Whether the balance reads the requests in flight (least_conn, random_two).
     counts_in_flight: bool,
     hash_key: HashKey,
+    send_proxy: Option<crate::config::SendProxy>,
     retries: u32,
     fail_status: Vec<u16>,
     /// `path_prefix`: prepended to every request's path.
@@ -136,6 +138,8 @@ struct Conn {
     read: BytesMut,
     /// The request being written.
     write: Vec<u8>,
+    /// The client its PROXY header named (`send_proxy`): it carries no one else's.
+    client: Option<SocketAddr>,
 }
 
 /// A response head as the proxy reads it: its fields in the seam's form, names
@@ -201,7 +205,10 @@ impl Pooled {
 
     /// The next piece of the body (`None` at its end, when the connection goes back to
     /// the pool if it may carry another request).
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, UpstreamError>> {
+    pub(crate) fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
         let protocol = |message: String| UpstreamError::Protocol {
             upstream: self.busy.upstream.name.clone(),
             message,
@@ -418,6 +425,7 @@ impl Upstream {
             peers,
             set,
             hash_key: HashKey::parse(&c.hash_key),
+            send_proxy: c.send_proxy,
             retries: c.retries,
             fail_status: c.fail_status.clone(),
             path_prefix: c.path_prefix.clone(),
@@ -452,6 +460,7 @@ impl Upstream {
         };
         self.hash_key.of(
             req.target,
+            req.client().map(|c| c.ip()),
             |name| fields.get(name),
             fields.get_all(http::header::COOKIE).iter(),
         )
@@ -565,10 +574,10 @@ impl Upstream {
         // idempotent request that fails on one before any response byte is retried on
         // the next pooled connection of the same peer, or a new one.
         loop {
-            let (mut conn, reused) = match self.take_idle(peer, idempotent) {
+            let (mut conn, reused) = match self.take_idle(peer, idempotent, req.client()) {
                 Some(c) => (c, true),
                 None => (
-                    self.connect(peer, deadline)
+                    self.connect(peer, deadline, req.client())
                         .await
                         .map_err(|error| Failure {
                             error,
@@ -712,8 +721,19 @@ impl Upstream {
     /// The most recently used idle connection to `peer` (its buffers and the peer's
     /// socket state are warmest). Before a request that must not be sent twice, one the
     /// peer closed meanwhile is skipped.
-    fn take_idle(&self, peer: usize, idempotent: bool) -> Option<Box<Conn>> {
+    fn take_idle(
+        &self,
+        peer: usize,
+        idempotent: bool,
+        client: Option<SocketAddr>,
+    ) -> Option<Box<Conn>> {
         let mut idle = self.peers[peer].idle.borrow_mut();
+        if self.send_proxy.is_some() {
+            // Only a connection whose PROXY header named this client will do.
+            let mine = idle.iter().rposition(|c| c.client == client)?;
+            let mut c = idle.remove(mine);
+            return (idempotent || c.still_open()).then_some(c);
+        }
         while let Some(mut c) = idle.pop() {
             if idempotent || c.still_open() {
                 return Some(c);
@@ -723,7 +743,12 @@ impl Upstream {
     }
 
     /// Opens a connection to `peer` within the connect timeout.
-    async fn connect(&self, peer: usize, deadline: Instant) -> Result<Box<Conn>, UpstreamError> {
+    async fn connect(
+        &self,
+        peer: usize,
+        deadline: Instant,
+        client: Option<SocketAddr>,
+    ) -> Result<Box<Conn>, UpstreamError> {
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
         let address = &self.set.peers[peer].address;
         match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await {
@@ -734,8 +759,19 @@ impl Upstream {
                 upstream: self.name.clone(),
                 message: format!("{address}: {e}"),
             }),
-            Ok(Ok(stream)) => {
+            Ok(Ok(mut stream)) => {
                 let _ = stream.set_nodelay(true);
+                if let Some(version) = self.send_proxy {
+                    let introduced =
+                        crate::upstream::send_proxy::introduce(&mut stream, version, client);
+                    if let Err(e) = introduced.await {
+                        let message = format!("{address}: sending the PROXY header: {e}");
+                        return Err(UpstreamError::Connect {
+                            upstream: self.name.clone(),
+                            message,
+                        });
+                    }
+                }
                 let opened = &self.peers[peer].opened;
                 opened.set(opened.get() + 1);
                 self.opened_total.fetch_add(1, Ordering::Relaxed);
@@ -743,94 +779,18 @@ impl Upstream {
                     stream,
                     read: BytesMut::with_capacity(READ_ROOM),
                     write: Vec::with_capacity(1024),
+                    client,
                 }))
             }
         }
     }
 }
 
-/// Reads a whole body by `deadline`, at most `limit` bytes, handing each chunk to
-/// `chunk`; the connection goes back to the pool at its end.
-async fn read_chunks(
-    mut pooled: Pooled,
-    limit: usize,
-    deadline: Instant,
-    mut chunk: impl FnMut(Bytes),
-) -> Result<(), UpstreamError> {
-    let name = pooled.busy.upstream.name.clone();
-    let mut len = 0;
-    loop {
-        match timeout_at(deadline, std::future::poll_fn(|cx| pooled.poll_chunk(cx))).await {
-            Err(_) => return Err(UpstreamError::ResponseTimeout { upstream: name }),
-            Ok(Err(e)) => return Err(e),
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Ok(Some(data))) => {
-                len += data.len();
-                if len > limit {
-                    return Err(UpstreamError::TooLarge { upstream: name });
-                }
-                chunk(data);
-            }
-        }
-    }
-}
-
-/// A whole body as bytes of its own (see [`read_chunks`]). A chunk is a slice of the
-/// connection's read buffer, which is far larger than a small body: kept in the cache, it
-/// would hold the whole buffer alive beyond the cache's weight. So the body is always
-/// copied once into an exact-size buffer (once per fill; a hit shares it, uncopied).
 /// The name of the upstream a response comes from (for errors and log lines).
 impl Pooled {
     pub(crate) fn upstream_name(&self) -> &str {
         &self.busy.upstream.name
     }
-}
-
-pub(crate) async fn read_bytes(
-    pooled: Pooled,
-    limit: usize,
-    deadline: Instant,
-) -> Result<Bytes, UpstreamError> {
-    let mut parts: Vec<Bytes> = Vec::new();
-    read_chunks(pooled, limit, deadline, |b| parts.push(b)).await?;
-    Ok(match parts.len() {
-        0 => Bytes::new(),
-        1 => Bytes::copy_from_slice(&parts[0]),
-        _ => Bytes::from(parts.concat()),
-    })
-}
-
-/// A whole body compiled as ESI while it arrives (see [`read_chunks`]): each chunk goes
-/// to the compiler as it comes (tags may straddle chunks; text stays zero-copy slices of
-/// the chunks), so the body is never copied into one buffer.
-pub(crate) async fn read_template(
-    pooled: Pooled,
-    limit: usize,
-    deadline: Instant,
-) -> Result<esi::Template, UpstreamError> {
-    let mut compiler = esi::Compiler::new(&esi::Options::default());
-    read_chunks(pooled, limit, deadline, |b| compiler.feed(b)).await?;
-    Ok(compiler.finish())
-}
-
-/// [`read_template`], also keeping the chunks (the buffers the template's text points
-/// into, so keeping them costs no memory) for the cache's shared tier. Each chunk is
-/// first copied into an exact-size buffer, so a stored template does not keep the
-/// connection's larger read buffers alive (see [`read_bytes`]).
-pub(crate) async fn read_template_with_source(
-    pooled: Pooled,
-    limit: usize,
-    deadline: Instant,
-) -> Result<(esi::Template, Vec<Bytes>), UpstreamError> {
-    let mut compiler = esi::Compiler::new(&esi::Options::default());
-    let mut source = Vec::new();
-    read_chunks(pooled, limit, deadline, |b| {
-        let b = Bytes::copy_from_slice(&b);
-        source.push(b.clone());
-        compiler.feed(b)
-    })
-    .await?;
-    Ok((compiler.finish(), source))
 }
 
 /// A response body passed through as it arrives; the connection goes back to the pool

@@ -19,17 +19,17 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::config::{secs, EdgeConfig, HealthConfig};
+use crate::config::{secs, EdgeConfig, HealthConfig, SendProxy};
 use crate::upstream::peers::{PeerSet, PeerState};
 
 /// Starts the checker when some upstream has `[upstream.health]`. `sets` are in
 /// `config.upstream`'s order.
 pub(crate) fn start(config: &EdgeConfig, sets: &Arc<[Arc<PeerSet>]>) {
-    let checks: Vec<(usize, HealthConfig)> = config
+    let checks: Vec<(usize, (HealthConfig, Option<SendProxy>))> = config
         .upstream
         .iter()
         .enumerate()
-        .filter_map(|(i, u)| u.health.clone().map(|h| (i, h)))
+        .filter_map(|(i, u)| u.health.clone().map(|h| (i, (h, u.send_proxy))))
         .collect();
     if checks.is_empty() {
         return;
@@ -86,7 +86,7 @@ async fn check_peer(
     sets: Weak<[Arc<PeerSet>]>,
     upstream: usize,
     peer: usize,
-    health: HealthConfig,
+    (health, send_proxy): (HealthConfig, Option<SendProxy>),
     mut seed: u64,
 ) {
     let mut random = move || {
@@ -117,7 +117,7 @@ async fn check_peer(
             return;
         }
         let address = set.peers[peer].address.clone();
-        let result = tokio::time::timeout(timeout, check(&address, &health.path)).await;
+        let result = tokio::time::timeout(timeout, check(&address, &health.path, send_proxy)).await;
         let verdict = match result {
             Ok(Ok(status)) if passes(&health, status) => Ok(()),
             Ok(Ok(status)) => Err(format!("status {status}")),
@@ -159,9 +159,13 @@ fn passes(health: &HealthConfig, status: u16) -> bool {
     }
 }
 
-/// `GET path` on a connection of its own; the response's status.
-async fn check(address: &str, path: &str) -> std::io::Result<u16> {
+/// `GET path` on a connection of its own (with `send_proxy`, after a v1 `UNKNOWN` or v2
+/// `LOCAL` header: the check is the proxy's own); the response's status.
+async fn check(address: &str, path: &str, send_proxy: Option<SendProxy>) -> std::io::Result<u16> {
     let mut stream = TcpStream::connect(address).await?;
+    if let Some(version) = send_proxy {
+        crate::upstream::send_proxy::introduce(&mut stream, version, None).await?;
+    }
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: tessera-health-check\r\n\
          Connection: close\r\n\r\n"

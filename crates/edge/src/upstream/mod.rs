@@ -9,3 +9,5 @@ pub(crate) mod client;
 pub(crate) mod health;
 pub(crate) mod outgoing;
 pub(crate) mod peers;
+pub(crate) mod read;
+pub(crate) mod send_proxy;

@@ -29,6 +29,14 @@ pub(crate) enum Fields<'a> {
 }
 
 impl Outgoing<'_> {
+    /// The client whose request this is (`None` for a request the proxy makes itself).
+    pub(crate) fn client(&self) -> Option<std::net::SocketAddr> {
+        match &self.fields {
+            Fields::Plain(_) => None,
+            Fields::Forwarded(f) => Some(std::net::SocketAddr::new(f.client.addr, f.client.port)),
+        }
+    }
+
     /// The request head: request line (the target after the upstream's `path_prefix`),
     /// the fields (framing fields the caller left are dropped: the body's length is known
     /// here), Content-Length when there is a body or the method expects one.

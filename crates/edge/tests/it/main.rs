@@ -65,6 +65,8 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
             addr: "10.0.0.7".parse().unwrap(),
             scheme: "http",
             version: Version::HTTP_11,
+            port: 0,
+            forwarded_for: None,
         },
     }
 }

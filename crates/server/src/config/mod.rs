@@ -25,6 +25,21 @@ pub struct Config {
     /// nginx's `listen ... http2` without `ssl` before 1.25: for a load balancer or
     /// another proxy that talks h2c to its origins (docs/http2.md). Default none.
     pub h2c_listen: Vec<SocketAddr>,
+    /// Listening addresses (of `listen`, `tls_listen` or `h2c_listen`) whose connections
+    /// begin with a PROXY protocol header, v1 or v2 (docs/security.md, "Client
+    /// identity"): HAProxy's `send-proxy`, an AWS NLB, nginx's `proxy_protocol on`. A
+    /// connection without a valid header within `timeouts.proxy_protocol` is closed.
+    /// Default none.
+    pub proxy_protocol: Vec<SocketAddr>,
+    /// Networks (`10.0.0.0/8`) or addresses of the proxies in front whose word on the
+    /// client is believed: their PROXY header's source and, per `real_ip_from`, their
+    /// `X-Forwarded-For` or `Forwarded`. Default none: the socket's peer is the client
+    /// (a PROXY header on a `proxy_protocol` listener is then believed from any peer).
+    pub trusted_proxies: Vec<String>,
+    /// The field a trusted proxy names the client in: `x-forwarded-for`, `forwarded`
+    /// (RFC 7239), or `proxy_protocol` (the PROXY header only). Default
+    /// `x-forwarded-for` when `trusted_proxies` is set.
+    pub real_ip_from: Option<crate::client::RealIpFrom>,
     /// `[tls]`: the default certificate and key (docs/tls.md).
     pub tls: tls::TlsConfig,
     /// Directory served. Default none: no static files, so every request no module
@@ -162,6 +177,12 @@ pub struct HostConfig {
     pub response_headers: Option<rules::HeaderEdits>,
     /// Pages of this host's root for error statuses. Default: the top-level `error_page`.
     pub error_page: Option<std::collections::BTreeMap<String, String>>,
+    /// This host's trusted proxies, for the fields of its requests. Default: the
+    /// top-level `trusted_proxies`. (A PROXY header is read before any host is known,
+    /// so it is trusted by the top-level list.)
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Default: the top-level `real_ip_from`.
+    pub real_ip_from: Option<crate::client::RealIpFrom>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -187,6 +208,9 @@ pub struct TimeoutsConfig {
     pub idle: f64,
     /// A response that makes no write progress (the client stopped reading). Default 60.
     pub write: f64,
+    /// Receiving the PROXY header on a `proxy_protocol` listener, from accept. Default
+    /// 5: a balancer sends it at once, with or before the first bytes of the client's.
+    pub proxy_protocol: f64,
 }
 
 impl Default for TimeoutsConfig {
@@ -196,6 +220,7 @@ impl Default for TimeoutsConfig {
             body: 30.0,
             idle: 60.0,
             write: 60.0,
+            proxy_protocol: 5.0,
         }
     }
 }
@@ -220,6 +245,9 @@ impl Default for Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             tls_listen: Vec::new(),
             h2c_listen: Vec::new(),
+            proxy_protocol: Vec::new(),
+            trusted_proxies: Vec::new(),
+            real_ip_from: None,
             tls: Default::default(),
             root: None,
             workers: 0,
@@ -277,6 +305,19 @@ impl LimitsConfig {
 }
 
 impl Config {
+    /// What is wrong with the access log's format, if anything.
+    fn log_problem(&self) -> Option<String> {
+        let e = self.log_format().err()?;
+        let key = match self.access_log_format == "json" {
+            true => "json_fields",
+            false => "access_log_format",
+        };
+        Some(match e.starts_with('`') {
+            true => e,
+            false => format!("`{key}`: {e}"),
+        })
+    }
+
     /// The access log's compiled format.
     pub(crate) fn log_format(&self) -> Result<crate::access_log::Format, String> {
         use crate::access_log::{Format, DEFAULT_JSON_FIELDS};
@@ -302,6 +343,15 @@ impl Config {
         tagged(&self.listen, Kind::Plain)
             .chain(tagged(&self.tls_listen, Kind::Tls))
             .chain(tagged(&self.h2c_listen, Kind::H2c))
+    }
+
+    /// Who each site's client is behind proxies, the top-level site first.
+    pub(crate) fn identity(&self) -> Result<Vec<crate::client::Identity>, String> {
+        let hosts = self
+            .host
+            .iter()
+            .map(|h| (h.trusted_proxies.as_deref(), h.real_ip_from));
+        crate::client::Identity::of_sites((&self.trusted_proxies, self.real_ip_from), hosts)
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).
@@ -392,16 +442,7 @@ impl Config {
         if let Err(e) = self.rule_tables() {
             problems.push(e);
         }
-        if let Err(e) = self.log_format() {
-            let key = match self.access_log_format == "json" {
-                true => "json_fields",
-                false => "access_log_format",
-            };
-            problems.push(match e.starts_with('`') {
-                true => e,
-                false => format!("`{key}`: {e}"),
-            });
-        }
+        problems.extend(self.log_problem());
         if self.listening().next().is_none() {
             problems.push("`listen` needs at least one address".into());
         }
@@ -418,6 +459,16 @@ impl Config {
                     first.key()
                 ));
             }
+        }
+        for addr in &self.proxy_protocol {
+            if !self.listening().any(|(a, _)| a == *addr) {
+                problems.push(format!(
+                    "`proxy_protocol` lists {addr}, which no `listen`, `tls_listen` or `h2c_listen` lists"
+                ));
+            }
+        }
+        if let Err(e) = self.identity() {
+            problems.push(e);
         }
         if !self.h2c_listen.is_empty() && !self.http2.enabled {
             problems.push("`h2c_listen` needs HTTP/2, which `http2 = false` turns off".into());
@@ -471,6 +522,7 @@ impl Config {
             ("body", t.body),
             ("idle", t.idle),
             ("write", t.write),
+            ("proxy_protocol", t.proxy_protocol),
         ] {
             if !(value > 0.0 && value <= 86400.0) {
                 problems.push(format!(

@@ -99,8 +99,10 @@ pub(crate) fn answer(
     let site = match choose_site(worker, conn, gen, req, keep_alive, out) {
         Ok(site) => site,
         // Answered already: redirected to HTTPS, or misdirected.
-        Err(site) => return Dispatched::Done(by_files(gen, site, req, None)),
+        Err(site) => return Dispatched::Done(by_files(gen, site, req, (None, None))),
     };
+    let (by_field, forwarded_for) = named_client(gen, site, conn, req);
+    let conn = by_field.as_ref().unwrap_or(conn);
     // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
     // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
     // a path reaches a file or an upstream past the filter that guards its prefix. A path
@@ -109,13 +111,10 @@ pub(crate) fn answer(
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
-    // The site's rules first (`[[route]]` matchers and actions, response edits); a site
-    // without any costs one test.
+    // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    let files_answered = Answered {
-        route: decided.rule.map(|rule| (site as u16, rule as u16)),
-        ..by_files(gen, site, req, id)
-    };
+    let route = decided.rule.map(|rule| (site as u16, rule as u16));
+    let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
     let edits = (decided.request_edits.as_ref(), decided.target.as_deref());
     let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
@@ -131,7 +130,10 @@ pub(crate) fn answer(
             let mut request = handler::Request {
                 head: req,
                 path: &path,
-                client: conn.peer,
+                client: conn.client,
+                peer: conn.peer,
+                proxy_tlvs: conn.proxy_tlvs(),
+                forwarded_for,
                 tag: 0,
                 secure: conn.secure(),
             };
@@ -251,14 +253,14 @@ fn by_files(
     gen: &Generation,
     site: usize,
     req: &wire::Request<'_, '_>,
-    request_id: Option<u128>,
+    (request_id, route): (Option<u128>, Option<(u16, u16)>),
 ) -> Answered {
     Answered {
         host: gen.host_labels[site],
         kind: metrics::kind_index("static"),
         method: metrics::method_index(req.method),
         request_id,
-        route: None,
+        route,
     }
 }
 
@@ -349,6 +351,31 @@ fn request_view<'l, 't: 'l>(
     routing::edited(req, target, headers)
 }
 
+/// Who the client is, when the site believes a trusted proxy's forwarding field: the
+/// facts of this request with that client, and, for `X-Forwarded-For`, how many of its
+/// items lie before the client's (`handler::Request::forwarded_for`). A site that reads
+/// no field costs one test.
+fn named_client(
+    gen: &Generation,
+    site: usize,
+    conn: &ConnFacts,
+    req: &wire::Request<'_, '_>,
+) -> (Option<ConnFacts>, Option<usize>) {
+    if !gen.reads_fields {
+        return (None, None);
+    }
+    let identity = &gen.identity[site];
+    let Some(found) = identity.of_request(conn, req) else {
+        return (None, None);
+    };
+    let facts = ConnFacts {
+        client: found.addr,
+        ..conn.clone()
+    };
+    let before = identity.reads_x_forwarded_for().then_some(found.before);
+    (Some(facts), before)
+}
+
 /// What the site's rules decide for a request whose path normalised (into `path`).
 fn decide(
     worker: &Worker,
@@ -366,7 +393,7 @@ fn decide(
     let exists = |p: &[u8]| files::exists(p, worker, files);
     let seen = routing::Seen {
         req,
-        client: (conn.peer, conn.secure()),
+        client: (conn.client, conn.secure()),
         exists: &exists,
         request_id,
     };

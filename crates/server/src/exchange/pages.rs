@@ -42,7 +42,7 @@ impl Pages {
             table: table.clone(),
             rule,
             site,
-            client: (conn.peer, conn.secure()),
+            client: (conn.client, conn.secure()),
         })
     }
 

@@ -146,12 +146,20 @@ pub(crate) fn record(
         let rules = gen.rules.get(usize::from(site))?.rules();
         Some(rules.get(usize::from(rule))?.name.as_str())
     });
+    // The request's client, as `exchange::answer` found it (worked out again here: a
+    // response that came later is logged from the connection's facts).
+    let forwarded = match (request, current.gen.reads_fields) {
+        (Some(req), true) => current.gen.identity[site].of_request(conn, req),
+        _ => None,
+    };
     let entry = Entry {
         host,
         route,
         second: worker.clock.second(),
         tls: conn.tls,
-        client: conn.peer,
+        client: forwarded.map_or(conn.client, |f| f.addr),
+        peer: conn.peer,
+        proxy_tlvs: conn.proxy_tlvs(),
         request,
         raw_line,
         status,

@@ -483,7 +483,7 @@ impl Conn {
                             body.extend_from_slice(data);
                             used_total += used;
                             if body.len() as u64 > limits.max_body_size {
-                                worker.refused(self.peer, wire::Error::BodyTooLarge);
+                                worker.refused(self.origin.peer(), wire::Error::BodyTooLarge);
                                 self.refused = true;
                                 return Ok(None);
                             }
@@ -497,7 +497,7 @@ impl Conn {
                             break;
                         }
                         Err(e) => {
-                            worker.refused(self.peer, e);
+                            worker.refused(self.origin.peer(), e);
                             self.refused = true;
                             return Ok(None);
                         }

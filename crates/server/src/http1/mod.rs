@@ -6,7 +6,6 @@
 //! 10,000 idle connections cheap.
 
 use std::io;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,7 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 use crate::conn_state::ConnState;
 use crate::exchange::served::log;
 use crate::exchange::{self, Dispatched, Exchange};
-use crate::facts::ConnFacts;
+use crate::facts::{ConnFacts, Origin};
 use crate::net::output::Progress;
 use crate::net::transport::Stream;
 use crate::reply;
@@ -62,7 +61,7 @@ enum Ending {
 pub(crate) struct Conn {
     worker: Rc<Worker>,
     stream: Stream,
-    peer: SocketAddr,
+    origin: Origin,
     /// When the last read completed, for `%D` in access logs (only read when logging).
     read_at: Option<Instant>,
     slot: SlotId,
@@ -78,14 +77,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, peer: SocketAddr, worker: Rc<Worker>, slot: SlotId) -> Conn {
+    pub(crate) fn new(stream: Stream, origin: Origin, worker: Rc<Worker>, slot: SlotId) -> Conn {
         // Prior knowledge is for cleartext only: over TLS, HTTP/2 is what ALPN chose
         // (RFC 9113 section 3.3), and a connection here negotiated HTTP/1.1.
         let fresh = matches!(stream, Stream::Plain(_));
         Conn {
             worker,
             stream,
-            peer,
+            origin,
             read_at: None,
             slot,
             buffers: None,
@@ -104,7 +103,7 @@ pub(crate) struct Handoff {
     pub stream: Stream,
     /// The bytes read so far, the preface among them.
     pub prefix: bytes::Bytes,
-    pub peer: SocketAddr,
+    pub origin: Origin,
     pub worker: Rc<Worker>,
     pub slot: SlotId,
 }
@@ -113,10 +112,7 @@ impl Conn {
     /// What every request on this connection is answered, counted and logged with. Made
     /// when needed rather than kept: it would add 48 bytes to every connection's future.
     fn facts(&self) -> ConnFacts {
-        ConnFacts {
-            peer: self.peer,
-            tls: self.stream.tls_facts(),
-        }
+        self.origin.facts(self.stream.tls_facts())
     }
 }
 
@@ -144,7 +140,7 @@ pub(crate) fn serve<F: std::future::Future<Output = ()>>(
             };
             let Conn {
                 stream,
-                peer,
+                origin,
                 worker,
                 slot,
                 ..
@@ -153,7 +149,7 @@ pub(crate) fn serve<F: std::future::Future<Output = ()>>(
             http2(Handoff {
                 stream,
                 prefix,
-                peer,
+                origin,
                 worker,
                 slot,
             })
@@ -349,7 +345,7 @@ impl Conn {
                 // still go out, then the connection closes (nothing after the bad
                 // body can be trusted to start a request).
                 Err(e) => {
-                    worker.refused(self.peer, e);
+                    worker.refused(self.origin.peer(), e);
                     self.refused = true;
                     return Next::Close;
                 }
@@ -384,7 +380,7 @@ impl Conn {
                 }
                 Ok(None) => return Next::Read,
                 Err(e) => {
-                    worker.refused(self.peer, e);
+                    worker.refused(self.origin.peer(), e);
                     self.refused = true;
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];

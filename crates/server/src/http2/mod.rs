@@ -42,7 +42,7 @@ use h2codec::frame::Reason;
 use pool::SlotId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::facts::{ConnFacts, TlsFacts};
+use crate::facts::{Origin, TlsFacts};
 use crate::metrics::GoAway;
 use crate::net::transport::Stream;
 use crate::worker::Worker;
@@ -55,7 +55,7 @@ const READ_ROOM: usize = 16 * 1024;
 pub(crate) async fn serve(
     stream: Stream,
     prefix: Bytes,
-    peer: SocketAddr,
+    origin: Origin,
     worker: Rc<Worker>,
     slot: SlotId,
     tls: Option<TlsFacts>,
@@ -66,7 +66,7 @@ pub(crate) async fn serve(
     let streams = Rc::new(Streams {
         worker: worker.clone(),
         slot,
-        facts: ConnFacts { peer, tls },
+        facts: origin.facts(tls),
         active: Cell::new(0),
         blocked: Cell::new(0),
         write_blocked: Cell::new(false),

@@ -338,7 +338,7 @@ impl Sink for Task<'_> {
     }
 
     fn facts(&self) -> ConnFacts {
-        self.streams.facts
+        self.streams.facts.clone()
     }
 
     fn read_at(&self) -> Option<Instant> {

@@ -5,6 +5,7 @@
 
 pub(crate) mod listeners;
 pub(crate) mod output;
+pub(crate) mod proxy;
 pub(crate) mod reactor;
 pub(crate) mod tasks;
 pub(crate) mod tls;

@@ -303,6 +303,19 @@ impl Socket {
         .await
     }
 
+    /// Peeks without waiting: `WouldBlock` when nothing is there (the readiness is then
+    /// cleared, as by any read that finds nothing).
+    pub fn try_peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        self.try_io(Interest::READABLE, || sys::recv(fd, buf, libc::MSG_PEEK))
+    }
+
+    /// Forgets that the socket is readable, so that the next wait is for bytes (or an
+    /// end) that come after now: what was peeked at was not enough.
+    pub fn wait_for_more(&self) {
+        self.clear(READ);
+    }
+
     /// One send(2); a short one clears the writability.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
