@@ -35,7 +35,7 @@ pub struct RouteRules {
     /// `http` or `https`.
     pub scheme: Option<String>,
     /// Client addresses (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.7`), one of which must
-    /// hold the request's client (the socket's peer until trusted proxies exist).
+    /// hold the request's client (the one a trusted proxy names, else the socket's peer).
     pub client: Vec<String>,
     /// Answer with a fixed response.
     pub respond: Option<Respond>,
