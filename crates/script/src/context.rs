@@ -300,6 +300,15 @@ impl UserData for Context {
             }
             Ok(t)
         });
+        m.add_method("cookie", |lua, c, name: LuaString| {
+            let name = name.as_bytes();
+            let found = c
+                .headers
+                .iter()
+                .filter(|(n, _)| c.span(*n).eq_ignore_ascii_case(b"cookie"))
+                .find_map(|(_, v)| crate::helpers::cookie::find(c.span(*v), &name));
+            bytes_or_nil(lua, found)
+        });
         m.add_method("body", |lua, c, ()| lua.create_string(&c.body[..]));
         m.add_method("client", |lua, c, ()| match c.client {
             Some(a) => Ok((

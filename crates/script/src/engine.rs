@@ -281,6 +281,7 @@ impl Engine {
         let tessera = lua.create_table()?;
         tessera.set("worker_id", worker)?;
         clock::install(lua, &tessera)?;
+        crate::helpers::install(lua, &tessera)?;
 
         // tessera.log.info(...), .warn, .error, .debug
         let log = lua.create_table()?;

@@ -31,6 +31,7 @@ mod context;
 mod engine;
 mod error;
 mod guard;
+mod helpers;
 mod module;
 mod scripts;
 mod shared;
