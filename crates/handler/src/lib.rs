@@ -42,7 +42,7 @@ pub use metrics::{
 pub use pooled::{local_future, local_future_with, pin, LocalFuture, Pooled};
 pub use router::Router;
 pub use service::{
-    status_page_len, write_status_page, Answer, Attached, Deferred, Filter, Filtered, KindLabels,
-    Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
+    status_page_len, write_status_page, Answer, Attached, Deferred, EditedRequest, Filter,
+    Filtered, KindLabels, Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
 pub use upstream::{UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory};

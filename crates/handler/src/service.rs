@@ -175,8 +175,59 @@ pub enum Filtered {
     /// The request goes on to its handler; the filter may stay attached to see the
     /// response head and the end of the exchange.
     Continue(Option<Box<dyn Attached>>),
+    /// As `Continue`, with the request as the filter changed it: the handler and the
+    /// static files see this target and these fields instead of the received ones.
+    Edited(Option<Box<dyn Attached>>, EditedRequest),
     /// The filter answered itself; the handler is not called.
     Answer(Answer),
+}
+
+/// A request as a filter changed it (Lua's `r:set_req_header`, `r:set_path`...): a new
+/// target (origin form), all of its fields as they are now, or both; in one buffer.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EditedRequest {
+    bytes: Vec<u8>,
+    target: Option<Span>,
+    /// Each field's name and value.
+    fields: Option<Vec<(Span, Span)>>,
+}
+
+/// A byte range of [`EditedRequest`]'s buffer.
+type Span = (usize, usize);
+
+impl EditedRequest {
+    fn push(&mut self, bytes: &[u8]) -> Span {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        (start, self.bytes.len())
+    }
+
+    /// The request's new target: a path starting with `/`, and a query after `?`.
+    pub fn set_target(&mut self, target: &[u8]) {
+        self.target = Some(self.push(target));
+    }
+
+    /// The request's fields, all of them, as they now are.
+    pub fn set_fields<'a>(&mut self, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+        let mut spans = Vec::new();
+        for (name, value) in fields {
+            spans.push((self.push(name), self.push(value)));
+        }
+        self.fields = Some(spans);
+    }
+
+    pub fn target(&self) -> Option<&[u8]> {
+        self.target.map(|(a, b)| &self.bytes[a..b])
+    }
+
+    /// The fields (name, value), when they changed.
+    pub fn fields(&self) -> Option<impl Iterator<Item = (&[u8], &[u8])>> {
+        self.fields.as_ref().map(|spans| {
+            spans
+                .iter()
+                .map(|&((n0, n1), (v0, v1))| (&self.bytes[n0..n1], &self.bytes[v0..v1]))
+        })
+    }
 }
 
 /// A filter attached to one exchange (Lua's `header_filter` and `log` phases).

@@ -42,6 +42,10 @@ pub struct Context {
     pub(crate) failed: bool,
     /// Set by `r:no_compress()`: the response goes out without on-the-fly compression.
     pub(crate) no_compress: bool,
+    /// Whether a script changed the request's target or fields (`r:set_path`,
+    /// `r:set_req_header`...): the server then answers the request as edited.
+    target_edited: bool,
+    headers_edited: bool,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -102,6 +106,56 @@ impl Context {
         self.responded = false;
         self.failed = false;
         self.no_compress = false;
+        self.target_edited = false;
+        self.headers_edited = false;
+    }
+
+    /// The request as a script edited it, if it did (its target, its fields, or both).
+    pub fn edited_request(&self) -> Option<handler::EditedRequest> {
+        if !self.target_edited && !self.headers_edited {
+            return None;
+        }
+        let mut edited = handler::EditedRequest::default();
+        if self.target_edited {
+            edited.set_target(self.span(self.target));
+        }
+        if self.headers_edited {
+            edited.set_fields(
+                self.headers
+                    .iter()
+                    .map(|&(n, v)| (self.span(n), self.span(v))),
+            );
+        }
+        Some(edited)
+    }
+
+    /// A new target from a path and a query (`""`: none), each written as it may stand in
+    /// a request line: a byte that may not (a space, a control, non-ASCII, `#`, and `?`
+    /// in the path) percent-encoded.
+    fn set_target(&mut self, path: &[u8], query: &[u8]) {
+        let mut target = Vec::with_capacity(path.len() + query.len() + 1);
+        encode_into(&mut target, path, b"?#");
+        if !query.is_empty() {
+            target.push(b'?');
+            encode_into(&mut target, query, b"#");
+        }
+        self.target = push(&mut self.head, &target);
+        self.target_edited = true;
+    }
+
+    /// Sets (`replace`) or adds a request field; `value` `None` removes every field `name`.
+    fn edit_header(&mut self, name: &[u8], value: Option<&[u8]>, replace: bool) {
+        if replace {
+            let head = &self.head;
+            self.headers
+                .retain(|(n, _)| !head[n.0 as usize..n.1 as usize].eq_ignore_ascii_case(name));
+        }
+        if let Some(value) = value {
+            let n = push(&mut self.head, name);
+            let v = push(&mut self.head, value);
+            self.headers.push((n, v));
+        }
+        self.headers_edited = true;
     }
 
     pub fn set_body(&mut self, body: Bytes) {
@@ -196,6 +250,18 @@ impl Context {
     }
 }
 
+/// Appends `bytes` with every byte outside `!`..`~`, and those of `also`, as `%XX`.
+fn encode_into(out: &mut Vec<u8>, bytes: &[u8], also: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        if (b'!'..=b'~').contains(&b) && !also.contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        }
+    }
+}
+
 fn push(buf: &mut Vec<u8>, bytes: &[u8]) -> Span {
     let start = buf.len() as u32;
     buf.extend_from_slice(bytes);
@@ -227,6 +293,64 @@ fn header_bytes<'a>(what: &str, s: &'a [u8]) -> LuaResult<&'a [u8]> {
         return Err(mlua::Error::runtime(format!("invalid header {what}")));
     }
     Ok(s)
+}
+
+/// A request field name a script sets: a token (RFC 9110 section 5.6.2), not one of the
+/// fields that frame the request (`Content-Length`, `Transfer-Encoding`), which the server
+/// read the body by.
+fn request_field_name(name: &[u8]) -> LuaResult<Vec<u8>> {
+    if !is_token(name) {
+        return Err(mlua::Error::runtime("invalid header name"));
+    }
+    if name.eq_ignore_ascii_case(b"content-length")
+        || name.eq_ignore_ascii_case(b"transfer-encoding")
+    {
+        return Err(mlua::Error::runtime(format!(
+            "{} frames the request body and cannot be changed",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(name.to_vec())
+}
+
+/// `{a = "1", b = {"x", "y"}}` as `a=1&b=x&b=y` (keys in the table's order), each part
+/// escaped as `tessera.uri.escape` does; `true` is a name alone.
+fn query_string(t: &mlua::Table) -> LuaResult<Vec<u8>> {
+    let mut out = Vec::new();
+    let pair = |out: &mut Vec<u8>, k: &[u8], v: Option<&[u8]>| {
+        if !out.is_empty() {
+            out.push(b'&');
+        }
+        out.extend_from_slice(&crate::helpers::codec::escape_uri(k));
+        if let Some(v) = v {
+            out.push(b'=');
+            out.extend_from_slice(&crate::helpers::codec::escape_uri(v));
+        }
+    };
+    for kv in t.pairs::<LuaString, Value>() {
+        let (k, v) = kv?;
+        let k = k.as_bytes();
+        match v {
+            Value::Boolean(true) => pair(&mut out, &k, None),
+            Value::Boolean(false) => {}
+            Value::Table(values) => {
+                for v in values.sequence_values::<LuaString>() {
+                    pair(&mut out, &k, Some(&v?.as_bytes()));
+                }
+            }
+            Value::String(v) => pair(&mut out, &k, Some(&v.as_bytes())),
+            v @ (Value::Integer(_) | Value::Number(_)) => {
+                pair(&mut out, &k, Some(v.to_string()?.as_bytes()))
+            }
+            other => {
+                return Err(mlua::Error::runtime(format!(
+                    "set_query: a {} cannot be a query value",
+                    other.type_name()
+                )))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Decodes `%XX` and `+` in a query component.
@@ -332,6 +456,58 @@ impl UserData for Context {
                 Some((_, v)) => Ok(Value::String(lua.create_string(v)?)),
                 None => Ok(Value::Nil),
             }
+        });
+
+        // Request edits: the server answers the request as edited (from `access`).
+        m.add_method_mut(
+            "set_req_header",
+            |_, c, (name, value): (LuaString, Option<LuaString>)| {
+                let name = request_field_name(&name.as_bytes())?;
+                match value {
+                    Some(v) => {
+                        c.edit_header(&name, Some(header_bytes("value", &v.as_bytes())?), true)
+                    }
+                    None => c.edit_header(&name, None, true),
+                }
+                Ok(())
+            },
+        );
+        m.add_method_mut(
+            "add_req_header",
+            |_, c, (name, value): (LuaString, LuaString)| {
+                let name = request_field_name(&name.as_bytes())?;
+                c.edit_header(
+                    &name,
+                    Some(header_bytes("value", &value.as_bytes())?),
+                    false,
+                );
+                Ok(())
+            },
+        );
+        m.add_method_mut("set_path", |_, c, path: LuaString| {
+            let path = path.as_bytes();
+            if !path.starts_with(b"/") {
+                return Err(mlua::Error::runtime("set_path: a path starts with /"));
+            }
+            let query = c.query().to_vec();
+            c.set_target(&path, &query);
+            Ok(())
+        });
+        m.add_method_mut("set_query", |_, c, query: Value| {
+            let query = match query {
+                Value::Nil => Vec::new(),
+                Value::String(s) => s.as_bytes().to_vec(),
+                Value::Table(t) => query_string(&t)?,
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "set_query: a string or a table expected, got {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            let path = c.path().to_vec();
+            c.set_target(&path, &query);
+            Ok(())
         });
 
         // The response.

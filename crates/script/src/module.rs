@@ -143,15 +143,28 @@ impl Service for ScriptService {
             answered: Cell::new(false),
         });
         match engine.access(call.call()) {
-            // A script that watches responses stays attached to the exchange; one that
-            // does not (only `access` and `content`, the common case) costs nothing more.
-            Outcome::Continue if engine.watches_responses(MountId(req.tag as usize)) => {
-                *self.current.borrow_mut() = Current::Attached(Rc::downgrade(&call));
-                Filtered::Continue(Some(Box::new(Filtering { call })))
-            }
             Outcome::Continue => {
-                *self.current.borrow_mut() = Current::Held(call);
-                Filtered::Continue(None)
+                // A script that watches responses stays attached to the exchange; one
+                // that does not (only `access` and `content`, the common case) costs
+                // nothing more.
+                let attached: Option<Box<dyn Attached>> =
+                    match engine.watches_responses(MountId(req.tag as usize)) {
+                        true => {
+                            *self.current.borrow_mut() = Current::Attached(Rc::downgrade(&call));
+                            Some(Box::new(Filtering { call: call.clone() }))
+                        }
+                        false => None,
+                    };
+                let edited = engine
+                    .context(call.call(), |c| c.edited_request())
+                    .flatten();
+                if attached.is_none() {
+                    *self.current.borrow_mut() = Current::Held(call);
+                }
+                match edited {
+                    Some(edited) => Filtered::Edited(attached, edited),
+                    None => Filtered::Continue(attached),
+                }
             }
             // `exit` or a redirect from `access`: its response, after `header_filter`.
             outcome => {

@@ -19,6 +19,7 @@ mod http_semantics;
 mod lifecycle;
 mod limits;
 mod lua;
+mod lua_edits;
 mod lua_helpers;
 mod metrics;
 mod paths;

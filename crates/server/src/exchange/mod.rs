@@ -4,19 +4,21 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
+pub(crate) mod modules;
 pub(crate) mod pages;
 pub(crate) mod served;
 pub(crate) mod tunnel;
 
 use compress::HeadPolicy;
-use handler::{Answer, Attached, Body, Filter, Filtered, Pooled, Response, ResponseHead};
+use handler::{Answer, Attached, Body, Filter, Pooled, Response, ResponseHead};
 use wire::{BodyFraming, Framing, Version};
 
 use crate::facts::ConnFacts;
 use crate::files;
-use crate::generation::{Current, Generation};
+use crate::generation::Generation;
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
@@ -120,27 +122,22 @@ pub(crate) fn answer(
     let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
     let req = view.as_ref().unwrap_or(req);
     let routed = match normal && decided.response.is_none() && !decided.files {
-        true => handlers(gen, site, &path, decided.rule),
+        true => modules::handlers(gen, site, &path, decided.rule),
         false => None,
     };
     let mut answered = files_answered;
+    let mut edited = None;
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let mut request = handler::Request {
-                head: req,
-                path: &path,
-                client: conn.client,
-                peer: conn.peer,
-                proxy_tlvs: conn.proxy_tlvs(),
-                forwarded_for,
-                tag: 0,
-                secure: conn.secure(),
-            };
-            call_modules(&current, route, &mut request, &mut answered.kind)
+            let asked = (req, &path[..], conn, forwarded_for);
+            modules::call(&current, route, asked, &mut answered.kind, &mut edited)
         }
         (None, None) => (None, None),
     };
+    let mut fields = Vec::new();
+    let edited_view = edited::apply(edited.as_ref(), req, &mut fields, &mut path);
+    let req = edited_view.as_ref().unwrap_or(req);
     // The response edits run first, then the route's filter (a script's header_filter);
     // boxed only for a response that comes later.
     let (mut edits, mut filter) = chain(decided.edits, filter);
@@ -398,72 +395,6 @@ fn decide(
         request_id,
     };
     routing::route(table, seen, path)
-}
-
-/// The filter and handlers of a request's route: by the longest prefix of its path, or,
-/// for a route its rules chose by more than its prefix (`rule`), its module's filter (else
-/// the prefix's) and its handler, before the prefix's handlers (a script without
-/// `content` passes to them).
-struct Handlers<'g> {
-    filter: Option<(usize, u32)>,
-    chosen: Option<(usize, u32)>,
-    by_prefix: &'g [(usize, u32)],
-}
-
-fn handlers<'g>(
-    gen: &'g Generation,
-    site: usize,
-    path: &[u8],
-    rule: Option<usize>,
-) -> Option<Handlers<'g>> {
-    let routes = &gen.routes[site];
-    let by_prefix = match routes.is_empty() {
-        true => None,
-        false => routes.find(path),
-    };
-    let chosen = rule.and_then(|rule| gen.by_rule[site].get(&rule));
-    if by_prefix.is_none() && chosen.is_none() {
-        return None;
-    }
-    let prefix_filter = by_prefix.and_then(|r| r.filter);
-    Some(Handlers {
-        filter: chosen.and_then(|c| c.filter).or(prefix_filter),
-        chosen: chosen.and_then(|c| c.handler),
-        by_prefix: by_prefix.map_or(&[][..], |r| &r.handlers[..]),
-    })
-}
-
-/// The route's filter, then its handlers in turn until one answers: what the filter
-/// left attached to the exchange, and the answer (`None`: every handler passed). `kind`
-/// becomes the metrics kind of the module that answered.
-fn call_modules(
-    current: &Current,
-    route: Handlers<'_>,
-    request: &mut handler::Request<'_>,
-    kind: &mut u8,
-) -> (Option<Box<dyn Attached>>, Option<Answer>) {
-    let mut filter = None;
-    if let Some((m, tag)) = route.filter {
-        request.tag = tag;
-        match current.services[m].filter(request) {
-            Filtered::Continue(attached) => filter = attached,
-            Filtered::Answer(a) => {
-                *kind = current.gen.kinds[m];
-                return (filter, Some(a));
-            }
-        }
-    }
-    for &(m, tag) in route.chosen.iter().chain(route.by_prefix) {
-        request.tag = tag;
-        match current.services[m].call(request) {
-            Answer::Pass => continue,
-            a => {
-                *kind = current.gen.kinds[m];
-                return (filter, Some(a));
-            }
-        }
-    }
-    (filter, None)
 }
 
 /// The site that answers a request: on TLS the one the SNI chose (and its certificate);

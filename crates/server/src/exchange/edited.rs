@@ -1,0 +1,73 @@
+//! A request as its route's filter edited it (Lua's `r:set_req_header`,
+//! `r:add_req_header`, `r:set_path`, `r:set_query` in `access`): the view the handlers
+//! and the static files see. It is built on the request as the rules made it
+//! (`routing::edited`, `routing::view`), so the configuration's `request_headers` come
+//! first and a script's edits after them. A new path is served where the request was
+//! routed: it is not routed again.
+
+use handler::EditedRequest;
+
+use crate::routing;
+
+pub(crate) struct Edited {
+    request: EditedRequest,
+    /// The new target's normalised path, when the target changed (`Some(None)`: it does
+    /// not normalise, a 400).
+    normal: Option<Option<Vec<u8>>>,
+}
+
+impl Edited {
+    pub(crate) fn new(request: EditedRequest) -> Edited {
+        let normal = request.target().map(|t| {
+            let raw = memchr::memchr(b'?', t).map_or(t, |q| &t[..q]);
+            let mut path = Vec::new();
+            wire::normalize_path(raw, &mut path).ok().map(|_| path)
+        });
+        Edited { request, normal }
+    }
+
+    /// Whether the new target's path does not normalise (`/../x`): answered 400.
+    pub(crate) fn refused(&self) -> bool {
+        matches!(self.normal, Some(None))
+    }
+
+    /// The normalised path of the new target, when it changed.
+    pub(crate) fn path(&self) -> Option<&[u8]> {
+        self.normal.as_ref().and_then(|n| n.as_deref())
+    }
+
+    /// `req` as edited; its fields, when they changed, go into `fields`.
+    pub(crate) fn view<'a>(
+        &'a self,
+        req: &wire::Request<'a, 'a>,
+        fields: &'a mut Vec<wire::Header<'a>>,
+    ) -> wire::Request<'a, 'a> {
+        let headers = self.request.fields().map(|all| {
+            fields.clear();
+            // Names are checked to be tokens where they are set: ASCII.
+            fields.extend(all.filter_map(|(name, value)| {
+                let name = std::str::from_utf8(name).ok()?;
+                Some(wire::Header { name, value })
+            }));
+            &fields[..]
+        });
+        routing::edited(req, self.request.target(), headers)
+            .unwrap_or_else(|| routing::view(req, None, req.headers))
+    }
+}
+
+/// The request the files and the exchange see after the filter's edits, if it made any
+/// (its fields into `fields`); `path`, the normalised path, becomes the new one.
+pub(crate) fn apply<'a>(
+    edited: Option<&'a Edited>,
+    req: &wire::Request<'a, 'a>,
+    fields: &'a mut Vec<wire::Header<'a>>,
+    path: &mut Vec<u8>,
+) -> Option<wire::Request<'a, 'a>> {
+    let edited = edited?;
+    if let Some(new) = edited.path() {
+        path.clear();
+        path.extend_from_slice(new);
+    }
+    Some(edited.view(req, fields))
+}
