@@ -37,6 +37,15 @@ return {
       r:exit(200, tostring(err) .. "|" .. tostring(err2))
     elseif p == "/files/renamed" then
       r:set_path("/hello.txt")
+    elseif p == "/files/to-app" then
+      r:set_req_header("X-Before", "kept")
+      r:set_path("/app/landed")
+    elseif p == "/app/to-file" then
+      r:set_path("/hello.txt")
+    elseif p == "/app/loop" then
+      r:set_path("/app/loop-again")
+    elseif p == "/app/loop-again" then
+      r:set_path("/app/loop")
     end
   end,
   header_filter = function(r)
@@ -155,11 +164,32 @@ fn path_and_query_set_in_access_reach_the_origin_and_the_files() {
     assert_eq!(lines(&ask(&server, "/app/noquery?z=9"))[0], "/app/noquery");
     // A path that climbs out of the root is refused, as the same request line would be.
     assert_eq!(ask(&server, "/app/escape").status, 400);
-    // The static files serve the new path.
+    // The request is routed again on its new path: to the static files...
     let r = ask(&server, "/files/renamed");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"hello world\n");
+    // ...where no mount's filter is (the one it left does not see its response).
+    assert_eq!(r.header("x-filtered"), None);
+    let r = ask(&server, "/app/to-file");
+    assert_eq!(r.body, b"hello world\n");
+}
+
+#[test]
+fn a_new_path_is_routed_again_with_the_edits_made_before_and_a_loop_is_a_500() {
+    let (_site, server) = edits_site();
+    // From a files mount to the proxy route: its filter runs, its origin gets the request
+    // with the field set before the move and the configuration's fields of the new route.
+    let r = ask(&server, "/files/to-app");
+    let got = lines(&r);
+    assert_eq!(got[0], "/app/landed");
+    for want in ["x-before: kept", "x-config: from-config"] {
+        assert!(got.iter().any(|l| l == want), "{want} not in {got:?}");
+    }
     assert_eq!(r.header("x-filtered"), Some("yes"));
+    // Two paths that send the request to each other: answered 500, as nginx answers a
+    // rewrite cycle, and the server goes on.
+    assert_eq!(ask(&server, "/app/loop").status, 500);
+    assert_eq!(ask(&server, "/hello.txt").status, 200);
 }
 
 #[test]

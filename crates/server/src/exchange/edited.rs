@@ -2,8 +2,8 @@
 //! `r:add_req_header`, `r:set_path`, `r:set_query` in `access`): the view the handlers
 //! and the static files see. It is built on the request as the rules made it
 //! (`routing::edited`, `routing::view`), so the configuration's `request_headers` come
-//! first and a script's edits after them. A new path is served where the request was
-//! routed: it is not routed again.
+//! first and a script's edits after them. A request given another path is routed again
+//! on its site (rules, prefixes, filter and handlers), as nginx's `rewrite ... last`.
 
 use handler::EditedRequest;
 
@@ -14,16 +14,36 @@ pub(crate) struct Edited {
     /// The new target's normalised path, when the target changed (`Some(None)`: it does
     /// not normalise, a 400).
     normal: Option<Option<Vec<u8>>>,
+    /// Whether that path differs from the one the request was routed by.
+    moved: bool,
+}
+
+/// A request routed again on its site, and how many times it has been.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rerouted {
+    pub site: usize,
+    pub times: usize,
 }
 
 impl Edited {
-    pub(crate) fn new(request: EditedRequest) -> Edited {
+    /// The edits of a request routed by the normalised path `routed`.
+    pub(crate) fn new(request: EditedRequest, routed: &[u8]) -> Edited {
         let normal = request.target().map(|t| {
             let raw = memchr::memchr(b'?', t).map_or(t, |q| &t[..q]);
             let mut path = Vec::new();
             wire::normalize_path(raw, &mut path).ok().map(|_| path)
         });
-        Edited { request, normal }
+        let moved = matches!(&normal, Some(Some(p)) if p[..] != *routed);
+        Edited {
+            request,
+            normal,
+            moved,
+        }
+    }
+
+    /// Whether the request has another path to be routed by.
+    pub(crate) fn moved(&self) -> bool {
+        self.moved
     }
 
     /// Whether the new target's path does not normalise (`/../x`): answered 400.
@@ -70,4 +90,19 @@ pub(crate) fn apply<'a>(
         path.extend_from_slice(new);
     }
     Some(edited.view(req, fields))
+}
+
+/// When the request must be routed again: its filter moved it and nothing answered it
+/// (the route's handlers were not called).
+pub(crate) fn again(
+    edited: Option<&Edited>,
+    unanswered: bool,
+    site: usize,
+    rerouted: Option<Rerouted>,
+) -> Option<Rerouted> {
+    let moved = edited.is_some_and(Edited::moved) && unanswered;
+    moved.then(|| Rerouted {
+        site,
+        times: rerouted.map_or(0, |r| r.times) + 1,
+    })
 }

@@ -24,6 +24,7 @@ use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::routing;
 use crate::worker::{Recycled, Worker};
+use edited::Rerouted;
 use filter::filter_response;
 use pages::{error_page, Again, Pages};
 
@@ -95,10 +96,25 @@ pub(crate) fn answer(
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
+    answer_in(worker, conn, req, keep_alive, out, pending, None)
+}
+
+/// [`answer`], or, with `rerouted`, the same request routed again on its site after its
+/// route's filter gave it another path (`edited.rs`).
+fn answer_in(
+    worker: &Worker,
+    conn: &ConnFacts,
+    req: &wire::Request<'_, '_>,
+    keep_alive: bool,
+    out: &mut Output,
+    pending: &[u8],
+    rerouted: Option<Rerouted>,
+) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
-    let current = worker.current();
+    let (current, received) = (worker.current(), conn);
     let gen = &current.gen;
-    let site = match choose_site(worker, conn, gen, req, keep_alive, out) {
+    let chosen = || choose_site(worker, conn, gen, req, keep_alive, out);
+    let site = match rerouted.map_or_else(chosen, |r| Ok(r.site)) {
         Ok(site) => site,
         // Answered already: redirected to HTTPS, or misdirected.
         Err(site) => return Dispatched::Done(by_files(gen, site, req, (None, None))),
@@ -130,7 +146,7 @@ pub(crate) fn answer(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let asked = (req, &path[..], conn, forwarded_for);
+            let asked = (req, &path[..], conn, (forwarded_for, rerouted));
             modules::call(&current, route, asked, &mut answered.kind, &mut edited)
         }
         (None, None) => (None, None),
@@ -138,6 +154,10 @@ pub(crate) fn answer(
     let mut fields = Vec::new();
     let edited_view = edited::apply(edited.as_ref(), req, &mut fields, &mut path);
     let req = edited_view.as_ref().unwrap_or(req);
+    if let Some(again) = edited::again(edited.as_ref(), answer.is_none(), site, rerouted) {
+        drop((path, filter));
+        return answer_in(worker, received, req, keep_alive, out, pending, Some(again));
+    }
     // The response edits run first, then the route's filter (a script's header_filter);
     // boxed only for a response that comes later.
     let (mut edits, mut filter) = chain(decided.edits, filter);
@@ -159,12 +179,7 @@ pub(crate) fn answer(
             keep_alive,
             head_only: req.method == wire::Method::Head,
             version: req.version,
-            // Only the access log reads it: no copy without one.
-            raw_head: if worker.log.borrow().is_some() {
-                pending[..req.head_len].to_vec()
-            } else {
-                Vec::new()
-            },
+            raw_head: raw_head(worker, pending, req.head_len),
             answered,
             again: pages
                 .as_ref()
@@ -230,6 +245,15 @@ pub(crate) fn answer(
                 Some(response) => later(Work::Ready(response), boxed(edits, filter)),
             }
         }
+    }
+}
+
+/// The request head as received, for the access log of a response that comes later:
+/// only the access log reads it, so no copy without one.
+fn raw_head(worker: &Worker, pending: &[u8], len: usize) -> Vec<u8> {
+    match worker.log.borrow().is_some() {
+        true => pending[..len].to_vec(),
+        false => Vec::new(),
     }
 }
 

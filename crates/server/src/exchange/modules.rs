@@ -4,7 +4,7 @@
 
 use handler::{Answer, Attached, Filtered, Response};
 
-use super::edited::Edited;
+use super::edited::{Edited, Rerouted};
 use crate::facts::ConnFacts;
 use crate::generation::{Current, Generation};
 
@@ -41,17 +41,29 @@ pub(crate) fn handlers<'g>(
     })
 }
 
+/// The request a route's modules are asked: its view, normalised path and connection,
+/// the count of `X-Forwarded-For` items before its client, and how often it has been
+/// routed again.
+pub(crate) type Asked<'a> = (
+    &'a wire::Request<'a, 'a>,
+    &'a [u8],
+    &'a ConnFacts,
+    (Option<usize>, Option<Rerouted>),
+);
+
 /// The route's filter, then its handlers in turn until one answers: what the filter
 /// left attached to the exchange, and the answer (`None`: every handler passed). `kind`
 /// becomes the metrics kind of the module that answered. A filter's edits go into
-/// `edited`, and the handlers see the request as edited.
+/// `edited`, and the handlers see the request as edited; when they moved it to another
+/// path, no handler is called: the exchange routes it again (`rerouted` times so far).
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, forwarded_for): (&wire::Request<'_, '_>, &[u8], &ConnFacts, Option<usize>),
+    (req, path, conn, (forwarded_for, rerouted)): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
 ) -> (Option<Box<dyn Attached>>, Option<Answer>) {
+    let rerouted = rerouted.map_or(0, |r| r.times);
     let request = &mut handler::Request {
         head: req,
         path,
@@ -67,7 +79,9 @@ pub(crate) fn call(
         request.tag = tag;
         match current.services[m].filter(request) {
             Filtered::Continue(attached) => filter = attached,
-            Filtered::Edited(attached, e) => (filter, *edited) = (attached, Some(Edited::new(e))),
+            Filtered::Edited(attached, e) => {
+                (filter, *edited) = (attached, Some(Edited::new(e, request.path)))
+            }
             Filtered::Answer(a) => {
                 *kind = current.gen.kinds[m];
                 return (filter, Some(a));
@@ -80,6 +94,17 @@ pub(crate) fn call(
     };
     if e.refused() {
         return (filter, Some(Answer::Now(Response::status_page(400))));
+    }
+    if e.moved() {
+        // Routed again by the exchange, unless it has been too often: a loop.
+        if rerouted < rules::MAX_REWRITES {
+            return (filter, None);
+        }
+        tracing::error!(
+            "a filter gave a request a new path more than {} times: answered 500",
+            rules::MAX_REWRITES
+        );
+        return (filter, Some(Answer::Now(Response::status_page(500))));
     }
     let mut fields = Vec::new();
     let view = e.view(request.head, &mut fields);
