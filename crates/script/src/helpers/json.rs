@@ -2,13 +2,21 @@
 //! "JSON"). Written by hand rather than through serde_json: a Lua value is walked once and
 //! written straight into a reused buffer, and a document is parsed straight into Lua
 //! tables, with no tree of serde values between (which would cost an allocation per node
-//! and a second walk).
+//! and a second walk). Both work on Lua's C API, as cjson does (inside one protected call
+//! that mlua makes: a Lua error there, out of memory, becomes an mlua error): through
+//! mlua's safe values every table read and write was a protected call of its own, and a
+//! 2 KB document cost twice cjson's time (docs/benchmarks.md). LuaJIT raises its errors by
+//! unwinding (on x86-64 and arm64), which mlua's protected call catches, so the encoder's
+//! and decoder's frames are unwound like any Rust frames; their only owned value is the
+//! decoder's scratch buffer.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::rc::Rc;
 
-use mlua::{LightUserData, Lua, Result as LuaResult, Table, Value};
+use std::ffi::c_int;
+
+use mlua::{ffi, LightUserData, Lua, Result as LuaResult, Table, Value};
 
 /// Nesting allowed when encoding and decoding, as cjson's `encode_max_depth` and
 /// `decode_max_depth` defaults: deeper is an error (and a table that contains itself is
@@ -36,6 +44,9 @@ pub fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
 }
 
+/// The registry key of `array_mt`, for the encoder and decoder on the C API.
+const ARRAY_MT: &std::ffi::CStr = c"tessera.json.array_mt";
+
 /// Installs `tessera.json`.
 pub fn install(lua: &Lua, tessera: &Table) -> LuaResult<()> {
     let json = lua.create_table()?;
@@ -45,180 +56,233 @@ pub fn install(lua: &Lua, tessera: &Table) -> LuaResult<()> {
     json.set("array_mt", array_mt.clone())?;
     // cjson has both; a table with either encodes as an array, empty or not.
     json.set("empty_array_mt", array_mt.clone())?;
+    lua.set_named_registry_value(ARRAY_MT.to_str().unwrap_or_default(), array_mt)?;
 
-    let marker = array_mt.to_pointer();
     let buffer = Rc::new(RefCell::new(Vec::new()));
     json.set(
         "encode",
         super::raising::function(lua, move |lua, value: Value| {
             let mut out = buffer.borrow_mut();
             out.clear();
-            let mut encoder = Encoder {
-                out: &mut out,
-                array_mt: marker,
-                pairs: Vec::new(),
+            let mut failed = None;
+            // SAFETY: the closure keeps the stack balanced (it leaves nothing) and reads
+            // only values it pushed or was given.
+            unsafe {
+                lua.exec_raw::<()>(value, |l| {
+                    let top = ffi::lua_gettop(l);
+                    ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, ARRAY_MT.as_ptr());
+                    let mut encoder = Encoder {
+                        l,
+                        out: &mut out,
+                        array_mt: top + 1,
+                    };
+                    failed = encoder.value(top, 0).err();
+                    ffi::lua_settop(l, top - 1);
+                })?;
+            }
+            let result = match failed {
+                Some(message) => Err(mlua::Error::runtime(message)),
+                None => lua.create_string(&out[..]),
             };
-            let result = encoder.value(&value, 0);
-            let string = result.and_then(|()| lua.create_string(&encoder.out[..]));
             if out.capacity() > KEPT_BUFFER {
                 *out = Vec::new();
             }
-            string
+            result
         })?,
     )?;
     json.set(
         "decode",
         super::raising::function(lua, move |lua, text: mlua::String| {
             let bytes = text.as_bytes();
-            let mut decoder = Decoder {
-                lua,
-                text: &bytes,
-                at: 0,
-                array_mt: &array_mt,
-                scratch: Vec::new(),
+            let mut failed = None;
+            // SAFETY: as for encode; the closure leaves the decoded value alone.
+            let value: Value = unsafe {
+                lua.exec_raw((), |l| {
+                    let base = ffi::lua_gettop(l);
+                    ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, ARRAY_MT.as_ptr());
+                    let mut decoder = Decoder {
+                        l,
+                        text: &bytes,
+                        at: 0,
+                        array_mt: base + 1,
+                        scratch: Vec::new(),
+                    };
+                    match decoder.document() {
+                        Ok(()) => ffi::lua_remove(l, base + 1),
+                        Err(message) => {
+                            failed = Some(message);
+                            ffi::lua_settop(l, base);
+                        }
+                    }
+                })?
             };
-            decoder.document()
+            match failed {
+                Some(message) => Err(mlua::Error::runtime(message)),
+                None => Ok(value),
+            }
         })?,
     )?;
     tessera.set("json", json)?;
     Ok(())
 }
 
+/// Writes Lua values as JSON, reading them on the stack of `l`.
 struct Encoder<'a> {
+    l: *mut ffi::lua_State,
     out: &'a mut Vec<u8>,
-    array_mt: *const c_void,
-    /// A table's pairs, gathered before it is known to be an array or an object; one
-    /// vector per nesting level, reused.
-    pairs: Vec<Vec<(Value, Value)>>,
+    /// Where `array_mt` is on the stack.
+    array_mt: c_int,
 }
 
-fn cannot(what: &str, why: &str) -> mlua::Error {
-    mlua::Error::runtime(format!("Cannot serialise {what}: {why}"))
+fn cannot(what: &str, why: &str) -> String {
+    format!("Cannot serialise {what}: {why}")
+}
+
+fn type_name(t: c_int) -> &'static str {
+    match t {
+        ffi::LUA_TNIL => "nil",
+        ffi::LUA_TBOOLEAN => "boolean",
+        ffi::LUA_TLIGHTUSERDATA => "lightuserdata",
+        ffi::LUA_TNUMBER => "number",
+        ffi::LUA_TSTRING => "string",
+        ffi::LUA_TTABLE => "table",
+        ffi::LUA_TFUNCTION => "function",
+        ffi::LUA_TUSERDATA => "userdata",
+        ffi::LUA_TTHREAD => "thread",
+        _ => "value",
+    }
+}
+
+/// The bytes of the string at `idx` (which must be a string: `lua_tolstring` would turn a
+/// number in place, which `lua_next` does not survive).
+unsafe fn bytes<'s>(l: *mut ffi::lua_State, idx: c_int) -> &'s [u8] {
+    let mut len = 0;
+    let p = ffi::lua_tolstring(l, idx, &mut len);
+    if p.is_null() {
+        return &[];
+    }
+    std::slice::from_raw_parts(p as *const u8, len)
 }
 
 impl Encoder<'_> {
-    fn value(&mut self, value: &Value, depth: usize) -> LuaResult<()> {
-        match value {
-            Value::Nil => self.out.extend_from_slice(b"null"),
-            Value::Boolean(true) => self.out.extend_from_slice(b"true"),
-            Value::Boolean(false) => self.out.extend_from_slice(b"false"),
-            Value::Integer(i) => self
-                .out
-                .extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
-            Value::Number(n) => number(self.out, *n)?,
-            Value::String(s) => string(self.out, &s.as_bytes()),
-            Value::LightUserData(p) if p.0.is_null() => self.out.extend_from_slice(b"null"),
-            Value::LightUserData(p) if *p == empty_array() => self.out.extend_from_slice(b"[]"),
-            Value::Table(t) => self.table(t, depth + 1)?,
-            other => return Err(cannot(other.type_name(), "type not supported")),
+    /// The value at `idx`, an absolute index.
+    unsafe fn value(&mut self, idx: c_int, depth: usize) -> Result<(), String> {
+        let l = self.l;
+        match ffi::lua_type(l, idx) {
+            ffi::LUA_TNIL => self.out.extend_from_slice(b"null"),
+            ffi::LUA_TBOOLEAN => match ffi::lua_toboolean(l, idx) != 0 {
+                true => self.out.extend_from_slice(b"true"),
+                false => self.out.extend_from_slice(b"false"),
+            },
+            ffi::LUA_TNUMBER => number(self.out, ffi::lua_tonumber(l, idx))?,
+            ffi::LUA_TSTRING => string(self.out, bytes(l, idx)),
+            ffi::LUA_TLIGHTUSERDATA => match ffi::lua_touserdata(l, idx) {
+                p if p.is_null() => self.out.extend_from_slice(b"null"),
+                p if p == empty_array().0 => self.out.extend_from_slice(b"[]"),
+                _ => return Err(cannot("lightuserdata", "type not supported")),
+            },
+            ffi::LUA_TTABLE => self.table(idx, depth + 1)?,
+            t => return Err(cannot(type_name(t), "type not supported")),
         }
         Ok(())
     }
 
-    fn table(&mut self, t: &Table, depth: usize) -> LuaResult<()> {
-        if depth > MAX_DEPTH {
-            return Err(mlua::Error::runtime(format!(
-                "Cannot serialise, excessive nesting ({depth})"
-            )));
+    unsafe fn table(&mut self, idx: c_int, depth: usize) -> Result<(), String> {
+        let l = self.l;
+        if depth > MAX_DEPTH || ffi::lua_checkstack(l, 4) == 0 {
+            return Err(format!("Cannot serialise, excessive nesting ({depth})"));
         }
-        if t.metatable()
-            .is_some_and(|mt| mt.to_pointer() == self.array_mt)
-        {
-            let len = t.raw_len();
-            return self.array(t, len, depth);
+        if ffi::lua_getmetatable(l, idx) != 0 {
+            let marked = ffi::lua_rawequal(l, -1, self.array_mt) != 0;
+            ffi::lua_pop(l, 1);
+            if marked {
+                return self.array(idx, ffi::lua_rawlen(l, idx), depth);
+            }
         }
-        let mut pairs = self.pairs.pop().unwrap_or_default();
-        pairs.clear();
-        t.for_each(|k: Value, v: Value| {
-            pairs.push((k, v));
-            Ok(())
-        })?;
-        let result = match array_length(&pairs)? {
-            Some(len) if len > 0 => self.array(t, len, depth),
-            _ if pairs.is_empty() => {
-                // cjson's encode_empty_table_as_object: `{}`.
+        match array_length(l, idx)? {
+            Some(len) if len > 0 => self.array(idx, len, depth),
+            // cjson's encode_empty_table_as_object: `{}`.
+            Some(_) => {
                 self.out.extend_from_slice(b"{}");
                 Ok(())
             }
-            _ => self.object(&pairs, depth),
-        };
-        pairs.clear();
-        self.pairs.push(pairs);
-        result
+            None => self.object(idx, depth),
+        }
     }
 
-    fn array(&mut self, t: &Table, len: usize, depth: usize) -> LuaResult<()> {
+    unsafe fn array(&mut self, idx: c_int, len: usize, depth: usize) -> Result<(), String> {
+        let l = self.l;
         self.out.push(b'[');
         for i in 1..=len {
             if i > 1 {
                 self.out.push(b',');
             }
-            let v: Value = t.raw_get(i)?;
-            self.value(&v, depth)?;
+            ffi::lua_rawgeti(l, idx, i as ffi::lua_Integer);
+            self.value(ffi::lua_gettop(l), depth)?;
+            ffi::lua_pop(l, 1);
         }
         self.out.push(b']');
         Ok(())
     }
 
-    fn object(&mut self, pairs: &[(Value, Value)], depth: usize) -> LuaResult<()> {
+    unsafe fn object(&mut self, idx: c_int, depth: usize) -> Result<(), String> {
+        let l = self.l;
         self.out.push(b'{');
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        ffi::lua_pushnil(l);
+        while ffi::lua_next(l, idx) != 0 {
+            let value = ffi::lua_gettop(l);
+            if !first {
                 self.out.push(b',');
             }
-            match k {
-                Value::String(s) => string(self.out, &s.as_bytes()),
-                Value::Integer(n) => {
+            first = false;
+            match ffi::lua_type(l, value - 1) {
+                ffi::LUA_TSTRING => string(self.out, bytes(l, value - 1)),
+                ffi::LUA_TNUMBER => {
                     self.out.push(b'"');
-                    self.out
-                        .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
-                    self.out.push(b'"');
-                }
-                Value::Number(n) => {
-                    self.out.push(b'"');
-                    number(self.out, *n)?;
+                    number(self.out, ffi::lua_tonumber(l, value - 1))?;
                     self.out.push(b'"');
                 }
-                other => {
-                    return Err(cannot(
-                        other.type_name(),
-                        "table key must be a number or string",
-                    ))
-                }
+                t => return Err(cannot(type_name(t), "table key must be a number or string")),
             }
             self.out.push(b':');
-            self.value(v, depth)?;
+            self.value(value, depth)?;
+            ffi::lua_pop(l, 1);
         }
         self.out.push(b'}');
         Ok(())
     }
 }
 
-/// The length of the array a table's pairs make (`None`: an object): every key a positive
-/// integer, not excessively sparse (cjson's rule; the missing items encode as `null`).
-fn array_length(pairs: &[(Value, Value)]) -> LuaResult<Option<usize>> {
-    let mut max = 0usize;
-    for (k, _) in pairs {
-        let index = match k {
-            Value::Integer(i) if *i >= 1 => *i as f64,
-            Value::Number(n) if *n >= 1.0 && n.floor() == *n => *n,
-            _ => return Ok(None),
+/// The length of the array the table at `idx` is (`None`: an object): every key a
+/// positive integer, not excessively sparse (cjson's rule; the missing items encode as
+/// `null`). `Some(0)` for an empty table.
+unsafe fn array_length(l: *mut ffi::lua_State, idx: c_int) -> Result<Option<usize>, String> {
+    let (mut max, mut items) = (0f64, 0usize);
+    ffi::lua_pushnil(l);
+    while ffi::lua_next(l, idx) != 0 {
+        let key = match ffi::lua_type(l, -2) {
+            ffi::LUA_TNUMBER => ffi::lua_tonumber(l, -2),
+            _ => 0.0,
         };
-        if index > (u32::MAX as f64) {
-            return Err(cannot("table", "excessively sparse array"));
+        ffi::lua_pop(l, 1);
+        if !(key >= 1.0 && key.floor() == key) {
+            ffi::lua_pop(l, 1);
+            return Ok(None);
         }
-        max = max.max(index as usize);
+        max = max.max(key);
+        items += 1;
     }
-    if max > pairs.len() * SPARSE_RATIO && max > SPARSE_SAFE {
+    if max > (items * SPARSE_RATIO) as f64 && max > SPARSE_SAFE as f64 {
         return Err(cannot("table", "excessively sparse array"));
     }
-    Ok(Some(max))
+    Ok(Some(max as usize))
 }
 
 /// A number: integral values below 10^17 as integers (`12`, not `12.0`; every integer up
 /// to 2^53 is exact), others in the shortest form that reads back as the same double
 /// (`0.1`, `1e300`).
-fn number(out: &mut Vec<u8>, n: f64) -> LuaResult<()> {
+fn number(out: &mut Vec<u8>, n: f64) -> Result<(), String> {
     if !n.is_finite() {
         return Err(cannot("number", "must not be NaN or Infinity"));
     }
@@ -268,23 +332,26 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
+/// Parses JSON onto the stack of `l`.
 struct Decoder<'a> {
-    lua: &'a Lua,
+    l: *mut ffi::lua_State,
     text: &'a [u8],
     at: usize,
-    array_mt: &'a Table,
+    /// Where `array_mt` is on the stack.
+    array_mt: c_int,
     /// A string's bytes after its escapes are decoded.
     scratch: Vec<u8>,
 }
 
 impl Decoder<'_> {
-    fn document(&mut self) -> LuaResult<Value> {
-        let value = self.value(0)?;
+    /// The whole text as one value, pushed.
+    unsafe fn document(&mut self) -> Result<(), String> {
+        self.value(0)?;
         self.skip_space();
         if self.at < self.text.len() {
             return Err(self.expected("the end"));
         }
-        Ok(value)
+        Ok(())
     }
 
     fn skip_space(&mut self) {
@@ -309,87 +376,103 @@ impl Decoder<'_> {
         }
     }
 
-    fn expected(&self, what: &str) -> mlua::Error {
+    fn expected(&self, what: &str) -> String {
         self.error(&format!("Expected {what} but found {}", self.found()))
     }
 
-    fn error(&self, message: &str) -> mlua::Error {
-        mlua::Error::runtime(format!("{message} at character {}", self.at + 1))
+    fn error(&self, message: &str) -> String {
+        format!("{message} at character {}", self.at + 1)
     }
 
-    fn value(&mut self, depth: usize) -> LuaResult<Value> {
+    /// One value, pushed.
+    unsafe fn value(&mut self, depth: usize) -> Result<(), String> {
+        let l = self.l;
         self.skip_space();
         let Some(&b) = self.text.get(self.at) else {
             return Err(self.expected("value"));
         };
         match b {
-            b'{' => self.object(depth + 1),
-            b'[' => self.array(depth + 1),
+            b'{' => return self.object(depth + 1),
+            b'[' => return self.array(depth + 1),
             b'"' => {
                 self.string()?;
-                Ok(Value::String(self.lua.create_string(&self.scratch)?))
+                push_bytes(l, &self.scratch);
             }
-            b'-' | b'0'..=b'9' => self.number(),
-            b't' => self.word(b"true", Value::Boolean(true)),
-            b'f' => self.word(b"false", Value::Boolean(false)),
-            b'n' => self.word(b"null", null()),
-            _ => Err(self.expected("value")),
+            b'-' | b'0'..=b'9' => self.number()?,
+            b't' => {
+                self.word(b"true")?;
+                ffi::lua_pushboolean(l, 1);
+            }
+            b'f' => {
+                self.word(b"false")?;
+                ffi::lua_pushboolean(l, 0);
+            }
+            b'n' => {
+                self.word(b"null")?;
+                ffi::lua_pushlightuserdata(l, std::ptr::null_mut());
+            }
+            _ => return Err(self.expected("value")),
         }
+        Ok(())
     }
 
-    fn word(&mut self, word: &[u8], value: Value) -> LuaResult<Value> {
+    fn word(&mut self, word: &[u8]) -> Result<(), String> {
         if self.text[self.at..].starts_with(word) {
             self.at += word.len();
-            Ok(value)
+            Ok(())
         } else {
             Err(self.expected("value"))
         }
     }
 
-    fn nest(&self, depth: usize) -> LuaResult<()> {
-        if depth > MAX_DEPTH {
+    unsafe fn nest(&self, depth: usize) -> Result<(), String> {
+        // A table and a key on the stack per level, and room for one value.
+        if depth > MAX_DEPTH || ffi::lua_checkstack(self.l, 4) == 0 {
             return Err(self.error(&format!("Found too many nested data structures ({depth})")));
         }
         Ok(())
     }
 
-    fn array(&mut self, depth: usize) -> LuaResult<Value> {
+    unsafe fn array(&mut self, depth: usize) -> Result<(), String> {
+        let l = self.l;
         self.nest(depth)?;
         self.at += 1;
-        let table = self.lua.create_table()?;
+        ffi::lua_createtable(l, 0, 0);
         // Decoded arrays keep their kind: `[]` encodes back as `[]` (cjson with
         // `decode_array_with_array_mt(true)`).
-        table.set_metatable(Some(self.array_mt.clone()))?;
+        ffi::lua_pushvalue(l, self.array_mt);
+        ffi::lua_setmetatable(l, -2);
         self.skip_space();
         if self.text.get(self.at) == Some(&b']') {
             self.at += 1;
-            return Ok(Value::Table(table));
+            return Ok(());
         }
         let mut i = 1;
         loop {
-            let v = self.value(depth)?;
-            table.raw_set(i, v)?;
+            self.value(depth)?;
+            ffi::lua_rawseti(l, -2, i);
             i += 1;
             self.skip_space();
             match self.text.get(self.at) {
                 Some(b',') => self.at += 1,
                 Some(b']') => {
                     self.at += 1;
-                    return Ok(Value::Table(table));
+                    return Ok(());
                 }
                 _ => return Err(self.expected("comma or array end")),
             }
         }
     }
 
-    fn object(&mut self, depth: usize) -> LuaResult<Value> {
+    unsafe fn object(&mut self, depth: usize) -> Result<(), String> {
+        let l = self.l;
         self.nest(depth)?;
         self.at += 1;
-        let table = self.lua.create_table()?;
+        ffi::lua_createtable(l, 0, 0);
         self.skip_space();
         if self.text.get(self.at) == Some(&b'}') {
             self.at += 1;
-            return Ok(Value::Table(table));
+            return Ok(());
         }
         loop {
             self.skip_space();
@@ -397,20 +480,20 @@ impl Decoder<'_> {
                 return Err(self.expected("object key string"));
             }
             self.string()?;
-            let key = self.lua.create_string(&self.scratch)?;
+            push_bytes(l, &self.scratch);
             self.skip_space();
             if self.text.get(self.at) != Some(&b':') {
                 return Err(self.expected("colon"));
             }
             self.at += 1;
-            let v = self.value(depth)?;
-            table.raw_set(key, v)?;
+            self.value(depth)?;
+            ffi::lua_rawset(l, -3);
             self.skip_space();
             match self.text.get(self.at) {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
                     self.at += 1;
-                    return Ok(Value::Table(table));
+                    return Ok(());
                 }
                 _ => return Err(self.expected("comma or object end")),
             }
@@ -418,7 +501,7 @@ impl Decoder<'_> {
     }
 
     /// The string at the cursor, its escapes decoded, into `scratch`.
-    fn string(&mut self) -> LuaResult<()> {
+    fn string(&mut self) -> Result<(), String> {
         self.scratch.clear();
         self.at += 1;
         let text = self.text;
@@ -443,7 +526,7 @@ impl Decoder<'_> {
         }
     }
 
-    fn escape(&mut self) -> LuaResult<()> {
+    fn escape(&mut self) -> Result<(), String> {
         let c = match self.text.get(self.at + 1) {
             Some(b'"') => b'"',
             Some(b'\\') => b'\\',
@@ -462,7 +545,7 @@ impl Decoder<'_> {
     }
 
     /// `\uXXXX`, or a surrogate pair of them, as UTF-8.
-    fn unicode_escape(&mut self) -> LuaResult<()> {
+    fn unicode_escape(&mut self) -> Result<(), String> {
         let invalid = |d: &Self| d.error("invalid unicode escape code");
         let hex4 = |at: usize| -> Option<u32> {
             let digits = self.text.get(at..at + 4)?;
@@ -500,7 +583,7 @@ impl Decoder<'_> {
 
     /// A number as JSON writes it (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`): an
     /// integer when it has neither fraction nor exponent and fits, else a double.
-    fn number(&mut self) -> LuaResult<Value> {
+    unsafe fn number(&mut self) -> Result<(), String> {
         let text = self.text;
         let start = self.at;
         let mut i = start;
@@ -544,13 +627,17 @@ impl Decoder<'_> {
         self.at = i;
         // ASCII digits, signs, dots and exponents only: valid UTF-8.
         let s = std::str::from_utf8(&text[start..i]).unwrap_or("0");
-        if integral {
-            if let Ok(n) = s.parse::<i64>() {
-                // LuaJIT's numbers are doubles: an integer beyond 2^53 is rounded as
-                // cjson rounds it.
-                return Ok(Value::Integer(n));
-            }
+        match s.parse::<i64>() {
+            // LuaJIT's numbers are doubles: an integer beyond 2^53 is rounded as cjson
+            // rounds it.
+            Ok(n) if integral => ffi::lua_pushinteger(self.l, n as ffi::lua_Integer),
+            _ => ffi::lua_pushnumber(self.l, s.parse::<f64>().unwrap_or(f64::NAN)),
         }
-        Ok(Value::Number(s.parse::<f64>().unwrap_or(f64::NAN)))
+        Ok(())
     }
+}
+
+/// Pushes `bytes` as a Lua string.
+unsafe fn push_bytes(l: *mut ffi::lua_State, bytes: &[u8]) {
+    ffi::lua_pushlstring(l, bytes.as_ptr() as *const std::ffi::c_char, bytes.len());
 }
