@@ -10,9 +10,18 @@
 # tessera-Lua/tessera-static and tessera-Lua/nginx-Lua. wrk itself saturates near 100k
 # requests/s on one core here, so CPU per request is the figure that tells servers apart.
 #
-# usage: bench/lua.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s per target)
+# `bench/lua.sh json` is issue 50's JSON case instead: per request, a `content` handler
+# decodes a 2 KB JSON document, changes one field and encodes it again; tessera's
+# tessera.json against nginx's Lua module with cjson (apt package lua-cjson), beside the
+# floor (bench/floor.c: a fixed 12-byte response, one recv and one send per request) and
+# both hello handlers, so that what JSON costs above a handler shows. The server CPU per
+# request is printed as above, then tessera-json/nginx-json and each above the floor.
+#
+# usage: [TESSERA_BIN=path] bench/lua.sh [json] [ROUNDS] [SECONDS]   (defaults: 5 rounds of 5 s per target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CASE=hello
+if [ "${1:-}" = json ]; then CASE=json; shift; fi
 ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-5}
 CONNECTIONS=100
@@ -25,15 +34,44 @@ need wrk wrk
 need taskset util-linux
 modules=/usr/lib/nginx/modules
 [ -f "$modules/ngx_http_lua_module.so" ] || { apt-get update -qq && apt-get install -y -qq libnginx-mod-http-lua >/dev/null; }
+cjson_so=/usr/lib/x86_64-linux-gnu/lua/5.1/cjson.so
+if [ "$CASE" = json ] && [ ! -f "$cjson_so" ]; then apt-get update -qq && apt-get install -y -qq lua-cjson >/dev/null; fi
 
-cargo build --release --locked -q -p tessera
-TESSERA=$PWD/target/release/tessera
+# TESSERA_BIN: a tessera binary built already (else a release build of this tree).
+if [ -n "${TESSERA_BIN:-}" ]; then
+    TESSERA=$TESSERA_BIN
+else
+    cargo build --release --locked -q -p tessera
+    TESSERA=$PWD/target/release/tessera
+fi
 
 make_work lua
 
 site=$work/site
 mkdir -p "$site"
 printf 'Hello World\n' > "$site/12b.txt"
+
+# The JSON case's document: an API answer of 2 KB (19 items of strings, numbers, booleans,
+# nulls, nested arrays and objects), and the same handler in both servers.
+python3 - "$work/doc.json" <<'PY'
+import json, sys
+items = [{"id": 1000 + i, "name": "item %d" % i, "price": round(9.99 + i * 1.25, 2), "tags": ["a", "b%d" % i],
+          "ok": i % 2 == 0, "note": None if i % 3 else "n/a", "dim": {"w": i, "h": 2 * i}} for i in range(19)]
+doc = {"page": 1, "per_page": 19, "total": 512, "next": "/api/items?page=2", "items": items}
+text = json.dumps(doc, separators=(",", ":"))
+assert 1900 <= len(text) <= 2200, len(text)
+open(sys.argv[1], "w").write(text)
+PY
+cat > "$work/json.lua" <<LUA
+local json = tessera.json
+local doc = [==[$(cat "$work/doc.json")]==]
+return { content = function(r)
+  local t = json.decode(doc)
+  t.page = t.page + 1
+  r:set_header("Content-Type", "application/json")
+  return json.encode(t)
+end }
+LUA
 
 # --- nginx: one process (master_process off), the Lua module, no access log.
 nginx_port=$(free_port)
@@ -58,10 +96,23 @@ http {
     fastcgi_temp_path $work/nginx;
     uwsgi_temp_path $work/nginx;
     scgi_temp_path $work/nginx;
+    lua_package_cpath "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;;";
+    init_by_lua_block {
+        cjson = require "cjson"
+        doc = [==[$(cat "$work/doc.json")]==]
+    }
     server {
         listen 127.0.0.1:$nginx_port reuseport;
         root $site;
         location = /hello { content_by_lua_block { ngx.say("Hello World") } }
+        location = /json {
+            default_type application/json;
+            content_by_lua_block {
+                local t = cjson.decode(doc)
+                t.page = t.page + 1
+                ngx.print(cjson.encode(t))
+            }
+        }
     }
 }
 CONF
@@ -71,7 +122,7 @@ pids+=($!); nginx_pid=$!
 # --- tessera: one worker, the hello example mounted at /hello.
 tessera_port=$(free_port)
 taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_port" --workers 1 \
-    --script "/hello=$PWD/examples/lua/hello.lua" 2>"$work/tessera.log" &
+    --script "/hello=$PWD/examples/lua/hello.lua" --script "/json=$work/json.lua" 2>"$work/tessera.log" &
 pids+=($!); tessera_pid=$!
 
 wait_up "$nginx_port" 12b.txt; wait_up "$tessera_port" 12b.txt
@@ -85,6 +136,26 @@ declare -A pid_of=([tessera-static]=$tessera_pid [tessera-lua]=$tessera_pid [ngi
 declare -A url_of=(
     [tessera-static]="http://127.0.0.1:$tessera_port/12b.txt" [tessera-lua]="http://127.0.0.1:$tessera_port/hello"
     [nginx-static]="http://127.0.0.1:$nginx_port/12b.txt" [nginx-lua]="http://127.0.0.1:$nginx_port/hello")
+if [ "$CASE" = json ]; then
+    # Both answer the same JSON (the same values; key order is each table's own).
+    for port in "$nginx_port" "$tessera_port"; do
+        curl -fs "http://127.0.0.1:$port/json" > "$work/answer-$port.json" || { echo "port $port: /json failed" >&2; exit 1; }
+    done
+    python3 - "$work/doc.json" "$work/answer-$nginx_port.json" "$work/answer-$tessera_port.json" <<'PY'
+import json, sys
+want = json.load(open(sys.argv[1])); want["page"] += 1
+for f in sys.argv[2:]:
+    assert json.load(open(f)) == want, f
+PY
+    cc -O2 -o "$work/floor" bench/floor.c
+    floor_port=$(free_port)
+    taskset -c $SERVER_CPU "$work/floor" "$floor_port" 12 &
+    pids+=($!); pid_of[floor]=$!; url_of[floor]="http://127.0.0.1:$floor_port/"
+    wait_up "$floor_port" ""
+    pid_of[tessera-json]=$tessera_pid; url_of[tessera-json]="http://127.0.0.1:$tessera_port/json"
+    pid_of[nginx-json]=$nginx_pid; url_of[nginx-json]="http://127.0.0.1:$nginx_port/json"
+    targets="floor tessera-lua tessera-json nginx-lua nginx-json"
+fi
 
 echo "# $(date -u '+%F %H:%M') UTC, $(nproc) cores, $(uname -r); server on core $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
 printf '%-15s %12s %12s\n' target "requests/s" "cpu us/req"
@@ -104,6 +175,17 @@ for t in $targets; do
 done
 ratio() { awk -v a="${rps_med[$1]}" -v b="${rps_med[$2]}" -v ac="${cpu_med[$1]}" -v bc="${cpu_med[$2]}" -v l="$1/$2" \
     'BEGIN { printf "%-30s requests/s x%.2f   cpu per request x%.2f (%s cheaper when > 1)\n", l, a / b, bc / ac, "left" }'; }
+if [ "$CASE" = json ]; then
+    ratio tessera-json nginx-json
+    ratio tessera-lua nginx-lua
+    for t in tessera-lua tessera-json nginx-lua nginx-json; do
+        awk -v a="${cpu_med[$t]}" -v f="${cpu_med[floor]}" -v t="$t" \
+            'BEGIN { printf "%-14s %.2f us above the floor (%.2f us), %.2f floors\n", t, a - f, f, a / f }'
+    done
+    awk -v tj="${cpu_med[tessera-json]}" -v tl="${cpu_med[tessera-lua]}" -v nj="${cpu_med[nginx-json]}" -v nl="${cpu_med[nginx-lua]}" \
+        'BEGIN { printf "the JSON work alone (json - hello): tessera %.2f us, nginx+cjson %.2f us (x%.2f)\n", tj - tl, nj - nl, (nj - nl) / (tj - tl) }'
+    exit 0
+fi
 ratio tessera-lua tessera-static
 ratio tessera-lua nginx-lua
 ratio nginx-lua nginx-static
