@@ -554,3 +554,25 @@ fn load_loop(
     }
     count
 }
+
+/// An origin on an ephemeral loopback port that answers each request with its target and
+/// its fields, one per line, then closes the connection.
+pub fn echo_origin() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            if let Some((target, fields)) = read_request_head(&mut reader) {
+                let body = format!("{target}\n{}\n", fields.join("\n"));
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        }
+    });
+    addr
+}

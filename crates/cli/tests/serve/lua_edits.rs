@@ -3,9 +3,8 @@
 //! and the static files get.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
 
-use crate::harness::{read_request_head, Response, Server, Site};
+use crate::harness::{echo_origin, Response, Server, Site};
 
 const EDITS: &str = r#"
 return {
@@ -53,28 +52,6 @@ return {
   end,
 }
 "#;
-
-/// An origin that answers with the target and the fields it got, one per line (names
-/// as the proxy sends them: lower case).
-fn echo_origin() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            if let Some((target, fields)) = read_request_head(&mut reader) {
-                let body = format!("{target}\n{}\n", fields.join("\n"));
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        }
-    });
-    addr
-}
 
 fn edits_site() -> (Site, Server) {
     let site = Site::new();

@@ -511,27 +511,6 @@ upstream = "a"
     assert_eq!(ask(&server, "DELETE", "/exact", "").status, 405);
 }
 
-/// An origin that answers with the target and the fields it got, one per line.
-fn echo_origin() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            if let Some((target, fields)) = read_request_head(&mut reader) {
-                let body = format!("{target}\n{}\n", fields.join("\n"));
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        }
-    });
-    addr
-}
-
 #[test]
 fn host_request_id_and_prefixes_are_set_toward_the_origin() {
     let site = Site::new();
