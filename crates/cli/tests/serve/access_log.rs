@@ -1,7 +1,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::harness::{read_response, Server, Site};
+use crate::harness::{check_config_output, read_response, Server, Site};
 
 /// Waits until `path` has at least `lines` lines (the writer flushes within a second).
 fn wait_for_lines(path: &std::path::Path, lines: usize) -> Vec<String> {
@@ -275,13 +275,8 @@ fn host_and_route_directives_and_unbuilt_json_fields() {
         "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"upstream_addr\"]\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = check_config_output(&config);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(":3: json_fields: `upstream_addr` is not built yet"),
         "{stderr}"

@@ -576,3 +576,14 @@ pub fn echo_origin() -> std::net::SocketAddr {
     });
     addr
 }
+
+/// `tessera check-config --config PATH`: its exit code and its standard error.
+pub fn check_config_output(path: &Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check-config", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), stderr)
+}

@@ -17,17 +17,6 @@ fn ask(server: &Server, method: &str, target: &str, fields: &str) -> Response {
     read_response(&mut stream, method == "HEAD")
 }
 
-/// `tessera check-config --config PATH`: its exit code and its standard error.
-fn check_config_output(path: &std::path::Path) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check-config", "--config"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code(), stderr)
-}
-
 /// [`check_config_output`]'s standard error, the check having failed (exit code 1).
 fn check_config(path: &std::path::Path) -> String {
     let (code, stderr) = check_config_output(path);
