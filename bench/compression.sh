@@ -91,14 +91,7 @@ nginx_port=$(free_port)
 cat > "$work/nginx/nginx.conf" <<CONF
 $(nginx_head "$work/nginx")
 http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
-    open_file_cache max=1000 inactive=60s;
-    open_file_cache_valid 1s;
+$(nginx_keepalive)
     types { text/html html; }
     gzip on;
     gzip_comp_level 1;

@@ -134,6 +134,22 @@ events { worker_connections 4096; use epoll; multi_accept on; }
 CONF
 }
 
+# nginx_keepalive: the lines of an nginx `http {}` block every bench gives it alike (no
+# access log, sendfile, keep-alive without limit, the open-file cache), to put in a
+# configuration's heredoc as $(nginx_keepalive).
+nginx_keepalive() {
+    cat <<CONF
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 1s;
+CONF
+}
+
 # make_cert: a self-signed ECDSA P-256 certificate for localhost in $work/cert.pem and
 # $work/key.pem, the key readable by all (h2o and nginx workers may run as nobody).
 make_cert() {

@@ -81,14 +81,7 @@ load_module $modules/ndk_http_module.so;
 load_module $modules/ngx_http_lua_module.so;
 $(nginx_head "$work/nginx")
 http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
-    open_file_cache max=1000 inactive=60s;
-    open_file_cache_valid 1s;
+$(nginx_keepalive)
     default_type text/plain;
     types { text/plain txt; }
     client_body_temp_path $work/nginx;

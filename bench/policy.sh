@@ -228,14 +228,7 @@ for c in plain rules; do
     cat > "$work/nginx-$c/nginx.conf" <<CONF
 $(nginx_head "$work/nginx-$c")
 http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
-    open_file_cache max=1000 inactive=60s;
-    open_file_cache_valid 1s;
+$(nginx_keepalive)
     types { text/plain txt; application/octet-stream bin; }
     default_type text/plain;
     absolute_redirect off;
