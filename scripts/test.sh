@@ -88,6 +88,22 @@ if ! command -v python3 >/dev/null 2>&1; then
         sudo apt-get update -qq && sudo apt-get install -y -qq python3
     fi
 fi
+
+# The Parquet export test reads the file back with DuckDB's Python package
+# (crates/cli/tests/logs.rs), from PyPI (pip itself from apt when missing).
+if ! python3 -c "import duckdb" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing duckdb (pip) for the Parquet export test" >&2
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ]; then
+            apt-get update -qq && apt-get install -y -qq python3-pip
+        else
+            sudo apt-get update -qq && sudo apt-get install -y -qq python3-pip
+        fi
+    fi
+    python3 -m pip install -q duckdb 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages duckdb
+fi
+
 python3 scripts/layering.py
 
 cargo test --workspace --locked "$@"

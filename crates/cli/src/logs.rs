@@ -21,6 +21,9 @@ enum LogsCommand {
     /// Summarise logs: hits, bytes, visitors, top URLs, 404s, clients, referrers, status
     /// codes, hits per hour, user agents.
     Report(ReportArgs),
+    /// Write the parsed log as a Parquet file with typed columns (time, client, host,
+    /// method, path, status, bytes, referer, user_agent), for DuckDB, ClickHouse or Spark.
+    Export(ExportArgs),
 }
 
 #[derive(clap::Args)]
@@ -66,6 +69,23 @@ struct ReportArgs {
     sites: Vec<String>,
 }
 
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// Log files (plain or gzip); `-` reads standard input.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// The Parquet file to write (replaced whole when the export succeeds; left as it was
+    /// when it fails).
+    #[arg(long, value_name = "OUT", required = true)]
+    parquet: PathBuf,
+    /// The log format, as `report --format` takes it.
+    #[arg(long, default_value = "auto")]
+    format: String,
+    /// Worker threads [default: one per core].
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+}
+
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 256 << 20;
 
@@ -73,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         LogsCommand::Top(args) => top(args),
         LogsCommand::Report(args) => report(args),
+        LogsCommand::Export(args) => export(args),
     }
 }
 
@@ -144,20 +165,23 @@ fn top(args: TopArgs) -> anyhow::Result<()> {
     emit(&out)
 }
 
+/// `--format`: a preset or format string, or with `auto` the format of the first line.
+fn log_format(opened: &mut logs::Opened, format: &str) -> anyhow::Result<LogFormat> {
+    if format != "auto" {
+        return Ok(LogFormat::new(format)?);
+    }
+    let first = opened.first_line()?;
+    if first.is_empty() {
+        return Ok(LogFormat::new("combined")?);
+    }
+    LogFormat::detect(&first)
+        .ok_or(logs::Error::UnknownFormat)
+        .with_context(|| format!("first line: {}", String::from_utf8_lossy(&first)))
+}
+
 fn report(args: ReportArgs) -> anyhow::Result<()> {
     let mut opened = open(&args.common)?;
-    let format = if args.format == "auto" {
-        let first = opened.first_line()?;
-        if first.is_empty() {
-            LogFormat::new("combined")?
-        } else {
-            LogFormat::detect(&first)
-                .ok_or(logs::Error::UnknownFormat)
-                .with_context(|| format!("first line: {}", String::from_utf8_lossy(&first)))?
-        }
-    } else {
-        LogFormat::new(&args.format)?
-    };
+    let format = log_format(&mut opened, &args.format)?;
     let query = ReportQuery::new(format, &args.sites);
     let opts = options(&args.common);
     let analysis = with_progress(progress_bar(&opened), |p| query.run(&mut opened, &opts, p))?;
@@ -180,5 +204,55 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     } else if args.html.is_none() {
         emit(logs::render::text(&report).as_bytes())?;
     }
+    Ok(())
+}
+
+fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let inputs: Vec<Input> = args.files.iter().cloned().map(Input::from_arg).collect();
+    let mut opened = logs::open(&inputs)?;
+    let format = log_format(&mut opened, &args.format)?;
+    let mut opts = Options::default();
+    if let Some(threads) = args.threads {
+        opts.threads = threads.max(1);
+    }
+    // Written beside the destination and renamed over it: a failed export leaves no
+    // half-written file where a reader would take it for a whole one.
+    let out = &args.parquet;
+    let mut partial = out.clone().into_os_string();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    let written = logs::export::export(
+        &format,
+        &mut opened,
+        &opts,
+        std::io::BufWriter::with_capacity(1 << 20, file),
+    );
+    let done = match written {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(anyhow::Error::new(e).context(format!("exporting to {}", out.display())));
+        }
+    };
+    if let Err(e) = std::fs::rename(&partial, out) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(anyhow::Error::new(e).context(format!("writing {}", out.display())));
+    }
+    if done.lines > 0 && done.rows == 0 {
+        eprintln!(
+            "tessera logs: none of {} lines matched the format {:?}",
+            done.lines,
+            format.spec()
+        );
+    }
+    eprintln!(
+        "wrote {}: {} rows in {} row groups ({} malformed lines skipped)",
+        out.display(),
+        done.rows,
+        done.row_groups,
+        done.malformed
+    );
     Ok(())
 }

@@ -225,3 +225,149 @@ fn errors_name_the_problem_and_fail() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("could not detect the log format"));
 }
+
+/// DuckDB's answer to `sql` over the Parquet file at `path` (as `PARQUET` in the query),
+/// as JSON. DuckDB comes from PyPI (scripts/test.sh installs it).
+fn duckdb(path: &Path, sql: &str) -> serde_json::Value {
+    let script = r#"
+import duckdb, json, sys
+rows = duckdb.sql(sys.argv[2].replace("PARQUET", "read_parquet('" + sys.argv[1] + "')")).fetchall()
+print(json.dumps([[v if isinstance(v, (int, str, type(None))) else str(v) for v in row] for row in rows]))
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, path.to_str().unwrap(), sql])
+        .output()
+        .expect("python3 (scripts/test.sh installs it)");
+    assert!(
+        output.status.success(),
+        "duckdb failed (scripts/test.sh installs it with pip):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn export_parquet_read_back_by_duckdb_equals_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let mut bytes = Vec::new();
+    logs::synth::generate(60_000, &logs::synth::SynthOptions::default(), &mut bytes).unwrap();
+    // A line with an offset, one with a byte that is not UTF-8, one malformed.
+    bytes.extend_from_slice(
+        b"192.0.2.9 - - [21/Nov/2026:13:55:36 -0700] \"GET /offset HTTP/1.1\" 200 5 \"-\" \"a\"\n",
+    );
+    bytes.extend_from_slice(
+        b"192.0.2.10 - - [21/Nov/2026:23:00:00 +0000] \"GET /caf\xe9 HTTP/1.1\" 404 - \"-\" \"b\"\n",
+    );
+    bytes.extend_from_slice(b"this is not a log line\n");
+    std::fs::write(&log, &bytes).unwrap();
+    let out = dir.path().join("access.parquet");
+    let log_arg = log.to_str().unwrap();
+    let output = tessera(
+        &[
+            "logs",
+            "export",
+            "--parquet",
+            out.to_str().unwrap(),
+            "--threads",
+            "2",
+            log_arg,
+        ],
+        None,
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("60002 rows"), "{said}");
+    assert!(said.contains("1 malformed"), "{said}");
+
+    let report: serde_json::Value = serde_json::from_str(&ok(tessera(
+        &["logs", "report", "--json", "-n", "10", log_arg],
+        None,
+    )))
+    .unwrap();
+    let counted = duckdb(&out, "select count(*), sum(bytes) from PARQUET");
+    assert_eq!(counted[0][0], report["hits"]);
+    assert_eq!(counted[0][1], report["bytes"]);
+    let top = duckdb(
+        &out,
+        "select path, count(*) as n, sum(bytes) from PARQUET group by path \
+         order by n desc, path limit 10",
+    );
+    let expected: Vec<serde_json::Value> = report["top_urls_by_hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| serde_json::json!([row["url"], row["hits"], row["bytes"]]))
+        .collect();
+    assert_eq!(top.as_array().unwrap(), &expected);
+    let statuses = duckdb(
+        &out,
+        "select status, count(*) from PARQUET group by status order by status",
+    );
+    let expected: Vec<serde_json::Value> = report["statuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| serde_json::json!([row["status"], row["hits"]]))
+        .collect();
+    assert_eq!(statuses.as_array().unwrap(), &expected);
+
+    // The rows keep the log's order, across the row groups the two threads wrote.
+    let first_client = String::from_utf8_lossy(bytes.split(|&b| b == b' ').next().unwrap());
+    let ends = duckdb(
+        &out,
+        "select client from (select client, row_number() over () as i from PARQUET) \
+         where i = 1 or i >= 60001 order by i",
+    );
+    assert_eq!(
+        ends,
+        serde_json::json!([[first_client], ["192.0.2.9"], ["192.0.2.10"]])
+    );
+    // Times are UTC, the log's offset applied; a byte that is not UTF-8 is U+FFFD.
+    let typed = duckdb(
+        &out,
+        "select epoch(time)::bigint, path, bytes, referer from PARQUET \
+         where client in ('192.0.2.9', '192.0.2.10') order by client",
+    );
+    assert_eq!(
+        typed,
+        serde_json::json!([
+            [1_795_302_000i64, "/caf\u{fffd}", 0, "-"],
+            [1_795_294_536i64, "/offset", 5, "-"]
+        ])
+    );
+    let groups = duckdb(
+        &out,
+        "select count(distinct row_group_id) from parquet_metadata('OUT')"
+            .replace("OUT", out.to_str().unwrap())
+            .as_str(),
+    );
+    assert!(groups[0][0].as_i64().unwrap() >= 2, "{groups}");
+}
+
+#[test]
+fn export_failure_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.parquet");
+    std::fs::write(&out, b"the old export").unwrap();
+    let output = tessera(
+        &[
+            "logs",
+            "export",
+            "--parquet",
+            out.to_str().unwrap(),
+            dir.path().join("missing.log").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("missing.log"), "{said}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"the old export");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "a partial file was left behind");
+}

@@ -100,6 +100,8 @@ pub struct Record<'a> {
     /// Hours since 1970-01-01 00:00 in the clock the log was written in (the UTC offset
     /// is ignored, so hours read as they appear in the log). `None` without a time field.
     pub hour: Option<i64>,
+    /// The time field as logged (empty without one): [`utc_seconds`] reads it whole.
+    pub time: &'a [u8],
     pub method: &'a [u8],
     /// The request target as logged (path and query string).
     pub path: &'a [u8],
@@ -238,7 +240,10 @@ impl LogFormat {
                     pos += len;
                     match field {
                         Field::Client => record.client = value,
-                        Field::Time => record.hour = Some(hours.hour(value)?),
+                        Field::Time => {
+                            record.hour = Some(hours.hour(value)?);
+                            record.time = value;
+                        }
                         Field::Request => {
                             let (method, path) = split_request(value);
                             record.method = method;
@@ -274,6 +279,7 @@ fn json_record<'a>(line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> 
             b"" => None,
             time => Some(hours.hour(time)?),
         },
+        time: f.time,
         method: f.method,
         path: f.uri,
         status: match f.status {
@@ -650,6 +656,62 @@ fn parse_hour(value: &[u8]) -> Option<i64> {
     Some(days_from_civil(year as i64, month, day) * 24 + hour as i64)
 }
 
+/// A time field as seconds since 1970 in UTC, its offset applied: `[10/Oct/2000:13:55:36
+/// -0700]` (Apache, nginx `$time_local`), `2000-10-10T13:55:36-07:00` (nginx
+/// `$time_iso8601`) or `2000-10-10T20:55:36Z` (tessera's JSON `time`). `None` for
+/// anything else (an hour past 23, a minute past 59, an offset that is not `±HHMM`,
+/// `±HH:MM` or `Z`).
+pub fn utc_seconds(value: &[u8]) -> Option<i64> {
+    let value = match value {
+        [b'[', inner @ .., b']'] => inner,
+        _ => value,
+    };
+    let hour = parse_hour(value)?;
+    let (minute, second, offset) = match value {
+        // `10/Oct/2000:13:55:36 -0700`
+        [_, _, b'/', _, _, _, b'/', _, _, _, _, b':', _, _, b':', m1, m2, b':', s1, s2, rest @ ..] =>
+        {
+            let offset = match rest {
+                [] => 0,
+                [b' ', zone @ ..] => zone_seconds(zone)?,
+                _ => return None,
+            };
+            (digits(&[*m1, *m2])?, digits(&[*s1, *s2])?, offset)
+        }
+        // `2000-10-10T13:55:36-07:00`, `...Z`, fractions of a second dropped.
+        [_, _, _, _, b'-', _, _, b'-', _, _, b'T', _, _, b':', m1, m2, b':', s1, s2, rest @ ..] => {
+            let mut rest = rest;
+            if let [b'.', fraction @ ..] = rest {
+                let digits = fraction.iter().take_while(|b| b.is_ascii_digit()).count();
+                rest = &fraction[digits..];
+            }
+            (
+                digits(&[*m1, *m2])?,
+                digits(&[*s1, *s2])?,
+                zone_seconds(rest)?,
+            )
+        }
+        _ => return None,
+    };
+    if minute > 59 || second > 60 {
+        return None;
+    }
+    Some(hour * 3600 + i64::from(minute) * 60 + i64::from(second) - offset)
+}
+
+/// `-0700`, `+05:30`, `Z` (or nothing, read as UTC) → seconds east of UTC.
+fn zone_seconds(zone: &[u8]) -> Option<i64> {
+    let (sign, h, m) = match zone {
+        [] | [b'Z'] => return Some(0),
+        [sign @ (b'+' | b'-'), h1, h2, m1, m2] | [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            (*sign, digits(&[*h1, *h2])?, digits(&[*m1, *m2])?)
+        }
+        _ => return None,
+    };
+    let seconds = i64::from(h) * 3600 + i64::from(m) * 60;
+    Some(if sign == b'-' { -seconds } else { seconds })
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -693,6 +755,20 @@ mod tests {
         }
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn utc_seconds_apply_the_offset_in_every_syntax() {
+        let utc = 1_795_294_536; // 2026-11-21T20:55:36Z
+        assert_eq!(utc_seconds(b"[21/Nov/2026:13:55:36 -0700]"), Some(utc));
+        assert_eq!(utc_seconds(b"21/Nov/2026:20:55:36 +0000"), Some(utc));
+        assert_eq!(utc_seconds(b"2026-11-21T13:55:36-07:00"), Some(utc));
+        assert_eq!(utc_seconds(b"2026-11-22T02:25:36+05:30"), Some(utc));
+        assert_eq!(utc_seconds(b"2026-11-21T20:55:36Z"), Some(utc));
+        assert_eq!(utc_seconds(b"2026-11-21T20:55:36.250Z"), Some(utc));
+        assert_eq!(utc_seconds(b"21/Nov/2026:20:61:36 +0000"), None);
+        assert_eq!(utc_seconds(b"21/Nov/2026:20:55:36 +07"), None);
+        assert_eq!(utc_seconds(b""), None);
     }
 
     #[test]

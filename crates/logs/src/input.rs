@@ -213,6 +213,28 @@ impl Opened {
         self.maps.iter().map(|m| m.len() as u64).sum()
     }
 
+    /// The mapped inputs cut into blocks of whole lines of about `target` bytes, in input
+    /// order; then each stream read to its end in blocks of `block_size`, in order. For
+    /// work whose output keeps the order of the lines (`export`); `blocks` runs on the
+    /// calling thread and may hand the blocks to others.
+    pub(crate) fn in_order<E: From<Error>>(
+        &mut self,
+        target: usize,
+        block_size: usize,
+        blocks: impl FnOnce(&[&[u8]]) -> Result<(), E>,
+        streamed: &mut dyn FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut chunks = Vec::new();
+        for map in &self.maps {
+            chunks.extend(split_lines(map, target));
+        }
+        blocks(&chunks)?;
+        for stream in &mut self.streams {
+            stream_blocks(stream, block_size, streamed)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn run<J: Job>(
         &mut self,
         job: &J,
@@ -324,6 +346,21 @@ fn scan_stream<J: Job>(
     stream: &mut Stream,
     block_size: usize,
 ) -> Result<(), Error> {
+    stream_blocks::<Error>(stream, block_size, &mut |block| {
+        let mut tally = job.tally();
+        job.scan(&mut tally, block);
+        job.merge(total, tally);
+        Ok(())
+    })
+}
+
+/// Reads a stream to its end in blocks of whole lines (of about `block_size` bytes; a
+/// longer line makes its block grow), handing each to `each` in order.
+fn stream_blocks<E: From<Error>>(
+    stream: &mut Stream,
+    block_size: usize,
+    each: &mut dyn FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
     let pending = std::mem::take(&mut stream.pending);
     let mut buf = vec![0u8; block_size.max(pending.len()).max(1)];
     buf[..pending.len()].copy_from_slice(&pending);
@@ -338,22 +375,18 @@ fn scan_stream<J: Job>(
                 }
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(stream.input.as_deref(), e)),
+                Err(e) => return Err(Error::io(stream.input.as_deref(), e).into()),
             }
         }
         if eof {
             if filled > 0 {
-                let mut tally = job.tally();
-                job.scan(&mut tally, &buf[..filled]);
-                job.merge(total, tally);
+                each(&buf[..filled])?;
             }
             return Ok(());
         }
         match memchr::memrchr(b'\n', &buf[..filled]) {
             Some(last) => {
-                let mut tally = job.tally();
-                job.scan(&mut tally, &buf[..=last]);
-                job.merge(total, tally);
+                each(&buf[..=last])?;
                 buf.copy_within(last + 1..filled, 0);
                 filled -= last + 1;
             }

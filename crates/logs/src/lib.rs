@@ -12,9 +12,11 @@
 //!
 //! How it fits: [`open`] maps files (or sets up streams for gzip and stdin); a query
 //! ([`TopQuery`], [`ReportQuery`]) runs over them on every core; the result renders with
-//! [`render::text`] or [`render::html`], or serialises with serde.
+//! [`render::text`] or [`render::html`], or serialises with serde. [`export::export`]
+//! writes the parsed lines as a Parquet file instead.
 
 mod error;
+pub mod export;
 pub mod format;
 mod input;
 mod json;

@@ -22,6 +22,7 @@ fn combined_line_fields() {
         Record {
             client: b"192.0.2.7",
             hour: Some(hour_of("20778 13")),
+            time: b"[21/Nov/2026:13:55:36 -0700]",
             method: b"GET",
             path: b"/a/b?c=d",
             status: 200,
