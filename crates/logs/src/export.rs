@@ -29,11 +29,11 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 
-use crate::format::{utc_seconds, HourCache};
+use crate::time::{utc_seconds, HourCache};
 use crate::{Error, LogFormat, Opened, Options};
 
 /// The columns of the file, in order, with their Arrow types (all nullable).
-pub const COLUMNS: [(&str, &str); 9] = [
+pub const COLUMNS: [(&str, &str); 15] = [
     ("time", "timestamp (ms, UTC)"),
     ("client", "string"),
     ("host", "string"),
@@ -43,6 +43,12 @@ pub const COLUMNS: [(&str, &str); 9] = [
     ("bytes", "int64"),
     ("referer", "string"),
     ("user_agent", "string"),
+    ("duration_us", "int64"),
+    ("route", "string"),
+    ("upstream_addr", "string"),
+    ("upstream_status", "string"),
+    ("upstream_response_time", "string"),
+    ("cache", "string"),
 ];
 
 /// The smallest block of mapped log encoded as one row group.
@@ -217,6 +223,12 @@ fn schema() -> SchemaRef {
         Field::new("bytes", DataType::Int64, true),
         string("referer"),
         string("user_agent"),
+        Field::new("duration_us", DataType::Int64, true),
+        string("route"),
+        string("upstream_addr"),
+        string("upstream_status"),
+        string("upstream_response_time"),
+        string("cache"),
     ]))
 }
 
@@ -231,6 +243,12 @@ struct Columns {
     bytes: Int64Builder,
     referer: StringBuilder,
     user_agent: StringBuilder,
+    duration: Int64Builder,
+    route: StringBuilder,
+    upstream_addr: StringBuilder,
+    upstream_status: StringBuilder,
+    upstream_time: StringBuilder,
+    cache: StringBuilder,
 }
 
 impl Columns {
@@ -246,6 +264,12 @@ impl Columns {
             bytes: Int64Builder::with_capacity(rows),
             referer: string(4),
             user_agent: string(2),
+            duration: Int64Builder::with_capacity(rows),
+            route: string(64),
+            upstream_addr: string(64),
+            upstream_status: string(256),
+            upstream_time: string(256),
+            cache: string(256),
         }
     }
 
@@ -261,9 +285,16 @@ impl Columns {
         self.bytes.append_value(record.bytes as i64);
         text(&mut self.referer, record.referer);
         text(&mut self.user_agent, record.user_agent);
+        self.duration
+            .append_option(record.micros.map(|us| us as i64));
+        text(&mut self.route, record.route);
+        text(&mut self.upstream_addr, record.upstream_addr);
+        text(&mut self.upstream_status, record.upstream_status);
+        text(&mut self.upstream_time, record.upstream_time);
+        text(&mut self.cache, record.cache);
     }
 
-    fn finish(mut self) -> [ArrayRef; 9] {
+    fn finish(mut self) -> [ArrayRef; COLUMNS.len()] {
         [
             Arc::new(self.time.finish()),
             Arc::new(self.client.finish()),
@@ -274,6 +305,12 @@ impl Columns {
             Arc::new(self.bytes.finish()),
             Arc::new(self.referer.finish()),
             Arc::new(self.user_agent.finish()),
+            Arc::new(self.duration.finish()),
+            Arc::new(self.route.finish()),
+            Arc::new(self.upstream_addr.finish()),
+            Arc::new(self.upstream_status.finish()),
+            Arc::new(self.upstream_time.finish()),
+            Arc::new(self.cache.finish()),
         ]
     }
 }

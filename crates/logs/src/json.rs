@@ -18,6 +18,12 @@ pub(crate) struct Fields<'a> {
     pub referer: &'a [u8],
     pub user_agent: &'a [u8],
     pub host: &'a [u8],
+    pub duration: &'a [u8],
+    pub route: &'a [u8],
+    pub upstream_addr: &'a [u8],
+    pub upstream_status: &'a [u8],
+    pub upstream_response_time: &'a [u8],
+    pub cache: &'a [u8],
 }
 
 /// The fields of one JSON line (without its line ending). `None`: malformed.
@@ -43,6 +49,12 @@ pub(crate) fn fields(line: &[u8]) -> Option<Fields<'_>> {
             b"referer" => &mut f.referer,
             b"user_agent" => &mut f.user_agent,
             b"host" => &mut f.host,
+            b"duration" => &mut f.duration,
+            b"route" => &mut f.route,
+            b"upstream_addr" => &mut f.upstream_addr,
+            b"upstream_status" => &mut f.upstream_status,
+            b"upstream_response_time" => &mut f.upstream_response_time,
+            b"cache" => &mut f.cache,
             _ => &mut &b""[..],
         };
         *slot = value;

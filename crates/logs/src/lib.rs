@@ -23,7 +23,9 @@ mod json;
 mod key;
 pub mod render;
 mod report;
+pub mod sections;
 pub mod synth;
+mod time;
 mod top;
 
 pub use error::Error;

@@ -190,7 +190,100 @@ pub fn text(report: &Report) -> String {
         &["hits", "user agent"],
         &key_rows(&r.top_user_agents),
     );
+    for (title, align, headers, rows) in section_tables(r) {
+        text_table(&mut out, title, align, headers, &rows);
+    }
     out
+}
+
+/// A table of the report: title, alignment per column (`l`, `r`), headers, rows.
+type Table = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    Vec<Vec<String>>,
+);
+
+/// The tables of the sections the log has fields for (none for a plain combined log).
+fn section_tables(r: &Report) -> Vec<Table> {
+    let s = &r.sections;
+    let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
+    let mut tables = Vec::new();
+    if !s.hosts.is_empty() {
+        let rows = s.hosts.iter().map(|h| {
+            let (c, e) = (h.client_errors, h.server_errors);
+            vec![
+                h.hits.to_string(),
+                h.bytes.to_string(),
+                c.to_string(),
+                e.to_string(),
+                h.host.clone(),
+            ]
+        });
+        tables.push((
+            "By host",
+            "rrrrl",
+            &["hits", "bytes", "4xx", "5xx", "host"][..],
+            rows.collect(),
+        ));
+    }
+    if !s.slowest_routes.is_empty() {
+        let rows = s.slowest_routes.iter().map(|l| {
+            vec![
+                l.hits.to_string(),
+                ms(l.p50_us),
+                ms(l.p95_us),
+                ms(l.p99_us),
+                ms(l.max_us),
+                l.route.clone(),
+            ]
+        });
+        let headers = &["hits", "p50 ms", "p95 ms", "p99 ms", "max ms", "route"][..];
+        tables.push((
+            "Slowest routes (by 95th percentile)",
+            "rrrrrl",
+            headers,
+            rows.collect(),
+        ));
+    }
+    if !s.upstream_peers.is_empty() {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), ms);
+        let rows = s.upstream_peers.iter().map(|p| {
+            vec![
+                p.attempts.to_string(),
+                p.status_2xx.to_string(),
+                p.status_4xx.to_string(),
+                p.status_5xx.to_string(),
+                p.no_status.to_string(),
+                opt(p.p50_us),
+                opt(p.p95_us),
+                opt(p.p99_us),
+                p.peer.clone(),
+            ]
+        });
+        let headers = &[
+            "attempts", "2xx", "4xx", "5xx", "none", "p50 ms", "p95 ms", "p99 ms", "peer",
+        ][..];
+        tables.push(("Upstream peers", "rrrrrrrrl", headers, rows.collect()));
+    }
+    if !s.cache_by_route.is_empty() {
+        let rows = s.cache_by_route.iter().map(|c| {
+            let results: Vec<String> = c
+                .results
+                .iter()
+                .map(|k| format!("{} {}", k.key, k.hits))
+                .collect();
+            vec![
+                c.total.to_string(),
+                percent(c.served_from_cache, c.total),
+                results.join(", "),
+                c.route.clone(),
+            ]
+        });
+        let headers = &["requests", "from cache", "results", "route"][..];
+        tables.push(("Cache by route", "rrll", headers, rows.collect()));
+    }
+    tables
 }
 
 fn escape(text: &str) -> String {
@@ -469,6 +562,9 @@ pub fn html(report: &Report) -> String {
         &["hits", "bytes", "hour"],
         &hours,
     );
+    for (title, _, headers, rows) in section_tables(r) {
+        html_table(&mut out, title, headers, &rows);
+    }
     out.push_str("</body></html>\n");
     out
 }

@@ -12,9 +12,11 @@
 
 use serde::Serialize;
 
-use crate::format::{format_hour, HourCache, LogFormat};
+use crate::format::LogFormat;
 use crate::input::{Job, Opened, Options, Progress};
 use crate::key::{first_n, Key};
+use crate::sections::{Sections, SectionsReport};
+use crate::time::{format_hour, HourCache};
 use crate::Error;
 
 type Map<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -64,6 +66,7 @@ pub struct Analysis {
     clients: Map<Key, ClientTally>,
     agents: Map<Key, (u64, u32)>,
     visitors: VisitorSet,
+    sections: Sections,
 }
 
 /// The distinct visits of a total: a sorted, deduplicated list, and the visits merged in
@@ -191,6 +194,7 @@ pub(crate) struct Tally {
     clients: Map<Key, ClientTally>,
     agents: Map<Key, (u64, u32)>,
     visits: Visits,
+    sections: Sections,
 }
 
 /// A client as a thread sees it: traffic, number, and which of its visits on `day` were
@@ -328,6 +332,7 @@ impl Job for ReportQuery {
             clients: Map::default(),
             agents: Map::default(),
             visits: Visits::new(),
+            sections: Sections::default(),
         }
     }
 
@@ -350,6 +355,7 @@ impl Job for ReportQuery {
             };
             t.hits += 1;
             t.bytes += r.bytes;
+            t.sections.add(&r);
             t.statuses[r.status as usize] += 1;
             if !r.path.is_empty() {
                 t.urls.entry_ref(r.path).or_default().add(r.bytes);
@@ -405,6 +411,7 @@ impl Job for ReportQuery {
         total.malformed += t.malformed;
         total.hits += t.hits;
         total.bytes += t.bytes;
+        total.sections.absorb(t.sections);
         absorb(&mut total.urls, t.urls, Traffic::absorb);
         absorb(&mut total.not_found, t.not_found, |a, b| *a += b);
         absorb(&mut total.referrers, t.referrers, |a, b| *a += b);
@@ -493,6 +500,10 @@ pub struct Report {
     /// log spans more than a year, when only hours with hits are listed.
     pub hours: Vec<HourRow>,
     pub top_user_agents: Vec<KeyRow>,
+    /// By host, slowest routes, upstream peers, cache by route: empty lists when the log
+    /// lacks their fields.
+    #[serde(flatten)]
+    pub sections: SectionsReport,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -672,6 +683,7 @@ impl Analysis {
                     hits: *hits,
                 })
                 .collect(),
+            sections: self.sections.report(n),
         }
     }
 }

@@ -29,7 +29,7 @@ fn combined_line_fields() {
             bytes: 2326,
             referer: b"https://example.com/x",
             user_agent: b"Mozilla/5.0 (X11)",
-            vhost: b"",
+            ..Record::default()
         }
     );
 }
