@@ -258,6 +258,8 @@ impl Format {
                 (b'U', None) => Item::Path,
                 (b'q', None) => Item::Query,
                 (b'H', None) => Item::Protocol,
+                (b'x', Some(name)) if name == "protocol" => Item::Protocol,
+                (b'O', None) => Item::BytesSent,
                 (b's', None) => Item::Status,
                 (b'b', None) => Item::BytesClf,
                 (b'B', None) => Item::Bytes,

@@ -1,4 +1,4 @@
-use std::io::Write;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::harness::{check_config_output, read_response, Server, Site};
@@ -255,20 +255,32 @@ for line in open(sys.argv[1], encoding="utf-8"):
     );
 }
 
-/// `%v` and `%{route}x` in a format string; a JSON field not built yet is refused by
-/// `check-config` with its line.
+/// `%v`, `%{route}x`, `%{protocol}x` and `%O` in a format string; a JSON field not built
+/// yet is refused by `check-config` with its line.
 #[test]
 fn host_and_route_directives_and_unbuilt_json_fields() {
     let site = Site::new();
     let log = site.dir.path().join("access.log");
     let server = site.serve_with(&format!(
-        "access_log = {:?}\naccess_log_format = \"%v %{{route}}x %s\"\n\n[[route]]\npath = \"/health\"\nrespond = {{ body = \"ok\" }}\n",
+        "access_log = {:?}\naccess_log_format = \"%v %{{route}}x %s %{{protocol}}x %O\"\n\n[[route]]\npath = \"/health\"\nrespond = {{ body = \"ok\" }}\n",
         log.display().to_string()
     ));
     assert_eq!(server.get("/health").status, 200);
-    assert_eq!(server.get("/hello.txt").status, 200);
+    // The bytes sent, head and body, as the client received them.
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    assert!(raw.starts_with(b"HTTP/1.1 200 "));
     let lines = wait_for_lines(&log, 2);
-    assert_eq!(lines, ["test route[0] 200", "test - 200"]);
+    let sent: u64 = lines[0]
+        .strip_prefix("test route[0] 200 HTTP/1.1 ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", lines[0]));
+    assert!(sent > 2, "{}", lines[0]);
+    assert_eq!(lines[1], format!("test - 200 HTTP/1.1 {}", raw.len()));
     let config = site.dir.path().join("bad.toml");
     std::fs::write(
         &config,
