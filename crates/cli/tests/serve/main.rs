@@ -35,4 +35,5 @@ mod tunnel;
 mod upgrade;
 mod upstream_heads;
 mod upstream_state;
+mod upstream_tls;
 mod upstreams;
