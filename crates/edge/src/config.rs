@@ -46,7 +46,8 @@ const DEFAULT_ADDRESS: &str = "127.0.0.1:9000";
 pub struct UpstreamConfig {
     /// Name routes refer to. Default `"origin"`.
     pub name: String,
-    /// `host:port` addresses of the peers, each of weight 1 (see `peer` for weights).
+    /// Addresses of the peers, each of weight 1 (see `peer` for weights): `host:port`,
+    /// `https://host[:port]` (TLS), `http://host[:port]` or `unix:PATH` (a Unix socket).
     /// Default `["127.0.0.1:9000"]` when `peer` is empty. Names are resolved at start
     /// and at each reload (one peer per address). [`SELF_ADDRESS`] stands for this server's own first listener
     /// (see [`crate::EdgeModule::listening_on`]), for an origin served by the same process.
@@ -173,7 +174,7 @@ pub enum SendProxy {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PeerConfig {
-    /// `host:port`. Required.
+    /// An address as in `addresses`. Required.
     pub address: String,
     /// Its share of requests against the other peers'. Default 1.
     pub weight: u32,
@@ -253,6 +254,8 @@ pub(crate) struct Peer {
     pub(crate) host: String,
     /// Whether it is spoken to over TLS (`tls = true`, or an `https://` address).
     pub(crate) tls: bool,
+    /// The socket's path, for an address `unix:PATH`.
+    pub(crate) unix: Option<PathBuf>,
     pub(crate) weight: u32,
     pub(crate) max_connections: usize,
     pub(crate) max_idle: usize,
@@ -403,9 +406,11 @@ impl UpstreamConfig {
         let split = |a: &str| parse_address(a).unwrap_or_else(|_| (a.to_string(), None));
         let peer = |written: &str, weight: u32, max_connections: usize, max_idle: usize| {
             let (address, scheme_tls) = split(written);
+            let unix = unix_path(&address).map(PathBuf::from);
             Peer {
                 host: host_of(&address).to_string(),
-                tls: self.tls || scheme_tls == Some(true),
+                tls: unix.is_none() && (self.tls || scheme_tls == Some(true)),
+                unix,
                 address,
                 weight,
                 max_connections,
@@ -453,8 +458,13 @@ pub(crate) fn parse_address(written: &str) -> Result<(String, Option<bool>), Str
     Ok((format!("{}:{port}", authority.host()), Some(tls)))
 }
 
+/// The path of a Unix socket address, `unix:PATH`.
+pub(crate) fn unix_path(address: &str) -> Option<&str> {
+    address.strip_prefix("unix:")
+}
+
 /// Checks the TLS keys of an upstream without reading files: what needs TLS has it,
-/// names are names, `protocol` is one that is built.
+/// names are names, `protocol` is one that is built; and its Unix socket peers.
 fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
     let bad = |msg: String| {
         Err(ConfigError::Invalid(format!(
@@ -477,6 +487,21 @@ fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
     }
     let written = u.addresses.iter().chain(u.peer.iter().map(|p| &p.address));
     for a in written {
+        if let Some(path) = unix_path(a) {
+            let wrong = if path.is_empty() {
+                Some("a Unix socket address is unix:PATH")
+            } else if u.tls {
+                Some("a Unix socket peer with tls = true: TLS is spoken over TCP only")
+            } else if u.send_proxy.is_some() {
+                Some("send_proxy applies to TCP peers, not Unix sockets")
+            } else {
+                None
+            };
+            match wrong {
+                Some(why) => return bad(format!("address {a:?}: {why}")),
+                None => continue,
+            }
+        }
         match parse_address(a) {
             Err(e) => return bad(format!("address {a:?}: {e}")),
             Ok((_, Some(false))) if u.tls => {

@@ -36,4 +36,5 @@ mod upgrade;
 mod upstream_heads;
 mod upstream_state;
 mod upstream_tls;
+mod upstream_unix;
 mod upstreams;

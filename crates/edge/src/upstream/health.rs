@@ -169,6 +169,11 @@ async fn check(
     send_proxy: Option<SendProxy>,
 ) -> std::io::Result<u16> {
     let address = &set.peers[peer].address;
+    // A Unix socket's path is no host name.
+    let address = match crate::config::unix_path(address) {
+        Some(_) => "localhost",
+        None => address,
+    };
     let mut stream = crate::upstream::stream::open(set, peer, send_proxy.map(|v| (v, None)))
         .await
         .map_err(std::io::Error::other)?;

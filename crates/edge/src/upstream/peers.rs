@@ -64,6 +64,8 @@ pub(crate) enum Transport {
     /// TLS over TCP, with this server name (sent as SNI unless it is an IP address, and
     /// verified in the peer's certificate).
     Tls(rustls::pki_types::ServerName<'static>),
+    /// A Unix domain socket at this path (`unix:PATH`).
+    Unix(std::path::PathBuf),
 }
 
 /// The state of one peer that every worker shares, and that a reload carries over to the
@@ -152,7 +154,8 @@ pub(crate) struct Ticket {
     probe: bool,
 }
 
-/// Host names resolved now (at start, and at each reload, which builds the sets anew):
+/// Host names resolved now (at start, and at each reload, which builds the sets anew;
+/// a Unix socket's path is kept as it is):
 /// a name with several addresses becomes one peer per address, each with the name's
 /// weight and limits. A name that does not resolve stays as written (each connection
 /// then tries again, and fails as a connect error until it resolves).
@@ -160,7 +163,7 @@ fn resolve(peers: Vec<crate::config::Peer>) -> Vec<crate::config::Peer> {
     use std::net::{SocketAddr, ToSocketAddrs};
     let mut out = Vec::with_capacity(peers.len());
     for p in peers {
-        if p.address.parse::<SocketAddr>().is_ok() {
+        if p.unix.is_some() || p.address.parse::<SocketAddr>().is_ok() {
             out.push(p);
             continue;
         }
@@ -256,11 +259,12 @@ impl PeerSet {
                             "peer up: health checks no longer configured");
                     }
                 }
-                let transport = match p.tls {
-                    true => {
+                let transport = match (&p.unix, p.tls) {
+                    (Some(path), _) => Transport::Unix(path.clone()),
+                    (None, true) => {
                         Transport::Tls(crate::upstream::tls::server_name(c.sni.as_deref(), &p.host))
                     }
-                    false => Transport::Tcp,
+                    (None, false) => Transport::Tcp,
                 };
                 PeerShared {
                     transport,

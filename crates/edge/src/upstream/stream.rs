@@ -1,7 +1,8 @@
-//! A connection to a peer, whatever carries it: an enum rather than a boxed trait
+//! A connection to a peer, whatever carries it (TCP, TLS over TCP, a Unix domain
+//! socket): an enum rather than a boxed trait
 //! object, so that a cleartext connection costs what a bare `TcpStream` did (one match
 //! per read or write, no allocation, no virtual call); and opening one: TCP, the PROXY
-//! header when the upstream sends one, then TLS for a TLS peer.
+//! header when the upstream sends one, then TLS for a TLS peer; or the Unix socket.
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::client::TlsStream;
 
 use crate::config::SendProxy;
@@ -20,6 +21,7 @@ pub(crate) enum Stream {
     /// Boxed: rustls' state is large, and a cleartext connection should not carry its
     /// room.
     Tls(Box<TlsStream<TcpStream>>),
+    Unix(UnixStream),
 }
 
 /// Why a connection could not be opened.
@@ -43,6 +45,11 @@ pub(crate) async fn open(
     send_proxy: Option<(SendProxy, Option<SocketAddr>)>,
 ) -> Result<Stream, OpenError> {
     let p = &set.peers[peer];
+    if let Transport::Unix(path) = &p.transport {
+        // validate() refused send_proxy with Unix socket peers.
+        let unix = UnixStream::connect(path).await;
+        return unix.map(Stream::Unix).map_err(OpenError::Connect);
+    }
     let mut tcp = TcpStream::connect(p.address.as_str())
         .await
         .map_err(OpenError::Connect)?;
@@ -61,6 +68,7 @@ pub(crate) async fn open(
         (Transport::Tls(_), None) => Err(OpenError::Tls(io::Error::other(
             "the upstream has no TLS configuration",
         ))),
+        (Transport::Unix(_), _) => unreachable!("connected above"),
     }
 }
 
@@ -69,19 +77,20 @@ impl Stream {
     /// idle (a close, or for TLS an alert). For TLS the byte read is of a record, which
     /// the connection is not used after.
     pub(crate) fn still_open(&mut self) -> bool {
-        let tcp = match self {
-            Stream::Tcp(s) => s,
-            Stream::Tls(s) => s.get_mut().0,
-        };
         let mut probe = [0u8; 1];
-        matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        let read = match self {
+            Stream::Tcp(s) => s.try_read(&mut probe),
+            Stream::Tls(s) => s.get_mut().0.try_read(&mut probe),
+            Stream::Unix(s) => s.try_read(&mut probe),
+        };
+        matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// The TCP connection, for a tunnel: only a cleartext one can be spliced.
+    /// The TCP connection, for a tunnel: only a cleartext TCP one can be spliced.
     pub(crate) fn into_tcp(self) -> Option<TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Tls(_) => None,
+            Stream::Tls(_) | Stream::Unix(_) => None,
         }
     }
 }
@@ -95,6 +104,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -108,6 +118,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -119,6 +130,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -126,12 +138,13 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Tcp(_) => Poll::Ready(Ok(())),
+            Stream::Tcp(_) | Stream::Unix(_) => Poll::Ready(Ok(())),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
@@ -140,6 +153,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
