@@ -17,9 +17,11 @@ use crate::metrics::{admin_addr, admin_get, samples};
 const ORIGIN: &str = r#"
 import http.server, os, ssl, sys
 
-cert, key, client_ca, here = sys.argv[1:5]
+cert, key, client_ca, here, max_version = sys.argv[1:6]
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
+if max_version == "1.2":
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
 ctx.set_alpn_protocols(["http/1.1"])
 if client_ca != "-":
     ctx.verify_mode = ssl.CERT_REQUIRED
@@ -124,8 +126,14 @@ struct Origin {
 
 impl Origin {
     /// Serves with `cert` and `key`; with `client_ca`, requires a client certificate
-    /// that it signed.
-    fn start(dir: &Path, cert: &Path, key: &Path, client_ca: Option<&Path>) -> Origin {
+    /// that it signed; `max_version` "1.2" or "1.3".
+    fn start(
+        dir: &Path,
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+        max_version: &str,
+    ) -> Origin {
         let script = dir.join("origin.py");
         std::fs::write(&script, ORIGIN).unwrap();
         let mut child = Command::new("python3")
@@ -134,6 +142,7 @@ impl Origin {
             .arg(key)
             .arg(client_ca.map_or("-".into(), |p| p.display().to_string()))
             .arg(dir)
+            .arg(max_version)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -182,12 +191,16 @@ struct Setup {
 
 impl Setup {
     fn new(require_client: bool) -> Setup {
+        Setup::with(require_client, "1.3")
+    }
+
+    fn with(require_client: bool, max_version: &str) -> Setup {
         let site = Site::new();
         let dir = site.dir.path();
         let ca = Ca::new(dir, "test-ca");
         let (cert, key) = ca.sign(dir, "origin", &["origin.test", "127.0.0.1"]);
         let client_ca = require_client.then_some(ca.pem.as_path());
-        let origin = Origin::start(dir, &cert, &key, client_ca);
+        let origin = Origin::start(dir, &cert, &key, client_ca, max_version);
         Setup { site, ca, origin }
     }
 
@@ -347,6 +360,19 @@ fn a_second_connection_resumes_the_session_of_the_first() {
 }
 
 #[test]
+fn tls_1_2_is_spoken_and_resumed_with_an_origin_that_stops_there() {
+    let s = Setup::with(false, "1.2");
+    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let (status, first) = body(&server, "/1");
+    assert_eq!(status, 200, "{first}");
+    assert!(first.contains(" reused=False "), "{first}");
+    assert!(first.contains(" version=TLSv1.2 "), "{first}");
+    let (_, second) = body(&server, "/2");
+    assert!(second.contains(" reused=True "), "{second}");
+    assert_eq!(handshakes(&server, "resumed"), 1.0);
+}
+
+#[test]
 fn a_worker_resumes_the_session_that_another_worker_began() {
     let s = Setup::new(false);
     let config = s.site.dir.path().join("workers.toml");
@@ -378,11 +404,16 @@ fn a_worker_resumes_the_session_that_another_worker_began() {
             .unwrap_or(0.0)
     };
     let mut n = 0;
+    let mut last = String::new();
     while opened() < 2.0 {
         assert!(n < 200, "every request went to one worker");
-        assert_eq!(body(&server, &format!("/w{n}")).0, 200);
+        let (status, text) = body(&server, &format!("/w{n}"));
+        assert_eq!(status, 200, "{text}");
+        last = text;
         n += 1;
     }
+    // The request that made the second worker connect: the origin saw a resumed session.
+    assert!(last.contains(" reused=True "), "{last}");
     assert_eq!(handshakes(&server, "full"), 1.0, "after {n} requests");
     assert_eq!(handshakes(&server, "resumed"), 1.0);
 }
