@@ -182,6 +182,8 @@ pub struct PeerConfig {
     pub max_connections: Option<usize>,
     /// Its own `max_idle` (per worker). Default: the upstream's.
     pub max_idle: Option<usize>,
+    /// Speak TLS to this peer (as the upstream's `tls` does to all). Default false.
+    pub tls: bool,
 }
 
 impl Default for PeerConfig {
@@ -191,6 +193,7 @@ impl Default for PeerConfig {
             weight: 1,
             max_connections: None,
             max_idle: None,
+            tls: false,
         }
     }
 }
@@ -404,12 +407,12 @@ impl UpstreamConfig {
         };
         // validate() refused an address that does not parse.
         let split = |a: &str| parse_address(a).unwrap_or_else(|_| (a.to_string(), None));
-        let peer = |written: &str, weight: u32, max_connections: usize, max_idle: usize| {
+        let peer = |written: &str, tls: bool, weight: u32, max_connections: usize, max_idle| {
             let (address, scheme_tls) = split(written);
             let unix = unix_path(&address).map(PathBuf::from);
             Peer {
                 host: host_of(&address).to_string(),
-                tls: unix.is_none() && (self.tls || scheme_tls == Some(true)),
+                tls: unix.is_none() && (tls || scheme_tls == Some(true)),
                 unix,
                 address,
                 weight,
@@ -419,11 +422,12 @@ impl UpstreamConfig {
         };
         let plain = addresses
             .iter()
-            .map(|a| peer(a, 1, self.max_connections, self.idle_limit()));
+            .map(|a| peer(a, self.tls, 1, self.max_connections, self.idle_limit()));
         let weighted = self.peer.iter().map(|p| {
             let max_connections = p.max_connections.unwrap_or(self.max_connections);
             peer(
                 &p.address,
+                self.tls || p.tls,
                 p.weight,
                 max_connections,
                 p.max_idle.unwrap_or(match p.max_connections {
@@ -485,12 +489,13 @@ fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
             ));
         }
     }
-    let written = u.addresses.iter().chain(u.peer.iter().map(|p| &p.address));
-    for a in written {
+    let written = (u.addresses.iter().map(|a| (a, u.tls)))
+        .chain(u.peer.iter().map(|p| (&p.address, u.tls || p.tls)));
+    for (a, tls) in written {
         if let Some(path) = unix_path(a) {
             let wrong = if path.is_empty() {
                 Some("a Unix socket address is unix:PATH")
-            } else if u.tls {
+            } else if tls {
                 Some("a Unix socket peer with tls = true: TLS is spoken over TCP only")
             } else if u.send_proxy.is_some() {
                 Some("send_proxy applies to TCP peers, not Unix sockets")
@@ -504,7 +509,7 @@ fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
         }
         match parse_address(a) {
             Err(e) => return bad(format!("address {a:?}: {e}")),
-            Ok((_, Some(false))) if u.tls => {
+            Ok((_, Some(false))) if tls => {
                 return bad(format!("address {a:?} is http:// but tls = true"))
             }
             Ok(_) => {}
@@ -640,13 +645,17 @@ impl EdgeConfig {
 
     /// [`proxy_to`](EdgeConfig::proxy_to) from the URL given to `tessera serve --proxy`:
     /// `http://host[:port]` (port 80 by default) or `https://host[:port]` (TLS, port 443
-    /// by default, verified against the system's roots), with or without a trailing `/`.
+    /// by default, verified against the system's roots), with or without a trailing `/`;
+    /// or `unix:PATH`, a Unix socket.
     pub fn proxy_to_url(url: &str) -> Result<EdgeConfig, ConfigError> {
         let bad = || {
             ConfigError::Invalid(format!(
-                "--proxy wants http://host[:port] or https://host[:port], not {url:?}"
+                "--proxy wants http://host[:port], https://host[:port] or unix:PATH, not {url:?}"
             ))
         };
+        if unix_path(url).is_some_and(|p| !p.is_empty()) {
+            return Ok(EdgeConfig::proxy_to(url));
+        }
         let (address, tls) = parse_address(url).map_err(|_| bad())?;
         let Some(tls) = tls else { return Err(bad()) };
         let mut config = EdgeConfig::proxy_to(&address);
@@ -825,8 +834,11 @@ mod tests {
         let c = EdgeConfig::proxy_to_url("https://origin.test").unwrap();
         assert_eq!(c.upstream[0].addresses, ["origin.test:443"]);
         assert!(c.upstream[0].tls);
+        let c = EdgeConfig::proxy_to_url("unix:/run/app.sock").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["unix:/run/app.sock"]);
         for bad in [
             "ftp://x",
+            "unix:",
             "127.0.0.1:9000",
             "http://x/app",
             "http://u@x",

@@ -270,6 +270,19 @@ fn an_https_address_needs_no_tls_key_and_an_ip_sends_no_sni() {
 }
 
 #[test]
+fn a_peer_of_its_own_may_speak_tls() {
+    let s = Setup::new(false);
+    let server = s.site.serve_with(&format!(
+        "[[upstream]]\nname = \"secure\"\n{}\n\n         [[upstream.peer]]\naddress = \"{}\"\ntls = true\nweight = 2\n\n         [[route]]\nupstream = \"secure\"\n",
+        s.ca(),
+        s.origin.addr()
+    ));
+    let (status, text) = body(&server, "/peer");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("path=/peer sni=None "), "{text}");
+}
+
+#[test]
 fn a_certificate_from_another_authority_is_a_502_with_the_reason_logged() {
     let s = Setup::new(false);
     let other = Ca::new(s.site.dir.path(), "other-ca");

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::harness::{eventually, stderr_has, Site};
+use crate::harness::{eventually, stderr_has, Server, Site};
 use crate::metrics::{admin_addr, admin_get, samples};
 
 /// A keep-alive HTTP/1.1 server on the Unix socket `argv[1]`: each answer names the
@@ -126,6 +126,19 @@ fn a_unix_socket_origin_is_served_on_pooled_connections() {
         stderr_has(&server, "peer up: health checks pass")
     });
     assert_eq!(server.get("/x").status, 200);
+}
+
+#[test]
+fn proxy_takes_a_unix_socket() {
+    let site = Site::new();
+    let origin = Origin::start(site.dir.path());
+    let url = format!("unix:{}", origin.socket.display());
+    let server = Server::start(&site.root(), &["--proxy", &url]);
+    let r = server.get("/p");
+    assert_eq!(
+        String::from_utf8_lossy(&r.body),
+        "path=/p host=test connection=1\n"
+    );
 }
 
 #[test]
