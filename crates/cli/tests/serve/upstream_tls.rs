@@ -329,6 +329,23 @@ fn proxy_https_verifies_against_the_system_roots() {
 }
 
 #[test]
+fn a_reload_reads_the_ca_file_again() {
+    let s = Setup::new(false);
+    let dir = s.site.dir.path();
+    let other = Ca::new(dir, "other-ca");
+    let ca = dir.join("origin-ca.pem");
+    std::fs::copy(&other.pem, &ca).unwrap();
+    let server = s.serve("", &format!("tls = true\nca = {ca:?}"));
+    assert_eq!(body(&server, "/before").0, 502);
+    // The file replaced in place, the configuration unchanged.
+    std::fs::copy(&s.ca.pem, &ca).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || stderr_has(&server, "generation=2"));
+    let (status, text) = body(&server, "/after");
+    assert_eq!(status, 200, "{text}");
+}
+
+#[test]
 fn verify_false_connects_to_any_certificate_and_warns_at_start() {
     let s = Setup::new(false);
     let server = s.serve("", "tls = true\nverify = false");
