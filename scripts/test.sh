@@ -32,6 +32,18 @@ if ! command -v haproxy >/dev/null 2>&1; then
     fi
 fi
 
+# The upstream TLS tests run a Python ssl origin (python3, installed below) and check that
+# `--proxy https://` verifies against the system's roots (crates/cli/tests/serve/upstream_tls.rs);
+# tessera refuses to start without any.
+if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
+    echo "scripts/test.sh: installing ca-certificates for the upstream TLS tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq ca-certificates
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq ca-certificates
+    fi
+fi
+
 # The TLS tests speak to the server with curl and openssl s_client
 # (crates/cli/tests/serve/tls.rs).
 for tool in curl openssl; do

@@ -44,7 +44,8 @@ pub struct ConfigArgs {
     /// Worker threads, each with its own listener [default: number of cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Proxy every request to this origin (`http://host:port`), assembling ESI pages
+    /// Proxy every request to this origin (`http://host:port`, `https://host:port` over
+    /// TLS verified against the system's roots, or `unix:PATH`), assembling ESI pages
     /// (Surrogate-Control: content="ESI/1.0") from fragments fetched in parallel
     #[arg(long, value_name = "URL")]
     proxy: Option<String>,

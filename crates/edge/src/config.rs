@@ -2,12 +2,12 @@
 //! file. Every key has a default; unknown keys are an error so a typo is caught.
 //! Durations are seconds (fractions allowed), like the server's `[timeouts]`.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::cache::config::{CacheConfig, RedisConfig};
 use crate::error::ConfigError;
 
 /// Everything the proxy is told.
@@ -46,7 +46,8 @@ const DEFAULT_ADDRESS: &str = "127.0.0.1:9000";
 pub struct UpstreamConfig {
     /// Name routes refer to. Default `"origin"`.
     pub name: String,
-    /// `host:port` addresses of the peers, each of weight 1 (see `peer` for weights).
+    /// Addresses of the peers, each of weight 1 (see `peer` for weights): `host:port`,
+    /// `https://host[:port]` (TLS), `http://host[:port]` or `unix:PATH` (a Unix socket).
     /// Default `["127.0.0.1:9000"]` when `peer` is empty. Names are resolved at start
     /// and at each reload (one peer per address). [`SELF_ADDRESS`] stands for this server's own first listener
     /// (see [`crate::EdgeModule::listening_on`]), for an origin served by the same process.
@@ -125,6 +126,40 @@ pub struct UpstreamConfig {
     /// request the proxy makes itself (an ESI fragment's) names no client: v1 `UNKNOWN`,
     /// v2 `LOCAL`. Default none.
     pub send_proxy: Option<SendProxy>,
+    /// Speak TLS to every peer (an `https://` address does so for its peer alone).
+    /// Default false. See docs/upstreams.md, "HTTPS upstreams".
+    pub tls: bool,
+    /// PEM file of the certificate authorities that verify the peers' certificates,
+    /// instead of the system's. Default none: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// The name sent in SNI and verified in the peer's certificate. Default: the host
+    /// name of the peer's address (an IP address is verified as an IP address and sends
+    /// no SNI).
+    pub sni: Option<String>,
+    /// Whether the peers' certificates are verified. Default true; false is logged as a
+    /// warning at start.
+    pub verify: bool,
+    /// PEM certificate chain presented to peers that ask for one (mTLS), with
+    /// `client_key`. Default none.
+    pub client_certificate: Option<PathBuf>,
+    /// PEM private key of `client_certificate`. Default none.
+    pub client_key: Option<PathBuf>,
+    /// The HTTP version spoken to the peers: `"h1"` (the default; only this one is
+    /// built), `"h2"` (over TLS, by ALPN) or `"h2c"` (cleartext, prior knowledge).
+    pub protocol: Protocol,
+}
+
+/// `protocol`: the HTTP version spoken to an upstream's peers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP/1.1.
+    #[default]
+    H1,
+    /// HTTP/2 over TLS (not built yet).
+    H2,
+    /// HTTP/2 over cleartext, prior knowledge (not built yet).
+    H2c,
 }
 
 /// `send_proxy`: the PROXY protocol version sent to an upstream.
@@ -139,7 +174,7 @@ pub enum SendProxy {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PeerConfig {
-    /// `host:port`. Required.
+    /// An address as in `addresses`. Required.
     pub address: String,
     /// Its share of requests against the other peers'. Default 1.
     pub weight: u32,
@@ -147,6 +182,8 @@ pub struct PeerConfig {
     pub max_connections: Option<usize>,
     /// Its own `max_idle` (per worker). Default: the upstream's.
     pub max_idle: Option<usize>,
+    /// Speak TLS to this peer (as the upstream's `tls` does to all). Default false.
+    pub tls: bool,
 }
 
 impl Default for PeerConfig {
@@ -156,6 +193,7 @@ impl Default for PeerConfig {
             weight: 1,
             max_connections: None,
             max_idle: None,
+            tls: false,
         }
     }
 }
@@ -212,7 +250,15 @@ impl Default for HealthConfig {
 /// One peer as the client uses it: `addresses` and `[[upstream.peer]]` together.
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
+    /// `host:port`, its scheme taken off.
     pub(crate) address: String,
+    /// The host name of the address as written (before it is resolved): the TLS server
+    /// name unless `sni` says another.
+    pub(crate) host: String,
+    /// Whether it is spoken to over TLS (`tls = true`, or an `https://` address).
+    pub(crate) tls: bool,
+    /// The socket's path, for an address `unix:PATH`.
+    pub(crate) unix: Option<PathBuf>,
     pub(crate) weight: u32,
     pub(crate) max_connections: usize,
     pub(crate) max_idle: usize,
@@ -359,26 +405,156 @@ impl UpstreamConfig {
             ([], []) => &default[..],
             (a, _) => a,
         };
-        let plain = addresses.iter().map(|a| Peer {
-            address: a.clone(),
-            weight: 1,
-            max_connections: self.max_connections,
-            max_idle: self.idle_limit(),
-        });
+        // validate() refused an address that does not parse.
+        let split = |a: &str| parse_address(a).unwrap_or_else(|_| (a.to_string(), None));
+        let peer = |written: &str, tls: bool, weight: u32, max_connections: usize, max_idle| {
+            let (address, scheme_tls) = split(written);
+            let unix = unix_path(&address).map(PathBuf::from);
+            Peer {
+                host: host_of(&address).to_string(),
+                tls: unix.is_none() && (tls || scheme_tls == Some(true)),
+                unix,
+                address,
+                weight,
+                max_connections,
+                max_idle,
+            }
+        };
+        let plain = addresses
+            .iter()
+            .map(|a| peer(a, self.tls, 1, self.max_connections, self.idle_limit()));
         let weighted = self.peer.iter().map(|p| {
             let max_connections = p.max_connections.unwrap_or(self.max_connections);
-            Peer {
-                address: p.address.clone(),
-                weight: p.weight,
+            peer(
+                &p.address,
+                self.tls || p.tls,
+                p.weight,
                 max_connections,
-                max_idle: p.max_idle.unwrap_or(match p.max_connections {
+                p.max_idle.unwrap_or(match p.max_connections {
                     Some(m) => self.max_idle.unwrap_or(m).min(m),
                     None => self.idle_limit(),
                 }),
-            }
+            )
         });
         plain.chain(weighted).collect()
     }
+}
+
+/// A peer's address as written: `host:port`, `https://host[:port]` (port 443 by
+/// default) or `http://host[:port]` (port 80 by default), with or without a trailing
+/// `/`. The address as `host:port`, and whether its scheme asks for TLS (`None`: no
+/// scheme, the upstream's `tls` decides).
+pub(crate) fn parse_address(written: &str) -> Result<(String, Option<bool>), String> {
+    let tls = match written.split_once("://") {
+        None => return Ok((written.to_string(), None)),
+        Some(("https", _)) => true,
+        Some(("http", _)) => false,
+        Some((scheme, _)) => return Err(format!("unknown scheme `{scheme}://`")),
+    };
+    let bad = || format!("{written:?} is not http(s)://host[:port]");
+    let uri: http::Uri = written.parse().map_err(|_| bad())?;
+    let path_ok = uri.path_and_query().map_or(true, |p| p.as_str() == "/");
+    let authority = uri.authority().ok_or_else(bad)?;
+    if !path_ok || authority.as_str().contains('@') || authority.host().is_empty() {
+        return Err(bad());
+    }
+    let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    Ok((format!("{}:{port}", authority.host()), Some(tls)))
+}
+
+/// The path of a Unix socket address, `unix:PATH`.
+pub(crate) fn unix_path(address: &str) -> Option<&str> {
+    address.strip_prefix("unix:")
+}
+
+/// Checks the TLS keys of an upstream without reading files: what needs TLS has it,
+/// names are names, `protocol` is one that is built; and its Unix socket peers.
+fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
+    let bad = |msg: String| {
+        Err(ConfigError::Invalid(format!(
+            "upstream `{}`: {msg}",
+            u.name
+        )))
+    };
+    match u.protocol {
+        Protocol::H1 => {}
+        Protocol::H2 | Protocol::H2c => {
+            let p = if u.protocol == Protocol::H2 {
+                "h2"
+            } else {
+                "h2c"
+            };
+            return bad(format!(
+                "protocol = \"{p}\" is not built yet: upstreams speak HTTP/1.1 (\"h1\") only"
+            ));
+        }
+    }
+    let written = (u.addresses.iter().map(|a| (a, u.tls)))
+        .chain(u.peer.iter().map(|p| (&p.address, u.tls || p.tls)));
+    for (a, tls) in written {
+        if let Some(path) = unix_path(a) {
+            let wrong = if path.is_empty() {
+                Some("a Unix socket address is unix:PATH")
+            } else if tls {
+                Some("a Unix socket peer with tls = true: TLS is spoken over TCP only")
+            } else if u.send_proxy.is_some() {
+                Some("send_proxy applies to TCP peers, not Unix sockets")
+            } else {
+                None
+            };
+            match wrong {
+                Some(why) => return bad(format!("address {a:?}: {why}")),
+                None => continue,
+            }
+        }
+        match parse_address(a) {
+            Err(e) => return bad(format!("address {a:?}: {e}")),
+            Ok((_, Some(false))) if tls => {
+                return bad(format!("address {a:?} is http:// but tls = true"))
+            }
+            Ok(_) => {}
+        }
+    }
+    if u.client_certificate.is_some() != u.client_key.is_some() {
+        return bad("client_certificate and client_key go together".into());
+    }
+    let peers = u.peer_list();
+    if !peers.iter().any(|p| p.tls) {
+        let set = [
+            ("ca", u.ca.is_some()),
+            ("sni", u.sni.is_some()),
+            ("verify", !u.verify),
+            ("client_certificate", u.client_certificate.is_some()),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, set)| *set) {
+            return bad(format!(
+                "`{key}` applies to TLS: set tls = true or give https:// addresses"
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(sni) = &u.sni {
+        if rustls::pki_types::ServerName::try_from(sni.as_str()).is_err() {
+            return bad(format!("sni {sni:?} is not a host name or an IP address"));
+        }
+    } else if let Some(p) = peers
+        .iter()
+        .find(|p| p.tls && rustls::pki_types::ServerName::try_from(p.host.as_str()).is_err())
+    {
+        return bad(format!(
+            "{:?} is not a name TLS can verify: set sni to the certificate's name",
+            p.host
+        ));
+    }
+    Ok(())
+}
+
+/// The host of `host:port` (`[v6]:port` gives `v6`).
+pub(crate) fn host_of(address: &str) -> &str {
+    if let Some(rest) = address.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    address.rsplit_once(':').map_or(address, |(host, _)| host)
 }
 
 impl Default for UpstreamConfig {
@@ -405,6 +581,13 @@ impl Default for UpstreamConfig {
             tunnel_max_duration: 0.0,
             health: None,
             send_proxy: None,
+            tls: false,
+            ca: None,
+            sni: None,
+            verify: true,
+            client_certificate: None,
+            client_key: None,
+            protocol: Protocol::H1,
         }
     }
 }
@@ -461,23 +644,23 @@ impl EdgeConfig {
     }
 
     /// [`proxy_to`](EdgeConfig::proxy_to) from the URL given to `tessera serve --proxy`:
-    /// `http://host[:port]` (port 80 by default), with or without a trailing `/`.
+    /// `http://host[:port]` (port 80 by default) or `https://host[:port]` (TLS, port 443
+    /// by default, verified against the system's roots), with or without a trailing `/`;
+    /// or `unix:PATH`, a Unix socket.
     pub fn proxy_to_url(url: &str) -> Result<EdgeConfig, ConfigError> {
-        let bad = || ConfigError::Invalid(format!("--proxy wants http://host[:port], not {url:?}"));
-        let uri: http::Uri = url.parse().map_err(|_| bad())?;
-        let path_ok = uri.path_and_query().map_or(true, |p| p.as_str() == "/");
-        if uri.scheme_str() != Some("http") || !path_ok {
-            return Err(bad());
+        let bad = || {
+            ConfigError::Invalid(format!(
+                "--proxy wants http://host[:port], https://host[:port] or unix:PATH, not {url:?}"
+            ))
+        };
+        if unix_path(url).is_some_and(|p| !p.is_empty()) {
+            return Ok(EdgeConfig::proxy_to(url));
         }
-        let authority = uri.authority().ok_or_else(bad)?;
-        if authority.as_str().contains('@') {
-            return Err(bad());
-        }
-        let port = authority.port_u16().unwrap_or(80);
-        Ok(EdgeConfig::proxy_to(&format!(
-            "{}:{port}",
-            authority.host()
-        )))
+        let (address, tls) = parse_address(url).map_err(|_| bad())?;
+        let Some(tls) = tls else { return Err(bad()) };
+        let mut config = EdgeConfig::proxy_to(&address);
+        config.upstream[0].tls = tls;
+        Ok(config)
     }
 
     /// Checks references and values; the proxy refuses to start on a bad config.
@@ -496,6 +679,7 @@ impl EdgeConfig {
                     ));
                 }
             }
+            validate_tls(u)?;
             let key = u.hash_key.as_str();
             let named = |prefix: &str| key.strip_prefix(prefix).is_some_and(|n| !n.is_empty());
             if key != "cache_key" && key != "client" && !named("header:") && !named("cookie:") {
@@ -647,8 +831,14 @@ mod tests {
         assert_eq!(c.upstream[0].addresses, ["origin.internal:80"]);
         let c = EdgeConfig::proxy_to_url("http://[::1]:8000").unwrap();
         assert_eq!(c.upstream[0].addresses, ["[::1]:8000"]);
+        let c = EdgeConfig::proxy_to_url("https://origin.test").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["origin.test:443"]);
+        assert!(c.upstream[0].tls);
+        let c = EdgeConfig::proxy_to_url("unix:/run/app.sock").unwrap();
+        assert_eq!(c.upstream[0].addresses, ["unix:/run/app.sock"]);
         for bad in [
-            "https://x",
+            "ftp://x",
+            "unix:",
             "127.0.0.1:9000",
             "http://x/app",
             "http://u@x",
@@ -656,118 +846,5 @@ mod tests {
         ] {
             assert!(EdgeConfig::proxy_to_url(bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// `[cache]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CacheConfig {
-    /// Whether proxied responses are cached. Default true: the proxy honours
-    /// Cache-Control and Surrogate-Control, and stores nothing that does not say how
-    /// long it is fresh.
-    pub enabled: bool,
-    /// Memory budget of the in-process tier, in bytes (bodies, templates, headers and
-    /// keys). Default 256 MiB.
-    pub max_size: u64,
-    /// Largest object stored, in bytes. Default 8 MiB; larger responses pass through.
-    pub max_object_size: usize,
-    /// Seconds a stale object may be served while one background request refreshes it,
-    /// when the response has no `stale-while-revalidate`. Default 0.
-    pub stale_while_revalidate: f64,
-    /// Seconds a stale object may be served when the origin fails or its breaker is
-    /// open, when the response has no `stale-if-error` (or Surrogate-Control `+M`).
-    /// Default 0.
-    pub stale_if_error: f64,
-    /// Whether responses with Set-Cookie are stored (the Set-Cookie field is then
-    /// dropped from the stored copy). Default false: they are not stored.
-    pub store_set_cookie: bool,
-    /// Client addresses allowed to `PURGE` and `BAN`. Default none.
-    pub purge_allow: Vec<IpAddr>,
-    /// A token that allows `PURGE` and `BAN` from any address when sent as
-    /// `X-Purge-Token`. Default empty: no token works.
-    pub purge_token: String,
-    /// `[cache.redis]`: the shared tier. Default none (memory only).
-    pub redis: Option<RedisConfig>,
-}
-
-/// `[cache.redis]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RedisConfig {
-    /// `redis://host:port[/db]`. Required unless `cluster` is given.
-    pub url: String,
-    /// Redis Cluster seed nodes (`redis://host:port` each); when set, `url` is unused.
-    pub cluster: Vec<String>,
-    /// Prefix of every key tessera writes. Default `"tessera:"`.
-    pub key_prefix: String,
-    /// Seconds a lookup may take before it counts as a miss (and a failure). Default
-    /// 0.05: Redis on the LAN answers in a millisecond; slower than this it is costing
-    /// more than the origin would.
-    pub timeout: f64,
-    /// Consecutive failures that open the Redis breaker. Default 3.
-    pub breaker_failures: u32,
-    /// Seconds the open breaker skips Redis before trying again. Default 5.
-    pub breaker_cool_down: f64,
-    /// Writes queued for Redis at most; beyond it writes are dropped (and counted), so a
-    /// slow Redis never holds memory or a response. Default 1024.
-    pub max_pending_writes: usize,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            enabled: true,
-            max_size: 256 << 20,
-            max_object_size: 8 << 20,
-            stale_while_revalidate: 0.0,
-            stale_if_error: 0.0,
-            store_set_cookie: false,
-            purge_allow: Vec::new(),
-            purge_token: String::new(),
-            redis: None,
-        }
-    }
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            url: String::new(),
-            cluster: Vec::new(),
-            key_prefix: "tessera:".into(),
-            timeout: 0.05,
-            breaker_failures: 3,
-            breaker_cool_down: 5.0,
-            max_pending_writes: 1024,
-        }
-    }
-}
-
-impl CacheConfig {
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
-        for (key, v) in [
-            ("cache.stale_while_revalidate", self.stale_while_revalidate),
-            ("cache.stale_if_error", self.stale_if_error),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return bad(&format!("{key} must be >= 0"));
-            }
-        }
-        if let Some(r) = &self.redis {
-            if r.url.is_empty() && r.cluster.is_empty() {
-                return bad("cache.redis needs url (or cluster)");
-            }
-            for (key, v) in [
-                ("cache.redis.timeout", r.timeout),
-                ("cache.redis.breaker_cool_down", r.breaker_cool_down),
-            ] {
-                if !(v.is_finite() && v > 0.0) {
-                    return bad(&format!("{key} must be > 0"));
-                }
-            }
-        }
-        Ok(())
     }
 }

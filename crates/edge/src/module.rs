@@ -67,6 +67,8 @@ pub struct EdgeModule {
     /// same upstream and address. (Not the old sets themselves: holding them would keep
     /// the old health checker running.)
     inherited: Inherited,
+    /// Each upstream's TLS (in `config.upstream`'s order), for `sets`.
+    tls: Vec<Option<Arc<crate::upstream::tls::UpstreamTls>>>,
 }
 
 impl EdgeModule {
@@ -126,6 +128,9 @@ impl EdgeModule {
             .and_then(|p| p.sets.get())
             .map_or_else(Inherited::default, |sets| Inherited::from(sets));
         let opened: Arc<[Arc<AtomicU64>]> = opened.into();
+        // Read anew at each reload (a certificate renewed in place is taken); TLS
+        // sessions then start over.
+        let tls = crate::proxy::tls_of(&config)?;
         let figures = Arc::new(crate::metrics::UpstreamFigures::new(config.upstream.len()));
         Ok(Arc::new(EdgeModule {
             id: NEXT_MODULE.fetch_add(1, Ordering::Relaxed),
@@ -138,6 +143,7 @@ impl EdgeModule {
             listening: OnceLock::new(),
             sets: OnceLock::new(),
             inherited,
+            tls,
         }))
     }
 
@@ -192,7 +198,7 @@ impl EdgeModule {
         let sets = self
             .sets
             .get_or_init(|| {
-                let sets = crate::proxy::peer_sets(&config, &self.inherited);
+                let sets = crate::proxy::peer_sets(&config, &self.inherited, &self.tls);
                 crate::upstream::health::start(&config, &sets);
                 sets
             })

@@ -29,6 +29,7 @@ use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
 use crate::upstream::client::{Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats};
+use crate::upstream::tls::UpstreamTls;
 use crate::worker::{RouteTo, Target, Worker};
 
 /// The ESI proxy of one worker. Create one per worker thread (it is `!Send`: its
@@ -99,7 +100,7 @@ impl Edge {
     pub fn with_cache(config: EdgeConfig, cache: Arc<Cache>) -> Result<Edge, ConfigError> {
         let opened = opened_totals(&config);
         let figures = crate::metrics::UpstreamFigures::new(config.upstream.len()).for_worker(0);
-        let sets = peer_sets(&config, &Default::default());
+        let sets = peer_sets(&config, &Default::default(), &tls_of(&config)?);
         Edge::build(config, cache, false, opened, figures, sets, 0)
     }
 
@@ -736,21 +737,33 @@ impl Edge {
 
 /// The peers and their health per upstream of `config` (in its order), to share between
 /// workers; a peer of `inherited` (the configuration a reload replaced) keeps its health.
+/// `tls`: each upstream's ([`tls_of`]).
 pub(crate) fn peer_sets(
     config: &EdgeConfig,
     inherited: &crate::upstream::peers::Inherited,
+    tls: &[Option<Arc<UpstreamTls>>],
 ) -> Arc<[Arc<crate::upstream::peers::PeerSet>]> {
     let epoch = inherited.epoch();
     config
         .upstream
         .iter()
-        .map(|u| {
+        .zip(tls)
+        .map(|(u, tls)| {
             let ring = u.balance == crate::config::Balance::Hash;
             Arc::new(crate::upstream::peers::PeerSet::inheriting(
-                u, ring, inherited, epoch,
+                u,
+                ring,
+                inherited,
+                epoch,
+                tls.clone(),
             ))
         })
         .collect()
+}
+
+/// Each upstream's TLS (in `config.upstream`'s order), its files read now.
+pub(crate) fn tls_of(config: &EdgeConfig) -> Result<Vec<Option<Arc<UpstreamTls>>>, ConfigError> {
+    config.upstream.iter().map(UpstreamTls::build).collect()
 }
 
 /// A counter of opened connections per upstream of `config`, to share between workers.

@@ -65,6 +65,8 @@ impl Server {
             .expect("start tessera");
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
+        // The lines before the address (warnings at start) are kept too.
+        let mut early = Vec::new();
         let addr = loop {
             let line = match lines.next() {
                 Some(Ok(line)) => line,
@@ -77,9 +79,10 @@ impl Server {
                 let addr = rest.split('/').next().unwrap();
                 break addr.parse().expect("listen address");
             }
+            early.push(line);
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(early));
         let sink = stderr.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
@@ -399,7 +402,7 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// The address in a `serving ... on SCHEME://ADDR/` line that contains `marker`, among
-/// the lines kept (every one after the first `http://` line, which gave `Server::addr`).
+/// the lines kept (every one but the first `http://` line, which gave `Server::addr`).
 pub fn printed_addr(server: &Server, marker: &str) -> SocketAddr {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

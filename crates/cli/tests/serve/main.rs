@@ -35,4 +35,6 @@ mod tunnel;
 mod upgrade;
 mod upstream_heads;
 mod upstream_state;
+mod upstream_tls;
+mod upstream_unix;
 mod upstreams;

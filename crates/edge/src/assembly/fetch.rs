@@ -93,7 +93,7 @@ enum FragmentOrigin<'a> {
 }
 
 /// The rules every include URL passes, for a fetch and for a cache lookup alike: an
-/// `http` URL without user info, on the page's own authority (then routed) or on an
+/// `http` or `https` URL without user info, on the page's own authority (then routed) or on an
 /// allowed fragment host. Returns the parsed URL and its normalised authority.
 fn fragment_origin<'w>(
     worker: &'w Worker,
@@ -101,10 +101,15 @@ fn fragment_origin<'w>(
     page_authority: &str,
 ) -> Option<(http::Uri, String, FragmentOrigin<'w>)> {
     let uri: http::Uri = url.parse().ok()?;
-    if uri.scheme_str() != Some("http") {
-        return None;
-    }
-    let authority = normalise_authority(uri.authority()?.as_str());
+    let written = uri.authority()?.as_str();
+    // An `https://` include is fetched as an `http://` one: from the upstream its host
+    // goes to, over that upstream's transport (TLS when it has `tls`).
+    let written = match uri.scheme_str() {
+        Some("http") => written,
+        Some("https") => written.strip_suffix(":443").unwrap_or(written),
+        _ => return None,
+    };
+    let authority = normalise_authority(written);
     if authority.contains('@') {
         return None;
     }
@@ -124,7 +129,7 @@ fn fragment_origin<'w>(
 }
 
 /// Decides whether `url` (absolute, resolved by the esi crate) may be fetched for a
-/// page on `page_authority`, and how. `None` refuses it: not `http`, or a host that is
+/// page on `page_authority`, and how. `None` refuses it: not `http(s)`, or a host that is
 /// neither the page's own nor on the `[[esi.fragment_host]]` allow-list.
 pub(crate) fn fragment_target(
     worker: &Worker,

@@ -2,8 +2,9 @@
 //! (`flight`), the phase machine every cached fetch goes through (`lookup`), the Redis
 //! tier (`shared_tier`), stored responses and their compressed forms (`entry`,
 //! `variants`), and the freshness rules that decide what is stored and for how long
-//! (`freshness`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
+//! (`freshness`), and its settings (`config`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
 
+pub(crate) mod config;
 pub(crate) mod entry;
 pub(crate) mod flight;
 pub(crate) mod freshness;

@@ -29,7 +29,6 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use handler::FieldList;
 use http::{Method, StatusCode};
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
@@ -40,6 +39,7 @@ use crate::metrics::{self, UpstreamCounts};
 use crate::upstream::balance::{Balancer, HashKey};
 pub(crate) use crate::upstream::outgoing::{Fields, Outgoing};
 use crate::upstream::peers::{PeerSet, PeerState, Ticket};
+use crate::upstream::stream::{OpenError, Stream};
 
 /// Largest response head accepted from an upstream (status line and fields). 64 KiB:
 /// four times the request limit, for origins that set many cookies.
@@ -133,7 +133,7 @@ impl Drop for Busy {
 /// One open connection to an upstream, with its buffers (kept while it is pooled, so a
 /// reused connection allocates nothing).
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     /// Response bytes read and not yet handed on.
     read: BytesMut,
     /// The request being written.
@@ -179,7 +179,7 @@ impl Pooled {
             stream, mut read, ..
         } = *conn;
         let early = read.split().freeze();
-        stream.into_std().ok().map(|s| (s, early))
+        stream.into_tcp()?.into_std().ok().map(|s| (s, early))
     }
 
     pub(crate) fn response_timeout(&self) -> Duration {
@@ -318,7 +318,9 @@ impl Conn {
         use tokio::io::AsyncWriteExt;
         if body.len() <= COPY_BODY {
             self.write.extend_from_slice(body);
-            return self.stream.write_all(&self.write).await;
+            self.stream.write_all(&self.write).await?;
+            // Nothing for TCP; TLS may hold records the socket did not take yet.
+            return self.stream.flush().await;
         }
         let mut head_left = &self.write[..];
         let mut body_left = &body[..];
@@ -332,15 +334,15 @@ impl Conn {
             head_left = &head_left[from_head..];
             body_left = &body_left[n - from_head..];
         }
-        self.stream.write_all(body_left).await
+        self.stream.write_all(body_left).await?;
+        self.stream.flush().await
     }
 
     /// Whether a pooled connection is still usable before a request that must not be sent
     /// twice: the upstream may have closed it (or sent something unasked) while it was
     /// idle. Costs one system call, so it is done only for such requests.
     fn still_open(&mut self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        self.stream.still_open()
     }
 }
 
@@ -751,27 +753,25 @@ impl Upstream {
     ) -> Result<Box<Conn>, UpstreamError> {
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
         let address = &self.set.peers[peer].address;
-        match timeout_at(connect_deadline, TcpStream::connect(address.as_str())).await {
+        let send_proxy = self.send_proxy.map(|v| (v, client));
+        let opening = crate::upstream::stream::open(&self.set, peer, send_proxy);
+        match timeout_at(connect_deadline, opening).await {
             Err(_) => Err(UpstreamError::ConnectTimeout {
                 upstream: self.name.clone(),
             }),
-            Ok(Err(e)) => Err(UpstreamError::Connect {
-                upstream: self.name.clone(),
-                message: format!("{address}: {e}"),
-            }),
-            Ok(Ok(mut stream)) => {
-                let _ = stream.set_nodelay(true);
-                if let Some(version) = self.send_proxy {
-                    let introduced =
-                        crate::upstream::send_proxy::introduce(&mut stream, version, client);
-                    if let Err(e) = introduced.await {
-                        let message = format!("{address}: sending the PROXY header: {e}");
-                        return Err(UpstreamError::Connect {
-                            upstream: self.name.clone(),
-                            message,
-                        });
-                    }
+            Ok(Err(e)) => {
+                if let OpenError::Tls(reason) = &e {
+                    // The operator's one clue to the 502 (nginx logs "upstream SSL
+                    // certificate verify error" the same way).
+                    tracing::warn!(upstream = %self.name, peer = %address, %reason,
+                        "TLS handshake with the peer failed");
                 }
+                Err(UpstreamError::Connect {
+                    upstream: self.name.clone(),
+                    message: format!("{address}: {e}"),
+                })
+            }
+            Ok(Ok(stream)) => {
                 let opened = &self.peers[peer].opened;
                 opened.set(opened.get() + 1);
                 self.opened_total.fetch_add(1, Ordering::Relaxed);

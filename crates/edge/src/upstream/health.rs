@@ -17,7 +17,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::config::{secs, EdgeConfig, HealthConfig, SendProxy};
 use crate::upstream::peers::{PeerSet, PeerState};
@@ -117,7 +116,8 @@ async fn check_peer(
             return;
         }
         let address = set.peers[peer].address.clone();
-        let result = tokio::time::timeout(timeout, check(&address, &health.path, send_proxy)).await;
+        let checking = check(&set, peer, &health.path, send_proxy);
+        let result = tokio::time::timeout(timeout, checking).await;
         let verdict = match result {
             Ok(Ok(status)) if passes(&health, status) => Ok(()),
             Ok(Ok(status)) => Err(format!("status {status}")),
@@ -159,18 +159,30 @@ fn passes(health: &HealthConfig, status: u16) -> bool {
     }
 }
 
-/// `GET path` on a connection of its own (with `send_proxy`, after a v1 `UNKNOWN` or v2
-/// `LOCAL` header: the check is the proxy's own); the response's status.
-async fn check(address: &str, path: &str, send_proxy: Option<SendProxy>) -> std::io::Result<u16> {
-    let mut stream = TcpStream::connect(address).await?;
-    if let Some(version) = send_proxy {
-        crate::upstream::send_proxy::introduce(&mut stream, version, None).await?;
-    }
+/// `GET path` on a connection of its own to peer `peer` of `set` (over TLS for a TLS
+/// peer; with `send_proxy`, after a v1 `UNKNOWN` or v2 `LOCAL` header: the check is the
+/// proxy's own); the response's status.
+async fn check(
+    set: &PeerSet,
+    peer: usize,
+    path: &str,
+    send_proxy: Option<SendProxy>,
+) -> std::io::Result<u16> {
+    let address = &set.peers[peer].address;
+    // A Unix socket's path is no host name.
+    let address = match crate::config::unix_path(address) {
+        Some(_) => "localhost",
+        None => address,
+    };
+    let mut stream = crate::upstream::stream::open(set, peer, send_proxy.map(|v| (v, None)))
+        .await
+        .map_err(std::io::Error::other)?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: tessera-health-check\r\n\
          Connection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
+    stream.flush().await?;
     let mut head = Vec::with_capacity(256);
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
     loop {
@@ -194,7 +206,8 @@ async fn check(address: &str, path: &str, send_proxy: Option<SendProxy>) -> std:
     }
 }
 
-/// `tessera_upstream_peer_state` and `tessera_upstream_healthy_peers`.
+/// `tessera_upstream_peer_state`, `tessera_upstream_healthy_peers` and
+/// `tessera_upstream_tls_handshakes_total`.
 pub(crate) fn metrics(out: &mut handler::Metrics, sets: &[Arc<PeerSet>]) {
     const STATES: [(PeerState, &str); 4] = [
         (PeerState::Up, "up"),
@@ -203,6 +216,9 @@ pub(crate) fn metrics(out: &mut handler::Metrics, sets: &[Arc<PeerSet>]) {
         (PeerState::Unhealthy, "unhealthy"),
     ];
     for set in sets {
+        if let Some(tls) = &set.tls {
+            tls.metrics(out, &set.name);
+        }
         out.gauge(
             "tessera_upstream_healthy_peers",
             "Peers of each upstream that take requests now.",

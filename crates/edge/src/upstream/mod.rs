@@ -1,6 +1,6 @@
 //! Reaching the origins: the peers of each upstream and their shared health (passive and
 //! active checks), balancing, the retry budget, and the HTTP/1.1 client with its pools per
-//! peer and the requests it sends. It knows nothing of the cache or of ESI: what it is
+//! peer and the requests it sends, over TCP or TLS (`stream`, `tls`). It knows nothing of the cache or of ESI: what it is
 //! asked to send and what comes back are plain requests and responses.
 
 pub(crate) mod balance;
@@ -11,3 +11,5 @@ pub(crate) mod outgoing;
 pub(crate) mod peers;
 pub(crate) mod read;
 pub(crate) mod send_proxy;
+pub(crate) mod stream;
+pub(crate) mod tls;

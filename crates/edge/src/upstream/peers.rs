@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::config::{secs, UpstreamConfig};
 use crate::upstream::budget::RetryBudget;
+use crate::upstream::tls::UpstreamTls;
 
 /// What is known of one peer (see [`crate::UpstreamStats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +52,20 @@ pub(crate) struct PeerShared {
     /// This peer's `max_connections` and `max_idle`, per worker.
     pub(crate) max_connections: usize,
     pub(crate) max_idle: usize,
+    /// How it is reached.
+    pub(crate) transport: Transport,
     /// What is known of it: kept by a reload that keeps the peer ([`Inherited`]).
     health: Arc<PeerHealth>,
+}
+
+/// How a peer is reached.
+pub(crate) enum Transport {
+    Tcp,
+    /// TLS over TCP, with this server name (sent as SNI unless it is an IP address, and
+    /// verified in the peer's certificate).
+    Tls(rustls::pki_types::ServerName<'static>),
+    /// A Unix domain socket at this path (`unix:PATH`).
+    Unix(std::path::PathBuf),
 }
 
 /// The state of one peer that every worker shares, and that a reload carries over to the
@@ -129,6 +142,8 @@ pub(crate) struct PeerSet {
     epoch: Instant,
     /// The upstream's retry budget, shared by every worker.
     pub(crate) budget: RetryBudget,
+    /// The upstream's TLS, when a peer speaks it: its session store is every worker's.
+    pub(crate) tls: Option<Arc<UpstreamTls>>,
 }
 
 /// Permission to send one request to a peer; report how it went with
@@ -139,7 +154,8 @@ pub(crate) struct Ticket {
     probe: bool,
 }
 
-/// Host names resolved now (at start, and at each reload, which builds the sets anew):
+/// Host names resolved now (at start, and at each reload, which builds the sets anew;
+/// a Unix socket's path is kept as it is):
 /// a name with several addresses becomes one peer per address, each with the name's
 /// weight and limits. A name that does not resolve stays as written (each connection
 /// then tries again, and fails as a connect error until it resolves).
@@ -147,7 +163,7 @@ fn resolve(peers: Vec<crate::config::Peer>) -> Vec<crate::config::Peer> {
     use std::net::{SocketAddr, ToSocketAddrs};
     let mut out = Vec::with_capacity(peers.len());
     for p in peers {
-        if p.address.parse::<SocketAddr>().is_ok() {
+        if p.unix.is_some() || p.address.parse::<SocketAddr>().is_ok() {
             out.push(p);
             continue;
         }
@@ -205,17 +221,19 @@ impl PeerSet {
     /// `ring`: whether to build the hash ring (`balance = "hash"`).
     #[cfg(test)]
     pub(crate) fn new(c: &UpstreamConfig, ring: bool) -> PeerSet {
-        PeerSet::inheriting(c, ring, &Inherited::default(), Instant::now())
+        PeerSet::inheriting(c, ring, &Inherited::default(), Instant::now(), None)
     }
 
     /// As [`PeerSet::new`] at a reload: a peer of the same upstream name and address as
     /// one of `inherited` keeps its health, slow start and requests in flight; `epoch`
-    /// ([`Inherited::epoch`]) is the clock of every set of the configuration.
+    /// ([`Inherited::epoch`]) is the clock of every set of the configuration; `tls`: the
+    /// upstream's ([`UpstreamTls::build`]).
     pub(crate) fn inheriting(
         c: &UpstreamConfig,
         ring: bool,
         inherited: &Inherited,
         epoch: Instant,
+        tls: Option<Arc<UpstreamTls>>,
     ) -> PeerSet {
         let mut taken = vec![false; inherited.peers.len()];
         let peers: Box<[PeerShared]> = resolve(c.peer_list())
@@ -241,7 +259,15 @@ impl PeerSet {
                             "peer up: health checks no longer configured");
                     }
                 }
+                let transport = match (&p.unix, p.tls) {
+                    (Some(path), _) => Transport::Unix(path.clone()),
+                    (None, true) => {
+                        Transport::Tls(crate::upstream::tls::server_name(c.sni.as_deref(), &p.host))
+                    }
+                    (None, false) => Transport::Tcp,
+                };
                 PeerShared {
+                    transport,
                     address: p.address,
                     weight: p.weight.max(1),
                     max_connections: p.max_connections,
@@ -278,6 +304,7 @@ impl PeerSet {
             ring: points.into_boxed_slice(),
             epoch,
             budget: RetryBudget::new(c.retry_budget),
+            tls,
         }
     }
 
@@ -584,7 +611,7 @@ mod tests {
             health: Some(Default::default()),
             ..UpstreamConfig::default()
         };
-        let new = PeerSet::inheriting(&c, false, &inherited, inherited.epoch());
+        let new = PeerSet::inheriting(&c, false, &inherited, inherited.epoch(), None);
         assert_eq!(new.state(1), PeerState::Down, "still out");
         assert_eq!(new.state(2), PeerState::Unhealthy);
         assert!(new.checked_unhealthy(2));
@@ -611,6 +638,7 @@ mod tests {
             false,
             &Inherited::from(&[Arc::new(new)]),
             inherited.epoch(),
+            None,
         );
         assert_eq!(later.state(2), PeerState::Up);
         assert!(

@@ -11,8 +11,8 @@ fn include_to_a_host_not_on_the_allow_list_is_refused() {
     let origin = Origin::start(&[(
         "/",
         page(&format!(
-            r#"<esi:include src="http://{}/secret" onerror="continue"/><esi:include src="http://169.254.169.254/latest/meta-data/" onerror="continue"/><esi:include src="https://site.test/x" onerror="continue"/>ok"#,
-            other.addr
+            r#"<esi:include src="http://{}/secret" onerror="continue"/><esi:include src="http://169.254.169.254/latest/meta-data/" onerror="continue"/><esi:include src="https://{}/secret" onerror="continue"/>ok"#,
+            other.addr, other.addr
         )),
     )]);
     run(async {
