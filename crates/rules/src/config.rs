@@ -61,6 +61,11 @@ pub struct RouteRules {
     pub response_headers: Option<HeaderEdits>,
     /// Pages for error statuses (`"404" = "/404.html"`), before the host's.
     pub error_page: BTreeMap<String, String>,
+    /// Ordered `allow`/`deny` entries on the client's address, the first match deciding
+    /// (nginx `allow`/`deny`); replaces its host's `access` (docs/security.md).
+    pub access: Vec<crate::access::AccessRule>,
+    /// The status a request `access` refuses gets. Default 403.
+    pub deny_status: Option<u16>,
     /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
     /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
     #[serde(skip)]
@@ -68,8 +73,10 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 21] = [
+pub const ROUTE_KEYS: [&str; 23] = [
     "alias",
+    "access",
+    "deny_status",
     "error_page",
     "client",
     "try_files",
@@ -96,7 +103,9 @@ pub const ROUTE_KEYS: [&str; 21] = [
 /// `path` (there, the script's file) and the edits around the script. The actions that
 /// answer in its place (`respond`, `redirect`, `rewrite`, `try_files`, `alias`) and the
 /// path changes for an upstream are a `[[route]]`'s only.
-pub const SCRIPT_KEYS: [&str; 12] = [
+pub const SCRIPT_KEYS: [&str; 14] = [
+    "access",
+    "deny_status",
     "regex",
     "case_insensitive",
     "no_regex",

@@ -4,6 +4,7 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+pub(crate) mod access;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
@@ -130,7 +131,8 @@ fn answer_in(
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
-    let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    access::check(worker, (gen, site), conn.client.ip(), &mut decided);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
