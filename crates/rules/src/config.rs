@@ -66,6 +66,8 @@ pub struct RouteRules {
     pub access: Vec<crate::access::AccessRule>,
     /// The status a request `access` refuses gets. Default 403.
     pub deny_status: Option<u16>,
+    /// HTTP basic authentication from an htpasswd file (docs/security.md).
+    pub basic_auth: Option<BasicAuth>,
     /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
     /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
     #[serde(skip)]
@@ -73,10 +75,11 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 23] = [
+pub const ROUTE_KEYS: [&str; 24] = [
     "alias",
     "access",
     "deny_status",
+    "basic_auth",
     "error_page",
     "client",
     "try_files",
@@ -103,9 +106,10 @@ pub const ROUTE_KEYS: [&str; 23] = [
 /// `path` (there, the script's file) and the edits around the script. The actions that
 /// answer in its place (`respond`, `redirect`, `rewrite`, `try_files`, `alias`) and the
 /// path changes for an upstream are a `[[route]]`'s only.
-pub const SCRIPT_KEYS: [&str; 14] = [
+pub const SCRIPT_KEYS: [&str; 15] = [
     "access",
     "deny_status",
+    "basic_auth",
     "regex",
     "case_insensitive",
     "no_regex",
@@ -134,6 +138,16 @@ pub struct FieldMatch {
     pub name: String,
     pub equals: Option<String>,
     pub regex: Option<String>,
+}
+
+/// `basic_auth = { realm, htpasswd }`: users and their bcrypt or SHA-512-crypt hashes
+/// in an htpasswd file, read at load and at every reload.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// The realm the `WWW-Authenticate` challenge names.
+    pub realm: String,
+    pub htpasswd: std::path::PathBuf,
 }
 
 /// `respond = { status, body, content_type }`.

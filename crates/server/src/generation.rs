@@ -31,6 +31,8 @@ pub(crate) struct Generation {
     pub by_rule: routes::ByRule,
     /// Per site: its rules (`[[route]]` matchers and actions, response edits).
     pub rules: Vec<Arc<rules::Table>>,
+    /// Per site and rule: the route's `basic_auth`, its htpasswd file read.
+    pub basic_auth: crate::auth::SiteAuth,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
     /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
@@ -68,6 +70,7 @@ impl Generation {
         let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
         let identity = config.identity().map_err(Error::Config)?;
+        let basic_auth = crate::auth::load_all(&config).map_err(Error::Config)?;
         let reads_fields = identity.iter().any(|i| i.reads_fields());
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
@@ -89,6 +92,7 @@ impl Generation {
             by_rule,
             rules,
             request_ids,
+            basic_auth,
             identity,
             reads_fields,
             sites,

@@ -198,18 +198,20 @@ pub(crate) struct WorkerMetrics {
 
 /// Why a request was refused by access policy: the `reason` label of
 /// `tessera_access_denied_total` (besides `proxy_protocol`, counted per connection).
-pub(crate) const DENIED: [&str; 1] = ["acl"];
+pub(crate) const DENIED: [&str; 2] = ["acl", "auth"];
 
 const DENIED_HELP: &str = "Connections and requests refused by access policy, by host and \
      reason: proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
      header in time; counted before any host is known, so its host is empty), acl (an \
-     access list refused the client).";
+     access list refused the client), auth (basic_auth answered 401).";
 
 /// Indexes into [`DENIED`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Denied {
     /// An `access` list refused the client.
     Acl,
+    /// `basic_auth` refused the request's credentials (none, or wrong: a 401).
+    Auth,
 }
 
 /// Why the server sent an HTTP/2 connection GOAWAY: the `reason` label.

@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use crate::harness::{check_config_output, read_response, Response, Server, Site};
+use crate::harness::{check_config_output, eventually, read_response, Response, Server, Site};
 use crate::metrics::{admin_addr, admin_get, samples};
 
 /// A GET of `path` for `host`, from the client `client` (through the trusted proxy).
@@ -116,4 +116,170 @@ fn check_config_names_the_access_entry_that_is_wrong() {
         assert_eq!(code, Some(1), "{stderr}");
         assert!(stderr.contains(want), "{stderr} lacks {want}");
     }
+}
+
+/// Runs `program args...` with `input`, which must succeed; its standard output.
+fn run(program: &str, args: &[&str], input: &[u8]) -> String {
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/test.sh installs it)"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An htpasswd file with `ann` (bcrypt, by Apache's `htpasswd -B`) and `bob`
+/// (SHA-512-crypt, by `openssl passwd -6`), then `extra` lines.
+fn htpasswd(site: &Site, extra: &str) -> std::path::PathBuf {
+    let path = site.dir.path().join("htpasswd");
+    let ann = run("htpasswd", &["-nbB", "-C", "5", "ann", "ann-secret"], b"");
+    let bob = run("openssl", &["passwd", "-6", "bob-secret"], b"");
+    let text = format!("# staff\n{}\nbob:{}{extra}", ann.trim(), bob);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A GET of `path` with `Authorization: Basic` of `user:password` (none: no field).
+fn get_with(server: &Server, path: &str, credentials: Option<&str>) -> Response {
+    let field = credentials.map_or(String::new(), |c| {
+        let encoded = run("base64", &["-w0"], c.as_bytes());
+        format!("Authorization: Basic {encoded}\r\n")
+    });
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{field}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream, false)
+}
+
+#[test]
+fn basic_auth_takes_bcrypt_and_sha512_users_and_refuses_the_rest_with_the_realm() {
+    let site = Site::new();
+    let file = htpasswd(&site, "");
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[route]]\n\
+         prefix = \"/staff\"\n\
+         respond = {{ body = \"staff only\" }}\n\
+         basic_auth = {{ realm = \"staff\", htpasswd = \"{}\" }}\n",
+        file.display()
+    ));
+    let cases = [
+        (None, 401),
+        (Some("ann:ann-secret"), 200),
+        // Remembered: the same answer without a verification.
+        (Some("ann:ann-secret"), 200),
+        (Some("ann:wrong"), 401),
+        (Some("bob:bob-secret"), 200),
+        (Some("bob:ann-secret"), 401),
+        (Some("carol:ann-secret"), 401),
+        (Some("ann"), 401),
+    ];
+    for (credentials, status) in cases {
+        let r = get_with(&server, "/staff", credentials);
+        assert_eq!(r.status, status, "{credentials:?}");
+        match status {
+            200 => assert_eq!(body(&r), "staff only"),
+            _ => assert_eq!(
+                r.header("www-authenticate"),
+                Some("Basic realm=\"staff\""),
+                "{credentials:?}"
+            ),
+        }
+    }
+    // Other paths ask for nothing.
+    assert_eq!(get_with(&server, "/hello.txt", None).status, 200);
+    // A bearer token is not basic credentials.
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /staff HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer YW5uOmFubi1zZWNyZXQ=\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 401);
+    // Pipelined: a request that waits for its verification is answered in its turn.
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /staff HTTP/1.1\r\nHost: t\r\nAuthorization: Basic Ym9iOmJvYi1zZWNyZXQ=\r\n\r\n\
+         GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let first = read_response(&mut stream, false);
+    assert_eq!((first.status, body(&first).as_str()), (200, "staff only"));
+    let second = read_response(&mut stream, false);
+    assert_eq!(
+        (second.status, body(&second).as_str()),
+        (200, "hello world\n")
+    );
+    // Over HTTP/2 (cleartext, prior knowledge) the same.
+    let url = format!("http://{}/staff", server.addr);
+    for (user, want) in [("bob:bob-secret", "200"), ("bob:nope", "401")] {
+        let code = run(
+            "curl",
+            &[
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--http2-prior-knowledge",
+                "-u",
+                user,
+                &url,
+            ],
+            b"",
+        );
+        assert_eq!(code, want, "{user} over h2");
+    }
+    let (_, text) = admin_get(admin_addr(&server), "/metrics", "");
+    let refused = samples(&text)
+        .get("tessera_access_denied_total{host=\"default\",reason=\"auth\"}")
+        .copied();
+    assert_eq!(refused, Some(7.0), "{text}");
+    // A reload reads the file again: ann's new password, and the old one forgotten.
+    let ann = run("htpasswd", &["-nbB", "-C", "5", "ann", "new-secret"], b"");
+    std::fs::write(&file, ann).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the new htpasswd", || {
+        get_with(&server, "/staff", Some("ann:new-secret")).status == 200
+    });
+    assert_eq!(
+        get_with(&server, "/staff", Some("ann:ann-secret")).status,
+        401
+    );
+    assert_eq!(
+        get_with(&server, "/staff", Some("bob:bob-secret")).status,
+        401
+    );
+}
+
+#[test]
+fn a_weak_htpasswd_scheme_is_refused_at_load_naming_the_file_and_line() {
+    let site = Site::new();
+    let md5 = run("htpasswd", &["-nbm", "eve", "eve-secret"], b"");
+    let file = htpasswd(&site, &md5);
+    let path = site.dir.path().join("tessera.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[route]]\nprefix = \"/staff\"\nrespond = {{ body = \"x\" }}\n\
+             basic_auth = {{ realm = \"staff\", htpasswd = \"{}\" }}\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = check_config_output(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    let want = format!(
+        ":4: route[0].basic_auth: {}:4: user `eve`: Apache MD5 (`$apr1$`) is too weak",
+        file.display()
+    );
+    assert!(stderr.contains(&want), "{stderr} lacks {want}");
 }

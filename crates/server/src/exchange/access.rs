@@ -11,22 +11,24 @@ use crate::routing::Decided;
 use crate::worker::Worker;
 
 /// Refuses the request in `decided` when the access list of its route (or host) does
-/// not allow `client`; counted in `tessera_access_denied_total{reason="acl"}`.
+/// not allow `client`; counted in `tessera_access_denied_total{reason="acl"}`. Returns
+/// whether it did.
 pub(crate) fn check(
     worker: &Worker,
     (gen, site): (&Generation, usize),
     client: std::net::IpAddr,
     decided: &mut Decided,
-) {
+) -> bool {
     let Some(access) = gen.rules[site].access(decided.rule) else {
-        return;
+        return false;
     };
     if access.allows(client) {
-        return;
+        return false;
     }
     if let Some(metrics) = worker.metrics() {
         metrics.denied(gen.host_labels[site], Denied::Acl);
     }
     decided.response = Some(Response::status_page(access.deny_status));
     decided.files = false;
+    true
 }

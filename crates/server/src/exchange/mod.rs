@@ -5,6 +5,7 @@
 //! an [`Exchange`] the connection finishes after a flush.
 
 pub(crate) mod access;
+pub(crate) mod checks;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
@@ -28,6 +29,8 @@ use crate::worker::{Recycled, Worker};
 use edited::Rerouted;
 use filter::filter_response;
 use pages::{error_page, Again, Pages};
+
+pub(crate) use checks::Checked;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
 /// [`handler::Deferred`]) or a response too large for the batch. It holds what the
@@ -80,24 +83,29 @@ pub(crate) enum Dispatched {
     Done(Answered),
     /// The connection flushes, then finishes this.
     Later(Pooled<Exchange>),
+    /// A check of the request waits (`checks.rs`): the connection awaits this, then
+    /// answers the same request again with what it found.
+    Wait(handler::LocalFuture<Checked>),
 }
 
 /// Responses larger than this are written on their own, not into the output batch, whose
 /// buffer is sized for heads and small bodies and would otherwise grow for good.
 pub(crate) const MAX_BATCHED_BODY: usize = 16 * 1024;
 
-/// Answers one parsed request: route, filter, handlers, static files. `pending` is the
-/// read buffer from the request's first byte (its head is copied for the access log of
-/// a response that comes later).
+/// Answers one parsed request: route, checks, filter, handlers, static files. `pending`
+/// is the read buffer from the request's first byte (its head is copied for the access
+/// log of a response that comes later). `checked`: what the checks that waited found,
+/// when the request is answered again after [`Dispatched::Wait`].
 pub(crate) fn answer(
     worker: &Worker,
     conn: &ConnFacts,
     req: &wire::Request<'_, '_>,
-    keep_alive: bool,
+    (keep_alive, checked): (bool, Option<&Checked>),
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
-    answer_in(worker, conn, req, keep_alive, out, pending, None)
+    let at = (pending, None, checked);
+    answer_in(worker, conn, req, keep_alive, out, at)
 }
 
 /// [`answer`], or, with `rerouted`, the same request routed again on its site after its
@@ -108,8 +116,7 @@ fn answer_in(
     req: &wire::Request<'_, '_>,
     keep_alive: bool,
     out: &mut Output,
-    pending: &[u8],
-    rerouted: Option<Rerouted>,
+    (pending, rerouted, checked): (&[u8], Option<Rerouted>, Option<&Checked>),
 ) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
     let (current, received) = (worker.current(), conn);
@@ -132,7 +139,9 @@ fn answer_in(
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    access::check(worker, (gen, site), conn.client.ip(), &mut decided);
+    if let Some(check) = police(worker, conn, (gen, site), req, checked, &mut decided) {
+        return Dispatched::Wait(check);
+    }
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
@@ -158,7 +167,8 @@ fn answer_in(
     let req = edited_view.as_ref().unwrap_or(req);
     if let Some(again) = edited::again(edited.as_ref(), answer.is_none(), site, rerouted) {
         drop((path, filter));
-        return answer_in(worker, received, req, keep_alive, out, pending, Some(again));
+        let at = (pending, Some(again), checked);
+        return answer_in(worker, received, req, keep_alive, out, at);
     }
     // The response edits run first, then the route's filter (a script's header_filter);
     // boxed only for a response that comes later.
@@ -397,6 +407,30 @@ fn named_client(
     };
     let before = identity.reads_x_forwarded_for().then_some(found.before);
     (Some(facts), before)
+}
+
+/// The route's policy on a request the rules routed: its access list, then its checks
+/// (`basic_auth`), either of which may answer it in its route's place. Returns the check
+/// to await when one waits.
+fn police(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (gen, site): (&Generation, usize),
+    req: &wire::Request<'_, '_>,
+    checked: Option<&Checked>,
+    decided: &mut routing::Decided,
+) -> Option<handler::LocalFuture<Checked>> {
+    if access::check(worker, (gen, site), conn.client.ip(), decided) {
+        return None;
+    }
+    match checks::basic(worker, (gen, site), decided.rule, req, checked) {
+        checks::Check::Pass => None,
+        checks::Check::Answer(response) => {
+            (decided.response, decided.files) = (Some(response), false);
+            None
+        }
+        checks::Check::Wait(check) => Some(check),
+    }
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).
