@@ -198,12 +198,13 @@ pub(crate) struct WorkerMetrics {
 
 /// Why a request was refused by access policy: the `reason` label of
 /// `tessera_access_denied_total` (besides `proxy_protocol`, counted per connection).
-pub(crate) const DENIED: [&str; 2] = ["acl", "auth"];
+pub(crate) const DENIED: [&str; 3] = ["acl", "auth", "forward_auth"];
 
 const DENIED_HELP: &str = "Connections and requests refused by access policy, by host and \
      reason: proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
      header in time; counted before any host is known, so its host is empty), acl (an \
-     access list refused the client), auth (basic_auth answered 401).";
+     access list refused the client), auth (basic_auth answered 401), forward_auth \
+     (the forward_auth upstream refused, or failed and the request was answered 500).";
 
 /// Indexes into [`DENIED`].
 #[derive(Debug, Clone, Copy)]
@@ -212,6 +213,8 @@ pub(crate) enum Denied {
     Acl,
     /// `basic_auth` refused the request's credentials (none, or wrong: a 401).
     Auth,
+    /// `forward_auth` refused the request (its upstream's 401 or 403) or failed (500).
+    ForwardAuth,
 }
 
 /// Why the server sent an HTTP/2 connection GOAWAY: the `reason` label.

@@ -283,3 +283,186 @@ fn a_weak_htpasswd_scheme_is_refused_at_load_naming_the_file_and_line() {
     );
     assert!(stderr.contains(&want), "{stderr} lacks {want}");
 }
+
+/// An auth server on an ephemeral port: `Bearer good` is let through (200, `X-User:
+/// ann`), `Bearer bad` refused (403 with a body and `X-Reason`), anything else asked to
+/// authenticate (401 with `WWW-Authenticate: Bearer`). Each request's head lines go
+/// into the list it returns, one request's lines joined by newlines.
+fn auth_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let Some((target, fields)) = crate::harness::read_request_head(&mut reader) else {
+                continue;
+            };
+            let has = |want: &str| fields.iter().any(|f| f.eq_ignore_ascii_case(want));
+            let answer = if has("authorization: Bearer good") {
+                "HTTP/1.1 200 OK\r\nX-User: ann\r\nX-Other: not copied\r\nContent-Length: 0\r\n"
+                    .to_string()
+            } else if has("authorization: Bearer bad") {
+                "HTTP/1.1 403 Forbidden\r\nX-Reason: bad token\r\nContent-Length: 8\r\n\r\nno entry"
+                    .to_string()
+            } else {
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 11\r\n\r\nwho are you"
+                    .to_string()
+            };
+            let answer = match answer.ends_with("\r\n") {
+                true => format!("{answer}Connection: close\r\n\r\n"),
+                false => answer.replacen("\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1),
+            };
+            heads
+                .lock()
+                .unwrap()
+                .push(format!("{target}\n{}", fields.join("\n")));
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    (addr, seen)
+}
+
+/// A GET of `path` with `fields` (lines ending in CRLF).
+fn get_fields(server: &Server, path: &str, fields: &str) -> Response {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream, false)
+}
+
+#[test]
+fn forward_auth_lets_through_refuses_and_fails_as_its_upstream_says() {
+    let origin = crate::harness::echo_origin();
+    let (auth, seen) = auth_server();
+    // A port nothing listens on.
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let site = Site::new();
+    let server = site.serve_with(&format!(
+        r#"
+admin_listen = "127.0.0.1:0"
+
+[[upstream]]
+name = "app"
+addresses = ["{origin}"]
+
+[[upstream]]
+name = "auth"
+addresses = ["{auth}"]
+
+[[upstream]]
+name = "down"
+addresses = ["{down}"]
+
+[[route]]
+prefix = "/app"
+upstream = "app"
+forward_auth = {{ upstream = "auth", path = "/check?site=t", copy_headers = ["X-User"] }}
+
+[[route]]
+prefix = "/cached"
+upstream = "app"
+forward_auth = {{ upstream = "auth", path = "/check", copy_headers = ["X-User"], cache = "10s" }}
+
+[[route]]
+prefix = "/down"
+upstream = "app"
+forward_auth = {{ upstream = "down", path = "/check" }}
+
+[[route]]
+prefix = "/open"
+upstream = "app"
+forward_auth = {{ upstream = "down", path = "/check", auth_failure = "allow" }}
+"#
+    ));
+    let hits = || seen.lock().unwrap().len();
+    // Allowed: the answer's X-User replaces the one the client sent; X-Other stays out.
+    let r = get_fields(
+        &server,
+        "/app/page?q=1",
+        "Authorization: Bearer good\r\nX-User: mallory\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let echoed = body(&r).to_ascii_lowercase();
+    assert!(echoed.starts_with("/app/page?q=1\n"), "{echoed}");
+    assert!(echoed.contains("x-user: ann"), "{echoed}");
+    assert!(
+        !echoed.contains("mallory") && !echoed.contains("x-other"),
+        "{echoed}"
+    );
+    let asked = seen.lock().unwrap().last().unwrap().to_ascii_lowercase();
+    for want in [
+        "/check?site=t\n",
+        "x-forwarded-method: get",
+        "x-forwarded-uri: /app/page?q=1",
+        "x-forwarded-host: t",
+        "x-forwarded-proto: http",
+        "x-forwarded-for: 127.0.0.1",
+        "authorization: bearer good",
+    ] {
+        assert!(asked.contains(want), "{asked} lacks {want}");
+    }
+    // Refused: the auth server's status, fields and body go to the client.
+    let r = get_fields(&server, "/app/page", "Authorization: Bearer bad\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (403, "no entry"));
+    assert_eq!(r.header("x-reason"), Some("bad token"));
+    let r = get_fields(&server, "/app/page", "");
+    assert_eq!((r.status, body(&r).as_str()), (401, "who are you"));
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    // The auth server down: 500, or through with auth_failure = "allow".
+    assert_eq!(get_fields(&server, "/down/x", "").status, 500);
+    let r = get_fields(&server, "/open/x", "");
+    assert_eq!(r.status, 200);
+    assert!(body(&r).starts_with("/open/x\n"), "{}", body(&r));
+    // Cached: the second request with the same credentials does not ask again; other
+    // credentials do.
+    let before = hits();
+    for _ in 0..3 {
+        let r = get_fields(&server, "/cached/x", "Authorization: Bearer good\r\n");
+        assert_eq!(r.status, 200);
+        assert!(body(&r).to_ascii_lowercase().contains("x-user: ann"));
+    }
+    assert_eq!(hits(), before + 1);
+    assert_eq!(
+        get_fields(&server, "/cached/x", "Authorization: Bearer bad\r\n").status,
+        403
+    );
+    assert_eq!(hits(), before + 2);
+    let (_, text) = admin_get(admin_addr(&server), "/metrics", "");
+    let refused = samples(&text)
+        .get("tessera_access_denied_total{host=\"default\",reason=\"forward_auth\"}")
+        .copied();
+    assert_eq!(refused, Some(4.0), "{text}");
+}
+
+#[test]
+fn check_config_names_a_forward_auth_without_its_upstream() {
+    let site = Site::new();
+    let path = site.dir.path().join("tessera.toml");
+    for (toml, want) in [
+        (
+            "[[upstream]]\nname = \"app\"\naddresses = [\"127.0.0.1:9\"]\n[[route]]\nprefix = \"/a\"\nupstream = \"app\"\nforward_auth = { upstream = \"auth\" }\n",
+            ":7: invalid configuration: `route[0].forward_auth`: no upstream named `auth`",
+        ),
+        (
+            "[[upstream]]\nname = \"app\"\naddresses = [\"127.0.0.1:9\"]\n[[route]]\nprefix = \"/a\"\nupstream = \"app\"\nforward_auth = { upstream = \"app\", cache = \"ten\" }\n",
+            "route[0].forward_auth: `cache`: \"ten\" is not a duration",
+        ),
+    ] {
+        std::fs::write(&path, toml).unwrap();
+        let (code, stderr) = check_config_output(&path);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains(want), "{stderr} lacks {want}");
+    }
+}

@@ -10,6 +10,7 @@
 //! of user and password, in a bounded set): a known user's next request costs one hash
 //! and a lookup, no verification.
 
+pub(crate) mod forward;
 mod htpasswd;
 mod verifier;
 
@@ -160,24 +161,42 @@ fn decode(value: &[u8], buf: &mut [u8; MAX_CREDENTIALS]) -> Option<usize> {
         .ok()
 }
 
-/// Per site and rule, the route's `basic_auth`, read from its file (`None` for a route
-/// without one; an empty list for a site with none).
-pub(crate) type SiteAuth = Vec<Vec<Option<std::sync::Arc<BasicAuth>>>>;
+/// A route's checks that may wait.
+#[derive(Debug, Default)]
+pub(crate) struct RouteAuth {
+    pub basic: Option<BasicAuth>,
+    pub forward: Option<forward::ForwardAuth>,
+}
 
-/// Reads every route's htpasswd file (`config.routes`, each with its site). The error
-/// names the route's key (`route[0].basic_auth`), the file and the line.
+/// Per site and rule, the route's checks (`None` for a route without any; an empty list
+/// for a site with none).
+pub(crate) type SiteAuth = Vec<Vec<Option<std::sync::Arc<RouteAuth>>>>;
+
+/// Reads every route's htpasswd file and compiles its `forward_auth` (`config.routes`,
+/// each with its site). The error names the route's key (`route[0].basic_auth`), and
+/// the file and the line.
 pub(crate) fn load_all(config: &crate::Config) -> Result<SiteAuth, String> {
     let mut sites: SiteAuth = vec![Vec::new(); config.host.len() + 1];
-    if config.routes.iter().all(|(_, r, _)| r.basic_auth.is_none()) {
+    let none = |r: &rules::RouteRules| r.basic_auth.is_none() && r.forward_auth.is_none();
+    if config.routes.iter().all(|(_, r, _)| none(r)) {
         return Ok(sites);
     }
     for (site, rules, _) in &config.routes {
-        let auth = match &rules.basic_auth {
-            Some(c) => Some(std::sync::Arc::new(
-                BasicAuth::load(c).map_err(|e| format!("`{}.basic_auth`: {e}", rules.key))?,
-            )),
+        let basic = match &rules.basic_auth {
+            Some(c) => {
+                Some(BasicAuth::load(c).map_err(|e| format!("`{}.basic_auth`: {e}", rules.key))?)
+            }
             None => None,
         };
+        let forward = match &rules.forward_auth {
+            Some(c) => Some(
+                forward::ForwardAuth::compile(c)
+                    .map_err(|e| format!("`{}.forward_auth`: {e}", rules.key))?,
+            ),
+            None => None,
+        };
+        let auth = (basic.is_some() || forward.is_some())
+            .then(|| std::sync::Arc::new(RouteAuth { basic, forward }));
         sites[*site].push(auth);
     }
     Ok(sites)

@@ -129,19 +129,18 @@ fn answer_in(
     };
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
-    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
-    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
-    // a path reaches a file or an upstream past the filter that guards its prefix. A path
-    // that does not normalise goes to the static files, which answer 400.
-    let mut path = worker.path.borrow_mut();
-    let normal = wire::normalize_path(raw, &mut path).is_ok();
+    let (mut path, normal) = normalized(worker, raw);
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
-    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    if let Some(check) = police(worker, conn, (gen, site), req, checked, &mut decided) {
-        return Dispatched::Wait(check);
-    }
+    let (of, asked): ((&Generation, _), _) = ((gen, site), (normal, id, checked));
+    let (decided, copied) = match decide_and_police(worker, conn, of, req, asked, &mut path) {
+        Ok(decided) => decided,
+        Err(check) => return Dispatched::Wait(check),
+    };
+    let mut auth_fields = Vec::new();
+    let auth_view = copy_fields(req, copied.as_ref(), &mut auth_fields);
+    let req = auth_view.as_ref().unwrap_or(req);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
@@ -409,9 +408,35 @@ fn named_client(
     (Some(facts), before)
 }
 
+/// The one normalisation of the path, into the worker's path buffer, and whether it
+/// normalised. Routes match the normalised path (`/%61pi`, `//api` and `/x/../api` are
+/// `/api`), the form files are found by, so no spelling of a path reaches a file or an
+/// upstream past the filter that guards its prefix. A path that does not normalise goes
+/// to the static files, which answer 400.
+fn normalized<'w>(worker: &'w Worker, raw: &[u8]) -> (std::cell::RefMut<'w, Vec<u8>>, bool) {
+    let mut path = worker.path.borrow_mut();
+    let normal = wire::normalize_path(raw, &mut path).is_ok();
+    (path, normal)
+}
+
+/// [`decide`], then [`police`] on what it decided.
+fn decide_and_police(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (gen, site): (&Generation, usize),
+    req: &wire::Request<'_, '_>,
+    (normal, id, checked): (bool, Option<u128>, Option<&Checked>),
+    path: &mut Vec<u8>,
+) -> Result<(routing::Decided, Option<checks::Copied>), handler::LocalFuture<Checked>> {
+    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), path);
+    let copied = police(worker, conn, (gen, site), req, checked, &mut decided)?;
+    Ok((decided, copied))
+}
+
 /// The route's policy on a request the rules routed: its access list, then its checks
-/// (`basic_auth`), either of which may answer it in its route's place. Returns the check
-/// to await when one waits.
+/// (`basic_auth`, `forward_auth`), any of which may answer it in its route's place.
+/// Returns the fields a forward auth answer puts into the request, or the check to await
+/// when one waits.
 fn police(
     worker: &Worker,
     conn: &ConnFacts,
@@ -419,18 +444,36 @@ fn police(
     req: &wire::Request<'_, '_>,
     checked: Option<&Checked>,
     decided: &mut routing::Decided,
-) -> Option<handler::LocalFuture<Checked>> {
+) -> Result<Option<checks::Copied>, handler::LocalFuture<Checked>> {
     if access::check(worker, (gen, site), conn.client.ip(), decided) {
-        return None;
+        return Ok(None);
     }
-    match checks::basic(worker, (gen, site), decided.rule, req, checked) {
-        checks::Check::Pass => None,
+    match checks::run(worker, (gen, site), decided.rule, (req, conn), checked) {
+        checks::Check::Pass(copied) => Ok(copied),
         checks::Check::Answer(response) => {
             (decided.response, decided.files) = (Some(response), false);
-            None
+            Ok(None)
         }
-        checks::Check::Wait(check) => Some(check),
+        checks::Check::Wait(check) => Err(check),
     }
+}
+
+/// `req` with the fields a forward auth answer gave in place of its own of those names
+/// (a client cannot send them itself), into `fields`: what the route's handler (the
+/// proxy, to the origin) and the files see.
+fn copy_fields<'a>(
+    req: &wire::Request<'a, 'a>,
+    copied: Option<&'a checks::Copied>,
+    fields: &'a mut Vec<wire::Header<'a>>,
+) -> Option<wire::Request<'a, 'a>> {
+    let copied = copied?;
+    let replaced = |name: &str| copied.names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    fields.extend(req.headers.iter().filter(|h| !replaced(h.name)).copied());
+    fields.extend(copied.fields.iter().filter_map(|(name, value)| {
+        let name = std::str::from_utf8(name).ok()?;
+        Some(wire::Header { name, value })
+    }));
+    Some(routing::view(req, None, fields))
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).
