@@ -466,3 +466,97 @@ fn check_config_names_a_forward_auth_without_its_upstream() {
         assert!(stderr.contains(want), "{stderr} lacks {want}");
     }
 }
+
+/// A Lua `access` that asks an upstream (the echo origin, which answers with the fields
+/// it got) whether the request's token is good, and refuses it or lets it through with a
+/// field added: with the script's own `content`, and in front of a proxied route.
+const GATE: &str = r#"
+local M = {}
+
+function M.access(r)
+  local res, err = tessera.http.request{
+    upstream = "echo",
+    path = "/verdict",
+    headers = { ["X-Token"] = r:header("x-token") or "none" },
+  }
+  if not res then r:exit(502, err) end
+  if not res.body:lower():find("x-token: good", 1, true) then
+    r:exit(403, "refused after asking /verdict: " .. res.status .. "\n")
+  end
+  r:set_req_header("X-Checked", "by lua")
+end
+
+function M.header_filter(r)
+  r:set_header("X-Gate", "seen")
+end
+
+return M
+"#;
+
+#[test]
+fn a_lua_access_phase_awaits_an_upstream_and_refuses_or_lets_through() {
+    let origin = crate::harness::echo_origin();
+    let site = Site::new();
+    let dir = site.dir.path().display().to_string();
+    std::fs::write(site.dir.path().join("gate.lua"), GATE).unwrap();
+    let with_content = GATE.replace(
+        "return M\n",
+        "function M.content(r)\n  return 'content sees ' .. r:header('x-checked')\nend\n\nreturn M\n",
+    );
+    std::fs::write(site.dir.path().join("gate_content.lua"), with_content).unwrap();
+    let server = site.serve_with(&format!(
+        r#"
+[[upstream]]
+name = "echo"
+addresses = ["{origin}"]
+
+[[script]]
+prefix = "/lua"
+path = "{dir}/gate_content.lua"
+
+[[script]]
+prefix = "/app"
+path = "{dir}/gate.lua"
+
+[[route]]
+prefix = "/app"
+upstream = "echo"
+"#
+    ));
+    // With the script's own content.
+    let r = get_fields(&server, "/lua/x", "X-Token: good\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (200, "content sees by lua"));
+    assert_eq!(r.header("x-gate"), Some("seen"));
+    let r = get_fields(&server, "/lua/x", "X-Token: bad\r\n");
+    assert_eq!(r.status, 403);
+    assert_eq!(body(&r), "refused after asking /verdict: 200\n");
+    assert_eq!(r.header("x-gate"), Some("seen"));
+    // In front of the proxy: the origin gets the field the script added.
+    let r = get_fields(&server, "/app/page", "X-Token: good\r\n");
+    assert_eq!(r.status, 200);
+    let echoed = body(&r).to_ascii_lowercase();
+    assert!(echoed.starts_with("/app/page\n"), "{echoed}");
+    assert!(echoed.contains("x-checked: by lua"), "{echoed}");
+    assert_eq!(r.header("x-gate"), Some("seen"));
+    assert_eq!(get_fields(&server, "/app/page", "").status, 403);
+    // Pipelined behind a request that waits, a static file is answered in its turn;
+    // and over HTTP/2 the same.
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /lua/x HTTP/1.1\r\nHost: t\r\nX-Token: good\r\n\r\n\
+         GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let first = read_response(&mut stream, false);
+    assert_eq!(body(&first), "content sees by lua");
+    let second = read_response(&mut stream, false);
+    assert_eq!(body(&second), "hello world\n");
+    let url = format!("http://{}/lua/x", server.addr);
+    let out = run(
+        "curl",
+        &["-s", "--http2-prior-knowledge", "-H", "X-Token: good", &url],
+        b"",
+    );
+    assert_eq!(out, "content sees by lua");
+}

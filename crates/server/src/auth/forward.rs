@@ -36,6 +36,7 @@ pub(crate) struct CopiedFields {
 }
 
 /// What the upstream said.
+#[derive(Clone)]
 pub(crate) enum Outcome {
     /// 2xx: through, with these fields.
     Allowed(Copied),

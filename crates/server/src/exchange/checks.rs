@@ -3,7 +3,8 @@
 //! `forward_auth`, a subrequest to an upstream. A check that waits makes the exchange
 //! answer [`Dispatched::Wait`](super::Dispatched): the connection awaits it, then answers
 //! the same request again with what it found ([`Checked`]), which the check then takes
-//! instead of asking again.
+//! instead of asking again. A route's filter that waits (`handler::Filtered::Later`) is
+//! carried the same way (`modules.rs`).
 
 use std::sync::Arc;
 
@@ -26,6 +27,22 @@ pub(crate) struct Checked {
     busy: bool,
     /// The forward auth upstream's answer.
     forward: Option<Outcome>,
+    /// What the route's filter ended with after it waited (a Lua `access` that awaited),
+    /// taken by the next answer in place of calling the filter again.
+    pub filtered: std::cell::RefCell<Option<handler::Filtered>>,
+}
+
+impl Checked {
+    /// What the checks found so far (`None`: nothing), with what the route's filter
+    /// ended with after it waited.
+    pub fn with_filtered(found: Option<&Checked>, filtered: handler::Filtered) -> Checked {
+        Checked {
+            basic: found.and_then(|c| c.basic),
+            busy: false,
+            forward: found.and_then(|c| c.forward.clone()),
+            filtered: std::cell::RefCell::new(Some(filtered)),
+        }
+    }
 }
 
 /// What the checks made of a request.
@@ -159,8 +176,8 @@ fn ask(
         return Check::Wait(handler::local_future(async move {
             Checked {
                 basic,
-                busy: false,
                 forward,
+                ..Checked::default()
             }
         }));
     };
@@ -172,8 +189,8 @@ fn ask(
         let forward = route.forward.as_ref().map(|f| f.judge(reply, key));
         Checked {
             basic,
-            busy: false,
             forward: Some(forward.unwrap_or(Outcome::Failed)),
+            ..Checked::default()
         }
     }))
 }

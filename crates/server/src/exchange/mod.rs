@@ -138,7 +138,7 @@ fn answer_in(
         Ok(decided) => decided,
         Err(check) => return Dispatched::Wait(check),
     };
-    let mut auth_fields = Vec::new();
+    let (mut auth_fields, mut fields) = (Vec::new(), Vec::new());
     let auth_view = copy_fields(req, copied.as_ref(), &mut auth_fields);
     let req = auth_view.as_ref().unwrap_or(req);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
@@ -156,12 +156,14 @@ fn answer_in(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let asked = (req, &path[..], conn, (forwarded_for, rerouted));
-            modules::call(&current, route, asked, &mut answered.kind, &mut edited)
+            let asked = (req, &path[..], conn, (forwarded_for, rerouted, checked));
+            match modules::call(&current, route, asked, &mut answered.kind, &mut edited) {
+                Ok(called) => called,
+                Err(wait) => return Dispatched::Wait(wait),
+            }
         }
         (None, None) => (None, None),
     };
-    let mut fields = Vec::new();
     let edited_view = edited::apply(edited.as_ref(), req, &mut fields, &mut path);
     let req = edited_view.as_ref().unwrap_or(req);
     if let Some(again) = edited::again(edited.as_ref(), answer.is_none(), site, rerouted) {
