@@ -42,6 +42,12 @@ access = [
 ]
 deny_status = 404
 
+[[script]]
+prefix = "/lua"
+path = "{DIR}/hello.lua"
+access = [{ deny = "10.9.9.9" }]
+deny_status = 451
+
 [[host]]
 names = ["closed.test"]
 access = [{ allow = "10.1.2.3" }, { deny = "0.0.0.0/0" }, { deny = "::/0" }]
@@ -50,7 +56,13 @@ access = [{ allow = "10.1.2.3" }, { deny = "0.0.0.0/0" }, { deny = "::/0" }]
 #[test]
 fn access_lists_refuse_in_order_with_their_status() {
     let site = Site::new();
-    let server = site.serve_with(ACCESS);
+    let dir = site.dir.path().display().to_string();
+    std::fs::write(
+        site.dir.path().join("hello.lua"),
+        "return { content = function(r) return 'lua' end }\n",
+    )
+    .unwrap();
+    let server = site.serve_with(&ACCESS.replace("{DIR}", &dir));
     let cases = [
         // The route's list: the first entry that matches decides.
         ("t", "/staff", "192.168.1.1", 404),
@@ -62,6 +74,9 @@ fn access_lists_refuse_in_order_with_their_status() {
         ("t", "/staff", "10.0.0.1, 192.168.3.4", 200),
         // Its own list replaces the host's: 192.0.2.66 falls to `deny = "all"` here.
         ("t", "/staff", "192.0.2.66", 404),
+        // A script mount's own list.
+        ("t", "/lua/x", "10.9.9.9", 451),
+        ("t", "/lua/x", "10.9.9.8", 200),
         // Elsewhere the top-level list holds, with the default 403.
         ("t", "/hello.txt", "192.0.2.66", 403),
         ("t", "/hello.txt", "192.0.2.67", 200),
@@ -89,7 +104,7 @@ fn access_lists_refuse_in_order_with_their_status() {
             ))
             .copied()
     };
-    assert_eq!(denied("default"), Some(5.0), "{text}");
+    assert_eq!(denied("default"), Some(6.0), "{text}");
     assert_eq!(denied("closed.test"), Some(3.0), "{text}");
 }
 

@@ -191,7 +191,7 @@ pub struct HostConfig {
     pub real_ip_from: Option<crate::client::RealIpFrom>,
     /// This host's `access` list. Default: the top-level `access` (and `deny_status`).
     pub access: Option<Vec<rules::AccessRule>>,
-    /// Default 403, or the top-level `deny_status` when the host has no `access`.
+    /// The status this host's own `access` refuses with. Default 403.
     pub deny_status: Option<u16>,
 }
 
