@@ -575,3 +575,42 @@ upstream = "echo"
     );
     assert_eq!(out, "content sees by lua");
 }
+
+#[test]
+fn a_request_moved_by_lua_access_is_checked_again_by_the_route_it_lands_on() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    // Staff: ann and bob; the route the script moves requests to: bob only.
+    let staff = htpasswd(&site, "");
+    let bob = run("openssl", &["passwd", "-6", "bob-secret"], b"");
+    let bob_only = dir.join("htpasswd-b");
+    std::fs::write(&bob_only, format!("bob:{bob}")).unwrap();
+    std::fs::write(
+        dir.join("move.lua"),
+        "return { access = function(r) r:set_path('/b' .. r:path()) end }\n",
+    )
+    .unwrap();
+    let server = site.serve_with(&format!(
+        r#"
+[[script]]
+prefix = "/a"
+path = "{dir}/move.lua"
+basic_auth = {{ realm = "staff", htpasswd = "{staff}" }}
+
+[[route]]
+prefix = "/b"
+respond = {{ body = "b" }}
+basic_auth = {{ realm = "b", htpasswd = "{bob_only}" }}
+"#,
+        dir = dir.display(),
+        staff = staff.display(),
+        bob_only = bob_only.display(),
+    ));
+    // ann passes /a's check, not /b's: what /a found does not let her into /b.
+    let r = get_with(&server, "/a/x", Some("ann:ann-secret"));
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"b\""));
+    // bob passes both, each verified against its own file.
+    let r = get_with(&server, "/a/x", Some("bob:bob-secret"));
+    assert_eq!((r.status, body(&r).as_str()), (200, "b"));
+}

@@ -6,6 +6,7 @@
 //! instead of asking again. A route's filter that waits (`handler::Filtered::Later`) is
 //! carried the same way (`modules.rs`).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use handler::{LocalFuture, Response};
@@ -18,30 +19,57 @@ use crate::generation::Generation;
 use crate::metrics::Denied;
 use crate::worker::Worker;
 
-/// What the checks that waited found, for the request's next answer.
+/// What the checks that waited found, for the request's next answer: per route
+/// checked, as (site, rule), its findings. A request whose filter gives it another path
+/// may be checked on several routes; each keeps its own.
 #[derive(Default)]
 pub(crate) struct Checked {
+    routes: Vec<((usize, usize), Found)>,
+    /// What a route's filter ended with after it waited (a Lua `access` that awaited):
+    /// the filter (module, tag) and the path it ran on, and the result, taken by the
+    /// next answer in place of calling that filter again on that path.
+    pub filtered: RefCell<Option<Filtered>>,
+}
+
+/// A filter's end after it waited, and which filter on which path it belongs to.
+pub(crate) type Filtered = ((usize, u32), Vec<u8>, handler::Filtered);
+
+/// What one route's checks found.
+#[derive(Clone, Default)]
+struct Found {
     /// The password was verified: good or not.
     basic: Option<bool>,
     /// The verifier's queue was full.
     busy: bool,
     /// The forward auth upstream's answer.
     forward: Option<Outcome>,
-    /// What the route's filter ended with after it waited (a Lua `access` that awaited),
-    /// taken by the next answer in place of calling the filter again.
-    pub filtered: std::cell::RefCell<Option<handler::Filtered>>,
 }
 
 impl Checked {
-    /// What the checks found so far (`None`: nothing), with what the route's filter
-    /// ended with after it waited.
-    pub fn with_filtered(found: Option<&Checked>, filtered: handler::Filtered) -> Checked {
+    /// What `found` (none: nothing) holds, with `filtered`: what is carried to the next
+    /// answer after a filter waited.
+    pub fn with_filtered(found: Option<&Checked>, filtered: Filtered) -> Checked {
         Checked {
-            basic: found.and_then(|c| c.basic),
-            busy: false,
-            forward: found.and_then(|c| c.forward.clone()),
-            filtered: std::cell::RefCell::new(Some(filtered)),
+            routes: found.map_or_else(Vec::new, |c| c.routes.clone()),
+            filtered: RefCell::new(Some(filtered)),
         }
+    }
+
+    /// What `found` holds, with `route`'s findings (replacing its earlier ones).
+    fn adding(found: &[((usize, usize), Found)], route: (usize, usize), this: Found) -> Checked {
+        let mut routes: Vec<_> = found.iter().filter(|(r, _)| *r != route).cloned().collect();
+        routes.push((route, this));
+        Checked {
+            routes,
+            filtered: RefCell::new(None),
+        }
+    }
+
+    fn of(&self, route: (usize, usize)) -> Option<&Found> {
+        self.routes
+            .iter()
+            .find(|(r, _)| *r == route)
+            .map(|(_, f)| f)
     }
 }
 
@@ -64,15 +92,19 @@ pub(crate) fn run(
     (req, conn): (&wire::Request<'_, '_>, &ConnFacts),
     checked: Option<&Checked>,
 ) -> Check {
-    let Some(auth) = rule.and_then(|r| gen.auth.get(site)?.get(r)?.as_ref()) else {
+    let Some((rule, auth)) = rule.and_then(|r| Some((r, gen.auth.get(site)?.get(r)?.as_ref()?)))
+    else {
         return Check::Pass(None);
     };
+    let route = (site, rule);
+    let earlier = checked.map_or(&[][..], |c| &c.routes[..]);
+    let found = checked.and_then(|c| c.of(route));
     let deny = |reason| {
         if let Some(metrics) = worker.metrics() {
             metrics.denied(gen.host_labels[site], reason);
         }
     };
-    match basic(auth, req, checked) {
+    match basic(auth, req, (route, earlier, found)) {
         Check::Pass(_) => {}
         Check::Answer(response) => {
             if response.head.status() == 401 {
@@ -86,9 +118,9 @@ pub(crate) fn run(
         return Check::Pass(None);
     };
     let forward = (forward, auth);
-    let outcome = match checked.and_then(|c| c.forward.as_ref()) {
+    let outcome = match found.and_then(|f| f.forward.as_ref()) {
         Some(outcome) => outcome,
-        None => return ask(worker, forward, (req, conn), checked),
+        None => return ask(worker, forward, (req, conn), (route, earlier, found)),
     };
     let forward = forward.0;
     match outcome {
@@ -118,8 +150,19 @@ pub(crate) fn run(
     }
 }
 
+/// A route, what was found on every route so far, and on this one.
+type Seen<'a> = (
+    (usize, usize),
+    &'a [((usize, usize), Found)],
+    Option<&'a Found>,
+);
+
 /// The route's `basic_auth` on the request's `Authorization`.
-fn basic(auth: &RouteAuth, req: &wire::Request<'_, '_>, checked: Option<&Checked>) -> Check {
+fn basic(
+    auth: &RouteAuth,
+    req: &wire::Request<'_, '_>,
+    (route, earlier, found): Seen<'_>,
+) -> Check {
     let Some(basic) = &auth.basic else {
         return Check::Pass(None);
     };
@@ -128,11 +171,11 @@ fn basic(auth: &RouteAuth, req: &wire::Request<'_, '_>, checked: Option<&Checked
         response.head.append(b"WWW-Authenticate", &basic.challenge);
         Check::Answer(response)
     };
-    match checked {
-        Some(Checked {
+    match found {
+        Some(Found {
             basic: Some(good), ..
         }) => return if *good { Check::Pass(None) } else { refuse() },
-        Some(Checked { busy: true, .. }) => {
+        Some(Found { busy: true, .. }) => {
             let mut response = Response::status_page(503);
             response.head.append(b"Retry-After", b"1");
             return Check::Answer(response);
@@ -142,18 +185,22 @@ fn basic(auth: &RouteAuth, req: &wire::Request<'_, '_>, checked: Option<&Checked
     match basic.judge(req.header("authorization")) {
         Verdict::Good => Check::Pass(None),
         Verdict::Refused => refuse(),
-        Verdict::Verify(pending) => Check::Wait(handler::local_future(async move {
-            match pending.verify().await {
-                Some(good) => Checked {
-                    basic: Some(good),
-                    ..Checked::default()
-                },
-                None => Checked {
-                    busy: true,
-                    ..Checked::default()
-                },
-            }
-        })),
+        Verdict::Verify(pending) => {
+            let earlier = earlier.to_vec();
+            Check::Wait(handler::local_future(async move {
+                let this = match pending.verify().await {
+                    Some(good) => Found {
+                        basic: Some(good),
+                        ..Found::default()
+                    },
+                    None => Found {
+                        busy: true,
+                        ..Found::default()
+                    },
+                };
+                Checked::adding(&earlier, route, this)
+            }))
+        }
     }
 }
 
@@ -163,34 +210,32 @@ fn ask(
     worker: &Worker,
     (forward, route): (&ForwardAuth, &Arc<RouteAuth>),
     (req, conn): (&wire::Request<'_, '_>, &ConnFacts),
-    checked: Option<&Checked>,
+    (route_at, earlier, found): Seen<'_>,
 ) -> Check {
     let key = forward.key(req);
     if let Some(copied) = forward.cached(key) {
         return Check::Pass((!copied.names.is_empty()).then_some(copied));
     }
-    let basic = checked.and_then(|c| c.basic);
+    // What the basic check found (it passed) is kept with the answer.
+    let (earlier, basic) = (earlier.to_vec(), found.and_then(|f| f.basic));
+    let found = move |outcome| {
+        let this = Found {
+            basic,
+            busy: false,
+            forward: Some(outcome),
+        };
+        Checked::adding(&earlier, route_at, this)
+    };
     let current = worker.current();
     let Some(upstreams) = current.upstreams.clone() else {
-        let forward = Some(Outcome::Failed);
-        return Check::Wait(handler::local_future(async move {
-            Checked {
-                basic,
-                forward,
-                ..Checked::default()
-            }
-        }));
+        return Check::Wait(handler::local_future(async move { found(Outcome::Failed) }));
     };
     let request = forward.request(req, (conn.client.ip(), conn.secure()));
     let call = upstreams.call(request);
     let route = route.clone();
     Check::Wait(handler::local_future(async move {
         let reply = call.await;
-        let forward = route.forward.as_ref().map(|f| f.judge(reply, key));
-        Checked {
-            basic,
-            forward: Some(forward.unwrap_or(Outcome::Failed)),
-            ..Checked::default()
-        }
+        let outcome = route.forward.as_ref().map(|f| f.judge(reply, key));
+        found(outcome.unwrap_or(Outcome::Failed))
     }))
 }

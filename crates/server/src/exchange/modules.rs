@@ -82,8 +82,12 @@ pub(crate) fn call(
     let mut filter = None;
     if let Some((m, tag)) = route.filter {
         request.tag = tag;
-        // A filter that waited ended with this: it is not called again.
-        let waited = checked.and_then(|c| c.filtered.borrow_mut().take());
+        // A filter that waited on this path ended with this: it is not called again.
+        let waited = checked.and_then(|c| {
+            let mut filtered = c.filtered.borrow_mut();
+            let ours = matches!(&*filtered, Some((f, p, _)) if *f == (m, tag) && p[..] == *path);
+            ours.then(|| filtered.take().map(|(_, _, f)| f)).flatten()
+        });
         match waited.unwrap_or_else(|| current.services[m].filter(request)) {
             Filtered::Continue(attached) => filter = attached,
             Filtered::Edited(attached, e) => {
@@ -93,7 +97,7 @@ pub(crate) fn call(
                 *kind = current.gen.kinds[m];
                 return Ok((filter, Some(a)));
             }
-            Filtered::Later(waiting) => return Err(wait(waiting, checked)),
+            Filtered::Later(waiting) => return Err(wait(waiting, ((m, tag), path), checked)),
         }
     }
     let handlers = route.chosen.iter().chain(route.by_prefix);
@@ -128,8 +132,13 @@ pub(crate) fn call(
 /// A filter's wait, as the exchange's: what it ends with goes into what the checks found
 /// so far (`checked`), for the request's next answer. A filter that would wait again is
 /// a 500 (a filter waits once).
-fn wait(waiting: LocalFuture<Filtered>, checked: Option<&Checked>) -> LocalFuture<Checked> {
-    let mut found = Checked::with_filtered(checked, Filtered::Continue(None));
+fn wait(
+    waiting: LocalFuture<Filtered>,
+    (filter, path): ((usize, u32), &[u8]),
+    checked: Option<&Checked>,
+) -> LocalFuture<Checked> {
+    let held = (filter, path.to_vec(), Filtered::Continue(None));
+    let mut found = Checked::with_filtered(checked, held);
     handler::local_future(async move {
         let filtered = match waiting.await {
             Filtered::Later(_) => {
@@ -138,7 +147,9 @@ fn wait(waiting: LocalFuture<Filtered>, checked: Option<&Checked>) -> LocalFutur
             }
             filtered => filtered,
         };
-        *found.filtered.get_mut() = Some(filtered);
+        if let Some((_, _, end)) = found.filtered.get_mut() {
+            *end = filtered;
+        }
         found
     })
 }
