@@ -57,3 +57,20 @@ pub(super) fn verify(hash: Hash, password: Vec<u8>) -> Option<oneshot::Receiver<
         Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_refuses_at_once_instead_of_waiting() {
+        // Cost 31: each thread that takes one of these is busy for as long as the test
+        // process lives, so the queue behind them fills.
+        let stuck = "$2b$31$LQLLyJ5cLmTXJcsN1PZVt.0Q.IG9gkgKB0KUbz4hJGoJiKiTMF.r2";
+        let refused = (0..threads() + QUEUE + 1)
+            .map(|_| verify(Hash::Bcrypt(stuck.into()), b"x".to_vec()))
+            .filter(Option::is_none)
+            .count();
+        assert!(refused >= 1);
+    }
+}
