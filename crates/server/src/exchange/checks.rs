@@ -20,19 +20,23 @@ use crate::metrics::Denied;
 use crate::worker::Worker;
 
 /// What the checks that waited found, for the request's next answer: per route
-/// checked, as (site, rule), its findings. A request whose filter gives it another path
+/// checked, as (generation, site, rule), its findings. A request whose filter gives it another path
 /// may be checked on several routes; each keeps its own.
 #[derive(Default)]
 pub(crate) struct Checked {
-    routes: Vec<((usize, usize), Found)>,
+    routes: Vec<(Route, Found)>,
     /// What a route's filter ended with after it waited (a Lua `access` that awaited):
-    /// the filter (module, tag) and the path it ran on, and the result, taken by the
+    /// the filter (generation, module, tag) and the path it ran on, and the result, taken by the
     /// next answer in place of calling that filter again on that path.
     pub filtered: RefCell<Option<Filtered>>,
 }
 
 /// A filter's end after it waited, and which filter on which path it belongs to.
-pub(crate) type Filtered = ((usize, u32), Vec<u8>, handler::Filtered);
+pub(crate) type Filtered = ((u64, usize, u32), Vec<u8>, handler::Filtered);
+
+/// A route checked: the configuration's generation (a reload may give its place to
+/// another route), its site and its rule.
+type Route = (u64, usize, usize);
 
 /// What one route's checks found.
 #[derive(Clone, Default)]
@@ -56,7 +60,7 @@ impl Checked {
     }
 
     /// What `found` holds, with `route`'s findings (replacing its earlier ones).
-    fn adding(found: &[((usize, usize), Found)], route: (usize, usize), this: Found) -> Checked {
+    fn adding(found: &[(Route, Found)], route: Route, this: Found) -> Checked {
         let mut routes: Vec<_> = found.iter().filter(|(r, _)| *r != route).cloned().collect();
         routes.push((route, this));
         Checked {
@@ -65,7 +69,7 @@ impl Checked {
         }
     }
 
-    fn of(&self, route: (usize, usize)) -> Option<&Found> {
+    fn of(&self, route: Route) -> Option<&Found> {
         self.routes
             .iter()
             .find(|(r, _)| *r == route)
@@ -96,7 +100,7 @@ pub(crate) fn run(
     else {
         return Check::Pass(None);
     };
-    let route = (site, rule);
+    let route = (gen.number, site, rule);
     let earlier = checked.map_or(&[][..], |c| &c.routes[..]);
     let found = checked.and_then(|c| c.of(route));
     let deny = |reason| {
@@ -151,11 +155,7 @@ pub(crate) fn run(
 }
 
 /// A route, what was found on every route so far, and on this one.
-type Seen<'a> = (
-    (usize, usize),
-    &'a [((usize, usize), Found)],
-    Option<&'a Found>,
-);
+type Seen<'a> = (Route, &'a [(Route, Found)], Option<&'a Found>);
 
 /// The route's `basic_auth` on the request's `Authorization`.
 fn basic(

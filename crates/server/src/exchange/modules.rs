@@ -85,7 +85,8 @@ pub(crate) fn call(
         // A filter that waited on this path ended with this: it is not called again.
         let waited = checked.and_then(|c| {
             let mut filtered = c.filtered.borrow_mut();
-            let ours = matches!(&*filtered, Some((f, p, _)) if *f == (m, tag) && p[..] == *path);
+            let filter = (current.gen.number, m, tag);
+            let ours = matches!(&*filtered, Some((f, p, _)) if *f == filter && p[..] == *path);
             ours.then(|| filtered.take().map(|(_, _, f)| f)).flatten()
         });
         match waited.unwrap_or_else(|| current.services[m].filter(request)) {
@@ -97,7 +98,10 @@ pub(crate) fn call(
                 *kind = current.gen.kinds[m];
                 return Ok((filter, Some(a)));
             }
-            Filtered::Later(waiting) => return Err(wait(waiting, ((m, tag), path), checked)),
+            Filtered::Later(waiting) => {
+                let filter = (current.gen.number, m, tag);
+                return Err(wait(waiting, (filter, path), checked));
+            }
         }
     }
     let handlers = route.chosen.iter().chain(route.by_prefix);
@@ -134,7 +138,7 @@ pub(crate) fn call(
 /// a 500 (a filter waits once).
 fn wait(
     waiting: LocalFuture<Filtered>,
-    (filter, path): ((usize, u32), &[u8]),
+    (filter, path): ((u64, usize, u32), &[u8]),
     checked: Option<&Checked>,
 ) -> LocalFuture<Checked> {
     let held = (filter, path.to_vec(), Filtered::Continue(None));
