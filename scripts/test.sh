@@ -44,6 +44,18 @@ if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
     fi
 fi
 
+# The basic auth tests write their htpasswd files with Apache's htpasswd (bcrypt, and
+# the weak schemes tessera refuses) and openssl passwd -6 (SHA-512-crypt)
+# (crates/cli/tests/serve/access_policy.rs).
+if ! command -v htpasswd >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing apache2-utils (htpasswd) for the basic auth tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq apache2-utils
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq apache2-utils
+    fi
+fi
+
 # The TLS tests speak to the server with curl and openssl s_client
 # (crates/cli/tests/serve/tls.rs).
 for tool in curl openssl; do

@@ -106,9 +106,10 @@ pub fn problems_but_modules(config: &ServeConfig) -> Vec<String> {
             ));
         }
     }
-    // The certificates and keys, read and matched as `serve` would (once the keys
-    // themselves are right).
+    // The htpasswd files and the certificates and keys, read as `serve` would (once the
+    // keys themselves are right).
     if problems.is_empty() {
+        problems.extend(server::htpasswd_problem(server));
         if let Err(e) = server::Tls::new(server) {
             problems.push(e);
         }

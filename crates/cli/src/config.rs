@@ -334,6 +334,16 @@ impl ServeConfig {
                 }
             }
         }
+        // A forward auth asks an upstream that exists.
+        for (_, rules, _) in &server.routes {
+            if let Some(name) = rules.forward_auth.as_ref().map(|f| &f.upstream) {
+                anyhow::ensure!(
+                    self.upstream.iter().any(|u| &u.name == name),
+                    "invalid configuration: `{}.forward_auth`: no upstream named `{name}`",
+                    rules.key
+                );
+            }
+        }
         for route in &self.route {
             if let Some(root) = &route.root {
                 let (key, site_root) = match route.site {

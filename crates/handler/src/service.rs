@@ -180,6 +180,10 @@ pub enum Filtered {
     Edited(Option<Box<dyn Attached>>, EditedRequest),
     /// The filter answered itself; the handler is not called.
     Answer(Answer),
+    /// The filter waits (Lua's `access` awaiting an upstream call or a timer): the server
+    /// serves its other connections, then goes on with what this resolves to (which is
+    /// never `Later` again) as if the filter had returned it.
+    Later(LocalFuture<Filtered>),
 }
 
 /// A request as a filter changed it (Lua's `r:set_req_header`, `r:set_path`...): a new

@@ -61,6 +61,16 @@ pub struct RouteRules {
     pub response_headers: Option<HeaderEdits>,
     /// Pages for error statuses (`"404" = "/404.html"`), before the host's.
     pub error_page: BTreeMap<String, String>,
+    /// Ordered `allow`/`deny` entries on the client's address, the first match deciding
+    /// (nginx `allow`/`deny`); replaces its host's `access` (docs/security.md).
+    pub access: Vec<crate::access::AccessRule>,
+    /// The status a request `access` refuses gets. Default 403.
+    pub deny_status: Option<u16>,
+    /// HTTP basic authentication from an htpasswd file (docs/security.md).
+    pub basic_auth: Option<BasicAuth>,
+    /// A subrequest to an upstream that lets the request through or answers it
+    /// (nginx `auth_request`, Caddy `forward_auth`; docs/security.md).
+    pub forward_auth: Option<ForwardAuth>,
     /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
     /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
     #[serde(skip)]
@@ -68,8 +78,12 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 21] = [
+pub const ROUTE_KEYS: [&str; 25] = [
     "alias",
+    "access",
+    "deny_status",
+    "basic_auth",
+    "forward_auth",
     "error_page",
     "client",
     "try_files",
@@ -96,7 +110,11 @@ pub const ROUTE_KEYS: [&str; 21] = [
 /// `path` (there, the script's file) and the edits around the script. The actions that
 /// answer in its place (`respond`, `redirect`, `rewrite`, `try_files`, `alias`) and the
 /// path changes for an upstream are a `[[route]]`'s only.
-pub const SCRIPT_KEYS: [&str; 12] = [
+pub const SCRIPT_KEYS: [&str; 16] = [
+    "access",
+    "deny_status",
+    "basic_auth",
+    "forward_auth",
     "regex",
     "case_insensitive",
     "no_regex",
@@ -125,6 +143,56 @@ pub struct FieldMatch {
     pub name: String,
     pub equals: Option<String>,
     pub regex: Option<String>,
+}
+
+/// `basic_auth = { realm, htpasswd }`: users and their bcrypt or SHA-512-crypt hashes
+/// in an htpasswd file, read at load and at every reload.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// The realm the `WWW-Authenticate` challenge names.
+    pub realm: String,
+    pub htpasswd: std::path::PathBuf,
+}
+
+/// `forward_auth = { upstream, path, copy_headers, cache, headers, auth_failure }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardAuth {
+    /// The `[[upstream]]` asked.
+    pub upstream: String,
+    /// The path (and query) asked for. Default `/`.
+    #[serde(default = "root_path")]
+    pub path: String,
+    /// Fields of an allowing answer (2xx) put into the request in place of the
+    /// request's own of those names.
+    #[serde(default)]
+    pub copy_headers: Vec<String>,
+    /// How long an allowing answer is reused for the same credentials (`"10s"`, `"2m"`,
+    /// `"500ms"`). Default: not reused.
+    #[serde(default)]
+    pub cache: Option<String>,
+    /// The request's fields sent along. Default: all but the connection's own.
+    #[serde(default)]
+    pub headers: Option<Vec<String>>,
+    /// `"deny"` (the default) answers 500 when the upstream cannot answer (unreachable,
+    /// a timeout, a status other than 2xx, 401 and 403); `"allow"` lets the request
+    /// through then.
+    #[serde(default)]
+    pub auth_failure: AuthFailure,
+}
+
+fn root_path() -> String {
+    "/".into()
+}
+
+/// `forward_auth.auth_failure`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthFailure {
+    #[default]
+    Deny,
+    Allow,
 }
 
 /// `respond = { status, body, content_type }`.

@@ -23,11 +23,18 @@ impl Error {
         self
     }
 
-    /// The same error, said to be under `key` (a route, a key of it).
+    /// What is wrong, without the key.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error, said to be under `key` (a route, a key of it; `""`: the top
+    /// level, which changes nothing).
     pub fn at(mut self, key: &str) -> Error {
-        self.key = match self.key.is_empty() {
-            true => key.to_string(),
-            false => format!("{key}.{}", self.key),
+        self.key = match (self.key.is_empty(), key.is_empty()) {
+            (_, true) => self.key,
+            (true, false) => key.to_string(),
+            (false, false) => format!("{key}.{}", self.key),
         };
         self
     }

@@ -5,12 +5,14 @@
 //! configuration into a [`Table`] per site that the server consults for each request.
 //! No I/O: the server answers, this crate decides.
 
+pub mod access;
 pub mod config;
 pub mod edits;
 pub mod error;
 pub mod table;
 pub mod template;
 
+pub use access::{Access, AccessRule};
 pub use config::{HeaderEdits, RouteRules};
 pub use edits::{sanitize, Edits, How, LinePlan, LinePlans};
 pub use error::Error;

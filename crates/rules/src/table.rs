@@ -13,6 +13,7 @@ use regex::bytes::{Regex, RegexBuilder};
 use regex_automata::meta;
 use regex_automata::{Input, PatternSet};
 
+use crate::access::{in_network, network, Access};
 use crate::config::{FieldMatch, RouteRules};
 use crate::edits::{Edits, LinePlan, LinePlans};
 use crate::error::Error;
@@ -85,6 +86,8 @@ pub struct Rule {
     errors: Pages,
     /// Whether a value uses the route regex's captures (they are found only then).
     pub captures: bool,
+    /// Its `access` list, replacing the host's.
+    pub access: Option<Access>,
 }
 
 /// Error pages: status and the path of the page in the site's root, by status.
@@ -106,6 +109,8 @@ pub enum Page {
 pub struct Host<'a> {
     pub response: Option<(&'a crate::config::HeaderEdits, &'a str)>,
     pub errors: Option<(&'a std::collections::BTreeMap<String, String>, &'a str)>,
+    /// Its `access` list and `deny_status`, and the key that names them.
+    pub access: Option<(&'a [crate::access::AccessRule], Option<u16>, &'a str)>,
 }
 
 #[derive(Debug, Default)]
@@ -201,6 +206,8 @@ pub struct Table {
     /// the route's), as applied to a head while it is written, when they can be.
     host_plans: Option<LinePlans>,
     rule_plans: Vec<Option<LinePlans>>,
+    /// The host's `access` list.
+    host_access: Option<Access>,
 }
 
 /// The route chosen for a request, and where its regex's groups matched (when a value
@@ -237,6 +244,12 @@ impl Table {
             host_errors: match host.errors {
                 Some((pages, key)) => error_pages(pages).map_err(|e| e.at(key))?,
                 None => Pages::default(),
+            },
+            host_access: match host.access {
+                Some((list, status, key)) => {
+                    Access::compile(list, status).map_err(|e| e.at(key))?
+                }
+                None => None,
             },
             ..Table::default()
         };
@@ -348,6 +361,13 @@ impl Table {
     /// Whether any error page of the site is an upstream's.
     pub fn upstream_pages(&self) -> bool {
         upstream(&self.host_errors) || self.rules.iter().any(|r| upstream(&r.errors))
+    }
+
+    /// The `access` list a request of the route `rule` (or of no route) is held to: the
+    /// route's own, else the host's.
+    pub fn access(&self, rule: Option<usize>) -> Option<&Access> {
+        let own = rule.and_then(|i| self.rules[i].access.as_ref());
+        own.or(self.host_access.as_ref())
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -751,7 +771,9 @@ fn compile_rule(
         }
     }
     let errors = error_pages(&c.error_page).map_err(|e| at(e.at("error_page")))?;
+    let access = Access::compile(&c.access, c.deny_status).map_err(at)?;
     Ok(Rule {
+        access,
         index,
         name,
         case_insensitive: c.case_insensitive,
@@ -797,50 +819,6 @@ fn error_pages(config: &std::collections::BTreeMap<String, String>) -> Result<Pa
             Ok((code, Page::File(normal.into())))
         })
         .collect()
-}
-
-/// `ADDR` or `ADDR/LEN` as (address, prefix length).
-fn network(text: &str) -> Result<(IpAddr, u8), Error> {
-    let (addr, len) = match text.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (text, None),
-    };
-    let addr: IpAddr = addr
-        .parse()
-        .map_err(|_| Error::new(format!("`{text}` is not an address or a network")))?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
-    let len = match len {
-        None => max,
-        Some(l) => match l.parse::<u8>() {
-            Ok(l) if l <= max => l,
-            _ => {
-                return Err(Error::new(format!(
-                    "`{text}`: the prefix length is not 0-{max}"
-                )))
-            }
-        },
-    };
-    Ok((addr, len))
-}
-
-/// Whether `ip` is in the network `net/len` (an IPv4 client seen as IPv4-mapped IPv6
-/// counts as IPv4).
-fn in_network(ip: IpAddr, net: IpAddr, len: u8) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            u32::from(a) & mask == u32::from(n) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            u128::from(a) & mask == u128::from(n) & mask
-        }
-        _ => false,
-    }
 }
 
 fn check_path(p: &str) -> Result<(), Error> {

@@ -514,16 +514,17 @@ impl Engine {
         context::with(&call.ud, f)
     }
 
-    /// Runs `access`, if the script has one.
-    pub fn access(&self, call: &Call) -> Outcome {
+    /// Runs `access`, if the script has one. As `content`, it finishes here unless the
+    /// script awaits an upstream call or a timer.
+    pub fn access(&self, call: &Call) -> Content {
         let access = match &*self.mounts[call.mount].phases.borrow() {
-            None => return self.not_loaded(call),
+            None => return Content::Done(self.not_loaded(call)),
             Some(phases) => match &phases.access {
-                None => return Outcome::Continue,
+                None => return Content::Done(Outcome::Continue),
                 Some(f) => f.clone(),
             },
         };
-        self.call_sync(call.mount, &access, call, Phase::Access)
+        self.call_async(&access, call, Phase::Access)
     }
 
     /// Runs `content`. It finishes here unless the script awaits an upstream call or a
@@ -533,7 +534,12 @@ impl Engine {
         let Some(f) = self.phase(call.mount, |p| p.content.clone()) else {
             return Content::Done(self.not_loaded(call));
         };
-        tally::call(Phase::Content);
+        self.call_async(&f, call, Phase::Content)
+    }
+
+    /// Runs `f` (the `access` or `content` phase) as a coroutine, polled once here.
+    fn call_async(&self, f: &Function, call: &Call, phase: Phase) -> Content {
+        tally::call(phase);
         let mut running = ContentCall {
             call: Guarded {
                 future: f.call_async::<Value>(call.ud.clone()),
@@ -544,6 +550,7 @@ impl Engine {
             },
             ud: call.ud.clone(),
             name: self.mounts[call.mount].name.clone(),
+            phase,
         };
         // A first poll without a waker: what the script awaits registers the real one
         // when the server polls the pending future again (it does so at once).
@@ -746,7 +753,7 @@ pub enum Content {
     Pending(PendingContent),
 }
 
-/// A `content` phase waiting in the event loop.
+/// An `access` or `content` phase waiting in the event loop.
 pub struct PendingContent(Pin<Box<dyn Future<Output = Outcome>>>);
 
 impl Future for PendingContent {
@@ -757,10 +764,12 @@ impl Future for PendingContent {
     }
 }
 
+/// A phase that may await (`access`, `content`), as a future.
 struct ContentCall<F> {
     call: Guarded<F>,
     ud: AnyUserData,
     name: Rc<str>,
+    phase: Phase,
 }
 
 impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> {
@@ -770,14 +779,12 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
         let this = self.get_mut();
         match Pin::new(&mut this.call).poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(r)) => {
-                Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), Phase::Content))
-            }
+            Poll::Ready(Ok(r)) => Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), this.phase)),
             Poll::Ready(Err(())) => Poll::Ready(finish_call(
                 &this.ud,
                 &this.name,
                 Err(Box::new("panic")),
-                Phase::Content,
+                this.phase,
             )),
         }
     }

@@ -71,7 +71,7 @@ impl Module for ScriptModule {
         engine.spawn_background();
         Rc::new(ScriptService {
             engine,
-            current: RefCell::new(Current::None),
+            current: Rc::new(RefCell::new(Current::None)),
         })
     }
 }
@@ -80,8 +80,9 @@ impl Module for ScriptModule {
 struct ScriptService {
     engine: Rc<Engine>,
     /// The call the filter began for the request being routed, for its `content` phase:
-    /// a mount's filter runs just before its handler, on the same thread.
-    current: RefCell<Current>,
+    /// a mount's filter runs just before its handler, on the same thread (an `access`
+    /// that waits sets it when it is done).
+    current: Rc<RefCell<Current>>,
 }
 
 /// The call of the request being routed, between its filter and its handler.
@@ -142,35 +143,19 @@ impl Service for ScriptService {
             call: Some(call),
             answered: Cell::new(false),
         });
+        let mount = MountId(req.tag as usize);
         match engine.access(call.call()) {
-            Outcome::Continue => {
-                // A script that watches responses stays attached to the exchange; one
-                // that does not (only `access` and `content`, the common case) costs
-                // nothing more.
-                let attached: Option<Box<dyn Attached>> =
-                    match engine.watches_responses(MountId(req.tag as usize)) {
-                        true => {
-                            *self.current.borrow_mut() = Current::Attached(Rc::downgrade(&call));
-                            Some(Box::new(Filtering { call: call.clone() }))
-                        }
-                        false => None,
-                    };
-                let edited = engine
-                    .context(call.call(), |c| c.edited_request())
-                    .flatten();
-                if attached.is_none() {
-                    *self.current.borrow_mut() = Current::Held(call);
-                }
-                match edited {
-                    Some(edited) => Filtered::Edited(attached, edited),
-                    None => Filtered::Continue(attached),
-                }
-            }
-            // `exit` or a redirect from `access`: its response, after `header_filter`.
-            outcome => {
-                let mut filtering = Filtering { call };
-                let response = filtering.respond(outcome);
-                Filtered::Answer(Answer::Now(response))
+            Content::Done(outcome) => accessed(&self.current, call, outcome, mount),
+            // `access` awaits an upstream call or a timer: the server awaits it, and the
+            // rest happens when it is done, just before the server goes on to the
+            // handler (nothing runs on this thread in between, so `current` is this
+            // request's when the handler takes it).
+            Content::Pending(running) => {
+                let current = self.current.clone();
+                Filtered::Later(handler::local_future(async move {
+                    let outcome = running.await;
+                    accessed(&current, call, outcome, mount)
+                }))
             }
         }
     }
@@ -201,6 +186,43 @@ impl Service for ScriptService {
                 content: Some(running),
             }),
         }
+    }
+}
+
+/// What `access` ended with, as the server takes it: the request goes on (with the
+/// script attached to its exchange when the script watches responses, and with its
+/// edits), or the script's answer (`exit`, a redirect, a failure).
+fn accessed(
+    current: &RefCell<Current>,
+    call: Rc<ScriptCall>,
+    outcome: Outcome,
+    mount: MountId,
+) -> Filtered {
+    let engine = &call.engine;
+    if outcome != Outcome::Continue {
+        // `exit` or a redirect from `access`: its response, after `header_filter`.
+        let mut filtering = Filtering { call };
+        let response = filtering.respond(outcome);
+        return Filtered::Answer(Answer::Now(response));
+    }
+    // A script that watches responses stays attached to the exchange; one that does not
+    // (only `access` and `content`, the common case) costs nothing more.
+    let attached: Option<Box<dyn Attached>> = match engine.watches_responses(mount) {
+        true => {
+            *current.borrow_mut() = Current::Attached(Rc::downgrade(&call));
+            Some(Box::new(Filtering { call: call.clone() }))
+        }
+        false => None,
+    };
+    let edited = engine
+        .context(call.call(), |c| c.edited_request())
+        .flatten();
+    if attached.is_none() {
+        *current.borrow_mut() = Current::Held(call);
+    }
+    match edited {
+        Some(edited) => Filtered::Edited(attached, edited),
+        None => Filtered::Continue(attached),
     }
 }
 

@@ -31,6 +31,8 @@ pub(crate) struct Generation {
     pub by_rule: routes::ByRule,
     /// Per site: its rules (`[[route]]` matchers and actions, response edits).
     pub rules: Vec<Arc<rules::Table>>,
+    /// Per site and rule: the route's `basic_auth` (its htpasswd file read) and `forward_auth`.
+    pub auth: crate::auth::SiteAuth,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
     /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
@@ -68,6 +70,7 @@ impl Generation {
         let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
         let identity = config.identity().map_err(Error::Config)?;
+        let auth = crate::auth::load_all(&config).map_err(Error::Config)?;
         let reads_fields = identity.iter().any(|i| i.reads_fields());
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
@@ -89,6 +92,7 @@ impl Generation {
             by_rule,
             rules,
             request_ids,
+            auth,
             identity,
             reads_fields,
             sites,
@@ -98,9 +102,12 @@ impl Generation {
 }
 
 /// Worker `worker`'s client of named upstreams, made only when an error page of the
-/// generation names an upstream (`@upstream:NAME`): the first module's that has one.
+/// generation names an upstream (`@upstream:NAME`) or a route has `forward_auth`: the
+/// first module's that has one.
 pub(crate) fn upstreams(gen: &Generation, worker: usize) -> Option<Rc<dyn handler::Upstreams>> {
-    if !gen.rules.iter().any(|t| t.upstream_pages()) {
+    let forward =
+        |a: &Option<Arc<crate::auth::RouteAuth>>| a.as_ref().is_some_and(|a| a.forward.is_some());
+    if !gen.rules.iter().any(|t| t.upstream_pages()) && !gen.auth.iter().flatten().any(forward) {
         return None;
     }
     gen.modules.iter().find_map(|m| m.upstreams(worker))

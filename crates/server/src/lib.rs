@@ -29,6 +29,7 @@
 // (scripts/layering.py checks that no module imports one that imports it back).
 mod access_log;
 mod admin;
+mod auth;
 mod client;
 mod config;
 mod conn_state;
@@ -68,6 +69,12 @@ use shared::{Phase, Shared};
 
 /// The stack of a worker thread: 8 MiB, as nginx's workers have (Rust's default is 2 MiB).
 const WORKER_STACK: usize = 8 << 20;
+
+/// What is wrong with the htpasswd files of the routes' `basic_auth` in `config`, read
+/// as a start would read them (check-config reports it).
+pub fn htpasswd_problem(config: &Config) -> Option<String> {
+    auth::load_all(config).err()
+}
 
 pub use access_log::FormatError;
 pub use client::RealIpFrom;

@@ -187,11 +187,34 @@ pub(crate) struct WorkerMetrics {
     /// Connections closed on a `proxy_protocol` listener for a missing or malformed
     /// PROXY header.
     proxy_refused: AtomicU64,
+    /// Requests refused by access policy, by host and [`DENIED`] reason.
+    denied: Box<[AtomicU64]>,
     http2_connections: AtomicU64,
     /// HTTP/2 streams by how they ended: finished, cancelled by the client.
     http2_streams: [AtomicU64; 2],
     /// GOAWAYs sent, by [`GOAWAY_REASONS`].
     http2_goaways: [AtomicU64; GOAWAY_REASONS.len()],
+}
+
+/// Why a request was refused by access policy: the `reason` label of
+/// `tessera_access_denied_total` (besides `proxy_protocol`, counted per connection).
+pub(crate) const DENIED: [&str; 3] = ["acl", "auth", "forward_auth"];
+
+const DENIED_HELP: &str = "Connections and requests refused by access policy, by host and \
+     reason: proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
+     header in time; counted before any host is known, so its host is empty), acl (an \
+     access list refused the client), auth (basic_auth answered 401), forward_auth \
+     (the forward_auth upstream refused, or failed and the request was answered 500).";
+
+/// Indexes into [`DENIED`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Denied {
+    /// An `access` list refused the client.
+    Acl,
+    /// `basic_auth` refused the request's credentials (none, or wrong: a 401).
+    Auth,
+    /// `forward_auth` refused the request (its upstream's 401 or 403) or failed (500).
+    ForwardAuth,
 }
 
 /// Why the server sent an HTTP/2 connection GOAWAY: the `reason` label.
@@ -222,6 +245,7 @@ impl WorkerMetrics {
             file_cache: Default::default(),
             handshakes: Default::default(),
             proxy_refused: AtomicU64::new(0),
+            denied: zeros(MAX_HOSTS * DENIED.len()),
             http2_connections: AtomicU64::new(0),
             http2_streams: Default::default(),
             http2_goaways: Default::default(),
@@ -272,6 +296,12 @@ impl WorkerMetrics {
     /// Counts a connection closed for its PROXY header.
     pub fn proxy_refused(&self) {
         bump(&self.proxy_refused, 1);
+    }
+
+    /// Counts a request of the host label `host` refused by access policy.
+    pub fn denied(&self, host: u16, reason: Denied) {
+        let host = (host as usize).min(MAX_HOSTS - 1);
+        bump(&self.denied[host * DENIED.len() + reason as usize], 1);
     }
 
     /// Counts a connection that speaks HTTP/2.
@@ -345,7 +375,7 @@ pub(crate) fn write(
     kinds: &Kinds,
 ) {
     write_requests(out, workers, labels, kinds);
-    write_connections(out, workers);
+    write_connections(out, workers, labels);
 }
 
 /// One counter summed over `workers`.
@@ -413,7 +443,7 @@ fn write_requests(
 }
 
 /// Bytes, connections, the open-file cache, compression, TLS and HTTP/2.
-fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics]) {
+fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labels: &HostLabels) {
     let sum = |pick: &dyn Fn(&WorkerMetrics) -> &AtomicU64| total(workers, pick);
     out.counter(
         "tessera_received_bytes_total",
@@ -489,12 +519,23 @@ fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics]) {
     }
     out.counter(
         "tessera_access_denied_total",
-        "Connections and requests refused by access policy, by host and reason: \
-         proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
-         header in time; counted before any host is known, so its host is empty).",
+        DENIED_HELP,
         &[("host", ""), ("reason", "proxy_protocol")],
         sum(&|w| &w.proxy_refused),
     );
+    for host in 0..MAX_HOSTS {
+        for (r, reason) in DENIED.iter().enumerate() {
+            let n = sum(&|w| &w.denied[host * DENIED.len() + r]);
+            if n > 0 {
+                out.counter(
+                    "tessera_access_denied_total",
+                    DENIED_HELP,
+                    &[("host", &labels.name(host)), ("reason", reason)],
+                    n,
+                );
+            }
+        }
+    }
     out.counter(
         "tessera_http2_connections_total",
         "Client connections that spoke HTTP/2: their preface and SETTINGS arrived (over ALPN h2, or in cleartext).",

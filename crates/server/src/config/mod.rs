@@ -40,6 +40,12 @@ pub struct Config {
     /// (RFC 7239), or `proxy_protocol` (the PROXY header only). Default
     /// `x-forwarded-for` when `trusted_proxies` is set.
     pub real_ip_from: Option<crate::client::RealIpFrom>,
+    /// Ordered `allow`/`deny` entries on the client's address for every request of the
+    /// default host (a `[[host]]` without its own takes these; a route's own replace
+    /// them), the first match deciding (docs/security.md, "Access rules"). Default none.
+    pub access: Vec<rules::AccessRule>,
+    /// The status a request `access` refuses gets. Default 403.
+    pub deny_status: Option<u16>,
     /// `[tls]`: the default certificate and key (docs/tls.md).
     pub tls: tls::TlsConfig,
     /// Directory served. Default none: no static files, so every request no module
@@ -183,6 +189,10 @@ pub struct HostConfig {
     pub trusted_proxies: Option<Vec<String>>,
     /// Default: the top-level `real_ip_from`.
     pub real_ip_from: Option<crate::client::RealIpFrom>,
+    /// This host's `access` list. Default: the top-level `access` (and `deny_status`).
+    pub access: Option<Vec<rules::AccessRule>>,
+    /// The status this host's own `access` refuses with. Default 403.
+    pub deny_status: Option<u16>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -248,6 +258,8 @@ impl Default for Config {
             proxy_protocol: Vec::new(),
             trusted_proxies: Vec::new(),
             real_ip_from: None,
+            access: Vec::new(),
+            deny_status: None,
             tls: Default::default(),
             root: None,
             workers: 0,
@@ -423,9 +435,18 @@ impl Config {
                 let pages = host
                     .and_then(|(_, h)| h.error_page.as_ref())
                     .or(config.error_page.as_ref());
+                let access = match host {
+                    Some((i, h)) if h.access.is_some() || h.deny_status.is_some() => (
+                        h.access.as_deref().unwrap_or_default(),
+                        h.deny_status,
+                        format!("host[{i}]"),
+                    ),
+                    _ => (&config.access[..], config.deny_status, String::new()),
+                };
                 let host = rules::Host {
                     response: edits.map(|e| (e, edits_key.as_str())),
                     errors: pages.map(|p| (p, pages_key.as_str())),
+                    access: Some((access.0, access.1, access.2.as_str())),
                 };
                 rules::Table::compile(&routes, &routes_key, host)
                     .map(std::sync::Arc::new)

@@ -4,6 +4,8 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+pub(crate) mod access;
+pub(crate) mod checks;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
@@ -27,6 +29,8 @@ use crate::worker::{Recycled, Worker};
 use edited::Rerouted;
 use filter::filter_response;
 use pages::{error_page, Again, Pages};
+
+pub(crate) use checks::Checked;
 
 /// A request whose response comes after the batch is flushed: a handler that waits (its
 /// [`handler::Deferred`]) or a response too large for the batch. It holds what the
@@ -79,24 +83,29 @@ pub(crate) enum Dispatched {
     Done(Answered),
     /// The connection flushes, then finishes this.
     Later(Pooled<Exchange>),
+    /// A check of the request waits (`checks.rs`): the connection awaits this, then
+    /// answers the same request again with what it found.
+    Wait(handler::LocalFuture<Checked>),
 }
 
 /// Responses larger than this are written on their own, not into the output batch, whose
 /// buffer is sized for heads and small bodies and would otherwise grow for good.
 pub(crate) const MAX_BATCHED_BODY: usize = 16 * 1024;
 
-/// Answers one parsed request: route, filter, handlers, static files. `pending` is the
-/// read buffer from the request's first byte (its head is copied for the access log of
-/// a response that comes later).
+/// Answers one parsed request: route, checks, filter, handlers, static files. `pending`
+/// is the read buffer from the request's first byte (its head is copied for the access
+/// log of a response that comes later). `checked`: what the checks that waited found,
+/// when the request is answered again after [`Dispatched::Wait`].
 pub(crate) fn answer(
     worker: &Worker,
     conn: &ConnFacts,
     req: &wire::Request<'_, '_>,
-    keep_alive: bool,
+    (keep_alive, checked): (bool, Option<&Checked>),
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
-    answer_in(worker, conn, req, keep_alive, out, pending, None)
+    let at = (pending, None, checked);
+    answer_in(worker, conn, req, keep_alive, out, at)
 }
 
 /// [`answer`], or, with `rerouted`, the same request routed again on its site after its
@@ -107,8 +116,7 @@ fn answer_in(
     req: &wire::Request<'_, '_>,
     keep_alive: bool,
     out: &mut Output,
-    pending: &[u8],
-    rerouted: Option<Rerouted>,
+    (pending, rerouted, checked): (&[u8], Option<Rerouted>, Option<&Checked>),
 ) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
     let (current, received) = (worker.current(), conn);
@@ -121,16 +129,18 @@ fn answer_in(
     };
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
-    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
-    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
-    // a path reaches a file or an upstream past the filter that guards its prefix. A path
-    // that does not normalise goes to the static files, which answer 400.
-    let mut path = worker.path.borrow_mut();
-    let normal = wire::normalize_path(raw, &mut path).is_ok();
+    let (mut path, normal) = normalized(worker, raw);
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
-    let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    let (of, asked): ((&Generation, _), _) = ((gen, site), (normal, id, checked));
+    let (decided, copied) = match decide_and_police(worker, conn, of, req, asked, &mut path) {
+        Ok(decided) => decided,
+        Err(check) => return Dispatched::Wait(check),
+    };
+    let (mut auth_fields, mut fields) = (Vec::new(), Vec::new());
+    let auth_view = copy_fields(req, copied.as_ref(), &mut auth_fields);
+    let req = auth_view.as_ref().unwrap_or(req);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
@@ -146,17 +156,20 @@ fn answer_in(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let asked = (req, &path[..], conn, (forwarded_for, rerouted));
-            modules::call(&current, route, asked, &mut answered.kind, &mut edited)
+            let asked = (req, &path[..], conn, (forwarded_for, rerouted, checked));
+            match modules::call(&current, route, asked, &mut answered.kind, &mut edited) {
+                Ok(called) => called,
+                Err(wait) => return Dispatched::Wait(wait),
+            }
         }
         (None, None) => (None, None),
     };
-    let mut fields = Vec::new();
     let edited_view = edited::apply(edited.as_ref(), req, &mut fields, &mut path);
     let req = edited_view.as_ref().unwrap_or(req);
     if let Some(again) = edited::again(edited.as_ref(), answer.is_none(), site, rerouted) {
         drop((path, filter));
-        return answer_in(worker, received, req, keep_alive, out, pending, Some(again));
+        let at = (pending, Some(again), checked);
+        return answer_in(worker, received, req, keep_alive, out, at);
     }
     // The response edits run first, then the route's filter (a script's header_filter);
     // boxed only for a response that comes later.
@@ -395,6 +408,74 @@ fn named_client(
     };
     let before = identity.reads_x_forwarded_for().then_some(found.before);
     (Some(facts), before)
+}
+
+/// The one normalisation of the path, into the worker's path buffer, and whether it
+/// normalised. Routes match the normalised path (`/%61pi`, `//api` and `/x/../api` are
+/// `/api`), the form files are found by, so no spelling of a path reaches a file or an
+/// upstream past the filter that guards its prefix. A path that does not normalise goes
+/// to the static files, which answer 400.
+fn normalized<'w>(worker: &'w Worker, raw: &[u8]) -> (std::cell::RefMut<'w, Vec<u8>>, bool) {
+    let mut path = worker.path.borrow_mut();
+    let normal = wire::normalize_path(raw, &mut path).is_ok();
+    (path, normal)
+}
+
+/// [`decide`], then [`police`] on what it decided.
+fn decide_and_police(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (gen, site): (&Generation, usize),
+    req: &wire::Request<'_, '_>,
+    (normal, id, checked): (bool, Option<u128>, Option<&Checked>),
+    path: &mut Vec<u8>,
+) -> Result<(routing::Decided, Option<checks::Copied>), handler::LocalFuture<Checked>> {
+    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), path);
+    let copied = police(worker, conn, (gen, site), req, checked, &mut decided)?;
+    Ok((decided, copied))
+}
+
+/// The route's policy on a request the rules routed: its access list, then its checks
+/// (`basic_auth`, `forward_auth`), any of which may answer it in its route's place.
+/// Returns the fields a forward auth answer puts into the request, or the check to await
+/// when one waits.
+fn police(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (gen, site): (&Generation, usize),
+    req: &wire::Request<'_, '_>,
+    checked: Option<&Checked>,
+    decided: &mut routing::Decided,
+) -> Result<Option<checks::Copied>, handler::LocalFuture<Checked>> {
+    if access::check(worker, (gen, site), conn.client.ip(), decided) {
+        return Ok(None);
+    }
+    match checks::run(worker, (gen, site), decided.rule, (req, conn), checked) {
+        checks::Check::Pass(copied) => Ok(copied),
+        checks::Check::Answer(response) => {
+            (decided.response, decided.files) = (Some(response), false);
+            Ok(None)
+        }
+        checks::Check::Wait(check) => Err(check),
+    }
+}
+
+/// `req` with the fields a forward auth answer gave in place of its own of those names
+/// (a client cannot send them itself), into `fields`: what the route's handler (the
+/// proxy, to the origin) and the files see.
+fn copy_fields<'a>(
+    req: &wire::Request<'a, 'a>,
+    copied: Option<&'a checks::Copied>,
+    fields: &'a mut Vec<wire::Header<'a>>,
+) -> Option<wire::Request<'a, 'a>> {
+    let copied = copied?;
+    let replaced = |name: &str| copied.names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    fields.extend(req.headers.iter().filter(|h| !replaced(h.name)).copied());
+    fields.extend(copied.fields.iter().filter_map(|(name, value)| {
+        let name = std::str::from_utf8(name).ok()?;
+        Some(wire::Header { name, value })
+    }));
+    Some(routing::view(req, None, fields))
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).

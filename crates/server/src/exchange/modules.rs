@@ -2,8 +2,9 @@
 //! handlers in turn until one answers (`handler::Service`), as the filter left the
 //! request (`edited.rs`).
 
-use handler::{Answer, Attached, Filtered, Response};
+use handler::{Answer, Attached, Filtered, LocalFuture, Response};
 
+use super::checks::Checked;
 use super::edited::{Edited, Rerouted};
 use crate::facts::ConnFacts;
 use crate::generation::{Current, Generation};
@@ -42,14 +43,18 @@ pub(crate) fn handlers<'g>(
 }
 
 /// The request a route's modules are asked: its view, normalised path and connection,
-/// the count of `X-Forwarded-For` items before its client, and how often it has been
-/// routed again.
+/// the count of `X-Forwarded-For` items before its client, how often it has been routed
+/// again, and what its checks found when it waited on them (its filter's end among it).
 pub(crate) type Asked<'a> = (
     &'a wire::Request<'a, 'a>,
     &'a [u8],
     &'a ConnFacts,
-    (Option<usize>, Option<Rerouted>),
+    (Option<usize>, Option<Rerouted>, Option<&'a Checked>),
 );
+
+/// What the route's filter left attached to the exchange and the answer, or the filter's
+/// wait (`Err`) to await before the request is answered again.
+type Called = Result<(Option<Box<dyn Attached>>, Option<Answer>), LocalFuture<Checked>>;
 
 /// The route's filter, then its handlers in turn until one answers: what the filter
 /// left attached to the exchange, and the answer (`None`: every handler passed). `kind`
@@ -59,10 +64,10 @@ pub(crate) type Asked<'a> = (
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, (forwarded_for, rerouted)): Asked<'_>,
+    (req, path, conn, (forwarded_for, rerouted, checked)): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
-) -> (Option<Box<dyn Attached>>, Option<Answer>) {
+) -> Called {
     let rerouted = rerouted.map_or(0, |r| r.times);
     let request = &mut handler::Request {
         head: req,
@@ -77,34 +82,45 @@ pub(crate) fn call(
     let mut filter = None;
     if let Some((m, tag)) = route.filter {
         request.tag = tag;
-        match current.services[m].filter(request) {
+        // A filter that waited on this path ended with this: it is not called again.
+        let waited = checked.and_then(|c| {
+            let mut filtered = c.filtered.borrow_mut();
+            let filter = (current.gen.number, m, tag);
+            let ours = matches!(&*filtered, Some((f, p, _)) if *f == filter && p[..] == *path);
+            ours.then(|| filtered.take().map(|(_, _, f)| f)).flatten()
+        });
+        match waited.unwrap_or_else(|| current.services[m].filter(request)) {
             Filtered::Continue(attached) => filter = attached,
             Filtered::Edited(attached, e) => {
                 (filter, *edited) = (attached, Some(Edited::new(e, request.path)))
             }
             Filtered::Answer(a) => {
                 *kind = current.gen.kinds[m];
-                return (filter, Some(a));
+                return Ok((filter, Some(a)));
+            }
+            Filtered::Later(waiting) => {
+                let filter = (current.gen.number, m, tag);
+                return Err(wait(waiting, (filter, path), checked));
             }
         }
     }
     let handlers = route.chosen.iter().chain(route.by_prefix);
     let Some(e) = edited.as_ref() else {
-        return (filter, call_handlers(current, handlers, request, kind));
+        return Ok((filter, call_handlers(current, handlers, request, kind)));
     };
     if e.refused() {
-        return (filter, Some(Answer::Now(Response::status_page(400))));
+        return Ok((filter, Some(Answer::Now(Response::status_page(400)))));
     }
     if e.moved() {
         // Routed again by the exchange, unless it has been too often: a loop.
         if rerouted < rules::MAX_REWRITES {
-            return (filter, None);
+            return Ok((filter, None));
         }
         tracing::error!(
             "a filter gave a request a new path more than {} times: answered 500",
             rules::MAX_REWRITES
         );
-        return (filter, Some(Answer::Now(Response::status_page(500))));
+        return Ok((filter, Some(Answer::Now(Response::status_page(500)))));
     }
     let mut fields = Vec::new();
     let view = e.view(request.head, &mut fields);
@@ -114,7 +130,32 @@ pub(crate) fn call(
         path,
         ..*request
     };
-    (filter, call_handlers(current, handlers, &request, kind))
+    Ok((filter, call_handlers(current, handlers, &request, kind)))
+}
+
+/// A filter's wait, as the exchange's: what it ends with goes into what the checks found
+/// so far (`checked`), for the request's next answer. A filter that would wait again is
+/// a 500 (a filter waits once).
+fn wait(
+    waiting: LocalFuture<Filtered>,
+    (filter, path): ((u64, usize, u32), &[u8]),
+    checked: Option<&Checked>,
+) -> LocalFuture<Checked> {
+    let held = (filter, path.to_vec(), Filtered::Continue(None));
+    let mut found = Checked::with_filtered(checked, held);
+    handler::local_future(async move {
+        let filtered = match waiting.await {
+            Filtered::Later(_) => {
+                tracing::error!("a request filter waited twice: answered 500");
+                Filtered::Answer(Answer::Now(Response::status_page(500)))
+            }
+            filtered => filtered,
+        };
+        if let Some((_, _, end)) = found.filtered.get_mut() {
+            *end = filtered;
+        }
+        found
+    })
 }
 
 /// A route's handlers in turn until one answers.

@@ -15,7 +15,7 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, HeaderStorage, Version};
 
 use crate::conn_state::ConnState;
 use crate::exchange::served::log;
-use crate::exchange::{self, Dispatched, Exchange};
+use crate::exchange::{self, Checked, Dispatched, Exchange};
 use crate::facts::{ConnFacts, Origin};
 use crate::net::output::Progress;
 use crate::net::transport::Stream;
@@ -44,6 +44,8 @@ enum Next {
     /// Flush, then finish this request (its response waits on something, or is too
     /// large for the batch).
     Later(handler::Pooled<Exchange>),
+    /// Flush, await this check of the request in hand, then answer it again.
+    Wait(handler::LocalFuture<Checked>),
 }
 
 enum Ending {
@@ -74,6 +76,8 @@ pub(crate) struct Conn {
     refused: bool,
     /// Nothing has been parsed yet: the first bytes may be the HTTP/2 preface.
     fresh: bool,
+    /// What the checks of the request in hand found, after it waited on them.
+    checked: Option<Box<Checked>>,
 }
 
 impl Conn {
@@ -93,6 +97,7 @@ impl Conn {
             discard: Discard::None,
             refused: false,
             fresh,
+            checked: None,
         }
     }
 }
@@ -269,6 +274,13 @@ impl Conn {
                             return Ok(Ending::AfterResponse);
                         }
                     }
+                    Next::Wait(check) => {
+                        if !worker.enter(self.slot, ConnState::Handling) {
+                            return Ok(Ending::Closed);
+                        }
+                        self.checked = Some(Box::new(check.await));
+                        worker.clock.refresh();
+                    }
                     Next::More | Next::Read => {}
                 }
                 // Shutting down does not end the connection here: the responses just
@@ -362,14 +374,18 @@ impl Conn {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];
-                    let answered =
-                        match exchange::answer(worker, &facts, &req, keep_alive, out, pending) {
-                            Dispatched::Later(exchange) => {
-                                self.start += req.head_len;
-                                return Next::Later(exchange);
-                            }
-                            Dispatched::Done(answered) => answered,
-                        };
+                    let checked = self.checked.take();
+                    let terms = (keep_alive, checked.as_deref());
+                    let answered = match exchange::answer(worker, &facts, &req, terms, out, pending)
+                    {
+                        Dispatched::Later(exchange) => {
+                            self.start += req.head_len;
+                            return Next::Later(exchange);
+                        }
+                        // The request stays in the buffer, to be answered again.
+                        Dispatched::Wait(check) => return Next::Wait(check),
+                        Dispatched::Done(answered) => answered,
+                    };
                     let request = Some((&req, answered));
                     log(worker, &facts, self.read_at, request, b"", out, mark);
                     self.start += req.head_len;

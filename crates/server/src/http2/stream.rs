@@ -24,7 +24,7 @@ use super::streams::Streams;
 use crate::exchange::finish::{self, BodyRead, Sink};
 use crate::exchange::served;
 use crate::exchange::served::Sent;
-use crate::exchange::{self, Dispatched, Exchange, Work};
+use crate::exchange::{self, Checked, Dispatched, Exchange, Work};
 use crate::facts::ConnFacts;
 use crate::net::output::{FieldsHead, Piece};
 use crate::reply::Terms;
@@ -66,16 +66,23 @@ enum Waits {
         exchange: handler::Pooled<Exchange>,
         read_at: Option<Instant>,
     },
+    /// A check of the request to await (`exchange::checks`), then the request answered
+    /// again with what it found.
+    Check {
+        check: LocalFuture<Checked>,
+        read_at: Option<Instant>,
+    },
 }
 
 /// Answers a stream as far as it can without waiting. `read_at`: when the read that
-/// brought it in was taken (the worker's clock was refreshed then).
+/// brought it in was taken (the worker's clock was refreshed then). `checked`: what the
+/// checks that waited found, when it is answered again after them.
 pub(super) fn start(
     streams: &Streams,
     request: Request<'_>,
-    id: u32,
-    end_stream: bool,
+    (id, end_stream): (u32, bool),
     read_at: Option<Instant>,
+    checked: Option<&Checked>,
 ) -> Rest {
     let worker: &Worker = &streams.worker;
     let mut cookie = Vec::new();
@@ -106,7 +113,7 @@ pub(super) fn start(
                 route: None,
             })
         }
-        None => exchange::answer(worker, &streams.facts, &req, true, out, &[]),
+        None => exchange::answer(worker, &streams.facts, &req, (true, checked), out, &[]),
     };
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
@@ -148,6 +155,14 @@ pub(super) fn start(
             });
         }
         Dispatched::Later(exchange) => exchange,
+        Dispatched::Wait(check) => {
+            worker.give_back(buffers);
+            return Rest::Later(Box::new(Pending {
+                request: request.to_owned(),
+                end_stream,
+                work: Waits::Check { check, read_at },
+            }));
+        }
     };
     worker.give_back(buffers);
     // A handler's response ready now with a small body in memory (a cached object, a
@@ -209,12 +224,7 @@ pub(super) fn start(
 }
 
 /// Finishes a stream [`start`] could not, on a task of its own.
-pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>) {
-    let Pending {
-        request,
-        end_stream,
-        work,
-    } = *pending;
+pub(super) async fn finish(streams: Rc<Streams>, id: u32, mut pending: Box<Pending>) {
     // Counted as ended once, whatever happens, a panic of the handler included.
     let mut end = Finished {
         streams: &streams,
@@ -224,7 +234,61 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
         streams: &streams,
         id,
     };
+    // A stream whose check waited is answered again, once the check is done, as far
+    // as it can be at once.
+    while let Waits::Check { .. } = &pending.work {
+        let Pending {
+            request,
+            end_stream,
+            work: Waits::Check { check, read_at },
+        } = *pending
+        else {
+            unreachable!("matched above")
+        };
+        let checked = tokio::select! {
+            biased;
+            _ = poll_fn(|cx| link.poll_cancelled(cx)) => None,
+            checked = check => Some(checked),
+        };
+        let Some(checked) = checked else {
+            end.cancelled = true;
+            return;
+        };
+        let ids = (id, end_stream);
+        let result = match start(&streams, request.view(), ids, read_at, Some(&checked)) {
+            Rest::Later(next) => {
+                pending = next;
+                continue;
+            }
+            Rest::Ended => {
+                link.reset(Reason::INTERNAL_ERROR);
+                Ok(())
+            }
+            Rest::Ready(ready) => {
+                let empty = ready.body.iter().all(|p| p.len() == 0);
+                match link.head(ready.head, empty) {
+                    Ok(()) if empty => Ok(()),
+                    Ok(()) => link.pieces(ready.body),
+                    Err(c) => Err(c),
+                }
+            }
+        };
+        let result = match result {
+            Ok(()) => link.drained().await,
+            Err(c) => Err(c),
+        };
+        drop(link);
+        end.cancelled = result.is_err();
+        return;
+    }
+    let Pending {
+        request,
+        end_stream,
+        work,
+    } = *pending;
     let result = match work {
+        // Answered above.
+        Waits::Check { .. } => Ok(()),
         Waits::Pieces { head, pieces } => {
             if !end_stream {
                 skip_body(&streams.worker, &link).await;
