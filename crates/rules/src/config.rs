@@ -61,6 +61,9 @@ pub struct RouteRules {
     pub response_headers: Option<HeaderEdits>,
     /// Pages for error statuses (`"404" = "/404.html"`), before the host's.
     pub error_page: BTreeMap<String, String>,
+    /// The `[[limit]]` zones its requests are counted in (the server's; the rules only
+    /// carry the names).
+    pub limit: Vec<String>,
     /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
     /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
     #[serde(skip)]
@@ -68,7 +71,8 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 21] = [
+pub const ROUTE_KEYS: [&str; 22] = [
+    "limit",
     "alias",
     "error_page",
     "client",

@@ -78,6 +78,7 @@ impl Origin {
                 Origin::Direct(_) => None,
                 Origin::Proxied(p) => Some(p.clone()),
             },
+            limited: false,
         }
     }
 }
@@ -97,6 +98,9 @@ pub(crate) struct ConnFacts {
     pub tls: Option<TlsFacts>,
     /// What the connection's PROXY header said, on a `proxy_protocol` listener.
     pub proxied: Option<Rc<Proxied>>,
+    /// The request limits have counted this request already: it waited the delay they
+    /// gave it and is answered now (`exchange::Dispatched::Delayed`).
+    pub limited: bool,
 }
 
 impl ConnFacts {

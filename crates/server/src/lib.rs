@@ -40,6 +40,7 @@ mod files;
 mod generation;
 mod http1;
 mod http2;
+mod limit;
 mod metrics;
 mod net;
 mod reply;
@@ -76,6 +77,7 @@ pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use conn_state::ConnState;
 pub use error::Error;
+pub use limit::LimitConfig;
 pub use net::listeners::Inherited;
 pub use net::tls::Tls;
 
@@ -111,7 +113,8 @@ impl Server {
         let workers = config.worker_count();
         let host_labels = metrics::HostLabels::new();
         let kinds = metrics::Kinds::new(kinds);
-        let generation = Generation::new(1, config, modules, workers, &host_labels, &kinds)?;
+        let generation =
+            Generation::new(1, config, modules, workers, (&host_labels, &kinds), None)?;
         let config = &generation.config;
         let admin = match config.admin_listen {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
@@ -330,8 +333,8 @@ impl Running {
             config,
             modules,
             shared.workers,
-            &shared.host_labels,
-            &shared.kinds,
+            (&shared.host_labels, &shared.kinds),
+            Some(&old),
         )?;
         // The certificates, read and matched before anything changes.
         let tls = match &shared.tls {

@@ -109,6 +109,9 @@ pub struct Config {
     /// `access_log::DEFAULT_JSON_FIELDS`.
     pub json_fields: Option<Vec<String>>,
     pub limits: LimitsConfig,
+    /// `[[limit]]`: request-limit zones, named by the `limit` list of a route or a
+    /// host (docs/security.md, "Request limits"). Default none.
+    pub limit: Vec<crate::limit::LimitConfig>,
     pub timeouts: TimeoutsConfig,
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
@@ -183,6 +186,9 @@ pub struct HostConfig {
     pub trusted_proxies: Option<Vec<String>>,
     /// Default: the top-level `real_ip_from`.
     pub real_ip_from: Option<crate::client::RealIpFrom>,
+    /// The `[[limit]]` zones every request of this host is counted in, unless its route
+    /// names its own. Default none.
+    pub limit: Vec<String>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -269,6 +275,7 @@ impl Default for Config {
             access_log_format: "combined".into(),
             json_fields: None,
             limits: LimitsConfig::default(),
+            limit: Vec::new(),
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
@@ -352,6 +359,22 @@ impl Config {
             .iter()
             .map(|h| (h.trusted_proxies.as_deref(), h.real_ip_from));
         crate::client::Identity::of_sites((&self.trusted_proxies, self.real_ip_from), hosts)
+    }
+
+    /// The request-limit zones and who names them (their state taken from `previous`
+    /// where their settings did not change).
+    pub(crate) fn limit_zones(
+        &self,
+        workers: usize,
+        previous: Option<&crate::limit::Limits>,
+    ) -> Result<crate::limit::Limits, String> {
+        let hosts: Vec<&[String]> = self.host.iter().map(|h| &h.limit[..]).collect();
+        let routes: Vec<(usize, &[String])> = self
+            .routes
+            .iter()
+            .map(|(site, r, _)| (*site, &r.limit[..]))
+            .collect();
+        crate::limit::Limits::new(&self.limit, &hosts, &routes, workers, previous)
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).
@@ -468,6 +491,9 @@ impl Config {
             }
         }
         if let Err(e) = self.identity() {
+            problems.push(e);
+        }
+        if let Err(e) = self.limit_zones(1, None) {
             problems.push(e);
         }
         if !self.h2c_listen.is_empty() && !self.http2.enabled {

@@ -19,6 +19,7 @@ use wire::{BodyFraming, Framing, Version};
 use crate::facts::ConnFacts;
 use crate::files;
 use crate::generation::Generation;
+use crate::limit::Verdict;
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
@@ -79,6 +80,10 @@ pub(crate) enum Dispatched {
     Done(Answered),
     /// The connection flushes, then finishes this.
     Later(Pooled<Exchange>),
+    /// Nothing is answered yet: the request limits delay it by this many milliseconds
+    /// (nginx's `limit_req` without `nodelay`). The connection waits on a timer, then
+    /// answers the same request again with `ConnFacts::limited` set.
+    Delayed(u64),
 }
 
 /// Responses larger than this are written on their own, not into the output batch, whose
@@ -130,7 +135,10 @@ fn answer_in(
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
-    let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    if let Some(ms) = limits(worker, conn, (gen, site), req, (&mut decided, &path)) {
+        return Dispatched::Delayed(ms);
+    }
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
@@ -395,6 +403,56 @@ fn named_client(
     };
     let before = identity.reads_x_forwarded_for().then_some(found.before);
     (Some(facts), before)
+}
+
+/// The request limits of its route (else of its host) on a request: a refusal becomes
+/// its answer; `Some(ms)` when it is to wait that long first. A configuration without
+/// limits costs one test, and a request that waited its delay is not counted again.
+fn limits(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (gen, site): (&Generation, usize),
+    req: &wire::Request<'_, '_>,
+    (decided, path): (&mut routing::Decided, &[u8]),
+) -> Option<u64> {
+    if !gen.limits_on || conn.limited {
+        return None;
+    }
+    let zones = gen.limits.of(site, decided.rule);
+    if zones.is_empty() {
+        return None;
+    }
+    let ctx = rules::Ctx {
+        req,
+        original: req.path,
+        path,
+        peer: conn.client,
+        secure: conn.secure(),
+        request_id: &[b'0'; 32],
+    };
+    match gen
+        .limits
+        .check(zones, &ctx, worker.clock.millis(), worker.id)
+    {
+        Verdict::Pass => None,
+        Verdict::Delay(ms) => Some(ms),
+        Verdict::Refuse {
+            status,
+            retry_after,
+        } => {
+            decided.response = Some(refusal(status, retry_after));
+            None
+        }
+    }
+}
+
+/// The answer to a request the limits refuse: `status` with `Retry-After`.
+fn refusal(status: u16, retry_after: u64) -> handler::Response {
+    let mut response = handler::Response::status_page(status);
+    let mut seconds = Vec::with_capacity(8);
+    wire::write_decimal(&mut seconds, retry_after);
+    response.head.append(b"Retry-After", &seconds);
+    response
 }
 
 /// What the site's rules decide for a request whose path normalised (into `path`).

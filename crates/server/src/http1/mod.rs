@@ -44,6 +44,9 @@ enum Next {
     /// Flush, then finish this request (its response waits on something, or is too
     /// large for the batch).
     Later(handler::Pooled<Exchange>),
+    /// Flush, wait this many milliseconds (the request limits delay the next request),
+    /// then answer it.
+    Delay(u64),
 }
 
 enum Ending {
@@ -74,6 +77,8 @@ pub(crate) struct Conn {
     refused: bool,
     /// Nothing has been parsed yet: the first bytes may be the HTTP/2 preface.
     fresh: bool,
+    /// The request at `start` waited the delay the limits gave it: answer it now.
+    waited: bool,
 }
 
 impl Conn {
@@ -93,6 +98,7 @@ impl Conn {
             discard: Discard::None,
             refused: false,
             fresh,
+            waited: false,
         }
     }
 }
@@ -269,6 +275,16 @@ impl Conn {
                             return Ok(Ending::AfterResponse);
                         }
                     }
+                    Next::Delay(ms) => {
+                        if !worker.enter(self.slot, ConnState::Handling) {
+                            return Ok(Ending::Closed);
+                        }
+                        // On the heap (recycled), as a handler's future: every
+                        // connection's future would otherwise carry room for a timer.
+                        handler::pin(tokio::time::sleep(Duration::from_millis(ms))).await;
+                        worker.clock.refresh();
+                        self.waited = true;
+                    }
                     Next::More | Next::Read => {}
                 }
                 // Shutting down does not end the connection here: the responses just
@@ -326,7 +342,8 @@ impl Conn {
         let worker_rc = Rc::clone(&self.worker);
         let worker: &Worker = &worker_rc;
         let limits = &worker.shared.limits;
-        let facts = self.facts();
+        let mut facts = self.facts();
+        facts.limited = self.waited;
         let Some(buffers) = self.buffers.as_mut() else {
             return Next::Read;
         };
@@ -362,14 +379,20 @@ impl Conn {
                     let keep_alive = req.keep_alive && !worker.is_shutting_down();
                     let mark = out.mark();
                     let pending = &read[self.start..self.end];
-                    let answered =
-                        match exchange::answer(worker, &facts, &req, keep_alive, out, pending) {
-                            Dispatched::Later(exchange) => {
-                                self.start += req.head_len;
-                                return Next::Later(exchange);
-                            }
-                            Dispatched::Done(answered) => answered,
-                        };
+                    let dispatched =
+                        exchange::answer(worker, &facts, &req, keep_alive, out, pending);
+                    if !matches!(dispatched, Dispatched::Delayed(_)) {
+                        self.waited = false;
+                        facts.limited = false;
+                    }
+                    let answered = match dispatched {
+                        Dispatched::Later(exchange) => {
+                            self.start += req.head_len;
+                            return Next::Later(exchange);
+                        }
+                        Dispatched::Delayed(ms) => return Next::Delay(ms),
+                        Dispatched::Done(answered) => answered,
+                    };
                     let request = Some((&req, answered));
                     log(worker, &facts, self.read_at, request, b"", out, mark);
                     self.start += req.head_len;

@@ -355,7 +355,7 @@ fn read_frames(
                     let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
                     timed.then(Instant::now)
                 });
-                match stream::start(streams, conn.request(), id, end_stream, read_at) {
+                match stream::start(streams, conn.request(), id, end_stream, (read_at, false)) {
                     stream::Rest::Ended => {
                         conn.reset(id, Reason::INTERNAL_ERROR);
                         streams.ended(false);

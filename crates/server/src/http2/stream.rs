@@ -66,16 +66,20 @@ enum Waits {
         exchange: handler::Pooled<Exchange>,
         read_at: Option<Instant>,
     },
+    /// The request limits delay the stream this many milliseconds; then it is answered
+    /// as [`start`] answers, the limits passed.
+    Delayed(u64),
 }
 
 /// Answers a stream as far as it can without waiting. `read_at`: when the read that
-/// brought it in was taken (the worker's clock was refreshed then).
+/// brought it in was taken (the worker's clock was refreshed then). `limited`: the
+/// request limits delayed it already, and it has waited.
 pub(super) fn start(
     streams: &Streams,
     request: Request<'_>,
     id: u32,
     end_stream: bool,
-    read_at: Option<Instant>,
+    (read_at, limited): (Option<Instant>, bool),
 ) -> Rest {
     let worker: &Worker = &streams.worker;
     let mut cookie = Vec::new();
@@ -106,7 +110,7 @@ pub(super) fn start(
                 route: None,
             })
         }
-        None => exchange::answer(worker, &streams.facts, &req, true, out, &[]),
+        None => exchange::answer(worker, &facts(streams, limited), &req, true, out, &[]),
     };
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
@@ -148,6 +152,10 @@ pub(super) fn start(
             });
         }
         Dispatched::Later(exchange) => exchange,
+        Dispatched::Delayed(ms) => {
+            worker.give_back(buffers);
+            return delayed(request, end_stream, ms);
+        }
     };
     worker.give_back(buffers);
     // A handler's response ready now with a small body in memory (a cached object, a
@@ -208,6 +216,27 @@ pub(super) fn start(
     }))
 }
 
+/// The connection's facts for a stream's request: marked when the limits delayed it
+/// already (a copy only then).
+fn facts(streams: &Streams, limited: bool) -> std::borrow::Cow<'_, ConnFacts> {
+    match limited {
+        false => std::borrow::Cow::Borrowed(&streams.facts),
+        true => std::borrow::Cow::Owned(ConnFacts {
+            limited: true,
+            ..streams.facts.clone()
+        }),
+    }
+}
+
+/// A stream the limits delay by `ms`: answered on its own task once it has waited.
+fn delayed(request: Request<'_>, end_stream: bool, ms: u64) -> Rest {
+    Rest::Later(Box::new(Pending {
+        request: request.to_owned(),
+        end_stream,
+        work: Waits::Delayed(ms),
+    }))
+}
+
 /// Finishes a stream [`start`] could not, on a task of its own.
 pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>) {
     let Pending {
@@ -225,9 +254,59 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
         id,
     };
     let result = match work {
+        Waits::Delayed(ms) => {
+            let wait = tokio::time::sleep(Duration::from_millis(ms));
+            let cancelled = poll_fn(|cx| link.poll_cancelled(cx));
+            tokio::select! {
+                biased;
+                _ = cancelled => Err(Cancelled),
+                _ = wait => {
+                    streams.worker.clock.refresh();
+                    let view = request.view();
+                    match start(&streams, view, id, end_stream, (None, true)) {
+                        Rest::Ended => {
+                            link.reset(Reason::INTERNAL_ERROR);
+                            Ok(())
+                        }
+                        Rest::Ready(ready) => {
+                            let empty = ready.body.iter().all(|p| p.len() == 0);
+                            match link.head(ready.head, empty) {
+                                Ok(()) if empty => Ok(()),
+                                Ok(()) => link.pieces(ready.body),
+                                Err(c) => Err(c),
+                            }
+                        }
+                        Rest::Later(pending) => {
+                            let Pending { request, work, .. } = *pending;
+                            settle(&streams, &link, &request, end_stream, work).await
+                        }
+                    }
+                }
+            }
+        }
+        work => settle(&streams, &link, &request, end_stream, work).await,
+    };
+    let result = match result {
+        Ok(()) => link.drained().await,
+        Err(c) => Err(c),
+    };
+    drop(link);
+    end.cancelled = result.is_err();
+}
+
+/// Sends what a stream waits on: the files' answer after its body is skipped, or a
+/// handler's through `exchange::finish`.
+async fn settle(
+    streams: &Rc<Streams>,
+    link: &Link<'_>,
+    request: &OwnedRequest,
+    end_stream: bool,
+    work: Waits,
+) -> Result<(), Cancelled> {
+    match work {
         Waits::Pieces { head, pieces } => {
             if !end_stream {
-                skip_body(&streams.worker, &link).await;
+                skip_body(&streams.worker, link).await;
             }
             let head_only = request.view().method() == b"HEAD";
             match head.status() {
@@ -248,10 +327,10 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
         }
         Waits::Exchange { exchange, read_at } => {
             let mut task = Task {
-                streams: &streams,
-                request: &request,
+                streams,
+                request,
                 end_stream,
-                link: &link,
+                link,
                 read_at,
                 cancelled: false,
             };
@@ -261,13 +340,12 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, pending: Box<Pending>)
                 Err(c) => Err(c),
             }
         }
-    };
-    let result = match result {
-        Ok(()) => link.drained().await,
-        Err(c) => Err(c),
-    };
-    drop(link);
-    end.cancelled = result.is_err();
+        // Answered with the limits passed, a stream is never delayed again.
+        Waits::Delayed(_) => {
+            link.reset(Reason::INTERNAL_ERROR);
+            Ok(())
+        }
+    }
 }
 
 /// Counts a stream answered on its own task as ended when the task ends.

@@ -1,0 +1,391 @@
+//! Request limits (docs/security.md, "Request limits"): `[[limit]]` zones on routes,
+//! against a timed loop of requests whose counts of passed, delayed and refused requests
+//! are computed here from nginx's documented algorithm (ngx_http_limit_req_module) at
+//! the times the requests were sent; `dry_run`; a million keys in a zone of fixed size.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::harness::{read_response, Server, Site};
+use crate::metrics::{admin_addr, admin_get, samples};
+
+/// A site whose every request is answered `ok` by a route counted in zone `z`, with an
+/// admin listener for the counts.
+fn limited(zone: &str) -> (Site, Server) {
+    let site = Site::new();
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[limit]]\nname = \"z\"\n{zone}\n\
+         [[route]]\nprefix = \"/\"\nrespond = {{ status = 200, body = \"ok\" }}\nlimit = [\"z\"]\n"
+    ));
+    (site, server)
+}
+
+/// `tessera_limit_requests_total{zone="z"}` by result: passed, delayed, refused, dry_run.
+fn counted(server: &Server) -> [u64; 4] {
+    let (_, text) = admin_get(admin_addr(server), "/metrics", "");
+    let all = samples(&text);
+    ["passed", "delayed", "refused", "dry_run"].map(|result| {
+        let key = format!("tessera_limit_requests_total{{zone=\"z\",result=\"{result}\"}}");
+        *all.get(&key).unwrap_or(&0.0) as u64
+    })
+}
+
+/// nginx's limit_req for one key, over requests at `times` (milliseconds): a new key's
+/// first request leaves excess 0; each later one `excess - rate * ms / 1000 + 1000` (at
+/// least 0); over `burst` it is refused and changes nothing; else it waits
+/// `(excess - delay) * 1000 / rate` ms when that is positive. Rates in millirequests a
+/// second. Returns (passed, delayed, refused).
+fn nginx_limit_req(times: &[u64], rate: i64, burst: i64, delay: i64) -> [u64; 3] {
+    let mut state: Option<(i64, u64)> = None;
+    let mut counts = [0; 3];
+    for &now in times {
+        let excess = match state {
+            None => 0,
+            Some((excess, last)) => (excess - rate * (now - last) as i64 / 1000 + 1000).max(0),
+        };
+        if excess > burst {
+            counts[2] += 1;
+            continue;
+        }
+        let last = match state {
+            Some((_, last)) if now == last => last,
+            _ => now,
+        };
+        state = Some((excess, last));
+        counts[if excess > delay { 1 } else { 0 }] += 1;
+    }
+    counts
+}
+
+/// Sends `n` requests, one every `every`, each on its own connection (so a delayed one
+/// holds up no other): when each was sent (ms after the first, as the server's clock
+/// counts whole milliseconds), and each response's status and time taken.
+fn timed_loop(addr: SocketAddr, n: u32, every: Duration) -> Vec<(u64, u16, Duration)> {
+    let start = Instant::now();
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let at = start + every * i;
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_nodelay(true).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                let sent = Instant::now();
+                stream
+                    .write_all(b"GET /login HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                    .unwrap();
+                let r = read_response(&mut stream, false);
+                (sent, r.status, sent.elapsed())
+            })
+        })
+        .collect();
+    let mut results: Vec<(Instant, u16, Duration)> =
+        threads.into_iter().map(|t| t.join().unwrap()).collect();
+    results.sort_by_key(|r| r.0);
+    let first = results[0].0;
+    results
+        .into_iter()
+        .map(|(sent, status, took)| ((sent - first).as_millis() as u64, status, took))
+        .collect()
+}
+
+/// Within one request of what nginx's algorithm gives for the same times (the server
+/// reads its clock when the bytes arrive, a little after the client's).
+fn assert_near(what: &str, got: [u64; 3], want: [u64; 3]) {
+    for (i, name) in ["passed", "delayed", "refused"].iter().enumerate() {
+        assert!(
+            got[i].abs_diff(want[i]) <= 1,
+            "{what}: {name} {} where nginx's algorithm gives {} (all: {got:?} vs {want:?})",
+            got[i],
+            want[i]
+        );
+    }
+}
+
+#[test]
+fn ten_a_second_with_a_burst_of_5_and_nodelay_refuses_what_nginx_refuses() {
+    let (_site, server) = limited("rate = \"10r/s\"\nburst = 5\nnodelay = true");
+    // 60 requests, one every 25 ms (40 a second): the burst goes, then one in four.
+    let results = timed_loop(server.addr, 60, Duration::from_millis(25));
+    let times: Vec<u64> = results.iter().map(|r| r.0).collect();
+    let want = nginx_limit_req(&times, 10_000, 5_000, i64::MAX);
+    let refused = results.iter().filter(|r| r.1 == 429).count() as u64;
+    let passed = results.iter().filter(|r| r.1 == 200).count() as u64;
+    assert_eq!(passed + refused, 60, "every answer is 200 or 429");
+    let [p, d, r, dry] = counted(&server);
+    assert_eq!((d, dry), (0, 0), "nodelay delays nothing");
+    assert_eq!(
+        (p, r),
+        (passed, refused),
+        "the metrics count what the client saw"
+    );
+    assert_near("nodelay", [passed, 0, refused], want);
+    assert!(
+        refused >= 30,
+        "{refused} refused of 60 at four times the rate"
+    );
+    // A refused request says when to come back.
+    let mut stream = server.connect();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n".repeat(8).as_slice())
+        .unwrap();
+    let mut last = None;
+    for _ in 0..8 {
+        let r = read_response(&mut stream, false);
+        if r.status == 429 {
+            last = Some(r);
+            break;
+        }
+    }
+    let refusal = last.expect("a refusal among 8 requests at once");
+    assert_eq!(refusal.header("retry-after"), Some("1"));
+}
+
+#[test]
+fn ten_a_second_with_a_burst_of_5_spaces_out_the_burst_and_refuses_the_rest() {
+    let (_site, server) = limited("rate = \"10r/s\"\nburst = 5");
+    let results = timed_loop(server.addr, 40, Duration::from_millis(25));
+    let times: Vec<u64> = results.iter().map(|r| r.0).collect();
+    let want = nginx_limit_req(&times, 10_000, 5_000, 0);
+    let refused = results.iter().filter(|r| r.1 == 429).count() as u64;
+    let [p, d, r, _] = counted(&server);
+    assert_eq!(r, refused);
+    assert_eq!(p + d + r, 40);
+    assert_near("delay", [p, d, r], want);
+    // A delayed request waits its turn at the rate: the last of a full burst waits
+    // about 500 ms (5 requests' excess at 10 a second).
+    let slowest = results.iter().map(|r| r.2).max().unwrap();
+    assert!(
+        slowest >= Duration::from_millis(300),
+        "the slowest answer took {slowest:?}"
+    );
+}
+
+#[test]
+fn two_stage_delay_passes_the_first_of_the_burst_at_once() {
+    // nginx's `delay=N`: 3 of the burst at once, the next 2 spaced out, then refused.
+    let (_site, server) = limited("rate = \"10r/s\"\nburst = 5\ndelay = 3");
+    let results = timed_loop(server.addr, 30, Duration::from_millis(25));
+    let times: Vec<u64> = results.iter().map(|r| r.0).collect();
+    let want = nginx_limit_req(&times, 10_000, 5_000, 3_000);
+    let [p, d, r, _] = counted(&server);
+    assert_near("delay = 3", [p, d, r], want);
+}
+
+#[test]
+fn dry_run_refuses_nothing_and_counts_what_it_would_refuse() {
+    let (_site, server) = limited("rate = \"10r/s\"\nburst = 5\nnodelay = true\ndry_run = true");
+    let results = timed_loop(server.addr, 40, Duration::from_millis(25));
+    assert!(
+        results.iter().all(|r| r.1 == 200),
+        "dry run refused a request"
+    );
+    let times: Vec<u64> = results.iter().map(|r| r.0).collect();
+    let want = nginx_limit_req(&times, 10_000, 5_000, i64::MAX);
+    let [p, d, r, dry] = counted(&server);
+    assert_eq!((d, r), (0, 0));
+    assert_near("dry run", [p, 0, dry], want);
+    assert!(dry >= 15, "{dry} counted as dry_run");
+}
+
+#[test]
+fn a_key_of_two_variables_limits_each_pair_apart() {
+    let (_site, server) = limited("rate = \"1r/m\"\nnodelay = true\nkey = \"$http_x_user $arg_a\"");
+    let get = |fields: &str, query: &str| {
+        let mut stream = server.connect();
+        write!(
+            stream,
+            "GET /x{query} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false).status
+    };
+    assert_eq!(get("X-User: ann\r\n", "?a=1"), 200);
+    assert_eq!(get("X-User: ann\r\n", "?a=1"), 429);
+    assert_eq!(get("X-User: ann\r\n", "?a=2"), 200);
+    assert_eq!(get("X-User: bob\r\n", "?a=1"), 200);
+    // A key that expands to nothing is not limited, as in nginx.
+    let (_site2, open) = limited("rate = \"1r/m\"\nnodelay = true\nkey = \"$http_x_user\"");
+    for _ in 0..3 {
+        assert_eq!(open.get("/").status, 200);
+    }
+}
+
+/// Resident memory of `server` in KiB.
+fn rss(server: &Server) -> u64 {
+    server.rss_kib()
+}
+
+#[test]
+fn a_million_keys_stay_within_the_zone_memory() {
+    // 1m: 65,536 keys of 16 bytes. A million distinct keys pass through it, pipelined
+    // in batches on one connection; the table was allocated at start and only its
+    // pages are touched, so the process grows by at most the zone's memory (and a
+    // little for buffers), however many keys come.
+    let (_site, server) =
+        limited("rate = \"1r/m\"\nnodelay = true\nkey = \"$http_x_key\"\nmemory = \"1m\"");
+    let mut stream = server.connect();
+    stream.set_nodelay(true).unwrap();
+    // Warm up (buffers, the admin's first scrape) before the first measure.
+    assert_eq!(counted(&server), [0; 4]);
+    let before = rss(&server);
+    const KEYS: u32 = 1_000_000;
+    const BATCH: u32 = 500;
+    let mut request = Vec::with_capacity(BATCH as usize * 64);
+    let mut answers = vec![0u8; 1 << 20];
+    let mut key = 0;
+    let ok = b"HTTP/1.1 200 OK\r\n";
+    while key < KEYS {
+        request.clear();
+        for _ in 0..BATCH {
+            write!(
+                request,
+                "GET / HTTP/1.1\r\nHost: t\r\nX-Key: k{key}\r\n\r\n"
+            )
+            .unwrap();
+            key += 1;
+        }
+        stream.write_all(&request).unwrap();
+        // Read until this batch's last response: count status lines as they come.
+        let mut seen = 0;
+        let mut tail = Vec::new();
+        while seen < BATCH {
+            let n = stream.read(&mut answers).unwrap();
+            assert!(n > 0, "closed after {key} keys");
+            tail.extend_from_slice(&answers[..n]);
+            let mut at = 0;
+            while let Some(i) = find(&tail[at..], b"HTTP/1.1 ") {
+                if tail.len() < at + i + ok.len() {
+                    break;
+                }
+                assert_eq!(
+                    &tail[at + i..at + i + ok.len()],
+                    ok,
+                    "a new key is never refused"
+                );
+                seen += 1;
+                at += i + ok.len();
+            }
+            tail.drain(..at);
+        }
+    }
+    let after = rss(&server);
+    let [p, ..] = counted(&server);
+    assert_eq!(p, KEYS as u64);
+    let (_, text) = admin_get(admin_addr(&server), "/metrics", "");
+    let keys = samples(&text)["tessera_limit_keys{zone=\"z\"}"];
+    assert!(keys <= 65536.0 && keys > 60000.0, "{keys} keys held");
+    let grown = after.saturating_sub(before);
+    assert!(
+        grown <= 1024 + 4096,
+        "RSS grew by {grown} KiB ({before} -> {after}) for a 1m zone"
+    );
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while let Some(i) = haystack[at..].iter().position(|&b| b == needle[0]) {
+        let start = at + i;
+        if haystack[start..].starts_with(needle) {
+            return Some(start);
+        }
+        if haystack.len() - start < needle.len() {
+            return None;
+        }
+        at = start + 1;
+    }
+    None
+}
+
+#[test]
+fn over_http2_the_burst_is_spaced_out_on_its_streams_and_the_rest_refused() {
+    // Ten streams at once on one connection: the first passes, the burst's 5 wait
+    // 100 to 500 ms each on timers (the connection serves the others meanwhile), the
+    // last 4 are refused.
+    let (_site, server) = limited("rate = \"10r/s\"\nburst = 5");
+    let url = format!("http://{}/", server.addr);
+    let started = Instant::now();
+    let out = std::process::Command::new("h2load")
+        .args(["-n", "10", "-c", "1", "-m", "10", &url])
+        .output()
+        .expect("h2load is missing: scripts/test.sh installs it (nghttp2-client)");
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("status codes: 6 2xx, 0 3xx, 4 4xx, 0 5xx"),
+        "{text}"
+    );
+    assert_eq!(counted(&server), [1, 5, 4, 0]);
+    assert!(
+        took >= Duration::from_millis(450),
+        "all answered in {took:?}"
+    );
+}
+
+#[test]
+fn a_host_limits_the_requests_its_routes_do_not() {
+    let site = Site::new();
+    let server = site.serve_with(
+        "[[limit]]\nname = \"host\"\nrate = \"1r/m\"\nnodelay = true\n\
+         [[limit]]\nname = \"route\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n\
+         [[host]]\nnames = [\"a.test\"]\nlimit = [\"host\"]\n\
+         [[host.route]]\nprefix = \"/own\"\nrespond = { body = \"own\" }\nlimit = [\"route\"]\n",
+    );
+    let get = |path: &str| {
+        let mut stream = server.connect();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut stream, false).status
+    };
+    // The host's zone: one request a minute, for its files.
+    assert_eq!([get("/hello.txt"), get("/hello.txt")], [200, 429]);
+    // The route's own: a burst of 2 more.
+    assert_eq!(
+        [get("/own"), get("/own"), get("/own"), get("/own")],
+        [200, 200, 200, 429]
+    );
+    // Another host is not limited.
+    assert_eq!(
+        [
+            server.get("/hello.txt").status,
+            server.get("/hello.txt").status
+        ],
+        [200, 200]
+    );
+}
+
+#[test]
+fn check_config_names_a_bad_zone_and_an_unknown_one() {
+    let site = Site::new();
+    let path = site.dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[limit]]\nname = \"login\"\nrate = \"10 per second\"\n\
+         [[route]]\nprefix = \"/login\"\nrespond = { body = \"x\" }\nlimit = [\"logn\"]\n",
+    )
+    .unwrap();
+    let (code, stderr) = crate::harness::check_config_output(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml:3: limit[0].rate: `10 per second` is not `Nr/s` or `Nr/m`"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &path,
+        "[[limit]]\nname = \"login\"\nrate = \"10r/s\"\n\
+         [[route]]\nprefix = \"/login\"\nrespond = { body = \"x\" }\nlimit = [\"logn\"]\n",
+    )
+    .unwrap();
+    let (_, stderr) = crate::harness::check_config_output(&path);
+    assert!(
+        stderr.contains("bad.toml:7: route[0].limit: no `[[limit]]` is named `logn`"),
+        "{stderr}"
+    );
+}
