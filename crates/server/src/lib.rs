@@ -151,6 +151,7 @@ impl Server {
                 limits: config.limits.to_wire(),
                 workers,
                 slots_per_worker: (config.max_connections / workers).max(1),
+                per_client: limit::PerClient::new(config.max_connections),
                 tls,
                 https_port: tls_addrs.first().map(|a| a.port()),
                 epoch: std::time::Instant::now(),

@@ -187,6 +187,9 @@ pub(crate) struct WorkerMetrics {
     /// Connections closed on a `proxy_protocol` listener for a missing or malformed
     /// PROXY header.
     proxy_refused: AtomicU64,
+    /// Connections (index 0, no host yet) and requests (by host label) refused by
+    /// `limit_conn_per_client` and `limit_conn`.
+    limit_conn_refused: Box<[AtomicU64]>,
     http2_connections: AtomicU64,
     /// HTTP/2 streams by how they ended: finished, cancelled by the client.
     http2_streams: [AtomicU64; 2],
@@ -222,6 +225,7 @@ impl WorkerMetrics {
             file_cache: Default::default(),
             handshakes: Default::default(),
             proxy_refused: AtomicU64::new(0),
+            limit_conn_refused: zeros(MAX_HOSTS + 1),
             http2_connections: AtomicU64::new(0),
             http2_streams: Default::default(),
             http2_goaways: Default::default(),
@@ -275,6 +279,19 @@ impl WorkerMetrics {
     }
 
     /// Counts a connection that speaks HTTP/2.
+    /// A request of the host with label `host` refused by `limit_conn`.
+    pub fn limit_conn_refused(&self, host: u16) {
+        bump(
+            &self.limit_conn_refused[(host as usize).min(MAX_HOSTS - 1) + 1],
+            1,
+        );
+    }
+
+    /// A connection refused by `limit_conn_per_client` (no host is known yet).
+    pub fn client_conns_refused(&self) {
+        bump(&self.limit_conn_refused[0], 1);
+    }
+
     pub fn http2_connection(&self) {
         bump(&self.http2_connections, 1);
     }
@@ -346,6 +363,33 @@ pub(crate) fn write(
 ) {
     write_requests(out, workers, labels, kinds);
     write_connections(out, workers);
+    write_limit_conn(out, workers, labels);
+}
+
+/// `tessera_access_denied_total{reason="limit_conn"}`: connections (host empty) always,
+/// requests per host once one was refused.
+fn write_limit_conn(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labels: &HostLabels) {
+    const HELP: &str = "Connections and requests refused by access policy, by host and reason: \
+         proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
+         header in time; counted before any host is known, so its host is empty), \
+         limit_conn (a request over its route's or host's limit_conn; a connection over \
+         limit_conn_per_client, host empty).";
+    for i in 0..=MAX_HOSTS {
+        let n = total(workers, &|w| &w.limit_conn_refused[i]);
+        if i > 0 && n == 0 {
+            continue;
+        }
+        let host = match i {
+            0 => String::new(),
+            i => labels.name(i - 1),
+        };
+        out.counter(
+            "tessera_access_denied_total",
+            HELP,
+            &[("host", &host), ("reason", "limit_conn")],
+            n,
+        );
+    }
 }
 
 /// One counter summed over `workers`.
@@ -491,7 +535,9 @@ fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics]) {
         "tessera_access_denied_total",
         "Connections and requests refused by access policy, by host and reason: \
          proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
-         header in time; counted before any host is known, so its host is empty).",
+         header in time; counted before any host is known, so its host is empty), \
+         limit_conn (a request over its route's or host's limit_conn; a connection over \
+         limit_conn_per_client, host empty).",
         &[("host", ""), ("reason", "proxy_protocol")],
         sum(&|w| &w.proxy_refused),
     );

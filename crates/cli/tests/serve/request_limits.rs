@@ -389,3 +389,145 @@ fn check_config_names_a_bad_zone_and_an_unknown_one() {
         "{stderr}"
     );
 }
+
+/// An origin whose `/slow` requests wait until `release` is set (10 s at most); `seen`
+/// counts those that arrived.
+struct HeldOrigin {
+    addr: SocketAddr,
+    seen: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn held_origin() -> HeldOrigin {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(AtomicBool::new(false));
+    let (s, r) = (seen.clone(), release.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (seen, release) = (s.clone(), r.clone());
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                while let Some((target, _)) = crate::harness::read_request_head(&mut reader) {
+                    if target.starts_with("/slow") {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let until = Instant::now() + Duration::from_secs(10);
+                        while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                }
+            });
+        }
+    });
+    HeldOrigin {
+        addr,
+        seen,
+        release,
+    }
+}
+
+/// A connection from the loopback address `source` to `to`.
+fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::new(source.parse().unwrap(), 0).into())
+        .unwrap();
+    socket.connect(&to.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+fn ask(stream: &mut TcpStream, path: &str) -> u16 {
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    read_response(stream, false).status
+}
+
+/// `tessera_access_denied_total{host=HOST,reason="limit_conn"}`.
+fn denied(server: &Server, host: &str) -> f64 {
+    let (_, text) = admin_get(admin_addr(server), "/metrics", "");
+    let key = format!("tessera_access_denied_total{{host=\"{host}\",reason=\"limit_conn\"}}");
+    samples(&text).get(&key).copied().unwrap_or(0.0)
+}
+
+#[test]
+fn limit_conn_refuses_a_clients_third_request_in_flight_while_another_is_served() {
+    use std::sync::atomic::Ordering;
+    let origin = held_origin();
+    let site = Site::new();
+    let server = site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"app\"\naddresses = [\"{}\"]\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"app\"\n\
+         limit_conn = {{ key = \"$remote_addr\", max = 2 }}\n",
+        origin.addr
+    ));
+    // Client A (127.0.0.4) has two requests waiting on the origin.
+    let waiting: Vec<_> = (0..2)
+        .map(|i| {
+            let to = server.addr;
+            std::thread::spawn(move || {
+                let mut stream = connect_from("127.0.0.4", to);
+                ask(&mut stream, &format!("/slow/{i}"))
+            })
+        })
+        .collect();
+    crate::harness::eventually("both slow requests at the origin", || {
+        origin.seen.load(Ordering::SeqCst) == 2
+    });
+    // Its third, on another connection, is refused at once; client B is served.
+    let mut a = connect_from("127.0.0.4", server.addr);
+    assert_eq!(ask(&mut a, "/fast"), 503);
+    let mut b = connect_from("127.0.0.5", server.addr);
+    assert_eq!(ask(&mut b, "/fast"), 200);
+    assert_eq!(denied(&server, "default"), 1.0);
+    // Once A's requests are answered, it has room again.
+    origin.release.store(true, Ordering::SeqCst);
+    for w in waiting {
+        assert_eq!(w.join().unwrap(), 200);
+    }
+    assert_eq!(ask(&mut a, "/fast"), 200);
+}
+
+#[test]
+fn limit_conn_per_client_closes_a_clients_third_connection_while_another_is_served() {
+    let site = Site::new();
+    let server = site.serve_with("admin_listen = \"127.0.0.1:0\"\nlimit_conn_per_client = 2\n");
+    let mut open: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = connect_from("127.0.0.4", server.addr);
+            assert_eq!(ask(&mut stream, "/hello.txt"), 200);
+            stream
+        })
+        .collect();
+    // A third connection of 127.0.0.4 is closed without an answer.
+    let mut third = connect_from("127.0.0.4", server.addr);
+    let _ = third.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut buf = [0u8; 64];
+    let read = third.read(&mut buf);
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "the third connection was answered: {read:?}"
+    );
+    // Another client is served meanwhile, and the two open ones still are.
+    let mut other = connect_from("127.0.0.5", server.addr);
+    assert_eq!(ask(&mut other, "/hello.txt"), 200);
+    assert_eq!(ask(&mut open[1], "/hello.txt"), 200);
+    assert_eq!(denied(&server, ""), 1.0);
+    // One closed, a new one of 127.0.0.4 is served.
+    drop(open.remove(0));
+    crate::harness::eventually("a connection of 127.0.0.4 admitted again", || {
+        let mut again = connect_from("127.0.0.4", server.addr);
+        let _ = again.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let mut buf = [0u8; 12];
+        matches!(again.read(&mut buf), Ok(12)) && buf.starts_with(b"HTTP/1.1 200")
+    });
+}

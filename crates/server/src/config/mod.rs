@@ -112,6 +112,10 @@ pub struct Config {
     /// `[[limit]]`: request-limit zones, named by the `limit` list of a route or a
     /// host (docs/security.md, "Request limits"). Default none.
     pub limit: Vec<crate::limit::LimitConfig>,
+    /// Connections one client (its address: the socket's peer, or the source of a
+    /// trusted PROXY header) may have open at once, on all listeners together; the
+    /// next is closed at once. Default 0: no limit.
+    pub limit_conn_per_client: u32,
     pub timeouts: TimeoutsConfig,
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
@@ -189,6 +193,9 @@ pub struct HostConfig {
     /// The `[[limit]]` zones every request of this host is counted in, unless its route
     /// names its own. Default none.
     pub limit: Vec<String>,
+    /// Requests of one key in flight at once on this host, unless its route has its own
+    /// `limit_conn`. Default none.
+    pub limit_conn: Option<rules::config::LimitConn>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -276,6 +283,7 @@ impl Default for Config {
             json_fields: None,
             limits: LimitsConfig::default(),
             limit: Vec::new(),
+            limit_conn_per_client: 0,
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
@@ -368,13 +376,22 @@ impl Config {
         workers: usize,
         previous: Option<&crate::limit::Limits>,
     ) -> Result<crate::limit::Limits, String> {
-        let hosts: Vec<&[String]> = self.host.iter().map(|h| &h.limit[..]).collect();
-        let routes: Vec<(usize, &[String])> = self
-            .routes
-            .iter()
-            .map(|(site, r, _)| (*site, &r.limit[..]))
+        use crate::limit::Named;
+        let hosts: Vec<Named> = (self.host.iter().enumerate())
+            .map(|(i, h)| Named {
+                site: i + 1,
+                limit: &h.limit,
+                limit_conn: h.limit_conn.as_ref(),
+            })
             .collect();
-        crate::limit::Limits::new(&self.limit, &hosts, &routes, workers, previous)
+        let routes: Vec<Named> = (self.routes.iter())
+            .map(|(site, r, _)| Named {
+                site: *site,
+                limit: &r.limit,
+                limit_conn: r.limit_conn.as_ref(),
+            })
+            .collect();
+        crate::limit::Limits::new(&self.limit, (&hosts, &routes), workers, previous)
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).

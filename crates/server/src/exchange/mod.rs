@@ -53,6 +53,9 @@ pub(crate) struct Exchange {
     /// compression filter.
     pub site: usize,
     pub accepted: compress::Accepted,
+    /// Its place among the requests of its key in flight (`limit_conn`), given back
+    /// when the exchange ends.
+    pub held: Option<crate::limit::Held>,
 }
 
 impl Exchange {
@@ -126,19 +129,19 @@ fn answer_in(
     };
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
-    // The one normalisation of the path. Routes match the normalised path (`/%61pi`,
-    // `//api` and `/x/../api` are `/api`), the form files are found by, so no spelling of
-    // a path reaches a file or an upstream past the filter that guards its prefix. A path
-    // that does not normalise goes to the static files, which answer 400.
+    // The one normalisation of the path: routes match the form files are found by (`/%61pi`,
+    // `//api`, `/x/../api` are `/api`), so no spelling of a path gets past the filter that
+    // guards its prefix. A path that does not normalise goes to the files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    if let Some(ms) = limits(worker, conn, (gen, site), req, (&mut decided, &path)) {
-        return Dispatched::Delayed(ms);
-    }
+    let held = match limits(worker, conn, (gen, site), req, (&mut decided, &path)) {
+        Ok(held) => std::cell::Cell::new(held),
+        Err(ms) => return Dispatched::Delayed(ms),
+    };
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
     let files_answered = by_files(gen, site, req, (id, route));
     let mut headers = Recycled::headers(worker);
@@ -196,6 +199,7 @@ fn answer_in(
             pages: pages.clone(),
             site,
             accepted: accepted(req),
+            held: held.take(),
         }))
     };
     match answer {
@@ -406,21 +410,19 @@ fn named_client(
 }
 
 /// The request limits of its route (else of its host) on a request: a refusal becomes
-/// its answer; `Some(ms)` when it is to wait that long first. A configuration without
-/// limits costs one test, and a request that waited its delay is not counted again.
+/// its answer; `Err(ms)` when it is to wait that long first (and to be answered again
+/// then, not counted again); its place among its key's requests in flight
+/// (`limit_conn`), counted after the wait as nginx's `limit_conn` counts after
+/// `limit_req`. A configuration without limits costs one test.
 fn limits(
     worker: &Worker,
     conn: &ConnFacts,
     (gen, site): (&Generation, usize),
     req: &wire::Request<'_, '_>,
     (decided, path): (&mut routing::Decided, &[u8]),
-) -> Option<u64> {
-    if !gen.limits_on || conn.limited {
-        return None;
-    }
-    let zones = gen.limits.of(site, decided.rule);
-    if zones.is_empty() {
-        return None;
+) -> Result<Option<crate::limit::Held>, u64> {
+    if !gen.limits_on {
+        return Ok(None);
     }
     let ctx = rules::Ctx {
         req,
@@ -430,18 +432,31 @@ fn limits(
         secure: conn.secure(),
         request_id: &[b'0'; 32],
     };
-    match gen
-        .limits
-        .check(zones, &ctx, worker.clock.millis(), worker.id)
-    {
-        Verdict::Pass => None,
-        Verdict::Delay(ms) => Some(ms),
-        Verdict::Refuse {
-            status,
-            retry_after,
-        } => {
-            decided.response = Some(refusal(status, retry_after));
-            None
+    let zones = gen.limits.of(site, decided.rule);
+    if !zones.is_empty() && !conn.limited {
+        match gen
+            .limits
+            .check(zones, &ctx, worker.clock.millis(), worker.id)
+        {
+            Verdict::Pass => {}
+            Verdict::Delay(ms) => return Err(ms),
+            Verdict::Refuse {
+                status,
+                retry_after,
+            } => {
+                decided.response = Some(refusal(status, retry_after));
+                return Ok(None);
+            }
+        }
+    }
+    match gen.limits.hold(site, decided.rule, &ctx) {
+        Ok(held) => Ok(held),
+        Err(status) => {
+            if let Some(metrics) = worker.metrics() {
+                metrics.limit_conn_refused(gen.host_labels[site]);
+            }
+            decided.response = Some(handler::Response::status_page(status));
+            Ok(None)
         }
     }
 }

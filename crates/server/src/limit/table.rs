@@ -87,16 +87,8 @@ impl Table {
     /// pages become resident as keys reach them, never beyond `memory`.
     pub fn new(memory: u64) -> Table {
         let groups = (memory / (SLOT_BYTES * GROUP as u64)).max(1) as usize;
-        let layout = std::alloc::Layout::array::<Group>(groups).expect("a zone's size fits memory");
-        // SAFETY: the layout is non-zero (one group at least); an all-zero `Group` is
-        // valid (atomics of 0: empty slots); the pointer is owned by the box from here.
-        let groups = unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<Group>();
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, groups))
-        };
+        // SAFETY: an all-zero `Group` is valid: atomics of 0, empty slots.
+        let groups = unsafe { zeroed::<Group>(groups) };
         Table {
             groups,
             keys: AtomicU64::new(0),
@@ -169,6 +161,25 @@ impl Table {
                 return Ok(0);
             }
         }
+    }
+}
+
+/// `n` values of `T` (at least one) zeroed by the allocator: its pages become resident
+/// only as they are written.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T` (atomics, arrays of them).
+pub(crate) unsafe fn zeroed<T>(n: usize) -> Box<[T]> {
+    let n = n.max(1);
+    let layout = std::alloc::Layout::array::<T>(n).expect("a table's size fits memory");
+    // SAFETY: the layout is not empty (n >= 1, and a table's `T` has a size); zeroed
+    // memory is a valid `T` (the caller's promise); the box owns the pointer from here.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n))
     }
 }
 
