@@ -77,7 +77,7 @@ pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use conn_state::ConnState;
 pub use error::Error;
-pub use limit::LimitConfig;
+pub use limit::{LimitConfig, LimitRedis};
 pub use net::listeners::Inherited;
 pub use net::tls::Tls;
 

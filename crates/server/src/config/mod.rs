@@ -146,6 +146,10 @@ pub struct Config {
     /// (it has `upstream` or `root`). Set by `cli`, which reads the routes; no TOML key.
     #[serde(skip)]
     pub routes: Vec<(usize, rules::RouteRules, bool)>,
+    /// Where `[[limit]]` zones with `redis = true` keep their counts: `[cache.redis]`'s
+    /// `url` and `key_prefix`. Set by `cli`, which reads `[cache]`; no TOML key.
+    #[serde(skip)]
+    pub limit_redis: Option<crate::limit::LimitRedis>,
 }
 
 /// One `[[host]]` table: a site chosen by the request's host (the authority of an
@@ -292,6 +296,7 @@ impl Default for Config {
             response_headers: None,
             error_page: None,
             routes: Vec::new(),
+            limit_redis: None,
         }
     }
 }
@@ -391,7 +396,8 @@ impl Config {
                 limit_conn: r.limit_conn.as_ref(),
             })
             .collect();
-        crate::limit::Limits::new(&self.limit, (&hosts, &routes), workers, previous)
+        let redis = self.limit_redis.as_ref();
+        crate::limit::Limits::new((&self.limit, redis), (&hosts, &routes), workers, previous)
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).

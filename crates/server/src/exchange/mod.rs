@@ -434,10 +434,8 @@ fn limits(
     };
     let zones = gen.limits.of(site, decided.rule);
     if !zones.is_empty() && !conn.limited {
-        match gen
-            .limits
-            .check(zones, &ctx, worker.clock.millis(), worker.id)
-        {
+        let now = (worker.clock.millis(), worker.clock.unix_millis());
+        match gen.limits.check(zones, &ctx, now, worker.id) {
             Verdict::Pass => {}
             Verdict::Delay(ms) => return Err(ms),
             Verdict::Refuse {

@@ -73,6 +73,17 @@ pub(crate) fn rate(text: &str) -> Result<u64, String> {
     }
 }
 
+/// The requests of one window of a Redis zone's sliding-window count, and the window in
+/// milliseconds: `10r/s` is (10, 1000), `600r/m` (600, 60000).
+pub(crate) fn window(text: &str) -> Result<(u64, u64), String> {
+    rate(text)?;
+    let (n, window_ms) = match text.strip_suffix("r/s") {
+        Some(n) => (n, 1000),
+        None => (text.trim_end_matches("r/m"), 60_000),
+    };
+    Ok((n.parse().map_err(|_| format!("`{text}`"))?, window_ms))
+}
+
 /// `16m`, `512k`, `1g` or a number of bytes.
 pub(crate) fn size(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
@@ -109,6 +120,8 @@ mod tests {
         assert_eq!(rate("1r/m"), Ok(16));
         assert!(rate("10/s").is_err());
         assert!(rate("0r/s").is_err());
+        assert_eq!(window("10r/s"), Ok((10, 1000)));
+        assert_eq!(window("1r/m"), Ok((1, 60_000)));
         assert_eq!(size("16m"), Ok(16 << 20));
         assert_eq!(size("512K"), Ok(512 << 10));
         assert_eq!(size("4096"), Ok(4096));

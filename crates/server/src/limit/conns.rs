@@ -113,7 +113,7 @@ impl InFlight {
         Ok(InFlight {
             at: at.to_string(),
             config: config.clone(),
-            key: KeyHasher::new(&config.key).map_err(|e| fault("key", e))?,
+            key: KeyHasher::new(&config.key, fastrand::u64(..)).map_err(|e| fault("key", e))?,
             slots: Slots::new(memory),
         })
     }

@@ -20,15 +20,15 @@ pub(crate) struct KeyHasher {
 }
 
 impl KeyHasher {
-    /// The key of `text` (`$remote_addr`, `$http_x_user $arg_a`...).
-    pub fn new(text: &str) -> Result<KeyHasher, String> {
+    /// The key of `text` (`$remote_addr`, `$http_x_user $arg_a`...), hashed with `seed`.
+    pub fn new(text: &str, seed: u64) -> Result<KeyHasher, String> {
         let key = match text.trim() {
             "$remote_addr" => Key::Client,
             text => Key::Template(rules::Template::compile(text, None).map_err(|e| e.to_string())?),
         };
         Ok(KeyHasher {
             key,
-            hasher: foldhash::quality::FixedState::with_seed(fastrand::u64(..)),
+            hasher: foldhash::quality::FixedState::with_seed(seed),
         })
     }
 

@@ -10,6 +10,7 @@
 //! one compare-and-swap per zone. Several zones on one route are checked as nginx does:
 //! each is looked at first, and only when none refuses are they all counted.
 
+mod cluster;
 mod config;
 pub(crate) mod conns;
 mod key;
@@ -18,6 +19,7 @@ mod zone;
 
 use std::sync::Arc;
 
+pub use cluster::LimitRedis;
 pub use config::LimitConfig;
 pub(crate) use config::{size, MAX_PER_REQUEST};
 use conns::InFlight;
@@ -62,8 +64,9 @@ impl Limits {
     /// The zones of `zones` (their state taken from `previous` where the settings did
     /// not change) and the lists of the sites' hosts and routes (each route with its
     /// site, in file order).
+    /// `redis`: where zones with `redis = true` keep their counts.
     pub fn new(
-        zones: &[LimitConfig],
+        (zones, redis): (&[LimitConfig], Option<&LimitRedis>),
         (hosts, routes): (&[Named<'_>], &[Named<'_>]),
         workers: usize,
         previous: Option<&Limits>,
@@ -77,12 +80,12 @@ impl Limits {
                 ));
             }
             let kept = previous
-                .and_then(|p| p.zones.iter().find(|z| z.same(config)))
+                .and_then(|p| p.zones.iter().find(|z| z.same(config, redis)))
                 .cloned();
             let zone = match kept {
                 Some(zone) => zone,
                 None => Arc::new(
-                    Zone::new(config, workers)
+                    Zone::new(config, workers, redis)
                         .map_err(|(key, e)| format!("`limit[{i}].{key}`: {e}"))?,
                 ),
             };
@@ -173,26 +176,36 @@ impl Limits {
         }
     }
 
-    /// Counts a request in `zones` at `now` (the worker's clock, milliseconds) and says
-    /// whether it passes, waits or is refused, as nginx's `limit_req` would.
-    pub fn check(&self, zones: &[u16], ctx: &rules::Ctx<'_>, now: u64, worker: usize) -> Verdict {
-        let zone = |z: &u16| &self.zones[*z as usize];
+    /// Counts a request in `zones` at `now` (the worker's clock, milliseconds; and the
+    /// wall clock's, for zones shared through Redis) and says whether it passes, waits
+    /// or is refused, as nginx's `limit_req` would.
+    pub fn check(
+        &self,
+        zones: &[u16],
+        ctx: &rules::Ctx<'_>,
+        now: (u64, u64),
+        worker: usize,
+    ) -> Verdict {
         let [only] = zones else {
             return self.check_all(zones, ctx, now, worker);
         };
-        let zone = zone(only);
-        let Some(hash) = zone.key.hash(ctx) else {
-            return Verdict::Pass;
-        };
-        match zone.table.take(hash, now, &zone.bucket, true) {
-            Ok(excess) => zone.passed(worker, excess),
-            Err(excess) => zone.refused(worker, excess),
+        let zone = &self.zones[*only as usize];
+        match zone.key.hash(ctx) {
+            Some(hash) => zone.decide(hash, now, worker),
+            None => Verdict::Pass,
         }
     }
 
     /// [`Limits::check`] for several zones: refused by the first that refuses, with none
-    /// counted; else counted in each, and delayed by the longest delay.
-    fn check_all(&self, zones: &[u16], ctx: &rules::Ctx<'_>, now: u64, worker: usize) -> Verdict {
+    /// counted; else counted in each, and delayed by the longest delay. A zone shared
+    /// through Redis is not looked at first: it counts when it is reached.
+    fn check_all(
+        &self,
+        zones: &[u16],
+        ctx: &rules::Ctx<'_>,
+        now: (u64, u64),
+        worker: usize,
+    ) -> Verdict {
         let mut hashes = [None; MAX_PER_REQUEST];
         for (i, z) in zones.iter().enumerate().take(hashes.len()) {
             let zone = &self.zones[*z as usize];
@@ -200,7 +213,10 @@ impl Limits {
                 continue;
             };
             hashes[i] = Some(hash);
-            if let Err(excess) = zone.table.take(hash, now, &zone.bucket, false) {
+            if zone.cluster.is_some() {
+                continue;
+            }
+            if let Err(excess) = zone.table.take(hash, now.0, &zone.bucket, false) {
                 let verdict = zone.refused(worker, excess);
                 if verdict != Verdict::Pass {
                     return verdict;
@@ -214,10 +230,7 @@ impl Limits {
             let (zone, Some(hash)) = (&self.zones[*z as usize], hashes[i]) else {
                 continue;
             };
-            let verdict = match zone.table.take(hash, now, &zone.bucket, true) {
-                Ok(excess) => zone.passed(worker, excess),
-                Err(excess) => zone.refused(worker, excess),
-            };
+            let verdict = zone.decide(hash, now, worker);
             match (verdict, longest) {
                 (Verdict::Refuse { .. }, _) => return verdict,
                 (Verdict::Delay(ms), Verdict::Delay(longer)) if longer >= ms => {}
@@ -259,6 +272,23 @@ pub(crate) fn write_metrics(out: &mut handler::Metrics, limits: &Limits) {
             );
         }
     }
+    for (zone, cluster) in (limits.zones.iter()).filter_map(|z| Some((z, z.cluster.as_ref()?))) {
+        let name = zone.config.name.as_str();
+        out.gauge(
+            "tessera_limit_redis_up",
+            "Whether a [[limit]] zone shared through Redis reached it the last time it asked \
+             (0: its local limits decide alone until it answers again).",
+            &[("zone", name)],
+            if cluster.up() { 1.0 } else { 0.0 },
+        );
+        out.counter(
+            "tessera_limit_redis_fallbacks_total",
+            "Requests a [[limit]] zone shared through Redis decided by its local limits \
+             alone, Redis being unreachable.",
+            &[("zone", name)],
+            cluster.fallbacks(),
+        );
+    }
     for zone in &limits.zones {
         out.gauge(
             "tessera_limit_keys",
@@ -283,7 +313,11 @@ mod tests {
 
     #[test]
     fn a_bad_zone_is_refused_naming_its_key() {
-        let limits = |z: LimitConfig| Limits::new(&[z], (&[], &[]), 1, None).err().unwrap();
+        let limits = |z: LimitConfig| {
+            Limits::new((&[z], None), (&[], &[]), 1, None)
+                .err()
+                .unwrap()
+        };
         assert_eq!(
             limits(zone("rate = \"fast\"")),
             "`limit[0].rate`: `fast` is not `Nr/s` or `Nr/m`"
@@ -299,17 +333,17 @@ mod tests {
             limit: &names,
             limit_conn: None,
         };
-        let unknown = Limits::new(&[zone("")], (&[], &[route]), 1, None);
+        let unknown = Limits::new((&[zone("")], None), (&[], &[route]), 1, None);
         let e = unknown.err().unwrap();
         assert_eq!(e, "`route[0].limit`: no `[[limit]]` is named `y`");
     }
 
     #[test]
     fn a_zone_carries_over_a_reload_while_its_settings_stay() {
-        let first = Limits::new(&[zone("")], (&[], &[]), 1, None).unwrap();
-        let same = Limits::new(&[zone("")], (&[], &[]), 1, Some(&first)).unwrap();
+        let first = Limits::new((&[zone("")], None), (&[], &[]), 1, None).unwrap();
+        let same = Limits::new((&[zone("")], None), (&[], &[]), 1, Some(&first)).unwrap();
         assert!(Arc::ptr_eq(&first.zones[0], &same.zones[0]));
-        let other = Limits::new(&[zone("burst = 1")], (&[], &[]), 1, Some(&first)).unwrap();
+        let other = Limits::new((&[zone("burst = 1")], None), (&[], &[]), 1, Some(&first)).unwrap();
         assert!(!Arc::ptr_eq(&first.zones[0], &other.zones[0]));
     }
 }

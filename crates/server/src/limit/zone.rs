@@ -2,7 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::config::{rate, size, LimitConfig, MAX_RATE};
+use super::cluster::{Cluster, LimitRedis, Take};
+use super::config::{rate, size, window, LimitConfig, MAX_RATE};
 use super::key::KeyHasher;
 use super::table::{self, Bucket, Table};
 
@@ -34,22 +35,22 @@ pub(crate) struct Zone {
     pub bucket: Bucket,
     pub table: Table,
     counts: Box<[Counts]>,
+    /// Its counts in Redis, for a zone shared by every node (`redis = true`).
+    pub cluster: Option<Cluster>,
 }
 
 impl Zone {
     /// The zone of `config`; else the key at fault and what is wrong.
-    pub fn new(config: &LimitConfig, workers: usize) -> Result<Zone, (&'static str, String)> {
+    pub fn new(
+        config: &LimitConfig,
+        workers: usize,
+        redis: Option<&LimitRedis>,
+    ) -> Result<Zone, (&'static str, String)> {
         if config.name.is_empty() {
             return Err(("name", "is required".into()));
         }
         if config.rate.is_empty() {
             return Err(("rate", "is required (`10r/s`, `600r/m`)".into()));
-        }
-        if config.redis {
-            return Err((
-                "redis",
-                "a zone shared through Redis is not built yet".into(),
-            ));
         }
         let rate = rate(&config.rate).map_err(|e| ("rate", e))?;
         if config.burst > MAX_RATE {
@@ -74,7 +75,27 @@ impl Zone {
                 format!("`{}` is not 64 bytes to 1 TiB", config.memory),
             ));
         }
-        let key = KeyHasher::new(&config.key).map_err(|e| ("key", e))?;
+        // Every node hashes a shared zone's keys alike: its Redis keys are the hashes.
+        let seed = match config.redis {
+            true => config.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            }),
+            false => fastrand::u64(..),
+        };
+        let key = KeyHasher::new(&config.key, seed).map_err(|e| ("key", e))?;
+        let cluster = match (config.redis, redis) {
+            (false, _) => None,
+            (true, None) => return Err((
+                "redis",
+                "needs the Redis of `[cache.redis] url` (a Redis Cluster is not used for limits)"
+                    .into(),
+            )),
+            (true, Some(target)) => {
+                let per_window = window(&config.rate).map_err(|e| ("rate", e))?;
+                let at = (config.name.as_str(), memory);
+                Some(Cluster::new(target, at, per_window, config.burst))
+            }
+        };
         Ok(Zone {
             config: config.clone(),
             key,
@@ -85,6 +106,7 @@ impl Zone {
             },
             table: Table::new(memory),
             counts: (0..workers.max(1)).map(|_| Counts::default()).collect(),
+            cluster,
         })
     }
 
@@ -103,8 +125,52 @@ impl Zone {
     }
 
     /// Whether `config` would make the same zone (its state carries over a reload).
-    pub fn same(&self, config: &LimitConfig) -> bool {
+    pub fn same(&self, config: &LimitConfig, redis: Option<&LimitRedis>) -> bool {
         self.config == *config
+            && self.cluster.as_ref().map(Cluster::target) == redis.filter(|_| config.redis)
+    }
+
+    /// Counts a request of the key of `hash` (`now`: the worker's clock; `unix_ms`: the
+    /// wall clock, for a shared zone's windows) and says what comes of it.
+    pub fn decide(&self, hash: u64, (now, unix_ms): (u64, u64), worker: usize) -> Verdict {
+        let local = || match self.table.take(hash, now, &self.bucket, true) {
+            Ok(excess) => self.passed(worker, excess),
+            Err(excess) => self.refused(worker, excess),
+        };
+        let Some(cluster) = &self.cluster else {
+            return local();
+        };
+        match cluster.take(hash, unix_ms) {
+            Take::Local => local(),
+            Take::Pass => {
+                self.count(worker, 0);
+                Verdict::Pass
+            }
+            Take::Refuse => self.refused_by_cluster(worker, unix_ms),
+            Take::Credit => match self.table.take(hash, now, &self.bucket, true) {
+                Ok(_) => {
+                    cluster.credit(hash, unix_ms);
+                    self.count(worker, 0);
+                    Verdict::Pass
+                }
+                Err(excess) => self.refused(worker, excess),
+            },
+        }
+    }
+
+    /// A request Redis has no room for: refused (or counted, in a dry run) until the
+    /// window ends (`Retry-After`).
+    fn refused_by_cluster(&self, worker: usize, unix_ms: u64) -> Verdict {
+        if self.config.dry_run {
+            self.count(worker, 3);
+            return Verdict::Pass;
+        }
+        self.count(worker, 2);
+        let window_ms = self.cluster.as_ref().map_or(1000, Cluster::window_ms);
+        Verdict::Refuse {
+            status: self.config.status,
+            retry_after: (window_ms - unix_ms % window_ms).div_ceil(1000).max(1),
+        }
     }
 }
 
