@@ -655,3 +655,41 @@ fn a_redis_zone_without_a_redis_is_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_request_a_script_routes_again_is_counted_once_by_the_first_route_with_zones() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    std::fs::write(
+        dir.join("edit.lua"),
+        "return { access = function(r) r:set_path('/to') end }",
+    )
+    .unwrap();
+    let server = site.serve_with(&format!(
+        "[[limit]]\nname = \"z\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true\nkey = \"$http_x_k\"\n\
+         [[upstream]]\nname = \"app\"\naddresses = [\"{}\"]\n\
+         [[route]]\nprefix = \"/counted\"\nupstream = \"app\"\nlimit = [\"z\"]\n\
+         [[route]]\nprefix = \"/to\"\nrespond = {{ body = \"to\" }}\nlimit = [\"z\"]\n\
+         [[script]]\nprefix = \"/counted\"\npath = \"{d}/edit.lua\"\n\
+         [[script]]\nprefix = \"/from\"\npath = \"{d}/edit.lua\"\n",
+        crate::harness::echo_origin(),
+        d = dir.display()
+    ));
+    let three = |path: &str, key: &str| -> Vec<u16> {
+        (0..3)
+            .map(|_| {
+                let mut stream = server.connect();
+                let request = format!(
+                    "GET {path} HTTP/1.1\r\nHost: t\r\nX-K: {key}\r\nConnection: close\r\n\r\n"
+                );
+                stream.write_all(request.as_bytes()).unwrap();
+                read_response(&mut stream, false).status
+            })
+            .collect()
+    };
+    // /from has no zone: the route the script sends it to counts it (burst 1: two pass).
+    assert_eq!(three("/from/x", "one"), [200, 200, 429]);
+    // /counted counted it already: /to, where the script sends it, does not count it
+    // again (twice would refuse the second).
+    assert_eq!(three("/counted", "two"), [200, 200, 429]);
+}

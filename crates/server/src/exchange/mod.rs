@@ -7,6 +7,7 @@
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
+mod limited;
 pub(crate) mod modules;
 pub(crate) mod pages;
 pub(crate) mod served;
@@ -19,7 +20,6 @@ use wire::{BodyFraming, Framing, Version};
 use crate::facts::ConnFacts;
 use crate::files;
 use crate::generation::Generation;
-use crate::limit::Verdict;
 use crate::metrics::{self, Answered};
 use crate::net::output::{Mark, Output};
 use crate::reply;
@@ -116,7 +116,7 @@ fn answer_in(
     keep_alive: bool,
     out: &mut Output,
     pending: &[u8],
-    rerouted: Option<Rerouted>,
+    mut rerouted: Option<Rerouted>,
 ) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
     let (current, received) = (worker.current(), conn);
@@ -136,9 +136,9 @@ fn answer_in(
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     // 128 random bits, only for a site whose rules or access log use them.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
-    // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
-    let held = match limits(worker, conn, (gen, site), req, (&mut decided, &path)) {
+    let seen = (&mut decided, &path[..], &mut rerouted);
+    let held = match limited::limits(worker, conn, (gen, site), req, seen) {
         Ok(held) => std::cell::Cell::new(held),
         Err(ms) => return Dispatched::Delayed(ms),
     };
@@ -409,66 +409,8 @@ fn named_client(
     (Some(facts), before)
 }
 
-/// The request limits of its route (else of its host) on a request: a refusal becomes
-/// its answer; `Err(ms)` when it is to wait that long first (and to be answered again
-/// then, not counted again); its place among its key's requests in flight
-/// (`limit_conn`), counted after the wait as nginx's `limit_conn` counts after
-/// `limit_req`. A configuration without limits costs one test.
-fn limits(
-    worker: &Worker,
-    conn: &ConnFacts,
-    (gen, site): (&Generation, usize),
-    req: &wire::Request<'_, '_>,
-    (decided, path): (&mut routing::Decided, &[u8]),
-) -> Result<Option<crate::limit::Held>, u64> {
-    if !gen.limits_on {
-        return Ok(None);
-    }
-    let ctx = rules::Ctx {
-        req,
-        original: req.path,
-        path,
-        peer: conn.client,
-        secure: conn.secure(),
-        request_id: &[b'0'; 32],
-    };
-    let zones = gen.limits.of(site, decided.rule);
-    if !zones.is_empty() && !conn.limited {
-        let now = (worker.clock.millis(), worker.clock.unix_millis());
-        match gen.limits.check(zones, &ctx, now, worker.id) {
-            Verdict::Pass => {}
-            Verdict::Delay(ms) => return Err(ms),
-            Verdict::Refuse {
-                status,
-                retry_after,
-            } => {
-                decided.response = Some(refusal(status, retry_after));
-                return Ok(None);
-            }
-        }
-    }
-    match gen.limits.hold(site, decided.rule, &ctx) {
-        Ok(held) => Ok(held),
-        Err(status) => {
-            if let Some(metrics) = worker.metrics() {
-                metrics.limit_conn_refused(gen.host_labels[site]);
-            }
-            decided.response = Some(handler::Response::status_page(status));
-            Ok(None)
-        }
-    }
-}
-
-/// The answer to a request the limits refuse: `status` with `Retry-After`.
-fn refusal(status: u16, retry_after: u64) -> handler::Response {
-    let mut response = handler::Response::status_page(status);
-    let mut seconds = Vec::with_capacity(8);
-    wire::write_decimal(&mut seconds, retry_after);
-    response.head.append(b"Retry-After", &seconds);
-    response
-}
-
-/// What the site's rules decide for a request whose path normalised (into `path`).
+/// What the site's rules decide for a request whose path normalised (into `path`): its
+/// matchers, actions and edits, first; a site without any costs one test.
 fn decide(
     worker: &Worker,
     conn: &ConnFacts,
