@@ -222,6 +222,14 @@ fn dry_run_refuses_nothing_and_counts_what_it_would_refuse() {
         let [p, d, r, dry] = counted(server);
         assert_eq!((d, r), (0, 0));
         assert!(dry >= 15, "{dry} counted as dry_run");
+        // Logged, a line a second at most (the run takes about one).
+        crate::harness::eventually("the dry run's line", || {
+            crate::harness::stderr_has(server, "limiting requests")
+        });
+        let lines = (server.stderr.lock().unwrap().iter())
+            .filter(|l| l.contains("limiting requests"))
+            .count();
+        assert!(lines <= 3, "{lines} lines for {dry} would-be refusals");
         near("dry run", [p, 0, dry], want)
     });
 }

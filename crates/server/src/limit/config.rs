@@ -25,8 +25,8 @@ pub struct LimitConfig {
     pub delay: Option<u64>,
     /// The status of a refused request. Default 429.
     pub status: u16,
-    /// Count (and log) what would be delayed or refused, but delay and refuse nothing
-    /// (nginx `limit_req_dry_run`). Default false.
+    /// Count what would be delayed or refused (and log what would be refused), but
+    /// delay and refuse nothing (nginx `limit_req_dry_run`). Default false.
     pub dry_run: bool,
     /// The zone's table: `16m`, `512k`, `1g` or bytes; 16 bytes per key. Default `16m`
     /// (1,048,576 keys).

@@ -37,6 +37,14 @@ pub(crate) struct Zone {
     counts: Box<[Counts]>,
     /// Its counts in Redis, for a zone shared by every node (`redis = true`).
     pub cluster: Option<Cluster>,
+    refusals: Refusals,
+}
+
+/// Refusals not logged yet, and the second of the last line logged.
+#[derive(Default)]
+struct Refusals {
+    unlogged: AtomicU64,
+    logged: AtomicU64,
 }
 
 impl Zone {
@@ -107,6 +115,7 @@ impl Zone {
             table: Table::new(memory),
             counts: (0..workers.max(1)).map(|_| Counts::default()).collect(),
             cluster,
+            refusals: Refusals::default(),
         })
     }
 
@@ -161,6 +170,7 @@ impl Zone {
     /// A request Redis has no room for: refused (or counted, in a dry run) until the
     /// window ends (`Retry-After`).
     fn refused_by_cluster(&self, worker: usize, unix_ms: u64) -> Verdict {
+        self.log_refusal(self.bucket.burst + 1000);
         if self.config.dry_run {
             self.count(worker, 3);
             return Verdict::Pass;
@@ -175,6 +185,35 @@ impl Zone {
 }
 
 impl Zone {
+    /// Logs a refusal (`dry run`: one it would make), as nginx's "limiting requests", at
+    /// most one line a second per zone, which says how many since the last.
+    fn log_refusal(&self, excess: u64) {
+        let refused = self.refusals.unlogged.fetch_add(1, Ordering::Relaxed) + 1;
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.refusals.logged.load(Ordering::Relaxed);
+        if last == second
+            || (self.refusals.logged)
+                .compare_exchange(last, second, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let refused = self
+            .refusals
+            .unlogged
+            .swap(0, Ordering::Relaxed)
+            .max(refused);
+        tracing::warn!(
+            zone = %self.config.name,
+            excess = excess as f64 / 1000.0,
+            requests = refused,
+            dry_run = self.config.dry_run,
+            "limiting requests (the requests refused, or a dry run's that would be, since the last line)"
+        );
+    }
+
     /// A request that fit the burst with `excess` left: passed, or delayed beyond the
     /// zone's `delay`.
     pub fn passed(&self, worker: usize, excess: u64) -> Verdict {
@@ -196,9 +235,9 @@ impl Zone {
 
     /// A request over the burst at `excess`.
     pub fn refused(&self, worker: usize, excess: u64) -> Verdict {
+        self.log_refusal(excess);
         if self.config.dry_run {
             self.count(worker, 3);
-            tracing::info!(zone = %self.config.name, excess = excess as f64 / 1000.0, "limiting requests, dry run");
             return Verdict::Pass;
         }
         self.count(worker, 2);
