@@ -701,3 +701,31 @@ fn a_request_a_script_routes_again_is_counted_once_by_the_first_route_with_zones
     // again (twice would refuse the second).
     assert_eq!(three("/counted", "two"), [200, 200, 429]);
 }
+
+#[test]
+fn a_zone_keeps_its_counts_across_a_reload_until_its_settings_change() {
+    let site = Site::new();
+    let zone = |burst: u32| {
+        format!(
+            "[[limit]]\nname = \"z\"\nrate = \"1r/m\"\nburst = {burst}\nnodelay = true\n\
+             [[route]]\nprefix = \"/\"\nrespond = {{ body = \"ok\" }}\nlimit = [\"z\"]\n"
+        )
+    };
+    let server = site.serve_with(&zone(0));
+    let config = site.dir.path().join("tessera.toml");
+    assert_eq!([server.get("/").status, server.get("/").status], [200, 429]);
+    // The same settings: the key's count stays, so it is still refused.
+    server.signal(libc::SIGHUP);
+    crate::harness::eventually("the reload", || {
+        crate::harness::stderr_has(&server, "generation=2")
+    });
+    assert_eq!(server.get("/").status, 429);
+    // Another burst makes another zone, which starts afresh.
+    std::fs::write(&config, zone(1)).unwrap();
+    server.signal(libc::SIGHUP);
+    crate::harness::eventually("the second reload", || {
+        crate::harness::stderr_has(&server, "generation=3")
+    });
+    assert_eq!([server.get("/").status, server.get("/").status], [200, 200]);
+    assert_eq!(server.get("/").status, 429);
+}
