@@ -137,11 +137,11 @@ fn admitted(worker: &Worker, client: std::net::IpAddr, slot: SlotId) -> bool {
         return true;
     }
     match worker.shared.per_client.take(client, max) {
-        Some(counted) => {
-            worker.per_client[slot.index()].set(counted + 1);
+        Ok(counted) => {
+            worker.per_client[slot.index()].set(counted.map_or(0, |c| c + 1));
             true
         }
-        None => {
+        Err(()) => {
             tracing::debug!(%client, max, "connection refused: limit_conn_per_client");
             if let Some(metrics) = worker.metrics() {
                 metrics.client_conns_refused();

@@ -23,6 +23,15 @@ const COUNT: u64 = (1 << 24) - 1;
 #[repr(C, align(64))]
 struct Group([AtomicU64; GROUP]);
 
+/// Why a key cannot be counted once more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    /// It has `max` in flight already.
+    AtMost,
+    /// Its group's eight slots all count other keys in flight.
+    GroupFull,
+}
+
 /// The counts of the keys in flight.
 pub(crate) struct Slots {
     groups: Box<[Group]>,
@@ -39,8 +48,8 @@ impl Slots {
     }
 
     /// Adds one to the count of the key of `hash` if it is below `max`: the slot to
-    /// give it back to; `None` when the key has `max` already (or its group is full).
-    pub fn take(&self, hash: u64, max: u32) -> Option<u32> {
+    /// give it back to; else why not.
+    pub fn take(&self, hash: u64, max: u32) -> Result<u32, NoRoom> {
         let index = (((hash & 0xffff_ffff) * self.groups.len() as u64) >> 32) as usize;
         let group = &self.groups[index];
         let tag = (hash >> 24).max(1);
@@ -59,17 +68,17 @@ impl Slots {
                 }
             }
             let (i, word, new) = match (held, free) {
-                (Some((_, _, count)), _) if count >= max as u64 => return None,
+                (Some((_, _, count)), _) if count >= max as u64 => return Err(NoRoom::AtMost),
                 (Some((i, word, _)), _) => (i, word, word + 1),
                 (None, Some((i, word))) => (i, word, tag << 24 | 1),
-                (None, None) => return None,
+                (None, None) => return Err(NoRoom::GroupFull),
             };
             let slot = &group.0[i];
             if slot
                 .compare_exchange(word, new, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                return Some((index * GROUP + i) as u32);
+                return Ok((index * GROUP + i) as u32);
             }
         }
     }
@@ -129,12 +138,13 @@ impl InFlight {
         let Some(hash) = self.key.hash(ctx) else {
             return Ok(None);
         };
+        // A full group refuses, as nginx's `limit_conn` refuses when its zone is full.
         match self.slots.take(hash, self.config.max) {
-            Some(slot) => Ok(Some(Held {
+            Ok(slot) => Ok(Some(Held {
                 of: self.clone(),
                 slot,
             })),
-            None => Err(self.config.status),
+            Err(_) => Err(self.config.status),
         }
     }
 }
@@ -153,7 +163,9 @@ impl Drop for Held {
 }
 
 /// The connections each client has open (`limit_conn_per_client`), shared by the
-/// workers: a table with room for two keys per connection slot, so that it never fills.
+/// workers: a table with eight slots per connection slot, so that a group of eight is
+/// all taken only by chance (about one in a million when every connection is another
+/// client's); a connection that finds its group so is let in uncounted.
 pub(crate) struct PerClient {
     slots: Slots,
     hasher: foldhash::quality::FixedState,
@@ -162,21 +174,26 @@ pub(crate) struct PerClient {
 impl PerClient {
     pub fn new(max_connections: usize) -> PerClient {
         PerClient {
-            slots: Slots::new(max_connections.max(1) as u64 * 2 * SLOT_BYTES),
+            slots: Slots::new(max_connections.max(1) as u64 * 8 * SLOT_BYTES),
             hasher: foldhash::quality::FixedState::with_seed(fastrand::u64(..)),
         }
     }
 
     /// Counts a connection of `client` if it has fewer than `max` open: the slot to give
-    /// back when it closes.
-    pub fn take(&self, client: IpAddr, max: u32) -> Option<u32> {
+    /// back when it closes (`None`: its group was full, not counted); `Err` when it has
+    /// `max` open.
+    pub fn take(&self, client: IpAddr, max: u32) -> Result<Option<u32>, ()> {
         use std::hash::{BuildHasher, Hasher};
         let mut hasher = self.hasher.build_hasher();
         match client {
             IpAddr::V4(a) => hasher.write(&a.octets()),
             IpAddr::V6(a) => hasher.write(&a.octets()),
         }
-        self.slots.take(hasher.finish(), max)
+        match self.slots.take(hasher.finish(), max) {
+            Ok(slot) => Ok(Some(slot)),
+            Err(NoRoom::GroupFull) => Ok(None),
+            Err(NoRoom::AtMost) => Err(()),
+        }
     }
 
     pub fn give_back(&self, slot: u32) {
@@ -193,21 +210,21 @@ mod tests {
         let counts = Slots::new(1 << 10);
         let (a, b) = (1u64 << 40, 2u64 << 40);
         let taken: Vec<_> = (0..3).map(|_| counts.take(a, 2)).collect();
-        assert!(taken[0].is_some() && taken[1].is_some());
-        assert_eq!(taken[2], None);
-        assert!(counts.take(b, 2).is_some(), "another key has its own count");
+        assert!(taken[0].is_ok() && taken[1].is_ok());
+        assert_eq!(taken[2], Err(NoRoom::AtMost));
+        assert!(counts.take(b, 2).is_ok(), "another key has its own count");
         counts.give_back(taken[0].unwrap());
-        assert!(counts.take(a, 2).is_some());
+        assert!(counts.take(a, 2).is_ok());
     }
 
     #[test]
     fn a_full_group_refuses_a_ninth_key_until_one_is_given_back() {
         let counts = Slots::new(64);
         let slots: Vec<u32> = (1..=8).map(|k| counts.take(k << 30, 1).unwrap()).collect();
-        assert_eq!(counts.take(9 << 30, 1), None);
+        assert_eq!(counts.take(9 << 30, 1), Err(NoRoom::GroupFull));
         counts.give_back(slots[3]);
-        assert!(counts.take(9 << 30, 1).is_some());
-        // Key 4's slot went to key 9: key 4 starts again from nothing.
-        assert!(counts.take(4 << 30, 1).is_none(), "the group is full again");
+        assert!(counts.take(9 << 30, 1).is_ok());
+        // Key 4's slot went to key 9: key 4 finds the group full again.
+        assert_eq!(counts.take(4 << 30, 1), Err(NoRoom::GroupFull));
     }
 }
