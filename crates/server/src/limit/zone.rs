@@ -119,9 +119,11 @@ impl Zone {
         })
     }
 
+    /// Counts a request's result on `worker`'s own line: only that worker writes it, so
+    /// a plain load and store (no locked instruction), as the server's other counters.
     fn count(&self, worker: usize, result: usize) {
         if let Some(c) = self.counts.get(worker) {
-            c.0[result].fetch_add(1, Ordering::Relaxed);
+            handler::bump(&c.0[result], 1);
         }
     }
 
