@@ -8,7 +8,9 @@
 //! On the request path: the zones of the request's route (else of its host), the key
 //! expanded (the client's address is hashed as its bytes, nothing formatted), one hash,
 //! one compare-and-swap per zone. Several zones on one route are checked as nginx does:
-//! each is looked at first, and only when none refuses are they all counted.
+//! each is looked at first, and only when none refuses are they all counted. A zone
+//! with `redis = true` spends tokens it takes from Redis in batches (`cluster.rs`);
+//! `limit_conn` and `limit_conn_per_client` count what is in flight (`conns.rs`).
 
 mod cluster;
 mod config;
