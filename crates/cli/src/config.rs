@@ -114,6 +114,13 @@ impl ServeConfig {
         let mut m: ModuleKeys = toml::Value::Table(modules)
             .try_into()
             .map_err(|e| unknown_key(e, ""))?;
+        // Request-limit zones shared between nodes keep their counts in the cache's Redis.
+        server.limit_redis = (m.cache.redis.as_ref())
+            .filter(|r| !r.url.is_empty())
+            .map(|r| server::LimitRedis {
+                url: r.url.clone(),
+                prefix: r.key_prefix.clone(),
+            });
         for (route, rule) in m.route.iter_mut().zip(chosen) {
             route.rule = rule;
         }

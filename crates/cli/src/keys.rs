@@ -156,6 +156,7 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
         ("", with(fields::<server::Config>(), &MODULE_KEYS)),
         ("limits", fields::<server::LimitsConfig>()),
+        ("limit", fields::<server::LimitConfig>()),
         ("timeouts", fields::<server::TimeoutsConfig>()),
         ("tls", fields::<server::TlsConfig>()),
         ("http2", fields::<server::Http2Config>()),

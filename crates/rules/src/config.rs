@@ -71,6 +71,11 @@ pub struct RouteRules {
     /// A subrequest to an upstream that lets the request through or answers it
     /// (nginx `auth_request`, Caddy `forward_auth`; docs/security.md).
     pub forward_auth: Option<ForwardAuth>,
+    /// The `[[limit]]` zones its requests are counted in (the server's; the rules only
+    /// carry the names).
+    pub limit: Vec<String>,
+    /// Requests of a key in flight at once (nginx `limit_conn`; the server's).
+    pub limit_conn: Option<LimitConn>,
     /// Where it was written, for errors (`route[3]`, `host[0].script[1]`; set by `cli`,
     /// no TOML key). Empty: `ROUTES_KEY[INDEX]` as [`crate::Table::compile`] is told.
     #[serde(skip)]
@@ -78,7 +83,9 @@ pub struct RouteRules {
 }
 
 /// The rule keys a route table may hold besides `prefix` (which the modules read too).
-pub const ROUTE_KEYS: [&str; 25] = [
+pub const ROUTE_KEYS: [&str; 27] = [
+    "limit",
+    "limit_conn",
     "alias",
     "access",
     "deny_status",
@@ -134,6 +141,32 @@ pub const SCRIPT_KEYS: [&str; 16] = [
 pub const MATCHER_KEYS: [&str; 8] = [
     "path", "regex", "methods", "header", "query", "cookie", "scheme", "client",
 ];
+
+/// `limit_conn = { key, max }` on a route or a host: at most `max` requests of one key
+/// in flight at once (nginx's `limit_conn`); the next is refused with `status`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitConn {
+    /// Variables as in a `[[limit]]` zone's `key`. Default `$remote_addr`.
+    pub key: String,
+    /// Required, at least 1.
+    pub max: u32,
+    /// Default 503, nginx's `limit_conn_status`.
+    pub status: u16,
+    /// The table of counts: 8 bytes a key with requests in flight. Default `1m`.
+    pub memory: String,
+}
+
+impl Default for LimitConn {
+    fn default() -> LimitConn {
+        LimitConn {
+            key: "$remote_addr".into(),
+            max: 0,
+            status: 503,
+            memory: "1m".into(),
+        }
+    }
+}
 
 /// A condition on a named request field, query parameter or cookie: present (neither
 /// `equals` nor `regex`), equal to a value, or matching a regex.

@@ -199,6 +199,7 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         .chain(std::iter::once(&shared.admin_metrics))
         .collect();
     metrics::write(&mut out, &all, &shared.host_labels, &shared.kinds);
+    crate::limit::write_metrics(&mut out, &gen.limits);
     for state in crate::ConnState::ALL {
         if state == crate::ConnState::Free {
             continue;

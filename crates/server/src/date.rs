@@ -8,6 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub(crate) struct Clock {
     started: Instant,
     millis: Cell<u64>,
+    /// Milliseconds of the wall clock (since the Unix epoch), as of the last refresh.
+    unix_millis: Cell<u64>,
     second: Cell<u64>,
     line: RefCell<[u8; DATE_LINE_LEN]>,
     /// The same second as `[10/Oct/2000:13:55:36 +0000]`, for access logs.
@@ -26,6 +28,7 @@ impl Clock {
         let clock = Clock {
             started: epoch,
             millis: Cell::new(0),
+            unix_millis: Cell::new(0),
             second: Cell::new(u64::MAX),
             line: RefCell::new([0; DATE_LINE_LEN]),
             clf: RefCell::new([0; 28]),
@@ -39,7 +42,9 @@ impl Clock {
     pub fn refresh(&self) {
         self.millis.set(self.started.elapsed().as_millis() as u64);
         let now = SystemTime::now();
-        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.unix_millis.set(since.as_millis() as u64);
+        let second = since.as_secs();
         if second != self.second.get() {
             self.second.set(second);
             let mut line = self.line.borrow_mut();
@@ -57,6 +62,12 @@ impl Clock {
 
     pub fn clf_time(&self) -> std::cell::Ref<'_, [u8; 28]> {
         self.clf.borrow()
+    }
+
+    /// Milliseconds of the wall clock, as of the last refresh (the windows of a limit zone
+    /// shared through Redis, which every node must agree on).
+    pub fn unix_millis(&self) -> u64 {
+        self.unix_millis.get()
     }
 
     /// Milliseconds since the process's epoch, as of the last refresh.

@@ -35,6 +35,10 @@ pub(crate) struct Generation {
     pub auth: crate::auth::SiteAuth,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
+    /// The request-limit zones and the lists of the routes and hosts that name them.
+    pub limits: crate::limit::Limits,
+    /// Whether any route or host names a zone (else a request skips the limits at once).
+    pub limits_on: bool,
     /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
     /// `real_ip_from`); the top-level one also judges PROXY headers.
     pub identity: Vec<crate::client::Identity>,
@@ -54,14 +58,15 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    /// Checks `config`, opens its roots and builds the routing tables.
+    /// Checks `config`, opens its roots and builds the routing tables. `previous` is the
+    /// generation it replaces (on a reload), whose limit zones carry over.
     pub fn new(
         number: u64,
         config: Config,
         modules: Vec<Arc<dyn handler::Module>>,
         workers: usize,
-        labels: &crate::metrics::HostLabels,
-        kinds: &crate::metrics::Kinds,
+        (labels, kinds): (&crate::metrics::HostLabels, &crate::metrics::Kinds),
+        previous: Option<&Generation>,
     ) -> Result<Generation, Error> {
         config.validate().map_err(Error::Config)?;
         let routes = routes::routes(&modules, config.host.len() + 1);
@@ -71,6 +76,9 @@ impl Generation {
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
         let identity = config.identity().map_err(Error::Config)?;
         let auth = crate::auth::load_all(&config).map_err(Error::Config)?;
+        let limits = config
+            .limit_zones(workers, previous.map(|p| &p.limits))
+            .map_err(Error::Config)?;
         let reads_fields = identity.iter().any(|i| i.reads_fields());
         let sites = Sites::open(&config, crate::sites::open_root)?;
         if let Some(root) = sites.all().iter().find_map(|s| s.root.as_ref()) {
@@ -94,6 +102,8 @@ impl Generation {
             request_ids,
             auth,
             identity,
+            limits_on: limits.any(),
+            limits,
             reads_fields,
             sites,
             logs: (0..workers).map(|_| Mutex::new(None)).collect(),

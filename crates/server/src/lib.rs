@@ -41,6 +41,7 @@ mod files;
 mod generation;
 mod http1;
 mod http2;
+mod limit;
 mod metrics;
 mod net;
 mod reply;
@@ -83,6 +84,7 @@ pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use conn_state::ConnState;
 pub use error::Error;
+pub use limit::{LimitConfig, LimitRedis};
 pub use net::listeners::Inherited;
 pub use net::tls::Tls;
 
@@ -118,7 +120,8 @@ impl Server {
         let workers = config.worker_count();
         let host_labels = metrics::HostLabels::new();
         let kinds = metrics::Kinds::new(kinds);
-        let generation = Generation::new(1, config, modules, workers, &host_labels, &kinds)?;
+        let generation =
+            Generation::new(1, config, modules, workers, (&host_labels, &kinds), None)?;
         let config = &generation.config;
         let admin = match config.admin_listen {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
@@ -155,6 +158,7 @@ impl Server {
                 limits: config.limits.to_wire(),
                 workers,
                 slots_per_worker: (config.max_connections / workers).max(1),
+                per_client: limit::PerClient::new(config.max_connections),
                 tls,
                 https_port: tls_addrs.first().map(|a| a.port()),
                 epoch: std::time::Instant::now(),
@@ -337,8 +341,8 @@ impl Running {
             config,
             modules,
             shared.workers,
-            &shared.host_labels,
-            &shared.kinds,
+            (&shared.host_labels, &shared.kinds),
+            Some(&old),
         )?;
         // The certificates, read and matched before anything changes.
         let tls = match &shared.tls {

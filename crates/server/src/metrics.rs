@@ -189,6 +189,9 @@ pub(crate) struct WorkerMetrics {
     proxy_refused: AtomicU64,
     /// Requests refused by access policy, by host and [`DENIED`] reason.
     denied: Box<[AtomicU64]>,
+    /// Connections (index 0, no host yet) and requests (by host label) refused by
+    /// `limit_conn_per_client` and `limit_conn`.
+    limit_conn_refused: Box<[AtomicU64]>,
     http2_connections: AtomicU64,
     /// HTTP/2 streams by how they ended: finished, cancelled by the client.
     http2_streams: [AtomicU64; 2],
@@ -204,7 +207,9 @@ const DENIED_HELP: &str = "Connections and requests refused by access policy, by
      reason: proxy_protocol (a connection on a proxy_protocol listener without a valid PROXY \
      header in time; counted before any host is known, so its host is empty), acl (an \
      access list refused the client), auth (basic_auth answered 401), forward_auth \
-     (the forward_auth upstream refused, or failed and the request was answered 500).";
+     (the forward_auth upstream refused, or failed and the request was answered 500), \
+     limit_conn (a request over its route's or host's limit_conn; a connection over \
+     limit_conn_per_client, host empty).";
 
 /// Indexes into [`DENIED`].
 #[derive(Debug, Clone, Copy)]
@@ -246,6 +251,7 @@ impl WorkerMetrics {
             handshakes: Default::default(),
             proxy_refused: AtomicU64::new(0),
             denied: zeros(MAX_HOSTS * DENIED.len()),
+            limit_conn_refused: zeros(MAX_HOSTS + 1),
             http2_connections: AtomicU64::new(0),
             http2_streams: Default::default(),
             http2_goaways: Default::default(),
@@ -305,6 +311,19 @@ impl WorkerMetrics {
     }
 
     /// Counts a connection that speaks HTTP/2.
+    /// A request of the host with label `host` refused by `limit_conn`.
+    pub fn limit_conn_refused(&self, host: u16) {
+        bump(
+            &self.limit_conn_refused[(host as usize).min(MAX_HOSTS - 1) + 1],
+            1,
+        );
+    }
+
+    /// A connection refused by `limit_conn_per_client` (no host is known yet).
+    pub fn client_conns_refused(&self) {
+        bump(&self.limit_conn_refused[0], 1);
+    }
+
     pub fn http2_connection(&self) {
         bump(&self.http2_connections, 1);
     }
@@ -376,6 +395,28 @@ pub(crate) fn write(
 ) {
     write_requests(out, workers, labels, kinds);
     write_connections(out, workers, labels);
+    write_limit_conn(out, workers, labels);
+}
+
+/// `tessera_access_denied_total{reason="limit_conn"}`: connections (host empty) always,
+/// requests per host once one was refused.
+fn write_limit_conn(out: &mut handler::Metrics, workers: &[&WorkerMetrics], labels: &HostLabels) {
+    for i in 0..=MAX_HOSTS {
+        let n = total(workers, &|w| &w.limit_conn_refused[i]);
+        if i > 0 && n == 0 {
+            continue;
+        }
+        let host = match i {
+            0 => String::new(),
+            i => labels.name(i - 1),
+        };
+        out.counter(
+            "tessera_access_denied_total",
+            DENIED_HELP,
+            &[("host", &host), ("reason", "limit_conn")],
+            n,
+        );
+    }
 }
 
 /// One counter summed over `workers`.

@@ -68,6 +68,7 @@ pub(crate) fn run(
             shutting_down: Cell::new(false),
             shutdown: Notify::new(),
             http2: RefCell::new(vec![false; capacity]),
+            per_client: (0..capacity).map(|_| Cell::new(0)).collect(),
             http2_resets: RateLimitedLog::new(),
             evictions: RateLimitedLog::new(),
             pauses: RateLimitedLog::new(),

@@ -46,6 +46,10 @@ pub(crate) fn start(
 ) {
     let tasks = worker.clone();
     let tasks = &tasks.tasks;
+    if !proxied && !admitted(&worker, peer.ip(), slot) {
+        worker.free(slot);
+        return;
+    }
     if proxied {
         tasks.start(slot.index(), proxy_header(kind, socket, peer, worker, slot));
         return;
@@ -106,6 +110,10 @@ async fn proxy_header(
             Origin::Proxied(Rc::new(Proxied { peer, client, tlvs }))
         }
     };
+    if !admitted(&worker, origin.client().ip(), slot) {
+        worker.free(slot);
+        return;
+    }
     match kind {
         Kind::Plain => {
             let conn = Conn::new(Stream::Plain(socket), origin, worker, slot);
@@ -115,6 +123,30 @@ async fn proxy_header(
         Kind::H2c => {
             let stream = Stream::Plain(socket);
             http2_boxed(stream, Bytes::new(), origin, worker, slot, None).await;
+        }
+    }
+}
+
+/// Counts a connection of `client` among its open ones (`limit_conn_per_client`, one
+/// test when it is 0); false when it has that many already: the connection is closed
+/// at once, without a byte, and counted in
+/// `tessera_access_denied_total{host="",reason="limit_conn"}`.
+fn admitted(worker: &Worker, client: std::net::IpAddr, slot: SlotId) -> bool {
+    let max = worker.current.borrow().gen.config.limit_conn_per_client;
+    if max == 0 {
+        return true;
+    }
+    match worker.shared.per_client.take(client, max) {
+        Ok(counted) => {
+            worker.per_client[slot.index()].set(counted.map_or(0, |c| c + 1));
+            true
+        }
+        Err(()) => {
+            tracing::debug!(%client, max, "connection refused: limit_conn_per_client");
+            if let Some(metrics) = worker.metrics() {
+                metrics.client_conns_refused();
+            }
+            false
         }
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub listeners: Listeners,
     /// The access log's drop counter and reopen flag.
     pub log: Arc<access_log::Shared>,
+    /// The connections each client has open, for `limit_conn_per_client`.
+    pub per_client: crate::limit::PerClient,
     /// Requests refused, per reason (indexed by `wire::Error::index`).
     pub refusals: [AtomicU64; wire::Error::ALL.len()],
     /// Connections closed with a lingering close (half-close, then drain), because the

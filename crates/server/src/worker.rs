@@ -58,6 +58,9 @@ pub(crate) struct Worker {
     /// Which slots hold HTTP/2 connections (by slot index): a shutdown does not shut
     /// their reading side, which would cut off the streams in flight.
     pub(crate) http2: RefCell<Vec<bool>>,
+    /// Per slot, where its connection is counted among its client's
+    /// (`limit_conn_per_client`: `Shared::per_client`'s slot + 1; 0 when it is not).
+    pub(crate) per_client: Box<[Cell<u32>]>,
     pub(crate) http2_resets: RateLimitedLog,
     /// When the last eviction / accept-pause message was logged, and how many since.
     pub(crate) evictions: RateLimitedLog,
@@ -211,6 +214,11 @@ impl Worker {
     }
 
     pub(crate) fn free(&self, slot: SlotId) {
+        if let Some(counted) = self.per_client.get(slot.index()) {
+            if counted.get() != 0 {
+                self.shared.per_client.give_back(counted.replace(0) - 1);
+            }
+        }
         let mut slots = self.slots.borrow_mut();
         let from = slots.state(slot);
         slots.set_state(slot, from, ConnState::Free, self.clock.millis());

@@ -84,6 +84,31 @@ fn keep_alive_get_under_routing_rules_allocates_nothing() {
     });
 }
 
+/// Under request limits never hit (a zone keyed by the client, one keyed by a field, and
+/// a `limit_conn`) on a route of the files: counting a request allocates nothing.
+#[test]
+fn keep_alive_get_under_request_limits_allocates_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    #[derive(serde::Deserialize)]
+    struct Limits {
+        limit: Vec<server::LimitConfig>,
+        route: Vec<rules::RouteRules>,
+    }
+    let parsed: Limits = toml::from_str(
+        "[[limit]]\nname = \"client\"\nrate = \"1000000r/s\"\nburst = 1000000\nnodelay = true\n\
+         [[limit]]\nname = \"host\"\nkey = \"$http_host $uri\"\nrate = \"1000000r/s\"\n\
+         burst = 1000000\nnodelay = true\n\
+         [[route]]\nprefix = \"/\"\nlimit = [\"client\", \"host\"]\n\
+         limit_conn = { max = 1000 }\n",
+    )
+    .unwrap();
+    run_with(false, false, &|config| server::Config {
+        limit: parsed.limit.clone(),
+        routes: parsed.route.iter().map(|r| (0, r.clone(), true)).collect(),
+        ..config
+    });
+}
+
 fn run(access_log: bool, hosts: bool) {
     run_with(access_log, hosts, &|config| config)
 }

@@ -568,13 +568,13 @@ fn purge_and_ban_need_permission() {
 }
 
 /// A redis-server of our own on an ephemeral loopback port, killed on drop.
-struct Redis {
+pub(crate) struct Redis {
     child: Child,
     port: u16,
 }
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -594,7 +594,7 @@ impl Redis {
         redis
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
@@ -618,7 +618,7 @@ impl Redis {
         Some(String::from_utf8_lossy(&line).trim_end().to_string())
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -26,6 +26,7 @@ mod metrics;
 mod paths;
 mod proxy;
 mod reload;
+mod request_limits;
 mod routing;
 mod security;
 mod smuggling;

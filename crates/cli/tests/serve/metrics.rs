@@ -111,7 +111,8 @@ fn site_with_everything(extra: &str) -> (Site, Server) {
 
 #[test]
 fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
-    let (_site, server) = site_with_everything("");
+    // A request-limit zone no route names: its families are listed, at zero.
+    let (_site, server) = site_with_everything("[[limit]]\nname = \"spare\"\nrate = \"100r/s\"\n");
     let admin = admin_addr(&server);
     let etag = server.get("/hello.txt").header("etag").unwrap().to_string();
     for _ in 0..2 {
@@ -204,6 +205,13 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     assert_eq!(sum(&s, failures, &[]), 1.0);
     assert_eq!(s["tessera_config_generation"], 1.0);
     assert!(s["tessera_connections_capacity"] >= 1.0);
+    assert_eq!(
+        sum(&s, "tessera_limit_requests_total{zone=\"spare\"", &[]),
+        0.0
+    );
+    assert_eq!(s["tessera_limit_keys{zone=\"spare\"}"], 0.0);
+    let denied = "tessera_access_denied_total{host=\"\",reason=\"limit_conn\"}";
+    assert_eq!(s[denied], 0.0);
 
     // promtool finds nothing wrong.
     let mut promtool = Command::new(prometheus_bin("promtool"))

@@ -115,6 +115,13 @@ pub struct Config {
     /// `access_log::DEFAULT_JSON_FIELDS`.
     pub json_fields: Option<Vec<String>>,
     pub limits: LimitsConfig,
+    /// `[[limit]]`: request-limit zones, named by the `limit` list of a route or a
+    /// host (docs/security.md, "Request limits"). Default none.
+    pub limit: Vec<crate::limit::LimitConfig>,
+    /// Connections one client (its address: the socket's peer, or the source of a
+    /// trusted PROXY header) may have open at once, on all listeners together; the
+    /// next is closed at once. Default 0: no limit.
+    pub limit_conn_per_client: u32,
     pub timeouts: TimeoutsConfig,
     /// `[compression]`: on-the-fly compression of the responses handlers make (proxied,
     /// ESI-assembled, Lua); docs/compression.md. Default on for text types.
@@ -145,6 +152,10 @@ pub struct Config {
     /// (it has `upstream` or `root`). Set by `cli`, which reads the routes; no TOML key.
     #[serde(skip)]
     pub routes: Vec<(usize, rules::RouteRules, bool)>,
+    /// Where `[[limit]]` zones with `redis = true` keep their counts: `[cache.redis]`'s
+    /// `url` and `key_prefix`. Set by `cli`, which reads `[cache]`; no TOML key.
+    #[serde(skip)]
+    pub limit_redis: Option<crate::limit::LimitRedis>,
 }
 
 /// One `[[host]]` table: a site chosen by the request's host (the authority of an
@@ -193,6 +204,12 @@ pub struct HostConfig {
     pub access: Option<Vec<rules::AccessRule>>,
     /// The status this host's own `access` refuses with. Default 403.
     pub deny_status: Option<u16>,
+    /// The `[[limit]]` zones every request of this host is counted in, unless its route
+    /// names its own. Default none.
+    pub limit: Vec<String>,
+    /// Requests of one key in flight at once on this host, unless its route has its own
+    /// `limit_conn`. Default none.
+    pub limit_conn: Option<rules::config::LimitConn>,
 }
 
 /// One `[[cache_control]]` table: responses for paths starting with `prefix` (a
@@ -281,6 +298,8 @@ impl Default for Config {
             access_log_format: "combined".into(),
             json_fields: None,
             limits: LimitsConfig::default(),
+            limit: Vec::new(),
+            limit_conn_per_client: 0,
             timeouts: TimeoutsConfig::default(),
             compression: Default::default(),
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
@@ -289,6 +308,7 @@ impl Default for Config {
             response_headers: None,
             error_page: None,
             routes: Vec::new(),
+            limit_redis: None,
         }
     }
 }
@@ -364,6 +384,32 @@ impl Config {
             .iter()
             .map(|h| (h.trusted_proxies.as_deref(), h.real_ip_from));
         crate::client::Identity::of_sites((&self.trusted_proxies, self.real_ip_from), hosts)
+    }
+
+    /// The request-limit zones and who names them (their state taken from `previous`
+    /// where their settings did not change).
+    pub(crate) fn limit_zones(
+        &self,
+        workers: usize,
+        previous: Option<&crate::limit::Limits>,
+    ) -> Result<crate::limit::Limits, String> {
+        use crate::limit::Named;
+        let hosts: Vec<Named> = (self.host.iter().enumerate())
+            .map(|(i, h)| Named {
+                site: i + 1,
+                limit: &h.limit,
+                limit_conn: h.limit_conn.as_ref(),
+            })
+            .collect();
+        let routes: Vec<Named> = (self.routes.iter())
+            .map(|(site, r, _)| Named {
+                site: *site,
+                limit: &r.limit,
+                limit_conn: r.limit_conn.as_ref(),
+            })
+            .collect();
+        let redis = self.limit_redis.as_ref();
+        crate::limit::Limits::new((&self.limit, redis), (&hosts, &routes), workers, previous)
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).
@@ -489,6 +535,9 @@ impl Config {
             }
         }
         if let Err(e) = self.identity() {
+            problems.push(e);
+        }
+        if let Err(e) = self.limit_zones(1, None) {
             problems.push(e);
         }
         if !self.h2c_listen.is_empty() && !self.http2.enabled {

@@ -23,6 +23,9 @@ pub(crate) struct Edited {
 pub(crate) struct Rerouted {
     pub site: usize,
     pub times: usize,
+    /// The request limits counted it already, on a route it came to before (they count
+    /// a request once, as nginx's `limit_req` does).
+    pub counted: bool,
 }
 
 impl Edited {
@@ -104,5 +107,6 @@ pub(crate) fn again(
     moved.then(|| Rerouted {
         site,
         times: rerouted.map_or(0, |r| r.times) + 1,
+        counted: rerouted.is_some_and(|r| r.counted),
     })
 }

@@ -112,6 +112,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         again,
         site,
         accepted,
+        held: _in_flight,
     } = exchange;
     let mut response = match work {
         Work::Ready(response) => {

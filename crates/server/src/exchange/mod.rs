@@ -5,10 +5,12 @@
 //! an [`Exchange`] the connection finishes after a flush.
 
 pub(crate) mod access;
+mod admit;
 pub(crate) mod checks;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
+mod limited;
 pub(crate) mod modules;
 pub(crate) mod pages;
 pub(crate) mod served;
@@ -26,6 +28,7 @@ use crate::net::output::{Mark, Output};
 use crate::reply;
 use crate::routing;
 use crate::worker::{Recycled, Worker};
+use admit::{admit, copy_fields};
 use edited::Rerouted;
 use filter::filter_response;
 use pages::{error_page, Again, Pages};
@@ -56,6 +59,9 @@ pub(crate) struct Exchange {
     /// compression filter.
     pub site: usize,
     pub accepted: compress::Accepted,
+    /// Its place among the requests of its key in flight (`limit_conn`), given back
+    /// when the exchange ends.
+    pub held: Option<crate::limit::Held>,
 }
 
 impl Exchange {
@@ -116,7 +122,7 @@ fn answer_in(
     req: &wire::Request<'_, '_>,
     keep_alive: bool,
     out: &mut Output,
-    (pending, rerouted, checked): (&[u8], Option<Rerouted>, Option<&Checked>),
+    (pending, mut rerouted, checked): (&[u8], Option<Rerouted>, Option<&Checked>),
 ) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
     let (current, received) = (worker.current(), conn);
@@ -124,25 +130,24 @@ fn answer_in(
     let chosen = || choose_site(worker, conn, gen, req, keep_alive, out);
     let site = match rerouted.map_or_else(chosen, |r| Ok(r.site)) {
         Ok(site) => site,
-        // Answered already: redirected to HTTPS, or misdirected.
         Err(site) => return Dispatched::Done(by_files(gen, site, req, (None, None))),
     };
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
     let (mut path, normal) = normalized(worker, raw);
-    // 128 random bits, only for a site whose rules or access log use them.
+    // An id (128 random bits) only for a site whose rules or log use it; then the rules.
     let id = gen.request_ids[site].then(|| fastrand::u128(..));
-    // The site's rules first (matchers, actions, edits); a site without any costs one test.
-    let (of, asked): ((&Generation, _), _) = ((gen, site), (normal, id, checked));
-    let (decided, copied) = match decide_and_police(worker, conn, of, req, asked, &mut path) {
-        Ok(decided) => decided,
-        Err(check) => return Dispatched::Wait(check),
+    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
+    let seen = (&mut decided, &path[..], &mut rerouted); // limits, access checks
+    let (held, copied) = match admit(worker, conn, (gen, site), req, checked, seen) {
+        Ok(admitted) => admitted,
+        Err(wait) => return Dispatched::Wait(wait),
     };
     let (mut auth_fields, mut fields) = (Vec::new(), Vec::new());
     let auth_view = copy_fields(req, copied.as_ref(), &mut auth_fields);
     let req = auth_view.as_ref().unwrap_or(req);
-    let route = decided.rule.map(|rule| (site as u16, rule as u16));
-    let files_answered = by_files(gen, site, req, (id, route));
+    let rule = decided.rule.map(|rule| (site as u16, rule as u16));
+    let files_answered = by_files(gen, site, req, (id, rule));
     let mut headers = Recycled::headers(worker);
     let edits = (decided.request_edits.as_ref(), decided.target.as_deref());
     let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
@@ -201,6 +206,7 @@ fn answer_in(
             pages: pages.clone(),
             site,
             accepted: accepted(req),
+            held: held.take(),
         }))
     };
     match answer {
@@ -421,64 +427,8 @@ fn normalized<'w>(worker: &'w Worker, raw: &[u8]) -> (std::cell::RefMut<'w, Vec<
     (path, normal)
 }
 
-/// [`decide`], then [`police`] on what it decided.
-fn decide_and_police(
-    worker: &Worker,
-    conn: &ConnFacts,
-    (gen, site): (&Generation, usize),
-    req: &wire::Request<'_, '_>,
-    (normal, id, checked): (bool, Option<u128>, Option<&Checked>),
-    path: &mut Vec<u8>,
-) -> Result<(routing::Decided, Option<checks::Copied>), handler::LocalFuture<Checked>> {
-    let mut decided = decide(worker, conn, (gen, site), req, (normal, id), path);
-    let copied = police(worker, conn, (gen, site), req, checked, &mut decided)?;
-    Ok((decided, copied))
-}
-
-/// The route's policy on a request the rules routed: its access list, then its checks
-/// (`basic_auth`, `forward_auth`), any of which may answer it in its route's place.
-/// Returns the fields a forward auth answer puts into the request, or the check to await
-/// when one waits.
-fn police(
-    worker: &Worker,
-    conn: &ConnFacts,
-    (gen, site): (&Generation, usize),
-    req: &wire::Request<'_, '_>,
-    checked: Option<&Checked>,
-    decided: &mut routing::Decided,
-) -> Result<Option<checks::Copied>, handler::LocalFuture<Checked>> {
-    if access::check(worker, (gen, site), conn.client.ip(), decided) {
-        return Ok(None);
-    }
-    match checks::run(worker, (gen, site), decided.rule, (req, conn), checked) {
-        checks::Check::Pass(copied) => Ok(copied),
-        checks::Check::Answer(response) => {
-            (decided.response, decided.files) = (Some(response), false);
-            Ok(None)
-        }
-        checks::Check::Wait(check) => Err(check),
-    }
-}
-
-/// `req` with the fields a forward auth answer gave in place of its own of those names
-/// (a client cannot send them itself), into `fields`: what the route's handler (the
-/// proxy, to the origin) and the files see.
-fn copy_fields<'a>(
-    req: &wire::Request<'a, 'a>,
-    copied: Option<&'a checks::Copied>,
-    fields: &'a mut Vec<wire::Header<'a>>,
-) -> Option<wire::Request<'a, 'a>> {
-    let copied = copied?;
-    let replaced = |name: &str| copied.names.iter().any(|n| name.eq_ignore_ascii_case(n));
-    fields.extend(req.headers.iter().filter(|h| !replaced(h.name)).copied());
-    fields.extend(copied.fields.iter().filter_map(|(name, value)| {
-        let name = std::str::from_utf8(name).ok()?;
-        Some(wire::Header { name, value })
-    }));
-    Some(routing::view(req, None, fields))
-}
-
-/// What the site's rules decide for a request whose path normalised (into `path`).
+/// What the site's rules decide for a request whose path normalised (into `path`): its
+/// matchers, actions and edits, first; a site without any costs one test.
 fn decide(
     worker: &Worker,
     conn: &ConnFacts,
