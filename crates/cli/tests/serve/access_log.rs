@@ -349,9 +349,23 @@ fn tessera_logs_reports_a_json_log_as_its_combined_twin() {
         );
         report.clone()
     };
-    let json = report("json");
+    let mut json = report("json");
     let combined = report("combined");
     assert_eq!(json["hits"], 5);
     assert_eq!(json["malformed"], 0);
+    // What the combined format lacks, the JSON line has: the host and the time taken.
+    let hosts = json.insert("hosts".into(), serde_json::json!([])).unwrap();
+    assert_eq!(hosts[0]["host"], "t");
+    assert_eq!(hosts[0]["hits"], 5);
+    let routes = json
+        .insert("slowest_routes".into(), serde_json::json!([]))
+        .unwrap();
+    let timed: u64 = routes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["hits"].as_u64().unwrap())
+        .sum();
+    assert_eq!(timed, 5);
     assert_eq!(json, combined);
 }
