@@ -109,7 +109,7 @@ pub fn problems_but_modules(config: &ServeConfig) -> Vec<String> {
     // The certificates and keys, read and matched as `serve` would (once the keys
     // themselves are right).
     if problems.is_empty() {
-        if let Err(e) = server::Tls::new(server) {
+        if let Err(e) = server::Tls::new(server, None) {
             problems.push(e);
         }
     }

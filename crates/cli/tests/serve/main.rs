@@ -3,6 +3,7 @@
 mod harness;
 
 mod access_log;
+mod acme;
 mod cache;
 mod check_config;
 mod client_identity;

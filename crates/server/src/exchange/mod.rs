@@ -4,6 +4,7 @@
 //! A response ready now goes into the connection's output batch; one that waits becomes
 //! an [`Exchange`] the connection finishes after a flush.
 
+mod challenge;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
@@ -96,6 +97,12 @@ pub(crate) fn answer(
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
+    // Before the site is chosen: no route, redirect or limit stands in its way.
+    if challenge::answer(worker, conn, req, keep_alive, out) {
+        let gen = &worker.current().gen;
+        let site = gen.sites.hosts.select(req);
+        return Dispatched::Done(by_files(gen, site, req, (None, None)));
+    }
     answer_in(worker, conn, req, keep_alive, out, pending, None)
 }
 

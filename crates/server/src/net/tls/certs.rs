@@ -12,8 +12,12 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use super::acme::AcmeCerts;
 use crate::config::tls::TlsConfig;
 use crate::config::Config;
+
+/// The ALPN protocol of a TLS-ALPN-01 validation (RFC 8737).
+pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 /// Chooses a handshake's certificate by its server name.
 #[derive(Debug)]
@@ -24,11 +28,13 @@ pub(crate) struct Resolver {
     /// For a name no host with a certificate claims, and for no SNI: `[tls]`, else the
     /// default host's.
     default: Option<Arc<CertifiedKey>>,
+    /// `[acme]`'s certificates and challenge answers, when it is configured.
+    acme: Option<Arc<AcmeCerts>>,
 }
 
 impl Resolver {
     /// Reads every certificate the configuration names; the first failure is the error.
-    pub fn load(config: &Config) -> Result<Resolver, String> {
+    pub fn load(config: &Config, acme: Option<Arc<AcmeCerts>>) -> Result<Resolver, String> {
         let provider = rustls::crypto::ring::default_provider();
         let keys = std::iter::once(Some(&config.tls))
             .chain(config.host.iter().map(|h| h.tls.as_ref()))
@@ -43,13 +49,60 @@ impl Resolver {
             hosts,
             keys,
             default,
+            acme,
         })
+    }
+
+    /// The ACME answer for a handshake, when ACME decides it: `Some(None)` refuses it.
+    /// A TLS-ALPN-01 validation (it offers `acme-tls/1`) gets its challenge
+    /// certificate; a name `[acme]` manages gets its certificate, or, while it has
+    /// none yet, an alert (the default certificate would only be refused by the
+    /// client, for the wrong name).
+    fn acme(&self, hello: &ClientHello<'_>) -> Option<Option<Arc<CertifiedKey>>> {
+        let acme = self.acme.as_ref()?;
+        let sni = hello.server_name()?;
+        let lower;
+        let name = match sni.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => {
+                lower = sni.to_ascii_lowercase();
+                &lower[..]
+            }
+            false => sni,
+        };
+        let validation = hello
+            .alpn()
+            .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+        if validation {
+            let found = acme.alpn_challenge(name);
+            if found.is_none() {
+                tracing::info!(
+                    name,
+                    "TLS-ALPN-01 validation for a name with no challenge out: refused"
+                );
+            }
+            return Some(found);
+        }
+        let site = self.hosts.named(name.as_bytes())?;
+        if self.keys[site].is_some() || !acme.manages(name) {
+            return None;
+        }
+        let found = acme.certificate(name);
+        if found.is_none() {
+            tracing::warn!(
+                name,
+                "TLS handshake refused: the certificate from [acme] is not there yet"
+            );
+        }
+        Some(found)
     }
 }
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         super::stream::note_sni(hello.server_name());
+        if let Some(answer) = self.acme(&hello) {
+            return answer;
+        }
         hello
             .server_name()
             .and_then(|name| self.hosts.named(name.as_bytes()))
