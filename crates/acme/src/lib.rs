@@ -76,7 +76,7 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>,
         });
         let at = match (&stored, served) {
             (Some(s), true) => {
-                tracing::info!(name, renew_at = ?s.renew_at, "serving the stored ACME certificate");
+                tracing::info!(name, renew_at = %when(s.renew_at), "serving the stored ACME certificate");
                 s.renew_at
             }
             _ => {
@@ -140,19 +140,28 @@ async fn keep(context: Arc<Context>, name: String, mut at: SystemTime) {
             match order::obtain(&context, &name).await {
                 Ok(stored) => {
                     context.deploy.order_done(&name, true);
-                    tracing::info!(name = %name, renew_at = ?stored.renew_at, "ACME certificate installed");
+                    tracing::info!(name = %name, renew_at = %when(stored.renew_at), "ACME certificate installed");
                     break stored.renew_at;
                 }
                 Err(e) => {
                     context.deploy.order_done(&name, false);
                     failures += 1;
-                    let delay = backoff(failures);
+                    let delay = backoff(failures).max(e.retry_after.unwrap_or_default());
                     tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
                     tokio::time::sleep(delay).await;
                 }
             }
         };
     }
+}
+
+/// A time for the log, in UTC (`Jan 27 09:41:07 2027 +00:00`).
+fn when(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    x509_parser::time::ASN1Time::from_timestamp(secs)
+        .map_or_else(|_| secs.to_string(), |t| t.to_string())
 }
 
 /// The wait after the `failures`th failure in a row: 2 s doubling up to an hour, with

@@ -61,8 +61,51 @@ pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, 
     Ok(account)
 }
 
+/// Why an order failed, and how long the CA asked to wait (its `Retry-After`, when
+/// instant-acme hands it over: a poll that ran out of time with one ahead).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A failed poll, with the CA's Retry-After when it had one.
+fn polled(what: &str, e: instant_acme::Error) -> Failure {
+    let retry_after = match &e {
+        instant_acme::Error::Timeout(Some(at)) => {
+            Some(at.saturating_duration_since(std::time::Instant::now()))
+        }
+        _ => None,
+    };
+    Failure {
+        message: format!("{what}: {e}"),
+        retry_after,
+    }
+}
+
 /// Orders `name`'s certificate and installs it.
-pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, String> {
+pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Failure> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let mut order = context
         .account
@@ -75,8 +118,8 @@ pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Stri
         Ok(()) => order
             .poll_ready(&POLL)
             .await
-            .map_err(|e| format!("waiting for validation: {e}")),
-        Err(e) => Err(e),
+            .map_err(|e| polled("waiting for validation", e)),
+        Err(e) => Err(Failure::from(e)),
     };
     for (challenge, token) in out {
         match challenge {
@@ -86,13 +129,7 @@ pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Stri
     }
     match ready? {
         OrderStatus::Ready => {}
-        status => {
-            let problem = order.state().error.as_ref().map(ToString::to_string);
-            return Err(format!(
-                "order {status:?}: {}",
-                problem.unwrap_or_else(|| "the CA gave no problem document".into())
-            ));
-        }
+        status => return Err(why_not(&mut order, status).await.into()),
     }
     let key = order
         .finalize()
@@ -101,7 +138,7 @@ pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Stri
     let chain = order
         .poll_certificate(&POLL)
         .await
-        .map_err(|e| format!("certificate: {e}"))?;
+        .map_err(|e| polled("certificate", e))?;
     let stored = Stored::new(chain, key).ok_or("the CA's certificate does not parse")?;
     let dir = &context.dir;
     store::save(dir, name, &stored).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -109,6 +146,25 @@ pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Stri
         .deploy
         .certificate(name, &stored.chain, &stored.key)?;
     Ok(stored)
+}
+
+/// The CA's problem documents for an order that did not become ready: the order's,
+/// else those of its failed challenges.
+async fn why_not(order: &mut Order, status: OrderStatus) -> String {
+    let mut problems: Vec<String> = order.state().error.iter().map(|p| p.to_string()).collect();
+    if problems.is_empty() {
+        let mut authorizations = order.authorizations();
+        while let Some(Ok(mut authorization)) = authorizations.next().await {
+            if let Ok(state) = authorization.refresh().await {
+                let errors = state.challenges.iter().filter_map(|c| c.error.as_ref());
+                problems.extend(errors.map(|p| p.to_string()));
+            }
+        }
+    }
+    match problems.is_empty() {
+        true => format!("order {status:?}: the CA gave no problem document"),
+        false => format!("order {status:?}: {}", problems.join("; ")),
+    }
 }
 
 /// Answers a challenge of every pending authorization and tells the CA it is ready;

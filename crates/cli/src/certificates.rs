@@ -20,6 +20,10 @@ impl acme::Deploy for Store {
     fn alpn_challenge(&self, name: &str, cert: Option<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
         self.0.set_alpn_challenge(name, cert)
     }
+
+    fn order_done(&self, _name: &str, issued: bool) {
+        self.0.order_done(issued);
+    }
 }
 
 /// Starts the ACME client when `[acme]` is configured: stored certificates are served

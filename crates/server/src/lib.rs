@@ -337,6 +337,11 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
+        // The ACME client, its names and its store are those of the start.
+        let acme_of = |c: &Config| c.acme.as_ref().map(|a| (a.clone(), c.acme_names()));
+        if acme_of(&config) != acme_of(&old.config) {
+            not_applied.push("acme");
+        }
         let gen = Generation::new(
             number,
             config,

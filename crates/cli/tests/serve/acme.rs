@@ -107,12 +107,20 @@ struct Pebble {
     dir: tempfile::TempDir,
     pebble: Kept,
     _dns: Kept,
+    /// pebble-challtestsrv's management interface (`/add-a` gives a name another
+    /// address).
+    dns_management: SocketAddr,
     directory: String,
     management: SocketAddr,
 }
 
 impl Pebble {
     fn start(http_port: u16, tls_port: u16) -> Pebble {
+        Pebble::start_with(http_port, tls_port, 7_776_000)
+    }
+
+    /// With certificates valid for `validity` seconds.
+    fn start_with(http_port: u16, tls_port: u16, validity: u64) -> Pebble {
         let dir = tempfile::tempdir().unwrap();
         // Pebble's own HTTPS certificate, from a CA made here: tessera trusts that CA
         // for the directory (`ca_root`).
@@ -134,7 +142,7 @@ impl Pebble {
         std::fs::write(path("ca.pem"), ca_pem).unwrap();
         std::fs::write(path("cert.pem"), leaf.pem()).unwrap();
         std::fs::write(path("key.pem"), leaf_key.serialize_pem()).unwrap();
-        let (listen, management, dns) = (free_port(), free_port(), free_udp_port());
+        let (listen, management) = (free_port(), free_port());
         let config = format!(
             r#"{{"pebble": {{
                 "listenAddress": "127.0.0.1:{listen}",
@@ -145,31 +153,13 @@ impl Pebble {
                 "tlsPort": {tls_port},
                 "ocspResponderURL": "",
                 "externalAccountBindingRequired": false,
-                "profiles": {{"default": {{"description": "test", "validityPeriod": 7776000}}}}
+                "profiles": {{"default": {{"description": "test", "validityPeriod": {validity}}}}}
             }}}}"#,
             path("cert.pem").display(),
             path("key.pem").display(),
         );
         std::fs::write(path("pebble.json"), config).unwrap();
-        let dns_server = format!("127.0.0.1:{dns}");
-        let dns_kept = Kept::start(Command::new(go_program("pebble-challtestsrv")).args([
-            "-dnsserver",
-            &dns_server,
-            "-defaultIPv4",
-            "127.0.0.1",
-            "-defaultIPv6",
-            "",
-            "-http01",
-            "",
-            "-https01",
-            "",
-            "-doh",
-            "",
-            "-tlsalpn01",
-            "",
-            "-management",
-            &format!("127.0.0.1:{}", free_port()),
-        ]));
+        let (dns_kept, dns_server, dns_management) = challtestsrv();
         let pebble = Kept::start(
             Command::new(go_program("pebble"))
                 .arg("-config")
@@ -183,6 +173,7 @@ impl Pebble {
             dir,
             pebble,
             _dns: dns_kept,
+            dns_management,
             directory: format!("https://127.0.0.1:{listen}/dir"),
             management: format!("127.0.0.1:{management}").parse().unwrap(),
         }
@@ -217,6 +208,44 @@ impl Pebble {
     }
 }
 
+/// pebble-challtestsrv as a DNS server answering 127.0.0.1 for every name: (the child,
+/// its DNS address, its management address). Pebble asks it over TCP, and a port that
+/// was free for UDP may be a client's source port for TCP: a port whose TCP side does
+/// not accept is tried again with another.
+fn challtestsrv() -> (Kept, String, SocketAddr) {
+    for _ in 0..5 {
+        let dns: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+        let management: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let kept = Kept::start(Command::new(go_program("pebble-challtestsrv")).args([
+            "-dnsserver",
+            &dns.to_string(),
+            "-defaultIPv4",
+            "127.0.0.1",
+            "-defaultIPv6",
+            "",
+            "-http01",
+            "",
+            "-https01",
+            "",
+            "-doh",
+            "",
+            "-tlsalpn01",
+            "",
+            "-management",
+            &management.to_string(),
+        ]));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let up = |addr| std::net::TcpStream::connect(addr).is_ok();
+            if up(dns) && up(management) {
+                return (kept, dns.to_string(), management);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("pebble-challtestsrv did not start on free ports");
+}
+
 /// A tessera with `[acme]` for `names` (each its own `[[host]]`), on `http` and
 /// `https`, keeping its state in `state`, redirecting every cleartext request to HTTPS
 /// (which HTTP-01 validation requests must get past).
@@ -227,9 +256,21 @@ fn serve(
     names: &[&str],
     challenges: &str,
 ) -> Server {
+    serve_with(pebble, (http, https), state, names, challenges, "")
+}
+
+/// [`serve`] with more top-level keys.
+fn serve_with(
+    pebble: &Pebble,
+    (http, https): (u16, u16),
+    state: &Path,
+    names: &[&str],
+    challenges: &str,
+    top: &str,
+) -> Server {
     let site = state.parent().unwrap();
     let mut toml = format!(
-        "listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
+        "{top}listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
          [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nemail = \"ops@example.com\"\n\
          state_dir = \"{}\"\nchallenges = {challenges}\n\n\
          [tls]\nredirect_https = true\n",
@@ -335,7 +376,7 @@ fn a_host_gets_its_certificate_by_tls_alpn_01() {
 }
 
 #[test]
-fn a_name_still_waiting_is_refused_with_an_alert_and_a_log_line() {
+fn a_waiting_name_is_refused_with_an_alert_and_a_reload_keeps_the_names_of_the_start() {
     // A directory where nothing answers: the order never starts, the listeners serve.
     let ports = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
@@ -363,6 +404,19 @@ fn a_name_still_waiting_is_refused_with_an_alert_and_a_log_line() {
         .unwrap();
     let response = crate::harness::read_response(&mut stream, false);
     assert_eq!(response.status, 308);
+    // A reload that adds a name: the ACME client keeps the names of the start, and
+    // says so.
+    let config = dir.path().join("tessera.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("\n[[host]]\nnames = [\"e.test\"]\n");
+    std::fs::write(&config, toml).unwrap();
+    server.signal(libc::SIGHUP);
+    crate::harness::eventually("the reload's warning", || {
+        stderr_has(
+            &server,
+            "`acme` changed: it takes effect at the next start or binary upgrade",
+        )
+    });
 }
 
 #[test]
@@ -429,4 +483,123 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
     .unwrap();
     let (code, stderr) = crate::harness::check_config_output(&config);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `GET /metrics` on the admin listener: the lines of the families named `family`.
+fn metrics(server: &Server, family: &str) -> Vec<String> {
+    let admin = crate::harness::printed_addr(server, "admin on");
+    let mut stream = std::net::TcpStream::connect(admin).unwrap();
+    use std::io::Write;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let response = crate::harness::read_response(&mut stream, false);
+    String::from_utf8_lossy(&response.body)
+        .lines()
+        .filter(|l| l.starts_with(family))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn short_lived_certificates_are_renewed_while_every_request_succeeds() {
+    // Valid 15 s: renewed at 10 s, two thirds of the lifetime.
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start_with(ports.0, ports.1, 15);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("acme");
+    let top = "admin_listen = \"127.0.0.1:0\"\n";
+    let server = serve_with(&pebble, ports, &state, &["e.test"], "[\"http-01\"]", top);
+    let root = pebble.issuing_root();
+    verified(&server, ports.1, &root, "e.test");
+    let first = metrics(&server, "tessera_tls_certificate_expiry_seconds");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(first[0].starts_with("tessera_tls_certificate_expiry_seconds{name=\"e.test\"} "));
+    // Requests keep coming, each verified against Pebble's root, until two renewals.
+    let addr: SocketAddr = format!("127.0.0.1:{}", ports.1).parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut requests = 0;
+    while pebble.orders() < 3 {
+        let out = curl(addr, &root, "e.test", "/", &[]);
+        assert!(
+            out.status.success(),
+            "request {requests}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout, b"site e.test\n");
+        requests += 1;
+        assert!(Instant::now() < deadline, "not renewed twice in 90 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(requests > 20, "{requests}");
+    crate::harness::eventually("the third certificate installed", || {
+        let lines = server.stderr.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.contains("ACME certificate installed"))
+            .count()
+            >= 3
+    });
+    verified(&server, ports.1, &root, "e.test");
+    let later = metrics(&server, "tessera_tls_certificate_expiry_seconds");
+    assert_ne!(first, later, "the expiry moved with the renewal");
+    let orders = metrics(&server, "tessera_acme_orders_total");
+    assert!(
+        orders.contains(&"tessera_acme_orders_total{result=\"issued\"} 3".to_string()),
+        "{orders:?}"
+    );
+}
+
+#[test]
+fn a_name_whose_challenge_fails_is_retried_with_backoff_and_the_others_are_served() {
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    // bad.test resolves where nothing listens: its HTTP-01 validation always fails.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--fail",
+            "-d",
+            r#"{"host":"bad.test","addresses":["127.0.0.2"]}"#,
+        ])
+        .arg(format!("http://{}/add-a", pebble.dns_management))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("acme");
+    let top = "admin_listen = \"127.0.0.1:0\"\n";
+    let names = ["good.test", "bad.test"];
+    let server = serve_with(&pebble, ports, &state, &names, "[\"http-01\"]", top);
+    let root = pebble.issuing_root();
+    verified(&server, ports.1, &root, "good.test");
+    // Tried again after a wait, with the CA's reason in the log each time.
+    crate::harness::eventually("a second failed order", || {
+        let lines = server.stderr.lock().unwrap();
+        let failed: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("ACME order failed") && l.contains("bad.test"))
+            .collect();
+        failed.len() >= 2
+            && failed
+                .iter()
+                .all(|l| l.contains("urn:ietf:params:acme:error") && l.contains("retry_in"))
+    });
+    let orders = metrics(&server, "tessera_acme_orders_total");
+    assert!(
+        orders.contains(&"tessera_acme_orders_total{result=\"issued\"} 1".to_string()),
+        "{orders:?}"
+    );
+    assert!(
+        !orders.contains(&"tessera_acme_orders_total{result=\"failed\"} 0".to_string()),
+        "{orders:?}"
+    );
+    // good.test is served all along; bad.test's handshakes are refused.
+    verified(&server, ports.1, &root, "good.test");
+    let addr: SocketAddr = format!("127.0.0.1:{}", ports.1).parse().unwrap();
+    assert!(!curl(addr, &root, "bad.test", "/", &[]).status.success());
 }

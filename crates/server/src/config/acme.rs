@@ -14,7 +14,7 @@ pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 pub const CHALLENGES: [&str; 2] = ["http-01", "tls-alpn-01"];
 
 /// `[acme]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AcmeConfig {
     /// The CA's directory URL. Default Let's Encrypt production ([`LETS_ENCRYPT`]).

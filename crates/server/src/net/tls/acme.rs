@@ -6,13 +6,15 @@
 //! closed when one is replaced.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
+
+use super::der::not_after;
 
 type Map<V> = ArcSwap<HashMap<Box<str>, V>>;
 
@@ -28,6 +30,10 @@ pub struct AcmeCerts {
     tokens: Map<Box<str>>,
     /// Whether any HTTP-01 token is out: a request reads the map only then.
     tokens_out: AtomicBool,
+    /// When each installed certificate expires, in Unix seconds, for `/metrics`.
+    expiry: Map<i64>,
+    /// Orders ended, by result: `issued`, `failed`.
+    orders: [AtomicU64; 2],
 }
 
 impl std::fmt::Debug for AcmeCerts {
@@ -59,6 +65,9 @@ impl AcmeCerts {
         let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
             .map_err(|e| format!("key for {name}: not valid PEM ({e:?})"))?;
         let certified = certified(chain, key)?;
+        if let Some(at) = not_after(&certified.cert[0]) {
+            insert(&self.expiry, name, at);
+        }
         insert(&self.certs, name, Arc::new(certified));
         Ok(())
     }
@@ -96,6 +105,36 @@ impl AcmeCerts {
         }
         self.tokens_out
             .store(!self.tokens.load().is_empty(), Ordering::Release);
+    }
+
+    /// Counts an order that ended, with a certificate (`issued`) or not.
+    pub fn order_done(&self, issued: bool) {
+        self.orders[usize::from(!issued)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `tessera_tls_certificate_expiry_seconds` and `tessera_acme_orders_total`.
+    pub(crate) fn metrics(&self, out: &mut handler::Metrics) {
+        let expiry = self.expiry.load();
+        let mut names: Vec<_> = expiry.iter().collect();
+        names.sort();
+        for (name, at) in names {
+            out.gauge(
+                "tessera_tls_certificate_expiry_seconds",
+                "When the certificate [acme] got for a name expires, in seconds since the \
+                 Unix epoch (its notAfter).",
+                &[("name", name)],
+                *at as f64,
+            );
+        }
+        for (i, result) in ["issued", "failed"].into_iter().enumerate() {
+            out.counter(
+                "tessera_acme_orders_total",
+                "ACME orders that ended, by result: issued (a certificate installed) or \
+                 failed (tried again after a backoff).",
+                &[("result", result)],
+                self.orders[i].load(Ordering::Relaxed),
+            );
+        }
     }
 
     /// Whether `[acme]` gets `name`'s certificate (`name` lowercase).

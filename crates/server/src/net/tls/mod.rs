@@ -21,6 +21,7 @@
 
 pub(crate) mod acme;
 mod certs;
+mod der;
 pub(crate) mod stream;
 
 use std::sync::Arc;
