@@ -1,8 +1,8 @@
 //! `acme` is tessera's ACME client (RFC 8555): it keeps one account with a CA, orders a
 //! certificate for each name `[acme]` manages, answers the CA's challenges through the
 //! server (HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the TLS ones), keeps the
-//! account, certificates and keys in `state_dir`, and renews each certificate at two
-//! thirds of its lifetime.
+//! account, certificates and keys in `state_dir`, and renews each certificate in the
+//! window the CA suggests (ARI, RFC 9773), else at two thirds of its lifetime.
 //!
 //! What it is not for: serving anything. The challenge answers and the certificates
 //! reach the server through [`Deploy`], which `cli` implements over the server's
@@ -23,6 +23,7 @@
 //! with a small tokio runtime, so the listeners never wait for the CA.
 
 mod order;
+mod renewal;
 mod settings;
 mod store;
 
@@ -74,17 +75,17 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>,
                 }
             }
         });
-        let at = match (&stored, served) {
+        let current = match (stored, served) {
             (Some(s), true) => {
-                tracing::info!(name, renew_at = %when(s.renew_at), "serving the stored ACME certificate");
-                s.renew_at
+                tracing::info!(name, expires = %when(s.not_after), "serving the stored ACME certificate");
+                Some(s)
             }
             _ => {
                 waiting.push(name.clone());
-                now
+                None
             }
         };
-        plans.push((name.clone(), at));
+        plans.push((name.clone(), current));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -101,7 +102,7 @@ async fn run(
     settings: Settings,
     dir: PathBuf,
     deploy: Arc<dyn Deploy>,
-    plans: Vec<(String, SystemTime)>,
+    plans: Vec<(String, Option<Stored>)>,
 ) {
     let mut failures = 0;
     let account = loop {
@@ -122,26 +123,42 @@ async fn run(
         account,
     });
     let mut tasks = tokio::task::JoinSet::new();
-    for (name, at) in plans {
-        tasks.spawn(keep(context.clone(), name, at));
+    for (name, current) in plans {
+        tasks.spawn(keep(context.clone(), name, current));
     }
     while tasks.join_next().await.is_some() {}
 }
 
-/// Keeps `name`'s certificate: ordered at `at`, then at two thirds of each one's
-/// lifetime; a failed order is tried again after an exponential backoff with jitter.
-async fn keep(context: Arc<Context>, name: String, mut at: SystemTime) {
+/// Keeps `name`'s certificate: ordered now when there is none (`current`), else when
+/// [`renewal::plan`] says (ARI's window, or two thirds of the lifetime); a failed order
+/// is tried again after an exponential backoff with jitter.
+async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) {
     loop {
-        if let Ok(wait) = at.duration_since(SystemTime::now()) {
-            tokio::time::sleep(wait).await;
+        let mut replaces = None;
+        if let Some(cert) = &current {
+            let plan = renewal::plan(&context.account, cert).await;
+            tracing::info!(name = %name, at = %when(plan.at), by = plan.by, "ACME renewal planned");
+            if let Ok(wait) = plan.at.duration_since(SystemTime::now()) {
+                match plan.recheck {
+                    // The CA may move the window meanwhile: ask again then.
+                    Some(recheck) if recheck < wait => {
+                        tokio::time::sleep(recheck).await;
+                        continue;
+                    }
+                    _ => tokio::time::sleep(wait).await,
+                }
+            }
+            replaces = plan.replaces;
         }
         let mut failures = 0;
-        at = loop {
-            match order::obtain(&context, &name).await {
+        current = Some(loop {
+            // `replaces` on the first try only: a CA that refuses it (the certificate
+            // was replaced already) still issues without it.
+            match order::obtain(&context, &name, replaces.take()).await {
                 Ok(stored) => {
                     context.deploy.order_done(&name, true);
-                    tracing::info!(name = %name, renew_at = %when(stored.renew_at), "ACME certificate installed");
-                    break stored.renew_at;
+                    tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
+                    break stored;
                 }
                 Err(e) => {
                     context.deploy.order_done(&name, false);
@@ -151,7 +168,7 @@ async fn keep(context: Arc<Context>, name: String, mut at: SystemTime) {
                     tokio::time::sleep(delay).await;
                 }
             }
-        };
+        });
     }
 }
 

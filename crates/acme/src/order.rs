@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, Order, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
 use crate::settings::{Challenge, Deploy, Settings};
@@ -105,11 +105,22 @@ fn polled(what: &str, e: instant_acme::Error) -> Failure {
 }
 
 /// Orders `name`'s certificate and installs it.
-pub(crate) async fn obtain(context: &Context, name: &str) -> Result<Stored, Failure> {
+/// With `replaces`, the order says which certificate it replaces (ARI, RFC 9773
+/// section 5), which a CA may exempt from its rate limits.
+pub(crate) async fn obtain(
+    context: &Context,
+    name: &str,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Stored, Failure> {
     let identifiers = [Identifier::Dns(name.to_string())];
+    let new = NewOrder::new(&identifiers);
+    let new = match replaces {
+        Some(id) => new.replaces(id),
+        None => new,
+    };
     let mut order = context
         .account
-        .new_order(&NewOrder::new(&identifiers))
+        .new_order(&new)
         .await
         .map_err(|e| format!("new order: {e}"))?;
     let mut out = Vec::new();

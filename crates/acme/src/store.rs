@@ -17,10 +17,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Stored {
     pub chain: String,
     pub key: String,
+    pub not_before: SystemTime,
     pub not_after: SystemTime,
     /// Two thirds of the way from not-before to not-after (Let's Encrypt's advice for
     /// a CA without ARI).
     pub renew_at: SystemTime,
+}
+
+impl Stored {
+    /// The leaf certificate, DER.
+    pub fn leaf(&self) -> Option<Vec<u8>> {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(self.chain.as_bytes()).ok()?;
+        Some(pem.contents)
+    }
 }
 
 impl Stored {
@@ -37,6 +46,7 @@ impl Stored {
         let lifetime = not_after.duration_since(not_before).unwrap_or_default();
         Some(Stored {
             renew_at: not_before + lifetime * 2 / 3,
+            not_before,
             not_after,
             chain,
             key,

@@ -603,3 +603,74 @@ fn a_name_whose_challenge_fails_is_retried_with_backoff_and_the_others_are_serve
     let addr: SocketAddr = format!("127.0.0.1:{}", ports.1).parse().unwrap();
     assert!(!curl(addr, &root, "bad.test", "/", &[]).status.success());
 }
+
+#[test]
+fn a_renewal_window_moved_by_the_ca_renews_at_once_replacing_the_certificate() {
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("acme");
+    let server = serve(&pebble, ports, &state, &["g.test"], "[\"http-01\"]");
+    let root = pebble.issuing_root();
+    verified(&server, ports.1, &root, "g.test");
+    // A 90-day certificate: ARI's window is weeks away.
+    crate::harness::eventually("the renewal plan", || {
+        stderr_has(&server, "ACME renewal planned") && stderr_has(&server, "by=\"ari\"")
+    });
+    drop(server);
+    assert_eq!(pebble.orders(), 1);
+    // The CA moves the window into the past (as it does before revoking a certificate).
+    let ca = state.join(
+        pebble
+            .directory
+            .trim_start_matches("https://")
+            .replace([':', '/'], "_"),
+    );
+    let chain = std::fs::read_to_string(ca.join("g.test.crt")).unwrap();
+    let window =
+        r#"{"suggestedWindow":{"start":"2020-01-01T00:00:00Z","end":"2020-01-02T00:00:00Z"}}"#;
+    let body = format!(
+        r#"{{"Certificate":{},"ARIResponse":{}}}"#,
+        json_string(&chain),
+        json_string(window)
+    );
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(pebble.ca())
+        .args(["-d", &body])
+        .arg(format!("https://{}/set-renewal-info/", pebble.management))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Restarted, it serves the stored certificate and renews it at once, saying which
+    // certificate the order replaces.
+    let server = serve(&pebble, ports, &state, &["g.test"], "[\"http-01\"]");
+    verified(&server, ports.1, &root, "g.test");
+    crate::harness::eventually("the replacing order", || {
+        pebble.pebble.count("is a replacement of") == 1
+    });
+    crate::harness::eventually("the new certificate installed", || {
+        stderr_has(&server, "ACME certificate installed")
+    });
+    assert_eq!(pebble.orders(), 2);
+    verified(&server, ports.1, &root, "g.test");
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
