@@ -150,11 +150,11 @@ async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) 
             }
             replaces = plan.replaces;
         }
-        let mut failures = 0;
+        let mut failures = 0usize;
         current = Some(loop {
             // `replaces` on the first try only: a CA that refuses it (the certificate
             // was replaced already) still issues without it.
-            match order::obtain(&context, &name, replaces.take()).await {
+            match order::obtain(&context, &name, (replaces.take(), failures)).await {
                 Ok(stored) => {
                     context.deploy.order_done(&name, true);
                     tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
@@ -163,7 +163,8 @@ async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) 
                 Err(e) => {
                     context.deploy.order_done(&name, false);
                     failures += 1;
-                    let delay = backoff(failures).max(e.retry_after.unwrap_or_default());
+                    let delay = backoff(u32::try_from(failures).unwrap_or(u32::MAX))
+                        .max(e.retry_after.unwrap_or_default());
                     tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
                     tokio::time::sleep(delay).await;
                 }

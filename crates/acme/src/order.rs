@@ -110,7 +110,7 @@ fn polled(what: &str, e: instant_acme::Error) -> Failure {
 pub(crate) async fn obtain(
     context: &Context,
     name: &str,
-    replaces: Option<CertificateIdentifier<'static>>,
+    (replaces, attempt): (Option<CertificateIdentifier<'static>>, usize),
 ) -> Result<Stored, Failure> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let new = NewOrder::new(&identifiers);
@@ -124,7 +124,7 @@ pub(crate) async fn obtain(
         .await
         .map_err(|e| format!("new order: {e}"))?;
     let mut out = Vec::new();
-    let validated = validate(context, &mut order, &mut out).await;
+    let validated = validate(context, &mut order, attempt, &mut out).await;
     let ready = match validated {
         Ok(()) => order
             .poll_ready(&POLL)
@@ -183,6 +183,7 @@ async fn why_not(order: &mut Order, status: OrderStatus) -> String {
 async fn validate(
     context: &Context,
     order: &mut Order,
+    attempt: usize,
     out: &mut Vec<(Challenge, String)>,
 ) -> Result<(), String> {
     let mut authorizations = order.authorizations();
@@ -200,7 +201,18 @@ async fn validate(
                 .iter()
                 .any(|o| o.r#type == challenge_type(*c))
         };
-        let Some(&kind) = context.settings.challenges.iter().find(|c| offered(c)) else {
+        // The configured order first, then, after each failure, starting one further:
+        // a name that one challenge cannot reach (port 80 closed, say) gets the next.
+        let challenges = &context.settings.challenges;
+        let mut preferred = challenges
+            .iter()
+            .cycle()
+            .skip(attempt % challenges.len().max(1));
+        let Some(&kind) = preferred
+            .by_ref()
+            .take(challenges.len())
+            .find(|c| offered(c))
+        else {
             return Err(format!(
                 "the CA offers none of the configured challenges for {name}"
             ));
@@ -222,6 +234,7 @@ async fn validate(
                 out.push((kind, name.clone()));
             }
         }
+        tracing::info!(name = %name, challenge = kind.name(), "ACME challenge answered");
         challenge
             .set_ready()
             .await

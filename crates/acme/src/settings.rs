@@ -22,6 +22,14 @@ impl Challenge {
             _ => None,
         }
     }
+
+    /// The configuration's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Challenge::Http01 => "http-01",
+            Challenge::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
 }
 
 /// What the client needs to know, from `[acme]`.

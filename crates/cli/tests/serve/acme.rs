@@ -259,7 +259,8 @@ fn serve(
     serve_with(pebble, (http, https), state, names, challenges, "")
 }
 
-/// [`serve`] with more top-level keys.
+/// [`serve`] with more top-level keys (`top`; one that sets `tls_listen` replaces the
+/// default one).
 fn serve_with(
     pebble: &Pebble,
     (http, https): (u16, u16),
@@ -269,8 +270,12 @@ fn serve_with(
     top: &str,
 ) -> Server {
     let site = state.parent().unwrap();
+    let tls_listen = match top.contains("tls_listen") {
+        true => String::new(),
+        false => format!("tls_listen = [\"127.0.0.1:{https}\"]\n"),
+    };
     let mut toml = format!(
-        "{top}listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
+        "{top}listen = [\"127.0.0.1:{http}\"]\n{tls_listen}workers = 1\n\n\
          [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nemail = \"ops@example.com\"\n\
          state_dir = \"{}\"\nchallenges = {challenges}\n\n\
          [tls]\nredirect_https = true\n",
@@ -673,4 +678,52 @@ fn json_string(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[test]
+fn one_name_by_http_01_and_one_by_tls_alpn_01_after_http_01_fails_for_it() {
+    // alpn.test resolves to 127.0.0.2, where only the TLS port listens: its HTTP-01
+    // fails, and the next try takes the next challenge type.
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--fail",
+            "-d",
+            r#"{"host":"alpn.test","addresses":["127.0.0.2"]}"#,
+        ])
+        .arg(format!("http://{}/add-a", pebble.dns_management))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("acme");
+    let top = format!(
+        "tls_listen = [\"127.0.0.1:{0}\", \"127.0.0.2:{0}\"]\n",
+        ports.1
+    );
+    let names = ["http.test", "alpn.test"];
+    let both = "[\"http-01\", \"tls-alpn-01\"]";
+    let server = serve_with(&pebble, ports, &state, &names, both, &top);
+    let root = pebble.issuing_root();
+    for name in names {
+        verified(&server, ports.1, &root, name);
+    }
+    let answered = |name: &str, challenge: &str| {
+        server.stderr.lock().unwrap().iter().any(|l| {
+            l.contains("ACME challenge answered")
+                && l.contains(&format!("name={name} "))
+                && l.contains(&format!("challenge=\"{challenge}\""))
+        })
+    };
+    assert!(answered("http.test", "http-01"));
+    assert!(!answered("http.test", "tls-alpn-01"));
+    assert!(answered("alpn.test", "http-01"));
+    assert!(answered("alpn.test", "tls-alpn-01"));
+    assert!(stderr_has(&server, "ACME order failed name=alpn.test"));
 }
