@@ -22,7 +22,7 @@ pub struct AcmeConfig {
     /// A PEM root certificate trusted (alone) for the connections to `directory`: a
     /// test or private CA. Default none: the system's roots.
     pub ca_root: Option<PathBuf>,
-    /// Contact address given to the CA with the account (expiry notices). Default none.
+    /// Contact address given to the CA with the account. Default none.
     pub email: Option<String>,
     /// Directory of the account key, certificates and keys, each file written 0600 and
     /// atomically (written whole to a temporary file, then renamed). Required.
