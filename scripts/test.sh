@@ -94,6 +94,21 @@ if [ ! -x "$tools/prometheus/usr/bin/promtool" ]; then
 fi
 export TESSERA_PROMETHEUS_BIN="$tools/prometheus/usr/bin"
 
+# The automatic certificate tests get certificates from Pebble, Let's Encrypt's ACME test
+# server, with pebble-challtestsrv as its DNS (crates/cli/tests/serve/acme.rs): Go
+# programs built from the Go module proxy into the cache folder.
+if [ ! -x "$tools/go/pebble" ] || [ ! -x "$tools/go/pebble-challtestsrv" ]; then
+    echo "scripts/test.sh: building pebble and pebble-challtestsrv for the ACME tests" >&2
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    if [ ! -x "$go" ]; then
+        echo "scripts/test.sh: go not found; install Go (https://go.dev/dl/) first" >&2
+        exit 1
+    fi
+    GOBIN="$tools/go" "$go" install github.com/letsencrypt/pebble/v2/cmd/pebble@latest \
+        github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@latest
+fi
+export TESSERA_PEBBLE_BIN="$tools/go"
+
 # No crate declares a dependency it does not use (a dev-dependency for one only its tests
 # use; a false positive goes in its Cargo.toml's [package.metadata.cargo-machete] with why).
 if ! command -v cargo-machete >/dev/null 2>&1; then

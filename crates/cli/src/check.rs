@@ -110,7 +110,7 @@ pub fn problems_but_modules(config: &ServeConfig) -> Vec<String> {
     // keys themselves are right).
     if problems.is_empty() {
         problems.extend(server::htpasswd_problem(server));
-        if let Err(e) = server::Tls::new(server) {
+        if let Err(e) = server::Tls::new(server, None) {
             problems.push(e);
         }
     }

@@ -159,6 +159,7 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
         ("limit", fields::<server::LimitConfig>()),
         ("timeouts", fields::<server::TimeoutsConfig>()),
         ("tls", fields::<server::TlsConfig>()),
+        ("acme", fields::<server::AcmeConfig>()),
         ("http2", fields::<server::Http2Config>()),
         ("compression", fields_like(&server.compression)),
         ("cache_control", fields::<server::CacheControlRule>()),

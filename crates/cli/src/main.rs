@@ -3,6 +3,7 @@
 //! them to the server. Only this crate talks to the terminal and uses `anyhow`.
 
 mod bench;
+mod certificates;
 mod check;
 mod config;
 mod esi;

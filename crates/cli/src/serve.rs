@@ -188,6 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         eprintln!("tessera: admin on http://{addr}/metrics, /healthz and /status, for {who}");
     }
+    crate::certificates::start(&file.server, server.acme())?;
     let running = server.start().map_err(what_to_do)?;
     if let Some(path) = &pid_file {
         if let Err(e) = upgrade::write_pid_file(path) {

@@ -248,6 +248,9 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         &[],
         shared.log.dropped.load(Ordering::Relaxed),
     );
+    if let Some(acme) = &shared.acme {
+        acme.metrics(&mut out);
+    }
     for module in &gen.modules {
         module.metrics(&mut out);
     }

@@ -79,6 +79,7 @@ pub fn htpasswd_problem(config: &Config) -> Option<String> {
 
 pub use access_log::FormatError;
 pub use client::RealIpFrom;
+pub use config::acme::AcmeConfig;
 pub use config::http2::Http2Config;
 pub use config::tls::TlsConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
@@ -86,7 +87,7 @@ pub use conn_state::ConnState;
 pub use error::Error;
 pub use limit::{LimitConfig, LimitRedis};
 pub use net::listeners::Inherited;
-pub use net::tls::Tls;
+pub use net::tls::{AcmeCerts, Tls};
 
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {
@@ -127,7 +128,11 @@ impl Server {
             Some(addr) => Some(admin::bind(addr).map_err(|source| Error::Listen { addr, source })?),
             None => None,
         };
-        let tls = Tls::new(config).map_err(Error::Tls)?;
+        let acme = config
+            .acme
+            .as_ref()
+            .map(|_| Arc::new(AcmeCerts::new(config.acme_names())));
+        let tls = Tls::new(config, acme.clone()).map_err(Error::Tls)?;
         let listeners = Listeners::new();
         let mut set = Vec::new();
         for (requested, kind) in config.listening() {
@@ -160,6 +165,7 @@ impl Server {
                 slots_per_worker: (config.max_connections / workers).max(1),
                 per_client: limit::PerClient::new(config.max_connections),
                 tls,
+                acme,
                 https_port: tls_addrs.first().map(|a| a.port()),
                 epoch: std::time::Instant::now(),
                 listeners,
@@ -192,6 +198,12 @@ impl Server {
     /// The admin listener's address, when there is one (port 0 resolved).
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|a| a.local_addr().ok())
+    }
+
+    /// `[acme]`'s certificates and challenge answers, which the ACME client fills
+    /// (`None` without `[acme]`).
+    pub fn acme(&self) -> Option<Arc<AcmeCerts>> {
+        self.shared.acme.clone()
     }
 
     /// The TLS addresses actually bound (port 0 resolved).
@@ -335,6 +347,11 @@ impl Running {
         }
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
+        }
+        // The ACME client, its names and its store are those of the start.
+        let acme_of = |c: &Config| c.acme.as_ref().map(|a| (a.clone(), c.acme_names()));
+        if acme_of(&config) != acme_of(&old.config) {
+            not_applied.push("acme");
         }
         let gen = Generation::new(
             number,

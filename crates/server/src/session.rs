@@ -32,6 +32,7 @@ use crate::http2;
 use crate::metrics::Handshake;
 use crate::net::reactor::Socket;
 use crate::net::tls::stream::TlsStream;
+use crate::net::tls::ACME_TLS_ALPN;
 use crate::net::transport::Stream;
 use crate::worker::Worker;
 
@@ -183,6 +184,12 @@ async fn tls(tcp: Socket, origin: Origin, worker: Rc<Worker>, slot: SlotId) {
                 } else {
                     Handshake::Full
                 });
+            }
+            if stream.tls.alpn_protocol() == Some(ACME_TLS_ALPN) {
+                // A CA's TLS-ALPN-01 validator: it has seen the challenge certificate,
+                // and sends nothing more (RFC 8737 section 3).
+                worker.free(slot);
+                return;
             }
             let facts = stream.facts;
             if facts.h2 {

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     /// The TLS settings every TLS listener shares (certificates, resumption), when
     /// there was a `tls_listen` at start.
     pub tls: Option<tls::Tls>,
+    /// `[acme]`'s certificates and challenge answers (HTTP-01 is answered on the
+    /// cleartext listeners), when it was configured at start.
+    pub acme: Option<Arc<tls::AcmeCerts>>,
     /// The port of the first `tls_listen` as bound at start, for `redirect_https`.
     pub https_port: Option<u16>,
     /// The origin of every worker's millisecond clock, so that a time one worker

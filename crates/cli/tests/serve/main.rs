@@ -4,6 +4,7 @@ mod harness;
 
 mod access_log;
 mod access_policy;
+mod acme;
 mod cache;
 mod check_config;
 mod client_identity;

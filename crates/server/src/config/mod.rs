@@ -2,6 +2,7 @@
 //! (docs/config.md), the checks of values (`Config::problems`), and the kind of each
 //! listening address. `[tls]` and `[http2]` are in their own modules.
 
+pub(crate) mod acme;
 pub(crate) mod http2;
 pub(crate) mod tls;
 
@@ -48,6 +49,9 @@ pub struct Config {
     pub deny_status: Option<u16>,
     /// `[tls]`: the default certificate and key (docs/tls.md).
     pub tls: tls::TlsConfig,
+    /// `[acme]`: certificates from an ACME CA for the hosts without one (docs/tls.md,
+    /// "Automatic certificates"). Default none.
+    pub acme: Option<acme::AcmeConfig>,
     /// Directory served. Default none: no static files, so every request no module
     /// answers is 404 (a proxy needs no directory). `tessera serve` sets
     /// `examples/site` when it is given no root and that directory exists.
@@ -278,6 +282,7 @@ impl Default for Config {
             access: Vec::new(),
             deny_status: None,
             tls: Default::default(),
+            acme: None,
             root: None,
             workers: 0,
             backlog: 4096,
@@ -413,6 +418,18 @@ impl Config {
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).
+    /// The names `[acme]` gets certificates for: every `[[host]]` name that is not a
+    /// wildcard, of a host without a configured certificate, lowercased.
+    pub fn acme_names(&self) -> Vec<String> {
+        self.host
+            .iter()
+            .filter(|h| h.tls.as_ref().is_none_or(|t| t.certificate.is_none()))
+            .flat_map(|h| &h.names)
+            .filter(|n| !n.starts_with("*."))
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+            .collect()
+    }
+
     pub fn hosts(&self) -> handler::Hosts {
         let default = self
             .host
@@ -544,6 +561,10 @@ impl Config {
             problems.push("`h2c_listen` needs HTTP/2, which `http2 = false` turns off".into());
         }
         problems.extend(tls_problems(self));
+        if let Some(acme) = &self.acme {
+            let (listen, tls_listen) = (!self.listen.is_empty(), !self.tls_listen.is_empty());
+            problems.extend(acme.problems(&self.acme_names(), listen, tls_listen));
+        }
         problems.extend(self.http2.problems());
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
@@ -729,6 +750,7 @@ fn tls_problems(config: &Config) -> Vec<String> {
         }
     }
     if !config.tls_listen.is_empty()
+        && config.acme.is_none()
         && config.tls.certificate.is_none()
         && !config
             .host
@@ -736,7 +758,7 @@ fn tls_problems(config: &Config) -> Vec<String> {
             .any(|h| h.tls.as_ref().is_some_and(|t| t.certificate.is_some()))
     {
         problems.push(
-            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key)"
+            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key), or `[acme]`"
                 .into(),
         );
     }

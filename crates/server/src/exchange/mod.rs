@@ -7,6 +7,7 @@
 pub(crate) mod access;
 mod admit;
 pub(crate) mod checks;
+mod challenge;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
@@ -110,6 +111,12 @@ pub(crate) fn answer(
     out: &mut Output,
     pending: &[u8],
 ) -> Dispatched {
+    // Before the site is chosen: no route, redirect or limit stands in its way.
+    if challenge::answer(worker, conn, req, keep_alive, out) {
+        let gen = &worker.current().gen;
+        let site = gen.sites.hosts.select(req);
+        return Dispatched::Done(by_files(gen, site, req, (None, None)));
+    }
     let at = (pending, None, checked);
     answer_in(worker, conn, req, keep_alive, out, at)
 }

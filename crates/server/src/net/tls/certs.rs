@@ -12,8 +12,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use super::acme::AcmeCerts;
+use super::der::not_after;
 use crate::config::tls::TlsConfig;
 use crate::config::Config;
+
+/// The ALPN protocol of a TLS-ALPN-01 validation (RFC 8737).
+pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 /// Chooses a handshake's certificate by its server name.
 #[derive(Debug)]
@@ -24,11 +29,13 @@ pub(crate) struct Resolver {
     /// For a name no host with a certificate claims, and for no SNI: `[tls]`, else the
     /// default host's.
     default: Option<Arc<CertifiedKey>>,
+    /// `[acme]`'s certificates and challenge answers, when it is configured.
+    acme: Option<Arc<AcmeCerts>>,
 }
 
 impl Resolver {
     /// Reads every certificate the configuration names; the first failure is the error.
-    pub fn load(config: &Config) -> Result<Resolver, String> {
+    pub fn load(config: &Config, acme: Option<Arc<AcmeCerts>>) -> Result<Resolver, String> {
         let provider = rustls::crypto::ring::default_provider();
         let keys = std::iter::once(Some(&config.tls))
             .chain(config.host.iter().map(|h| h.tls.as_ref()))
@@ -43,13 +50,60 @@ impl Resolver {
             hosts,
             keys,
             default,
+            acme,
         })
+    }
+
+    /// The ACME answer for a handshake, when ACME decides it: `Some(None)` refuses it.
+    /// A TLS-ALPN-01 validation (it offers `acme-tls/1`) gets its challenge
+    /// certificate; a name `[acme]` manages gets its certificate, or, while it has
+    /// none yet, an alert (the default certificate would only be refused by the
+    /// client, for the wrong name).
+    fn acme(&self, hello: &ClientHello<'_>) -> Option<Option<Arc<CertifiedKey>>> {
+        let acme = self.acme.as_ref()?;
+        let sni = hello.server_name()?;
+        let lower;
+        let name = match sni.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => {
+                lower = sni.to_ascii_lowercase();
+                &lower[..]
+            }
+            false => sni,
+        };
+        let validation = hello
+            .alpn()
+            .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+        if validation {
+            let found = acme.alpn_challenge(name);
+            if found.is_none() {
+                tracing::info!(
+                    name,
+                    "TLS-ALPN-01 validation for a name with no challenge out: refused"
+                );
+            }
+            return Some(found);
+        }
+        let site = self.hosts.named(name.as_bytes())?;
+        if self.keys[site].is_some() || !acme.manages(name) {
+            return None;
+        }
+        let found = acme.certificate(name);
+        if found.is_none() {
+            tracing::warn!(
+                name,
+                "TLS handshake refused: the certificate from [acme] is not there yet"
+            );
+        }
+        Some(found)
     }
 }
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         super::stream::note_sni(hello.server_name());
+        if let Some(answer) = self.acme(&hello) {
+            return answer;
+        }
         hello
             .server_name()
             .and_then(|name| self.hosts.named(name.as_bytes()))
@@ -116,95 +170,5 @@ fn pem_error(e: rustls::pki_types::pem::Error) -> String {
         rustls::pki_types::pem::Error::Io(io) => io.to_string(),
         rustls::pki_types::pem::Error::NoItemsFound => "no PEM item of the expected kind".into(),
         other => format!("not valid PEM ({other:?})"),
-    }
-}
-
-/// The end of a certificate's validity, in Unix seconds, read from its DER: Certificate
-/// is SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber,
-/// signature, issuer, validity SEQUENCE { notBefore, notAfter }, ... } ... }. `None` for
-/// what does not parse (rustls refuses such a certificate itself at handshake).
-fn not_after(cert: &[u8]) -> Option<i64> {
-    let (_, certificate, _) = der(cert)?;
-    let (_, mut tbs, _) = der(certificate)?;
-    let (tag, _, rest) = der(tbs)?;
-    if tag == 0xa0 {
-        tbs = rest;
-    }
-    for _ in 0..3 {
-        tbs = der(tbs)?.2; // serial, signature, issuer
-    }
-    let (_, validity, _) = der(tbs)?;
-    let (_, _, rest) = der(validity)?;
-    let (tag, time, _) = der(rest)?;
-    let digits = std::str::from_utf8(time).ok()?;
-    let full = match tag {
-        // UTCTime: YYMMDDHHMMSSZ, years 1950 to 2049 (RFC 5280 section 4.1.2.5.1).
-        0x17 if digits.len() == 13 => {
-            let century = if &digits[..2] < "50" { "20" } else { "19" };
-            format!("{century}{digits}")
-        }
-        0x18 if digits.len() == 15 => digits.to_string(),
-        _ => return None,
-    };
-    let n = |r: std::ops::Range<usize>| full.get(r)?.parse::<i64>().ok();
-    let days = days_from_civil(n(0..4)?, n(4..6)?, n(6..8)?);
-    Some(days * 86_400 + n(8..10)? * 3600 + n(10..12)? * 60 + n(12..14)?)
-}
-
-/// One DER element: (tag, contents, what follows).
-fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        first as usize
-    } else {
-        let count = (first & 0x7f) as usize;
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let len = rest[..count]
-            .iter()
-            .fold(0usize, |n, &b| (n << 8) | b as usize);
-        rest = &rest[count..];
-        len
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn days_from_civil_matches_known_dates() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
-    }
-
-    #[test]
-    fn der_reads_short_and_long_lengths() {
-        assert_eq!(
-            der(&[0x30, 2, 1, 2, 9]),
-            Some((0x30, &[1u8, 2][..], &[9u8][..]))
-        );
-        let mut long = vec![0x04, 0x81, 200];
-        long.extend(std::iter::repeat_n(7u8, 200));
-        assert_eq!(
-            der(&long).map(|(t, c, r)| (t, c.len(), r.len())),
-            Some((4, 200, 0))
-        );
-        assert_eq!(der(&[0x30, 5, 1]), None);
     }
 }

@@ -19,7 +19,9 @@
 //! cache. Certificates are swapped whole ([`Tls::reload`]): a handshake reads the
 //! current configuration once, lock-free; connections already open keep theirs.
 
+pub(crate) mod acme;
 mod certs;
+mod der;
 pub(crate) mod stream;
 
 use std::sync::Arc;
@@ -29,6 +31,8 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use crate::config::Config;
+pub use acme::AcmeCerts;
+pub(crate) use certs::ACME_TLS_ALPN;
 
 /// TLS 1.2 sessions remembered for resumption by session ID, across all workers. Each
 /// costs a few hundred bytes; 20,000 is what nginx keeps in 5 MB of `ssl_session_cache`.
@@ -41,6 +45,8 @@ pub struct Tls {
     current: ArcSwap<ServerConfig>,
     tickets: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
+    /// `[acme]`'s certificates, which outlive reloads as the resumption state does.
+    acme: Option<Arc<AcmeCerts>>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -50,20 +56,21 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
-    /// Reads every certificate and key the configuration names. `Ok(None)` when it
-    /// has no `tls_listen`.
-    pub fn new(config: &Config) -> Result<Option<Tls>, String> {
+    /// Reads every certificate and key the configuration names, and serves `acme`'s
+    /// (`[acme]`, when configured). `Ok(None)` when it has no `tls_listen`.
+    pub fn new(config: &Config, acme: Option<Arc<AcmeCerts>>) -> Result<Option<Tls>, String> {
         if config.tls_listen.is_empty() {
             return Ok(None);
         }
         let tickets = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| format!("cannot make TLS ticket keys: {e}"))?;
         let sessions = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
-        let server_config = build(config, tickets.clone(), sessions.clone())?;
+        let server_config = build(config, tickets.clone(), sessions.clone(), acme.clone())?;
         Ok(Some(Tls {
             current: ArcSwap::from_pointee(server_config),
             tickets,
             sessions,
+            acme,
         }))
     }
 
@@ -71,7 +78,8 @@ impl Tls {
     /// kept), built but not yet used: a reload installs it once everything else of the
     /// new configuration is ready too.
     pub(crate) fn prepare(&self, config: &Config) -> Result<Arc<ServerConfig>, String> {
-        build(config, self.tickets.clone(), self.sessions.clone()).map(Arc::new)
+        let acme = self.acme.clone();
+        build(config, self.tickets.clone(), self.sessions.clone(), acme).map(Arc::new)
     }
 
     /// New handshakes use `prepared` from now on.
@@ -89,8 +97,9 @@ fn build(
     config: &Config,
     tickets: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
+    acme: Option<Arc<AcmeCerts>>,
 ) -> Result<ServerConfig, String> {
-    let resolver = certs::Resolver::load(config)?;
+    let resolver = certs::Resolver::load(config, acme)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut server_config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -102,6 +111,15 @@ fn build(
         true => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         false => vec![b"http/1.1".to_vec()],
     };
+    // Last, so that no ordinary client is given it: only a CA's TLS-ALPN-01 validator
+    // offers it, alone (RFC 8737).
+    if config
+        .acme
+        .as_ref()
+        .is_some_and(|a| a.offers("tls-alpn-01"))
+    {
+        server_config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     server_config.ignore_client_order = true;
     server_config.ticketer = tickets;
     server_config.session_storage = sessions;

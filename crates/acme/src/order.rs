@@ -1,0 +1,262 @@
+//! The account, and one order for one name: new order, a challenge per pending
+//! authorization (answered through [`Deploy`](crate::Deploy) and withdrawn after),
+//! finalization with a fresh ECDSA P-256 key, the certificate stored and installed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
+};
+
+use crate::settings::{Challenge, Deploy, Settings};
+use crate::store::{self, Stored};
+
+/// What every name's task shares.
+pub(crate) struct Context {
+    pub settings: Settings,
+    /// The CA's folder in `state_dir`.
+    pub dir: PathBuf,
+    pub deploy: Arc<dyn Deploy>,
+    pub account: Account,
+}
+
+/// How long an order may wait for the CA's validation, then for its certificate.
+const POLL: RetryPolicy = RetryPolicy::new()
+    .initial_delay(Duration::from_millis(250))
+    .timeout(Duration::from_secs(90));
+
+/// The account with the CA: the stored one, or a new one (then stored).
+pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, String> {
+    let path = store::account_path(dir);
+    let builder = || match &settings.ca_root {
+        Some(root) => Account::builder_with_root(root)
+            .map_err(|e| format!("acme.ca_root {}: {e}", root.display())),
+        None => Account::builder().map_err(|e| e.to_string()),
+    };
+    if let Ok(json) = std::fs::read(&path) {
+        let credentials: AccountCredentials =
+            serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+        return builder()?
+            .from_credentials(credentials)
+            .await
+            .map_err(|e| e.to_string());
+    }
+    let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
+    let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let new = NewAccount {
+        contact: &contact,
+        terms_of_service_agreed: true,
+        only_return_existing: false,
+    };
+    let (account, credentials) = builder()?
+        .create(&new, settings.directory.clone(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
+    store::write_private(&path, &json).map_err(|e| format!("{}: {e}", path.display()))?;
+    tracing::info!(account = account.id(), "ACME account created");
+    Ok(account)
+}
+
+/// Why an order failed, and how long the CA asked to wait (its `Retry-After`, when
+/// instant-acme hands it over: a poll that ran out of time with one ahead).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A failed poll, with the CA's Retry-After when it had one.
+fn polled(what: &str, e: instant_acme::Error) -> Failure {
+    let retry_after = match &e {
+        instant_acme::Error::Timeout(Some(at)) => {
+            Some(at.saturating_duration_since(std::time::Instant::now()))
+        }
+        _ => None,
+    };
+    Failure {
+        message: format!("{what}: {e}"),
+        retry_after,
+    }
+}
+
+/// Orders `name`'s certificate and installs it.
+/// With `replaces`, the order says which certificate it replaces (ARI, RFC 9773
+/// section 5), which a CA may exempt from its rate limits.
+pub(crate) async fn obtain(
+    context: &Context,
+    name: &str,
+    (replaces, attempt): (Option<CertificateIdentifier<'static>>, usize),
+) -> Result<Stored, Failure> {
+    let identifiers = [Identifier::Dns(name.to_string())];
+    let new = NewOrder::new(&identifiers);
+    let new = match replaces {
+        Some(id) => new.replaces(id),
+        None => new,
+    };
+    let mut order = context
+        .account
+        .new_order(&new)
+        .await
+        .map_err(|e| format!("new order: {e}"))?;
+    let mut out = Vec::new();
+    let validated = validate(context, &mut order, attempt, &mut out).await;
+    let ready = match validated {
+        Ok(()) => order
+            .poll_ready(&POLL)
+            .await
+            .map_err(|e| polled("waiting for validation", e)),
+        Err(e) => Err(Failure::from(e)),
+    };
+    for (challenge, token) in out {
+        match challenge {
+            Challenge::Http01 => context.deploy.http_challenge(&token, None),
+            Challenge::TlsAlpn01 => drop(context.deploy.alpn_challenge(name, None)),
+        }
+    }
+    match ready? {
+        OrderStatus::Ready => {}
+        status => return Err(why_not(&mut order, status).await.into()),
+    }
+    let key = order
+        .finalize()
+        .await
+        .map_err(|e| format!("finalize: {e}"))?;
+    let chain = order
+        .poll_certificate(&POLL)
+        .await
+        .map_err(|e| polled("certificate", e))?;
+    let stored = Stored::new(chain, key).ok_or("the CA's certificate does not parse")?;
+    let dir = &context.dir;
+    store::save(dir, name, &stored).map_err(|e| format!("{}: {e}", dir.display()))?;
+    context
+        .deploy
+        .certificate(name, &stored.chain, &stored.key)?;
+    Ok(stored)
+}
+
+/// The CA's problem documents for an order that did not become ready: the order's,
+/// else those of its failed challenges.
+async fn why_not(order: &mut Order, status: OrderStatus) -> String {
+    let mut problems: Vec<String> = order.state().error.iter().map(|p| p.to_string()).collect();
+    if problems.is_empty() {
+        let mut authorizations = order.authorizations();
+        while let Some(Ok(mut authorization)) = authorizations.next().await {
+            if let Ok(state) = authorization.refresh().await {
+                let errors = state.challenges.iter().filter_map(|c| c.error.as_ref());
+                problems.extend(errors.map(|p| p.to_string()));
+            }
+        }
+    }
+    match problems.is_empty() {
+        true => format!("order {status:?}: the CA gave no problem document"),
+        false => format!("order {status:?}: {}", problems.join("; ")),
+    }
+}
+
+/// Answers a challenge of every pending authorization and tells the CA it is ready;
+/// `out` gets what was put out, to withdraw after.
+async fn validate(
+    context: &Context,
+    order: &mut Order,
+    attempt: usize,
+    out: &mut Vec<(Challenge, String)>,
+) -> Result<(), String> {
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization.map_err(|e| format!("authorization: {e}"))?;
+        match authorization.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            status => return Err(format!("authorization {status:?}")),
+        }
+        let name = authorization.identifier().to_string();
+        let offered = |c: &Challenge| {
+            authorization
+                .challenges
+                .iter()
+                .any(|o| o.r#type == challenge_type(*c))
+        };
+        // The configured order first, then, after each failure, starting one further:
+        // a name that one challenge cannot reach (port 80 closed, say) gets the next.
+        let challenges = &context.settings.challenges;
+        let mut preferred = challenges
+            .iter()
+            .cycle()
+            .skip(attempt % challenges.len().max(1));
+        let Some(&kind) = preferred
+            .by_ref()
+            .take(challenges.len())
+            .find(|c| offered(c))
+        else {
+            return Err(format!(
+                "the CA offers none of the configured challenges for {name}"
+            ));
+        };
+        let mut challenge = authorization
+            .challenge(challenge_type(kind))
+            .ok_or("challenge gone")?;
+        let key_authorization = challenge.key_authorization();
+        match kind {
+            Challenge::Http01 => {
+                context
+                    .deploy
+                    .http_challenge(&challenge.token, Some(key_authorization.as_str()));
+                out.push((kind, challenge.token.clone()));
+            }
+            Challenge::TlsAlpn01 => {
+                let cert = alpn_certificate(&name, key_authorization.digest().as_ref())?;
+                context.deploy.alpn_challenge(&name, Some(cert))?;
+                out.push((kind, name.clone()));
+            }
+        }
+        tracing::info!(name = %name, challenge = kind.name(), "ACME challenge answered");
+        challenge
+            .set_ready()
+            .await
+            .map_err(|e| format!("challenge: {e}"))?;
+    }
+    Ok(())
+}
+
+fn challenge_type(challenge: Challenge) -> ChallengeType {
+    match challenge {
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    }
+}
+
+/// The TLS-ALPN-01 certificate (RFC 8737 section 3): self-signed for `name`, with the
+/// critical acmeIdentifier extension holding the SHA-256 of the key authorization.
+fn alpn_certificate(name: &str, digest: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let err = |e: rcgen::Error| format!("TLS-ALPN-01 certificate: {e}");
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(err)?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let key = rcgen::KeyPair::generate().map_err(err)?;
+    let cert = params.self_signed(&key).map_err(err)?;
+    Ok((cert.der().to_vec(), key.serialize_der()))
+}

@@ -1,0 +1,58 @@
+//! What the client is told (`[acme]`, as `cli` reads it) and where its results go.
+
+use std::path::PathBuf;
+
+/// A challenge type tessera answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Challenge {
+    /// `http-01`: the key authorization at `/.well-known/acme-challenge/TOKEN`, port 80.
+    Http01,
+    /// `tls-alpn-01`: a self-signed certificate for the name with the `acme-tls/1`
+    /// ALPN, port 443 (RFC 8737).
+    TlsAlpn01,
+}
+
+impl Challenge {
+    /// The configuration's name for it (`http-01`, `tls-alpn-01`).
+    pub fn parse(name: &str) -> Option<Challenge> {
+        match name {
+            "http-01" => Some(Challenge::Http01),
+            "tls-alpn-01" => Some(Challenge::TlsAlpn01),
+            _ => None,
+        }
+    }
+
+    /// The configuration's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Challenge::Http01 => "http-01",
+            Challenge::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
+}
+
+/// What the client needs to know, from `[acme]`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub directory: String,
+    pub ca_root: Option<PathBuf>,
+    pub email: Option<String>,
+    pub state_dir: PathBuf,
+    /// In order of preference; the first one the CA offers for a name is used.
+    pub challenges: Vec<Challenge>,
+    /// The names to keep a certificate for (lowercase DNS names).
+    pub names: Vec<String>,
+}
+
+/// Where the client's results go: the server's certificate store.
+pub trait Deploy: Send + Sync + 'static {
+    /// Serve `chain` (PEM, leaf first) with `key` (PEM PKCS#8) for `name` from now on.
+    fn certificate(&self, name: &str, chain: &str, key: &str) -> Result<(), String>;
+    /// Answer the HTTP-01 `token` with `key_authorization`, or stop (`None`).
+    fn http_challenge(&self, token: &str, key_authorization: Option<&str>);
+    /// Serve a TLS-ALPN-01 certificate (DER) and key (PKCS#8 DER) for `name`, or stop.
+    fn alpn_challenge(&self, name: &str, cert: Option<(Vec<u8>, Vec<u8>)>) -> Result<(), String>;
+    /// An order ended: `true` with a certificate, `false` with an error.
+    fn order_done(&self, _name: &str, _ok: bool) {}
+}

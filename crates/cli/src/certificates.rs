@@ -1,0 +1,59 @@
+//! `[acme]` wired to the server: the ACME client (the `acme` crate) hands its
+//! certificates and challenge answers to the server's store (`server::AcmeCerts`).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+/// The server's store, as the client's [`acme::Deploy`].
+struct Store(Arc<server::AcmeCerts>);
+
+impl acme::Deploy for Store {
+    fn certificate(&self, name: &str, chain: &str, key: &str) -> Result<(), String> {
+        self.0.set_certificate(name, chain, key)
+    }
+
+    fn http_challenge(&self, token: &str, key_authorization: Option<&str>) {
+        self.0.set_http_challenge(token, key_authorization);
+    }
+
+    fn alpn_challenge(&self, name: &str, cert: Option<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        self.0.set_alpn_challenge(name, cert)
+    }
+
+    fn order_done(&self, _name: &str, issued: bool) {
+        self.0.order_done(issued);
+    }
+}
+
+/// Starts the ACME client when `[acme]` is configured: stored certificates are served
+/// at once, orders run in the background. Prints what it does.
+pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> anyhow::Result<()> {
+    let (Some(acme), Some(store)) = (&config.acme, store) else {
+        return Ok(());
+    };
+    let settings = acme::Settings {
+        directory: acme.directory.clone(),
+        ca_root: acme.ca_root.clone(),
+        email: acme.email.clone(),
+        state_dir: acme
+            .state_dir
+            .clone()
+            .context("acme.state_dir is required")?,
+        challenges: acme
+            .challenges
+            .iter()
+            .filter_map(|c| acme::Challenge::parse(c))
+            .collect(),
+        names: config.acme_names(),
+    };
+    let names = settings.names.join(", ");
+    let directory = settings.directory.clone();
+    let waiting = acme::start(settings, Arc::new(Store(store)))?;
+    let waiting = match waiting.len() {
+        0 => String::new(),
+        n => format!(" ({n} to order: {})", waiting.join(", ")),
+    };
+    eprintln!("tessera: certificates from {directory} for {names}{waiting}");
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! `[acme]`: certificates obtained and renewed by tessera itself from an ACME CA (RFC
+//! 8555), for every `[[host]]` name that is not a wildcard and has no certificate of its
+//! own (docs/tls.md, "Automatic certificates"). The keys are those of issue 46's
+//! interface; what is not built yet is refused by [`AcmeConfig::problems`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Let's Encrypt's production directory, the default `directory`.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// The challenge types tessera answers.
+pub const CHALLENGES: [&str; 2] = ["http-01", "tls-alpn-01"];
+
+/// `[acme]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcmeConfig {
+    /// The CA's directory URL. Default Let's Encrypt production ([`LETS_ENCRYPT`]).
+    pub directory: String,
+    /// A PEM root certificate trusted (alone) for the connections to `directory`: a
+    /// test or private CA. Default none: the system's roots.
+    pub ca_root: Option<PathBuf>,
+    /// Contact address given to the CA with the account. Default none.
+    pub email: Option<String>,
+    /// Directory of the account key, certificates and keys, each file written 0600 and
+    /// atomically (written whole to a temporary file, then renamed). Required.
+    pub state_dir: Option<PathBuf>,
+    /// Challenge types offered to the CA, in order of preference: `http-01` (answered
+    /// on every `listen` address) and `tls-alpn-01` (on every `tls_listen` address).
+    /// Default both.
+    pub challenges: Vec<String>,
+    /// Where the state lives: `files` (in `state_dir`). `redis` is not built yet.
+    pub storage: String,
+    /// With `storage = "redis"`: the key that encrypts private keys. Not built yet.
+    pub storage_key: Option<PathBuf>,
+    /// Order certificates for names first seen in SNI. Not built yet.
+    pub on_demand: bool,
+    /// With `on_demand`: the URL that allows a name. Not built yet.
+    pub ask: Option<String>,
+}
+
+impl Default for AcmeConfig {
+    fn default() -> Self {
+        AcmeConfig {
+            directory: LETS_ENCRYPT.into(),
+            ca_root: None,
+            email: None,
+            state_dir: None,
+            challenges: CHALLENGES.iter().map(|c| c.to_string()).collect(),
+            storage: "files".into(),
+            storage_key: None,
+            on_demand: false,
+            ask: None,
+        }
+    }
+}
+
+impl AcmeConfig {
+    /// What is wrong with the table, each naming its key, given the names it would
+    /// get certificates for and which listeners there are.
+    pub fn problems(&self, names: &[String], listen: bool, tls_listen: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.directory.starts_with("https://") {
+            problems.push(format!(
+                "`acme.directory`: must be an https:// URL, not {}",
+                self.directory
+            ));
+        }
+        if self.state_dir.is_none() {
+            problems.push(
+                "`acme.state_dir` is required: the directory of the account key, certificates and keys"
+                    .into(),
+            );
+        }
+        if self.challenges.is_empty() {
+            problems.push("`acme.challenges`: needs at least one of http-01, tls-alpn-01".into());
+        }
+        for challenge in &self.challenges {
+            if !CHALLENGES.contains(&challenge.as_str()) {
+                problems.push(format!(
+                    "`acme.challenges`: \"{challenge}\" is not one of http-01, tls-alpn-01 (dns-01 is not built yet)"
+                ));
+            }
+        }
+        if self.challenges.iter().all(|c| c == "http-01") && !listen {
+            problems.push("`acme.challenges`: http-01 alone needs a `listen` address (port 80 for a public CA)".into());
+        }
+        if self.challenges.iter().all(|c| c == "tls-alpn-01") && !tls_listen {
+            problems
+                .push("`acme.challenges`: tls-alpn-01 alone needs a `tls_listen` address (port 443 for a public CA)".into());
+        }
+        match self.storage.as_str() {
+            "files" => {}
+            "redis" => problems.push(
+                "`acme.storage`: \"redis\" is not built yet: use \"files\" (one process per state_dir)"
+                    .into(),
+            ),
+            other => problems.push(format!(
+                "`acme.storage`: must be \"files\" (or, not built yet, \"redis\"), not \"{other}\""
+            )),
+        }
+        if self.storage_key.is_some() {
+            problems.push(
+                "`acme.storage_key`: goes with storage = \"redis\", which is not built yet".into(),
+            );
+        }
+        if self.on_demand || self.ask.is_some() {
+            problems.push(
+                "`acme.on_demand`: certificates for names first seen in SNI (with `ask`) are not built yet"
+                    .into(),
+            );
+        }
+        for name in names {
+            let label_ok = |l: &str| {
+                !l.is_empty()
+                    && !l.starts_with('-')
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            };
+            if !name.split('.').all(label_ok) || !name.contains('.') {
+                problems.push(format!(
+                    "`acme`: cannot get a certificate for \"{name}\": a CA issues for DNS names with a dot (no IP address, no localhost); give that host a `[host.tls]` certificate"
+                ));
+            }
+        }
+        if names.is_empty() {
+            problems.push(
+                "`acme`: no `[[host]]` name to get a certificate for: each is a wildcard or has a `[host.tls]` certificate"
+                    .into(),
+            );
+        }
+        problems
+    }
+
+    /// Whether a challenge type is offered.
+    pub fn offers(&self, challenge: &str) -> bool {
+        self.challenges.iter().any(|c| c == challenge)
+    }
+}
