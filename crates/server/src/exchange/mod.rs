@@ -6,8 +6,8 @@
 
 pub(crate) mod access;
 mod admit;
-pub(crate) mod checks;
 mod challenge;
+pub(crate) mod checks;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
