@@ -24,6 +24,9 @@ pub struct ProxyRequest {
     /// The whole request body (the server reads it within its body limit first).
     pub body: Bytes,
     pub client: ClientInfo,
+    /// Where to note the upstream attempts and the cache's result for the access log;
+    /// `None`: the log does not write them, and nothing is noted.
+    pub notes: Option<handler::LogNotes>,
 }
 
 /// The response to send downstream. `headers` are final (hop-by-hop fields and

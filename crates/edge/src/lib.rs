@@ -67,6 +67,7 @@
 //!         port: 0,
 //!         forwarded_for: None,
 //!     },
+//!     notes: None,
 //! };
 //! match edge.proxy(request).await {
 //!     Err(e) => { let _status = e.status(); /* answer it */ }

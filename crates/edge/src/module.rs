@@ -451,6 +451,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
                 wire::Version::Http2 => http::Version::HTTP_2,
             },
         },
+        notes: req.notes.cloned(),
     })
 }
 

@@ -33,6 +33,9 @@ pub struct Request<'a> {
     pub tag: u32,
     /// Whether the request came over TLS (the proxy says `X-Forwarded-Proto: https`).
     pub secure: bool,
+    /// Where to note the upstream attempts and the cache's result for the access log,
+    /// when the site's log writes them ([`crate::LogNotes`]); `None`: note nothing.
+    pub notes: Option<&'a crate::LogNotes>,
 }
 
 /// A response: its head as data and its body.

@@ -33,6 +33,9 @@ pub(crate) struct Generation {
     pub rules: Vec<Arc<rules::Table>>,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
+    /// Per site: whether its access log writes what a handler notes (upstream attempts,
+    /// the cache's result), so that its requests carry a `handler::LogNotes`.
+    pub log_notes: Vec<bool>,
     /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
     /// `real_ip_from`); the top-level one also judges PROXY headers.
     pub identity: Vec<crate::client::Identity>,
@@ -67,6 +70,16 @@ impl Generation {
         let rules = config.rule_tables().map_err(Error::Config)?;
         let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
+        let noted = config.log_format().is_ok_and(|f| f.uses_notes());
+        let log_notes = std::iter::once(config.access_log.is_some())
+            .chain(
+                config
+                    .host
+                    .iter()
+                    .map(|h| h.access_log.is_some() || config.access_log.is_some()),
+            )
+            .map(|logged| logged && noted)
+            .collect();
         let identity = config.identity().map_err(Error::Config)?;
         let reads_fields = identity.iter().any(|i| i.reads_fields());
         let sites = Sites::open(&config, crate::sites::open_root)?;
@@ -89,6 +102,7 @@ impl Generation {
             by_rule,
             rules,
             request_ids,
+            log_notes,
             identity,
             reads_fields,
             sites,

@@ -68,6 +68,7 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
             port: 0,
             forwarded_for: None,
         },
+        notes: None,
     }
 }
 

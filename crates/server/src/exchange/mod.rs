@@ -52,6 +52,8 @@ pub(crate) struct Exchange {
     /// compression filter.
     pub site: usize,
     pub accepted: compress::Accepted,
+    /// What the handler notes for the access log, when the site's log writes it.
+    pub notes: Option<handler::LogNotes>,
 }
 
 impl Exchange {
@@ -127,8 +129,7 @@ fn answer_in(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    // 128 random bits, only for a site whose rules or access log use them.
-    let id = gen.request_ids[site].then(|| fastrand::u128(..));
+    let (id, notes) = marks(gen, site);
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
@@ -146,7 +147,8 @@ fn answer_in(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let asked = (req, &path[..], conn, (forwarded_for, rerouted));
+            let marks = (forwarded_for, rerouted, notes.as_ref());
+            let asked = (req, &path[..], conn, marks);
             modules::call(&current, route, asked, &mut answered.kind, &mut edited)
         }
         (None, None) => (None, None),
@@ -188,6 +190,7 @@ fn answer_in(
             pages: pages.clone(),
             site,
             accepted: accepted(req),
+            notes: notes.clone(),
         }))
     };
     match answer {
@@ -246,6 +249,14 @@ fn answer_in(
             }
         }
     }
+}
+
+/// What a request on `site` carries for its rules and its log, only when they use it:
+/// its id (128 random bits), and where its handler notes upstream attempts and the
+/// cache's result.
+fn marks(gen: &Generation, site: usize) -> (Option<u128>, Option<handler::LogNotes>) {
+    let id = gen.request_ids[site].then(|| fastrand::u128(..));
+    (id, gen.log_notes[site].then(handler::LogNotes::default))
 }
 
 /// The request head as received, for the access log of a response that comes later:

@@ -42,13 +42,17 @@ pub(crate) fn handlers<'g>(
 }
 
 /// The request a route's modules are asked: its view, normalised path and connection,
-/// the count of `X-Forwarded-For` items before its client, and how often it has been
-/// routed again.
+/// the count of `X-Forwarded-For` items before its client, how often it has been
+/// routed again, and where its handler notes what the access log writes.
 pub(crate) type Asked<'a> = (
     &'a wire::Request<'a, 'a>,
     &'a [u8],
     &'a ConnFacts,
-    (Option<usize>, Option<Rerouted>),
+    (
+        Option<usize>,
+        Option<Rerouted>,
+        Option<&'a handler::LogNotes>,
+    ),
 );
 
 /// The route's filter, then its handlers in turn until one answers: what the filter
@@ -59,7 +63,7 @@ pub(crate) type Asked<'a> = (
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, (forwarded_for, rerouted)): Asked<'_>,
+    (req, path, conn, (forwarded_for, rerouted, notes)): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
 ) -> (Option<Box<dyn Attached>>, Option<Answer>) {
@@ -73,6 +77,7 @@ pub(crate) fn call(
         forwarded_for,
         tag: 0,
         secure: conn.secure(),
+        notes,
     };
     let mut filter = None;
     if let Some((m, tag)) = route.filter {

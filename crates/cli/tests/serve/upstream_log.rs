@@ -1,0 +1,234 @@
+//! The access log's upstream and cache fields (`%{upstream_addr}x`...`%{cache}x`, and
+//! the same JSON fields), written as nginx lists them, with real origins.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use crate::cache::Origin;
+use crate::harness::{echo_origin, read_response, Server, Site};
+
+const UPSTREAM_FIELDS: &str = "%U|%{upstream_addr}x|%{upstream_status}x|%{upstream_connect_time}x|%{upstream_header_time}x|%{upstream_response_time}x|%{cache}x";
+
+/// Waits until `path` has at least `lines` lines (the writer flushes within a second).
+fn wait_for_lines(path: &std::path::Path, lines: usize) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let found: Vec<String> = text.lines().map(str::to_string).collect();
+        if found.len() >= lines || started.elapsed() > Duration::from_secs(10) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A port nothing listens on.
+fn closed_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn assert_matches(line: &str, pattern: &str) {
+    assert!(
+        regex_lite::Regex::new(pattern).unwrap().is_match(line),
+        "{line}\n  !~ {pattern}"
+    );
+}
+
+/// A request whose first peer refuses the connection is retried on the second: the
+/// line lists both attempts, with the status nginx gives a failed one (502), no connect
+/// or header time for it, and the times of each. A request that reaches no upstream
+/// logs `-` for each field.
+#[test]
+fn a_retried_request_logs_both_attempts() {
+    let (refused, live) = (closed_port(), echo_origin());
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        r#"
+        access_log = {log:?}
+        access_log_format = "{UPSTREAM_FIELDS}"
+
+        [[upstream]]
+        name = "app"
+        addresses = ["{refused}", "{live}"]
+        balance = "round_robin"
+        retries = 1
+
+        [[route]]
+        prefix = "/api"
+        upstream = "app"
+        "#,
+        log = log.display().to_string(),
+    ));
+    assert_eq!(server.get("/api/x").status, 200);
+    assert_eq!(server.get("/hello.txt").status, 200);
+    let lines = wait_for_lines(&log, 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let (r, l) = (
+        regex_lite::escape(&refused.to_string()),
+        regex_lite::escape(&live.to_string()),
+    );
+    let t = r"\d+\.\d{3}";
+    // The cache was asked and had nothing: a miss (the echo is not stored either).
+    assert_matches(
+        &lines[0],
+        &format!(r"^/api/x\|{r}, {l}\|502, 200\|-, {t}\|-, {t}\|{t}, {t}\|miss$"),
+    );
+    assert_eq!(lines[1], "/hello.txt|-|-|-|-|-|-");
+}
+
+/// `n` GETs of `path` on connections of their own, sent at once.
+fn concurrent_gets(server: &Arc<Server>, path: &str, n: usize) -> Vec<u16> {
+    let barrier = Arc::new(Barrier::new(n));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            let (server, barrier, request) = (server.clone(), barrier.clone(), request.clone());
+            std::thread::spawn(move || {
+                let mut stream = server.connect();
+                barrier.wait();
+                stream.write_all(request.as_bytes()).unwrap();
+                read_response(&mut stream, false).status
+            })
+        })
+        .collect();
+    clients.into_iter().map(|c| c.join().unwrap()).collect()
+}
+
+/// `%{cache}x` says what the cache did: a miss then a hit, a stale object served while
+/// it is refreshed, a request that waited for another's fetch (collapsed), and a key
+/// whose response could not be stored (a miss, then passed).
+#[test]
+fn cache_results_are_logged() {
+    let origin = Origin::start();
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = Arc::new(site.serve_with(&format!(
+        r#"
+        access_log = {log:?}
+        access_log_format = "%U %{{cache}}x %{{upstream_status}}x"
+
+        [[upstream]]
+        name = "origin"
+        addresses = ["{addr}"]
+
+        [[route]]
+        prefix = "/"
+        upstream = "origin"
+        "#,
+        log = log.display().to_string(),
+        addr = origin.addr,
+    )));
+    assert_eq!(server.get("/frag/a").status, 200);
+    assert_eq!(server.get("/frag/a").status, 200);
+    assert_eq!(server.get("/private").status, 200);
+    assert_eq!(server.get("/private").status, 200);
+    assert_eq!(server.get("/swr").status, 200);
+    // max-age=1: stale a second later, served while refreshed in the background.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(server.get("/swr").status, 200);
+    // /slow/x takes 500 ms: the second request waits for the first's fetch.
+    assert_eq!(concurrent_gets(&server, "/slow/x", 2), [200, 200]);
+    let mut lines = wait_for_lines(&log, 8);
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    lines[6..].sort();
+    assert_eq!(
+        lines,
+        [
+            "/frag/a miss 200",
+            "/frag/a hit -",
+            "/private miss 200",
+            "/private pass 200",
+            "/swr miss 200",
+            "/swr stale -",
+            "/slow/x collapsed -",
+            "/slow/x miss 200",
+        ]
+    );
+}
+
+/// The same fields in a JSON line: Python's json module parses it, and `tessera logs
+/// report --json` on the log has its upstream peers and cache sections.
+#[test]
+fn json_upstream_fields_feed_the_report() {
+    let origin = Origin::start();
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        r#"
+        access_log = {log:?}
+        access_log_format = "json"
+        json_fields = ["time", "client", "host", "route", "method", "uri", "status", "bytes_sent", "duration",
+                       "upstream_addr", "upstream_status", "upstream_connect_time", "upstream_header_time",
+                       "upstream_response_time", "cache", "request_id"]
+
+        [[upstream]]
+        name = "origin"
+        addresses = ["{addr}"]
+
+        [[route]]
+        prefix = "/"
+        upstream = "origin"
+        "#,
+        log = log.display().to_string(),
+        addr = origin.addr,
+    ));
+    for _ in 0..3 {
+        assert_eq!(server.get("/frag/a").status, 200);
+    }
+    assert_eq!(wait_for_lines(&log, 3).len(), 3);
+    let script = r#"
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    o = json.loads(line)
+    print(o["uri"], o["upstream_addr"], o["upstream_status"], o["cache"],
+          o["upstream_connect_time"] is None or float(o["upstream_connect_time"]) >= 0,
+          o["upstream_response_time"] is None or float(o["upstream_response_time"]) >= 0, sep="|")
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addr = origin.addr;
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("/frag/a|{addr}|200|miss|True|True\n/frag/a|None|None|hit|True|True\n/frag/a|None|None|hit|True|True\n")
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["logs", "report", "--json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peers = &report["upstream_peers"];
+    assert_eq!(peers[0]["peer"], addr.to_string(), "{report}");
+    assert_eq!(
+        (
+            peers[0]["attempts"].as_u64(),
+            peers[0]["status_2xx"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    let cache = &report["cache_by_route"][0];
+    assert_eq!(
+        (cache["total"].as_u64(), cache["served_from_cache"].as_u64()),
+        (Some(3), Some(2)),
+        "{report}"
+    );
+}
