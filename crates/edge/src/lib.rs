@@ -68,6 +68,7 @@
 //!         forwarded_for: None,
 //!     },
 //!     notes: None,
+//!     request_id: None,
 //! };
 //! match edge.proxy(request).await {
 //!     Err(e) => { let _status = e.status(); /* answer it */ }

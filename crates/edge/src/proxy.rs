@@ -475,6 +475,7 @@ impl Edge {
                 // object, not this client's 304 or 206 (the client gets the full 200).
                 whole: store.is_some(),
                 host: &authority,
+                request_id: req.request_id,
             }),
             body: &req.body,
             upgrade: None,

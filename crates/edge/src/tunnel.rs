@@ -58,6 +58,7 @@ pub(crate) async fn upgrade(
             identity: false,
             whole: false,
             host: &upstream.name,
+            request_id: req.request_id,
         }),
         body: &req.body,
         upgrade: Some(&protocol),

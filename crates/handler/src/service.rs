@@ -36,6 +36,10 @@ pub struct Request<'a> {
     /// Where to note the upstream attempts and the cache's result for the access log,
     /// when the site's log writes them ([`crate::LogNotes`]); `None`: note nothing.
     pub notes: Option<&'a crate::LogNotes>,
+    /// The request's id, for a handler to send on (the proxy's `X-Request-Id`): when its
+    /// site's rules or access log use one, and no `request_headers` rule of its route
+    /// sets `X-Request-Id` itself.
+    pub request_id: Option<u128>,
 }
 
 /// A response: its head as data and its body.

@@ -232,3 +232,88 @@ for line in open(sys.argv[1], encoding="utf-8"):
         "{report}"
     );
 }
+
+/// The `x-request-id` fields an echo origin saw, from its body.
+fn request_ids_seen(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("x-request-id")
+                .then(|| value.trim().to_string())
+        })
+        .collect()
+}
+
+/// With `%{request_id}x` in the log, the proxy sends the id to the origin as
+/// `X-Request-Id`, in place of the client's; a trusted proxy's `X-Request-Id` (32 hex
+/// digits or a UUID) is taken as the id instead of a new one; a route whose
+/// `request_headers` set `X-Request-Id` sends what they make.
+#[test]
+fn the_request_id_goes_to_the_origin_and_comes_from_a_trusted_proxy() {
+    let origin = echo_origin();
+    let site = Site::new();
+    let serve = |name: &str, trusted: &str| {
+        let log = site.dir.path().join(format!("{name}.log"));
+        let server = site.serve_with(&format!(
+            r#"
+            access_log = {log:?}
+            access_log_format = "%U %{{request_id}}x"
+            trusted_proxies = [{trusted}]
+
+            [[upstream]]
+            name = "app"
+            addresses = ["{origin}"]
+
+            [[route]]
+            prefix = "/api"
+            upstream = "app"
+            [[route]]
+            prefix = "/rule"
+            upstream = "app"
+            request_headers = {{ set = {{ "X-Request-Id" = "req-$request_id" }} }}
+            "#,
+            log = log.display().to_string(),
+        ));
+        (server, log)
+    };
+    let get = |server: &Server, path: &str, id: &str| {
+        let mut stream = server.connect();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nX-Request-Id: {id}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let response = read_response(&mut stream, false);
+        assert_eq!(response.status, 200);
+        request_ids_seen(&response.body)
+    };
+    let uuid = "01234567-89AB-cdef-0123-456789abcdef";
+    let hex = "0123456789abcdef0123456789abcdef";
+    // Not trusted: the client's id is replaced by a new one, the one logged.
+    let (server, log) = serve("untrusted", "");
+    let seen = get(&server, "/api/a", hex);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0] != hex && seen[0].len() == 32, "{seen:?}");
+    let rule = get(&server, "/rule/b", hex);
+    let lines = wait_for_lines(&log, 2);
+    assert_eq!(lines[0], format!("/api/a {}", seen[0]));
+    let logged = lines[1].strip_prefix("/rule/b ").unwrap();
+    assert_eq!(rule, [format!("req-{logged}")]);
+    drop(server);
+    // Trusted: its id is the request's, sent on and logged.
+    let (server, log) = serve("trusted", "\"127.0.0.1\"");
+    assert_eq!(get(&server, "/api/c", uuid), [hex]);
+    assert_eq!(get(&server, "/api/d", hex), [hex]);
+    let fresh = get(&server, "/api/e", "not-an-id");
+    assert!(fresh[0].len() == 32 && fresh[0] != hex, "{fresh:?}");
+    let lines = wait_for_lines(&log, 3);
+    assert_eq!(
+        lines,
+        [
+            format!("/api/c {hex}"),
+            format!("/api/d {hex}"),
+            format!("/api/e {}", fresh[0]),
+        ]
+    );
+}

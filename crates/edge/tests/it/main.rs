@@ -69,6 +69,7 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
             forwarded_for: None,
         },
         notes: None,
+        request_id: None,
     }
 }
 

@@ -129,7 +129,7 @@ fn answer_in(
     // that does not normalise goes to the static files, which answer 400.
     let mut path = worker.path.borrow_mut();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
-    let (id, notes) = marks(gen, site);
+    let (id, notes) = marks(gen, site, conn, req);
     // The site's rules first (matchers, actions, edits); a site without any costs one test.
     let decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let route = decided.rule.map(|rule| (site as u16, rule as u16));
@@ -147,7 +147,10 @@ fn answer_in(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let marks = (forwarded_for, rerouted, notes.as_ref());
+            let sent_id = id.filter(|_| {
+                !routing::sets_request_id(&gen.rules[site], decided.request_edits.as_ref())
+            });
+            let marks = (forwarded_for, rerouted, notes.as_ref(), sent_id);
             let asked = (req, &path[..], conn, marks);
             modules::call(&current, route, asked, &mut answered.kind, &mut edited)
         }
@@ -252,10 +255,25 @@ fn answer_in(
 }
 
 /// What a request on `site` carries for its rules and its log, only when they use it:
-/// its id (128 random bits), and where its handler notes upstream attempts and the
-/// cache's result.
-fn marks(gen: &Generation, site: usize) -> (Option<u128>, Option<handler::LogNotes>) {
-    let id = gen.request_ids[site].then(|| fastrand::u128(..));
+/// its id, and where its handler notes upstream attempts and the cache's result. The id
+/// is the `X-Request-Id` a trusted proxy (`trusted_proxies`) sent, when it reads as one
+/// (32 hex digits, or a UUID), else 128 random bits.
+fn marks(
+    gen: &Generation,
+    site: usize,
+    conn: &ConnFacts,
+    req: &wire::Request<'_, '_>,
+) -> (Option<u128>, Option<handler::LogNotes>) {
+    let incoming = || {
+        let trusted = gen.identity[site].trusted.contains(conn.peer.ip());
+        trusted
+            .then(|| {
+                req.header("x-request-id")
+                    .and_then(crate::facts::parse_request_id)
+            })
+            .flatten()
+    };
+    let id = gen.request_ids[site].then(|| incoming().unwrap_or_else(|| fastrand::u128(..)));
     (id, gen.log_notes[site].then(handler::LogNotes::default))
 }
 

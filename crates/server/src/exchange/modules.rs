@@ -43,7 +43,7 @@ pub(crate) fn handlers<'g>(
 
 /// The request a route's modules are asked: its view, normalised path and connection,
 /// the count of `X-Forwarded-For` items before its client, how often it has been
-/// routed again, and where its handler notes what the access log writes.
+/// routed again, where its handler notes what the access log writes, and the id it sends on.
 pub(crate) type Asked<'a> = (
     &'a wire::Request<'a, 'a>,
     &'a [u8],
@@ -52,6 +52,7 @@ pub(crate) type Asked<'a> = (
         Option<usize>,
         Option<Rerouted>,
         Option<&'a handler::LogNotes>,
+        Option<u128>,
     ),
 );
 
@@ -63,7 +64,7 @@ pub(crate) type Asked<'a> = (
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, (forwarded_for, rerouted, notes)): Asked<'_>,
+    (req, path, conn, (forwarded_for, rerouted, notes, request_id)): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
 ) -> (Option<Box<dyn Attached>>, Option<Answer>) {
@@ -78,6 +79,7 @@ pub(crate) fn call(
         tag: 0,
         secure: conn.secure(),
         notes,
+        request_id,
     };
     let mut filter = None;
     if let Some((m, tag)) = route.filter {
