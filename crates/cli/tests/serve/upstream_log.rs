@@ -41,11 +41,13 @@ fn assert_matches(line: &str, pattern: &str) {
 
 /// A request whose first peer refuses the connection is retried on the second: the
 /// line lists both attempts, with the status nginx gives a failed one (502), no connect
-/// or header time for it, and the times of each. A request that reaches no upstream
-/// logs `-` for each field.
+/// or header time for it, and the times of each. One that every peer refuses (answered
+/// 502 by the proxy) lists its attempts too. A request that reaches no upstream logs
+/// `-` for each field.
 #[test]
 fn a_retried_request_logs_both_attempts() {
     let (refused, live) = (closed_port(), echo_origin());
+    let down = [closed_port(), closed_port()];
     let site = Site::new();
     let log = site.dir.path().join("access.log");
     let server = site.serve_with(&format!(
@@ -59,16 +61,28 @@ fn a_retried_request_logs_both_attempts() {
         balance = "round_robin"
         retries = 1
 
+        [[upstream]]
+        name = "down"
+        addresses = ["{down0}", "{down1}"]
+        balance = "round_robin"
+        retries = 1
+
         [[route]]
         prefix = "/api"
         upstream = "app"
+        [[route]]
+        prefix = "/down"
+        upstream = "down"
         "#,
         log = log.display().to_string(),
+        down0 = down[0],
+        down1 = down[1],
     ));
     assert_eq!(server.get("/api/x").status, 200);
     assert_eq!(server.get("/hello.txt").status, 200);
-    let lines = wait_for_lines(&log, 2);
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(server.get("/down/x").status, 502);
+    let lines = wait_for_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:?}");
     let (r, l) = (
         regex_lite::escape(&refused.to_string()),
         regex_lite::escape(&live.to_string()),
@@ -80,6 +94,14 @@ fn a_retried_request_logs_both_attempts() {
         &format!(r"^/api/x\|{r}, {l}\|502, 200\|-, {t}\|-, {t}\|{t}, {t}\|miss$"),
     );
     assert_eq!(lines[1], "/hello.txt|-|-|-|-|-|-");
+    let (d0, d1) = (
+        regex_lite::escape(&down[0].to_string()),
+        regex_lite::escape(&down[1].to_string()),
+    );
+    assert_matches(
+        &lines[2],
+        &format!(r"^/down/x\|{d0}, {d1}\|502, 502\|-, -\|-, -\|{t}, {t}\|miss$"),
+    );
 }
 
 /// `n` GETs of `path` on connections of their own, sent at once.
