@@ -664,6 +664,9 @@ impl Edge {
                 &req.headers,
                 now_ms(),
             ) {
+                if let Some(notes) = &req.notes {
+                    notes.fragments(page.includes);
+                }
                 let chunks: Arc<[Bytes]> = page.chunks.into();
                 if let Some(entry) = entry.filter(|_| page.request_independent) {
                     entry.set_memo(Memo {
@@ -687,8 +690,8 @@ impl Edge {
             worker.clone(),
             template,
             &esi_req,
-            page_authority,
-            forwarded,
+            (page_authority, forwarded),
+            req.notes.clone(),
         );
         // From here the page belongs to a Body, whose drop stops the assembly, also when
         // this future is dropped while waiting (the client went away).

@@ -1,5 +1,6 @@
-//! What a handler notes about one request for the access log: each upstream attempt and
-//! the cache's result (`%{upstream_addr}x`, `%{cache}x`...).
+//! What a handler notes about one request for the access log: each upstream attempt, the
+//! cache's result and an ESI page's includes (`%{upstream_addr}x`, `%{cache}x`,
+//! `%{esi_failed}x`...).
 //!
 //! The server makes a [`LogNotes`] only for a request whose site's log writes one of
 //! those fields, and hands it to the handler with the request ([`crate::Request::notes`]);
@@ -23,6 +24,10 @@ pub struct Noted {
     pub attempts: Vec<UpstreamAttempt>,
     /// What the cache did, when the request went through it.
     pub cache: Option<CacheResult>,
+    /// The ESI includes of an assembled page, at every level.
+    pub esi_fragments: usize,
+    /// The `src` of each of those that failed (its `alt` too), in the order they failed.
+    pub esi_failed: Vec<String>,
 }
 
 /// One attempt on one upstream peer.
@@ -87,6 +92,20 @@ impl LogNotes {
     /// Records an upstream attempt.
     pub fn attempt(&self, attempt: UpstreamAttempt) {
         self.0.borrow_mut().attempts.push(attempt);
+    }
+
+    /// Records `count` ESI includes, all of them answered.
+    pub fn fragments(&self, count: usize) {
+        self.0.borrow_mut().esi_fragments += count;
+    }
+
+    /// Records one ESI include, answered or failed (`src`: its source).
+    pub fn fragment(&self, src: &str, answered: bool) {
+        let mut noted = self.0.borrow_mut();
+        noted.esi_fragments += 1;
+        if !answered {
+            noted.esi_failed.push(src.to_string());
+        }
     }
 
     /// What has been noted.

@@ -81,7 +81,7 @@ enum Item {
     /// (hex), its bytes escaped as a field's are; `-` without one.
     ProxyTlv(u8),
     /// What the handler noted: `%{upstream_addr}x` and the other upstream fields,
-    /// `%{cache}x` (`noted.rs`).
+    /// `%{cache}x`, `%{esi_fragments}x`, `%{esi_failed}x` (`noted.rs`).
     Noted(noted::Field),
 }
 
@@ -113,7 +113,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 22] = [
+const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -142,6 +142,8 @@ const JSON_FIELDS: [(&str, FieldItem); 22] = [
         Item::Noted(noted::Field::ResponseTime)
     }),
     ("cache", || Item::Noted(noted::Field::Cache)),
+    ("esi_fragments", || Item::Noted(noted::Field::EsiFragments)),
+    ("esi_failed", || Item::Noted(noted::Field::EsiFailed)),
 ];
 
 /// The JSON fields [`JSON_FIELDS`] does not have yet: the interface names them.

@@ -339,3 +339,65 @@ fn the_request_id_goes_to_the_origin_and_comes_from_a_trusted_proxy() {
         ]
     );
 }
+
+/// An origin of one ESI page, `/esi`, that includes `/ok` (answered) and `/broken` (a
+/// 500, `onerror="continue"`); nothing is cacheable.
+fn esi_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let Some((target, _)) = crate::harness::read_request_head(&mut reader) else {
+                continue;
+            };
+            let (status, extra, body) = match target.as_str() {
+                "/esi" => (
+                    "200 OK",
+                    "Surrogate-Control: content=\"ESI/1.0\"\r\n",
+                    "<p><esi:include src=\"/ok\"/><esi:include src=\"/broken\" onerror=\"continue\"/></p>",
+                ),
+                "/ok" => ("200 OK", "", "ok"),
+                _ => ("500 Internal Server Error", "", "broken"),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\n{extra}Cache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// `%{esi_fragments}x` and `%{esi_failed}x`: an assembled page logs how many includes it
+/// had and which failed; a response that is no page logs `-`.
+#[test]
+fn an_esi_page_logs_its_fragments_and_the_failed_one() {
+    let origin = esi_origin();
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        r#"
+        access_log = {log:?}
+        access_log_format = "%U %{{esi_fragments}}x %{{esi_failed}}x"
+
+        [[upstream]]
+        name = "origin"
+        addresses = ["{origin}"]
+
+        [[route]]
+        prefix = "/"
+        upstream = "origin"
+        "#,
+        log = log.display().to_string(),
+    ));
+    let page = server.get("/esi");
+    assert_eq!(page.status, 200);
+    assert_eq!(String::from_utf8_lossy(&page.body), "<p>ok</p>");
+    assert_eq!(server.get("/ok").status, 200);
+    let lines = wait_for_lines(&log, 2);
+    // The failed include by its URL, resolved against the page.
+    assert_eq!(lines, ["/esi 2 http://test/broken", "/ok - -"]);
+}

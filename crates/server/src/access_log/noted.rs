@@ -1,7 +1,8 @@
-//! The fields a handler notes for the log (`handler::LogNotes`): each upstream attempt
-//! and the cache's result, written in the shapes nginx gives `$upstream_addr`,
-//! `$upstream_status`, `$upstream_*_time` and `$upstream_cache_status`, so that what reads
-//! nginx's logs (`tessera logs`, GoAccess) reads these.
+//! The fields a handler notes for the log (`handler::LogNotes`): each upstream attempt,
+//! the cache's result and an ESI page's includes; the first two written in the shapes
+//! nginx gives `$upstream_addr`, `$upstream_status`, `$upstream_*_time` and
+//! `$upstream_cache_status`, so that what reads nginx's logs (`tessera logs`, GoAccess)
+//! reads these.
 
 use std::time::Duration;
 
@@ -27,6 +28,10 @@ pub(super) enum Field {
     ResponseTime,
     /// `%{cache}x`: `hit`, `miss`, `stale`, `pass`, `collapsed`, `revalidated`.
     Cache,
+    /// `%{esi_fragments}x`: how many includes an assembled page had, at every level.
+    EsiFragments,
+    /// `%{esi_failed}x`: the `src` of each include that failed, `, ` between them.
+    EsiFailed,
 }
 
 impl Field {
@@ -39,6 +44,8 @@ impl Field {
             "upstream_header_time" => Field::HeaderTime,
             "upstream_response_time" => Field::ResponseTime,
             "cache" => Field::Cache,
+            "esi_fragments" => Field::EsiFragments,
+            "esi_failed" => Field::EsiFailed,
             _ => return None,
         })
     }
@@ -49,16 +56,40 @@ pub(super) fn write(line: &mut Vec<u8>, style: Style, field: Field, noted: Optio
     let Some(noted) = noted else {
         return style.none(line);
     };
-    if field == Field::Cache {
-        return match noted.cache {
-            Some(result) => style.string(line, result.as_str().as_bytes()),
-            None => style.none(line),
-        };
-    }
-    if noted.attempts.is_empty() {
-        return style.none(line);
-    }
     let quoted = style == Style::Json;
+    match field {
+        Field::Cache => {
+            return match noted.cache {
+                Some(result) => style.string(line, result.as_str().as_bytes()),
+                None => style.none(line),
+            }
+        }
+        Field::EsiFragments if noted.esi_fragments > 0 => {
+            let mut count = itoa::Buffer::new();
+            return line.extend_from_slice(count.format(noted.esi_fragments).as_bytes());
+        }
+        Field::EsiFailed if !noted.esi_failed.is_empty() => {
+            if quoted {
+                line.push(b'"');
+            }
+            for (i, src) in noted.esi_failed.iter().enumerate() {
+                if i > 0 {
+                    line.extend_from_slice(b", ");
+                }
+                match quoted {
+                    true => json_escape(line, src.as_bytes()),
+                    false => escape(line, src.as_bytes()),
+                }
+            }
+            if quoted {
+                line.push(b'"');
+            }
+            return;
+        }
+        Field::EsiFragments | Field::EsiFailed => return style.none(line),
+        _ if noted.attempts.is_empty() => return style.none(line),
+        _ => {}
+    }
     if quoted {
         line.push(b'"');
     }
@@ -89,7 +120,7 @@ fn item(line: &mut Vec<u8>, quoted: bool, field: Field, attempt: &UpstreamAttemp
             line,
             Some(attempt.total.unwrap_or_else(|| attempt.started.elapsed())),
         ),
-        Field::Cache => {}
+        Field::Cache | Field::EsiFragments | Field::EsiFailed => {}
     }
 }
 
@@ -134,6 +165,8 @@ mod tests {
                 ),
             ],
             cache: Some(handler::CacheResult::Miss),
+            esi_fragments: 3,
+            esi_failed: vec!["http://a.test/x".into(), "http://a.test/\"y\"".into()],
         };
         let written = |style, field| {
             let mut line = Vec::new();
@@ -152,6 +185,15 @@ mod tests {
             "\"0.001, 1.234\""
         );
         assert_eq!(written(Style::Json, Field::Cache), "\"miss\"");
+        assert_eq!(written(Style::Text, Field::EsiFragments), "3");
+        assert_eq!(
+            written(Style::Text, Field::EsiFailed),
+            r#"http://a.test/x, http://a.test/\"y\""#
+        );
+        assert_eq!(
+            written(Style::Json, Field::EsiFailed),
+            r#""http://a.test/x, http://a.test/\"y\"""#
+        );
         let mut line = Vec::new();
         write(&mut line, Style::Json, Field::Addr, None);
         assert_eq!(line, b"null");
