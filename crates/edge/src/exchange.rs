@@ -24,6 +24,12 @@ pub struct ProxyRequest {
     /// The whole request body (the server reads it within its body limit first).
     pub body: Bytes,
     pub client: ClientInfo,
+    /// Where to note the upstream attempts and the cache's result for the access log;
+    /// `None`: the log does not write them, and nothing is noted.
+    pub notes: Option<handler::LogNotes>,
+    /// The request's id, sent to the origin as `X-Request-Id` in place of any the client
+    /// sent (`handler::Request::request_id`); `None`: the fields go as they are.
+    pub request_id: Option<u128>,
 }
 
 /// The response to send downstream. `headers` are final (hop-by-hop fields and

@@ -238,6 +238,8 @@ pub(crate) struct Forwarded<'a> {
     /// The Host sent when the client sent none (an HTTP/1.0 request): the upstream's
     /// name, as nginx sends `$proxy_host`. An HTTP/1.1 request must have one.
     pub(crate) host: &'a str,
+    /// Sent as `X-Request-Id` (32 hex digits) in place of the client's.
+    pub(crate) request_id: Option<u128>,
 }
 
 /// The fields a cache fill does not forward (see [`Forwarded::whole`]).
@@ -263,6 +265,7 @@ impl Forwarded<'_> {
                 name == X_FORWARDED_FOR || name == header::VIA || name == SURROGATE_CAPABILITY;
             lists |= appended;
             let replaced = name == X_FORWARDED_PROTO
+                || (self.request_id.is_some() && name == X_REQUEST_ID)
                 || name == header::CONTENT_LENGTH
                 || (self.identity && name == header::ACCEPT_ENCODING)
                 || (self.whole && CONDITIONALS.contains(name));
@@ -306,11 +309,18 @@ impl Forwarded<'_> {
         if !h.contains_key(header::HOST) {
             wire::write_field(buf, b"host", self.host.as_bytes());
         }
+        if let Some(id) = self.request_id {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let digits: [u8; 32] =
+                std::array::from_fn(|i| HEX[(id >> (124 - 4 * i)) as usize & 15]);
+            wire::write_field(buf, b"x-request-id", &digits);
+        }
     }
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const SURROGATE_CAPABILITY: HeaderName = HeaderName::from_static("surrogate-capability");
 
 /// Writes an address as `Display` does. An IPv4 address is written by hand: it goes
@@ -598,6 +608,7 @@ mod tests {
                 identity,
                 whole,
                 host: "app",
+                request_id: None,
             }
             .write(&mut buf);
             let mut lines: Vec<String> = String::from_utf8(buf)

@@ -67,6 +67,8 @@
 //!         port: 0,
 //!         forwarded_for: None,
 //!     },
+//!     notes: None,
+//!     request_id: None,
 //! };
 //! match edge.proxy(request).await {
 //!     Err(e) => { let _status = e.status(); /* answer it */ }

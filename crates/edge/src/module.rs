@@ -451,6 +451,8 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
                 wire::Version::Http2 => http::Version::HTTP_2,
             },
         },
+        notes: req.notes.cloned(),
+        request_id: req.request_id,
     })
 }
 

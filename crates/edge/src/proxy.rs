@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use handler::FieldList;
+use handler::{CacheResult, FieldList};
 use http::header::{self, HeaderMap};
 use http::{Method, StatusCode};
 use tokio::time::Instant;
@@ -248,13 +248,20 @@ impl Edge {
             };
         }
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+            if cache.enabled() {
+                note(&req, CacheResult::Pass);
+            }
             crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
         let (stale, passes) = match lookup::memory(cache, &key, &field) {
-            Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
+            Memory::Fresh(e) => {
+                note(&req, CacheResult::Hit);
+                return self.serve(e, &req, &authority, now_ms()).await;
+            }
             Memory::Stale(e, guard) => {
+                note(&req, CacheResult::Stale);
                 if let Some(guard) = guard {
                     self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 }
@@ -265,12 +272,14 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
+            note(&req, CacheResult::Pass);
             crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
         if req.method == Method::HEAD || passes {
+            note(&req, CacheResult::Pass);
             crate::metrics::passed();
             let store = Store {
                 key,
@@ -284,21 +293,35 @@ impl Edge {
         }
         let deadline = Instant::now() + upstream.response_timeout;
         let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-            Flight::Hit(e) | Flight::StaleOnError(e) => {
-                return self.serve(e, &req, &authority, now_ms()).await
+            Flight::Hit(e) => {
+                note(&req, CacheResult::Hit);
+                return self.serve(e, &req, &authority, now_ms()).await;
+            }
+            Flight::Collapsed(e) => {
+                note(&req, CacheResult::Collapsed);
+                return self.serve(e, &req, &authority, now_ms()).await;
+            }
+            Flight::StaleOnError(e) => {
+                note(&req, CacheResult::Stale);
+                return self.serve(e, &req, &authority, now_ms()).await;
             }
             Flight::Refresh(e, guard) => {
+                note(&req, CacheResult::Stale);
                 self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
             // The origin failed the leader: asking it again per waiter would only
             // multiply the load on a failing origin.
             Flight::Failed => {
+                note(&req, CacheResult::Collapsed);
                 return Err(ProxyError::Upstream(UpstreamError::Coalesced {
                     upstream: upstream.name.clone(),
-                }))
+                }));
             }
-            Flight::Fetch { guard, stale } => (guard, stale),
+            Flight::Fetch { guard, stale } => {
+                note(&req, CacheResult::Miss);
+                (guard, stale)
+            }
         };
         let store = Store {
             key,
@@ -324,6 +347,7 @@ impl Edge {
         let this = self.clone();
         let mut refresh = req.clone();
         refresh.method = Method::GET;
+        refresh.notes = None;
         let (upstream, authority) = (upstream.clone(), authority.clone());
         tokio::task::spawn_local(async move {
             let store = Store {
@@ -451,9 +475,11 @@ impl Edge {
                 // object, not this client's 304 or 206 (the client gets the full 200).
                 whole: store.is_some(),
                 host: &authority,
+                request_id: req.request_id,
             }),
             body: &req.body,
             upgrade: None,
+            notes: req.notes.as_ref(),
         };
         let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
@@ -467,6 +493,7 @@ impl Edge {
                 }
                 if let Some(stale) = s.stale {
                     worker.cache.count_stale();
+                    note(&req, CacheResult::Stale);
                     tracing::debug!(key = %s.key, "origin failed: serving stale");
                     return self.serve(stale, &req, &authority, now_ms()).await;
                 }
@@ -637,6 +664,9 @@ impl Edge {
                 &req.headers,
                 now_ms(),
             ) {
+                if let Some(notes) = &req.notes {
+                    notes.fragments(page.includes);
+                }
                 let chunks: Arc<[Bytes]> = page.chunks.into();
                 if let Some(entry) = entry.filter(|_| page.request_independent) {
                     entry.set_memo(Memo {
@@ -660,8 +690,8 @@ impl Edge {
             worker.clone(),
             template,
             &esi_req,
-            page_authority,
-            forwarded,
+            (page_authority, forwarded),
+            req.notes.clone(),
         );
         // From here the page belongs to a Body, whose drop stops the assembly, also when
         // this future is dropped while waiting (the client went away).
@@ -722,6 +752,7 @@ impl Edge {
             fields: Fields::Plain(&headers),
             body: &body,
             upgrade: None,
+            notes: None,
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
@@ -795,6 +826,13 @@ fn content_length(fields: &FieldList) -> Option<u64> {
         .get(b"content-length")
         .and_then(headers::field_text)
         .and_then(|v| v.parse().ok())
+}
+
+/// Notes the cache's result for the access log, when the request's are noted.
+fn note(req: &ProxyRequest, result: CacheResult) {
+    if let Some(notes) = &req.notes {
+        notes.cache(result);
+    }
 }
 
 /// Only origin-form targets (`/path?query`) are proxied.

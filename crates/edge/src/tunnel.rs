@@ -58,9 +58,11 @@ pub(crate) async fn upgrade(
             identity: false,
             whole: false,
             host: &upstream.name,
+            request_id: req.request_id,
         }),
         body: &req.body,
         upgrade: Some(&protocol),
+        notes: req.notes.as_ref(),
     };
     let deadline = Instant::now() + upstream.response_timeout;
     let (mut parts, pooled) = upstream.send(&out, deadline).await?;

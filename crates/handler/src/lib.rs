@@ -27,6 +27,7 @@ mod fields;
 mod head;
 mod hosts;
 mod metrics;
+mod notes;
 mod pooled;
 mod router;
 mod service;
@@ -39,6 +40,7 @@ pub use hosts::{is_valid_name, Hosts};
 pub use metrics::{
     bump, content_type as metrics_content_type, Labels, MetricKind, Metrics, PerThread,
 };
+pub use notes::{CacheResult, LogNotes, Noted, UpstreamAttempt};
 pub use pooled::{local_future, local_future_with, pin, LocalFuture, Pooled};
 pub use router::Router;
 pub use service::{

@@ -33,6 +33,13 @@ pub struct Request<'a> {
     pub tag: u32,
     /// Whether the request came over TLS (the proxy says `X-Forwarded-Proto: https`).
     pub secure: bool,
+    /// Where to note the upstream attempts and the cache's result for the access log,
+    /// when the site's log writes them ([`crate::LogNotes`]); `None`: note nothing.
+    pub notes: Option<&'a crate::LogNotes>,
+    /// The request's id, for a handler to send on (the proxy's `X-Request-Id`): when its
+    /// site's rules or access log use one, and no `request_headers` rule of its route
+    /// sets `X-Request-Id` itself.
+    pub request_id: Option<u128>,
 }
 
 /// A response: its head as data and its body.

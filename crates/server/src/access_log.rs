@@ -19,6 +19,11 @@ use std::time::Duration;
 
 use wire::Request;
 
+mod noted;
+mod style;
+
+use style::{escape, Style};
+
 /// A buffer is handed to the writer when it holds this much.
 const BUFFER_SIZE: usize = 64 * 1024;
 /// Buffers per worker: one being filled, the others in flight or spare.
@@ -75,34 +80,9 @@ enum Item {
     /// `%{proxy_tlv_0xNN}x`: the value of the connection's PROXY v2 TLV of type NN
     /// (hex), its bytes escaped as a field's are; `-` without one.
     ProxyTlv(u8),
-}
-
-/// How a line's values are written: escaped as Apache does in a text line, or as JSON
-/// strings (`null` for a value the request has not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Style {
-    Text,
-    Json,
-}
-
-impl Style {
-    fn string(self, line: &mut Vec<u8>, value: &[u8]) {
-        match self {
-            Style::Text => escape(line, value),
-            Style::Json => {
-                line.push(b'"');
-                json_escape(line, value);
-                line.push(b'"');
-            }
-        }
-    }
-
-    fn none(self, line: &mut Vec<u8>) {
-        match self {
-            Style::Text => line.push(b'-'),
-            Style::Json => line.extend_from_slice(b"null"),
-        }
-    }
+    /// What the handler noted: `%{upstream_addr}x` and the other upstream fields,
+    /// `%{cache}x`, `%{esi_fragments}x`, `%{esi_failed}x` (`noted.rs`).
+    Noted(noted::Field),
 }
 
 /// Why a log format string was refused.
@@ -118,7 +98,7 @@ pub enum FormatError {
         known = JSON_FIELDS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
     )]
     UnknownField(String),
-    #[error("`json_fields`: `{0}` is not built yet (issue 48: upstream, cache and trace fields)")]
+    #[error("`json_fields`: `{0}` is not built yet (issue 48: trace context)")]
     NotBuilt(String),
 }
 
@@ -133,7 +113,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 16] = [
+const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -150,18 +130,24 @@ const JSON_FIELDS: [(&str, FieldItem); 16] = [
     ("user_agent", || Item::RequestHeader("User-Agent".into())),
     ("tls_version", || Item::TlsVersion),
     ("tls_cipher", || Item::TlsCipher),
+    ("upstream_addr", || Item::Noted(noted::Field::Addr)),
+    ("upstream_status", || Item::Noted(noted::Field::Status)),
+    ("upstream_connect_time", || {
+        Item::Noted(noted::Field::ConnectTime)
+    }),
+    ("upstream_header_time", || {
+        Item::Noted(noted::Field::HeaderTime)
+    }),
+    ("upstream_response_time", || {
+        Item::Noted(noted::Field::ResponseTime)
+    }),
+    ("cache", || Item::Noted(noted::Field::Cache)),
+    ("esi_fragments", || Item::Noted(noted::Field::EsiFragments)),
+    ("esi_failed", || Item::Noted(noted::Field::EsiFailed)),
 ];
 
 /// The JSON fields [`JSON_FIELDS`] does not have yet: the interface names them.
-const JSON_NOT_BUILT: [&str; 7] = [
-    "upstream_addr",
-    "upstream_status",
-    "upstream_connect_time",
-    "upstream_header_time",
-    "upstream_response_time",
-    "cache",
-    "traceparent",
-];
+const JSON_NOT_BUILT: [&str; 1] = ["traceparent"];
 
 /// `json_fields` when it is not set: every field built but the TLS ones.
 pub const DEFAULT_JSON_FIELDS: [&str; 14] = [
@@ -212,6 +198,11 @@ impl Format {
     /// Whether a line has the request's id.
     pub fn uses_request_id(&self) -> bool {
         self.items.contains(&Item::RequestId)
+    }
+
+    /// Whether a line has what a handler notes (upstream attempts, the cache's result).
+    pub fn uses_notes(&self) -> bool {
+        self.items.iter().any(|i| matches!(i, Item::Noted(_)))
     }
 
     /// Compiles `combined`, `common`, or an Apache-style format string.
@@ -271,6 +262,9 @@ impl Format {
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (b'x', Some(name)) if name == "route" => Item::Route,
+                (b'x', Some(name)) if noted::Field::named(&name).is_some() => {
+                    Item::Noted(noted::Field::named(&name).unwrap_or(noted::Field::Cache))
+                }
                 (b'v', None) => Item::Host,
                 (b'x', Some(name)) if name == "peer" => Item::PeerIp,
                 (b'a', Some(name)) if name == "c" => Item::PeerIp,
@@ -326,6 +320,8 @@ pub(crate) struct Entry<'a> {
     pub route: Option<&'a str>,
     /// The Unix second it is logged at (`time` in JSON).
     pub second: u64,
+    /// What the handler noted, when the log writes it.
+    pub notes: Option<std::cell::Ref<'a, handler::Noted>>,
 }
 
 impl Format {
@@ -425,6 +421,7 @@ impl Format {
                     Some(route) => style.string(line, route.as_bytes()),
                     None => style.none(line),
                 },
+                Item::Noted(field) => noted::write(line, style, *field, entry.notes.as_deref()),
                 Item::ResponseHeader(name) => match response_header(entry.head, name) {
                     Some(value) => style.string(line, value),
                     None => style.none(line),
@@ -440,43 +437,6 @@ fn protocol(version: wire::Version) -> &'static [u8] {
         wire::Version::Http10 => b"HTTP/1.0",
         wire::Version::Http11 => b"HTTP/1.1",
         wire::Version::Http2 => b"HTTP/2.0",
-    }
-}
-
-/// A JSON string's contents (RFC 8259): `"`, `\\` and control characters escaped
-/// (`\n`, `\u0001`), valid UTF-8 copied as it is, and each byte of an invalid sequence
-/// written as U+FFFD (`\ufffd`), so every line parses and no byte is taken for another
-/// character. Runs of bytes that need nothing are copied whole.
-fn json_escape(line: &mut Vec<u8>, value: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for chunk in value.utf8_chunks() {
-        let mut valid = chunk.valid().as_bytes();
-        while let Some(i) = valid
-            .iter()
-            .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
-        {
-            line.extend_from_slice(&valid[..i]);
-            match valid[i] {
-                b'"' => line.extend_from_slice(b"\\\""),
-                b'\\' => line.extend_from_slice(b"\\\\"),
-                b'\n' => line.extend_from_slice(b"\\n"),
-                b'\r' => line.extend_from_slice(b"\\r"),
-                b'\t' => line.extend_from_slice(b"\\t"),
-                b => line.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 15) as usize],
-                ]),
-            }
-            valid = &valid[i + 1..];
-        }
-        line.extend_from_slice(valid);
-        for _ in chunk.invalid() {
-            line.extend_from_slice(b"\\ufffd");
-        }
     }
 }
 
@@ -499,31 +459,6 @@ fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
             None
         }
     })
-}
-
-/// Escapes as Apache does, so every line parses back: `"` and `\\` get a backslash,
-/// control bytes and bytes above 0x7e become `\xhh`. Runs of bytes that need nothing are
-/// copied whole (the common case: the whole value).
-fn escape(line: &mut Vec<u8>, mut value: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    while let Some(i) = value
-        .iter()
-        .position(|&b| !(0x20..=0x7e).contains(&b) || b == b'"' || b == b'\\')
-    {
-        line.extend_from_slice(&value[..i]);
-        match value[i] {
-            b'"' => line.extend_from_slice(b"\\\""),
-            b'\\' => line.extend_from_slice(b"\\\\"),
-            b => line.extend_from_slice(&[
-                b'\\',
-                b'x',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 15) as usize],
-            ]),
-        }
-        value = &value[i + 1..];
-    }
-    line.extend_from_slice(value);
 }
 
 /// The type of `proxy_tlv_0xNN` (two hex digits, either case).
@@ -746,6 +681,7 @@ fn writer(
 
 #[cfg(test)]
 mod tests {
+    use super::style::json_escape;
     use super::*;
 
     #[test]
@@ -785,9 +721,10 @@ mod tests {
         let fields = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert!(Format::json(&fields(&DEFAULT_JSON_FIELDS)).is_ok());
         assert!(matches!(
-            Format::json(&fields(&["status", "upstream_addr"])),
-            Err(FormatError::NotBuilt(f)) if f == "upstream_addr"
+            Format::json(&fields(&["status", "traceparent"])),
+            Err(FormatError::NotBuilt(f)) if f == "traceparent"
         ));
+        assert!(Format::json(&fields(&["upstream_addr", "cache"])).is_ok_and(|f| f.uses_notes()));
         assert!(matches!(
             Format::json(&fields(&["stauts"])),
             Err(FormatError::UnknownField(f)) if f == "stauts"

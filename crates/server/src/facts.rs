@@ -20,6 +20,29 @@ pub(crate) struct TlsFacts {
     pub h2: bool,
 }
 
+/// A request id sent by a trusted proxy: 32 hex digits, or a UUID (`8-4-4-4-12` hex
+/// digits); `None` for anything else.
+pub(crate) fn parse_request_id(value: &[u8]) -> Option<u128> {
+    const DASHES: [usize; 4] = [8, 13, 18, 23];
+    let dashed = value.len() == 36 && DASHES.iter().all(|&i| value[i] == b'-');
+    let mut digits = [0u8; 32];
+    let mut n = 0;
+    for (i, &b) in value.iter().enumerate() {
+        if dashed && DASHES.contains(&i) {
+            continue;
+        }
+        if !b.is_ascii_hexdigit() || n == 32 {
+            return None;
+        }
+        digits[n] = b;
+        n += 1;
+    }
+    let text = std::str::from_utf8(&digits[..n]).ok()?;
+    (n == 32)
+        .then(|| u128::from_str_radix(text, 16).ok())
+        .flatten()
+}
+
 /// A request's id (`$request_id`, `%{request_id}x`) as 32 lower-case hex digits, as
 /// nginx writes its `$request_id`.
 pub(crate) fn request_id_hex(id: u128) -> [u8; 32] {

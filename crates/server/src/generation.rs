@@ -39,6 +39,9 @@ pub(crate) struct Generation {
     pub limits: crate::limit::Limits,
     /// Whether any route or host names a zone (else a request skips the limits at once).
     pub limits_on: bool,
+    /// Per site: whether its access log writes what a handler notes (upstream attempts,
+    /// the cache's result), so that its requests carry a `handler::LogNotes`.
+    pub log_notes: Vec<bool>,
     /// Per site: who its requests' client is behind proxies (`trusted_proxies`,
     /// `real_ip_from`); the top-level one also judges PROXY headers.
     pub identity: Vec<crate::client::Identity>,
@@ -74,6 +77,16 @@ impl Generation {
         let rules = config.rule_tables().map_err(Error::Config)?;
         let logged = config.log_format().is_ok_and(|f| f.uses_request_id());
         let request_ids = rules.iter().map(|t| t.request_id || logged).collect();
+        let noted = config.log_format().is_ok_and(|f| f.uses_notes());
+        let log_notes = std::iter::once(config.access_log.is_some())
+            .chain(
+                config
+                    .host
+                    .iter()
+                    .map(|h| h.access_log.is_some() || config.access_log.is_some()),
+            )
+            .map(|logged| logged && noted)
+            .collect();
         let identity = config.identity().map_err(Error::Config)?;
         let auth = crate::auth::load_all(&config).map_err(Error::Config)?;
         let limits = config
@@ -101,6 +114,7 @@ impl Generation {
             rules,
             request_ids,
             auth,
+            log_notes,
             identity,
             limits_on: limits.any(),
             limits,

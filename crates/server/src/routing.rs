@@ -302,6 +302,19 @@ pub(crate) struct RequestEdits {
     expanded: Vec<Vec<u8>>,
 }
 
+/// Whether the `request_headers` of the rule that chose a request set `X-Request-Id`
+/// (or remove it): then the proxy sends what they made, not the request's id.
+pub(crate) fn sets_request_id(table: &Table, edits: Option<&RequestEdits>) -> bool {
+    let Some(edits) = edits else {
+        return false;
+    };
+    table.rules()[edits.rule].request.as_ref().is_some_and(|e| {
+        e.list
+            .iter()
+            .any(|e| e.name.eq_ignore_ascii_case(b"x-request-id"))
+    })
+}
+
 /// The request's fields (`fields`) as its route's `request_headers` make them, into
 /// `into` (emptied first, and reused from request to request by the caller).
 pub(crate) fn edit_request<'a>(

@@ -37,6 +37,7 @@ mod tls_records;
 mod tunnel;
 mod upgrade;
 mod upstream_heads;
+mod upstream_log;
 mod upstream_state;
 mod upstream_tls;
 mod upstream_unix;

@@ -280,7 +280,7 @@ async fn fetch_cached(
     let headers = target.headers.clone();
     let field = |n: &str| headers.get(n).cloned();
     let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-        Flight::Hit(e) | Flight::StaleOnError(e) => return Ok(e),
+        Flight::Hit(e) | Flight::Collapsed(e) | Flight::StaleOnError(e) => return Ok(e),
         Flight::Refresh(e, guard) => {
             refresh_in_background(worker, target, guard);
             return Ok(e);
@@ -366,6 +366,7 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         fields: Fields::Plain(&target.headers),
         body: &Bytes::new(),
         upgrade: None,
+        notes: None,
     };
     let (parts, pooled) = upstream
         .send(&out, deadline)

@@ -57,6 +57,17 @@ pub(crate) struct PageCtx {
     concurrency: Semaphore,
     tasks: Rc<RefCell<Vec<AbortHandle>>>,
     default_timeout: Duration,
+    /// Where each include's outcome is noted for the access log, when it is.
+    notes: Option<handler::LogNotes>,
+}
+
+impl PageCtx {
+    /// Notes an include whose source is `src` for the access log (when it is noted).
+    fn note(&self, src: &str, answered: bool) {
+        if let Some(notes) = &self.notes {
+            notes.fragment(src, answered);
+        }
+    }
 }
 
 /// Aborts a page's include tasks when the page is dropped (client gone, or done).
@@ -73,13 +84,14 @@ impl Drop for AbortAll {
 /// Starts assembling `template` for `req`: all includes are requested now, and the
 /// returned channel yields the page's bytes in order, ending with `Err` if the page
 /// fails. `page_headers` are the page request's forwarded headers (fragment requests
-/// derive theirs from them).
+/// derive theirs from them). `notes`: where each include's outcome is noted for the
+/// access log, when it is.
 pub(crate) fn start(
     worker: Rc<Worker>,
     template: &Template,
     req: &esi::Request,
-    page_authority: String,
-    page_headers: HeaderMap,
+    (page_authority, page_headers): (String, HeaderMap),
+    notes: Option<handler::LogNotes>,
 ) -> (mpsc::Receiver<Result<Bytes, PageError>>, AbortHandle) {
     let esi = &worker.config.esi;
     let tasks = Rc::new(RefCell::new(Vec::new()));
@@ -91,6 +103,7 @@ pub(crate) fn start(
         tasks: tasks.clone(),
         default_timeout: crate::config::secs(esi.include_timeout),
         worker: worker.clone(),
+        notes,
     });
     let policy = esi.on_failure;
     let doc = start_doc(&ctx, template, req, 0);
@@ -141,12 +154,14 @@ fn start_include(
     let esi = &ctx.worker.config.esi;
     if depth > esi.max_depth {
         tracing::debug!(src = %inc.src, depth, "include too deep");
+        ctx.note(&inc.src, false);
         return Slot::Ready(Outcome::Failed);
     }
     let n = ctx.includes.get() + 1;
     ctx.includes.set(n);
     if n > esi.max_includes {
         tracing::debug!(src = %inc.src, "too many includes on the page");
+        ctx.note(&inc.src, false);
         return Slot::Ready(Outcome::Failed);
     }
     // Refusals are decided now, so a page whose include is refused can still get a 502
@@ -180,23 +195,33 @@ fn start_include(
         })
         .collect();
     if targets.is_empty() {
+        ctx.note(&inc.src, false);
         return Slot::Ready(Outcome::Failed);
     }
     let timeout = inc.timeout.unwrap_or(ctx.default_timeout);
-    let task = tokio::task::spawn_local(resolve(ctx.clone(), targets, timeout, req.clone(), depth));
+    // The source noted with the outcome, only when notes are kept.
+    let src = ctx.notes.as_ref().map(|_| inc.src.clone());
+    let resolving = resolve(ctx.clone(), targets, (timeout, src), req.clone(), depth);
+    let task = tokio::task::spawn_local(resolving);
     ctx.tasks.borrow_mut().push(task.abort_handle());
     Slot::Pending(task)
 }
 
 /// Fetches src, then alt, each within the include's timeout (waiting for the page's
 /// concurrency limit counts), and starts the includes of an ESI fragment at once.
+/// `src`: the include's source, when its outcome is noted for the access log.
 async fn resolve(
     ctx: Rc<PageCtx>,
     targets: Vec<(String, FragmentTarget)>,
-    timeout: Duration,
+    (timeout, src): (Duration, Option<String>),
     req: esi::Request,
     depth: usize,
 ) -> Outcome {
+    let note = |answered: bool| {
+        if let Some(src) = &src {
+            ctx.note(src, answered);
+        }
+    };
     for (i, (url, target)) in targets.into_iter().enumerate() {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -219,6 +244,7 @@ async fn resolve(
                 if i > 0 {
                     metrics::absorbed(metrics::Absorbed::Alt);
                 }
+                note(true);
                 return match &f.template {
                     Some(t) => Outcome::Esi(start_doc(&ctx, t, &req.for_fragment(&url), depth)),
                     None => Outcome::Body(f.body.clone()),
@@ -228,6 +254,7 @@ async fn resolve(
             Err(_) => tracing::debug!(%url, ?timeout, "fragment timed out"),
         }
     }
+    note(false);
     Outcome::Failed
 }
 
@@ -420,6 +447,7 @@ pub(crate) fn assemble_cached(
     walk.walk(template, req, 0, &mut includes, &mut out)?;
     metrics::page(metrics::Page::Complete);
     Some(CachedPage {
+        includes,
         chunks: out,
         request_independent: walk.request_independent.get(),
         fresh_until: walk.fresh_until.get(),
@@ -428,6 +456,8 @@ pub(crate) fn assemble_cached(
 
 /// A page assembled from the cache.
 pub(crate) struct CachedPage {
+    /// Its includes, at every level.
+    pub(crate) includes: usize,
     pub(crate) chunks: Vec<Bytes>,
     /// No template read a variable and no fragment varies: any request for this page
     /// would get the same chunks.

@@ -509,8 +509,12 @@ impl Upstream {
                 result: None,
             };
             let started = Instant::now();
-            let result = self.attempt(ticket.peer, req, deadline).await;
+            let connected = Cell::new(None);
+            let result = self.attempt(ticket.peer, req, deadline, &connected).await;
             let micros = started.elapsed().as_micros() as u64;
+            if let Some(notes) = req.notes {
+                self.note(notes, ticket.peer, &result, (started, connected.get()));
+            }
             match result {
                 Ok((head, pooled)) => {
                     let status = head.status.as_u16();
@@ -542,16 +546,50 @@ impl Upstream {
         }
     }
 
+    /// Notes an attempt on `peer` for the access log: begun at `started`, connected
+    /// after `connect` (zero on a pooled connection).
+    fn note(
+        &self,
+        notes: &handler::LogNotes,
+        peer: usize,
+        result: &Result<(Head, Pooled), Failure>,
+        (started, connect): (Instant, Option<Duration>),
+    ) {
+        let elapsed = started.elapsed();
+        let (status, timed_out) = match result {
+            Ok((head, _)) => (Some(head.status.as_u16()), false),
+            Err(f) => {
+                let timed_out = matches!(
+                    f.error,
+                    UpstreamError::ConnectTimeout { .. } | UpstreamError::ResponseTimeout { .. }
+                );
+                (None, timed_out)
+            }
+        };
+        notes.attempt(handler::UpstreamAttempt {
+            peer: self.set.peers[peer].address.clone(),
+            status,
+            timed_out,
+            connect,
+            header: status.map(|_| elapsed),
+            started: started.into_std(),
+            // The answering attempt's time runs until its response is sent.
+            total: result.is_err().then_some(elapsed),
+        });
+    }
+
     fn balancer_hashes(&self) -> bool {
         self.set.hashes()
     }
 
-    /// One attempt on peer `peer`.
+    /// One attempt on peer `peer`; `connected` says how long connecting took (zero on a
+    /// pooled connection), once it has.
     async fn attempt(
         self: &Rc<Self>,
         peer: usize,
         req: &Outgoing<'_>,
         deadline: Instant,
+        connected: &Cell<Option<Duration>>,
     ) -> Result<(Head, Pooled), Failure> {
         let busy = Busy::new(self, peer);
         let pool = &self.peers[peer];
@@ -576,6 +614,8 @@ impl Upstream {
         // idempotent request that fails on one before any response byte is retried on
         // the next pooled connection of the same peer, or a new one.
         loop {
+            // Timed only when the access log writes it.
+            let connecting = req.notes.map(|_| Instant::now());
             let (mut conn, reused) = match self.take_idle(peer, idempotent, req.client()) {
                 Some(c) => (c, true),
                 None => (
@@ -589,6 +629,10 @@ impl Upstream {
                     false,
                 ),
             };
+            connected.set(connecting.map(|t| match reused {
+                true => Duration::ZERO,
+                false => t.elapsed(),
+            }));
             let head_request = *req.method == Method::HEAD;
             let attempt = timeout_at(deadline, async {
                 req.encode(&mut conn.write, &self.path_prefix);

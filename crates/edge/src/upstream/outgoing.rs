@@ -18,6 +18,8 @@ pub(crate) struct Outgoing<'a> {
     /// The protocol of an upgrade request (`Upgrade: websocket`): sent with
     /// `Connection: upgrade`, and a 101 is its answer.
     pub(crate) upgrade: Option<&'a HeaderValue>,
+    /// Where each attempt is noted for the access log, when it is.
+    pub(crate) notes: Option<&'a handler::LogNotes>,
 }
 
 /// The fields of an outgoing request.

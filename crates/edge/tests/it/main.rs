@@ -68,6 +68,8 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
             port: 0,
             forwarded_for: None,
         },
+        notes: None,
+        request_id: None,
     }
 }
 

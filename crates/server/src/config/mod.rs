@@ -582,31 +582,7 @@ impl Config {
         if self.max_connections < self.worker_count() {
             problems.push("`max_connections` must be at least one per worker".into());
         }
-        if let Some(admin) = self.admin_listen {
-            if let Some((_, kind)) = self.listening().find(|(l, _)| takes_admin(*l, admin)) {
-                problems.push(format!(
-                    "`admin_listen` {admin} overlaps a public `{}` address: the admin listener needs an address of its own",
-                    kind.key()
-                ));
-            }
-            if !admin.ip().is_loopback()
-                && self.admin_allow.is_empty()
-                && self.admin_token.is_none()
-            {
-                problems.push(format!(
-                    "`admin_listen` {admin} is not a loopback address: list the clients allowed in `admin_allow` or set `admin_token`"
-                ));
-            }
-        }
-        if self
-            .admin_token
-            .as_deref()
-            .is_some_and(|t| t.len() < 16 || t.bytes().any(|b| !b.is_ascii_graphic()))
-        {
-            problems.push(
-                "`admin_token` must be at least 16 printable characters without spaces".into(),
-            );
-        }
+        problems.extend(self.admin_problems());
         let t = &self.timeouts;
         for (name, value) in [
             ("head", t.head),
@@ -671,6 +647,37 @@ impl Config {
         }
         if self.workers > 1024 {
             problems.push("`workers` must be at most 1024".into());
+        }
+        problems
+    }
+
+    /// What is wrong with the admin listener's settings.
+    fn admin_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(admin) = self.admin_listen {
+            if let Some((_, kind)) = self.listening().find(|(l, _)| takes_admin(*l, admin)) {
+                problems.push(format!(
+                    "`admin_listen` {admin} overlaps a public `{}` address: the admin listener needs an address of its own",
+                    kind.key()
+                ));
+            }
+            if !admin.ip().is_loopback()
+                && self.admin_allow.is_empty()
+                && self.admin_token.is_none()
+            {
+                problems.push(format!(
+                    "`admin_listen` {admin} is not a loopback address: list the clients allowed in `admin_allow` or set `admin_token`"
+                ));
+            }
+        }
+        if self
+            .admin_token
+            .as_deref()
+            .is_some_and(|t| t.len() < 16 || t.bytes().any(|b| !b.is_ascii_graphic()))
+        {
+            problems.push(
+                "`admin_token` must be at least 16 printable characters without spaces".into(),
+            );
         }
         problems
     }

@@ -113,6 +113,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         site,
         accepted,
         held: _in_flight,
+        notes,
     } = exchange;
     let mut response = match work {
         Work::Ready(response) => {
@@ -167,7 +168,8 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
     };
     worker.clock.refresh();
     let (facts, read_at) = (sink.facts(), sink.read_at());
-    served::account(&worker, &facts, read_at, answered, &sent, |record| {
+    let noted = (answered, notes.as_ref());
+    served::account(&worker, &facts, read_at, noted, &sent, |record| {
         sink.with_request(&raw_head, record)
     });
     // Ends the exchange for the filter (it may have work of its own to finish).

@@ -63,6 +63,8 @@ pub(crate) struct Exchange {
     /// Its place among the requests of its key in flight (`limit_conn`), given back
     /// when the exchange ends.
     pub held: Option<crate::limit::Held>,
+    /// What the handler notes for the access log, when the site's log writes it.
+    pub notes: Option<handler::LogNotes>,
 }
 
 impl Exchange {
@@ -142,8 +144,8 @@ fn answer_in(
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
     let (mut path, normal) = normalized(worker, raw);
-    // An id (128 random bits) only for a site whose rules or log use it; then the rules.
-    let id = gen.request_ids[site].then(|| fastrand::u128(..));
+    // An id only for a site whose rules or log use it, notes for a log that writes them.
+    let (id, notes) = marks(gen, site, conn, req);
     let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let seen = (&mut decided, &path[..], &mut rerouted); // limits, access checks
     let (held, copied) = match admit(worker, conn, (gen, site), req, checked, seen) {
@@ -163,12 +165,13 @@ fn answer_in(
         true => modules::handlers(gen, site, &path, decided.rule),
         false => None,
     };
-    let mut answered = files_answered;
-    let mut edited = None;
+    let (mut answered, mut edited) = (files_answered, None);
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let asked = (req, &path[..], conn, (forwarded_for, rerouted, checked));
+            let sent_id = sent(gen, site, id, decided.request_edits.as_ref());
+            let marks = (forwarded_for, rerouted, checked, (notes.as_ref(), sent_id));
+            let asked = (req, &path[..], conn, marks);
             match modules::call(&current, route, asked, &mut answered.kind, &mut edited) {
                 Ok(called) => called,
                 Err(wait) => return Dispatched::Wait(wait),
@@ -195,6 +198,7 @@ fn answer_in(
         (None, None) => None,
     };
     let pages = Pages::of(gen, site, decided.rule, conn);
+    let fallback = pages.as_ref().filter(|p| p.any_fallback());
     let later = |work, filter| {
         Dispatched::Later(Pooled::new(Exchange {
             work,
@@ -206,14 +210,12 @@ fn answer_in(
             version: req.version,
             raw_head: raw_head(worker, pending, req.head_len),
             answered,
-            again: pages
-                .as_ref()
-                .filter(|p| p.any_fallback())
-                .map(|_| Again::of(req)),
+            again: fallback.map(|_| Again::of(req)),
             pages: pages.clone(),
             site,
             accepted: accepted(req),
             held: held.take(),
+            notes: notes.clone(),
         }))
     };
     match answer {
@@ -272,6 +274,40 @@ fn answer_in(
             }
         }
     }
+}
+
+/// The id a request sends its origin as `X-Request-Id`: its own, unless its route's
+/// `request_headers` set that field themselves.
+fn sent(
+    gen: &Generation,
+    site: usize,
+    id: Option<u128>,
+    edits: Option<&routing::RequestEdits>,
+) -> Option<u128> {
+    id.filter(|_| !routing::sets_request_id(&gen.rules[site], edits))
+}
+
+/// What a request on `site` carries for its rules and its log, only when they use it:
+/// its id, and where its handler notes upstream attempts and the cache's result. The id
+/// is the `X-Request-Id` a trusted proxy (`trusted_proxies`) sent, when it reads as one
+/// (32 hex digits, or a UUID), else 128 random bits.
+fn marks(
+    gen: &Generation,
+    site: usize,
+    conn: &ConnFacts,
+    req: &wire::Request<'_, '_>,
+) -> (Option<u128>, Option<handler::LogNotes>) {
+    let incoming = || {
+        let trusted = gen.identity[site].trusted.contains(conn.peer.ip());
+        trusted
+            .then(|| {
+                req.header("x-request-id")
+                    .and_then(crate::facts::parse_request_id)
+            })
+            .flatten()
+    };
+    let id = gen.request_ids[site].then(|| incoming().unwrap_or_else(|| fastrand::u128(..)));
+    (id, gen.log_notes[site].then(handler::LogNotes::default))
 }
 
 /// The request head as received, for the access log of a response that comes later:

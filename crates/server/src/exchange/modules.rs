@@ -44,12 +44,18 @@ pub(crate) fn handlers<'g>(
 
 /// The request a route's modules are asked: its view, normalised path and connection,
 /// the count of `X-Forwarded-For` items before its client, how often it has been routed
-/// again, and what its checks found when it waited on them (its filter's end among it).
+/// again, what its checks found when it waited on them (its filter's end among it), where
+/// its handler notes what the access log writes, and the id it sends on.
 pub(crate) type Asked<'a> = (
     &'a wire::Request<'a, 'a>,
     &'a [u8],
     &'a ConnFacts,
-    (Option<usize>, Option<Rerouted>, Option<&'a Checked>),
+    (
+        Option<usize>,
+        Option<Rerouted>,
+        Option<&'a Checked>,
+        (Option<&'a handler::LogNotes>, Option<u128>),
+    ),
 );
 
 /// What the route's filter left attached to the exchange and the answer, or the filter's
@@ -64,7 +70,7 @@ type Called = Result<(Option<Box<dyn Attached>>, Option<Answer>), LocalFuture<Ch
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, (forwarded_for, rerouted, checked)): Asked<'_>,
+    (req, path, conn, (forwarded_for, rerouted, checked, (notes, request_id))): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
 ) -> Called {
@@ -78,6 +84,8 @@ pub(crate) fn call(
         forwarded_for,
         tag: 0,
         secure: conn.secure(),
+        notes,
+        request_id,
     };
     let mut filter = None;
     if let Some((m, tag)) = route.filter {

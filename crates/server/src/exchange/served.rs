@@ -26,12 +26,12 @@ pub(crate) struct Sent<H> {
 
 /// The metrics and the access log line of a response sent:
 /// `request` calls its argument with the request as the log sees it, and is called only
-/// when an access log is on.
+/// when an access log is on. `notes`: what the handler noted for the log.
 pub(crate) fn account<H: AsRef<[u8]>>(
     worker: &Worker,
     conn: &ConnFacts,
     read_at: Option<Instant>,
-    answered: Answered,
+    (answered, notes): (Answered, Option<&handler::LogNotes>),
     sent: &Sent<H>,
     request: impl FnOnce(&mut dyn FnMut(Option<&wire::Request<'_, '_>>)),
 ) {
@@ -43,7 +43,7 @@ pub(crate) fn account<H: AsRef<[u8]>>(
     );
     if worker.log.borrow().is_some() {
         let response = (sent.status, sent.head.as_ref(), sent.body);
-        let ids = (answered.request_id, answered.route);
+        let ids = (answered.request_id, answered.route, notes);
         request(&mut |request| record(worker, conn, (read_at, ids), request, b"", response));
     }
 }
@@ -88,7 +88,7 @@ pub(crate) fn log(
         count(worker, answered, (status, head_len, body_bytes), read_at);
     }
     if logging {
-        let ids = request.map_or((None, None), |(_, a)| (a.request_id, a.route));
+        let ids = request.map_or((None, None, None), |(_, a)| (a.request_id, a.route, None));
         let request = request.map(|(r, _)| r);
         let response = (status, head, body_bytes);
         record(worker, conn, (read_at, ids), request, raw_line, response);
@@ -109,14 +109,18 @@ pub(crate) fn count(
     }
 }
 
-/// The request's id and the rule that routed it (site, rule).
-type Ids = (Option<u128>, Option<(u16, u16)>);
+/// The request's id, the rule that routed it (site, rule), and what its handler noted.
+type Ids<'n> = (
+    Option<u128>,
+    Option<(u16, u16)>,
+    Option<&'n handler::LogNotes>,
+);
 
 /// One access log line: `response` is (status, head, body bytes).
 pub(crate) fn record(
     worker: &Worker,
     conn: &ConnFacts,
-    (read_at, (request_id, route)): (Option<Instant>, Ids),
+    (read_at, (request_id, route, notes)): (Option<Instant>, Ids<'_>),
     request: Option<&wire::Request<'_, '_>>,
     raw_line: &[u8],
     (status, head, body_bytes): (u16, &[u8], u64),
@@ -167,6 +171,7 @@ pub(crate) fn record(
         body_bytes,
         micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
         request_id,
+        notes: notes.map(|n| n.noted()),
     };
     log.record(&entry, &worker.clock.clf_time()[..]);
 }

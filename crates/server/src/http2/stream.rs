@@ -179,6 +179,7 @@ pub(super) fn start(
             filter,
             answered,
             head_only,
+            notes,
             ..
         } = exchange.into_inner()
         else {
@@ -203,7 +204,8 @@ pub(super) fn start(
             body: body.len() as u64,
             complete: true,
         };
-        served::account(worker, &streams.facts, read_at, answered, &sent, |record| {
+        let noted = (answered, notes.as_ref());
+        served::account(worker, &streams.facts, read_at, noted, &sent, |record| {
             record(Some(&req))
         });
         return Rest::Ready(Ready {

@@ -48,6 +48,7 @@ async fn get(upstream: &Rc<Upstream>) -> Result<(Head, Pooled), UpstreamError> {
         fields: Fields::Plain(&fields),
         body: &body,
         upgrade: None,
+        notes: None,
     };
     upstream
         .send(&req, Instant::now() + Duration::from_secs(5))
