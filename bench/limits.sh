@@ -101,7 +101,7 @@ for c in plain policy; do
     port=$(free_port)
     {
         if [ $c = policy ]; then
-            printf '[[limit]]\nname = "ka"\nkey = "$remote_addr"\nrate = "100000000r/s"\nburst = 1000000\nnodelay = true\n\n'
+            printf '[[limit]]\nname = "ka"\nkey = "$remote_addr"\nrate = "1000000r/s"\nburst = 100000\nnodelay = true\n\n'
         fi
         printf '[[host]]\nnames = ["127.0.0.1"]\nroot = "%s"\n' "$site"
         if [ $c = policy ]; then
@@ -127,11 +127,11 @@ $(nginx_keepalive)
     fastcgi_temp_path $work/nginx-$c;
     uwsgi_temp_path $work/nginx-$c;
     scgi_temp_path $work/nginx-$c;
-    limit_req_zone \$binary_remote_addr zone=ka:16m rate=100000000r/s;
+    limit_req_zone \$binary_remote_addr zone=ka:16m rate=1000000r/s;
     server {
         listen 127.0.0.1:$port reuseport;
         root $site;
-$(if [ $c = policy ]; then printf '        limit_req zone=ka burst=1000000 nodelay;\n        allow 127.0.0.1;\n        deny all;\n'; fi)
+$(if [ $c = policy ]; then printf '        limit_req zone=ka burst=100000 nodelay;\n        allow 127.0.0.1;\n        deny all;\n'; fi)
     }
 }
 CONF
