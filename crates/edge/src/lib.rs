@@ -108,8 +108,9 @@ pub use arena::Text;
 pub use body::Body;
 pub use cache::{Cache, CacheStats, SharedTierStats};
 pub use config::{
-    Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
-    PeerConfig, RedisConfig, RouteConfig, SendProxy, UpstreamConfig, SELF_ADDRESS,
+    Balance, Bypass, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig,
+    KeyRules, PagePolicy, PeerConfig, RedisConfig, RouteCacheConfig, RouteConfig, SendProxy,
+    TtlMode, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use exchange::{ProxyRequest, ProxyResponse};

@@ -381,7 +381,7 @@ impl Service for EdgeService {
             // A `root` route: its files, even under a proxied shorter prefix.
             return Answer::Files;
         }
-        let (Some((upstream, mode)), Some(request)) =
+        let (Some((upstream, mode, policy)), Some(request)) =
             (edge.route_upstream(req.tag as usize), proxy_request(req))
         else {
             return Answer::Pass;
@@ -390,6 +390,7 @@ impl Service for EdgeService {
             edge: edge.clone(),
             upstream,
             mode,
+            policy,
             route: req.tag as usize,
             accepted: compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
@@ -460,6 +461,8 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
+    /// The route's cache rules.
+    policy: crate::proxy::Policy,
     /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
     accepted: compress::Accepted,
@@ -473,12 +476,13 @@ impl Deferred for Proxied {
                 edge,
                 upstream,
                 mode,
+                policy,
                 route,
                 accepted,
                 mut request,
             } = self;
             request.body = body;
-            match edge.proxy_to(upstream, mode, request).await {
+            match edge.proxy_to(upstream, mode, policy, request).await {
                 Ok(response) => {
                     let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();

@@ -19,6 +19,7 @@ use crate::assembly::fetch::{is_esi, normalise_authority};
 use crate::body::{Body, BodyKind};
 use crate::cache::freshness;
 use crate::cache::lookup::{self, Flight, Memory};
+use crate::cache::policy::RoutePolicy;
 use crate::cache::variants::Variants;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::clock::now_ms;
@@ -149,6 +150,15 @@ impl Edge {
                 }))
             })
             .collect();
+        let policies = (config.route.iter().enumerate())
+            .map(|(i, r)| {
+                let at = format!("{}.cache", r.key_or(i));
+                r.cache
+                    .as_ref()
+                    .map(|c| RoutePolicy::build(c, &at).map(Rc::new))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Edge {
             compression: Rc::new(RouteCompression::new(&config)),
             worker: Rc::new(Worker {
@@ -159,6 +169,7 @@ impl Edge {
                 fetches: Cell::new(0),
                 cache,
                 lean,
+                policies,
             }),
         })
     }
@@ -203,7 +214,7 @@ impl Edge {
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
         };
-        self.proxy_to(upstream, mode, req).await
+        self.proxy_to(upstream, mode, None, req).await
     }
 
     /// Whether route number `route` serves files (`root`) rather than an upstream.
@@ -215,19 +226,22 @@ impl Edge {
             .is_some_and(|r| r.upstream.is_none())
     }
 
-    /// The upstream and ESI mode of `config.route[route]`, for a request the server
-    /// routed (on its normalised path) to that route.
-    pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
+    /// The upstream, ESI mode and cache rules of `config.route[route]`, for a request
+    /// the server routed (on its normalised path) to that route.
+    pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode, Policy)> {
         let r = self.worker.config.route.get(route)?;
         let upstream = self.worker.upstreams.get(r.upstream.as_deref()?)?;
-        Some((upstream.clone(), r.esi))
+        let policy = self.worker.policies.get(route).cloned().flatten();
+        Some((upstream.clone(), r.esi, policy))
     }
 
-    /// [`Edge::proxy`] of a request already routed to `upstream`.
+    /// [`Edge::proxy`] of a request already routed to `upstream`, with its route's
+    /// cache rules (`policy`).
     pub(crate) async fn proxy_to(
         &self,
         upstream: Rc<Upstream>,
         mode: EsiMode,
+        policy: Policy,
         req: ProxyRequest,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
@@ -247,7 +261,8 @@ impl Edge {
                 }
             };
         }
-        if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+        let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
+        if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
             crate::metrics::passed();
             return self.forward(req, &upstream, mode, authority, None).await;
         }
@@ -256,7 +271,8 @@ impl Edge {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
-                    self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
+                    let fill = (key, guard, policy);
+                    self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 }
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
@@ -277,6 +293,7 @@ impl Edge {
                 guard: None,
                 stale,
                 refresh: false,
+                policy,
             };
             return self
                 .forward(req, &upstream, mode, authority, Some(store))
@@ -288,7 +305,8 @@ impl Edge {
                 return self.serve(e, &req, &authority, now_ms()).await
             }
             Flight::Refresh(e, guard) => {
-                self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
+                let fill = (key, guard, policy);
+                self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
             // The origin failed the leader: asking it again per waiter would only
@@ -305,6 +323,7 @@ impl Edge {
             guard,
             stale,
             refresh: false,
+            policy,
         };
         self.forward(req, &upstream, mode, authority, Some(store))
             .await
@@ -318,8 +337,7 @@ impl Edge {
         upstream: &Rc<Upstream>,
         mode: EsiMode,
         authority: &Text,
-        key: Text,
-        guard: FlightGuard,
+        (key, guard, policy): (Text, FlightGuard, Policy),
     ) {
         let this = self.clone();
         let mut refresh = req.clone();
@@ -331,6 +349,7 @@ impl Edge {
                 guard: Some(guard),
                 stale: None,
                 refresh: true,
+                policy,
             };
             let _ = this
                 .forward(refresh, &upstream, mode, authority, Some(store))
@@ -485,11 +504,14 @@ impl Edge {
         let freshness = store
             .as_ref()
             .filter(|_| req.method == Method::GET)
-            .map(|_| {
+            .map(|s| {
                 freshness::decide(
                     parts.status,
                     &parts.headers,
-                    &worker.cache.rules(token),
+                    &freshness::Rules {
+                        route: s.policy.as_deref(),
+                        ..worker.cache.rules(token)
+                    },
                     None,
                     authorized,
                     std::time::SystemTime::now(),
@@ -780,7 +802,12 @@ struct Store {
     stale: Option<Arc<Entry>>,
     /// A background refresh: store, then answer nothing.
     refresh: bool,
+    /// The route's cache rules.
+    policy: Policy,
 }
+
+/// A route's `[route.cache]` rules, when it has some.
+pub(crate) type Policy = Option<Rc<RoutePolicy>>;
 
 /// The request's authority: its Host field, trimmed, or the upstream's name when it has
 /// none (copied into the worker's block: no allocation).

@@ -4,6 +4,7 @@ mod harness;
 
 mod access_log;
 mod cache;
+mod cache_policy;
 mod check_config;
 mod client_identity;
 mod compression;

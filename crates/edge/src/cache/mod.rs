@@ -10,6 +10,7 @@ pub(crate) mod flight;
 pub(crate) mod freshness;
 pub(crate) mod lookup;
 pub(crate) mod memory;
+pub(crate) mod policy;
 pub(crate) mod shared_tier;
 pub(crate) mod variants;
 

@@ -1,0 +1,236 @@
+//! The cache's rules per route (docs/cache.md, "Rules per route"): lifetimes by status,
+//! `mode`, `grace` and `bypass`, through the binary and an origin started here.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use crate::harness::{
+    check_config_output, read_request_head, read_response, Response, Server, Site,
+};
+
+/// An origin that counts requests per path (query included), answering by the path's
+/// last part:
+///
+/// - `/plain...`: 200 `plain N` (N = the count), no caching headers
+/// - `/zero...`: 200 `zero N`, `Cache-Control: max-age=0`
+/// - `/missing...`: 404 `missing N`, no caching headers
+/// - `/doc...`: 200 `0123456789abcdefghij`, `max-age=60`, `ETag: "v1"`, a Last-Modified
+#[derive(Clone)]
+pub struct Origin {
+    pub addr: SocketAddr,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+pub const LAST_MODIFIED: &str = "Tue, 02 Jan 2024 03:04:05 GMT";
+pub const DOC: &str = "0123456789abcdefghij";
+
+impl Origin {
+    pub fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let origin = Origin {
+            addr: listener.local_addr().unwrap(),
+            hits: Arc::default(),
+        };
+        let o = origin.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let o = o.clone();
+                std::thread::spawn(move || o.serve(stream));
+            }
+        });
+        origin
+    }
+
+    pub fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    fn serve(&self, stream: TcpStream) {
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        while let Some((path, _)) = read_request_head(&mut reader) {
+            let n = {
+                let mut hits = self.hits.lock().unwrap();
+                let n = hits.entry(path.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            let (status, extra, body) = if path.contains("/plain") {
+                ("200 OK", String::new(), format!("plain {n}"))
+            } else if path.contains("/zero") {
+                (
+                    "200 OK",
+                    "Cache-Control: max-age=0\r\n".into(),
+                    format!("zero {n}"),
+                )
+            } else if path.contains("/missing") {
+                ("404 Not Found", String::new(), format!("missing {n}"))
+            } else {
+                let h = format!(
+                    "Cache-Control: max-age=60\r\nETag: \"v1\"\r\nLast-Modified: {LAST_MODIFIED}\r\nContent-Type: text/plain\r\n"
+                );
+                ("200 OK", h, DOC.to_string())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if writer.write_all(response.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// `tessera serve` proxying to `origin` with the TOML `routes` (each `[[route]]`
+/// naming upstream `origin`) and `extra` (other tables).
+pub fn serve(site: &Site, origin: &Origin, routes: &str, extra: &str) -> Server {
+    let toml = format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\n{routes}\n{extra}\n",
+        origin.addr
+    );
+    site.serve_with(&toml)
+}
+
+pub fn request(server: &Server, raw: &str) -> Response {
+    let mut stream = server.connect();
+    stream.write_all(raw.as_bytes()).unwrap();
+    read_response(&mut stream, raw.starts_with("HEAD"))
+}
+
+/// A GET of `path` with the extra header lines `fields` (each ending in CRLF).
+pub fn get_with(server: &Server, path: &str, fields: &str) -> Response {
+    request(
+        server,
+        &format!("GET {path} HTTP/1.1\r\nHost: test\r\n{fields}Connection: close\r\n\r\n"),
+    )
+}
+
+pub fn body(r: &Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+const ROUTES: &str = "[[route]]\nprefix = \"/over\"\nupstream = \"origin\"\n\
+    [route.cache]\nttl = { \"200\" = \"1h\" }\nmode = \"override\"\ngrace = \"30s\"\n\n\
+    [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+    [route.cache]\nttl = { \"200\" = \"1h\", \"404\" = \"1m\" }\nmode = \"default\"\n\
+    bypass = { cookie = \"session\", header = \"X-No-Cache\" }\n";
+
+#[test]
+fn ttl_by_status_stores_what_the_origin_gave_no_lifetime() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, ROUTES, "");
+    for (path, status, want) in [
+        ("/plain/a", 200, "plain 1"),
+        ("/missing/a", 404, "missing 1"),
+    ] {
+        for _ in 0..3 {
+            let r = get_with(&server, path, "");
+            assert_eq!((r.status, body(&r).as_str()), (status, want), "{path}");
+        }
+        assert_eq!(origin.hits(path), 1, "{path}");
+    }
+    // "default": the origin's own `max-age=0` wins over the rule, so it is not stored.
+    for want in ["zero 1", "zero 2"] {
+        assert_eq!(body(&get_with(&server, "/zero/a", "")), want);
+    }
+}
+
+#[test]
+fn override_replaces_the_origins_lifetime() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, ROUTES, "");
+    for _ in 0..3 {
+        assert_eq!(body(&get_with(&server, "/over/zero", "")), "zero 1");
+    }
+    assert_eq!(origin.hits("/over/zero"), 1);
+    // A status the rule does not name keeps tessera's own rule: a 404 without a
+    // lifetime is not stored.
+    get_with(&server, "/over/missing", "");
+    get_with(&server, "/over/missing", "");
+    assert_eq!(origin.hits("/over/missing"), 2);
+}
+
+#[test]
+fn bypass_by_cookie_or_header_skips_lookup_and_store() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, ROUTES, "");
+    assert_eq!(body(&get_with(&server, "/plain/b", "")), "plain 1");
+    // Bypassed: the origin answers, and what it answers is not stored.
+    let bypassed = [
+        "Cookie: theme=dark; session=abc\r\n",
+        "Cookie: session=abc\r\n",
+        "X-No-Cache: 1\r\n",
+    ];
+    for (i, fields) in bypassed.iter().enumerate() {
+        let want = format!("plain {}", i + 2);
+        assert_eq!(
+            body(&get_with(&server, "/plain/b", fields)),
+            want,
+            "{fields}"
+        );
+    }
+    // Others still get the stored object; a cookie of another name does not bypass.
+    for fields in ["", "Cookie: sessions=1\r\n"] {
+        assert_eq!(
+            body(&get_with(&server, "/plain/b", fields)),
+            "plain 1",
+            "{fields}"
+        );
+    }
+    // A first request that bypasses stores nothing for the next.
+    assert_eq!(
+        body(&get_with(&server, "/plain/c", "X-No-Cache: 1\r\n")),
+        "plain 1"
+    );
+    assert_eq!(body(&get_with(&server, "/plain/c", "")), "plain 2");
+    assert_eq!(body(&get_with(&server, "/plain/c", "")), "plain 2");
+}
+
+#[test]
+fn check_config_names_the_route_cache_key() {
+    let site = Site::new();
+    let path = site.dir.path().join("bad.toml");
+    for (rule, key, want) in [
+        (
+            "ttl = { \"200\" = \"soon\" }",
+            "route[1].cache.ttl",
+            "\"soon\" is not a duration",
+        ),
+        (
+            "ttl = { \"500\" = \"1m\" }",
+            "route[1].cache.ttl",
+            "500 cannot be stored",
+        ),
+        ("mode = \"always\"", "mode", "unknown variant `always`"),
+        (
+            "grace = \"-1\"",
+            "route[1].cache.grace",
+            "is not a duration",
+        ),
+        ("keep = \"1h\"", "route[1].cache.keep", "is not built yet"),
+        (
+            "bypass = { cookie = \"\" }",
+            "route[1].cache.bypass.cookie",
+            "not a cookie name",
+        ),
+    ] {
+        let toml = format!(
+            "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\n\
+             [[route]]\nprefix = \"/r\"\nrespond = {{ body = \"x\" }}\n\n\
+             [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\n{rule}\n"
+        );
+        std::fs::write(&path, toml).unwrap();
+        let (code, stderr) = check_config_output(&path);
+        assert_eq!(code, Some(1), "{rule}: {stderr}");
+        for want in [key, want] {
+            assert!(stderr.contains(want), "{rule}: {stderr} lacks {want}");
+        }
+        assert!(stderr.contains("bad.toml:"), "{stderr}");
+    }
+}
