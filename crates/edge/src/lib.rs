@@ -98,6 +98,7 @@ mod exchange;
 pub mod headers;
 mod metrics;
 mod module;
+mod partial;
 mod proxy;
 mod route_compression;
 mod tunnel;

@@ -521,9 +521,11 @@ fn response_of(
     let mut fields = response.headers;
     let cached = response.head_h1.is_some();
     if cached {
-        // A cached object: its Age (all the fields hold when the proxy is lean), then
-        // its fields encoded once.
-        fields.retain(|name, _| name.eq_ignore_ascii_case(b"age"));
+        // A cached object: its Age (all the fields hold when the proxy is lean) and, for
+        // a HEAD, its length, then its fields encoded once.
+        fields.retain(|name, _| {
+            name.eq_ignore_ascii_case(b"age") || name.eq_ignore_ascii_case(b"content-length")
+        });
     }
     let mut head = ResponseHead::from_fields(response.status.as_u16(), fields);
     if let Some((lines, date, variants)) = response.head_h1 {

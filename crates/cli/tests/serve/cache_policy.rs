@@ -234,3 +234,98 @@ fn check_config_names_the_route_cache_key() {
         assert!(stderr.contains("bad.toml:"), "{stderr}");
     }
 }
+
+const PROXY_ALL: &str = "[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n";
+
+#[test]
+fn not_modified_from_the_cache_for_either_validator() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, PROXY_ALL, "");
+    assert_eq!(body(&get_with(&server, "/doc/a", "")), DOC);
+    let older = "Mon, 01 Jan 2024 00:00:00 GMT";
+    for (fields, status) in [
+        ("If-None-Match: \"v1\"\r\n", 304),
+        ("If-None-Match: \"x\", W/\"v1\"\r\n", 304),
+        ("If-None-Match: *\r\n", 304),
+        ("If-None-Match: \"v2\"\r\n", 200),
+        (&format!("If-Modified-Since: {LAST_MODIFIED}\r\n"), 304),
+        (&format!("If-Modified-Since: {older}\r\n"), 200),
+        // If-None-Match wins over If-Modified-Since.
+        (
+            &format!("If-None-Match: \"v2\"\r\nIf-Modified-Since: {LAST_MODIFIED}\r\n"),
+            200,
+        ),
+        ("If-Match: \"v2\"\r\n", 412),
+        ("If-Match: \"v1\"\r\n", 200),
+        (&format!("If-Unmodified-Since: {older}\r\n"), 412),
+    ] {
+        let r = get_with(&server, "/doc/a", fields);
+        assert_eq!(r.status, status, "{fields}");
+        match status {
+            304 => {
+                assert!(r.body.is_empty(), "{fields}");
+                assert_eq!(r.header("etag"), Some("\"v1\""), "{fields}");
+                assert!(r.header("age").is_some(), "{fields}");
+            }
+            200 => assert_eq!(body(&r), DOC, "{fields}"),
+            _ => {}
+        }
+    }
+    // HEAD from the cache: the GET's head, no body; conditional too.
+    let head = "HEAD /doc/a HTTP/1.1\r\nHost: test\r\nConnection: close\r\n";
+    let r = request(&server, &format!("{head}\r\n"));
+    assert_eq!((r.status, r.header("content-length")), (200, Some("20")));
+    assert!(r.body.is_empty());
+    let r = request(&server, &format!("{head}If-None-Match: \"v1\"\r\n\r\n"));
+    assert_eq!(r.status, 304);
+    assert_eq!(origin.hits("/doc/a"), 1);
+}
+
+#[test]
+fn ranges_from_the_cache_single_multipart_and_if_range() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, PROXY_ALL, "");
+    assert_eq!(body(&get_with(&server, "/doc/r", "")), DOC);
+    let r = get_with(&server, "/doc/r", "Range: bytes=0-4\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (206, "01234"));
+    assert_eq!(r.header("content-range"), Some("bytes 0-4/20"));
+    assert_eq!(r.header("content-length"), Some("5"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    let r = get_with(&server, "/doc/r", "Range: bytes=-3\r\n");
+    assert_eq!((r.status, body(&r).as_str()), (206, "hij"));
+    // Several ranges: multipart/byteranges, each part with its type and range.
+    let r = get_with(&server, "/doc/r", "Range: bytes=0-1, 5-6\r\n");
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap().to_string();
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .expect(&ct);
+    let want = format!(
+        "\r\n--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-1/20\r\n\r\n01\
+         \r\n--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 5-6/20\r\n\r\n56\
+         \r\n--{boundary}--\r\n"
+    );
+    assert_eq!(body(&r), want);
+    // If-Range: the same ETag or date gives the range; a changed ETag gives it all.
+    for (if_range, status, want) in [
+        ("\"v1\"", 206, "01234"),
+        (LAST_MODIFIED, 206, "01234"),
+        ("\"v2\"", 200, DOC),
+        ("W/\"v1\"", 200, DOC),
+    ] {
+        let fields = format!("Range: bytes=0-4\r\nIf-Range: {if_range}\r\n");
+        let r = get_with(&server, "/doc/r", &fields);
+        assert_eq!((r.status, body(&r).as_str()), (status, want), "{if_range}");
+    }
+    let r = get_with(&server, "/doc/r", "Range: bytes=20-\r\n");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */20"));
+    // Another unit is ignored: the whole object.
+    assert_eq!(
+        body(&get_with(&server, "/doc/r", "Range: items=0-1\r\n")),
+        DOC
+    );
+    assert_eq!(origin.hits("/doc/r"), 1);
+}
