@@ -293,6 +293,23 @@ impl Module for EdgeModule {
                 n,
             );
         }
+        // The same counts under the names `Cache-Status` uses (RFC 9211).
+        let lookups = "Cache lookups of the proxy's memory tier, by result, named as \
+                       Cache-Status names them.";
+        for (result, n) in [
+            ("hit", s.hits),
+            ("miss", s.misses),
+            ("stale", s.stale_served),
+            ("collapsed", s.coalesced),
+            ("bypass", crate::metrics::passes()),
+        ] {
+            out.counter(
+                "tessera_cache_lookups_total",
+                lookups,
+                &[("result", result)],
+                n,
+            );
+        }
         crate::metrics::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
@@ -482,12 +499,19 @@ impl Deferred for Proxied {
                 mut request,
             } = self;
             request.body = body;
-            match edge.proxy_to(upstream, mode, policy, request).await {
+            let status = std::cell::Cell::default();
+            match edge
+                .proxy_to(upstream, mode, policy, &status, request)
+                .await
+            {
                 Ok(response) => {
                     let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
+                    if edge.worker.cache.config.cache_status {
+                        cache_status(&mut response.head, status.get());
+                    }
                     match edge.compression.policy(route) {
                         _ if response.head.status() == 101 => response.head.set_identity_only(true),
                         Some(RoutePolicy::Own(Some(policy))) => {
@@ -504,6 +528,15 @@ impl Deferred for Proxied {
                 }
             }
         })
+    }
+}
+
+/// Adds RFC 9211's `Cache-Status` field saying what the cache did (`[cache]
+/// cache_status`).
+fn cache_status(head: &mut ResponseHead, status: crate::exchange::CacheStatus) {
+    let mut value = Vec::with_capacity(40);
+    if status.write(&mut value).is_some() {
+        head.append(b"cache-status", &value);
     }
 }
 

@@ -25,7 +25,7 @@ use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
-use crate::exchange::{ProxyRequest, ProxyResponse};
+use crate::exchange::{CacheStatus, ProxyRequest, ProxyResponse};
 use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
@@ -214,7 +214,8 @@ impl Edge {
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
         };
-        self.proxy_to(upstream, mode, None, req).await
+        self.proxy_to(upstream, mode, None, &Cell::default(), req)
+            .await
     }
 
     /// Whether route number `route` serves files (`root`) rather than an upstream.
@@ -242,6 +243,7 @@ impl Edge {
         upstream: Rc<Upstream>,
         mode: EsiMode,
         policy: Policy,
+        status: &Cell<CacheStatus>,
         req: ProxyRequest,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
@@ -264,10 +266,15 @@ impl Edge {
         let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
             crate::metrics::passed();
+            status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
-        let (stale, passes) = match lookup::memory(cache, &key, &field) {
+        let found = lookup::memory(cache, &key, &field);
+        if let Memory::Fresh(e) | Memory::Stale(e, _) = &found {
+            status.set(CacheStatus::of(e, now_ms()));
+        }
+        let (stale, passes) = match found {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
@@ -282,26 +289,41 @@ impl Edge {
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             crate::metrics::passed();
+            status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
         if req.method == Method::HEAD || passes {
             crate::metrics::passed();
+            status.set(if passes {
+                CacheStatus::Bypass
+            } else {
+                CacheStatus::Miss(false)
+            });
             let store = Store {
                 key,
                 guard: None,
                 stale,
                 refresh: false,
                 policy,
+                status: Some(status),
             };
             return self
                 .forward(req, &upstream, mode, authority, Some(store))
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-            Flight::Hit(e) | Flight::StaleOnError(e) => {
+        let flight = lookup::fly(cache, &key, &field, deadline, stale).await;
+        status.set(match &flight {
+            Flight::Hit(e) | Flight::StaleOnError(e) | Flight::Refresh(e, _) => {
+                CacheStatus::of(e, now_ms())
+            }
+            Flight::Joined(_) | Flight::Failed => CacheStatus::Collapsed,
+            Flight::Fetch { .. } => CacheStatus::Miss(false),
+        });
+        let (guard, stale) = match flight {
+            Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => {
                 return self.serve(e, &req, &authority, now_ms()).await
             }
             Flight::Refresh(e, guard) => {
@@ -324,6 +346,7 @@ impl Edge {
             stale,
             refresh: false,
             policy,
+            status: Some(status),
         };
         self.forward(req, &upstream, mode, authority, Some(store))
             .await
@@ -350,6 +373,7 @@ impl Edge {
                 stale: None,
                 refresh: true,
                 policy,
+                status: None,
             };
             let _ = this
                 .forward(refresh, &upstream, mode, authority, Some(store))
@@ -463,7 +487,7 @@ impl Edge {
         upstream: &Rc<Upstream>,
         mode: EsiMode,
         authority: Text,
-        mut store: Option<Store>,
+        mut store: Option<Store<'_>>,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
         let token = worker.config.esi.device_token.as_str();
@@ -497,6 +521,9 @@ impl Edge {
                     g.land(Landing::Failed);
                 }
                 if let Some(stale) = s.stale {
+                    if let Some(status) = s.status {
+                        status.set(CacheStatus::of(&stale, now_ms()));
+                    }
                     worker.cache.count_stale();
                     tracing::debug!(key = %s.key, "origin failed: serving stale");
                     return self.serve(stale, &req, &authority, now_ms()).await;
@@ -558,6 +585,9 @@ impl Edge {
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
+            if let Some(status) = s.status {
+                status.set(CacheStatus::Miss(true));
+            }
             if let Some(g) = s.guard {
                 g.land(Landing::Stored(entry.clone()));
             }
@@ -806,7 +836,7 @@ pub(crate) fn opened_totals(config: &EdgeConfig) -> Arc<[Arc<AtomicU64>]> {
 }
 
 /// What [`Edge::forward`] does with a cacheable response.
-struct Store {
+struct Store<'a> {
     key: Text,
     /// The flight to land, when this request leads one.
     guard: Option<FlightGuard>,
@@ -816,6 +846,8 @@ struct Store {
     refresh: bool,
     /// The route's cache rules.
     policy: Policy,
+    /// Where the request's `Cache-Status` is kept (not for a background refresh).
+    status: Option<&'a Cell<CacheStatus>>,
 }
 
 /// A route's `[route.cache]` rules, when it has some.

@@ -15,6 +15,7 @@ use crate::harness::{
 ///
 /// - `/plain...`: 200 `plain N` (N = the count), no caching headers
 /// - `/zero...`: 200 `zero N`, `Cache-Control: max-age=0`
+/// - `/slow...`: 200 `slow N` after 300 ms, `max-age=60`
 /// - `/missing...`: 404 `missing N`, no caching headers
 /// - `/doc...`: 200 `0123456789abcdefghij`, `max-age=60`, `ETag: "v1"`, a Last-Modified
 #[derive(Clone)]
@@ -64,6 +65,13 @@ impl Origin {
                     "200 OK",
                     "Cache-Control: max-age=0\r\n".into(),
                     format!("zero {n}"),
+                )
+            } else if path.contains("/slow") {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                (
+                    "200 OK",
+                    "Cache-Control: max-age=60\r\n".into(),
+                    format!("slow {n}"),
                 )
             } else if path.contains("/missing") {
                 ("404 Not Found", String::new(), format!("missing {n}"))
@@ -242,7 +250,13 @@ fn not_modified_from_the_cache_for_either_validator() {
     let site = Site::new();
     let origin = Origin::start();
     let server = serve(&site, &origin, PROXY_ALL, "");
-    assert_eq!(body(&get_with(&server, "/doc/a", "")), DOC);
+    let r = get_with(&server, "/doc/a", "");
+    assert_eq!(body(&r), DOC);
+    assert_eq!(
+        r.header("cache-status"),
+        None,
+        "cache_status is off by default"
+    );
     let older = "Mon, 01 Jan 2024 00:00:00 GMT";
     for (fields, status) in [
         ("If-None-Match: \"v1\"\r\n", 304),
@@ -328,4 +342,70 @@ fn ranges_from_the_cache_single_multipart_and_if_range() {
         DOC
     );
     assert_eq!(origin.hits("/doc/r"), 1);
+}
+
+#[test]
+fn cache_status_says_hit_miss_stale_collapsed_and_bypass() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let routes = "[[route]]\nprefix = \"/g\"\nupstream = \"origin\"\n[route.cache]\n\
+        ttl = { \"200\" = \"1s\" }\nmode = \"override\"\ngrace = \"60s\"\n\n\
+        [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+        [route.cache]\nbypass = { cookie = \"session\" }\n";
+    let server = serve(&site, &origin, routes, "[cache]\ncache_status = true\n");
+    let status = |path: &str, fields: &str| {
+        let r = get_with(&server, path, fields);
+        r.header("cache-status").unwrap_or("(none)").to_string()
+    };
+    assert_eq!(status("/doc/s", ""), "tessera; fwd=miss; stored");
+    let hit = status("/doc/s", "");
+    let ttl: u64 = hit
+        .strip_prefix("tessera; hit; ttl=")
+        .expect(&hit)
+        .parse()
+        .unwrap();
+    assert!((55..=60).contains(&ttl), "{hit}");
+    // Conditional answers from the cache say so too.
+    let r = get_with(&server, "/doc/s", "If-None-Match: \"v1\"\r\n");
+    assert_eq!(r.status, 304);
+    assert!(r
+        .header("cache-status")
+        .unwrap()
+        .starts_with("tessera; hit; ttl="));
+    // No lifetime: not stored, then the key is passed without a lookup.
+    assert_eq!(status("/plain/s", ""), "tessera; fwd=miss");
+    assert_eq!(status("/plain/s", ""), "tessera; fwd=bypass");
+    assert_eq!(
+        status("/doc/s", "Cookie: session=1\r\n"),
+        "tessera; fwd=bypass"
+    );
+    // Past its second of life, within grace: served stale while refreshed.
+    assert_eq!(status("/g/doc", ""), "tessera; fwd=miss; stored");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let stale = status("/g/doc", "");
+    assert!(stale.starts_with("tessera; fwd=stale; ttl=-"), "{stale}");
+    // Concurrent misses: one fetch stored, the others waited on it.
+    let server = std::sync::Arc::new(server);
+    let all: Vec<String> = (0..4)
+        .map(|_| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let r = get_with(&server, "/slow/c", "");
+                r.header("cache-status").unwrap_or("(none)").to_string()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let stored = all
+        .iter()
+        .filter(|s| *s == "tessera; fwd=miss; stored")
+        .count();
+    let collapsed = all
+        .iter()
+        .filter(|s| *s == "tessera; fwd=miss; collapsed")
+        .count();
+    assert_eq!((stored, collapsed), (1, 3), "{all:?}");
+    assert_eq!(origin.hits("/slow/c"), 1);
 }

@@ -34,8 +34,10 @@ pub(crate) enum Memory {
 
 /// Where a memory miss stands once the flight and the Redis tier have been asked.
 pub(crate) enum Flight {
-    /// An object to serve: fresh from another request's fetch or from Redis.
+    /// An object to serve, fresh from Redis.
     Hit(Arc<Entry>),
+    /// An object to serve, from the fetch of another request this one waited on.
+    Joined(Arc<Entry>),
     /// The fetch this request waited on failed: serve the stale-if-error object (counted).
     StaleOnError(Arc<Entry>),
     /// The fetch this request waited on failed and nothing stale may be served: the
@@ -91,7 +93,7 @@ pub(crate) async fn fly(
             cache.count_miss();
             return match wait_landing(rx, deadline).await {
                 Landing::Stored(e) => match cache.landed_for(key, e, field) {
-                    Some(e) => Flight::Hit(e),
+                    Some(e) => Flight::Joined(e),
                     // Another variant: fetch our own.
                     None => Flight::Fetch { guard: None, stale },
                 },
