@@ -249,10 +249,16 @@ impl Edge {
         let worker = &self.worker;
         origin_form(&req)?;
         let authority = authority_of(&req, &upstream);
-        let key = crate::assembly::fetch::key_at(&authority, &req.target);
+        let key = match policy.as_ref().and_then(|p| p.key.as_ref()) {
+            Some(rule) => rule.key(&authority, &req.target, &req.headers),
+            None => crate::assembly::fetch::key_at(&authority, &req.target),
+        };
         let cache = &worker.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
-            return Ok(self.invalidate(&req, &key));
+            // A BAN's path is a prefix of URL keys, whatever key rule follows them.
+            let ban = (req.method.as_str() == "BAN")
+                .then(|| crate::assembly::fetch::key_at(&authority, &req.target));
+            return Ok(self.invalidate(&req, ban.as_deref().unwrap_or(&key)));
         }
         if let Some(protocol) = tunnel::upgrade_of(&req).cloned() {
             let config = &self.worker.config;

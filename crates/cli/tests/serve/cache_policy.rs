@@ -223,6 +223,16 @@ fn check_config_names_the_route_cache_key() {
         ),
         ("keep = \"1h\"", "route[1].cache.keep", "is not built yet"),
         (
+            "key = { query = \"random\" }",
+            "route[1].cache.key",
+            "query = \"random\"",
+        ),
+        (
+            "key = { drop_query = [\"\"] }",
+            "route[1].cache.key",
+            "drop_query",
+        ),
+        (
             "bypass = { cookie = \"\" }",
             "route[1].cache.bypass.cookie",
             "not a cookie name",
@@ -408,4 +418,50 @@ fn cache_status_says_hit_miss_stale_collapsed_and_bypass() {
         .count();
     assert_eq!((stored, collapsed), (1, 3), "{all:?}");
     assert_eq!(origin.hits("/slow/c"), 1);
+}
+
+#[test]
+fn key_rules_drop_and_sort_the_query_add_a_header_and_change_at_reload() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let route = |key: &str| {
+        format!("[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\nkey = {key}\n")
+    };
+    let rule = "{ query = \"sorted\", drop_query = [\"utm_*\", \"fbclid\", \"gclid\"], \
+                headers = [\"Accept-Language\"], cookies = [] }";
+    let server = serve(&site, &origin, &route(rule), "");
+    let get = |path: &str, fields: &str| {
+        let r = get_with(&server, path, fields);
+        assert_eq!((r.status, body(&r).as_str()), (200, DOC), "{path}");
+    };
+    get("/doc/k?utm_source=a&id=1", "");
+    get("/doc/k?id=1", "");
+    get("/doc/k?gclid=x&id=1&fbclid=y&utm_medium=b", "");
+    assert_eq!(origin.hits("/doc/k?utm_source=a&id=1"), 1);
+    assert_eq!(origin.hits("/doc/k?id=1"), 0);
+    assert_eq!(origin.hits("/doc/k?gclid=x&id=1&fbclid=y&utm_medium=b"), 0);
+    get("/doc/k?b=2&a=1", "");
+    get("/doc/k?a=1&b=2", "");
+    assert_eq!(
+        origin.hits("/doc/k?b=2&a=1") + origin.hits("/doc/k?a=1&b=2"),
+        1
+    );
+    // Accept-Language in the key: one object per language.
+    for language in ["fr", "fr", "en", "en"] {
+        get("/doc/l", &format!("Accept-Language: {language}\r\n"));
+    }
+    assert_eq!(origin.hits("/doc/l"), 2);
+    // A reload with another rule: nothing stored under the old one is served.
+    let config = site.dir.path().join("tessera.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, toml.replace(rule, "{ query = \"sorted\" }")).unwrap();
+    server.signal(libc::SIGHUP);
+    crate::harness::eventually("the reload", || {
+        crate::harness::stderr_has(&server, "generation=2")
+    });
+    get("/doc/k?id=1", "");
+    get("/doc/k?utm_source=a&id=1", "");
+    get("/doc/k?utm_source=a&id=1", "");
+    assert_eq!(origin.hits("/doc/k?id=1"), 1);
+    assert_eq!(origin.hits("/doc/k?utm_source=a&id=1"), 2);
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap, HeaderName};
 use serde::Deserialize;
 
+pub use super::key_rule::KeyRules;
 use crate::error::ConfigError;
 
 /// `[route.cache]`.
@@ -34,7 +35,9 @@ pub struct RouteCacheConfig {
     pub keep: Option<String>,
     /// Requests that skip the cache: neither looked up nor stored.
     pub bypass: Bypass,
-    /// Cache key rules. Not built yet: refused.
+    /// Which parts of the request make the cache key: `query = "sorted"` (or
+    /// `"as_sent"`, the default), `drop_query` (names or globs with `*`), `headers` and
+    /// `cookies` (their values added). Default none: host, path and query as sent.
     pub key: Option<KeyRules>,
     /// Whether surrogate keys reach the client. Not built yet: refused.
     pub expose_keys: Option<bool>,
@@ -60,16 +63,6 @@ pub struct Bypass {
     pub header: Option<String>,
 }
 
-/// `key = { ... }`: which parts of the request make the cache key (not built yet).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct KeyRules {
-    pub query: Option<String>,
-    pub drop_query: Vec<String>,
-    pub headers: Vec<String>,
-    pub cookies: Vec<String>,
-}
-
 /// A route's cache rules, compiled.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RoutePolicy {
@@ -79,6 +72,8 @@ pub(crate) struct RoutePolicy {
     pub(crate) grace: Option<Duration>,
     bypass_cookie: Option<String>,
     bypass_header: Option<HeaderName>,
+    /// The key rule (`key`), when the route has one.
+    pub(crate) key: Option<super::key_rule::KeyRule>,
 }
 
 impl RoutePolicy {
@@ -131,9 +126,6 @@ impl RoutePolicy {
         if config.keep.is_some() {
             return bad("keep", later.into());
         }
-        if config.key.is_some() {
-            return bad("key", later.into());
-        }
         if config.expose_keys.is_some() {
             return bad("expose_keys", later.into());
         }
@@ -150,7 +142,12 @@ impl RoutePolicy {
                 Err(_) => return bad("bypass.header", format!("{h:?} is not a header name")),
             },
         };
+        let key = match &config.key {
+            Some(k) => Some(super::key_rule::KeyRule::build(k, &format!("{at}.key"))?),
+            None => None,
+        };
         Ok(RoutePolicy {
+            key,
             ttl,
             mode: config.mode,
             grace,
