@@ -465,3 +465,40 @@ fn key_rules_drop_and_sort_the_query_add_a_header_and_change_at_reload() {
     assert_eq!(origin.hits("/doc/k?id=1"), 1);
     assert_eq!(origin.hits("/doc/k?utm_source=a&id=1"), 2);
 }
+
+#[test]
+fn a_hosts_route_has_its_own_cache_rules() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let host = |rule: &str| {
+        format!(
+            "[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\n\
+             [[host]]\nnames = [\"a.test\"]\n\
+             [[host.route]]\nprefix = \"/\"\nupstream = \"origin\"\n[host.route.cache]\n{rule}\n"
+        )
+    };
+    let server = serve(&site, &origin, &host("ttl = { \"200\" = \"1h\" }"), "");
+    let get = |authority: &str| {
+        let raw =
+            format!("GET /plain/h HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        body(&request(&server, &raw))
+    };
+    // The host's rule stores what has no lifetime; the top-level route has no rule.
+    assert_eq!(
+        (get("a.test"), get("a.test")),
+        ("plain 1".into(), "plain 1".into())
+    );
+    assert_eq!(
+        (get("other.test"), get("other.test")),
+        ("plain 2".into(), "plain 3".into())
+    );
+    let path = site.dir.path().join("bad.toml");
+    let toml = format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\n{}",
+        host("ttl = { \"200\" = \"x\" }")
+    );
+    std::fs::write(&path, toml).unwrap();
+    let (code, stderr) = check_config_output(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("host[0].route[0].cache.ttl"), "{stderr}");
+}
