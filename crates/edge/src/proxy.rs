@@ -519,7 +519,13 @@ impl Edge {
         let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
             Err(_) => true,
-            Ok((head, _)) => head.status.is_server_error(),
+            // An error the route stores (`cache_errors`), when nothing stale may be
+            // served instead, is stored like any response.
+            Ok((head, _)) => {
+                let kept =
+                    |s: &Store<'_>| s.stale.is_none() && RoutePolicy::keeps(&s.policy, head.status);
+                head.status.is_server_error() && !store.as_ref().is_some_and(kept)
+            }
         };
         if failed {
             if let Some(s) = store.take() {

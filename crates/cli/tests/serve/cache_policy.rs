@@ -17,6 +17,7 @@ use crate::harness::{
 /// - `/zero...`: 200 `zero N`, `Cache-Control: max-age=0`
 /// - `/slow...`: 200 `slow N` after 300 ms, `max-age=60`
 /// - `/missing...`: 404 `missing N`, no caching headers
+/// - `/error...`: 503 `error N`, no caching headers
 /// - `/doc...`: 200 `0123456789abcdefghij`, `max-age=60`, `ETag: "v1"`, a Last-Modified
 #[derive(Clone)]
 pub struct Origin {
@@ -72,6 +73,12 @@ impl Origin {
                     "200 OK",
                     "Cache-Control: max-age=60\r\n".into(),
                     format!("slow {n}"),
+                )
+            } else if path.contains("/error") {
+                (
+                    "503 Service Unavailable",
+                    String::new(),
+                    format!("error {n}"),
                 )
             } else if path.contains("/missing") {
                 ("404 Not Found", String::new(), format!("missing {n}"))
@@ -501,4 +508,23 @@ fn a_hosts_route_has_its_own_cache_rules() {
     let (code, stderr) = check_config_output(&path);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("host[0].route[0].cache.ttl"), "{stderr}");
+}
+
+#[test]
+fn cache_errors_stores_a_server_error_for_its_lifetime() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let routes = "[[route]]\nprefix = \"/e\"\nupstream = \"origin\"\n\
+        [route.cache]\ncache_errors = { \"503\" = \"1m\" }\n\n\
+        [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n";
+    let server = serve(&site, &origin, routes, "");
+    for _ in 0..3 {
+        let r = get_with(&server, "/e/error", "");
+        assert_eq!((r.status, body(&r).as_str()), (503, "error 1"));
+    }
+    assert_eq!(origin.hits("/e/error"), 1);
+    // Without the rule a server error is never stored.
+    for want in ["error 1", "error 2"] {
+        assert_eq!(body(&get_with(&server, "/error", "")), want);
+    }
 }

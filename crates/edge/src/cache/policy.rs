@@ -33,6 +33,10 @@ pub struct RouteCacheConfig {
     /// How long an expired object with validators is kept for revalidation. Not built
     /// yet: refused.
     pub keep: Option<String>,
+    /// Lifetimes of server errors: `{ "503" = "5s" }` (statuses 500 to 599), stored like
+    /// `ttl`'s (and following `mode`) when no stale object may be served instead.
+    /// Default none: errors are not stored.
+    pub cache_errors: BTreeMap<String, String>,
     /// Requests that skip the cache: neither looked up nor stored.
     pub bypass: Bypass,
     /// Which parts of the request make the cache key: `query = "sorted"` (or
@@ -96,7 +100,7 @@ impl RoutePolicy {
                     "ttl",
                     format!(
                         "{code} cannot be stored: a rule may name statuses 200 to 499 but 204, \
-                         206 and 304 (a 5xx is the origin failing: stale-if-error applies)"
+                         206 and 304 (server errors go in `cache_errors`)"
                     ),
                 );
             }
@@ -109,6 +113,26 @@ impl RoutePolicy {
             // Capped at one year where the lifetime is decided (`freshness`).
             ttl.push((code, d));
         }
+        for (status, lifetime) in &config.cache_errors {
+            let Some(code) = status
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (500..=599).contains(s))
+            else {
+                return bad(
+                    "cache_errors",
+                    format!("{status:?} is not a server error (500 to 599)"),
+                );
+            };
+            let Some(d) = parse_duration(lifetime) else {
+                return bad(
+                    "cache_errors",
+                    format!("{status}: {lifetime:?} is not a duration (30s, 5m, 1h, 1d)"),
+                );
+            };
+            ttl.push((code, d));
+        }
+        ttl.sort_unstable_by_key(|&(status, _)| status);
         let grace = match &config.grace {
             None => None,
             Some(g) => match parse_duration(g) {
@@ -162,6 +186,16 @@ impl RoutePolicy {
             .binary_search_by_key(&status, |&(s, _)| s)
             .ok()
             .map(|i| self.ttl[i].1)
+    }
+
+    /// Whether `policy` (a route's, if any) gives responses of `status` a lifetime.
+    pub(crate) fn keeps(
+        policy: &Option<std::rc::Rc<RoutePolicy>>,
+        status: http::StatusCode,
+    ) -> bool {
+        policy
+            .as_ref()
+            .is_some_and(|p| p.ttl(status.as_u16()).is_some())
     }
 
     /// Whether a request with these fields skips the cache (`bypass`).
@@ -254,6 +288,10 @@ mod tests {
                 "`route[0].cache.ttl`: 503 cannot be stored",
             ),
             ("grace = \"x\"", "`route[0].cache.grace`"),
+            (
+                "cache_errors = { \"404\" = \"1m\" }",
+                "`route[0].cache.cache_errors`: \"404\"",
+            ),
             ("keep = \"1h\"", "`route[0].cache.keep`: is not built yet"),
             (
                 "bypass = { header = \"a b\" }",
