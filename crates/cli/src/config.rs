@@ -121,10 +121,11 @@ impl ServeConfig {
                 url: r.url.clone(),
                 prefix: r.key_prefix.clone(),
             });
-        for (route, rule) in m.route.iter_mut().zip(chosen) {
+        for (route, (rule, key)) in m.route.iter_mut().zip(chosen) {
             route.rule = rule;
+            route.key = key;
         }
-        for (script, rule) in m.script.iter_mut().zip(scripts_chosen) {
+        for (script, (rule, _)) in m.script.iter_mut().zip(scripts_chosen) {
             script.rule = rule;
         }
         for (site, h, (scripts_chosen, chosen)) in host_modules {
@@ -132,22 +133,21 @@ impl ServeConfig {
                 .host
                 .get(site - 1)
                 .and_then(|h| h.names.first().cloned());
-            m.route.extend(
-                h.route
-                    .into_iter()
-                    .zip(chosen)
-                    .map(|(r, rule)| edge::RouteConfig {
+            m.route
+                .extend(h.route.into_iter().zip(chosen).map(|(r, (rule, key))| {
+                    edge::RouteConfig {
                         site,
                         host: host.clone(),
                         rule,
+                        key,
                         ..r
-                    }),
-            );
+                    }
+                }));
             m.script.extend(
                 h.script
                     .into_iter()
                     .zip(scripts_chosen)
-                    .map(|(s, rule)| script::ScriptConfig { site, rule, ..s }),
+                    .map(|(s, (rule, _))| script::ScriptConfig { site, rule, ..s }),
             );
         }
         Ok(ServeConfig {
@@ -164,7 +164,11 @@ impl ServeConfig {
 
 /// [`take_rules`] of a site's `[[script]]`s, then of its `[[route]]`s (`at`: `""` or
 /// `host[I].`): the rules each chose, scripts' and routes'.
-type Chosen = (Vec<Option<usize>>, Vec<Option<usize>>);
+type Chosen = (Vec<Mounted>, Vec<Mounted>);
+
+/// Per entry kept for a module: its place among the site's rules when they choose it,
+/// and its key path (`host[0].route[2]`).
+type Mounted = (Option<usize>, String);
 
 fn take_site_rules(
     table: &mut toml::Table,
@@ -208,7 +212,7 @@ fn take_rules(
     (mounts, kind, key): (&mut toml::Value, Mounts, &str),
     site: usize,
     out: &mut Vec<(usize, rules::RouteRules, bool)>,
-) -> anyhow::Result<Vec<Option<usize>>> {
+) -> anyhow::Result<Vec<Mounted>> {
     let mut chosen = Vec::new();
     let Some(array) = mounts.as_array_mut() else {
         return Ok(chosen);
@@ -237,7 +241,7 @@ fn take_rules(
             }
         }
         if kind == Mounts::Script && keys.is_empty() {
-            chosen.push(None);
+            chosen.push((None, format!("{key}[{i}]")));
             kept.push(toml::Value::Table(table));
             continue;
         }
@@ -258,12 +262,12 @@ fn take_rules(
                 .iter()
                 .any(|key| keys_set.iter().any(|k| k == key));
             let index = out.iter().filter(|(s, _, _)| *s == site).count();
-            chosen.push(by_rules.then_some(index));
+            chosen.push((by_rules.then_some(index), format!("{key}[{i}]")));
             kept.push(toml::Value::Table(table));
         } else if table.keys().any(|k| k != "prefix") {
             // Keys neither the rules nor a module without `upstream` take: the proxy
             // refuses them by name (an unknown key, a key that needs `upstream`).
-            chosen.push(None);
+            chosen.push((None, format!("{key}[{i}]")));
             kept.push(toml::Value::Table(table));
         }
         out.push((site, rules, module));

@@ -177,6 +177,7 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
             keys.dedup();
             keys
         }),
+        ("route.cache", fields::<edge::RouteCacheConfig>()),
         ("esi", fields::<edge::EsiConfig>()),
         ("cache", fields::<edge::CacheConfig>()),
         ("cache.redis", fields::<edge::RedisConfig>()),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use crate::cache::config::{CacheConfig, RedisConfig};
+pub use crate::cache::policy::{Bypass, KeyRules, RouteCacheConfig, TtlMode};
 use crate::error::ConfigError;
 
 /// Everything the proxy is told.
@@ -287,6 +288,10 @@ pub struct RouteConfig {
     /// the top-level one. Default: the site's. Not together with `compress`, nor on a
     /// `root` route (static files take their site's policy).
     pub compression: Option<compress::CompressionConfig>,
+    /// `[route.cache]`: this route's cache rules (lifetimes by status, grace, bypass;
+    /// docs/cache.md, "Rules per route"). Default none: `[cache]` and the origin's
+    /// headers alone decide. Not on a `root` route.
+    pub cache: Option<RouteCacheConfig>,
     /// The site it belongs to: 0 for top-level `[[route]]`s, `i + 1` for
     /// `[[host.route]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
@@ -300,9 +305,35 @@ pub struct RouteConfig {
     /// the server finds it by its prefix.
     #[serde(skip)]
     pub rule: Option<usize>,
+    /// Its key path in the file (`route[2]`, `host[0].route[1]`), set by `cli` so that
+    /// errors name it; empty: `route[I]` by its place in `EdgeConfig::route`.
+    #[serde(skip)]
+    pub key: String,
 }
 
 impl RouteConfig {
+    /// Checks `[route.cache]` (`i`: its place in `EdgeConfig::route`).
+    fn validate_cache(&self, i: usize) -> Result<(), ConfigError> {
+        let Some(c) = &self.cache else {
+            return Ok(());
+        };
+        let at = format!("{}.cache", self.key_or(i));
+        if self.root.is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "`{at}`: a `root` route serves files; cache rules apply to proxied routes"
+            )));
+        }
+        crate::cache::policy::RoutePolicy::build(c, &at).map(|_| ())
+    }
+
+    /// Its key path in the file, or `route[i]` when `cli` did not set one.
+    pub(crate) fn key_or(&self, i: usize) -> String {
+        match self.key.is_empty() {
+            true => format!("route[{i}]"),
+            false => self.key.clone(),
+        }
+    }
+
     /// How an error names it: "route `/p`", or "route `/p` of host `a.test`".
     pub fn named(&self) -> String {
         match &self.host {
@@ -601,9 +632,11 @@ impl Default for RouteConfig {
             esi: EsiMode::Auto,
             compress: None,
             compression: None,
+            cache: None,
             site: 0,
             host: None,
             rule: None,
+            key: String::new(),
         }
     }
 }
@@ -745,7 +778,8 @@ impl EdgeConfig {
             }
         }
         let known = |name: &str| self.upstream.iter().any(|u| u.name == name);
-        for r in &self.route {
+        for (i, r) in self.route.iter().enumerate() {
+            r.validate_cache(i)?;
             if !r.prefix.starts_with('/') {
                 return bad(format!("{}: prefix must start with /", r.named()));
             }

@@ -49,3 +49,58 @@ pub struct ProxyResponse {
 
 /// A cached body's compressed forms and the object they count in.
 pub(crate) type CachedForms = (Arc<Variants>, Arc<Entry>);
+
+/// What the cache did for one request, for its RFC 9211 `Cache-Status` field
+/// (`[cache] cache_status`): set by the proxy as it decides, read once it answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum CacheStatus {
+    /// The cache was not asked (a tunnel, a purge, an error before the lookup).
+    #[default]
+    Unknown,
+    /// A fresh object; the milliseconds it stays fresh.
+    Hit(u64),
+    /// A stale object served (while it is refreshed, or because the origin failed);
+    /// the milliseconds it has been stale.
+    Stale(u64),
+    /// Another request's fetch of the key, waited on.
+    Collapsed,
+    /// Not found: forwarded; `true` once the response was stored.
+    Miss(bool),
+    /// Not looked up: the route's `bypass`, a key whose response could not be stored, a
+    /// method other than GET and HEAD, or a request's `no-store`.
+    Bypass,
+}
+
+impl CacheStatus {
+    /// A hit on `entry` at `now`: fresh, or stale.
+    pub(crate) fn of(entry: &Entry, now: u64) -> CacheStatus {
+        let until = entry.fresh_until();
+        match until.checked_sub(now) {
+            Some(left) => CacheStatus::Hit(left),
+            None => CacheStatus::Stale(now - until),
+        }
+    }
+
+    /// The field's value, written into `out`: `tessera; hit; ttl=N`,
+    /// `tessera; fwd=miss; stored`, `tessera; fwd=stale; ttl=-N`, ... (`None` when
+    /// unknown).
+    pub(crate) fn write(self, out: &mut Vec<u8>) -> Option<()> {
+        out.extend_from_slice(b"tessera; ");
+        match self {
+            CacheStatus::Unknown => return None,
+            CacheStatus::Hit(ms) => {
+                out.extend_from_slice(b"hit; ttl=");
+                wire::write_decimal(out, ms / 1000);
+            }
+            CacheStatus::Stale(ms) => {
+                out.extend_from_slice(b"fwd=stale; ttl=-");
+                wire::write_decimal(out, ms.div_ceil(1000));
+            }
+            CacheStatus::Collapsed => out.extend_from_slice(b"fwd=miss; collapsed"),
+            CacheStatus::Miss(true) => out.extend_from_slice(b"fwd=miss; stored"),
+            CacheStatus::Miss(false) => out.extend_from_slice(b"fwd=miss"),
+            CacheStatus::Bypass => out.extend_from_slice(b"fwd=bypass"),
+        }
+        Some(())
+    }
+}

@@ -93,6 +93,7 @@ mod arena;
 mod assembly;
 mod body;
 mod cache;
+mod call;
 mod clock;
 mod config;
 mod error;
@@ -100,6 +101,7 @@ mod exchange;
 pub mod headers;
 mod metrics;
 mod module;
+mod partial;
 mod proxy;
 mod route_compression;
 mod tunnel;
@@ -110,8 +112,9 @@ pub use arena::Text;
 pub use body::Body;
 pub use cache::{Cache, CacheStats, SharedTierStats};
 pub use config::{
-    Balance, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig, PagePolicy,
-    PeerConfig, RedisConfig, RouteConfig, SendProxy, UpstreamConfig, SELF_ADDRESS,
+    Balance, Bypass, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig,
+    KeyRules, PagePolicy, PeerConfig, RedisConfig, RouteCacheConfig, RouteConfig, SendProxy,
+    TtlMode, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use exchange::{ProxyRequest, ProxyResponse};

@@ -293,6 +293,23 @@ impl Module for EdgeModule {
                 n,
             );
         }
+        // The same counts under the names `Cache-Status` uses (RFC 9211).
+        let lookups = "Cache lookups of the proxy's memory tier, by result, named as \
+                       Cache-Status names them.";
+        for (result, n) in [
+            ("hit", s.hits),
+            ("miss", s.misses),
+            ("stale", s.stale_served),
+            ("collapsed", s.coalesced),
+            ("bypass", crate::metrics::passes()),
+        ] {
+            out.counter(
+                "tessera_cache_lookups_total",
+                lookups,
+                &[("result", result)],
+                n,
+            );
+        }
         crate::metrics::write_cache(out);
         out.gauge(
             "tessera_cache_objects",
@@ -381,7 +398,7 @@ impl Service for EdgeService {
             // A `root` route: its files, even under a proxied shorter prefix.
             return Answer::Files;
         }
-        let (Some((upstream, mode)), Some(request)) =
+        let (Some((upstream, mode, policy)), Some(request)) =
             (edge.route_upstream(req.tag as usize), proxy_request(req))
         else {
             return Answer::Pass;
@@ -390,6 +407,7 @@ impl Service for EdgeService {
             edge: edge.clone(),
             upstream,
             mode,
+            policy,
             route: req.tag as usize,
             accepted: compress::Accepted::parse(req.head.header("accept-encoding")),
             request,
@@ -462,6 +480,8 @@ struct Proxied {
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
     mode: EsiMode,
+    /// The route's cache rules.
+    policy: crate::proxy::Policy,
     /// The route (for its `[compression]`) and what the client accepts.
     route: usize,
     accepted: compress::Accepted,
@@ -475,17 +495,25 @@ impl Deferred for Proxied {
                 edge,
                 upstream,
                 mode,
+                policy,
                 route,
                 accepted,
                 mut request,
             } = self;
             request.body = body;
-            match edge.proxy_to(upstream, mode, request).await {
+            let status = std::cell::Cell::default();
+            match edge
+                .proxy_to(upstream, mode, policy, &status, request)
+                .await
+            {
                 Ok(response) => {
                     let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
                     response.head.set_assembled(assembled);
+                    if edge.worker.cache.config.cache_status {
+                        cache_status(&mut response.head, status.get());
+                    }
                     match edge.compression.policy(route) {
                         _ if response.head.status() == 101 => response.head.set_identity_only(true),
                         Some(RoutePolicy::Own(Some(policy))) => {
@@ -505,6 +533,15 @@ impl Deferred for Proxied {
     }
 }
 
+/// Adds RFC 9211's `Cache-Status` field saying what the cache did (`[cache]
+/// cache_status`).
+fn cache_status(head: &mut ResponseHead, status: crate::exchange::CacheStatus) {
+    let mut value = Vec::with_capacity(40);
+    if status.write(&mut value).is_some() {
+        head.append(b"cache-status", &value);
+    }
+}
+
 /// The seam's response for the proxy's: fields as they are (the connection drops the
 /// framing ones and writes its own), the body whole when it is (a cache hit) or streamed.
 /// A cached object is served in the form of the coding the client gets (made once per
@@ -519,9 +556,11 @@ fn response_of(
     let mut fields = response.headers;
     let cached = response.head_h1.is_some();
     if cached {
-        // A cached object: its Age (all the fields hold when the proxy is lean), then
-        // its fields encoded once.
-        fields.retain(|name, _| name.eq_ignore_ascii_case(b"age"));
+        // A cached object: its Age (all the fields hold when the proxy is lean) and, for
+        // a HEAD, its length, then its fields encoded once.
+        fields.retain(|name, _| {
+            name.eq_ignore_ascii_case(b"age") || name.eq_ignore_ascii_case(b"content-length")
+        });
     }
     let mut head = ResponseHead::from_fields(response.status.as_u16(), fields);
     if let Some((lines, date, variants)) = response.head_h1 {

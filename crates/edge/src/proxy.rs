@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use handler::{CacheResult, FieldList};
-use http::header::{self, HeaderMap};
+use http::header;
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 
@@ -19,12 +19,13 @@ use crate::assembly::fetch::{is_esi, normalise_authority};
 use crate::body::{Body, BodyKind};
 use crate::cache::freshness;
 use crate::cache::lookup::{self, Flight, Memory};
+use crate::cache::policy::RoutePolicy;
 use crate::cache::variants::Variants;
 use crate::cache::{Cache, Entry, FlightGuard, Landing, Memo};
 use crate::clock::now_ms;
 use crate::config::{EdgeConfig, EsiMode};
 use crate::error::{ConfigError, ProxyError, UpstreamError};
-use crate::exchange::{ProxyRequest, ProxyResponse};
+use crate::exchange::{CacheStatus, ProxyRequest, ProxyResponse};
 use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
@@ -149,6 +150,15 @@ impl Edge {
                 }))
             })
             .collect();
+        let policies = (config.route.iter().enumerate())
+            .map(|(i, r)| {
+                let at = format!("{}.cache", r.key_or(i));
+                r.cache
+                    .as_ref()
+                    .map(|c| RoutePolicy::build(c, &at).map(Rc::new))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Edge {
             compression: Rc::new(RouteCompression::new(&config)),
             worker: Rc::new(Worker {
@@ -159,6 +169,7 @@ impl Edge {
                 fetches: Cell::new(0),
                 cache,
                 lean,
+                policies,
             }),
         })
     }
@@ -203,7 +214,8 @@ impl Edge {
             Some(Target::Static(_)) => return Err(ProxyError::StaticRoute { path: path.into() }),
             Some(Target::Upstream(u, mode)) => (u.clone(), mode),
         };
-        self.proxy_to(upstream, mode, req).await
+        self.proxy_to(upstream, mode, None, &Cell::default(), req)
+            .await
     }
 
     /// Whether route number `route` serves files (`root`) rather than an upstream.
@@ -215,28 +227,38 @@ impl Edge {
             .is_some_and(|r| r.upstream.is_none())
     }
 
-    /// The upstream and ESI mode of `config.route[route]`, for a request the server
-    /// routed (on its normalised path) to that route.
-    pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode)> {
+    /// The upstream, ESI mode and cache rules of `config.route[route]`, for a request
+    /// the server routed (on its normalised path) to that route.
+    pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode, Policy)> {
         let r = self.worker.config.route.get(route)?;
         let upstream = self.worker.upstreams.get(r.upstream.as_deref()?)?;
-        Some((upstream.clone(), r.esi))
+        let policy = self.worker.policies.get(route).cloned().flatten();
+        Some((upstream.clone(), r.esi, policy))
     }
 
-    /// [`Edge::proxy`] of a request already routed to `upstream`.
+    /// [`Edge::proxy`] of a request already routed to `upstream`, with its route's
+    /// cache rules (`policy`).
     pub(crate) async fn proxy_to(
         &self,
         upstream: Rc<Upstream>,
         mode: EsiMode,
+        policy: Policy,
+        status: &Cell<CacheStatus>,
         req: ProxyRequest,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
         origin_form(&req)?;
         let authority = authority_of(&req, &upstream);
-        let key = crate::assembly::fetch::key_at(&authority, &req.target);
+        let key = match policy.as_ref().and_then(|p| p.key.as_ref()) {
+            Some(rule) => rule.key(&authority, &req.target, &req.headers),
+            None => crate::assembly::fetch::key_at(&authority, &req.target),
+        };
         let cache = &worker.cache;
         if matches!(req.method.as_str(), "PURGE" | "BAN") {
-            return Ok(self.invalidate(&req, &key));
+            // A BAN's path is a prefix of URL keys, whatever key rule follows them.
+            let ban = (req.method.as_str() == "BAN")
+                .then(|| crate::assembly::fetch::key_at(&authority, &req.target));
+            return Ok(self.invalidate(&req, ban.as_deref().unwrap_or(&key)));
         }
         if let Some(protocol) = tunnel::upgrade_of(&req).cloned() {
             let config = &self.worker.config;
@@ -247,15 +269,21 @@ impl Edge {
                 }
             };
         }
-        if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) {
+        let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
+        if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
             if cache.enabled() {
                 note(&req, CacheResult::Pass);
             }
             crate::metrics::passed();
+            status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
-        let (stale, passes) = match lookup::memory(cache, &key, &field) {
+        let found = lookup::memory(cache, &key, &field);
+        if let Memory::Fresh(e) | Memory::Stale(e, _) = &found {
+            status.set(CacheStatus::of(e, now_ms()));
+        }
+        let (stale, passes) = match found {
             Memory::Fresh(e) => {
                 note(&req, CacheResult::Hit);
                 return self.serve(e, &req, &authority, now_ms()).await;
@@ -263,7 +291,8 @@ impl Edge {
             Memory::Stale(e, guard) => {
                 note(&req, CacheResult::Stale);
                 if let Some(guard) = guard {
-                    self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
+                    let fill = (key, guard, policy);
+                    self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 }
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
@@ -274,6 +303,7 @@ impl Edge {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             note(&req, CacheResult::Pass);
             crate::metrics::passed();
+            status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
@@ -281,53 +311,66 @@ impl Edge {
         if req.method == Method::HEAD || passes {
             note(&req, CacheResult::Pass);
             crate::metrics::passed();
+            status.set(if passes {
+                CacheStatus::Bypass
+            } else {
+                CacheStatus::Miss(false)
+            });
             let store = Store {
                 key,
                 guard: None,
                 stale,
                 refresh: false,
+                policy,
+                status: Some(status),
             };
             return self
                 .forward(req, &upstream, mode, authority, Some(store))
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
-        let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-            Flight::Hit(e) => {
-                note(&req, CacheResult::Hit);
-                return self.serve(e, &req, &authority, now_ms()).await;
+        let flight = lookup::fly(cache, &key, &field, deadline, stale).await;
+        status.set(match &flight {
+            Flight::Hit(e) | Flight::StaleOnError(e) | Flight::Refresh(e, _) => {
+                CacheStatus::of(e, now_ms())
             }
-            Flight::Collapsed(e) => {
-                note(&req, CacheResult::Collapsed);
-                return self.serve(e, &req, &authority, now_ms()).await;
-            }
-            Flight::StaleOnError(e) => {
-                note(&req, CacheResult::Stale);
-                return self.serve(e, &req, &authority, now_ms()).await;
+            Flight::Joined(_) | Flight::Failed => CacheStatus::Collapsed,
+            Flight::Fetch { .. } => CacheStatus::Miss(false),
+        });
+        note(
+            &req,
+            match &flight {
+                Flight::Hit(_) => CacheResult::Hit,
+                Flight::Joined(_) | Flight::Failed => CacheResult::Collapsed,
+                Flight::StaleOnError(_) | Flight::Refresh(..) => CacheResult::Stale,
+                Flight::Fetch { .. } => CacheResult::Miss,
+            },
+        );
+        let (guard, stale) = match flight {
+            Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => {
+                return self.serve(e, &req, &authority, now_ms()).await
             }
             Flight::Refresh(e, guard) => {
-                note(&req, CacheResult::Stale);
-                self.refresh_in_background(&req, &upstream, mode, &authority, key, guard);
+                let fill = (key, guard, policy);
+                self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
             // The origin failed the leader: asking it again per waiter would only
             // multiply the load on a failing origin.
             Flight::Failed => {
-                note(&req, CacheResult::Collapsed);
                 return Err(ProxyError::Upstream(UpstreamError::Coalesced {
                     upstream: upstream.name.clone(),
                 }));
             }
-            Flight::Fetch { guard, stale } => {
-                note(&req, CacheResult::Miss);
-                (guard, stale)
-            }
+            Flight::Fetch { guard, stale } => (guard, stale),
         };
         let store = Store {
             key,
             guard,
             stale,
             refresh: false,
+            policy,
+            status: Some(status),
         };
         self.forward(req, &upstream, mode, authority, Some(store))
             .await
@@ -341,8 +384,7 @@ impl Edge {
         upstream: &Rc<Upstream>,
         mode: EsiMode,
         authority: &Text,
-        key: Text,
-        guard: FlightGuard,
+        (key, guard, policy): (Text, FlightGuard, Policy),
     ) {
         let this = self.clone();
         let mut refresh = req.clone();
@@ -355,6 +397,8 @@ impl Edge {
                 guard: Some(guard),
                 stale: None,
                 refresh: true,
+                policy,
+                status: None,
             };
             let _ = this
                 .forward(refresh, &upstream, mode, authority, Some(store))
@@ -424,14 +468,26 @@ impl Edge {
             headers.insert(b"age", age.to_string().as_bytes());
             headers
         };
+        let mut headers = headers;
+        if req.method == Method::HEAD && entry.template.is_none() {
+            // No body to count: a HEAD says the length its GET would have.
+            let length = entry.body.len() as u64;
+            headers.append_with(b"content-length", |b| wire::write_decimal(b, length));
+        }
         let (lines, date) = entry.response_head_h1(token);
         match &entry.template {
-            None => Ok(ProxyResponse {
-                status: entry.status,
-                head_h1: Some((lines, date, Some((entry.variants.clone(), entry.clone())))),
-                headers,
-                body: Body::whole(entry.body.clone()),
-            }),
+            None => Ok(
+                match crate::partial::answer(&entry, req, (&lines, date), token, age) {
+                    // 304, 412, 206 or 416 from the stored object.
+                    Some(answer) => answer,
+                    None => ProxyResponse {
+                        status: entry.status,
+                        head_h1: Some((lines, date, Some((entry.variants.clone(), entry.clone())))),
+                        headers,
+                        body: Body::whole(entry.body.clone()),
+                    },
+                },
+            ),
             Some(t) => {
                 if let Some(memo) = memo {
                     return Ok(ProxyResponse {
@@ -456,7 +512,7 @@ impl Edge {
         upstream: &Rc<Upstream>,
         mode: EsiMode,
         authority: Text,
-        mut store: Option<Store>,
+        mut store: Option<Store<'_>>,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
         let token = worker.config.esi.device_token.as_str();
@@ -484,7 +540,13 @@ impl Edge {
         let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
             Err(_) => true,
-            Ok((head, _)) => head.status.is_server_error(),
+            // An error the route stores (`cache_errors`), when nothing stale may be
+            // served instead, is stored like any response.
+            Ok((head, _)) => {
+                let kept =
+                    |s: &Store<'_>| s.stale.is_none() && RoutePolicy::keeps(&s.policy, head.status);
+                head.status.is_server_error() && !store.as_ref().is_some_and(kept)
+            }
         };
         if failed {
             if let Some(s) = store.take() {
@@ -492,6 +554,9 @@ impl Edge {
                     g.land(Landing::Failed);
                 }
                 if let Some(stale) = s.stale {
+                    if let Some(status) = s.status {
+                        status.set(CacheStatus::of(&stale, now_ms()));
+                    }
                     worker.cache.count_stale();
                     note(&req, CacheResult::Stale);
                     tracing::debug!(key = %s.key, "origin failed: serving stale");
@@ -512,11 +577,14 @@ impl Edge {
         let freshness = store
             .as_ref()
             .filter(|_| req.method == Method::GET)
-            .map(|_| {
+            .map(|s| {
                 freshness::decide(
                     parts.status,
                     &parts.headers,
-                    &worker.cache.rules(token),
+                    &freshness::Rules {
+                        route: s.policy.as_deref(),
+                        ..worker.cache.rules(token)
+                    },
                     None,
                     authorized,
                     std::time::SystemTime::now(),
@@ -551,6 +619,9 @@ impl Edge {
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
+            if let Some(status) = s.status {
+                status.set(CacheStatus::Miss(true));
+            }
             if let Some(g) = s.guard {
                 g.land(Landing::Stored(entry.clone()));
             }
@@ -721,51 +792,6 @@ impl Edge {
     }
 }
 
-impl Edge {
-    /// One request to the upstream named `upstream`, for a script: no routing, no header
-    /// forwarding and no ESI, the whole response body read (at most `max_body` bytes)
-    /// within the upstream's timeouts, through its balancer, pools and retries.
-    pub async fn call(
-        &self,
-        upstream: &str,
-        method: Method,
-        target: &str,
-        headers: HeaderMap,
-        body: Bytes,
-        max_body: usize,
-    ) -> Result<(StatusCode, FieldList, Bytes), ProxyError> {
-        let Some(upstream) = self.worker.upstreams.get(upstream).cloned() else {
-            return Err(ProxyError::BadRequest(format!("no upstream `{upstream}`")));
-        };
-        let mut headers = headers;
-        if !headers.contains_key(header::HOST) {
-            if let Ok(host) = header::HeaderValue::from_str(&upstream.name) {
-                headers.insert(header::HOST, host);
-            }
-        }
-        if !is_origin_form(target) {
-            return Err(ProxyError::BadRequest("unparsable request target".into()));
-        }
-        let out = Outgoing {
-            method: &method,
-            target,
-            fields: Fields::Plain(&headers),
-            body: &body,
-            upgrade: None,
-            notes: None,
-        };
-        let deadline = Instant::now() + upstream.response_timeout;
-        let (parts, pooled) = upstream.send(&out, deadline).await?;
-        let bytes = crate::upstream::read::read_bytes(
-            pooled,
-            max_body,
-            Instant::now() + upstream.response_timeout,
-        )
-        .await?;
-        Ok((parts.status, parts.headers, bytes))
-    }
-}
-
 /// The peers and their health per upstream of `config` (in its order), to share between
 /// workers; a peer of `inherited` (the configuration a reload replaced) keeps its health.
 /// `tls`: each upstream's ([`tls_of`]).
@@ -803,7 +829,7 @@ pub(crate) fn opened_totals(config: &EdgeConfig) -> Arc<[Arc<AtomicU64>]> {
 }
 
 /// What [`Edge::forward`] does with a cacheable response.
-struct Store {
+struct Store<'a> {
     key: Text,
     /// The flight to land, when this request leads one.
     guard: Option<FlightGuard>,
@@ -811,7 +837,14 @@ struct Store {
     stale: Option<Arc<Entry>>,
     /// A background refresh: store, then answer nothing.
     refresh: bool,
+    /// The route's cache rules.
+    policy: Policy,
+    /// Where the request's `Cache-Status` is kept (not for a background refresh).
+    status: Option<&'a Cell<CacheStatus>>,
 }
+
+/// A route's `[route.cache]` rules, when it has some.
+pub(crate) type Policy = Option<Rc<RoutePolicy>>;
 
 /// The request's authority: its Host field, trimmed, or the upstream's name when it has
 /// none (copied into the worker's block: no allocation).
@@ -846,7 +879,7 @@ fn origin_form(req: &ProxyRequest) -> Result<(), ProxyError> {
 }
 
 /// `/path?query` with nothing in it that could end the request line early.
-fn is_origin_form(target: &str) -> bool {
+pub(crate) fn is_origin_form(target: &str) -> bool {
     target.starts_with('/') && target.bytes().all(|b| b > b' ' && b != 0x7f)
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Worker {
     pub(crate) cache: Arc<Cache>,
     /// See `Edge::build`.
     pub(crate) lean: bool,
+    /// Per route (in `config.route`'s order), its `[route.cache]` rules compiled.
+    pub(crate) policies: Vec<Option<Rc<crate::cache::policy::RoutePolicy>>>,
 }
 
 pub(crate) enum RouteTo {

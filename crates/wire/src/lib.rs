@@ -25,12 +25,14 @@
 //! [`ChunkedDecoder`] for chunked bodies) so that keep-alive stays in sync.
 
 mod chunked;
+pub mod conditional;
 mod error;
 mod forwarded;
 mod limits;
 mod parse_response;
 mod path;
 mod proxy;
+pub mod range;
 mod request;
 mod response;
 

@@ -6,6 +6,7 @@ mod access_log;
 mod access_policy;
 mod acme;
 mod cache;
+mod cache_policy;
 mod check_config;
 mod client_identity;
 mod compression;

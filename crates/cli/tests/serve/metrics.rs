@@ -188,6 +188,18 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     // fragment, which may not be stored (no Cache-Control).
     assert_eq!(s["tessera_cache_requests_total{result=\"miss\"}"], 2.0);
     assert_eq!(s["tessera_cache_requests_total{result=\"pass\"}"], 2.0);
+    // The same counts, named as Cache-Status names them.
+    for (result, n) in [
+        ("hit", 1.0),
+        ("miss", 2.0),
+        ("bypass", 2.0),
+        ("collapsed", 0.0),
+    ] {
+        assert_eq!(
+            s[&format!("tessera_cache_lookups_total{{result=\"{result}\"}}")],
+            n
+        );
+    }
     assert_eq!(s["tessera_cache_stores_total"], 1.0);
     let upstream = |outcome: &str| {
         s[&format!("tessera_upstream_requests_total{{upstream=\"o\",outcome=\"{outcome}\"}}")]

@@ -280,7 +280,7 @@ async fn fetch_cached(
     let headers = target.headers.clone();
     let field = |n: &str| headers.get(n).cloned();
     let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
-        Flight::Hit(e) | Flight::Collapsed(e) | Flight::StaleOnError(e) => return Ok(e),
+        Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => return Ok(e),
         Flight::Refresh(e, guard) => {
             refresh_in_background(worker, target, guard);
             return Ok(e);

@@ -34,6 +34,10 @@ pub struct CacheConfig {
     /// A token that allows `PURGE` and `BAN` from any address when sent as
     /// `X-Purge-Token`. Default empty: no token works.
     pub purge_token: String,
+    /// Whether proxied responses carry RFC 9211's `Cache-Status` field saying what the
+    /// cache did (`tessera; hit; ttl=N`, `tessera; fwd=miss; stored`...). Default false:
+    /// it tells clients how the cache is used.
+    pub cache_status: bool,
     /// `[cache.redis]`: the shared tier. Default none (memory only).
     pub redis: Option<RedisConfig>,
 }
@@ -72,6 +76,7 @@ impl Default for CacheConfig {
             store_set_cookie: false,
             purge_allow: Vec::new(),
             purge_token: String::new(),
+            cache_status: false,
             redis: None,
         }
     }

@@ -13,6 +13,7 @@ use handler::FieldList;
 use http::header::{self, HeaderMap};
 use http::StatusCode;
 
+use super::policy::TtlMode;
 use crate::headers::field_text;
 
 /// What the cache may do with one response.
@@ -39,6 +40,8 @@ pub(crate) struct Rules<'a> {
     pub default_stale_while_revalidate: Duration,
     pub default_stale_if_error: Duration,
     pub store_set_cookie: bool,
+    /// The cache rules of the route the request took (`[route.cache]`), if any.
+    pub route: Option<&'a super::policy::RoutePolicy>,
 }
 
 const NOT_STORED: Freshness = Freshness {
@@ -72,7 +75,9 @@ pub(crate) fn decide(
     request_authorized: bool,
     now: SystemTime,
 ) -> Freshness {
-    if !status_cacheable(status) {
+    let rule = rules.route.and_then(|r| r.ttl(status.as_u16()));
+    let overrides = rules.route.is_some_and(|r| r.mode == TtlMode::Override);
+    if !status_cacheable(status) && rule.is_none() {
         return NOT_STORED;
     }
     if headers.contains(b"set-cookie") && !rules.store_set_cookie {
@@ -97,6 +102,8 @@ pub(crate) fn decide(
     let mut stale_if_error = cc.stale_if_error;
     let lifetime = if let Some(ttl) = ttl {
         Some(ttl)
+    } else if let Some(rule) = rule.filter(|_| overrides) {
+        Some(rule)
     } else if let Some((n, m)) = surrogate.max_age {
         // The surrogate's own lifetime wins over Cache-Control (Edge Architecture 1.0):
         // N fresh, M more when the origin cannot be reached.
@@ -107,7 +114,8 @@ pub(crate) fn decide(
     } else if let Some(s) = cc.s_maxage.or(cc.max_age) {
         Some(s)
     } else {
-        expires_lifetime(headers, now)
+        // The route's rule, in "default" mode, when the origin says nothing.
+        expires_lifetime(headers, now).or(rule)
     };
     let Some(lifetime) = lifetime else {
         return NOT_STORED;
@@ -118,11 +126,15 @@ pub(crate) fn decide(
     // stale-if-error (or Surrogate-Control's +M) still applies: RFC 5861 section 4
     // lets it be used "regardless of other freshness information".
     let revalidate = cc.must_revalidate || cc.s_maxage.is_some();
-    let swr = if revalidate {
-        Duration::ZERO
-    } else {
-        cc.stale_while_revalidate
-            .unwrap_or(rules.default_stale_while_revalidate)
+    let grace = rules.route.and_then(|r| r.grace);
+    let swr = match grace {
+        // The route's grace, in "override" mode, wins over what the origin says.
+        Some(grace) if overrides => grace,
+        _ if revalidate => Duration::ZERO,
+        _ => cc
+            .stale_while_revalidate
+            .or(grace)
+            .unwrap_or(rules.default_stale_while_revalidate),
     };
     let sie = match stale_if_error {
         Some(sie) => sie,
@@ -308,6 +320,7 @@ mod tests {
         default_stale_while_revalidate: Duration::ZERO,
         default_stale_if_error: Duration::ZERO,
         store_set_cookie: false,
+        route: None,
     };
 
     fn headers(pairs: &[(&str, &str)]) -> FieldList {
@@ -626,5 +639,53 @@ mod tests {
         );
         // must-revalidate with nothing fresh and no explicit window: not stored.
         assert_eq!(windows("max-age=0, must-revalidate"), (false, zero, zero));
+    }
+
+    #[test]
+    fn a_routes_rule_completes_or_overrides_the_origins_lifetime() {
+        use crate::cache::policy::{RouteCacheConfig, RoutePolicy};
+        let policy = |toml: &str| {
+            let c: RouteCacheConfig = toml::from_str(toml).unwrap();
+            RoutePolicy::build(&c, "route[0].cache").unwrap()
+        };
+        let now = SystemTime::now();
+        let decide_with = |p: &RoutePolicy, status: u16, fields: &[(&str, &str)]| {
+            let rules = Rules {
+                route: Some(p),
+                ..RULES
+            };
+            let status = StatusCode::from_u16(status).unwrap();
+            decide(status, &headers(fields), &rules, None, false, now)
+        };
+        let default = policy("ttl = { \"200\" = \"1h\", \"302\" = \"1m\" }\ngrace = \"30s\"");
+        // Nothing from the origin: the rule's lifetime, and its grace.
+        let f = decide_with(&default, 200, &[]);
+        assert_eq!(
+            (f.store, f.fresh, f.stale_while_revalidate),
+            (true, s(3600), s(30))
+        );
+        // The origin's own lifetime wins in "default" mode.
+        assert_eq!(
+            decide_with(&default, 200, &[("cache-control", "max-age=5")]).fresh,
+            s(5)
+        );
+        // A status tessera would not store, named by the rule.
+        assert_eq!(decide_with(&default, 302, &[]).fresh, s(60));
+        assert!(!decide_with(&default, 403, &[]).store);
+        // Refusals still refuse.
+        assert!(!decide_with(&default, 200, &[("cache-control", "private")]).store);
+        let over = policy("ttl = { \"200\" = \"1h\" }\nmode = \"override\"\ngrace = \"30s\"");
+        let f = decide_with(
+            &over,
+            200,
+            &[("cache-control", "max-age=5, must-revalidate")],
+        );
+        assert_eq!((f.fresh, f.stale_while_revalidate), (s(3600), s(30)));
+        assert!(!decide_with(&over, 200, &[("cache-control", "no-store")]).store);
+        // A status the rule does not name keeps the origin's word.
+        assert_eq!(
+            decide_with(&over, 404, &[("cache-control", "max-age=7")]).fresh,
+            s(7)
+        );
     }
 }

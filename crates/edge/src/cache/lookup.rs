@@ -36,8 +36,8 @@ pub(crate) enum Memory {
 pub(crate) enum Flight {
     /// An object to serve, fresh from Redis.
     Hit(Arc<Entry>),
-    /// An object to serve, fresh from another request's fetch that this one waited on.
-    Collapsed(Arc<Entry>),
+    /// An object to serve, from the fetch of another request this one waited on.
+    Joined(Arc<Entry>),
     /// The fetch this request waited on failed: serve the stale-if-error object (counted).
     StaleOnError(Arc<Entry>),
     /// The fetch this request waited on failed and nothing stale may be served: the
@@ -93,7 +93,7 @@ pub(crate) async fn fly(
             cache.count_miss();
             return match wait_landing(rx, deadline).await {
                 Landing::Stored(e) => match cache.landed_for(key, e, field) {
-                    Some(e) => Flight::Collapsed(e),
+                    Some(e) => Flight::Joined(e),
                     // Another variant: fetch our own.
                     None => Flight::Fetch { guard: None, stale },
                 },

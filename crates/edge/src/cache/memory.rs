@@ -279,6 +279,7 @@ impl Cache {
             default_stale_while_revalidate: self.stale_while_revalidate,
             default_stale_if_error: self.stale_if_error,
             store_set_cookie: self.config.store_set_cookie,
+            route: None,
         }
     }
 

@@ -8,8 +8,10 @@ pub(crate) mod config;
 pub(crate) mod entry;
 pub(crate) mod flight;
 pub(crate) mod freshness;
+pub(crate) mod key_rule;
 pub(crate) mod lookup;
 pub(crate) mod memory;
+pub(crate) mod policy;
 pub(crate) mod shared_tier;
 pub(crate) mod variants;
 

@@ -3,18 +3,13 @@
 //! conditional requests, byte ranges, OPTIONS, precompressed siblings, listings.
 
 pub(crate) mod compressed;
-mod conditional;
 mod listing;
 pub(crate) mod open;
-pub(crate) mod range;
 
-use std::collections::hash_map::RandomState;
 use std::ffi::CStr;
 use std::fs::File;
-use std::hash::BuildHasher;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use handler::{Body, Response, ResponseHead};
@@ -27,10 +22,12 @@ use crate::reply::{simple, HeadWriter};
 use crate::sites::Site;
 use crate::sys;
 use crate::worker::Worker;
-use conditional::{Conditions, Outcome};
 pub(crate) use open::FileEntry;
 use open::{AcceptEncoding, Coding, Identities, Identity, Resource};
-use range::Ranges;
+// The conditional and range code is wire's, shared with the proxy's cache.
+use wire::conditional::{self, Conditions, Outcome, Validators};
+use wire::range;
+use wire::range::{content_range, Ranges, CONTENT_RANGE_MAX};
 
 /// What a static resource allows: the Allow header of 405s and OPTIONS answers.
 const ALLOW: &[(&[u8], &[u8])] = &[(b"Allow", b"GET, HEAD, OPTIONS")];
@@ -74,7 +71,8 @@ pub(crate) fn respond(
         }
     };
     let now = worker.clock.second() as i64;
-    match conditional::evaluate(&conditions, entry.etag(), entry.mtime, now) {
+    let validators = Validators::strong(entry.etag(), entry.mtime);
+    match conditional::evaluate(&conditions, validators, now) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
             let mut head = HeadWriter::start(worker, conn, out, 304);
@@ -87,7 +85,7 @@ pub(crate) fn respond(
     // Range is defined for GET only (RFC 9110 section 14.2); HEAD gets the 200 head.
     if let (true, Some(range)) = (get, conditions.range) {
         let applies = match conditions.if_range {
-            Some(validator) => conditional::if_range_holds(validator, entry.etag(), entry.mtime),
+            Some(validator) => conditional::if_range_holds(validator, validators),
             None => true,
         };
         if applies {
@@ -184,50 +182,19 @@ fn send_multipart(
     entry: Arc<FileEntry>,
     ranges: &[(u64, u64)],
 ) {
-    let boundary = boundary();
-    let boundary = &boundary[..];
-    let mut numbers = itoa::Buffer::new();
-    let total_len = numbers.format(entry.len).len() as u64;
-    // Each part: CRLF "--" boundary CRLF, Content-Type, Content-Range, CRLF, data.
-    let part_overhead = (2 + 2 + boundary.len() + 2) as u64
-        + ("Content-Type: ".len() + entry.content_type.len() + 2) as u64
-        + ("Content-Range: bytes ".len() as u64 + 1 + 1 + total_len + 2)
-        + 2;
-    let closing = (2 + 2 + boundary.len() + 2 + 2) as u64;
-    let mut length = closing;
-    for &(first, last) in ranges {
-        length += part_overhead
-            + numbers.format(first).len() as u64
-            + numbers.format(last).len() as u64
-            + (last - first + 1);
-    }
+    let boundary = range::boundary();
+    let content_type = entry.content_type.as_bytes();
+    let length = range::multipart_length(ranges, &boundary, content_type, entry.len);
     let mut head = HeadWriter::start(worker, conn, out, 206);
-    let mut content_type = [0u8; 64];
-    let prefix = b"multipart/byteranges; boundary=";
-    content_type[..prefix.len()].copy_from_slice(prefix);
-    content_type[prefix.len()..prefix.len() + boundary.len()].copy_from_slice(boundary);
-    head.field(
-        b"Content-Type",
-        &content_type[..prefix.len() + boundary.len()],
-    );
+    let mut room = [0u8; 64];
+    head.field(b"Content-Type", range::multipart_type(&mut room, &boundary));
     head.block(&entry, entry.multipart_head());
     head.end(Framing::Length(length), req.version, keep_alive);
     for &(first, last) in ranges {
-        let buf = out.buf();
-        buf.extend_from_slice(b"\r\n--");
-        buf.extend_from_slice(boundary);
-        buf.extend_from_slice(b"\r\nContent-Type: ");
-        buf.extend_from_slice(entry.content_type.as_bytes());
-        buf.extend_from_slice(b"\r\nContent-Range: ");
-        let mut range = [0u8; CONTENT_RANGE_MAX];
-        buf.extend_from_slice(content_range(&mut range, first, last, entry.len));
-        buf.extend_from_slice(b"\r\n\r\n");
+        range::part_head(out.buf(), &boundary, content_type, (first, last), entry.len);
         push_body(out, entry.clone(), first, last - first + 1);
     }
-    let buf = out.buf();
-    buf.extend_from_slice(b"\r\n--");
-    buf.extend_from_slice(boundary);
-    buf.extend_from_slice(b"--\r\n");
+    range::closing(out.buf(), &boundary);
 }
 
 /// 416 (RFC 9110 section 15.5.17), saying how long the representation is.
@@ -255,18 +222,6 @@ fn unsatisfiable(
     );
 }
 
-/// A multipart boundary that no file is likely to contain: 16 hex digits from a keyed
-/// hash of a counter, so it is neither predictable nor repeated within a process.
-fn boundary() -> [u8; 16] {
-    static PARTS: AtomicU64 = AtomicU64::new(0);
-    let n = RandomState::new().hash_one(PARTS.fetch_add(1, Ordering::Relaxed));
-    let mut out = [0u8; 16];
-    for (i, digit) in out.iter_mut().enumerate() {
-        *digit = b"0123456789abcdef"[(n >> (60 - 4 * i)) as usize & 0xf];
-    }
-    out
-}
-
 fn push_body(out: &mut Output, entry: Arc<FileEntry>, offset: u64, len: u64) {
     if len == 0 {
         return;
@@ -276,27 +231,6 @@ fn push_body(out: &mut Output, entry: Arc<FileEntry>, offset: u64, len: u64) {
     } else {
         out.push_file(entry, offset, len);
     }
-}
-
-/// The longest Content-Range value: `bytes ` and three numbers of up to 20 digits.
-const CONTENT_RANGE_MAX: usize = 6 + 3 * 20 + 2;
-
-/// The Content-Range value `bytes FIRST-LAST/LEN`, written into `room`.
-fn content_range(room: &mut [u8; CONTENT_RANGE_MAX], first: u64, last: u64, len: u64) -> &[u8] {
-    let mut numbers = itoa::Buffer::new();
-    room[..6].copy_from_slice(b"bytes ");
-    let mut at = 6;
-    let digits = numbers.format(first).as_bytes();
-    room[at..at + digits.len()].copy_from_slice(digits);
-    at += digits.len();
-    for (sep, n) in [(b'-', last), (b'/', len)] {
-        room[at] = sep;
-        at += 1;
-        let digits = numbers.format(n).as_bytes();
-        room[at..at + digits.len()].copy_from_slice(digits);
-        at += digits.len();
-    }
-    &room[..at]
 }
 
 /// Why a path has no cached file to send.

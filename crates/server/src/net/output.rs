@@ -24,7 +24,7 @@ const MAX_SEGMENTS: usize = 128;
 /// Most segments one response adds: a multipart/byteranges response has a head and a
 /// body segment per range, then the closing boundary. The segment list has room for this
 /// beyond `MAX_SEGMENTS`, so a response started on an almost-full batch still fits.
-const MAX_SEGMENTS_PER_RESPONSE: usize = 2 * crate::files::range::MAX_RANGES + 2;
+const MAX_SEGMENTS_PER_RESPONSE: usize = 2 * wire::range::MAX_RANGES + 2;
 
 enum Segment {
     /// Bytes `start..end` of `Output::buf` (response heads, small generated bodies).

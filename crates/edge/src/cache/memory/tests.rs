@@ -17,6 +17,7 @@ fn entry(body: &str, cache_control: &str, vary: Option<&str>, now: u64) -> Arc<E
         default_stale_while_revalidate: Duration::ZERO,
         default_stale_if_error: Duration::ZERO,
         store_set_cookie: false,
+        route: None,
     };
     let f =
         crate::cache::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());

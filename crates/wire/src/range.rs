@@ -1,14 +1,20 @@
 //! Byte ranges (RFC 9110 section 14): parsing a `Range: bytes=...` header against a
-//! representation's length into the slices to send.
+//! representation's length into the slices to send, and the framing of a
+//! multipart/byteranges body (its length, each part's head, the closing line). Shared by
+//! the server's static files and the proxy's cache.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most ranges served from one request. More is ignored (the whole representation is
 /// sent), as RFC 9110 section 14.2 allows: a long list of small ranges costs the server
 /// far more than it saves the client. The output batch has room for this many parts.
-pub(crate) const MAX_RANGES: usize = 16;
+pub const MAX_RANGES: usize = 16;
 
 /// The ranges of one request, each `first..=last`, in a fixed array (no allocation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RangeSet {
+pub struct RangeSet {
     ranges: [(u64, u64); MAX_RANGES],
     count: usize,
 }
@@ -22,7 +28,7 @@ impl RangeSet {
 // Lives on the stack for one request; boxing the set would allocate.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ranges {
+pub enum Ranges {
     /// Not a byte range request tessera serves (another unit, too many ranges, an empty
     /// representation): send the whole representation with 200.
     Ignore,
@@ -40,12 +46,12 @@ pub(crate) enum Ranges {
 /// with the empty body, as nginx answers). When ranges overlap
 /// they are sorted and merged, so no byte is sent twice (section 14.2 lets a server
 /// coalesce them); ranges that do not overlap are served in the order asked.
-pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
-    let value = wire::trim_ows(value);
+pub fn parse(value: &[u8], len: u64) -> Ranges {
+    let value = crate::trim_ows(value);
     let Some(eq) = value.iter().position(|&b| b == b'=') else {
         return Ranges::Ignore;
     };
-    if !wire::trim_ows(&value[..eq]).eq_ignore_ascii_case(b"bytes") || len == 0 {
+    if !crate::trim_ows(&value[..eq]).eq_ignore_ascii_case(b"bytes") || len == 0 {
         return Ranges::Ignore;
     }
     let mut set = RangeSet {
@@ -54,7 +60,7 @@ pub(crate) fn parse(value: &[u8], len: u64) -> Ranges {
     };
     let mut specs = 0;
     for spec in value[eq + 1..].split(|&b| b == b',') {
-        let spec = wire::trim_ows(spec);
+        let spec = crate::trim_ows(spec);
         if spec.is_empty() {
             // Empty list elements are allowed (RFC 9110 section 5.6.1).
             continue;
@@ -121,6 +127,104 @@ fn coalesce_if_overlapping(set: &mut RangeSet) {
         }
     }
     set.count = count;
+}
+
+/// The longest Content-Range value: `bytes ` and three numbers of up to 20 digits.
+pub const CONTENT_RANGE_MAX: usize = 6 + 3 * 20 + 2;
+
+/// The Content-Range value `bytes FIRST-LAST/LEN`, written into `room`.
+pub fn content_range(room: &mut [u8; CONTENT_RANGE_MAX], first: u64, last: u64, len: u64) -> &[u8] {
+    let mut numbers = itoa::Buffer::new();
+    room[..6].copy_from_slice(b"bytes ");
+    let mut at = 6;
+    let digits = numbers.format(first).as_bytes();
+    room[at..at + digits.len()].copy_from_slice(digits);
+    at += digits.len();
+    for (sep, n) in [(b'-', last), (b'/', len)] {
+        room[at] = sep;
+        at += 1;
+        let digits = numbers.format(n).as_bytes();
+        room[at..at + digits.len()].copy_from_slice(digits);
+        at += digits.len();
+    }
+    &room[..at]
+}
+
+/// A multipart boundary that no body is likely to contain: 16 hex digits from a keyed
+/// hash of a counter, so it is neither predictable nor repeated within a process.
+pub fn boundary() -> [u8; 16] {
+    static PARTS: AtomicU64 = AtomicU64::new(0);
+    let n = RandomState::new().hash_one(PARTS.fetch_add(1, Ordering::Relaxed));
+    let mut out = [0u8; 16];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[(n >> (60 - 4 * i)) as usize & 0xf];
+    }
+    out
+}
+
+/// The `Content-Type` value of a multipart/byteranges body with `boundary`, written into
+/// `room`.
+pub fn multipart_type<'r>(room: &'r mut [u8; 64], boundary: &[u8; 16]) -> &'r [u8] {
+    let prefix = b"multipart/byteranges; boundary=";
+    room[..prefix.len()].copy_from_slice(prefix);
+    room[prefix.len()..prefix.len() + boundary.len()].copy_from_slice(boundary);
+    &room[..prefix.len() + boundary.len()]
+}
+
+/// The length of a multipart/byteranges body (RFC 9110 section 14.6) of `ranges` of a
+/// representation of `len` bytes and type `content_type`, as [`part_head`] and
+/// [`closing`] write it.
+pub fn multipart_length(
+    ranges: &[(u64, u64)],
+    boundary: &[u8],
+    content_type: &[u8],
+    len: u64,
+) -> u64 {
+    let mut numbers = itoa::Buffer::new();
+    let total_len = numbers.format(len).len() as u64;
+    // Each part: CRLF "--" boundary CRLF, Content-Type, Content-Range, CRLF, data.
+    let part_overhead = (2 + 2 + boundary.len() + 2) as u64
+        + ("Content-Type: ".len() + content_type.len() + 2) as u64
+        + ("Content-Range: bytes ".len() as u64 + 1 + 1 + total_len + 2)
+        + 2;
+    let mut length = (2 + 2 + boundary.len() + 2 + 2) as u64;
+    for &(first, last) in ranges {
+        length += part_overhead
+            + numbers.format(first).len() as u64
+            + numbers.format(last).len() as u64
+            + (last - first + 1);
+    }
+    length
+}
+
+/// The head of one part, written to `out`: the delimiter, its Content-Type and
+/// Content-Range, the blank line; the part's bytes follow.
+pub fn part_head(
+    out: &mut impl Extend<u8>,
+    boundary: &[u8],
+    content_type: &[u8],
+    (first, last): (u64, u64),
+    len: u64,
+) {
+    let mut range = [0u8; CONTENT_RANGE_MAX];
+    for piece in [
+        &b"\r\n--"[..],
+        boundary,
+        b"\r\nContent-Type: ",
+        content_type,
+        b"\r\nContent-Range: ",
+        content_range(&mut range, first, last, len),
+        b"\r\n\r\n",
+    ] {
+        out.extend(piece.iter().copied());
+    }
+}
+
+/// The closing delimiter, written to `out` after the last part.
+pub fn closing(out: &mut impl Extend<u8>, boundary: &[u8]) {
+    for piece in [&b"\r\n--"[..], boundary, b"--\r\n"] {
+        out.extend(piece.iter().copied());
+    }
 }
 
 /// Decimal digits as a number; values too large for u64 saturate (they are beyond any

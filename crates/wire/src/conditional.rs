@@ -1,12 +1,14 @@
 //! Conditional requests (RFC 9110 section 13): the request headers that make a response
 //! depend on the representation's validators, gathered in one pass over the headers, and
-//! their evaluation in the order section 13.2.2 prescribes.
+//! their evaluation in the order section 13.2.2 prescribes. Shared by the server's static
+//! files and the proxy's cache (both answer 304, 412 and If-Range from what they hold).
 
-use wire::Header;
+use crate::{trim_ows, Header};
 
-/// The request headers static file responses depend on. Absent headers are `None`.
+/// The request headers a response from held bytes (a file, a cached object) depends on.
+/// Absent headers are `None`.
 #[derive(Default, Debug)]
-pub(crate) struct Conditions<'a> {
+pub struct Conditions<'a> {
     pub if_match: Option<&'a [u8]>,
     pub if_none_match: Option<&'a [u8]>,
     pub if_modified_since: Option<&'a [u8]>,
@@ -44,7 +46,7 @@ impl<'a> Conditions<'a> {
 
 /// What the preconditions decide for a GET or HEAD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Send the representation (or the requested ranges of it).
     Proceed,
     /// 304: the client's copy is current.
@@ -53,8 +55,42 @@ pub(crate) enum Outcome {
     PreconditionFailed,
 }
 
-/// RFC 9110 section 13.2.2, for GET and HEAD of a representation with strong entity tag
-/// `etag` (quoted) last modified at `mtime` (Unix seconds):
+/// A representation's validators: its entity tag (the quoted opaque tag, `"x"`, and
+/// whether it is weak, `W/"x"`) and its modification time (Unix seconds), either of
+/// which it may lack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validators<'a> {
+    pub etag: Option<&'a [u8]>,
+    pub weak: bool,
+    pub modified: Option<i64>,
+}
+
+impl<'a> Validators<'a> {
+    /// A strong entity tag (quoted) and a modification time, as files have.
+    pub fn strong(etag: &'a [u8], mtime: i64) -> Validators<'a> {
+        Validators {
+            etag: Some(etag),
+            weak: false,
+            modified: Some(mtime),
+        }
+    }
+
+    /// The validators of a stored response: its `ETag` and `Last-Modified` field values.
+    pub fn of_fields(etag: Option<&'a [u8]>, last_modified: Option<&[u8]>) -> Validators<'a> {
+        let (weak, etag) = match etag.map(trim_ows) {
+            Some(t) if t.starts_with(b"W/") => (true, Some(&t[2..])),
+            t => (false, t),
+        };
+        let etag = etag.filter(|t| t.len() >= 2 && t[0] == b'"' && t[t.len() - 1] == b'"');
+        Validators {
+            etag,
+            weak,
+            modified: last_modified.and_then(parse_date),
+        }
+    }
+}
+
+/// RFC 9110 section 13.2.2, for GET and HEAD of a representation with validators `v`:
 /// 1. If-Match, when present, must match (strong comparison), else 412;
 /// 2. otherwise If-Unmodified-Since, when present and a valid date, must not be older
 ///    than the representation, else 412;
@@ -64,21 +100,27 @@ pub(crate) enum Outcome {
 ///    time the client saw the file, only a skewed or made-up clock: it is ignored, as
 ///    RFC 2616 section 14.25 said and Apache does, so that such a client is not told
 ///    "not modified" forever.
-pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64, now: i64) -> Outcome {
+///
+/// A representation without a modification time ignores the date conditions; one
+/// without an entity tag matches only `*` in If-Match and If-None-Match.
+pub fn evaluate(c: &Conditions<'_>, v: Validators<'_>, now: i64) -> Outcome {
     if let Some(list) = c.if_match {
-        if !list_matches(list, etag, Comparison::Strong) {
+        if !list_matches(list, v, Comparison::Strong) {
             return Outcome::PreconditionFailed;
         }
-    } else if let Some(date) = c.if_unmodified_since.and_then(parse_date) {
+    } else if let (Some(date), Some(mtime)) =
+        (c.if_unmodified_since.and_then(parse_date), v.modified)
+    {
         if mtime > date {
             return Outcome::PreconditionFailed;
         }
     }
     if let Some(list) = c.if_none_match {
-        if list_matches(list, etag, Comparison::Weak) {
+        if list_matches(list, v, Comparison::Weak) {
             return Outcome::NotModified;
         }
-    } else if let Some(date) = c.if_modified_since.and_then(parse_date) {
+    } else if let (Some(date), Some(mtime)) = (c.if_modified_since.and_then(parse_date), v.modified)
+    {
         if mtime <= date && date <= now {
             return Outcome::NotModified;
         }
@@ -89,12 +131,12 @@ pub(crate) fn evaluate(c: &Conditions<'_>, etag: &[u8], mtime: i64, now: i64) ->
 /// If-Range (RFC 9110 section 13.1.5): the Range applies only if the validator still
 /// describes the representation: an entity tag by strong comparison (a weak one never
 /// matches), or a date equal to Last-Modified. Anything else means "send it all".
-pub(crate) fn if_range_holds(value: &[u8], etag: &[u8], mtime: i64) -> bool {
-    let value = wire::trim_ows(value);
+pub fn if_range_holds(value: &[u8], v: Validators<'_>) -> bool {
+    let value = trim_ows(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
-        return !value.starts_with(b"W/") && value == etag;
+        return !value.starts_with(b"W/") && !v.weak && Some(value) == v.etag;
     }
-    parse_date(value) == Some(mtime)
+    v.modified.is_some() && parse_date(value) == v.modified
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,10 +147,10 @@ enum Comparison {
     Weak,
 }
 
-/// Whether `*` or any entity tag in the comma-separated `list` matches `etag` (our own,
-/// strong, quoted). A malformed list matches nothing.
-fn list_matches(list: &[u8], etag: &[u8], comparison: Comparison) -> bool {
-    let list = wire::trim_ows(list);
+/// Whether `*` or any entity tag in the comma-separated `list` matches the entity tag of
+/// `v`. A malformed list matches nothing.
+fn list_matches(list: &[u8], v: Validators<'_>, comparison: Comparison) -> bool {
+    let list = trim_ows(list);
     if list == b"*" {
         return true;
     }
@@ -132,15 +174,16 @@ fn list_matches(list: &[u8], etag: &[u8], comparison: Comparison) -> bool {
         };
         let tag = &rest[..close + 2];
         rest = &rest[close + 2..];
-        if tag == etag && (comparison == Comparison::Weak || !weak) {
+        let strong = !weak && !v.weak;
+        if Some(tag) == v.etag && (comparison == Comparison::Weak || strong) {
             return true;
         }
     }
 }
 
 /// An HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms) as Unix seconds.
-fn parse_date(value: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(wire::trim_ows(value)).ok()?;
+pub fn parse_date(value: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(trim_ows(value)).ok()?;
     let time = httpdate::parse_http_date(text).ok()?;
     Some(match time.duration_since(std::time::UNIX_EPOCH) {
         Ok(after) => after.as_secs() as i64,
@@ -166,19 +209,62 @@ mod tests {
                 value: v.as_bytes(),
             })
             .collect();
-        evaluate(&Conditions::from_headers(&headers), TAG, MTIME, NOW)
+        evaluate(
+            &Conditions::from_headers(&headers),
+            Validators::strong(TAG, MTIME),
+            NOW,
+        )
+    }
+
+    fn list_matches_tag(list: &[u8], tag: &[u8], comparison: Comparison) -> bool {
+        list_matches(list, Validators::strong(tag, MTIME), comparison)
+    }
+
+    #[test]
+    fn weak_or_missing_validators_of_a_stored_response() {
+        let weak = Validators::of_fields(Some(b"W/\"w1\""), None);
+        assert_eq!(
+            (weak.etag, weak.weak, weak.modified),
+            (Some(&b"\"w1\""[..]), true, None)
+        );
+        let c = |name: &str, value: &str| {
+            let h = [Header {
+                name,
+                value: value.as_bytes(),
+            }];
+            let c = Conditions::from_headers(&h);
+            (
+                evaluate(&c, weak, NOW),
+                c.if_range.map(|r| if_range_holds(r, weak)),
+            )
+        };
+        assert_eq!(c("If-None-Match", "\"w1\"").0, Outcome::NotModified);
+        assert_eq!(c("If-Match", "\"w1\"").0, Outcome::PreconditionFailed);
+        assert_eq!(c("If-Range", "\"w1\"").1, Some(false));
+        // No Last-Modified: date conditions are ignored.
+        let date = "Tue, 02 Jan 2024 03:04:05 GMT";
+        assert_eq!(c("If-Modified-Since", date).0, Outcome::Proceed);
+        assert_eq!(c("If-Unmodified-Since", date).0, Outcome::Proceed);
+        assert_eq!(c("If-Range", date).1, Some(false));
+        let none = Validators::of_fields(None, Some(date.as_bytes()));
+        assert_eq!(none.modified, Some(MTIME));
+        assert!(if_range_holds(date.as_bytes(), none));
     }
 
     #[test]
     fn entity_tag_lists() {
-        assert!(list_matches(b"*", TAG, Comparison::Strong));
-        assert!(list_matches(b"\"x\", \"abc-1-c\"", TAG, Comparison::Strong));
-        assert!(!list_matches(b"W/\"abc-1-c\"", TAG, Comparison::Strong));
-        assert!(list_matches(b"W/\"abc-1-c\"", TAG, Comparison::Weak));
-        assert!(!list_matches(b"\"abc-1-c", TAG, Comparison::Weak));
-        assert!(!list_matches(b"abc-1-c", TAG, Comparison::Weak));
-        assert!(!list_matches(b"", TAG, Comparison::Weak));
-        assert!(list_matches(b" ,\"abc-1-c\",", TAG, Comparison::Weak));
+        assert!(list_matches_tag(b"*", TAG, Comparison::Strong));
+        assert!(list_matches_tag(
+            b"\"x\", \"abc-1-c\"",
+            TAG,
+            Comparison::Strong
+        ));
+        assert!(!list_matches_tag(b"W/\"abc-1-c\"", TAG, Comparison::Strong));
+        assert!(list_matches_tag(b"W/\"abc-1-c\"", TAG, Comparison::Weak));
+        assert!(!list_matches_tag(b"\"abc-1-c", TAG, Comparison::Weak));
+        assert!(!list_matches_tag(b"abc-1-c", TAG, Comparison::Weak));
+        assert!(!list_matches_tag(b"", TAG, Comparison::Weak));
+        assert!(list_matches_tag(b" ,\"abc-1-c\",", TAG, Comparison::Weak));
     }
 
     #[test]
@@ -225,15 +311,23 @@ mod tests {
 
     #[test]
     fn if_range_needs_a_strong_match() {
-        assert!(if_range_holds(TAG, TAG, MTIME));
-        assert!(!if_range_holds(b"W/\"abc-1-c\"", TAG, MTIME));
-        assert!(!if_range_holds(b"\"other\"", TAG, MTIME));
-        assert!(if_range_holds(b"Tue, 02 Jan 2024 03:04:05 GMT", TAG, MTIME));
+        assert!(if_range_holds(TAG, Validators::strong(TAG, MTIME)));
+        assert!(!if_range_holds(
+            b"W/\"abc-1-c\"",
+            Validators::strong(TAG, MTIME)
+        ));
+        assert!(!if_range_holds(
+            b"\"other\"",
+            Validators::strong(TAG, MTIME)
+        ));
+        assert!(if_range_holds(
+            b"Tue, 02 Jan 2024 03:04:05 GMT",
+            Validators::strong(TAG, MTIME)
+        ));
         assert!(!if_range_holds(
             b"Tue, 02 Jan 2024 03:04:06 GMT",
-            TAG,
-            MTIME
+            Validators::strong(TAG, MTIME)
         ));
-        assert!(!if_range_holds(b"garbage", TAG, MTIME));
+        assert!(!if_range_holds(b"garbage", Validators::strong(TAG, MTIME)));
     }
 }
