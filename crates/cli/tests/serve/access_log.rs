@@ -184,17 +184,7 @@ fn tessera_logs_reads_the_servers_own_access_log() {
         read_response(&mut stream, false);
     }
     assert_eq!(wait_for_lines(&log, 4).len(), 4);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["logs", "report", "--json"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = crate::harness::logs_report_json(&log);
     assert_eq!(report["hits"], 4);
     assert_eq!(report["malformed"], 0);
     assert_eq!(report["top_urls_by_hits"][0]["url"], "/hello.txt");
@@ -233,17 +223,8 @@ for line in open(sys.argv[1], encoding="utf-8"):
     o = json.loads(line)
     print(o["uri"], o["host"], o["route"], o["status"], o["user_agent"], type(o["duration"]).__name__, o["time"][-1], len(o["request_id"]), sep="|")
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let printed = crate::harness::python_on(script, &log);
+    let text = printed;
     let got: Vec<&str> = text.lines().collect();
     assert_eq!(
         got,
@@ -327,17 +308,7 @@ fn tessera_logs_reports_a_json_log_as_its_combined_twin() {
             read_response(&mut stream, false);
         }
         assert_eq!(wait_for_lines(&log, requests.len()).len(), requests.len());
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(["logs", "report", "--json"])
-            .arg(&log)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut report = crate::harness::logs_report_json(&log);
         let report = report.as_object_mut().unwrap();
         // The format's name is each log's own.
         assert_eq!(

@@ -580,6 +580,37 @@ pub fn echo_origin() -> std::net::SocketAddr {
     addr
 }
 
+/// `tessera logs report --json LOG`, which must succeed: its report.
+pub fn logs_report_json(log: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["logs", "report", "--json"])
+        .arg(log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A Python `script` run on `path` (its `sys.argv[1]`), which must succeed: what it
+/// printed.
+pub fn python_on(script: &str, path: &Path) -> String {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `tessera check-config --config PATH`: its exit code and its standard error.
 pub fn check_config_output(path: &Path) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tessera"))

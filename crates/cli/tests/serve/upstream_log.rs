@@ -212,32 +212,13 @@ for line in open(sys.argv[1], encoding="utf-8"):
           o["upstream_connect_time"] is None or float(o["upstream_connect_time"]) >= 0,
           o["upstream_response_time"] is None or float(o["upstream_response_time"]) >= 0, sep="|")
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let printed = crate::harness::python_on(script, &log);
     let addr = origin.addr;
     assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
+        printed,
         format!("/frag/a|{addr}|200|miss|True|True\n/frag/a|None|None|hit|True|True\n/frag/a|None|None|hit|True|True\n")
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["logs", "report", "--json"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = crate::harness::logs_report_json(&log);
     let peers = &report["upstream_peers"];
     assert_eq!(peers[0]["peer"], addr.to_string(), "{report}");
     assert_eq!(
