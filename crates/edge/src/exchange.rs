@@ -81,6 +81,19 @@ impl CacheStatus {
         }
     }
 
+    /// The cache's result as the access log writes it (`%{cache}x`): `None` when the
+    /// cache was not asked.
+    pub(crate) fn log_result(self) -> Option<handler::CacheResult> {
+        Some(match self {
+            CacheStatus::Unknown => return None,
+            CacheStatus::Hit(_) => handler::CacheResult::Hit,
+            CacheStatus::Stale(_) => handler::CacheResult::Stale,
+            CacheStatus::Collapsed => handler::CacheResult::Collapsed,
+            CacheStatus::Miss(_) => handler::CacheResult::Miss,
+            CacheStatus::Bypass => handler::CacheResult::Pass,
+        })
+    }
+
     /// The field's value, written into `out`: `tessera; hit; ttl=N`,
     /// `tessera; fwd=miss; stored`, `tessera; fwd=stale; ttl=-N`, ... (`None` when
     /// unknown).

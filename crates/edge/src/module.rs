@@ -502,10 +502,19 @@ impl Deferred for Proxied {
             } = self;
             request.body = body;
             let status = std::cell::Cell::default();
-            match edge
+            let notes = request.notes.clone();
+            let answered = edge
                 .proxy_to(upstream, mode, policy, &status, request)
-                .await
-            {
+                .await;
+            // The log's cache result is what the proxy decided for `Cache-Status`; no
+            // result where the site has no cache.
+            let result = status.get().log_result();
+            if let (Some(notes), Some(result)) = (notes, result) {
+                if edge.worker.cache.enabled() {
+                    notes.cache(result);
+                }
+            }
+            match answered {
                 Ok(response) => {
                     let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();

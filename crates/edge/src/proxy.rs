@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use handler::{CacheResult, FieldList};
+use handler::FieldList;
 use http::header;
 use http::{Method, StatusCode};
 use tokio::time::Instant;
@@ -271,9 +271,6 @@ impl Edge {
         }
         let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
-            if cache.enabled() {
-                note(&req, CacheResult::Pass);
-            }
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
@@ -284,12 +281,8 @@ impl Edge {
             status.set(CacheStatus::of(e, now_ms()));
         }
         let (stale, passes) = match found {
-            Memory::Fresh(e) => {
-                note(&req, CacheResult::Hit);
-                return self.serve(e, &req, &authority, now_ms()).await;
-            }
+            Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
-                note(&req, CacheResult::Stale);
                 if let Some(guard) = guard {
                     let fill = (key, guard, policy);
                     self.refresh_in_background(&req, &upstream, mode, &authority, fill);
@@ -301,7 +294,6 @@ impl Edge {
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
-            note(&req, CacheResult::Pass);
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
             return self.forward(req, &upstream, mode, authority, None).await;
@@ -309,7 +301,6 @@ impl Edge {
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
         if req.method == Method::HEAD || passes {
-            note(&req, CacheResult::Pass);
             crate::metrics::passed();
             status.set(if passes {
                 CacheStatus::Bypass
@@ -337,15 +328,6 @@ impl Edge {
             Flight::Joined(_) | Flight::Failed => CacheStatus::Collapsed,
             Flight::Fetch { .. } => CacheStatus::Miss(false),
         });
-        note(
-            &req,
-            match &flight {
-                Flight::Hit(_) => CacheResult::Hit,
-                Flight::Joined(_) | Flight::Failed => CacheResult::Collapsed,
-                Flight::StaleOnError(_) | Flight::Refresh(..) => CacheResult::Stale,
-                Flight::Fetch { .. } => CacheResult::Miss,
-            },
-        );
         let (guard, stale) = match flight {
             Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => {
                 return self.serve(e, &req, &authority, now_ms()).await
@@ -558,7 +540,6 @@ impl Edge {
                         status.set(CacheStatus::of(&stale, now_ms()));
                     }
                     worker.cache.count_stale();
-                    note(&req, CacheResult::Stale);
                     tracing::debug!(key = %s.key, "origin failed: serving stale");
                     return self.serve(stale, &req, &authority, now_ms()).await;
                 }
@@ -859,13 +840,6 @@ fn content_length(fields: &FieldList) -> Option<u64> {
         .get(b"content-length")
         .and_then(headers::field_text)
         .and_then(|v| v.parse().ok())
-}
-
-/// Notes the cache's result for the access log, when the request's are noted.
-fn note(req: &ProxyRequest, result: CacheResult) {
-    if let Some(notes) = &req.notes {
-        notes.cache(result);
-    }
 }
 
 /// Only origin-form targets (`/path?query`) are proxied.
