@@ -115,6 +115,21 @@ struct Pebble {
 }
 
 impl Pebble {
+    /// Makes the DNS server answer `host` with `addr` (pebble-challtestsrv's `/add-a`).
+    fn resolve(&self, host: &str, addr: &str) {
+        let out = Command::new("curl")
+            .args(["-sS", "--fail", "-d"])
+            .arg(format!(r#"{{"host":"{host}","addresses":["{addr}"]}}"#))
+            .arg(format!("http://{}/add-a", self.dns_management))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     fn start(http_port: u16, tls_port: u16) -> Pebble {
         Pebble::start_with(http_port, tls_port, 7_776_000)
     }
@@ -560,21 +575,7 @@ fn a_name_whose_challenge_fails_is_retried_with_backoff_and_the_others_are_serve
     let ports = (free_port(), free_port());
     let pebble = Pebble::start(ports.0, ports.1);
     // bad.test resolves where nothing listens: its HTTP-01 validation always fails.
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--fail",
-            "-d",
-            r#"{"host":"bad.test","addresses":["127.0.0.2"]}"#,
-        ])
-        .arg(format!("http://{}/add-a", pebble.dns_management))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pebble.resolve("bad.test", "127.0.0.2");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("acme");
     let top = "admin_listen = \"127.0.0.1:0\"\n";
@@ -686,21 +687,7 @@ fn one_name_by_http_01_and_one_by_tls_alpn_01_after_http_01_fails_for_it() {
     // fails, and the next try takes the next challenge type.
     let ports = (free_port(), free_port());
     let pebble = Pebble::start(ports.0, ports.1);
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--fail",
-            "-d",
-            r#"{"host":"alpn.test","addresses":["127.0.0.2"]}"#,
-        ])
-        .arg(format!("http://{}/add-a", pebble.dns_management))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pebble.resolve("alpn.test", "127.0.0.2");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("acme");
     let top = format!(
