@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use evloop::AbortHandle;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
 use crate::error::PageError;
 use crate::upstream::client::PassBody;

@@ -2,7 +2,7 @@
 //! subrequest): straight to the named upstream through its balancer, pools and retries,
 //! without the proxy's routing, forwarding fields, cache or ESI.
 
-use tokio::time::Instant;
+use evloop::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, StatusCode};

@@ -30,7 +30,7 @@
 //! without a final chunk. A [`ProxyError`] before the head is answered with
 //! [`ProxyError::status`]. [`Body::content_length`] is `None` for an assembled page, so
 //! an HTTP/1.0 client gets it buffered ([`Body::collect`]) or close-delimited. Fragment
-//! fetches and page writers are spawned with `tokio::task::spawn_local`, so `proxy`
+//! fetches and page writers are spawned with `evloop::spawn_local`, so `proxy`
 //! must run inside a `LocalSet`.
 //!
 //! **How it is laid out.** In layers, a module never importing one above it

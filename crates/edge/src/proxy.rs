@@ -9,10 +9,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use evloop::time::Instant;
 use handler::FieldList;
 use http::header;
 use http::{Method, StatusCode};
-use tokio::time::Instant;
 
 use crate::arena::Text;
 use crate::assembly::fetch::{is_esi, normalise_authority};
@@ -373,7 +373,7 @@ impl Edge {
         refresh.method = Method::GET;
         refresh.notes = None;
         let (upstream, authority) = (upstream.clone(), authority.clone());
-        tokio::task::spawn_local(async move {
+        evloop::spawn_local(async move {
             let store = Store {
                 key,
                 guard: Some(guard),

@@ -7,9 +7,9 @@
 
 use std::rc::Rc;
 
+use evloop::time::Instant;
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
-use tokio::time::Instant;
 
 use crate::body::{Body, BodyKind};
 use crate::config::{secs, EdgeConfig};

@@ -23,7 +23,7 @@ pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
         lua.create_async_function(|_, seconds: f64| async move {
             let wait = Duration::try_from_secs_f64(seconds)
                 .map_err(|_| mlua::Error::runtime("tessera.sleep wants seconds >= 0"))?;
-            tokio::time::sleep(wait).await;
+            evloop::time::sleep(wait).await;
             Ok(())
         })?,
     )

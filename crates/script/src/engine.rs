@@ -177,7 +177,7 @@ impl Engine {
     pub fn spawn_background(self: &Rc<Self>) {
         let engine = Rc::downgrade(self);
         let ready = self.logs_ready.clone();
-        tokio::task::spawn_local(async move {
+        evloop::spawn_local(async move {
             loop {
                 ready.notified().await;
                 let Some(engine) = engine.upgrade() else {
@@ -337,8 +337,8 @@ impl Engine {
                 let guard = guard.clone();
                 let running = running.clone();
                 let loaded = loaded.clone();
-                tokio::task::spawn_local(async move {
-                    tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+                evloop::spawn_local(async move {
+                    evloop::time::sleep(Duration::from_secs_f64(delay)).await;
                     if loaded[version.mount].get() != version.generation {
                         tracing::debug!(worker, timer = %at, "timer of a replaced script version dropped");
                         return;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pool::Pool;
-use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 
 use crate::access_log::WorkerLogs;
@@ -22,6 +21,7 @@ use crate::conn_state::ConnState;
 use crate::date::Clock;
 use crate::generation::Current;
 use crate::net::listeners::{Listener, Stop};
+use crate::net::reactor::Listening;
 use crate::session;
 use crate::shared::{Phase, Shared};
 use crate::worker::{RateLimitedLog, Worker};
@@ -30,30 +30,12 @@ pub(crate) fn run(
     id: usize,
     shared: Arc<Shared>,
     log: Option<WorkerLogs>,
-    mut phase: watch::Receiver<Phase>,
+    phase: watch::Receiver<Phase>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            tracing::error!(worker = id, error = %e, "cannot start worker runtime");
-            return;
-        }
-    };
     let capacity = shared.slots_per_worker;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
-        let reactor = match crate::net::reactor::Reactor::new(capacity) {
-            Ok(reactor) => Rc::new(reactor),
-            Err(e) => {
-                tracing::error!(worker = id, error = %e, "cannot start worker epoll");
-                return;
-            }
-        };
-        // Each module's service for this worker, started on its thread inside the
-        // LocalSet (a service may spawn its own tasks).
+    let started = crate::net::event_loop::run(capacity, |parts| {
+        // Each module's service for this worker, started on its thread with the loop
+        // installed (a service may spawn its own tasks).
         let gen = shared.current.load_full();
         let services = gen.modules.iter().map(|m| m.start(id)).collect();
         let worker = Rc::new(Worker {
@@ -84,95 +66,97 @@ pub(crate) fn run(
             drops: RateLimitedLog::new(),
             dropped_seen: Cell::new(0),
             refusals: RateLimitedLog::new(),
-            reactor,
-            tasks: crate::net::tasks::Tasks::new(capacity),
+            reactor: parts.reactor.clone(),
+            tasks: parts.rooms.clone(),
             shared,
         });
-        // The connections' driver: each turn takes the worker epoll's events, then
-        // polls the connections they (or anything else) woke.
-        let driver = tokio::task::spawn_local({
+        let panicked = {
             let worker = worker.clone();
-            std::future::poll_fn(move |cx| {
-                worker.tasks.driver_running();
-                let _ = worker.reactor.poll_events(cx);
-                worker.tasks.poll_woken(cx, |index| worker.panicked(index))
-            })
-        });
-        sync_listeners(&worker);
-        let sweeper = tokio::task::spawn_local({
-            let worker = worker.clone();
-            async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(250));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                loop {
-                    tick.tick().await;
-                    worker.current();
-                    if !worker.is_shutting_down() {
-                        sync_listeners(&worker);
-                    }
-                    worker.sweep();
+            move |index| worker.panicked(index)
+        };
+        (serve(worker, phase), panicked)
+    });
+    if let Err(e) = started {
+        tracing::error!(worker = id, error = %e, "cannot start the worker's loop");
+    }
+}
+
+/// The worker's life once started: accept and sweep until told to drain or stop, then
+/// let the connections end within the grace period.
+async fn serve(worker: Rc<Worker>, mut phase: watch::Receiver<Phase>) {
+    let id = worker.id;
+    let capacity = worker.shared.slots_per_worker;
+    sync_listeners(&worker);
+    let sweeper = evloop::spawn_local({
+        let worker = worker.clone();
+        async move {
+            loop {
+                evloop::time::sleep(Duration::from_millis(250)).await;
+                worker.current();
+                if !worker.is_shutting_down() {
+                    sync_listeners(&worker);
                 }
-            }
-        });
-        while *phase.borrow_and_update() == Phase::Serve {
-            if phase.changed().await.is_err() {
-                break;
+                worker.sweep();
             }
         }
-        worker.shutting_down.set(true);
-        worker.shutdown.notify_waiters();
-        for (_, accepting) in worker.accepting.take() {
-            accepting.stop();
+    });
+    while *phase.borrow_and_update() == Phase::Serve {
+        if phase.changed().await.is_err() {
+            break;
         }
-        let grace = Duration::from_secs(worker.current().gen.config.shutdown_timeout);
-        let drained = async {
-            while worker.slots.borrow().count(ConnState::Free) < capacity {
-                worker.slot_freed.notified().await;
+    }
+    worker.shutting_down.set(true);
+    worker.shutdown.notify_waiters();
+    for (_, accepting) in worker.accepting.take() {
+        accepting.stop();
+    }
+    let grace = Duration::from_secs(worker.current().gen.config.shutdown_timeout);
+    let drained = async {
+        while worker.slots.borrow().count(ConnState::Free) < capacity {
+            worker.slot_freed.notified().await;
+        }
+    };
+    let mut drained = std::pin::pin!(drained);
+    let mut done = false;
+    if *phase.borrow_and_update() == Phase::Drain {
+        // Connections end by themselves: after their next response, or when
+        // `timeouts.idle` closes them. A shutdown asked meanwhile cuts this short.
+        let stop = async {
+            while *phase.borrow_and_update() != Phase::Stop {
+                if phase.changed().await.is_err() {
+                    break;
+                }
             }
         };
-        let mut drained = std::pin::pin!(drained);
-        let mut done = false;
-        if *phase.borrow_and_update() == Phase::Drain {
-            // Connections end by themselves: after their next response, or when
-            // `timeouts.idle` closes them. A shutdown asked meanwhile cuts this short.
-            let stop = async {
-                while *phase.borrow_and_update() != Phase::Stop {
-                    if phase.changed().await.is_err() {
-                        break;
-                    }
-                }
-            };
-            tokio::select! {
-                _ = &mut drained => done = true,
-                _ = stop => {}
-                _ = tokio::time::sleep(grace) => {
-                    done = true;
-                    tracing::warn!(
-                        worker = id,
-                        open = capacity - worker.slots.borrow().count(ConnState::Free),
-                        "shutdown timeout while draining: closing connections still open"
-                    );
-                }
-            }
-        }
-        if !done {
-            shut_reads(&worker);
-            if tokio::time::timeout(grace, drained).await.is_err() {
+        tokio::select! {
+            _ = &mut drained => done = true,
+            _ = stop => {}
+            _ = evloop::time::sleep(grace) => {
+                done = true;
                 tracing::warn!(
                     worker = id,
                     open = capacity - worker.slots.borrow().count(ConnState::Free),
-                    "shutdown timeout: closing connections still open"
+                    "shutdown timeout while draining: closing connections still open"
                 );
             }
         }
-        sweeper.abort();
-        driver.abort();
-        worker.tasks.end_all();
-        let log = worker.log.borrow_mut().take();
-        if let Some(mut log) = log {
-            log.flush_blocking();
+    }
+    if !done {
+        shut_reads(&worker);
+        if evloop::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!(
+                worker = id,
+                open = capacity - worker.slots.borrow().count(ConnState::Free),
+                "shutdown timeout: closing connections still open"
+            );
         }
-    });
+    }
+    sweeper.abort();
+    worker.tasks.end_all();
+    let log = worker.log.borrow_mut().take();
+    if let Some(mut log) = log {
+        log.flush_blocking();
+    }
 }
 
 /// Idle connections see end-of-file and close; busy ones finish their response first
@@ -236,14 +220,12 @@ fn sync_listeners(worker: &Rc<Worker>) {
             .map(std::net::TcpListener::from)
             .and_then(|l| {
                 l.set_nonblocking(true)?;
-                // SAFETY: the AsyncFd owns the listener's descriptor until it is dropped.
-                unsafe { AsyncFd::register_with_interest(l, tokio::io::Interest::READABLE) }
-                    .map_err(std::io::Error::from)
+                worker.reactor.listen(l)
             });
         match listener {
             Ok(listener) => {
                 let stop = Rc::new(Stop::default());
-                tokio::task::spawn_local({
+                evloop::spawn_local({
                     let worker = worker.clone();
                     let stop = stop.clone();
                     async move { accept_all(&listener, kind, &worker, &stop).await }
@@ -259,7 +241,7 @@ fn sync_listeners(worker: &Rc<Worker>) {
 /// the listener's readiness is cleared only when accept4 says EAGAIN) and spawns each
 /// one's task.
 async fn accept_all(
-    listener: &AsyncFd<std::net::TcpListener>,
+    listener: &Listening,
     (kind, requested): (Kind, SocketAddr),
     worker: &Rc<Worker>,
     stop: &Stop,
@@ -274,7 +256,7 @@ async fn accept_all(
         }
         let accepted = tokio::select! {
             biased;
-            accepted = accept_one(listener) => accepted,
+            accepted = listener.accept() => accepted,
             _ = stop.stopped() => return,
         };
         let (fd, peer) = match accepted {
@@ -282,7 +264,7 @@ async fn accept_all(
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                evloop::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
@@ -357,18 +339,5 @@ async fn accept_all(
             !listed.is_empty() && listed.contains(&requested)
         };
         session::start((kind, proxied), socket, peer, worker.clone(), slot);
-    }
-}
-
-/// The next connection on `listener`: accept4(2), waiting for readiness when the queue
-/// is empty. The socket is not registered with tokio: the worker's reactor takes it.
-async fn accept_one(
-    listener: &AsyncFd<std::net::TcpListener>,
-) -> std::io::Result<(std::os::fd::OwnedFd, std::net::SocketAddr)> {
-    loop {
-        let mut guard = listener.readable().await?;
-        if let Ok(accepted) = guard.try_io(|l| crate::sys::accept(l.as_raw_fd())) {
-            return accepted;
-        }
     }
 }

@@ -84,7 +84,7 @@ async fn proxy_header(
     let timeout = worker.current().gen.config.timeouts.proxy_protocol;
     let timeout = std::time::Duration::from_secs_f64(timeout);
     let read = crate::net::proxy::read_header(&socket);
-    let header = match tokio::time::timeout(timeout, read).await {
+    let header = match evloop::time::timeout(timeout, read).await {
         Ok(Ok(header)) => header,
         outcome => {
             let reason = match outcome {

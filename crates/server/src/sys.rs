@@ -165,13 +165,17 @@ pub(crate) fn epoll_ctl(
     checked(unsafe { libc::epoll_ctl(epoll, op, fd, &mut event) })
 }
 
-/// The events ready on `epoll` now, into `events`: epoll_wait(2) with a zero timeout,
-/// so it never blocks (the worker waits through tokio). Returns how many it wrote.
+/// The events ready on `epoll`, into `events`: epoll_wait(2), waiting at most
+/// `timeout_ms` for one (-1: until one comes; 0: not at all). Returns how many it wrote.
 #[inline]
-pub(crate) fn epoll_ready(epoll: RawFd, events: &mut [libc::epoll_event]) -> io::Result<usize> {
+pub(crate) fn epoll_wait(
+    epoll: RawFd,
+    events: &mut [libc::epoll_event],
+    timeout_ms: libc::c_int,
+) -> io::Result<usize> {
     let room = events.len().min(libc::c_int::MAX as usize) as libc::c_int;
     // SAFETY: `events` has room for `room` entries, the most the kernel writes.
-    let n = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), room, 0) };
+    let n = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), room, timeout_ms) };
     counted(n as isize)
 }
 
@@ -286,7 +290,7 @@ mod tests {
     fn next_event(epoll: &OwnedFd) -> libc::epoll_event {
         let mut events = [no_event(); 4];
         for _ in 0..1000 {
-            let n = epoll_ready(epoll.as_raw_fd(), &mut events).unwrap();
+            let n = epoll_wait(epoll.as_raw_fd(), &mut events, 0).unwrap();
             if n > 0 {
                 assert_eq!(n, 1);
                 return events[0];
@@ -317,7 +321,7 @@ mod tests {
         };
         epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, event).unwrap();
         let mut events = [no_event(); 4];
-        assert_eq!(epoll_ready(epoll.as_raw_fd(), &mut events).unwrap(), 0);
+        assert_eq!(epoll_wait(epoll.as_raw_fd(), &mut events, 0).unwrap(), 0);
 
         client.write_all(b"hello").unwrap();
         let event = next_event(&epoll);

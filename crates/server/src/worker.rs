@@ -81,7 +81,7 @@ pub(crate) struct Worker {
     /// The epoll the worker's client connections wait on (`reactor`).
     pub(crate) reactor: Rc<crate::net::reactor::Reactor>,
     /// The connections' futures, one room per slot (`tasks`).
-    pub(crate) tasks: crate::net::tasks::Tasks,
+    pub(crate) tasks: Rc<crate::net::tasks::Tasks>,
 }
 
 impl Worker {

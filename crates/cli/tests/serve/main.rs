@@ -14,6 +14,7 @@ mod compression_budget;
 mod compression_cache;
 mod compression_routes;
 mod demo;
+mod event_loop;
 mod framing;
 mod h2c_listen;
 mod hosts;

@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use compress::Coding;
+use evloop::time::Instant;
 use handler::FieldList;
-use tokio::time::Instant;
 
 use crate::error::UpstreamError;
 use crate::upstream::client::Pooled;

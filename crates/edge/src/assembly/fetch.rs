@@ -6,10 +6,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use evloop::time::Instant;
 use handler::FieldList;
 use http::header::HeaderMap;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::cache::lookup::{self, Flight, Memory};
 use crate::cache::{Entry, FlightGuard, Landing};
@@ -249,7 +249,7 @@ pub(crate) async fn fragment(
             worker.inflight.borrow_mut().insert(key.clone(), rx.clone());
             worker.fetches.set(worker.fetches.get() + 1);
             let worker = worker.clone();
-            tokio::task::spawn_local(async move {
+            evloop::spawn_local(async move {
                 let result = fetch_cached(&worker, target, deadline, stale).await;
                 worker.inflight.borrow_mut().remove(&key);
                 let _ = tx.send(Some(result));
@@ -312,7 +312,7 @@ async fn fetch_cached(
 fn refresh_in_background(worker: &Rc<Worker>, target: FragmentTarget, guard: FlightGuard) {
     let worker = worker.clone();
     let timeout = crate::config::secs(worker.config.esi.include_timeout);
-    tokio::task::spawn_local(async move {
+    evloop::spawn_local(async move {
         let Some(key) = target.cache_key.clone() else {
             return;
         };

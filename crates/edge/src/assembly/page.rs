@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use esi::{Evaluation, FragmentFailed, IncludeFailed, IncludeRequest, Item, Template};
+use evloop::time::{timeout_at, Instant};
+use evloop::{AbortHandle, JoinHandle};
 use http::header::{HeaderMap, HeaderValue};
 use tokio::sync::{mpsc, Semaphore};
-use tokio::task::{AbortHandle, JoinHandle};
-use tokio::time::{timeout_at, Instant};
 
 use super::fetch::{self, FragmentTarget};
 use crate::config::PagePolicy;
@@ -109,7 +109,7 @@ pub(crate) fn start(
     let doc = start_doc(&ctx, template, req, 0);
     // Small: the writer runs ahead of a slow client by at most this many chunks.
     let (tx, rx) = mpsc::channel(16);
-    let writer = tokio::task::spawn_local(async move {
+    let writer = evloop::spawn_local(async move {
         let _abort = AbortAll(tasks);
         let mut sink = Sink {
             tx,
@@ -202,7 +202,7 @@ fn start_include(
     // The source noted with the outcome, only when notes are kept.
     let src = ctx.notes.as_ref().map(|_| inc.src.clone());
     let resolving = resolve(ctx.clone(), targets, (timeout, src), req.clone(), depth);
-    let task = tokio::task::spawn_local(resolving);
+    let task = evloop::spawn_local(resolving);
     ctx.tasks.borrow_mut().push(task.abort_handle());
     Slot::Pending(task)
 }

@@ -72,9 +72,9 @@ impl Drop for FlightGuard {
 /// Waits for a leader's landing until `deadline`; `NotStored` when it does not come.
 pub(crate) async fn wait_landing(
     mut rx: watch::Receiver<Option<Landing>>,
-    deadline: tokio::time::Instant,
+    deadline: evloop::time::Instant,
 ) -> Landing {
-    match tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
+    match evloop::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
         Ok(Ok(v)) => v.clone().unwrap_or(Landing::NotStored),
         _ => Landing::NotStored,
     }

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use evloop::time::Instant;
 use http::header::HeaderValue;
-use tokio::time::Instant;
 
 use super::entry::Entry;
 use super::flight::{wait_landing, FlightGuard, Join, Landing};

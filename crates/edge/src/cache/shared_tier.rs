@@ -175,7 +175,7 @@ impl SharedTier {
             self.failed();
             return None;
         }
-        match tokio::time::timeout(self.timeout, answer).await {
+        match evloop::time::timeout(self.timeout, answer).await {
             Ok(Ok(Ok(v))) => {
                 self.succeeded();
                 let counter = if v.is_some() {
@@ -279,7 +279,7 @@ async fn run(
     let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
     let mut conn: Option<Conn> = None;
     let broken = Arc::new(AtomicBool::new(false));
-    let mut last_attempt: Option<tokio::time::Instant> = None;
+    let mut last_attempt: Option<evloop::time::Instant> = None;
     // A connect may take longer than a lookup's timeout (the handshake), but not long.
     let connect_timeout = timeout.max(Duration::from_millis(500));
     while let Some(command) = rx.recv().await {
@@ -287,8 +287,8 @@ async fn run(
             conn = None;
         }
         if conn.is_none() && last_attempt.map_or(true, |t| t.elapsed() >= timeout) {
-            last_attempt = Some(tokio::time::Instant::now());
-            match tokio::time::timeout(connect_timeout, target.connect(connect_timeout)).await {
+            last_attempt = Some(evloop::time::Instant::now());
+            match evloop::time::timeout(connect_timeout, target.connect(connect_timeout)).await {
                 Ok(Ok(c)) => {
                     tracing::info!("redis connected");
                     conn = Some(c);

@@ -27,10 +27,10 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use evloop::time::{timeout_at, Instant, Sleep};
 use handler::FieldList;
 use http::{Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{timeout_at, Instant, Sleep};
 use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 
 use crate::config::{secs, Balance, UpstreamConfig};
@@ -852,7 +852,7 @@ impl PassBody {
         PassBody {
             pooled,
             idle_timeout,
-            idle: handler::pin(tokio::time::sleep(idle_timeout)),
+            idle: handler::pin(evloop::time::sleep(idle_timeout)),
         }
     }
 

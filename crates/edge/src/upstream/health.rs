@@ -106,7 +106,7 @@ async fn check_peer(
         None => return,
     };
     let first = interval.min(Duration::from_secs(1));
-    tokio::time::sleep(first.mul_f64((random() % 1000) as f64 / 1000.0)).await;
+    evloop::time::sleep(first.mul_f64((random() % 1000) as f64 / 1000.0)).await;
     let (mut passed, mut failed) = (0u32, 0u32);
     loop {
         let Some(set) = sets.upgrade().map(|s| s[upstream].clone()) else {
@@ -117,7 +117,7 @@ async fn check_peer(
         }
         let address = set.peers[peer].address.clone();
         let checking = check(&set, peer, &health.path, send_proxy);
-        let result = tokio::time::timeout(timeout, checking).await;
+        let result = evloop::time::timeout(timeout, checking).await;
         let verdict = match result {
             Ok(Ok(status)) if passes(&health, status) => Ok(()),
             Ok(Ok(status)) => Err(format!("status {status}")),
@@ -147,7 +147,7 @@ async fn check_peer(
         }
         drop(set);
         let jitter = 0.9 + (random() % 2001) as f64 / 10_000.0;
-        tokio::time::sleep(interval.mul_f64(jitter)).await;
+        evloop::time::sleep(interval.mul_f64(jitter)).await;
     }
 }
 

@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use evloop::time::Instant;
 
 use crate::config::{secs, UpstreamConfig};
 use crate::upstream::budget::RetryBudget;

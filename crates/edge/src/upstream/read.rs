@@ -2,7 +2,7 @@
 //! own, or compiled as ESI while it arrives.
 
 use bytes::Bytes;
-use tokio::time::{timeout_at, Instant};
+use evloop::time::{timeout_at, Instant};
 
 use crate::error::UpstreamError;
 use crate::upstream::client::Pooled;

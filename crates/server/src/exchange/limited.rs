@@ -82,7 +82,7 @@ pub(super) fn limits(
 /// limits that they counted the request already ([`limits`]'s `checked`).
 pub(super) fn delay(ms: u64) -> handler::LocalFuture<Checked> {
     handler::local_future(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        evloop::time::sleep(std::time::Duration::from_millis(ms)).await;
         Checked::default()
     })
 }

@@ -9,8 +9,8 @@ use std::io;
 use std::pin::pin;
 use std::time::Duration;
 
+use evloop::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::Instant;
 
 use crate::facts::ConnFacts;
 use crate::net::transport::Stream;
@@ -68,8 +68,8 @@ pub(crate) async fn splice(
         .map_or(Instant::now() + Duration::from_secs(86_400 * 365), |d| {
             Instant::now() + d
         });
-    let mut max = pin!(tokio::time::sleep_until(ends));
-    let mut idle = pin!(tokio::time::sleep(tunnel.idle_timeout));
+    let mut max = pin!(evloop::time::sleep_until(ends));
+    let mut idle = pin!(evloop::time::sleep(tunnel.idle_timeout));
     let (mut up_buf, mut down_buf) = (vec![0u8; ROOM], vec![0u8; ROOM]);
     // Whether each side has sent its end (its reading half is done).
     let (mut client_done, mut upstream_done) = (false, false);

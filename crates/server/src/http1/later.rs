@@ -113,7 +113,7 @@ impl Sink for Later<'_> {
         if !held {
             return Ok(responding.await);
         }
-        match tokio::time::timeout(HOLD, &mut responding).await {
+        match evloop::time::timeout(HOLD, &mut responding).await {
             Ok(response) => Ok(response),
             Err(_) => {
                 // A slow handler does not keep the responses before it.

@@ -516,7 +516,7 @@ impl Conn {
                 }
             }
         };
-        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+        let _ = evloop::time::timeout(Duration::from_secs(2), drain).await;
     }
 }
 

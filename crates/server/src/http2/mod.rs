@@ -364,7 +364,7 @@ fn read_frames(
                     stream::Rest::Ready(answered) => ready.push(answered),
                     stream::Rest::Later(pending) => {
                         streams.slots.borrow_mut().insert(id, slot::Slot::new(true));
-                        tokio::task::spawn_local(stream::finish(streams.clone(), id, pending));
+                        evloop::spawn_local(stream::finish(streams.clone(), id, pending));
                     }
                 }
             }
@@ -454,7 +454,7 @@ async fn linger(io: &mut Counted, worker: &Worker) {
             }
         }
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+    let _ = evloop::time::timeout(std::time::Duration::from_secs(2), drain).await;
     worker.give_back(buffers);
 }
 

@@ -364,7 +364,7 @@ async fn skip_body(worker: &Worker, link: &Link<'_>) {
             }
         }
     };
-    let _ = tokio::time::timeout(wait, skip).await;
+    let _ = evloop::time::timeout(wait, skip).await;
     link.stop_reading();
 }
 
@@ -529,7 +529,7 @@ async fn read_body(
         }
         Ok(Ok(()))
     };
-    let read = tokio::time::timeout(Duration::from_secs_f64(timeout), read).await;
+    let read = evloop::time::timeout(Duration::from_secs_f64(timeout), read).await;
     link.stop_reading();
     match read {
         Ok(Ok(Ok(()))) => Ok(Ok(all.freeze())),

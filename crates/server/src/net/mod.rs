@@ -3,6 +3,7 @@
 //! (`output`: `writev`, `sendfile`), a connection's byte stream in cleartext or TLS
 //! (`transport`, `tls`). Nothing here knows HTTP.
 
+pub(crate) mod event_loop;
 pub(crate) mod listeners;
 pub(crate) mod output;
 pub(crate) mod proxy;

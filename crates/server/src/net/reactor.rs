@@ -1,6 +1,8 @@
-//! The worker's readiness loop for its client connections: one epoll instance per
-//! worker, a readiness entry per connection slot, and [`Socket`], the client socket the
-//! connections read and write.
+//! The worker's epoll: one instance per worker, where the worker's loop
+//! (`event_loop.rs`) parks. It holds a readiness entry per connection slot, the
+//! worker's listening sockets, the loop's wake-up eventfd and tokio's own epoll
+//! instance (for the upstream sockets still on tokio); [`Socket`] is the client socket
+//! the connections read and write.
 //!
 //! Written by hand rather than using tokio's `TcpStream` because tokio's reactor costs
 //! every connection two allocations (its `ScheduledIo` registration, and a place in the
@@ -9,21 +11,18 @@
 //! Here a socket's readiness lives in its slot's [`Entry`], allocated with the slots at
 //! start, and a socket is added to epoll once and leaves it by being closed.
 //!
-//! The epoll instance is itself registered with the worker's tokio runtime (one
-//! `AsyncFd`), so timers, upstream connections and everything else stay on tokio; when
-//! it is readable, [`Reactor::poll_events`] collects the events and wakes the waiting
-//! connections. The semantics are tokio's (edge-triggered; readiness cleared when an
-//! operation says EAGAIN, and after a short read or write), so the connection code reads
-//! the same as it did over tokio's sockets.
+//! The semantics are tokio's (edge-triggered; readiness cleared when an operation says
+//! EAGAIN, and after a short read or write), so the connection code reads the same as
+//! it did over tokio's sockets.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
 use crate::sys;
@@ -42,6 +41,15 @@ const WRITE_CLOSED: u8 = 8;
 /// Events collected per `epoll_wait`.
 const EVENTS: usize = 256;
 
+/// An event's index (its low 32 bits) at or above this is not a connection slot's:
+/// a listener's (this bit and its index in the listener table), or one of the two
+/// descriptors below.
+const LISTENER: u32 = 1 << 31;
+/// The loop's wake-up eventfd (`evloop::Notifier`).
+pub(crate) const NOTIFIED: u32 = u32::MAX;
+/// tokio's epoll instance.
+pub(crate) const TOKIO: u32 = u32::MAX - 1;
+
 /// One slot's readiness and the wakers waiting on it.
 #[derive(Default)]
 struct Entry {
@@ -56,24 +64,71 @@ struct Entry {
     generation: Cell<u32>,
 }
 
+impl Entry {
+    /// Records an event's readiness and wakes who waits for it.
+    fn ready(&self, bits: u32) {
+        let bits = bits as i32;
+        let mut ready = 0;
+        if bits & libc::EPOLLIN != 0 {
+            ready |= READ;
+        }
+        if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            ready |= READ_CLOSED;
+        }
+        if bits & libc::EPOLLOUT != 0 {
+            ready |= WRITE;
+        }
+        if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            ready |= WRITE_CLOSED;
+        }
+        self.ready.set(self.ready.get() | ready);
+        if ready & (READ | READ_CLOSED) != 0 {
+            if let Some(waker) = self.reader.take() {
+                waker.wake();
+            }
+        }
+        if ready & (WRITE | WRITE_CLOSED) != 0 {
+            if let Some(waker) = self.writer.take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// What a wait found besides the sockets' events (those have woken their tasks).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Found {
+    /// The loop's eventfd was written.
+    pub(crate) notified: bool,
+    /// tokio's epoll has events.
+    pub(crate) tokio: bool,
+}
+
 pub(crate) struct Reactor {
-    epoll: AsyncFd<OwnedFd>,
+    epoll: OwnedFd,
     entries: Box<[Entry]>,
+    /// The listening sockets' entries, by the index in their events.
+    listeners: RefCell<Vec<Option<Rc<Entry>>>>,
 }
 
 impl Reactor {
-    /// An epoll instance with an entry for each of `slots` connection slots; must be
-    /// called inside the worker's runtime.
+    /// An epoll instance with an entry for each of `slots` connection slots.
     pub(crate) fn new(slots: usize) -> io::Result<Reactor> {
-        let fd = sys::epoll_create()?;
-        // SAFETY: the AsyncFd owns the descriptor, which stays open and the same epoll
-        // instance until it is dropped.
-        let epoll = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(io::Error::from)?;
         Ok(Reactor {
-            epoll,
+            epoll: sys::epoll_create()?,
             entries: (0..slots).map(|_| Entry::default()).collect(),
+            listeners: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Watches `fd` for reads, level-triggered, its events marked `index` (`NOTIFIED`
+    /// or `TOKIO`).
+    pub(crate) fn watch(&self, fd: RawFd, index: u32) -> io::Result<()> {
+        let event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: index as u64,
+        };
+        sys::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, event)
     }
 
     /// Adds a connected socket, in slot `slot`, to the worker's epoll. The socket must
@@ -116,70 +171,129 @@ impl Reactor {
         sys::epoll_ctl(self.epoll.as_raw_fd(), op, fd, event)
     }
 
-    /// Collects what epoll has and wakes the connections it concerns; then waits
-    /// (through tokio) for more. Never ready: the worker's reactor task polls it forever.
-    pub(crate) fn poll_events(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
-        loop {
-            let mut guard = match self.epoll.poll_read_ready(cx) {
-                Poll::Ready(Ok(guard)) => guard,
-                Poll::Ready(Err(e)) => {
-                    // An epoll descriptor does not fail; if it did, nothing could be served.
-                    tracing::error!(error = %e, "worker epoll failed");
-                    return Poll::Pending;
+    /// Adds a listening socket (non-blocking), edge-triggered; it leaves epoll when
+    /// the returned [`Listening`] is dropped.
+    pub(crate) fn listen(
+        self: &Rc<Self>,
+        listener: std::net::TcpListener,
+    ) -> io::Result<Listening> {
+        let entry = Rc::new(Entry::default());
+        // Connections may be queued already: the first accept looks.
+        entry.ready.set(READ);
+        let index = {
+            let mut listeners = self.listeners.borrow_mut();
+            match listeners.iter().position(Option::is_none) {
+                Some(i) => {
+                    listeners[i] = Some(entry.clone());
+                    i
                 }
-                Poll::Pending => return Poll::Pending,
-            };
-            let n = match sys::epoll_ready(self.epoll.as_raw_fd(), &mut events) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Cannot happen with a valid epoll descriptor and buffer; never spin
-                    // on it.
-                    tracing::error!(error = %e, "worker epoll_wait failed");
-                    return Poll::Pending;
-                }
-            };
-            for event in &events[..n] {
-                let (slot, generation) = (event.u64 as u32, (event.u64 >> 32) as u32);
-                let Some(entry) = self.entries.get(slot as usize) else {
-                    continue;
-                };
-                if entry.generation.get() != generation {
-                    continue;
-                }
-                let bits = event.events as i32;
-                let mut ready = 0;
-                if bits & libc::EPOLLIN != 0 {
-                    ready |= READ;
-                }
-                if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                    ready |= READ_CLOSED;
-                }
-                if bits & libc::EPOLLOUT != 0 {
-                    ready |= WRITE;
-                }
-                if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                    ready |= WRITE_CLOSED;
-                }
-                entry.ready.set(entry.ready.get() | ready);
-                if ready & (READ | READ_CLOSED) != 0 {
-                    if let Some(waker) = entry.reader.take() {
-                        waker.wake();
-                    }
-                }
-                if ready & (WRITE | WRITE_CLOSED) != 0 {
-                    if let Some(waker) = entry.writer.take() {
-                        waker.wake();
-                    }
+                None => {
+                    listeners.push(Some(entry.clone()));
+                    listeners.len() - 1
                 }
             }
-            if n < EVENTS {
-                // Everything epoll had is taken: wait for tokio to see it readable again
-                // (edge-triggered, so any event from now on makes it so).
-                guard.clear_ready();
+        };
+        let event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: (LISTENER | index as u32) as u64,
+        };
+        if let Err(e) = sys::epoll_ctl(
+            self.epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            listener.as_raw_fd(),
+            event,
+        ) {
+            self.listeners.borrow_mut()[index] = None;
+            return Err(e);
+        }
+        Ok(Listening {
+            listener,
+            index,
+            entry,
+            reactor: self.clone(),
+        })
+    }
+
+    /// Waits up to `timeout_ms` (-1: for as long as it takes) for events, and wakes
+    /// the tasks waiting on the sockets they concern: the loop's one wait per turn.
+    pub(crate) fn wait(&self, timeout_ms: libc::c_int) -> Found {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut found = Found::default();
+        let n = match sys::epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout_ms) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return found,
+            Err(e) => {
+                // Cannot happen with a valid epoll descriptor and buffer; do not spin on
+                // it either.
+                tracing::error!(error = %e, "worker epoll_wait failed");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                return found;
+            }
+        };
+        for event in &events[..n] {
+            let (index, generation) = (event.u64 as u32, (event.u64 >> 32) as u32);
+            match index {
+                NOTIFIED => found.notified = true,
+                TOKIO => found.tokio = true,
+                i if i & LISTENER != 0 => {
+                    let listeners = self.listeners.borrow();
+                    if let Some(Some(entry)) = listeners.get((i & !LISTENER) as usize) {
+                        entry.ready(event.events);
+                    }
+                }
+                slot => {
+                    let Some(entry) = self.entries.get(slot as usize) else {
+                        continue;
+                    };
+                    if entry.generation.get() == generation {
+                        entry.ready(event.events);
+                    }
+                }
             }
         }
+        found
+    }
+}
+
+/// A listening socket on the worker's epoll (see [`Reactor::listen`]).
+pub(crate) struct Listening {
+    listener: std::net::TcpListener,
+    index: usize,
+    entry: Rc<Entry>,
+    reactor: Rc<Reactor>,
+}
+
+impl Listening {
+    /// The next connection: accept4(2), waiting for readiness when the queue is empty.
+    pub(crate) async fn accept(&self) -> io::Result<(OwnedFd, SocketAddr)> {
+        std::future::poll_fn(|cx| loop {
+            std::task::ready!(evloop::budget::poll_proceed(cx));
+            if self.entry.ready.get() & READ == 0 {
+                self.entry.reader.set(Some(cx.waker().clone()));
+                return Poll::Pending;
+            }
+            match sys::accept(self.listener.as_raw_fd()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.entry.ready.set(0);
+                }
+                other => return Poll::Ready(other),
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        // The descriptor is one of several for the same socket (each worker has its
+        // own copy): closing it would not take it out of this epoll.
+        let _ = sys::epoll_ctl(
+            self.reactor.epoll.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            self.listener.as_raw_fd(),
+            libc::epoll_event { events: 0, u64: 0 },
+        );
+        self.reactor.listeners.borrow_mut()[self.index] = None;
     }
 }
 
@@ -197,13 +311,13 @@ impl Socket {
     }
 
     fn poll_ready(&self, cx: &mut Context<'_>, bit: u8) -> Poll<io::Result<()>> {
-        // Each ready answer spends the task's cooperative budget, as tokio's sockets do:
-        // a client that never stops sending cannot keep the worker to itself.
-        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        // Each ready answer spends the task's budget (`evloop::budget`), as tokio's
+        // sockets do: a client that never stops sending cannot keep the worker to
+        // itself.
         let entry = self.entry();
         // READ << 2 is READ_CLOSED, WRITE << 2 WRITE_CLOSED.
         if entry.ready.get() & (bit | bit << 2) != 0 {
-            coop.made_progress();
+            std::task::ready!(evloop::budget::poll_proceed(cx));
             return Poll::Ready(Ok(()));
         }
         if bit == WRITE && !entry.watching_writes.get() {
@@ -216,7 +330,6 @@ impl Socket {
                 self.reactor
                     .control(libc::EPOLL_CTL_MOD, self.fd.as_raw_fd(), slot, both)
             {
-                coop.made_progress();
                 return Poll::Ready(Err(e));
             }
             entry.watching_writes.set(true);
@@ -430,9 +543,9 @@ impl AsyncWrite for Socket {
 
 #[cfg(test)]
 mod tests {
-    //! Not run under miri: the reactor's epoll is registered in tokio's (`AsyncFd`), and
-    //! miri's epoll cannot watch an epoll descriptor ("epoll does not support this file
-    //! description"). The system calls it makes are run under miri by `sys`'s tests.
+    //! Not run under miri: the loop's epoll watches tokio's, and miri's epoll cannot
+    //! watch an epoll descriptor ("epoll does not support this file description"). The
+    //! system calls it makes are run under miri by `sys`'s tests.
 
     use super::*;
     use std::future::Future;
@@ -440,23 +553,18 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Runs `test` on a current-thread runtime with a reactor of `slots` slots whose
-    /// events are collected, as a worker's are.
-    fn with_reactor<F: Future<Output = ()>>(slots: usize, test: impl FnOnce(Rc<Reactor>) -> F) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        tokio::task::LocalSet::new().block_on(&runtime, async {
-            let reactor = Rc::new(Reactor::new(slots).unwrap());
-            let events = tokio::task::spawn_local({
-                let reactor = reactor.clone();
-                std::future::poll_fn(move |cx| reactor.poll_events(cx))
-            });
-            tokio::time::timeout(std::time::Duration::from_secs(10), test(reactor))
-                .await
-                .expect("the test timed out");
-            events.abort();
+    /// Runs `test` on a worker loop of `slots` slots, with its reactor.
+    fn with_reactor<F: Future<Output = ()> + 'static>(
+        slots: usize,
+        test: impl FnOnce(Rc<Reactor>) -> F,
+    ) {
+        crate::net::event_loop::block_on(slots, |parts| {
+            let test = test(parts.reactor.clone());
+            async move {
+                evloop::time::timeout(std::time::Duration::from_secs(10), test)
+                    .await
+                    .expect("the test timed out");
+            }
         });
     }
 
@@ -474,10 +582,10 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let (_quiet_client, quiet) = connect(&reactor, &listener, 1);
             let (mut client, socket) = connect(&reactor, &listener, 3);
-            let quiet_reader = tokio::task::spawn_local(async move { quiet.readable().await });
+            let quiet_reader = evloop::spawn_local(async move { quiet.readable().await });
             client.write_all(b"hello").unwrap();
             socket.readable().await.unwrap();
-            tokio::task::yield_now().await;
+            evloop::yield_now().await;
             assert!(!quiet_reader.is_finished());
             let mut buf = [0u8; 16];
             assert_eq!(socket.try_read(&mut buf).unwrap(), 5);

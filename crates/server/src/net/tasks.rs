@@ -1,6 +1,6 @@
 //! The worker's connection tasks: each connection's future lives in its slot's room in
-//! a table allocated with the slots at start, and one tokio task per worker (the
-//! driver) polls the ones that were woken.
+//! a table allocated with the slots at start, and the worker's loop
+//! (`event_loop.rs`) polls the ones that were woken.
 //!
 //! Written by hand rather than spawning a tokio task per connection because a tokio task
 //! is a heap allocation per connection (its cell holds the future), and the connection
@@ -16,7 +16,7 @@ use std::mem::MaybeUninit;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
 /// Bytes of room for a connection's future: the largest of them fits, which
@@ -56,10 +56,10 @@ struct Wake {
     ready: &'static Mutex<Ready>,
 }
 
-/// The slots woken and not polled since, and the driver's waker.
+/// The slots woken and not polled since, and what wakes the loop when it is parked.
 struct Ready {
     list: Vec<u32>,
-    driver: Option<Waker>,
+    notifier: Option<Arc<evloop::Notifier>>,
 }
 
 pub(crate) struct Tasks {
@@ -90,13 +90,10 @@ impl Wake {
         if self.queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        let driver = {
-            let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-            ready.list.push(self.index);
-            ready.driver.take()
-        };
-        if let Some(driver) = driver {
-            driver.wake();
+        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        ready.list.push(self.index);
+        if let Some(notifier) = &ready.notifier {
+            notifier.wake();
         }
     }
 }
@@ -105,10 +102,10 @@ impl Tasks {
     /// A table of `slots` rooms. Its wakers are leaked: they must stay valid for as
     /// long as anything may hold one (a timer, another thread's channel), which can be
     /// after the worker ends; a worker's are a few bytes per slot, once.
-    pub(crate) fn new(slots: usize) -> Tasks {
+    pub(crate) fn new(slots: usize, notifier: Arc<evloop::Notifier>) -> Tasks {
         let ready: &'static Mutex<Ready> = Box::leak(Box::new(Mutex::new(Ready {
             list: Vec::with_capacity(slots),
-            driver: None,
+            notifier: Some(notifier),
         })));
         let wakes = (0..slots)
             .map(|index| Wake {
@@ -170,79 +167,62 @@ impl Tasks {
         }
     }
 
-    /// Called first in each of the driver's polls: while it runs, a wake need not wake
-    /// it (it looks at the list before it returns), or every turn whose events woke
-    /// tasks would be followed by an empty one.
-    pub(crate) fn driver_running(&self) {
-        self.ready
+    /// Whether a task was woken and waits to be polled.
+    pub(crate) fn woken(&self) -> bool {
+        !self
+            .ready
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .driver
-            .take();
+            .list
+            .is_empty()
     }
 
-    /// The driver's poll: polls every woken task, for as long as the worker's tokio
-    /// budget lasts (then yields to the rest of the runtime, timers and upstream
-    /// connections included). A task that panics is dropped and `panicked` told its
-    /// slot. Never ready.
-    pub(crate) fn poll_woken(&self, cx: &mut Context<'_>, panicked: impl Fn(usize)) -> Poll<()> {
+    /// Polls every task woken so far, once each (one woken meanwhile waits for the
+    /// loop's next round, after it has looked at its sockets), each with a fresh
+    /// budget (`evloop::budget`). A task that panics is dropped and `panicked` told
+    /// its slot. Whether any was polled.
+    pub(crate) fn run(&self, panicked: &dyn Fn(usize)) -> bool {
         let mut polling = self.polling.borrow_mut();
-        loop {
-            {
-                let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-                if ready.list.is_empty() {
-                    match &ready.driver {
-                        Some(w) if w.will_wake(cx.waker()) => {}
-                        _ => ready.driver = Some(cx.waker().clone()),
-                    }
-                    return Poll::Pending;
-                }
-                std::mem::swap(&mut ready.list, &mut *polling);
+        {
+            let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+            if ready.list.is_empty() {
+                return false;
             }
-            for (i, &index) in polling.iter().enumerate() {
-                let index = index as usize;
-                // Cleared before the poll: a wake during it queues the task again. A
-                // swap, not a store: it orders the clear before what the poll reads, so
-                // a wake that found the flag set has published what it woke for.
-                self.wakes[index].queued.swap(false, Ordering::AcqRel);
-                let slot = &self.slots[index];
-                let Some(vtable) = self.vtables[index].get() else {
-                    // Woken after it ended (a waker outlives its task).
-                    continue;
-                };
-                let waker = self.waker(index);
-                let mut task_cx = Context::from_waker(&waker);
-                // SAFETY: the room holds a live future of the type vtable erases, pinned
-                // (see `start`); a task is polled here only, never from inside itself.
-                let polled = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
-                    (vtable.poll)(slot.get().cast(), &mut task_cx)
-                }));
-                match polled {
-                    Ok(Poll::Pending) => {}
-                    Ok(Poll::Ready(())) => self.finish(index),
-                    Err(_) => {
-                        // A bug in a connection must not take its worker's other
-                        // connections down: it ends that connection only.
-                        tracing::error!(slot = index, "a connection's task panicked; it is closed");
-                        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| self.finish(index)));
-                        panicked(index);
-                    }
-                }
-                if !tokio::task::coop::has_budget_remaining() {
-                    // Put back what was not polled, and come back after the runtime's
-                    // other tasks have had their turn.
-                    let rest = &polling[i + 1..];
-                    if !rest.is_empty() {
-                        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-                        ready.list.extend_from_slice(rest);
-                    }
-                    polling.clear();
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-            }
-            polling.clear();
+            std::mem::swap(&mut ready.list, &mut *polling);
         }
+        for &index in polling.iter() {
+            let index = index as usize;
+            // Cleared before the poll: a wake during it queues the task again. A
+            // swap, not a store: it orders the clear before what the poll reads, so
+            // a wake that found the flag set has published what it woke for.
+            self.wakes[index].queued.swap(false, Ordering::AcqRel);
+            let slot = &self.slots[index];
+            let Some(vtable) = self.vtables[index].get() else {
+                // Woken after it ended (a waker outlives its task).
+                continue;
+            };
+            let waker = self.waker(index);
+            let mut task_cx = Context::from_waker(&waker);
+            evloop::budget::reset();
+            // SAFETY: the room holds a live future of the type vtable erases, pinned
+            // (see `start`); a task is polled here only, never from inside itself.
+            let polled = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
+                (vtable.poll)(slot.get().cast(), &mut task_cx)
+            }));
+            match polled {
+                Ok(Poll::Pending) => {}
+                Ok(Poll::Ready(())) => self.finish(index),
+                Err(_) => {
+                    // A bug in a connection must not take its worker's other
+                    // connections down: it ends that connection only.
+                    tracing::error!(slot = index, "a connection's task panicked; it is closed");
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| self.finish(index)));
+                    panicked(index);
+                }
+            }
+        }
+        polling.clear();
+        true
     }
 }
 
@@ -251,13 +231,12 @@ impl Drop for Tasks {
     /// memory goes.
     fn drop(&mut self) {
         self.end_all();
-        // The ready list outlives the table (it is leaked with the wakers); the driver's
-        // waker in it must not, or it keeps the worker's runtime (its scheduler, timer
-        // wheel and I/O driver) alive after the worker ends: miri reported it leaked.
+        // The ready list outlives the table (it is leaked with the wakers); the loop's
+        // notifier in it must not, or its eventfd stays open after the worker ends.
         self.ready
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .driver
+            .notifier
             .take();
     }
 }
@@ -312,36 +291,30 @@ mod tests {
         }
     }
 
-    /// Drives `tasks` on a current-thread runtime until `done` holds.
+    fn tasks(slots: usize) -> Tasks {
+        Tasks::new(slots, Arc::new(evloop::Notifier::new().unwrap()))
+    }
+
+    /// Polls what `tasks` has woken until `done` holds.
     fn drive(tasks: &Tasks, panicked: &Cell<Vec<usize>>, done: impl Fn() -> bool) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let started = std::time::Instant::now();
-            while started.elapsed() < std::time::Duration::from_secs(10) {
-                if done() {
-                    return;
-                }
-                let _ = std::future::poll_fn(|cx| {
-                    let _ = tasks.poll_woken(cx, |i| {
-                        let mut seen = panicked.take();
-                        seen.push(i);
-                        panicked.set(seen);
-                    });
-                    Poll::Ready(())
-                })
-                .await;
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(10) {
+            if done() {
+                return;
             }
-            panic!("the tasks did not finish");
-        });
+            tasks.run(&|i| {
+                let mut seen = panicked.take();
+                seen.push(i);
+                panicked.set(seen);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("the tasks did not finish");
     }
 
     #[test]
     fn tasks_run_to_the_end_and_are_dropped_in_place() {
-        let tasks = Tasks::new(4);
+        let tasks = tasks(4);
         let dropped = Rc::new(Cell::new(0));
         for (slot, polls) in [(0, 0), (2, 3), (3, 50)] {
             let dropped = dropped.clone();
@@ -365,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_task_that_panics_is_dropped_and_reported_and_the_others_go_on() {
-        let tasks = Tasks::new(3);
+        let tasks = tasks(3);
         let dropped = Rc::new(Cell::new(0));
         let guard = Probe {
             polls: 0,
@@ -391,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_wake_from_another_thread_reaches_the_task() {
-        let tasks = Tasks::new(2);
+        let tasks = tasks(2);
         let done = Rc::new(Cell::new(false));
         let woken = Arc::new(AtomicUsize::new(0));
         let (send, receive) = std::sync::mpsc::channel::<Waker>();
@@ -424,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_waker_wakes_its_own_slot_only() {
-        let tasks = Tasks::new(3);
+        let tasks = tasks(3);
         let polls: Rc<[Cell<usize>; 3]> = Rc::default();
         for slot in [0, 2] {
             let polls = polls.clone();
@@ -436,21 +409,20 @@ mod tests {
                 }),
             );
         }
-        let mut cx = Context::from_waker(Waker::noop());
-        let _ = tasks.poll_woken(&mut cx, |_| {});
+        tasks.run(&|_| {});
         assert_eq!(polls.iter().map(Cell::get).collect::<Vec<_>>(), [1, 0, 1]);
         tasks.waker(2).wake_by_ref();
         // Woken twice before a poll: queued once.
         tasks.waker(2).wake();
-        let _ = tasks.poll_woken(&mut cx, |_| {});
+        tasks.run(&|_| {});
         assert_eq!(polls.iter().map(Cell::get).collect::<Vec<_>>(), [1, 0, 2]);
-        let _ = tasks.poll_woken(&mut cx, |_| {});
+        tasks.run(&|_| {});
         assert_eq!(polls[2].get(), 2);
     }
 
     #[test]
     fn end_all_drops_the_tasks_still_running() {
-        let tasks = Tasks::new(2);
+        let tasks = tasks(2);
         let dropped = Rc::new(Cell::new(0));
         tasks.start(0, std::future::pending::<()>());
         tasks.start(

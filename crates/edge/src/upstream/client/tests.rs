@@ -14,10 +14,10 @@ use crate::metrics::UpstreamFigures;
 async fn peer(answers: bool) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::task::spawn_local(async move {
+    evloop::spawn_local(async move {
         loop {
             let (mut s, _) = listener.accept().await.unwrap();
-            tokio::task::spawn_local(async move {
+            evloop::spawn_local(async move {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = s.read(&mut buf).await {
                     if n == 0 {
@@ -60,7 +60,7 @@ async fn until(what: &str, check: impl Fn() -> bool) {
         if check() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        evloop::time::sleep(Duration::from_millis(2)).await;
     }
     panic!("timed out waiting for {what}");
 }
@@ -81,7 +81,7 @@ async fn least_conn_sees_every_workers_requests_and_counts_each_down_on_every_pa
             let (one, two) = (worker(&c, &set, 1), worker(&c, &set, 2));
 
             // Worker one's request waits on the slow peer (the first of a tie).
-            let waiting = tokio::task::spawn_local({
+            let waiting = evloop::spawn_local({
                 let one = one.clone();
                 async move { get(&one).await.map(|_| ()) }
             });

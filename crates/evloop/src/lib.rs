@@ -1,0 +1,105 @@
+//! What every crate on the request path needs from the worker's event loop: timers
+//! ([`time`]), tasks spawned beside the connections ([`spawn_local`]), the wake-up that
+//! reaches a loop parked in its `epoll_wait` from any thread ([`Notifier`]), and the
+//! per-poll budget that keeps one busy connection from holding the loop ([`budget`]).
+//!
+//! The loop itself (its epoll, the connections' rooms, the order of a turn) is the
+//! server's (`server/src/net/event_loop.rs`); it installs a [`Loop`] on the worker
+//! thread and asks it, each turn, for the tasks woken, the timers due and how long it may
+//! wait. These pieces live in a crate of their own, below `edge`, `script` and `server`,
+//! so that all of them time and spawn on the same loop, parked in one place: tokio's
+//! timers and `spawn_local` would need tokio's runtime to park the thread instead
+//! (issue 49).
+//!
+//! On a thread with no loop installed (tests, and the helper threads that run tokio
+//! runtimes of their own: Redis, health checks, ACME) each of these is tokio's: a
+//! [`time::sleep`] there is tokio's sleep, [`spawn_local`] tokio's (inside a LocalSet).
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+
+pub mod budget;
+mod notify;
+mod tasks;
+pub mod time;
+
+pub use notify::Notifier;
+pub use tasks::{spawn_local, AbortHandle, JoinError, JoinHandle};
+
+/// A worker loop's timers and spawned tasks, installed on its thread for as long as
+/// this lives. The server's loop drives it; see the crate's doc.
+pub struct Loop {
+    timers: Rc<RefCell<time::Timers>>,
+    tasks: Rc<tasks::Tasks>,
+    notifier: Arc<Notifier>,
+}
+
+impl Loop {
+    /// Installs a loop on this thread (one at a time: a second is refused).
+    pub fn install() -> io::Result<Loop> {
+        let notifier = Arc::new(Notifier::new()?);
+        let tasks = Rc::new(tasks::Tasks::new(notifier.clone()));
+        if !tasks::install(&tasks) {
+            return Err(io::Error::other(
+                "an event loop is installed on this thread already",
+            ));
+        }
+        Ok(Loop {
+            timers: time::install(),
+            tasks,
+            notifier,
+        })
+    }
+
+    /// What wakes this loop from its wait, from any thread.
+    pub fn notifier(&self) -> &Arc<Notifier> {
+        &self.notifier
+    }
+
+    /// Polls each spawned task woken since the last call, once; whether any was.
+    pub fn run_tasks(&self) -> bool {
+        self.tasks.run()
+    }
+
+    /// Whether a spawned task is waiting to be polled.
+    pub fn tasks_woken(&self) -> bool {
+        self.tasks.woken()
+    }
+
+    /// Wakes what waits on every timer due by now.
+    pub fn fire_timers(&self) {
+        time::fire(&self.timers);
+    }
+
+    /// When the next timer is due, if any is set.
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.timers.borrow_mut().next_deadline()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        // The tasks' futures go first, while the loop is still installed: dropping
+        // them drops their timers, which find it.
+        self.tasks.drop_all();
+        tasks::uninstall();
+        time::uninstall();
+    }
+}
+
+/// Lets everything else woken run before the task goes on (tokio's `yield_now`, which
+/// must not be used on the loop: it hands its wake to tokio's scheduler, which runs it
+/// only at tokio's next turn).
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
