@@ -1,5 +1,6 @@
 //! What every crate on the request path needs from the worker's event loop: timers
-//! ([`time`]), tasks spawned beside the connections ([`spawn_local`]), the wake-up that
+//! ([`time`]), tasks spawned beside the connections ([`spawn_local`]), TCP connections
+//! on the loop's epoll ([`net`]: the proxy's upstream connections), the wake-up that
 //! reaches a loop parked in its `epoll_wait` from any thread ([`Notifier`]), and the
 //! per-poll budget that keeps one busy connection from holding the loop ([`budget`]).
 //!
@@ -13,7 +14,8 @@
 //!
 //! On a thread with no loop installed (tests, and the helper threads that run tokio
 //! runtimes of their own: Redis, health checks, ACME) each of these is tokio's: a
-//! [`time::sleep`] there is tokio's sleep, [`spawn_local`] tokio's (inside a LocalSet).
+//! [`time::sleep`] there is tokio's sleep, [`spawn_local`] tokio's (inside a LocalSet),
+//! a [`net::TcpStream`] tokio's.
 
 use std::cell::RefCell;
 use std::io;
@@ -21,6 +23,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub mod budget;
+pub mod net;
 mod notify;
 mod tasks;
 pub mod time;
@@ -51,6 +54,13 @@ impl Loop {
             tasks,
             notifier,
         })
+    }
+
+    /// Puts [`net::TcpStream`]s made on this thread from now on on `epoll`, the loop's
+    /// epoll instance; the loop hands their events (marked [`net::TAG`]) to
+    /// [`net::dispatch`].
+    pub fn attach_epoll(&self, epoll: std::os::fd::RawFd) {
+        net::attach(epoll);
     }
 
     /// What wakes this loop from its wait, from any thread.
@@ -86,6 +96,7 @@ impl Drop for Loop {
         self.tasks.drop_all();
         tasks::uninstall();
         time::uninstall();
+        net::detach();
     }
 }
 

@@ -47,7 +47,9 @@ pub(crate) fn start(config: &EdgeConfig, sets: &Arc<[Arc<PeerSet>]>) {
                     return;
                 }
             };
-            runtime.block_on(async move {
+            // A LocalSet: a check's connection is the loop's `TcpStream`, which stays
+            // on its thread (here, tokio's on this thread without a loop).
+            tokio::task::LocalSet::new().block_on(&runtime, async move {
                 let mut tasks = Vec::new();
                 let Some(sets) = weak.upgrade() else { return };
                 for (u, health) in checks {
@@ -60,7 +62,7 @@ pub(crate) fn start(config: &EdgeConfig, sets: &Arc<[Arc<PeerSet>]>) {
                             )
                             .as_bytes(),
                         );
-                        tasks.push(tokio::spawn(check_peer(
+                        tasks.push(tokio::task::spawn_local(check_peer(
                             weak.clone(),
                             u,
                             peer,

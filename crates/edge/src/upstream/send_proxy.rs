@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
+use evloop::net::TcpStream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::config::SendProxy;
 

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use evloop::net::TcpStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::UnixStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::SendProxy;

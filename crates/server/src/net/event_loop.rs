@@ -49,6 +49,7 @@ where
     let reactor = Rc::new(Reactor::new(slots)?);
     reactor.watch(evloop.notifier().fd(), NOTIFIED)?;
     reactor.watch(tokio_epoll()?, TOKIO)?;
+    evloop.attach_epoll(reactor.epoll_fd());
     let rooms = Rc::new(Tasks::new(slots, evloop.notifier().clone()));
     let parts = Parts {
         reactor: reactor.clone(),
@@ -216,5 +217,41 @@ mod tests {
             }
         });
         assert_eq!(*order.borrow(), [10, 20, 30]);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn an_upstream_connection_waits_on_the_loops_epoll() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let origin = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut s, _) = listener.accept().unwrap();
+            let mut got = [0u8; 4];
+            s.read_exact(&mut got).unwrap();
+            // Late, so that the read below waits for epoll.
+            std::thread::sleep(Duration::from_millis(50));
+            s.write_all(b"pong").unwrap();
+            got
+        });
+        block_on(1, move |_| async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let closed = refused.local_addr().unwrap().to_string();
+            drop(refused);
+            let e = evloop::net::TcpStream::connect(&closed)
+                .await
+                .err()
+                .unwrap();
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+            let mut s = evloop::net::TcpStream::connect(&addr.to_string())
+                .await
+                .unwrap();
+            s.write_all(b"ping").await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"pong");
+        });
+        assert_eq!(&origin.join().unwrap(), b"ping");
     }
 }

@@ -43,7 +43,8 @@ const EVENTS: usize = 256;
 
 /// An event's index (its low 32 bits) at or above this is not a connection slot's:
 /// a listener's (this bit and its index in the listener table), or one of the two
-/// descriptors below.
+/// descriptors below. Below it, one with `evloop::net::TAG` is an upstream
+/// connection's (`evloop::net`).
 const LISTENER: u32 = 1 << 31;
 /// The loop's wake-up eventfd (`evloop::Notifier`).
 pub(crate) const NOTIFIED: u32 = u32::MAX;
@@ -119,6 +120,11 @@ impl Reactor {
             entries: (0..slots).map(|_| Entry::default()).collect(),
             listeners: RefCell::new(Vec::new()),
         })
+    }
+
+    /// The epoll instance, for `evloop::net`'s connections.
+    pub(crate) fn epoll_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
     }
 
     /// Watches `fd` for reads, level-triggered, its events marked `index` (`NOTIFIED`
@@ -235,6 +241,9 @@ impl Reactor {
             match index {
                 NOTIFIED => found.notified = true,
                 TOKIO => found.tokio = true,
+                i if i & LISTENER == 0 && i & evloop::net::TAG != 0 => {
+                    evloop::net::dispatch(event.u64, event.events);
+                }
                 i if i & LISTENER != 0 => {
                     let listeners = self.listeners.borrow();
                     if let Some(Some(entry)) = listeners.get((i & !LISTENER) as usize) {
