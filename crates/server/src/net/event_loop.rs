@@ -81,8 +81,7 @@ where
             } else {
                 evloop.next_deadline().map_or(-1, millis_until)
             };
-            let found = reactor.wait(timeout);
-            evloop.notifier().running();
+            let found = reactor.wait(timeout, || evloop.notifier().running());
             if found.notified {
                 evloop.notifier().clear();
             }

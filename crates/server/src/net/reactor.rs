@@ -220,12 +220,16 @@ impl Reactor {
         })
     }
 
-    /// Waits up to `timeout_ms` (-1: for as long as it takes) for events, and wakes
-    /// the tasks waiting on the sockets they concern: the loop's one wait per turn.
-    pub(crate) fn wait(&self, timeout_ms: libc::c_int) -> Found {
+    /// Waits up to `timeout_ms` (-1: for as long as it takes) for events, calls `woke`
+    /// (before any task is woken: the loop is no longer parked, so those wakes need not
+    /// write its eventfd), and wakes the tasks waiting on the sockets the events
+    /// concern: the loop's one wait per turn.
+    pub(crate) fn wait(&self, timeout_ms: libc::c_int, woke: impl FnOnce()) -> Found {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
         let mut found = Found::default();
-        let n = match sys::epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout_ms) {
+        let waited = sys::epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout_ms);
+        woke();
+        let n = match waited {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return found,
             Err(e) => {
