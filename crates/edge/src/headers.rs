@@ -235,6 +235,10 @@ pub(crate) struct Forwarded<'a> {
     /// Leave out the client's conditionals and Range (a cache fill asks for the whole
     /// object).
     pub(crate) whole: bool,
+    /// The fields of the stored object this request revalidates: its `ETag` goes as
+    /// If-None-Match and its `Last-Modified` as If-Modified-Since (RFC 9111 4.3.1), in
+    /// place of the client's conditionals (with `whole`).
+    pub(crate) revalidate: Option<&'a FieldList>,
     /// The Host sent when the client sent none (an HTTP/1.0 request): the upstream's
     /// name, as nginx sends `$proxy_host`. An HTTP/1.1 request must have one.
     pub(crate) host: &'a str,
@@ -305,6 +309,14 @@ impl Forwarded<'_> {
         });
         if self.identity {
             wire::write_field(buf, b"accept-encoding", b"identity");
+        }
+        if let Some(stored) = self.revalidate {
+            if let Some(tag) = stored.get(b"etag") {
+                wire::write_field(buf, b"if-none-match", tag);
+            }
+            if let Some(date) = stored.get(b"last-modified") {
+                wire::write_field(buf, b"if-modified-since", date);
+            }
         }
         if !h.contains_key(header::HOST) {
             wire::write_field(buf, b"host", self.host.as_bytes());
@@ -607,6 +619,7 @@ mod tests {
                 token: "tessera",
                 identity,
                 whole,
+                revalidate: None,
                 host: "app",
                 request_id: None,
             }

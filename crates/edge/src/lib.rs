@@ -103,6 +103,8 @@ mod metrics;
 mod module;
 mod partial;
 mod proxy;
+mod purge;
+mod revalidation;
 mod route_compression;
 mod tunnel;
 mod upstream;

@@ -228,7 +228,16 @@ fn check_config_names_the_route_cache_key() {
             "route[1].cache.grace",
             "is not a duration",
         ),
-        ("keep = \"1h\"", "route[1].cache.keep", "is not built yet"),
+        (
+            "keep = \"a while\"",
+            "route[1].cache.keep",
+            "is not a duration",
+        ),
+        (
+            "expose_keys = true",
+            "route[1].cache.expose_keys",
+            "is not built yet",
+        ),
         (
             "key = { query = \"random\" }",
             "route[1].cache.key",

@@ -7,6 +7,7 @@ mod access_policy;
 mod acme;
 mod cache;
 mod cache_policy;
+mod cache_revalidation;
 mod check_config;
 mod client_identity;
 mod compression;

@@ -231,7 +231,7 @@ pub(crate) async fn fragment(
                 }
                 return Ok(e);
             }
-            Memory::Miss(s) => stale = s,
+            Memory::Miss(s, _) => stale = s,
             Memory::Pass => stale = None,
         }
     }
@@ -279,14 +279,14 @@ async fn fetch_cached(
     let cache = &worker.cache;
     let headers = target.headers.clone();
     let field = |n: &str| headers.get(n).cloned();
-    let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
+    let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, (stale, None)).await {
         Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => return Ok(e),
         Flight::Refresh(e, guard) => {
             refresh_in_background(worker, target, guard);
             return Ok(e);
         }
         Flight::Failed => return Err(FetchFailed::Coalesced),
-        Flight::Fetch { guard, stale } => (guard, stale),
+        Flight::Fetch { guard, stale, .. } => (guard, stale),
     };
     match fetch_now(worker, target, deadline).await {
         Ok(e) => {

@@ -29,6 +29,8 @@ pub(crate) struct Entry {
     pub(super) fresh_ms: u64,
     pub(super) swr_ms: u64,
     pub(super) sie_ms: u64,
+    /// Kept this long after its stale windows, to be revalidated (only with validators).
+    pub(super) keep_ms: u64,
     pub(super) weight: u64,
     /// The fields sent downstream, made on the first hit.
     out: std::sync::OnceLock<FieldList>,
@@ -129,6 +131,7 @@ impl Entry {
             fresh: Duration::ZERO,
             stale_while_revalidate: Duration::ZERO,
             stale_if_error: Duration::ZERO,
+            keep: Duration::ZERO,
             age: Duration::ZERO,
         });
         let header_bytes: usize = headers.names_and_values_len() + 16 * headers.len();
@@ -145,6 +148,7 @@ impl Entry {
             fresh_ms: ms(f.fresh),
             swr_ms: ms(f.stale_while_revalidate),
             sie_ms: ms(f.stale_if_error),
+            keep_ms: ms(f.keep),
             out: std::sync::OnceLock::new(),
             out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
@@ -189,27 +193,63 @@ impl Entry {
         now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.sie_ms)
     }
 
+    /// Expired, and its validators (`ETag`, `Last-Modified`) can be sent back to the
+    /// origin in a conditional request (RFC 9111 4.3.1); usable while it is still held
+    /// (in a stale window or its `keep`).
+    pub(crate) fn may_revalidate(&self, now: u64) -> bool {
+        !self.is_fresh(now) && super::freshness::has_validators(&self.headers)
+    }
+
+    /// How long after its birth it is of any use: its lifetime, its stale windows and
+    /// its `keep` (ms).
+    fn useful_ms(&self) -> u64 {
+        self.fresh_ms
+            .saturating_add(self.swr_ms.max(self.sie_ms))
+            .saturating_add(self.keep_ms)
+    }
+
     pub(super) fn useless(&self, now: u64) -> bool {
-        now.saturating_sub(self.born_ms)
-            >= self.fresh_ms.saturating_add(self.swr_ms.max(self.sie_ms))
+        now.saturating_sub(self.born_ms) >= self.useful_ms()
     }
 
     /// Seconds Redis keeps it: as long as it can be of any use.
     pub(super) fn remaining_secs(&self, now: u64) -> u64 {
-        let end = self
-            .born_ms
-            .saturating_add(self.fresh_ms)
-            .saturating_add(self.swr_ms.max(self.sie_ms));
+        let end = self.born_ms.saturating_add(self.useful_ms());
         end.saturating_sub(now).div_ceil(1000).max(1)
+    }
+
+    /// This object as a 304 from the origin refreshed it (RFC 9111 4.3.4): the same
+    /// body or template, `headers` (the stored ones updated with the 304's), and the
+    /// lifetime `freshness` gives from `now`.
+    pub(crate) fn refreshed(&self, headers: FieldList, freshness: &Freshness, now: u64) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            headers,
+            self.body.clone(),
+            None,
+            Some(freshness),
+            now,
+        );
+        e.template = self.template.clone();
+        e.source = self.source.clone();
+        let source_len: usize = e.source.iter().map(Bytes::len).sum();
+        e.weight += source_len as u64;
+        e
     }
 
     /// The shared tier's encoding: a versioned binary record.
     pub(super) fn encode(&self) -> Vec<u8> {
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
-        out.put_slice(b"TSC1");
+        out.put_slice(b"TSC2");
         out.put_u8(u8::from(self.template.is_some()));
         out.put_u16(self.status.as_u16());
-        for v in [self.born_ms, self.fresh_ms, self.swr_ms, self.sie_ms] {
+        for v in [
+            self.born_ms,
+            self.fresh_ms,
+            self.swr_ms,
+            self.sie_ms,
+            self.keep_ms,
+        ] {
             out.put_u64(v);
         }
         out.put_u32(self.headers.len() as u32);
@@ -243,7 +283,13 @@ impl Entry {
         fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
             (b.remaining() >= n).then(|| b.split_to(n))
         }
-        if take(&mut b, 4)?.as_ref() != b"TSC1" || b.remaining() < 1 + 2 + 32 + 4 {
+        // TSC1: records made before `keep` (no keep time); TSC2 has one.
+        let with_keep = match take(&mut b, 4)?.as_ref() {
+            b"TSC1" => false,
+            b"TSC2" => true,
+            _ => return None,
+        };
+        if b.remaining() < 1 + 2 + 32 + 8 * usize::from(with_keep) + 4 {
             return None;
         }
         let is_template = match b.get_u8() {
@@ -259,9 +305,12 @@ impl Entry {
         let fresh_ms = b.get_u64();
         let swr_ms = b.get_u64();
         let sie_ms = b.get_u64();
+        let keep_ms = if with_keep { b.get_u64() } else { 0 };
         let longest = MAX_LIFETIME.as_millis() as u64;
         if born_ms > now.saturating_add(60_000)
-            || [fresh_ms, swr_ms, sie_ms].iter().any(|&t| t > longest)
+            || [fresh_ms, swr_ms, sie_ms, keep_ms]
+                .iter()
+                .any(|&t| t > longest)
         {
             return None;
         }
@@ -287,6 +336,10 @@ impl Entry {
                 return None;
             }
             headers.append_lowercase(&name, &value);
+        }
+        // The store keeps an object for revalidation only when it has validators.
+        if keep_ms > 0 && !super::freshness::has_validators(&headers) {
+            return None;
         }
         let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
         if n > max_object_size {
@@ -314,6 +367,7 @@ impl Entry {
         e.fresh_ms = fresh_ms;
         e.swr_ms = swr_ms;
         e.sie_ms = sie_ms;
+        e.keep_ms = keep_ms;
         Some(e)
     }
 }

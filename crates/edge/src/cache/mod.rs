@@ -12,6 +12,7 @@ pub(crate) mod key_rule;
 pub(crate) mod lookup;
 pub(crate) mod memory;
 pub(crate) mod policy;
+pub(crate) mod revalidate;
 pub(crate) mod shared_tier;
 pub(crate) mod variants;
 

@@ -30,8 +30,9 @@ pub struct RouteCacheConfig {
     /// `stale_while_revalidate`. With `mode = "override"` it replaces the origin's own
     /// `stale-while-revalidate` too. Default: `[cache]`'s.
     pub grace: Option<String>,
-    /// How long an expired object with validators is kept for revalidation. Not built
-    /// yet: refused.
+    /// How long an expired object with validators (`ETag`, `Last-Modified`) is kept,
+    /// after its stale windows, to be revalidated with a conditional request (Varnish's
+    /// `beresp.keep`). Default: none (an object past its windows is dropped).
     pub keep: Option<String>,
     /// Lifetimes of server errors: `{ "503" = "5s" }` (statuses 500 to 599), stored like
     /// `ttl`'s (and following `mode`) when no stale object may be served instead.
@@ -74,6 +75,8 @@ pub(crate) struct RoutePolicy {
     ttl: Vec<(u16, Duration)>,
     pub(crate) mode: TtlMode,
     pub(crate) grace: Option<Duration>,
+    /// How long an expired object with validators is kept for revalidation (`keep`).
+    pub(crate) keep: Option<Duration>,
     bypass_cookie: Option<String>,
     bypass_header: Option<HeaderName>,
     /// The key rule (`key`), when the route has one.
@@ -133,23 +136,18 @@ impl RoutePolicy {
             ttl.push((code, d));
         }
         ttl.sort_unstable_by_key(|&(status, _)| status);
-        let grace = match &config.grace {
-            None => None,
-            Some(g) => match parse_duration(g) {
-                None => {
-                    return bad(
-                        "grace",
-                        format!("{g:?} is not a duration (30s, 5m, 1h, 1d)"),
-                    )
-                }
-                some => some,
+        let duration = |key: &str, value: &Option<String>| match value {
+            None => Ok(None),
+            Some(v) => match parse_duration(v) {
+                None => Err(ConfigError::Invalid(format!(
+                    "`{at}.{key}`: {v:?} is not a duration (30s, 5m, 1h, 1d)"
+                ))),
+                some => Ok(some),
             },
         };
-        let later =
-            "is not built yet (issue 45: revalidation, key rules and surrogate keys come later)";
-        if config.keep.is_some() {
-            return bad("keep", later.into());
-        }
+        let grace = duration("grace", &config.grace)?;
+        let keep = duration("keep", &config.keep)?;
+        let later = "is not built yet (issue 45: surrogate keys come later)";
         if config.expose_keys.is_some() {
             return bad("expose_keys", later.into());
         }
@@ -175,6 +173,7 @@ impl RoutePolicy {
             ttl,
             mode: config.mode,
             grace,
+            keep,
             bypass_cookie,
             bypass_header,
         })
@@ -292,7 +291,14 @@ mod tests {
                 "cache_errors = { \"404\" = \"1m\" }",
                 "`route[0].cache.cache_errors`: \"404\"",
             ),
-            ("keep = \"1h\"", "`route[0].cache.keep`: is not built yet"),
+            (
+                "keep = \"later\"",
+                "`route[0].cache.keep`: \"later\" is not",
+            ),
+            (
+                "expose_keys = true",
+                "`route[0].cache.expose_keys`: is not built yet",
+            ),
             (
                 "bypass = { header = \"a b\" }",
                 "`route[0].cache.bypass.header`",

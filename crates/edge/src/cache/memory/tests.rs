@@ -286,6 +286,25 @@ fn decode_refuses_records_the_store_would_not_make() {
             "{times:?}"
         );
     }
+    // Kept for revalidation: with a validator only.
+    let kept = |header: (&str, &str)| {
+        let mut e = Entry::new(
+            StatusCode::OK,
+            FieldList::new(),
+            Bytes::new(),
+            None,
+            None,
+            0,
+        );
+        e.headers.insert(header.0.as_bytes(), header.1.as_bytes());
+        (e.born_ms, e.fresh_ms, e.keep_ms) = (now, 1000, 60_000);
+        Bytes::from(e.encode())
+    };
+    let back = decode(kept(("etag", "\"a\""))).unwrap();
+    assert_eq!(back.keep_ms, 60_000);
+    assert!(!back.useless(now + 30_000) && back.may_revalidate(now + 30_000));
+    assert!(back.useless(now + 61_000));
+    assert!(decode(kept(("content-type", "t"))).is_none());
     // Hop-by-hop fields.
     assert!(decode(record(200, ok, ("transfer-encoding", "chunked"), b"x")).is_none());
     assert!(decode(record(200, ok, ("connection", "close"), b"x")).is_none());

@@ -1,0 +1,50 @@
+//! Invalidation requests: `PURGE` of one URL and `BAN` of a prefix (docs/cache.md,
+//! "Purging"), allowed to the addresses of `purge_allow` and to holders of `purge_token`.
+
+use handler::FieldList;
+use http::StatusCode;
+
+use crate::body::Body;
+use crate::exchange::{ProxyRequest, ProxyResponse};
+use crate::proxy::Edge;
+
+impl Edge {
+    /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):
+    /// 200 when something was removed, 404 when nothing was cached, 403 for a client
+    /// neither on `purge_allow` nor holding the `purge_token`.
+    pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
+        let cache = &self.worker.cache;
+        let config = &cache.config;
+        let token_ok = !config.purge_token.is_empty()
+            && req
+                .headers
+                .get("x-purge-token")
+                .is_some_and(|v| constant_time_eq(v.as_bytes(), config.purge_token.as_bytes()));
+        let status = if !(config.purge_allow.contains(&req.client.addr) || token_ok) {
+            tracing::debug!(client = %req.client.addr, method = %req.method, "invalidation refused");
+            StatusCode::FORBIDDEN
+        } else {
+            let removed = if req.method.as_str() == "PURGE" {
+                cache.purge(key)
+            } else {
+                cache.ban(key) > 0
+            };
+            tracing::info!(client = %req.client.addr, method = %req.method, %key, removed, "cache invalidated");
+            if removed {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            }
+        };
+        ProxyResponse {
+            status,
+            head_h1: None,
+            headers: FieldList::new(),
+            body: Body::ready(Vec::new()),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
