@@ -77,10 +77,12 @@ pub(crate) enum CacheStatus {
 impl CacheStatus {
     /// A hit on `entry` at `now`: fresh, or stale.
     pub(crate) fn of(entry: &Entry, now: u64) -> CacheStatus {
+        // Fresh while `now < until`, as `Entry::is_fresh` decides.
         let until = entry.fresh_until();
-        match until.checked_sub(now) {
-            Some(left) => CacheStatus::Hit(left),
-            None => CacheStatus::Stale(now - until),
+        if now < until {
+            CacheStatus::Hit(until - now)
+        } else {
+            CacheStatus::Stale(now - until)
         }
     }
 

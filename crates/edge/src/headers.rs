@@ -412,8 +412,24 @@ fn value_bytes(token: &str) -> bool {
         .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
-/// The fields of a response sent downstream: hop-by-hop fields and Surrogate-Control
-/// removed (it is addressed to surrogates, and we are the last one), Via appended.
+/// The fields an origin names an object's surrogate keys in: Fastly's `Surrogate-Key`
+/// (space separated), Cloudflare's `Cache-Tag` (comma separated) and Varnish xkey's
+/// `xkey`.
+pub(crate) const KEY_FIELDS: [&[u8]; 3] = [b"surrogate-key", b"cache-tag", b"xkey"];
+
+/// Puts the surrogate key fields of `upstream` back into `fields` (a route's
+/// `expose_keys`), after [`forward_response`] removed them.
+pub(crate) fn expose_keys(fields: &mut FieldList, upstream: &FieldList) {
+    for (name, value) in upstream.iter() {
+        if KEY_FIELDS.iter().any(|k| name.eq_ignore_ascii_case(k)) {
+            fields.append(name, value);
+        }
+    }
+}
+
+/// The fields of a response sent downstream: hop-by-hop fields, Surrogate-Control and
+/// the surrogate key fields ([`KEY_FIELDS`]) removed (they are addressed to surrogates,
+/// and we are the last one), Via appended.
 pub fn forward_response(upstream: &FieldList, version: Version, token: &str) -> FieldList {
     forward_response_owned(upstream.clone(), version, token)
 }
@@ -425,7 +441,10 @@ pub(crate) fn forward_response_owned(
     token: &str,
 ) -> FieldList {
     strip_hop_by_hop(&mut fields);
-    fields.remove(SURROGATE_CONTROL.as_str().as_bytes());
+    fields.retain(|name, _| {
+        !(name.eq_ignore_ascii_case(b"surrogate-control")
+            || KEY_FIELDS.iter().any(|k| name.eq_ignore_ascii_case(k)))
+    });
     if !value_bytes(token) {
         return fields;
     }

@@ -106,6 +106,7 @@ mod proxy;
 mod purge;
 mod revalidation;
 mod route_compression;
+mod surrogate_keys;
 mod tunnel;
 mod upstream;
 mod worker;

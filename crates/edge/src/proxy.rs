@@ -270,10 +270,13 @@ impl Edge {
             };
         }
         let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
+        let expose = policy.as_ref().is_some_and(|p| p.expose_keys);
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
-            return self.forward(req, &upstream, mode, authority, None).await;
+            return self
+                .forward(req, &upstream, mode, (authority, expose), None)
+                .await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
         let found = lookup::memory(cache, &key, &field);
@@ -298,7 +301,9 @@ impl Edge {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
-            return self.forward(req, &upstream, mode, authority, None).await;
+            return self
+                .forward(req, &upstream, mode, (authority, expose), None)
+                .await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
@@ -319,7 +324,7 @@ impl Edge {
                 status: Some(status),
             };
             return self
-                .forward(req, &upstream, mode, authority, Some(store))
+                .forward(req, &upstream, mode, (authority, expose), Some(store))
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
@@ -363,7 +368,7 @@ impl Edge {
             policy,
             status: Some(status),
         };
-        self.forward(req, &upstream, mode, authority, Some(store))
+        self.forward(req, &upstream, mode, (authority, expose), Some(store))
             .await
     }
 
@@ -393,7 +398,7 @@ impl Edge {
                 status: None,
             };
             let _ = this
-                .forward(refresh, &upstream, mode, authority, Some(store))
+                .forward(refresh, &upstream, mode, (authority, false), Some(store))
                 .await;
         });
     }
@@ -468,7 +473,7 @@ impl Edge {
         req: ProxyRequest,
         upstream: &Rc<Upstream>,
         mode: EsiMode,
-        authority: Text,
+        (authority, expose): (Text, bool),
         mut store: Option<Store<'_>>,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
@@ -560,7 +565,7 @@ impl Edge {
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
             let mut stored = parts.headers.clone();
             headers::strip_hop_by_hop(&mut stored);
-            let entry = if esi {
+            let mut entry = if esi {
                 let (template, source) = crate::assembly::decode::read_template_with_source(
                     pooled,
                     crate::assembly::decode::coding(&parts.headers),
@@ -577,8 +582,11 @@ impl Edge {
             } else {
                 // Too large (or of unknown length) to buffer: passed through, not stored.
                 drop(s);
-                return self.answer(req, parts, pooled, esi, authority).await;
+                return self
+                    .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                    .await;
             };
+            entry.expose_keys = expose;
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
@@ -605,7 +613,8 @@ impl Edge {
         if let Some(s) = store.filter(|_| req.method == Method::GET && !authorized) {
             worker.cache.mark_pass(&s.key, now);
         }
-        self.answer(req, parts, pooled, esi, authority).await
+        self.answer_exposing(req, parts, pooled, (esi, expose), authority)
+            .await
     }
 
     /// Answers with an upstream response as it arrives: passed through, or assembled

@@ -1,5 +1,7 @@
-//! Invalidation requests: `PURGE` of one URL and `BAN` of a prefix (docs/cache.md,
-//! "Purging"), allowed to the addresses of `purge_allow` and to holders of `purge_token`.
+//! Invalidation requests: `PURGE` of one URL or of the objects with some surrogate keys
+//! (`Surrogate-Key: k1 k2`, or xkey's `xkey`), soft with `Fastly-Soft-Purge: 1`, and
+//! `BAN` of a prefix (docs/cache.md, "Purging"), allowed to the addresses of
+//! `purge_allow` and to holders of `purge_token`.
 
 use handler::FieldList;
 use http::StatusCode;
@@ -9,9 +11,11 @@ use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::proxy::Edge;
 
 impl Edge {
-    /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):
-    /// 200 when something was removed, 404 when nothing was cached, 403 for a client
-    /// neither on `purge_allow` nor holding the `purge_token`.
+    /// `PURGE` (the URL, every variant; or with `Surrogate-Key` or `xkey`, every object
+    /// with one of the keys listed, whatever the URL; marked stale instead of removed
+    /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix): 200
+    /// when something was removed, 404 when nothing was cached, 403 for a client neither
+    /// on `purge_allow` nor holding the `purge_token`.
     pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
         let cache = &self.worker.cache;
         let config = &cache.config;
@@ -24,12 +28,24 @@ impl Edge {
             tracing::debug!(client = %req.client.addr, method = %req.method, "invalidation refused");
             StatusCode::FORBIDDEN
         } else {
-            let removed = if req.method.as_str() == "PURGE" {
-                cache.purge(key)
-            } else {
-                cache.ban(key) > 0
+            let soft = req
+                .headers
+                .get("fastly-soft-purge")
+                .is_some_and(|v| v.as_bytes() == b"1");
+            let tags: Vec<&str> = ["surrogate-key", "xkey"]
+                .iter()
+                .flat_map(|name| req.headers.get_all(*name))
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split([' ', ',', '\t']))
+                .filter(|k| !k.is_empty())
+                .collect();
+            let removed = match req.method.as_str() {
+                "PURGE" if !tags.is_empty() => cache.purge_keys(&tags, soft) > 0,
+                "PURGE" if soft => cache.soft_purge(key),
+                "PURGE" => cache.purge(key),
+                _ => cache.ban(key) > 0,
             };
-            tracing::info!(client = %req.client.addr, method = %req.method, %key, removed, "cache invalidated");
+            tracing::info!(client = %req.client.addr, method = %req.method, %key, ?tags, soft, removed, "cache invalidated");
             if removed {
                 StatusCode::OK
             } else {

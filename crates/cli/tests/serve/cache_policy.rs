@@ -234,9 +234,9 @@ fn check_config_names_the_route_cache_key() {
             "is not a duration",
         ),
         (
-            "expose_keys = true",
-            "route[1].cache.expose_keys",
-            "is not built yet",
+            "expose_keys = \"yes\"",
+            "expose_keys",
+            "invalid type: string \"yes\", expected a boolean",
         ),
         (
             "key = { query = \"random\" }",

@@ -46,6 +46,31 @@ pub(crate) struct Entry {
     pub(crate) forms: Arc<AtomicU64>,
     /// The key it is stored under in memory, once stored.
     pub(super) stored_as: std::sync::OnceLock<String>,
+    /// Its surrogate keys, from the origin's `Surrogate-Key`, `Cache-Tag` and `xkey`
+    /// fields (a `PURGE` with `Surrogate-Key` removes every object with one of them).
+    pub(crate) keys: Box<[Box<str>]>,
+    /// Whether those fields reach the client (the route's `expose_keys`); they are
+    /// removed from what is sent otherwise.
+    pub(crate) expose_keys: bool,
+}
+
+/// The surrogate keys in `fields`' key fields (split at spaces and commas, each once).
+pub(crate) fn surrogate_keys(fields: &FieldList) -> Box<[Box<str>]> {
+    let mut keys: Vec<Box<str>> = Vec::new();
+    for name in crate::headers::KEY_FIELDS {
+        for value in fields.get_all(name) {
+            for key in value.split(|&b| b == b' ' || b == b',' || b == b'\t') {
+                if key.is_empty() {
+                    continue;
+                }
+                let key = String::from_utf8_lossy(key);
+                if !keys.iter().any(|k| **k == *key) {
+                    keys.push(key.into());
+                }
+            }
+        }
+    }
+    keys.into()
 }
 
 /// A page assembled from cached fragments, for a template whose evaluation does not
@@ -90,7 +115,11 @@ impl Entry {
 
     pub(crate) fn response_headers(&self, token: &str) -> &FieldList {
         self.out.get_or_init(|| {
-            let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            let mut h =
+                crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            if self.expose_keys {
+                crate::headers::expose_keys(&mut h, &self.headers);
+            }
             if self.template.is_some() {
                 crate::headers::page_headers(h)
             } else {
@@ -135,6 +164,7 @@ impl Entry {
             age: Duration::ZERO,
         });
         let header_bytes: usize = headers.names_and_values_len() + 16 * headers.len();
+        let keys = surrogate_keys(&headers);
         let source_len: usize = source.iter().map(Bytes::len).sum();
         let forms = Arc::<AtomicU64>::default();
         Entry {
@@ -155,6 +185,8 @@ impl Entry {
             variants: Arc::new(super::variants::Variants::counted_in(forms.clone())),
             forms,
             stored_as: std::sync::OnceLock::new(),
+            keys,
+            expose_keys: false,
         }
     }
 
@@ -234,6 +266,30 @@ impl Entry {
         e.source = self.source.clone();
         let source_len: usize = e.source.iter().map(Bytes::len).sum();
         e.weight += source_len as u64;
+        e.expose_keys = self.expose_keys;
+        e
+    }
+
+    /// This object marked stale at `now` (a soft purge): no longer fresh, with its stale
+    /// windows and `keep` counted from now, so it is served within stale-while-revalidate
+    /// while one request refreshes it (or revalidated, within `keep`). One already stale
+    /// stays as it is.
+    pub(crate) fn expired_at(&self, now: u64) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            self.headers.clone(),
+            self.body.clone(),
+            None,
+            None,
+            0,
+        );
+        e.template = self.template.clone();
+        e.source = self.source.clone();
+        e.weight = self.weight;
+        e.expose_keys = self.expose_keys;
+        e.born_ms = self.born_ms;
+        e.fresh_ms = self.fresh_ms.min(now.saturating_sub(self.born_ms));
+        (e.swr_ms, e.sie_ms, e.keep_ms) = (self.swr_ms, self.sie_ms, self.keep_ms);
         e
     }
 
@@ -241,7 +297,7 @@ impl Entry {
     pub(super) fn encode(&self) -> Vec<u8> {
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
         out.put_slice(b"TSC2");
-        out.put_u8(u8::from(self.template.is_some()));
+        out.put_u8(u8::from(self.template.is_some()) | u8::from(self.expose_keys) << 1);
         out.put_u16(self.status.as_u16());
         for v in [
             self.born_ms,
@@ -283,7 +339,8 @@ impl Entry {
         fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
             (b.remaining() >= n).then(|| b.split_to(n))
         }
-        // TSC1: records made before `keep` (no keep time); TSC2 has one.
+        // TSC1: records made before `keep` (no keep time); TSC2 has one, and its flags
+        // byte says `expose_keys` too.
         let with_keep = match take(&mut b, 4)?.as_ref() {
             b"TSC1" => false,
             b"TSC2" => true,
@@ -292,11 +349,11 @@ impl Entry {
         if b.remaining() < 1 + 2 + 32 + 8 * usize::from(with_keep) + 4 {
             return None;
         }
-        let is_template = match b.get_u8() {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
+        let flags = b.get_u8();
+        if flags > if with_keep { 3 } else { 1 } {
+            return None;
+        }
+        let (is_template, expose_keys) = (flags & 1 != 0, flags & 2 != 0);
         let status = StatusCode::from_u16(b.get_u16()).ok()?;
         if !super::freshness::status_cacheable(status) {
             return None;
@@ -368,6 +425,7 @@ impl Entry {
         e.swr_ms = swr_ms;
         e.sie_ms = sie_ms;
         e.keep_ms = keep_ms;
+        e.expose_keys = expose_keys;
         Some(e)
     }
 }

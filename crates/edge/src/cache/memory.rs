@@ -166,11 +166,15 @@ struct PurgeLog {
     order: std::collections::VecDeque<(u64, Purged)>,
     keys: HashMap<String, u64>,
     prefixes: HashMap<String, u64>,
+    /// Surrogate keys purged.
+    tags: HashMap<String, u64>,
 }
 
 enum Purged {
     Key(String),
     Prefix(String),
+    /// A surrogate key.
+    Tag(String),
 }
 
 impl PurgeLog {
@@ -189,6 +193,7 @@ impl PurgeLog {
         match &purged {
             Purged::Key(k) => self.keys.insert(k.clone(), now),
             Purged::Prefix(p) => self.prefixes.insert(p.clone(), now),
+            Purged::Tag(t) => self.tags.insert(t.clone(), now),
         };
         self.order.push_back((now, purged));
         while self.order.len() > PURGE_LOG_LEN {
@@ -204,10 +209,19 @@ impl PurgeLog {
         let (map, name) = match &purged {
             Purged::Key(k) => (&mut self.keys, k),
             Purged::Prefix(p) => (&mut self.prefixes, p),
+            Purged::Tag(t) => (&mut self.tags, t),
         };
         if map.get(name) == Some(&t) {
             map.remove(name);
         }
+    }
+
+    /// When an object with these surrogate keys was last purged by one of them.
+    fn tag_purged_at(&self, tags: &[Box<str>]) -> Option<u64> {
+        tags.iter()
+            .filter_map(|t| self.tags.get(&**t))
+            .copied()
+            .max()
     }
 
     /// When `key` was last purged or banned (by a prefix of it), if remembered.
@@ -430,11 +444,10 @@ impl Cache {
             tracing::debug!(%object_key, "redis record refused");
             return None;
         };
-        let purged = self
-            .purges
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .purged_at(key);
+        let purged = {
+            let log = self.purges.lock().unwrap_or_else(|e| e.into_inner());
+            log.purged_at(key).max(log.tag_purged_at(&entry.keys))
+        };
         if purged.is_some_and(|t| entry.born_ms <= t) {
             // Made before a purge that did not reach Redis.
             shared.count_rejected();
@@ -656,5 +669,6 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
     k
 }
 
+mod by_keys;
 #[cfg(test)]
 mod tests;

@@ -44,8 +44,9 @@ pub struct RouteCacheConfig {
     /// `"as_sent"`, the default), `drop_query` (names or globs with `*`), `headers` and
     /// `cookies` (their values added). Default none: host, path and query as sent.
     pub key: Option<KeyRules>,
-    /// Whether surrogate keys reach the client. Not built yet: refused.
-    pub expose_keys: Option<bool>,
+    /// Whether the origin's surrogate key fields (`Surrogate-Key`, `Cache-Tag`, `xkey`)
+    /// reach the client. Default false: they are for this cache, and removed.
+    pub expose_keys: bool,
 }
 
 /// When a route's `ttl` applies.
@@ -77,6 +78,8 @@ pub(crate) struct RoutePolicy {
     pub(crate) grace: Option<Duration>,
     /// How long an expired object with validators is kept for revalidation (`keep`).
     pub(crate) keep: Option<Duration>,
+    /// Whether the surrogate key fields reach the client (`expose_keys`).
+    pub(crate) expose_keys: bool,
     bypass_cookie: Option<String>,
     bypass_header: Option<HeaderName>,
     /// The key rule (`key`), when the route has one.
@@ -147,10 +150,6 @@ impl RoutePolicy {
         };
         let grace = duration("grace", &config.grace)?;
         let keep = duration("keep", &config.keep)?;
-        let later = "is not built yet (issue 45: surrogate keys come later)";
-        if config.expose_keys.is_some() {
-            return bad("expose_keys", later.into());
-        }
         let bypass_cookie = match &config.bypass.cookie {
             Some(c) if c.is_empty() || c.contains([';', '=', ' ', ',']) => {
                 return bad("bypass.cookie", format!("{c:?} is not a cookie name"));
@@ -174,6 +173,7 @@ impl RoutePolicy {
             mode: config.mode,
             grace,
             keep,
+            expose_keys: config.expose_keys,
             bypass_cookie,
             bypass_header,
         })
@@ -294,10 +294,6 @@ mod tests {
             (
                 "keep = \"later\"",
                 "`route[0].cache.keep`: \"later\" is not",
-            ),
-            (
-                "expose_keys = true",
-                "`route[0].cache.expose_keys`: is not built yet",
             ),
             (
                 "bypass = { header = \"a b\" }",
