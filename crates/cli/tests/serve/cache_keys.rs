@@ -10,9 +10,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cache::Redis;
 use crate::cache_policy::{body, get_with, request};
 use crate::compression::decode;
-use crate::harness::{read_request_head, Server, Site};
+use crate::harness::{eventually, read_request_head, Server, Site};
 
 /// An origin whose objects have a version per path (1 until [`Origin::bump`]) and
 /// surrogate keys:
@@ -144,11 +145,16 @@ impl Origin {
 }
 
 fn serve(site: &Site, origin: &Origin, extra_routes: &str) -> Server {
+    serve_with_tables(site, origin, extra_routes, "")
+}
+
+/// [`serve`] with more `tables` at the end.
+fn serve_with_tables(site: &Site, origin: &Origin, extra_routes: &str, tables: &str) -> Server {
     site.serve_with(&format!(
         "[[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\n{extra_routes}\n\
          [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\n\
          [cache]\ncache_status = true\npurge_token = \"s3cret\"\n\n\
-         [compression]\nmin_length = 1\n",
+         [compression]\nmin_length = 1\n\n{tables}",
         origin.addr
     ))
 }
@@ -344,4 +350,27 @@ fn soft_purge_serves_stale_once_while_revalidating() {
         purge(&server, "/grace/none", "Fastly-Soft-Purge: 1\r\n"),
         404
     );
+}
+
+/// With Redis shared by two processes, a purge by key in one makes it refuse the Redis
+/// records with that key made before the purge (Redis is not scanned by key): it asks
+/// the origin, and then shares the new object.
+#[test]
+fn a_key_purge_refuses_older_redis_records() {
+    let redis = Redis::start();
+    let origin = Origin::start();
+    let tables = format!("[cache.redis]\nurl = \"{}\"\ntimeout = 5\n", redis.url());
+    let (site_a, site_b) = (Site::new(), Site::new());
+    let a = serve_with_tables(&site_a, &origin, "", &tables);
+    let b = serve_with_tables(&site_b, &origin, "", &tables);
+    assert_eq!(body(&get_with(&a, "/doc/r", "")), "doc r v1");
+    eventually("the Redis record", || {
+        redis.command(&["EXISTS", "tessera:test/doc/r"]).as_deref() == Some(":1")
+    });
+    assert_eq!(body(&get_with(&b, "/doc/r", "")), "doc r v1");
+    assert_eq!(origin.seen("/doc/r").0, 1, "the second process read Redis");
+    origin.bump("/doc/r");
+    assert_eq!(purge(&b, "/", "xkey: doc-r\r\n"), 200);
+    assert_eq!(body(&get_with(&b, "/doc/r", "")), "doc r v2");
+    assert_eq!(origin.seen("/doc/r").0, 2);
 }
