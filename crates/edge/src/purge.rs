@@ -1,21 +1,25 @@
 //! Invalidation requests: `PURGE` of one URL or of the objects with some surrogate keys
 //! (`Surrogate-Key: k1 k2`, or xkey's `xkey`), soft with `Fastly-Soft-Purge: 1`, and
-//! `BAN` of a prefix (docs/cache.md, "Purging"), allowed to the addresses of
+//! `BAN` of a prefix or, with `X-Ban-Url` and `X-Ban-Host`, of the URLs and hosts
+//! regular expressions match (docs/cache.md, "Purging"), allowed to the addresses of
 //! `purge_allow` and to holders of `purge_token`.
 
 use handler::FieldList;
 use http::StatusCode;
 
 use crate::body::Body;
+use crate::cache::ban_rule::BanRule;
 use crate::exchange::{ProxyRequest, ProxyResponse};
 use crate::proxy::Edge;
 
 impl Edge {
     /// `PURGE` (the URL, every variant; or with `Surrogate-Key` or `xkey`, every object
     /// with one of the keys listed, whatever the URL; marked stale instead of removed
-    /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix): 200
+    /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix; or with
+    /// `X-Ban-Url` or `X-Ban-Host`, every URL and host their expressions match): 200
     /// when something was removed, 404 when nothing was cached, 403 for a client neither
-    /// on `purge_allow` nor holding the `purge_token`.
+    /// on `purge_allow` nor holding the `purge_token`, 400 for an expression that does
+    /// not compile.
     pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
         let cache = &self.worker.cache;
         let config = &cache.config;
@@ -39,10 +43,18 @@ impl Edge {
                 .flat_map(|v| v.split([' ', ',', '\t']))
                 .filter(|k| !k.is_empty())
                 .collect();
+            let field = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+            let (ban_url, ban_host) = (field("x-ban-url"), field("x-ban-host"));
             let removed = match req.method.as_str() {
                 "PURGE" if !tags.is_empty() => cache.purge_keys(&tags, soft) > 0,
                 "PURGE" if soft => cache.soft_purge(key),
                 "PURGE" => cache.purge(key),
+                _ if ban_url.is_some() || ban_host.is_some() => {
+                    match BanRule::new(ban_url, ban_host) {
+                        Ok(rule) => cache.ban_matching(rule) > 0,
+                        Err(e) => return refused(StatusCode::BAD_REQUEST, e),
+                    }
+                }
                 _ => cache.ban(key) > 0,
             };
             tracing::info!(client = %req.client.addr, method = %req.method, %key, ?tags, soft, removed, "cache invalidated");
@@ -58,6 +70,18 @@ impl Edge {
             headers: FieldList::new(),
             body: Body::ready(Vec::new()),
         }
+    }
+}
+
+/// An answer saying why the request was not carried out.
+fn refused(status: StatusCode, why: String) -> ProxyResponse {
+    let mut headers = FieldList::new();
+    headers.append(b"content-type", b"text/plain; charset=utf-8");
+    ProxyResponse {
+        status,
+        head_h1: None,
+        headers,
+        body: Body::ready(vec![bytes::Bytes::from(why + "\n")]),
     }
 }
 

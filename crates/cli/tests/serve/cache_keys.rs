@@ -352,11 +352,61 @@ fn soft_purge_serves_stale_once_while_revalidating() {
     );
 }
 
-/// With Redis shared by two processes, a purge by key in one makes it refuse the Redis
-/// records with that key made before the purge (Redis is not scanned by key): it asks
-/// the origin, and then shares the new object.
+/// `BAN /` with `X-Ban-Url` (and `X-Ban-Host`) removes every object whose URL (and
+/// host) the expressions match, and nothing else; an expression that does not compile
+/// is a 400 naming its field.
 #[test]
-fn a_key_purge_refuses_older_redis_records() {
+fn bans_by_regular_expression_on_url_and_host() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let server = serve(&site, &origin, "");
+    let get_at = |host: &str, path: &str| {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        body(&request(&server, &raw))
+    };
+    let ban = |fields: &str| {
+        let raw = format!(
+            "BAN / HTTP/1.1\r\nHost: test\r\nX-Purge-Token: s3cret\r\n{fields}Connection: close\r\n\r\n"
+        );
+        request(&server, &raw)
+    };
+    for path in ["/doc/1", "/doc/2", "/doc/30", "/tag/1"] {
+        get_at("test", path);
+    }
+    get_at("other", "/doc/1");
+    assert_eq!(origin.seen("/doc/1").0, 2);
+    let r = ban("X-Ban-Url: ^/doc/[0-9]$\r\nX-Ban-Host: ^test$\r\n");
+    assert_eq!(r.status, 200);
+    for path in ["/doc/1", "/doc/2", "/doc/30", "/tag/1"] {
+        get_at("test", path);
+    }
+    get_at("other", "/doc/1");
+    let seen: Vec<usize> = ["/doc/1", "/doc/2", "/doc/30", "/tag/1"]
+        .iter()
+        .map(|p| origin.seen(p).0)
+        .collect();
+    // /doc/1 twice (test, banned) plus other's once; /doc/30 and /tag/1 kept.
+    assert_eq!(seen, [3, 2, 1, 1]);
+    // The host alone.
+    assert_eq!(ban("X-Ban-Host: ^oth\r\n").status, 200);
+    get_at("other", "/doc/1");
+    assert_eq!(origin.seen("/doc/1").0, 4);
+    assert_eq!(ban("X-Ban-Url: ^/nothing\r\n").status, 404);
+    let r = ban("X-Ban-Url: (unclosed\r\n");
+    assert_eq!(r.status, 400);
+    assert!(body(&r).starts_with("X-Ban-Url: "), "{}", body(&r));
+    let refused = request(
+        &server,
+        "BAN / HTTP/1.1\r\nHost: test\r\nX-Ban-Url: .\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(refused.status, 403);
+}
+
+/// With Redis shared by two processes, a purge by key (or a ban by expression) in one
+/// makes it refuse the Redis records made before it that it names (Redis is not scanned
+/// for them): it asks the origin, and then shares the new object.
+#[test]
+fn a_key_purge_or_ban_refuses_older_redis_records() {
     let redis = Redis::start();
     let origin = Origin::start();
     let tables = format!("[cache.redis]\nurl = \"{}\"\ntimeout = 5\n", redis.url());
@@ -373,4 +423,16 @@ fn a_key_purge_refuses_older_redis_records() {
     assert_eq!(purge(&b, "/", "xkey: doc-r\r\n"), 200);
     assert_eq!(body(&get_with(&b, "/doc/r", "")), "doc r v2");
     assert_eq!(origin.seen("/doc/r").0, 2);
+    // A ban by expression: the same.
+    assert_eq!(body(&get_with(&a, "/tag/r", "")), "tag r v1");
+    eventually("the Redis record", || {
+        redis.command(&["EXISTS", "tessera:test/tag/r"]).as_deref() == Some(":1")
+    });
+    assert_eq!(body(&get_with(&b, "/tag/r", "")), "tag r v1");
+    origin.bump("/tag/r");
+    let raw = "BAN / HTTP/1.1\r\nHost: test\r\nX-Purge-Token: s3cret\r\nX-Ban-Url: ^/tag/\r\n\
+               Connection: close\r\n\r\n";
+    assert_eq!(request(&b, raw).status, 200);
+    assert_eq!(body(&get_with(&b, "/tag/r", "")), "tag r v2");
+    assert_eq!(origin.seen("/tag/r").0, 2);
 }

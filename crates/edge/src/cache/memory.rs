@@ -168,7 +168,13 @@ struct PurgeLog {
     prefixes: HashMap<String, u64>,
     /// Surrogate keys purged.
     tags: HashMap<String, u64>,
+    /// Bans by regular expression, the last [`BAN_LOG_LEN`], oldest first.
+    bans: std::collections::VecDeque<(u64, Arc<super::ban_rule::BanRule>)>,
 }
+
+/// How many recent bans by regular expression are remembered against Redis records
+/// (each is tested against every record read back from Redis, so fewer than purges).
+const BAN_LOG_LEN: usize = 1_000;
 
 enum Purged {
     Key(String),
@@ -214,6 +220,27 @@ impl PurgeLog {
         if map.get(name) == Some(&t) {
             map.remove(name);
         }
+    }
+
+    fn record_ban(&mut self, rule: Arc<super::ban_rule::BanRule>, now: u64) {
+        while self.bans.len() >= BAN_LOG_LEN
+            || self
+                .bans
+                .front()
+                .is_some_and(|(t, _)| t.saturating_add(Self::longest_record_ms()) < now)
+        {
+            self.bans.pop_front();
+        }
+        self.bans.push_back((now, rule));
+    }
+
+    /// When `key` was last banned by a regular expression that matches it.
+    fn regex_banned_at(&self, key: &str) -> Option<u64> {
+        self.bans
+            .iter()
+            .rev()
+            .find(|(_, rule)| rule.matches(key))
+            .map(|(t, _)| *t)
     }
 
     /// When an object with these surrogate keys was last purged by one of them.
@@ -446,7 +473,9 @@ impl Cache {
         };
         let purged = {
             let log = self.purges.lock().unwrap_or_else(|e| e.into_inner());
-            log.purged_at(key).max(log.tag_purged_at(&entry.keys))
+            log.purged_at(key)
+                .max(log.tag_purged_at(&entry.keys))
+                .max(log.regex_banned_at(&object_key))
         };
         if purged.is_some_and(|t| entry.born_ms <= t) {
             // Made before a purge that did not reach Redis.
@@ -669,6 +698,7 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
     k
 }
 
+mod bans;
 mod by_keys;
 #[cfg(test)]
 mod tests;
