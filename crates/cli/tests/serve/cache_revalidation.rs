@@ -30,7 +30,8 @@ struct Seen {
 /// `doc vN`, `Cache-Control: max-age=1`, `ETag: "vN"` and a Last-Modified (only the
 /// Last-Modified for a path with `/lm`). A conditional request matching the current
 /// version gets a 304 with `Cache-Control: max-age=60` and `X-Refreshed: N` (the count of
-/// 304s for the path). A path with `/slow` answers after 300 ms.
+/// 304s for the path). A path with `/slow` answers after 300 ms. `/page/X` is an ESI page
+/// (`Surrogate-Control: max-age=60`) including `/frag/X`.
 #[derive(Clone)]
 struct Origin {
     addr: SocketAddr,
@@ -83,6 +84,18 @@ impl Origin {
         while let Some((path, fields)) = read_request_head(&mut reader) {
             if path.contains("/slow") {
                 std::thread::sleep(Duration::from_millis(300));
+            }
+            if let Some(name) = path.strip_prefix("/page/") {
+                let body = format!("<p><esi:include src=\"/frag/{name}\"/></p>");
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nSurrogate-Control: max-age=60, content=\"ESI/1.0\"\r\n\
+                     Content-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if writer.write_all(response.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
             }
             let version = *self.versions.lock().unwrap().get(&path).unwrap_or(&1);
             let etag = format!("\"v{version}\"");
@@ -326,6 +339,42 @@ fn the_background_refresh_within_grace_revalidates() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(origin.seen("/doc").requests, 2);
+}
+
+/// An ESI fragment served stale within stale-while-revalidate is refreshed in the
+/// background with a conditional request too: the page shows the stored fragment, and
+/// the origin sends its body once.
+#[test]
+fn a_fragments_background_refresh_revalidates() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let routes = "[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n";
+    let server = serve(
+        &site,
+        &origin,
+        routes,
+        "[cache]\nstale_while_revalidate = 60\n",
+    );
+    assert_eq!(body(&get_with(&server, "/page/p", "")), "<p>doc v1</p>");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(body(&get_with(&server, "/page/p", "")), "<p>doc v1</p>");
+    let started = Instant::now();
+    while origin.seen("/frag/p").not_modified == 0 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seen = origin.seen("/frag/p");
+    assert_eq!(
+        (
+            seen.requests,
+            seen.conditionals,
+            seen.not_modified,
+            seen.body_bytes
+        ),
+        (2, 1, 1, 6),
+        "{seen:?}"
+    );
+    assert_eq!(body(&get_with(&server, "/page/p", "")), "<p>doc v1</p>");
+    assert_eq!(origin.seen("/frag/p").requests, 2);
 }
 
 /// Concurrent requests for one expired object make one conditional request: one

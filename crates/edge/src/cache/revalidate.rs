@@ -4,6 +4,7 @@
 //! ([`updated_fields`]); the request is made by the proxy (`crate::revalidation`).
 
 use handler::FieldList;
+use http::header::{HeaderMap, HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH};
 
 /// Fields of a 304 that do not replace the stored ones: those that describe the stored
 /// body's bytes, which the 304 did not send (RFC 9111 3.2 keeps Content-Length; the
@@ -32,6 +33,25 @@ pub(crate) fn updated_fields(stored: &FieldList, not_modified: &FieldList) -> Fi
     for (name, value) in not_modified.iter() {
         if !kept(name) {
             fields.append_lowercase(name, value);
+        }
+    }
+    fields
+}
+
+/// A fragment request made conditional on the stored object's validators: its `ETag`
+/// as If-None-Match, its `Last-Modified` as If-Modified-Since (a page's request writes
+/// them itself, `headers::Forwarded::revalidate`).
+pub(crate) fn conditional_request(fields: &HeaderMap, stored: &FieldList) -> HeaderMap {
+    let mut fields = fields.clone();
+    for (name, from) in [
+        (IF_NONE_MATCH, "etag"),
+        (IF_MODIFIED_SINCE, "last-modified"),
+    ] {
+        if let Some(v) = stored
+            .get(from)
+            .and_then(|v| HeaderValue::from_bytes(v).ok())
+        {
+            fields.insert(name, v);
         }
     }
     fields
