@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache_policy::{body, get_with};
 use crate::harness::{check_config_output, read_request_head, Server, Site};
+use crate::metrics::{admin_addr, admin_get, samples};
 
 /// What the origin saw and sent for one path.
 #[derive(Default, Clone, Debug)]
@@ -181,7 +182,8 @@ fn an_expired_object_is_revalidated_and_a_304_refreshes_it() {
     let routes = "[[route]]\nprefix = \"/nokeep\"\nupstream = \"origin\"\n\n\
         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\nkeep = \"1h\"\n";
     let extra = format!(
-        "access_log = {:?}\naccess_log_format = \"%U %s %{{cache}}x %{{upstream_status}}x\"\n\
+        "admin_listen = \"127.0.0.1:0\"\n\
+         access_log = {:?}\naccess_log_format = \"%U %s %{{cache}}x %{{upstream_status}}x\"\n\
          [cache]\ncache_status = true\n",
         log.display().to_string()
     );
@@ -293,6 +295,14 @@ fn an_expired_object_is_revalidated_and_a_304_refreshes_it() {
         "{lines:?}"
     );
     assert_eq!(lines[5], "/lm 304 revalidated 304", "{lines:?}");
+    // Two 304s refreshed an object (the 200 that replaced one is a store).
+    let (status, text) = admin_get(admin_addr(&server), "/metrics", "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        samples(&text)["tessera_cache_revalidations_total"],
+        2.0,
+        "{text}"
+    );
 }
 
 /// Within grace (stale-while-revalidate), the stale object is served at once and the
