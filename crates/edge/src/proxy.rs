@@ -383,6 +383,7 @@ impl Edge {
         (key, guard, policy, validate): (Text, FlightGuard, Policy, Option<Arc<Entry>>),
     ) {
         let this = self.clone();
+        let expose = policy.as_ref().is_some_and(|p| p.expose_keys);
         let mut refresh = req.clone();
         refresh.method = Method::GET;
         refresh.notes = None;
@@ -398,7 +399,7 @@ impl Edge {
                 status: None,
             };
             let _ = this
-                .forward(refresh, &upstream, mode, (authority, false), Some(store))
+                .forward(refresh, &upstream, mode, (authority, expose), Some(store))
                 .await;
         });
     }

@@ -179,7 +179,7 @@ fn purging_a_surrogate_key_removes_every_object_with_it() {
     let site = Site::new();
     let origin = Origin::start();
     let exposed = "[[route]]\nprefix = \"/exposed\"\nupstream = \"origin\"\n\
-                   [route.cache]\nexpose_keys = true\n";
+                   [route.cache]\nexpose_keys = true\ngrace = \"1h\"\n";
     let server = serve(&site, &origin, exposed);
     for path in ["/doc/1", "/doc/2", "/tag/1", "/tag/2"] {
         let r = get_with(&server, path, "");
@@ -223,6 +223,24 @@ fn purging_a_surrogate_key_removes_every_object_with_it() {
         assert_eq!(body(&r), "doc 9 v1");
     }
     assert_eq!(origin.seen("/exposed/doc/9").0, 1);
+    // And after a background refresh (within grace, after a soft purge).
+    assert_eq!(
+        purge(&server, "/exposed/doc/9", "Fastly-Soft-Purge: 1\r\n"),
+        200
+    );
+    assert_eq!(
+        get_with(&server, "/exposed/doc/9", "").header("xkey"),
+        Some("doc-9 all-docs")
+    );
+    eventually("the background refresh", || {
+        origin.seen("/exposed/doc/9").0 == 2
+    });
+    eventually("the refreshed object, with its keys", || {
+        let r = get_with(&server, "/exposed/doc/9", "");
+        r.header("cache-status")
+            .is_some_and(|s| s.starts_with("tessera; hit;"))
+            && r.header("xkey") == Some("doc-9 all-docs")
+    });
     // Passed through without storing (a request's no-store): the same.
     let no_store = "Cache-Control: no-store\r\n";
     let r = get_with(&server, "/exposed/doc/8", no_store);
