@@ -31,7 +31,8 @@ struct Seen {
 /// `doc vN`, `Cache-Control: max-age=1`, `ETag: "vN"` and a Last-Modified (only the
 /// Last-Modified for a path with `/lm`). A conditional request matching the current
 /// version gets a 304 with `Cache-Control: max-age=60` and `X-Refreshed: N` (the count of
-/// 304s for the path). A path with `/slow` answers after 300 ms. `/page/X` is an ESI page
+/// 304s for the path). A path with `/slow` answers after 300 ms; one with `/down`
+/// answers a conditional request with 503. `/page/X` is an ESI page
 /// (`Surrogate-Control: max-age=60`) including `/frag/X`.
 #[derive(Clone)]
 struct Origin {
@@ -130,7 +131,9 @@ impl Origin {
                 } else {
                     format!("ETag: {etag}\r\nLast-Modified: {LAST_MODIFIED}\r\n")
                 };
-                if matches {
+                if path.contains("/down") && (inm.is_some() || ims.is_some()) {
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n".to_string()
+                } else if matches {
                     seen.not_modified += 1;
                     format!(
                         "HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=60\r\n{validators}\
@@ -385,6 +388,28 @@ fn a_fragments_background_refresh_revalidates() {
     );
     assert_eq!(body(&get_with(&server, "/page/p", "")), "<p>doc v1</p>");
     assert_eq!(origin.seen("/frag/p").requests, 2);
+}
+
+/// A revalidation the origin fails (503) serves the stale object when stale-if-error
+/// allows, as a plain fetch would.
+#[test]
+fn a_failed_revalidation_serves_stale_within_stale_if_error() {
+    let site = Site::new();
+    let origin = Origin::start();
+    let routes = "[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n";
+    let server = serve(
+        &site,
+        &origin,
+        routes,
+        "[cache]\ncache_status = true\nstale_if_error = 60\n",
+    );
+    assert_eq!(body(&get_with(&server, "/down/doc", "")), "doc v1");
+    std::thread::sleep(Duration::from_millis(1200));
+    let (status, cs, text) = cache_status(&server, "/down/doc", "");
+    assert_eq!((status, text.as_str()), (200, "doc v1"));
+    assert!(cs.starts_with("tessera; fwd=stale; ttl=-"), "{cs}");
+    let seen = origin.seen("/down/doc");
+    assert_eq!((seen.requests, seen.conditionals), (2, 1), "{seen:?}");
 }
 
 /// Concurrent requests for one expired object make one conditional request: one

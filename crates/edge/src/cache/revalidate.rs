@@ -106,4 +106,21 @@ mod tests {
         let aged = updated_fields(&stored, &fields(&[("age", "5")]));
         assert_eq!(aged.get(b"age"), Some(&b"5"[..]));
     }
+
+    #[test]
+    fn a_conditional_request_carries_the_stored_validators() {
+        let mut request = HeaderMap::new();
+        request.insert("accept", HeaderValue::from_static("text/html"));
+        let both = fields(&[
+            ("etag", "W/\"x\""),
+            ("last-modified", "Tue, 02 Jan 2024 03:04:05 GMT"),
+        ]);
+        let r = conditional_request(&request, &both);
+        assert_eq!(r["if-none-match"], "W/\"x\"");
+        assert_eq!(r["if-modified-since"], "Tue, 02 Jan 2024 03:04:05 GMT");
+        assert_eq!(r["accept"], "text/html");
+        let r = conditional_request(&request, &fields(&[("etag", "\"y\"")]));
+        assert!(!r.contains_key("if-modified-since"));
+        assert_eq!(r.len(), 2);
+    }
 }
