@@ -9,8 +9,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cache::Redis;
 use crate::cache_policy::{body, get_with};
-use crate::harness::{check_config_output, read_request_head, Server, Site};
+use crate::harness::{check_config_output, eventually, read_request_head, Server, Site};
 use crate::metrics::{admin_addr, admin_get, samples};
 
 /// What the origin saw and sent for one path.
@@ -453,6 +454,39 @@ fn concurrent_requests_for_an_expired_object_make_one_revalidation() {
     assert_eq!((revalidated, collapsed), (1, 3), "{all:?}");
     assert!(all.iter().all(|(_, b)| b == "doc v1"), "{all:?}");
     let seen = origin.seen("/slow/doc");
+    assert_eq!(
+        (seen.requests, seen.conditionals, seen.body_bytes),
+        (2, 1, 6),
+        "{seen:?}"
+    );
+}
+
+/// An expired object within `keep` that another process stored in the shared Redis tier
+/// is revalidated from its record: one conditional request, no body sent again.
+#[test]
+fn an_expired_redis_record_within_keep_is_revalidated() {
+    let redis = Redis::start();
+    let origin = Origin::start();
+    let routes = "[[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\nkeep = \"1h\"\n";
+    let tables = format!(
+        "[cache]\ncache_status = true\n[cache.redis]\nurl = \"{}\"\ntimeout = 5\n",
+        redis.url()
+    );
+    let (site_a, site_b) = (Site::new(), Site::new());
+    let a = serve(&site_a, &origin, routes, &tables);
+    let b = serve(&site_b, &origin, routes, &tables);
+    assert_eq!(body(&get_with(&a, "/shared", "")), "doc v1");
+    eventually("the Redis record", || {
+        redis.command(&["EXISTS", "tessera:test/shared"]).as_deref() == Some(":1")
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let (_, cs, text) = cache_status(&b, "/shared", "");
+    assert_eq!(text, "doc v1");
+    assert!(
+        cs.starts_with("tessera; fwd=stale; fwd-status=304;"),
+        "{cs}"
+    );
+    let seen = origin.seen("/shared");
     assert_eq!(
         (seen.requests, seen.conditionals, seen.body_bytes),
         (2, 1, 6),
