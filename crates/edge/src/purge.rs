@@ -16,8 +16,8 @@ impl Edge {
     /// `PURGE` (the URL, every variant; or with `Surrogate-Key` or `xkey`, every object
     /// with one of the keys listed, whatever the URL; marked stale instead of removed
     /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix; or with
-    /// `X-Ban-Url` or `X-Ban-Host`, every URL and host their expressions match): 200
-    /// when something was removed, 404 when nothing was cached, 403 for a client neither
+    /// `X-Ban-Url` or `X-Ban-Host`, every URL and host their expressions match, applied
+    /// lazily: always 200): 200 when something was removed, 404 when nothing was cached, 403 for a client neither
     /// on `purge_allow` nor holding the `purge_token`, 400 for an expression that does
     /// not compile.
     pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
@@ -49,9 +49,14 @@ impl Edge {
                 "PURGE" if !tags.is_empty() => cache.purge_keys(&tags, soft) > 0,
                 "PURGE" if soft => cache.soft_purge(key),
                 "PURGE" => cache.purge(key),
+                // Applied as objects are looked up (and by the lurker): whether any
+                // matches is not known now, so the ban itself is the success.
                 _ if ban_url.is_some() || ban_host.is_some() => {
                     match BanRule::new(ban_url, ban_host) {
-                        Ok(rule) => cache.ban_matching(rule) > 0,
+                        Ok(rule) => {
+                            cache.ban_matching(rule);
+                            true
+                        }
                         Err(e) => return refused(StatusCode::BAD_REQUEST, e),
                     }
                 }

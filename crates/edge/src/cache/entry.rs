@@ -46,6 +46,9 @@ pub(crate) struct Entry {
     pub(crate) forms: Arc<AtomicU64>,
     /// The key it is stored under in memory, once stored.
     pub(super) stored_as: std::sync::OnceLock<String>,
+    /// When it was put in memory (Unix ms; 0 before): a ban by expression made later
+    /// does not concern it.
+    pub(super) stored_ms: AtomicU64,
     /// Its surrogate keys, from the origin's `Surrogate-Key`, `Cache-Tag` and `xkey`
     /// fields (a `PURGE` with `Surrogate-Key` removes every object with one of them).
     pub(crate) keys: Box<[Box<str>]>,
@@ -185,6 +188,7 @@ impl Entry {
             variants: Arc::new(super::variants::Variants::counted_in(forms.clone())),
             forms,
             stored_as: std::sync::OnceLock::new(),
+            stored_ms: AtomicU64::new(0),
             keys,
             expose_keys: false,
         }
@@ -287,6 +291,7 @@ impl Entry {
         e.source = self.source.clone();
         e.weight = self.weight;
         e.expose_keys = self.expose_keys;
+        e.stored_ms = AtomicU64::new(self.stored_ms.load(Ordering::Acquire));
         e.born_ms = self.born_ms;
         e.fresh_ms = self.fresh_ms.min(now.saturating_sub(self.born_ms));
         (e.swr_ms, e.sie_ms, e.keep_ms) = (self.swr_ms, self.sie_ms, self.keep_ms);

@@ -151,6 +151,8 @@ pub struct Cache {
     generation: AtomicU64,
     /// Recent purges and bans (with Redis only), against records they did not remove.
     purges: Mutex<PurgeLog>,
+    /// Bans by expression not yet applied to every object older than them.
+    bans: super::ban_rule::BanList,
 }
 
 /// How many recent purges and bans are remembered (each a key or prefix and a time).
@@ -307,6 +309,7 @@ impl Cache {
             stale_served: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             purges: Mutex::new(PurgeLog::default()),
+            bans: Default::default(),
         }))
     }
 
@@ -381,6 +384,11 @@ impl Cache {
             Some(Slot::Pass(until)) => return (None, now < until),
             Some(Slot::Vary(..)) | None => return (None, false),
         };
+        // Bans by expression are tested when an object is next looked up (and by the
+        // lurker in the background): the usual case, no ban pending, is one load.
+        if self.bans.pending() && self.lazily_banned(&entry) {
+            return (None, false);
+        }
         ((!entry.useless(now)).then_some(entry), false)
     }
 
@@ -558,6 +566,7 @@ impl Cache {
     fn store(&self, key: String, entry: Arc<Entry>) {
         // An entry is stored under one key (a Redis copy is a new entry).
         let _ = entry.stored_as.set(key.clone());
+        entry.stored_ms.store(now_ms(), Ordering::Release);
         let weight = entry.weight_with_forms();
         self.mem.insert(key, Slot::Object(entry, weight));
     }
