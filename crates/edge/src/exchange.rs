@@ -62,6 +62,9 @@ pub(crate) enum CacheStatus {
     /// A stale object served (while it is refreshed, or because the origin failed);
     /// the milliseconds it has been stale.
     Stale(u64),
+    /// An expired object the origin confirmed with a 304 to a conditional request: served
+    /// refreshed; the milliseconds it is fresh for now.
+    Revalidated(u64),
     /// Another request's fetch of the key, waited on.
     Collapsed,
     /// Not found: forwarded; `true` once the response was stored.
@@ -74,10 +77,12 @@ pub(crate) enum CacheStatus {
 impl CacheStatus {
     /// A hit on `entry` at `now`: fresh, or stale.
     pub(crate) fn of(entry: &Entry, now: u64) -> CacheStatus {
+        // Fresh while `now < until`, as `Entry::is_fresh` decides.
         let until = entry.fresh_until();
-        match until.checked_sub(now) {
-            Some(left) => CacheStatus::Hit(left),
-            None => CacheStatus::Stale(now - until),
+        if now < until {
+            CacheStatus::Hit(until - now)
+        } else {
+            CacheStatus::Stale(now - until)
         }
     }
 
@@ -88,6 +93,7 @@ impl CacheStatus {
             CacheStatus::Unknown => return None,
             CacheStatus::Hit(_) => handler::CacheResult::Hit,
             CacheStatus::Stale(_) => handler::CacheResult::Stale,
+            CacheStatus::Revalidated(_) => handler::CacheResult::Revalidated,
             CacheStatus::Collapsed => handler::CacheResult::Collapsed,
             CacheStatus::Miss(_) => handler::CacheResult::Miss,
             CacheStatus::Bypass => handler::CacheResult::Pass,
@@ -95,7 +101,8 @@ impl CacheStatus {
     }
 
     /// The field's value, written into `out`: `tessera; hit; ttl=N`,
-    /// `tessera; fwd=miss; stored`, `tessera; fwd=stale; ttl=-N`, ... (`None` when
+    /// `tessera; fwd=miss; stored`, `tessera; fwd=stale; ttl=-N`,
+    /// `tessera; fwd=stale; fwd-status=304; ttl=N`, ... (`None` when
     /// unknown).
     pub(crate) fn write(self, out: &mut Vec<u8>) -> Option<()> {
         out.extend_from_slice(b"tessera; ");
@@ -108,6 +115,12 @@ impl CacheStatus {
             CacheStatus::Stale(ms) => {
                 out.extend_from_slice(b"fwd=stale; ttl=-");
                 wire::write_decimal(out, ms.div_ceil(1000));
+            }
+            // RFC 9211: forwarded because what the cache held was stale, and what the
+            // origin answered.
+            CacheStatus::Revalidated(ms) => {
+                out.extend_from_slice(b"fwd=stale; fwd-status=304; ttl=");
+                wire::write_decimal(out, ms / 1000);
             }
             CacheStatus::Collapsed => out.extend_from_slice(b"fwd=miss; collapsed"),
             CacheStatus::Miss(true) => out.extend_from_slice(b"fwd=miss; stored"),

@@ -235,6 +235,10 @@ pub(crate) struct Forwarded<'a> {
     /// Leave out the client's conditionals and Range (a cache fill asks for the whole
     /// object).
     pub(crate) whole: bool,
+    /// The fields of the stored object this request revalidates: its `ETag` goes as
+    /// If-None-Match and its `Last-Modified` as If-Modified-Since (RFC 9111 4.3.1), in
+    /// place of the client's conditionals (with `whole`).
+    pub(crate) revalidate: Option<&'a FieldList>,
     /// The Host sent when the client sent none (an HTTP/1.0 request): the upstream's
     /// name, as nginx sends `$proxy_host`. An HTTP/1.1 request must have one.
     pub(crate) host: &'a str,
@@ -305,6 +309,14 @@ impl Forwarded<'_> {
         });
         if self.identity {
             wire::write_field(buf, b"accept-encoding", b"identity");
+        }
+        if let Some(stored) = self.revalidate {
+            if let Some(tag) = stored.get(b"etag") {
+                wire::write_field(buf, b"if-none-match", tag);
+            }
+            if let Some(date) = stored.get(b"last-modified") {
+                wire::write_field(buf, b"if-modified-since", date);
+            }
         }
         if !h.contains_key(header::HOST) {
             wire::write_field(buf, b"host", self.host.as_bytes());
@@ -400,8 +412,24 @@ fn value_bytes(token: &str) -> bool {
         .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
-/// The fields of a response sent downstream: hop-by-hop fields and Surrogate-Control
-/// removed (it is addressed to surrogates, and we are the last one), Via appended.
+/// The fields an origin names an object's surrogate keys in: Fastly's `Surrogate-Key`
+/// (space separated), Cloudflare's `Cache-Tag` (comma separated) and Varnish xkey's
+/// `xkey`.
+pub(crate) const KEY_FIELDS: [&[u8]; 3] = [b"surrogate-key", b"cache-tag", b"xkey"];
+
+/// Puts the surrogate key fields of `upstream` back into `fields` (a route's
+/// `expose_keys`), after [`forward_response`] removed them.
+pub(crate) fn expose_keys(fields: &mut FieldList, upstream: &FieldList) {
+    for (name, value) in upstream.iter() {
+        if KEY_FIELDS.iter().any(|k| name.eq_ignore_ascii_case(k)) {
+            fields.append(name, value);
+        }
+    }
+}
+
+/// The fields of a response sent downstream: hop-by-hop fields, Surrogate-Control and
+/// the surrogate key fields ([`KEY_FIELDS`]) removed (they are addressed to surrogates,
+/// and we are the last one), Via appended.
 pub fn forward_response(upstream: &FieldList, version: Version, token: &str) -> FieldList {
     forward_response_owned(upstream.clone(), version, token)
 }
@@ -413,7 +441,10 @@ pub(crate) fn forward_response_owned(
     token: &str,
 ) -> FieldList {
     strip_hop_by_hop(&mut fields);
-    fields.remove(SURROGATE_CONTROL.as_str().as_bytes());
+    fields.retain(|name, _| {
+        !(name.eq_ignore_ascii_case(b"surrogate-control")
+            || KEY_FIELDS.iter().any(|k| name.eq_ignore_ascii_case(k)))
+    });
     if !value_bytes(token) {
         return fields;
     }
@@ -607,6 +638,7 @@ mod tests {
                 token: "tessera",
                 identity,
                 whole,
+                revalidate: None,
                 host: "app",
                 request_id: None,
             }

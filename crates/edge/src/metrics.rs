@@ -300,6 +300,7 @@ pub(crate) struct Tally {
     absorbed: [AtomicU64; ABSORBED.len()],
     stores: AtomicU64,
     passes: AtomicU64,
+    revalidations: AtomicU64,
     evictions: [AtomicU64; EVICTED.len()],
     /// PURGE and BAN requests answered.
     purges: AtomicU64,
@@ -340,6 +341,10 @@ pub(crate) fn stored() {
     mine(|t| bump(&t.stores, 1));
 }
 
+pub(crate) fn revalidated() {
+    mine(|t| bump(&t.revalidations, 1));
+}
+
 pub(crate) fn passed() {
     mine(|t| bump(&t.passes, 1));
 }
@@ -369,6 +374,13 @@ pub(crate) fn write_cache(out: &mut handler::Metrics) {
         "Objects stored in the memory cache (fetched from an origin or copied from Redis).",
         &[],
         sum(&|t| &t.stores),
+    );
+    out.counter(
+        "tessera_cache_revalidations_total",
+        "Expired objects the origin confirmed with a 304 to a conditional request \
+         (refreshed without their body being sent again).",
+        &[],
+        sum(&|t| &t.revalidations),
     );
     for (i, reason) in EVICTED.iter().enumerate() {
         out.counter(

@@ -270,13 +270,17 @@ impl Edge {
             };
         }
         let bypass = policy.as_ref().is_some_and(|p| p.bypasses(&req.headers));
+        let expose = policy.as_ref().is_some_and(|p| p.expose_keys);
         if !cache.enabled() || !matches!(req.method, Method::GET | Method::HEAD) || bypass {
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
-            return self.forward(req, &upstream, mode, authority, None).await;
+            return self
+                .forward(req, &upstream, mode, (authority, expose), None)
+                .await;
         }
         let field = |n: &str| req.headers.get(n).cloned();
         let found = lookup::memory(cache, &key, &field);
+        let now = now_ms();
         if let Memory::Fresh(e) | Memory::Stale(e, _) = &found {
             status.set(CacheStatus::of(e, now_ms()));
         }
@@ -284,19 +288,22 @@ impl Edge {
             Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
-                    let fill = (key, guard, policy);
+                    let validate = Some(e.clone()).filter(|e| e.may_revalidate(now));
+                    let fill = (key, guard, policy, validate);
                     self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 }
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
-            Memory::Miss(stale) => (stale, false),
-            Memory::Pass => (None, true),
+            Memory::Miss(stale, validate) => ((stale, validate), false),
+            Memory::Pass => ((None, None), true),
         };
         if freshness::request_no_store(&req.headers) {
             // Not to be stored, so neither a fill nor a flight for others to wait on.
             crate::metrics::passed();
             status.set(CacheStatus::Bypass);
-            return self.forward(req, &upstream, mode, authority, None).await;
+            return self
+                .forward(req, &upstream, mode, (authority, expose), None)
+                .await;
         }
         // A HEAD, or a GET for a key whose last response could not be stored: straight
         // to the origin, storing what comes back if it can be.
@@ -310,13 +317,14 @@ impl Edge {
             let store = Store {
                 key,
                 guard: None,
-                stale,
+                stale: stale.0,
+                validate: None,
                 refresh: false,
                 policy,
                 status: Some(status),
             };
             return self
-                .forward(req, &upstream, mode, authority, Some(store))
+                .forward(req, &upstream, mode, (authority, expose), Some(store))
                 .await;
         }
         let deadline = Instant::now() + upstream.response_timeout;
@@ -328,12 +336,13 @@ impl Edge {
             Flight::Joined(_) | Flight::Failed => CacheStatus::Collapsed,
             Flight::Fetch { .. } => CacheStatus::Miss(false),
         });
-        let (guard, stale) = match flight {
+        let (guard, stale, validate) = match flight {
             Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => {
                 return self.serve(e, &req, &authority, now_ms()).await
             }
             Flight::Refresh(e, guard) => {
-                let fill = (key, guard, policy);
+                let validate = Some(e.clone()).filter(|e| e.may_revalidate(now_ms()));
+                let fill = (key, guard, policy, validate);
                 self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 return self.serve(e, &req, &authority, now_ms()).await;
             }
@@ -344,17 +353,22 @@ impl Edge {
                     upstream: upstream.name.clone(),
                 }));
             }
-            Flight::Fetch { guard, stale } => (guard, stale),
+            Flight::Fetch {
+                guard,
+                stale,
+                validate,
+            } => (guard, stale, validate),
         };
         let store = Store {
             key,
             guard,
             stale,
+            validate,
             refresh: false,
             policy,
             status: Some(status),
         };
-        self.forward(req, &upstream, mode, authority, Some(store))
+        self.forward(req, &upstream, mode, (authority, expose), Some(store))
             .await
     }
 
@@ -366,9 +380,10 @@ impl Edge {
         upstream: &Rc<Upstream>,
         mode: EsiMode,
         authority: &Text,
-        (key, guard, policy): (Text, FlightGuard, Policy),
+        (key, guard, policy, validate): (Text, FlightGuard, Policy, Option<Arc<Entry>>),
     ) {
         let this = self.clone();
+        let expose = policy.as_ref().is_some_and(|p| p.expose_keys);
         let mut refresh = req.clone();
         refresh.method = Method::GET;
         refresh.notes = None;
@@ -378,54 +393,20 @@ impl Edge {
                 key,
                 guard: Some(guard),
                 stale: None,
+                validate,
                 refresh: true,
                 policy,
                 status: None,
             };
             let _ = this
-                .forward(refresh, &upstream, mode, authority, Some(store))
+                .forward(refresh, &upstream, mode, (authority, expose), Some(store))
                 .await;
         });
     }
 
-    /// `PURGE` (the URL, every variant) and `BAN` (every URL under the path prefix):
-    /// 200 when something was removed, 404 when nothing was cached, 403 for a client
-    /// neither on `purge_allow` nor holding the `purge_token`.
-    fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
-        let cache = &self.worker.cache;
-        let config = &cache.config;
-        let token_ok = !config.purge_token.is_empty()
-            && req
-                .headers
-                .get("x-purge-token")
-                .is_some_and(|v| constant_time_eq(v.as_bytes(), config.purge_token.as_bytes()));
-        let status = if !(config.purge_allow.contains(&req.client.addr) || token_ok) {
-            tracing::debug!(client = %req.client.addr, method = %req.method, "invalidation refused");
-            StatusCode::FORBIDDEN
-        } else {
-            let removed = if req.method.as_str() == "PURGE" {
-                cache.purge(key)
-            } else {
-                cache.ban(key) > 0
-            };
-            tracing::info!(client = %req.client.addr, method = %req.method, %key, removed, "cache invalidated");
-            if removed {
-                StatusCode::OK
-            } else {
-                StatusCode::NOT_FOUND
-            }
-        };
-        ProxyResponse {
-            status,
-            head_h1: None,
-            headers: FieldList::new(),
-            body: Body::ready(Vec::new()),
-        }
-    }
-
     /// Answers from a cached object: its headers as stored (with Age), its body shared
     /// with the writer, or its template assembled.
-    async fn serve(
+    pub(crate) async fn serve(
         &self,
         entry: Arc<Entry>,
         req: &ProxyRequest,
@@ -493,7 +474,7 @@ impl Edge {
         req: ProxyRequest,
         upstream: &Rc<Upstream>,
         mode: EsiMode,
-        authority: Text,
+        (authority, expose): (Text, bool),
         mut store: Option<Store<'_>>,
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
@@ -512,6 +493,9 @@ impl Edge {
                 // The response is to fill the cache for every client: ask for the whole
                 // object, not this client's 304 or 206 (the client gets the full 200).
                 whole: store.is_some(),
+                revalidate: store
+                    .as_ref()
+                    .and_then(|s| Some(&s.validate.as_ref()?.headers)),
                 host: &authority,
                 request_id: req.request_id,
             }),
@@ -546,6 +530,10 @@ impl Edge {
             }
         }
         let (mut parts, pooled) = sent?;
+        if let Some(s) = store.take_if(|s| s.validate.is_some() && parts.status.as_u16() == 304) {
+            // The origin confirmed the expired object: refreshed, not fetched again.
+            return self.revalidated(req, parts, pooled, s, authority).await;
+        }
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
         if req.method == Method::HEAD && is_esi(mode, &parts.headers, token) {
@@ -578,7 +566,7 @@ impl Edge {
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
             let mut stored = parts.headers.clone();
             headers::strip_hop_by_hop(&mut stored);
-            let entry = if esi {
+            let mut entry = if esi {
                 let (template, source) = crate::assembly::decode::read_template_with_source(
                     pooled,
                     crate::assembly::decode::coding(&parts.headers),
@@ -595,8 +583,11 @@ impl Edge {
             } else {
                 // Too large (or of unknown length) to buffer: passed through, not stored.
                 drop(s);
-                return self.answer(req, parts, pooled, esi, authority).await;
+                return self
+                    .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                    .await;
             };
+            entry.expose_keys = expose;
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
@@ -623,7 +614,8 @@ impl Edge {
         if let Some(s) = store.filter(|_| req.method == Method::GET && !authorized) {
             worker.cache.mark_pass(&s.key, now);
         }
-        self.answer(req, parts, pooled, esi, authority).await
+        self.answer_exposing(req, parts, pooled, (esi, expose), authority)
+            .await
     }
 
     /// Answers with an upstream response as it arrives: passed through, or assembled
@@ -810,18 +802,21 @@ pub(crate) fn opened_totals(config: &EdgeConfig) -> Arc<[Arc<AtomicU64>]> {
 }
 
 /// What [`Edge::forward`] does with a cacheable response.
-struct Store<'a> {
-    key: Text,
+pub(crate) struct Store<'a> {
+    pub(crate) key: Text,
     /// The flight to land, when this request leads one.
-    guard: Option<FlightGuard>,
+    pub(crate) guard: Option<FlightGuard>,
     /// Served if the origin fails.
-    stale: Option<Arc<Entry>>,
+    pub(crate) stale: Option<Arc<Entry>>,
+    /// The expired object this request revalidates: its validators go upstream as
+    /// conditionals, and a 304 refreshes it (`crate::revalidation`).
+    pub(crate) validate: Option<Arc<Entry>>,
     /// A background refresh: store, then answer nothing.
-    refresh: bool,
+    pub(crate) refresh: bool,
     /// The route's cache rules.
-    policy: Policy,
+    pub(crate) policy: Policy,
     /// Where the request's `Cache-Status` is kept (not for a background refresh).
-    status: Option<&'a Cell<CacheStatus>>,
+    pub(crate) status: Option<&'a Cell<CacheStatus>>,
 }
 
 /// A route's `[route.cache]` rules, when it has some.
@@ -855,8 +850,4 @@ fn origin_form(req: &ProxyRequest) -> Result<(), ProxyError> {
 /// `/path?query` with nothing in it that could end the request line early.
 pub(crate) fn is_origin_form(target: &str) -> bool {
     target.starts_with('/') && target.bytes().all(|b| b > b' ' && b != 0x7f)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -57,6 +57,7 @@ pub(crate) async fn upgrade(
             token,
             identity: false,
             whole: false,
+            revalidate: None,
             host: &upstream.name,
             request_id: req.request_id,
         }),

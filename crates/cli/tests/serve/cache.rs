@@ -599,7 +599,7 @@ impl Redis {
     }
 
     /// One command in RESP; the first line of the answer.
-    fn command(&self, args: &[&str]) -> Option<String> {
+    pub(crate) fn command(&self, args: &[&str]) -> Option<String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         let mut raw = format!("*{}\r\n", args.len());

@@ -228,7 +228,16 @@ fn check_config_names_the_route_cache_key() {
             "route[1].cache.grace",
             "is not a duration",
         ),
-        ("keep = \"1h\"", "route[1].cache.keep", "is not built yet"),
+        (
+            "keep = \"a while\"",
+            "route[1].cache.keep",
+            "is not a duration",
+        ),
+        (
+            "expose_keys = \"yes\"",
+            "expose_keys",
+            "invalid type: string \"yes\", expected a boolean",
+        ),
         (
             "key = { query = \"random\" }",
             "route[1].cache.key",

@@ -12,6 +12,7 @@ use http::header::HeaderMap;
 use tokio::sync::watch;
 
 use crate::cache::lookup::{self, Flight, Memory};
+use crate::cache::revalidate::{conditional_request, updated_fields};
 use crate::cache::{Entry, FlightGuard, Landing};
 use crate::clock::now_ms;
 use crate::config::EsiMode;
@@ -220,18 +221,18 @@ pub(crate) async fn fragment(
     target: FragmentTarget,
     deadline: Instant,
 ) -> FetchResult {
-    let mut stale = None;
+    let (mut stale, mut validate) = (None, None);
     if let Some(key) = &target.cache_key {
         let field = |n: &str| target.headers.get(n).cloned();
         match lookup::memory(&worker.cache, key, &field) {
             Memory::Fresh(e) => return Ok(e),
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
-                    refresh_in_background(worker, target.clone(), guard);
+                    refresh_in_background(worker, target.clone(), guard, e.clone());
                 }
                 return Ok(e);
             }
-            Memory::Miss(s) => stale = s,
+            Memory::Miss(s, v) => (stale, validate) = (s, v),
             Memory::Pass => stale = None,
         }
     }
@@ -250,7 +251,8 @@ pub(crate) async fn fragment(
             worker.fetches.set(worker.fetches.get() + 1);
             let worker = worker.clone();
             evloop::spawn_local(async move {
-                let result = fetch_cached(&worker, target, deadline, stale).await;
+                let kept = (stale, validate);
+                let result = fetch_cached(&worker, target, deadline, kept).await;
                 worker.inflight.borrow_mut().remove(&key);
                 let _ = tx.send(Some(result));
             });
@@ -266,29 +268,35 @@ pub(crate) async fn fragment(
 
 /// Fetches a cacheable fragment once for the whole process: joins another worker's
 /// fetch of the key, or leads one (Redis, then the origin) and stores the result.
-/// A failure is answered with `stale` when it may be served on error.
+/// A failure is answered with `stale` when it may be served on error; `validate` is an
+/// expired object to revalidate (`lookup::Memory::Miss`).
 async fn fetch_cached(
     worker: &Rc<Worker>,
     target: FragmentTarget,
     deadline: Instant,
-    stale: Option<Arc<Entry>>,
+    (stale, validate): (Option<Arc<Entry>>, Option<Arc<Entry>>),
 ) -> FetchResult {
     let Some(key) = target.cache_key.clone() else {
-        return fetch_now(worker, target, deadline).await;
+        return fetch_now(worker, target, deadline, None).await;
     };
     let cache = &worker.cache;
     let headers = target.headers.clone();
     let field = |n: &str| headers.get(n).cloned();
-    let (guard, stale) = match lookup::fly(cache, &key, &field, deadline, stale).await {
+    let flight = lookup::fly(cache, &key, &field, deadline, (stale, validate)).await;
+    let (guard, stale, validate) = match flight {
         Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => return Ok(e),
         Flight::Refresh(e, guard) => {
-            refresh_in_background(worker, target, guard);
+            refresh_in_background(worker, target, guard, e.clone());
             return Ok(e);
         }
         Flight::Failed => return Err(FetchFailed::Coalesced),
-        Flight::Fetch { guard, stale } => (guard, stale),
+        Flight::Fetch {
+            guard,
+            stale,
+            validate,
+        } => (guard, stale, validate),
     };
-    match fetch_now(worker, target, deadline).await {
+    match fetch_now(worker, target, deadline, validate.as_ref()).await {
         Ok(e) => {
             if e.storable() {
                 cache.insert(&key, &field, e.clone(), now_ms());
@@ -308,8 +316,14 @@ async fn fetch_cached(
 }
 
 /// Refetches a stale fragment as the flight leader (`guard`) while the stale one is
-/// served: stores it and lands it for the waiters.
-fn refresh_in_background(worker: &Rc<Worker>, target: FragmentTarget, guard: FlightGuard) {
+/// served (revalidating it when it has validators): stores it and lands it for the
+/// waiters.
+fn refresh_in_background(
+    worker: &Rc<Worker>,
+    target: FragmentTarget,
+    guard: FlightGuard,
+    stale: Arc<Entry>,
+) {
     let worker = worker.clone();
     let timeout = crate::config::secs(worker.config.esi.include_timeout);
     evloop::spawn_local(async move {
@@ -317,7 +331,9 @@ fn refresh_in_background(worker: &Rc<Worker>, target: FragmentTarget, guard: Fli
             return;
         };
         let headers = target.headers.clone();
-        match fetch_now(&worker, target, Instant::now() + timeout).await {
+        let validate = Some(stale).filter(|e| e.may_revalidate(now_ms()));
+        let deadline = Instant::now() + timeout;
+        match fetch_now(&worker, target, deadline, validate.as_ref()).await {
             Ok(e) if e.storable() => {
                 let field = |n: &str| headers.get(n).cloned();
                 worker.cache.insert(&key, &field, e.clone(), now_ms());
@@ -332,7 +348,14 @@ fn refresh_in_background(worker: &Rc<Worker>, target: FragmentTarget, guard: Fli
     });
 }
 
-async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -> FetchResult {
+/// Fetches a fragment from its source; with `validate`, a conditional request whose 304
+/// refreshes that object (docs/cache.md, "Revalidation").
+async fn fetch_now(
+    worker: &Worker,
+    target: FragmentTarget,
+    deadline: Instant,
+    validate: Option<&Arc<Entry>>,
+) -> FetchResult {
     let limit = worker.config.esi.max_fragment_size;
     let upstream = match target.source {
         Source::Static(path) => {
@@ -360,10 +383,11 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         return Err(FetchFailed::Status(400));
     }
     let authorized = target.headers.contains_key(http::header::AUTHORIZATION);
+    let conditional = validate.map(|e| conditional_request(&target.headers, &e.headers));
     let out = Outgoing {
         method: &http::Method::GET,
         target: &target.path_and_query,
-        fields: Fields::Plain(&target.headers),
+        fields: Fields::Plain(conditional.as_ref().unwrap_or(&target.headers)),
         body: &Bytes::new(),
         upgrade: None,
         notes: None,
@@ -373,6 +397,13 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         .await
         .map_err(FetchFailed::Upstream)?;
     let status = parts.status;
+    if let Some(stored) = validate.filter(|_| status == http::StatusCode::NOT_MODIFIED) {
+        // No body: the connection goes back to the pool.
+        let mut pooled = pooled;
+        let _ = pooled.take_whole();
+        let rules = (target.ttl, authorized);
+        return Ok(Arc::new(refreshed(worker, rules, stored, parts.headers)));
+    }
     let esi = is_esi(target.esi, &parts.headers, &worker.config.esi.device_token);
     if !status.is_success() {
         // The connection is not worth keeping for an error page's body.
@@ -422,6 +453,29 @@ async fn fetch_now(worker: &Worker, target: FragmentTarget, deadline: Instant) -
         freshness.as_ref(),
         now_ms(),
     )))
+}
+
+/// A stored fragment as its origin's 304 (`not_modified`, its fields) refreshed it: the
+/// 304's fields in place of the stored ones, its lifetime decided again (with the
+/// include's `ttl`; `authorized`: the request carried Authorization).
+fn refreshed(
+    worker: &Worker,
+    (ttl, authorized): (Option<std::time::Duration>, bool),
+    stored: &Entry,
+    mut not_modified: FieldList,
+) -> Entry {
+    headers::strip_hop_by_hop(&mut not_modified);
+    let fields = updated_fields(&stored.headers, &not_modified);
+    let freshness = crate::cache::freshness::decide(
+        stored.status,
+        &fields,
+        &worker.cache.rules(&worker.config.esi.device_token),
+        ttl,
+        authorized,
+        std::time::SystemTime::now(),
+    );
+    crate::metrics::revalidated();
+    stored.refreshed(fields, &freshness, now_ms())
 }
 
 /// Whether a response is to be processed as ESI, per the route's mode. A body in a

@@ -29,6 +29,8 @@ pub(crate) struct Entry {
     pub(super) fresh_ms: u64,
     pub(super) swr_ms: u64,
     pub(super) sie_ms: u64,
+    /// Kept this long after its stale windows, to be revalidated (only with validators).
+    pub(super) keep_ms: u64,
     pub(super) weight: u64,
     /// The fields sent downstream, made on the first hit.
     out: std::sync::OnceLock<FieldList>,
@@ -44,6 +46,34 @@ pub(crate) struct Entry {
     pub(crate) forms: Arc<AtomicU64>,
     /// The key it is stored under in memory, once stored.
     pub(super) stored_as: std::sync::OnceLock<String>,
+    /// When it was put in memory (Unix ms; 0 before): a ban by expression made later
+    /// does not concern it.
+    pub(super) stored_ms: AtomicU64,
+    /// Its surrogate keys, from the origin's `Surrogate-Key`, `Cache-Tag` and `xkey`
+    /// fields (a `PURGE` with `Surrogate-Key` removes every object with one of them).
+    pub(crate) keys: Box<[Box<str>]>,
+    /// Whether those fields reach the client (the route's `expose_keys`); they are
+    /// removed from what is sent otherwise.
+    pub(crate) expose_keys: bool,
+}
+
+/// The surrogate keys in `fields`' key fields (split at spaces and commas, each once).
+pub(crate) fn surrogate_keys(fields: &FieldList) -> Box<[Box<str>]> {
+    let mut keys: Vec<Box<str>> = Vec::new();
+    for name in crate::headers::KEY_FIELDS {
+        for value in fields.get_all(name) {
+            for key in value.split(|&b| b == b' ' || b == b',' || b == b'\t') {
+                if key.is_empty() {
+                    continue;
+                }
+                let key = String::from_utf8_lossy(key);
+                if !keys.iter().any(|k| **k == *key) {
+                    keys.push(key.into());
+                }
+            }
+        }
+    }
+    keys.into()
 }
 
 /// A page assembled from cached fragments, for a template whose evaluation does not
@@ -88,7 +118,11 @@ impl Entry {
 
     pub(crate) fn response_headers(&self, token: &str) -> &FieldList {
         self.out.get_or_init(|| {
-            let h = crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            let mut h =
+                crate::headers::forward_response(&self.headers, http::Version::HTTP_11, token);
+            if self.expose_keys {
+                crate::headers::expose_keys(&mut h, &self.headers);
+            }
             if self.template.is_some() {
                 crate::headers::page_headers(h)
             } else {
@@ -129,9 +163,11 @@ impl Entry {
             fresh: Duration::ZERO,
             stale_while_revalidate: Duration::ZERO,
             stale_if_error: Duration::ZERO,
+            keep: Duration::ZERO,
             age: Duration::ZERO,
         });
         let header_bytes: usize = headers.names_and_values_len() + 16 * headers.len();
+        let keys = surrogate_keys(&headers);
         let source_len: usize = source.iter().map(Bytes::len).sum();
         let forms = Arc::<AtomicU64>::default();
         Entry {
@@ -145,12 +181,16 @@ impl Entry {
             fresh_ms: ms(f.fresh),
             swr_ms: ms(f.stale_while_revalidate),
             sie_ms: ms(f.stale_if_error),
+            keep_ms: ms(f.keep),
             out: std::sync::OnceLock::new(),
             out_h1: std::sync::OnceLock::new(),
             memo: Mutex::new(None),
             variants: Arc::new(super::variants::Variants::counted_in(forms.clone())),
             forms,
             stored_as: std::sync::OnceLock::new(),
+            stored_ms: AtomicU64::new(0),
+            keys,
+            expose_keys: false,
         }
     }
 
@@ -189,27 +229,88 @@ impl Entry {
         now.saturating_sub(self.born_ms) < self.fresh_ms.saturating_add(self.sie_ms)
     }
 
+    /// Expired, and its validators (`ETag`, `Last-Modified`) can be sent back to the
+    /// origin in a conditional request (RFC 9111 4.3.1); usable while it is still held
+    /// (in a stale window or its `keep`).
+    pub(crate) fn may_revalidate(&self, now: u64) -> bool {
+        !self.is_fresh(now) && super::freshness::has_validators(&self.headers)
+    }
+
+    /// How long after its birth it is of any use: its lifetime, its stale windows and
+    /// its `keep` (ms).
+    fn useful_ms(&self) -> u64 {
+        self.fresh_ms
+            .saturating_add(self.swr_ms.max(self.sie_ms))
+            .saturating_add(self.keep_ms)
+    }
+
     pub(super) fn useless(&self, now: u64) -> bool {
-        now.saturating_sub(self.born_ms)
-            >= self.fresh_ms.saturating_add(self.swr_ms.max(self.sie_ms))
+        now.saturating_sub(self.born_ms) >= self.useful_ms()
     }
 
     /// Seconds Redis keeps it: as long as it can be of any use.
     pub(super) fn remaining_secs(&self, now: u64) -> u64 {
-        let end = self
-            .born_ms
-            .saturating_add(self.fresh_ms)
-            .saturating_add(self.swr_ms.max(self.sie_ms));
+        let end = self.born_ms.saturating_add(self.useful_ms());
         end.saturating_sub(now).div_ceil(1000).max(1)
+    }
+
+    /// This object as a 304 from the origin refreshed it (RFC 9111 4.3.4): the same
+    /// body or template, `headers` (the stored ones updated with the 304's), and the
+    /// lifetime `freshness` gives from `now`.
+    pub(crate) fn refreshed(&self, headers: FieldList, freshness: &Freshness, now: u64) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            headers,
+            self.body.clone(),
+            None,
+            Some(freshness),
+            now,
+        );
+        e.template = self.template.clone();
+        e.source = self.source.clone();
+        let source_len: usize = e.source.iter().map(Bytes::len).sum();
+        e.weight += source_len as u64;
+        e.expose_keys = self.expose_keys;
+        e
+    }
+
+    /// This object marked stale at `now` (a soft purge): no longer fresh, with its stale
+    /// windows and `keep` counted from now, so it is served within stale-while-revalidate
+    /// while one request refreshes it (or revalidated, within `keep`). One already stale
+    /// stays as it is.
+    pub(crate) fn expired_at(&self, now: u64) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            self.headers.clone(),
+            self.body.clone(),
+            None,
+            None,
+            0,
+        );
+        e.template = self.template.clone();
+        e.source = self.source.clone();
+        e.weight = self.weight;
+        e.expose_keys = self.expose_keys;
+        e.stored_ms = AtomicU64::new(self.stored_ms.load(Ordering::Acquire));
+        e.born_ms = self.born_ms;
+        e.fresh_ms = self.fresh_ms.min(now.saturating_sub(self.born_ms));
+        (e.swr_ms, e.sie_ms, e.keep_ms) = (self.swr_ms, self.sie_ms, self.keep_ms);
+        e
     }
 
     /// The shared tier's encoding: a versioned binary record.
     pub(super) fn encode(&self) -> Vec<u8> {
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
-        out.put_slice(b"TSC1");
-        out.put_u8(u8::from(self.template.is_some()));
+        out.put_slice(b"TSC2");
+        out.put_u8(u8::from(self.template.is_some()) | u8::from(self.expose_keys) << 1);
         out.put_u16(self.status.as_u16());
-        for v in [self.born_ms, self.fresh_ms, self.swr_ms, self.sie_ms] {
+        for v in [
+            self.born_ms,
+            self.fresh_ms,
+            self.swr_ms,
+            self.sie_ms,
+            self.keep_ms,
+        ] {
             out.put_u64(v);
         }
         out.put_u32(self.headers.len() as u32);
@@ -243,14 +344,21 @@ impl Entry {
         fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
             (b.remaining() >= n).then(|| b.split_to(n))
         }
-        if take(&mut b, 4)?.as_ref() != b"TSC1" || b.remaining() < 1 + 2 + 32 + 4 {
-            return None;
-        }
-        let is_template = match b.get_u8() {
-            0 => false,
-            1 => true,
+        // TSC1: records made before `keep` (no keep time); TSC2 has one, and its flags
+        // byte says `expose_keys` too.
+        let with_keep = match take(&mut b, 4)?.as_ref() {
+            b"TSC1" => false,
+            b"TSC2" => true,
             _ => return None,
         };
+        if b.remaining() < 1 + 2 + 32 + 8 * usize::from(with_keep) + 4 {
+            return None;
+        }
+        let flags = b.get_u8();
+        if flags > if with_keep { 3 } else { 1 } {
+            return None;
+        }
+        let (is_template, expose_keys) = (flags & 1 != 0, flags & 2 != 0);
         let status = StatusCode::from_u16(b.get_u16()).ok()?;
         if !super::freshness::status_cacheable(status) {
             return None;
@@ -259,9 +367,12 @@ impl Entry {
         let fresh_ms = b.get_u64();
         let swr_ms = b.get_u64();
         let sie_ms = b.get_u64();
+        let keep_ms = if with_keep { b.get_u64() } else { 0 };
         let longest = MAX_LIFETIME.as_millis() as u64;
         if born_ms > now.saturating_add(60_000)
-            || [fresh_ms, swr_ms, sie_ms].iter().any(|&t| t > longest)
+            || [fresh_ms, swr_ms, sie_ms, keep_ms]
+                .iter()
+                .any(|&t| t > longest)
         {
             return None;
         }
@@ -287,6 +398,10 @@ impl Entry {
                 return None;
             }
             headers.append_lowercase(&name, &value);
+        }
+        // The store keeps an object for revalidation only when it has validators.
+        if keep_ms > 0 && !super::freshness::has_validators(&headers) {
+            return None;
         }
         let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
         if n > max_object_size {
@@ -314,6 +429,8 @@ impl Entry {
         e.fresh_ms = fresh_ms;
         e.swr_ms = swr_ms;
         e.sie_ms = sie_ms;
+        e.keep_ms = keep_ms;
+        e.expose_keys = expose_keys;
         Some(e)
     }
 }

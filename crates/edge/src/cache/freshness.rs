@@ -29,6 +29,9 @@ pub(crate) struct Freshness {
     /// How long after that it may be served stale when the origin fails
     /// (`stale-if-error`, or Surrogate-Control's `+M`).
     pub stale_if_error: Duration,
+    /// How long after its stale windows it is kept to be revalidated with a
+    /// conditional request (a route's `keep`, for a response with validators).
+    pub keep: Duration,
     /// Seconds the response was already old when it arrived (its `Age`).
     pub age: Duration,
 }
@@ -49,6 +52,7 @@ const NOT_STORED: Freshness = Freshness {
     fresh: Duration::ZERO,
     stale_while_revalidate: Duration::ZERO,
     stale_if_error: Duration::ZERO,
+    keep: Duration::ZERO,
     age: Duration::ZERO,
 };
 
@@ -141,7 +145,13 @@ pub(crate) fn decide(
         None if revalidate => Duration::ZERO,
         None => rules.default_stale_if_error,
     };
-    if lifetime.is_zero() && swr.is_zero() && sie.is_zero() {
+    // Kept for revalidation only when there is something to revalidate with.
+    let keep = rules
+        .route
+        .and_then(|r| r.keep)
+        .filter(|_| has_validators(headers))
+        .unwrap_or(Duration::ZERO);
+    if lifetime.is_zero() && swr.is_zero() && sie.is_zero() && keep.is_zero() {
         return NOT_STORED;
     }
     Freshness {
@@ -149,8 +159,15 @@ pub(crate) fn decide(
         fresh: lifetime.min(MAX_LIFETIME),
         stale_while_revalidate: swr.min(MAX_LIFETIME),
         stale_if_error: sie.min(MAX_LIFETIME),
+        keep: keep.min(MAX_LIFETIME),
         age: age.min(MAX_LIFETIME),
     }
+}
+
+/// Whether a response carries a validator a conditional request can send back
+/// (`ETag` for If-None-Match, `Last-Modified` for If-Modified-Since).
+pub(crate) fn has_validators(headers: &FieldList) -> bool {
+    headers.contains(b"etag") || headers.contains(b"last-modified")
 }
 
 /// `Expires` minus `Date` (or now when there is no Date); an invalid Expires means
@@ -687,5 +704,38 @@ mod tests {
             decide_with(&over, 404, &[("cache-control", "max-age=7")]).fresh,
             s(7)
         );
+    }
+
+    #[test]
+    fn keep_holds_an_object_with_validators_for_revalidation() {
+        use crate::cache::policy::{RouteCacheConfig, RoutePolicy};
+        let c: RouteCacheConfig = toml::from_str("keep = \"1h\"").unwrap();
+        let p = RoutePolicy::build(&c, "route[0].cache").unwrap();
+        let rules = Rules {
+            route: Some(&p),
+            ..RULES
+        };
+        let decide_with = |fields: &[(&str, &str)]| {
+            decide(
+                StatusCode::OK,
+                &headers(fields),
+                &rules,
+                None,
+                false,
+                SystemTime::now(),
+            )
+        };
+        let f = decide_with(&[("cache-control", "max-age=5"), ("etag", "\"a\"")]);
+        assert_eq!((f.store, f.fresh, f.keep), (true, s(5), s(3600)));
+        let f = decide_with(&[("cache-control", "max-age=5"), ("last-modified", "x")]);
+        assert_eq!(f.keep, s(3600));
+        // Nothing to revalidate with: not kept.
+        assert_eq!(decide_with(&[("cache-control", "max-age=5")]).keep, s(0));
+        // Expired at once but with a validator: stored, to be revalidated when used.
+        let f = decide_with(&[("cache-control", "max-age=0"), ("etag", "\"a\"")]);
+        assert_eq!((f.store, f.fresh, f.keep), (true, s(0), s(3600)));
+        assert!(!decide_with(&[("cache-control", "max-age=0")]).store);
+        // Refusals still refuse.
+        assert!(!decide_with(&[("cache-control", "no-store"), ("etag", "\"a\"")]).store);
     }
 }

@@ -26,8 +26,10 @@ pub(crate) enum Memory {
     /// A stale object within its stale-while-revalidate window: serve it; when this
     /// request leads the key's flight, refresh it in the background with the guard.
     Stale(Arc<Entry>, Option<FlightGuard>),
-    /// Nothing usable; the stale object that may be served if the origin fails, if any.
-    Miss(Option<Arc<Entry>>),
+    /// Nothing usable; the stale object that may be served if the origin fails, if any,
+    /// and the expired object to revalidate with a conditional request, if it has
+    /// validators (within its stale windows or its `keep`).
+    Miss(Option<Arc<Entry>>, Option<Arc<Entry>>),
     /// Nothing, and the key's last response could not be stored (see `Cache::mark_pass`).
     Pass,
 }
@@ -47,10 +49,12 @@ pub(crate) enum Flight {
     /// in the background as the flight's leader.
     Refresh(Arc<Entry>, FlightGuard),
     /// Fetch from the origin: store and land `guard` (when leading) with the result, or
-    /// on failure land it failed and serve `stale` if there is one.
+    /// on failure land it failed and serve `stale` if there is one. With `validate`, the
+    /// fetch is a conditional request whose 304 refreshes that object.
     Fetch {
         guard: Option<FlightGuard>,
         stale: Option<Arc<Entry>>,
+        validate: Option<Arc<Entry>>,
     },
 }
 
@@ -73,19 +77,23 @@ pub(crate) fn memory(cache: &Cache, key: &str, field: Field<'_>) -> Memory {
         // Counted once the rest of the lookup is decided (`fly`): a `miss`, or a
         // `pass` when the response may not be stored.
         None if passes => Memory::Pass,
-        found => Memory::Miss(found.filter(|e| e.may_serve_on_error(now))),
+        found => {
+            let validate = found.clone().filter(|e| e.may_revalidate(now));
+            Memory::Miss(found.filter(|e| e.may_serve_on_error(now)), validate)
+        }
     }
 }
 
 /// After a memory miss: joins the key's flight or leads it, and as its leader asks
 /// Redis. A Redis record is a hit only while fresh; a stale one is served like a
-/// stale memory object (refreshed), or kept as the stale-if-error fallback.
+/// stale memory object (refreshed), or kept as the stale-if-error fallback and to
+/// revalidate. `stale` and `validate` are the memory tier's ([`Memory::Miss`]).
 pub(crate) async fn fly(
     cache: &Cache,
     key: &str,
     field: Field<'_>,
     deadline: Instant,
-    mut stale: Option<Arc<Entry>>,
+    (mut stale, mut validate): (Option<Arc<Entry>>, Option<Arc<Entry>>),
 ) -> Flight {
     let guard = match cache.join(key) {
         Join::Lead(g) => g,
@@ -95,7 +103,11 @@ pub(crate) async fn fly(
                 Landing::Stored(e) => match cache.landed_for(key, e, field) {
                     Some(e) => Flight::Joined(e),
                     // Another variant: fetch our own.
-                    None => Flight::Fetch { guard: None, stale },
+                    None => Flight::Fetch {
+                        guard: None,
+                        stale,
+                        validate,
+                    },
                 },
                 Landing::Failed => match stale {
                     Some(s) => {
@@ -105,7 +117,11 @@ pub(crate) async fn fly(
                     None => Flight::Failed,
                 },
                 // Not storable, or the leader went away: fetch our own.
-                Landing::NotStored => Flight::Fetch { guard: None, stale },
+                Landing::NotStored => Flight::Fetch {
+                    guard: None,
+                    stale,
+                    validate,
+                },
             };
         }
     };
@@ -121,12 +137,16 @@ pub(crate) async fn fly(
             Flight::Refresh(e, guard)
         }
         found => {
-            if let Some(e) = found.filter(|e| e.may_serve_on_error(now)) {
+            if let Some(e) = found.clone().filter(|e| e.may_serve_on_error(now)) {
                 stale = Some(e);
+            }
+            if let Some(e) = found.filter(|e| e.may_revalidate(now)) {
+                validate = Some(e);
             }
             Flight::Fetch {
                 guard: Some(guard),
                 stale,
+                validate,
             }
         }
     }

@@ -151,6 +151,8 @@ pub struct Cache {
     generation: AtomicU64,
     /// Recent purges and bans (with Redis only), against records they did not remove.
     purges: Mutex<PurgeLog>,
+    /// Bans by expression not yet applied to every object older than them.
+    bans: super::ban_rule::BanList,
 }
 
 /// How many recent purges and bans are remembered (each a key or prefix and a time).
@@ -166,11 +168,21 @@ struct PurgeLog {
     order: std::collections::VecDeque<(u64, Purged)>,
     keys: HashMap<String, u64>,
     prefixes: HashMap<String, u64>,
+    /// Surrogate keys purged.
+    tags: HashMap<String, u64>,
+    /// Bans by regular expression, the last [`BAN_LOG_LEN`], oldest first.
+    bans: std::collections::VecDeque<(u64, Arc<super::ban_rule::BanRule>)>,
 }
+
+/// How many recent bans by regular expression are remembered against Redis records
+/// (each is tested against every record read back from Redis, so fewer than purges).
+const BAN_LOG_LEN: usize = 1_000;
 
 enum Purged {
     Key(String),
     Prefix(String),
+    /// A surrogate key.
+    Tag(String),
 }
 
 impl PurgeLog {
@@ -189,6 +201,7 @@ impl PurgeLog {
         match &purged {
             Purged::Key(k) => self.keys.insert(k.clone(), now),
             Purged::Prefix(p) => self.prefixes.insert(p.clone(), now),
+            Purged::Tag(t) => self.tags.insert(t.clone(), now),
         };
         self.order.push_back((now, purged));
         while self.order.len() > PURGE_LOG_LEN {
@@ -204,10 +217,40 @@ impl PurgeLog {
         let (map, name) = match &purged {
             Purged::Key(k) => (&mut self.keys, k),
             Purged::Prefix(p) => (&mut self.prefixes, p),
+            Purged::Tag(t) => (&mut self.tags, t),
         };
         if map.get(name) == Some(&t) {
             map.remove(name);
         }
+    }
+
+    fn record_ban(&mut self, rule: Arc<super::ban_rule::BanRule>, now: u64) {
+        while self.bans.len() >= BAN_LOG_LEN
+            || self
+                .bans
+                .front()
+                .is_some_and(|(t, _)| t.saturating_add(Self::longest_record_ms()) < now)
+        {
+            self.bans.pop_front();
+        }
+        self.bans.push_back((now, rule));
+    }
+
+    /// When `key` was last banned by a regular expression that matches it.
+    fn regex_banned_at(&self, key: &str) -> Option<u64> {
+        self.bans
+            .iter()
+            .rev()
+            .find(|(_, rule)| rule.matches(key))
+            .map(|(t, _)| *t)
+    }
+
+    /// When an object with these surrogate keys was last purged by one of them.
+    fn tag_purged_at(&self, tags: &[Box<str>]) -> Option<u64> {
+        tags.iter()
+            .filter_map(|t| self.tags.get(&**t))
+            .copied()
+            .max()
     }
 
     /// When `key` was last purged or banned (by a prefix of it), if remembered.
@@ -266,6 +309,7 @@ impl Cache {
             stale_served: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             purges: Mutex::new(PurgeLog::default()),
+            bans: Default::default(),
         }))
     }
 
@@ -340,6 +384,11 @@ impl Cache {
             Some(Slot::Pass(until)) => return (None, now < until),
             Some(Slot::Vary(..)) | None => return (None, false),
         };
+        // Bans by expression are tested when an object is next looked up (and by the
+        // lurker in the background): the usual case, no ban pending, is one load.
+        if self.bans.pending() && self.lazily_banned(&entry) {
+            return (None, false);
+        }
         ((!entry.useless(now)).then_some(entry), false)
     }
 
@@ -430,11 +479,12 @@ impl Cache {
             tracing::debug!(%object_key, "redis record refused");
             return None;
         };
-        let purged = self
-            .purges
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .purged_at(key);
+        let purged = {
+            let log = self.purges.lock().unwrap_or_else(|e| e.into_inner());
+            log.purged_at(key)
+                .max(log.tag_purged_at(&entry.keys))
+                .max(log.regex_banned_at(&object_key))
+        };
         if purged.is_some_and(|t| entry.born_ms <= t) {
             // Made before a purge that did not reach Redis.
             shared.count_rejected();
@@ -516,6 +566,7 @@ impl Cache {
     fn store(&self, key: String, entry: Arc<Entry>) {
         // An entry is stored under one key (a Redis copy is a new entry).
         let _ = entry.stored_as.set(key.clone());
+        entry.stored_ms.store(now_ms(), Ordering::Release);
         let weight = entry.weight_with_forms();
         self.mem.insert(key, Slot::Object(entry, weight));
     }
@@ -656,5 +707,7 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
     k
 }
 
+mod bans;
+mod by_keys;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 //! `variants`), and the freshness rules that decide what is stored and for how long
 //! (`freshness`), and its settings (`config`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
 
+pub(crate) mod ban_rule;
 pub(crate) mod config;
 pub(crate) mod entry;
 pub(crate) mod flight;
@@ -12,6 +13,7 @@ pub(crate) mod key_rule;
 pub(crate) mod lookup;
 pub(crate) mod memory;
 pub(crate) mod policy;
+pub(crate) mod revalidate;
 pub(crate) mod shared_tier;
 pub(crate) mod variants;
 

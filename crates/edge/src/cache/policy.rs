@@ -30,8 +30,9 @@ pub struct RouteCacheConfig {
     /// `stale_while_revalidate`. With `mode = "override"` it replaces the origin's own
     /// `stale-while-revalidate` too. Default: `[cache]`'s.
     pub grace: Option<String>,
-    /// How long an expired object with validators is kept for revalidation. Not built
-    /// yet: refused.
+    /// How long an expired object with validators (`ETag`, `Last-Modified`) is kept,
+    /// after its stale windows, to be revalidated with a conditional request (Varnish's
+    /// `beresp.keep`). Default: none (an object past its windows is dropped).
     pub keep: Option<String>,
     /// Lifetimes of server errors: `{ "503" = "5s" }` (statuses 500 to 599), stored like
     /// `ttl`'s (and following `mode`) when no stale object may be served instead.
@@ -43,8 +44,9 @@ pub struct RouteCacheConfig {
     /// `"as_sent"`, the default), `drop_query` (names or globs with `*`), `headers` and
     /// `cookies` (their values added). Default none: host, path and query as sent.
     pub key: Option<KeyRules>,
-    /// Whether surrogate keys reach the client. Not built yet: refused.
-    pub expose_keys: Option<bool>,
+    /// Whether the origin's surrogate key fields (`Surrogate-Key`, `Cache-Tag`, `xkey`)
+    /// reach the client. Default false: they are for this cache, and removed.
+    pub expose_keys: bool,
 }
 
 /// When a route's `ttl` applies.
@@ -74,6 +76,10 @@ pub(crate) struct RoutePolicy {
     ttl: Vec<(u16, Duration)>,
     pub(crate) mode: TtlMode,
     pub(crate) grace: Option<Duration>,
+    /// How long an expired object with validators is kept for revalidation (`keep`).
+    pub(crate) keep: Option<Duration>,
+    /// Whether the surrogate key fields reach the client (`expose_keys`).
+    pub(crate) expose_keys: bool,
     bypass_cookie: Option<String>,
     bypass_header: Option<HeaderName>,
     /// The key rule (`key`), when the route has one.
@@ -133,26 +139,17 @@ impl RoutePolicy {
             ttl.push((code, d));
         }
         ttl.sort_unstable_by_key(|&(status, _)| status);
-        let grace = match &config.grace {
-            None => None,
-            Some(g) => match parse_duration(g) {
-                None => {
-                    return bad(
-                        "grace",
-                        format!("{g:?} is not a duration (30s, 5m, 1h, 1d)"),
-                    )
-                }
-                some => some,
+        let duration = |key: &str, value: &Option<String>| match value {
+            None => Ok(None),
+            Some(v) => match parse_duration(v) {
+                None => Err(ConfigError::Invalid(format!(
+                    "`{at}.{key}`: {v:?} is not a duration (30s, 5m, 1h, 1d)"
+                ))),
+                some => Ok(some),
             },
         };
-        let later =
-            "is not built yet (issue 45: revalidation, key rules and surrogate keys come later)";
-        if config.keep.is_some() {
-            return bad("keep", later.into());
-        }
-        if config.expose_keys.is_some() {
-            return bad("expose_keys", later.into());
-        }
+        let grace = duration("grace", &config.grace)?;
+        let keep = duration("keep", &config.keep)?;
         let bypass_cookie = match &config.bypass.cookie {
             Some(c) if c.is_empty() || c.contains([';', '=', ' ', ',']) => {
                 return bad("bypass.cookie", format!("{c:?} is not a cookie name"));
@@ -175,6 +172,8 @@ impl RoutePolicy {
             ttl,
             mode: config.mode,
             grace,
+            keep,
+            expose_keys: config.expose_keys,
             bypass_cookie,
             bypass_header,
         })
@@ -292,7 +291,10 @@ mod tests {
                 "cache_errors = { \"404\" = \"1m\" }",
                 "`route[0].cache.cache_errors`: \"404\"",
             ),
-            ("keep = \"1h\"", "`route[0].cache.keep`: is not built yet"),
+            (
+                "keep = \"later\"",
+                "`route[0].cache.keep`: \"later\" is not",
+            ),
             (
                 "bypass = { header = \"a b\" }",
                 "`route[0].cache.bypass.header`",

@@ -286,6 +286,25 @@ fn decode_refuses_records_the_store_would_not_make() {
             "{times:?}"
         );
     }
+    // Kept for revalidation: with a validator only.
+    let kept = |header: (&str, &str)| {
+        let mut e = Entry::new(
+            StatusCode::OK,
+            FieldList::new(),
+            Bytes::new(),
+            None,
+            None,
+            0,
+        );
+        e.headers.insert(header.0.as_bytes(), header.1.as_bytes());
+        (e.born_ms, e.fresh_ms, e.keep_ms) = (now, 1000, 60_000);
+        Bytes::from(e.encode())
+    };
+    let back = decode(kept(("etag", "\"a\""))).unwrap();
+    assert_eq!(back.keep_ms, 60_000);
+    assert!(!back.useless(now + 30_000) && back.may_revalidate(now + 30_000));
+    assert!(back.useless(now + 61_000));
+    assert!(decode(kept(("content-type", "t"))).is_none());
     // Hop-by-hop fields.
     assert!(decode(record(200, ok, ("transfer-encoding", "chunked"), b"x")).is_none());
     assert!(decode(record(200, ok, ("connection", "close"), b"x")).is_none());
@@ -405,4 +424,101 @@ fn a_form_that_would_weigh_its_object_past_its_shard_is_not_kept() {
     );
     let s = cache.stats();
     assert!(s.weight <= s.capacity / 4, "{s:?}");
+}
+
+/// An object with `fields` (a lifetime of 60 s and a grace of 60 s).
+fn tagged(body: &str, fields: &[(&str, &str)], now: u64) -> Arc<Entry> {
+    let mut h = FieldList::new();
+    h.insert(b"cache-control", b"max-age=60, stale-while-revalidate=60");
+    for (n, v) in fields {
+        h.append(n.as_bytes(), v.as_bytes());
+    }
+    let rules = Cache::new(&CacheConfig::default())
+        .unwrap()
+        .rules("tessera");
+    let f =
+        crate::cache::freshness::decide(StatusCode::OK, &h, &rules, None, false, SystemTime::now());
+    Arc::new(Entry::new(
+        StatusCode::OK,
+        h,
+        Bytes::from(body.to_string()),
+        None,
+        Some(&f),
+        now,
+    ))
+}
+
+#[test]
+fn surrogate_keys_from_each_field_once() {
+    let e = tagged(
+        "x",
+        &[
+            ("Surrogate-Key", "a  b"),
+            ("cache-tag", "b,c, d"),
+            ("xkey", "e"),
+            ("xkey", "a"),
+        ],
+        now_ms(),
+    );
+    let keys: Vec<&str> = e.keys.iter().map(|k| &**k).collect();
+    assert_eq!(keys, ["a", "b", "c", "d", "e"]);
+    // Kept with the object, not sent downstream unless exposed.
+    assert!(e.headers.contains(b"cache-tag"));
+    assert!(!e.response_headers("tessera").contains(b"cache-tag"));
+    let mut exposed = Entry::decode(Bytes::from(e.encode()), 1 << 20, now_ms()).unwrap();
+    assert!(!exposed.expose_keys);
+    exposed.expose_keys = true;
+    let back = Entry::decode(Bytes::from(exposed.encode()), 1 << 20, now_ms()).unwrap();
+    assert!(back.expose_keys && back.keys == e.keys);
+    assert_eq!(
+        back.response_headers("tessera").get(b"cache-tag"),
+        Some(&b"b,c, d"[..])
+    );
+}
+
+#[test]
+fn purge_by_key_removes_and_soft_purge_marks_stale() {
+    let cache = Cache::new(&CacheConfig::default()).unwrap();
+    let now = now_ms();
+    let none = fields(&[]);
+    for (path, keys) in [("/a", "x y"), ("/b", "y"), ("/c", "z")] {
+        let e = tagged(path, &[("surrogate-key", keys)], now);
+        cache.insert(&key("h", path), &none, e, now);
+    }
+    let generation = cache.generation();
+    assert_eq!(cache.purge_keys(&["x", "nothing"], false), 1);
+    assert!(
+        cache.generation() > generation,
+        "memoized pages are checked again"
+    );
+    assert!(cache.lookup(&key("h", "/a"), &none, now).is_none());
+    assert!(cache.lookup(&key("h", "/b"), &none, now).is_some());
+    // Soft: still there, no longer fresh, within its grace.
+    assert_eq!(cache.purge_keys(&["y", "z"], true), 2);
+    let later = now_ms();
+    for path in ["/b", "/c"] {
+        let e = cache.lookup(&key("h", path), &none, later).unwrap();
+        assert!(
+            !e.is_fresh(later) && e.may_revalidate_stale(later),
+            "{path}"
+        );
+        assert_eq!(&e.body[..], path.as_bytes());
+    }
+    // A URL's soft purge; nothing to mark: false.
+    let e = tagged("/d", &[], now);
+    cache.insert(&key("h", "/d"), &none, e, now);
+    assert!(cache.soft_purge(&key("h", "/d")));
+    let e = cache.lookup(&key("h", "/d"), &none, now_ms()).unwrap();
+    assert!(!e.is_fresh(now_ms()) && e.may_revalidate_stale(now_ms()));
+    assert!(!cache.soft_purge(&key("h", "/none")));
+    assert_eq!(cache.purge_keys(&["absent"], false), 0);
+}
+
+#[test]
+fn purge_log_refuses_records_made_before_a_key_purge() {
+    let mut log = PurgeLog::default();
+    log.record(Purged::Tag("k".into()), 100);
+    let keys: Box<[Box<str>]> = vec!["j".into(), "k".into()].into();
+    assert_eq!(log.tag_purged_at(&keys), Some(100));
+    assert_eq!(log.tag_purged_at(&keys[..1]), None);
 }

@@ -1,0 +1,95 @@
+//! Invalidation requests: `PURGE` of one URL or of the objects with some surrogate keys
+//! (`Surrogate-Key: k1 k2`, or xkey's `xkey`), soft with `Fastly-Soft-Purge: 1`, and
+//! `BAN` of a prefix or, with `X-Ban-Url` and `X-Ban-Host`, of the URLs and hosts
+//! regular expressions match (docs/cache.md, "Purging"), allowed to the addresses of
+//! `purge_allow` and to holders of `purge_token`.
+
+use handler::FieldList;
+use http::StatusCode;
+
+use crate::body::Body;
+use crate::cache::ban_rule::BanRule;
+use crate::exchange::{ProxyRequest, ProxyResponse};
+use crate::proxy::Edge;
+
+impl Edge {
+    /// `PURGE` (the URL, every variant; or with `Surrogate-Key` or `xkey`, every object
+    /// with one of the keys listed, whatever the URL; marked stale instead of removed
+    /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix; or with
+    /// `X-Ban-Url` or `X-Ban-Host`, every URL and host their expressions match, applied
+    /// lazily: always 200): 200 when something was removed, 404 when nothing was cached, 403 for a client neither
+    /// on `purge_allow` nor holding the `purge_token`, 400 for an expression that does
+    /// not compile.
+    pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
+        let cache = &self.worker.cache;
+        let config = &cache.config;
+        let token_ok = !config.purge_token.is_empty()
+            && req
+                .headers
+                .get("x-purge-token")
+                .is_some_and(|v| constant_time_eq(v.as_bytes(), config.purge_token.as_bytes()));
+        let status = if !(config.purge_allow.contains(&req.client.addr) || token_ok) {
+            tracing::debug!(client = %req.client.addr, method = %req.method, "invalidation refused");
+            StatusCode::FORBIDDEN
+        } else {
+            let soft = req
+                .headers
+                .get("fastly-soft-purge")
+                .is_some_and(|v| v.as_bytes() == b"1");
+            let tags: Vec<&str> = ["surrogate-key", "xkey"]
+                .iter()
+                .flat_map(|name| req.headers.get_all(*name))
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split([' ', ',', '\t']))
+                .filter(|k| !k.is_empty())
+                .collect();
+            let field = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+            let (ban_url, ban_host) = (field("x-ban-url"), field("x-ban-host"));
+            let removed = match req.method.as_str() {
+                "PURGE" if !tags.is_empty() => cache.purge_keys(&tags, soft) > 0,
+                "PURGE" if soft => cache.soft_purge(key),
+                "PURGE" => cache.purge(key),
+                // Applied as objects are looked up (and by the lurker): whether any
+                // matches is not known now, so the ban itself is the success.
+                _ if ban_url.is_some() || ban_host.is_some() => {
+                    match BanRule::new(ban_url, ban_host) {
+                        Ok(rule) => {
+                            cache.ban_matching(rule);
+                            true
+                        }
+                        Err(e) => return refused(StatusCode::BAD_REQUEST, e),
+                    }
+                }
+                _ => cache.ban(key) > 0,
+            };
+            tracing::info!(client = %req.client.addr, method = %req.method, %key, ?tags, soft, removed, "cache invalidated");
+            if removed {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            }
+        };
+        ProxyResponse {
+            status,
+            head_h1: None,
+            headers: FieldList::new(),
+            body: Body::ready(Vec::new()),
+        }
+    }
+}
+
+/// An answer saying why the request was not carried out.
+fn refused(status: StatusCode, why: String) -> ProxyResponse {
+    let mut headers = FieldList::new();
+    headers.append(b"content-type", b"text/plain; charset=utf-8");
+    ProxyResponse {
+        status,
+        head_h1: None,
+        headers,
+        body: Body::ready(vec![bytes::Bytes::from(why + "\n")]),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
