@@ -14,14 +14,15 @@
 # change is measured before and after in the same run.
 #
 # usage: bench/peers.sh [ROUNDS] [SECONDS] [keepalive|close]
-#        (defaults: 5 rounds of 5 s per server, keepalive)
+#        (defaults: 5 rounds of 5 s per server, keepalive; env FILES="12b.txt" to run
+#        fewer of the keep-alive files, BASE_BIN as above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-5}
 MODE=${3:-keepalive}
 case $MODE in
-    keepalive) CONNECTIONS=100; FILES="12b.txt 64k.bin 1m.bin"; WRK_ARGS=() ;;
+    keepalive) CONNECTIONS=100; FILES=${FILES:-12b.txt 64k.bin 1m.bin}; WRK_ARGS=() ;;
     close) CONNECTIONS=50; FILES="12b.txt"; WRK_ARGS=(-H 'Connection: close') ;;
     *) echo "unknown mode $MODE (keepalive or close)" >&2; exit 2 ;;
 esac
@@ -71,16 +72,17 @@ tessera_port=$(free_port)
 taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_port" --workers 1 2>"$work/tessera.log" &
 pids+=($!); tessera_pid=$!
 
-# --- in mode close, the floor (bench/floor.c): a C epoll server that accepts, reads the
-# request, sends a fixed 12-byte response with the FIN and closes, nothing else; what a
-# server costs above it is its own work.
-floor_pid=""
+# --- the floor (bench/floor.c), for the 12-byte file: a C epoll server that reads a
+# request and sends a fixed 12-byte response with one recv and one send (in mode close,
+# with the FIN, then closes), nothing else; what a server costs above it is its own work.
+cc -O2 -o "$work/floor" bench/floor.c
+floor_port=$(free_port)
 if [ "$MODE" = close ]; then
-    cc -O2 -o "$work/floor" bench/floor.c
-    floor_port=$(free_port)
     taskset -c $SERVER_CPU "$work/floor" "$floor_port" 12 close &
-    pids+=($!); floor_pid=$!
+else
+    taskset -c $SERVER_CPU "$work/floor" "$floor_port" 12 &
 fi
+pids+=($!); floor_pid=$!
 
 # --- h2o, the fastest static server packaged here, when installed: one thread.
 h2o_pid=""
@@ -126,15 +128,17 @@ echo "# $(date -u +%F) $(nproc) cores, $(uname -r); mode $MODE; server on core $
 printf '%-8s %-8s %12s %12s\n' file server "requests/s" "cpu us/req"
 for file in $FILES; do
     declare -A rps_runs=() cpu_runs=()
+    here=$servers
+    [ "$file" = 12b.txt ] || here=${servers% floor}
     for _ in $(seq "$ROUNDS"); do
-        for s in $servers; do
+        for s in $here; do
             read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/$file" $LOAD_CPU $CONNECTIONS "$SECONDS_PER_RUN" "${WRK_ARGS[@]}")
             rps_runs[$s]+="$rps "
             cpu_runs[$s]+="$cpu "
         done
     done
     declare -A rps_med=() cpu_med=()
-    for s in $servers; do
+    for s in $here; do
         rps_med[$s]=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
         cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
         printf '%-8s %-8s %12.0f %12.2f   (runs: %s)\n' "$file" "$s" "${rps_med[$s]}" "${cpu_med[$s]}" "${rps_runs[$s]% }"
@@ -147,8 +151,8 @@ for file in $FILES; do
             'BEGIN { printf "%-8s tessera/%s: cpu per request x%.2f (%s/tessera)\n", f, s, o / tc, s }'
     done
     if [ -n "${cpu_med[floor]:-}" ]; then
-        awk -v fl="${cpu_med[floor]}" -v tc="${cpu_med[tessera]}" -v nc="${cpu_med[nginx]}" -v hc="${cpu_med[h2o]:-0}" -v f="$file" \
-            'BEGIN { printf "%-8s in floors (%.2f us): nginx %.2f, tessera %.2f%s; 1.2x cheaper than nginx would be %.2f floors\n", f, fl, nc / fl, tc / fl, (hc > 0 ? sprintf(", h2o %.2f", hc / fl) : ""), nc / fl / 1.2 }'
+        awk -v fl="${cpu_med[floor]}" -v tc="${cpu_med[tessera]}" -v nc="${cpu_med[nginx]}" -v hc="${cpu_med[h2o]:-0}" -v bc="${cpu_med[base]:-0}" -v f="$file" \
+            'BEGIN { printf "%-8s in floors (%.2f us): nginx %.2f, tessera %.2f%s%s; 1.2x cheaper than nginx would be %.2f floors\n", f, fl, nc / fl, tc / fl, (hc > 0 ? sprintf(", h2o %.2f", hc / fl) : ""), (bc > 0 ? sprintf(", base %.2f", bc / fl) : ""), nc / fl / 1.2 }'
     fi
     unset rps_runs cpu_runs rps_med cpu_med
 done
