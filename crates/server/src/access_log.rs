@@ -59,6 +59,9 @@ enum Item {
     /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
     /// before it was routed).
     RequestId,
+    /// `%{traceparent}x`: the request's own span in its trace, as a W3C `traceparent`
+    /// (`-` without `[tracing]`).
+    TraceParent,
     /// `%v`: the name of the `[[host]]` that served it (its first), or, for the top-level
     /// site, the request's Host without its port.
     Host,
@@ -98,8 +101,6 @@ pub enum FormatError {
         known = JSON_FIELDS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
     )]
     UnknownField(String),
-    #[error("`json_fields`: `{0}` is not built yet (issue 48: trace context)")]
-    NotBuilt(String),
 }
 
 /// A compiled log format.
@@ -113,7 +114,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 24] = [
+const JSON_FIELDS: [(&str, FieldItem); 25] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -126,6 +127,7 @@ const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("body_bytes_sent", || Item::Bytes),
     ("duration", || Item::Duration),
     ("request_id", || Item::RequestId),
+    ("traceparent", || Item::TraceParent),
     ("referer", || Item::RequestHeader("Referer".into())),
     ("user_agent", || Item::RequestHeader("User-Agent".into())),
     ("tls_version", || Item::TlsVersion),
@@ -145,9 +147,6 @@ const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("esi_fragments", || Item::Noted(noted::Field::EsiFragments)),
     ("esi_failed", || Item::Noted(noted::Field::EsiFailed)),
 ];
-
-/// The JSON fields [`JSON_FIELDS`] does not have yet: the interface names them.
-const JSON_NOT_BUILT: [&str; 1] = ["traceparent"];
 
 /// `json_fields` when it is not set: every field built but the TLS ones.
 pub const DEFAULT_JSON_FIELDS: [&str; 14] = [
@@ -176,10 +175,7 @@ impl Format {
         let mut items = Vec::new();
         for (i, name) in fields.iter().enumerate() {
             let Some((_, item)) = JSON_FIELDS.iter().find(|(n, _)| n == name) else {
-                return Err(match JSON_NOT_BUILT.contains(&name.as_str()) {
-                    true => FormatError::NotBuilt(name.clone()),
-                    false => FormatError::UnknownField(name.clone()),
-                });
+                return Err(FormatError::UnknownField(name.clone()));
             };
             let open = if i == 0 { "{" } else { "," };
             items.push(Item::Literal(format!("{open}\"{name}\":").into_bytes()));
@@ -262,6 +258,7 @@ impl Format {
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (b'x', Some(name)) if name == "route" => Item::Route,
+                (b'x', Some(name)) if name == "traceparent" => Item::TraceParent,
                 (b'x', Some(name)) if noted::Field::named(&name).is_some() => {
                     Item::Noted(noted::Field::named(&name).unwrap_or(noted::Field::Cache))
                 }
@@ -316,6 +313,8 @@ pub(crate) struct Entry<'a> {
     pub request_id: Option<u128>,
     /// The host that served it (`%v`).
     pub host: Option<&'a [u8]>,
+    /// Its trace context, with `[tracing]` (`%{traceparent}x`).
+    pub trace: Option<trace::Context>,
     /// The routing rule that chose its handling (`%{route}x`).
     pub route: Option<&'a str>,
     /// The Unix second it is logged at (`time` in JSON).
@@ -411,6 +410,10 @@ impl Format {
                 },
                 Item::RequestId => match entry.request_id {
                     Some(id) => style.string(line, &crate::facts::request_id_hex(id)),
+                    None => style.none(line),
+                },
+                Item::TraceParent => match entry.trace {
+                    Some(t) => style.string(line, &t.traceparent()),
                     None => style.none(line),
                 },
                 Item::Host => match entry.host {
@@ -720,10 +723,7 @@ mod tests {
     fn json_fields_are_known_or_refused_by_name() {
         let fields = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert!(Format::json(&fields(&DEFAULT_JSON_FIELDS)).is_ok());
-        assert!(matches!(
-            Format::json(&fields(&["status", "traceparent"])),
-            Err(FormatError::NotBuilt(f)) if f == "traceparent"
-        ));
+        assert!(Format::json(&fields(&["status", "traceparent"])).is_ok());
         assert!(Format::json(&fields(&["upstream_addr", "cache"])).is_ok_and(|f| f.uses_notes()));
         assert!(matches!(
             Format::json(&fields(&["stauts"])),

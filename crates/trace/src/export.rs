@@ -122,8 +122,9 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Sends spans to `endpoint` from now on (`None`: drops them): starts the exporter's
 /// thread the first time, and changes where it sends at a reload.
 pub fn configure(endpoint: Option<Endpoint>) -> std::io::Result<()> {
+    let starts = endpoint.is_some();
     *ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) = endpoint;
-    if QUEUE.get().is_none() {
+    if starts && QUEUE.get().is_none() {
         let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
         std::thread::Builder::new()
             .name("tessera-otlp".into())

@@ -265,13 +265,13 @@ fn host_and_route_directives_and_unbuilt_json_fields() {
     let config = site.dir.path().join("bad.toml");
     std::fs::write(
         &config,
-        "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"traceparent\"]\n",
+        "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"traceparnt\"]\n",
     )
     .unwrap();
     let (code, stderr) = check_config_output(&config);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(":3: json_fields: `traceparent` is not built yet"),
+        stderr.contains(":3: json_fields: unknown field `traceparnt`"),
         "{stderr}"
     );
 }
