@@ -56,6 +56,11 @@ enum Item {
     TlsVersion,
     /// `%{tls_cipher}x`: the suite's IANA name, `-` in cleartext.
     TlsCipher,
+    /// `%{tls_sni}x`: the server name the client sent in SNI, `-` without one.
+    TlsSni,
+    /// `%I`: bytes received, the request head as received (HTTP/2: as HTTP/1 lines) and
+    /// its body's Content-Length: JSON's `bytes_received`.
+    BytesReceived,
     /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
     /// before it was routed).
     RequestId,
@@ -114,7 +119,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 25] = [
+const JSON_FIELDS: [(&str, FieldItem); 27] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -132,6 +137,8 @@ const JSON_FIELDS: [(&str, FieldItem); 25] = [
     ("user_agent", || Item::RequestHeader("User-Agent".into())),
     ("tls_version", || Item::TlsVersion),
     ("tls_cipher", || Item::TlsCipher),
+    ("tls_sni", || Item::TlsSni),
+    ("bytes_received", || Item::BytesReceived),
     ("upstream_addr", || Item::Noted(noted::Field::Addr)),
     ("upstream_status", || Item::Noted(noted::Field::Status)),
     ("upstream_connect_time", || {
@@ -247,6 +254,7 @@ impl Format {
                 (b'H', None) => Item::Protocol,
                 (b'x', Some(name)) if name == "protocol" => Item::Protocol,
                 (b'O', None) => Item::BytesSent,
+                (b'I', None) => Item::BytesReceived,
                 (b's', None) => Item::Status,
                 (b'b', None) => Item::BytesClf,
                 (b'B', None) => Item::Bytes,
@@ -256,6 +264,7 @@ impl Format {
                 (b'o', Some(name)) => Item::ResponseHeader(name),
                 (b'x', Some(name)) if name == "tls_version" => Item::TlsVersion,
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
+                (b'x', Some(name)) if name == "tls_sni" => Item::TlsSni,
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (b'x', Some(name)) if name == "route" => Item::Route,
                 (b'x', Some(name)) if name == "traceparent" => Item::TraceParent,
@@ -293,7 +302,7 @@ impl Format {
 /// What a log line needs to know about one response.
 pub(crate) struct Entry<'a> {
     /// The TLS connection's facts; `None` in cleartext.
-    pub tls: Option<crate::facts::TlsFacts>,
+    pub tls: Option<&'a crate::facts::TlsFacts>,
     /// The request's client (`%a`, `%h`).
     pub client: SocketAddr,
     /// The socket's peer (`%{peer}x`).
@@ -388,6 +397,7 @@ impl Format {
                 Item::BytesClf if entry.body_bytes == 0 => line.push(b'-'),
                 Item::BytesClf | Item::Bytes => number(line, entry.body_bytes),
                 Item::BytesSent => number(line, entry.head.len() as u64 + entry.body_bytes),
+                Item::BytesReceived => number(line, received(request, entry.raw_line)),
                 Item::Micros => number(line, entry.micros),
                 Item::Seconds => number(line, entry.micros / 1_000_000),
                 Item::Duration => {
@@ -406,6 +416,10 @@ impl Format {
                 },
                 Item::TlsCipher => match entry.tls {
                     Some(t) => style.string(line, t.cipher.as_bytes()),
+                    None => style.none(line),
+                },
+                Item::TlsSni => match entry.tls.and_then(|t| t.sni.as_deref()) {
+                    Some(name) => style.string(line, name.as_bytes()),
                     None => style.none(line),
                 },
                 Item::RequestId => match entry.request_id {
@@ -433,6 +447,32 @@ impl Format {
         }
         line.push(b'\n');
     }
+}
+
+/// `%I`: the request's head as received (an HTTP/2 head, which comes as fields, counts
+/// as the same head in HTTP/1 lines, as `%O` counts responses) and its body's declared
+/// length; for a request refused before it parsed, its first line as received.
+fn received(request: Option<&Request<'_, '_>>, raw_line: &[u8]) -> u64 {
+    let Some(r) = request else {
+        return raw_line.len() as u64;
+    };
+    let head = match r.version {
+        wire::Version::Http2 => {
+            let line = r.method_token.len() + 1 + r.target.len() + b" HTTP/2.0\r\n".len();
+            let fields: usize = r
+                .headers
+                .iter()
+                .map(|h| h.name.len() + 4 + h.value.len())
+                .sum();
+            (line + fields + 2) as u64
+        }
+        _ => r.head_len as u64,
+    };
+    let body = match r.body {
+        wire::BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    head + body
 }
 
 fn protocol(version: wire::Version) -> &'static [u8] {

@@ -478,7 +478,7 @@ fn choose_site(
 ) -> Result<usize, usize> {
     let hosts = &gen.sites.hosts;
     let config = &gen.config;
-    match conn.tls {
+    match &conn.tls {
         // Without a TLS listener of its own, TLS ends in front of this server: the
         // proxy there says which requests came over it.
         None if config.tls.redirect_https
@@ -493,13 +493,13 @@ fn choose_site(
             Err(hosts.select(req))
         }
         None => Ok(hosts.select(req)),
-        Some(tls) if !tls.sni => Ok(tls.site),
+        Some(tls) if tls.sni.is_none() => Ok(tls.site as usize),
         Some(tls) => match hosts.select_named(req) {
-            Some(named) if named != tls.site => {
+            Some(named) if named != tls.site as usize => {
                 reply::simple(worker, conn, out, req, keep_alive, 421, &[]);
-                Err(tls.site)
+                Err(tls.site as usize)
             }
-            _ => Ok(tls.site),
+            _ => Ok(tls.site as usize),
         },
     }
 }

@@ -177,7 +177,7 @@ pub(crate) fn record(
         host,
         route,
         second: worker.clock.second(),
-        tls: conn.tls,
+        tls: conn.tls.as_ref(),
         client: forwarded.map_or(conn.client, |f| f.addr),
         peer: conn.peer,
         proxy_tlvs: conn.proxy_tlvs(),
