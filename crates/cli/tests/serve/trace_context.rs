@@ -379,3 +379,32 @@ fn check_config_names_a_bad_tracing_key() {
         "{stderr}"
     );
 }
+
+/// The interface of issue 48 as written (the access log's JSON fields and `[tracing]`)
+/// is a valid configuration.
+#[test]
+fn the_interface_as_written_is_valid() {
+    let site = Site::new();
+    let config = site.dir.path().join("interface.toml");
+    let log = site.dir.path().join("access.log");
+    std::fs::write(
+        &config,
+        format!(
+            r#"access_log = {log:?}
+access_log_format = "json"            # or a format string with the directives above
+json_fields = ["time", "client", "host", "route", "method", "uri", "status", "bytes_sent", "duration",
+               "upstream_addr", "upstream_status", "upstream_connect_time", "upstream_header_time",
+               "upstream_response_time", "cache", "request_id", "traceparent"]
+
+[tracing]
+otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
+sampling = 0.01
+trust_incoming = true                 # honour a client's traceparent
+"#,
+            log = log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = crate::harness::check_config_output(&config);
+    assert_eq!(code, Some(0), "{stderr}");
+}
