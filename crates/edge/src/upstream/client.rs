@@ -592,8 +592,8 @@ impl Upstream {
         self.set.hashes()
     }
 
-    /// One attempt on peer `peer`, as the trace's span `hop`; `connected` says how long connecting took (zero on a
-    /// pooled connection), once it has.
+    /// One attempt on peer `peer`, as the trace's span `hop`; `connected` says how long
+    /// connecting took (zero on a pooled connection), once it has.
     async fn attempt(
         self: &Rc<Self>,
         (peer, hop): (usize, Option<trace::Hop>),
