@@ -128,10 +128,11 @@ if ! command -v python3 >/dev/null 2>&1; then
     fi
 fi
 
-# The Parquet export test reads the file back with DuckDB's Python package
-# (crates/cli/tests/logs.rs), from PyPI (pip itself from apt when missing).
-if ! python3 -c "import duckdb" >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing duckdb (pip) for the Parquet export test" >&2
+# Python packages from PyPI (pip itself from apt when missing): DuckDB reads the
+# Parquet export back (crates/cli/tests/logs.rs); the OTLP receiver of the tracing tests
+# decodes spans with the official protobuf types, `opentelemetry-proto`
+# (crates/cli/tests/serve/trace_context.rs).
+pip_install() {
     if ! python3 -m pip --version >/dev/null 2>&1; then
         if [ "$(id -u)" -eq 0 ]; then
             apt-get update -qq && apt-get install -y -qq python3-pip
@@ -139,8 +140,16 @@ if ! python3 -c "import duckdb" >/dev/null 2>&1; then
             sudo apt-get update -qq && sudo apt-get install -y -qq python3-pip
         fi
     fi
-    python3 -m pip install -q duckdb 2>/dev/null ||
-        python3 -m pip install -q --break-system-packages duckdb
+    python3 -m pip install -q "$1" 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages "$1"
+}
+if ! python3 -c "import duckdb" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing duckdb (pip) for the Parquet export test" >&2
+    pip_install duckdb
+fi
+if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing opentelemetry-proto (pip) for the tracing tests" >&2
+    pip_install opentelemetry-proto
 fi
 
 python3 scripts/layering.py

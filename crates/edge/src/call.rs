@@ -44,6 +44,7 @@ impl Edge {
             body: &body,
             upgrade: None,
             notes: None,
+            trace: None,
         };
         let deadline = Instant::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;

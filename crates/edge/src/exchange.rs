@@ -30,6 +30,10 @@ pub struct ProxyRequest {
     /// The request's id, sent to the origin as `X-Request-Id` in place of any the client
     /// sent (`handler::Request::request_id`); `None`: the fields go as they are.
     pub request_id: Option<u128>,
+    /// The request's trace context (`handler::Request::trace`): each request sent for it
+    /// upstream (its own, its ESI fragments') goes as a child span with its own
+    /// `traceparent`; `None`: the trace fields go as they are.
+    pub trace: Option<trace::Context>,
 }
 
 /// The response to send downstream. `headers` are final (hop-by-hop fields and

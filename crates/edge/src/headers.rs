@@ -255,8 +255,9 @@ const CONDITIONALS: &[HeaderName] = &[
 ];
 
 impl Forwarded<'_> {
-    /// Writes the field lines, without the framing fields (the client writes those).
-    pub(crate) fn write(&self, buf: &mut Vec<u8>) {
+    /// Writes the field lines, without the framing fields (the client writes those), nor
+    /// the trace fields `trace` replaces.
+    pub(crate) fn write(&self, buf: &mut Vec<u8>, trace: Option<trace::Context>) {
         let h = self.client_headers;
         // The usual request has no Connection field naming others: looked up once here,
         // not once per field.
@@ -272,7 +273,8 @@ impl Forwarded<'_> {
                 || (self.request_id.is_some() && name == X_REQUEST_ID)
                 || name == header::CONTENT_LENGTH
                 || (self.identity && name == header::ACCEPT_ENCODING)
-                || (self.whole && CONDITIONALS.contains(name));
+                || (self.whole && CONDITIONALS.contains(name))
+                || trace.is_some_and(|t| t.replaces(name.as_str().as_bytes()));
             if appended
                 || replaced
                 || HOP_BY_HOP.contains(name)
@@ -642,7 +644,7 @@ mod tests {
                 host: "app",
                 request_id: None,
             }
-            .write(&mut buf);
+            .write(&mut buf, None);
             let mut lines: Vec<String> = String::from_utf8(buf)
                 .unwrap()
                 .lines()

@@ -69,6 +69,7 @@
 //!     },
 //!     notes: None,
 //!     request_id: None,
+//!     trace: None,
 //! };
 //! match edge.proxy(request).await {
 //!     Err(e) => { let _status = e.status(); /* answer it */ }

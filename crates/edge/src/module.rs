@@ -471,6 +471,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
         },
         notes: req.notes.cloned(),
         request_id: req.request_id,
+        trace: req.trace,
     })
 }
 

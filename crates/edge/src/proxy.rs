@@ -502,6 +502,7 @@ impl Edge {
             body: &req.body,
             upgrade: None,
             notes: req.notes.as_ref(),
+            trace: req.trace,
         };
         let sent = upstream.send(&out, deadline).await;
         let failed = match &sent {
@@ -735,7 +736,7 @@ impl Edge {
             template,
             &esi_req,
             (page_authority, forwarded),
-            req.notes.clone(),
+            (req.notes.clone(), req.trace),
         );
         // From here the page belongs to a Body, whose drop stops the assembly, also when
         // this future is dropped while waiting (the client went away).

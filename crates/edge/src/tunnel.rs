@@ -64,6 +64,7 @@ pub(crate) async fn upgrade(
         body: &req.body,
         upgrade: Some(&protocol),
         notes: req.notes.as_ref(),
+        trace: req.trace,
     };
     let deadline = Instant::now() + upstream.response_timeout;
     let (mut parts, pooled) = upstream.send(&out, deadline).await?;

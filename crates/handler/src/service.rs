@@ -40,6 +40,9 @@ pub struct Request<'a> {
     /// site's rules or access log use one, and no `request_headers` rule of its route
     /// sets `X-Request-Id` itself.
     pub request_id: Option<u128>,
+    /// The request's trace context, with `[tracing]` on: a handler that sends the request
+    /// on (the proxy, an ESI fragment) sends it as a child span ([`trace::Hop`]).
+    pub trace: Option<trace::Context>,
 }
 
 /// A response: its head as data and its body.

@@ -53,6 +53,9 @@ pub enum Field {
     UpstreamTime,
     /// `%{cache}x`, `$upstream_cache_status`: the cache's answer (hit, miss, stale, ...).
     Cache,
+    /// `%{esi_failed}x`, JSON `esi_failed`: the ESI includes of the page that failed
+    /// (`http://a/x, http://a/y`).
+    EsiFailed,
     /// Any other directive: skipped.
     Ignored,
 }
@@ -139,6 +142,8 @@ pub struct Record<'a> {
     pub upstream_status: &'a [u8],
     pub upstream_time: &'a [u8],
     pub cache: &'a [u8],
+    /// As logged: each failed ESI include of the page, separated by `, `.
+    pub esi_failed: &'a [u8],
 }
 
 impl LogFormat {
@@ -292,6 +297,7 @@ impl LogFormat {
                         Field::UpstreamStatus => record.upstream_status = dash_empty(value),
                         Field::UpstreamTime => record.upstream_time = dash_empty(value),
                         Field::Cache => record.cache = dash_empty(value),
+                        Field::EsiFailed => record.esi_failed = dash_empty(value),
                         Field::Ignored => {}
                     }
                 }
@@ -333,6 +339,7 @@ fn json_record<'a>(line: &'a [u8], hours: &mut HourCache) -> Option<Record<'a>> 
         upstream_status: f.upstream_status,
         upstream_time: f.upstream_response_time,
         cache: f.cache,
+        esi_failed: f.esi_failed,
     })
 }
 
@@ -427,6 +434,7 @@ fn tokenize(spec: &[u8]) -> Result<Vec<Token>, &'static str> {
                     b'x' if arg == b"upstream_status" => Field::UpstreamStatus,
                     b'x' if arg == b"upstream_response_time" => Field::UpstreamTime,
                     b'x' if arg == b"cache" => Field::Cache,
+                    b'x' if arg == b"esi_failed" => Field::EsiFailed,
                     b'i' if arg.eq_ignore_ascii_case(b"referer") => Field::Referer,
                     b'i' if arg.eq_ignore_ascii_case(b"user-agent") => Field::UserAgent,
                     b if b.is_ascii_alphabetic() || b == b'^' => Field::Ignored,

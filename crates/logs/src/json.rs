@@ -24,6 +24,7 @@ pub(crate) struct Fields<'a> {
     pub upstream_status: &'a [u8],
     pub upstream_response_time: &'a [u8],
     pub cache: &'a [u8],
+    pub esi_failed: &'a [u8],
 }
 
 /// The fields of one JSON line (without its line ending). `None`: malformed.
@@ -55,6 +56,7 @@ pub(crate) fn fields(line: &[u8]) -> Option<Fields<'_>> {
             b"upstream_status" => &mut f.upstream_status,
             b"upstream_response_time" => &mut f.upstream_response_time,
             b"cache" => &mut f.cache,
+            b"esi_failed" => &mut f.esi_failed,
             _ => &mut &b""[..],
         };
         *slot = value;

@@ -283,6 +283,14 @@ fn section_tables(r: &Report) -> Vec<Table> {
         let headers = &["requests", "from cache", "results", "route"][..];
         tables.push(("Cache by route", "rrll", headers, rows.collect()));
     }
+    if !s.failing_esi_fragments.is_empty() {
+        let rows = s
+            .failing_esi_fragments
+            .iter()
+            .map(|f| vec![f.failures.to_string(), f.fragment.clone()]);
+        let headers = &["failures", "fragment"][..];
+        tables.push(("Failing ESI fragments", "rl", headers, rows.collect()));
+    }
     tables
 }
 

@@ -1,6 +1,7 @@
 //! The report's sections over what a plain access log lacks: the site of each request
 //! (`by host`), the time taken (`slowest routes`), the upstream attempts (`upstream
-//! peers`) and the cache's answer (`cache by route`). A format without those fields
+//! peers`), the cache's answer (`cache by route`) and the ESI includes that failed
+//! (`failing ESI fragments`). A format without those fields
 //! leaves the sections empty and costs nothing: each tally looks at a field only when the
 //! line has it.
 //!
@@ -133,6 +134,8 @@ pub(crate) struct Sections {
     routes: Map<Key, Latency>,
     peers: Map<Key, PeerTally>,
     cache: Map<Key, [u64; CACHE_RESULTS.len()]>,
+    /// Failures by ESI include URL.
+    fragments: Map<Key, u64>,
 }
 
 /// The slot of `key` in `map`, or `(other)`'s when the map is full.
@@ -212,6 +215,16 @@ impl Sections {
                 .unwrap_or(CACHE_RESULTS.len() - 1);
             slot(&mut self.cache, route_of(r))[i] += 1;
         }
+        if !r.esi_failed.is_empty() {
+            self.add_failed_fragments(r.esi_failed);
+        }
+    }
+
+    #[cold]
+    fn add_failed_fragments(&mut self, list: &[u8]) {
+        for url in peer_list(list) {
+            *slot(&mut self.fragments, url) += 1;
+        }
     }
 
     #[cold]
@@ -252,6 +265,7 @@ impl Sections {
                 *x += y;
             }
         });
+        merge(&mut self.fragments, other.fragments, |a, b| *a += b);
     }
 
     pub(crate) fn report(&self, n: usize) -> SectionsReport {
@@ -275,7 +289,18 @@ impl Sections {
         first_n(&mut cache, n, |a, b| {
             total(b.1).cmp(&total(a.1)).then_with(|| a.0.cmp(b.0))
         });
+        let mut fragments: Vec<_> = self.fragments.iter().map(|(k, v)| (&k[..], *v)).collect();
+        first_n(&mut fragments, n, |a, b| {
+            b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0))
+        });
         SectionsReport {
+            failing_esi_fragments: fragments
+                .into_iter()
+                .map(|(k, failures)| FragmentRow {
+                    fragment: text(k),
+                    failures,
+                })
+                .collect(),
             hosts: hosts
                 .into_iter()
                 .map(|(k, h)| HostRow {
@@ -360,6 +385,17 @@ pub struct SectionsReport {
     pub upstream_peers: Vec<PeerRow>,
     /// The cache's answers by route (or first path segment), most requests first.
     pub cache_by_route: Vec<CacheRow>,
+    /// ESI includes that failed (`%{esi_failed}x`, JSON `esi_failed`), by URL, most
+    /// failures first.
+    pub failing_esi_fragments: Vec<FragmentRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FragmentRow {
+    /// The include's URL as logged (resolved against its page).
+    pub fragment: String,
+    /// Pages whose assembly it failed in (its `alt` counts apart, under its own URL).
+    pub failures: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

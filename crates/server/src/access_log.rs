@@ -56,9 +56,17 @@ enum Item {
     TlsVersion,
     /// `%{tls_cipher}x`: the suite's IANA name, `-` in cleartext.
     TlsCipher,
+    /// `%{tls_sni}x`: the server name the client sent in SNI, `-` without one.
+    TlsSni,
+    /// `%I`: bytes received, the request head as received (HTTP/2: as HTTP/1 lines) and
+    /// its body's Content-Length: JSON's `bytes_received`.
+    BytesReceived,
     /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
     /// before it was routed).
     RequestId,
+    /// `%{traceparent}x`: the request's own span in its trace, as a W3C `traceparent`
+    /// (`-` without `[tracing]`).
+    TraceParent,
     /// `%v`: the name of the `[[host]]` that served it (its first), or, for the top-level
     /// site, the request's Host without its port.
     Host,
@@ -98,8 +106,6 @@ pub enum FormatError {
         known = JSON_FIELDS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
     )]
     UnknownField(String),
-    #[error("`json_fields`: `{0}` is not built yet (issue 48: trace context)")]
-    NotBuilt(String),
 }
 
 /// A compiled log format.
@@ -113,7 +119,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 24] = [
+const JSON_FIELDS: [(&str, FieldItem); 27] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -126,10 +132,13 @@ const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("body_bytes_sent", || Item::Bytes),
     ("duration", || Item::Duration),
     ("request_id", || Item::RequestId),
+    ("traceparent", || Item::TraceParent),
     ("referer", || Item::RequestHeader("Referer".into())),
     ("user_agent", || Item::RequestHeader("User-Agent".into())),
     ("tls_version", || Item::TlsVersion),
     ("tls_cipher", || Item::TlsCipher),
+    ("tls_sni", || Item::TlsSni),
+    ("bytes_received", || Item::BytesReceived),
     ("upstream_addr", || Item::Noted(noted::Field::Addr)),
     ("upstream_status", || Item::Noted(noted::Field::Status)),
     ("upstream_connect_time", || {
@@ -145,9 +154,6 @@ const JSON_FIELDS: [(&str, FieldItem); 24] = [
     ("esi_fragments", || Item::Noted(noted::Field::EsiFragments)),
     ("esi_failed", || Item::Noted(noted::Field::EsiFailed)),
 ];
-
-/// The JSON fields [`JSON_FIELDS`] does not have yet: the interface names them.
-const JSON_NOT_BUILT: [&str; 1] = ["traceparent"];
 
 /// `json_fields` when it is not set: every field built but the TLS ones.
 pub const DEFAULT_JSON_FIELDS: [&str; 14] = [
@@ -176,10 +182,7 @@ impl Format {
         let mut items = Vec::new();
         for (i, name) in fields.iter().enumerate() {
             let Some((_, item)) = JSON_FIELDS.iter().find(|(n, _)| n == name) else {
-                return Err(match JSON_NOT_BUILT.contains(&name.as_str()) {
-                    true => FormatError::NotBuilt(name.clone()),
-                    false => FormatError::UnknownField(name.clone()),
-                });
+                return Err(FormatError::UnknownField(name.clone()));
             };
             let open = if i == 0 { "{" } else { "," };
             items.push(Item::Literal(format!("{open}\"{name}\":").into_bytes()));
@@ -251,6 +254,7 @@ impl Format {
                 (b'H', None) => Item::Protocol,
                 (b'x', Some(name)) if name == "protocol" => Item::Protocol,
                 (b'O', None) => Item::BytesSent,
+                (b'I', None) => Item::BytesReceived,
                 (b's', None) => Item::Status,
                 (b'b', None) => Item::BytesClf,
                 (b'B', None) => Item::Bytes,
@@ -260,8 +264,10 @@ impl Format {
                 (b'o', Some(name)) => Item::ResponseHeader(name),
                 (b'x', Some(name)) if name == "tls_version" => Item::TlsVersion,
                 (b'x', Some(name)) if name == "tls_cipher" => Item::TlsCipher,
+                (b'x', Some(name)) if name == "tls_sni" => Item::TlsSni,
                 (b'x', Some(name)) if name == "request_id" => Item::RequestId,
                 (b'x', Some(name)) if name == "route" => Item::Route,
+                (b'x', Some(name)) if name == "traceparent" => Item::TraceParent,
                 (b'x', Some(name)) if noted::Field::named(&name).is_some() => {
                     Item::Noted(noted::Field::named(&name).unwrap_or(noted::Field::Cache))
                 }
@@ -296,7 +302,7 @@ impl Format {
 /// What a log line needs to know about one response.
 pub(crate) struct Entry<'a> {
     /// The TLS connection's facts; `None` in cleartext.
-    pub tls: Option<crate::facts::TlsFacts>,
+    pub tls: Option<&'a crate::facts::TlsFacts>,
     /// The request's client (`%a`, `%h`).
     pub client: SocketAddr,
     /// The socket's peer (`%{peer}x`).
@@ -316,6 +322,8 @@ pub(crate) struct Entry<'a> {
     pub request_id: Option<u128>,
     /// The host that served it (`%v`).
     pub host: Option<&'a [u8]>,
+    /// Its trace context, with `[tracing]` (`%{traceparent}x`).
+    pub trace: Option<trace::Context>,
     /// The routing rule that chose its handling (`%{route}x`).
     pub route: Option<&'a str>,
     /// The Unix second it is logged at (`time` in JSON).
@@ -389,6 +397,7 @@ impl Format {
                 Item::BytesClf if entry.body_bytes == 0 => line.push(b'-'),
                 Item::BytesClf | Item::Bytes => number(line, entry.body_bytes),
                 Item::BytesSent => number(line, entry.head.len() as u64 + entry.body_bytes),
+                Item::BytesReceived => number(line, received(request, entry.raw_line)),
                 Item::Micros => number(line, entry.micros),
                 Item::Seconds => number(line, entry.micros / 1_000_000),
                 Item::Duration => {
@@ -409,8 +418,16 @@ impl Format {
                     Some(t) => style.string(line, t.cipher.as_bytes()),
                     None => style.none(line),
                 },
+                Item::TlsSni => match entry.tls.and_then(|t| t.sni.as_deref()) {
+                    Some(name) => style.string(line, name.as_bytes()),
+                    None => style.none(line),
+                },
                 Item::RequestId => match entry.request_id {
                     Some(id) => style.string(line, &crate::facts::request_id_hex(id)),
+                    None => style.none(line),
+                },
+                Item::TraceParent => match entry.trace {
+                    Some(t) => style.string(line, &t.traceparent()),
                     None => style.none(line),
                 },
                 Item::Host => match entry.host {
@@ -430,6 +447,32 @@ impl Format {
         }
         line.push(b'\n');
     }
+}
+
+/// `%I`: the request's head as received (an HTTP/2 head, which comes as fields, counts
+/// as the same head in HTTP/1 lines, as `%O` counts responses) and its body's declared
+/// length; for a request refused before it parsed, its first line as received.
+fn received(request: Option<&Request<'_, '_>>, raw_line: &[u8]) -> u64 {
+    let Some(r) = request else {
+        return raw_line.len() as u64;
+    };
+    let head = match r.version {
+        wire::Version::Http2 => {
+            let line = r.method_token.len() + 1 + r.target.len() + b" HTTP/2.0\r\n".len();
+            let fields: usize = r
+                .headers
+                .iter()
+                .map(|h| h.name.len() + 4 + h.value.len())
+                .sum();
+            (line + fields + 2) as u64
+        }
+        _ => r.head_len as u64,
+    };
+    let body = match r.body {
+        wire::BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    head + body
 }
 
 fn protocol(version: wire::Version) -> &'static [u8] {
@@ -720,10 +763,7 @@ mod tests {
     fn json_fields_are_known_or_refused_by_name() {
         let fields = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert!(Format::json(&fields(&DEFAULT_JSON_FIELDS)).is_ok());
-        assert!(matches!(
-            Format::json(&fields(&["status", "traceparent"])),
-            Err(FormatError::NotBuilt(f)) if f == "traceparent"
-        ));
+        assert!(Format::json(&fields(&["status", "traceparent"])).is_ok());
         assert!(Format::json(&fields(&["upstream_addr", "cache"])).is_ok_and(|f| f.uses_notes()));
         assert!(matches!(
             Format::json(&fields(&["stauts"])),

@@ -111,6 +111,7 @@ fn serve(mut stream: TcpStream, shared: &Shared, phase: &tokio::sync::watch::Rec
             method,
             request_id: None,
             route: None,
+            trace: None,
         },
         status,
         micros,
@@ -247,6 +248,18 @@ fn render(shared: &Shared, gen: &crate::generation::Generation) -> handler::Metr
         "Access log lines dropped because the disk did not keep up.",
         &[],
         shared.log.dropped.load(Ordering::Relaxed),
+    );
+    out.counter(
+        "tessera_trace_spans_exported_total",
+        "Spans the OTLP receiver took ([tracing]).",
+        &[],
+        trace::export::exported(),
+    );
+    out.counter(
+        "tessera_trace_spans_dropped_total",
+        "Spans dropped: the exporter's queue was full, or the receiver did not take their batch.",
+        &[],
+        trace::export::dropped(),
     );
     if let Some(acme) = &shared.acme {
         acme.metrics(&mut out);

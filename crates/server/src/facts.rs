@@ -4,14 +4,17 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 /// What a request needs to know about the TLS connection it came on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct TlsFacts {
     /// The site the client's SNI named, or the default site without one (or for a name
-    /// no `[[host]]` has): the only site this connection may be served by.
-    pub site: usize,
-    /// Whether the client sent SNI. Without it every request is the default site's,
-    /// whatever its Host: the client could not say which certificate it wanted.
-    pub sni: bool,
+    /// no `[[host]]` has): the only site this connection may be served by. (`u32`, with
+    /// the SNI a thin pointer: the facts are in every TLS connection's future, whose
+    /// room is fixed, net/tasks.rs.)
+    pub site: u32,
+    /// The name the client sent in SNI (`%{tls_sni}x`), once per connection. Without it
+    /// every request is the default site's, whatever its Host: the client could not say
+    /// which certificate it wanted.
+    pub sni: Option<Rc<Box<str>>>,
     /// `TLSv1.3` or `TLSv1.2`, for `%{tls_version}x`.
     pub version: &'static str,
     /// The cipher suite's IANA name (`TLS13_AES_128_GCM_SHA256`), for `%{tls_cipher}x`.

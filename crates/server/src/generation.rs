@@ -33,6 +33,8 @@ pub(crate) struct Generation {
     pub rules: Vec<Arc<rules::Table>>,
     /// Per site and rule: the route's `basic_auth` (its htpasswd file read) and `forward_auth`.
     pub auth: crate::auth::SiteAuth,
+    /// `[tracing]`: how a request gets its trace context; `None`: it gets none.
+    pub tracing: Option<trace::Sampler>,
     /// Per site: whether its requests get an id (its rules or the access log use it).
     pub request_ids: Vec<bool>,
     /// The request-limit zones and the lists of the routes and hosts that name them.
@@ -99,6 +101,12 @@ impl Generation {
             sys::probe_openat2(root.as_raw_fd()).map_err(Error::NoOpenat2)?;
         }
         let host_labels = labels.of(&config);
+        let tracing = config.tracing.as_ref().map(|t| t.sampler());
+        let endpoint = config.tracing.as_ref().map(|t| &t.otlp_endpoint);
+        // Checked by `validate` above; the exporter's thread starts with the first
+        // configuration that has `[tracing]`, and a reload changes where it sends.
+        trace::export::configure(endpoint.and_then(|e| trace::export::Endpoint::parse(e).ok()))
+            .map_err(Error::Thread)?;
         let kinds = modules
             .iter()
             .map(|m| kinds.index(m.kinds().answered))
@@ -113,6 +121,7 @@ impl Generation {
             by_rule,
             rules,
             request_ids,
+            tracing,
             auth,
             log_notes,
             identity,

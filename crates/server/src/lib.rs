@@ -82,6 +82,7 @@ pub use client::RealIpFrom;
 pub use config::acme::AcmeConfig;
 pub use config::http2::Http2Config;
 pub use config::tls::TlsConfig;
+pub use config::tracing::TracingConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
 pub use conn_state::ConnState;
 pub use error::Error;

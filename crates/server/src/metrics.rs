@@ -162,6 +162,8 @@ pub(crate) struct Answered {
     pub request_id: Option<u128>,
     /// The routing rule that chose its handling, (site, rule), for `%{route}x`.
     pub route: Option<(u16, u16)>,
+    /// Its trace context, with `[tracing]` on (`%{traceparent}x`, its server span).
+    pub trace: Option<trace::Context>,
 }
 
 /// One worker's counters. Aligned so that two workers' never share a cache line.

@@ -191,9 +191,9 @@ async fn tls(tcp: Socket, origin: Origin, worker: Rc<Worker>, slot: SlotId) {
                 worker.free(slot);
                 return;
             }
-            let facts = stream.facts;
-            if facts.h2 {
+            if stream.facts.h2 {
                 // HTTP/2 writes the frames of a pass, then flushes once.
+                let facts = stream.facts.clone();
                 stream.hold_writes_until_flush();
                 let stream = Stream::Tls(stream);
                 http2_boxed(stream, Bytes::new(), origin, worker, slot, Some(facts)).await;

@@ -109,6 +109,20 @@ fn keep_alive_get_under_request_limits_allocates_nothing() {
     });
 }
 
+/// With `[tracing]` on and a request not sampled: its trace context is two random
+/// numbers on the stack, and nothing is allocated for it.
+#[test]
+fn keep_alive_get_with_tracing_on_not_sampled_allocates_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    run_with(false, false, &|config| server::Config {
+        tracing: Some(server::TracingConfig {
+            sampling: 0.0,
+            ..Default::default()
+        }),
+        ..config
+    });
+}
+
 fn run(access_log: bool, hosts: bool) {
     run_with(access_log, hosts, &|config| config)
 }

@@ -236,10 +236,10 @@ for line in open(sys.argv[1], encoding="utf-8"):
     );
 }
 
-/// `%v`, `%{route}x`, `%{protocol}x` and `%O` in a format string; a JSON field not built
-/// yet is refused by `check-config` with its line.
+/// `%v`, `%{route}x`, `%{protocol}x` and `%O` in a format string; an unknown JSON field
+/// is refused by `check-config` with its line.
 #[test]
-fn host_and_route_directives_and_unbuilt_json_fields() {
+fn host_and_route_directives_and_unknown_json_fields() {
     let site = Site::new();
     let log = site.dir.path().join("access.log");
     let server = site.serve_with(&format!(
@@ -265,13 +265,13 @@ fn host_and_route_directives_and_unbuilt_json_fields() {
     let config = site.dir.path().join("bad.toml");
     std::fs::write(
         &config,
-        "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"traceparent\"]\n",
+        "listen = [\"127.0.0.1:0\"]\naccess_log_format = \"json\"\njson_fields = [\"status\", \"traceparnt\"]\n",
     )
     .unwrap();
     let (code, stderr) = check_config_output(&config);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(":3: json_fields: `traceparent` is not built yet"),
+        stderr.contains(":3: json_fields: unknown field `traceparnt`"),
         "{stderr}"
     );
 }
@@ -339,4 +339,31 @@ fn tessera_logs_reports_a_json_log_as_its_combined_twin() {
         .sum();
     assert_eq!(timed, 5);
     assert_eq!(json, combined);
+}
+
+/// `%I`: the bytes of the request head as received and of its body.
+#[test]
+fn bytes_received_count_the_head_and_the_body() {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {:?}\naccess_log_format = \"%I %m %U\"\n",
+        log.display().to_string()
+    ));
+    let get = &b"GET /hello.txt HTTP/1.1\r\nHost: test\r\nUser-Agent: t\r\n\r\n"[..];
+    let post_head = &b"POST /hello.txt HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"[..];
+    let mut stream = server.connect();
+    stream
+        .write_all(&[get, post_head, b"hello"].concat())
+        .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let lines = wait_for_lines(&log, 2);
+    assert_eq!(
+        lines,
+        [
+            format!("{} GET /hello.txt", get.len()),
+            format!("{} POST /hello.txt", post_head.len() + 5)
+        ]
+    );
 }

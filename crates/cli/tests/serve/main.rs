@@ -38,6 +38,7 @@ mod smuggling;
 mod static_files;
 mod tls;
 mod tls_records;
+mod trace_context;
 mod tunnel;
 mod upgrade;
 mod upstream_heads;

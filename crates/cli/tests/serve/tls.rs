@@ -576,11 +576,11 @@ fn redirect_https_needs_no_tls_listener_but_a_port_above_zero() {
 }
 
 #[test]
-fn the_access_log_names_the_tls_version_and_cipher() {
+fn the_access_log_names_the_tls_version_cipher_and_sni() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let top = format!(
-        "access_log = {log:?}\naccess_log_format = \"%{{tls_version}}x %{{tls_cipher}}x %s %U\""
+        "access_log = {log:?}\naccess_log_format = \"%{{tls_version}}x %{{tls_cipher}}x %{{tls_sni}}x %s %U\""
     );
     let tls = TlsSite::start(&top, "");
     for args in [
@@ -609,14 +609,16 @@ fn the_access_log_names_the_tls_version_and_cipher() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(
-        lines.contains("TLSv1.3 TLS13_AES_128_GCM_SHA256 200 /hello.txt\n"),
+        lines.contains("TLSv1.3 TLS13_AES_128_GCM_SHA256 localhost 200 /hello.txt\n"),
         "{lines}"
     );
     assert!(
-        lines.contains("TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 200 /hello.txt\n"),
+        lines.contains(
+            "TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 localhost 200 /hello.txt\n"
+        ),
         "{lines}"
     );
-    assert!(lines.contains("- - 200 /hello.txt\n"), "{lines}");
+    assert!(lines.contains("- - - 200 /hello.txt\n"), "{lines}");
 }
 
 /// A request's head, read a byte at a time (nothing after it is taken).

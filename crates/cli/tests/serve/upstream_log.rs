@@ -382,3 +382,69 @@ fn an_esi_page_logs_its_fragments_and_the_failed_one() {
     // The failed include by its URL, resolved against the page.
     assert_eq!(lines, ["/esi 2 http://test/broken", "/ok - -"]);
 }
+
+/// `tessera logs report` lists the ESI includes that failed, from a JSON log's
+/// `esi_failed` and from a format string's `%{esi_failed}x`, in its text, `--json` and
+/// `--html` forms alike.
+#[test]
+fn the_report_lists_failing_esi_fragments() {
+    let origin = esi_origin();
+    for (format, report_format) in [
+        ("json", "auto"),
+        ("%U \\\"%{esi_failed}x\\\"", "%U \"%{esi_failed}x\""),
+    ] {
+        let site = Site::new();
+        let log = site.dir.path().join("access.log");
+        let server = site.serve_with(&format!(
+            r#"
+            access_log = {log:?}
+            access_log_format = "{format}"
+            json_fields = ["uri", "status", "esi_fragments", "esi_failed"]
+
+            [[upstream]]
+            name = "origin"
+            addresses = ["{origin}"]
+
+            [[route]]
+            prefix = "/"
+            upstream = "origin"
+            "#,
+            log = log.display().to_string(),
+        ));
+        for _ in 0..3 {
+            assert_eq!(server.get("/esi").status, 200);
+        }
+        assert_eq!(wait_for_lines(&log, 3).len(), 3);
+        let tessera = |args: &[&str]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args(["logs", "report", "--format", report_format])
+                .args(args)
+                .arg(&log)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let report: serde_json::Value = serde_json::from_str(&tessera(&["--json"])).unwrap();
+        assert_eq!(
+            report["failing_esi_fragments"],
+            serde_json::json!([{"fragment": "http://test/broken", "failures": 3}]),
+            "{format}: {report}"
+        );
+        let text = tessera(&[]);
+        let table = text
+            .split("Failing ESI fragments")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(table.contains("3  http://test/broken"), "{text}");
+        let html = site.dir.path().join("report.html");
+        tessera(&["--html", html.to_str().unwrap()]);
+        let html = std::fs::read_to_string(html).unwrap();
+        assert!(html.contains("Failing ESI fragments"), "{format}");
+        assert!(html.contains("http://test/broken"), "{format}");
+    }
+}

@@ -34,6 +34,8 @@ pub(crate) struct FragmentTarget {
     pub(crate) cache_key: Option<String>,
     /// The include's `ttl`, which replaces the response's lifetime.
     pub(crate) ttl: Option<std::time::Duration>,
+    /// The page request's trace context: the fetch goes as a child span of it.
+    pub(crate) trace: Option<trace::Context>,
 }
 
 #[derive(Clone)]
@@ -166,6 +168,7 @@ pub(crate) fn fragment_target(
         esi,
         cache_key,
         ttl: None,
+        trace: None,
     })
 }
 
@@ -391,6 +394,7 @@ async fn fetch_now(
         body: &Bytes::new(),
         upgrade: None,
         notes: None,
+        trace: target.trace,
     };
     let (parts, pooled) = upstream
         .send(&out, deadline)

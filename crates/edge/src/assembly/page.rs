@@ -59,6 +59,8 @@ pub(crate) struct PageCtx {
     default_timeout: Duration,
     /// Where each include's outcome is noted for the access log, when it is.
     notes: Option<handler::LogNotes>,
+    /// The page request's trace context: each fragment fetch is a child span of it.
+    trace: Option<trace::Context>,
 }
 
 impl PageCtx {
@@ -85,13 +87,13 @@ impl Drop for AbortAll {
 /// returned channel yields the page's bytes in order, ending with `Err` if the page
 /// fails. `page_headers` are the page request's forwarded headers (fragment requests
 /// derive theirs from them). `notes`: where each include's outcome is noted for the
-/// access log, when it is.
+/// access log, when it is; `trace`: the page request's trace context.
 pub(crate) fn start(
     worker: Rc<Worker>,
     template: &Template,
     req: &esi::Request,
     (page_authority, page_headers): (String, HeaderMap),
-    notes: Option<handler::LogNotes>,
+    (notes, trace): (Option<handler::LogNotes>, Option<trace::Context>),
 ) -> (mpsc::Receiver<Result<Bytes, PageError>>, AbortHandle) {
     let esi = &worker.config.esi;
     let tasks = Rc::new(RefCell::new(Vec::new()));
@@ -104,6 +106,7 @@ pub(crate) fn start(
         default_timeout: crate::config::secs(esi.include_timeout),
         worker: worker.clone(),
         notes,
+        trace,
     });
     let policy = esi.on_failure;
     let doc = start_doc(&ctx, template, req, 0);
@@ -184,6 +187,7 @@ fn start_include(
             }
             if let Some(t) = &mut t {
                 t.ttl = inc.ttl;
+                t.trace = ctx.trace;
                 if inc.no_store {
                     t.cache_key = None;
                 }

@@ -510,7 +510,17 @@ impl Upstream {
             };
             let started = Instant::now();
             let connected = Cell::new(None);
-            let result = self.attempt(ticket.peer, req, deadline, &connected).await;
+            let span = req.trace.map(super::outgoing::Span::begin);
+            let at = (ticket.peer, span.as_ref().map(|s| s.hop));
+            let result = self.attempt(at, req, deadline, &connected).await;
+            if let Some(span) = span {
+                let status = result.as_ref().ok().map(|(head, _)| head.status.as_u16());
+                span.end(
+                    req,
+                    (&self.name, &self.set.peers[ticket.peer].address),
+                    status,
+                );
+            }
             let micros = started.elapsed().as_micros() as u64;
             if let Some(notes) = req.notes {
                 self.note(notes, ticket.peer, &result, (started, connected.get()));
@@ -582,11 +592,11 @@ impl Upstream {
         self.set.hashes()
     }
 
-    /// One attempt on peer `peer`; `connected` says how long connecting took (zero on a
-    /// pooled connection), once it has.
+    /// One attempt on peer `peer`, as the trace's span `hop`; `connected` says how long
+    /// connecting took (zero on a pooled connection), once it has.
     async fn attempt(
         self: &Rc<Self>,
-        peer: usize,
+        (peer, hop): (usize, Option<trace::Hop>),
         req: &Outgoing<'_>,
         deadline: Instant,
         connected: &Cell<Option<Duration>>,
@@ -635,7 +645,7 @@ impl Upstream {
             }));
             let head_request = *req.method == Method::HEAD;
             let attempt = timeout_at(deadline, async {
-                req.encode(&mut conn.write, &self.path_prefix);
+                req.encode(&mut conn.write, &self.path_prefix, hop);
                 conn.send(req.body).await.map_err(Attempt::Broken)?;
                 self.read_head(&mut conn, head_request, req.upgrade.is_some())
                     .await

@@ -20,6 +20,10 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) upgrade: Option<&'a HeaderValue>,
     /// Where each attempt is noted for the access log, when it is.
     pub(crate) notes: Option<&'a handler::LogNotes>,
+    /// The trace context of the request this one is sent for: each attempt goes as a
+    /// child span, with the `traceparent` of [`Outgoing::encode`]'s hop in place of any
+    /// the fields have (and their `tracestate` unless the trace came from the client).
+    pub(crate) trace: Option<trace::Context>,
 }
 
 /// The fields of an outgoing request.
@@ -41,8 +45,9 @@ impl Outgoing<'_> {
 
     /// The request head: request line (the target after the upstream's `path_prefix`),
     /// the fields (framing fields the caller left are dropped: the body's length is known
-    /// here), Content-Length when there is a body or the method expects one.
-    pub(crate) fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str) {
+    /// here), `traceparent` for the attempt's span `hop`, Content-Length when there is a
+    /// body or the method expects one.
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str, hop: Option<trace::Hop>) {
         buf.clear();
         buf.extend_from_slice(self.method.as_str().as_bytes());
         buf.push(b' ');
@@ -54,13 +59,19 @@ impl Outgoing<'_> {
                 for (name, value) in *fields {
                     if name == http::header::CONTENT_LENGTH
                         || name == http::header::TRANSFER_ENCODING
+                        || self
+                            .trace
+                            .is_some_and(|t| t.replaces(name.as_str().as_bytes()))
                     {
                         continue;
                     }
                     wire::write_field(buf, name.as_str().as_bytes(), value.as_bytes());
                 }
             }
-            Fields::Forwarded(f) => f.write(buf),
+            Fields::Forwarded(f) => f.write(buf, self.trace),
+        }
+        if let Some(hop) = hop {
+            wire::write_field(buf, b"traceparent", &hop.traceparent());
         }
         if let Some(protocol) = self.upgrade {
             buf.extend_from_slice(b"connection: upgrade\r\n");
@@ -83,5 +94,56 @@ impl Outgoing<'_> {
             *self.method,
             Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
         )
+    }
+}
+
+/// One attempt's span in the request's trace: its `traceparent` (the hop) and when it
+/// began. Exported when it ends, if the trace is sampled.
+pub(crate) struct Span {
+    pub(crate) hop: trace::Hop,
+    started: std::time::SystemTime,
+}
+
+impl Span {
+    pub(crate) fn begin(context: trace::Context) -> Span {
+        Span {
+            hop: context.hop(),
+            started: std::time::SystemTime::now(),
+        }
+    }
+
+    /// The attempt ended, on `peer` of `upstream`, with a response head of `status`
+    /// (`None`: no response): its client span, when the trace is sampled.
+    pub(crate) fn end(
+        self,
+        req: &Outgoing<'_>,
+        (upstream, peer): (&str, &str),
+        status: Option<u16>,
+    ) {
+        use trace::Attribute::{Int, Str};
+        if !self.hop.context.sampled {
+            return;
+        }
+        let path = req.target.split('?').next().unwrap_or_default();
+        let mut attributes = vec![
+            Str("http.request.method", req.method.as_str().into()),
+            Str("url.path", path.into()),
+            Str("server.address", peer.into()),
+            Str("tessera.upstream", upstream.into()),
+        ];
+        if let Some(status) = status {
+            attributes.push(Int("http.response.status_code", i64::from(status)));
+        }
+        trace::emit(trace::SpanRecord {
+            trace_id: self.hop.context.trace_id,
+            span_id: self.hop.span_id,
+            parent_id: self.hop.context.span_id,
+            name: req.method.as_str().to_string(),
+            kind: trace::Kind::Client,
+            start: self.started,
+            end: std::time::SystemTime::now(),
+            attributes,
+            error: !matches!(status, Some(s) if s < 500),
+        });
     }
 }

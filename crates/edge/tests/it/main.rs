@@ -70,6 +70,7 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
         },
         notes: None,
         request_id: None,
+        trace: None,
     }
 }
 

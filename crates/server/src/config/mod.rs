@@ -5,6 +5,7 @@
 pub(crate) mod acme;
 pub(crate) mod http2;
 pub(crate) mod tls;
+pub(crate) mod tracing;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -140,6 +141,9 @@ pub struct Config {
     /// TLS (ALPN) and in cleartext with prior knowledge. Default on.
     #[serde(deserialize_with = "http2::bool_or_table")]
     pub http2: http2::Http2Config,
+    /// `[tracing]`: W3C trace context and OTLP span export (docs/observability.md,
+    /// "Tracing"). Default none: off.
+    pub tracing: Option<tracing::TracingConfig>,
     /// `[[host]]`: virtual hosts, each with its names and its own files. The top-level
     /// keys (`root`, `index`, `autoindex`, `cache_control`) form the default host, which
     /// answers requests whose host matches no `[[host]]` (unless one is marked
@@ -309,6 +313,7 @@ impl Default for Config {
             compression: Default::default(),
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
             http2: Default::default(),
+            tracing: None,
             host: Vec::new(),
             response_headers: None,
             error_page: None,
@@ -566,6 +571,7 @@ impl Config {
             problems.extend(acme.problems(&self.acme_names(), listen, tls_listen));
         }
         problems.extend(self.http2.problems());
+        problems.extend(self.tracing.iter().flat_map(|t| t.problems()));
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
             problems.push("`limits.max_head_size` must be between 256 and 1048576".into());

@@ -12,6 +12,7 @@ pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
 mod limited;
+mod marks;
 pub(crate) mod modules;
 pub(crate) mod pages;
 pub(crate) mod served;
@@ -32,6 +33,7 @@ use crate::worker::{Recycled, Worker};
 use admit::{admit, copy_fields};
 use edited::Rerouted;
 use filter::filter_response;
+use marks::{marks, sent};
 use pages::{error_page, Again, Pages};
 
 pub(crate) use checks::Checked;
@@ -117,7 +119,7 @@ pub(crate) fn answer(
     if challenge::answer(worker, conn, req, keep_alive, out) {
         let gen = &worker.current().gen;
         let site = gen.sites.hosts.select(req);
-        return Dispatched::Done(by_files(gen, site, req, (None, None)));
+        return Dispatched::Done(by_files(gen, site, req, (None, None, None)));
     }
     let at = (pending, None, checked);
     answer_in(worker, conn, req, keep_alive, out, at)
@@ -139,13 +141,12 @@ fn answer_in(
     let chosen = || choose_site(worker, conn, gen, req, keep_alive, out);
     let site = match rerouted.map_or_else(chosen, |r| Ok(r.site)) {
         Ok(site) => site,
-        Err(site) => return Dispatched::Done(by_files(gen, site, req, (None, None))),
+        Err(site) => return Dispatched::Done(by_files(gen, site, req, (None, None, None))),
     };
     let (by_field, forwarded_for) = named_client(gen, site, conn, req);
     let conn = by_field.as_ref().unwrap_or(conn);
     let (mut path, normal) = normalized(worker, raw);
-    // An id only for a site whose rules or log use it, notes for a log that writes them.
-    let (id, notes) = marks(gen, site, conn, req);
+    let (id, notes, trace) = marks(gen, site, conn, req); // each only when used
     let mut decided = decide(worker, conn, (gen, site), req, (normal, id), &mut path);
     let seen = (&mut decided, &path[..], &mut rerouted); // limits, access checks
     let (held, copied) = match admit(worker, conn, (gen, site), req, checked, seen) {
@@ -156,7 +157,7 @@ fn answer_in(
     let auth_view = copy_fields(req, copied.as_ref(), &mut auth_fields);
     let req = auth_view.as_ref().unwrap_or(req);
     let rule = decided.rule.map(|rule| (site as u16, rule as u16));
-    let files_answered = by_files(gen, site, req, (id, rule));
+    let files_answered = by_files(gen, site, req, (id, rule, trace));
     let mut headers = Recycled::headers(worker);
     let edits = (decided.request_edits.as_ref(), decided.target.as_deref());
     let view = request_view(&gen.rules[site], req, edits, &mut headers.list);
@@ -169,9 +170,9 @@ fn answer_in(
     let (filter, answer) = match (decided.response, routed) {
         (Some(response), _) => (None, Some(Answer::Now(response))),
         (None, Some(route)) => {
-            let sent_id = sent(gen, site, id, decided.request_edits.as_ref());
-            let marks = (forwarded_for, rerouted, checked, (notes.as_ref(), sent_id));
-            let asked = (req, &path[..], conn, marks);
+            let id = sent(gen, site, id, decided.request_edits.as_ref());
+            let marks = (forwarded_for, rerouted, checked, (notes.as_ref(), id));
+            let asked = (req, &path[..], conn, (marks, trace));
             match modules::call(&current, route, asked, &mut answered.kind, &mut edited) {
                 Ok(called) => called,
                 Err(wait) => return Dispatched::Wait(wait),
@@ -276,40 +277,6 @@ fn answer_in(
     }
 }
 
-/// The id a request sends its origin as `X-Request-Id`: its own, unless its route's
-/// `request_headers` set that field themselves.
-fn sent(
-    gen: &Generation,
-    site: usize,
-    id: Option<u128>,
-    edits: Option<&routing::RequestEdits>,
-) -> Option<u128> {
-    id.filter(|_| !routing::sets_request_id(&gen.rules[site], edits))
-}
-
-/// What a request on `site` carries for its rules and its log, only when they use it:
-/// its id, and where its handler notes upstream attempts and the cache's result. The id
-/// is the `X-Request-Id` a trusted proxy (`trusted_proxies`) sent, when it reads as one
-/// (32 hex digits, or a UUID), else 128 random bits.
-fn marks(
-    gen: &Generation,
-    site: usize,
-    conn: &ConnFacts,
-    req: &wire::Request<'_, '_>,
-) -> (Option<u128>, Option<handler::LogNotes>) {
-    let incoming = || {
-        let trusted = gen.identity[site].trusted.contains(conn.peer.ip());
-        trusted
-            .then(|| {
-                req.header("x-request-id")
-                    .and_then(crate::facts::parse_request_id)
-            })
-            .flatten()
-    };
-    let id = gen.request_ids[site].then(|| incoming().unwrap_or_else(|| fastrand::u128(..)));
-    (id, gen.log_notes[site].then(handler::LogNotes::default))
-}
-
 /// The request head as received, for the access log of a response that comes later:
 /// only the access log reads it, so no copy without one.
 fn raw_head(worker: &Worker, pending: &[u8], len: usize) -> Vec<u8> {
@@ -336,7 +303,7 @@ fn by_files(
     gen: &Generation,
     site: usize,
     req: &wire::Request<'_, '_>,
-    (request_id, route): (Option<u128>, Option<(u16, u16)>),
+    (request_id, route, trace): (Option<u128>, Option<(u16, u16)>, Option<trace::Context>),
 ) -> Answered {
     Answered {
         host: gen.host_labels[site],
@@ -344,6 +311,7 @@ fn by_files(
         method: metrics::method_index(req.method),
         request_id,
         route,
+        trace,
     }
 }
 
@@ -510,7 +478,7 @@ fn choose_site(
 ) -> Result<usize, usize> {
     let hosts = &gen.sites.hosts;
     let config = &gen.config;
-    match conn.tls {
+    match &conn.tls {
         // Without a TLS listener of its own, TLS ends in front of this server: the
         // proxy there says which requests came over it.
         None if config.tls.redirect_https
@@ -525,13 +493,13 @@ fn choose_site(
             Err(hosts.select(req))
         }
         None => Ok(hosts.select(req)),
-        Some(tls) if !tls.sni => Ok(tls.site),
+        Some(tls) if tls.sni.is_none() => Ok(tls.site as usize),
         Some(tls) => match hosts.select_named(req) {
-            Some(named) if named != tls.site => {
+            Some(named) if named != tls.site as usize => {
                 reply::simple(worker, conn, out, req, keep_alive, 421, &[]);
-                Err(tls.site)
+                Err(tls.site as usize)
             }
-            _ => Ok(tls.site),
+            _ => Ok(tls.site as usize),
         },
     }
 }

@@ -45,16 +45,19 @@ pub(crate) fn handlers<'g>(
 /// The request a route's modules are asked: its view, normalised path and connection,
 /// the count of `X-Forwarded-For` items before its client, how often it has been routed
 /// again, what its checks found when it waited on them (its filter's end among it), where
-/// its handler notes what the access log writes, and the id it sends on.
+/// its handler notes what the access log writes, the id it sends on, and its trace context.
 pub(crate) type Asked<'a> = (
     &'a wire::Request<'a, 'a>,
     &'a [u8],
     &'a ConnFacts,
     (
-        Option<usize>,
-        Option<Rerouted>,
-        Option<&'a Checked>,
-        (Option<&'a handler::LogNotes>, Option<u128>),
+        (
+            Option<usize>,
+            Option<Rerouted>,
+            Option<&'a Checked>,
+            (Option<&'a handler::LogNotes>, Option<u128>),
+        ),
+        Option<trace::Context>,
     ),
 );
 
@@ -70,7 +73,7 @@ type Called = Result<(Option<Box<dyn Attached>>, Option<Answer>), LocalFuture<Ch
 pub(crate) fn call(
     current: &Current,
     route: Handlers<'_>,
-    (req, path, conn, (forwarded_for, rerouted, checked, (notes, request_id))): Asked<'_>,
+    (req, path, conn, ((forwarded_for, rerouted, checked, (notes, request_id)), trace)): Asked<'_>,
     kind: &mut u8,
     edited: &mut Option<Edited>,
 ) -> Called {
@@ -86,6 +89,7 @@ pub(crate) fn call(
         secure: conn.secure(),
         notes,
         request_id,
+        trace,
     };
     let mut filter = None;
     if let Some((m, tag)) = route.filter {

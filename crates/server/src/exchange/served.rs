@@ -41,10 +41,19 @@ pub(crate) fn account<H: AsRef<[u8]>>(
         (sent.status, sent.head_len, sent.body),
         read_at,
     );
-    if worker.log.borrow().is_some() {
+    let logging = worker.log.borrow().is_some();
+    let traced = answered.trace.filter(|t| t.sampled);
+    if logging || traced.is_some() {
         let response = (sent.status, sent.head.as_ref(), sent.body);
-        let ids = (answered.request_id, answered.route, notes);
-        request(&mut |request| record(worker, conn, (read_at, ids), request, b"", response));
+        let ids = (answered.request_id, answered.route, notes, answered.trace);
+        request(&mut |request| {
+            if logging {
+                record(worker, conn, (read_at, ids), request, b"", response);
+            }
+            if let Some(trace) = traced {
+                server_span(worker, trace, (answered, sent.status, read_at), request);
+            }
+        });
     }
 }
 
@@ -61,7 +70,8 @@ pub(crate) fn log(
     mark: Mark,
 ) {
     let logging = worker.log.borrow().is_some();
-    if !logging && !worker.shared.metrics_on {
+    let traced = request.is_some_and(|(_, a)| a.trace.is_some_and(|t| t.sampled));
+    if !logging && !worker.shared.metrics_on && !traced {
         return;
     }
     // A head written as fields (HTTP/2) is counted and logged as the same head in lines.
@@ -84,11 +94,16 @@ pub(crate) fn log(
             (status, head, head.len() as u64, body_bytes)
         }
     };
-    if let Some((_, answered)) = request {
+    if let Some((req, answered)) = request {
         count(worker, answered, (status, head_len, body_bytes), read_at);
+        if let Some(trace) = answered.trace.filter(|t| t.sampled) {
+            server_span(worker, trace, (answered, status, read_at), Some(req));
+        }
     }
     if logging {
-        let ids = request.map_or((None, None, None), |(_, a)| (a.request_id, a.route, None));
+        let ids = request.map_or((None, None, None, None), |(_, a)| {
+            (a.request_id, a.route, None, a.trace)
+        });
         let request = request.map(|(r, _)| r);
         let response = (status, head, body_bytes);
         record(worker, conn, (read_at, ids), request, raw_line, response);
@@ -109,18 +124,20 @@ pub(crate) fn count(
     }
 }
 
-/// The request's id, the rule that routed it (site, rule), and what its handler noted.
+/// The request's id, the rule that routed it (site, rule), what its handler noted, and
+/// its trace context.
 type Ids<'n> = (
     Option<u128>,
     Option<(u16, u16)>,
     Option<&'n handler::LogNotes>,
+    Option<trace::Context>,
 );
 
 /// One access log line: `response` is (status, head, body bytes).
 pub(crate) fn record(
     worker: &Worker,
     conn: &ConnFacts,
-    (read_at, (request_id, route, notes)): (Option<Instant>, Ids<'_>),
+    (read_at, (request_id, route, notes, trace)): (Option<Instant>, Ids<'_>),
     request: Option<&wire::Request<'_, '_>>,
     raw_line: &[u8],
     (status, head, body_bytes): (u16, &[u8], u64),
@@ -160,7 +177,7 @@ pub(crate) fn record(
         host,
         route,
         second: worker.clock.second(),
-        tls: conn.tls,
+        tls: conn.tls.as_ref(),
         client: forwarded.map_or(conn.client, |f| f.addr),
         peer: conn.peer,
         proxy_tlvs: conn.proxy_tlvs(),
@@ -171,7 +188,56 @@ pub(crate) fn record(
         body_bytes,
         micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
         request_id,
+        trace,
         notes: notes.map(|n| n.noted()),
     };
     log.record(&entry, &worker.clock.clf_time()[..]);
+}
+
+/// Exports the server span of a sampled request answered with `status`: from reading the
+/// request (`read_at`) to now, a child of the client's span when the trace came from it.
+fn server_span(
+    worker: &Worker,
+    trace: trace::Context,
+    (answered, status, read_at): (Answered, u16, Option<Instant>),
+    request: Option<&wire::Request<'_, '_>>,
+) {
+    use trace::Attribute::{Int, Str};
+    let end = std::time::SystemTime::now();
+    let start = read_at.map_or(end, |t| end - t.elapsed());
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut attributes = vec![Int("http.response.status_code", i64::from(status))];
+    if let Some(req) = request {
+        let path = memchr::memchr(b'?', req.target).map_or(req.target, |q| &req.target[..q]);
+        attributes.push(Str("http.request.method", req.method_token.into()));
+        attributes.push(Str("url.path", text(path)));
+        if let Some(host) = req.header("host") {
+            attributes.push(Str("server.address", text(host)));
+        }
+    }
+    let current = worker.current.borrow().clone();
+    let route = answered.route.and_then(|(site, rule)| {
+        let rules = current.gen.rules.get(usize::from(site))?.rules();
+        Some(rules.get(usize::from(rule))?.name.clone())
+    });
+    if let Some(route) = route {
+        attributes.push(Str("tessera.route", route));
+    }
+    if let Some(id) = answered.request_id {
+        attributes.push(Str(
+            "tessera.request_id",
+            text(&crate::facts::request_id_hex(id)),
+        ));
+    }
+    trace::emit(trace::SpanRecord {
+        trace_id: trace.trace_id,
+        span_id: trace.span_id,
+        parent_id: trace.parent_id,
+        name: request.map_or("HTTP", |r| r.method_token).to_string(),
+        kind: trace::Kind::Server,
+        start,
+        end,
+        attributes,
+        error: status >= 500,
+    });
 }

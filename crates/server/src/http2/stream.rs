@@ -111,6 +111,7 @@ pub(super) fn start(
                 method: crate::metrics::method_index(req.method),
                 request_id: None,
                 route: None,
+                trace: None,
             })
         }
         None => exchange::answer(worker, &streams.facts, &req, (true, checked), out, &[]),

@@ -64,7 +64,7 @@ impl Stream {
     pub fn tls_facts(&self) -> Option<TlsFacts> {
         match self {
             Stream::Plain(_) => None,
-            Stream::Tls(tls) => Some(tls.facts),
+            Stream::Tls(tls) => Some(tls.facts.clone()),
         }
     }
 

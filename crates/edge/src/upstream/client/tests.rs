@@ -49,6 +49,7 @@ async fn get(upstream: &Rc<Upstream>) -> Result<(Head, Pooled), UpstreamError> {
         body: &body,
         upgrade: None,
         notes: None,
+        trace: None,
     };
     upstream
         .send(&req, Instant::now() + Duration::from_secs(5))

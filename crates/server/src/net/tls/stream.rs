@@ -24,6 +24,7 @@
 use std::cell::RefCell;
 use std::future::poll_fn;
 use std::io;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -189,8 +190,8 @@ impl TlsStream {
     ) -> io::Result<Box<TlsStream>> {
         let tls = UnbufferedServerConnection::new(config).map_err(io::Error::other)?;
         let facts = TlsFacts {
-            site: hosts.default_site(),
-            sni: false,
+            site: hosts.default_site() as u32,
+            sni: None,
             version: "-",
             cipher: "-",
             h2: false,
@@ -224,14 +225,14 @@ impl TlsStream {
             }
         }
         let tls = &stream.tls;
-        stream.facts.sni = stream.sni.is_some();
         if let Some(site) = stream
             .sni
             .as_deref()
             .and_then(|n| hosts.named(n.as_bytes()))
         {
-            stream.facts.site = site;
+            stream.facts.site = site as u32;
         }
+        stream.facts.sni = stream.sni.take().map(Rc::new);
         stream.facts.version = match tls.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
             Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
