@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
-    Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
+    ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
 use crate::settings::{Challenge, Deploy, Settings};
@@ -51,8 +51,12 @@ pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, 
         terms_of_service_agreed: true,
         only_return_existing: false,
     };
+    let eab = settings
+        .eab
+        .as_ref()
+        .map(|(kid, key)| ExternalAccountKey::new(kid.clone(), key));
     let (account, credentials) = builder()?
-        .create(&new, settings.directory.clone(), None)
+        .create(&new, settings.directory.clone(), eab.as_ref())
         .await
         .map_err(|e| e.to_string())?;
     let json = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;

@@ -43,6 +43,9 @@ pub struct Settings {
     pub challenges: Vec<Challenge>,
     /// The names to keep a certificate for (lowercase DNS names).
     pub names: Vec<String>,
+    /// External account binding: the CA's key id and the HMAC key (decoded), given
+    /// when the account is created.
+    pub eab: Option<(String, Vec<u8>)>,
 }
 
 /// Where the client's results go: the server's certificate store.

@@ -46,6 +46,7 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
             .filter_map(|c| acme::Challenge::parse(c))
             .collect(),
         names: config.acme_names(),
+        eab: acme.eab(),
     };
     let names = settings.names.join(", ");
     let directory = settings.directory.clone();

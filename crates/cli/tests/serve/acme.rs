@@ -136,6 +136,20 @@ impl Pebble {
 
     /// With certificates valid for `validity` seconds.
     fn start_with(http_port: u16, tls_port: u16, validity: u64) -> Pebble {
+        Pebble::start_full(http_port, tls_port, validity, None)
+    }
+
+    /// Requiring external account binding with the key id and base64url HMAC key `eab`.
+    fn start_eab(http_port: u16, tls_port: u16, eab: (&str, &str)) -> Pebble {
+        Pebble::start_full(http_port, tls_port, 7_776_000, Some(eab))
+    }
+
+    fn start_full(
+        http_port: u16,
+        tls_port: u16,
+        validity: u64,
+        eab: Option<(&str, &str)>,
+    ) -> Pebble {
         let dir = tempfile::tempdir().unwrap();
         // Pebble's own HTTPS certificate, from a CA made here: tessera trusts that CA
         // for the directory (`ca_root`).
@@ -167,11 +181,15 @@ impl Pebble {
                 "httpPort": {http_port},
                 "tlsPort": {tls_port},
                 "ocspResponderURL": "",
-                "externalAccountBindingRequired": false,
+                "externalAccountBindingRequired": {},
+                "externalAccountMACKeys": {{{}}},
                 "profiles": {{"default": {{"description": "test", "validityPeriod": {validity}}}}}
             }}}}"#,
             path("cert.pem").display(),
             path("key.pem").display(),
+            eab.is_some(),
+            eab.map(|(kid, key)| format!("\"{kid}\": \"{key}\""))
+                .unwrap_or_default(),
         );
         std::fs::write(path("pebble.json"), config).unwrap();
         let (dns_kept, dns_server, dns_management) = challtestsrv();
@@ -383,6 +401,39 @@ fn two_hosts_get_certificates_by_http_01_and_keep_them_across_a_restart() {
 }
 
 #[test]
+fn external_account_binding_creates_the_account_where_the_ca_requires_it() {
+    // Pebble's own example key (base64url, as a CA gives it).
+    let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start_eab(ports.0, ports.1, ("kid-1", key));
+    let dir = tempfile::tempdir().unwrap();
+    // Without the binding the CA refuses the account, and the log says why.
+    let server = serve(
+        &pebble,
+        ports,
+        &dir.path().join("without"),
+        &["e.test"],
+        "[\"http-01\"]",
+    );
+    crate::harness::eventually("the CA's refusal in the log", || {
+        stderr_has(&server, "externalAccountRequired")
+    });
+    assert_eq!(pebble.orders(), 0);
+    drop(server);
+    // With it: the account is created and the certificate issued. (The keys go into
+    // `[acme]` after its `challenges` line.)
+    let server = serve(
+        &pebble,
+        ports,
+        &dir.path().join("with"),
+        &["e.test"],
+        &format!("[\"http-01\"]\neab_kid = \"kid-1\"\neab_hmac_key = \"{key}\""),
+    );
+    verified(&server, ports.1, &pebble.issuing_root(), "e.test");
+    assert_eq!(pebble.orders(), 1);
+}
+
+#[test]
 fn a_host_gets_its_certificate_by_tls_alpn_01() {
     let ports = (free_port(), free_port());
     let pebble = Pebble::start(ports.0, ports.1);
@@ -465,6 +516,14 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
         (
             "[acme]\nstate_dir = \"/tmp/s\"\nfoo = 1\n",
             "check.toml:3: invalid config file",
+        ),
+        (
+            "[acme]\nstate_dir = \"/tmp/s\"\neab_kid = \"kid-1\"\n",
+            "check.toml:1: acme.eab_hmac_key: needed with `eab_kid` (the CA gives both)",
+        ),
+        (
+            "[acme]\nstate_dir = \"/tmp/s\"\neab_kid = \"kid-1\"\neab_hmac_key = \"not base64!\"\n",
+            "acme.eab_hmac_key: not base64url",
         ),
     ];
     for (toml, want) in cases {

@@ -39,6 +39,12 @@ pub struct AcmeConfig {
     pub on_demand: bool,
     /// With `on_demand`: the URL that allows a name. Not built yet.
     pub ask: Option<String>,
+    /// External account binding (RFC 8555, 7.3.4), for CAs that need it (ZeroSSL,
+    /// Google Trust Services, a private CA): the key id the CA gave. With
+    /// `eab_hmac_key`; used when the account is created.
+    pub eab_kid: Option<String>,
+    /// The HMAC key that goes with `eab_kid`, base64url as the CA gives it.
+    pub eab_hmac_key: Option<String>,
 }
 
 impl Default for AcmeConfig {
@@ -53,6 +59,8 @@ impl Default for AcmeConfig {
             storage_key: None,
             on_demand: false,
             ask: None,
+            eab_kid: None,
+            eab_hmac_key: None,
         }
     }
 }
@@ -112,6 +120,21 @@ impl AcmeConfig {
                     .into(),
             );
         }
+        match (&self.eab_kid, &self.eab_hmac_key) {
+            (Some(_), None) => problems
+                .push("`acme.eab_hmac_key`: needed with `eab_kid` (the CA gives both)".into()),
+            (None, Some(_)) => problems
+                .push("`acme.eab_kid`: needed with `eab_hmac_key` (the CA gives both)".into()),
+            (Some(kid), Some(key)) => {
+                if kid.trim().is_empty() {
+                    problems.push("`acme.eab_kid`: is empty".into());
+                }
+                if let Err(e) = eab_key(key) {
+                    problems.push(format!("`acme.eab_hmac_key`: {e}"));
+                }
+            }
+            (None, None) => {}
+        }
         for name in names {
             let label_ok = |l: &str| {
                 !l.is_empty()
@@ -133,8 +156,27 @@ impl AcmeConfig {
         problems
     }
 
+    /// The external account binding's key id and decoded HMAC key, when set and valid.
+    pub fn eab(&self) -> Option<(String, Vec<u8>)> {
+        let (kid, key) = (self.eab_kid.as_ref()?, self.eab_hmac_key.as_ref()?);
+        Some((kid.clone(), eab_key(key).ok()?))
+    }
+
     /// Whether a challenge type is offered.
     pub fn offers(&self, challenge: &str) -> bool {
         self.challenges.iter().any(|c| c == challenge)
     }
+}
+
+/// An external account binding's HMAC key, from the base64url a CA gives (padding
+/// allowed).
+pub fn eab_key(key: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(key.trim().trim_end_matches('='))
+        .map_err(|e| format!("not base64url ({e}), as the CA gives it"))?;
+    if decoded.is_empty() {
+        return Err("is empty".into());
+    }
+    Ok(decoded)
 }
