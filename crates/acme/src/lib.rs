@@ -138,6 +138,7 @@ async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) 
         if let Some(cert) = &current {
             let plan = renewal::plan(&context.account, cert).await;
             tracing::info!(name = %name, at = %when(plan.at), by = plan.by, "ACME renewal planned");
+            context.deploy.renewal_planned(&name, plan.at);
             if let Ok(wait) = plan.at.duration_since(SystemTime::now()) {
                 match plan.recheck {
                     // The CA may move the window meanwhile: ask again then.

@@ -58,4 +58,7 @@ pub trait Deploy: Send + Sync + 'static {
     fn alpn_challenge(&self, name: &str, cert: Option<(Vec<u8>, Vec<u8>)>) -> Result<(), String>;
     /// An order ended: `true` with a certificate, `false` with an error.
     fn order_done(&self, _name: &str, _ok: bool) {}
+    /// `name`'s certificate is to be renewed at `at` (planned again when the CA moves
+    /// its window).
+    fn renewal_planned(&self, _name: &str, _at: std::time::SystemTime) {}
 }

@@ -24,6 +24,13 @@ impl acme::Deploy for Store {
     fn order_done(&self, _name: &str, issued: bool) {
         self.0.order_done(issued);
     }
+
+    fn renewal_planned(&self, name: &str, at: std::time::SystemTime) {
+        let unix = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.0.renewal_planned(name, unix);
+    }
 }
 
 /// Starts the ACME client when `[acme]` is configured: stored certificates are served

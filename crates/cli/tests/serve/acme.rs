@@ -368,7 +368,8 @@ fn two_hosts_get_certificates_by_http_01_and_keep_them_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("acme");
     let names = ["a.test", "b.test"];
-    let server = serve(&pebble, ports, &state, &names, "[\"http-01\"]");
+    let admin = "admin_listen = \"127.0.0.1:0\"\n";
+    let server = serve_with(&pebble, ports, &state, &names, "[\"http-01\"]", admin);
     // No certificate yet: the listeners are up at once, a handshake for a waiting name
     // fails with an alert, and says so in the log.
     let root = pebble.issuing_root();
@@ -376,6 +377,24 @@ fn two_hosts_get_certificates_by_http_01_and_keep_them_across_a_restart() {
         verified(&server, ports.1, &root, name);
     }
     assert_eq!(pebble.orders(), 2);
+    // Each name's next renewal, between now and its expiry, on /metrics (and /status).
+    crate::harness::eventually("the renewals planned", || {
+        metrics(&server, "tessera_acme_renewal_time_seconds{").len() == 2
+    });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let expiries = metrics(&server, "tessera_tls_certificate_expiry_seconds{");
+    for line in metrics(&server, "tessera_acme_renewal_time_seconds{") {
+        let value = |l: &str| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+        let name = &line[line.find("name=").unwrap()..line.find('}').unwrap()];
+        let expiry = expiries.iter().find(|l| l.contains(name)).unwrap();
+        assert!(
+            now < value(&line) && value(&line) < value(expiry),
+            "{line} against {expiry}"
+        );
+    }
     // One folder per CA directory, with the account, the certificates and their keys.
     let ca = state.join(
         pebble

@@ -32,6 +32,9 @@ pub struct AcmeCerts {
     tokens_out: AtomicBool,
     /// When each installed certificate expires, in Unix seconds, for `/metrics`.
     expiry: Map<i64>,
+    /// When each name's certificate is to be renewed next, in Unix seconds, for
+    /// `/metrics` and `/status`.
+    renewal: Map<i64>,
     /// Orders ended, by result: `issued`, `failed`.
     orders: [AtomicU64; 2],
 }
@@ -108,12 +111,30 @@ impl AcmeCerts {
     }
 
     /// Counts an order that ended, with a certificate (`issued`) or not.
+    /// The ACME client planned `name`'s next renewal for `at` (Unix seconds).
+    pub fn renewal_planned(&self, name: &str, at: i64) {
+        insert(&self.renewal, name, at);
+    }
+
     pub fn order_done(&self, issued: bool) {
         self.orders[usize::from(!issued)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `tessera_tls_certificate_expiry_seconds` and `tessera_acme_orders_total`.
+    /// `tessera_tls_certificate_expiry_seconds`, `tessera_acme_renewal_time_seconds`
+    /// and `tessera_acme_orders_total`.
     pub(crate) fn metrics(&self, out: &mut handler::Metrics) {
+        let renewal = self.renewal.load();
+        let mut planned: Vec<_> = renewal.iter().collect();
+        planned.sort();
+        for (name, at) in planned {
+            out.gauge(
+                "tessera_acme_renewal_time_seconds",
+                "When [acme] plans to renew a name's certificate next (ARI's window, or two \
+                 thirds of its lifetime), in seconds since the Unix epoch.",
+                &[("name", name)],
+                *at as f64,
+            );
+        }
         let expiry = self.expiry.load();
         let mut names: Vec<_> = expiry.iter().collect();
         names.sort();
