@@ -317,11 +317,16 @@ fn serve_with(
         state.display(),
     );
     for name in names {
+        // `!name`: a host that `[host.tls] acme = false` leaves out of `[acme]`.
+        let (name, opt_out) = match name.strip_prefix('!') {
+            Some(name) => (name, "\n[host.tls]\nacme = false\n"),
+            None => (*name, ""),
+        };
         let root = site.join(name);
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("index.html"), format!("site {name}\n")).unwrap();
         toml.push_str(&format!(
-            "\n[[host]]\nnames = [\"{name}\"]\nroot = \"{}\"\n",
+            "\n[[host]]\nnames = [\"{name}\"]\nroot = \"{}\"\n{opt_out}",
             root.display()
         ));
     }
@@ -458,9 +463,12 @@ fn a_host_gets_its_certificate_by_tls_alpn_01() {
     let pebble = Pebble::start(ports.0, ports.1);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("acme");
-    let server = serve(&pebble, ports, &state, &["c.test"], "[\"tls-alpn-01\"]");
+    // d.test opts out with `[host.tls] acme = false`: nothing is ordered for it.
+    let names = ["c.test", "!d.test"];
+    let server = serve(&pebble, ports, &state, &names, "[\"tls-alpn-01\"]");
     let root = pebble.issuing_root();
     verified(&server, ports.1, &root, "c.test");
+    assert!(stderr_has(&server, "for c.test (1 to order: c.test)"));
     assert_eq!(pebble.orders(), 1);
     assert!(stderr_has(&server, "ACME certificate installed"));
 }
@@ -535,6 +543,10 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
         (
             "[acme]\nstate_dir = \"/tmp/s\"\nfoo = 1\n",
             "check.toml:3: invalid config file",
+        ),
+        (
+            "[acme]\nstate_dir = \"/tmp/s\"\n\n[[host]]\nnames = [\"b.test\"]\n[host.tls]\nacme = true\ncertificate = \"/c.pem\"\nkey = \"/k.pem\"\n",
+            "acme: true with a `certificate` of its own: one or the other",
         ),
         (
             "[acme]\nstate_dir = \"/tmp/s\"\neab_kid = \"kid-1\"\n",

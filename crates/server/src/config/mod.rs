@@ -428,7 +428,11 @@ impl Config {
     pub fn acme_names(&self) -> Vec<String> {
         self.host
             .iter()
-            .filter(|h| h.tls.as_ref().is_none_or(|t| t.certificate.is_none()))
+            .filter(|h| {
+                h.tls
+                    .as_ref()
+                    .is_none_or(|t| t.certificate.is_none() && t.acme != Some(false))
+            })
             .flat_map(|h| &h.names)
             .filter(|n| !n.starts_with("*."))
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
@@ -746,6 +750,12 @@ fn tls_problems(config: &Config) -> Vec<String> {
     if config.tls.redirect_https_port == Some(0) {
         problems.push("`tls.redirect_https_port` must be between 1 and 65535".into());
     }
+    if config.tls.acme.is_some() {
+        problems.push(
+            "`tls.acme`: only `[host.tls]` has it, to say whether `[acme]` gets that host's certificate"
+                .into(),
+        );
+    }
     for (i, host) in config.host.iter().enumerate() {
         if let Some(tls) = &host.tls {
             pair(&format!("host[{i}].tls"), tls, &mut problems);
@@ -759,6 +769,15 @@ fn tls_problems(config: &Config) -> Vec<String> {
                 problems.push(format!(
                     "`host[{i}].tls.{key}`: only `[tls]` has it, for every host"
                 ));
+            }
+            match (tls.acme, tls.certificate.is_some(), config.acme.is_some()) {
+                (Some(true), true, _) => problems.push(format!(
+                    "`host[{i}].tls.acme`: true with a `certificate` of its own: one or the other"
+                )),
+                (Some(true), false, false) => problems.push(format!(
+                    "`host[{i}].tls.acme`: true needs an `[acme]` table"
+                )),
+                _ => {}
             }
         }
     }

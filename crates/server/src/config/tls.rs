@@ -25,4 +25,8 @@ pub struct TlsConfig {
     /// The port `redirect_https` sends clients to. Default: the port of the first
     /// `tls_listen`, or 443 without one (a load balancer's HTTPS port).
     pub redirect_https_port: Option<u16>,
+    /// In `[host.tls]` only: whether `[acme]` gets this host's certificate. Default: yes
+    /// for a host without a `certificate` (when there is an `[acme]` table); `false`
+    /// leaves the host to the default certificate.
+    pub acme: Option<bool>,
 }
