@@ -4,8 +4,9 @@
 //! encrypted on TLS).
 //!
 //! What it is for: accepting connections and answering requests as fast as the machine
-//! allows with memory that does not grow with load. Each worker is an OS thread running a
-//! single-threaded tokio runtime with its own `SO_REUSEPORT` listener per address, so the
+//! allows with memory that does not grow with load. Each worker is an OS thread running its
+//! own event loop (one `epoll_wait` per turn, `net/event_loop.rs`) with its own
+//! `SO_REUSEPORT` listener per address, so the
 //! kernel spreads connections across workers and nothing on the request path takes a
 //! lock but the shard of the shared open-file cache that holds the file, for one lookup.
 //!

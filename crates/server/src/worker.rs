@@ -1,4 +1,4 @@
-//! A worker: one OS thread, one single-threaded tokio runtime, its own listeners, its own
+//! A worker: one OS thread, one event loop (`net/event_loop.rs`), its own listeners, its own
 //! connection slots, buffers and clock. Nothing here is shared with other workers
 //! except [`Shared`]: the config, the open-file cache and the published connection counts.
 //!
