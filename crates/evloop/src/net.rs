@@ -25,10 +25,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The bit that marks an event's index (its low 32 bits) as one of these connections'.
 pub const TAG: u32 = 1 << 30;
 
-const READ: u8 = 1;
-const WRITE: u8 = 2;
-const READ_CLOSED: u8 = 4;
-const WRITE_CLOSED: u8 = 8;
+/// Readable.
+pub const READ: u8 = 1;
+/// Writable.
+pub const WRITE: u8 = 2;
+/// The peer closed its side, or the connection failed: a read says so, and keeps
+/// saying so, so this is never cleared (a short read that takes the last bytes before
+/// the end must not make the task wait for an event that will not come again).
+pub const READ_CLOSED: u8 = 4;
+/// The connection failed or hung up: a write says so; never cleared.
+pub const WRITE_CLOSED: u8 = 8;
 
 thread_local! {
     static IO: RefCell<Option<Rc<Io>>> = const { RefCell::new(None) };
@@ -44,14 +50,48 @@ struct Io {
 #[derive(Default)]
 struct Row {
     generation: u32,
-    entry: Option<Rc<Entry>>,
+    entry: Option<Rc<Readiness>>,
 }
 
+/// A socket's readiness as epoll reported it (edge-triggered, tokio's semantics), and
+/// the tasks waiting for it: these connections' and the server's client sockets'.
 #[derive(Default)]
-struct Entry {
-    ready: Cell<u8>,
-    reader: Cell<Option<Waker>>,
-    writer: Cell<Option<Waker>>,
+pub struct Readiness {
+    /// [`READ`], [`WRITE`], [`READ_CLOSED`], [`WRITE_CLOSED`] seen and not cleared.
+    pub ready: Cell<u8>,
+    pub reader: Cell<Option<Waker>>,
+    pub writer: Cell<Option<Waker>>,
+}
+
+impl Readiness {
+    /// Records an epoll event's bits and wakes who waits for them.
+    pub fn record(&self, events: u32) {
+        let bits = events as i32;
+        let mut ready = 0;
+        if bits & libc::EPOLLIN != 0 {
+            ready |= READ;
+        }
+        if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            ready |= READ_CLOSED;
+        }
+        if bits & libc::EPOLLOUT != 0 {
+            ready |= WRITE;
+        }
+        if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            ready |= WRITE_CLOSED;
+        }
+        self.ready.set(self.ready.get() | ready);
+        if ready & (READ | READ_CLOSED) != 0 {
+            if let Some(w) = self.reader.take() {
+                w.wake();
+            }
+        }
+        if ready & (WRITE | WRITE_CLOSED) != 0 {
+            if let Some(w) = self.writer.take() {
+                w.wake();
+            }
+        }
+    }
 }
 
 pub(crate) fn attach(epoll: RawFd) {
@@ -83,45 +123,22 @@ pub fn dispatch(data: u64, events: u32) {
             .then(|| r.entry.clone())
             .flatten()
     });
-    let Some(entry) = entry else { return };
-    let bits = events as i32;
-    let mut ready = 0;
-    if bits & libc::EPOLLIN != 0 {
-        ready |= READ;
-    }
-    if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-        ready |= READ_CLOSED;
-    }
-    if bits & libc::EPOLLOUT != 0 {
-        ready |= WRITE;
-    }
-    if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-        ready |= WRITE_CLOSED;
-    }
-    entry.ready.set(entry.ready.get() | ready);
-    if ready & (READ | READ_CLOSED) != 0 {
-        if let Some(w) = entry.reader.take() {
-            w.wake();
-        }
-    }
-    if ready & (WRITE | WRITE_CLOSED) != 0 {
-        if let Some(w) = entry.writer.take() {
-            w.wake();
-        }
+    if let Some(entry) = entry {
+        entry.record(events);
     }
 }
 
 /// A socket registered on the loop's epoll.
 struct Registered {
     socket: std::net::TcpStream,
-    entry: Rc<Entry>,
+    entry: Rc<Readiness>,
     row: u32,
     io: Rc<Io>,
 }
 
 impl Registered {
     fn new(io: Rc<Io>, socket: std::net::TcpStream) -> io::Result<Registered> {
-        let entry = Rc::new(Entry::default());
+        let entry = Rc::new(Readiness::default());
         let (row, generation) = {
             let mut rows = io.rows.borrow_mut();
             let row = match io.free.borrow_mut().pop() {

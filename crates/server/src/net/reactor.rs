@@ -21,22 +21,13 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
-use crate::sys;
+use evloop::net::{Readiness, READ, READ_CLOSED, WRITE};
 
-/// Readable.
-const READ: u8 = 1;
-/// Writable.
-const WRITE: u8 = 2;
-/// The peer closed its side, or the connection failed: a read says so, and keeps
-/// saying so, so this is never cleared (a short read that takes the last bytes before
-/// the end must not make the task wait for an event that will not come again).
-const READ_CLOSED: u8 = 4;
-/// The connection failed or hung up: a write says so; never cleared.
-const WRITE_CLOSED: u8 = 8;
+use crate::sys;
 
 /// Events collected per `epoll_wait`.
 const EVENTS: usize = 256;
@@ -54,9 +45,7 @@ pub(crate) const TOKIO: u32 = u32::MAX - 1;
 /// One slot's readiness and the wakers waiting on it.
 #[derive(Default)]
 struct Entry {
-    ready: Cell<u8>,
-    reader: Cell<Option<Waker>>,
-    writer: Cell<Option<Waker>>,
+    io: Readiness,
     /// Whether epoll watches the socket's writability (see [`Reactor::register`]).
     watching_writes: Cell<bool>,
     /// Counts the sockets registered in this slot; an event carries its socket's, so
@@ -65,34 +54,11 @@ struct Entry {
     generation: Cell<u32>,
 }
 
-impl Entry {
-    /// Records an event's readiness and wakes who waits for it.
-    fn ready(&self, bits: u32) {
-        let bits = bits as i32;
-        let mut ready = 0;
-        if bits & libc::EPOLLIN != 0 {
-            ready |= READ;
-        }
-        if bits & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-            ready |= READ_CLOSED;
-        }
-        if bits & libc::EPOLLOUT != 0 {
-            ready |= WRITE;
-        }
-        if bits & (libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-            ready |= WRITE_CLOSED;
-        }
-        self.ready.set(self.ready.get() | ready);
-        if ready & (READ | READ_CLOSED) != 0 {
-            if let Some(waker) = self.reader.take() {
-                waker.wake();
-            }
-        }
-        if ready & (WRITE | WRITE_CLOSED) != 0 {
-            if let Some(waker) = self.writer.take() {
-                waker.wake();
-            }
-        }
+impl std::ops::Deref for Entry {
+    type Target = Readiness;
+
+    fn deref(&self) -> &Readiness {
+        &self.io
     }
 }
 
@@ -251,7 +217,7 @@ impl Reactor {
                 i if i & LISTENER != 0 => {
                     let listeners = self.listeners.borrow();
                     if let Some(Some(entry)) = listeners.get((i & !LISTENER) as usize) {
-                        entry.ready(event.events);
+                        entry.record(event.events);
                     }
                 }
                 slot => {
@@ -259,7 +225,7 @@ impl Reactor {
                         continue;
                     };
                     if entry.generation.get() == generation {
-                        entry.ready(event.events);
+                        entry.record(event.events);
                     }
                 }
             }
