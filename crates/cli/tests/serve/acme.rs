@@ -629,7 +629,11 @@ fn short_lived_certificates_are_renewed_while_every_request_succeeds() {
     let addr: SocketAddr = format!("127.0.0.1:{}", ports.1).parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut requests = 0;
+    // Requests made while each of the first two certificates was the newest (orders 1
+    // and 2): the loop spans both renewals, however slow the machine makes curl.
+    let mut under = [0usize; 2];
     while pebble.orders() < 3 {
+        let orders = pebble.orders();
         let out = curl(addr, &root, "e.test", "/", &[]);
         assert!(
             out.status.success(),
@@ -638,10 +642,13 @@ fn short_lived_certificates_are_renewed_while_every_request_succeeds() {
         );
         assert_eq!(out.stdout, b"site e.test\n");
         requests += 1;
+        if (1..=2).contains(&orders) {
+            under[orders - 1] += 1;
+        }
         assert!(Instant::now() < deadline, "not renewed twice in 90 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(requests > 20, "{requests}");
+    assert!(under.iter().all(|&n| n > 0), "{under:?} of {requests}");
     crate::harness::eventually("the third certificate installed", || {
         let lines = server.stderr.lock().unwrap();
         lines
