@@ -53,12 +53,7 @@ impl Origin {
             versions: Arc::default(),
         };
         let o = origin.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let o = o.clone();
-                std::thread::spawn(move || o.serve(stream));
-            }
-        });
+        crate::harness::thread_per_connection(listener, move |stream| o.serve(stream));
         origin
     }
 

@@ -54,11 +54,7 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve_origin(stream));
-        }
-    });
+    crate::harness::thread_per_connection(listener, serve_origin);
     addr
 }
 

@@ -621,3 +621,17 @@ pub fn check_config_output(path: &Path) -> (Option<i32>, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out.status.code(), stderr)
 }
+
+/// Serves each connection `listener` accepts with `serve` on a thread of its own, from
+/// a thread that accepts for as long as the test runs (a test origin's accept loop).
+pub fn thread_per_connection(
+    listener: std::net::TcpListener,
+    serve: impl Fn(std::net::TcpStream) + Clone + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+}

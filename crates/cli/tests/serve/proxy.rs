@@ -17,11 +17,7 @@ use crate::harness::{read_request_head, read_response, read_to_close, Server, Si
 pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve_origin(stream));
-        }
-    });
+    crate::harness::thread_per_connection(listener, serve_origin);
     addr
 }
 
