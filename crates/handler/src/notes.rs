@@ -33,8 +33,9 @@ pub struct Noted {
 /// One attempt on one upstream peer.
 #[derive(Debug, Clone)]
 pub struct UpstreamAttempt {
-    /// The peer's address as configured (`127.0.0.1:8080`, `unix:/run/app.sock`).
-    pub peer: String,
+    /// The peer's address as configured (`127.0.0.1:8080`, `unix:/run/app.sock`), shared
+    /// with the upstream's peer set rather than copied per request.
+    pub peer: std::sync::Arc<str>,
     /// The status of its response; `None` when none came.
     pub status: Option<u16>,
     /// For an attempt without a response: whether it ran out of time (nginx logs 504 for

@@ -326,8 +326,9 @@ pub(crate) struct Entry<'a> {
     pub trace: Option<trace::Context>,
     /// The routing rule that chose its handling (`%{route}x`).
     pub route: Option<&'a str>,
-    /// The Unix second it is logged at (`time` in JSON).
-    pub second: u64,
+    /// The second it is logged at in ISO 8601 (`time` in JSON), formatted once a second
+    /// by the worker's clock.
+    pub iso_time: [u8; 20],
     /// What the handler noted, when the log writes it.
     pub notes: Option<std::cell::Ref<'a, handler::Noted>>,
 }
@@ -355,11 +356,7 @@ impl Format {
                 },
                 Item::Dash => line.push(b'-'),
                 Item::Time => line.extend_from_slice(time),
-                Item::TimeIso => {
-                    let mut iso = [0u8; 20];
-                    crate::date::format_iso(entry.second, &mut iso);
-                    style.string(line, &iso);
-                }
+                Item::TimeIso => style.string(line, &entry.iso_time),
                 Item::RequestLine => match request {
                     Some(r) => {
                         escape(line, r.method_token.as_bytes());
@@ -547,7 +544,8 @@ pub(crate) struct WorkerLog {
     current: Vec<u8>,
     /// Lines in `current`, to count drops in lines.
     lines: u64,
-    to_writer: SyncSender<Vec<u8>>,
+    /// Full buffers and their line counts.
+    to_writer: SyncSender<(Vec<u8>, u64)>,
     spare: Receiver<Vec<u8>>,
     shared: Arc<Shared>,
 }
@@ -574,7 +572,7 @@ impl WorkerLog {
                 let lines = std::mem::take(&mut self.lines);
                 // Never fails while the writer runs: the channel has room for every
                 // buffer there is.
-                if self.to_writer.try_send(full).is_err() {
+                if self.to_writer.try_send((full, lines)).is_err() {
                     self.shared.dropped.fetch_add(lines, Ordering::Relaxed);
                 }
             }
@@ -592,7 +590,7 @@ impl WorkerLog {
             return;
         }
         let full = std::mem::take(&mut self.current);
-        let _ = self.to_writer.send(full);
+        let _ = self.to_writer.send((full, std::mem::take(&mut self.lines)));
     }
 }
 
@@ -634,7 +632,7 @@ pub(crate) fn start(
 ) -> io::Result<(Vec<WorkerLog>, std::thread::JoinHandle<()>)> {
     let file = open(path)?;
     let (to_writer, from_workers) =
-        std::sync::mpsc::sync_channel::<Vec<u8>>(workers * BUFFERS_PER_WORKER);
+        std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(workers * BUFFERS_PER_WORKER);
     let mut logs = Vec::new();
     let mut returns = Vec::new();
     for _ in 0..workers {
@@ -669,7 +667,7 @@ fn open(path: &Path) -> io::Result<File> {
 fn writer(
     mut file: File,
     path: PathBuf,
-    from_workers: Receiver<Vec<u8>>,
+    from_workers: Receiver<(Vec<u8>, u64)>,
     returns: Vec<SyncSender<Vec<u8>>>,
     shared: Arc<Shared>,
 ) {
@@ -689,14 +687,13 @@ fn writer(
     loop {
         // Checked while idle too, so a rotated file is released promptly.
         reopen_if_asked(&mut file);
-        let mut buffer = match from_workers.recv_timeout(Duration::from_millis(500)) {
-            Ok(buffer) => buffer,
+        let (mut buffer, lines) = match from_workers.recv_timeout(Duration::from_millis(500)) {
+            Ok(full) => full,
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
         // And right before writing: lines that arrive after SIGUSR1 go to the new file.
         reopen_if_asked(&mut file);
-        let lines = memchr::memchr_iter(b'\n', &buffer).count() as u64;
         if let Err(e) = file.write_all(&buffer) {
             shared.dropped.fetch_add(lines, Ordering::Relaxed);
             tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");

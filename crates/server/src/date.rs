@@ -14,6 +14,8 @@ pub(crate) struct Clock {
     line: RefCell<[u8; DATE_LINE_LEN]>,
     /// The same second as `[10/Oct/2000:13:55:36 +0000]`, for access logs.
     clf: RefCell<[u8; 28]>,
+    /// And as `2000-10-10T13:55:36Z`, for JSON access logs.
+    iso: Cell<[u8; 20]>,
 }
 
 /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`
@@ -32,6 +34,7 @@ impl Clock {
             second: Cell::new(u64::MAX),
             line: RefCell::new([0; DATE_LINE_LEN]),
             clf: RefCell::new([0; 28]),
+            iso: Cell::new([0; 20]),
         };
         clock.refresh();
         clock
@@ -52,12 +55,20 @@ impl Clock {
             // The date is always 29 bytes, so this cannot run out of room.
             let _ = write!(cursor, "Date: {}\r\n", httpdate::HttpDate::from(now));
             format_clf(second, &mut self.clf.borrow_mut());
+            let mut iso = [0; 20];
+            format_iso(second, &mut iso);
+            self.iso.set(iso);
         }
     }
 
     /// The Unix second of the last refresh (the second the Date header says).
     pub fn second(&self) -> u64 {
         self.second.get()
+    }
+
+    /// The second of the last refresh in ISO 8601 (`2000-10-10T13:55:36Z`).
+    pub fn iso_time(&self) -> [u8; 20] {
+        self.iso.get()
     }
 
     pub fn clf_time(&self) -> std::cell::Ref<'_, [u8; 28]> {

@@ -444,7 +444,7 @@ impl Upstream {
             connections_opened: self.peers.iter().map(|p| p.opened.get()).sum(),
             idle: self.peers.iter().map(|p| p.idle.borrow().len()).sum(),
             peers: (0..self.peers.len())
-                .map(|i| (self.set.peers[i].address.clone(), self.set.state(i)))
+                .map(|i| (self.set.peers[i].address.to_string(), self.set.state(i)))
                 .collect(),
         }
     }

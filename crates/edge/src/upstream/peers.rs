@@ -46,8 +46,8 @@ const POINTS_PER_WEIGHT: u32 = 1000;
 
 pub(crate) struct PeerShared {
     /// `ip:port` once resolved (or the name as written, when it did not resolve: then
-    /// each connection resolves it).
-    pub(crate) address: String,
+    /// each connection resolves it). Shared, not copied, by each request's log notes.
+    pub(crate) address: Arc<str>,
     pub(crate) weight: u32,
     /// This peer's `max_connections` and `max_idle`, per worker.
     pub(crate) max_connections: usize,
@@ -117,7 +117,7 @@ impl Inherited {
                 .flat_map(|s| {
                     s.peers
                         .iter()
-                        .map(|p| (s.name.clone(), p.address.clone(), p.health.clone()))
+                        .map(|p| (s.name.clone(), p.address.to_string(), p.health.clone()))
                 })
                 .collect(),
         }
@@ -268,7 +268,7 @@ impl PeerSet {
                 };
                 PeerShared {
                     transport,
-                    address: p.address,
+                    address: p.address.into(),
                     weight: p.weight.max(1),
                     max_connections: p.max_connections,
                     max_idle: p.max_idle,
@@ -654,7 +654,7 @@ mod tests {
             ..UpstreamConfig::default()
         };
         let s = PeerSet::new(&c, false);
-        let names: Vec<&str> = s.peers.iter().map(|p| p.address.as_str()).collect();
+        let names: Vec<&str> = s.peers.iter().map(|p| &*p.address).collect();
         assert!(
             names.contains(&"127.0.0.1:8080") || names.contains(&"[::1]:8080"),
             "{names:?}"

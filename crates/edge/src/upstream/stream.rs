@@ -51,7 +51,7 @@ pub(crate) async fn open(
         let unix = UnixStream::connect(path).await;
         return unix.map(Stream::Unix).map_err(OpenError::Connect);
     }
-    let mut tcp = TcpStream::connect(p.address.as_str())
+    let mut tcp = TcpStream::connect(&p.address)
         .await
         .map_err(OpenError::Connect)?;
     let _ = tcp.set_nodelay(true);

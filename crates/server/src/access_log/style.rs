@@ -35,6 +35,16 @@ impl Style {
 /// character. Runs of bytes that need nothing are copied whole.
 pub(super) fn json_escape(line: &mut Vec<u8>, value: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    // The common case, printable ASCII with nothing to escape, is found in one pass
+    // without an early exit (so the compiler vectorises it) and copied whole: a JSON line
+    // of 27 fields spent 0.6% of a proxied request's CPU time validating UTF-8 and then
+    // searching each value again.
+    let plain = value.iter().fold(true, |plain, &b| {
+        plain & (0x20..0x7f).contains(&b) & (b != b'"') & (b != b'\\')
+    });
+    if plain {
+        return line.extend_from_slice(value);
+    }
     for chunk in value.utf8_chunks() {
         let mut valid = chunk.valid().as_bytes();
         while let Some(i) = valid

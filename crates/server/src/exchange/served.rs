@@ -176,7 +176,7 @@ pub(crate) fn record(
     let entry = Entry {
         host,
         route,
-        second: worker.clock.second(),
+        iso_time: worker.clock.iso_time(),
         tls: conn.tls.as_ref(),
         client: forwarded.map_or(conn.client, |f| f.addr),
         peer: conn.peer,
