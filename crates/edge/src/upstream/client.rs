@@ -624,25 +624,26 @@ impl Upstream {
         // idempotent request that fails on one before any response byte is retried on
         // the next pooled connection of the same peer, or a new one.
         loop {
-            // Timed only when the access log writes it.
-            let connecting = req.notes.map(|_| Instant::now());
+            // Timed only when the access log writes it; zero on a pooled connection.
             let (mut conn, reused) = match self.take_idle(peer, idempotent, req.client()) {
-                Some(c) => (c, true),
-                None => (
-                    self.connect(peer, deadline, req.client())
-                        .await
-                        .map_err(|error| Failure {
-                            error,
-                            retryable: true,
-                            peer_fault: true,
-                        })?,
-                    false,
-                ),
+                Some(c) => {
+                    connected.set(req.notes.map(|_| Duration::ZERO));
+                    (c, true)
+                }
+                None => {
+                    let connecting = req.notes.map(|_| Instant::now());
+                    let conn =
+                        self.connect(peer, deadline, req.client())
+                            .await
+                            .map_err(|error| Failure {
+                                error,
+                                retryable: true,
+                                peer_fault: true,
+                            })?;
+                    connected.set(connecting.map(|t| t.elapsed()));
+                    (conn, false)
+                }
             };
-            connected.set(connecting.map(|t| match reused {
-                true => Duration::ZERO,
-                false => t.elapsed(),
-            }));
             let head_request = *req.method == Method::HEAD;
             let attempt = timeout_at(deadline, async {
                 req.encode(&mut conn.write, &self.path_prefix, hop);
