@@ -437,7 +437,7 @@ impl Output {
             }
         }
         if !file_follows && !self.closing {
-            return stream.try_write_vectored(&iovecs[..count]);
+            return write_joined(stream, &iovecs[..count]);
         }
         // A response head followed by a sendfile body: MSG_MORE holds the head back so it
         // leaves in the same packets as the start of the body instead of as a small
@@ -584,6 +584,31 @@ fn copy(from: &[u8], to: &mut [u8]) -> (usize, bool) {
     let n = from.len().min(to.len());
     to[..n].copy_from_slice(&from[..n]);
     (n, n == from.len())
+}
+
+/// Bytes joined by a send(2) costs less than by a writev(2): writev goes through the VFS
+/// layer (`vfs_writev`, `rw_verify_area`, the iovec import) on top of the socket's own
+/// work. Measured here with a C loop over a loopback TCP connection, 150 + 12 bytes a
+/// call: writev of two buffers 1.0 us, send of the same 162 bytes 0.72 us, with the copy
+/// into one buffer 0.78-0.9 us. A static 12-byte response costs about 5.8 us of CPU in
+/// all, so small batches are copied into one buffer on the stack and sent.
+const JOIN_AT_MOST: usize = 2048;
+
+fn write_joined(stream: &Socket, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    if let [one] = bufs {
+        return stream.try_write(one);
+    }
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total > JOIN_AT_MOST {
+        return stream.try_write_vectored(bufs);
+    }
+    let mut joined = [0u8; JOIN_AT_MOST];
+    let mut at = 0;
+    for b in bufs {
+        joined[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
+    stream.try_write(&joined[..total])
 }
 
 /// One sendfile(2) of up to `len` bytes from `offset` on the non-blocking socket. When
