@@ -17,7 +17,7 @@
 //! [`time::sleep`] there is tokio's sleep, [`spawn_local`] tokio's (inside a LocalSet),
 //! a [`net::TcpStream`] tokio's.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -30,6 +30,18 @@ pub mod time;
 
 pub use notify::Notifier;
 pub use tasks::{spawn_local, AbortHandle, JoinError, JoinHandle};
+
+thread_local! {
+    /// The number of this thread's loop's current turn (0: no loop, or none taken yet).
+    static TURN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The number of the turn this thread's loop is in: what a turn's events bring runs
+/// under one number, so that work done once per turn (reading the clocks) can tell it
+/// has been done. 0 on a thread without a loop.
+pub fn turn() -> u64 {
+    TURN.with(Cell::get)
+}
 
 /// A worker loop's timers and spawned tasks, installed on its thread for as long as
 /// this lives. The server's loop drives it; see the crate's doc.
@@ -78,6 +90,11 @@ impl Loop {
         self.tasks.woken()
     }
 
+    /// Begins a turn: the loop's wait has returned ([`turn`]).
+    pub fn next_turn(&self) {
+        TURN.with(|t| t.set(t.get() + 1));
+    }
+
     /// Wakes what waits on every timer due by now.
     pub fn fire_timers(&self) {
         time::fire(&self.timers);
@@ -94,6 +111,7 @@ impl Drop for Loop {
         // The tasks' futures go first, while the loop is still installed: dropping
         // them drops their timers, which find it.
         self.tasks.drop_all();
+        TURN.with(|t| t.set(0));
         tasks::uninstall();
         time::uninstall();
         net::detach();

@@ -16,6 +16,8 @@ pub(crate) struct Clock {
     clf: RefCell<[u8; 28]>,
     /// And as `2000-10-10T13:55:36Z`, for JSON access logs.
     iso: Cell<[u8; 20]>,
+    /// The loop's turn of the last refresh (`evloop::turn`).
+    turn: Cell<u64>,
 }
 
 /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`
@@ -35,14 +37,22 @@ impl Clock {
             line: RefCell::new([0; DATE_LINE_LEN]),
             clf: RefCell::new([0; 28]),
             iso: Cell::new([0; 20]),
+            turn: Cell::new(0),
         };
         clock.refresh();
         clock
     }
 
     /// Reads the clocks (vDSO calls) and reformats the date if the second changed. Never
-    /// allocates: the date is formatted straight into a fixed array.
+    /// allocates: the date is formatted straight into a fixed array. Once per turn of the
+    /// worker's loop: the requests a turn's events bring (about ten per turn with 100
+    /// keep-alive clients) share one reading, as nginx's cached time does; the two vDSO
+    /// calls per request were 0.8% of a static keep-alive request's CPU time.
     pub fn refresh(&self) {
+        let turn = evloop::turn();
+        if turn != 0 && turn == self.turn.replace(turn) {
+            return;
+        }
         self.millis.set(self.started.elapsed().as_millis() as u64);
         let now = SystemTime::now();
         let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -82,6 +82,7 @@ where
                 evloop.next_deadline().map_or(-1, millis_until)
             };
             let found = reactor.wait(timeout, || evloop.notifier().running());
+            evloop.next_turn();
             if found.notified {
                 evloop.notifier().clear();
             }
