@@ -85,10 +85,10 @@ fn vary_table() {
     assert_eq!(&cache.lookup(&k, &fr, now).unwrap().body[..], b"bonjour");
     assert_eq!(&cache.lookup(&k, &en, now).unwrap().body[..], b"hello");
     // Purging the URL removes every variant.
-    assert!(cache.purge(&k));
+    assert_eq!(cache.purge(&k), 2, "two variants");
     assert!(cache.lookup(&k, &en, now).is_none());
     assert!(cache.lookup(&k, &fr, now).is_none());
-    assert!(!cache.purge(&k));
+    assert_eq!(cache.purge(&k), 0);
 }
 
 #[test]
@@ -364,7 +364,7 @@ fn forms_added_at_once_by_several_workers_are_all_weighed() {
 #[test]
 fn a_reweighing_of_a_key_gone_leaves_it_gone() {
     let (cache, object) = one_object();
-    assert!(cache.purge(&key("a", "/page")));
+    assert_eq!(cache.purge(&key("a", "/page")), 1);
     object.forms.fetch_add(100, Ordering::AcqRel);
     cache.reweigh(&object);
     assert_eq!(cache.stats().weight, 0);
@@ -504,13 +504,13 @@ fn purge_by_key_removes_and_soft_purge_marks_stale() {
         );
         assert_eq!(&e.body[..], path.as_bytes());
     }
-    // A URL's soft purge; nothing to mark: false.
+    // A URL's soft purge; nothing to mark: 0.
     let e = tagged("/d", &[], now);
     cache.insert(&key("h", "/d"), &none, e, now);
-    assert!(cache.soft_purge(&key("h", "/d")));
+    assert_eq!(cache.soft_purge(&key("h", "/d")), 1);
     let e = cache.lookup(&key("h", "/d"), &none, now_ms()).unwrap();
     assert!(!e.is_fresh(now_ms()) && e.may_revalidate_stale(now_ms()));
-    assert!(!cache.soft_purge(&key("h", "/none")));
+    assert_eq!(cache.soft_purge(&key("h", "/none")), 0);
     assert_eq!(cache.purge_keys(&["absent"], false), 0);
 }
 
