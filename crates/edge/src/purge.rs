@@ -17,7 +17,8 @@ impl Edge {
     /// with one of the keys listed, whatever the URL; marked stale instead of removed
     /// with `Fastly-Soft-Purge: 1`) and `BAN` (every URL under the path prefix; or with
     /// `X-Ban-Url` or `X-Ban-Host`, every URL and host their expressions match, applied
-    /// lazily: always 200): 200 when something was removed, 404 when nothing was cached, 403 for a client neither
+    /// lazily: always 200): 200 when something was removed, 404 when nothing was cached,
+    /// either with the count in `Purged` ([`answer`]), 403 for a client neither
     /// on `purge_allow` nor holding the `purge_token`, 400 for an expression that does
     /// not compile.
     pub(crate) fn invalidate(&self, req: &ProxyRequest, key: &str) -> ProxyResponse {
@@ -80,19 +81,30 @@ impl Edge {
     }
 }
 
-/// The answer to an invalidation carried out: 200 when memory held something (a ban by
-/// expression, applied lazily, `None`: always), 404 when not.
+/// The answer to an invalidation carried out: how many objects this process's memory
+/// held (removed, or marked stale), in a `Purged` field and in the body as Varnish xkey's
+/// VCL says it (`Invalidated N objects`), 200 when there was one, 404 when none; a ban
+/// by expression (applied lazily: `None`) 200 with Varnish's `Ban added`, no count.
 fn answer(removed: Option<usize>) -> ProxyResponse {
-    let status = if removed.map_or(true, |n| n > 0) {
-        StatusCode::OK
-    } else {
-        StatusCode::NOT_FOUND
+    let mut headers = FieldList::new();
+    headers.append(b"content-type", b"text/plain; charset=utf-8");
+    let (status, text) = match removed {
+        Some(n) => {
+            headers.append(b"purged", itoa::Buffer::new().format(n).as_bytes());
+            let status = if n > 0 {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            };
+            (status, format!("Invalidated {n} objects\n"))
+        }
+        None => (StatusCode::OK, "Ban added\n".to_string()),
     };
     ProxyResponse {
         status,
         head_h1: None,
-        headers: FieldList::new(),
-        body: Body::ready(Vec::new()),
+        headers,
+        body: Body::ready(vec![bytes::Bytes::from(text)]),
     }
 }
 
