@@ -619,6 +619,21 @@ impl Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kills it and starts a new one, empty, on the same port.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        self.child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test.sh installs it)");
+        eventually("redis-server to answer PING again", || {
+            self.command(&["PING"]).is_some_and(|r| r == "+PONG")
+        });
+    }
 }
 
 impl Drop for Redis {
