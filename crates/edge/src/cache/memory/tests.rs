@@ -522,3 +522,40 @@ fn purge_log_refuses_records_made_before_a_key_purge() {
     assert_eq!(log.tag_purged_at(&keys), Some(100));
     assert_eq!(log.tag_purged_at(&keys[..1]), None);
 }
+
+#[test]
+fn another_process_invalidations_and_a_dropped_memory_tier() {
+    use crate::cache::fanout::{Invalidated, Invalidation};
+    let cache = Cache::new(&CacheConfig::default()).unwrap();
+    let none = |_: &str| None;
+    let now = now_ms();
+    for path in ["/a", "/b", "/news/1"] {
+        cache.insert(
+            &key("h", path),
+            &none,
+            entry(path, "max-age=60", None, now),
+            now,
+        );
+    }
+    cache.clone().apply_remote(&Invalidation::Purge {
+        key: key("h", "/a"),
+        soft: false,
+    });
+    cache.clone().apply_remote(&Invalidation::Ban {
+        prefix: key("h", "/news/"),
+    });
+    assert!(cache.lookup(&key("h", "/a"), &none, now).is_none());
+    assert!(cache.lookup(&key("h", "/news/1"), &none, now).is_none());
+    assert!(cache.lookup(&key("h", "/b"), &none, now).is_some());
+    assert!(!cache.memory_empty());
+    // What was missed is unknown: everything goes, and every record made before now is
+    // refused.
+    cache.drop_memory("a test");
+    assert!(cache.memory_empty());
+    let floor = cache
+        .purges
+        .lock()
+        .unwrap()
+        .purged_at(&key("x", "/never-purged"));
+    assert!(floor.is_some_and(|t| t >= now), "{floor:?}");
+}
