@@ -114,7 +114,7 @@ mod worker;
 
 pub use arena::Text;
 pub use body::Body;
-pub use cache::{Cache, CacheStats, SharedTierStats};
+pub use cache::{Cache, CacheStats, FanOutStats, SharedTierStats};
 pub use config::{
     Balance, Bypass, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig,
     KeyRules, PagePolicy, PeerConfig, RedisConfig, RouteCacheConfig, RouteConfig, SendProxy,

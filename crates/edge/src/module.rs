@@ -371,6 +371,9 @@ impl Module for EdgeModule {
                 f64::from(u8::from(r.breaker_open)),
             );
         }
+        if let Some(f) = s.fan_out {
+            write_fan_out(out, &f);
+        }
     }
 }
 
@@ -671,4 +674,47 @@ impl Upstreams for Edge {
             })
         })
     }
+}
+
+/// `tessera_cache_invalidations_*`: what went to and came from the other processes
+/// sharing Redis (docs/observability.md).
+fn write_fan_out(out: &mut handler::Metrics, f: &crate::cache::FanOutStats) {
+    out.counter(
+        "tessera_cache_invalidations_sent_total",
+        "Invalidations (PURGE, BAN) sent to the other processes sharing Redis.",
+        &[],
+        f.sent,
+    );
+    out.counter(
+        "tessera_cache_invalidations_lost_total",
+        "Invalidations that could not be sent to the other processes (Redis unreachable \
+         and the queue full).",
+        &[],
+        f.lost,
+    );
+    out.counter(
+        "tessera_cache_invalidations_received_total",
+        "Other processes' invalidation messages received through Redis pub/sub.",
+        &[],
+        f.received,
+    );
+    let applied = "Other processes' invalidations applied here, by how they came.";
+    for (via, n) in [
+        ("message", f.applied_live),
+        ("catch_up", f.applied_caught_up),
+    ] {
+        out.counter(
+            "tessera_cache_invalidations_applied_total",
+            applied,
+            &[("via", via)],
+            n,
+        );
+    }
+    out.counter(
+        "tessera_cache_invalidations_memory_drops_total",
+        "Times the memory tier was dropped because invalidations were missed and which \
+         could not be known.",
+        &[],
+        f.memory_drops,
+    );
 }

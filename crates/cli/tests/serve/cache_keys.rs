@@ -27,8 +27,8 @@ use crate::metrics::{admin_addr, admin_get, samples};
 /// - `/grace/X`: `grace X vN`, `max-age=60, stale-while-revalidate=3600`, `ETag: "vN"`,
 ///   `Surrogate-Key: grace-X`; a conditional request matching the version gets a 304
 #[derive(Clone)]
-struct Origin {
-    addr: SocketAddr,
+pub(crate) struct Origin {
+    pub(crate) addr: SocketAddr,
     /// Requests and conditional requests per path.
     seen: Arc<Mutex<HashMap<String, (usize, usize)>>>,
     versions: Arc<Mutex<HashMap<String, u32>>>,
@@ -37,7 +37,7 @@ struct Origin {
 const FILLER: &str = "filler ";
 
 impl Origin {
-    fn start() -> Origin {
+    pub(crate) fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = Origin {
             addr: listener.local_addr().unwrap(),
@@ -50,7 +50,7 @@ impl Origin {
     }
 
     /// (requests, conditional requests) for `path`.
-    fn seen(&self, path: &str) -> (usize, usize) {
+    pub(crate) fn seen(&self, path: &str) -> (usize, usize) {
         self.seen
             .lock()
             .unwrap()
@@ -59,7 +59,7 @@ impl Origin {
             .unwrap_or_default()
     }
 
-    fn bump(&self, path: &str) {
+    pub(crate) fn bump(&self, path: &str) {
         *self
             .versions
             .lock()
@@ -156,8 +156,13 @@ fn serve_with_tables(site: &Site, origin: &Origin, extra_routes: &str, tables: &
     ))
 }
 
-/// A PURGE of `path` with the extra fields `fields`, holding the token.
+/// A PURGE of `path` with the extra fields `fields`, holding the token: its status.
 fn purge(server: &Server, path: &str, fields: &str) -> u16 {
+    purge_answer(server, path, fields).status
+}
+
+/// The same: the whole answer.
+fn purge_answer(server: &Server, path: &str, fields: &str) -> crate::harness::Response {
     request(
         server,
         &format!(
@@ -165,7 +170,6 @@ fn purge(server: &Server, path: &str, fields: &str) -> u16 {
              Connection: close\r\n\r\n"
         ),
     )
-    .status
 }
 
 /// Purging a key removes every object tagged with it (Surrogate-Key, Cache-Tag or
@@ -192,7 +196,12 @@ fn purging_a_surrogate_key_removes_every_object_with_it() {
     assert_eq!(body(&get_with(&server, "/doc/1", "")), "doc 1 v2");
     assert_eq!(body(&get_with(&server, "/doc/2", "")), "doc 2 v1");
     assert_eq!(hits(&["/doc/1", "/doc/2"]), [2, 1]);
-    assert_eq!(purge(&server, "/anything", "xkey: all-docs\r\n"), 200);
+    // The answer counts what this process removed, as xkey's VCL does.
+    let r = purge_answer(&server, "/anything", "xkey: all-docs\r\n");
+    assert_eq!(
+        (r.status, r.header("purged"), body(&r).as_str()),
+        (200, Some("2"), "Invalidated 2 objects\n")
+    );
     get_with(&server, "/doc/1", "");
     get_with(&server, "/doc/2", "");
     assert_eq!(hits(&["/doc/1", "/doc/2", "/tag/1"]), [3, 2, 1]);
@@ -204,8 +213,9 @@ fn purging_a_surrogate_key_removes_every_object_with_it() {
     get_with(&server, "/tag/1", "");
     get_with(&server, "/tag/2", "");
     assert_eq!(hits(&["/tag/1", "/tag/2"]), [2, 1]);
-    // Nothing with the key: 404; without the token: 403, nothing purged.
-    assert_eq!(purge(&server, "/", "Surrogate-Key: unknown\r\n"), 404);
+    // Nothing with the key: 404, 0 purged; without the token: 403, nothing purged.
+    let r = purge_answer(&server, "/", "Surrogate-Key: unknown\r\n");
+    assert_eq!((r.status, r.header("purged")), (404, Some("0")));
     let refused = request(
         &server,
         "PURGE / HTTP/1.1\r\nHost: test\r\nSurrogate-Key: all-tags\r\nConnection: close\r\n\r\n",
@@ -221,9 +231,11 @@ fn purging_a_surrogate_key_removes_every_object_with_it() {
     }
     assert_eq!(origin.seen("/exposed/doc/9").0, 1);
     // And after a background refresh (within grace, after a soft purge).
+    let r = purge_answer(&server, "/exposed/doc/9", "Fastly-Soft-Purge: 1\r\n");
     assert_eq!(
-        purge(&server, "/exposed/doc/9", "Fastly-Soft-Purge: 1\r\n"),
-        200
+        (r.status, r.header("purged")),
+        (200, Some("1")),
+        "marked stale"
     );
     assert_eq!(
         get_with(&server, "/exposed/doc/9", "").header("xkey"),
@@ -397,7 +409,11 @@ fn bans_by_regular_expression_on_url_and_host() {
     get_at("other", "/doc/1");
     assert_eq!(origin.seen("/doc/1").0, 2);
     let r = ban("X-Ban-Url: ^/doc/[0-9]$\r\nX-Ban-Host: ^test$\r\n");
-    assert_eq!(r.status, 200);
+    // Applied lazily: no count yet, Varnish's words.
+    assert_eq!(
+        (r.status, r.header("purged"), body(&r).as_str()),
+        (200, None, "Ban added\n")
+    );
     // The lurker removes the two objects without anyone asking for them.
     eventually("the lurker's pass", || banned() == 2.0);
     for path in paths {

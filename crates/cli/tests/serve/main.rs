@@ -6,6 +6,7 @@ mod access_log;
 mod access_policy;
 mod acme;
 mod cache;
+mod cache_fanout;
 mod cache_keys;
 mod cache_policy;
 mod cache_revalidation;

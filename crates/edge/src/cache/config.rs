@@ -63,7 +63,19 @@ pub struct RedisConfig {
     /// Writes queued for Redis at most; beyond it writes are dropped (and counted), so a
     /// slow Redis never holds memory or a response. Default 1024.
     pub max_pending_writes: usize,
+    /// Whether purges, soft purges, purges by surrogate key and bans are sent to every
+    /// other tessera process sharing this Redis (and theirs applied here), through Redis
+    /// pub/sub. Default true: a PURGE sent to one process reaches them all.
+    pub fan_out: bool,
+    /// How many recent invalidations Redis keeps for processes that were disconnected
+    /// to catch up from. Default 1000: a process that missed more drops its memory
+    /// tier, as it cannot know what it missed.
+    pub fan_out_log: usize,
 }
+
+/// The longest invalidation log a process reads back when it catches up (each entry a
+/// purge or ban of a few hundred bytes at most).
+const MAX_FAN_OUT_LOG: usize = 100_000;
 
 impl Default for CacheConfig {
     fn default() -> Self {
@@ -92,6 +104,8 @@ impl Default for RedisConfig {
             breaker_failures: 3,
             breaker_cool_down: 5.0,
             max_pending_writes: 1024,
+            fan_out: true,
+            fan_out_log: 1000,
         }
     }
 }
@@ -118,6 +132,11 @@ impl CacheConfig {
                 if !(v.is_finite() && v > 0.0) {
                     return bad(&format!("{key} must be > 0"));
                 }
+            }
+            if !(1..=MAX_FAN_OUT_LOG).contains(&r.fan_out_log) {
+                return bad(&format!(
+                    "cache.redis.fan_out_log must be between 1 and {MAX_FAN_OUT_LOG}"
+                ));
             }
         }
         Ok(())

@@ -131,6 +131,8 @@ pub struct CacheStats {
     pub coalesced: u64,
     /// The shared tier's counters, when configured.
     pub shared: Option<SharedTierStats>,
+    /// The invalidation fan-out's counters, when Redis is configured with `fan_out`.
+    pub fan_out: Option<super::fanout::FanOutStats>,
 }
 
 /// The process's cache. Create one with [`Cache::new`] and hand it to every worker's
@@ -145,6 +147,8 @@ pub struct Cache {
     /// The fetches in flight, by key (and the lookups they count).
     flights: Arc<Flights>,
     shared: Option<SharedTier>,
+    /// Invalidations sent to, and received from, the other processes sharing Redis.
+    fan_out: Option<super::fanout::FanOut>,
     hits: AtomicU64,
     stale_served: AtomicU64,
     /// Bumped by every purge and ban, so that memoized pages are re-checked.
@@ -172,6 +176,9 @@ struct PurgeLog {
     tags: HashMap<String, u64>,
     /// Bans by regular expression, the last [`BAN_LOG_LEN`], oldest first.
     bans: std::collections::VecDeque<(u64, Arc<super::ban_rule::BanRule>)>,
+    /// When the memory tier was last dropped for invalidations it could not know
+    /// (`fanout`): every record made before is refused. 0: never.
+    floor: u64,
 }
 
 /// How many recent bans by regular expression are remembered against Redis records
@@ -261,7 +268,8 @@ impl PurgeLog {
             .filter(|(p, _)| key.starts_with(p.as_str()))
             .map(|(_, t)| *t)
             .max();
-        self.keys.get(key).copied().max(banned)
+        let floor = (self.floor > 0).then_some(self.floor);
+        self.keys.get(key).copied().max(banned).max(floor)
     }
 }
 
@@ -277,6 +285,13 @@ impl Cache {
         let shared = match &config.redis {
             Some(r) if config.enabled => Some(SharedTier::start(r)?),
             _ => None,
+        };
+        let (fan_out, runner) = match &config.redis {
+            Some(r) if config.enabled && r.fan_out => {
+                let (f, runner) = super::fanout::FanOut::new(r)?;
+                (Some(f), Some(runner))
+            }
+            _ => (None, None),
         };
         // quick_cache splits the budget across its shards; an object must fit one shard,
         // so small budgets get fewer shards.
@@ -297,7 +312,7 @@ impl Cache {
             Default::default(),
             Evictions,
         );
-        Ok(Arc::new(Cache {
+        let cache = Arc::new(Cache {
             stale_while_revalidate: crate::config::secs(config.stale_while_revalidate),
             stale_if_error: crate::config::secs(config.stale_if_error),
             config: config.clone(),
@@ -305,12 +320,18 @@ impl Cache {
             weight_limit: shard_hot_target(config.max_size, shards),
             flights: Arc::default(),
             shared,
+            fan_out,
             hits: AtomicU64::new(0),
             stale_served: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             purges: Mutex::new(PurgeLog::default()),
             bans: Default::default(),
-        }))
+        });
+        if let Some(runner) = runner {
+            let weak: std::sync::Weak<dyn super::fanout::Invalidated> = Arc::downgrade(&cache) as _;
+            runner.spawn(weak)?;
+        }
+        Ok(cache)
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -338,6 +359,7 @@ impl Cache {
             stale_served: self.stale_served.load(Ordering::Relaxed),
             coalesced: self.flights.coalesced(),
             shared: self.shared.as_ref().map(SharedTier::stats),
+            fan_out: self.fan_out.as_ref().map(super::fanout::FanOut::stats),
         }
     }
 
@@ -500,8 +522,9 @@ impl Cache {
         Some(entry)
     }
 
-    /// Removes `key` (and its variants) from memory and Redis; whether memory held it.
-    pub(crate) fn purge(&self, key: &str) -> bool {
+    /// Removes `key` (and its variants) from memory, and remembers it against Redis
+    /// records; how many objects memory held.
+    pub(crate) fn purge(&self, key: &str) -> usize {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let removed = match self.mem.remove(key) {
             Some((_, Slot::Pass(_))) => 0,
@@ -521,20 +544,18 @@ impl Cache {
             Some(_) => 1,
             None => 0,
         };
-        crate::metrics::invalidated(false);
         crate::metrics::evicted(crate::metrics::Evicted::Purge, removed);
-        let removed = removed > 0;
-        if let Some(shared) = &self.shared {
+        if self.shared.is_some() {
             self.purges
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .record(Purged::Key(key.to_string()), now_ms());
-            shared.purge(key);
         }
-        removed
+        removed as usize
     }
 
-    /// Removes every key starting with `prefix`; how many memory held.
+    /// Removes every key starting with `prefix` from memory, and remembers it against
+    /// Redis records; how many objects memory held.
     pub(crate) fn ban(&self, prefix: &str) -> usize {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let n = std::sync::atomic::AtomicUsize::new(0);
@@ -545,14 +566,12 @@ impl Cache {
             }
             !gone
         });
-        if let Some(shared) = &self.shared {
+        if self.shared.is_some() {
             self.purges
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .record(Purged::Prefix(prefix.to_string()), now_ms());
-            shared.ban(prefix);
         }
-        crate::metrics::invalidated(true);
         crate::metrics::evicted(
             crate::metrics::Evicted::Ban,
             n.load(Ordering::Relaxed) as u64,
@@ -709,5 +728,6 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
 
 mod bans;
 mod by_keys;
+mod invalidate;
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,6 @@ impl Cache {
                 .unwrap_or_else(|e| e.into_inner())
                 .record_ban(rule, now);
         }
-        crate::metrics::invalidated(true);
         if self.bans.start_lurking() {
             let cache = Arc::downgrade(self);
             let started = std::thread::Builder::new()

@@ -47,7 +47,6 @@ impl Cache {
             });
             n.into_inner()
         };
-        crate::metrics::invalidated(false);
         if !soft {
             crate::metrics::evicted(crate::metrics::Evicted::Purge, n as u64);
         }
@@ -60,9 +59,9 @@ impl Cache {
         n
     }
 
-    /// Marks the object of URL `key` (every variant) stale; whether memory held one. Its
-    /// Redis record is removed: the next fill writes a fresh one.
-    pub(crate) fn soft_purge(&self, key: &str) -> bool {
+    /// Marks the object of URL `key` (every variant) stale, and remembers the purge
+    /// against Redis records; how many objects memory held.
+    pub(crate) fn soft_purge(&self, key: &str) -> usize {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let now = now_ms();
         let marked = match self.mem.peek(key) {
@@ -84,15 +83,13 @@ impl Cache {
             Some(Slot::Object(..)) => usize::from(self.mark_stale(key, now)),
             _ => 0,
         };
-        crate::metrics::invalidated(false);
-        if let Some(shared) = &self.shared {
+        if self.shared.is_some() {
             self.purges
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .record(Purged::Key(key.to_string()), now);
-            shared.purge(key);
         }
-        marked > 0
+        marked
     }
 
     /// Replaces the object under `key` with a copy expired at `now`

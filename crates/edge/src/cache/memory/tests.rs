@@ -85,10 +85,10 @@ fn vary_table() {
     assert_eq!(&cache.lookup(&k, &fr, now).unwrap().body[..], b"bonjour");
     assert_eq!(&cache.lookup(&k, &en, now).unwrap().body[..], b"hello");
     // Purging the URL removes every variant.
-    assert!(cache.purge(&k));
+    assert_eq!(cache.purge(&k), 2, "two variants");
     assert!(cache.lookup(&k, &en, now).is_none());
     assert!(cache.lookup(&k, &fr, now).is_none());
-    assert!(!cache.purge(&k));
+    assert_eq!(cache.purge(&k), 0);
 }
 
 #[test]
@@ -364,7 +364,7 @@ fn forms_added_at_once_by_several_workers_are_all_weighed() {
 #[test]
 fn a_reweighing_of_a_key_gone_leaves_it_gone() {
     let (cache, object) = one_object();
-    assert!(cache.purge(&key("a", "/page")));
+    assert_eq!(cache.purge(&key("a", "/page")), 1);
     object.forms.fetch_add(100, Ordering::AcqRel);
     cache.reweigh(&object);
     assert_eq!(cache.stats().weight, 0);
@@ -504,13 +504,13 @@ fn purge_by_key_removes_and_soft_purge_marks_stale() {
         );
         assert_eq!(&e.body[..], path.as_bytes());
     }
-    // A URL's soft purge; nothing to mark: false.
+    // A URL's soft purge; nothing to mark: 0.
     let e = tagged("/d", &[], now);
     cache.insert(&key("h", "/d"), &none, e, now);
-    assert!(cache.soft_purge(&key("h", "/d")));
+    assert_eq!(cache.soft_purge(&key("h", "/d")), 1);
     let e = cache.lookup(&key("h", "/d"), &none, now_ms()).unwrap();
     assert!(!e.is_fresh(now_ms()) && e.may_revalidate_stale(now_ms()));
-    assert!(!cache.soft_purge(&key("h", "/none")));
+    assert_eq!(cache.soft_purge(&key("h", "/none")), 0);
     assert_eq!(cache.purge_keys(&["absent"], false), 0);
 }
 
@@ -521,4 +521,41 @@ fn purge_log_refuses_records_made_before_a_key_purge() {
     let keys: Box<[Box<str>]> = vec!["j".into(), "k".into()].into();
     assert_eq!(log.tag_purged_at(&keys), Some(100));
     assert_eq!(log.tag_purged_at(&keys[..1]), None);
+}
+
+#[test]
+fn another_process_invalidations_and_a_dropped_memory_tier() {
+    use crate::cache::fanout::{Invalidated, Invalidation};
+    let cache = Cache::new(&CacheConfig::default()).unwrap();
+    let none = |_: &str| None;
+    let now = now_ms();
+    for path in ["/a", "/b", "/news/1"] {
+        cache.insert(
+            &key("h", path),
+            &none,
+            entry(path, "max-age=60", None, now),
+            now,
+        );
+    }
+    cache.clone().apply_remote(&Invalidation::Purge {
+        key: key("h", "/a"),
+        soft: false,
+    });
+    cache.clone().apply_remote(&Invalidation::Ban {
+        prefix: key("h", "/news/"),
+    });
+    assert!(cache.lookup(&key("h", "/a"), &none, now).is_none());
+    assert!(cache.lookup(&key("h", "/news/1"), &none, now).is_none());
+    assert!(cache.lookup(&key("h", "/b"), &none, now).is_some());
+    assert!(!cache.memory_empty());
+    // What was missed is unknown: everything goes, and every record made before now is
+    // refused.
+    cache.drop_memory("a test");
+    assert!(cache.memory_empty());
+    let floor = cache
+        .purges
+        .lock()
+        .unwrap()
+        .purged_at(&key("x", "/never-purged"));
+    assert!(floor.is_some_and(|t| t >= now), "{floor:?}");
 }
