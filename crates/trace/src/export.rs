@@ -20,8 +20,8 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -115,6 +115,13 @@ impl Endpoint {
 }
 
 static QUEUE: OnceLock<SyncSender<SpanRecord>> = OnceLock::new();
+/// Spans in the queue, and the exporter's thread, woken when a batch's worth waits.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+static THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
+/// How often the exporter looks at an empty queue. It is not woken for each span: a
+/// wake per span (a futex wake, and the exporter preempting the worker on its core)
+/// cost 1% sampling 0.5 µs of a proxied request's 13.7 (perf, 1,150 spans a second).
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 static ENDPOINT: Mutex<Option<Endpoint>> = Mutex::new(None);
 static EXPORTED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -126,9 +133,10 @@ pub fn configure(endpoint: Option<Endpoint>) -> std::io::Result<()> {
     *ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) = endpoint;
     if starts && QUEUE.get().is_none() {
         let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("tessera-otlp".into())
             .spawn(move || run(rx))?;
+        let _ = THREAD.set(thread.thread().clone());
         let _ = QUEUE.set(tx);
     }
     Ok(())
@@ -137,8 +145,15 @@ pub fn configure(endpoint: Option<Endpoint>) -> std::io::Result<()> {
 /// Hands a finished span to the exporter, without waiting: when the queue is full the
 /// span is dropped and counted. Before [`configure`] (no `[tracing]`) it goes nowhere.
 pub fn emit(span: SpanRecord) {
-    if QUEUE.get().is_some_and(|q| q.try_send(span).is_err()) {
+    let Some(queue) = QUEUE.get() else {
+        return;
+    };
+    if queue.try_send(span).is_err() {
         DROPPED.fetch_add(1, Ordering::Relaxed);
+    } else if QUEUED.fetch_add(1, Ordering::Relaxed) + 1 == MAX_BATCH {
+        if let Some(thread) = THREAD.get() {
+            thread.unpark();
+        }
     }
 }
 
@@ -152,27 +167,53 @@ pub fn dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
 }
 
+/// The exporter: takes what the queue holds every [`LOOK_EVERY`] (or at once when a
+/// batch's worth waits) and posts a batch when it holds [`MAX_BATCH`] spans or its first
+/// span has waited [`BATCH_DELAY`].
 fn run(rx: Receiver<SpanRecord>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Ok(first) = rx.recv() {
-        batch.push(first);
-        let until = Instant::now() + BATCH_DELAY;
-        while batch.len() < MAX_BATCH {
-            let left = until.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(span) => batch.push(span),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+    let mut first_at: Option<Instant> = None;
+    loop {
+        let ended = loop {
+            match rx.try_recv() {
+                Ok(span) => {
+                    QUEUED.fetch_sub(1, Ordering::Relaxed);
+                    first_at.get_or_insert_with(Instant::now);
+                    batch.push(span);
+                    if batch.len() == MAX_BATCH {
+                        send(&mut batch);
+                        first_at = None;
+                    }
+                }
+                Err(TryRecvError::Empty) => break false,
+                Err(TryRecvError::Disconnected) => break true,
             }
-        }
-        let endpoint = ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let n = batch.len() as u64;
-        let body = encode(&batch);
-        batch.clear();
-        match endpoint.map(|e| post(&e, &body)) {
-            Some(Ok(())) => EXPORTED.fetch_add(n, Ordering::Relaxed),
-            _ => DROPPED.fetch_add(n, Ordering::Relaxed),
         };
+        let due = first_at.is_some_and(|t| t.elapsed() >= BATCH_DELAY);
+        if (due || ended) && !batch.is_empty() {
+            send(&mut batch);
+            first_at = None;
+        }
+        if ended {
+            return;
+        }
+        let wait = first_at.map_or(LOOK_EVERY, |t| {
+            BATCH_DELAY.saturating_sub(t.elapsed()).min(LOOK_EVERY)
+        });
+        std::thread::park_timeout(wait);
     }
+}
+
+/// Posts `batch` (emptied) and counts its spans as exported or dropped.
+fn send(batch: &mut Vec<SpanRecord>) {
+    let endpoint = ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let n = batch.len() as u64;
+    let body = encode(batch);
+    batch.clear();
+    match endpoint.map(|e| post(&e, &body)) {
+        Some(Ok(())) => EXPORTED.fetch_add(n, Ordering::Relaxed),
+        _ => DROPPED.fetch_add(n, Ordering::Relaxed),
+    };
 }
 
 /// The batch as an `ExportTraceServiceRequest`: one resource (`service.name =
