@@ -22,6 +22,8 @@
 //! restart orders nothing), then runs the orders and renewals on a thread of its own
 //! with a small tokio runtime, so the listeners never wait for the CA.
 
+mod keep;
+mod on_demand;
 mod order;
 mod renewal;
 mod settings;
@@ -29,8 +31,10 @@ mod store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use keep::{backoff, keep, when};
+pub use on_demand::{OnDemand, ORDERS, ORDERS_WINDOW, REFUSED_FOR};
 use order::Context;
 pub use settings::{Challenge, Deploy, Settings};
 pub use store::Stored;
@@ -56,9 +60,18 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// What [`start`] says.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Started {
+    /// The names that wait for a first certificate.
+    pub waiting: Vec<String>,
+    /// With `on_demand`: where the server asks for a name first seen.
+    pub on_demand: Option<OnDemand>,
+}
+
 /// Serves what `state_dir` holds at once, then orders and renews in the background.
-/// Returns the names that wait for a first certificate.
-pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>, Error> {
+pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Error> {
     let dir = store::prepare(&settings.state_dir, &settings.directory)
         .map_err(|e| Error::StateDir(settings.state_dir.clone(), e))?;
     let now = SystemTime::now();
@@ -91,11 +104,18 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>,
         .enable_all()
         .build()
         .map_err(Error::Start)?;
+    let (on_demand, demands) = match settings.on_demand.is_some() {
+        true => {
+            let (door, demands) = on_demand::door();
+            (Some(door), Some(demands))
+        }
+        false => (None, None),
+    };
     std::thread::Builder::new()
         .name("acme".into())
-        .spawn(move || runtime.block_on(run(settings, dir, deploy, plans)))
+        .spawn(move || runtime.block_on(run(settings, dir, deploy, plans, demands)))
         .map_err(Error::Start)?;
-    Ok(waiting)
+    Ok(Started { waiting, on_demand })
 }
 
 async fn run(
@@ -103,6 +123,7 @@ async fn run(
     dir: PathBuf,
     deploy: Arc<dyn Deploy>,
     plans: Vec<(String, Option<Stored>)>,
+    demands: Option<tokio::sync::mpsc::Receiver<(String, tokio::sync::oneshot::Sender<bool>)>>,
 ) {
     let mut failures = 0;
     let account = loop {
@@ -122,88 +143,14 @@ async fn run(
         deploy,
         account,
     });
-    let mut tasks = tokio::task::JoinSet::new();
+    let ask = context.settings.on_demand.clone();
+    let kept = plans.iter().map(|(name, _)| name.clone()).collect();
     for (name, current) in plans {
-        tasks.spawn(keep(context.clone(), name, current));
+        tokio::spawn(keep(context.clone(), name, current, None));
     }
-    while tasks.join_next().await.is_some() {}
-}
-
-/// Keeps `name`'s certificate: ordered now when there is none (`current`), else when
-/// [`renewal::plan`] says (ARI's window, or two thirds of the lifetime); a failed order
-/// is tried again after an exponential backoff with jitter.
-async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) {
-    loop {
-        let mut replaces = None;
-        if let Some(cert) = &current {
-            let plan = renewal::plan(&context.account, cert).await;
-            tracing::info!(name = %name, at = %when(plan.at), by = plan.by, "ACME renewal planned");
-            context.deploy.renewal_planned(&name, plan.at);
-            if let Ok(wait) = plan.at.duration_since(SystemTime::now()) {
-                match plan.recheck {
-                    // The CA may move the window meanwhile: ask again then.
-                    Some(recheck) if recheck < wait => {
-                        tokio::time::sleep(recheck).await;
-                        continue;
-                    }
-                    _ => tokio::time::sleep(wait).await,
-                }
-            }
-            replaces = plan.replaces;
-        }
-        let mut failures = 0usize;
-        current = Some(loop {
-            // `replaces` on the first try only: a CA that refuses it (the certificate
-            // was replaced already) still issues without it.
-            match order::obtain(&context, &name, (replaces.take(), failures)).await {
-                Ok(stored) => {
-                    context.deploy.order_done(&name, true);
-                    tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
-                    break stored;
-                }
-                Err(e) => {
-                    context.deploy.order_done(&name, false);
-                    failures += 1;
-                    let delay = backoff(u32::try_from(failures).unwrap_or(u32::MAX))
-                        .max(e.retry_after.unwrap_or_default());
-                    tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        });
-    }
-}
-
-/// A time for the log, in UTC (`Jan 27 09:41:07 2027 +00:00`).
-fn when(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    x509_parser::time::ASN1Time::from_timestamp(secs)
-        .map_or_else(|_| secs.to_string(), |t| t.to_string())
-}
-
-/// The wait after the `failures`th failure in a row: 2 s doubling up to an hour, with
-/// full jitter on the upper half so that many names (or nodes) do not retry together.
-fn backoff(failures: u32) -> Duration {
-    let ceiling = Duration::from_secs(2u64 << failures.clamp(1, 12).saturating_sub(1))
-        .min(Duration::from_secs(3600));
-    ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_stops_at_an_hour() {
-        for failures in 1..20 {
-            let ceiling = Duration::from_secs((2u64 << (failures.min(12) - 1)).min(3600));
-            let delay = backoff(failures);
-            assert!(
-                delay >= ceiling / 2 && delay <= ceiling,
-                "{failures}: {delay:?}"
-            );
-        }
+    match (ask, demands) {
+        (Some(ask), Some(demands)) => on_demand::serve(context, ask, demands, kept).await,
+        // The names' tasks run for as long as the process.
+        _ => std::future::pending().await,
     }
 }

@@ -46,6 +46,8 @@ pub struct Settings {
     /// External account binding: the CA's key id and the HMAC key (decoded), given
     /// when the account is created.
     pub eab: Option<(String, Vec<u8>)>,
+    /// With `on_demand`: the `ask` URL that allows a name first seen in SNI.
+    pub on_demand: Option<String>,
 }
 
 /// Where the client's results go: the server's certificate store.

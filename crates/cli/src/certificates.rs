@@ -54,14 +54,28 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
             .collect(),
         names: config.acme_names(),
         eab: acme.eab(),
+        on_demand: acme.ask.clone().filter(|_| acme.on_demand),
     };
     let names = settings.names.join(", ");
     let directory = settings.directory.clone();
-    let waiting = acme::start(settings, Arc::new(Store(store)))?;
-    let waiting = match waiting.len() {
+    let ask = settings.on_demand.clone();
+    let started = acme::start(settings, Arc::new(Store(store.clone())))?;
+    let waiting = match started.waiting.len() {
         0 => String::new(),
-        n => format!(" ({n} to order: {})", waiting.join(", ")),
+        n => format!(" ({n} to order: {})", started.waiting.join(", ")),
+    };
+    let names = match names.is_empty() {
+        true => "names first seen".to_string(),
+        false => names,
     };
     eprintln!("tessera: certificates from {directory} for {names}{waiting}");
+    if let (Some(door), Some(ask)) = (started.on_demand, ask) {
+        store.set_on_demand(Box::new(move |name| door.demand(name)));
+        eprintln!(
+            "tessera: certificates on demand for names first seen in SNI that {ask} allows (at most {} orders per {} s)",
+            acme::ORDERS,
+            acme::ORDERS_WINDOW.as_secs()
+        );
+    }
     Ok(())
 }

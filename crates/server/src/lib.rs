@@ -89,7 +89,7 @@ pub use conn_state::ConnState;
 pub use error::Error;
 pub use limit::{LimitConfig, LimitRedis};
 pub use net::listeners::Inherited;
-pub use net::tls::{AcmeCerts, Tls};
+pub use net::tls::{AcmeCerts, Demand, Tls};
 
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {

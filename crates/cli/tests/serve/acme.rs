@@ -16,7 +16,7 @@ use crate::harness::{stderr_has, Server};
 use crate::tls::curl;
 
 /// A Go program scripts/test.sh installs.
-fn go_program(name: &str) -> PathBuf {
+pub(crate) fn go_program(name: &str) -> PathBuf {
     let dir = std::env::var_os("TESSERA_PEBBLE_BIN")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join("go/bin")))
@@ -31,7 +31,7 @@ fn go_program(name: &str) -> PathBuf {
 }
 
 /// A free loopback port (bound and released: the program given it binds it next).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -48,13 +48,13 @@ fn free_udp_port() -> u16 {
 }
 
 /// A child whose output lines are kept, killed when dropped.
-struct Kept {
+pub(crate) struct Kept {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Kept {
-    fn start(command: &mut Command) -> Kept {
+    pub(crate) fn start(command: &mut Command) -> Kept {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -76,12 +76,12 @@ impl Kept {
         Kept { child, lines }
     }
 
-    fn count(&self, needle: &str) -> usize {
+    pub(crate) fn count(&self, needle: &str) -> usize {
         let lines = self.lines.lock().unwrap();
         lines.iter().filter(|l| l.contains(needle)).count()
     }
 
-    fn wait_for(&self, needle: &str) {
+    pub(crate) fn wait_for(&self, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.count(needle) == 0 {
             assert!(
@@ -103,15 +103,15 @@ impl Drop for Kept {
 
 /// Pebble and its DNS, on free ports, validating against tessera's `http_port` and
 /// `tls_port`.
-struct Pebble {
-    dir: tempfile::TempDir,
-    pebble: Kept,
+pub(crate) struct Pebble {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) pebble: Kept,
     _dns: Kept,
     /// pebble-challtestsrv's management interface (`/add-a` gives a name another
     /// address).
-    dns_management: SocketAddr,
-    directory: String,
-    management: SocketAddr,
+    pub(crate) dns_management: SocketAddr,
+    pub(crate) directory: String,
+    pub(crate) management: SocketAddr,
 }
 
 impl Pebble {
@@ -130,7 +130,7 @@ impl Pebble {
         );
     }
 
-    fn start(http_port: u16, tls_port: u16) -> Pebble {
+    pub(crate) fn start(http_port: u16, tls_port: u16) -> Pebble {
         Pebble::start_with(http_port, tls_port, 7_776_000)
     }
 
@@ -213,12 +213,12 @@ impl Pebble {
     }
 
     /// The CA (made here) of Pebble's own HTTPS certificate.
-    fn ca(&self) -> PathBuf {
+    pub(crate) fn ca(&self) -> PathBuf {
         self.dir.path().join("ca.pem")
     }
 
     /// Pebble's issuing root, from its management interface (`/roots/0`), in a file.
-    fn issuing_root(&self) -> PathBuf {
+    pub(crate) fn issuing_root(&self) -> PathBuf {
         let out = Command::new("curl")
             .args(["-sS", "--fail", "--cacert"])
             .arg(self.ca())
@@ -236,7 +236,7 @@ impl Pebble {
     }
 
     /// Orders Pebble has taken, by its log.
-    fn orders(&self) -> usize {
+    pub(crate) fn orders(&self) -> usize {
         self.pebble.count("Added order")
     }
 }
@@ -528,10 +528,6 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
             "check.toml:3: acme.storage: \"redis\" is not built yet",
         ),
         (
-            "[acme]\nstate_dir = \"/tmp/s\"\non_demand = true\nask = \"http://127.0.0.1:9/\"\n",
-            "check.toml:3: acme.on_demand: certificates for names first seen in SNI (with `ask`) are not built yet",
-        ),
-        (
             "[acme]\nstate_dir = \"/tmp/s\"\nchallenges = [\"dns-01\"]\n",
             "check.toml:3: acme.challenges: \"dns-01\" is not one of http-01, tls-alpn-01 (dns-01 is not built yet)",
         ),
@@ -587,7 +583,8 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
         "tls_listen = [\"127.0.0.1:8443\"]\nlisten = [\"127.0.0.1:8080\"]\n\n[acme]\n\
          directory = \"https://127.0.0.1:14000/dir\"\nca_root = \"/tmp/pebble/root.pem\"\n\
          email = \"ops@example.com\"\nstate_dir = \"/var/lib/tessera/acme\"\n\
-         challenges = [\"http-01\", \"tls-alpn-01\"]\nstorage = \"files\"\non_demand = false\n\n\
+         challenges = [\"http-01\", \"tls-alpn-01\"]\nstorage = \"files\"\non_demand = false\n\
+         ask = \"http://127.0.0.1:9000/allowed\"\n\n\
          [[host]]\nnames = [\"a.test\"]\n",
     )
     .unwrap();
@@ -596,7 +593,7 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
 }
 
 /// `GET /metrics` on the admin listener: the lines of the families named `family`.
-fn metrics(server: &Server, family: &str) -> Vec<String> {
+pub(crate) fn metrics(server: &Server, family: &str) -> Vec<String> {
     let admin = crate::harness::printed_addr(server, "admin on");
     let mut stream = std::net::TcpStream::connect(admin).unwrap();
     use std::io::Write;

@@ -5,6 +5,7 @@ mod harness;
 mod access_log;
 mod access_policy;
 mod acme;
+mod acme_on_demand;
 mod cache;
 mod cache_keys;
 mod cache_policy;

@@ -35,9 +35,11 @@ pub struct AcmeConfig {
     pub storage: String,
     /// With `storage = "redis"`: the key that encrypts private keys. Not built yet.
     pub storage_key: Option<PathBuf>,
-    /// Order certificates for names first seen in SNI. Not built yet.
+    /// Order a certificate for a name first seen in SNI, one no configured certificate
+    /// covers, when `ask` allows it (Caddy's on-demand TLS). Default off.
     pub on_demand: bool,
-    /// With `on_demand`: the URL that allows a name. Not built yet.
+    /// With `on_demand`: the URL asked `GET URL?domain=NAME` before a name's first
+    /// order; 200 allows it, any other answer refuses it. Required with `on_demand`.
     pub ask: Option<String>,
     /// External account binding (RFC 8555, 7.3.4), for CAs that need it (ZeroSSL,
     /// Google Trust Services, a private CA): the key id the CA gave. With
@@ -114,11 +116,23 @@ impl AcmeConfig {
                 "`acme.storage_key`: goes with storage = \"redis\", which is not built yet".into(),
             );
         }
-        if self.on_demand || self.ask.is_some() {
-            problems.push(
-                "`acme.on_demand`: certificates for names first seen in SNI (with `ask`) are not built yet"
+        match (&self.ask, self.on_demand) {
+            (None, true) => problems.push(
+                "`acme.on_demand`: needs `ask`, the URL that allows a name (GET URL?domain=NAME answers 200): without it anyone could make tessera order certificates for any name"
                     .into(),
-            );
+            ),
+            (Some(url), _) => {
+                let rest = url
+                    .strip_prefix("http://")
+                    .or_else(|| url.strip_prefix("https://"));
+                let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
+                if host.is_none_or(|h| h.is_empty() || h.contains(char::is_whitespace)) {
+                    problems.push(format!(
+                        "`acme.ask`: must be an http:// or https:// URL, not {url}"
+                    ));
+                }
+            }
+            (None, false) => {}
         }
         match (&self.eab_kid, &self.eab_hmac_key) {
             (Some(_), None) => problems
@@ -147,9 +161,9 @@ impl AcmeConfig {
                 ));
             }
         }
-        if names.is_empty() {
+        if names.is_empty() && !self.on_demand {
             problems.push(
-                "`acme`: no `[[host]]` name to get a certificate for: each is a wildcard or has a `[host.tls]` certificate"
+                "`acme`: no `[[host]]` name to get a certificate for: each is a wildcard or has a `[host.tls]` certificate (and `on_demand` is off)"
                     .into(),
             );
         }

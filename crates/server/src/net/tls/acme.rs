@@ -18,6 +18,12 @@ use super::der::not_after;
 
 type Map<V> = ArcSwap<HashMap<Box<str>, V>>;
 
+/// How the server asks the ACME client for a certificate on demand (`[acme]
+/// on_demand`): given a name, it returns where the answer comes (`true` once a
+/// certificate is installed, `false` when the ask endpoint or the rate limit refused
+/// the name or the order failed), or `None` when the client's queue is full.
+pub type Demand = Box<dyn Fn(&str) -> Option<tokio::sync::oneshot::Receiver<bool>> + Send + Sync>;
+
 /// The ACME state every worker reads: certificates by name, TLS-ALPN-01 challenge
 /// certificates by name, HTTP-01 key authorizations by token.
 #[derive(Default)]
@@ -37,6 +43,8 @@ pub struct AcmeCerts {
     renewal: Map<i64>,
     /// Orders ended, by result: `issued`, `failed`.
     orders: [AtomicU64; 2],
+    /// With `[acme] on_demand`: the ACME client's door for names first seen in SNI.
+    demand: std::sync::OnceLock<Demand>,
 }
 
 impl std::fmt::Debug for AcmeCerts {
@@ -110,12 +118,28 @@ impl AcmeCerts {
             .store(!self.tokens.load().is_empty(), Ordering::Release);
     }
 
-    /// Counts an order that ended, with a certificate (`issued`) or not.
+    /// With `[acme] on_demand`: how a handshake for a name without a certificate asks
+    /// the ACME client for one (set once, before the listeners start).
+    pub fn set_on_demand(&self, demand: Demand) {
+        let _ = self.demand.set(demand);
+    }
+
+    /// Asks the ACME client for `name`'s certificate on demand (see [`Demand`]).
+    pub(crate) fn demand(&self, name: &str) -> Option<tokio::sync::oneshot::Receiver<bool>> {
+        (self.demand.get()?)(name)
+    }
+
+    /// Whether the ACME client takes names on demand.
+    pub(crate) fn takes_demands(&self) -> bool {
+        self.demand.get().is_some()
+    }
+
     /// The ACME client planned `name`'s next renewal for `at` (Unix seconds).
     pub fn renewal_planned(&self, name: &str, at: i64) {
         insert(&self.renewal, name, at);
     }
 
+    /// Counts an order that ended, with a certificate (`issued`) or not.
     pub fn order_done(&self, issued: bool) {
         self.orders[usize::from(!issued)].fetch_add(1, Ordering::Relaxed);
     }

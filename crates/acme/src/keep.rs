@@ -1,0 +1,101 @@
+//! One name's certificate kept for as long as the process runs: ordered when there is
+//! none, renewed when its plan says, an order that failed tried again after a backoff.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::order::{self, Context};
+use crate::renewal;
+use crate::store::Stored;
+
+/// Keeps `name`'s certificate: ordered now when there is none (`current`), else when
+/// [`renewal::plan`] says (ARI's window, or two thirds of the lifetime); a failed order
+/// is tried again after an exponential backoff with jitter. `ended` hears of each
+/// order's end, with a certificate or not (on demand: the handshakes waiting for the
+/// first).
+pub(crate) async fn keep(
+    context: Arc<Context>,
+    name: String,
+    mut current: Option<Stored>,
+    ended: Option<Box<dyn Fn(bool) + Send + Sync>>,
+) {
+    loop {
+        let mut replaces = None;
+        if let Some(cert) = &current {
+            let plan = renewal::plan(&context.account, cert).await;
+            tracing::info!(name = %name, at = %when(plan.at), by = plan.by, "ACME renewal planned");
+            context.deploy.renewal_planned(&name, plan.at);
+            if let Ok(wait) = plan.at.duration_since(SystemTime::now()) {
+                match plan.recheck {
+                    // The CA may move the window meanwhile: ask again then.
+                    Some(recheck) if recheck < wait => {
+                        tokio::time::sleep(recheck).await;
+                        continue;
+                    }
+                    _ => tokio::time::sleep(wait).await,
+                }
+            }
+            replaces = plan.replaces;
+        }
+        let mut failures = 0usize;
+        current = Some(loop {
+            // `replaces` on the first try only: a CA that refuses it (the certificate
+            // was replaced already) still issues without it.
+            match order::obtain(&context, &name, (replaces.take(), failures)).await {
+                Ok(stored) => {
+                    context.deploy.order_done(&name, true);
+                    if let Some(ended) = &ended {
+                        ended(true);
+                    }
+                    tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
+                    break stored;
+                }
+                Err(e) => {
+                    context.deploy.order_done(&name, false);
+                    if let Some(ended) = &ended {
+                        ended(false);
+                    }
+                    failures += 1;
+                    let delay = backoff(u32::try_from(failures).unwrap_or(u32::MAX))
+                        .max(e.retry_after.unwrap_or_default());
+                    tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        });
+    }
+}
+
+/// A time for the log, in UTC (`Jan 27 09:41:07 2027 +00:00`).
+pub(crate) fn when(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    x509_parser::time::ASN1Time::from_timestamp(secs)
+        .map_or_else(|_| secs.to_string(), |t| t.to_string())
+}
+
+/// The wait after the `failures`th failure in a row: 2 s doubling up to an hour, with
+/// full jitter on the upper half so that many names (or nodes) do not retry together.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    let ceiling = Duration::from_secs(2u64 << failures.clamp(1, 12).saturating_sub(1))
+        .min(Duration::from_secs(3600));
+    ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_stops_at_an_hour() {
+        for failures in 1..20 {
+            let ceiling = Duration::from_secs((2u64 << (failures.min(12) - 1)).min(3600));
+            let delay = backoff(failures);
+            assert!(
+                delay >= ceiling / 2 && delay <= ceiling,
+                "{failures}: {delay:?}"
+            );
+        }
+    }
+}
