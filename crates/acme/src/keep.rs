@@ -4,8 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::order::{self, Context};
+use instant_acme::CertificateIdentifier;
+
+use crate::order::{self, Context, Failure};
 use crate::renewal;
+use crate::storage::fresher;
 use crate::store::Stored;
 
 /// Keeps `name`'s certificate: ordered now when there is none (`current`), else when
@@ -41,13 +44,27 @@ pub(crate) async fn keep(
         current = Some(loop {
             // `replaces` on the first try only: a CA that refuses it (the certificate
             // was replaced already) still issues without it.
-            match order::obtain(&context, &name, (replaces.take(), failures)).await {
-                Ok(stored) => {
-                    context.deploy.order_done(&name, true);
+            let tried = attempt(
+                &context,
+                &name,
+                current.as_ref(),
+                (replaces.take(), failures),
+            );
+            match tried.await {
+                Ok((stored, ordered)) => {
                     if let Some(ended) = &ended {
                         ended(true);
                     }
-                    tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
+                    let expires = when(stored.not_after);
+                    match ordered {
+                        true => {
+                            context.deploy.order_done(&name, true);
+                            tracing::info!(name = %name, expires = %expires, "ACME certificate installed");
+                        }
+                        false => {
+                            tracing::info!(name = %name, expires = %expires, "ACME certificate installed, as another tessera stored it")
+                        }
+                    }
                     break stored;
                 }
                 Err(e) => {
@@ -64,6 +81,35 @@ pub(crate) async fn keep(
             }
         });
     }
+}
+
+/// One try at a new certificate for `name`, under its lock: the one another process
+/// stored meanwhile when it is [`fresher`] than `current`, else a new order. `true`
+/// with an order.
+async fn attempt(
+    context: &Context,
+    name: &str,
+    current: Option<&Stored>,
+    order: (Option<CertificateIdentifier<'static>>, usize),
+) -> Result<(Stored, bool), Failure> {
+    let lock = context.storage.lock(name).await?;
+    let found = match context.storage.load(name).await {
+        Ok(stored) => stored.filter(|s| fresher(s, current)),
+        Err(e) => {
+            tracing::warn!(name, error = %e, "cannot read the stored ACME certificate");
+            None
+        }
+    };
+    let tried = match found {
+        Some(stored) => context
+            .deploy
+            .certificate(name, &stored.chain, &stored.key)
+            .map(|()| (stored, false))
+            .map_err(Failure::from),
+        None => order::obtain(context, name, order).await.map(|s| (s, true)),
+    };
+    lock.release().await;
+    tried
 }
 
 /// A time for the log, in UTC (`Jan 27 09:41:07 2027 +00:00`).

@@ -1,8 +1,10 @@
 //! `acme` is tessera's ACME client (RFC 8555): it keeps one account with a CA, orders a
 //! certificate for each name `[acme]` manages, answers the CA's challenges through the
 //! server (HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the TLS ones), keeps the
-//! account, certificates and keys in `state_dir`, and renews each certificate in the
-//! window the CA suggests (ARI, RFC 9773), else at two thirds of its lifetime.
+//! account, certificates and keys in its storage (`state_dir`, or Redis, locked per
+//! name so that processes sharing it order once), renews each certificate in the
+//! window the CA suggests (ARI, RFC 9773), else at two thirds of its lifetime, and
+//! orders on demand for names first seen in SNI that the `ask` endpoint allows.
 //!
 //! What it is not for: serving anything. The challenge answers and the certificates
 //! reach the server through [`Deploy`], which `cli` implements over the server's
@@ -17,7 +19,7 @@
 //! with the *ring* backend that the server's TLS uses already, and a custom root for a
 //! private or test CA's directory (`ca_root`). It is kept by a rustls maintainer.
 //!
-//! How it fits: [`start`] loads what `state_dir` holds (a name with a stored
+//! How it fits: [`start`] loads what the storage holds (a name with a stored
 //! certificate that is not due for renewal is handed to the server at once, so a
 //! restart orders nothing), then runs the orders and renewals on a thread of its own
 //! with a small tokio runtime, so the listeners never wait for the CA.
@@ -25,8 +27,10 @@
 mod keep;
 mod on_demand;
 mod order;
+mod redis_store;
 mod renewal;
 mod settings;
+mod storage;
 mod store;
 
 use std::path::PathBuf;
@@ -36,7 +40,10 @@ use std::time::SystemTime;
 use keep::{backoff, keep, when};
 pub use on_demand::{OnDemand, ORDERS, ORDERS_WINDOW, REFUSED_FOR};
 use order::Context;
-pub use settings::{Challenge, Deploy, Settings};
+pub use redis_store::storage_key;
+use redis_store::RedisStore;
+pub use settings::{Challenge, Deploy, RedisStorage, Settings};
+use storage::Storage;
 pub use store::Stored;
 
 /// Why the client could not start.
@@ -47,6 +54,8 @@ pub enum Error {
     StateDir(PathBuf, std::io::Error),
     /// The client's thread or runtime cannot be started.
     Start(std::io::Error),
+    /// `storage = "redis"` cannot be used as configured.
+    Storage(String),
 }
 
 impl std::fmt::Display for Error {
@@ -54,6 +63,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::StateDir(path, e) => write!(f, "acme.state_dir {}: {e}", path.display()),
             Error::Start(e) => write!(f, "cannot start the ACME client: {e}"),
+            Error::Storage(e) => write!(f, "acme.storage: {e}"),
         }
     }
 }
@@ -72,13 +82,31 @@ pub struct Started {
 
 /// Serves what `state_dir` holds at once, then orders and renews in the background.
 pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Error> {
-    let dir = store::prepare(&settings.state_dir, &settings.directory)
-        .map_err(|e| Error::StateDir(settings.state_dir.clone(), e))?;
+    let storage = match &settings.redis {
+        Some(redis) => {
+            let store = RedisStore::new(&redis.url, &redis.prefix, &settings.directory, &redis.key);
+            Storage::Redis(Box::new(store.map_err(Error::Storage)?))
+        }
+        None => Storage::Files(
+            store::prepare(&settings.state_dir, &settings.directory)
+                .map_err(|e| Error::StateDir(settings.state_dir.clone(), e))?,
+        ),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Start)?;
     let now = SystemTime::now();
     let mut plans = Vec::new();
     let mut waiting = Vec::new();
     for name in &settings.names {
-        let stored = store::load(&dir, name);
+        let stored = match runtime.block_on(storage.load(name)) {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(name, error = %e, "cannot read the stored ACME certificate");
+                None
+            }
+        };
         let served = stored.as_ref().filter(|s| s.not_after > now).is_some_and(|s| {
             match deploy.certificate(name, &s.chain, &s.key) {
                 Ok(()) => true,
@@ -100,10 +128,6 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Err
         };
         plans.push((name.clone(), current));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::Start)?;
     let (on_demand, demands) = match settings.on_demand.is_some() {
         true => {
             let (door, demands) = on_demand::door();
@@ -113,21 +137,21 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Err
     };
     std::thread::Builder::new()
         .name("acme".into())
-        .spawn(move || runtime.block_on(run(settings, dir, deploy, plans, demands)))
+        .spawn(move || runtime.block_on(run(settings, storage, deploy, plans, demands)))
         .map_err(Error::Start)?;
     Ok(Started { waiting, on_demand })
 }
 
 async fn run(
     settings: Settings,
-    dir: PathBuf,
+    storage: Storage,
     deploy: Arc<dyn Deploy>,
     plans: Vec<(String, Option<Stored>)>,
     demands: Option<tokio::sync::mpsc::Receiver<(String, tokio::sync::oneshot::Sender<bool>)>>,
 ) {
     let mut failures = 0;
     let account = loop {
-        match order::account(&settings, &dir).await {
+        match order::account(&settings, &storage).await {
             Ok(account) => break account,
             Err(e) => {
                 failures += 1;
@@ -139,7 +163,7 @@ async fn run(
     };
     let context = Arc::new(Context {
         settings,
-        dir,
+        storage,
         deploy,
         account,
     });

@@ -21,7 +21,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::keep::keep;
 use crate::order::Context;
-use crate::store;
 
 /// New orders on demand: at most this many...
 pub const ORDERS: usize = 10;
@@ -107,7 +106,8 @@ pub(crate) async fn serve(
             Some(event) = events.recv() => match event {
                 Event::Asked(name, Ok(true)) => {
                     let now = SystemTime::now();
-                    let stored = store::load(&context.dir, &name).filter(|s| s.not_after > now);
+                    let stored = context.storage.load(&name).await.ok().flatten();
+                    let stored = stored.filter(|s| s.not_after > now);
                     if let Some(stored) = stored {
                         if context.deploy.certificate(&name, &stored.chain, &stored.key).is_ok() {
                             tracing::info!(name = %name, "on demand: serving the stored ACME certificate");

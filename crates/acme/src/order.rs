@@ -2,7 +2,6 @@
 //! authorization (answered through [`Deploy`](crate::Deploy) and withdrawn after),
 //! finalization with a fresh ECDSA P-256 key, the certificate stored and installed.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +11,14 @@ use instant_acme::{
 };
 
 use crate::settings::{Challenge, Deploy, Settings};
-use crate::store::{self, Stored};
+use crate::storage::Storage;
+use crate::store::Stored;
 
 /// What every name's task shares.
 pub(crate) struct Context {
     pub settings: Settings,
-    /// The CA's folder in `state_dir`.
-    pub dir: PathBuf,
+    /// Where the account and certificates are kept, and the names locked.
+    pub storage: Storage,
     pub deploy: Arc<dyn Deploy>,
     pub account: Account,
 }
@@ -28,17 +28,24 @@ const POLL: RetryPolicy = RetryPolicy::new()
     .initial_delay(Duration::from_millis(250))
     .timeout(Duration::from_secs(90));
 
-/// The account with the CA: the stored one, or a new one (then stored).
-pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, String> {
-    let path = store::account_path(dir);
+/// The account with the CA: the stored one, or a new one (then stored). Under the
+/// `account` lock, so that processes sharing the storage make one account.
+pub(crate) async fn account(settings: &Settings, storage: &Storage) -> Result<Account, String> {
+    let lock = storage.lock("account").await?;
+    let account = find_or_create(settings, storage).await;
+    lock.release().await;
+    account
+}
+
+async fn find_or_create(settings: &Settings, storage: &Storage) -> Result<Account, String> {
     let builder = || match &settings.ca_root {
         Some(root) => Account::builder_with_root(root)
             .map_err(|e| format!("acme.ca_root {}: {e}", root.display())),
         None => Account::builder().map_err(|e| e.to_string()),
     };
-    if let Ok(json) = std::fs::read(&path) {
+    if let Some(json) = storage.account().await? {
         let credentials: AccountCredentials =
-            serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_slice(&json).map_err(|e| format!("the stored ACME account: {e}"))?;
         return builder()?
             .from_credentials(credentials)
             .await
@@ -60,7 +67,7 @@ pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, 
         .await
         .map_err(|e| e.to_string())?;
     let json = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
-    store::write_private(&path, &json).map_err(|e| format!("{}: {e}", path.display()))?;
+    storage.save_account(&json).await?;
     tracing::info!(account = account.id(), "ACME account created");
     Ok(account)
 }
@@ -155,8 +162,7 @@ pub(crate) async fn obtain(
         .await
         .map_err(|e| polled("certificate", e))?;
     let stored = Stored::new(chain, key).ok_or("the CA's certificate does not parse")?;
-    let dir = &context.dir;
-    store::save(dir, name, &stored).map_err(|e| format!("{}: {e}", dir.display()))?;
+    context.storage.save(name, &stored).await?;
     context
         .deploy
         .certificate(name, &stored.chain, &stored.key)?;

@@ -48,6 +48,29 @@ pub struct Settings {
     pub eab: Option<(String, Vec<u8>)>,
     /// With `on_demand`: the `ask` URL that allows a name first seen in SNI.
     pub on_demand: Option<String>,
+    /// With `storage = "redis"`: where the state lives instead of `state_dir`.
+    pub redis: Option<RedisStorage>,
+}
+
+/// `storage = "redis"`: the `[cache.redis]` server, and the key that encrypts the
+/// private keys stored there.
+#[derive(Clone)]
+pub struct RedisStorage {
+    /// `redis://host:port[/db]`.
+    pub url: String,
+    /// Prefix of every key (`[cache.redis] key_prefix`).
+    pub prefix: String,
+    /// `storage_key`'s 32 bytes.
+    pub key: [u8; 32],
+}
+
+impl std::fmt::Debug for RedisStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStorage")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the client's results go: the server's certificate store.

@@ -33,6 +33,30 @@ impl acme::Deploy for Store {
     }
 }
 
+/// `storage = "redis"`: the `[cache.redis]` server and the `storage_key` read.
+fn redis_storage(config: &server::Config) -> anyhow::Result<Option<acme::RedisStorage>> {
+    let Some(acme) = config.acme.as_ref().filter(|a| a.storage == "redis") else {
+        return Ok(None);
+    };
+    let redis = config
+        .limit_redis
+        .as_ref()
+        .context("acme.storage = \"redis\" needs [cache.redis] url")?;
+    let path = acme
+        .storage_key
+        .as_ref()
+        .context("acme.storage_key is required with storage = \"redis\"")?;
+    let bytes =
+        std::fs::read(path).with_context(|| format!("acme.storage_key {}", path.display()))?;
+    let key = acme::storage_key(&bytes)
+        .map_err(|e| anyhow::anyhow!("acme.storage_key {}: {e}", path.display()))?;
+    Ok(Some(acme::RedisStorage {
+        url: redis.url.clone(),
+        prefix: redis.prefix.clone(),
+        key,
+    }))
+}
+
 /// Starts the ACME client when `[acme]` is configured: stored certificates are served
 /// at once, orders run in the background. Prints what it does.
 pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> anyhow::Result<()> {
@@ -43,10 +67,8 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
         directory: acme.directory.clone(),
         ca_root: acme.ca_root.clone(),
         email: acme.email.clone(),
-        state_dir: acme
-            .state_dir
-            .clone()
-            .context("acme.state_dir is required")?,
+        // Unused with storage = "redis".
+        state_dir: acme.state_dir.clone().unwrap_or_default(),
         challenges: acme
             .challenges
             .iter()
@@ -55,6 +77,7 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
         names: config.acme_names(),
         eab: acme.eab(),
         on_demand: acme.ask.clone().filter(|_| acme.on_demand),
+        redis: redis_storage(config)?,
     };
     let names = settings.names.join(", ");
     let directory = settings.directory.clone();

@@ -525,7 +525,7 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
     let cases = [
         (
             "[acme]\nstate_dir = \"/tmp/s\"\nstorage = \"redis\"\n",
-            "check.toml:3: acme.storage: \"redis\" is not built yet",
+            "check.toml:3: acme.storage: \"redis\" needs `[cache.redis] url`",
         ),
         (
             "[acme]\nstate_dir = \"/tmp/s\"\nchallenges = [\"dns-01\"]\n",
@@ -577,13 +577,14 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
         stderr.contains("check.toml:1: acme: no `[[host]]` name to get a certificate for"),
         "{stderr}"
     );
-    // The interface of issue 46 as written, less what is not built yet, is valid.
+    // The interface of issue 46 as written is valid.
     std::fs::write(
         &config,
         "tls_listen = [\"127.0.0.1:8443\"]\nlisten = [\"127.0.0.1:8080\"]\n\n[acme]\n\
          directory = \"https://127.0.0.1:14000/dir\"\nca_root = \"/tmp/pebble/root.pem\"\n\
          email = \"ops@example.com\"\nstate_dir = \"/var/lib/tessera/acme\"\n\
-         challenges = [\"http-01\", \"tls-alpn-01\"]\nstorage = \"files\"\non_demand = false\n\
+         challenges = [\"http-01\", \"tls-alpn-01\"]\nstorage = \"files\"\n\
+         storage_key = \"/etc/tessera/acme.key\"\non_demand = false\n\
          ask = \"http://127.0.0.1:9000/allowed\"\n\n\
          [[host]]\nnames = [\"a.test\"]\n",
     )

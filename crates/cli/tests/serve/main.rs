@@ -6,6 +6,7 @@ mod access_log;
 mod access_policy;
 mod acme;
 mod acme_on_demand;
+mod acme_storage;
 mod cache;
 mod cache_keys;
 mod cache_policy;

@@ -25,15 +25,18 @@ pub struct AcmeConfig {
     /// Contact address given to the CA with the account. Default none.
     pub email: Option<String>,
     /// Directory of the account key, certificates and keys, each file written 0600 and
-    /// atomically (written whole to a temporary file, then renamed). Required.
+    /// atomically (written whole to a temporary file, then renamed). Required, but with
+    /// `storage = "redis"`.
     pub state_dir: Option<PathBuf>,
     /// Challenge types offered to the CA, in order of preference: `http-01` (answered
     /// on every `listen` address) and `tls-alpn-01` (on every `tls_listen` address).
     /// Default both.
     pub challenges: Vec<String>,
-    /// Where the state lives: `files` (in `state_dir`). `redis` is not built yet.
+    /// Where the state lives: `files` (in `state_dir`) or `redis` (the `[cache.redis]`
+    /// server), locked per name either way so that processes sharing it order once.
     pub storage: String,
-    /// With `storage = "redis"`: the key that encrypts private keys. Not built yet.
+    /// With `storage = "redis"`: a file of 32 random bytes, the AES-256-GCM key that
+    /// encrypts the private keys stored there. Required there.
     pub storage_key: Option<PathBuf>,
     /// Order a certificate for a name first seen in SNI, one no configured certificate
     /// covers, when `ask` allows it (Caddy's on-demand TLS). Default off.
@@ -70,7 +73,13 @@ impl Default for AcmeConfig {
 impl AcmeConfig {
     /// What is wrong with the table, each naming its key, given the names it would
     /// get certificates for and which listeners there are.
-    pub fn problems(&self, names: &[String], listen: bool, tls_listen: bool) -> Vec<String> {
+    /// `redis`: whether `[cache.redis]` has a `url`.
+    pub fn problems(
+        &self,
+        names: &[String],
+        (listen, tls_listen): (bool, bool),
+        redis: bool,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.directory.starts_with("https://") {
             problems.push(format!(
@@ -78,7 +87,7 @@ impl AcmeConfig {
                 self.directory
             ));
         }
-        if self.state_dir.is_none() {
+        if self.state_dir.is_none() && self.storage != "redis" {
             problems.push(
                 "`acme.state_dir` is required: the directory of the account key, certificates and keys"
                     .into(),
@@ -103,18 +112,21 @@ impl AcmeConfig {
         }
         match self.storage.as_str() {
             "files" => {}
-            "redis" => problems.push(
-                "`acme.storage`: \"redis\" is not built yet: use \"files\" (one process per state_dir)"
-                    .into(),
-            ),
+            "redis" => {
+                if !redis {
+                    problems.push(
+                        "`acme.storage`: \"redis\" needs `[cache.redis] url`, the server it keeps the certificates in".into(),
+                    );
+                }
+                if self.storage_key.is_none() {
+                    problems.push(
+                        "`acme.storage_key` is required with storage = \"redis\": a file of 32 random bytes that encrypts the private keys stored there".into(),
+                    );
+                }
+            }
             other => problems.push(format!(
-                "`acme.storage`: must be \"files\" (or, not built yet, \"redis\"), not \"{other}\""
+                "`acme.storage`: must be \"files\" or \"redis\", not \"{other}\""
             )),
-        }
-        if self.storage_key.is_some() {
-            problems.push(
-                "`acme.storage_key`: goes with storage = \"redis\", which is not built yet".into(),
-            );
         }
         match (&self.ask, self.on_demand) {
             (None, true) => problems.push(

@@ -572,7 +572,8 @@ impl Config {
         problems.extend(tls_problems(self));
         if let Some(acme) = &self.acme {
             let (listen, tls_listen) = (!self.listen.is_empty(), !self.tls_listen.is_empty());
-            problems.extend(acme.problems(&self.acme_names(), listen, tls_listen));
+            let redis = self.limit_redis.is_some();
+            problems.extend(acme.problems(&self.acme_names(), (listen, tls_listen), redis));
         }
         problems.extend(self.http2.problems());
         problems.extend(self.tracing.iter().flat_map(|t| t.problems()));
