@@ -147,6 +147,12 @@ pub(crate) async fn obtain(
         match challenge {
             Challenge::Http01 => context.deploy.http_challenge(&token, None),
             Challenge::TlsAlpn01 => drop(context.deploy.alpn_challenge(name, None)),
+            Challenge::Dns01 => {
+                let (record, value) = token.split_once(' ').unwrap_or((&token, ""));
+                if let Err(e) = dns_hook(context, "clear", record, value).await {
+                    tracing::warn!(name, error = %e, "dns_hook clear failed");
+                }
+            }
         }
     }
     match ready? {
@@ -243,6 +249,13 @@ async fn validate(
                 context.deploy.alpn_challenge(&name, Some(cert))?;
                 out.push((kind, name.clone()));
             }
+            Challenge::Dns01 => {
+                let record = format!("_acme-challenge.{}", name.trim_start_matches("*."));
+                let value = key_authorization.dns_value();
+                // Withdrawn after even when publishing failed halfway.
+                out.push((kind, format!("{record} {value}")));
+                dns_hook(context, "set", &record, &value).await?;
+            }
         }
         tracing::info!(name = %name, challenge = kind.name(), "ACME challenge answered");
         challenge
@@ -257,7 +270,51 @@ fn challenge_type(challenge: Challenge) -> ChallengeType {
     match challenge {
         Challenge::Http01 => ChallengeType::Http01,
         Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Challenge::Dns01 => ChallengeType::Dns01,
     }
+}
+
+/// The longest a `dns_hook` run is waited for (a DNS provider's API and the wait for
+/// the record to be published included); the order fails after it.
+const HOOK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `dns_hook ACTION RECORD VALUE` (off the runtime's thread) to its end; an exit
+/// status other than 0 is an error with what the command wrote to stderr.
+async fn dns_hook(
+    context: &Context,
+    action: &str,
+    record: &str,
+    value: &str,
+) -> Result<(), String> {
+    let hook = context
+        .settings
+        .dns_hook
+        .clone()
+        .ok_or("dns-01 needs acme.dns_hook")?;
+    let args = [action.to_string(), record.to_string(), value.to_string()];
+    let shown = hook.display().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&hook)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+    });
+    let out = tokio::time::timeout(HOOK_TIMEOUT, run)
+        .await
+        .map_err(|_| {
+            format!("dns_hook {shown} {action} {record}: still running after {HOOK_TIMEOUT:?}")
+        })?
+        .map_err(|e| format!("dns_hook {shown}: {e}"))?
+        .map_err(|e| format!("dns_hook {shown}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "dns_hook {shown} {action} {record}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    tracing::info!(record, action, "dns_hook ran");
+    Ok(())
 }
 
 /// The TLS-ALPN-01 certificate (RFC 8737 section 3): self-signed for `name`, with the

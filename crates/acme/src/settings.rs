@@ -11,6 +11,9 @@ pub enum Challenge {
     /// `tls-alpn-01`: a self-signed certificate for the name with the `acme-tls/1`
     /// ALPN, port 443 (RFC 8737).
     TlsAlpn01,
+    /// `dns-01`: a TXT record `_acme-challenge.NAME`, published by the `dns_hook`
+    /// command; the only one for a wildcard name.
+    Dns01,
 }
 
 impl Challenge {
@@ -19,6 +22,7 @@ impl Challenge {
         match name {
             "http-01" => Some(Challenge::Http01),
             "tls-alpn-01" => Some(Challenge::TlsAlpn01),
+            "dns-01" => Some(Challenge::Dns01),
             _ => None,
         }
     }
@@ -28,6 +32,7 @@ impl Challenge {
         match self {
             Challenge::Http01 => "http-01",
             Challenge::TlsAlpn01 => "tls-alpn-01",
+            Challenge::Dns01 => "dns-01",
         }
     }
 }
@@ -50,6 +55,9 @@ pub struct Settings {
     pub on_demand: Option<String>,
     /// With `storage = "redis"`: where the state lives instead of `state_dir`.
     pub redis: Option<RedisStorage>,
+    /// With `dns-01`: the command run as `HOOK set _acme-challenge.NAME VALUE` (and
+    /// `clear` after), which publishes (removes) the TXT record and returns once done.
+    pub dns_hook: Option<PathBuf>,
 }
 
 /// `storage = "redis"`: the `[cache.redis]` server, and the key that encrypts the

@@ -78,6 +78,7 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
         eab: acme.eab(),
         on_demand: acme.ask.clone().filter(|_| acme.on_demand),
         redis: redis_storage(config)?,
+        dns_hook: acme.dns_hook.clone(),
     };
     let names = settings.names.join(", ");
     let directory = settings.directory.clone();

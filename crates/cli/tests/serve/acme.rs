@@ -529,7 +529,7 @@ fn what_is_not_built_yet_is_refused_naming_its_key() {
         ),
         (
             "[acme]\nstate_dir = \"/tmp/s\"\nchallenges = [\"dns-01\"]\n",
-            "check.toml:3: acme.challenges: \"dns-01\" is not one of http-01, tls-alpn-01 (dns-01 is not built yet)",
+            "acme.dns_hook: is required with dns-01",
         ),
         ("[acme]\nemail = \"ops@example.com\"\n", "acme.state_dir: is required"),
         (

@@ -5,6 +5,7 @@ mod harness;
 mod access_log;
 mod access_policy;
 mod acme;
+mod acme_dns;
 mod acme_on_demand;
 mod acme_storage;
 mod cache;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 
 /// The challenge types tessera answers.
-pub const CHALLENGES: [&str; 2] = ["http-01", "tls-alpn-01"];
+pub const CHALLENGES: [&str; 3] = ["http-01", "tls-alpn-01", "dns-01"];
 
 /// `[acme]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -29,9 +29,13 @@ pub struct AcmeConfig {
     /// `storage = "redis"`.
     pub state_dir: Option<PathBuf>,
     /// Challenge types offered to the CA, in order of preference: `http-01` (answered
-    /// on every `listen` address) and `tls-alpn-01` (on every `tls_listen` address).
-    /// Default both.
+    /// on every `listen` address), `tls-alpn-01` (on every `tls_listen` address) and
+    /// `dns-01` (through `dns_hook`; wildcard names need it). Default the first two.
     pub challenges: Vec<String>,
+    /// With `dns-01`: the command run as `HOOK set _acme-challenge.NAME VALUE` to
+    /// publish the TXT record (returning once it is published) and `HOOK clear ...`
+    /// after. Required with `dns-01`.
+    pub dns_hook: Option<PathBuf>,
     /// Where the state lives: `files` (in `state_dir`) or `redis` (the `[cache.redis]`
     /// server), locked per name either way so that processes sharing it order once.
     pub storage: String,
@@ -59,7 +63,8 @@ impl Default for AcmeConfig {
             ca_root: None,
             email: None,
             state_dir: None,
-            challenges: CHALLENGES.iter().map(|c| c.to_string()).collect(),
+            challenges: ["http-01", "tls-alpn-01"].map(String::from).to_vec(),
+            dns_hook: None,
             storage: "files".into(),
             storage_key: None,
             on_demand: false,
@@ -94,12 +99,14 @@ impl AcmeConfig {
             );
         }
         if self.challenges.is_empty() {
-            problems.push("`acme.challenges`: needs at least one of http-01, tls-alpn-01".into());
+            problems.push(
+                "`acme.challenges`: needs at least one of http-01, tls-alpn-01, dns-01".into(),
+            );
         }
         for challenge in &self.challenges {
             if !CHALLENGES.contains(&challenge.as_str()) {
                 problems.push(format!(
-                    "`acme.challenges`: \"{challenge}\" is not one of http-01, tls-alpn-01 (dns-01 is not built yet)"
+                    "`acme.challenges`: \"{challenge}\" is not one of http-01, tls-alpn-01, dns-01"
                 ));
             }
         }
@@ -109,6 +116,15 @@ impl AcmeConfig {
         if self.challenges.iter().all(|c| c == "tls-alpn-01") && !tls_listen {
             problems
                 .push("`acme.challenges`: tls-alpn-01 alone needs a `tls_listen` address (port 443 for a public CA)".into());
+        }
+        match (self.offers("dns-01"), &self.dns_hook) {
+            (true, None) => problems.push(
+                "`acme.dns_hook` is required with dns-01: the command that publishes the TXT record"
+                    .into(),
+            ),
+            (false, Some(_)) => problems
+                .push("`acme.dns_hook`: goes with \"dns-01\" in `challenges`".into()),
+            _ => {}
         }
         match self.storage.as_str() {
             "files" => {}
@@ -162,6 +178,10 @@ impl AcmeConfig {
             (None, None) => {}
         }
         for name in names {
+            let name = match self.offers("dns-01") {
+                true => name.strip_prefix("*.").unwrap_or(name),
+                false => name,
+            };
             let label_ok = |l: &str| {
                 !l.is_empty()
                     && !l.starts_with('-')

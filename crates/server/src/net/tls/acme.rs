@@ -31,6 +31,8 @@ pub struct AcmeCerts {
     /// The names `[acme]` gets certificates for (lowercase); a handshake for one of
     /// them without a certificate yet is refused, not given the default certificate.
     names: Vec<Box<str>>,
+    /// Whether one of `names` is a wildcard (`*.example.com`, by DNS-01).
+    wildcards: bool,
     certs: Map<Arc<CertifiedKey>>,
     alpn: Map<Arc<CertifiedKey>>,
     tokens: Map<Box<str>>,
@@ -59,6 +61,7 @@ impl AcmeCerts {
     /// The state for `names`, with no certificate yet.
     pub fn new(names: Vec<String>) -> AcmeCerts {
         AcmeCerts {
+            wildcards: names.iter().any(|n| n.starts_with("*.")),
             names: names.into_iter().map(Box::from).collect(),
             ..AcmeCerts::default()
         }
@@ -185,6 +188,11 @@ impl AcmeCerts {
     /// Whether `[acme]` gets `name`'s certificate (`name` lowercase).
     pub(crate) fn manages(&self, name: &str) -> bool {
         self.names.iter().any(|n| **n == *name)
+    }
+
+    /// Whether one of the names is a wildcard.
+    pub(crate) fn manages_wildcards(&self) -> bool {
+        self.wildcards
     }
 
     pub(crate) fn certificate(&self, name: &str) -> Option<Arc<CertifiedKey>> {

@@ -37,7 +37,8 @@ pub(crate) struct Resolver {
 
 /// The names `[acme] on_demand` may order for: not a `[[host]]` name (those are
 /// `[acme]`'s, or have their own certificate, or opted out), and of a site (a wildcard
-/// host's, or the default one) with no certificate of its own and no `acme = false`.
+/// host's, or the default one) with no certificate of its own, no `acme = false`, and
+/// no wildcard certificate from `[acme]`.
 #[derive(Debug)]
 struct OnDemandScope {
     /// Every `[[host]]` name that is not a wildcard, lowercase.
@@ -53,9 +54,18 @@ impl OnDemandScope {
             .filter(|n| !n.starts_with("*."))
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase().into())
             .collect();
-        let hosts = config.host.iter().map(|h| h.tls.as_ref());
+        // A wildcard host whose certificate `[acme]` gets (by DNS-01) covers its names.
+        let acme_names = config.acme_names();
+        let covered = |names: &[String]| {
+            names
+                .iter()
+                .any(|n| n.starts_with("*.") && acme_names.contains(&n.to_ascii_lowercase()))
+        };
+        let hosts = config.host.iter();
         let sites = std::iter::once(true)
-            .chain(hosts.map(|tls| tls.is_none_or(|t| t.acme != Some(false))))
+            .chain(hosts.map(|h| {
+                h.tls.as_ref().is_none_or(|t| t.acme != Some(false)) && !covered(&h.names)
+            }))
             .collect();
         OnDemandScope { exact, sites }
     }
@@ -134,8 +144,18 @@ impl Resolver {
             return Some(found);
         }
         let site = self.hosts.named(name.as_bytes());
-        if site.is_some_and(|site| self.keys[site].is_none() && acme.manages(name)) {
-            let found = acme.certificate(name);
+        // The name's own certificate, else its wildcard's (a `*.` host's, by DNS-01).
+        let wildcard;
+        let managed = match acme.manages(name) {
+            true => Some(name),
+            false if acme.manages_wildcards() => {
+                wildcard = name.find('.').map(|dot| format!("*{}", &name[dot..]));
+                wildcard.as_deref().filter(|w| acme.manages(w))
+            }
+            false => None,
+        };
+        if let Some(managed) = managed.filter(|_| site.is_some_and(|s| self.keys[s].is_none())) {
+            let found = acme.certificate(managed);
             if found.is_none() {
                 tracing::warn!(
                     name,
