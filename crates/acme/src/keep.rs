@@ -41,6 +41,7 @@ pub(crate) async fn keep(
             replaces = plan.replaces;
         }
         let mut failures = 0usize;
+        let mut nonces_refused = 0;
         current = Some(loop {
             // `replaces` on the first try only: a CA that refuses it (the certificate
             // was replaced already) still issues without it.
@@ -73,8 +74,15 @@ pub(crate) async fn keep(
                         ended(false);
                     }
                     failures += 1;
-                    let delay = backoff(u32::try_from(failures).unwrap_or(u32::MAX))
-                        .max(e.retry_after.unwrap_or_default());
+                    // A refused nonce (RFC 8555 section 6.5: the client should try
+                    // again) is no reason to wait, a few times in a row.
+                    let bad_nonce = e.message.contains(BAD_NONCE);
+                    nonces_refused = if bad_nonce { nonces_refused + 1 } else { 0 };
+                    let delay = match bad_nonce && nonces_refused <= NONCE_RETRIES {
+                        true => Duration::from_millis(100),
+                        false => backoff(u32::try_from(failures).unwrap_or(u32::MAX))
+                            .max(e.retry_after.unwrap_or_default()),
+                    };
                     tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
                     tokio::time::sleep(delay).await;
                 }
@@ -82,6 +90,11 @@ pub(crate) async fn keep(
         });
     }
 }
+
+/// The CA's problem type for a refused nonce.
+const BAD_NONCE: &str = "urn:ietf:params:acme:error:badNonce";
+/// Refused nonces in a row tried again at once before the backoff applies.
+const NONCE_RETRIES: u32 = 3;
 
 /// One try at a new certificate for `name`, under its lock: the one another process
 /// stored meanwhile when it is [`fresher`] than `current`, else a new order. `true`

@@ -50,7 +50,7 @@ fn free_udp_port() -> u16 {
 /// A child whose output lines are kept, killed when dropped.
 pub(crate) struct Kept {
     child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    pub(crate) lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Kept {
@@ -144,11 +144,26 @@ impl Pebble {
         Pebble::start_full(http_port, tls_port, 7_776_000, Some(eab))
     }
 
+    /// With Pebble's environment `env` (its random failures: `PEBBLE_WFE_NONCEREJECT`
+    /// and the like).
+    pub(crate) fn start_env(http_port: u16, tls_port: u16, env: &[(&str, &str)]) -> Pebble {
+        Pebble::start_all(http_port, tls_port, (7_776_000, None), env)
+    }
+
     fn start_full(
         http_port: u16,
         tls_port: u16,
         validity: u64,
         eab: Option<(&str, &str)>,
+    ) -> Pebble {
+        Pebble::start_all(http_port, tls_port, (validity, eab), &[])
+    }
+
+    fn start_all(
+        http_port: u16,
+        tls_port: u16,
+        (validity, eab): (u64, Option<(&str, &str)>),
+        env: &[(&str, &str)],
     ) -> Pebble {
         let dir = tempfile::tempdir().unwrap();
         // Pebble's own HTTPS certificate, from a CA made here: tessera trusts that CA
@@ -199,7 +214,8 @@ impl Pebble {
                 .arg(path("pebble.json"))
                 .args(["-dnsserver", &dns_server])
                 .env("PEBBLE_VA_NOSLEEP", "1")
-                .env("PEBBLE_WFE_NONCEREJECT", "0"),
+                .env("PEBBLE_WFE_NONCEREJECT", "0")
+                .envs(env.iter().copied()),
         );
         pebble.wait_for("ACME directory available");
         Pebble {
@@ -294,7 +310,7 @@ fn serve(
 
 /// [`serve`] with more top-level keys (`top`; one that sets `tls_listen` replaces the
 /// default one).
-fn serve_with(
+pub(crate) fn serve_with(
     pebble: &Pebble,
     (http, https): (u16, u16),
     state: &Path,
@@ -344,7 +360,7 @@ fn serve_with(
 }
 
 /// Until curl, trusting Pebble's issuing root only, gets `name`'s page over HTTPS.
-fn verified(server: &Server, https: u16, root: &Path, name: &str) {
+pub(crate) fn verified(server: &Server, https: u16, root: &Path, name: &str) {
     let addr: SocketAddr = format!("127.0.0.1:{https}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
