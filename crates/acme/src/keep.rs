@@ -91,6 +91,63 @@ pub(crate) async fn keep(
     }
 }
 
+/// `name`'s stored certificate, installed, when there is one still valid (a name
+/// added by a reload, or allowed on demand, that an earlier run or another process
+/// got).
+pub(crate) async fn stored(context: &Context, name: &str) -> Option<Stored> {
+    let stored = match context.storage.load(name).await {
+        Ok(stored) => stored.filter(|s| s.not_after > SystemTime::now())?,
+        Err(e) => {
+            tracing::warn!(name, error = %e, "cannot read the stored ACME certificate");
+            return None;
+        }
+    };
+    match context.deploy.certificate(name, &stored.chain, &stored.key) {
+        Ok(()) => {
+            tracing::info!(name, expires = %when(stored.not_after), "serving the stored ACME certificate");
+            Some(stored)
+        }
+        Err(e) => {
+            tracing::warn!(name, error = %e, "stored ACME certificate not usable; ordering a new one");
+            None
+        }
+    }
+}
+
+/// Keeps a certificate for each of the names of the start (`plans`), then for those
+/// each reload gives (`updates`): a name no longer there is let go (its task ended, its
+/// certificate no longer renewed), a new one served from the storage or ordered.
+pub(crate) async fn tend(
+    context: Arc<Context>,
+    plans: Vec<(String, Option<Stored>)>,
+    mut updates: tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
+) {
+    let mut tasks = std::collections::HashMap::new();
+    for (name, current) in plans {
+        let task = tokio::spawn(keep(context.clone(), name.clone(), current, None));
+        tasks.insert(name, task.abort_handle());
+    }
+    while let Some(names) = updates.recv().await {
+        tasks.retain(|name, task: &mut tokio::task::AbortHandle| {
+            let kept = names.contains(name);
+            if !kept {
+                tracing::info!(name = %name, "no longer a name of [acme]: its certificate is not renewed");
+                task.abort();
+            }
+            kept
+        });
+        for name in names {
+            if tasks.contains_key(&name) {
+                continue;
+            }
+            tracing::info!(name = %name, "a new name of [acme], from the reload");
+            let current = stored(&context, &name).await;
+            let task = tokio::spawn(keep(context.clone(), name.clone(), current, None));
+            tasks.insert(name, task.abort_handle());
+        }
+    }
+}
+
 /// The CA's problem type for a refused nonce.
 const BAD_NONCE: &str = "urn:ietf:params:acme:error:badNonce";
 /// Refused nonces in a row tried again at once before the backoff applies.

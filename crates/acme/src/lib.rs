@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use keep::{backoff, keep, when};
+use keep::{backoff, when};
 pub use on_demand::{OnDemand, ORDERS, ORDERS_WINDOW, REFUSED_FOR};
 use order::Context;
 pub use redis_store::storage_key;
@@ -78,6 +78,20 @@ pub struct Started {
     pub waiting: Vec<String>,
     /// With `on_demand`: where the server asks for a name first seen.
     pub on_demand: Option<OnDemand>,
+    /// Where a reload's new names go.
+    pub names: Names,
+}
+
+/// The client's names, changed by a reload.
+#[derive(Clone)]
+pub struct Names(tokio::sync::mpsc::UnboundedSender<Vec<String>>);
+
+impl Names {
+    /// Keeps certificates for `names` from now on (lowercase): new ones are served from
+    /// the storage or ordered, those no longer there are no longer renewed.
+    pub fn set(&self, names: Vec<String>) {
+        let _ = self.0.send(names);
+    }
 }
 
 /// Serves what `state_dir` holds at once, then orders and renews in the background.
@@ -128,6 +142,7 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Err
         };
         plans.push((name.clone(), current));
     }
+    let (names, updates) = tokio::sync::mpsc::unbounded_channel();
     let (on_demand, demands) = match settings.on_demand.is_some() {
         true => {
             let (door, demands) = on_demand::door();
@@ -137,9 +152,13 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Err
     };
     std::thread::Builder::new()
         .name("acme".into())
-        .spawn(move || runtime.block_on(run(settings, storage, deploy, plans, demands)))
+        .spawn(move || runtime.block_on(run(settings, storage, deploy, plans, demands, updates)))
         .map_err(Error::Start)?;
-    Ok(Started { waiting, on_demand })
+    Ok(Started {
+        waiting,
+        on_demand,
+        names: Names(names),
+    })
 }
 
 async fn run(
@@ -148,6 +167,7 @@ async fn run(
     deploy: Arc<dyn Deploy>,
     plans: Vec<(String, Option<Stored>)>,
     demands: Option<tokio::sync::mpsc::Receiver<(String, tokio::sync::oneshot::Sender<bool>)>>,
+    updates: tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
 ) {
     let mut failures = 0;
     let account = loop {
@@ -169,9 +189,7 @@ async fn run(
     });
     let ask = context.settings.on_demand.clone();
     let kept = plans.iter().map(|(name, _)| name.clone()).collect();
-    for (name, current) in plans {
-        tokio::spawn(keep(context.clone(), name, current, None));
-    }
+    tokio::spawn(keep::tend(context.clone(), plans, updates));
     match (ask, demands) {
         (Some(ask), Some(demands)) => on_demand::serve(context, ask, demands, kept).await,
         // The names' tasks run for as long as the process.

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::keep::keep;
+use crate::keep::{keep, stored};
 use crate::order::Context;
 
 /// New orders on demand: at most this many...
@@ -105,17 +105,12 @@ pub(crate) async fn serve(
             }
             Some(event) = events.recv() => match event {
                 Event::Asked(name, Ok(true)) => {
-                    let now = SystemTime::now();
-                    let stored = context.storage.load(&name).await.ok().flatten();
-                    let stored = stored.filter(|s| s.not_after > now);
-                    if let Some(stored) = stored {
-                        if context.deploy.certificate(&name, &stored.chain, &stored.key).is_ok() {
-                            tracing::info!(name = %name, "on demand: serving the stored ACME certificate");
-                            kept.insert(name.clone());
-                            tokio::spawn(keep(context.clone(), name.clone(), Some(stored), None));
-                            answer(&mut waiting, &name, true);
-                            continue;
-                        }
+                    if let Some(stored) = stored(&context, &name).await {
+                        tracing::info!(name = %name, "on demand: the ask endpoint allows it; its stored certificate served");
+                        kept.insert(name.clone());
+                        tokio::spawn(keep(context.clone(), name.clone(), Some(stored), None));
+                        answer(&mut waiting, &name, true);
+                        continue;
                     }
                     while orders.front().is_some_and(|at| at.elapsed() >= ORDERS_WINDOW) {
                         orders.pop_front();

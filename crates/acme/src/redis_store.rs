@@ -47,6 +47,13 @@ pub(crate) struct Held {
     alive: tokio::task::JoinHandle<()>,
 }
 
+impl Drop for Held {
+    /// Not released (its order's task was ended): it expires after [`LOCK_TTL`].
+    fn drop(&mut self) {
+        self.alive.abort();
+    }
+}
+
 impl Held {
     pub(crate) async fn release(self) {
         self.alive.abort();

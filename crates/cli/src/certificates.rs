@@ -59,9 +59,13 @@ fn redis_storage(config: &server::Config) -> anyhow::Result<Option<acme::RedisSt
 
 /// Starts the ACME client when `[acme]` is configured: stored certificates are served
 /// at once, orders run in the background. Prints what it does.
-pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> anyhow::Result<()> {
+/// Returns where a reload's new names go.
+pub fn start(
+    config: &server::Config,
+    store: Option<Arc<server::AcmeCerts>>,
+) -> anyhow::Result<Option<acme::Names>> {
     let (Some(acme), Some(store)) = (&config.acme, store) else {
-        return Ok(());
+        return Ok(None);
     };
     let settings = acme::Settings {
         directory: acme.directory.clone(),
@@ -101,5 +105,5 @@ pub fn start(config: &server::Config, store: Option<Arc<server::AcmeCerts>>) -> 
             acme::ORDERS_WINDOW.as_secs()
         );
     }
-    Ok(())
+    Ok(Some(started.names))
 }

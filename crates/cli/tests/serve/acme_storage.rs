@@ -8,7 +8,7 @@ use std::process::Command;
 
 use crate::acme::{free_port, Pebble};
 use crate::cache::Redis;
-use crate::harness::{stderr_has, Server};
+use crate::harness::Server;
 use crate::tls::curl;
 
 /// Where a test's tessera processes keep their state.
@@ -97,8 +97,17 @@ fn two_processes(pebble: &Pebble, ports: (u16, u16), shared: Shared, dir: &Path)
     let names = ["a.test", "b.test"];
     let services = (pebble, &shared);
     let first = serve(services, ports, &dir.join("first"), &names);
-    crate::harness::eventually("the first process answering a challenge", || {
-        stderr_has(&first, "ACME challenge answered")
+    // Both names' locks held: their challenges answered (or certificates installed).
+    crate::harness::eventually("the first process ordering both names", || {
+        let lines = first.stderr.lock().unwrap();
+        let busy = |name: &str| {
+            lines.iter().any(|l| {
+                l.contains(&format!("name={name} "))
+                    && (l.contains("ACME challenge answered")
+                        || l.contains("ACME certificate installed"))
+            })
+        };
+        names.iter().all(|n| busy(n))
     });
     let other = (free_port(), free_port());
     let second = serve(services, other, &dir.join("second"), &names);

@@ -7,6 +7,7 @@ mod access_policy;
 mod acme;
 mod acme_dns;
 mod acme_on_demand;
+mod acme_reload;
 mod acme_retries;
 mod acme_storage;
 mod cache;

@@ -18,6 +18,23 @@ use super::der::not_after;
 
 type Map<V> = ArcSwap<HashMap<Box<str>, V>>;
 
+/// The names `[acme]` manages.
+#[derive(Default)]
+struct Names {
+    list: Vec<Box<str>>,
+    /// Whether one of them is a wildcard (`*.example.com`, by DNS-01).
+    wildcards: bool,
+}
+
+impl Names {
+    fn new(names: Vec<String>) -> Names {
+        Names {
+            wildcards: names.iter().any(|n| n.starts_with("*.")),
+            list: names.into_iter().map(Box::from).collect(),
+        }
+    }
+}
+
 /// How the server asks the ACME client for a certificate on demand (`[acme]
 /// on_demand`): given a name, it returns where the answer comes (`true` once a
 /// certificate is installed, `false` when the ask endpoint or the rate limit refused
@@ -30,9 +47,8 @@ pub type Demand = Box<dyn Fn(&str) -> Option<tokio::sync::oneshot::Receiver<bool
 pub struct AcmeCerts {
     /// The names `[acme]` gets certificates for (lowercase); a handshake for one of
     /// them without a certificate yet is refused, not given the default certificate.
-    names: Vec<Box<str>>,
-    /// Whether one of `names` is a wildcard (`*.example.com`, by DNS-01).
-    wildcards: bool,
+    /// Swapped whole when a reload changes them.
+    names: ArcSwap<Names>,
     certs: Map<Arc<CertifiedKey>>,
     alpn: Map<Arc<CertifiedKey>>,
     tokens: Map<Box<str>>,
@@ -52,7 +68,7 @@ pub struct AcmeCerts {
 impl std::fmt::Debug for AcmeCerts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AcmeCerts")
-            .field("names", &self.names)
+            .field("names", &self.names.load().list)
             .finish_non_exhaustive()
     }
 }
@@ -61,8 +77,7 @@ impl AcmeCerts {
     /// The state for `names`, with no certificate yet.
     pub fn new(names: Vec<String>) -> AcmeCerts {
         AcmeCerts {
-            wildcards: names.iter().any(|n| n.starts_with("*.")),
-            names: names.into_iter().map(Box::from).collect(),
+            names: ArcSwap::from_pointee(Names::new(names)),
             ..AcmeCerts::default()
         }
     }
@@ -187,12 +202,18 @@ impl AcmeCerts {
 
     /// Whether `[acme]` gets `name`'s certificate (`name` lowercase).
     pub(crate) fn manages(&self, name: &str) -> bool {
-        self.names.iter().any(|n| **n == *name)
+        self.names.load().list.iter().any(|n| **n == *name)
+    }
+
+    /// The names `[acme]` gets certificates for from now on (a reload added or
+    /// removed hosts): a handshake for a new one waits for its certificate as at start.
+    pub fn set_names(&self, names: Vec<String>) {
+        self.names.store(Arc::new(Names::new(names)));
     }
 
     /// Whether one of the names is a wildcard.
     pub(crate) fn manages_wildcards(&self) -> bool {
-        self.wildcards
+        self.names.load().wildcards
     }
 
     pub(crate) fn certificate(&self, name: &str) -> Option<Arc<CertifiedKey>> {
