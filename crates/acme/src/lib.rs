@@ -42,7 +42,7 @@ pub use on_demand::{OnDemand, ORDERS, ORDERS_WINDOW, REFUSED_FOR};
 use order::Context;
 pub use redis_store::storage_key;
 use redis_store::RedisStore;
-pub use settings::{Challenge, Deploy, RedisStorage, Settings};
+pub use settings::{Challenge, Deploy, KeyType, RedisStorage, Settings};
 use storage::Storage;
 pub use store::Stored;
 

@@ -10,7 +10,7 @@ use instant_acme::{
     ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
-use crate::settings::{Challenge, Deploy, Settings};
+use crate::settings::{Challenge, Deploy, KeyType, Settings};
 use crate::storage::Storage;
 use crate::store::Stored;
 
@@ -159,10 +159,11 @@ pub(crate) async fn obtain(
         OrderStatus::Ready => {}
         status => return Err(why_not(&mut order, status).await.into()),
     }
-    let key = order
-        .finalize()
-        .await
-        .map_err(|e| format!("finalize: {e}"))?;
+    let key = match context.settings.key_type {
+        KeyType::EcdsaP256 => order.finalize().await,
+        KeyType::Rsa2048 => finalize_rsa(&mut order, name).await,
+    }
+    .map_err(|e| format!("finalize: {e}"))?;
     let chain = order
         .poll_certificate(&POLL)
         .await
@@ -173,6 +174,33 @@ pub(crate) async fn obtain(
         .deploy
         .certificate(name, &stored.chain, &stored.key)?;
     Ok(stored)
+}
+
+/// Finalizes `order` with a new RSA 2048 key (made by the `rsa` crate, off the
+/// runtime's thread: it takes a while) and a CSR for `name` signed with it; returns the
+/// key, PEM PKCS#8.
+async fn finalize_rsa(order: &mut Order, name: &str) -> Result<String, instant_acme::Error> {
+    let names = vec![name.to_string()];
+    let made = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), String> {
+        use rsa::pkcs8::EncodePrivateKey;
+        let key =
+            rsa::RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
+        let der = key.to_pkcs8_der().map_err(|e| e.to_string())?;
+        let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes().to_vec());
+        let key = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+            .map_err(|e| e.to_string())?;
+        let mut params = rcgen::CertificateParams::new(names).map_err(|e| e.to_string())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let csr = params.serialize_request(&key).map_err(|e| e.to_string())?;
+        Ok((key.serialize_pem(), csr.der().to_vec()))
+    });
+    let other = |e: String| instant_acme::Error::Other(e.into());
+    let (key, csr) = made
+        .await
+        .map_err(|e| other(e.to_string()))?
+        .map_err(|e| other(format!("RSA key: {e}")))?;
+    order.finalize_csr(&csr).await?;
+    Ok(key)
 }
 
 /// The CA's problem documents for an order that did not become ready: the order's,

@@ -37,6 +37,17 @@ impl Challenge {
     }
 }
 
+/// The certificates' key type (`key_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyType {
+    /// ECDSA with P-256: small and fast, what every client of the last decade takes.
+    #[default]
+    EcdsaP256,
+    /// RSA, 2048 bits: for the rare old client without ECDSA.
+    Rsa2048,
+}
+
 /// What the client needs to know, from `[acme]`.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -58,6 +69,8 @@ pub struct Settings {
     /// With `dns-01`: the command run as `HOOK set _acme-challenge.NAME VALUE` (and
     /// `clear` after), which publishes (removes) the TXT record and returns once done.
     pub dns_hook: Option<PathBuf>,
+    /// The certificates' key type.
+    pub key_type: KeyType,
 }
 
 /// `storage = "redis"`: the `[cache.redis]` server, and the key that encrypts the

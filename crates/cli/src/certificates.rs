@@ -83,6 +83,10 @@ pub fn start(
         on_demand: acme.ask.clone().filter(|_| acme.on_demand),
         redis: redis_storage(config)?,
         dns_hook: acme.dns_hook.clone(),
+        key_type: match acme.key_type.as_str() {
+            "rsa2048" => acme::KeyType::Rsa2048,
+            _ => acme::KeyType::EcdsaP256,
+        },
     };
     let names = settings.names.join(", ");
     let directory = settings.directory.clone();

@@ -6,6 +6,7 @@ mod access_log;
 mod access_policy;
 mod acme;
 mod acme_dns;
+mod acme_keys;
 mod acme_on_demand;
 mod acme_reload;
 mod acme_retries;

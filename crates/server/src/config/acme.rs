@@ -13,6 +13,9 @@ pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 /// The challenge types tessera answers.
 pub const CHALLENGES: [&str; 3] = ["http-01", "tls-alpn-01", "dns-01"];
 
+/// The certificates' key types.
+pub const KEY_TYPES: [&str; 2] = ["ecdsa-p256", "rsa2048"];
+
 /// `[acme]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,6 +51,9 @@ pub struct AcmeConfig {
     /// With `on_demand`: the URL asked `GET URL?domain=NAME` before a name's first
     /// order; 200 allows it, any other answer refuses it. Required with `on_demand`.
     pub ask: Option<String>,
+    /// The certificates' key type: `ecdsa-p256` (default: small, fast, taken by every
+    /// client of the last decade) or `rsa2048` (for the rare client without ECDSA).
+    pub key_type: String,
     /// External account binding (RFC 8555, 7.3.4), for CAs that need it (ZeroSSL,
     /// Google Trust Services, a private CA): the key id the CA gave. With
     /// `eab_hmac_key`; used when the account is created.
@@ -65,6 +71,7 @@ impl Default for AcmeConfig {
             state_dir: None,
             challenges: ["http-01", "tls-alpn-01"].map(String::from).to_vec(),
             dns_hook: None,
+            key_type: "ecdsa-p256".into(),
             storage: "files".into(),
             storage_key: None,
             on_demand: false,
@@ -116,6 +123,12 @@ impl AcmeConfig {
         if self.challenges.iter().all(|c| c == "tls-alpn-01") && !tls_listen {
             problems
                 .push("`acme.challenges`: tls-alpn-01 alone needs a `tls_listen` address (port 443 for a public CA)".into());
+        }
+        if !KEY_TYPES.contains(&self.key_type.as_str()) {
+            problems.push(format!(
+                "`acme.key_type`: must be \"ecdsa-p256\" or \"rsa2048\", not \"{}\"",
+                self.key_type
+            ));
         }
         match (self.offers("dns-01"), &self.dns_hook) {
             (true, None) => problems.push(
