@@ -1,8 +1,10 @@
 //! `acme` is tessera's ACME client (RFC 8555): it keeps one account with a CA, orders a
 //! certificate for each name `[acme]` manages, answers the CA's challenges through the
 //! server (HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the TLS ones), keeps the
-//! account, certificates and keys in `state_dir`, and renews each certificate in the
-//! window the CA suggests (ARI, RFC 9773), else at two thirds of its lifetime.
+//! account, certificates and keys in its storage (`state_dir`, or Redis, locked per
+//! name so that processes sharing it order once), renews each certificate in the
+//! window the CA suggests (ARI, RFC 9773), else at two thirds of its lifetime, and
+//! orders on demand for names first seen in SNI that the `ask` endpoint allows.
 //!
 //! What it is not for: serving anything. The challenge answers and the certificates
 //! reach the server through [`Deploy`], which `cli` implements over the server's
@@ -17,22 +19,31 @@
 //! with the *ring* backend that the server's TLS uses already, and a custom root for a
 //! private or test CA's directory (`ca_root`). It is kept by a rustls maintainer.
 //!
-//! How it fits: [`start`] loads what `state_dir` holds (a name with a stored
+//! How it fits: [`start`] loads what the storage holds (a name with a stored
 //! certificate that is not due for renewal is handed to the server at once, so a
 //! restart orders nothing), then runs the orders and renewals on a thread of its own
 //! with a small tokio runtime, so the listeners never wait for the CA.
 
+mod keep;
+mod on_demand;
 mod order;
+mod redis_store;
 mod renewal;
 mod settings;
+mod storage;
 mod store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use keep::{backoff, when};
+pub use on_demand::{OnDemand, ORDERS, ORDERS_WINDOW, REFUSED_FOR};
 use order::Context;
-pub use settings::{Challenge, Deploy, Settings};
+pub use redis_store::storage_key;
+use redis_store::RedisStore;
+pub use settings::{Challenge, Deploy, KeyType, RedisStorage, Settings};
+use storage::Storage;
 pub use store::Stored;
 
 /// Why the client could not start.
@@ -43,6 +54,8 @@ pub enum Error {
     StateDir(PathBuf, std::io::Error),
     /// The client's thread or runtime cannot be started.
     Start(std::io::Error),
+    /// `storage = "redis"` cannot be used as configured.
+    Storage(String),
 }
 
 impl std::fmt::Display for Error {
@@ -50,22 +63,64 @@ impl std::fmt::Display for Error {
         match self {
             Error::StateDir(path, e) => write!(f, "acme.state_dir {}: {e}", path.display()),
             Error::Start(e) => write!(f, "cannot start the ACME client: {e}"),
+            Error::Storage(e) => write!(f, "acme.storage: {e}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
+/// What [`start`] says.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Started {
+    /// The names that wait for a first certificate.
+    pub waiting: Vec<String>,
+    /// With `on_demand`: where the server asks for a name first seen.
+    pub on_demand: Option<OnDemand>,
+    /// Where a reload's new names go.
+    pub names: Names,
+}
+
+/// The client's names, changed by a reload.
+#[derive(Clone)]
+pub struct Names(tokio::sync::mpsc::UnboundedSender<Vec<String>>);
+
+impl Names {
+    /// Keeps certificates for `names` from now on (lowercase): new ones are served from
+    /// the storage or ordered, those no longer there are no longer renewed.
+    pub fn set(&self, names: Vec<String>) {
+        let _ = self.0.send(names);
+    }
+}
+
 /// Serves what `state_dir` holds at once, then orders and renews in the background.
-/// Returns the names that wait for a first certificate.
-pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>, Error> {
-    let dir = store::prepare(&settings.state_dir, &settings.directory)
-        .map_err(|e| Error::StateDir(settings.state_dir.clone(), e))?;
+pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Started, Error> {
+    let storage = match &settings.redis {
+        Some(redis) => {
+            let store = RedisStore::new(&redis.url, &redis.prefix, &settings.directory, &redis.key);
+            Storage::Redis(Box::new(store.map_err(Error::Storage)?))
+        }
+        None => Storage::Files(
+            store::prepare(&settings.state_dir, &settings.directory)
+                .map_err(|e| Error::StateDir(settings.state_dir.clone(), e))?,
+        ),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Start)?;
     let now = SystemTime::now();
     let mut plans = Vec::new();
     let mut waiting = Vec::new();
     for name in &settings.names {
-        let stored = store::load(&dir, name);
+        let stored = match runtime.block_on(storage.load(name)) {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(name, error = %e, "cannot read the stored ACME certificate");
+                None
+            }
+        };
         let served = stored.as_ref().filter(|s| s.not_after > now).is_some_and(|s| {
             match deploy.certificate(name, &s.chain, &s.key) {
                 Ok(()) => true,
@@ -87,26 +142,36 @@ pub fn start(settings: Settings, deploy: Arc<dyn Deploy>) -> Result<Vec<String>,
         };
         plans.push((name.clone(), current));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::Start)?;
+    let (names, updates) = tokio::sync::mpsc::unbounded_channel();
+    let (on_demand, demands) = match settings.on_demand.is_some() {
+        true => {
+            let (door, demands) = on_demand::door();
+            (Some(door), Some(demands))
+        }
+        false => (None, None),
+    };
     std::thread::Builder::new()
         .name("acme".into())
-        .spawn(move || runtime.block_on(run(settings, dir, deploy, plans)))
+        .spawn(move || runtime.block_on(run(settings, storage, deploy, plans, demands, updates)))
         .map_err(Error::Start)?;
-    Ok(waiting)
+    Ok(Started {
+        waiting,
+        on_demand,
+        names: Names(names),
+    })
 }
 
 async fn run(
     settings: Settings,
-    dir: PathBuf,
+    storage: Storage,
     deploy: Arc<dyn Deploy>,
     plans: Vec<(String, Option<Stored>)>,
+    demands: Option<tokio::sync::mpsc::Receiver<(String, tokio::sync::oneshot::Sender<bool>)>>,
+    updates: tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
 ) {
     let mut failures = 0;
     let account = loop {
-        match order::account(&settings, &dir).await {
+        match order::account(&settings, &storage).await {
             Ok(account) => break account,
             Err(e) => {
                 failures += 1;
@@ -118,92 +183,16 @@ async fn run(
     };
     let context = Arc::new(Context {
         settings,
-        dir,
+        storage,
         deploy,
         account,
     });
-    let mut tasks = tokio::task::JoinSet::new();
-    for (name, current) in plans {
-        tasks.spawn(keep(context.clone(), name, current));
-    }
-    while tasks.join_next().await.is_some() {}
-}
-
-/// Keeps `name`'s certificate: ordered now when there is none (`current`), else when
-/// [`renewal::plan`] says (ARI's window, or two thirds of the lifetime); a failed order
-/// is tried again after an exponential backoff with jitter.
-async fn keep(context: Arc<Context>, name: String, mut current: Option<Stored>) {
-    loop {
-        let mut replaces = None;
-        if let Some(cert) = &current {
-            let plan = renewal::plan(&context.account, cert).await;
-            tracing::info!(name = %name, at = %when(plan.at), by = plan.by, "ACME renewal planned");
-            context.deploy.renewal_planned(&name, plan.at);
-            if let Ok(wait) = plan.at.duration_since(SystemTime::now()) {
-                match plan.recheck {
-                    // The CA may move the window meanwhile: ask again then.
-                    Some(recheck) if recheck < wait => {
-                        tokio::time::sleep(recheck).await;
-                        continue;
-                    }
-                    _ => tokio::time::sleep(wait).await,
-                }
-            }
-            replaces = plan.replaces;
-        }
-        let mut failures = 0usize;
-        current = Some(loop {
-            // `replaces` on the first try only: a CA that refuses it (the certificate
-            // was replaced already) still issues without it.
-            match order::obtain(&context, &name, (replaces.take(), failures)).await {
-                Ok(stored) => {
-                    context.deploy.order_done(&name, true);
-                    tracing::info!(name = %name, expires = %when(stored.not_after), "ACME certificate installed");
-                    break stored;
-                }
-                Err(e) => {
-                    context.deploy.order_done(&name, false);
-                    failures += 1;
-                    let delay = backoff(u32::try_from(failures).unwrap_or(u32::MAX))
-                        .max(e.retry_after.unwrap_or_default());
-                    tracing::warn!(name = %name, error = %e, retry_in = ?delay, "ACME order failed");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        });
-    }
-}
-
-/// A time for the log, in UTC (`Jan 27 09:41:07 2027 +00:00`).
-fn when(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    x509_parser::time::ASN1Time::from_timestamp(secs)
-        .map_or_else(|_| secs.to_string(), |t| t.to_string())
-}
-
-/// The wait after the `failures`th failure in a row: 2 s doubling up to an hour, with
-/// full jitter on the upper half so that many names (or nodes) do not retry together.
-fn backoff(failures: u32) -> Duration {
-    let ceiling = Duration::from_secs(2u64 << failures.clamp(1, 12).saturating_sub(1))
-        .min(Duration::from_secs(3600));
-    ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_stops_at_an_hour() {
-        for failures in 1..20 {
-            let ceiling = Duration::from_secs((2u64 << (failures.min(12) - 1)).min(3600));
-            let delay = backoff(failures);
-            assert!(
-                delay >= ceiling / 2 && delay <= ceiling,
-                "{failures}: {delay:?}"
-            );
-        }
+    let ask = context.settings.on_demand.clone();
+    let kept = plans.iter().map(|(name, _)| name.clone()).collect();
+    tokio::spawn(keep::tend(context.clone(), plans, updates));
+    match (ask, demands) {
+        (Some(ask), Some(demands)) => on_demand::serve(context, ask, demands, kept).await,
+        // The names' tasks run for as long as the process.
+        _ => std::future::pending().await,
     }
 }

@@ -2,7 +2,6 @@
 //! authorization (answered through [`Deploy`](crate::Deploy) and withdrawn after),
 //! finalization with a fresh ECDSA P-256 key, the certificate stored and installed.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,14 +10,15 @@ use instant_acme::{
     ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
-use crate::settings::{Challenge, Deploy, Settings};
-use crate::store::{self, Stored};
+use crate::settings::{Challenge, Deploy, KeyType, Settings};
+use crate::storage::Storage;
+use crate::store::Stored;
 
 /// What every name's task shares.
 pub(crate) struct Context {
     pub settings: Settings,
-    /// The CA's folder in `state_dir`.
-    pub dir: PathBuf,
+    /// Where the account and certificates are kept, and the names locked.
+    pub storage: Storage,
     pub deploy: Arc<dyn Deploy>,
     pub account: Account,
 }
@@ -28,17 +28,24 @@ const POLL: RetryPolicy = RetryPolicy::new()
     .initial_delay(Duration::from_millis(250))
     .timeout(Duration::from_secs(90));
 
-/// The account with the CA: the stored one, or a new one (then stored).
-pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, String> {
-    let path = store::account_path(dir);
+/// The account with the CA: the stored one, or a new one (then stored). Under the
+/// `account` lock, so that processes sharing the storage make one account.
+pub(crate) async fn account(settings: &Settings, storage: &Storage) -> Result<Account, String> {
+    let lock = storage.lock("account").await?;
+    let account = find_or_create(settings, storage).await;
+    lock.release().await;
+    account
+}
+
+async fn find_or_create(settings: &Settings, storage: &Storage) -> Result<Account, String> {
     let builder = || match &settings.ca_root {
         Some(root) => Account::builder_with_root(root)
             .map_err(|e| format!("acme.ca_root {}: {e}", root.display())),
         None => Account::builder().map_err(|e| e.to_string()),
     };
-    if let Ok(json) = std::fs::read(&path) {
+    if let Some(json) = storage.account().await? {
         let credentials: AccountCredentials =
-            serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_slice(&json).map_err(|e| format!("the stored ACME account: {e}"))?;
         return builder()?
             .from_credentials(credentials)
             .await
@@ -60,7 +67,7 @@ pub(crate) async fn account(settings: &Settings, dir: &Path) -> Result<Account, 
         .await
         .map_err(|e| e.to_string())?;
     let json = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
-    store::write_private(&path, &json).map_err(|e| format!("{}: {e}", path.display()))?;
+    storage.save_account(&json).await?;
     tracing::info!(account = account.id(), "ACME account created");
     Ok(account)
 }
@@ -140,27 +147,60 @@ pub(crate) async fn obtain(
         match challenge {
             Challenge::Http01 => context.deploy.http_challenge(&token, None),
             Challenge::TlsAlpn01 => drop(context.deploy.alpn_challenge(name, None)),
+            Challenge::Dns01 => {
+                let (record, value) = token.split_once(' ').unwrap_or((&token, ""));
+                if let Err(e) = dns_hook(context, "clear", record, value).await {
+                    tracing::warn!(name, error = %e, "dns_hook clear failed");
+                }
+            }
         }
     }
     match ready? {
         OrderStatus::Ready => {}
         status => return Err(why_not(&mut order, status).await.into()),
     }
-    let key = order
-        .finalize()
-        .await
-        .map_err(|e| format!("finalize: {e}"))?;
+    let key = match context.settings.key_type {
+        KeyType::EcdsaP256 => order.finalize().await,
+        KeyType::Rsa2048 => finalize_rsa(&mut order, name).await,
+    }
+    .map_err(|e| format!("finalize: {e}"))?;
     let chain = order
         .poll_certificate(&POLL)
         .await
         .map_err(|e| polled("certificate", e))?;
     let stored = Stored::new(chain, key).ok_or("the CA's certificate does not parse")?;
-    let dir = &context.dir;
-    store::save(dir, name, &stored).map_err(|e| format!("{}: {e}", dir.display()))?;
+    context.storage.save(name, &stored).await?;
     context
         .deploy
         .certificate(name, &stored.chain, &stored.key)?;
     Ok(stored)
+}
+
+/// Finalizes `order` with a new RSA 2048 key (made by the `rsa` crate, off the
+/// runtime's thread: it takes a while) and a CSR for `name` signed with it; returns the
+/// key, PEM PKCS#8.
+async fn finalize_rsa(order: &mut Order, name: &str) -> Result<String, instant_acme::Error> {
+    let names = vec![name.to_string()];
+    let made = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), String> {
+        use rsa::pkcs8::EncodePrivateKey;
+        let key =
+            rsa::RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
+        let der = key.to_pkcs8_der().map_err(|e| e.to_string())?;
+        let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes().to_vec());
+        let key = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+            .map_err(|e| e.to_string())?;
+        let mut params = rcgen::CertificateParams::new(names).map_err(|e| e.to_string())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let csr = params.serialize_request(&key).map_err(|e| e.to_string())?;
+        Ok((key.serialize_pem(), csr.der().to_vec()))
+    });
+    let other = |e: String| instant_acme::Error::Other(e.into());
+    let (key, csr) = made
+        .await
+        .map_err(|e| other(e.to_string()))?
+        .map_err(|e| other(format!("RSA key: {e}")))?;
+    order.finalize_csr(&csr).await?;
+    Ok(key)
 }
 
 /// The CA's problem documents for an order that did not become ready: the order's,
@@ -237,6 +277,13 @@ async fn validate(
                 context.deploy.alpn_challenge(&name, Some(cert))?;
                 out.push((kind, name.clone()));
             }
+            Challenge::Dns01 => {
+                let record = format!("_acme-challenge.{}", name.trim_start_matches("*."));
+                let value = key_authorization.dns_value();
+                // Withdrawn after even when publishing failed halfway.
+                out.push((kind, format!("{record} {value}")));
+                dns_hook(context, "set", &record, &value).await?;
+            }
         }
         tracing::info!(name = %name, challenge = kind.name(), "ACME challenge answered");
         challenge
@@ -251,7 +298,51 @@ fn challenge_type(challenge: Challenge) -> ChallengeType {
     match challenge {
         Challenge::Http01 => ChallengeType::Http01,
         Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Challenge::Dns01 => ChallengeType::Dns01,
     }
+}
+
+/// The longest a `dns_hook` run is waited for (a DNS provider's API and the wait for
+/// the record to be published included); the order fails after it.
+const HOOK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `dns_hook ACTION RECORD VALUE` (off the runtime's thread) to its end; an exit
+/// status other than 0 is an error with what the command wrote to stderr.
+async fn dns_hook(
+    context: &Context,
+    action: &str,
+    record: &str,
+    value: &str,
+) -> Result<(), String> {
+    let hook = context
+        .settings
+        .dns_hook
+        .clone()
+        .ok_or("dns-01 needs acme.dns_hook")?;
+    let args = [action.to_string(), record.to_string(), value.to_string()];
+    let shown = hook.display().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&hook)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+    });
+    let out = tokio::time::timeout(HOOK_TIMEOUT, run)
+        .await
+        .map_err(|_| {
+            format!("dns_hook {shown} {action} {record}: still running after {HOOK_TIMEOUT:?}")
+        })?
+        .map_err(|e| format!("dns_hook {shown}: {e}"))?
+        .map_err(|e| format!("dns_hook {shown}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "dns_hook {shown} {action} {record}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    tracing::info!(record, action, "dns_hook ran");
+    Ok(())
 }
 
 /// The TLS-ALPN-01 certificate (RFC 8737 section 3): self-signed for `name`, with the

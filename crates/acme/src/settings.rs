@@ -11,6 +11,9 @@ pub enum Challenge {
     /// `tls-alpn-01`: a self-signed certificate for the name with the `acme-tls/1`
     /// ALPN, port 443 (RFC 8737).
     TlsAlpn01,
+    /// `dns-01`: a TXT record `_acme-challenge.NAME`, published by the `dns_hook`
+    /// command; the only one for a wildcard name.
+    Dns01,
 }
 
 impl Challenge {
@@ -19,6 +22,7 @@ impl Challenge {
         match name {
             "http-01" => Some(Challenge::Http01),
             "tls-alpn-01" => Some(Challenge::TlsAlpn01),
+            "dns-01" => Some(Challenge::Dns01),
             _ => None,
         }
     }
@@ -28,8 +32,20 @@ impl Challenge {
         match self {
             Challenge::Http01 => "http-01",
             Challenge::TlsAlpn01 => "tls-alpn-01",
+            Challenge::Dns01 => "dns-01",
         }
     }
+}
+
+/// The certificates' key type (`key_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyType {
+    /// ECDSA with P-256: small and fast, what every client of the last decade takes.
+    #[default]
+    EcdsaP256,
+    /// RSA, 2048 bits: for the rare old client without ECDSA.
+    Rsa2048,
 }
 
 /// What the client needs to know, from `[acme]`.
@@ -46,6 +62,36 @@ pub struct Settings {
     /// External account binding: the CA's key id and the HMAC key (decoded), given
     /// when the account is created.
     pub eab: Option<(String, Vec<u8>)>,
+    /// With `on_demand`: the `ask` URL that allows a name first seen in SNI.
+    pub on_demand: Option<String>,
+    /// With `storage = "redis"`: where the state lives instead of `state_dir`.
+    pub redis: Option<RedisStorage>,
+    /// With `dns-01`: the command run as `HOOK set _acme-challenge.NAME VALUE` (and
+    /// `clear` after), which publishes (removes) the TXT record and returns once done.
+    pub dns_hook: Option<PathBuf>,
+    /// The certificates' key type.
+    pub key_type: KeyType,
+}
+
+/// `storage = "redis"`: the `[cache.redis]` server, and the key that encrypts the
+/// private keys stored there.
+#[derive(Clone)]
+pub struct RedisStorage {
+    /// `redis://host:port[/db]`.
+    pub url: String,
+    /// Prefix of every key (`[cache.redis] key_prefix`).
+    pub prefix: String,
+    /// `storage_key`'s 32 bytes.
+    pub key: [u8; 32],
+}
+
+impl std::fmt::Debug for RedisStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStorage")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the client's results go: the server's certificate store.

@@ -4,7 +4,8 @@
 //! (`account.json`) and, per name, the certificate chain (`NAME.crt`) and its key
 //! (`NAME.key`), all PEM. Every file is written whole to a temporary file created
 //! 0600, then renamed over the old one, so a crash never leaves half a key and no
-//! other user can read one. The folders are created 0700.
+//! other user can read one. The folders are created 0700. `NAME.lock` is the name's
+//! lock between processes that share the folder (`storage`).
 
 use std::fs;
 use std::io::{self, Write};
@@ -56,7 +57,19 @@ impl Stored {
 
 /// The folder of `directory`'s account and certificates in `state_dir`, created.
 pub(crate) fn prepare(state_dir: &Path, directory: &str) -> io::Result<PathBuf> {
-    let ca: String = directory
+    let dir = state_dir.join(ca_folder(directory));
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    // Fails early on a folder this process cannot write.
+    write_private(&dir.join(".written"), b"")?;
+    Ok(dir)
+}
+
+/// The CA directory's name in the storage: `127.0.0.1_14000_dir`.
+pub(crate) fn ca_folder(directory: &str) -> String {
+    directory
         .trim_start_matches("https://")
         .chars()
         .map(|c| {
@@ -66,15 +79,27 @@ pub(crate) fn prepare(state_dir: &Path, directory: &str) -> io::Result<PathBuf> 
                 '_'
             }
         })
-        .collect();
-    let dir = state_dir.join(ca);
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)?;
-    // Fails early on a folder this process cannot write.
-    write_private(&dir.join(".written"), b"")?;
-    Ok(dir)
+        .collect()
+}
+
+/// `name`'s lock in `dir` (flock(2) on `NAME.lock`), when no other process holds it:
+/// held until the file is closed, and released by the kernel when the process dies.
+pub(crate) fn try_lock(dir: &Path, name: &str) -> io::Result<Option<fs::File>> {
+    use std::os::fd::AsRawFd;
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(dir.join(format!("{name}.lock")))?;
+    // SAFETY: flock on a descriptor this function owns, with constant flags.
+    match unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
+        0 => Ok(Some(file)),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            e => Err(e),
+        },
+    }
 }
 
 fn cert_path(dir: &Path, name: &str) -> PathBuf {

@@ -188,7 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         eprintln!("tessera: admin on http://{addr}/metrics, /healthz and /status, for {who}");
     }
-    crate::certificates::start(&file.server, server.acme())?;
+    let acme = crate::certificates::start(&file.server, server.acme())?;
     let running = server.start().map_err(what_to_do)?;
     if let Some(path) = &pid_file {
         if let Err(e) = upgrade::write_pid_file(path) {
@@ -209,6 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args: &args,
         file,
         modules,
+        acme,
     };
     let ended = signals.serve(&running, &exe, &mut live);
     let modules = live.modules;
@@ -329,6 +330,8 @@ struct Live<'a> {
     args: &'a Args,
     file: ServeConfig,
     modules: crate::config::Modules,
+    /// The ACME client's names, which a reload changes.
+    acme: Option<acme::Names>,
 }
 
 impl Live<'_> {
@@ -382,6 +385,10 @@ impl Live<'_> {
                     generation = reloaded.generation,
                     "configuration reloaded: {changes}"
                 );
+                if let (Some(names), Some(client)) = (&reloaded.acme_names, &self.acme) {
+                    tracing::info!(names = %names.join(", "), "[acme] names changed by the reload");
+                    client.set(names.clone());
+                }
                 for key in &reloaded.not_applied {
                     tracing::warn!(
                         "`{key}` changed: it takes effect at the next start or binary upgrade (SIGUSR2)"

@@ -89,7 +89,7 @@ pub use conn_state::ConnState;
 pub use error::Error;
 pub use limit::{LimitConfig, LimitRedis};
 pub use net::listeners::Inherited;
-pub use net::tls::{AcmeCerts, Tls};
+pub use net::tls::{AcmeCerts, Demand, Tls};
 
 /// A server whose listeners are open but whose workers have not started.
 pub struct Server {
@@ -277,6 +277,9 @@ pub struct Reloaded {
     /// Keys whose change takes effect only at the next start or binary upgrade (they
     /// size what every worker allocated at start).
     pub not_applied: Vec<&'static str>,
+    /// `[acme]`'s names, when the reload changed them (hosts added or removed): the
+    /// server serves them from now on; the ACME client is to be told.
+    pub acme_names: Option<Vec<String>>,
 }
 
 impl Running {
@@ -350,11 +353,20 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
-        // The ACME client, its names and its store are those of the start.
-        let acme_of = |c: &Config| c.acme.as_ref().map(|a| (a.clone(), c.acme_names()));
-        if acme_of(&config) != acme_of(&old.config) {
-            not_applied.push("acme");
-        }
+        // The ACME client and its store are those of the start; its names follow the
+        // hosts (the caller tells the client, `Reloaded::acme_names`).
+        let acme_names = match (&shared.acme, &config.acme, &old.config.acme) {
+            (Some(_), Some(new), Some(was)) if new == was => {
+                let names = config.acme_names();
+                (names != old.config.acme_names()).then_some(names)
+            }
+            (_, new, was) => {
+                if new != was {
+                    not_applied.push("acme");
+                }
+                None
+            }
+        };
         let gen = Generation::new(
             number,
             config,
@@ -435,6 +447,9 @@ impl Running {
             kept.sort_by_key(order);
             *set = kept;
         }
+        if let (Some(acme), Some(names)) = (&shared.acme, &acme_names) {
+            acme.set_names(names.clone());
+        }
         if let (Some(tls), Some(prepared)) = (&shared.tls, tls) {
             tls.install(prepared);
         }
@@ -447,6 +462,7 @@ impl Running {
             listeners_removed,
             access_logs_changed,
             not_applied,
+            acme_names,
         })
     }
 

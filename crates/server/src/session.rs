@@ -31,6 +31,7 @@ use crate::http1::{self, Conn, Handoff};
 use crate::http2;
 use crate::metrics::Handshake;
 use crate::net::reactor::Socket;
+use crate::net::tls::on_demand;
 use crate::net::tls::stream::TlsStream;
 use crate::net::tls::ACME_TLS_ALPN;
 use crate::net::transport::Stream;
@@ -60,6 +61,16 @@ pub(crate) fn start(
         Kind::Plain => {
             let conn = Conn::new(Stream::Plain(socket), origin, worker, slot);
             tasks.start(slot.index(), http1::serve(conn, after_preface));
+        }
+        Kind::Tls
+            if worker
+                .shared
+                .acme
+                .as_ref()
+                .is_some_and(|a| a.takes_demands()) =>
+        {
+            let tls = Box::pin(tls_on_demand(socket, origin, worker, slot));
+            tasks.start(slot.index(), tls);
         }
         Kind::Tls => tasks.start(slot.index(), tls(socket, origin, worker, slot)),
         // The codec reads the preface and closes a connection that does not start with it.
@@ -120,7 +131,7 @@ async fn proxy_header(
             let conn = Conn::new(Stream::Plain(socket), origin, worker, slot);
             Box::pin(http1::serve(conn, after_preface)).await;
         }
-        Kind::Tls => Box::pin(tls(socket, origin, worker, slot)).await,
+        Kind::Tls => Box::pin(tls_on_demand(socket, origin, worker, slot)).await,
         Kind::H2c => {
             let stream = Stream::Plain(socket);
             http2_boxed(stream, Bytes::new(), origin, worker, slot, None).await;
@@ -212,6 +223,19 @@ async fn tls(tcp: Socket, origin: Origin, worker: Rc<Worker>, slot: SlotId) {
             worker.free(slot);
         }
     }
+}
+
+/// [`tls`] after, with `[acme] on_demand`, the wait for a certificate for a name first
+/// seen (`net::tls::on_demand`). Boxed by its callers: this future and `tls`'s would
+/// not fit in the room together (one allocation more per connection, with
+/// `on_demand` only).
+async fn tls_on_demand(tcp: Socket, origin: Origin, worker: Rc<Worker>, slot: SlotId) {
+    let acme = worker.shared.acme.clone().filter(|a| a.takes_demands());
+    if let (Some(acme), Some(tls)) = (acme, worker.shared.tls.as_ref()) {
+        let wait = std::time::Duration::from_secs_f64(worker.current().gen.config.timeouts.head);
+        on_demand::wait_for_certificate(&tcp, &tls.resolver(), &acme, wait).await;
+    }
+    tls(tcp, origin, worker, slot).await;
 }
 
 /// An HTTP/2 connection, boxed: its future is several KiB, and every connection's room

@@ -11,7 +11,10 @@ use serde::Deserialize;
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 
 /// The challenge types tessera answers.
-pub const CHALLENGES: [&str; 2] = ["http-01", "tls-alpn-01"];
+pub const CHALLENGES: [&str; 3] = ["http-01", "tls-alpn-01", "dns-01"];
+
+/// The certificates' key types.
+pub const KEY_TYPES: [&str; 2] = ["ecdsa-p256", "rsa2048"];
 
 /// `[acme]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -25,20 +28,32 @@ pub struct AcmeConfig {
     /// Contact address given to the CA with the account. Default none.
     pub email: Option<String>,
     /// Directory of the account key, certificates and keys, each file written 0600 and
-    /// atomically (written whole to a temporary file, then renamed). Required.
+    /// atomically (written whole to a temporary file, then renamed). Required, but with
+    /// `storage = "redis"`.
     pub state_dir: Option<PathBuf>,
     /// Challenge types offered to the CA, in order of preference: `http-01` (answered
-    /// on every `listen` address) and `tls-alpn-01` (on every `tls_listen` address).
-    /// Default both.
+    /// on every `listen` address), `tls-alpn-01` (on every `tls_listen` address) and
+    /// `dns-01` (through `dns_hook`; wildcard names need it). Default the first two.
     pub challenges: Vec<String>,
-    /// Where the state lives: `files` (in `state_dir`). `redis` is not built yet.
+    /// With `dns-01`: the command run as `HOOK set _acme-challenge.NAME VALUE` to
+    /// publish the TXT record (returning once it is published) and `HOOK clear ...`
+    /// after. Required with `dns-01`.
+    pub dns_hook: Option<PathBuf>,
+    /// Where the state lives: `files` (in `state_dir`) or `redis` (the `[cache.redis]`
+    /// server), locked per name either way so that processes sharing it order once.
     pub storage: String,
-    /// With `storage = "redis"`: the key that encrypts private keys. Not built yet.
+    /// With `storage = "redis"`: a file of 32 random bytes, the AES-256-GCM key that
+    /// encrypts the private keys stored there. Required there.
     pub storage_key: Option<PathBuf>,
-    /// Order certificates for names first seen in SNI. Not built yet.
+    /// Order a certificate for a name first seen in SNI, one no configured certificate
+    /// covers, when `ask` allows it (Caddy's on-demand TLS). Default off.
     pub on_demand: bool,
-    /// With `on_demand`: the URL that allows a name. Not built yet.
+    /// With `on_demand`: the URL asked `GET URL?domain=NAME` before a name's first
+    /// order; 200 allows it, any other answer refuses it. Required with `on_demand`.
     pub ask: Option<String>,
+    /// The certificates' key type: `ecdsa-p256` (default: small, fast, taken by every
+    /// client of the last decade) or `rsa2048` (for the rare client without ECDSA).
+    pub key_type: String,
     /// External account binding (RFC 8555, 7.3.4), for CAs that need it (ZeroSSL,
     /// Google Trust Services, a private CA): the key id the CA gave. With
     /// `eab_hmac_key`; used when the account is created.
@@ -54,7 +69,9 @@ impl Default for AcmeConfig {
             ca_root: None,
             email: None,
             state_dir: None,
-            challenges: CHALLENGES.iter().map(|c| c.to_string()).collect(),
+            challenges: ["http-01", "tls-alpn-01"].map(String::from).to_vec(),
+            dns_hook: None,
+            key_type: "ecdsa-p256".into(),
             storage: "files".into(),
             storage_key: None,
             on_demand: false,
@@ -68,7 +85,13 @@ impl Default for AcmeConfig {
 impl AcmeConfig {
     /// What is wrong with the table, each naming its key, given the names it would
     /// get certificates for and which listeners there are.
-    pub fn problems(&self, names: &[String], listen: bool, tls_listen: bool) -> Vec<String> {
+    /// `redis`: whether `[cache.redis]` has a `url`.
+    pub fn problems(
+        &self,
+        names: &[String],
+        (listen, tls_listen): (bool, bool),
+        redis: bool,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.directory.starts_with("https://") {
             problems.push(format!(
@@ -76,19 +99,21 @@ impl AcmeConfig {
                 self.directory
             ));
         }
-        if self.state_dir.is_none() {
+        if self.state_dir.is_none() && self.storage != "redis" {
             problems.push(
                 "`acme.state_dir` is required: the directory of the account key, certificates and keys"
                     .into(),
             );
         }
         if self.challenges.is_empty() {
-            problems.push("`acme.challenges`: needs at least one of http-01, tls-alpn-01".into());
+            problems.push(
+                "`acme.challenges`: needs at least one of http-01, tls-alpn-01, dns-01".into(),
+            );
         }
         for challenge in &self.challenges {
             if !CHALLENGES.contains(&challenge.as_str()) {
                 problems.push(format!(
-                    "`acme.challenges`: \"{challenge}\" is not one of http-01, tls-alpn-01 (dns-01 is not built yet)"
+                    "`acme.challenges`: \"{challenge}\" is not one of http-01, tls-alpn-01, dns-01"
                 ));
             }
         }
@@ -99,26 +124,56 @@ impl AcmeConfig {
             problems
                 .push("`acme.challenges`: tls-alpn-01 alone needs a `tls_listen` address (port 443 for a public CA)".into());
         }
-        match self.storage.as_str() {
-            "files" => {}
-            "redis" => problems.push(
-                "`acme.storage`: \"redis\" is not built yet: use \"files\" (one process per state_dir)"
+        if !KEY_TYPES.contains(&self.key_type.as_str()) {
+            problems.push(format!(
+                "`acme.key_type`: must be \"ecdsa-p256\" or \"rsa2048\", not \"{}\"",
+                self.key_type
+            ));
+        }
+        match (self.offers("dns-01"), &self.dns_hook) {
+            (true, None) => problems.push(
+                "`acme.dns_hook` is required with dns-01: the command that publishes the TXT record"
                     .into(),
             ),
+            (false, Some(_)) => problems
+                .push("`acme.dns_hook`: goes with \"dns-01\" in `challenges`".into()),
+            _ => {}
+        }
+        match self.storage.as_str() {
+            "files" => {}
+            "redis" => {
+                if !redis {
+                    problems.push(
+                        "`acme.storage`: \"redis\" needs `[cache.redis] url`, the server it keeps the certificates in".into(),
+                    );
+                }
+                if self.storage_key.is_none() {
+                    problems.push(
+                        "`acme.storage_key` is required with storage = \"redis\": a file of 32 random bytes that encrypts the private keys stored there".into(),
+                    );
+                }
+            }
             other => problems.push(format!(
-                "`acme.storage`: must be \"files\" (or, not built yet, \"redis\"), not \"{other}\""
+                "`acme.storage`: must be \"files\" or \"redis\", not \"{other}\""
             )),
         }
-        if self.storage_key.is_some() {
-            problems.push(
-                "`acme.storage_key`: goes with storage = \"redis\", which is not built yet".into(),
-            );
-        }
-        if self.on_demand || self.ask.is_some() {
-            problems.push(
-                "`acme.on_demand`: certificates for names first seen in SNI (with `ask`) are not built yet"
+        match (&self.ask, self.on_demand) {
+            (None, true) => problems.push(
+                "`acme.on_demand`: needs `ask`, the URL that allows a name (GET URL?domain=NAME answers 200): without it anyone could make tessera order certificates for any name"
                     .into(),
-            );
+            ),
+            (Some(url), _) => {
+                let rest = url
+                    .strip_prefix("http://")
+                    .or_else(|| url.strip_prefix("https://"));
+                let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
+                if host.is_none_or(|h| h.is_empty() || h.contains(char::is_whitespace)) {
+                    problems.push(format!(
+                        "`acme.ask`: must be an http:// or https:// URL, not {url}"
+                    ));
+                }
+            }
+            (None, false) => {}
         }
         match (&self.eab_kid, &self.eab_hmac_key) {
             (Some(_), None) => problems
@@ -136,6 +191,10 @@ impl AcmeConfig {
             (None, None) => {}
         }
         for name in names {
+            let name = match self.offers("dns-01") {
+                true => name.strip_prefix("*.").unwrap_or(name),
+                false => name,
+            };
             let label_ok = |l: &str| {
                 !l.is_empty()
                     && !l.starts_with('-')
@@ -147,9 +206,9 @@ impl AcmeConfig {
                 ));
             }
         }
-        if names.is_empty() {
+        if names.is_empty() && !self.on_demand {
             problems.push(
-                "`acme`: no `[[host]]` name to get a certificate for: each is a wildcard or has a `[host.tls]` certificate"
+                "`acme`: no `[[host]]` name to get a certificate for: each is a wildcard or has a `[host.tls]` certificate (and `on_demand` is off)"
                     .into(),
             );
         }

@@ -423,9 +423,10 @@ impl Config {
     }
 
     /// Which site a request's host names (site `i + 1` for `host[i]`).
-    /// The names `[acme]` gets certificates for: every `[[host]]` name that is not a
-    /// wildcard, of a host without a configured certificate, lowercased.
+    /// The names `[acme]` gets certificates for: every `[[host]]` name of a host
+    /// without a configured certificate, lowercased; a wildcard only with `dns-01`.
     pub fn acme_names(&self) -> Vec<String> {
+        let dns = self.acme.as_ref().is_some_and(|a| a.offers("dns-01"));
         self.host
             .iter()
             .filter(|h| {
@@ -434,7 +435,7 @@ impl Config {
                     .is_none_or(|t| t.certificate.is_none() && t.acme != Some(false))
             })
             .flat_map(|h| &h.names)
-            .filter(|n| !n.starts_with("*."))
+            .filter(|n| dns || !n.starts_with("*."))
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
             .collect()
     }
@@ -572,7 +573,8 @@ impl Config {
         problems.extend(tls_problems(self));
         if let Some(acme) = &self.acme {
             let (listen, tls_listen) = (!self.listen.is_empty(), !self.tls_listen.is_empty());
-            problems.extend(acme.problems(&self.acme_names(), listen, tls_listen));
+            let redis = self.limit_redis.is_some();
+            problems.extend(acme.problems(&self.acme_names(), (listen, tls_listen), redis));
         }
         problems.extend(self.http2.problems());
         problems.extend(self.tracing.iter().flat_map(|t| t.problems()));

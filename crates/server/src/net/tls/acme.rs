@@ -18,13 +18,37 @@ use super::der::not_after;
 
 type Map<V> = ArcSwap<HashMap<Box<str>, V>>;
 
+/// The names `[acme]` manages.
+#[derive(Default)]
+struct Names {
+    list: Vec<Box<str>>,
+    /// Whether one of them is a wildcard (`*.example.com`, by DNS-01).
+    wildcards: bool,
+}
+
+impl Names {
+    fn new(names: Vec<String>) -> Names {
+        Names {
+            wildcards: names.iter().any(|n| n.starts_with("*.")),
+            list: names.into_iter().map(Box::from).collect(),
+        }
+    }
+}
+
+/// How the server asks the ACME client for a certificate on demand (`[acme]
+/// on_demand`): given a name, it returns where the answer comes (`true` once a
+/// certificate is installed, `false` when the ask endpoint or the rate limit refused
+/// the name or the order failed), or `None` when the client's queue is full.
+pub type Demand = Box<dyn Fn(&str) -> Option<tokio::sync::oneshot::Receiver<bool>> + Send + Sync>;
+
 /// The ACME state every worker reads: certificates by name, TLS-ALPN-01 challenge
 /// certificates by name, HTTP-01 key authorizations by token.
 #[derive(Default)]
 pub struct AcmeCerts {
     /// The names `[acme]` gets certificates for (lowercase); a handshake for one of
     /// them without a certificate yet is refused, not given the default certificate.
-    names: Vec<Box<str>>,
+    /// Swapped whole when a reload changes them.
+    names: ArcSwap<Names>,
     certs: Map<Arc<CertifiedKey>>,
     alpn: Map<Arc<CertifiedKey>>,
     tokens: Map<Box<str>>,
@@ -37,12 +61,14 @@ pub struct AcmeCerts {
     renewal: Map<i64>,
     /// Orders ended, by result: `issued`, `failed`.
     orders: [AtomicU64; 2],
+    /// With `[acme] on_demand`: the ACME client's door for names first seen in SNI.
+    demand: std::sync::OnceLock<Demand>,
 }
 
 impl std::fmt::Debug for AcmeCerts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AcmeCerts")
-            .field("names", &self.names)
+            .field("names", &self.names.load().list)
             .finish_non_exhaustive()
     }
 }
@@ -51,7 +77,7 @@ impl AcmeCerts {
     /// The state for `names`, with no certificate yet.
     pub fn new(names: Vec<String>) -> AcmeCerts {
         AcmeCerts {
-            names: names.into_iter().map(Box::from).collect(),
+            names: ArcSwap::from_pointee(Names::new(names)),
             ..AcmeCerts::default()
         }
     }
@@ -110,12 +136,28 @@ impl AcmeCerts {
             .store(!self.tokens.load().is_empty(), Ordering::Release);
     }
 
-    /// Counts an order that ended, with a certificate (`issued`) or not.
+    /// With `[acme] on_demand`: how a handshake for a name without a certificate asks
+    /// the ACME client for one (set once, before the listeners start).
+    pub fn set_on_demand(&self, demand: Demand) {
+        let _ = self.demand.set(demand);
+    }
+
+    /// Asks the ACME client for `name`'s certificate on demand (see [`Demand`]).
+    pub(crate) fn demand(&self, name: &str) -> Option<tokio::sync::oneshot::Receiver<bool>> {
+        (self.demand.get()?)(name)
+    }
+
+    /// Whether the ACME client takes names on demand.
+    pub(crate) fn takes_demands(&self) -> bool {
+        self.demand.get().is_some()
+    }
+
     /// The ACME client planned `name`'s next renewal for `at` (Unix seconds).
     pub fn renewal_planned(&self, name: &str, at: i64) {
         insert(&self.renewal, name, at);
     }
 
+    /// Counts an order that ended, with a certificate (`issued`) or not.
     pub fn order_done(&self, issued: bool) {
         self.orders[usize::from(!issued)].fetch_add(1, Ordering::Relaxed);
     }
@@ -160,7 +202,18 @@ impl AcmeCerts {
 
     /// Whether `[acme]` gets `name`'s certificate (`name` lowercase).
     pub(crate) fn manages(&self, name: &str) -> bool {
-        self.names.iter().any(|n| **n == *name)
+        self.names.load().list.iter().any(|n| **n == *name)
+    }
+
+    /// The names `[acme]` gets certificates for from now on (a reload added or
+    /// removed hosts): a handshake for a new one waits for its certificate as at start.
+    pub fn set_names(&self, names: Vec<String>) {
+        self.names.store(Arc::new(Names::new(names)));
+    }
+
+    /// Whether one of the names is a wildcard.
+    pub(crate) fn manages_wildcards(&self) -> bool {
+        self.names.load().wildcards
     }
 
     pub(crate) fn certificate(&self, name: &str) -> Option<Arc<CertifiedKey>> {

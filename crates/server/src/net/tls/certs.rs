@@ -31,6 +31,44 @@ pub(crate) struct Resolver {
     default: Option<Arc<CertifiedKey>>,
     /// `[acme]`'s certificates and challenge answers, when it is configured.
     acme: Option<Arc<AcmeCerts>>,
+    /// With `[acme] on_demand`: which names may get a certificate on demand.
+    on_demand: Option<OnDemandScope>,
+}
+
+/// The names `[acme] on_demand` may order for: not a `[[host]]` name (those are
+/// `[acme]`'s, or have their own certificate, or opted out), and of a site (a wildcard
+/// host's, or the default one) with no certificate of its own, no `acme = false`, and
+/// no wildcard certificate from `[acme]`.
+#[derive(Debug)]
+struct OnDemandScope {
+    /// Every `[[host]]` name that is not a wildcard, lowercase.
+    exact: std::collections::HashSet<Box<str>>,
+    /// Per site: whether its names may get one (no `[host.tls] acme = false`).
+    sites: Vec<bool>,
+}
+
+impl OnDemandScope {
+    fn new(config: &Config) -> OnDemandScope {
+        let exact = config.host.iter().flat_map(|h| &h.names);
+        let exact = exact
+            .filter(|n| !n.starts_with("*."))
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase().into())
+            .collect();
+        // A wildcard host whose certificate `[acme]` gets (by DNS-01) covers its names.
+        let acme_names = config.acme_names();
+        let covered = |names: &[String]| {
+            names
+                .iter()
+                .any(|n| n.starts_with("*.") && acme_names.contains(&n.to_ascii_lowercase()))
+        };
+        let hosts = config.host.iter();
+        let sites = std::iter::once(true)
+            .chain(hosts.map(|h| {
+                h.tls.as_ref().is_none_or(|t| t.acme != Some(false)) && !covered(&h.names)
+            }))
+            .collect();
+        OnDemandScope { exact, sites }
+    }
 }
 
 impl Resolver {
@@ -46,19 +84,41 @@ impl Resolver {
         let default = keys[0]
             .clone()
             .or_else(|| keys[hosts.default_site()].clone());
+        let on_demand = config
+            .acme
+            .as_ref()
+            .filter(|a| a.on_demand)
+            .map(|_| OnDemandScope::new(config));
         Ok(Resolver {
             hosts,
             keys,
             default,
             acme,
+            on_demand,
         })
+    }
+
+    /// Whether `name` (lowercase) is one `[acme] on_demand` may get a certificate for
+    /// (when the ask endpoint allows it): one no configured certificate covers.
+    pub(crate) fn on_demand(&self, name: &str) -> bool {
+        let Some(scope) = &self.on_demand else {
+            return false;
+        };
+        if scope.exact.contains(name) {
+            return false;
+        }
+        let site = self
+            .hosts
+            .named(name.as_bytes())
+            .unwrap_or(self.hosts.default_site());
+        scope.sites[site] && self.keys[site].is_none()
     }
 
     /// The ACME answer for a handshake, when ACME decides it: `Some(None)` refuses it.
     /// A TLS-ALPN-01 validation (it offers `acme-tls/1`) gets its challenge
     /// certificate; a name `[acme]` manages gets its certificate, or, while it has
     /// none yet, an alert (the default certificate would only be refused by the
-    /// client, for the wrong name).
+    /// client, for the wrong name); a name obtained on demand gets its certificate.
     fn acme(&self, hello: &ClientHello<'_>) -> Option<Option<Arc<CertifiedKey>>> {
         let acme = self.acme.as_ref()?;
         let sni = hello.server_name()?;
@@ -83,18 +143,33 @@ impl Resolver {
             }
             return Some(found);
         }
-        let site = self.hosts.named(name.as_bytes())?;
-        if self.keys[site].is_some() || !acme.manages(name) {
-            return None;
+        let site = self.hosts.named(name.as_bytes());
+        // The name's own certificate, else its wildcard's (a `*.` host's, by DNS-01).
+        let wildcard;
+        let managed = match acme.manages(name) {
+            true => Some(name),
+            false if acme.manages_wildcards() => {
+                wildcard = name.find('.').map(|dot| format!("*{}", &name[dot..]));
+                wildcard.as_deref().filter(|w| acme.manages(w))
+            }
+            false => None,
+        };
+        if let Some(managed) = managed.filter(|_| site.is_some_and(|s| self.keys[s].is_none())) {
+            let found = acme.certificate(managed);
+            if found.is_none() {
+                tracing::warn!(
+                    name,
+                    "TLS handshake refused: the certificate from [acme] is not there yet"
+                );
+            }
+            return Some(found);
         }
-        let found = acme.certificate(name);
-        if found.is_none() {
-            tracing::warn!(
-                name,
-                "TLS handshake refused: the certificate from [acme] is not there yet"
-            );
+        // On demand: the certificate once there; until then (or when the ask endpoint
+        // refused the name) what the name gets without `on_demand`.
+        match self.on_demand(name) {
+            true => acme.certificate(name).map(Some),
+            false => None,
         }
-        Some(found)
     }
 }
 

@@ -22,6 +22,7 @@
 pub(crate) mod acme;
 mod certs;
 mod der;
+pub(crate) mod on_demand;
 pub(crate) mod stream;
 
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use crate::config::Config;
-pub use acme::AcmeCerts;
+pub use acme::{AcmeCerts, Demand};
 pub(crate) use certs::ACME_TLS_ALPN;
 
 /// TLS 1.2 sessions remembered for resumption by session ID, across all workers. Each
@@ -43,6 +44,9 @@ const SESSION_CACHE_ENTRIES: usize = 20_000;
 /// outlives reloads.
 pub struct Tls {
     current: ArcSwap<ServerConfig>,
+    /// The resolver inside `current`, for what a handshake decides before rustls runs
+    /// (an on-demand certificate, `on_demand`).
+    resolver: ArcSwap<certs::Resolver>,
     tickets: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
     /// `[acme]`'s certificates, which outlive reloads as the resumption state does.
@@ -65,9 +69,10 @@ impl Tls {
         let tickets = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| format!("cannot make TLS ticket keys: {e}"))?;
         let sessions = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
-        let server_config = build(config, tickets.clone(), sessions.clone(), acme.clone())?;
+        let prepared = build(config, tickets.clone(), sessions.clone(), acme.clone())?;
         Ok(Some(Tls {
-            current: ArcSwap::from_pointee(server_config),
+            current: ArcSwap::new(prepared.config),
+            resolver: ArcSwap::new(prepared.resolver),
             tickets,
             sessions,
             acme,
@@ -77,14 +82,20 @@ impl Tls {
     /// The rustls configuration for `config`'s certificates (with the resumption state
     /// kept), built but not yet used: a reload installs it once everything else of the
     /// new configuration is ready too.
-    pub(crate) fn prepare(&self, config: &Config) -> Result<Arc<ServerConfig>, String> {
+    pub(crate) fn prepare(&self, config: &Config) -> Result<Prepared, String> {
         let acme = self.acme.clone();
-        build(config, self.tickets.clone(), self.sessions.clone(), acme).map(Arc::new)
+        build(config, self.tickets.clone(), self.sessions.clone(), acme)
     }
 
     /// New handshakes use `prepared` from now on.
-    pub(crate) fn install(&self, prepared: Arc<ServerConfig>) {
-        self.current.store(prepared);
+    pub(crate) fn install(&self, prepared: Prepared) {
+        self.resolver.store(prepared.resolver);
+        self.current.store(prepared.config);
+    }
+
+    /// The certificate resolver of the current configuration.
+    pub(crate) fn resolver(&self) -> Arc<certs::Resolver> {
+        self.resolver.load_full()
     }
 
     /// The configuration for a new handshake.
@@ -93,19 +104,25 @@ impl Tls {
     }
 }
 
+/// A rustls configuration and its certificate resolver, built for a configuration.
+pub(crate) struct Prepared {
+    config: Arc<ServerConfig>,
+    resolver: Arc<certs::Resolver>,
+}
+
 fn build(
     config: &Config,
     tickets: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
     acme: Option<Arc<AcmeCerts>>,
-) -> Result<ServerConfig, String> {
-    let resolver = certs::Resolver::load(config, acme)?;
+) -> Result<Prepared, String> {
+    let resolver = Arc::new(certs::Resolver::load(config, acme)?);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut server_config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS settings: {e}"))?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver.clone());
     // Most preferred first: rustls picks the first of ours the client offers.
     server_config.alpn_protocols = match config.http2.enabled {
         true => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
@@ -124,5 +141,8 @@ fn build(
     server_config.ticketer = tickets;
     server_config.session_storage = sessions;
     server_config.max_early_data_size = 0;
-    Ok(server_config)
+    Ok(Prepared {
+        config: Arc::new(server_config),
+        resolver,
+    })
 }

@@ -1,0 +1,205 @@
+//! `[acme] storage = "redis"` against Pebble and a real redis-server: tessera processes
+//! that share the `[cache.redis]` server order each name once, under a lock per name,
+//! and every one of them serves the certificate (docs/tls.md "Automatic certificates").
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+use crate::acme::{free_port, Pebble};
+use crate::cache::Redis;
+use crate::harness::Server;
+use crate::tls::curl;
+
+/// Where a test's tessera processes keep their state.
+enum Shared<'a> {
+    /// `storage = "redis"` with this `storage_key`.
+    Redis(&'a Redis, &'a [u8]),
+    /// `storage = "files"` in this `state_dir`.
+    Files(&'a Path),
+}
+
+/// A tessera on `(http, https)` for `names`, keeping its state in `shared`, its site
+/// and config in `site`.
+fn serve(
+    (pebble, shared): (&Pebble, &Shared),
+    (http, https): (u16, u16),
+    site: &Path,
+    names: &[&str],
+) -> Server {
+    std::fs::create_dir_all(site).unwrap();
+    let storage = match shared {
+        Shared::Redis(redis, key) => {
+            let key_file = site.join("acme.key");
+            std::fs::write(&key_file, key).unwrap();
+            format!(
+                "storage = \"redis\"\nstorage_key = \"{}\"\n\n[cache.redis]\nurl = \"{}\"\n",
+                key_file.display(),
+                redis.url()
+            )
+        }
+        Shared::Files(dir) => format!("state_dir = \"{}\"\n", dir.display()),
+    };
+    let mut toml = format!(
+        "listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
+         [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nchallenges = [\"http-01\"]\n{storage}",
+        pebble.directory,
+        pebble.ca().display(),
+    );
+    for name in names {
+        let root = site.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("index.html"), format!("site {name}\n")).unwrap();
+        toml.push_str(&format!(
+            "\n[[host]]\nnames = [\"{name}\"]\nroot = \"{}\"\n",
+            root.display()
+        ));
+    }
+    let config = site.join("tessera.toml");
+    std::fs::write(&config, toml).unwrap();
+    Server::start_args_env(
+        site,
+        &[
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ],
+        &[("RUST_LOG", "info")],
+    )
+}
+
+/// Until curl, trusting Pebble's issuing root only, gets `name`'s page from `https`.
+fn verified(server: &Server, https: u16, root: &Path, name: &str) {
+    let addr: SocketAddr = format!("127.0.0.1:{https}").parse().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = curl(addr, root, name, "/", &[]);
+        if out.status.success() {
+            assert_eq!(out.stdout, format!("site {name}\n").as_bytes());
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: {}\n{:?}",
+            String::from_utf8_lossy(&out.stderr),
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Two processes sharing `shared`: the first on Pebble's ports orders, the second
+/// serves what it stored; exactly one order per name.
+fn two_processes(pebble: &Pebble, ports: (u16, u16), shared: Shared, dir: &Path) {
+    // Pebble validates HTTP-01 on the first process's port: the first holds the locks
+    // and orders; the second, started meanwhile, waits for a lock or finds the
+    // certificate stored, and serves what the first stored.
+    let names = ["a.test", "b.test"];
+    let services = (pebble, &shared);
+    let first = serve(services, ports, &dir.join("first"), &names);
+    // Both names' locks held: their challenges answered (or certificates installed).
+    crate::harness::eventually("the first process ordering both names", || {
+        let lines = first.stderr.lock().unwrap();
+        let busy = |name: &str| {
+            lines.iter().any(|l| {
+                l.contains(&format!("name={name} "))
+                    && (l.contains("ACME challenge answered")
+                        || l.contains("ACME certificate installed"))
+            })
+        };
+        names.iter().all(|n| busy(n))
+    });
+    let other = (free_port(), free_port());
+    let second = serve(services, other, &dir.join("second"), &names);
+    let root = pebble.issuing_root();
+    for name in names {
+        verified(&first, ports.1, &root, name);
+        verified(&second, other.1, &root, name);
+    }
+    assert_eq!(pebble.orders(), 2, "one order per name");
+    for name in names {
+        let served = |s: &Server| {
+            s.stderr.lock().unwrap().iter().any(|l| {
+                l.contains(&format!("name={name} "))
+                    && (l.contains("serving the stored ACME certificate")
+                        || l.contains("as another tessera stored it"))
+            })
+        };
+        assert!(served(&second), "{:?}", second.stderr.lock().unwrap());
+    }
+}
+
+#[test]
+fn two_processes_sharing_redis_order_each_name_once_and_both_serve_it() {
+    let redis = Redis::start();
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    let dir = tempfile::tempdir().unwrap();
+    // 32 random bytes, as `head -c 32 /dev/urandom` writes them; the same for both.
+    let mut key = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut key)
+        .unwrap();
+    two_processes(&pebble, ports, Shared::Redis(&redis, &key), dir.path());
+    // The private key is in Redis encrypted: no PEM key in the clear there.
+    let ca = pebble
+        .directory
+        .trim_start_matches("https://")
+        .replace([':', '/'], "_");
+    let out = Command::new("redis-cli")
+        .args(["-u", &redis.url(), "--raw", "GET"])
+        .arg(format!("tessera:acme:{ca}:a.test.key"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.len() > 100, "{:?}", out);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIVATE KEY"));
+    let out = Command::new("redis-cli")
+        .args(["-u", &redis.url(), "--raw", "GET"])
+        .arg(format!("tessera:acme:{ca}:a.test.crt"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("BEGIN CERTIFICATE"));
+}
+
+#[test]
+fn two_processes_sharing_a_state_dir_order_each_name_once_under_file_locks() {
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("acme");
+    two_processes(&pebble, ports, Shared::Files(&state), dir.path());
+}
+
+#[test]
+fn redis_storage_needs_its_key_and_the_cache_redis_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("check.toml");
+    let host = "\n[[host]]\nnames = [\"a.test\"]\n";
+    std::fs::write(
+        &config,
+        format!("[acme]\nstorage = \"redis\"\nstorage_key = \"/k\"\n{host}"),
+    )
+    .unwrap();
+    let (code, stderr) = crate::harness::check_config_output(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("check.toml:2: acme.storage: \"redis\" needs `[cache.redis] url`"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "[cache.redis]\nurl = \"redis://127.0.0.1:1\"\n\n[acme]\nstorage = \"redis\"\n{host}"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = crate::harness::check_config_output(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("acme.storage_key: is required with storage = \"redis\""),
+        "{stderr}"
+    );
+}
