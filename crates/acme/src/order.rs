@@ -23,9 +23,15 @@ pub(crate) struct Context {
     pub account: Account,
 }
 
-/// How long an order may wait for the CA's validation, then for its certificate.
+/// How long an order may wait for the CA's validation, then for its certificate: the
+/// first look after 50 ms, each next one a quarter later than the last (50, 112, 190,
+/// 288 ms... after the one before; about 25 looks in 90 s). With a first look at 250 ms
+/// and each next one twice as late, a new name's first verified response came 1.04 s
+/// after start against Caddy's 0.63 s (`bench/acme.sh`, Pebble without its validation
+/// sleeps): a CA that validates at once was still waited for in steps of 250 ms or more.
 const POLL: RetryPolicy = RetryPolicy::new()
-    .initial_delay(Duration::from_millis(250))
+    .initial_delay(Duration::from_millis(50))
+    .backoff(1.25)
     .timeout(Duration::from_secs(90));
 
 /// The account with the CA: the stored one, or a new one (then stored). Under the
