@@ -332,8 +332,16 @@ pub(crate) fn serve_with(
         pebble.ca().display(),
         state.display(),
     );
+    toml.push_str(&hosts(site, names));
+    start(site, &toml)
+}
+
+/// Each of `names` as a `[[host]]` with a root of its own under `site` (its index.html
+/// says `site NAME`), in TOML. `!name`: a host that `[host.tls] acme = false` leaves out
+/// of `[acme]`.
+pub(crate) fn hosts(site: &Path, names: &[&str]) -> String {
+    let mut toml = String::new();
     for name in names {
-        // `!name`: a host that `[host.tls] acme = false` leaves out of `[acme]`.
         let (name, opt_out) = match name.strip_prefix('!') {
             Some(name) => (name, "\n[host.tls]\nacme = false\n"),
             None => (*name, ""),
@@ -346,6 +354,12 @@ pub(crate) fn serve_with(
             root.display()
         ));
     }
+    toml
+}
+
+/// A tessera serving with `toml` as its config (written to `site`/tessera.toml), logging
+/// at info.
+pub(crate) fn start(site: &Path, toml: &str) -> Server {
     let config = site.join("tessera.toml");
     std::fs::write(&config, toml).unwrap();
     Server::start_args_env(

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 
-use crate::acme::{free_port, Pebble};
-use crate::harness::{stderr_has, Server};
+use crate::acme::{free_port, start, Pebble};
+use crate::harness::stderr_has;
 use crate::tls::curl;
 
 #[test]
@@ -48,17 +48,7 @@ fn a_wildcard_host_gets_its_certificate_by_dns_01_through_the_hook() {
         hook.display(),
         root.display(),
     );
-    let config = dir.path().join("tessera.toml");
-    std::fs::write(&config, toml).unwrap();
-    let server = Server::start_args_env(
-        dir.path(),
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[("RUST_LOG", "info")],
-    );
+    let server = start(dir.path(), &toml);
     let issuing = pebble.issuing_root();
     let https: SocketAddr = format!("127.0.0.1:{}", ports.1).parse().unwrap();
     // One certificate for *.wild.test serves every name under it.

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::acme::{free_port, Pebble};
+use crate::acme::{free_port, start, Pebble};
 use crate::harness::{stderr_has, Server};
 use crate::tls::curl;
 
@@ -61,17 +61,7 @@ fn serve(pebble: &Pebble, (http, https): (u16, u16), site: &Path, ask: SocketAdd
         root.display(),
         root.display(),
     );
-    let config = site.join("tessera.toml");
-    std::fs::write(&config, toml).unwrap();
-    Server::start_args_env(
-        site,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[("RUST_LOG", "info")],
-    )
+    start(site, &toml)
 }
 
 #[test]

@@ -2,14 +2,12 @@
 //! that share the `[cache.redis]` server order each name once, under a lock per name,
 //! and every one of them serves the certificate (docs/tls.md "Automatic certificates").
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
-use crate::acme::{free_port, Pebble};
+use crate::acme::{free_port, hosts, start, verified, Pebble};
 use crate::cache::Redis;
 use crate::harness::Server;
-use crate::tls::curl;
 
 /// Where a test's tessera processes keep their state.
 enum Shared<'a> {
@@ -40,52 +38,14 @@ fn serve(
         }
         Shared::Files(dir) => format!("state_dir = \"{}\"\n", dir.display()),
     };
-    let mut toml = format!(
+    let toml = format!(
         "listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
-         [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nchallenges = [\"http-01\"]\n{storage}",
+         [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nchallenges = [\"http-01\"]\n{storage}{}",
         pebble.directory,
         pebble.ca().display(),
+        hosts(site, names),
     );
-    for name in names {
-        let root = site.join(name);
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("index.html"), format!("site {name}\n")).unwrap();
-        toml.push_str(&format!(
-            "\n[[host]]\nnames = [\"{name}\"]\nroot = \"{}\"\n",
-            root.display()
-        ));
-    }
-    let config = site.join("tessera.toml");
-    std::fs::write(&config, toml).unwrap();
-    Server::start_args_env(
-        site,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[("RUST_LOG", "info")],
-    )
-}
-
-/// Until curl, trusting Pebble's issuing root only, gets `name`'s page from `https`.
-fn verified(server: &Server, https: u16, root: &Path, name: &str) {
-    let addr: SocketAddr = format!("127.0.0.1:{https}").parse().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let out = curl(addr, root, name, "/", &[]);
-        if out.status.success() {
-            assert_eq!(out.stdout, format!("site {name}\n").as_bytes());
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name}: {}\n{:?}",
-            String::from_utf8_lossy(&out.stderr),
-            server.stderr.lock().unwrap()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    start(site, &toml)
 }
 
 /// Two processes sharing `shared`: the first on Pebble's ports orders, the second
