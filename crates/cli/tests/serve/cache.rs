@@ -727,14 +727,23 @@ impl RedisCluster {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<Redis> = (0..3)
             .map(|i| {
-                let port = TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port();
+                let free = || {
+                    TcpListener::bind("127.0.0.1:0")
+                        .unwrap()
+                        .local_addr()
+                        .unwrap()
+                        .port()
+                };
+                // The cluster bus's port is given too: by default it is the port plus
+                // 10,000, and redis-server refuses to start when that passes 65,535.
+                // bind(0) gives a port above 55,535 when the lower half of the
+                // ephemeral range is busy, as it is while the whole suite runs: the
+                // node then never answered PING.
+                let (port, bus) = (free(), free());
                 let conf = dir.path().join(format!("nodes-{i}.conf"));
                 let child = Command::new("redis-server")
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--cluster-port", &bus.to_string()])
                     .args(["--save", "", "--appendonly", "no"])
                     .args(["--cluster-enabled", "yes", "--cluster-config-file"])
                     .arg(&conf)
