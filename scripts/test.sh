@@ -79,6 +79,17 @@ if ! command -v h2load >/dev/null 2>&1; then
     fi
 fi
 
+# `tessera bench --http2` is checked against h2o's access log
+# (crates/cli/tests/serve/bench_protocols.rs).
+if ! command -v h2o >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing h2o for the bench tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq h2o
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq h2o
+    fi
+fi
+
 # The metrics tests check /metrics with promtool and scrape it with a real Prometheus
 # (crates/cli/tests/serve/metrics.rs): the Debian package's binaries, unpacked into a
 # cache folder rather than installed (the package would start a service listening on

@@ -1,6 +1,9 @@
 //! What to load and how: the benchmark configuration and the requests it sends,
 //! serialized once before the run.
 
+use crate::h2;
+use crate::tls::Tls;
+use crate::wire::Wire;
 use crate::Error;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -56,6 +59,16 @@ pub struct Config {
     pub timeout: Duration,
     /// Refuse targets that are not loopback addresses. Default false.
     pub loopback_only: bool,
+    /// Speak HTTP/2: over TLS (ALPN `h2`) for `https://`, with prior knowledge for
+    /// `http://`. Default false.
+    pub http2: bool,
+    /// HTTP/2: streams in flight per connection (closed model), or at most that many
+    /// (open model). Default 1.
+    pub streams: usize,
+    /// `https://`: trust this CA file's certificates instead of the system's.
+    pub ca: Option<PathBuf>,
+    /// `https://`: take any certificate. Default false.
+    pub insecure: bool,
 }
 
 impl Config {
@@ -74,6 +87,10 @@ impl Config {
             ramp: None,
             timeout: Duration::from_secs(10),
             loopback_only: false,
+            http2: false,
+            streams: 1,
+            ca: None,
+            insecure: false,
         }
     }
 
@@ -109,9 +126,10 @@ impl std::fmt::Display for Address {
     }
 }
 
-/// A parsed `http://` URL.
+/// A parsed `http://` or `https://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    pub https: bool,
     pub host: String,
     pub port: u16,
     /// Path and query, starting with `/`.
@@ -126,13 +144,14 @@ impl Url {
             url: s.to_string(),
             reason,
         };
-        let rest = if let Some(r) = s.strip_prefix("http://") {
-            r
-        } else if s.starts_with("https://") {
-            return Err(bad("https is not supported; bench plain HTTP/1.1"));
+        let (https, rest) = if let Some(r) = s.strip_prefix("http://") {
+            (false, r)
+        } else if let Some(r) = s.strip_prefix("https://") {
+            (true, r)
         } else {
-            return Err(bad("expected http://host[:port]/path"));
+            return Err(bad("expected http://host[:port]/path or https://..."));
         };
+        let default_port = if https { 443 } else { 80 };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
             Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
@@ -145,7 +164,7 @@ impl Url {
             let end = v6.find(']').ok_or_else(|| bad("unterminated [ in host"))?;
             let host = &v6[..end];
             let port = match &v6[end + 1..] {
-                "" => 80,
+                "" => default_port,
                 p => p
                     .strip_prefix(':')
                     .and_then(|p| p.parse().ok())
@@ -155,13 +174,14 @@ impl Url {
         } else {
             match authority.rsplit_once(':') {
                 Some((h, p)) => (h.to_string(), p.parse().map_err(|_| bad("invalid port"))?),
-                None => (authority.to_string(), 80),
+                None => (authority.to_string(), default_port),
             }
         };
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(bad("spaces or control characters in path"));
         }
         Ok(Url {
+            https,
             host,
             port,
             path,
@@ -223,7 +243,8 @@ pub fn read_request_file(path: &Path, base: Option<&str>) -> Result<Vec<RequestS
             let base =
                 base.ok_or_else(|| err("a path needs a base URL on the command line".into()))?;
             let b = Url::parse(base)?;
-            format!("http://{}{}", b.authority, url)
+            let scheme = if b.https { "https" } else { "http" };
+            format!("{scheme}://{}{}", b.authority, url)
         } else {
             url.to_string()
         };
@@ -244,13 +265,6 @@ pub fn read_request_file(path: &Path, base: Option<&str>) -> Result<Vec<RequestS
     Ok(out)
 }
 
-/// A request serialized once, written as-is every time it is sent.
-#[derive(Debug, Clone)]
-pub(crate) struct Wire {
-    pub bytes: Vec<u8>,
-    pub head: bool,
-}
-
 /// The config turned into what the engine needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
@@ -267,6 +281,9 @@ pub(crate) struct Plan {
     pub pipeline: usize,
     pub ramp: Option<f64>,
     pub timeout: Duration,
+    /// `https://`: the TLS every connection speaks.
+    pub tls: Option<Tls>,
+    pub http2: bool,
 }
 
 impl Plan {
@@ -286,6 +303,21 @@ impl Plan {
         }
         if cfg.pipeline > 1 && !cfg.keepalive {
             return Err(invalid("pipeline", "needs keep-alive connections"));
+        }
+        if cfg.http2 && cfg.pipeline > 1 {
+            return Err(invalid(
+                "pipeline",
+                "HTTP/2 has streams, not pipelining: use --streams",
+            ));
+        }
+        if cfg.streams == 0 || cfg.streams > 1024 {
+            return Err(invalid("streams", "must be 1..=1024"));
+        }
+        if cfg.streams > 1 && !cfg.http2 {
+            return Err(invalid("streams", "needs --http2"));
+        }
+        if cfg.streams > 1 && !cfg.keepalive {
+            return Err(invalid("streams", "needs keep-alive connections"));
         }
         if cfg.pipeline > 1 && cfg.rate.is_some() {
             return Err(invalid(
@@ -320,13 +352,25 @@ impl Plan {
         let first = &urls[0];
         if urls
             .iter()
-            .any(|u| u.host != first.host || u.port != first.port)
+            .any(|u| u.host != first.host || u.port != first.port || u.https != first.https)
         {
             return Err(invalid(
                 "url",
-                "all URLs of one run must share host and port (use --compare for two hosts)",
+                "all URLs of one run must share scheme, host and port (use --compare for two hosts)",
             ));
         }
+        if !first.https && (cfg.insecure || cfg.ca.is_some()) {
+            return Err(invalid("ca", "--ca and --insecure are for https:// URLs"));
+        }
+        let tls = match first.https {
+            true => Some(Tls::new(
+                &first.host,
+                cfg.ca.as_deref(),
+                cfg.insecure,
+                cfg.http2,
+            )?),
+            false => None,
+        };
         let address = match &cfg.unix_socket {
             Some(p) => Address::Unix(p.clone()),
             None => {
@@ -350,9 +394,26 @@ impl Plan {
         let mut wires = Vec::new();
         let mut mix = Vec::new();
         for (i, (spec, url)) in cfg.requests.iter().zip(&urls).enumerate() {
-            wires.push(Wire {
-                bytes: serialize(spec, url, &cfg.headers, cfg.keepalive)?,
-                head: spec.method.eq_ignore_ascii_case("HEAD"),
+            let bytes = serialize(spec, url, &cfg.headers, cfg.keepalive)?;
+            let head = spec.method.eq_ignore_ascii_case("HEAD");
+            wires.push(match cfg.http2 {
+                false => Wire {
+                    bytes,
+                    head,
+                    body: None,
+                },
+                true => Wire {
+                    bytes: h2::encode_head(
+                        &spec.method.to_ascii_uppercase(),
+                        url.https,
+                        &url.authority,
+                        &url.path,
+                        &cfg.headers,
+                        spec.body.as_ref().map(Vec::len),
+                    ),
+                    head,
+                    body: spec.body.clone(),
+                },
             });
             mix.extend(std::iter::repeat_n(i as u16, spec.weight.max(1) as usize));
         }
@@ -369,9 +430,12 @@ impl Plan {
             duration: cfg.effective_duration(),
             rate: cfg.rate,
             keepalive: cfg.keepalive,
-            pipeline: cfg.pipeline,
+            // HTTP/2's streams in flight take the place of pipelined requests.
+            pipeline: if cfg.http2 { cfg.streams } else { cfg.pipeline },
             ramp: cfg.ramp,
             timeout: cfg.timeout,
+            tls,
+            http2: cfg.http2,
         })
     }
 }
@@ -480,7 +544,8 @@ mod tests {
             (u.port, u.path.as_str(), u.authority.as_str()),
             (80, "/?x", "localhost")
         );
-        assert!(Url::parse("https://x/").is_err());
+        let u = Url::parse("https://x/").unwrap();
+        assert_eq!((u.https, u.port), (true, 443));
         assert!(Url::parse("http://x:y/").is_err());
         assert!(Url::parse("ftp://x/").is_err());
     }

@@ -593,6 +593,7 @@ fn body(r: &Report) -> String {
         ("timeout", e.timeout),
         ("reset", e.reset),
         ("bad response", e.bad_response),
+        ("tls", e.tls),
         ("non-2xx", e.non_2xx),
     ] {
         let _ = write!(o, "<tr><th>{k}</th><td>{v}</td></tr>");

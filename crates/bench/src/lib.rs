@@ -1,4 +1,4 @@
-//! `bench` is Tessera's HTTP/1.1 load generator: the engine behind `tessera bench`
+//! `bench` is Tessera's HTTP load generator: the engine behind `tessera bench`
 //! and its reports.
 //!
 //! It runs a closed model (a fixed number of connections, each sending its next
@@ -9,8 +9,9 @@
 //! rate that meets a latency objective ([`find_max`]) and compare two targets in
 //! alternating rounds ([`compare`]).
 //!
-//! It is not a browser, an HTTP/2 or TLS client, or a functional test tool: it
-//! speaks plain HTTP/1.1 and only frames responses, skipping their bodies.
+//! It speaks HTTP/1.1 and HTTP/2 (`--http2`: with prior knowledge on cleartext, ALPN
+//! `h2` over TLS), over TCP, TLS (`https://`, rustls) or a Unix socket. It is not a
+//! browser or a functional test tool: it only frames responses, skipping their bodies.
 //!
 //! How it fits: the `tessera` binary parses arguments into a [`Config`], calls
 //! [`run`], and prints [`Report::text`], [`Report::json`] or [`html::render`].
@@ -21,6 +22,7 @@ pub mod config;
 mod engine;
 mod error;
 pub mod find_max;
+mod h2;
 pub mod html;
 mod os;
 pub mod report;
@@ -29,6 +31,8 @@ mod stats;
 mod stream;
 pub mod sysinfo;
 pub mod testserver;
+mod tls;
+mod wire;
 
 pub use config::{Config, RequestSpec};
 pub use engine::Progress;

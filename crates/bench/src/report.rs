@@ -29,7 +29,14 @@ pub struct Settings {
     pub connections: usize,
     pub threads: usize,
     pub keepalive: bool,
+    /// Requests in flight per connection: pipelined (HTTP/1.1) or streams (HTTP/2).
     pub pipeline: usize,
+    /// "HTTP/1.1" or "HTTP/2".
+    #[serde(default)]
+    pub protocol: String,
+    /// Over TLS (`https://`).
+    #[serde(default)]
+    pub tls: bool,
     pub rate: Option<f64>,
     pub ramp: Option<f64>,
     pub duration_s: Option<f64>,
@@ -101,9 +108,15 @@ pub struct Errors {
     pub timeout: u64,
     pub reset: u64,
     pub bad_response: u64,
+    /// Failed TLS handshakes or bad records.
+    #[serde(default)]
+    pub tls: u64,
     pub non_2xx: u64,
     /// Non-2xx responses by status code.
     pub status: BTreeMap<String, u64>,
+    /// The first failed read or write's error, as the system or TLS said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -239,8 +252,10 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
         timeout: f.timeout,
         reset: f.reset,
         bad_response: f.bad_response,
+        tls: f.tls,
         non_2xx,
         status: non_2xx_status,
+        first: s.first_error.clone(),
     };
     let q = |h: &Histogram<u64>, p: f64| {
         if h.is_empty() {
@@ -305,6 +320,8 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
             threads: plan.threads,
             keepalive: plan.keepalive,
             pipeline: plan.pipeline,
+            protocol: if plan.http2 { "HTTP/2" } else { "HTTP/1.1" }.into(),
+            tls: plan.tls.is_some(),
             rate: plan.rate,
             ramp: plan.ramp,
             duration_s: plan.duration.map(|d| d.as_secs_f64()),
@@ -505,6 +522,8 @@ impl Report {
         };
         let conn_mode = if !st.keepalive {
             "one connection per request".to_string()
+        } else if st.protocol == "HTTP/2" {
+            plural(st.pipeline as u64, "stream") + " per connection"
         } else if st.pipeline > 1 {
             format!("keep-alive, pipeline {}", st.pipeline)
         } else {
@@ -512,9 +531,15 @@ impl Report {
         };
         let _ = writeln!(
             o,
-            "{} ({}), {mode}, {}, {}, {conn_mode}",
+            "{} ({}, {}{}), {mode}, {}, {}, {conn_mode}",
             st.urls.first().map(String::as_str).unwrap_or(""),
             st.address,
+            if st.protocol.is_empty() {
+                "HTTP/1.1"
+            } else {
+                &st.protocol
+            },
+            if st.tls { " over TLS" } else { "" },
             plural(st.connections as u64, "connection"),
             plural(st.threads as u64, "thread")
         );
@@ -552,9 +577,12 @@ impl Report {
         let e = &self.errors;
         let _ = writeln!(
             o,
-            "  errors      {} (connect {}, timeout {}, reset {}, bad response {}, non-2xx {})",
-            e.total, e.connect, e.timeout, e.reset, e.bad_response, e.non_2xx
+            "  errors      {} (connect {}, timeout {}, reset {}, bad response {}, tls {}, non-2xx {})",
+            e.total, e.connect, e.timeout, e.reset, e.bad_response, e.tls, e.non_2xx
         );
+        if let Some(first) = &e.first {
+            let _ = writeln!(o, "  first error {first}");
+        }
         let statuses: Vec<String> = self
             .status
             .iter()

@@ -26,8 +26,11 @@ pub enum FailureKind {
     Timeout,
     /// The connection was reset or closed before the response was complete.
     Reset,
-    /// The response could not be parsed as HTTP/1.1.
+    /// The response could not be parsed as HTTP/1.1 (or HTTP/2's frames broke the protocol).
     BadResponse,
+    /// The TLS handshake failed (the certificate did not verify, no common protocol) or
+    /// a record was bad.
+    Tls,
 }
 
 /// Failed requests by kind.
@@ -37,6 +40,8 @@ pub struct Failures {
     pub timeout: u64,
     pub reset: u64,
     pub bad_response: u64,
+    #[serde(default)]
+    pub tls: u64,
 }
 
 impl Failures {
@@ -46,11 +51,12 @@ impl Failures {
             FailureKind::Timeout => self.timeout += n,
             FailureKind::Reset => self.reset += n,
             FailureKind::BadResponse => self.bad_response += n,
+            FailureKind::Tls => self.tls += n,
         }
     }
 
     pub fn total(&self) -> u64 {
-        self.connect + self.timeout + self.reset + self.bad_response
+        self.connect + self.timeout + self.reset + self.bad_response + self.tls
     }
 
     fn merge(&mut self, o: &Failures) {
@@ -58,6 +64,7 @@ impl Failures {
         self.timeout += o.timeout;
         self.reset += o.reset;
         self.bad_response += o.bad_response;
+        self.tls += o.tls;
     }
 }
 
@@ -112,6 +119,8 @@ pub(crate) struct ThreadStats {
     pub series: Vec<Second>,
     /// When the last of this thread's connections was first established.
     pub all_connected_at: Option<Duration>,
+    /// The first failed read or write's error text.
+    pub first_error: Option<String>,
     /// CPU time (user + system) of this thread.
     pub cpu: Duration,
     start: Instant,
@@ -133,6 +142,7 @@ impl ThreadStats {
             send_lag: open_model.then(latency_histogram),
             series: vec![Second::new(open_model)],
             all_connected_at: None,
+            first_error: None,
             cpu: Duration::ZERO,
             start,
             second_end: start + Duration::from_secs(1),
@@ -188,6 +198,9 @@ impl ThreadStats {
     }
 
     pub fn merge(&mut self, o: &ThreadStats) {
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
+        }
         self.responses += o.responses;
         self.bytes += o.bytes;
         self.connects += o.connects;

@@ -61,6 +61,18 @@ pub struct Args {
     /// Requests in flight per connection (closed model).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pipeline: usize,
+    /// Speak HTTP/2: ALPN h2 over TLS for https://, prior knowledge (h2c) for http://.
+    #[arg(long)]
+    http2: bool,
+    /// HTTP/2 streams in flight per connection (as h2load's -m).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    streams: usize,
+    /// https://: trust this CA file's certificates instead of the system's.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    ca: Option<PathBuf>,
+    /// https://: take any certificate (a test server's self-signed one).
+    #[arg(long)]
+    insecure: bool,
     /// Open connections at most this fast (per second) and report the connect rate.
     #[arg(long, value_name = "PER_SECOND")]
     ramp: Option<f64>,
@@ -167,6 +179,10 @@ fn config(args: &Args, urls: &[String]) -> anyhow::Result<Config> {
     c.ramp = args.ramp;
     c.timeout = args.timeout;
     c.loopback_only = args.loopback_only;
+    c.http2 = args.http2;
+    c.streams = args.streams;
+    c.ca = args.ca.clone();
+    c.insecure = args.insecure;
     Ok(c)
 }
 

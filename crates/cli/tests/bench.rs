@@ -229,7 +229,32 @@ fn find_max_reports_steps_and_a_confirming_run() {
 #[test]
 fn refuses_bad_input_with_a_message() {
     for args in [
-        vec!["-n", "1", "https://127.0.0.1/"],
+        vec!["-n", "1", "ftp://127.0.0.1/"],
+        vec!["-n", "1", "--streams", "4", "http://127.0.0.1:1/"],
+        vec![
+            "-n",
+            "1",
+            "--http2",
+            "--pipeline",
+            "4",
+            "http://127.0.0.1:1/",
+        ],
+        vec![
+            "-n",
+            "1",
+            "--http2",
+            "--streams",
+            "0",
+            "http://127.0.0.1:1/",
+        ],
+        vec!["-n", "1", "--insecure", "http://127.0.0.1:1/"],
+        vec![
+            "-n",
+            "1",
+            "--ca",
+            "/nonexistent.pem",
+            "https://127.0.0.1:1/",
+        ],
         vec!["--find-max", "--slo", "p99>1ms", "http://127.0.0.1:1/"],
         vec!["-n", "1", "-H", "no colon", "http://127.0.0.1:1/"],
         vec!["-n", "1"],

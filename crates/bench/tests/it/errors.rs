@@ -67,9 +67,38 @@ fn classifies_statuses() {
 #[test]
 fn refuses_bad_configurations() {
     let run = |c: &bench::Config| bench::run(c, &Default::default(), None).unwrap_err();
-    let mut c = config("https://127.0.0.1/");
+    let mut c = config("ftp://127.0.0.1/");
     c.requests_total = Some(1);
     assert!(matches!(run(&c), bench::Error::Url { .. }));
+    let mut c = config("http://127.0.0.1:1/");
+    c.streams = 8;
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption {
+            option: "streams",
+            ..
+        }
+    ));
+    let mut c = config("http://127.0.0.1:1/");
+    c.insecure = true;
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption { option: "ca", .. }
+    ));
+    let mut c = config("https://127.0.0.1:1/");
+    c.ca = Some("/nonexistent/ca.pem".into());
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption { option: "ca", .. }
+    ));
+    // One scheme per run.
+    let mut c = config("http://127.0.0.1:1/");
+    c.requests
+        .push(bench::RequestSpec::get("https://127.0.0.1:1/"));
+    assert!(matches!(
+        run(&c),
+        bench::Error::InvalidOption { option: "url", .. }
+    ));
     let mut c = config("http://127.0.0.1:1/");
     c.pipeline = 4;
     c.keepalive = false;

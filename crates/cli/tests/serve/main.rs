@@ -11,6 +11,7 @@ mod acme_on_demand;
 mod acme_reload;
 mod acme_retries;
 mod acme_storage;
+mod bench_protocols;
 mod cache;
 mod cache_fanout;
 mod cache_keys;

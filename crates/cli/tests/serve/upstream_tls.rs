@@ -74,13 +74,13 @@ server.serve_forever()
 "#;
 
 /// A certificate authority made for the test, and what it signed.
-struct Ca {
+pub(crate) struct Ca {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: PathBuf,
+    pub(crate) pem: PathBuf,
 }
 
 impl Ca {
-    fn new(dir: &Path, name: &str) -> Ca {
+    pub(crate) fn new(dir: &Path, name: &str) -> Ca {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -98,7 +98,7 @@ impl Ca {
 
     /// A certificate for `names` (DNS names or IP addresses; the subject's CN is the
     /// first), as `FILE.pem` and `FILE.key` in `dir`.
-    fn sign(&self, dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+    pub(crate) fn sign(&self, dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params =
             rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())

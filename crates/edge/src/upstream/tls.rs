@@ -3,25 +3,19 @@
 //! every worker and by the health checker, so that its session store lets a connection
 //! resume a session that another worker's connection began.
 //!
-//! The roots are the system's, read with `rustls-native-certs` (the PEM bundle that
-//! `update-ca-certificates` keeps, `SSL_CERT_FILE`/`SSL_CERT_DIR` honoured) rather than
-//! `webpki-roots` (Mozilla's list compiled into the binary): an origin behind a company
-//! CA that the operator added to the system store is then trusted as curl and nginx
-//! trust it, and a distribution's updates of its roots reach tessera without a rebuild.
+//! The roots are the system's (`tlsclient::roots` says how they are read and why);
 //! `ca = FILE` replaces them. The crypto provider is *ring*, as for the listeners
 //! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`.
 
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use evloop::net::TcpStream;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, HandshakeKind, RootCertStore, SignatureScheme};
+use rustls::pki_types::{PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, HandshakeKind, RootCertStore};
+use tlsclient::{read_certs, Unverified};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -122,76 +116,8 @@ impl UpstreamTls {
 
 /// `ca`'s certificates, or the system's.
 fn roots(u: &UpstreamConfig) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    match &u.ca {
-        Some(ca) => {
-            let (added, _) = roots.add_parsable_certificates(read_certs(ca)?);
-            if added == 0 {
-                return Err(format!("ca {}: no usable CA certificate", ca.display()));
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for e in &found.errors {
-                tracing::warn!(upstream = %u.name, error = %e, "reading the system's CA certificates");
-            }
-            let (added, _) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                return Err("no CA certificates found on the system: set ca".into());
-            }
-        }
-    }
-    Ok(roots)
-}
-
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
-    }
-    Ok(certs)
-}
-
-/// `verify = false`: any certificate is taken, but the handshake's signatures are still
-/// checked against it (so the connection is encrypted to whoever holds its key).
-#[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    tlsclient::roots(
+        u.ca.as_deref(),
+        |e| tracing::warn!(upstream = %u.name, error = %e, "reading the system's CA certificates"),
+    )
 }

@@ -1,17 +1,11 @@
-//! The load engine: one thread per core, each a single-threaded event loop over
-//! `mio` (edge-triggered epoll) with its own connections. Requests are
-//! serialized once (see [`crate::config::Plan`]); responses are framed in place
-//! by [`crate::response::ResponseParser`]. Nothing is allocated per request.
-//!
-//! Closed model: each connection keeps `pipeline` requests in flight and sends
-//! the next as soon as a response completes. Open model: each thread owns a
-//! schedule of intended send times (`rate / threads` per second) and hands each
-//! due request to an idle connection; latency is measured both from the actual
-//! send time (uncorrected) and from the intended one (corrected), so a stalled
-//! server shows up in the percentiles instead of silently lowering the rate.
+//! One thread's event loop and its connections (see the module above for the models).
 
+mod http2;
+
+use super::Progress;
 use crate::config::Plan;
-use crate::os::{process_cpu, thread_cpu, timerfd};
+use crate::h2;
+use crate::os::timerfd;
 use crate::response::ResponseParser;
 use crate::stats::{micros, FailureKind, ThreadStats};
 use crate::stream::Stream;
@@ -20,8 +14,8 @@ use mio::{Events, Interest, Poll, Token};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TIMER: Token = Token(usize::MAX);
@@ -29,101 +23,8 @@ const TIMER: Token = Token(usize::MAX);
 /// server does not turn the generator into a busy loop.
 const CONNECT_RETRY: Duration = Duration::from_millis(1);
 
-/// Live counters a caller may poll while a run is going (for a progress line).
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub responses: AtomicU64,
-    pub failures: AtomicU64,
-    /// Set to stop the run early (e.g. on Ctrl-C); workers notice within 100 ms.
-    pub stop: AtomicBool,
-}
-
-/// What the workers measured, merged.
-pub(crate) struct Measured {
-    pub stats: ThreadStats,
-    pub elapsed: Duration,
-    pub process_cpu: Duration,
-    /// Highest CPU time / wall time of any worker thread.
-    pub busiest_thread: f64,
-}
-
-pub(crate) fn run(plan: &Plan, progress: Option<Arc<Progress>>) -> Result<Measured, Error> {
-    let threads = plan.threads;
-    let plan = Arc::new(plan.clone());
-    let progress = progress.unwrap_or_default();
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let cpu_before = process_cpu();
-    let mut handles = Vec::new();
-    for index in 0..threads {
-        let plan = plan.clone();
-        let progress = progress.clone();
-        let barrier = barrier.clone();
-        let start_cell = start_cell.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("bench-{index}"))
-            .spawn(move || -> Result<ThreadStats, Error> {
-                let share = Share::of(&plan, index);
-                // Build the event loop before the start line so setup is not measured.
-                let poll = Poll::new();
-                barrier.wait();
-                let start = start_cell
-                    .lock()
-                    .map_err(|_| Error::WorkerPanicked)?
-                    .expect("start is set before the barrier opens");
-                let mut w = Worker::new(&plan, share, poll?, start, progress)?;
-                w.run()?;
-                w.stats.cpu = thread_cpu();
-                Ok(w.stats)
-            })
-            .map_err(Error::Io)?;
-        handles.push(handle);
-    }
-    *start_cell.lock().map_err(|_| Error::WorkerPanicked)? = Some(Instant::now());
-    barrier.wait();
-    let start = start_cell
-        .lock()
-        .map_err(|_| Error::WorkerPanicked)?
-        .expect("set above");
-    let mut merged: Option<ThreadStats> = None;
-    let mut first_error = None;
-    let mut busiest: f64 = 0.0;
-    let mut results = Vec::new();
-    for h in handles {
-        results.push(h.join().map_err(|_| Error::WorkerPanicked)?);
-    }
-    let elapsed = start.elapsed();
-    for r in results {
-        match r {
-            Ok(s) => {
-                busiest = busiest.max(s.cpu.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
-                match &mut merged {
-                    Some(m) => m.merge(&s),
-                    None => merged = Some(s),
-                }
-            }
-            Err(e) => first_error = first_error.or(Some(e)),
-        }
-    }
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    let process_cpu = process_cpu().saturating_sub(cpu_before);
-    let elapsed = match plan.duration {
-        // A timed run is over at the deadline, whatever the stragglers did.
-        Some(d) => d.min(elapsed),
-        None => elapsed,
-    };
-    Ok(Measured {
-        stats: merged.expect("at least one thread"),
-        elapsed,
-        process_cpu,
-        busiest_thread: busiest,
-    })
-}
-
 /// This thread's part of the run.
-struct Share {
+pub(super) struct Share {
     connections: usize,
     requests: Option<u64>,
     rate: Option<f64>,
@@ -131,7 +32,7 @@ struct Share {
 }
 
 impl Share {
-    fn of(plan: &Plan, index: usize) -> Share {
+    pub(super) fn of(plan: &Plan, index: usize) -> Share {
         let split = |total: u64| {
             total / plan.threads as u64 + ((index as u64) < total % plan.threads as u64) as u64
         };
@@ -156,6 +57,8 @@ struct InFlight {
     sent: Instant,
     intended: Instant,
     wire: u16,
+    /// HTTP/2: the stream carrying it (0 for HTTP/1.1).
+    stream: u32,
 }
 
 struct Conn {
@@ -169,6 +72,8 @@ struct Conn {
     wpos: usize,
     inflight: VecDeque<InFlight>,
     parser: ResponseParser,
+    /// HTTP/2: the connection's streams and windows; made with its first request.
+    h2: Option<Box<h2::Conn>>,
     /// Open model: when the connection last became free for a request.
     idle_since: Instant,
     in_available: bool,
@@ -183,11 +88,11 @@ fn read_buffer_size(connections: usize) -> usize {
     (256 << 20) / connections.max(1)
 }
 
-struct Worker<'a> {
+pub(super) struct Worker<'a> {
     plan: &'a Plan,
     poll: Poll,
     conns: Vec<Conn>,
-    stats: ThreadStats,
+    pub(super) stats: ThreadStats,
     start: Instant,
     deadline: Option<Instant>,
     /// Requests this thread may still send (count-bounded runs).
@@ -213,10 +118,12 @@ struct Worker<'a> {
     /// Closed model: connections whose answers arrived during this round of events, to
     /// be topped up together after it (see [`Worker::refill`]).
     refill: Vec<usize>,
+    /// HTTP/2: the events of the frames just read (kept to reuse its allocation).
+    h2_events: Vec<h2::Event>,
 }
 
 impl<'a> Worker<'a> {
-    fn new(
+    pub(super) fn new(
         plan: &'a Plan,
         share: Share,
         poll: Poll,
@@ -224,7 +131,11 @@ impl<'a> Worker<'a> {
         progress: Arc<Progress>,
     ) -> Result<Self, Error> {
         let open_model = share.rate.is_some();
-        let rbuf = read_buffer_size(plan.connections).clamp(4096, 16384);
+        let mut rbuf = read_buffer_size(plan.connections).clamp(4096, 16384);
+        if plan.http2 {
+            // Room for any frame but DATA (whose payload is skipped as it comes) whole.
+            rbuf = rbuf.max(16_384 + h2codec::frame::HEAD_LEN);
+        }
         let conns = (0..share.connections)
             .map(|_| Conn {
                 stream: None,
@@ -239,6 +150,7 @@ impl<'a> Worker<'a> {
                 wpos: 0,
                 inflight: VecDeque::with_capacity(plan.pipeline),
                 parser: ResponseParser::new(),
+                h2: None,
                 idle_since: start,
                 in_available: false,
                 ever_connected: false,
@@ -280,6 +192,7 @@ impl<'a> Worker<'a> {
             reported: (0, 0),
             connected_once: 0,
             refill: Vec::with_capacity(share.connections),
+            h2_events: Vec::new(),
         })
     }
 
@@ -307,7 +220,7 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn run(&mut self) -> Result<(), Error> {
+    pub(super) fn run(&mut self) -> Result<(), Error> {
         let mut events = Events::with_capacity(1024);
         if self.conns.is_empty() {
             return Ok(());
@@ -479,14 +392,16 @@ impl<'a> Worker<'a> {
     }
 
     fn connect(&mut self, slot: usize, now: Instant) {
-        let result = Stream::connect(&self.plan.address, self.plan.keepalive).and_then(|mut s| {
-            self.poll.registry().register(
-                s.source(),
-                Token(slot),
-                Interest::READABLE | Interest::WRITABLE,
-            )?;
-            Ok(s)
-        });
+        let tls = self.plan.tls.as_ref();
+        let result =
+            Stream::connect(&self.plan.address, self.plan.keepalive, tls).and_then(|mut s| {
+                self.poll.registry().register(
+                    s.source(),
+                    Token(slot),
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
+                Ok(s)
+            });
         let c = &mut self.conns[slot];
         c.since = now;
         c.rpos = 0;
@@ -521,12 +436,20 @@ impl<'a> Worker<'a> {
             self.mix_pos = 0;
         }
         let c = &mut self.conns[slot];
-        c.wbuf
-            .extend_from_slice(&self.plan.wires[wire as usize].bytes);
+        let stream = if self.plan.http2 {
+            let h2 =
+                c.h2.get_or_insert_with(|| Box::new(h2::Conn::new(&mut c.wbuf)));
+            h2.request(&self.plan.wires, wire, &mut c.wbuf)
+        } else {
+            c.wbuf
+                .extend_from_slice(&self.plan.wires[wire as usize].bytes);
+            0
+        };
         c.inflight.push_back(InFlight {
             sent,
             intended,
             wire,
+            stream,
         });
         self.inflight_total += 1;
     }
@@ -543,7 +466,9 @@ impl<'a> Worker<'a> {
             let c = &mut self.conns[slot];
             c.in_available = false;
             let usable = if self.plan.keepalive {
-                c.state == State::Open && c.inflight.is_empty()
+                c.state == State::Open
+                    && c.inflight.len() < self.plan.pipeline
+                    && c.h2.as_ref().is_none_or(|h| h.room() > 0)
             } else {
                 c.state == State::Closed
             };
@@ -559,6 +484,10 @@ impl<'a> Worker<'a> {
             }
             self.enqueue(slot, sent, intended);
             if self.plan.keepalive {
+                if self.conns[slot].inflight.len() < self.plan.pipeline {
+                    // HTTP/2: room for another stream.
+                    self.make_available(slot);
+                }
                 self.flush(slot, sent);
             } else {
                 self.connect(slot, sent);
@@ -593,6 +522,10 @@ impl<'a> Worker<'a> {
             State::Open => {
                 if writable && c.wpos < c.wbuf.len() {
                     self.flush(slot, Instant::now());
+                } else if writable {
+                    if let Some(Err(e)) = c.stream.as_mut().map(Stream::flush_pending) {
+                        return self.io_failed(slot, Instant::now(), &e);
+                    }
                 }
                 if readable && self.conns[slot].state == State::Open {
                     self.on_readable(slot);
@@ -630,7 +563,11 @@ impl<'a> Worker<'a> {
     /// Closed model: keeps `pipeline` requests in flight.
     #[inline]
     fn fill(&mut self, slot: usize, now: Instant) {
-        let want = self.plan.pipeline - self.conns[slot].inflight.len();
+        let c = &self.conns[slot];
+        let mut want = self.plan.pipeline - c.inflight.len();
+        if let Some(h2) = &c.h2 {
+            want = want.min(h2.room());
+        }
         let mut queued = false;
         for _ in 0..want {
             if !self.take_budget() {
@@ -658,7 +595,7 @@ impl<'a> Worker<'a> {
                 Ok(n) => c.wpos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.fail(slot, now, FailureKind::Reset),
+                Err(e) => return self.io_failed(slot, now, &e),
             }
         }
         c.wbuf.clear();
@@ -692,13 +629,17 @@ impl<'a> Worker<'a> {
                     // A short read drained the socket; with edge-triggered epoll on
                     // Linux any later data raises a new event, so skip the extra
                     // read that would only return EAGAIN.
-                    if n < space {
+                    let drained = self.conns[slot]
+                        .stream
+                        .as_ref()
+                        .is_some_and(Stream::short_read_drains);
+                    if n < space && drained {
                         return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.fail(slot, Instant::now(), FailureKind::Reset),
+                Err(e) => return self.io_failed(slot, Instant::now(), &e),
             }
         }
     }
@@ -749,6 +690,9 @@ impl<'a> Worker<'a> {
     }
 
     fn frame(&mut self, slot: usize, now: Instant) {
+        if self.plan.http2 {
+            return self.frame_h2(slot, now);
+        }
         loop {
             let c = &mut self.conns[slot];
             if c.state != State::Open {
@@ -804,8 +748,24 @@ impl<'a> Worker<'a> {
             .inflight
             .pop_front()
             .expect("a response answers a request");
+        self.answered(slot, now, f, Some(status), server_close);
+    }
+
+    /// A request `f` of the slot's ended: counted, and the connection goes on, closes or
+    /// frees up as the mode wants. `None`: the server reset its stream.
+    fn answered(
+        &mut self,
+        slot: usize,
+        now: Instant,
+        f: InFlight,
+        status: Option<u16>,
+        server_close: bool,
+    ) {
         self.inflight_total -= 1;
-        self.stats.response(now, status, f.sent, f.intended);
+        match status {
+            Some(status) => self.stats.response(now, status, f.sent, f.intended),
+            None => self.stats.failure(now, FailureKind::Reset, 1),
+        }
         if !self.plan.keepalive || server_close {
             // Requests pipelined behind a closing response were never answered:
             // give them back to the budget rather than count them as failures.
@@ -844,6 +804,15 @@ impl<'a> Worker<'a> {
         c.rpos = 0;
         c.rlen = 0;
         c.parser.reset();
+        c.h2 = None;
+    }
+
+    /// A read or write failed: [`Worker::fail`], the first error's text kept for the report.
+    fn io_failed(&mut self, slot: usize, now: Instant, e: &io::Error) {
+        if self.stats.first_error.is_none() {
+            self.stats.first_error = Some(e.to_string());
+        }
+        self.fail(slot, now, io_failure(e));
     }
 
     /// The connection failed: its requests fail with `kind`, and it is reopened.
@@ -878,5 +847,14 @@ impl<'a> Worker<'a> {
         } else {
             self.reopen.push_back((retry, slot));
         }
+    }
+}
+
+/// What a failed read or write means: TLS refused (rustls' errors come as `InvalidData`,
+/// see `tls.rs`), or the connection broke.
+fn io_failure(e: &io::Error) -> FailureKind {
+    match e.kind() {
+        io::ErrorKind::InvalidData => FailureKind::Tls,
+        _ => FailureKind::Reset,
     }
 }
