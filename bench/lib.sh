@@ -206,3 +206,13 @@ CONF
     h2o_pid=$!
     pids+=("$h2o_pid")
 }
+
+# run_pinned CPU OUTFILE CMD...: runs CMD on CPU, its output to OUTFILE; prints its CPU
+# seconds (user+system). The inner shell waits for the command, then its own /proc stat
+# holds the child's user+system time in fields 16 and 17 (cutime, cstime).
+run_pinned() {
+    local cpu=$1 out=$2
+    shift 2
+    taskset -c "$cpu" bash -c '"$@" > "'"$out"'" 2>&1; cat /proc/$$/stat' _ "$@" |
+        python3 -c "import sys; f=sys.stdin.read().rsplit(')',1)[1].split(); print((int(f[13])+int(f[14]))/$(getconf CLK_TCK))"
+}

@@ -24,7 +24,7 @@ MODES=${MODES:-keepalive pipeline close}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TESSERA=${TESSERA:-$ROOT/target/release/tessera}
 
-need() { command -v "$1" >/dev/null 2>&1 || { echo "installing $2" >&2; apt-get install -y "$2" >/dev/null; }; }
+source "$ROOT/bench/lib.sh"
 need nginx nginx
 need wrk wrk
 need taskset util-linux
@@ -82,16 +82,6 @@ end
 request = function() return req end
 LUA
 
-CLK_TCK=$(getconf CLK_TCK)
-
-# run_pinned OUTFILE CMD... : runs CMD on the generator core; prints its CPU seconds.
-run_pinned() {
-  local out=$1; shift
-  # The inner shell waits for the command, then its own /proc stat holds the
-  # child's user+system time in fields 16 and 17 (cutime, cstime).
-  taskset -c $GEN_CORE bash -c '"$@" > "'"$out"'" 2>&1; cat /proc/$$/stat' _ "$@" \
-    | python3 -c "import sys; f=sys.stdin.read().rsplit(')',1)[1].split(); print((int(f[13])+int(f[14]))/$CLK_TCK)"
-}
 
 wrk_run() { # mode
   local extra=()
@@ -102,9 +92,9 @@ wrk_run() { # mode
   esac
   local cpu
   if [ "$1" = pipeline ]; then
-    cpu=$(run_pinned "$WORK/out" wrk -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}")
+    cpu=$(run_pinned $GEN_CORE "$WORK/out" wrk -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}")
   else
-    cpu=$(run_pinned "$WORK/out" wrk -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}" "$URL")
+    cpu=$(run_pinned $GEN_CORE "$WORK/out" wrk -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}" "$URL")
   fi
   local reqs secs
   reqs=$(awk '/requests in/ {print $1}' "$WORK/out")
@@ -122,7 +112,7 @@ tessera_run() { # mode
     close) extra=(--no-keepalive) ;;
   esac
   local cpu
-  cpu=$(run_pinned "$WORK/out" "$TESSERA" bench -q --json -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}" "$URL")
+  cpu=$(run_pinned $GEN_CORE "$WORK/out" "$TESSERA" bench -q --json -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}" "$URL")
   python3 - "$WORK/out" "$cpu" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -90,6 +90,17 @@ if ! command -v h2o >/dev/null 2>&1; then
     fi
 fi
 
+# `tessera bench --http3` is checked against Caddy's access log (HTTP/3 is on by default
+# in Caddy 2.6, Debian's).
+if ! command -v caddy >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing caddy for the bench tests" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq caddy
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq caddy
+    fi
+fi
+
 # The metrics tests check /metrics with promtool and scrape it with a real Prometheus
 # (crates/cli/tests/serve/metrics.rs): the Debian package's binaries, unpacked into a
 # cache folder rather than installed (the package would start a service listening on

@@ -69,6 +69,8 @@ pub struct Config {
     pub ca: Option<PathBuf>,
     /// `https://`: take any certificate. Default false.
     pub insecure: bool,
+    /// Speak HTTP/3 over QUIC (`https://` only). Default false.
+    pub http3: bool,
 }
 
 impl Config {
@@ -91,6 +93,7 @@ impl Config {
             streams: 1,
             ca: None,
             insecure: false,
+            http3: false,
         }
     }
 
@@ -284,6 +287,18 @@ pub(crate) struct Plan {
     /// `https://`: the TLS every connection speaks.
     pub tls: Option<Tls>,
     pub http2: bool,
+    pub http3: bool,
+    /// The requests as given, for the HTTP/3 engine, which builds them its own way.
+    pub specs: Vec<Spec>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A request of the mix, parsed.
+#[derive(Debug, Clone)]
+pub(crate) struct Spec {
+    pub method: String,
+    pub url: Url,
+    pub body: Option<Vec<u8>>,
 }
 
 impl Plan {
@@ -313,8 +328,29 @@ impl Plan {
         if cfg.streams == 0 || cfg.streams > 1024 {
             return Err(invalid("streams", "must be 1..=1024"));
         }
-        if cfg.streams > 1 && !cfg.http2 {
-            return Err(invalid("streams", "needs --http2"));
+        if cfg.http2 && cfg.http3 {
+            return Err(invalid("http3", "--http2 or --http3, not both"));
+        }
+        if cfg.http3 && cfg.pipeline > 1 {
+            return Err(invalid(
+                "pipeline",
+                "HTTP/3 has streams, not pipelining: use --streams",
+            ));
+        }
+        if cfg.http3 && cfg.rate.is_some() {
+            return Err(invalid(
+                "rate",
+                "the open model is not built for --http3 yet (issue 47): use the closed model",
+            ));
+        }
+        if cfg.http3 && cfg.unix_socket.is_some() {
+            return Err(invalid(
+                "http3",
+                "HTTP/3 runs over UDP: not with --unix-socket",
+            ));
+        }
+        if cfg.streams > 1 && !(cfg.http2 || cfg.http3) {
+            return Err(invalid("streams", "needs --http2 or --http3"));
         }
         if cfg.streams > 1 && !cfg.keepalive {
             return Err(invalid("streams", "needs keep-alive connections"));
@@ -362,12 +398,20 @@ impl Plan {
         if !first.https && (cfg.insecure || cfg.ca.is_some()) {
             return Err(invalid("ca", "--ca and --insecure are for https:// URLs"));
         }
+        if cfg.http3 && !first.https {
+            return Err(invalid("http3", "HTTP/3 needs an https:// URL"));
+        }
+        let alpn: &[u8] = match (cfg.http2, cfg.http3) {
+            (_, true) => b"h3",
+            (true, _) => b"h2",
+            _ => b"http/1.1",
+        };
         let tls = match first.https {
             true => Some(Tls::new(
                 &first.host,
                 cfg.ca.as_deref(),
                 cfg.insecure,
-                cfg.http2,
+                alpn,
             )?),
             false => None,
         };
@@ -431,11 +475,27 @@ impl Plan {
             rate: cfg.rate,
             keepalive: cfg.keepalive,
             // HTTP/2's streams in flight take the place of pipelined requests.
-            pipeline: if cfg.http2 { cfg.streams } else { cfg.pipeline },
+            pipeline: if cfg.http2 || cfg.http3 {
+                cfg.streams
+            } else {
+                cfg.pipeline
+            },
             ramp: cfg.ramp,
             timeout: cfg.timeout,
             tls,
             http2: cfg.http2,
+            http3: cfg.http3,
+            specs: cfg
+                .requests
+                .iter()
+                .zip(urls)
+                .map(|(r, url)| Spec {
+                    method: r.method.to_ascii_uppercase(),
+                    url,
+                    body: r.body.clone(),
+                })
+                .collect(),
+            headers: cfg.headers.clone(),
         })
     }
 }

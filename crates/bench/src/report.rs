@@ -31,7 +31,7 @@ pub struct Settings {
     pub keepalive: bool,
     /// Requests in flight per connection: pipelined (HTTP/1.1) or streams (HTTP/2).
     pub pipeline: usize,
-    /// "HTTP/1.1" or "HTTP/2".
+    /// "HTTP/1.1", "HTTP/2" or "HTTP/3".
     #[serde(default)]
     pub protocol: String,
     /// Over TLS (`https://`).
@@ -320,7 +320,12 @@ pub(crate) fn build(cfg: &Config, plan: &Plan, m: Measured, inv: &Invocation) ->
             threads: plan.threads,
             keepalive: plan.keepalive,
             pipeline: plan.pipeline,
-            protocol: if plan.http2 { "HTTP/2" } else { "HTTP/1.1" }.into(),
+            protocol: match (plan.http2, plan.http3) {
+                (_, true) => "HTTP/3",
+                (true, _) => "HTTP/2",
+                _ => "HTTP/1.1",
+            }
+            .into(),
             tls: plan.tls.is_some(),
             rate: plan.rate,
             ramp: plan.ramp,
@@ -522,7 +527,7 @@ impl Report {
         };
         let conn_mode = if !st.keepalive {
             "one connection per request".to_string()
-        } else if st.protocol == "HTTP/2" {
+        } else if st.protocol == "HTTP/2" || st.protocol == "HTTP/3" {
             plural(st.pipeline as u64, "stream") + " per connection"
         } else if st.pipeline > 1 {
             format!("keep-alive, pipeline {}", st.pipeline)
@@ -539,7 +544,11 @@ impl Report {
             } else {
                 &st.protocol
             },
-            if st.tls { " over TLS" } else { "" },
+            if st.tls && st.protocol != "HTTP/3" {
+                " over TLS"
+            } else {
+                ""
+            },
             plural(st.connections as u64, "connection"),
             plural(st.threads as u64, "thread")
         );

@@ -24,12 +24,12 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
-    /// The configuration for `host`, offering `h2` or `http/1.1` by ALPN.
+    /// The configuration for `host`, offering `alpn` (`h3`, `h2` or `http/1.1`).
     pub(crate) fn new(
         host: &str,
         ca: Option<&Path>,
         insecure: bool,
-        http2: bool,
+        alpn: &[u8],
     ) -> Result<Tls, Error> {
         let bad = |reason: String| Error::InvalidOption {
             option: "tls",
@@ -51,11 +51,7 @@ impl Tls {
             builder.with_root_certificates(roots)
         };
         let mut config = builder.with_no_client_auth();
-        config.alpn_protocols = vec![if http2 {
-            b"h2".to_vec()
-        } else {
-            b"http/1.1".to_vec()
-        }];
+        config.alpn_protocols = vec![alpn.to_vec()];
         config.resumption = Resumption::disabled();
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string())

@@ -64,7 +64,10 @@ pub struct Args {
     /// Speak HTTP/2: ALPN h2 over TLS for https://, prior knowledge (h2c) for http://.
     #[arg(long)]
     http2: bool,
-    /// HTTP/2 streams in flight per connection (as h2load's -m).
+    /// Speak HTTP/3 over QUIC (https:// URLs; closed model).
+    #[arg(long, conflicts_with = "http2")]
+    http3: bool,
+    /// HTTP/2 or HTTP/3 streams in flight per connection (as h2load's -m).
     #[arg(long, default_value_t = 1, value_name = "N")]
     streams: usize,
     /// https://: trust this CA file's certificates instead of the system's.
@@ -180,6 +183,7 @@ fn config(args: &Args, urls: &[String]) -> anyhow::Result<Config> {
     c.timeout = args.timeout;
     c.loopback_only = args.loopback_only;
     c.http2 = args.http2;
+    c.http3 = args.http3;
     c.streams = args.streams;
     c.ca = args.ca.clone();
     c.insecure = args.insecure;

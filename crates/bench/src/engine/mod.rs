@@ -14,6 +14,7 @@
 //! barrier, and merges their measurements when they end.
 
 mod progress;
+mod quic;
 mod worker;
 
 pub use progress::Progress;
@@ -60,6 +61,12 @@ pub(crate) fn run(plan: &Plan, progress: Option<Arc<Progress>>) -> Result<Measur
                     .lock()
                     .map_err(|_| Error::WorkerPanicked)?
                     .expect("start is set before the barrier opens");
+                if plan.http3 {
+                    drop(poll);
+                    let mut stats = quic::run(plan.clone(), share, start, progress)?;
+                    stats.cpu = thread_cpu();
+                    return Ok(stats);
+                }
                 let mut w = Worker::new(&plan, share, poll?, start, progress)?;
                 w.run()?;
                 w.stats.cpu = thread_cpu();

@@ -25,8 +25,8 @@ const CONNECT_RETRY: Duration = Duration::from_millis(1);
 
 /// This thread's part of the run.
 pub(super) struct Share {
-    connections: usize,
-    requests: Option<u64>,
+    pub(super) connections: usize,
+    pub(super) requests: Option<u64>,
     rate: Option<f64>,
     ramp: Option<f64>,
 }
@@ -653,11 +653,17 @@ impl<'a> Worker<'a> {
         // Pipelined, a connection is topped up once half its window is answered, not
         // after every read: against a server slower than the generator each read brings
         // one or two answers, and a write per read cost 1.3x wrk's CPU per request. Half
-        // a window still in flight keeps the server busy meanwhile.
+        // a window still in flight keeps the server busy meanwhile. HTTP/2 keeps all its
+        // streams busy, as h2load's -m does: a stream's successor leaves with the round.
+        let low = if self.plan.http2 {
+            self.plan.pipeline - 1
+        } else {
+            self.plan.pipeline / 2
+        };
         if closed_model
             && self.plan.keepalive
             && c.state == State::Open
-            && c.inflight.len() <= self.plan.pipeline / 2
+            && c.inflight.len() <= low
             && c.inflight.len() < self.plan.pipeline
             && !c.refill_due
         {

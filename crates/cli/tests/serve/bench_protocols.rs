@@ -305,3 +305,99 @@ fn http2_against_h2o_counts_what_its_access_log_counts() {
         lines_with(&log, "\"GET /hello.txt HTTP/2\" 200") == 2000
     });
 }
+
+/// Caddy (HTTP/3 on by default) over TLS for `localhost`, with an access log, killed on
+/// drop. Caddy picks its certificate by SNI, so the URLs name `localhost`.
+struct Caddy {
+    _child: Killed,
+    port: u16,
+}
+
+impl Caddy {
+    fn start(dir: &Path, root: &Path, log: &Path) -> Caddy {
+        let ca = Ca::new(dir, "caddy-ca");
+        let (cert, key) = ca.sign(dir, "caddy", &["localhost"]);
+        let port = free_port();
+        let conf = dir.join("Caddyfile");
+        std::fs::write(
+            &conf,
+            format!(
+                "{{\n\tadmin off\n\tauto_https disable_redirects\n\tstorage file_system {}\n\
+                 \tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n\
+                 https://localhost:{port} {{\n\ttls {} {}\n\troot * {}\n\tfile_server\n\
+                 \tlog {{\n\t\toutput file {}\n\t}}\n}}\n",
+                dir.join("caddy-data").display(),
+                cert.display(),
+                key.display(),
+                root.display(),
+                log.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("caddy")
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(&conf)
+            .env("HOME", dir)
+            .env("XDG_CONFIG_HOME", dir.join("caddy-config"))
+            .env("XDG_DATA_HOME", dir.join("caddy-data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("caddy is missing: scripts/test.sh installs it");
+        let child = Killed(child);
+        wait_for_port(port, "caddy");
+        Caddy {
+            _child: child,
+            port,
+        }
+    }
+}
+
+#[test]
+fn http3_against_caddy_counts_what_its_access_log_counts() {
+    let site = Site::new();
+    let log = site.dir.path().join("caddy-access.log");
+    let caddy = Caddy::start(site.dir.path(), &site.root(), &log);
+    let url = format!("https://localhost:{}/hello.txt", caddy.port);
+    // Caddy may open its UDP socket a little after its TCP one: the first run retries.
+    let started = Instant::now();
+    let v = loop {
+        let v = bench(&["-n", "1", "-c", "1", "--http3", "--insecure", &url]);
+        if v["requests"] == 1 || started.elapsed() > Duration::from_secs(10) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["requests"], 1, "{v}");
+    let keepalive = bench(&[
+        "-n",
+        "2000",
+        "-c",
+        "4",
+        "--http3",
+        "--streams",
+        "10",
+        "--insecure",
+        &url,
+    ]);
+    let fresh = bench(&[
+        "-n",
+        "30",
+        "-c",
+        "2",
+        "--http3",
+        "--no-keepalive",
+        "--insecure",
+        &url,
+    ]);
+    for (v, n) in [(&keepalive, 2000), (&fresh, 30)] {
+        assert_eq!(v["requests"], n, "{v}");
+        assert_eq!(v["errors"]["total"], 0, "{v}");
+        assert_eq!(v["settings"]["protocol"], "HTTP/3");
+    }
+    assert_eq!(fresh["connects"]["count"], 30, "{fresh}");
+    // The first try that succeeded, and the two runs: a try that failed sent nothing.
+    eventually("Caddy to log every HTTP/3 request", || {
+        lines_with(&log, "\"proto\":\"HTTP/3.0\"") == 1 + 2000 + 30
+    });
+}
