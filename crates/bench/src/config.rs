@@ -444,10 +444,12 @@ impl Plan {
                 false => Wire {
                     bytes,
                     head,
+                    fields: Vec::new(),
                     body: None,
                 },
                 true => Wire {
-                    bytes: h2::encode_head(
+                    bytes: Vec::new(),
+                    fields: h2::head_fields(
                         &spec.method.to_ascii_uppercase(),
                         url.https,
                         &url.authority,
