@@ -337,12 +337,6 @@ impl Plan {
                 "HTTP/3 has streams, not pipelining: use --streams",
             ));
         }
-        if cfg.http3 && cfg.rate.is_some() {
-            return Err(invalid(
-                "rate",
-                "the open model is not built for --http3 yet (issue 47): use the closed model",
-            ));
-        }
         if cfg.http3 && cfg.unix_socket.is_some() {
             return Err(invalid(
                 "http3",

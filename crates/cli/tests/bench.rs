@@ -249,7 +249,14 @@ fn refuses_bad_input_with_a_message() {
         ],
         vec!["-n", "1", "--insecure", "http://127.0.0.1:1/"],
         vec!["-n", "1", "--http3", "http://127.0.0.1:1/"],
-        vec!["-n", "1", "--http3", "--rate", "10", "https://127.0.0.1:1/"],
+        vec![
+            "-n",
+            "1",
+            "--http3",
+            "--pipeline",
+            "2",
+            "https://127.0.0.1:1/",
+        ],
         vec!["-n", "1", "--http3", "--http2", "https://127.0.0.1:1/"],
         vec![
             "-n",

@@ -1,9 +1,13 @@
 //! HTTP/3 load (`--http3`): one thread's connections over QUIC, with quinn and h3 (the
 //! stack tessera's server is to use, issue 47), on a single-threaded tokio runtime of the
-//! thread's own. Each connection has a UDP socket of its own, as separate clients would,
-//! and keeps `--streams` requests in flight, each stream sending its next request when
-//! its response has ended (the closed model); without keep-alive, every request opens a
-//! connection (a full handshake: no 0-RTT, no resumption) and closes it.
+//! thread's own. Each connection has a UDP socket of its own, as separate clients would.
+//!
+//! Closed model: each connection keeps `--streams` requests in flight, each stream
+//! sending its next request when its response has ended. Open model (`--rate`): the
+//! connections are kept open, and a dispatcher sends each request at its intended time
+//! on a connection with a free stream (waiting for one, which the corrected latency
+//! then shows). Without keep-alive, every request opens a connection (a full handshake:
+//! no 0-RTT, no resumption) and closes it.
 //!
 //! Unlike the HTTP/1.1 and HTTP/2 engine ([`super::worker`]), this one allocates per
 //! request (h3 builds an `http::Request`, quinn its stream state): its own CPU per
@@ -52,6 +56,20 @@ struct Run {
     /// This thread's connection slots, and how many have connected at least once.
     slots: usize,
     connected_once: Cell<usize>,
+    /// Open model: requests sent and not yet ended.
+    pending: Cell<usize>,
+    /// Open model: the connections up now, by slot, and a wake-up when one has a stream
+    /// free again (or connects).
+    live: RefCell<Vec<Option<Rc<Live>>>>,
+    freed: tokio::sync::Notify,
+}
+
+/// Open model: a connection that takes requests.
+struct Live {
+    send: Sender,
+    inflight: Cell<usize>,
+    broken: Cell<bool>,
+    gone: tokio::sync::Notify,
 }
 
 impl Run {
@@ -184,7 +202,7 @@ pub(super) fn run(
         plan,
         client,
         server,
-        stats: RefCell::new(ThreadStats::new(start, false)),
+        stats: RefCell::new(ThreadStats::new(start, share.rate.is_some())),
         budget: Cell::new(share.requests),
         deadline: plan_deadline,
         progress,
@@ -192,19 +210,49 @@ pub(super) fn run(
         start,
         slots: share.connections,
         connected_once: Cell::new(0),
+        pending: Cell::new(0),
+        live: RefCell::new(vec![None; share.connections]),
+        freed: tokio::sync::Notify::new(),
     });
+    let rate = share.rate;
     let local = tokio::task::LocalSet::new();
     let connections = share.connections;
     let r = run.clone();
     local.block_on(&runtime, async move {
         let ticker = tokio::task::spawn_local(report_progress(r.clone()));
-        let mut slots = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            slots.push(tokio::task::spawn_local(slot(r.clone())));
+        let mut slots = Vec::with_capacity(connections + 1);
+        match rate {
+            None => {
+                for _ in 0..connections {
+                    slots.push(tokio::task::spawn_local(slot(r.clone())));
+                }
+            }
+            Some(rate) => {
+                if r.plan.keepalive {
+                    for index in 0..connections {
+                        slots.push(tokio::task::spawn_local(keep_connected(r.clone(), index)));
+                    }
+                }
+                slots.push(tokio::task::spawn_local(dispatch(r.clone(), rate)));
+            }
         }
+        // The closed model ends when every slot has; the open one when its dispatcher
+        // has (the last slot) and the requests it sent are answered.
         let all = async {
-            for s in slots.iter_mut() {
-                let _ = s.await;
+            match rate {
+                None => {
+                    for s in slots.iter_mut() {
+                        let _ = s.await;
+                    }
+                }
+                Some(_) => {
+                    if let Some(d) = slots.last_mut() {
+                        let _ = d.await;
+                    }
+                    while r.pending.get() > 0 {
+                        r.freed.notified().await;
+                    }
+                }
             }
         };
         match r.deadline {
@@ -270,7 +318,7 @@ async fn slot(run: Rc<Run>) {
             }
         } else {
             let mut send = send;
-            let _ = request(&run, &mut send).await;
+            let _ = request(&run, &mut send, None).await;
         }
         driver.abort();
         endpoint.close(0u32.into(), b"");
@@ -351,7 +399,7 @@ async fn connect(
 /// is over or the connection fails.
 async fn stream(run: Rc<Run>, mut send: Sender) {
     while !run.over() && run.take_budget() {
-        if request(&run, &mut send).await.is_err() {
+        if request(&run, &mut send, None).await.is_err() {
             return;
         }
     }
@@ -360,8 +408,14 @@ async fn stream(run: Rc<Run>, mut send: Sender) {
 /// Why a request ended without a response: the connection is then given up.
 struct Broken;
 
-/// Sends one request (its budget taken) and reads its response to the end.
-async fn request(run: &Rc<Run>, send: &mut Sender) -> Result<(), Broken> {
+/// Sends one request (its budget taken) and reads its response to the end. Open model:
+/// `at` is its intended send time and when a stream was free for it (its send lag is
+/// counted from the later of the two, as over TCP).
+async fn request(
+    run: &Rc<Run>,
+    send: &mut Sender,
+    at: Option<(Instant, Instant)>,
+) -> Result<(), Broken> {
     let t = run.next_template();
     let mut req = http::Request::new(());
     *req.method_mut() = t.method.clone();
@@ -369,6 +423,10 @@ async fn request(run: &Rc<Run>, send: &mut Sender) -> Result<(), Broken> {
     *req.headers_mut() = t.headers.clone();
     let body = t.body.clone();
     let sent = Instant::now();
+    let (intended, free) = at.unwrap_or((sent, sent));
+    if let Some(lag) = &mut run.stats.borrow_mut().send_lag {
+        lag.saturating_record(micros(sent.saturating_duration_since(free.max(intended))));
+    }
     let exchange = async {
         let mut stream = send
             .send_request(req)
@@ -404,7 +462,7 @@ async fn request(run: &Rc<Run>, send: &mut Sender) -> Result<(), Broken> {
             let now = Instant::now();
             let mut stats = run.stats.borrow_mut();
             stats.bytes_read(now, bytes);
-            stats.response(now, status, sent, sent);
+            stats.response(now, status, sent, intended);
             Ok(())
         }
         Ok(Err((kind, error))) => {
@@ -423,5 +481,114 @@ async fn request(run: &Rc<Run>, send: &mut Sender) -> Result<(), Broken> {
             );
             Err(Broken)
         }
+    }
+}
+
+/// Open model, keep-alive: keeps connection `index` up and listed in `run.live`.
+async fn keep_connected(run: Rc<Run>, index: usize) {
+    let first = Cell::new(true);
+    while !run.over() {
+        let Some((send, endpoint, driver)) = connect(&run, &first).await else {
+            tokio::time::sleep(CONNECT_RETRY).await;
+            continue;
+        };
+        let live = Rc::new(Live {
+            send,
+            inflight: Cell::new(0),
+            broken: Cell::new(false),
+            gone: tokio::sync::Notify::new(),
+        });
+        run.live.borrow_mut()[index] = Some(live.clone());
+        run.freed.notify_waiters();
+        while !live.broken.get() {
+            live.gone.notified().await;
+        }
+        run.live.borrow_mut()[index] = None;
+        driver.abort();
+        endpoint.close(0u32.into(), b"");
+    }
+}
+
+/// A connection with a free stream, the least busy first.
+fn pick(run: &Run) -> Option<Rc<Live>> {
+    run.live
+        .borrow()
+        .iter()
+        .flatten()
+        .filter(|l| !l.broken.get() && l.inflight.get() < run.plan.pipeline)
+        .min_by_key(|l| l.inflight.get())
+        .cloned()
+}
+
+/// Open model: sends request k at `start + k / rate`, on a connection with a free
+/// stream (keep-alive) or a new connection of its own, at most `--connections` at once.
+async fn dispatch(run: Rc<Run>, rate: f64) {
+    let interval_ns = 1e9 / rate;
+    let mut k: u64 = 0;
+    loop {
+        let intended = run.start + Duration::from_nanos((interval_ns * k as f64) as u64);
+        if run.deadline.is_some_and(|d| intended >= d) || run.over() || run.budget.get() == Some(0)
+        {
+            return;
+        }
+        tokio::time::sleep_until(intended.into()).await;
+        // A request waits for a free stream (or, without keep-alive, a free slot) at most
+        // the timeout; the wait is in its corrected latency.
+        let waited = tokio::time::timeout(run.plan.timeout, async {
+            loop {
+                let room = if run.plan.keepalive {
+                    pick(&run).map(Some)
+                } else {
+                    (run.pending.get() < run.slots).then_some(None)
+                };
+                if let Some(room) = room {
+                    return room;
+                }
+                run.freed.notified().await;
+            }
+        })
+        .await;
+        if !run.take_budget() {
+            return;
+        }
+        k += 1;
+        let free = Instant::now();
+        let Ok(live) = waited else {
+            run.fail(
+                FailureKind::Timeout,
+                &"no connection with a free stream within the timeout",
+            );
+            continue;
+        };
+        run.pending.set(run.pending.get() + 1);
+        if let Some(l) = &live {
+            l.inflight.set(l.inflight.get() + 1);
+        }
+        let run = run.clone();
+        tokio::task::spawn_local(async move {
+            match live {
+                Some(l) => {
+                    let mut send = l.send.clone();
+                    if request(&run, &mut send, Some((intended, free)))
+                        .await
+                        .is_err()
+                    {
+                        l.broken.set(true);
+                        l.gone.notify_one();
+                    }
+                    l.inflight.set(l.inflight.get() - 1);
+                }
+                None => {
+                    let first = Cell::new(true);
+                    if let Some((mut send, endpoint, driver)) = connect(&run, &first).await {
+                        let _ = request(&run, &mut send, Some((intended, free))).await;
+                        driver.abort();
+                        endpoint.close(0u32.into(), b"");
+                    }
+                }
+            }
+            run.pending.set(run.pending.get() - 1);
+            run.freed.notify_waiters();
+        });
     }
 }

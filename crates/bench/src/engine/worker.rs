@@ -27,7 +27,7 @@ const CONNECT_RETRY: Duration = Duration::from_millis(1);
 pub(super) struct Share {
     pub(super) connections: usize,
     pub(super) requests: Option<u64>,
-    rate: Option<f64>,
+    pub(super) rate: Option<f64>,
     ramp: Option<f64>,
 }
 

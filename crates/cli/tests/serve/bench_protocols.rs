@@ -390,14 +390,34 @@ fn http3_against_caddy_counts_what_its_access_log_counts() {
         "--insecure",
         &url,
     ]);
-    for (v, n) in [(&keepalive, 2000), (&fresh, 30)] {
+    // The open model: 300 requests at 1,000 a second, with both latencies.
+    let open = bench(&[
+        "-n",
+        "300",
+        "-c",
+        "2",
+        "--streams",
+        "4",
+        "--rate",
+        "1000",
+        "--http3",
+        "--insecure",
+        &url,
+    ]);
+    assert_eq!(open["settings"]["model"], "open");
+    assert_eq!(open["correction"], "intended-send-time");
+    assert!(
+        open["corrected_latency_ms"]["p50"].as_f64().unwrap() > 0.0,
+        "{open}"
+    );
+    for (v, n) in [(&keepalive, 2000), (&fresh, 30), (&open, 300)] {
         assert_eq!(v["requests"], n, "{v}");
         assert_eq!(v["errors"]["total"], 0, "{v}");
         assert_eq!(v["settings"]["protocol"], "HTTP/3");
     }
     assert_eq!(fresh["connects"]["count"], 30, "{fresh}");
-    // The first try that succeeded, and the two runs: a try that failed sent nothing.
+    // The first try that succeeded, and the three runs: a try that failed sent nothing.
     eventually("Caddy to log every HTTP/3 request", || {
-        lines_with(&log, "\"proto\":\"HTTP/3.0\"") == 1 + 2000 + 30
+        lines_with(&log, "\"proto\":\"HTTP/3.0\"") == 1 + 2000 + 30 + 300
     });
 }
