@@ -11,7 +11,7 @@
 # with the ratios tessera/wrk (CPU per request: lower is better; requests/s:
 # higher is better).
 #
-# Usage: bench/loadgen.sh   (env: ROUNDS=3 DURATION=5 CONNS=50 PORT=18080
+# Usage: bench/loadgen.sh   (env: ROUNDS=3 DURATION=5 CONNS=50 PORT=(a free one)
 #                                MODES="keepalive pipeline close")
 # Needs: nginx, wrk, taskset, python3 (installed with apt-get if missing).
 set -euo pipefail
@@ -19,12 +19,13 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-50}
-PORT=${PORT:-18080}
 MODES=${MODES:-keepalive pipeline close}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TESSERA=${TESSERA:-$ROOT/target/release/tessera}
 
 source "$ROOT/bench/lib.sh"
+# A free port unless PORT names one: a fixed one may be taken by a server left running.
+PORT=${PORT:-$(free_port)}
 need nginx nginx
 need wrk wrk
 need taskset util-linux
