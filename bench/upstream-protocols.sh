@@ -8,6 +8,11 @@
 #           HTTP/1.1; tessera: an [[upstream]] with `tls = true` and `max_idle = 32`.
 #           Both verify the origin's certificate against the test CA. Target: tessera
 #           at least 1.3x cheaper per request than nginx.
+#   upload: POSTs of UPLOAD_MIB MiB (wrk with a Lua script, -c UPLOAD_CONNECTIONS) through
+#           each proxy to an origin that reads every body to its end, then answers (nginx
+#           with the Lua module, on the load core): proxy CPU per GiB proxied. nginx: `proxy_request_buffering
+#           off`, `client_max_body_size 0`, pooled HTTP/1.1; tessera: its defaults with
+#           `max_body_size` raised. Target: tessera at least 1.2x cheaper.
 #
 # Each proxy runs one worker pinned to core 0; they take turns in every round. Printed:
 # the median requests/s and the median proxy CPU time per request (utime+stime of the
@@ -15,14 +20,18 @@
 # nginx/tessera. The floor (bench/floor.c, one recv and one send per request, a fixed
 # 1 KB response) is measured on core 0 the same way, for scale.
 #
-# usage: bench/upstream-protocols.sh   (env: ROUNDS=5 SECONDS_PER_RUN=5 CONNECTIONS=50
+# usage: bench/upstream-protocols.sh   (env: PARTS="https upload" ROUNDS=5 SECONDS_PER_RUN=5
+#                                       CONNECTIONS=50 UPLOAD_MIB=8 UPLOAD_CONNECTIONS=4
 #                                       NO_BUILD=1 to skip cargo, TESSERA=another build)
-# Needs: nginx, wrk, curl, openssl, cc, taskset, python3 (apt-get when missing; as root).
+# Needs: nginx (and libnginx-mod-http-lua), wrk, curl, openssl, cc, taskset, python3 (apt-get when missing; as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-50}
+PARTS=${PARTS:-https upload}
+UPLOAD_MIB=${UPLOAD_MIB:-8}
+UPLOAD_CONNECTIONS=${UPLOAD_CONNECTIONS:-4}
 PROXY_CPU=0
 LOAD_CPU=1
 
@@ -33,6 +42,8 @@ need curl curl
 need openssl openssl
 need cc gcc
 need taskset util-linux
+modules=/usr/lib/nginx/modules
+[ -f "$modules/ngx_http_lua_module.so" ] || { apt-get update -qq && apt-get install -y -qq libnginx-mod-http-lua >/dev/null; }
 if [ "$(nproc --all)" -lt 2 ]; then echo "needs at least 2 cores" >&2; exit 1; fi
 
 [ -n "${NO_BUILD:-}" ] || cargo build --release --locked -q -p tessera
@@ -52,12 +63,13 @@ printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n' > "$w
 openssl x509 -req -in "$work/origin.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
     -CAcreateserial -days 2 -extfile "$work/ext.cnf" -out "$work/origin.pem" 2>/dev/null
 
-# run_wrk PID URL: one wrk run on the load core; prints "requests requests/s cpu-us-per-request"
-# for the server PID.
+# run_wrk PID URL [WRK ARGS...]: one wrk run on the load core; prints "requests requests/s
+# cpu-us-per-request" for the server PID.
 run_wrk() {
     local pid=$1 url=$2 before after out requests rps
+    shift 2
     before=$(cpu_ticks "$pid")
-    out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$url")
+    out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$@" "$url")
     after=$(cpu_ticks "$pid")
     if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors for $url: $out" >&2; fi
     requests=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -86,14 +98,50 @@ CONF
 
 # --- the origin: nginx with TLS, one worker, on the load core.
 origin_port=$(free_port)
+upload_origin_port=$(free_port)
 nginx_conf origin "server {
         listen 127.0.0.1:$origin_port ssl;
         ssl_certificate $work/origin.pem;
         ssl_certificate_key $work/origin.key;
         ssl_session_cache shared:origin:1m;
         root $site;
-    }"
+    }
+"
 taskset -c $LOAD_CPU nginx -c "$work/origin/nginx.conf" -e "$work/origin/error.log" &
+pids+=($!)
+# The upload origin reads every body to its end, 64 KiB at a time, then answers (nginx's
+# `return 200` would answer first, and a proxy then cuts the client's upload short).
+mkdir -p "$work/upload-origin"
+cat > "$work/upload-origin/nginx.conf" <<CONF
+load_module $modules/ndk_http_module.so;
+load_module $modules/ngx_http_lua_module.so;
+$(nginx_head "$work/upload-origin")
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    client_body_temp_path $work/upload-origin;
+    server {
+        listen 127.0.0.1:$upload_origin_port;
+        client_max_body_size 0;
+        location / {
+            content_by_lua_block {
+                local left = tonumber(ngx.var.http_content_length) or 0
+                if left > 0 then
+                    local sock = assert(ngx.req.socket())
+                    while left > 0 do
+                        local n = math.min(left, 65536)
+                        assert(sock:receive(n))
+                        left = left - n
+                    end
+                end
+                ngx.say("ok")
+            }
+        }
+    }
+}
+CONF
+taskset -c $LOAD_CPU nginx -c "$work/upload-origin/nginx.conf" -e "$work/upload-origin/error.log" &
 pids+=($!)
 
 # --- the floor, on the proxies' core (its proxy floor is not started: no TLS in it).
@@ -104,6 +152,7 @@ pids+=($!); floor_pid=$!
 
 # --- nginx as the proxy.
 nginx_port=$(free_port)
+nginx_upload_port=$(free_port)
 nginx_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive 32; keepalive_requests 1000000; }
     server {
         listen 127.0.0.1:$nginx_port reuseport;
@@ -115,6 +164,17 @@ nginx_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive 32;
             proxy_ssl_verify on;
             proxy_ssl_trusted_certificate $work/ca.pem;
             proxy_ssl_name 127.0.0.1;
+        }
+    }
+    upstream upload { server 127.0.0.1:$upload_origin_port; keepalive 32; keepalive_requests 1000000; }
+    server {
+        listen 127.0.0.1:$nginx_upload_port reuseport;
+        client_max_body_size 0;
+        location / {
+            proxy_pass http://upload;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_request_buffering off;
         }
     }"
 taskset -c $PROXY_CPU nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
@@ -136,15 +196,33 @@ CONF
 tessera_port=$(free_port)
 taskset -c $PROXY_CPU "$TESSERA" serve --config "$work/tessera.toml" --listen "127.0.0.1:$tessera_port" --workers 1 2>"$work/tessera.log" &
 pids+=($!); tessera_pid=$!
+cat > "$work/tessera-upload.toml" <<CONF
+[limits]
+max_body_size = $(( (UPLOAD_MIB + 1) * 1048576 ))
+
+[[upstream]]
+name = "upload"
+addresses = ["127.0.0.1:$upload_origin_port"]
+max_idle = 32
+
+[[route]]
+prefix = "/"
+upstream = "upload"
+CONF
+tessera_upload_port=$(free_port)
+taskset -c $PROXY_CPU "$TESSERA" serve --config "$work/tessera-upload.toml" --listen "127.0.0.1:$tessera_upload_port" --workers 1 2>"$work/tessera-upload.log" &
+pids+=($!); tessera_upload_pid=$!
 
 for p in "$floor_port" "$nginx_port" "$tessera_port"; do wait_up "$p" 1k.txt; done
+for p in "$nginx_upload_port" "$tessera_upload_port"; do wait_up "$p" up; done
 for p in nginx tessera; do
     port=$nginx_port; [ $p = tessera ] && port=$tessera_port
     cmp -s <(curl -fs "http://127.0.0.1:$port/1k.txt") "$site/1k.txt" || { echo "check: $p does not relay 1k.txt byte-exact" >&2; exit 1; }
 done
 echo "check: both proxies relay 1k.txt from the HTTPS origin byte-exact"
 
-echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, the HTTPS origin (nginx) and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, the origins (nginx) and wrk -t1 -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+if [[ " $PARTS " == *" https "* ]]; then
 printf '%-8s %-10s %12s %12s\n' part server "requests/s" "cpu us/req"
 declare -A pid_of=([floor]=$floor_pid [nginx]=$nginx_pid [tessera]=$tessera_pid)
 declare -A port_of=([floor]=$floor_port [nginx]=$nginx_port [tessera]=$tessera_port)
@@ -169,3 +247,35 @@ ratios=$(paste -d' ' <(echo "${cpu_runs[nginx]}" | tr ' ' '\n' | grep .) <(echo 
     awk '{printf "%.2f\n", $1 / $2}')
 awk -v n="${cpu_med[nginx]}" -v t="${cpu_med[tessera]}" -v f="${cpu_med[floor]}" -v r="$(echo "$ratios" | tr '\n' ' ')" 'BEGIN {
     printf "https    nginx/tessera cpu per request x%.2f (target >= 1.3; per round: %s); in floors: nginx %.2f, tessera %.2f\n", n / t, r, n / f, t / f }'
+fi
+
+# --- upload: POSTs of UPLOAD_MIB MiB, proxy CPU per GiB.
+if [[ " $PARTS " == *" upload "* ]]; then
+cat > "$work/upload.lua" <<LUA
+wrk.method = "POST"
+wrk.body = string.rep("u", $UPLOAD_MIB * 1048576)
+LUA
+for p in nginx tessera; do
+    port=$nginx_upload_port; [ $p = tessera ] && port=$tessera_upload_port
+    code=$(head -c $((UPLOAD_MIB * 1048576)) /dev/zero | curl -s -o /dev/null -w '%{http_code}' --data-binary @- "http://127.0.0.1:$port/up")
+    [ "$code" = 200 ] || { echo "check: $p answered $code to a ${UPLOAD_MIB} MiB POST" >&2; exit 1; }
+done
+echo "check: both proxies pass a ${UPLOAD_MIB} MiB POST to the origin (200)"
+printf '%-8s %-10s %12s %14s\n' part server "requests/s" "cpu ms/GiB"
+declare -A up_runs=()
+for round in $(seq "$ROUNDS"); do
+    order="nginx tessera"; [ $((round % 2)) = 0 ] && order="tessera nginx"
+    for p in $order; do
+        port=$nginx_upload_port pid=$nginx_pid
+        [ $p = tessera ] && port=$tessera_upload_port pid=$tessera_upload_pid
+        read -r requests _ cpu < <(CONNECTIONS=$UPLOAD_CONNECTIONS run_wrk "$pid" "http://127.0.0.1:$port/up" -s "$work/upload.lua")
+        # cpu is us per request; per GiB: us/req * (1024 / UPLOAD_MIB) / 1000 = ms per GiB.
+        up_runs[$p]+="$(awk -v c="$cpu" -v m="$UPLOAD_MIB" 'BEGIN { printf "%.1f", c * 1024 / m / 1000 }') "
+    done
+done
+for p in nginx tessera; do
+    printf '%-8s %-10s %12s %14.1f   (runs: %s)\n' upload "$p" "-" "$(echo "${up_runs[$p]}" | tr ' ' '\n' | grep . | median)" "${up_runs[$p]% }"
+done
+awk -v n="$(echo "${up_runs[nginx]}" | tr ' ' '\n' | grep . | median)" -v t="$(echo "${up_runs[tessera]}" | tr ' ' '\n' | grep . | median)" 'BEGIN {
+    printf "upload   nginx/tessera cpu per GiB x%.2f (target >= 1.2)\n", n / t }'
+fi
