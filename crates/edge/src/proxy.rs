@@ -561,7 +561,7 @@ impl Edge {
                 )
             })
             .filter(|f| f.store);
-        let limit = worker.cache.config.max_object_size;
+        let limit = Store::limit(store.as_ref(), &worker.cache);
         let length = content_length(&parts.headers);
         let storable = freshness.is_some();
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
@@ -588,7 +588,7 @@ impl Edge {
                     .answer_exposing(req, parts, pooled, (esi, expose), authority)
                     .await;
             };
-            entry.expose_keys = expose;
+            (entry.expose_keys, entry.disk) = (expose, s.disk());
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
@@ -818,6 +818,19 @@ pub(crate) struct Store<'a> {
     pub(crate) policy: Policy,
     /// Where the request's `Cache-Status` is kept (not for a background refresh).
     pub(crate) status: Option<&'a Cell<CacheStatus>>,
+}
+
+impl Store<'_> {
+    /// Whether the route lets its objects go to the disk tier.
+    fn disk(&self) -> bool {
+        self.policy.as_ref().map_or(true, |p| p.disk)
+    }
+
+    /// The largest response read to be stored: the memory tier's limit, or the disk
+    /// tier's when it is larger and the route may use it.
+    fn limit(store: Option<&Self>, cache: &Cache) -> usize {
+        cache.object_limit(store.map_or(true, Store::disk))
+    }
 }
 
 /// A route's `[route.cache]` rules, when it has some.

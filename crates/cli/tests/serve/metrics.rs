@@ -29,6 +29,30 @@ fn prometheus_bin(name: &str) -> PathBuf {
     path
 }
 
+/// `promtool check metrics` on `text` finds nothing wrong.
+pub(crate) fn promtool_check(text: &str) {
+    let mut promtool = Command::new(prometheus_bin("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The admin address from the start-up line.
 pub(crate) fn admin_addr(server: &Server) -> SocketAddr {
     eventually("the admin line", || stderr_has(server, "admin on http://"));
@@ -226,26 +250,7 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     assert_eq!(s[denied], 0.0);
 
     // promtool finds nothing wrong.
-    let mut promtool = Command::new(prometheus_bin("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool: {} {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check(&text);
 
     // The scrape itself is counted, as kind="admin", by the next one.
     let (_, text) = admin_get(

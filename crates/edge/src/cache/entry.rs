@@ -55,6 +55,9 @@ pub(crate) struct Entry {
     /// Whether those fields reach the client (the route's `expose_keys`); they are
     /// removed from what is sent otherwise.
     pub(crate) expose_keys: bool,
+    /// Whether it may be kept in the disk tier (its route's `disk`). Not stored: a copy
+    /// read back from Redis or from disk is not written to disk again.
+    pub(crate) disk: bool,
 }
 
 /// The surrogate keys in `fields`' key fields (split at spaces and commas, each once).
@@ -191,6 +194,7 @@ impl Entry {
             stored_ms: AtomicU64::new(0),
             keys,
             expose_keys: false,
+            disk: true,
         }
     }
 
@@ -244,6 +248,11 @@ impl Entry {
             .saturating_add(self.keep_ms)
     }
 
+    /// When it stops being of any use (Unix ms).
+    pub(super) fn useless_at(&self) -> u64 {
+        self.born_ms.saturating_add(self.useful_ms())
+    }
+
     pub(super) fn useless(&self, now: u64) -> bool {
         now.saturating_sub(self.born_ms) >= self.useful_ms()
     }
@@ -271,6 +280,7 @@ impl Entry {
         let source_len: usize = e.source.iter().map(Bytes::len).sum();
         e.weight += source_len as u64;
         e.expose_keys = self.expose_keys;
+        e.disk = self.disk;
         e
     }
 
@@ -291,6 +301,7 @@ impl Entry {
         e.source = self.source.clone();
         e.weight = self.weight;
         e.expose_keys = self.expose_keys;
+        e.disk = self.disk;
         e.stored_ms = AtomicU64::new(self.stored_ms.load(Ordering::Acquire));
         e.born_ms = self.born_ms;
         e.fresh_ms = self.fresh_ms.min(now.saturating_sub(self.born_ms));

@@ -1,0 +1,499 @@
+//! The cache's disk tier (`[cache.disk]`, docs/cache.md "Disk tier"): objects kept in
+//! files in a temporary directory, served after a restart without the origin, objects
+//! above the memory tier's limit kept on disk only, truncated and corrupted files
+//! dropped at load, invalidations, `inactive`, `min_uses`, `max_size`, and ranges.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::harness::{
+    check_config_output, eventually, read_request_head, read_response, Response, Server, Site,
+};
+use crate::metrics::{admin_addr, admin_get, promtool_check, samples, sum};
+
+/// The memory tier's per-object limit in these tests; `/big/` objects are above it.
+const MEMORY_LIMIT: usize = 1 << 20;
+/// The size of a `/big/` object.
+const BIG: usize = 2 << 20;
+
+/// An origin that counts requests per path:
+/// - `/small/X`: 10 000 bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
+/// - `/big/X`: [`BIG`] bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
+/// - `/vary/X`: the Accept-Language, `Vary: Accept-Language`, `max-age=3600`
+#[derive(Clone)]
+struct Origin {
+    addr: SocketAddr,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// The body the origin sends for `path`.
+fn body_of(path: &str) -> Vec<u8> {
+    let size = if path.contains("/big/") { BIG } else { 10_000 };
+    let seed = path
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    (0..size as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+impl Origin {
+    fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let origin = Origin {
+            addr: listener.local_addr().unwrap(),
+            hits: Arc::default(),
+        };
+        let o = origin.clone();
+        crate::harness::thread_per_connection(listener, move |stream| o.serve(stream));
+        origin
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    fn serve(&self, stream: TcpStream) {
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        while let Some((path, fields)) = read_request_head(&mut reader) {
+            *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+            let tag = path.rsplit('/').next().unwrap_or("");
+            let (body, extra) = if path.starts_with("/vary/") {
+                let language = fields
+                    .iter()
+                    .find_map(|f| {
+                        let lower = f.to_ascii_lowercase();
+                        lower
+                            .strip_prefix("accept-language:")
+                            .map(|v| v.trim().to_string())
+                    })
+                    .unwrap_or_default();
+                (
+                    format!("language {language}").into_bytes(),
+                    "Vary: Accept-Language\r\n".to_string(),
+                )
+            } else {
+                (body_of(&path), format!("Surrogate-Key: tag-{tag} all\r\n"))
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=3600\r\n{extra}\r\n",
+                body.len()
+            );
+            if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The configuration: the memory tier's limit at [`MEMORY_LIMIT`], the disk tier in
+/// `dir` with `disk` (more `[cache.disk]` keys), PURGE from the loopback, the admin
+/// listener on.
+fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
+    format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
+         [[route]]\nprefix = \"/off/\"\nupstream = \"origin\"\n[route.cache]\ndisk = false\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+         [cache]\nmax_object_size = {MEMORY_LIMIT}\npurge_allow = [\"127.0.0.1\"]\n\
+         [cache.disk]\npath = \"{}\"\n{disk}\n",
+        origin.addr,
+        dir.display()
+    )
+}
+
+/// A server with the disk tier in `dir`, once its loader has read every file.
+fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, SocketAddr) {
+    let server = site.serve_with(&config(origin, dir, disk));
+    let admin = admin_addr(&server);
+    eventually("the loader to finish", || {
+        metric(admin, "tessera_cache_disk_loaded", &[]) == 1.0
+    });
+    (server, admin)
+}
+
+fn metric(admin: SocketAddr, name: &str, parts: &[&str]) -> f64 {
+    let (_, text) = admin_get(admin, "/metrics", "");
+    sum(&samples(&text), name, parts)
+}
+
+/// Waits until the disk tier holds `n` objects.
+fn on_disk(admin: SocketAddr, n: usize) {
+    eventually(&format!("{n} objects on disk"), || {
+        metric(admin, "tessera_cache_disk_objects", &[]) == n as f64
+    });
+}
+
+fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream, false)
+}
+
+/// `GET path`, checked byte-exact against what the origin sends.
+fn get_exact(server: &Server, path: &str) {
+    let r = request(server, "GET", path, "");
+    assert_eq!(r.status, 200, "{path}");
+    assert!(
+        r.body == body_of(path),
+        "{path}: the body differs ({} bytes)",
+        r.body.len()
+    );
+}
+
+/// The object files under `dir` (not those being written).
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && p.file_name().unwrap() != "tmp" {
+                dirs.push(p);
+            } else if p.is_file() {
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// The file that holds the object of `path` (its header names the key).
+fn file_of(dir: &Path, path: &str) -> PathBuf {
+    let key = format!("test{path}");
+    files(dir)
+        .into_iter()
+        .find(|f| {
+            let head = std::fs::read(f).unwrap();
+            let head = &head[..head.len().min(4096)];
+            head.windows(key.len() + 1)
+                .any(|w| &w[..key.len()] == key.as_bytes() && w[key.len()] < b' ')
+        })
+        .unwrap_or_else(|| panic!("no file holds {key}"))
+}
+
+#[test]
+fn objects_are_served_from_disk_after_a_restart_without_the_origin() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    get_exact(&server, "/small/a");
+    get_exact(&server, "/big/b");
+    let fr = request(&server, "GET", "/vary/c", "Accept-Language: fr\r\n");
+    let de = request(&server, "GET", "/vary/c", "Accept-Language: de\r\n");
+    assert_eq!(
+        (fr.body.as_slice(), de.body.as_slice()),
+        (&b"language fr"[..], &b"language de"[..])
+    );
+    on_disk(admin, 4);
+    drop(server);
+
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
+    get_exact(&server, "/small/a");
+    get_exact(&server, "/big/b");
+    get_exact(&server, "/big/b");
+    let de = request(&server, "GET", "/vary/c", "Accept-Language: de\r\n");
+    assert_eq!(de.body, b"language de");
+    let fr = request(&server, "GET", "/vary/c", "Accept-Language: fr\r\n");
+    assert_eq!(fr.body, b"language fr");
+    for path in ["/small/a", "/big/b"] {
+        assert_eq!(origin.hits(path), 1, "{path}");
+    }
+    assert_eq!(origin.hits("/vary/c"), 2);
+    assert!(metric(admin, "tessera_cache_disk_lookups_total", &["hit"]) >= 4.0);
+}
+
+#[test]
+fn an_object_above_the_memory_limit_is_kept_on_disk_only() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    get_exact(&server, "/big/x");
+    on_disk(admin, 1);
+    get_exact(&server, "/big/x");
+    get_exact(&server, "/big/x");
+    assert_eq!(origin.hits("/big/x"), 1);
+    // Not in memory: every hit was the disk's.
+    assert_eq!(metric(admin, "tessera_cache_objects", &[]), 0.0);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_lookups_total", &["hit"]),
+        2.0
+    );
+    assert!(metric(admin, "tessera_cache_disk_bytes", &[]) > BIG as f64);
+
+    // A route with `disk = false`: too large for memory, so not stored at all.
+    get_exact(&server, "/off/big/y");
+    get_exact(&server, "/off/big/y");
+    assert_eq!(origin.hits("/off/big/y"), 2);
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 1.0);
+}
+
+#[test]
+fn truncated_and_corrupted_files_are_dropped_at_load_and_fetched_again() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    for path in ["/big/truncated", "/big/corrupted", "/big/intact"] {
+        get_exact(&server, path);
+    }
+    on_disk(admin, 3);
+    drop(server);
+
+    let truncated = file_of(&dir, "/big/truncated");
+    let len = std::fs::metadata(&truncated).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&truncated)
+        .unwrap()
+        .set_len(len - 1000)
+        .unwrap();
+    let corrupted = file_of(&dir, "/big/corrupted");
+    let mut bytes = std::fs::read(&corrupted).unwrap();
+    let i = bytes.len() - BIG / 2;
+    bytes[i] ^= 0xff;
+    std::fs::write(&corrupted, bytes).unwrap();
+
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_evictions_total", &["corrupt"]),
+        2.0
+    );
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 1.0);
+    assert!(!truncated.exists() && !corrupted.exists());
+    for path in ["/big/truncated", "/big/corrupted", "/big/intact"] {
+        get_exact(&server, path);
+    }
+    assert_eq!(origin.hits("/big/truncated"), 2);
+    assert_eq!(origin.hits("/big/corrupted"), 2);
+    assert_eq!(origin.hits("/big/intact"), 1);
+    on_disk(admin, 3);
+}
+
+#[test]
+fn a_file_corrupted_while_serving_is_dropped_when_read() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    get_exact(&server, "/big/z");
+    on_disk(admin, 1);
+    let file = file_of(&dir, "/big/z");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    // Never served: fetched again, and stored again.
+    get_exact(&server, "/big/z");
+    assert_eq!(origin.hits("/big/z"), 2);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_evictions_total", &["corrupt"]),
+        1.0
+    );
+    on_disk(admin, 1);
+    get_exact(&server, "/big/z");
+    assert_eq!(origin.hits("/big/z"), 2);
+}
+
+#[test]
+fn purge_and_surrogate_key_purge_remove_disk_objects() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    for path in ["/big/p", "/big/k", "/small/s"] {
+        get_exact(&server, path);
+    }
+    on_disk(admin, 3);
+    let purged = request(&server, "PURGE", "/big/p", "");
+    assert_eq!((purged.status, purged.header("purged")), (200, Some("1")));
+    on_disk(admin, 2);
+    let purged = request(&server, "PURGE", "/", "Surrogate-Key: tag-k tag-s\r\n");
+    assert_eq!(purged.status, 200);
+    on_disk(admin, 0);
+    eventually("the files to be removed", || files(&dir).is_empty());
+    for path in ["/big/p", "/big/k", "/small/s"] {
+        get_exact(&server, path);
+        assert_eq!(origin.hits(path), 2, "{path}");
+    }
+    on_disk(admin, 3);
+    // A ban by prefix too.
+    let banned = request(&server, "BAN", "/big/", "");
+    assert_eq!(banned.status, 200);
+    on_disk(admin, 1);
+    get_exact(&server, "/big/p");
+    assert_eq!(origin.hits("/big/p"), 3);
+    assert_eq!(
+        metric(
+            admin,
+            "tessera_cache_disk_evictions_total",
+            &["invalidated"]
+        ),
+        5.0
+    );
+}
+
+#[test]
+fn inactive_objects_are_evicted() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "inactive = \"1s\"");
+    get_exact(&server, "/big/i");
+    on_disk(admin, 1);
+    // The janitor removes it once it has not been used for a second.
+    on_disk(admin, 0);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_evictions_total", &["inactive"]),
+        1.0
+    );
+    get_exact(&server, "/big/i");
+    assert_eq!(origin.hits("/big/i"), 2);
+}
+
+#[test]
+fn min_uses_admits_an_object_on_its_second_request() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "min_uses = 2");
+    get_exact(&server, "/big/m");
+    get_exact(&server, "/big/m");
+    assert_eq!(origin.hits("/big/m"), 2);
+    on_disk(admin, 1);
+    get_exact(&server, "/big/m");
+    assert_eq!(origin.hits("/big/m"), 2);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_fills_total", &["written"]),
+        1.0
+    );
+    promtool_check(&admin_get(admin, "/metrics", "").1);
+}
+
+#[test]
+fn max_size_evicts_the_least_recently_used() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let disk = "max_size = \"5m\"\nmax_object_size = \"3m\"";
+    let (server, admin) = serve(&site, &origin, &dir, disk);
+    get_exact(&server, "/big/1");
+    on_disk(admin, 1);
+    get_exact(&server, "/big/2");
+    on_disk(admin, 2);
+    // /big/1 is used again: /big/2 is now the least recently used.
+    get_exact(&server, "/big/1");
+    get_exact(&server, "/big/3");
+    eventually("an eviction for size", || {
+        metric(admin, "tessera_cache_disk_evictions_total", &["size"]) == 1.0
+    });
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 2.0);
+    assert!(metric(admin, "tessera_cache_disk_bytes", &[]) <= (5 << 20) as f64);
+    get_exact(&server, "/big/1");
+    get_exact(&server, "/big/3");
+    assert_eq!((origin.hits("/big/1"), origin.hits("/big/3")), (1, 1));
+    get_exact(&server, "/big/2");
+    assert_eq!(origin.hits("/big/2"), 2);
+    assert_eq!(files(&dir).len(), 2, "the evicted file is removed");
+}
+
+#[test]
+fn ranges_of_a_disk_object_are_byte_exact() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    get_exact(&server, "/big/r");
+    on_disk(admin, 1);
+    drop(server);
+    let (server, _admin) = serve(&site, &origin, &dir, "");
+    let whole = body_of("/big/r");
+    let mid = MEMORY_LIMIT as u64;
+    for (range, start, end) in [
+        ("bytes=0-99".to_string(), 0, 99),
+        (
+            format!("bytes={}-{}", mid - 10, mid + 10),
+            mid - 10,
+            mid + 10,
+        ),
+        ("bytes=-500".to_string(), BIG as u64 - 500, BIG as u64 - 1),
+        (
+            format!("bytes={}-", BIG - 3),
+            BIG as u64 - 3,
+            BIG as u64 - 1,
+        ),
+    ] {
+        let r = request(&server, "GET", "/big/r", &format!("Range: {range}\r\n"));
+        assert_eq!(r.status, 206, "{range}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes {start}-{end}/{BIG}").as_str()),
+            "{range}"
+        );
+        assert!(r.body == whole[start as usize..=end as usize], "{range}");
+    }
+    assert_eq!(origin.hits("/big/r"), 1);
+}
+
+#[test]
+fn check_config_names_the_disk_key() {
+    let site = Site::new();
+    let path = site.dir.path().join("bad.toml");
+    let dir = site.dir.path().join("disk");
+    for (keys, key, want) in [
+        (
+            "max_size = \"lots\"",
+            "cache.disk.max_size",
+            "\"lots\" is not a size",
+        ),
+        (
+            "inactive = \"soon\"",
+            "cache.disk.inactive",
+            "\"soon\" is not a duration",
+        ),
+        ("min_uses = 0", "cache.disk.min_uses", "at least 1"),
+        ("loader_rate = 0", "cache.disk.loader_rate", "at least 1"),
+        (
+            "max_size = \"1m\"\nmax_object_size = \"2m\"",
+            "cache.disk.max_object_size",
+            "at most max_size",
+        ),
+        ("slice = \"0\"", "cache.disk.slice", "above 0"),
+    ] {
+        let toml = format!(
+            "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
+             [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+             [cache.disk]\npath = \"{}\"\n{keys}\n",
+            dir.display()
+        );
+        std::fs::write(&path, toml).unwrap();
+        let (code, stderr) = check_config_output(&path);
+        assert_eq!(code, Some(1), "{keys}: {stderr}");
+        for want in [key, want, "bad.toml:"] {
+            assert!(stderr.contains(want), "{keys}: {stderr} lacks {want}");
+        }
+    }
+    let toml = "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
+                [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
+                [cache.disk]\nmax_size = \"1g\"\n";
+    std::fs::write(&path, toml).unwrap();
+    let (code, stderr) = check_config_output(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cache.disk.path") && stderr.contains("required"),
+        "{stderr}"
+    );
+
+    let toml = format!(
+        "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
+         [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\ndisk = false\n\
+         [cache.disk]\npath = \"{}\"\nmax_size = \"10g\"\nmax_object_size = \"1g\"\n\
+         inactive = \"7d\"\nmin_uses = 1\nslice = \"1m\"\nloader_rate = 500\n",
+        dir.display()
+    );
+    std::fs::write(&path, toml).unwrap();
+    let (code, stderr) = check_config_output(&path);
+    assert_eq!(code, Some(0), "the issue's keys as written: {stderr}");
+}

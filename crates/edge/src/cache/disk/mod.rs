@@ -1,0 +1,367 @@
+//! The disk tier (`[cache.disk]`): this node's objects in files, between the memory
+//! tier and Redis, kept across restarts.
+//!
+//! - **Files.** One per object, named by a hash of its key, under two levels of
+//!   directories (`file`), written under `tmp/` and renamed into place once whole.
+//! - **Index.** Keys, sizes, freshness, surrogate keys and last use, in memory (`index`):
+//!   a lookup that the index does not know costs no I/O. A background thread (`loader`)
+//!   rebuilds it at start from the files, at `loader_rate` files a second, checking each
+//!   one's lengths and checksums; meanwhile keys not yet loaded are misses.
+//! - **I/O.** Workers never touch a file: reads and writes run on the tier's threads
+//!   (`tessera-disk`), and a read's result comes back through a channel that wakes the
+//!   worker's loop. A read or write finds the queue full past [`MAX_QUEUED`]: a miss,
+//!   or a write not made.
+//! - **Eviction.** The least recently used beyond `max_size`; an object not used for
+//!   `inactive`, or past every window it could be served in; admission after `min_uses`
+//!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
+//!   a request.
+
+mod file;
+mod index;
+mod loader;
+mod shared;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use super::config::DiskSettings;
+use super::entry::Entry;
+use crate::error::ConfigError;
+use file::{Header, Refused};
+pub(crate) use index::Gone;
+use index::Meta;
+use shared::{Counters, Shared};
+
+/// Threads doing the tier's file I/O.
+const THREADS: usize = 4;
+/// Reads and writes queued at most; beyond, a read is a miss and a write is not made.
+const MAX_QUEUED: usize = 1024;
+/// How long writes stop after the disk said it is full.
+const FULL_PAUSE: Duration = Duration::from_secs(30);
+/// How long a request waits for a read before it counts as a miss.
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+/// Counters of the disk tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskTierStats {
+    /// Objects on disk (indexed).
+    pub objects: usize,
+    /// Their bytes (files, headers included).
+    pub bytes: u64,
+    /// `max_size`.
+    pub capacity: u64,
+    /// Lookups answered from disk.
+    pub hits: u64,
+    /// Lookups for keys not on disk.
+    pub misses: u64,
+    /// Objects written.
+    pub fills: u64,
+    /// Writes that failed (an I/O error, a full disk) or were not made (queue full).
+    pub fill_errors: u64,
+    /// Objects removed by reason.
+    pub evicted_size: u64,
+    pub evicted_inactive: u64,
+    pub evicted_invalidated: u64,
+    /// Files dropped because they were truncated or corrupted.
+    pub dropped_corrupt: u64,
+    /// Files the loader has read since start.
+    pub loader_files: u64,
+    /// Whether the loader has read every file.
+    pub loaded: bool,
+    /// Whether writes are paused because the disk is full.
+    pub full: bool,
+}
+
+type Job = Box<dyn FnOnce(&Shared) + Send>;
+
+pub(crate) struct DiskTier {
+    shared: Arc<Shared>,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl DiskTier {
+    /// Makes the directories, and starts the I/O threads and the loader.
+    pub(crate) fn start(settings: DiskSettings) -> Result<DiskTier, ConfigError> {
+        let root = settings.path.clone();
+        std::fs::create_dir_all(file::temp_dir(&root)).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "`cache.disk.path`: cannot make {}: {e}",
+                root.display()
+            ))
+        })?;
+        let shared = Arc::new(Shared {
+            settings,
+            index: Mutex::default(),
+            counters: Counters::default(),
+            loaded: AtomicBool::new(false),
+            full_until: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
+            temp_seq: AtomicU64::new(0),
+        });
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let spawn_failed =
+            |e: std::io::Error| ConfigError::Invalid(format!("cache.disk: no thread: {e}"));
+        for i in 0..THREADS {
+            let (rx, shared) = (rx.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name(format!("tessera-disk-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(&shared),
+                        Err(_) => return,
+                    }
+                })
+                .map_err(spawn_failed)?;
+        }
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("tessera-disk-loader".into())
+            .spawn(move || loader::run(weak, root))
+            .map_err(spawn_failed)?;
+        Ok(DiskTier { shared, jobs })
+    }
+
+    pub(crate) fn max_object_size(&self) -> u64 {
+        self.shared.settings.max_object_size
+    }
+
+    /// Queues a read or write, unless [`MAX_QUEUED`] are; whether it was queued.
+    fn queue(&self, job: impl FnOnce(&Shared) + Send + 'static) -> bool {
+        let queued = &self.shared.queued;
+        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED {
+            queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        self.jobs
+            .send(Box::new(move |s: &Shared| {
+                s.queued.fetch_sub(1, Ordering::AcqRel);
+                job(s);
+            }))
+            .is_ok()
+    }
+
+    /// Removes the files of `keys`, always queued (a purged file must not come back at
+    /// the next start).
+    fn unlink(&self, keys: Vec<String>) {
+        if !keys.is_empty() {
+            let _ = self.jobs.send(Box::new(move |s: &Shared| s.unlink(&keys)));
+        }
+    }
+
+    /// The Vary field names of `key` on disk and until when they hold, when its marker
+    /// holds at `now`.
+    pub(crate) fn vary_of(&self, key: &str, now: u64) -> Option<(Arc<[String]>, u64)> {
+        self.shared.index().vary_of(key, now)
+    }
+
+    /// Bumped by every invalidation: a read begun before one that ends after it is not
+    /// served.
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.index().generation
+    }
+
+    /// Whether the object of `object_key` (for request key `base`) is on disk and of
+    /// use at `now` (marked used); when it is not, the request is counted toward
+    /// `min_uses`. Its time of storing when it is.
+    pub(crate) fn find(&self, object_key: &str, base: &str, now: u64) -> Option<u64> {
+        let mut index = self.shared.index();
+        match index.touch(object_key, now) {
+            Some(meta) if self.shared.expired(&meta, now) => {
+                index.remove(object_key);
+                index.count_use(base, self.shared.settings.min_uses);
+                drop(index);
+                self.shared.count_gone(Gone::Inactive, 1);
+                self.unlink(vec![object_key.to_string()]);
+            }
+            Some(meta) => return Some(meta.stored_ms),
+            None => {
+                index.count_use(base, self.shared.settings.min_uses);
+            }
+        }
+        self.shared.counters.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Reads the object of `key` on an I/O thread; a file found truncated or corrupted
+    /// is dropped, and any failure is a miss.
+    pub(crate) async fn read(&self, key: &str, now: u64) -> Option<Entry> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let owned = key.to_string();
+        let queued = self.queue(move |s: &Shared| {
+            let _ = reply.send(read_on_thread(s, &owned, now));
+        });
+        let found = match queued {
+            true => match evloop::time::timeout(READ_WAIT, answer).await {
+                Ok(Ok(found)) => found,
+                _ => None,
+            },
+            false => None,
+        };
+        let counter = match found {
+            Some(_) => &self.shared.counters.hits,
+            None => &self.shared.counters.misses,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Writes `entry` under `key` (a variant of `base` varying on `vary` until
+    /// `vary_until` when `vary` is not empty) in the background, when it is admitted:
+    /// small enough, asked for `min_uses` times, and the disk not full.
+    pub(crate) fn write(
+        &self,
+        (base, key): (&str, &str),
+        (vary, vary_until): (&[String], u64),
+        entry: Arc<Entry>,
+        now: u64,
+    ) {
+        let s = &self.shared;
+        if entry.weight > s.settings.max_object_size || s.full_until.load(Ordering::Relaxed) > now {
+            return;
+        }
+        let generation = {
+            let index = s.index();
+            if !index.admitted(base, key, s.settings.min_uses) {
+                return;
+            }
+            index.generation
+        };
+        let header = Header {
+            key: key.to_string(),
+            base: base.to_string(),
+            vary: vary.to_vec(),
+            vary_until,
+            stored_ms: now,
+            useless_ms: entry.useless_at(),
+            tags: entry.keys.to_vec(),
+            record_len: 0,
+            record_crc: 0,
+        };
+        if !self.queue(move |s: &Shared| write_on_thread(s, header, &entry, generation)) {
+            s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes what `gone` says must go, for an invalidation; how many objects.
+    pub(crate) fn invalidate(&self, gone: impl Fn(&str, &Meta) -> bool) -> usize {
+        let keys = {
+            let mut index = self.shared.index();
+            index.invalidated();
+            index.remove_where(gone)
+        };
+        let n = keys.len();
+        self.shared.count_gone(Gone::Invalidated, n);
+        self.unlink(keys);
+        n
+    }
+
+    /// Removes `key` and its variants.
+    pub(crate) fn purge(&self, key: &str) -> usize {
+        self.invalidate(|k, m| k == key || m.base == key)
+    }
+
+    /// Counters and sizes now.
+    pub(crate) fn stats(&self) -> DiskTierStats {
+        let s = &self.shared;
+        let (objects, bytes) = {
+            let index = s.index();
+            (index.len(), index.bytes)
+        };
+        let c = &s.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiskTierStats {
+            objects,
+            bytes,
+            capacity: s.settings.max_size,
+            hits: load(&c.hits),
+            misses: load(&c.misses),
+            fills: load(&c.fills),
+            fill_errors: load(&c.fill_errors),
+            evicted_size: load(&c.evicted[0]),
+            evicted_inactive: load(&c.evicted[1]),
+            evicted_invalidated: load(&c.evicted[2]),
+            dropped_corrupt: load(&c.evicted[3]),
+            loader_files: load(&c.loader_files),
+            loaded: s.loaded.load(Ordering::Acquire),
+            full: s.full_until.load(Ordering::Relaxed) > crate::clock::now_ms(),
+        }
+    }
+}
+
+/// A read, on an I/O thread: the file checked and decoded; dropped when refused.
+fn read_on_thread(s: &Shared, key: &str, now: u64) -> Option<Entry> {
+    let path = s.path_of(key);
+    let refused = match file::read(&path, Some(key)) {
+        Ok((_, record)) => match Entry::decode(record, s.settings.max_object_size as usize, now) {
+            Some(entry) => return Some(entry),
+            None => Refused::Corrupt("record"),
+        },
+        Err(e) => e,
+    };
+    tracing::warn!(path = %path.display(), ?refused, "disk cache file dropped");
+    s.index().remove(key);
+    s.count_gone(Gone::Corrupt, 1);
+    let _ = std::fs::remove_file(&path);
+    None
+}
+
+/// A write, on an I/O thread: under `tmp/`, renamed into place, then indexed (unless an
+/// invalidation came meanwhile), and the least recently used evicted beyond `max_size`.
+fn write_on_thread(s: &Shared, mut header: Header, entry: &Entry, generation: u64) {
+    let record = entry.encode();
+    header.record_len = record.len() as u64;
+    header.record_crc = crc32fast::hash(&record);
+    let head = header.encode();
+    let size = (head.len() + record.len()) as u64;
+    let path = s.path_of(&header.key);
+    let seq = s.temp_seq.fetch_add(1, Ordering::Relaxed);
+    let name = format!(
+        "{}.{}.{seq}",
+        file::name_of(&header.key),
+        std::process::id()
+    );
+    let temp = file::temp_dir(&s.settings.path).join(name);
+    let written = (|| {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&temp)?;
+        f.write_all(&head)?;
+        f.write_all(&record)?;
+        drop(f);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::rename(&temp, &path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            let until = crate::clock::now_ms() + FULL_PAUSE.as_millis() as u64;
+            s.full_until.store(until, Ordering::Relaxed);
+            tracing::warn!(path = %s.settings.path.display(), "disk cache full: writes paused");
+        } else {
+            tracing::warn!(error = %e, path = %path.display(), "disk cache write failed");
+        }
+        return;
+    }
+    let now = crate::clock::now_ms();
+    let evicted = {
+        let mut index = s.index();
+        if index.generation != generation {
+            // An invalidation since the fill began may concern it: not kept (nor what
+            // the file replaced).
+            index.remove(&header.key);
+            drop(index);
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        index.insert(&header, size, now, false);
+        index.over(s.settings.max_size)
+    };
+    s.counters.fills.fetch_add(1, Ordering::Relaxed);
+    s.count_gone(Gone::Size, evicted.len());
+    s.unlink(&evicted);
+}

@@ -1,0 +1,66 @@
+//! What the disk tier's threads (I/O and loader) and the workers share: its settings,
+//! its index behind a lock, its counters.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::file;
+use super::index::{Gone, Index, Meta};
+use crate::cache::config::DiskSettings;
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) hits: AtomicU64,
+    pub(super) misses: AtomicU64,
+    pub(super) fills: AtomicU64,
+    pub(super) fill_errors: AtomicU64,
+    pub(super) evicted: [AtomicU64; 4],
+    pub(super) loader_files: AtomicU64,
+}
+
+/// What the tier's threads and its workers share.
+pub(super) struct Shared {
+    pub(super) settings: DiskSettings,
+    pub(super) index: Mutex<Index>,
+    pub(super) counters: Counters,
+    pub(super) loaded: AtomicBool,
+    /// Writes paused until (Unix ms), after `ENOSPC`.
+    pub(super) full_until: AtomicU64,
+    /// Reads and writes queued.
+    pub(super) queued: AtomicUsize,
+    pub(super) temp_seq: AtomicU64,
+}
+
+impl Shared {
+    pub(super) fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn count_gone(&self, why: Gone, n: usize) {
+        let i = match why {
+            Gone::Size => 0,
+            Gone::Inactive => 1,
+            Gone::Invalidated => 2,
+            Gone::Corrupt => 3,
+        };
+        self.counters.evicted[i].fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn path_of(&self, key: &str) -> PathBuf {
+        file::path_of(&self.settings.path, key)
+    }
+
+    /// Removes the files of `keys` (taken out of the index).
+    pub(super) fn unlink(&self, keys: &[String]) {
+        for k in keys {
+            let _ = std::fs::remove_file(self.path_of(k));
+        }
+    }
+
+    /// Whether `meta` is past use at `now`: not used for `inactive`, or of no use.
+    pub(super) fn expired(&self, meta: &Meta, now: u64) -> bool {
+        let inactive = self.settings.inactive.as_millis() as u64;
+        meta.last_used_ms.saturating_add(inactive) <= now || meta.useless_ms <= now
+    }
+}

@@ -1,0 +1,80 @@
+//! The disk tier seen from the cache (docs/cache.md, "Disk tier"): a memory miss asks
+//! the disk before Redis; an object read back goes into memory when it fits there, and
+//! invalidations that concern memory concern the disk the same way (`disk`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{variant_key, Cache, Slot};
+use crate::cache::lookup::Field;
+use crate::cache::Entry;
+
+impl Cache {
+    /// The object on disk for `key` and these request fields, fresh or not (the caller
+    /// decides, as for a memory object); `None` when there is none, it is past use, a
+    /// ban concerns it, or an invalidation came while it was read. One that fits in
+    /// memory is copied there.
+    pub(crate) async fn lookup_disk(
+        &self,
+        key: &str,
+        field: Field<'_>,
+        now: u64,
+    ) -> Option<Arc<Entry>> {
+        let disk = self.disk.as_ref()?;
+        let generation = disk.generation();
+        let vary = disk.vary_of(key, now);
+        let object_key = match &vary {
+            Some((names, _)) => variant_key(key, names, field),
+            None => key.to_string(),
+        };
+        let stored_ms = disk.find(&object_key, key, now)?;
+        if self.bans.pending() && self.bans.bans(&object_key, stored_ms) {
+            disk.invalidate(|k, _| k == object_key);
+            return None;
+        }
+        let entry = Arc::new(disk.read(&object_key, now).await?);
+        if disk.generation() != generation || entry.useless(now) {
+            return None;
+        }
+        if entry.weight > self.config.max_object_size as u64 {
+            // Served from this copy and let go; `stored_ms` for the bans.
+            entry.stored_ms.store(stored_ms, Ordering::Release);
+            return Some(entry);
+        }
+        if let Some((names, until)) = vary {
+            self.mem.insert(key.to_string(), Slot::Vary(names, until));
+        }
+        self.store(object_key, entry.clone());
+        crate::metrics::stored();
+        Some(entry)
+    }
+
+    /// The largest response the proxy reads to store, on a route that may (`disk`) or
+    /// may not use the disk tier.
+    pub(crate) fn object_limit(&self, disk: bool) -> usize {
+        let memory = self.config.max_object_size;
+        match self.disk.as_ref().filter(|_| disk) {
+            Some(d) => memory.max(d.max_object_size() as usize),
+            None => memory,
+        }
+    }
+
+    /// Removes from disk the objects with one of the surrogate `keys`; how many.
+    pub(super) fn purge_keys_on_disk(&self, keys: &[&str]) -> usize {
+        self.disk.as_ref().map_or(0, |d| {
+            d.invalidate(|_, m| m.tags.iter().any(|t| keys.contains(&&**t)))
+        })
+    }
+
+    /// Removes from disk the object of URL `key` and its variants; how many.
+    pub(super) fn purge_on_disk(&self, key: &str) -> usize {
+        self.disk.as_ref().map_or(0, |d| d.purge(key))
+    }
+
+    /// Removes from disk what `banned` says (a key and when it was stored); how many.
+    pub(super) fn ban_on_disk(&self, banned: impl Fn(&str, u64) -> bool) -> usize {
+        self.disk
+            .as_ref()
+            .map_or(0, |d| d.invalidate(|k, m| banned(k, m.stored_ms)))
+    }
+}
