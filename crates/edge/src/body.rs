@@ -1,5 +1,6 @@
 //! A proxied response's body: an upstream body passed through, an ESI page being
-//! assembled, a cached object, or an upgraded connection handed to the server.
+//! assembled, a cached object (in memory, or read from disk as it is sent), or an
+//! upgraded connection handed to the server.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use evloop::AbortHandle;
 use tokio::sync::mpsc;
 
+use crate::cache::disk::stream::DiskStream;
 use crate::error::PageError;
 use crate::upstream::client::PassBody;
 
@@ -37,6 +39,8 @@ pub(crate) enum BodyKind {
     },
     /// A 101's upgraded connection, until the server takes it (no body).
     Tunnel(Option<handler::Tunnel>),
+    /// A disk object's body (or a range of it), read as it is sent.
+    Disk(Box<DiskStream>),
 }
 
 impl Body {
@@ -66,6 +70,14 @@ impl Body {
         Body {
             kind: BodyKind::Ready { chunks, next: 0 },
             length: Some(length),
+        }
+    }
+
+    /// A disk object's body, read as it is sent.
+    pub(crate) fn disk(stream: DiskStream) -> Body {
+        Body {
+            length: Some(stream.remaining()),
+            kind: BodyKind::Disk(Box::new(stream)),
         }
     }
 
@@ -125,6 +137,9 @@ impl Body {
             },
             BodyKind::Whole(whole) => Poll::Ready(whole.take().map(Ok)),
             BodyKind::Tunnel(_) => Poll::Ready(None),
+            BodyKind::Disk(stream) => stream
+                .poll_chunk(cx)
+                .map(|c| c.map(|r| r.map_err(PageError::Disk))),
             BodyKind::Ready { chunks, next } => {
                 let chunk = chunks.get(*next).cloned();
                 *next += 1;

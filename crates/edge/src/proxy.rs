@@ -434,7 +434,7 @@ impl Edge {
         let mut headers = headers;
         if req.method == Method::HEAD && entry.template.is_none() {
             // No body to count: a HEAD says the length its GET would have.
-            let length = entry.body.len() as u64;
+            let length = entry.body_len();
             headers.append_with(b"content-length", |b| wire::write_decimal(b, length));
         }
         let (lines, date) = entry.response_head_h1(token);
@@ -443,11 +443,25 @@ impl Edge {
                 match crate::partial::answer(&entry, req, (&lines, date), token, age) {
                     // 304, 412, 206 or 416 from the stored object.
                     Some(answer) => answer,
-                    None => ProxyResponse {
-                        status: entry.status,
-                        head_h1: Some((lines, date, Some((entry.variants.clone(), entry.clone())))),
-                        headers,
-                        body: Body::whole(entry.body.clone()),
+                    // A body left on disk is sent as it is read, without compressed forms
+                    // of its own.
+                    None => match &entry.on_disk {
+                        Some(on_disk) => ProxyResponse {
+                            status: entry.status,
+                            head_h1: Some((lines, date, None)),
+                            headers,
+                            body: Body::disk(on_disk.stream(None)),
+                        },
+                        None => ProxyResponse {
+                            status: entry.status,
+                            head_h1: Some((
+                                lines,
+                                date,
+                                Some((entry.variants.clone(), entry.clone())),
+                            )),
+                            headers,
+                            body: Body::whole(entry.body.clone()),
+                        },
                     },
                 },
             ),

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::harness::{
-    check_config_output, eventually, read_request_head, read_response, Response, Server, Site,
+    check_config_output, eventually, read_request_head, read_response, read_to_close, Response,
+    Server, Site,
 };
 use crate::metrics::{admin_addr, admin_get, promtool_check, samples, sum};
 
@@ -135,7 +136,7 @@ fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
         "{method} {path} HTTP/1.1\r\nHost: test\r\n{extra}Connection: close\r\n\r\n"
     )
     .unwrap();
-    read_response(&mut stream, false)
+    read_response(&mut stream, method == "HEAD")
 }
 
 /// `GET path`, checked byte-exact against what the origin sends.
@@ -279,27 +280,94 @@ fn truncated_and_corrupted_files_are_dropped_at_load_and_fetched_again() {
 }
 
 #[test]
-fn a_file_corrupted_while_serving_is_dropped_when_read() {
+fn a_file_corrupted_while_serving_breaks_its_response_off_and_is_dropped() {
     let (site, origin) = (Site::new(), Origin::start());
     let dir = site.dir.path().join("disk");
     let (server, admin) = serve(&site, &origin, &dir, "");
     get_exact(&server, "/big/z");
     on_disk(admin, 1);
+    // Sent as it is read: two requests at once, and a range, all from the file.
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr;
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                write!(
+                    stream,
+                    "GET /big/z HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                read_response(&mut stream, false).body
+            })
+        })
+        .collect();
+    for b in both {
+        assert!(b.join().unwrap() == body_of("/big/z"));
+    }
     let file = file_of(&dir, "/big/z");
     let mut bytes = std::fs::read(&file).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&file, bytes).unwrap();
-    // Never served: fetched again, and stored again.
+    // The checksum no longer matches at the end of the body: the response breaks off
+    // short of its Content-Length, so no client takes it as whole.
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET /big/z HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let raw = read_to_close(&mut stream);
+    assert!(
+        raw.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&raw[..40])
+    );
+    assert!(raw.len() < BIG, "{} bytes", raw.len());
+    eventually("the file to be dropped", || {
+        metric(admin, "tessera_cache_disk_evictions_total", &["corrupt"]) == 1.0
+    });
+    // Fetched again, and stored again.
     get_exact(&server, "/big/z");
     assert_eq!(origin.hits("/big/z"), 2);
-    assert_eq!(
-        metric(admin, "tessera_cache_disk_evictions_total", &["corrupt"]),
-        1.0
-    );
     on_disk(admin, 1);
     get_exact(&server, "/big/z");
     assert_eq!(origin.hits("/big/z"), 2);
+}
+
+#[test]
+fn ten_clients_downloading_a_new_object_at_once_make_one_origin_request() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    let barrier = Arc::new(std::sync::Barrier::new(10));
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let (addr, barrier) = (server.addr, barrier.clone());
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream
+                    .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                    .unwrap();
+                barrier.wait();
+                write!(
+                    stream,
+                    "GET /big/ten HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                read_response(&mut stream, false)
+            })
+        })
+        .collect();
+    for c in clients {
+        let r = c.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == body_of("/big/ten"), "{} bytes", r.body.len());
+    }
+    assert_eq!(origin.hits("/big/ten"), 1);
+    on_disk(admin, 1);
+    get_exact(&server, "/big/ten");
+    assert_eq!(origin.hits("/big/ten"), 1);
 }
 
 #[test]
@@ -434,6 +502,10 @@ fn ranges_of_a_disk_object_are_byte_exact() {
         );
         assert!(r.body == whole[start as usize..=end as usize], "{range}");
     }
+    // Several ranges of a body sent as it is read: the whole object.
+    let r = request(&server, "GET", "/big/r", "Range: bytes=0-9,100-109\r\n");
+    assert_eq!(r.status, 200);
+    assert!(r.body == whole);
     assert_eq!(origin.hits("/big/r"), 1);
 }
 

@@ -180,8 +180,9 @@ impl From<io::Error> for Refused {
 /// Bytes read at a time, for the checksum of a file the loader only checks.
 const CHUNK: usize = 256 << 10;
 
-/// Reads the header of the file at `path` and checks it against the file's length.
-fn open(path: &Path) -> Result<(File, Header, u64), Refused> {
+/// Opens the file at `path`, reads its header and checks it against the file's length:
+/// the file (at the start of its record), its header, and the header's length.
+pub(crate) fn open(path: &Path) -> Result<(File, Header, u64), Refused> {
     let mut file = File::open(path)?;
     let len = file.metadata()?.len();
     let mut fixed = [0u8; FIXED];
@@ -202,21 +203,27 @@ fn open(path: &Path) -> Result<(File, Header, u64), Refused> {
     Ok((file, header, header_len as u64))
 }
 
-/// The file at `path` read whole and checked (its key must be `key` when given): its
-/// header and record.
-pub(crate) fn read(path: &Path, key: Option<&str>) -> Result<(Header, Bytes), Refused> {
-    let (mut file, header, _) = open(path)?;
-    if key.is_some_and(|k| k != header.key) {
-        return Err(Refused::Corrupt("another key"));
-    }
+/// The record of `file` ([`open`]ed), read whole and checked against `header`.
+pub(crate) fn read_record(file: &mut File, header: &Header) -> Result<Bytes, Refused> {
     let mut record = BytesMut::zeroed(header.record_len as usize);
-    // pread in chunks would let the body stream out as it is read; read whole for now.
     file.read_exact(&mut record)
         .map_err(|_| Refused::Corrupt("shorter than its length"))?;
     if crc32fast::hash(&record) != header.record_crc {
         return Err(Refused::Corrupt("checksum"));
     }
-    Ok((header, record.freeze()))
+    Ok(record.freeze())
+}
+
+/// The file at `path` read whole and checked (its key must be `key` when given): its
+/// header and record.
+#[cfg(test)]
+fn read(path: &Path, key: Option<&str>) -> Result<(Header, Bytes), Refused> {
+    let (mut file, header, _) = open(path)?;
+    if key.is_some_and(|k| k != header.key) {
+        return Err(Refused::Corrupt("another key"));
+    }
+    let record = read_record(&mut file, &header)?;
+    Ok((header, record))
 }
 
 /// The file at `path` checked (lengths and checksums) without keeping its record: what

@@ -9,8 +9,9 @@
 //!   one's lengths and checksums; meanwhile keys not yet loaded are misses.
 //! - **I/O.** Workers never touch a file: reads and writes run on the tier's threads
 //!   (`tessera-disk`), and a read's result comes back through a channel that wakes the
-//!   worker's loop. A read or write finds the queue full past [`MAX_QUEUED`]: a miss,
-//!   or a write not made.
+//!   worker's loop. A read or write that finds the queue full (1,024) is a miss, or a
+//!   write not made. An object too large for memory is sent as it is read, a chunk at a
+//!   time (`stream`).
 //! - **Eviction.** The least recently used beyond `max_size`; an object not used for
 //!   `inactive`, or past every window it could be served in; admission after `min_uses`
 //!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
@@ -20,23 +21,22 @@ mod file;
 mod index;
 mod loader;
 mod shared;
+pub(crate) mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use super::config::DiskSettings;
-use super::entry::Entry;
+use super::entry::{Entry, RecordHead};
 use crate::error::ConfigError;
 use file::{Header, Refused};
 pub(crate) use index::Gone;
 use index::Meta;
-use shared::{Counters, Shared};
+use shared::{Counters, Queue, Shared};
 
 /// Threads doing the tier's file I/O.
 const THREADS: usize = 4;
-/// Reads and writes queued at most; beyond, a read is a miss and a write is not made.
-const MAX_QUEUED: usize = 1024;
 /// How long writes stop after the disk said it is full.
 const FULL_PAUSE: Duration = Duration::from_secs(30);
 /// How long a request waits for a read before it counts as a miss.
@@ -73,11 +73,9 @@ pub struct DiskTierStats {
     pub full: bool,
 }
 
-type Job = Box<dyn FnOnce(&Shared) + Send>;
-
 pub(crate) struct DiskTier {
     shared: Arc<Shared>,
-    jobs: mpsc::Sender<Job>,
+    queue: Queue,
 }
 
 impl DiskTier {
@@ -99,7 +97,7 @@ impl DiskTier {
             queued: AtomicUsize::new(0),
             temp_seq: AtomicU64::new(0),
         });
-        let (jobs, rx) = mpsc::channel::<Job>();
+        let (jobs, rx) = mpsc::channel::<shared::Job>();
         let rx = Arc::new(Mutex::new(rx));
         let spawn_failed =
             |e: std::io::Error| ConfigError::Invalid(format!("cache.disk: no thread: {e}"));
@@ -121,33 +119,19 @@ impl DiskTier {
             .name("tessera-disk-loader".into())
             .spawn(move || loader::run(weak, root))
             .map_err(spawn_failed)?;
-        Ok(DiskTier { shared, jobs })
+        let queue = Queue::new(shared.clone(), jobs);
+        Ok(DiskTier { shared, queue })
     }
 
     pub(crate) fn max_object_size(&self) -> u64 {
         self.shared.settings.max_object_size
     }
 
-    /// Queues a read or write, unless [`MAX_QUEUED`] are; whether it was queued.
-    fn queue(&self, job: impl FnOnce(&Shared) + Send + 'static) -> bool {
-        let queued = &self.shared.queued;
-        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED {
-            queued.fetch_sub(1, Ordering::AcqRel);
-            return false;
-        }
-        self.jobs
-            .send(Box::new(move |s: &Shared| {
-                s.queued.fetch_sub(1, Ordering::AcqRel);
-                job(s);
-            }))
-            .is_ok()
-    }
-
     /// Removes the files of `keys`, always queued (a purged file must not come back at
     /// the next start).
     fn unlink(&self, keys: Vec<String>) {
         if !keys.is_empty() {
-            let _ = self.jobs.send(Box::new(move |s: &Shared| s.unlink(&keys)));
+            self.queue.always(move |s: &Shared| s.unlink(&keys));
         }
     }
 
@@ -186,12 +170,15 @@ impl DiskTier {
     }
 
     /// Reads the object of `key` on an I/O thread; a file found truncated or corrupted
-    /// is dropped, and any failure is a miss.
-    pub(crate) async fn read(&self, key: &str, now: u64) -> Option<Entry> {
+    /// is dropped, and any failure is a miss. A fresh object whose body is larger than
+    /// `stream_above` bytes is read but for its body, which is sent as it is read
+    /// ([`Entry::on_disk`]).
+    pub(crate) async fn read(&self, key: &str, now: u64, stream_above: u64) -> Option<Entry> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let owned = key.to_string();
-        let queued = self.queue(move |s: &Shared| {
-            let _ = reply.send(read_on_thread(s, &owned, now));
+        let queue = self.queue.clone();
+        let queued = self.queue.bounded(move |s: &Shared| {
+            let _ = reply.send(read_on_thread(s, &queue, &owned, now, stream_above));
         });
         let found = match queued {
             true => match evloop::time::timeout(READ_WAIT, answer).await {
@@ -240,7 +227,7 @@ impl DiskTier {
             record_len: 0,
             record_crc: 0,
         };
-        if !self.queue(move |s: &Shared| write_on_thread(s, header, &entry, generation)) {
+        if !(self.queue).bounded(move |s: &Shared| write_on_thread(s, header, &entry, generation)) {
             s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -291,14 +278,33 @@ impl DiskTier {
     }
 }
 
-/// A read, on an I/O thread: the file checked and decoded; dropped when refused.
-fn read_on_thread(s: &Shared, key: &str, now: u64) -> Option<Entry> {
+/// A read, on an I/O thread: the file checked and decoded (but for the body of a fresh
+/// object larger than `stream_above`, left to be read as it is sent); dropped when
+/// refused.
+fn read_on_thread(
+    s: &Shared,
+    queue: &Queue,
+    key: &str,
+    now: u64,
+    stream_above: u64,
+) -> Option<Entry> {
     let path = s.path_of(key);
-    let refused = match file::read(&path, Some(key)) {
-        Ok((_, record)) => match Entry::decode(record, s.settings.max_object_size as usize, now) {
-            Some(entry) => return Some(entry),
-            None => Refused::Corrupt("record"),
-        },
+    let max = s.settings.max_object_size as usize;
+    let read = file::open(&path).and_then(|(mut f, header, header_len)| {
+        if header.key != key {
+            return Err(Refused::Corrupt("another key"));
+        }
+        if header.record_len > stream_above {
+            let at = (key, header_len, now);
+            if let Some(entry) = head_only(queue, &f, &header, at, max) {
+                return Ok(entry);
+            }
+        }
+        let record = file::read_record(&mut f, &header)?;
+        Entry::decode(record, max, now).ok_or(Refused::Corrupt("record"))
+    });
+    let refused = match read {
+        Ok(entry) => return Some(entry),
         Err(e) => e,
     };
     tracing::warn!(path = %path.display(), ?refused, "disk cache file dropped");
@@ -306,6 +312,49 @@ fn read_on_thread(s: &Shared, key: &str, now: u64) -> Option<Entry> {
     s.count_gone(Gone::Corrupt, 1);
     let _ = std::fs::remove_file(&path);
     None
+}
+
+/// The most of a record read to find its head (status, fields, freshness) for an
+/// object sent as it is read; one whose fields are longer is read whole.
+const HEAD_READ: usize = 64 << 10;
+
+/// The object of `file` (its header read) with its body left on disk, to be sent as it
+/// is read ([`stream::OnDisk`]): when it is fresh at `now`, not an ESI page (whose
+/// template is compiled from the whole source), and its head within [`HEAD_READ`].
+fn head_only(
+    queue: &Queue,
+    file: &std::fs::File,
+    header: &Header,
+    (key, header_len, now): (&str, u64, u64),
+    max: usize,
+) -> Option<Entry> {
+    use std::os::unix::fs::FileExt;
+    let n = (header.record_len as usize).min(HEAD_READ);
+    let mut prefix = vec![0u8; n];
+    file.read_exact_at(&mut prefix, header_len).ok()?;
+    let prefix = bytes::Bytes::from(prefix);
+    let mut rest = prefix.clone();
+    let head = RecordHead::decode(&mut rest, max, now)?;
+    if head.is_template() || !head.is_fresh(now) {
+        return None;
+    }
+    let head_len = n - rest.len();
+    let body_len = head.body_len as u64;
+    if head_len as u64 + body_len != header.record_len {
+        return None;
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&prefix[..head_len]);
+    let file = Arc::new(file.try_clone().ok()?);
+    let mut entry = head.into_entry(bytes::Bytes::new());
+    entry.weight += body_len;
+    entry.on_disk = Some(stream::OnDisk::new(
+        (queue.clone(), key.to_string()),
+        file,
+        (header_len + head_len as u64, body_len),
+        (crc, header.record_crc),
+    ));
+    Some(entry)
 }
 
 /// A write, on an I/O thread: under `tmp/`, renamed into place, then indexed (unless an

@@ -1,9 +1,9 @@
 //! What the disk tier's threads (I/O and loader) and the workers share: its settings,
-//! its index behind a lock, its counters.
+//! its index behind a lock, its counters, and the queue of its I/O threads.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use super::file;
 use super::index::{Gone, Index, Meta};
@@ -62,5 +62,46 @@ impl Shared {
     pub(super) fn expired(&self, meta: &Meta, now: u64) -> bool {
         let inactive = self.settings.inactive.as_millis() as u64;
         meta.last_used_ms.saturating_add(inactive) <= now || meta.useless_ms <= now
+    }
+}
+
+/// Reads and writes queued at most; beyond, a read is a miss and a write is not made.
+const MAX_QUEUED: usize = 1024;
+
+/// Work for an I/O thread.
+pub(super) type Job = Box<dyn FnOnce(&Shared) + Send>;
+
+/// The way to the tier's I/O threads.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    pub(super) shared: Arc<Shared>,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Queue {
+    pub(super) fn new(shared: Arc<Shared>, jobs: mpsc::Sender<Job>) -> Queue {
+        Queue { shared, jobs }
+    }
+
+    /// Queues a read or write of a request, unless [`MAX_QUEUED`] are; whether it was
+    /// queued.
+    pub(super) fn bounded(&self, job: impl FnOnce(&Shared) + Send + 'static) -> bool {
+        let queued = &self.shared.queued;
+        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED {
+            queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        self.jobs
+            .send(Box::new(move |s: &Shared| {
+                s.queued.fetch_sub(1, Ordering::AcqRel);
+                job(s);
+            }))
+            .is_ok()
+    }
+
+    /// Queues whatever is queued: removals (a purged file must not come back at the next
+    /// start) and the next chunk of a body being sent (bounded by the responses).
+    pub(super) fn always(&self, job: impl FnOnce(&Shared) + Send + 'static) -> bool {
+        self.jobs.send(Box::new(job)).is_ok()
     }
 }

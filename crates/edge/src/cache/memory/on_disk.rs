@@ -13,7 +13,8 @@ impl Cache {
     /// The object on disk for `key` and these request fields, fresh or not (the caller
     /// decides, as for a memory object); `None` when there is none, it is past use, a
     /// ban concerns it, or an invalidation came while it was read. One that fits in
-    /// memory is copied there.
+    /// memory is copied there; a fresh one too large for memory comes with its body left
+    /// on disk, to be sent as it is read ([`Entry::on_disk`]).
     pub(crate) async fn lookup_disk(
         &self,
         key: &str,
@@ -32,11 +33,12 @@ impl Cache {
             disk.invalidate(|k, _| k == object_key);
             return None;
         }
-        let entry = Arc::new(disk.read(&object_key, now).await?);
+        let memory_limit = self.config.max_object_size as u64;
+        let entry = Arc::new(disk.read(&object_key, now, memory_limit).await?);
         if disk.generation() != generation || entry.useless(now) {
             return None;
         }
-        if entry.weight > self.config.max_object_size as u64 {
+        if entry.on_disk.is_some() || entry.weight > memory_limit {
             // Served from this copy and let go; `stored_ms` for the bans.
             entry.stored_ms.store(stored_ms, Ordering::Release);
             return Some(entry);
