@@ -13,7 +13,7 @@ use crate::harness::{
     check_config_output, eventually, read_request_head, read_response, read_to_close, Response,
     Server, Site,
 };
-use crate::metrics::{admin_addr, admin_get, promtool_check, samples, sum};
+use crate::metrics::{admin_addr, admin_get, json_sum, promtool_check, samples, status_json, sum};
 
 /// The memory tier's per-object limit in these tests; `/big/` objects are above it.
 const MEMORY_LIMIT: usize = 1 << 20;
@@ -230,6 +230,20 @@ fn an_object_above_the_memory_limit_is_kept_on_disk_only() {
         2.0
     );
     assert!(metric(admin, "tessera_cache_disk_bytes", &[]) > BIG as f64);
+    // /status.json has the disk figures, and /status a tile for them.
+    let doc = status_json(admin);
+    assert_eq!(json_sum(&doc, "tessera_cache_disk_objects", &[]), 1.0);
+    assert_eq!(
+        json_sum(
+            &doc,
+            "tessera_cache_disk_lookups_total",
+            &[("result", "hit")]
+        ),
+        2.0
+    );
+    let (status, page) = admin_get(admin, "/status", "");
+    assert_eq!(status, 200);
+    assert!(page.contains("tessera_cache_disk_objects") && page.contains("disk cache objects"));
 
     // A route with `disk = false`: too large for memory, so not stored at all.
     get_exact(&server, "/off/big/y");

@@ -427,7 +427,7 @@ fn a_real_prometheus_scrapes_every_request() {
 }
 
 /// `/status.json`: the sum of the samples named `name` whose labels include every pair.
-fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
     doc["families"]
         .as_array()
         .unwrap()
@@ -439,7 +439,7 @@ fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64
         .sum()
 }
 
-fn status_json(admin: SocketAddr) -> serde_json::Value {
+pub(crate) fn status_json(admin: SocketAddr) -> serde_json::Value {
     let (status, body) = admin_get(admin, "/status.json", "");
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))

@@ -37,6 +37,9 @@ use shared::{Counters, Queue, Shared};
 
 /// Threads doing the tier's file I/O.
 const THREADS: usize = 4;
+/// Bytes of objects waiting to be written at most (or twice `max_object_size`, when
+/// that is more); beyond, a write is not made.
+const WRITE_BUDGET: u64 = 64 << 20;
 /// How long writes stop after the disk said it is full.
 const FULL_PAUSE: Duration = Duration::from_secs(30);
 /// How long a request waits for a read before it counts as a miss.
@@ -96,6 +99,7 @@ impl DiskTier {
             full_until: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
             temp_seq: AtomicU64::new(0),
+            pending_bytes: AtomicU64::new(0),
         });
         let (jobs, rx) = mpsc::channel::<shared::Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -227,7 +231,22 @@ impl DiskTier {
             record_len: 0,
             record_crc: 0,
         };
-        if !(self.queue).bounded(move |s: &Shared| write_on_thread(s, header, &entry, generation)) {
+        // The objects waiting to be written are held in memory: at most a budget of them.
+        let weight = entry.weight;
+        let budget = (2 * s.settings.max_object_size).max(WRITE_BUDGET);
+        let pending = &s.pending_bytes;
+        if pending.fetch_add(weight, Ordering::AcqRel) + weight > budget {
+            pending.fetch_sub(weight, Ordering::AcqRel);
+            s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let queued = self.queue.bounded(move |s: &Shared| {
+            write_on_thread(s, header, &entry, generation);
+            drop(entry);
+            s.pending_bytes.fetch_sub(weight, Ordering::AcqRel);
+        });
+        if !queued {
+            pending.fetch_sub(weight, Ordering::AcqRel);
             s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
         }
     }

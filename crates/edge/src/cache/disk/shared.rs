@@ -30,6 +30,8 @@ pub(super) struct Shared {
     /// Reads and writes queued.
     pub(super) queued: AtomicUsize,
     pub(super) temp_seq: AtomicU64,
+    /// Bytes of the objects queued to be written.
+    pub(super) pending_bytes: AtomicU64,
 }
 
 impl Shared {
