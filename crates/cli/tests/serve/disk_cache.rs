@@ -583,3 +583,52 @@ fn check_config_names_the_disk_key() {
     let (code, stderr) = check_config_output(&path);
     assert_eq!(code, Some(0), "the issue's keys as written: {stderr}");
 }
+
+/// The disk full: the tier is a 5 MiB tmpfs, mounted in a mount namespace of the
+/// server's own (`unshare -rm`: a user namespace, so it needs no privilege where user
+/// namespaces are allowed), which holds two 2 MiB objects and not a third.
+#[test]
+fn a_full_disk_stops_writes_without_failing_requests() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = site.dir.path().join("tessera.toml");
+    std::fs::write(&config, self::config(&origin, &dir, "max_size = \"64m\"")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=5m tmpfs '{}' && exec '{}' serve --root '{}' --workers 1 \
+         --listen 127.0.0.1:0 --config '{}'",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tessera"),
+        site.root().display(),
+        config.display()
+    );
+    let args: Vec<String> = ["-rm", "sh", "-c", &script].map(String::from).to_vec();
+    let server = Server::start_program(Path::new("unshare"), Path::new("."), &args, &[]);
+    let admin = admin_addr(&server);
+    eventually("the loader to finish", || {
+        metric(admin, "tessera_cache_disk_loaded", &[]) == 1.0
+    });
+    get_exact(&server, "/big/f1");
+    on_disk(admin, 1);
+    get_exact(&server, "/big/f2");
+    on_disk(admin, 2);
+    // The third does not fit: its write fails, writes pause, the request is answered.
+    get_exact(&server, "/big/f3");
+    eventually("the write to fail", || {
+        metric(admin, "tessera_cache_disk_fills_total", &["failed"]) == 1.0
+    });
+    assert_eq!(metric(admin, "tessera_cache_disk_full", &[]), 1.0);
+    // Paused: the next fills are not tried, and every request is answered in full.
+    get_exact(&server, "/big/f4");
+    get_exact(&server, "/big/f3");
+    assert_eq!((origin.hits("/big/f3"), origin.hits("/big/f4")), (2, 1));
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_fills_total", &["failed"]),
+        1.0
+    );
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 2.0);
+    // What is on disk is still served from there.
+    get_exact(&server, "/big/f1");
+    get_exact(&server, "/big/f2");
+    assert_eq!((origin.hits("/big/f1"), origin.hits("/big/f2")), (1, 1));
+}
