@@ -10,6 +10,7 @@ use bytes::Bytes;
 use evloop::AbortHandle;
 use tokio::sync::mpsc;
 
+use crate::cache::disk::fill::DiskFill;
 use crate::cache::disk::stream::DiskStream;
 use crate::error::PageError;
 use crate::upstream::client::PassBody;
@@ -41,6 +42,9 @@ pub(crate) enum BodyKind {
     Tunnel(Option<handler::Tunnel>),
     /// A disk object's body (or a range of it), read as it is sent.
     Disk(Box<DiskStream>),
+    /// A body passed through whose chunks are also written to the disk tier (a
+    /// streaming fill), put in place when the body ends whole.
+    Tee(Box<(Body, DiskFill)>),
 }
 
 impl Body {
@@ -78,6 +82,14 @@ impl Body {
         Body {
             length: Some(stream.remaining()),
             kind: BodyKind::Disk(Box::new(stream)),
+        }
+    }
+
+    /// This body, its chunks also written to disk by `fill` as they pass.
+    pub(crate) fn tee(self, fill: DiskFill) -> Body {
+        Body {
+            length: self.length,
+            kind: BodyKind::Tee(Box::new((self, fill))),
         }
     }
 
@@ -140,6 +152,17 @@ impl Body {
             BodyKind::Disk(stream) => stream
                 .poll_chunk(cx)
                 .map(|c| c.map(|r| r.map_err(PageError::Disk))),
+            BodyKind::Tee(tee) => {
+                let (body, fill) = &mut **tee;
+                let chunk = body.poll_chunk(cx);
+                match &chunk {
+                    Poll::Ready(Some(Ok(c))) => fill.push(c.clone()),
+                    Poll::Ready(None) => fill.finish(),
+                    Poll::Ready(Some(Err(_))) => fill.give_up(),
+                    Poll::Pending => {}
+                }
+                chunk
+            }
             BodyKind::Ready { chunks, next } => {
                 let chunk = chunks.get(*next).cloned();
                 *next += 1;

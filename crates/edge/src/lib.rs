@@ -99,6 +99,7 @@ mod clock;
 mod config;
 mod error;
 mod exchange;
+mod fill;
 pub mod headers;
 mod metrics;
 mod module;

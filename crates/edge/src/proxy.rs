@@ -575,7 +575,7 @@ impl Edge {
                 )
             })
             .filter(|f| f.store);
-        let limit = Store::limit(store.as_ref(), &worker.cache);
+        let limit = Store::limit(store.as_ref(), &worker.cache, &req);
         let length = content_length(&parts.headers);
         let storable = freshness.is_some();
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
@@ -596,10 +596,11 @@ impl Edge {
                 let bytes = crate::upstream::read::read_bytes(pooled, limit, deadline).await?;
                 Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
-                // Too large (or of unknown length) to buffer: passed through, not stored.
-                drop(s);
+                // Too large (or of unknown length) to buffer: passed through, and written
+                // to disk as it passes when the disk tier takes it.
+                let head = (parts, pooled, f, now);
                 return self
-                    .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                    .pass_or_fill(req, head, s, (esi, expose), authority)
                     .await;
             };
             (entry.expose_keys, entry.disk) = (expose, s.disk());
@@ -834,19 +835,6 @@ pub(crate) struct Store<'a> {
     pub(crate) status: Option<&'a Cell<CacheStatus>>,
 }
 
-impl Store<'_> {
-    /// Whether the route lets its objects go to the disk tier.
-    fn disk(&self) -> bool {
-        self.policy.as_ref().map_or(true, |p| p.disk)
-    }
-
-    /// The largest response read to be stored: the memory tier's limit, or the disk
-    /// tier's when it is larger and the route may use it.
-    fn limit(store: Option<&Self>, cache: &Cache) -> usize {
-        cache.object_limit(store.map_or(true, Store::disk))
-    }
-}
-
 /// A route's `[route.cache]` rules, when it has some.
 pub(crate) type Policy = Option<Rc<RoutePolicy>>;
 
@@ -858,7 +846,7 @@ fn authority_of(req: &ProxyRequest, upstream: &Upstream) -> Text {
 }
 
 /// A response's Content-Length, when it has one that reads as a number.
-fn content_length(fields: &FieldList) -> Option<u64> {
+pub(crate) fn content_length(fields: &FieldList) -> Option<u64> {
     fields
         .get(b"content-length")
         .and_then(headers::field_text)

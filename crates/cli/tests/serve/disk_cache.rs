@@ -24,10 +24,13 @@ const BIG: usize = 2 << 20;
 /// - `/small/X`: 10 000 bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
 /// - `/big/X`: [`BIG`] bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
 /// - `/vary/X`: the Accept-Language, `Vary: Accept-Language`, `max-age=3600`
+/// - `/slow/...`: the first half of the body, then the rest once [`Origin::open`] is called
+/// - `/broken/...`: the head and half the body, then the connection closed
 #[derive(Clone)]
 struct Origin {
     addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, usize>>>,
+    gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 /// The body the origin sends for `path`.
@@ -47,10 +50,17 @@ impl Origin {
         let origin = Origin {
             addr: listener.local_addr().unwrap(),
             hits: Arc::default(),
+            gate: Arc::default(),
         };
         let o = origin.clone();
         crate::harness::thread_per_connection(listener, move |stream| o.serve(stream));
         origin
+    }
+
+    /// Lets `/slow/` bodies end.
+    fn open(&self) {
+        *self.gate.0.lock().unwrap() = true;
+        self.gate.1.notify_all();
     }
 
     fn hits(&self, path: &str) -> usize {
@@ -84,7 +94,29 @@ impl Origin {
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=3600\r\n{extra}\r\n",
                 body.len()
             );
-            if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+            if writer.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let half = body.len() / 2;
+            if path.starts_with("/broken/") {
+                let _ = writer.write_all(&body[..half]);
+                return;
+            }
+            if path.starts_with("/slow/") {
+                if writer.write_all(&body[..half]).is_err() {
+                    return;
+                }
+                let mut open = self.gate.0.lock().unwrap();
+                while !*open {
+                    open = self.gate.1.wait(open).unwrap();
+                }
+                drop(open);
+                if writer.write_all(&body[half..]).is_err() {
+                    return;
+                }
+                continue;
+            }
+            if writer.write_all(&body).is_err() {
                 return;
             }
         }
@@ -631,4 +663,72 @@ fn a_full_disk_stops_writes_without_failing_requests() {
     get_exact(&server, "/big/f1");
     get_exact(&server, "/big/f2");
     assert_eq!((origin.hits("/big/f1"), origin.hits("/big/f2")), (1, 1));
+}
+
+#[test]
+fn a_large_object_is_written_to_disk_as_it_passes_to_its_client() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    let path = "/slow/big/s";
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    // The first half arrives while the origin holds the rest back: the body is not
+    // read whole before it is sent.
+    let mut first = vec![0u8; 64 << 10];
+    std::io::Read::read_exact(&mut stream, &mut first).unwrap();
+    let mut received = first;
+    let whole = body_of(path);
+    let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    while received.len() < head_end + BIG / 2 {
+        let mut buf = vec![0u8; 64 << 10];
+        let n = std::io::Read::read(&mut stream, &mut buf).unwrap();
+        assert!(n > 0, "closed early");
+        received.extend_from_slice(&buf[..n]);
+    }
+    assert!(received[head_end..] == whole[..received.len() - head_end]);
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 0.0);
+    origin.open();
+    received.extend(read_to_close(&mut stream));
+    assert!(
+        received[head_end..] == whole[..],
+        "{} bytes",
+        received.len() - head_end
+    );
+    // Put in place once whole, and served from there.
+    on_disk(admin, 1);
+    get_exact(&server, path);
+    assert_eq!(origin.hits(path), 1);
+}
+
+#[test]
+fn a_fill_whose_origin_breaks_off_leaves_nothing_on_disk() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    let path = "/broken/big/b";
+    for round in 1..=2 {
+        let mut stream = server.connect();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let raw = read_to_close(&mut stream);
+        assert!(
+            raw.starts_with(b"HTTP/1.1 200") && raw.len() < BIG,
+            "{} bytes",
+            raw.len()
+        );
+        assert_eq!(origin.hits(path), round);
+        eventually("the fill's file to be removed", || {
+            std::fs::read_dir(dir.join("tmp")).unwrap().count() == 0
+        });
+        assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 0.0);
+        assert!(files(&dir).is_empty());
+    }
 }

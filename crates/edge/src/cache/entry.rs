@@ -320,9 +320,51 @@ impl Entry {
         e
     }
 
+    /// This object (its head: status, fields, freshness) with its body on disk.
+    pub(super) fn with_body_on_disk(&self, on_disk: super::disk::stream::OnDisk) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            self.headers.clone(),
+            Bytes::new(),
+            None,
+            None,
+            0,
+        );
+        (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms, e.keep_ms) = (
+            self.born_ms,
+            self.fresh_ms,
+            self.swr_ms,
+            self.sie_ms,
+            self.keep_ms,
+        );
+        e.expose_keys = self.expose_keys;
+        e.weight = self.weight + on_disk.len();
+        e.on_disk = Some(on_disk);
+        e
+    }
+
     /// The shared tier's encoding: a versioned binary record.
     pub(super) fn encode(&self) -> Vec<u8> {
+        let body_len: usize = if self.template.is_some() {
+            self.source.iter().map(Bytes::len).sum()
+        } else {
+            self.body.len()
+        };
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
+        self.encode_head(&mut out, body_len as u64);
+        if self.template.is_some() {
+            for s in &self.source {
+                out.put_slice(s);
+            }
+        } else {
+            out.put_slice(&self.body);
+        }
+        out.to_vec()
+    }
+
+    /// The record's head ([`Entry::encode`]): all but the body, which is `body_len`
+    /// bytes and follows it.
+    pub(super) fn encode_head(&self, out: &mut BytesMut, body_len: u64) {
         out.put_slice(b"TSC2");
         out.put_u8(u8::from(self.template.is_some()) | u8::from(self.expose_keys) << 1);
         out.put_u16(self.status.as_u16());
@@ -342,20 +384,7 @@ impl Entry {
             out.put_u32(v.len() as u32);
             out.put_slice(v);
         }
-        let body_len: usize = if self.template.is_some() {
-            self.source.iter().map(Bytes::len).sum()
-        } else {
-            self.body.len()
-        };
         out.put_u32(body_len as u32);
-        if self.template.is_some() {
-            for s in &self.source {
-                out.put_slice(s);
-            }
-        } else {
-            out.put_slice(&self.body);
-        }
-        out.to_vec()
     }
 
     /// A record read back from Redis, which anyone able to write there may have made:

@@ -18,6 +18,7 @@
 //!   a request.
 
 mod file;
+pub(crate) mod fill;
 mod index;
 mod loader;
 mod shared;
@@ -37,11 +38,6 @@ use shared::{Counters, Queue, Shared};
 
 /// Threads doing the tier's file I/O.
 const THREADS: usize = 4;
-/// Bytes of objects waiting to be written at most (or twice `max_object_size`, when
-/// that is more); beyond, a write is not made.
-const WRITE_BUDGET: u64 = 64 << 20;
-/// How long writes stop after the disk said it is full.
-const FULL_PAUSE: Duration = Duration::from_secs(30);
 /// How long a request waits for a read before it counts as a miss.
 const READ_WAIT: Duration = Duration::from_secs(10);
 
@@ -233,7 +229,7 @@ impl DiskTier {
         };
         // The objects waiting to be written are held in memory: at most a budget of them.
         let weight = entry.weight;
-        let budget = (2 * s.settings.max_object_size).max(WRITE_BUDGET);
+        let budget = s.write_budget();
         let pending = &s.pending_bytes;
         if pending.fetch_add(weight, Ordering::AcqRel) + weight > budget {
             pending.fetch_sub(weight, Ordering::AcqRel);
@@ -249,6 +245,54 @@ impl DiskTier {
             pending.fetch_sub(weight, Ordering::AcqRel);
             s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Starts writing the object whose head (status, fields, freshness) is `head` and
+    /// body `body_len` bytes as the body passes through ([`fill::DiskFill`]), under
+    /// `key` (a variant of `base` when `vary` is not empty), when it is admitted as
+    /// [`DiskTier::write`] says; `done` is called once it ends.
+    pub(crate) fn start_fill(
+        &self,
+        (base, key): (&str, &str),
+        (vary, vary_until): (&[String], u64),
+        (head, body_len): (&Entry, u64),
+        now: u64,
+        done: fill::Done,
+    ) -> Option<fill::DiskFill> {
+        let s = &self.shared;
+        if head.weight + body_len > s.settings.max_object_size
+            || s.full_until.load(Ordering::Relaxed) > now
+        {
+            return None;
+        }
+        let generation = {
+            let index = s.index();
+            if !index.admitted(base, key, s.settings.min_uses) {
+                return None;
+            }
+            index.generation
+        };
+        let header = Header {
+            key: key.to_string(),
+            base: base.to_string(),
+            vary: vary.to_vec(),
+            vary_until,
+            stored_ms: now,
+            useless_ms: head.useless_at(),
+            tags: head.keys.to_vec(),
+            record_len: 0,
+            record_crc: 0,
+        };
+        let mut record_head = bytes::BytesMut::new();
+        head.encode_head(&mut record_head, body_len);
+        let at = (generation, done);
+        Some(fill::DiskFill::start(
+            &self.queue,
+            header,
+            record_head.freeze(),
+            body_len,
+            at,
+        ))
     }
 
     /// Removes what `gone` says must go, for an invalidation; how many objects.
@@ -384,52 +428,16 @@ fn write_on_thread(s: &Shared, mut header: Header, entry: &Entry, generation: u6
     header.record_crc = crc32fast::hash(&record);
     let head = header.encode();
     let size = (head.len() + record.len()) as u64;
-    let path = s.path_of(&header.key);
-    let seq = s.temp_seq.fetch_add(1, Ordering::Relaxed);
-    let name = format!(
-        "{}.{}.{seq}",
-        file::name_of(&header.key),
-        std::process::id()
-    );
-    let temp = file::temp_dir(&s.settings.path).join(name);
+    let temp = s.temp_path(&header.key);
     let written = (|| {
         use std::io::Write;
         let mut f = std::fs::File::create(&temp)?;
         f.write_all(&head)?;
         f.write_all(&record)?;
         drop(f);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::rename(&temp, &path)
+        s.place(&temp, &header, size, generation)
     })();
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
-        if e.raw_os_error() == Some(libc::ENOSPC) {
-            let until = crate::clock::now_ms() + FULL_PAUSE.as_millis() as u64;
-            s.full_until.store(until, Ordering::Relaxed);
-            tracing::warn!(path = %s.settings.path.display(), "disk cache full: writes paused");
-        } else {
-            tracing::warn!(error = %e, path = %path.display(), "disk cache write failed");
-        }
-        return;
+        s.write_failed(&temp, &e);
     }
-    let now = crate::clock::now_ms();
-    let evicted = {
-        let mut index = s.index();
-        if index.generation != generation {
-            // An invalidation since the fill began may concern it: not kept (nor what
-            // the file replaced).
-            index.remove(&header.key);
-            drop(index);
-            let _ = std::fs::remove_file(&path);
-            return;
-        }
-        index.insert(&header, size, now, false);
-        index.over(s.settings.max_size)
-    };
-    s.counters.fills.fetch_add(1, Ordering::Relaxed);
-    s.count_gone(Gone::Size, evicted.len());
-    s.unlink(&evicted);
 }

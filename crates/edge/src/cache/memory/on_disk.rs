@@ -6,8 +6,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{variant_key, Cache, Slot};
+use crate::cache::disk::fill::{DiskFill, Done};
 use crate::cache::lookup::Field;
-use crate::cache::Entry;
+use crate::cache::{Entry, FlightGuard, Landing};
+use crate::clock::now_ms;
 
 impl Cache {
     /// The object on disk for `key` and these request fields, fresh or not (the caller
@@ -59,6 +61,40 @@ impl Cache {
             Some(d) => memory.max(d.max_object_size() as usize),
             None => memory,
         }
+    }
+
+    /// Starts writing to disk, as its body passes through, an object for `key` too large
+    /// for memory: `head` is the stored response but its body, of `body_len` bytes.
+    /// When the file is in place the flight's waiters (`guard`) get the object, its
+    /// body read from disk; when the fill fails, they fetch their own. `None` when the
+    /// disk tier does not take it (the waiters told so).
+    pub(crate) fn start_fill(
+        &self,
+        key: &str,
+        field: Field<'_>,
+        (head, body_len): (Entry, u64),
+        guard: Option<FlightGuard>,
+    ) -> Option<DiskFill> {
+        let disk = self.disk.as_ref().filter(|_| head.disk)?;
+        let now = now_ms();
+        let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
+        let until = now.saturating_add(head.remaining_secs(now).saturating_mul(1000));
+        let object_key = if names.is_empty() {
+            key.to_string()
+        } else {
+            variant_key(key, &names, field)
+        };
+        let head = Arc::new(head);
+        let (landing, landed_key) = (head.clone(), object_key.clone());
+        let done: Done = Box::new(move |queue, filled| {
+            if let (Some(guard), Some(filled)) = (guard, filled) {
+                let on_disk = filled.into_on_disk(queue, landed_key);
+                let entry = landing.with_body_on_disk(on_disk);
+                guard.land(Landing::Stored(Arc::new(entry)));
+            }
+        });
+        let object = (&*head, body_len);
+        disk.start_fill((key, &object_key), (&names, until), object, now, done)
     }
 
     /// Removes from disk the objects with one of the surrogate `keys`; how many.
