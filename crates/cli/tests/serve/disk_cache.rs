@@ -25,7 +25,8 @@ const BIG: usize = 2 << 20;
 /// - `/big/X`: [`BIG`] bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
 /// - `/vary/X`: the Accept-Language, `Vary: Accept-Language`, `max-age=3600`
 /// - `/slow/...`: the first half of the body, then the rest once [`Origin::open`] is called
-/// - `/broken/...`: the head and half the body, then the connection closed
+/// - `/broken/...`: the head and half the body, then the connection closed once
+///   [`Origin::open`] is called
 #[derive(Clone)]
 struct Origin {
     addr: SocketAddr,
@@ -98,11 +99,7 @@ impl Origin {
                 return;
             }
             let half = body.len() / 2;
-            if path.starts_with("/broken/") {
-                let _ = writer.write_all(&body[..half]);
-                return;
-            }
-            if path.starts_with("/slow/") {
+            if path.starts_with("/slow/") || path.starts_with("/broken/") {
                 if writer.write_all(&body[..half]).is_err() {
                     return;
                 }
@@ -111,7 +108,7 @@ impl Origin {
                     open = self.gate.1.wait(open).unwrap();
                 }
                 drop(open);
-                if writer.write_all(&body[half..]).is_err() {
+                if path.starts_with("/broken/") || writer.write_all(&body[half..]).is_err() {
                     return;
                 }
                 continue;
@@ -665,40 +662,55 @@ fn a_full_disk_stops_writes_without_failing_requests() {
     assert_eq!((origin.hits("/big/f1"), origin.hits("/big/f2")), (1, 1));
 }
 
+/// Sends `GET path` with `extra` fields and reads until the body holds `want` bytes (or
+/// the connection closes): the stream, the bytes read, and where the body starts.
+fn get_until(server: &Server, path: &str, extra: &str, want: usize) -> (TcpStream, Vec<u8>, usize) {
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: test\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let head_end = received.windows(4).position(|w| w == b"\r\n\r\n");
+        if let Some(end) = head_end.filter(|e| received.len() >= e + 4 + want) {
+            return (stream, received, end + 4);
+        }
+        let n = std::io::Read::read(&mut stream, &mut buf).unwrap();
+        assert!(n > 0, "closed after {} bytes", received.len());
+        received.extend_from_slice(&buf[..n]);
+    }
+}
+
 #[test]
-fn a_large_object_is_written_to_disk_as_it_passes_to_its_client() {
+fn a_large_object_is_written_to_disk_as_it_passes_to_its_clients() {
     let (site, origin) = (Site::new(), Origin::start());
     let dir = site.dir.path().join("disk");
     let (server, admin) = serve(&site, &origin, &dir, "");
     let path = "/slow/big/s";
-    let mut stream = server.connect();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    // The first half arrives while the origin holds the rest back: the body is not
-    // read whole before it is sent.
-    let mut first = vec![0u8; 64 << 10];
-    std::io::Read::read_exact(&mut stream, &mut first).unwrap();
-    let mut received = first;
     let whole = body_of(path);
-    let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    while received.len() < head_end + BIG / 2 {
-        let mut buf = vec![0u8; 64 << 10];
-        let n = std::io::Read::read(&mut stream, &mut buf).unwrap();
-        assert!(n > 0, "closed early");
-        received.extend_from_slice(&buf[..n]);
-    }
+    // The first half reaches the client while the origin holds the rest back: the body
+    // is not read whole before it is sent.
+    let (mut leader, mut received, head_end) = get_until(&server, path, "", BIG / 2);
     assert!(received[head_end..] == whole[..received.len() - head_end]);
+    // A second client, and a range, get the object as it is written.
+    let (mut second, mut second_received, second_head) = get_until(&server, path, "", BIG / 2);
+    assert!(second_received[second_head..] == whole[..second_received.len() - second_head]);
+    let range = request(&server, "GET", path, "Range: bytes=1000-1999\r\n");
+    assert_eq!(range.status, 206);
+    assert!(range.body == whole[1000..2000]);
     assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 0.0);
     origin.open();
-    received.extend(read_to_close(&mut stream));
+    received.extend(read_to_close(&mut leader));
     assert!(
         received[head_end..] == whole[..],
         "{} bytes",
         received.len() - head_end
     );
+    second_received.extend(read_to_close(&mut second));
+    assert!(second_received[second_head..] == whole[..]);
     // Put in place once whole, and served from there.
     on_disk(admin, 1);
     get_exact(&server, path);
@@ -711,24 +723,28 @@ fn a_fill_whose_origin_breaks_off_leaves_nothing_on_disk() {
     let dir = site.dir.path().join("disk");
     let (server, admin) = serve(&site, &origin, &dir, "");
     let path = "/broken/big/b";
-    for round in 1..=2 {
-        let mut stream = server.connect();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let raw = read_to_close(&mut stream);
+    // The leader and a client that joined its fill each get the half written...
+    let (mut leader, mut received, _) = get_until(&server, path, "", BIG / 2);
+    let (mut second, mut second_received, _) = get_until(&server, path, "", BIG / 2);
+    // ... and, when the origin breaks off, break off too, short of their length.
+    origin.open();
+    received.extend(read_to_close(&mut leader));
+    second_received.extend(read_to_close(&mut second));
+    for raw in [received, second_received] {
         assert!(
             raw.starts_with(b"HTTP/1.1 200") && raw.len() < BIG,
             "{} bytes",
             raw.len()
         );
-        assert_eq!(origin.hits(path), round);
-        eventually("the fill's file to be removed", || {
-            std::fs::read_dir(dir.join("tmp")).unwrap().count() == 0
-        });
-        assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 0.0);
-        assert!(files(&dir).is_empty());
     }
+    assert_eq!(origin.hits(path), 1);
+    eventually("the fill's file to be removed", || {
+        std::fs::read_dir(dir.join("tmp")).unwrap().count() == 0
+    });
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 0.0);
+    assert!(files(&dir).is_empty());
+    // Nothing kept: the next request goes to the origin.
+    let (mut again, _, _) = get_until(&server, path, "", BIG / 2);
+    read_to_close(&mut again);
+    assert_eq!(origin.hits(path), 2);
 }

@@ -4,8 +4,9 @@
 //! one operation after another per fill (a fill's operations are queued on its own list
 //! and drained by one job at a time, so a slow origin holds no thread), and put in place
 //! once the body is whole; a body that breaks off, a client that goes away, or a write
-//! that fails leaves nothing to find. When the file is in place the flight's other
-//! requests get the object, its body read from the file ([`super::stream`]).
+//! that fails leaves nothing to find. The flight's other requests get the object at
+//! once, its body read from the file as it is written ([`super::stream::Progress`]);
+//! once the file is in place, new requests find it in the index.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -19,32 +20,10 @@ use bytes::Bytes;
 
 use super::file::Header;
 use super::shared::{Queue, Shared};
-use super::stream::OnDisk;
+use super::stream::{OnDisk, Progress};
 
-/// What a fill does once it ends: the object's file (open), where its body starts, its
-/// length, and the record's checksum so far (over its head) and whole; `None` when
-/// the fill failed or was given up.
-pub(crate) type Done = Box<dyn FnOnce(&Queue, Option<Filled>) + Send>;
-
-/// A fill that ended whole: what [`Done`] is given.
-pub(crate) struct Filled {
-    pub(crate) file: Arc<File>,
-    pub(crate) body_offset: u64,
-    pub(crate) body_len: u64,
-    pub(crate) crc: (crc32fast::Hasher, u32),
-}
-
-impl Filled {
-    /// The object's body, read from its file as it is sent.
-    pub(crate) fn into_on_disk(self, queue: &Queue, key: String) -> OnDisk {
-        OnDisk::new(
-            (queue.clone(), key),
-            self.file,
-            (self.body_offset, self.body_len),
-            self.crc,
-        )
-    }
-}
+/// What a fill does once it ends, whole (`true`: its file in place) or not.
+pub(crate) type Done = Box<dyn FnOnce(bool) + Send>;
 
 enum Op {
     Chunk(Bytes),
@@ -65,7 +44,9 @@ struct Work {
     header: Header,
     generation: u64,
     temp: PathBuf,
-    file: Option<File>,
+    file: Option<Arc<File>>,
+    /// What the readers of the body being written see.
+    progress: Arc<Progress>,
     /// The record's head, written first.
     head: Option<Bytes>,
     head_crc: crc32fast::Hasher,
@@ -82,6 +63,8 @@ struct Work {
 pub(crate) struct DiskFill {
     state: Arc<State>,
     finished: bool,
+    /// Where the body starts in the file, its length, and what its readers see.
+    body: (u64, u64, Arc<Progress>),
 }
 
 impl DiskFill {
@@ -97,6 +80,8 @@ impl DiskFill {
     ) -> DiskFill {
         header.record_len = head.len() as u64 + body_len;
         let temp = queue.shared.temp_path(&header.key);
+        let progress = Arc::<Progress>::default();
+        let body_offset = (header.encode().len() + head.len()) as u64;
         let state = Arc::new(State {
             queue: queue.clone(),
             ops: Mutex::new((VecDeque::new(), false)),
@@ -105,6 +90,7 @@ impl DiskFill {
                 generation,
                 temp,
                 file: None,
+                progress: progress.clone(),
                 head: Some(head),
                 head_crc: crc32fast::Hasher::new(),
                 crc: crc32fast::Hasher::new(),
@@ -118,7 +104,16 @@ impl DiskFill {
         DiskFill {
             state,
             finished: false,
+            body: (body_offset, body_len, progress),
         }
+    }
+
+    /// The body, read from the file as it is written, for the requests that wait for
+    /// the object under `key`.
+    pub(crate) fn filling_body(&self, key: String) -> OnDisk {
+        let (offset, len, progress) = &self.body;
+        let queue = self.state.queue.clone();
+        OnDisk::filling((queue, key), progress.clone(), (*offset, *len))
     }
 
     /// The next chunk of the body. Past the tier's budget of bytes waiting to be
@@ -196,12 +191,12 @@ fn drain(s: &Shared, state: &Arc<State>) {
                     .fetch_sub(chunk.len() as u64, Ordering::AcqRel);
                 if !work.failed {
                     if let Err(e) = work.write(&chunk) {
-                        work.fail(s, Some(&e), &state.queue);
+                        work.fail(s, Some(&e));
                     }
                 }
             }
-            Op::Finish => work.finish(s, &state.queue),
-            Op::Abort => work.fail(s, None, &state.queue),
+            Op::Finish => work.finish(s),
+            Op::Abort => work.fail(s, None),
         }
     }
 }
@@ -225,34 +220,37 @@ impl Work {
             self.head_crc.update(&head);
             self.crc = self.head_crc.clone();
             self.header_len = header.len() as u64;
+            let f = Arc::new(f);
+            self.progress.opened(f.clone());
             self.file = Some(f);
         }
         if self.written + chunk.len() as u64 > self.body_len {
             return Err(std::io::Error::other("longer than its Content-Length"));
         }
-        if let Some(f) = &mut self.file {
-            f.write_all(chunk)?;
+        if let Some(f) = &self.file {
+            (&**f).write_all(chunk)?;
         }
         self.crc.update(chunk);
         self.written += chunk.len() as u64;
+        self.progress.wrote(self.written);
         Ok(())
     }
 
     /// The body is whole: the header rewritten with the record's checksum, the file put
     /// in place and indexed, and the waiting requests given the object.
-    fn finish(&mut self, s: &Shared, queue: &Queue) {
+    fn finish(&mut self, s: &Shared) {
         if self.failed {
             return;
         }
         if self.file.is_none() {
             // An empty body: the file is made now.
             if let Err(e) = self.write(&[]) {
-                return self.fail(s, Some(&e), queue);
+                return self.fail(s, Some(&e));
             }
         }
         if self.written != self.body_len {
             let short = std::io::Error::other("shorter than its Content-Length");
-            return self.fail(s, Some(&short), queue);
+            return self.fail(s, Some(&short));
         }
         self.header.record_crc = self.crc.clone().finalize();
         let size = self.header_len + self.header.record_len;
@@ -262,26 +260,22 @@ impl Work {
         });
         match placed {
             Ok(true) => {}
-            Ok(false) => return self.fail(s, None, queue),
-            Err(e) => return self.fail(s, Some(&e), queue),
+            Ok(false) => return self.fail(s, None),
+            Err(e) => return self.fail(s, Some(&e)),
         }
-        let (Some(file), Some(done)) = (self.file.take(), self.done.take()) else {
-            return;
-        };
-        let filled = Filled {
-            file: Arc::new(file),
-            body_offset: self.header_len + self.header.record_len - self.body_len,
-            body_len: self.body_len,
-            crc: (self.head_crc.clone(), self.header.record_crc),
-        };
-        done(queue, Some(filled));
+        self.progress.ended(true);
+        self.file = None;
+        if let Some(done) = self.done.take() {
+            done(true);
+        }
     }
 
     /// The fill failed (`e`) or was given up: nothing kept, the waiting requests told.
-    fn fail(&mut self, s: &Shared, e: Option<&std::io::Error>, queue: &Queue) {
+    fn fail(&mut self, s: &Shared, e: Option<&std::io::Error>) {
         if !self.failed {
             self.failed = true;
             self.file = None;
+            self.progress.ended(false);
             match e {
                 Some(e) => s.write_failed(&self.temp, e),
                 None => {
@@ -290,7 +284,7 @@ impl Work {
             }
         }
         if let Some(done) = self.done.take() {
-            done(queue, None);
+            done(false);
         }
     }
 }

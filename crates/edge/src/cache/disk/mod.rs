@@ -11,7 +11,8 @@
 //!   (`tessera-disk`), and a read's result comes back through a channel that wakes the
 //!   worker's loop. A read or write that finds the queue full (1,024) is a miss, or a
 //!   write not made. An object too large for memory is sent as it is read, a chunk at a
-//!   time (`stream`).
+//!   time (`stream`), and written as it passes to the client that asked for it, the
+//!   others reading it as it is written (`fill`).
 //! - **Eviction.** The least recently used beyond `max_size`; an object not used for
 //!   `inactive`, or past every window it could be served in; admission after `min_uses`
 //!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing

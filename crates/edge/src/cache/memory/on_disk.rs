@@ -65,9 +65,9 @@ impl Cache {
 
     /// Starts writing to disk, as its body passes through, an object for `key` too large
     /// for memory: `head` is the stored response but its body, of `body_len` bytes.
-    /// When the file is in place the flight's waiters (`guard`) get the object, its
-    /// body read from disk; when the fill fails, they fetch their own. `None` when the
-    /// disk tier does not take it (the waiters told so).
+    /// The flight's waiters (`guard`) get the object at once, its body read from the
+    /// file as it is written (and broken off if the fill fails). `None` when the disk
+    /// tier does not take it (the waiters told so).
     pub(crate) fn start_fill(
         &self,
         key: &str,
@@ -84,17 +84,25 @@ impl Cache {
         } else {
             variant_key(key, &names, field)
         };
-        let head = Arc::new(head);
-        let (landing, landed_key) = (head.clone(), object_key.clone());
-        let done: Done = Box::new(move |queue, filled| {
-            if let (Some(guard), Some(filled)) = (guard, filled) {
-                let on_disk = filled.into_on_disk(queue, landed_key);
-                let entry = landing.with_body_on_disk(on_disk);
-                guard.land(Landing::Stored(Arc::new(entry)));
-            }
+        // The flight ends with the fill: until then the requests for the key get the
+        // object as it is written; after it, they find it on disk (or fetch it again).
+        let guard = Arc::new(std::sync::Mutex::new(guard));
+        let ended = guard.clone();
+        let done: Done = Box::new(move |_| {
+            drop(ended.lock().unwrap_or_else(|e| e.into_inner()).take());
         });
-        let object = (&*head, body_len);
-        disk.start_fill((key, &object_key), (&names, until), object, now, done)
+        let fill = disk.start_fill(
+            (key, &object_key),
+            (&names, until),
+            (&head, body_len),
+            now,
+            done,
+        )?;
+        let entry = head.with_body_on_disk(fill.filling_body(object_key));
+        if let Some(guard) = guard.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            guard.land_early(Landing::Stored(Arc::new(entry)));
+        }
+        Some(fill)
     }
 
     /// Removes from disk the objects with one of the surrogate `keys`; how many.
