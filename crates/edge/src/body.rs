@@ -205,5 +205,24 @@ impl Drop for Body {
         if let BodyKind::Page { writer, .. } = &self.kind {
             writer.abort();
         }
+        // A streaming fill whose client went away is finished in the background, for
+        // the requests reading it and the ones to come (as Varnish and nginx do).
+        if matches!(&self.kind, BodyKind::Tee(tee) if !tee.1.is_finished()) {
+            if let BodyKind::Tee(tee) = std::mem::replace(&mut self.kind, BodyKind::Whole(None)) {
+                let (body, fill) = *tee;
+                evloop::spawn_local(finish_fill(body, fill));
+            }
+        }
     }
+}
+
+/// Reads the rest of `body` into `fill`.
+async fn finish_fill(mut body: Body, mut fill: DiskFill) {
+    while let Some(chunk) = body.next_chunk().await {
+        match chunk {
+            Ok(chunk) => fill.push(chunk),
+            Err(_) => return fill.give_up(),
+        }
+    }
+    fill.finish();
 }

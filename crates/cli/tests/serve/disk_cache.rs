@@ -748,3 +748,26 @@ fn a_fill_whose_origin_breaks_off_leaves_nothing_on_disk() {
     read_to_close(&mut again);
     assert_eq!(origin.hits(path), 2);
 }
+
+#[test]
+fn a_fill_goes_on_when_its_client_goes_away() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    let path = "/slow/big/gone";
+    let whole = body_of(path);
+    let (leader, _, _) = get_until(&server, path, "", BIG / 2);
+    let (mut second, mut received, head_end) = get_until(&server, path, "", BIG / 2);
+    // The client that led the fill goes away; the fill goes on for the other.
+    drop(leader);
+    origin.open();
+    received.extend(read_to_close(&mut second));
+    assert!(
+        received[head_end..] == whole[..],
+        "{} bytes",
+        received.len() - head_end
+    );
+    on_disk(admin, 1);
+    get_exact(&server, path);
+    assert_eq!(origin.hits(path), 1);
+}

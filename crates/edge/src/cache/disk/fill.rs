@@ -132,6 +132,11 @@ impl DiskFill {
         push(&self.state, Op::Chunk(chunk));
     }
 
+    /// Whether it was finished or given up.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished
+    }
+
     /// The body is whole: the file is put in place.
     pub(crate) fn finish(&mut self) {
         if !self.finished {
