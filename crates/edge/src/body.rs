@@ -217,7 +217,7 @@ impl Drop for Body {
 }
 
 /// Reads the rest of `body` into `fill`.
-async fn finish_fill(mut body: Body, mut fill: DiskFill) {
+pub(crate) async fn finish_fill(mut body: Body, mut fill: DiskFill) {
     while let Some(chunk) = body.next_chunk().await {
         match chunk {
             Ok(chunk) => fill.push(chunk),

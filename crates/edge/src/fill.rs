@@ -1,21 +1,23 @@
 //! The proxy's side of a streaming fill (docs/cache.md, "Disk tier"): a response too
-//! large for the memory tier, asked for by a plain GET (no range, no condition), goes to
-//! the client as it arrives and, when the disk tier takes it, to disk as it passes
-//! (`cache::disk::fill`), instead of being read whole first.
+//! large for the memory tier goes to disk as it arrives (`cache::disk::fill`) instead
+//! of being read whole first. A plain GET (no range, no condition) gets the body as it
+//! passes; any other request, and a background refresh, leave the body to a task that
+//! writes it to disk, and the request is answered from the object as it is written
+//! (its range, its 304).
 
 use bytes::Bytes;
 use http::Method;
 
 use crate::arena::Text;
+use crate::body::{Body, BodyKind};
 use crate::cache::freshness::Freshness;
 use crate::cache::Entry;
 use crate::exchange::{CacheStatus, ProxyRequest, ProxyResponse};
 use crate::proxy::{content_length, Edge, Store};
-use crate::upstream::client::{Head, Pooled};
-use crate::{cache::Cache, error::ProxyError, headers};
+use crate::upstream::client::{Head, PassBody, Pooled};
+use crate::{error::ProxyError, headers};
 
-/// The request fields that make an answer from a stored object partial or conditional:
-/// a request with one of them gets its answer from the object read whole.
+/// The request fields that make an answer from a stored object partial or conditional.
 const NOT_PLAIN: [&str; 6] = [
     "range",
     "if-range",
@@ -26,14 +28,6 @@ const NOT_PLAIN: [&str; 6] = [
 ];
 
 impl Store<'_> {
-    /// The largest response read whole to be stored: the memory tier's limit, or the
-    /// disk tier's when it is larger and the route may use it, unless the request is a
-    /// plain GET that fills the disk as the body passes ([`Edge::pass_or_fill`]).
-    pub(crate) fn limit(store: Option<&Self>, cache: &Cache, req: &ProxyRequest) -> usize {
-        let streams = store.is_some_and(|s| !s.refresh) && plain(req);
-        cache.object_limit(store.map_or(true, Store::disk) && !streams)
-    }
-
     /// Whether the route lets its objects go to the disk tier.
     pub(crate) fn disk(&self) -> bool {
         self.policy.as_ref().map_or(true, |p| p.disk)
@@ -45,10 +39,21 @@ fn plain(req: &ProxyRequest) -> bool {
     req.method == Method::GET && !NOT_PLAIN.iter().any(|n| req.headers.contains_key(*n))
 }
 
+/// The upstream body of `pooled`, `length` bytes when known.
+fn upstream_body(mut pooled: Pooled, length: Option<u64>) -> Body {
+    match pooled.take_whole() {
+        Some(whole) => Body::whole(whole),
+        None => Body {
+            kind: BodyKind::Pass(PassBody::new(pooled)),
+            length,
+        },
+    }
+}
+
 impl Edge {
-    /// Answers with a storable response too large to read whole (or of unknown length):
-    /// passed through, and written to disk as it passes when it has a length, the
-    /// request is plain and the disk tier takes it; else not stored.
+    /// Answers with a storable response too large for the memory tier (or of unknown
+    /// length): written to disk as it arrives when it has a length and the disk tier
+    /// takes it, else passed through and not stored.
     pub(crate) async fn pass_or_fill(
         &self,
         req: ProxyRequest,
@@ -59,7 +64,7 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let length = content_length(&parts.headers);
         let mut fill = None;
-        if let Some(length) = length.filter(|_| !esi && plain(&req) && store.disk()) {
+        if let Some(length) = length.filter(|_| !esi && req.method == Method::GET && store.disk()) {
             let mut stored = parts.headers.clone();
             headers::strip_hop_by_hop(&mut stored);
             let mut head = Entry::new(
@@ -75,18 +80,36 @@ impl Edge {
             let object = (head, length);
             fill = (self.worker.cache).start_fill(&store.key, &field, object, store.guard);
         }
-        if let (Some(_), Some(status)) = (&fill, store.status) {
+        let Some((fill, entry)) = fill else {
+            return self
+                .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                .await;
+        };
+        if let Some(status) = store.status {
             status.set(CacheStatus::Miss(true));
         }
-        let response = self
-            .answer_exposing(req, parts, pooled, (esi, expose), authority)
-            .await?;
-        Ok(match fill {
-            Some(fill) => ProxyResponse {
+        if plain(&req) && !store.refresh {
+            let response = self
+                .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                .await?;
+            return Ok(ProxyResponse {
                 body: response.body.tee(fill),
                 ..response
-            },
-            None => response,
-        })
+            });
+        }
+        // The body goes to disk only; the request is answered from the object.
+        evloop::spawn_local(crate::body::finish_fill(
+            upstream_body(pooled, length),
+            fill,
+        ));
+        if store.refresh {
+            return Ok(ProxyResponse {
+                status: entry.status,
+                head_h1: None,
+                headers: handler::FieldList::new(),
+                body: Body::ready(Vec::new()),
+            });
+        }
+        self.serve(entry, &req, &authority, now).await
     }
 }

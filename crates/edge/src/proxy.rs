@@ -575,7 +575,7 @@ impl Edge {
                 )
             })
             .filter(|f| f.store);
-        let limit = Store::limit(store.as_ref(), &worker.cache, &req);
+        let limit = worker.cache.config.max_object_size;
         let length = content_length(&parts.headers);
         let storable = freshness.is_some();
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {

@@ -771,3 +771,36 @@ fn a_fill_goes_on_when_its_client_goes_away() {
     get_exact(&server, path);
     assert_eq!(origin.hits(path), 1);
 }
+
+#[test]
+fn a_range_that_misses_is_answered_from_the_object_as_it_is_written() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    let path = "/slow/big/r";
+    let whole = body_of(path);
+    // The first half is written while the origin holds the rest back: a range inside
+    // it is answered at once.
+    let first = request(&server, "GET", path, "Range: bytes=10-19\r\n");
+    assert_eq!(first.status, 206);
+    assert_eq!(
+        first.header("content-range"),
+        Some(format!("bytes 10-19/{BIG}").as_str())
+    );
+    assert!(first.body == whole[10..20]);
+    // A range in the second half waits for it.
+    let mut late = server.connect();
+    write!(
+        late,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nRange: bytes=-100\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    origin.open();
+    let received = read_to_close(&mut late);
+    let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(received.starts_with(b"HTTP/1.1 206"));
+    assert!(received[head_end..] == whole[BIG - 100..]);
+    on_disk(admin, 1);
+    get_exact(&server, path);
+    assert_eq!(origin.hits(path), 1);
+}

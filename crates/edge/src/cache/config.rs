@@ -58,9 +58,7 @@ pub struct DiskConfig {
     /// Bytes of objects on disk at most (files, headers included); the least recently
     /// used go first. Default `"1g"`.
     pub max_size: SizeText,
-    /// Largest object kept on disk. Default `"64m"`: an object asked for with a range or
-    /// a condition is read whole into memory before it is written (a plain GET's is
-    /// written as it passes).
+    /// Largest object kept on disk. Default `"64m"`.
     pub max_object_size: SizeText,
     /// An object not used for this long is removed. Default `"7d"`.
     pub inactive: DurationText,

@@ -1,10 +1,9 @@
 //! A streaming fill: an object too large for the memory tier written to disk as its
-//! body passes through to the client that asked for it, chunk by chunk, instead of
-//! being read whole first. The file is written under `tmp/` by the tier's I/O threads,
-//! one operation after another per fill (a fill's operations are queued on its own list
-//! and drained by one job at a time, so a slow origin holds no thread), and put in place
-//! once the body is whole; a body that breaks off, a client that goes away, or a write
-//! that fails leaves nothing to find. The flight's other requests get the object at
+//! body arrives, chunk by chunk, instead of being read whole first. The file is written
+//! under `tmp/` by the tier's I/O threads, one operation after another per fill (a
+//! fill's operations are queued on its own list and drained by one job at a time, so a
+//! slow origin holds no thread), and put in place once the body is whole; a body that
+//! breaks off or a write that fails leaves nothing to find. The flight's other requests get the object at
 //! once, its body read from the file as it is written ([`super::stream::Progress`]);
 //! once the file is in place, new requests find it in the index.
 

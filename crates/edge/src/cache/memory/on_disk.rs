@@ -53,18 +53,9 @@ impl Cache {
         Some(entry)
     }
 
-    /// The largest response the proxy reads to store, on a route that may (`disk`) or
-    /// may not use the disk tier.
-    pub(crate) fn object_limit(&self, disk: bool) -> usize {
-        let memory = self.config.max_object_size;
-        match self.disk.as_ref().filter(|_| disk) {
-            Some(d) => memory.max(d.max_object_size() as usize),
-            None => memory,
-        }
-    }
-
-    /// Starts writing to disk, as its body passes through, an object for `key` too large
-    /// for memory: `head` is the stored response but its body, of `body_len` bytes.
+    /// Starts writing to disk, as its body arrives, an object for `key` too large for
+    /// memory: `head` is the stored response but its body, of `body_len` bytes. The
+    /// object, its body read from the file as it is written, comes back with the fill.
     /// The flight's waiters (`guard`) get the object at once, its body read from the
     /// file as it is written (and broken off if the fill fails). `None` when the disk
     /// tier does not take it (the waiters told so).
@@ -74,7 +65,7 @@ impl Cache {
         field: Field<'_>,
         (head, body_len): (Entry, u64),
         guard: Option<FlightGuard>,
-    ) -> Option<DiskFill> {
+    ) -> Option<(DiskFill, Arc<Entry>)> {
         let disk = self.disk.as_ref().filter(|_| head.disk)?;
         let now = now_ms();
         let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
@@ -98,11 +89,11 @@ impl Cache {
             now,
             done,
         )?;
-        let entry = head.with_body_on_disk(fill.filling_body(object_key));
+        let entry = Arc::new(head.with_body_on_disk(fill.filling_body(object_key)));
         if let Some(guard) = guard.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            guard.land_early(Landing::Stored(Arc::new(entry)));
+            guard.land_early(Landing::Stored(entry.clone()));
         }
-        Some(fill)
+        Some((fill, entry))
     }
 
     /// Removes from disk the objects with one of the surrogate `keys`; how many.
