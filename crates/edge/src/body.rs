@@ -206,8 +206,10 @@ impl Drop for Body {
             writer.abort();
         }
         // A streaming fill whose client went away is finished in the background, for
-        // the requests reading it and the ones to come (as Varnish and nginx do).
-        if matches!(&self.kind, BodyKind::Tee(tee) if !tee.1.is_finished()) {
+        // the requests reading it and the ones to come (as Varnish and nginx do), on
+        // the worker's loop; without one (its end) it is given up.
+        let unfinished = matches!(&self.kind, BodyKind::Tee(tee) if !tee.1.is_finished());
+        if unfinished && evloop::has_loop() {
             if let BodyKind::Tee(tee) = std::mem::replace(&mut self.kind, BodyKind::Whole(None)) {
                 let (body, fill) = *tee;
                 evloop::spawn_local(finish_fill(body, fill));
