@@ -181,6 +181,7 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
         ("esi", fields::<edge::EsiConfig>()),
         ("cache", fields::<edge::CacheConfig>()),
         ("cache.redis", fields::<edge::RedisConfig>()),
+        ("cache.disk", fields::<edge::DiskConfig>()),
         (
             "script",
             with(

@@ -1,5 +1,6 @@
 //! A proxied response's body: an upstream body passed through, an ESI page being
-//! assembled, a cached object, or an upgraded connection handed to the server.
+//! assembled, a cached object (in memory, or read from disk as it is sent), or an
+//! upgraded connection handed to the server.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use bytes::Bytes;
 use evloop::AbortHandle;
 use tokio::sync::mpsc;
 
+use crate::cache::disk::fill::DiskFill;
+use crate::cache::disk::stream::DiskStream;
 use crate::error::PageError;
 use crate::upstream::client::PassBody;
 
@@ -37,6 +40,11 @@ pub(crate) enum BodyKind {
     },
     /// A 101's upgraded connection, until the server takes it (no body).
     Tunnel(Option<handler::Tunnel>),
+    /// A disk object's body (or a range of it), read as it is sent.
+    Disk(Box<DiskStream>),
+    /// A body passed through whose chunks are also written to the disk tier (a
+    /// streaming fill), put in place when the body ends whole.
+    Tee(Box<(Body, DiskFill)>),
 }
 
 impl Body {
@@ -66,6 +74,22 @@ impl Body {
         Body {
             kind: BodyKind::Ready { chunks, next: 0 },
             length: Some(length),
+        }
+    }
+
+    /// A disk object's body, read as it is sent.
+    pub(crate) fn disk(stream: DiskStream) -> Body {
+        Body {
+            length: Some(stream.remaining()),
+            kind: BodyKind::Disk(Box::new(stream)),
+        }
+    }
+
+    /// This body, its chunks also written to disk by `fill` as they pass.
+    pub(crate) fn tee(self, fill: DiskFill) -> Body {
+        Body {
+            length: self.length,
+            kind: BodyKind::Tee(Box::new((self, fill))),
         }
     }
 
@@ -125,6 +149,20 @@ impl Body {
             },
             BodyKind::Whole(whole) => Poll::Ready(whole.take().map(Ok)),
             BodyKind::Tunnel(_) => Poll::Ready(None),
+            BodyKind::Disk(stream) => stream
+                .poll_chunk(cx)
+                .map(|c| c.map(|r| r.map_err(PageError::Disk))),
+            BodyKind::Tee(tee) => {
+                let (body, fill) = &mut **tee;
+                let chunk = body.poll_chunk(cx);
+                match &chunk {
+                    Poll::Ready(Some(Ok(c))) => fill.push(c.clone()),
+                    Poll::Ready(None) => fill.finish(),
+                    Poll::Ready(Some(Err(_))) => fill.give_up(),
+                    Poll::Pending => {}
+                }
+                chunk
+            }
             BodyKind::Ready { chunks, next } => {
                 let chunk = chunks.get(*next).cloned();
                 *next += 1;
@@ -167,5 +205,26 @@ impl Drop for Body {
         if let BodyKind::Page { writer, .. } = &self.kind {
             writer.abort();
         }
+        // A streaming fill whose client went away is finished in the background, for
+        // the requests reading it and the ones to come (as Varnish and nginx do), on
+        // the worker's loop; without one (its end) it is given up.
+        let unfinished = matches!(&self.kind, BodyKind::Tee(tee) if !tee.1.is_finished());
+        if unfinished && evloop::has_loop() {
+            if let BodyKind::Tee(tee) = std::mem::replace(&mut self.kind, BodyKind::Whole(None)) {
+                let (body, fill) = *tee;
+                evloop::spawn_local(finish_fill(body, fill));
+            }
+        }
     }
+}
+
+/// Reads the rest of `body` into `fill`.
+pub(crate) async fn finish_fill(mut body: Body, mut fill: DiskFill) {
+    while let Some(chunk) = body.next_chunk().await {
+        match chunk {
+            Ok(chunk) => fill.push(chunk),
+            Err(_) => return fill.give_up(),
+        }
+    }
+    fill.finish();
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::cache::config::{CacheConfig, RedisConfig};
+pub use crate::cache::config::{CacheConfig, DiskConfig, DurationText, RedisConfig, SizeText};
 pub use crate::cache::policy::{Bypass, KeyRules, RouteCacheConfig, TtlMode};
 use crate::error::ConfigError;
 

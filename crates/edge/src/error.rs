@@ -52,6 +52,10 @@ pub enum PageError {
     /// A passed-through body broke off.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// A body read from the disk tier as it was sent could not be read to its end, or
+    /// no longer matched its checksum.
+    #[error("{0}")]
+    Disk(String),
 }
 
 /// Why [`Edge::proxy`](crate::Edge::proxy) produced no response; the server answers

@@ -99,6 +99,7 @@ mod clock;
 mod config;
 mod error;
 mod exchange;
+mod fill;
 pub mod headers;
 mod metrics;
 mod module;
@@ -114,11 +115,11 @@ mod worker;
 
 pub use arena::Text;
 pub use body::Body;
-pub use cache::{Cache, CacheStats, FanOutStats, SharedTierStats};
+pub use cache::{Cache, CacheStats, DiskTierStats, FanOutStats, SharedTierStats};
 pub use config::{
-    Balance, Bypass, CacheConfig, EdgeConfig, EsiConfig, EsiMode, FragmentHost, HealthConfig,
-    KeyRules, PagePolicy, PeerConfig, RedisConfig, RouteCacheConfig, RouteConfig, SendProxy,
-    TtlMode, UpstreamConfig, SELF_ADDRESS,
+    Balance, Bypass, CacheConfig, DiskConfig, DurationText, EdgeConfig, EsiConfig, EsiMode,
+    FragmentHost, HealthConfig, KeyRules, PagePolicy, PeerConfig, RedisConfig, RouteCacheConfig,
+    RouteConfig, SendProxy, SizeText, TtlMode, UpstreamConfig, SELF_ADDRESS,
 };
 pub use error::{ConfigError, PageError, ProxyError, UpstreamError};
 pub use exchange::{ProxyRequest, ProxyResponse};

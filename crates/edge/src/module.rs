@@ -374,6 +374,9 @@ impl Module for EdgeModule {
         if let Some(f) = s.fan_out {
             write_fan_out(out, &f);
         }
+        if let Some(d) = s.disk {
+            write_disk(out, &d);
+        }
     }
 }
 
@@ -678,6 +681,78 @@ impl Upstreams for Edge {
 
 /// `tessera_cache_invalidations_*`: what went to and came from the other processes
 /// sharing Redis (docs/observability.md).
+/// The disk tier's families (`[cache.disk]`).
+fn write_disk(out: &mut handler::Metrics, d: &crate::cache::DiskTierStats) {
+    let gauges = [
+        (
+            "tessera_cache_disk_objects",
+            "Objects in the disk tier.",
+            d.objects as f64,
+        ),
+        (
+            "tessera_cache_disk_bytes",
+            "Bytes of the disk tier's files.",
+            d.bytes as f64,
+        ),
+        (
+            "tessera_cache_disk_capacity_bytes",
+            "The disk tier's max_size.",
+            d.capacity as f64,
+        ),
+        (
+            "tessera_cache_disk_loaded",
+            "Whether the disk tier's loader has read every file since the start: 1 or 0.",
+            f64::from(u8::from(d.loaded)),
+        ),
+        (
+            "tessera_cache_disk_full",
+            "Whether writes to the disk tier are paused because the disk is full: 1 or 0.",
+            f64::from(u8::from(d.full)),
+        ),
+    ];
+    for (name, help, v) in gauges {
+        out.gauge(name, help, &[], v);
+    }
+    let lookups = "Lookups of the disk tier (after a memory miss), by result.";
+    for (result, n) in [("hit", d.hits), ("miss", d.misses)] {
+        out.counter(
+            "tessera_cache_disk_lookups_total",
+            lookups,
+            &[("result", result)],
+            n,
+        );
+    }
+    let fills = "Objects written to the disk tier, or not (an I/O error, a full disk or queue).";
+    for (result, n) in [("written", d.fills), ("failed", d.fill_errors)] {
+        out.counter(
+            "tessera_cache_disk_fills_total",
+            fills,
+            &[("result", result)],
+            n,
+        );
+    }
+    let evictions = "Objects the disk tier let go, by reason.";
+    for (reason, n) in [
+        ("size", d.evicted_size),
+        ("inactive", d.evicted_inactive),
+        ("invalidated", d.evicted_invalidated),
+        ("corrupt", d.dropped_corrupt),
+    ] {
+        out.counter(
+            "tessera_cache_disk_evictions_total",
+            evictions,
+            &[("reason", reason)],
+            n,
+        );
+    }
+    out.counter(
+        "tessera_cache_disk_loader_files_total",
+        "Files the disk tier's loader has read since the start.",
+        &[],
+        d.loader_files,
+    );
+}
+
 fn write_fan_out(out: &mut handler::Metrics, f: &crate::cache::FanOutStats) {
     out.counter(
         "tessera_cache_invalidations_sent_total",

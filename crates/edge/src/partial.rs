@@ -1,7 +1,8 @@
 //! Conditional and range requests answered from a stored object (RFC 9110 sections 13
 //! and 14): 304 for `If-None-Match` / `If-Modified-Since` against the object's `ETag`
 //! and `Last-Modified`, 412 for `If-Match` / `If-Unmodified-Since`, and 206 (one range,
-//! or multipart/byteranges) or 416 for `Range`, with `If-Range`. The evaluation and the
+//! or multipart/byteranges) or 416 for `Range`, with `If-Range`. A body left on disk
+//! (`Entry::on_disk`) gives one range as it is read, and the whole object for several. The evaluation and the
 //! range parsing are `wire`'s, the same code the server's static files use.
 
 use std::sync::Arc;
@@ -83,7 +84,7 @@ pub(crate) fn answer(
         return None;
     }
     let body = &entry.body;
-    let len = body.len() as u64;
+    let len = entry.body_len();
     let set = match range::parse(range, len) {
         Ranges::Ignore => return None,
         Ranges::Unsatisfiable => {
@@ -107,8 +108,14 @@ pub(crate) fn answer(
                 b"content-range",
                 range::content_range(&mut room, first, last, len),
             );
-            body.slice(first as usize..=last as usize)
+            match &entry.on_disk {
+                Some(on_disk) => Body::disk(on_disk.stream(Some((first, last)))),
+                None => Body::whole(body.slice(first as usize..=last as usize)),
+            }
         }
+        // Several ranges of a body left on disk: the whole 200 (RFC 9110 14.2 lets a
+        // server ignore Range), as it is read.
+        _ if entry.on_disk.is_some() => return None,
         ranges => {
             let content_type = stored
                 .get(b"content-type")
@@ -124,14 +131,14 @@ pub(crate) fn answer(
             range::closing(&mut out, &boundary);
             let mut room = [0u8; 64];
             headers.insert(b"content-type", range::multipart_type(&mut room, &boundary));
-            out.freeze()
+            Body::whole(out.freeze())
         }
     };
     Some(ProxyResponse {
         status: StatusCode::PARTIAL_CONTENT,
         head_h1: None,
         headers,
-        body: Body::whole(body),
+        body,
     })
 }
 

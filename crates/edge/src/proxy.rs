@@ -434,7 +434,7 @@ impl Edge {
         let mut headers = headers;
         if req.method == Method::HEAD && entry.template.is_none() {
             // No body to count: a HEAD says the length its GET would have.
-            let length = entry.body.len() as u64;
+            let length = entry.body_len();
             headers.append_with(b"content-length", |b| wire::write_decimal(b, length));
         }
         let (lines, date) = entry.response_head_h1(token);
@@ -443,11 +443,25 @@ impl Edge {
                 match crate::partial::answer(&entry, req, (&lines, date), token, age) {
                     // 304, 412, 206 or 416 from the stored object.
                     Some(answer) => answer,
-                    None => ProxyResponse {
-                        status: entry.status,
-                        head_h1: Some((lines, date, Some((entry.variants.clone(), entry.clone())))),
-                        headers,
-                        body: Body::whole(entry.body.clone()),
+                    // A body left on disk is sent as it is read, without compressed forms
+                    // of its own.
+                    None => match &entry.on_disk {
+                        Some(on_disk) => ProxyResponse {
+                            status: entry.status,
+                            head_h1: Some((lines, date, None)),
+                            headers,
+                            body: Body::disk(on_disk.stream(None)),
+                        },
+                        None => ProxyResponse {
+                            status: entry.status,
+                            head_h1: Some((
+                                lines,
+                                date,
+                                Some((entry.variants.clone(), entry.clone())),
+                            )),
+                            headers,
+                            body: Body::whole(entry.body.clone()),
+                        },
                     },
                 },
             ),
@@ -582,13 +596,14 @@ impl Edge {
                 let bytes = crate::upstream::read::read_bytes(pooled, limit, deadline).await?;
                 Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
-                // Too large (or of unknown length) to buffer: passed through, not stored.
-                drop(s);
+                // Too large (or of unknown length) to buffer: passed through, and written
+                // to disk as it passes when the disk tier takes it.
+                let head = (parts, pooled, f, now);
                 return self
-                    .answer_exposing(req, parts, pooled, (esi, expose), authority)
+                    .pass_or_fill(req, head, s, (esi, expose), authority)
                     .await;
             };
-            entry.expose_keys = expose;
+            (entry.expose_keys, entry.disk) = (expose, s.disk());
             let entry = Arc::new(entry);
             let field = |n: &str| req.headers.get(n).cloned();
             worker.cache.insert(&s.key, &field, entry.clone(), now);
@@ -831,7 +846,7 @@ fn authority_of(req: &ProxyRequest, upstream: &Upstream) -> Text {
 }
 
 /// A response's Content-Length, when it has one that reads as a number.
-fn content_length(fields: &FieldList) -> Option<u64> {
+pub(crate) fn content_length(fields: &FieldList) -> Option<u64> {
     fields
         .get(b"content-length")
         .and_then(headers::field_text)

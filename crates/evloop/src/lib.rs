@@ -36,6 +36,12 @@ thread_local! {
     static TURN: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Whether this thread has a loop installed: what [`spawn_local`] spawns then runs on
+/// it (without one, [`spawn_local`] is tokio's, which needs a LocalSet).
+pub fn has_loop() -> bool {
+    tasks::installed()
+}
+
 /// The number of the turn this thread's loop is in: what a turn's events bring runs
 /// under one number, so that work done once per turn (reading the clocks) can tell it
 /// has been done. 0 on a thread without a loop.

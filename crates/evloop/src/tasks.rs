@@ -38,6 +38,11 @@ pub(crate) fn uninstall() {
     TASKS.with(|t| t.borrow_mut().take());
 }
 
+/// Whether this thread has a loop's tasks installed.
+pub(crate) fn installed() -> bool {
+    TASKS.with(|t| t.try_borrow().is_ok_and(|t| t.is_some()))
+}
+
 type Boxed = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Row {

@@ -24,6 +24,7 @@ mod compression_budget;
 mod compression_cache;
 mod compression_routes;
 mod demo;
+mod disk_cache;
 mod event_loop;
 mod framing;
 mod h2c_listen;

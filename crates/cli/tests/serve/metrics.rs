@@ -29,6 +29,30 @@ fn prometheus_bin(name: &str) -> PathBuf {
     path
 }
 
+/// `promtool check metrics` on `text` finds nothing wrong.
+pub(crate) fn promtool_check(text: &str) {
+    let mut promtool = Command::new(prometheus_bin("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The admin address from the start-up line.
 pub(crate) fn admin_addr(server: &Server) -> SocketAddr {
     eventually("the admin line", || stderr_has(server, "admin on http://"));
@@ -226,26 +250,7 @@ fn metrics_count_exactly_what_was_sent_and_pass_promtool() {
     assert_eq!(s[denied], 0.0);
 
     // promtool finds nothing wrong.
-    let mut promtool = Command::new(prometheus_bin("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool: {} {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check(&text);
 
     // The scrape itself is counted, as kind="admin", by the next one.
     let (_, text) = admin_get(
@@ -422,7 +427,7 @@ fn a_real_prometheus_scrapes_every_request() {
 }
 
 /// `/status.json`: the sum of the samples named `name` whose labels include every pair.
-fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64 {
     doc["families"]
         .as_array()
         .unwrap()
@@ -434,7 +439,7 @@ fn json_sum(doc: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> f64
         .sum()
 }
 
-fn status_json(admin: SocketAddr) -> serde_json::Value {
+pub(crate) fn status_json(admin: SocketAddr) -> serde_json::Value {
     let (status, body) = admin_get(admin, "/status.json", "");
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))

@@ -1,6 +1,9 @@
-//! `[cache]` and `[cache.redis]` of tessera's TOML file (re-exported by `crate::config`).
+//! `[cache]`, `[cache.redis]` and `[cache.disk]` of tessera's TOML file (re-exported by
+//! `crate::config`).
 
 use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -40,6 +43,183 @@ pub struct CacheConfig {
     pub cache_status: bool,
     /// `[cache.redis]`: the shared tier. Default none (memory only).
     pub redis: Option<RedisConfig>,
+    /// `[cache.disk]`: this node's disk tier, between memory and Redis. Default none.
+    pub disk: Option<DiskConfig>,
+}
+
+/// `[cache.disk]`. Sizes are a number of bytes or a text with `k`, `m` or `g`
+/// (`"10g"`); durations a number of seconds or a text with `ms`, `s`, `m`, `h` or `d`
+/// (`"7d"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskConfig {
+    /// The directory that holds the objects (made when missing). Required.
+    pub path: PathBuf,
+    /// Bytes of objects on disk at most (files, headers included); the least recently
+    /// used go first. Default `"1g"`.
+    pub max_size: SizeText,
+    /// Largest object kept on disk. Default `"64m"`.
+    pub max_object_size: SizeText,
+    /// An object not used for this long is removed. Default `"7d"`.
+    pub inactive: DurationText,
+    /// Requests for a key before its object is written to disk. Default 1.
+    pub min_uses: u32,
+    /// The size of the slices a very large object is fetched in (not built yet: checked
+    /// and kept). Default none.
+    pub slice: Option<SizeText>,
+    /// Files the loader reads per second at start, while requests are served. Default
+    /// 1000.
+    pub loader_rate: u32,
+}
+
+/// A size: bytes, or a text such as `"10g"`, `"512k"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum SizeText {
+    Bytes(u64),
+    Text(String),
+}
+
+/// A duration: seconds, or a text such as `"7d"`, `"30s"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum DurationText {
+    Secs(f64),
+    Text(String),
+}
+
+impl SizeText {
+    /// Its bytes, or what is wrong with it.
+    pub(crate) fn bytes(&self) -> Result<u64, String> {
+        let text = match self {
+            SizeText::Bytes(n) => return Ok(*n),
+            SizeText::Text(t) => t,
+        };
+        let lower = text.trim().to_ascii_lowercase();
+        let split = lower
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(lower.len());
+        let (digits, unit) = lower.split_at(split);
+        let unit: u64 = match unit.trim() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            _ => u64::MAX,
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .filter(|_| unit != u64::MAX)
+            .and_then(|n| n.checked_mul(unit))
+            .ok_or_else(|| format!("{text:?} is not a size (\"10g\", \"512m\", \"64k\" or bytes)"))
+    }
+}
+
+impl DurationText {
+    /// Its length, or what is wrong with it.
+    pub(crate) fn duration(&self) -> Result<Duration, String> {
+        let found = match self {
+            DurationText::Secs(s) => Duration::try_from_secs_f64(*s).ok(),
+            DurationText::Text(t) => super::policy::parse_duration(t),
+        };
+        found.ok_or_else(|| match self {
+            DurationText::Secs(s) => format!("{s} is not a duration"),
+            DurationText::Text(t) => {
+                format!("{t:?} is not a duration (\"7d\", \"12h\", \"30m\" or seconds)")
+            }
+        })
+    }
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig {
+            path: PathBuf::new(),
+            max_size: SizeText::Text("1g".into()),
+            max_object_size: SizeText::Text("64m".into()),
+            inactive: DurationText::Text("7d".into()),
+            min_uses: 1,
+            slice: None,
+            loader_rate: 1000,
+        }
+    }
+}
+
+/// `[cache.disk]` checked, in numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DiskSettings {
+    pub(crate) path: PathBuf,
+    pub(crate) max_size: u64,
+    pub(crate) max_object_size: u64,
+    pub(crate) inactive: Duration,
+    pub(crate) min_uses: u32,
+    pub(crate) loader_rate: u32,
+}
+
+/// The largest object the disk tier keeps: its record holds the body's length in 32
+/// bits.
+const MAX_DISK_OBJECT: u64 = (4 << 30) - (1 << 20);
+
+impl DiskConfig {
+    /// Checks every key; errors name it (`cache.disk.max_size`).
+    pub(crate) fn settings(&self) -> Result<DiskSettings, ConfigError> {
+        let bad = |key: &str, what: String| {
+            Err(ConfigError::Invalid(format!("`cache.disk.{key}`: {what}")))
+        };
+        if self.path.as_os_str().is_empty() {
+            return bad(
+                "path",
+                "required: the directory that holds the objects".into(),
+            );
+        }
+        let size = |key: &str, v: &SizeText| {
+            v.bytes()
+                .map_err(|e| ConfigError::Invalid(format!("`cache.disk.{key}`: {e}")))
+        };
+        let max_size = size("max_size", &self.max_size)?;
+        let max_object_size = size("max_object_size", &self.max_object_size)?;
+        if max_size == 0 {
+            return bad("max_size", "must be above 0".into());
+        }
+        if max_object_size == 0 || max_object_size > max_size {
+            return bad(
+                "max_object_size",
+                format!("must be above 0 and at most max_size ({max_size} bytes)"),
+            );
+        }
+        if max_object_size > MAX_DISK_OBJECT {
+            return bad(
+                "max_object_size",
+                format!("must be at most {MAX_DISK_OBJECT} bytes (4g less 1m)"),
+            );
+        }
+        if let Some(slice) = &self.slice {
+            if size("slice", slice)? == 0 {
+                return bad("slice", "must be above 0".into());
+            }
+        }
+        let inactive = match self.inactive.duration() {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => return bad("inactive", "must be above 0".into()),
+            Err(e) => return bad("inactive", e),
+        };
+        if self.min_uses == 0 {
+            return bad("min_uses", "must be at least 1".into());
+        }
+        if self.loader_rate == 0 {
+            return bad("loader_rate", "must be at least 1 (files a second)".into());
+        }
+        Ok(DiskSettings {
+            path: self.path.clone(),
+            max_size,
+            max_object_size,
+            inactive,
+            min_uses: self.min_uses,
+            loader_rate: self.loader_rate,
+        })
+    }
 }
 
 /// `[cache.redis]`.
@@ -90,6 +270,7 @@ impl Default for CacheConfig {
             purge_token: String::new(),
             cache_status: false,
             redis: None,
+            disk: None,
         }
     }
 }
@@ -138,6 +319,9 @@ impl CacheConfig {
                     "cache.redis.fan_out_log must be between 1 and {MAX_FAN_OUT_LOG}"
                 ));
             }
+        }
+        if let Some(disk) = &self.disk {
+            disk.settings()?;
         }
         Ok(())
     }

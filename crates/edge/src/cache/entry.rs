@@ -55,6 +55,12 @@ pub(crate) struct Entry {
     /// Whether those fields reach the client (the route's `expose_keys`); they are
     /// removed from what is sent otherwise.
     pub(crate) expose_keys: bool,
+    /// Whether it may be kept in the disk tier (its route's `disk`). Not stored: a copy
+    /// read back from Redis or from disk is not written to disk again.
+    pub(crate) disk: bool,
+    /// For a fresh disk object too large for memory: its body, left on disk and read as
+    /// it is sent (`body` is empty then). Such an object is served, never stored again.
+    pub(crate) on_disk: Option<super::disk::stream::OnDisk>,
 }
 
 /// The surrogate keys in `fields`' key fields (split at spaces and commas, each once).
@@ -91,6 +97,13 @@ pub(crate) struct Memo {
 }
 
 impl Entry {
+    /// The body's length, in memory or on disk.
+    pub(crate) fn body_len(&self) -> u64 {
+        self.on_disk
+            .as_ref()
+            .map_or(self.body.len() as u64, |d| d.len())
+    }
+
     /// Its weight in memory now: its own bytes and its forms'.
     pub(super) fn weight_with_forms(&self) -> u64 {
         self.weight + self.forms.load(Ordering::Acquire)
@@ -191,6 +204,8 @@ impl Entry {
             stored_ms: AtomicU64::new(0),
             keys,
             expose_keys: false,
+            disk: true,
+            on_disk: None,
         }
     }
 
@@ -244,6 +259,11 @@ impl Entry {
             .saturating_add(self.keep_ms)
     }
 
+    /// When it stops being of any use (Unix ms).
+    pub(super) fn useless_at(&self) -> u64 {
+        self.born_ms.saturating_add(self.useful_ms())
+    }
+
     pub(super) fn useless(&self, now: u64) -> bool {
         now.saturating_sub(self.born_ms) >= self.useful_ms()
     }
@@ -271,6 +291,7 @@ impl Entry {
         let source_len: usize = e.source.iter().map(Bytes::len).sum();
         e.weight += source_len as u64;
         e.expose_keys = self.expose_keys;
+        e.disk = self.disk;
         e
     }
 
@@ -291,6 +312,7 @@ impl Entry {
         e.source = self.source.clone();
         e.weight = self.weight;
         e.expose_keys = self.expose_keys;
+        e.disk = self.disk;
         e.stored_ms = AtomicU64::new(self.stored_ms.load(Ordering::Acquire));
         e.born_ms = self.born_ms;
         e.fresh_ms = self.fresh_ms.min(now.saturating_sub(self.born_ms));
@@ -298,9 +320,51 @@ impl Entry {
         e
     }
 
+    /// This object (its head: status, fields, freshness) with its body on disk.
+    pub(super) fn with_body_on_disk(&self, on_disk: super::disk::stream::OnDisk) -> Entry {
+        let mut e = Entry::new(
+            self.status,
+            self.headers.clone(),
+            Bytes::new(),
+            None,
+            None,
+            0,
+        );
+        (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms, e.keep_ms) = (
+            self.born_ms,
+            self.fresh_ms,
+            self.swr_ms,
+            self.sie_ms,
+            self.keep_ms,
+        );
+        e.expose_keys = self.expose_keys;
+        e.weight = self.weight + on_disk.len();
+        e.on_disk = Some(on_disk);
+        e
+    }
+
     /// The shared tier's encoding: a versioned binary record.
     pub(super) fn encode(&self) -> Vec<u8> {
+        let body_len: usize = if self.template.is_some() {
+            self.source.iter().map(Bytes::len).sum()
+        } else {
+            self.body.len()
+        };
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
+        self.encode_head(&mut out, body_len as u64);
+        if self.template.is_some() {
+            for s in &self.source {
+                out.put_slice(s);
+            }
+        } else {
+            out.put_slice(&self.body);
+        }
+        out.to_vec()
+    }
+
+    /// The record's head ([`Entry::encode`]): all but the body, which is `body_len`
+    /// bytes and follows it.
+    pub(super) fn encode_head(&self, out: &mut BytesMut, body_len: u64) {
         out.put_slice(b"TSC2");
         out.put_u8(u8::from(self.template.is_some()) | u8::from(self.expose_keys) << 1);
         out.put_u16(self.status.as_u16());
@@ -320,20 +384,7 @@ impl Entry {
             out.put_u32(v.len() as u32);
             out.put_slice(v);
         }
-        let body_len: usize = if self.template.is_some() {
-            self.source.iter().map(Bytes::len).sum()
-        } else {
-            self.body.len()
-        };
         out.put_u32(body_len as u32);
-        if self.template.is_some() {
-            for s in &self.source {
-                out.put_slice(s);
-            }
-        } else {
-            out.put_slice(&self.body);
-        }
-        out.to_vec()
     }
 
     /// A record read back from Redis, which anyone able to write there may have made:
@@ -341,12 +392,34 @@ impl Entry {
     /// within [`MAX_LIFETIME`], born no later than a minute from `now`, no hop-by-hop
     /// fields, a body within `max_object_size`); anything else is `None`.
     pub(super) fn decode(mut b: Bytes, max_object_size: usize, now: u64) -> Option<Entry> {
+        let head = RecordHead::decode(&mut b, max_object_size, now)?;
+        if b.remaining() != head.body_len {
+            return None;
+        }
+        Some(head.into_entry(b))
+    }
+}
+
+/// A record's head: everything but its body, which follows it (`body_len` bytes).
+pub(super) struct RecordHead {
+    is_template: bool,
+    expose_keys: bool,
+    status: StatusCode,
+    headers: FieldList,
+    times: [u64; 5],
+    pub(super) body_len: usize,
+}
+
+impl RecordHead {
+    /// The head at the start of `b` (consumed), checked as [`Entry::decode`] says; `None`
+    /// also when `b` ends before the head does.
+    pub(super) fn decode(b: &mut Bytes, max_object_size: usize, now: u64) -> Option<RecordHead> {
         fn take(b: &mut Bytes, n: usize) -> Option<Bytes> {
             (b.remaining() >= n).then(|| b.split_to(n))
         }
         // TSC1: records made before `keep` (no keep time); TSC2 has one, and its flags
         // byte says `expose_keys` too.
-        let with_keep = match take(&mut b, 4)?.as_ref() {
+        let with_keep = match take(b, 4)?.as_ref() {
             b"TSC1" => false,
             b"TSC2" => true,
             _ => return None,
@@ -380,7 +453,7 @@ impl Entry {
         let mut headers = FieldList::new();
         for _ in 0..count {
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
-            let name = take(&mut b, n)?;
+            let name = take(b, n)?;
             // A field name is a token, and hop-by-hop fields are never stored.
             if name.is_empty()
                 || name.len() >= 1 << 16
@@ -390,7 +463,7 @@ impl Entry {
                 return None;
             }
             let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
-            let value = take(&mut b, n)?;
+            let value = take(b, n)?;
             if !value
                 .iter()
                 .all(|&c| c == b'\t' || (c >= 0x20 && c != 0x7f))
@@ -403,34 +476,48 @@ impl Entry {
         if keep_ms > 0 && !super::freshness::has_validators(&headers) {
             return None;
         }
-        let n = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
-        if n > max_object_size {
+        let body_len = (b.remaining() >= 4).then(|| b.get_u32())? as usize;
+        if body_len > max_object_size {
             return None;
         }
-        let body = take(&mut b, n)?;
-        if b.has_remaining() {
-            return None;
-        }
-        let mut e = if is_template {
+        Some(RecordHead {
+            is_template,
+            expose_keys,
+            status,
+            headers,
+            times: [born_ms, fresh_ms, swr_ms, sie_ms, keep_ms],
+            body_len,
+        })
+    }
+
+    /// Whether the record is an ESI template (its body the template's source).
+    pub(super) fn is_template(&self) -> bool {
+        self.is_template
+    }
+
+    /// Whether the object is fresh at `now`.
+    pub(super) fn is_fresh(&self, now: u64) -> bool {
+        now.saturating_sub(self.times[0]) < self.times[1]
+    }
+
+    /// The stored object with `body` (the template's source for an ESI page).
+    pub(super) fn into_entry(self, body: Bytes) -> Entry {
+        let mut e = if self.is_template {
             let mut compiler = esi::Compiler::new(&esi::Options::default());
             compiler.feed(body.clone());
             Entry::new(
-                status,
-                headers,
+                self.status,
+                self.headers,
                 Bytes::new(),
                 Some((compiler.finish(), vec![body])),
                 None,
                 0,
             )
         } else {
-            Entry::new(status, headers, body, None, None, 0)
+            Entry::new(self.status, self.headers, body, None, None, 0)
         };
-        e.born_ms = born_ms;
-        e.fresh_ms = fresh_ms;
-        e.swr_ms = swr_ms;
-        e.sie_ms = sie_ms;
-        e.keep_ms = keep_ms;
-        e.expose_keys = expose_keys;
-        Some(e)
+        [e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms, e.keep_ms] = self.times;
+        e.expose_keys = self.expose_keys;
+        e
     }
 }

@@ -44,6 +44,13 @@ impl FlightGuard {
     pub(crate) fn land(self, landing: Landing) {
         self.tx.send_replace(Some(landing));
     }
+
+    /// Gives the waiters, and the requests that join from now, `landing` while the
+    /// leader goes on (a streaming fill: the object is read as it is written); the
+    /// flight ends when the guard is dropped.
+    pub(crate) fn land_early(&self, landing: Landing) {
+        self.tx.send_replace(Some(landing));
+    }
 }
 
 impl Drop for FlightGuard {

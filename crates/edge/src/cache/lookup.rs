@@ -1,8 +1,8 @@
 //! The cache's phase machine, written once for whole pages and fragments alike (as
 //! Pingora drives every cached fetch through one path): the memory tier (fresh, stale
 //! while revalidating, or a miss with its stale-if-error fallback), then the flight
-//! (join another request's fetch of the key on any worker, or lead one), then the Redis
-//! tier for the leader. What is left to the caller is its own origin fetch, which stores
+//! (join another request's fetch of the key on any worker, or lead one), then the disk
+//! tier and the Redis tier for the leader. What is left to the caller is its own origin fetch, which stores
 //! the object and lands the flight.
 
 use std::sync::Arc;
@@ -85,7 +85,7 @@ pub(crate) fn memory(cache: &Cache, key: &str, field: Field<'_>) -> Memory {
 }
 
 /// After a memory miss: joins the key's flight or leads it, and as its leader asks
-/// Redis. A Redis record is a hit only while fresh; a stale one is served like a
+/// the disk tier, then Redis. A Redis record is a hit only while fresh; a stale one is served like a
 /// stale memory object (refreshed), or kept as the stale-if-error fallback and to
 /// revalidate. `stale` and `validate` are the memory tier's ([`Memory::Miss`]).
 pub(crate) async fn fly(
@@ -125,7 +125,12 @@ pub(crate) async fn fly(
             };
         }
     };
-    let found = cache.lookup_shared(key, field, now_ms()).await;
+    // This node's disk, then Redis: a stale disk object is served only when Redis has
+    // nothing of use.
+    let found = match cache.lookup_disk(key, field, now_ms()).await {
+        Some(e) if e.is_fresh(now_ms()) => Some(e),
+        on_disk => cache.lookup_shared(key, field, now_ms()).await.or(on_disk),
+    };
     let now = now_ms();
     match found {
         Some(e) if e.is_fresh(now) => {

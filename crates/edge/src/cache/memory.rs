@@ -12,6 +12,9 @@
 //!   the request's values of those fields.
 //! - **Coalescing.** [`Cache::join`] makes one request the leader for a key and the
 //!   others (on any worker) wait for what it stores (`flight`).
+//! - **Disk tier.** With `[cache.disk]`, a memory miss asks this node's disk before Redis
+//!   (`disk`, `on_disk`), and every store is also written to disk in the background;
+//!   an object above `max_object_size` but within the disk's goes to disk only.
 //! - **Shared tier.** With `[cache.redis]`, a memory miss asks Redis before the origin,
 //!   and every store is also written to Redis in the background (`shared_tier`).
 //! - **Forms.** The compressed forms of cached objects are in the cache's weight: an
@@ -133,6 +136,8 @@ pub struct CacheStats {
     pub shared: Option<SharedTierStats>,
     /// The invalidation fan-out's counters, when Redis is configured with `fan_out`.
     pub fan_out: Option<super::fanout::FanOutStats>,
+    /// The disk tier's counters, when configured.
+    pub disk: Option<super::disk::DiskTierStats>,
 }
 
 /// The process's cache. Create one with [`Cache::new`] and hand it to every worker's
@@ -147,6 +152,8 @@ pub struct Cache {
     /// The fetches in flight, by key (and the lookups they count).
     flights: Arc<Flights>,
     shared: Option<SharedTier>,
+    /// This node's disk tier (`[cache.disk]`).
+    disk: Option<super::disk::DiskTier>,
     /// Invalidations sent to, and received from, the other processes sharing Redis.
     fan_out: Option<super::fanout::FanOut>,
     hits: AtomicU64,
@@ -286,6 +293,10 @@ impl Cache {
             Some(r) if config.enabled => Some(SharedTier::start(r)?),
             _ => None,
         };
+        let disk = match &config.disk {
+            Some(d) if config.enabled => Some(super::disk::DiskTier::start(d.settings()?)?),
+            _ => None,
+        };
         let (fan_out, runner) = match &config.redis {
             Some(r) if config.enabled && r.fan_out => {
                 let (f, runner) = super::fanout::FanOut::new(r)?;
@@ -320,6 +331,7 @@ impl Cache {
             weight_limit: shard_hot_target(config.max_size, shards),
             flights: Arc::default(),
             shared,
+            disk,
             fan_out,
             hits: AtomicU64::new(0),
             stale_served: AtomicU64::new(0),
@@ -360,6 +372,7 @@ impl Cache {
             coalesced: self.flights.coalesced(),
             shared: self.shared.as_ref().map(SharedTier::stats),
             fan_out: self.fan_out.as_ref().map(super::fanout::FanOut::stats),
+            disk: self.disk.as_ref().map(super::disk::DiskTier::stats),
         }
     }
 
@@ -442,7 +455,8 @@ impl Cache {
     }
 
     /// Stores an object for `key` as fetched with these request fields, in memory and
-    /// (in the background) in Redis. Objects above `max_object_size` are not stored.
+    /// (in the background) in Redis and on disk. Objects above `max_object_size` go to
+    /// disk only, when it takes them; else they are not stored.
     pub(crate) fn insert(
         &self,
         key: &str,
@@ -450,24 +464,35 @@ impl Cache {
         entry: Arc<Entry>,
         now: u64,
     ) {
-        if entry.weight > self.config.max_object_size as u64 {
+        let in_memory = entry.weight <= self.config.max_object_size as u64;
+        let disk =
+            (self.disk.as_ref()).filter(|d| entry.disk && entry.weight <= d.max_object_size());
+        if !in_memory && disk.is_none() {
             return;
         }
         let names: Vec<String> = super::freshness::vary_names(&entry.headers).collect();
         let ttl = entry.remaining_secs(now);
+        let until = now.saturating_add(ttl.saturating_mul(1000));
         let object_key = if names.is_empty() {
             key.to_string()
         } else {
-            let names: Arc<[String]> = names.into();
+            let names: Arc<[String]> = names.clone().into();
             let vk = variant_key(key, &names, field);
-            let until = now.saturating_add(ttl.saturating_mul(1000));
-            self.mem
-                .insert(key.to_string(), Slot::Vary(names.clone(), until));
-            if let Some(shared) = &self.shared {
-                shared.set(key, encode_vary(&names, until), ttl);
+            if in_memory {
+                self.mem
+                    .insert(key.to_string(), Slot::Vary(names.clone(), until));
+                if let Some(shared) = &self.shared {
+                    shared.set(key, encode_vary(&names, until), ttl);
+                }
             }
             vk
         };
+        if let Some(disk) = disk {
+            disk.write((key, &object_key), (&names, until), entry.clone(), now);
+        }
+        if !in_memory {
+            return;
+        }
         if let Some(shared) = &self.shared {
             shared.set(&object_key, entry.encode(), ttl);
         }
@@ -545,6 +570,8 @@ impl Cache {
             None => 0,
         };
         crate::metrics::evicted(crate::metrics::Evicted::Purge, removed);
+        // An object in both tiers counts once.
+        let removed = removed.max(self.disk.as_ref().map_or(0, |d| d.purge(key)) as u64);
         if self.shared.is_some() {
             self.purges
                 .lock()
@@ -576,7 +603,10 @@ impl Cache {
             crate::metrics::Evicted::Ban,
             n.load(Ordering::Relaxed) as u64,
         );
-        n.into_inner()
+        let on_disk = self.disk.as_ref().map_or(0, |d| {
+            d.invalidate(|k, m| k.starts_with(prefix) || m.base.starts_with(prefix))
+        });
+        n.into_inner().max(on_disk)
     }
 }
 
@@ -729,5 +759,6 @@ pub(crate) fn key(authority: &str, path_and_query: &str) -> String {
 mod bans;
 mod by_keys;
 mod invalidate;
+mod on_disk;
 #[cfg(test)]
 mod tests;

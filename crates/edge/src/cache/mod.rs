@@ -3,10 +3,11 @@
 //! tier (`shared_tier`), purges and bans sent to and received from the other processes
 //! sharing it (`fanout`), stored responses and their compressed forms (`entry`,
 //! `variants`), and the freshness rules that decide what is stored and for how long
-//! (`freshness`), and its settings (`config`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
+//! (`freshness`), this node's disk tier (`disk`), and its settings (`config`). It knows nothing of upstreams or ESI assembly: callers fetch, it keeps.
 
 pub(crate) mod ban_rule;
 pub(crate) mod config;
+pub(crate) mod disk;
 pub(crate) mod entry;
 pub(crate) mod fanout;
 pub(crate) mod flight;
@@ -19,6 +20,7 @@ pub(crate) mod revalidate;
 pub(crate) mod shared_tier;
 pub(crate) mod variants;
 
+pub use disk::DiskTierStats;
 pub(crate) use entry::{Entry, Memo};
 pub use fanout::FanOutStats;
 pub(crate) use flight::{FlightGuard, Landing};

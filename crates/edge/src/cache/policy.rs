@@ -47,6 +47,9 @@ pub struct RouteCacheConfig {
     /// Whether the origin's surrogate key fields (`Surrogate-Key`, `Cache-Tag`, `xkey`)
     /// reach the client. Default false: they are for this cache, and removed.
     pub expose_keys: bool,
+    /// Whether this route's objects may be kept in the disk tier (`[cache.disk]`).
+    /// Default true.
+    pub disk: Option<bool>,
 }
 
 /// When a route's `ttl` applies.
@@ -80,6 +83,8 @@ pub(crate) struct RoutePolicy {
     pub(crate) keep: Option<Duration>,
     /// Whether the surrogate key fields reach the client (`expose_keys`).
     pub(crate) expose_keys: bool,
+    /// Whether the route's objects may go to the disk tier (`disk`).
+    pub(crate) disk: bool,
     bypass_cookie: Option<String>,
     bypass_header: Option<HeaderName>,
     /// The key rule (`key`), when the route has one.
@@ -174,6 +179,7 @@ impl RoutePolicy {
             grace,
             keep,
             expose_keys: config.expose_keys,
+            disk: config.disk.unwrap_or(true),
             bypass_cookie,
             bypass_header,
         })

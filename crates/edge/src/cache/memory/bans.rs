@@ -89,6 +89,7 @@ impl Cache {
             _ => true,
         });
         crate::metrics::evicted(crate::metrics::Evicted::Ban, removed.into_inner() as u64);
+        self.ban_on_disk(|key, stored_ms| banned_by(&bans, key, stored_ms));
         self.bans
             .retire(started.saturating_sub(LURKER_PAUSE.as_millis() as u64));
     }

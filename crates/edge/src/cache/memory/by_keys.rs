@@ -1,7 +1,8 @@
 //! Purges by surrogate key, and soft purges (docs/cache.md, "Surrogate keys" and "Soft
 //! purge"): every object of the memory tier whose keys include one of those purged is
 //! removed, or marked stale (a soft purge: served within its stale-while-revalidate
-//! window while one request refreshes it). The Redis tier is not scanned: its records
+//! window while one request refreshes it). The disk tier's index is scanned the same way,
+//! and its objects removed (soft or not). The Redis tier is not scanned: its records
 //! carry their keys, and a record made before a purge of one of them is refused.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,6 +51,8 @@ impl Cache {
         if !soft {
             crate::metrics::evicted(crate::metrics::Evicted::Purge, n as u64);
         }
+        // The disk tier keeps no stale copies: a soft purge removes its objects too.
+        let n = n.max(self.purge_keys_on_disk(keys));
         if self.shared.is_some() {
             let mut log = self.purges.lock().unwrap_or_else(|e| e.into_inner());
             for key in keys {
@@ -83,6 +86,7 @@ impl Cache {
             Some(Slot::Object(..)) => usize::from(self.mark_stale(key, now)),
             _ => 0,
         };
+        let marked = marked.max(self.purge_on_disk(key));
         if self.shared.is_some() {
             self.purges
                 .lock()

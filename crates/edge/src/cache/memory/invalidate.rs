@@ -111,6 +111,7 @@ impl Invalidated for Cache {
             false
         });
         let objects = objects.into_inner();
+        self.ban_on_disk(|_, _| true);
         self.purges.lock().unwrap_or_else(|e| e.into_inner()).floor = now_ms();
         crate::metrics::evicted(crate::metrics::Evicted::Purge, objects);
         tracing::warn!(

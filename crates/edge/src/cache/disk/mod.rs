@@ -1,0 +1,444 @@
+//! The disk tier (`[cache.disk]`): this node's objects in files, between the memory
+//! tier and Redis, kept across restarts.
+//!
+//! - **Files.** One per object, named by a hash of its key, under two levels of
+//!   directories (`file`), written under `tmp/` and renamed into place once whole.
+//! - **Index.** Keys, sizes, freshness, surrogate keys and last use, in memory (`index`):
+//!   a lookup that the index does not know costs no I/O. A background thread (`loader`)
+//!   rebuilds it at start from the files, at `loader_rate` files a second, checking each
+//!   one's lengths and checksums; meanwhile keys not yet loaded are misses.
+//! - **I/O.** Workers never touch a file: reads and writes run on the tier's threads
+//!   (`tessera-disk`), and a read's result comes back through a channel that wakes the
+//!   worker's loop. A read or write that finds the queue full (1,024) is a miss, or a
+//!   write not made. An object too large for memory is sent as it is read, a chunk at a
+//!   time (`stream`), and written as it passes to the client that asked for it, the
+//!   others reading it as it is written (`fill`).
+//! - **Eviction.** The least recently used beyond `max_size`; an object not used for
+//!   `inactive`, or past every window it could be served in; admission after `min_uses`
+//!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
+//!   a request.
+
+mod file;
+pub(crate) mod fill;
+mod index;
+mod loader;
+mod shared;
+pub(crate) mod stream;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use super::config::DiskSettings;
+use super::entry::{Entry, RecordHead};
+use crate::error::ConfigError;
+use file::{Header, Refused};
+pub(crate) use index::Gone;
+use index::Meta;
+use shared::{Counters, Queue, Shared};
+
+/// Threads doing the tier's file I/O.
+const THREADS: usize = 4;
+/// How long a request waits for a read before it counts as a miss.
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+/// Counters of the disk tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskTierStats {
+    /// Objects on disk (indexed).
+    pub objects: usize,
+    /// Their bytes (files, headers included).
+    pub bytes: u64,
+    /// `max_size`.
+    pub capacity: u64,
+    /// Lookups answered from disk.
+    pub hits: u64,
+    /// Lookups for keys not on disk.
+    pub misses: u64,
+    /// Objects written.
+    pub fills: u64,
+    /// Writes that failed (an I/O error, a full disk) or were not made (queue full).
+    pub fill_errors: u64,
+    /// Objects removed by reason.
+    pub evicted_size: u64,
+    pub evicted_inactive: u64,
+    pub evicted_invalidated: u64,
+    /// Files dropped because they were truncated or corrupted.
+    pub dropped_corrupt: u64,
+    /// Files the loader has read since start.
+    pub loader_files: u64,
+    /// Whether the loader has read every file.
+    pub loaded: bool,
+    /// Whether writes are paused because the disk is full.
+    pub full: bool,
+}
+
+pub(crate) struct DiskTier {
+    shared: Arc<Shared>,
+    queue: Queue,
+}
+
+impl DiskTier {
+    /// Makes the directories, and starts the I/O threads and the loader.
+    pub(crate) fn start(settings: DiskSettings) -> Result<DiskTier, ConfigError> {
+        let root = settings.path.clone();
+        std::fs::create_dir_all(file::temp_dir(&root)).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "`cache.disk.path`: cannot make {}: {e}",
+                root.display()
+            ))
+        })?;
+        let shared = Arc::new(Shared {
+            settings,
+            index: Mutex::default(),
+            counters: Counters::default(),
+            loaded: AtomicBool::new(false),
+            full_until: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
+            temp_seq: AtomicU64::new(0),
+            pending_bytes: AtomicU64::new(0),
+        });
+        let (jobs, rx) = mpsc::channel::<shared::Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let spawn_failed =
+            |e: std::io::Error| ConfigError::Invalid(format!("cache.disk: no thread: {e}"));
+        for i in 0..THREADS {
+            let (rx, shared) = (rx.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name(format!("tessera-disk-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(&shared),
+                        Err(_) => return,
+                    }
+                })
+                .map_err(spawn_failed)?;
+        }
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("tessera-disk-loader".into())
+            .spawn(move || loader::run(weak, root))
+            .map_err(spawn_failed)?;
+        let queue = Queue::new(shared.clone(), jobs);
+        Ok(DiskTier { shared, queue })
+    }
+
+    pub(crate) fn max_object_size(&self) -> u64 {
+        self.shared.settings.max_object_size
+    }
+
+    /// Removes the files of `keys`, always queued (a purged file must not come back at
+    /// the next start).
+    fn unlink(&self, keys: Vec<String>) {
+        if !keys.is_empty() {
+            self.queue.always(move |s: &Shared| s.unlink(&keys));
+        }
+    }
+
+    /// The Vary field names of `key` on disk and until when they hold, when its marker
+    /// holds at `now`.
+    pub(crate) fn vary_of(&self, key: &str, now: u64) -> Option<(Arc<[String]>, u64)> {
+        self.shared.index().vary_of(key, now)
+    }
+
+    /// Bumped by every invalidation: a read begun before one that ends after it is not
+    /// served.
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.index().generation
+    }
+
+    /// Whether the object of `object_key` (for request key `base`) is on disk and of
+    /// use at `now` (marked used); when it is not, the request is counted toward
+    /// `min_uses`. Its time of storing when it is.
+    pub(crate) fn find(&self, object_key: &str, base: &str, now: u64) -> Option<u64> {
+        let mut index = self.shared.index();
+        match index.touch(object_key, now) {
+            Some(meta) if self.shared.expired(&meta, now) => {
+                index.remove(object_key);
+                index.count_use(base, self.shared.settings.min_uses);
+                drop(index);
+                self.shared.count_gone(Gone::Inactive, 1);
+                self.unlink(vec![object_key.to_string()]);
+            }
+            Some(meta) => return Some(meta.stored_ms),
+            None => {
+                index.count_use(base, self.shared.settings.min_uses);
+            }
+        }
+        self.shared.counters.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Reads the object of `key` on an I/O thread; a file found truncated or corrupted
+    /// is dropped, and any failure is a miss. A fresh object whose body is larger than
+    /// `stream_above` bytes is read but for its body, which is sent as it is read
+    /// ([`Entry::on_disk`]).
+    pub(crate) async fn read(&self, key: &str, now: u64, stream_above: u64) -> Option<Entry> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let owned = key.to_string();
+        let queue = self.queue.clone();
+        let queued = self.queue.bounded(move |s: &Shared| {
+            let _ = reply.send(read_on_thread(s, &queue, &owned, now, stream_above));
+        });
+        let found = match queued {
+            true => match evloop::time::timeout(READ_WAIT, answer).await {
+                Ok(Ok(found)) => found,
+                _ => None,
+            },
+            false => None,
+        };
+        let counter = match found {
+            Some(_) => &self.shared.counters.hits,
+            None => &self.shared.counters.misses,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Writes `entry` under `key` (a variant of `base` varying on `vary` until
+    /// `vary_until` when `vary` is not empty) in the background, when it is admitted:
+    /// small enough, asked for `min_uses` times, and the disk not full.
+    pub(crate) fn write(
+        &self,
+        (base, key): (&str, &str),
+        (vary, vary_until): (&[String], u64),
+        entry: Arc<Entry>,
+        now: u64,
+    ) {
+        let s = &self.shared;
+        if entry.weight > s.settings.max_object_size || s.full_until.load(Ordering::Relaxed) > now {
+            return;
+        }
+        let generation = {
+            let index = s.index();
+            if !index.admitted(base, key, s.settings.min_uses) {
+                return;
+            }
+            index.generation
+        };
+        let header = Header {
+            key: key.to_string(),
+            base: base.to_string(),
+            vary: vary.to_vec(),
+            vary_until,
+            stored_ms: now,
+            useless_ms: entry.useless_at(),
+            tags: entry.keys.to_vec(),
+            record_len: 0,
+            record_crc: 0,
+        };
+        // The objects waiting to be written are held in memory: at most a budget of them.
+        let weight = entry.weight;
+        let budget = s.write_budget();
+        let pending = &s.pending_bytes;
+        if pending.fetch_add(weight, Ordering::AcqRel) + weight > budget {
+            pending.fetch_sub(weight, Ordering::AcqRel);
+            s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let queued = self.queue.bounded(move |s: &Shared| {
+            write_on_thread(s, header, &entry, generation);
+            drop(entry);
+            s.pending_bytes.fetch_sub(weight, Ordering::AcqRel);
+        });
+        if !queued {
+            pending.fetch_sub(weight, Ordering::AcqRel);
+            s.counters.fill_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts writing the object whose head (status, fields, freshness) is `head` and
+    /// body `body_len` bytes as the body passes through ([`fill::DiskFill`]), under
+    /// `key` (a variant of `base` when `vary` is not empty), when it is admitted as
+    /// [`DiskTier::write`] says; `done` is called once it ends.
+    pub(crate) fn start_fill(
+        &self,
+        (base, key): (&str, &str),
+        (vary, vary_until): (&[String], u64),
+        (head, body_len): (&Entry, u64),
+        now: u64,
+        done: fill::Done,
+    ) -> Option<fill::DiskFill> {
+        let s = &self.shared;
+        if head.weight + body_len > s.settings.max_object_size
+            || s.full_until.load(Ordering::Relaxed) > now
+        {
+            return None;
+        }
+        let generation = {
+            let index = s.index();
+            if !index.admitted(base, key, s.settings.min_uses) {
+                return None;
+            }
+            index.generation
+        };
+        let header = Header {
+            key: key.to_string(),
+            base: base.to_string(),
+            vary: vary.to_vec(),
+            vary_until,
+            stored_ms: now,
+            useless_ms: head.useless_at(),
+            tags: head.keys.to_vec(),
+            record_len: 0,
+            record_crc: 0,
+        };
+        let mut record_head = bytes::BytesMut::new();
+        head.encode_head(&mut record_head, body_len);
+        let at = (generation, done);
+        Some(fill::DiskFill::start(
+            &self.queue,
+            header,
+            record_head.freeze(),
+            body_len,
+            at,
+        ))
+    }
+
+    /// Removes what `gone` says must go, for an invalidation; how many objects.
+    pub(crate) fn invalidate(&self, gone: impl Fn(&str, &Meta) -> bool) -> usize {
+        let keys = {
+            let mut index = self.shared.index();
+            index.invalidated();
+            index.remove_where(gone)
+        };
+        let n = keys.len();
+        self.shared.count_gone(Gone::Invalidated, n);
+        self.unlink(keys);
+        n
+    }
+
+    /// Removes `key` and its variants.
+    pub(crate) fn purge(&self, key: &str) -> usize {
+        self.invalidate(|k, m| k == key || m.base == key)
+    }
+
+    /// Counters and sizes now.
+    pub(crate) fn stats(&self) -> DiskTierStats {
+        let s = &self.shared;
+        let (objects, bytes) = {
+            let index = s.index();
+            (index.len(), index.bytes)
+        };
+        let c = &s.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiskTierStats {
+            objects,
+            bytes,
+            capacity: s.settings.max_size,
+            hits: load(&c.hits),
+            misses: load(&c.misses),
+            fills: load(&c.fills),
+            fill_errors: load(&c.fill_errors),
+            evicted_size: load(&c.evicted[0]),
+            evicted_inactive: load(&c.evicted[1]),
+            evicted_invalidated: load(&c.evicted[2]),
+            dropped_corrupt: load(&c.evicted[3]),
+            loader_files: load(&c.loader_files),
+            loaded: s.loaded.load(Ordering::Acquire),
+            full: s.full_until.load(Ordering::Relaxed) > crate::clock::now_ms(),
+        }
+    }
+}
+
+/// A read, on an I/O thread: the file checked and decoded (but for the body of a fresh
+/// object larger than `stream_above`, left to be read as it is sent); dropped when
+/// refused.
+fn read_on_thread(
+    s: &Shared,
+    queue: &Queue,
+    key: &str,
+    now: u64,
+    stream_above: u64,
+) -> Option<Entry> {
+    let path = s.path_of(key);
+    let max = s.settings.max_object_size as usize;
+    let read = file::open(&path).and_then(|(mut f, header, header_len)| {
+        if header.key != key {
+            return Err(Refused::Corrupt("another key"));
+        }
+        if header.record_len > stream_above {
+            let at = (key, header_len, now);
+            if let Some(entry) = head_only(queue, &f, &header, at, max) {
+                return Ok(entry);
+            }
+        }
+        let record = file::read_record(&mut f, &header)?;
+        Entry::decode(record, max, now).ok_or(Refused::Corrupt("record"))
+    });
+    let refused = match read {
+        Ok(entry) => return Some(entry),
+        Err(e) => e,
+    };
+    tracing::warn!(path = %path.display(), ?refused, "disk cache file dropped");
+    s.index().remove(key);
+    s.count_gone(Gone::Corrupt, 1);
+    let _ = std::fs::remove_file(&path);
+    None
+}
+
+/// The most of a record read to find its head (status, fields, freshness) for an
+/// object sent as it is read; one whose fields are longer is read whole.
+const HEAD_READ: usize = 64 << 10;
+
+/// The object of `file` (its header read) with its body left on disk, to be sent as it
+/// is read ([`stream::OnDisk`]): when it is fresh at `now`, not an ESI page (whose
+/// template is compiled from the whole source), and its head within [`HEAD_READ`].
+fn head_only(
+    queue: &Queue,
+    file: &std::fs::File,
+    header: &Header,
+    (key, header_len, now): (&str, u64, u64),
+    max: usize,
+) -> Option<Entry> {
+    use std::os::unix::fs::FileExt;
+    let n = (header.record_len as usize).min(HEAD_READ);
+    let mut prefix = vec![0u8; n];
+    file.read_exact_at(&mut prefix, header_len).ok()?;
+    let prefix = bytes::Bytes::from(prefix);
+    let mut rest = prefix.clone();
+    let head = RecordHead::decode(&mut rest, max, now)?;
+    if head.is_template() || !head.is_fresh(now) {
+        return None;
+    }
+    let head_len = n - rest.len();
+    let body_len = head.body_len as u64;
+    if head_len as u64 + body_len != header.record_len {
+        return None;
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&prefix[..head_len]);
+    let file = Arc::new(file.try_clone().ok()?);
+    let mut entry = head.into_entry(bytes::Bytes::new());
+    entry.weight += body_len;
+    entry.on_disk = Some(stream::OnDisk::new(
+        (queue.clone(), key.to_string()),
+        file,
+        (header_len + head_len as u64, body_len),
+        (crc, header.record_crc),
+    ));
+    Some(entry)
+}
+
+/// A write, on an I/O thread: under `tmp/`, renamed into place, then indexed (unless an
+/// invalidation came meanwhile), and the least recently used evicted beyond `max_size`.
+fn write_on_thread(s: &Shared, mut header: Header, entry: &Entry, generation: u64) {
+    let record = entry.encode();
+    header.record_len = record.len() as u64;
+    header.record_crc = crc32fast::hash(&record);
+    let head = header.encode();
+    let size = (head.len() + record.len()) as u64;
+    let temp = s.temp_path(&header.key);
+    let written = (|| {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&temp)?;
+        f.write_all(&head)?;
+        f.write_all(&record)?;
+        drop(f);
+        s.place(&temp, &header, size, generation)
+    })();
+    if let Err(e) = written {
+        s.write_failed(&temp, &e);
+    }
+}
