@@ -10,7 +10,7 @@ use evloop::AbortHandle;
 use tokio::sync::mpsc;
 
 use crate::error::PageError;
-use crate::upstream::client::PassBody;
+use crate::upstream::client::pass::PassBody;
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
 /// assembled as its fragments arrive.
