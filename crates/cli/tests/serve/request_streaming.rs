@@ -595,3 +595,80 @@ fn an_origin_that_answers_early_and_closes_has_its_answer_passed_on() {
     let r = read_response(&mut stream, false);
     assert_eq!((r.status, r.body.as_slice()), (413, &b"big!"[..]));
 }
+
+#[test]
+fn a_client_silent_mid_body_is_closed_after_timeouts_body_and_the_origin_sees_the_end() {
+    let (events, seen) = mpsc::channel();
+    let origin = upload_origin(events, Arc::default());
+    let site = Site::new();
+    let server = site.serve_with(&config(origin, "[timeouts]\nbody = 1\n"));
+    let mut stream = server.connect();
+    stream.write_all(post_head(1 << 20).as_bytes()).unwrap();
+    stream.write_all(&[b'x'; 4096]).unwrap();
+    // Then nothing, the connection left open.
+    match seen.recv_timeout(Duration::from_secs(10)) {
+        Ok(Event::FirstBytes) => {}
+        other => panic!("the origin saw no body bytes: {other:?}"),
+    }
+    match seen.recv_timeout(Duration::from_secs(10)) {
+        Ok(Event::Done(s)) => assert_eq!((s.complete, s.bytes), (false, 4096), "{s:?}"),
+        other => panic!("the origin's request did not end: {other:?}"),
+    }
+    crate::harness::assert_closed(&mut stream);
+}
+
+#[test]
+fn an_origin_that_takes_nothing_for_the_response_timeout_is_a_504() {
+    let (events, _seen) = mpsc::channel();
+    let origin = upload_origin(events, Arc::new(Mutex::new(true)));
+    let site = Site::new();
+    let toml = config(origin, "").replace("addresses = [", "response_timeout = 1\naddresses = [");
+    let server = site.serve_with(&toml);
+    let mut stream = server.connect();
+    stream.write_all(post_head(128 << 20).as_bytes()).unwrap();
+    // The client sends for as long as it can (everything between it and the origin
+    // fills up, then its writes wait), while it waits for the answer.
+    let mut sending = stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut upload = Upload::new(128);
+        for i in 0..upload.blocks {
+            if sending.write_all(upload.block(i)).is_err() {
+                return;
+            }
+        }
+    });
+    let r = read_response(&mut stream, false);
+    assert_eq!(r.status, 504);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[test]
+fn an_http2_client_silent_mid_body_gets_408() {
+    let (events, seen) = mpsc::channel();
+    let origin = upload_origin(events, Arc::default());
+    let site = Site::new();
+    let server = site.serve_with(&config(origin, "[timeouts]\nbody = 1\n"));
+    let mut curl = std::process::Command::new("curl")
+        .args(["-s", "--http2-prior-knowledge", "-T", "-", "-D", "-"])
+        .arg(format!("http://{}/upload", server.addr))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl");
+    let mut stdin = curl.stdin.take().unwrap();
+    stdin.write_all(&[b'x'; 4096]).unwrap();
+    stdin.flush().unwrap();
+    match seen.recv_timeout(Duration::from_secs(10)) {
+        Ok(Event::FirstBytes) => {}
+        other => panic!("the origin saw no body bytes: {other:?}"),
+    }
+    // Nothing more, its standard input left open: the stream is answered 408.
+    match seen.recv_timeout(Duration::from_secs(10)) {
+        Ok(Event::Done(s)) => assert_eq!((s.complete, s.bytes), (false, 4096), "{s:?}"),
+        other => panic!("the origin's request did not end: {other:?}"),
+    }
+    drop(stdin);
+    let out = curl.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/2 408"), "{text}");
+}
