@@ -34,7 +34,8 @@ enum Event {
 
 /// An origin that reads each request's body (Content-Length or chunked), hashing it, and
 /// answers `200` with `BYTES HASH`. It reports the first bytes and the end on `events`.
-/// While `hold` is set it reads nothing of a body after its head (a slow origin).
+/// While `hold` is set it reads nothing of a body after its head (a slow origin). To a
+/// request with `Expect: 100-continue` it says `100 Continue` first.
 fn upload_origin(events: mpsc::Sender<Event>, hold: Arc<Mutex<bool>>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -48,6 +49,12 @@ fn upload_origin(events: mpsc::Sender<Event>, hold: Arc<Mutex<bool>>) -> SocketA
             };
             while *hold.lock().unwrap() {
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            if fields
+                .iter()
+                .any(|(n, v)| n == "expect" && v == "100-continue")
+            {
+                let _ = writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
             }
             let report = |e: Event| {
                 let _ = events.lock().unwrap().send(e);
@@ -671,4 +678,65 @@ fn an_http2_client_silent_mid_body_gets_408() {
     let out = curl.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("HTTP/2 408"), "{text}");
+}
+
+#[test]
+fn an_origin_that_refuses_the_upload_early_is_heard_while_it_keeps_its_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = listener.local_addr().unwrap();
+    thread_per_connection(listener, |stream| {
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        if head(&mut reader).is_none() {
+            return;
+        }
+        // Its own refusal, then it reads nothing more and keeps the connection open.
+        let _ = writer.write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\n\r\nno!\n");
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let site = Site::new();
+    let server = site.serve_with(&config(origin, ""));
+    let mut stream = server.connect();
+    stream.write_all(post_head(128 << 20).as_bytes()).unwrap();
+    let mut sending = stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut upload = Upload::new(128);
+        for i in 0..upload.blocks {
+            if sending.write_all(upload.block(i)).is_err() {
+                return;
+            }
+        }
+    });
+    let r = read_response(&mut stream, false);
+    assert_eq!((r.status, r.body.as_slice()), (401, &b"no!\n"[..]));
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[test]
+fn expect_100_continue_goes_through_and_the_origins_interim_answer_is_passed_over() {
+    let (events, _seen) = mpsc::channel();
+    let origin = upload_origin(events, Arc::default());
+    let site = Site::new();
+    let server = site.serve_with(&config(origin, ""));
+    let mut upload = Upload::new(8);
+    let mut stream = server.connect();
+    write!(
+        stream,
+        "POST /upload HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        upload.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "HTTP/1.1 100 Continue\r\n");
+    reader.read_line(&mut line).unwrap();
+    for i in 0..upload.blocks {
+        stream.write_all(upload.block(i)).unwrap();
+    }
+    drop(reader);
+    let r = read_response(&mut stream, false);
+    assert_eq!(r.status, 200);
+    let expected = format!("{} {:016x}", upload.len(), upload.hash());
+    assert_eq!(String::from_utf8_lossy(&r.body), expected);
 }
