@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::cache::disk::fill::DiskFill;
 use crate::cache::disk::stream::DiskStream;
 use crate::error::PageError;
-use crate::upstream::client::PassBody;
+use crate::upstream::client::pass::PassBody;
 
 /// A response body: an upstream body passed through as it arrives, or an ESI page
 /// assembled as its fragments arrive.

@@ -42,6 +42,7 @@ impl Edge {
             target,
             fields: Fields::Plain(&headers),
             body: &body,
+            streamed: None,
             upgrade: None,
             notes: None,
             trace: None,

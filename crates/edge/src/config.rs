@@ -288,6 +288,9 @@ pub struct RouteConfig {
     /// the top-level one. Default: the site's. Not together with `compress`, nor on a
     /// `root` route (static files take their site's policy).
     pub compression: Option<compress::CompressionConfig>,
+    /// Whether a request body is read whole (within `limits.max_body_size`) before the
+    /// request goes on. Default false: it streams to the origin as it arrives.
+    pub request_buffering: bool,
     /// `[route.cache]`: this route's cache rules (lifetimes by status, grace, bypass;
     /// docs/cache.md, "Rules per route"). Default none: `[cache]` and the origin's
     /// headers alone decide. Not on a `root` route.
@@ -324,6 +327,17 @@ impl RouteConfig {
             )));
         }
         crate::cache::policy::RoutePolicy::build(c, &at).map(|_| ())
+    }
+
+    /// Checks `request_buffering`, which only a proxied route has a body to buffer for.
+    fn validate_buffering(&self, i: usize) -> Result<(), ConfigError> {
+        if self.root.is_some() && self.request_buffering {
+            return Err(ConfigError::Invalid(format!(
+                "`{}.request_buffering`: a `root` route serves files, it proxies no body",
+                self.key_or(i)
+            )));
+        }
+        Ok(())
     }
 
     /// Its key path in the file, or `route[i]` when `cli` did not set one.
@@ -632,6 +646,7 @@ impl Default for RouteConfig {
             esi: EsiMode::Auto,
             compress: None,
             compression: None,
+            request_buffering: false,
             cache: None,
             site: 0,
             host: None,
@@ -780,6 +795,7 @@ impl EdgeConfig {
         let known = |name: &str| self.upstream.iter().any(|u| u.name == name);
         for (i, r) in self.route.iter().enumerate() {
             r.validate_cache(i)?;
+            r.validate_buffering(i)?;
             if !r.prefix.starts_with('/') {
                 return bad(format!("{}: prefix must start with /", r.named()));
             }

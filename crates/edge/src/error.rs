@@ -25,6 +25,10 @@ pub enum UpstreamError {
     /// The connection broke or the response was not HTTP.
     #[error("{upstream}: {message}")]
     Protocol { upstream: String, message: String },
+    /// The client's request body, streamed to the peer, broke off (the client went away,
+    /// or it passed a limit): the request was aborted, its connection closed.
+    #[error("{upstream}: request body: {message}")]
+    RequestBody { upstream: String, message: String },
     /// Every peer of the upstream is out (passive or active health): not sent.
     #[error("every peer of {upstream} is down")]
     Unavailable { upstream: String },

@@ -21,8 +21,13 @@ pub struct ProxyRequest {
     /// The request target in origin form: `/path?query`.
     pub target: Text,
     pub headers: HeaderMap,
-    /// The whole request body (the server reads it within its body limit first).
+    /// The whole request body (the server reads it within its body limit first), when
+    /// it is not `streamed`.
     pub body: Bytes,
+    /// The request body as it arrives from the client (`request_buffering = false`, the
+    /// default), sent on as it comes; `None`: `body` is the whole of it. Shared so that
+    /// the request stays `Clone`; its bytes are taken once.
+    pub streamed: Option<std::rc::Rc<handler::RequestBody>>,
     pub client: ClientInfo,
     /// Where to note the upstream attempts and the cache's result for the access log;
     /// `None`: the log does not write them, and nothing is noted.

@@ -60,6 +60,7 @@
 //!     target: "/home".into(),
 //!     headers,
 //!     body: bytes::Bytes::new(),
+//!     streamed: None,
 //!     client: ClientInfo {
 //!         addr: "192.0.2.7".parse()?,
 //!         scheme: "http",

@@ -56,7 +56,8 @@ pub(crate) fn outcome(result: Result<u16, &UpstreamError>) -> usize {
             UpstreamError::Protocol { .. }
             | UpstreamError::TooLarge { .. }
             | UpstreamError::Decode { .. }
-            | UpstreamError::Coalesced { .. },
+            | UpstreamError::Coalesced { .. }
+            | UpstreamError::RequestBody { .. },
         ) => 5,
     }
 }

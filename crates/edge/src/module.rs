@@ -409,7 +409,12 @@ impl Service for EdgeService {
         else {
             return Answer::Pass;
         };
+        // The body streams to the origin unless the route buffers it (or the request is
+        // an upgrade, whose tunnel carries what follows its head).
+        let streams = !edge.route_buffers_body(req.tag as usize)
+            && crate::tunnel::upgrade_of(&request).is_none();
         Answer::later(Proxied {
+            streams,
             edge: edge.clone(),
             upstream,
             mode,
@@ -464,6 +469,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
         target,
         headers,
         body: Bytes::new(),
+        streamed: None,
         client: ClientInfo {
             addr: req.client.ip(),
             port: req.client.port(),
@@ -483,6 +489,8 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
 
 /// A proxied request waiting for its body, then its upstream or its assembled page.
 struct Proxied {
+    /// Whether the request body streams to the origin as it arrives.
+    streams: bool,
     edge: Edge,
     /// The upstream of the route the server matched, and its ESI mode.
     upstream: Rc<Upstream>,
@@ -496,18 +504,38 @@ struct Proxied {
 }
 
 impl Deferred for Proxied {
-    fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+    fn respond(mut self, body: Bytes) -> LocalFuture<Result<Response, u16>> {
+        self.request.body = body;
+        self.answer()
+    }
+
+    fn streams_body(&self) -> bool {
+        self.streams
+    }
+
+    fn respond_streamed(
+        mut self,
+        body: handler::RequestBody,
+    ) -> LocalFuture<Result<Response, u16>> {
+        self.request.streamed = Some(std::rc::Rc::new(body));
+        self.answer()
+    }
+}
+
+impl Proxied {
+    /// The response, the request's body in hand (whole, or streaming).
+    fn answer(self) -> LocalFuture<Result<Response, u16>> {
         handler::local_future_with(move || async move {
             let Proxied {
+                streams: _,
                 edge,
                 upstream,
                 mode,
                 policy,
                 route,
                 accepted,
-                mut request,
+                request,
             } = self;
-            request.body = body;
             let status = std::cell::Cell::default();
             let notes = request.notes.clone();
             let answered = edge

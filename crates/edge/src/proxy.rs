@@ -29,7 +29,8 @@ use crate::exchange::{CacheStatus, ProxyRequest, ProxyResponse};
 use crate::headers::{self, page_headers, Forwarded};
 use crate::route_compression::RouteCompression;
 use crate::tunnel::{self, Upgrade};
-use crate::upstream::client::{Fields, Head, Outgoing, PassBody, Pooled, Upstream, UpstreamStats};
+use crate::upstream::client::pass::PassBody;
+use crate::upstream::client::{Fields, Head, Outgoing, Pooled, Upstream, UpstreamStats};
 use crate::upstream::tls::UpstreamTls;
 use crate::worker::{RouteTo, Target, Worker};
 
@@ -227,6 +228,16 @@ impl Edge {
             .is_some_and(|r| r.upstream.is_none())
     }
 
+    /// Whether `config.route[route]` reads a request's body whole before proxying it
+    /// (`request_buffering = true`).
+    pub(crate) fn route_buffers_body(&self, route: usize) -> bool {
+        self.worker
+            .config
+            .route
+            .get(route)
+            .is_some_and(|r| r.request_buffering)
+    }
+
     /// The upstream, ESI mode and cache rules of `config.route[route]`, for a request
     /// the server routed (on its normalised path) to that route.
     pub(crate) fn route_upstream(&self, route: usize) -> Option<(Rc<Upstream>, EsiMode, Policy)> {
@@ -387,6 +398,7 @@ impl Edge {
         let mut refresh = req.clone();
         refresh.method = Method::GET;
         refresh.notes = None;
+        refresh.streamed = None;
         let (upstream, authority) = (upstream.clone(), authority.clone());
         evloop::spawn_local(async move {
             let store = Store {
@@ -514,6 +526,7 @@ impl Edge {
                 request_id: req.request_id,
             }),
             body: &req.body,
+            streamed: req.streamed.as_deref(),
             upgrade: None,
             notes: req.notes.as_ref(),
             trace: req.trace,

@@ -62,6 +62,7 @@ pub(crate) async fn upgrade(
             request_id: req.request_id,
         }),
         body: &req.body,
+        streamed: None,
         upgrade: Some(&protocol),
         notes: req.notes.as_ref(),
         trace: req.trace,

@@ -29,6 +29,7 @@ mod hosts;
 mod metrics;
 mod notes;
 mod pooled;
+mod request_body;
 mod router;
 mod service;
 mod upstream;
@@ -42,6 +43,7 @@ pub use metrics::{
 };
 pub use notes::{CacheResult, LogNotes, Noted, UpstreamAttempt};
 pub use pooled::{local_future, local_future_with, pin, LocalFuture, Pooled};
+pub use request_body::{body_pipe, BodyFailure, BodyWriter, RequestBody, PIPE_CAPACITY};
 pub use router::Router;
 pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, EditedRequest, Filter,

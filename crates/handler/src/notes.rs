@@ -28,6 +28,9 @@ pub struct Noted {
     pub esi_fragments: usize,
     /// The `src` of each of those that failed (its `alt` too), in the order they failed.
     pub esi_failed: Vec<String>,
+    /// Why a failed upstream attempt was not tried on another peer that was left:
+    /// `body_sent` (a request body streaming to the peer had begun to go out).
+    pub not_retried: Option<&'static str>,
 }
 
 /// One attempt on one upstream peer.
@@ -93,6 +96,11 @@ impl LogNotes {
     /// Records an upstream attempt.
     pub fn attempt(&self, attempt: UpstreamAttempt) {
         self.0.borrow_mut().attempts.push(attempt);
+    }
+
+    /// Records why a failed attempt was not tried on another peer.
+    pub fn not_retried(&self, why: &'static str) {
+        self.0.borrow_mut().not_retried = Some(why);
     }
 
     /// Records `count` ESI includes, all of them answered.

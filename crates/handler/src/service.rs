@@ -7,6 +7,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use crate::pooled::{LocalFuture, Pooled};
+use crate::request_body::RequestBody;
 use crate::{Body, ResponseHead};
 
 /// A request as a handler sees it: the parsed head (borrowed from the connection's read
@@ -147,6 +148,28 @@ pub trait Deferred {
     /// status the server answers with its own status page (a 502 from the proxy, a 500
     /// from a failed script). Make the future with [`crate::local_future`].
     fn respond(self, body: Bytes) -> LocalFuture<Result<Response, u16>>;
+
+    /// Whether it takes the request body as it arrives ([`Deferred::respond_streamed`],
+    /// the proxy's `request_buffering = false`) rather than whole. Default: whole.
+    fn streams_body(&self) -> bool {
+        false
+    }
+
+    /// The response to the request, given its body as it arrives: the server reads the
+    /// client while the future runs, as fast as the future takes the bytes (within
+    /// `limits.max_body_size`). Called only when [`Deferred::streams_body`]; the default
+    /// reads the body whole, then calls [`Deferred::respond`].
+    fn respond_streamed(self, body: RequestBody) -> LocalFuture<Result<Response, u16>>
+    where
+        Self: Sized + 'static,
+    {
+        crate::local_future(async move {
+            match body.collect().await {
+                Ok(whole) => self.respond(whole).await,
+                Err(_) => Err(400),
+            }
+        })
+    }
 }
 
 /// A [`Deferred`] of any type, in recycled memory ([`Pooled`]): what the server holds
@@ -156,11 +179,25 @@ pub struct Later(Pooled<dyn Respond>);
 /// [`Deferred::respond`] through a pointer: the deferred state is taken out once.
 trait Respond {
     fn respond(&mut self, body: Bytes) -> Option<LocalFuture<Result<Response, u16>>>;
+    fn streams_body(&self) -> bool;
+    fn respond_streamed(&mut self, body: RequestBody)
+        -> Option<LocalFuture<Result<Response, u16>>>;
 }
 
-impl<D: Deferred> Respond for Option<D> {
+impl<D: Deferred + 'static> Respond for Option<D> {
     fn respond(&mut self, body: Bytes) -> Option<LocalFuture<Result<Response, u16>>> {
         self.take().map(|d| d.respond(body))
+    }
+
+    fn streams_body(&self) -> bool {
+        self.as_ref().is_some_and(|d| d.streams_body())
+    }
+
+    fn respond_streamed(
+        &mut self,
+        body: RequestBody,
+    ) -> Option<LocalFuture<Result<Response, u16>>> {
+        self.take().map(|d| d.respond_streamed(body))
     }
 }
 
@@ -175,6 +212,20 @@ impl Later {
         match self.0.respond(body) {
             Some(future) => future,
             // `Later` is consumed here, and its state taken only here.
+            None => unreachable!("a deferred response is taken once"),
+        }
+    }
+
+    /// Whether it takes the request body as it arrives ([`Deferred::streams_body`]).
+    pub fn streams_body(&self) -> bool {
+        self.0.streams_body()
+    }
+
+    /// The deferred response, given the request body as it arrives
+    /// ([`Deferred::respond_streamed`]).
+    pub fn respond_streamed(mut self, body: RequestBody) -> LocalFuture<Result<Response, u16>> {
+        match self.0.respond_streamed(body) {
+            Some(future) => future,
             None => unreachable!("a deferred response is taken once"),
         }
     }

@@ -128,7 +128,7 @@ pub struct Format {
 type FieldItem = fn() -> Item;
 
 /// The fields of a JSON line, by name, in the order of the default set.
-const JSON_FIELDS: [(&str, FieldItem); 27] = [
+const JSON_FIELDS: [(&str, FieldItem); 28] = [
     ("time", || Item::TimeIso),
     ("client", || Item::ClientIp),
     ("host", || Item::Host),
@@ -162,6 +162,9 @@ const JSON_FIELDS: [(&str, FieldItem); 27] = [
     ("cache", || Item::Noted(noted::Field::Cache)),
     ("esi_fragments", || Item::Noted(noted::Field::EsiFragments)),
     ("esi_failed", || Item::Noted(noted::Field::EsiFailed)),
+    ("upstream_not_retried", || {
+        Item::Noted(noted::Field::NotRetried)
+    }),
 ];
 
 /// `json_fields` when it is not set: every field built but the TLS ones.

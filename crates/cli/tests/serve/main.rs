@@ -41,6 +41,7 @@ mod paths;
 mod proxy;
 mod reload;
 mod request_limits;
+mod request_streaming;
 mod routing;
 mod security;
 mod smuggling;

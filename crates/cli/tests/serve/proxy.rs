@@ -1,7 +1,7 @@
 //! `tessera serve --proxy` and `[[route]]`: requests proxied to an origin, ESI pages
 //! assembled from fragments fetched in parallel.
 
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,8 @@ use crate::harness::{read_request_head, read_response, read_to_close, Server, Si
 ///
 /// - `/page`: ESI (Surrogate-Control) including `/frag/0`..`/frag/2`
 /// - `/frag/N`: `[N]` after 50 ms
-/// - `/echo`: the request head fields, one per line, then the body
+/// - `/echo`: the request head fields, one per line, then the body (Content-Length or
+///   chunked)
 /// - anything else: 404
 pub fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -41,6 +42,13 @@ fn serve_origin(stream: TcpStream) {
             .unwrap_or(0);
         let mut body_in = vec![0u8; length];
         reader.read_exact(&mut body_in).unwrap();
+        let chunked = fields.iter().any(|f| {
+            f.to_ascii_lowercase()
+                .starts_with("transfer-encoding: chunked")
+        });
+        if chunked {
+            body_in = read_chunked(&mut reader);
+        }
         let (status, extra, body): (&str, &str, Vec<u8>) = if path == "/page" {
             let includes: String = (0..3)
                 .map(|i| format!("<esi:include src=\"/frag/{i}\"/>"))
@@ -74,6 +82,22 @@ fn serve_origin(stream: TcpStream) {
         if writer.write_all(&response).is_err() {
             return;
         }
+    }
+}
+
+/// A chunked body (a client's chunked body streams to the origin chunked), whole.
+fn read_chunked(reader: &mut impl BufRead) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        let mut data = vec![0u8; n + 2];
+        reader.read_exact(&mut data).unwrap();
+        if n == 0 {
+            return body;
+        }
+        body.extend_from_slice(&data[..n]);
     }
 }
 

@@ -395,6 +395,7 @@ async fn fetch_now(
         target: &target.path_and_query,
         fields: Fields::Plain(conditional.as_ref().unwrap_or(&target.headers)),
         body: &Bytes::new(),
+        streamed: None,
         upgrade: None,
         notes: None,
         trace: target.trace,

@@ -19,7 +19,6 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +26,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use evloop::time::{timeout_at, Instant, Sleep};
+use evloop::time::{timeout_at, Instant};
 use handler::FieldList;
 use http::{Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -383,6 +382,8 @@ enum Attempt {
     /// upstream had closed, worth another try for an idempotent request.
     Broken(io::Error),
     Failed(UpstreamError),
+    /// The client's streamed body broke off: nothing the peer did.
+    Body(String),
 }
 
 /// Why one attempt on a peer failed, and whether another peer may be tried.
@@ -396,6 +397,16 @@ struct Failure {
     /// include's timeout shorter than the response timeout) or this worker's connection
     /// limit ran out, which says nothing about the peer.
     peer_fault: bool,
+}
+
+impl Failure {
+    fn of(error: UpstreamError, retryable: bool, peer_fault: bool) -> Failure {
+        Failure {
+            error,
+            retryable,
+            peer_fault,
+        }
+    }
 }
 
 impl Upstream {
@@ -536,6 +547,14 @@ impl Upstream {
                     counts.record(metrics::outcome(Err(&failure.error)), None);
                     outcome.result = failure.peer_fault.then_some(false);
                     drop(outcome);
+                    let others = retries > 0 && tried.len() + 1 < self.peers.len();
+                    if !failure.retryable && others && req.streamed.is_some_and(|b| b.taken() > 0) {
+                        tracing::warn!(upstream = %self.name, peer = %self.set.peers[ticket.peer].address,
+                            error = %failure.error, "not retried on another peer: the request body was sent");
+                        if let Some(notes) = req.notes {
+                            notes.not_retried("body_sent");
+                        }
+                    }
                     let now = self.set.now_ms();
                     if !failure.retryable
                         || retries == 0
@@ -622,10 +641,12 @@ impl Upstream {
         let idempotent = req.idempotent();
         // A pooled connection may have been closed by the upstream a moment ago; an
         // idempotent request that fails on one before any response byte is retried on
-        // the next pooled connection of the same peer, or a new one.
+        // the next pooled connection of the same peer, or a new one. A streamed body
+        // cannot be sent twice: its pooled connection is checked first.
+        let resends = idempotent && req.streamed.is_none();
         loop {
             // Timed only when the access log writes it; zero on a pooled connection.
-            let (mut conn, reused) = match self.take_idle(peer, idempotent, req.client()) {
+            let (mut conn, reused) = match self.take_idle(peer, resends, req.client()) {
                 Some(c) => {
                     connected.set(req.notes.map(|_| Duration::ZERO));
                     (c, true)
@@ -645,14 +666,22 @@ impl Upstream {
                 }
             };
             let head_request = *req.method == Method::HEAD;
-            let attempt = timeout_at(deadline, async {
-                req.encode(&mut conn.write, &self.path_prefix, hop);
-                conn.send(req.body).await.map_err(Attempt::Broken)?;
-                self.read_head(&mut conn, head_request, req.upgrade.is_some())
-                    .await
-            })
-            .await
-            .map_err(|_| timed_out(!callers))?;
+            let attempt = match req.streamed {
+                Some(body) => {
+                    self.send_streamed(&mut conn, req, (hop, head_request), body)
+                        .await
+                }
+                None => timeout_at(deadline, async {
+                    req.encode(&mut conn.write, &self.path_prefix, hop);
+                    conn.send(req.body).await.map_err(Attempt::Broken)?;
+                    self.read_head(&mut conn, head_request, req.upgrade.is_some())
+                        .await
+                })
+                .await
+                .map_err(|_| timed_out(!callers))?,
+            };
+            // Once a byte of a streamed body went out, the request cannot be sent again.
+            let resendable = req.streamed.map_or(true, |b| b.taken() == 0);
             match attempt {
                 Ok((head, body, keep_alive)) => {
                     let pooled = Pooled {
@@ -664,25 +693,26 @@ impl Upstream {
                     };
                     return Ok((head, pooled));
                 }
-                Err(Attempt::Broken(e)) if reused && idempotent => {
+                Err(Attempt::Broken(e)) if reused && idempotent && resendable => {
                     tracing::debug!(upstream = %self.name, error = %e, "stale pooled connection; retrying");
                 }
                 Err(Attempt::Broken(e)) => {
-                    return Err(Failure {
-                        error: UpstreamError::Protocol {
-                            upstream: self.name.clone(),
-                            message: e.to_string(),
-                        },
-                        retryable: idempotent,
-                        peer_fault: true,
-                    })
+                    let message = match resendable {
+                        true => e.to_string(),
+                        false => format!("{e} (not retried: the request body was sent)"),
+                    };
+                    let error = UpstreamError::Protocol {
+                        upstream: self.name.clone(),
+                        message,
+                    };
+                    let retryable = idempotent && resendable;
+                    return Err(Failure::of(error, retryable, true));
                 }
-                Err(Attempt::Failed(error)) => {
-                    return Err(Failure {
-                        error,
-                        retryable: false,
-                        peer_fault: true,
-                    })
+                Err(Attempt::Failed(error)) => return Err(Failure::of(error, false, true)),
+                Err(Attempt::Body(message)) => {
+                    let upstream = self.name.clone();
+                    let error = UpstreamError::RequestBody { upstream, message };
+                    return Err(Failure::of(error, false, false));
                 }
             }
         }
@@ -848,52 +878,7 @@ impl Pooled {
     }
 }
 
-/// A response body passed through as it arrives; the connection goes back to the pool
-/// when the body ends, and is closed if the body is dropped before.
-pub(crate) struct PassBody {
-    pooled: Pooled,
-    idle_timeout: Duration,
-    /// Reset whenever bytes arrive: the longest silence allowed inside the body.
-    idle: Pin<handler::Pooled<Sleep>>,
-}
-
-impl PassBody {
-    pub(crate) fn new(pooled: Pooled) -> PassBody {
-        let idle_timeout = pooled.busy.upstream.response_timeout;
-        PassBody {
-            pooled,
-            idle_timeout,
-            idle: handler::pin(evloop::time::sleep(idle_timeout)),
-        }
-    }
-
-    pub(crate) fn poll_next(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
-        match self.pooled.poll_chunk(cx) {
-            Poll::Pending => {
-                if self.idle.as_mut().poll(cx).is_ready() {
-                    self.pooled.conn = None;
-                    return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
-                        upstream: self.pooled.busy.upstream.name.clone(),
-                    })));
-                }
-                Poll::Pending
-            }
-            Poll::Ready(Ok(None)) => Poll::Ready(None),
-            Poll::Ready(Err(e)) => {
-                self.pooled.conn = None;
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(Ok(Some(data))) => {
-                let deadline = Instant::now() + self.idle_timeout;
-                self.idle.as_mut().reset(deadline);
-                Poll::Ready(Some(Ok(data)))
-            }
-        }
-    }
-}
-
+pub(crate) mod pass;
 #[cfg(test)]
 mod tests;
+mod upload;

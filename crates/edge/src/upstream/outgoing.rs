@@ -15,6 +15,9 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) target: &'a str,
     pub(crate) fields: Fields<'a>,
     pub(crate) body: &'a Bytes,
+    /// The body as it arrives from the client, in place of `body`: sent with the length
+    /// the client declared, or chunked.
+    pub(crate) streamed: Option<&'a handler::RequestBody>,
     /// The protocol of an upgrade request (`Upgrade: websocket`): sent with
     /// `Connection: upgrade`, and a 101 is its answer.
     pub(crate) upgrade: Option<&'a HeaderValue>,
@@ -46,7 +49,7 @@ impl Outgoing<'_> {
     /// The request head: request line (the target after the upstream's `path_prefix`),
     /// the fields (framing fields the caller left are dropped: the body's length is known
     /// here), `traceparent` for the attempt's span `hop`, Content-Length when there is a
-    /// body or the method expects one.
+    /// body or the method expects one (a streamed body of unknown length: chunked).
     pub(crate) fn encode(&self, buf: &mut Vec<u8>, path_prefix: &str, hop: Option<trace::Hop>) {
         buf.clear();
         buf.extend_from_slice(self.method.as_str().as_bytes());
@@ -77,7 +80,16 @@ impl Outgoing<'_> {
             buf.extend_from_slice(b"connection: upgrade\r\n");
             wire::write_field(buf, b"upgrade", protocol.as_bytes());
         }
-        if !self.body.is_empty()
+        if let Some(streamed) = self.streamed {
+            match streamed.length() {
+                Some(length) => {
+                    buf.extend_from_slice(b"content-length: ");
+                    wire::write_decimal(buf, length);
+                    buf.extend_from_slice(b"\r\n");
+                }
+                None => buf.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+            }
+        } else if !self.body.is_empty()
             || matches!(*self.method, Method::POST | Method::PUT | Method::PATCH)
         {
             buf.extend_from_slice(b"content-length: ");

@@ -61,6 +61,7 @@ pub fn request(target: &str, headers: &[(&str, &str)]) -> ProxyRequest {
         target: target.into(),
         headers: h,
         body: Bytes::new(),
+        streamed: None,
         client: ClientInfo {
             addr: "10.0.0.7".parse().unwrap(),
             scheme: "http",

@@ -32,6 +32,9 @@ pub(super) enum Field {
     EsiFragments,
     /// `%{esi_failed}x`: the `src` of each include that failed, `, ` between them.
     EsiFailed,
+    /// `%{upstream_not_retried}x`: why a failed attempt was not tried on another peer
+    /// (`body_sent`), `-` otherwise.
+    NotRetried,
 }
 
 impl Field {
@@ -46,6 +49,7 @@ impl Field {
             "cache" => Field::Cache,
             "esi_fragments" => Field::EsiFragments,
             "esi_failed" => Field::EsiFailed,
+            "upstream_not_retried" => Field::NotRetried,
             _ => return None,
         })
     }
@@ -87,6 +91,12 @@ pub(super) fn write(line: &mut Vec<u8>, style: Style, field: Field, noted: Optio
             return;
         }
         Field::EsiFragments | Field::EsiFailed => return style.none(line),
+        Field::NotRetried => {
+            return match noted.not_retried {
+                Some(why) => style.string(line, why.as_bytes()),
+                None => style.none(line),
+            }
+        }
         _ if noted.attempts.is_empty() => return style.none(line),
         _ => {}
     }
@@ -120,7 +130,7 @@ fn item(line: &mut Vec<u8>, quoted: bool, field: Field, attempt: &UpstreamAttemp
             line,
             Some(attempt.total.unwrap_or_else(|| attempt.started.elapsed())),
         ),
-        Field::Cache | Field::EsiFragments | Field::EsiFailed => {}
+        Field::Cache | Field::EsiFragments | Field::EsiFailed | Field::NotRetried => {}
     }
 }
 
@@ -167,6 +177,7 @@ mod tests {
             cache: Some(handler::CacheResult::Miss),
             esi_fragments: 3,
             esi_failed: vec!["http://a.test/x".into(), "http://a.test/\"y\"".into()],
+            not_retried: Some("body_sent"),
         };
         let written = |style, field| {
             let mut line = Vec::new();
@@ -185,6 +196,8 @@ mod tests {
             "\"0.001, 1.234\""
         );
         assert_eq!(written(Style::Json, Field::Cache), "\"miss\"");
+        assert_eq!(written(Style::Json, Field::NotRetried), "\"body_sent\"");
+        assert_eq!(written(Style::Text, Field::NotRetried), "body_sent");
         assert_eq!(written(Style::Text, Field::EsiFragments), "3");
         assert_eq!(
             written(Style::Text, Field::EsiFailed),

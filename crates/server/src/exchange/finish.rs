@@ -31,6 +31,21 @@ pub(crate) enum BodyRead {
     Close,
 }
 
+/// What streaming a request body to its handler came to ([`Sink::pump_body`]).
+pub(crate) enum Pumped {
+    /// The whole body went to the handler.
+    Done,
+    /// The handler dropped its end before the body's end (it answered without the
+    /// rest): what is left of the body is not read.
+    Stopped,
+    /// Refused with this status (413 past `limits.max_body_size`, 408 past
+    /// `timeouts.body`): the handler's work is dropped (an upstream request aborted, its
+    /// connection closed) and the server answers with its status page.
+    Refused(u16),
+    /// The connection ends without an answer (an HTTP/1 body that breaks its framing).
+    Close,
+}
+
 /// One protocol's side of a request answered later.
 pub(crate) trait Sink {
     /// Why the exchange stopped short: the connection failed or the client went away.
@@ -52,6 +67,18 @@ pub(crate) trait Sink {
         framing: BodyFraming,
         expect_continue: bool,
     ) -> Result<BodyRead, Self::Gone>;
+    /// Hands the request body to the handler as it arrives (`writer`'s pipe), reading
+    /// the client only as fast as the handler takes the bytes, within
+    /// `limits.max_body_size` and `timeouts.body`.
+    async fn pump_body(
+        &mut self,
+        framing: BodyFraming,
+        expect_continue: bool,
+        writer: handler::BodyWriter,
+    ) -> Result<Pumped, Self::Gone>;
+    /// The handler answered before the request body's end: the rest is not read (HTTP/1
+    /// closes after the response, lingering; HTTP/2 gives the window back and drops it).
+    fn abandon_body(&mut self);
     /// Leaves a body nobody reads behind (a response made without it).
     async fn skip_body(&mut self, framing: BodyFraming);
     /// Awaits the handler's response.
@@ -103,7 +130,7 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         mut filter,
         framing,
         expect_continue,
-        keep_alive,
+        mut keep_alive,
         head_only,
         version,
         raw_head,
@@ -121,10 +148,20 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
             response
         }
         Work::Deferred(deferred) => {
-            let answer = match sink.read_body(framing, expect_continue).await? {
-                BodyRead::Body(body) => sink.respond(deferred.respond(body)).await?,
-                BodyRead::Refused(status) => Err(status),
-                BodyRead::Close => return Ok(false),
+            let answer = if deferred.streams_body() && framing != BodyFraming::None {
+                match streamed(sink, deferred, framing, expect_continue).await? {
+                    Some((answer, whole)) => {
+                        keep_alive &= whole;
+                        answer
+                    }
+                    None => return Ok(false),
+                }
+            } else {
+                match sink.read_body(framing, expect_continue).await? {
+                    BodyRead::Body(body) => sink.respond(deferred.respond(body)).await?,
+                    BodyRead::Refused(status) => Err(status),
+                    BodyRead::Close => return Ok(false),
+                }
             };
             // An error an upstream answers in place of (`@upstream:NAME`): sent again.
             let status = match &answer {
@@ -182,4 +219,43 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         return Ok(false);
     }
     Ok(sent.complete && keep_alive)
+}
+
+/// A handler's answer to a request whose body streams to it (`request_buffering = false`):
+/// the body is pumped from the client while the handler's future runs, so that the
+/// handler (the proxy) sends each piece on as it comes. Returns the answer and whether the
+/// body was read to its end (else the connection closes after the response); `None`: the
+/// connection ends without an answer.
+async fn streamed<S: Sink>(
+    sink: &mut S,
+    deferred: handler::Later,
+    framing: BodyFraming,
+    expect_continue: bool,
+) -> Result<Option<(Result<Response, u16>, bool)>, S::Gone> {
+    let length = match framing {
+        BodyFraming::Length(n) => Some(n),
+        _ => None,
+    };
+    let (writer, reader) = handler::body_pipe(length, handler::PIPE_CAPACITY);
+    let mut responding = deferred.respond_streamed(reader);
+    let pumped = tokio::select! {
+        biased;
+        pumped = sink.pump_body(framing, expect_continue, writer) => pumped?,
+        // The handler answered first (an origin that answers before reading the whole
+        // body, or an upstream that failed before a byte was sent).
+        answer = &mut responding => {
+            sink.abandon_body();
+            return Ok(Some((answer, false)));
+        }
+    };
+    Ok(match pumped {
+        Pumped::Done => Some((sink.respond(responding).await?, true)),
+        Pumped::Stopped => {
+            sink.abandon_body();
+            Some((sink.respond(responding).await?, false))
+        }
+        // Dropping the handler's future aborts its upstream request.
+        Pumped::Refused(status) => Some((Err(status), false)),
+        Pumped::Close => None,
+    })
 }

@@ -15,7 +15,7 @@ use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
 use super::{discard_for, Conn};
 use crate::conn_state::ConnState;
-use crate::exchange::finish::{self, BodyRead, Sink};
+use crate::exchange::finish::{self, BodyRead, Pumped, Sink};
 use crate::exchange::served::Sent;
 use crate::exchange::{self, tunnel, Exchange};
 use crate::facts::ConnFacts;
@@ -93,6 +93,24 @@ impl Sink for Later<'_> {
             Some(body) => BodyRead::Body(body),
             None => BodyRead::Close,
         })
+    }
+
+    async fn pump_body(
+        &mut self,
+        framing: BodyFraming,
+        expect_continue: bool,
+        writer: handler::BodyWriter,
+    ) -> Result<Pumped, Gone> {
+        Ok(self
+            .conn
+            .pump_body(framing, expect_continue, writer)
+            .await?)
+    }
+
+    fn abandon_body(&mut self) {
+        // The rest of the body may still be on its way: the close after the response
+        // lingers.
+        self.conn.refused = true;
     }
 
     async fn skip_body(&mut self, framing: BodyFraming) {
@@ -442,7 +460,7 @@ impl Conn {
     }
 
     /// Writes `bytes` whole, counting as writing (for the write-stall timeout) meanwhile.
-    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(super) async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         if !self.worker.enter(self.slot, ConnState::Writing) {
             return Err(io::ErrorKind::TimedOut.into());
         }

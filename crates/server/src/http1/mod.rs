@@ -23,6 +23,7 @@ use crate::reply;
 use crate::worker::{Buffers, Worker};
 
 mod later;
+mod upload;
 
 /// A body being skipped so that the next request on the connection starts at the right
 /// byte. A response made without reading the body (a file, a refusal) leaves it to skip.

@@ -23,6 +23,7 @@ mod send;
 mod slot;
 mod stream;
 mod streams;
+mod upload;
 
 use streams::Streams;
 

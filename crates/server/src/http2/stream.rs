@@ -21,7 +21,7 @@ use super::link::{Cancelled, Link};
 use super::request::view;
 use super::send::Ready;
 use super::streams::Streams;
-use crate::exchange::finish::{self, BodyRead, Sink};
+use crate::exchange::finish::{self, BodyRead, Pumped, Sink};
 use crate::exchange::served;
 use crate::exchange::served::Sent;
 use crate::exchange::{self, Checked, Dispatched, Exchange, Work};
@@ -419,6 +419,19 @@ impl Sink for Task<'_> {
             Ok(body) => BodyRead::Body(body),
             Err(status) => BodyRead::Refused(status),
         })
+    }
+
+    async fn pump_body(
+        &mut self,
+        _: BodyFraming,
+        _: bool,
+        writer: handler::BodyWriter,
+    ) -> Result<Pumped, Cancelled> {
+        super::upload::pump_body(&self.streams.worker, self.link, self.end_stream, writer).await
+    }
+
+    fn abandon_body(&mut self) {
+        self.link.stop_reading();
     }
 
     async fn skip_body(&mut self, _: BodyFraming) {

@@ -47,6 +47,7 @@ async fn get(upstream: &Rc<Upstream>) -> Result<(Head, Pooled), UpstreamError> {
         target: "/",
         fields: Fields::Plain(&fields),
         body: &body,
+        streamed: None,
         upgrade: None,
         notes: None,
         trace: None,
