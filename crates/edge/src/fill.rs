@@ -14,7 +14,8 @@ use crate::cache::freshness::Freshness;
 use crate::cache::Entry;
 use crate::exchange::{CacheStatus, ProxyRequest, ProxyResponse};
 use crate::proxy::{content_length, Edge, Store};
-use crate::upstream::client::{Head, PassBody, Pooled};
+use crate::upstream::client::pass::PassBody;
+use crate::upstream::client::{Head, Pooled};
 use crate::{error::ProxyError, headers};
 
 /// The request fields that make an answer from a stored object partial or conditional.

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The disk tier (issue 51): a cached 1 MiB object served from disk, page cache warm.
+#
+# On core 0, one worker each, taking turns every round:
+#   nginx-cache:    nginx `proxy_cache` (proxy_cache_path on disk, levels=1:2), sendfile on
+#   tessera-disk:   tessera's disk tier; `[cache] max_object_size = 524288` keeps the 1 MiB
+#                   object out of the memory tier, so every hit is read from its file
+#   tessera-static: tessera serving the same 1 MiB file from its root
+#   nginx-static:   nginx serving it (sendfile), for scale
+# The origin (nginx, `Cache-Control: max-age=3600`) and wrk (-t1 -cCONNECTIONS, keep-alive)
+# share core 1. Before the rounds each server is asked for the object until it answers
+# from its cache (tessera's `Cache-Status: tessera; hit`, nginx's `$upstream_cache_status`
+# in an `X-Cache` field).
+# Printed: the median requests/s and server CPU per request (utime+stime of its process
+# tree from /proc, divided by wrk's requests), and the ratios the issue sets:
+#   tessera-disk / nginx-cache    (target: at most 1.0)
+#   tessera-disk / tessera-static (target: at most 1.1)
+#
+# usage: bench/disk-cache.sh   (env: ROUNDS=5 SECONDS_PER_RUN=5 CONNECTIONS=10 NO_BUILD=1
+#                               TESSERA=another build)
+# Needs: nginx, wrk, curl, taskset, python3 (apt-get when missing; as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+CONNECTIONS=${CONNECTIONS:-10}
+SERVER_CPU=0
+LOAD_CPU=1
+
+source bench/lib.sh
+need nginx nginx
+need wrk wrk
+need curl curl
+need taskset util-linux
+if [ "$(nproc --all)" -lt 2 ]; then echo "needs at least 2 cores" >&2; exit 1; fi
+
+[ -n "${NO_BUILD:-}" ] || cargo build --release --locked -q -p tessera
+TESSERA=${TESSERA:-$PWD/target/release/tessera}
+
+make_work disk-cache
+site=$work/site
+mkdir -p "$site"
+head -c 1048576 /dev/urandom > "$site/1m.bin"
+
+nginx_conf() { # NAME HTTP-BLOCK
+    mkdir -p "$work/$1"
+    cat > "$work/$1/nginx.conf" <<CONF
+$(nginx_head "$work/$1")
+http {
+$(nginx_keepalive)
+    client_body_temp_path $work/$1;
+    proxy_temp_path $work/$1;
+    fastcgi_temp_path $work/$1;
+    uwsgi_temp_path $work/$1;
+    scgi_temp_path $work/$1;
+    $2
+}
+CONF
+}
+
+origin_port=$(free_port)
+nginx_conf origin "server { listen 127.0.0.1:$origin_port; root $site; add_header Cache-Control \"max-age=3600\"; }"
+taskset -c $LOAD_CPU nginx -c "$work/origin/nginx.conf" -e "$work/origin/error.log" &
+pids+=($!)
+
+nginx_cache_port=$(free_port)
+nginx_conf nginx-cache "proxy_cache_path $work/nginx-cache/store levels=1:2 keys_zone=bench:10m max_size=1g inactive=1h use_temp_path=off;
+    upstream origin { server 127.0.0.1:$origin_port; keepalive 16; }
+    server {
+        listen 127.0.0.1:$nginx_cache_port reuseport;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_cache bench;
+            add_header X-Cache \$upstream_cache_status;
+        }
+    }"
+nginx_static_port=$(free_port)
+nginx_conf nginx-static "server { listen 127.0.0.1:$nginx_static_port reuseport; root $site; }"
+for n in nginx-cache nginx-static; do
+    taskset -c $SERVER_CPU nginx -c "$work/$n/nginx.conf" -e "$work/$n/error.log" &
+    pids+=($!)
+done
+nginx_cache_pid=${pids[-2]}; nginx_static_pid=${pids[-1]}
+
+mkdir -p "$work/tessera-disk"
+cat > "$work/tessera-disk.toml" <<CONF
+[cache]
+max_object_size = 524288
+cache_status = true
+
+[cache.disk]
+path = "$work/tessera-disk"
+max_size = "1g"
+max_object_size = "64m"
+
+[[upstream]]
+name = "origin"
+addresses = ["127.0.0.1:$origin_port"]
+
+[[route]]
+prefix = "/"
+upstream = "origin"
+CONF
+tessera_disk_port=$(free_port)
+taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/tessera-disk.toml" --listen "127.0.0.1:$tessera_disk_port" --workers 1 2>"$work/tessera-disk.log" &
+pids+=($!); tessera_disk_pid=$!
+tessera_static_port=$(free_port)
+taskset -c $SERVER_CPU "$TESSERA" serve --root "$site" --listen "127.0.0.1:$tessera_static_port" --workers 1 2>"$work/tessera-static.log" &
+pids+=($!); tessera_static_pid=$!
+
+declare -A pid_of=([nginx-cache]=$nginx_cache_pid [tessera-disk]=$tessera_disk_pid [tessera-static]=$tessera_static_pid [nginx-static]=$nginx_static_pid)
+declare -A port_of=([nginx-cache]=$nginx_cache_port [tessera-disk]=$tessera_disk_port [tessera-static]=$tessera_static_port [nginx-static]=$nginx_static_port)
+servers="nginx-cache tessera-disk tessera-static nginx-static"
+for s in $servers; do wait_up "${port_of[$s]}" 1m.bin; done
+
+# Every server answers the object byte-exact, and the caches from their cache.
+for s in $servers; do
+    cmp -s <(curl -fs "http://127.0.0.1:${port_of[$s]}/1m.bin") "$site/1m.bin" || { echo "check: $s does not serve 1m.bin byte-exact" >&2; exit 1; }
+done
+for s in nginx-cache tessera-disk; do
+    hit=""
+    for _ in $(seq 50); do
+        if curl -fs -D - -o /dev/null "http://127.0.0.1:${port_of[$s]}/1m.bin" | grep -qi '^x-cache: *hit\|^cache-status: tessera; hit'; then hit=1; break; fi
+        sleep 0.1
+    done
+    [ -n "$hit" ] || { echo "check: $s does not answer 1m.bin from its cache" >&2; exit 1; }
+done
+[ -n "$(find "$work/tessera-disk" -type f -not -path "$work/tessera-disk/tmp/*" | head -1)" ] || { echo "check: no file in tessera's disk tier" >&2; exit 1; }
+echo "check: every server serves 1m.bin byte-exact; nginx and tessera answer it from their caches, tessera's from its disk tier"
+
+echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); servers on core $SERVER_CPU, the origin and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+printf '%-15s %12s %12s\n' server "requests/s" "cpu us/req"
+declare -A rps_runs=() cpu_runs=() cpu_med=()
+for round in $(seq "$ROUNDS"); do
+    order=$servers
+    [ $((round % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for s in $order; do
+        read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/1m.bin" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
+        rps_runs[$s]+="$rps "
+        cpu_runs[$s]+="$cpu "
+    done
+done
+for s in $servers; do
+    rps=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
+    cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
+    printf '%-15s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
+done
+awk -v d="${cpu_med[tessera-disk]}" -v n="${cpu_med[nginx-cache]}" -v t="${cpu_med[tessera-static]}" -v ns="${cpu_med[nginx-static]}" 'BEGIN {
+    printf "tessera-disk / nginx-cache x%.2f (target <= 1.0); tessera-disk / tessera-static x%.2f (target <= 1.1); tessera-static / nginx-static x%.2f\n", d / n, d / t, t / ns }'
