@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::index::Gone;
@@ -31,6 +31,46 @@ use super::shared::{Queue, Shared};
 
 /// Bytes read at a time.
 const CHUNK: usize = 256 << 10;
+
+/// Chunk buffers kept for reuse, at most (16 MiB).
+const KEPT: usize = 64;
+
+/// The chunk buffers of bodies sent from disk, reused. A fresh 256 KiB buffer per chunk
+/// (`BytesMut::zeroed`) is above malloc's mmap threshold: every chunk was an `mmap`, a
+/// page fault per 4 KiB touched and an `munmap` after the send. perf of a 1 MiB disk hit
+/// (bench/disk-cache.sh, 2026-11-28): page faults, zeroing and unmapping took about 25% of
+/// the worker's and the tier's time, at 765 us per request.
+static BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A buffer of [`CHUNK`] bytes, reused when one is kept.
+fn take_buffer() -> Vec<u8> {
+    let kept = BUFFERS.lock().ok().and_then(|mut b| b.pop());
+    kept.unwrap_or_else(|| vec![0; CHUNK])
+}
+
+/// The first `len` bytes of a pooled buffer, as the body's chunk; the buffer goes back to
+/// [`BUFFERS`] when the chunk is dropped (after its send).
+struct Chunk {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if let Ok(mut kept) = BUFFERS.lock() {
+            if kept.len() < KEPT {
+                kept.push(buf);
+            }
+        }
+    }
+}
 
 /// A fill under way, as its readers see it.
 #[derive(Default)]
@@ -201,8 +241,9 @@ impl DiskStream {
         let at = self.next;
         // A tier gone drops the sender: the response breaks off.
         self.queue.always(move |_| {
-            let mut buf = BytesMut::zeroed(n);
-            let _ = tx.send(file.read_exact_at(&mut buf, at).map(|()| buf.freeze()));
+            let mut buf = take_buffer();
+            let read = file.read_exact_at(&mut buf[..n], at);
+            let _ = tx.send(read.map(|()| Bytes::from_owner(Chunk { buf, len: n })));
         });
         self.pending = Some(rx);
     }
