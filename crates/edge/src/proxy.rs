@@ -574,20 +574,7 @@ impl Edge {
         let freshness = store
             .as_ref()
             .filter(|_| req.method == Method::GET)
-            .map(|s| {
-                freshness::decide(
-                    parts.status,
-                    &parts.headers,
-                    &freshness::Rules {
-                        route: s.policy.as_deref(),
-                        ..worker.cache.rules(token)
-                    },
-                    None,
-                    authorized,
-                    std::time::SystemTime::now(),
-                )
-            })
-            .filter(|f| f.store);
+            .and_then(|s| self.to_store(s, &parts, token, authorized));
         let limit = worker.cache.config.max_object_size;
         let length = content_length(&parts.headers);
         let storable = freshness.is_some();
@@ -645,6 +632,23 @@ impl Edge {
         }
         self.answer_exposing(req, parts, pooled, (esi, expose), authority)
             .await
+    }
+
+    /// How long a response may be stored for the store `s`, when it may be at all.
+    fn to_store(
+        &self,
+        s: &Store<'_>,
+        parts: &Head,
+        token: &str,
+        authorized: bool,
+    ) -> Option<freshness::Freshness> {
+        let rules = freshness::Rules {
+            route: s.policy.as_deref(),
+            ..self.worker.cache.rules(token)
+        };
+        let now = std::time::SystemTime::now();
+        let f = freshness::decide(parts.status, &parts.headers, &rules, None, authorized, now);
+        f.store.then_some(f)
     }
 
     /// Answers with an upstream response as it arrives: passed through, or assembled
