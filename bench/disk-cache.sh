@@ -42,29 +42,14 @@ site=$work/site
 mkdir -p "$site"
 head -c 1048576 /dev/urandom > "$site/1m.bin"
 
-nginx_conf() { # NAME HTTP-BLOCK
-    mkdir -p "$work/$1"
-    cat > "$work/$1/nginx.conf" <<CONF
-$(nginx_head "$work/$1")
-http {
-$(nginx_keepalive)
-    client_body_temp_path $work/$1;
-    proxy_temp_path $work/$1;
-    fastcgi_temp_path $work/$1;
-    uwsgi_temp_path $work/$1;
-    scgi_temp_path $work/$1;
-    $2
-}
-CONF
-}
 
 origin_port=$(free_port)
-nginx_conf origin "server { listen 127.0.0.1:$origin_port; root $site; add_header Cache-Control \"max-age=3600\"; }"
+nginx_http_conf origin "server { listen 127.0.0.1:$origin_port; root $site; add_header Cache-Control \"max-age=3600\"; }"
 taskset -c $LOAD_CPU nginx -c "$work/origin/nginx.conf" -e "$work/origin/error.log" &
 pids+=($!)
 
 nginx_cache_port=$(free_port)
-nginx_conf nginx-cache "proxy_cache_path $work/nginx-cache/store levels=1:2 keys_zone=bench:10m max_size=1g inactive=1h use_temp_path=off;
+nginx_http_conf nginx-cache "proxy_cache_path $work/nginx-cache/store levels=1:2 keys_zone=bench:10m max_size=1g inactive=1h use_temp_path=off;
     upstream origin { server 127.0.0.1:$origin_port; keepalive 16; }
     server {
         listen 127.0.0.1:$nginx_cache_port reuseport;
@@ -77,7 +62,7 @@ nginx_conf nginx-cache "proxy_cache_path $work/nginx-cache/store levels=1:2 keys
         }
     }"
 nginx_static_port=$(free_port)
-nginx_conf nginx-static "server { listen 127.0.0.1:$nginx_static_port reuseport; root $site; }"
+nginx_http_conf nginx-static "server { listen 127.0.0.1:$nginx_static_port reuseport; root $site; }"
 for n in nginx-cache nginx-static; do
     taskset -c $SERVER_CPU nginx -c "$work/$n/nginx.conf" -e "$work/$n/error.log" &
     pids+=($!)

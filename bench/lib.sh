@@ -216,3 +216,34 @@ run_pinned() {
     taskset -c "$cpu" bash -c '"$@" > "'"$out"'" 2>&1; cat /proc/$$/stat' _ "$@" |
         python3 -c "import sys; f=sys.stdin.read().rsplit(')',1)[1].split(); print((int(f[13])+int(f[14]))/$(getconf CLK_TCK))"
 }
+
+# nginx_http_conf NAME HTTP-BLOCK: writes $work/NAME/nginx.conf, a one-process nginx
+# (nginx_head) whose http block holds nginx_keepalive's lines, its temporary files in
+# $work/NAME, and HTTP-BLOCK (servers, upstreams, caches).
+nginx_http_conf() {
+    mkdir -p "$work/$1"
+    cat > "$work/$1/nginx.conf" <<CONF
+$(nginx_head "$work/$1")
+http {
+$(nginx_keepalive)
+    client_body_temp_path $work/$1;
+    proxy_temp_path $work/$1;
+    fastcgi_temp_path $work/$1;
+    uwsgi_temp_path $work/$1;
+    scgi_temp_path $work/$1;
+    $2
+}
+CONF
+}
+
+# bench_summary JSON_FILE CPU_SECONDS: "requests seconds cpu [errors N] [self-check invalid]"
+# of a `tessera bench --json` report, for the loadgen scripts' tables.
+bench_summary() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+e = d["errors"]["total"]
+v = "" if d["self_check"]["valid"] else " [self-check invalid]"
+print(d["requests"], d["duration_s"], sys.argv[2], f"[errors {e}]" if e else "", v)
+PY
+}

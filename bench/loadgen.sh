@@ -114,13 +114,7 @@ tessera_run() { # mode
   esac
   local cpu
   cpu=$(run_pinned $GEN_CORE "$WORK/out" "$TESSERA" bench -q --json -t1 -c"$CONNS" -d"${DURATION}s" "${extra[@]}" "$URL")
-  python3 - "$WORK/out" "$cpu" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-e = d["errors"]["total"]
-v = "" if d["self_check"]["valid"] else " [self-check invalid]"
-print(d["requests"], d["duration_s"], sys.argv[2], f"[errors {e}]" if e else "", v)
-PY
+  bench_summary "$WORK/out" "$cpu"
 }
 
 echo "# bench/loadgen.sh  $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS duration=${DURATION}s connections=$CONNS"

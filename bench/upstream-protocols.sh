@@ -77,29 +77,11 @@ run_wrk() {
     echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
 
-nginx_conf() { # NAME HTTP-BLOCK
-    mkdir -p "$work/$1"
-    cat > "$work/$1/nginx.conf" <<CONF
-$(nginx_head "$work/$1")
-http {
-    access_log off;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
-    client_body_temp_path $work/$1;
-    proxy_temp_path $work/$1;
-    fastcgi_temp_path $work/$1;
-    uwsgi_temp_path $work/$1;
-    scgi_temp_path $work/$1;
-    $2
-}
-CONF
-}
 
 # --- the origin: nginx with TLS, one worker, on the load core.
 origin_port=$(free_port)
 upload_origin_port=$(free_port)
-nginx_conf origin "server {
+nginx_http_conf origin "server {
         listen 127.0.0.1:$origin_port ssl;
         ssl_certificate $work/origin.pem;
         ssl_certificate_key $work/origin.key;
@@ -153,7 +135,7 @@ pids+=($!); floor_pid=$!
 # --- nginx as the proxy.
 nginx_port=$(free_port)
 nginx_upload_port=$(free_port)
-nginx_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive 32; keepalive_requests 1000000; }
+nginx_http_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive 32; keepalive_requests 1000000; }
     server {
         listen 127.0.0.1:$nginx_port reuseport;
         location / {
