@@ -9,96 +9,66 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# apt_install PACKAGE WHY: installs a Debian package (as root, or through sudo), saying why.
+apt_install() {
+    echo "scripts/test.sh: installing $1 for $2" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq "$1"
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq "$1"
+    fi
+}
+
 # The cache tests start their own redis-server (crates/cli/tests/serve/cache.rs), and the
 # test that runs docs/getting-started.md (crates/cli/tests/getting_started.rs) its
 # redis-server and redis-cli, curl and python3, all installed below.
 if ! command -v redis-server >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing redis-server for the cache tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq redis-server
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq redis-server
-    fi
+    apt_install redis-server "the cache tests"
 fi
 
 # The client identity tests put HAProxy in front of the server, sending the PROXY
 # protocol and X-Forwarded-For (crates/cli/tests/serve/client_identity.rs).
 if ! command -v haproxy >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing haproxy for the client identity tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq haproxy
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq haproxy
-    fi
+    apt_install haproxy "the client identity tests"
 fi
 
 # The upstream TLS tests run a Python ssl origin (python3, installed below) and check that
 # `--proxy https://` verifies against the system's roots (crates/cli/tests/serve/upstream_tls.rs);
 # tessera refuses to start without any.
 if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
-    echo "scripts/test.sh: installing ca-certificates for the upstream TLS tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq ca-certificates
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq ca-certificates
-    fi
+    apt_install ca-certificates "the upstream TLS tests"
 fi
 
 # The basic auth tests write their htpasswd files with Apache's htpasswd (bcrypt, and
 # the weak schemes tessera refuses) and openssl passwd -6 (SHA-512-crypt)
 # (crates/cli/tests/serve/access_policy.rs).
 if ! command -v htpasswd >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing apache2-utils (htpasswd) for the basic auth tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq apache2-utils
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq apache2-utils
-    fi
+    apt_install apache2-utils "the basic auth tests (htpasswd)"
 fi
 
 # The TLS tests speak to the server with curl and openssl s_client
 # (crates/cli/tests/serve/tls.rs).
 for tool in curl openssl; do
     if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "scripts/test.sh: installing $tool for the TLS tests" >&2
-        if [ "$(id -u)" -eq 0 ]; then
-            apt-get update -qq && apt-get install -y -qq "$tool"
-        else
-            sudo apt-get update -qq && sudo apt-get install -y -qq "$tool"
-        fi
+        apt_install "$tool" "the TLS tests"
     fi
 done
 
 # The HTTP/2 tests drive the server with h2load (crates/cli/tests/serve/http2.rs).
 if ! command -v h2load >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing nghttp2-client (h2load) for the HTTP/2 tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq nghttp2-client
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client
-    fi
+    apt_install nghttp2-client "the HTTP/2 tests (h2load)"
 fi
 
 # `tessera bench --http2` is checked against h2o's access log
 # (crates/cli/tests/serve/bench_protocols.rs).
 if ! command -v h2o >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing h2o for the bench tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq h2o
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq h2o
-    fi
+    apt_install h2o "the bench tests"
 fi
 
 # `tessera bench --http3` is checked against Caddy's access log (HTTP/3 is on by default
 # in Caddy 2.6, Debian's).
 if ! command -v caddy >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing caddy for the bench tests" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq caddy
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq caddy
-    fi
+    apt_install caddy "the bench tests"
 fi
 
 # The metrics tests check /metrics with promtool and scrape it with a real Prometheus
@@ -142,12 +112,7 @@ cargo machete
 # The crates stay in layers: no module import cycle in any crate, no source file over 900
 # lines, no function over 150 lines in server or edge (scripts/layering.py says why).
 if ! command -v python3 >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing python3 for the layering check" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get update -qq && apt-get install -y -qq python3
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq python3
-    fi
+    apt_install python3 "the layering check"
 fi
 
 # Python packages from PyPI (pip itself from apt when missing): DuckDB reads the
@@ -156,11 +121,7 @@ fi
 # (crates/cli/tests/serve/trace_context.rs).
 pip_install() {
     if ! python3 -m pip --version >/dev/null 2>&1; then
-        if [ "$(id -u)" -eq 0 ]; then
-            apt-get update -qq && apt-get install -y -qq python3-pip
-        else
-            sudo apt-get update -qq && sudo apt-get install -y -qq python3-pip
-        fi
+        apt_install python3-pip "pip"
     fi
     python3 -m pip install -q "$1" 2>/dev/null ||
         python3 -m pip install -q --break-system-packages "$1"
