@@ -247,3 +247,17 @@ v = "" if d["self_check"]["valid"] else " [self-check invalid]"
 print(d["requests"], d["duration_s"], sys.argv[2], f"[errors {e}]" if e else "", v)
 PY
 }
+
+# run_wrk PID URL [WRK ARGS...]: one wrk run (-t1 -c$CONNECTIONS -d$SECONDS_PER_RUN) pinned
+# to $LOAD_CPU; prints "requests requests/s cpu-us-per-request" for the server PID.
+run_wrk() {
+    local pid=$1 url=$2 before after out requests rps
+    shift 2
+    before=$(cpu_ticks "$pid")
+    out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$@" "$url")
+    after=$(cpu_ticks "$pid")
+    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors for $url: $out" >&2; fi
+    requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
+}

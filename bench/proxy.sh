@@ -56,18 +56,6 @@ mkdir -p "$site"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$site/1k.txt"
 head -c 65536 /dev/zero | tr '\0' 'b' > "$site/64k.txt"
 
-# run_wrk PID URL: one wrk run on the load core; prints "requests requests/s cpu-us-per-request"
-# for the server PID.
-run_wrk() {
-    local pid=$1 url=$2 before after out requests rps
-    before=$(cpu_ticks "$pid")
-    out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$url")
-    after=$(cpu_ticks "$pid")
-    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors for $url: $out" >&2; fi
-    requests=$(echo "$out" | awk '/requests in/ {print $1}')
-    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-    echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
-}
 
 # --- the origin: tessera, one worker, on the load core.
 origin_port=$(free_port)

@@ -63,19 +63,6 @@ printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n' > "$w
 openssl x509 -req -in "$work/origin.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
     -CAcreateserial -days 2 -extfile "$work/ext.cnf" -out "$work/origin.pem" 2>/dev/null
 
-# run_wrk PID URL [WRK ARGS...]: one wrk run on the load core; prints "requests requests/s
-# cpu-us-per-request" for the server PID.
-run_wrk() {
-    local pid=$1 url=$2 before after out requests rps
-    shift 2
-    before=$(cpu_ticks "$pid")
-    out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$@" "$url")
-    after=$(cpu_ticks "$pid")
-    if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors for $url: $out" >&2; fi
-    requests=$(echo "$out" | awk '/requests in/ {print $1}')
-    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-    echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
-}
 
 
 # --- the origin: nginx with TLS, one worker, on the load core.
