@@ -31,6 +31,7 @@ mod forwarded;
 mod limits;
 mod parse_response;
 mod path;
+mod pieces;
 mod proxy;
 pub mod range;
 mod request;
@@ -44,6 +45,7 @@ pub use parse_response::{
     parse_response, parse_upgrade_response, ParsedResponse, ResponseError, ResponseFraming,
 };
 pub use path::{normalize_path, InvalidPath};
+pub use pieces::unsent;
 pub use proxy::{
     parse_proxy, write_v1, write_v2, ProxyError, ProxyHeader, Tlvs, MAX_HEADER as MAX_PROXY_HEADER,
     SIGNATURE as PROXY_V2_SIGNATURE,

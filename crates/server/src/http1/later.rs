@@ -440,16 +440,7 @@ impl Conn {
         let mut done = 0;
         while done < total {
             let mut slices = [io::IoSlice::new(&[]); 4];
-            let (mut skip, mut k) = (done, 0);
-            for part in parts {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                slices[k] = io::IoSlice::new(&part[skip..]);
-                skip = 0;
-                k += 1;
-            }
+            let k = wire::unsent(parts, done, &mut slices);
             let n = self.stream.write_vectored(&slices[..k]).await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());

@@ -157,16 +157,7 @@ impl Conn {
         let mut done = 0;
         while done < total {
             let mut slices = [io::IoSlice::new(&[]); 4];
-            let (mut skip, mut k) = (done, 0);
-            for part in parts {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                slices[k] = io::IoSlice::new(&part[skip..]);
-                skip = 0;
-                k += 1;
-            }
+            let k = wire::unsent(parts, done, &mut slices);
             // The write, unless the peer answers while it waits.
             let write = poll_fn(|cx| {
                 let stream = std::pin::Pin::new(&mut self.stream);
