@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::harness::{eventually, read_response, stderr_has, thread_per_connection, Site};
+use crate::harness::{eventually, read_response, stderr_has, thread_per_connection, Server, Site};
 use crate::upstreams::{origins, quoted, Mode};
 
 /// What the origin saw of one request body.
@@ -523,13 +523,7 @@ fn an_http2_upload_streams_too() {
     let server = site.serve_with(&config(origin, ""));
     // `curl -T -` streams its standard input with no length: over HTTP/2, DATA frames
     // until the stream ends, which the origin gets chunked.
-    let mut curl = std::process::Command::new("curl")
-        .args(["-s", "--http2-prior-knowledge", "-T", "-", "-D", "-"])
-        .arg(format!("http://{}/upload", server.addr))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("curl");
+    let mut curl = h2_upload(&server);
     let mut stdin = curl.stdin.take().unwrap();
     let mut upload = Upload::new(16);
     stdin.write_all(upload.block(0)).unwrap();
@@ -655,13 +649,7 @@ fn an_http2_client_silent_mid_body_gets_408() {
     let origin = upload_origin(events, Arc::default());
     let site = Site::new();
     let server = site.serve_with(&config(origin, "[timeouts]\nbody = 1\n"));
-    let mut curl = std::process::Command::new("curl")
-        .args(["-s", "--http2-prior-knowledge", "-T", "-", "-D", "-"])
-        .arg(format!("http://{}/upload", server.addr))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("curl");
+    let mut curl = h2_upload(&server);
     let mut stdin = curl.stdin.take().unwrap();
     stdin.write_all(&[b'x'; 4096]).unwrap();
     stdin.flush().unwrap();
@@ -739,4 +727,16 @@ fn expect_100_continue_goes_through_and_the_origins_interim_answer_is_passed_ove
     assert_eq!(r.status, 200);
     let expected = format!("{} {:016x}", upload.len(), upload.hash());
     assert_eq!(String::from_utf8_lossy(&r.body), expected);
+}
+
+/// curl uploading its standard input to `/upload` over h2c (prior knowledge), printing
+/// the response head: with `-T -` it sends no length, DATA frames until the stream ends.
+fn h2_upload(server: &Server) -> std::process::Child {
+    std::process::Command::new("curl")
+        .args(["-s", "--http2-prior-knowledge", "-T", "-", "-D", "-"])
+        .arg(format!("http://{}/upload", server.addr))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl")
 }
