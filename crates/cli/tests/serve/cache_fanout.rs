@@ -4,7 +4,6 @@
 //! one that the other could not hear (cut from Redis, Redis restarted) is caught up from
 //! the log, or makes it drop its memory when the log no longer tells.
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{Redis, RedisCluster};
 use crate::cache_keys::Origin;
 use crate::cache_policy::{body, get_with, request};
-use crate::harness::{eventually, stderr_has, Response, Server, Site};
+use crate::harness::{eventually, pump, stderr_has, Response, Server, Site};
 use crate::metrics::{admin_addr, admin_get, samples, sum};
 
 /// The bound on an invalidation's reach from one process to the other on loopback: a
@@ -263,18 +262,6 @@ impl Relay {
     fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        while let Ok(n) = from.read(&mut buf) {
-            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        let _ = to.shutdown(Shutdown::Both);
-    });
 }
 
 /// `b` reaches Redis through a relay that is cut while `a` is purged: `b` keeps serving

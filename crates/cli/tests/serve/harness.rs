@@ -2,7 +2,7 @@
 //! raw TCP, so what is tested is what users run.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -633,5 +633,19 @@ pub fn thread_per_connection(
             let serve = serve.clone();
             std::thread::spawn(move || serve(stream));
         }
+    });
+}
+
+/// Copies `from` to `to` on a thread of its own until either ends, then shuts `to`
+/// down: one direction of a test's TCP relay.
+pub fn pump(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
     });
 }
