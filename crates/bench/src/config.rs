@@ -33,12 +33,17 @@ impl RequestSpec {
 /// A benchmark run. Every field has a default (see [`Config::new`]).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Requests to send, in a weighted mix. All must share one scheme, host and port.
+    /// Requests to send, in a weighted mix. All must share one scheme, host and port,
+    /// or with [`connect_to`](Config::connect_to) one scheme.
     pub requests: Vec<RequestSpec>,
     /// Extra headers for every request. A `Host` here replaces the one from the URL.
     pub headers: Vec<(String, String)>,
     /// Connect to this unix socket instead of the URL's host and port.
     pub unix_socket: Option<PathBuf>,
+    /// Connect to this `HOST[:PORT]` instead of the URLs' (h2load's `--connect-to`);
+    /// the URLs may then name different hosts, each request's `Host` (and, over TLS,
+    /// the server name its connection sends) being its URL's. Default none.
+    pub connect_to: Option<String>,
     /// Connections in total, spread over the threads. Default 50.
     pub connections: usize,
     /// Worker threads, each one event loop. Default: the number of cores available.
@@ -79,6 +84,7 @@ impl Config {
             requests,
             headers: Vec::new(),
             unix_socket: None,
+            connect_to: None,
             connections: 50,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             requests_total: None,
@@ -380,13 +386,38 @@ impl Plan {
             .map(|r| Url::parse(&r.url))
             .collect::<Result<Vec<_>, _>>()?;
         let first = &urls[0];
-        if urls
+        if cfg.connect_to.is_some() {
+            if urls.iter().any(|u| u.https != first.https) {
+                return Err(invalid(
+                    "url",
+                    "all URLs of one run must share their scheme",
+                ));
+            }
+            if cfg.unix_socket.is_some() {
+                return Err(invalid(
+                    "connect-to",
+                    "--connect-to or --unix-socket, not both",
+                ));
+            }
+        } else if urls
             .iter()
             .any(|u| u.host != first.host || u.port != first.port || u.https != first.https)
         {
             return Err(invalid(
                 "url",
-                "all URLs of one run must share scheme, host and port (use --compare for two hosts)",
+                "all URLs of one run must share scheme, host and port (use --connect-to for \
+                 several names on one server, --compare for two servers)",
+            ));
+        }
+        if cfg.http3 && urls.iter().any(|u| u.host != first.host) {
+            return Err(invalid("http3", "HTTP/3 runs take one host name"));
+        }
+        if first.https && cfg.keepalive && urls.iter().any(|u| u.host != first.host) {
+            // A kept connection would carry requests for names other than the one it
+            // sent in SNI, which a server answers with 421 (Misdirected Request).
+            return Err(invalid(
+                "connect-to",
+                "https:// URLs of several host names need --no-keepalive (a connection per request, each sending its URL's name)",
             ));
         }
         if !first.https && (cfg.insecure || cfg.ca.is_some()) {
@@ -402,7 +433,7 @@ impl Plan {
         };
         let tls = match first.https {
             true => Some(Tls::new(
-                &first.host,
+                &urls.iter().map(|u| u.host.as_str()).collect::<Vec<_>>(),
                 cfg.ca.as_deref(),
                 cfg.insecure,
                 alpn,
@@ -412,15 +443,19 @@ impl Plan {
         let address = match &cfg.unix_socket {
             Some(p) => Address::Unix(p.clone()),
             None => {
-                let addr = (first.host.as_str(), first.port)
+                let (host, port) = match &cfg.connect_to {
+                    Some(to) => connect_to(to, first.port)?,
+                    None => (first.host.clone(), first.port),
+                };
+                let addr = (host.trim_start_matches('[').trim_end_matches(']'), port)
                     .to_socket_addrs()
                     .map_err(|cause| Error::Resolve {
-                        host: first.host.clone(),
+                        host: host.clone(),
                         cause,
                     })?
                     .next()
                     .ok_or_else(|| Error::Resolve {
-                        host: first.host.clone(),
+                        host: host.clone(),
                         cause: std::io::Error::other("no addresses"),
                     })?;
                 if cfg.loopback_only && !addr.ip().is_loopback() {
@@ -494,6 +529,25 @@ impl Plan {
             headers: cfg.headers.clone(),
         })
     }
+}
+
+/// `--connect-to HOST[:PORT]` (an IPv6 address in brackets), the port defaulting to
+/// the URLs'.
+fn connect_to(to: &str, default_port: u16) -> Result<(String, u16), Error> {
+    let bad = || Error::InvalidOption {
+        option: "connect-to",
+        reason: format!("{to:?} is not HOST[:PORT]"),
+    };
+    let (host, port) = match to.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => {
+            (h, p.parse::<u16>().map_err(|_| bad())?)
+        }
+        _ => (to, default_port),
+    };
+    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
+        return Err(bad());
+    }
+    Ok((host.to_string(), port))
 }
 
 fn serialize(
@@ -604,6 +658,18 @@ mod tests {
         assert_eq!((u.https, u.port), (true, 443));
         assert!(Url::parse("http://x:y/").is_err());
         assert!(Url::parse("ftp://x/").is_err());
+    }
+
+    #[test]
+    fn parses_connect_to() {
+        let parse = |to| connect_to(to, 8443).ok();
+        assert_eq!(parse("127.0.0.1:81"), Some(("127.0.0.1".into(), 81)));
+        assert_eq!(parse("localhost"), Some(("localhost".into(), 8443)));
+        assert_eq!(parse("[::1]:82"), Some(("[::1]".into(), 82)));
+        assert_eq!(parse("[::1]"), Some(("[::1]".into(), 8443)));
+        for bad in ["::1", "host:port", ":80", ""] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

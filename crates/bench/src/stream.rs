@@ -17,8 +17,13 @@ pub(crate) enum Stream {
 
 impl Stream {
     /// `nodelay` only matters when a connection carries more than one request:
-    /// a single request goes out in one write, which Nagle never delays.
-    pub(crate) fn connect(addr: &Address, nodelay: bool, tls: Option<&Tls>) -> io::Result<Stream> {
+    /// a single request goes out in one write, which Nagle never delays. Over TLS the
+    /// connection sends the server name of the mix's request `wire`.
+    pub(crate) fn connect(
+        addr: &Address,
+        nodelay: bool,
+        tls: Option<(&Tls, usize)>,
+    ) -> io::Result<Stream> {
         Ok(match addr {
             Address::Tcp(a) => {
                 let s = TcpStream::connect(*a)?;
@@ -27,7 +32,7 @@ impl Stream {
                     s.set_nodelay(true)?;
                 }
                 match tls {
-                    Some(tls) => Stream::Tls(Box::new(TlsStream::new(s, tls)?)),
+                    Some((tls, wire)) => Stream::Tls(Box::new(TlsStream::new(s, tls, wire)?)),
                     None => Stream::Tcp(s),
                 }
             }

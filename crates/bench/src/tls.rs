@@ -20,13 +20,15 @@ use crate::Error;
 #[derive(Debug, Clone)]
 pub(crate) struct Tls {
     pub config: Arc<ClientConfig>,
-    pub name: ServerName<'static>,
+    /// The server name each request of the mix (by wire index) sends: its URL's host.
+    pub names: Vec<ServerName<'static>>,
 }
 
 impl Tls {
-    /// The configuration for `host`, offering `alpn` (`h3`, `h2` or `http/1.1`).
+    /// The configuration for `hosts` (each request's, by wire index), offering `alpn`
+    /// (`h3`, `h2` or `http/1.1`).
     pub(crate) fn new(
-        host: &str,
+        hosts: &[&str],
         ca: Option<&Path>,
         insecure: bool,
         alpn: &[u8],
@@ -53,12 +55,17 @@ impl Tls {
         let mut config = builder.with_no_client_auth();
         config.alpn_protocols = vec![alpn.to_vec()];
         config.resumption = Resumption::disabled();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|_| bad(format!("{host:?} is not a TLS server name")))?;
+        let names = hosts
+            .iter()
+            .map(|host| {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                ServerName::try_from(host.to_string())
+                    .map_err(|_| bad(format!("{host:?} is not a TLS server name")))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Tls {
             config: Arc::new(config),
-            name,
+            names,
         })
     }
 }
@@ -73,8 +80,9 @@ pub(crate) struct TlsStream {
 }
 
 impl TlsStream {
-    pub(crate) fn new(tcp: TcpStream, tls: &Tls) -> io::Result<TlsStream> {
-        let mut conn = ClientConnection::new(tls.config.clone(), tls.name.clone())
+    /// A connection whose server name is that of the mix's request `wire`.
+    pub(crate) fn new(tcp: TcpStream, tls: &Tls, wire: usize) -> io::Result<TlsStream> {
+        let mut conn = ClientConnection::new(tls.config.clone(), tls.names[wire].clone())
             .map_err(io::Error::other)?;
         // The engine's own buffers bound what is written; rustls need not refuse any.
         conn.set_buffer_limit(None);

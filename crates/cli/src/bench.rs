@@ -37,7 +37,7 @@ fn strict_duration_arg(s: &str) -> Result<Duration, String> {
 
 Documentation: docs/bench.md")]
 pub struct Args {
-    /// URLs to request, cycled in order (all on one host and port).
+    /// URLs to request, cycled in order (all on one host and port, or any hosts with --connect-to).
     #[arg(value_name = "URL")]
     urls: Vec<String>,
     /// Stop after this many requests.
@@ -97,6 +97,9 @@ pub struct Args {
     /// Connect to this unix socket instead of the URL's host and port.
     #[arg(long, value_name = "PATH")]
     unix_socket: Option<PathBuf>,
+    /// Connect to HOST[:PORT] whatever the URLs' hosts, which may then differ (each request's Host and TLS server name are its URL's)
+    #[arg(long, value_name = "HOST[:PORT]")]
+    connect_to: Option<String>,
     /// Open model: hold this many requests per second.
     #[arg(long, value_name = "PER_SECOND")]
     rate: Option<f64>,
@@ -170,6 +173,7 @@ fn config(args: &Args, urls: &[String]) -> anyhow::Result<Config> {
     let mut c = Config::new(requests);
     c.headers = headers;
     c.unix_socket = args.unix_socket.clone();
+    c.connect_to = args.connect_to.clone();
     c.connections = args.connections;
     if let Some(t) = args.threads {
         c.threads = t;

@@ -198,7 +198,7 @@ pub(super) fn run(
     let plan_deadline = plan.duration.map(|d| start + d);
     let run = Rc::new(Run {
         templates: templates(&plan)?,
-        name: tls.name.to_str().into_owned(),
+        name: tls.names[0].to_str().into_owned(),
         plan,
         client,
         server,

@@ -108,6 +108,8 @@ pub(super) struct Worker<'a> {
     next_k: u64,
     available: Vec<usize>,
     mix_pos: usize,
+    /// Connections opened with keep-alive, for the server name each one sends.
+    name_turn: usize,
     timer: OwnedFd,
     timer_armed: Option<Instant>,
     next_tick: Instant,
@@ -185,6 +187,7 @@ impl<'a> Worker<'a> {
             next_k: 0,
             available: Vec::with_capacity(share.connections),
             mix_pos: 0,
+            name_turn: usize::MAX,
             timer,
             timer_armed: None,
             next_tick: start,
@@ -392,7 +395,18 @@ impl<'a> Worker<'a> {
     }
 
     fn connect(&mut self, slot: usize, now: Instant) {
-        let tls = self.plan.tls.as_ref();
+        // The server name: that of the request just queued for a connection that
+        // carries one, else the mix's names in turn, one per connection opened.
+        let len = self.plan.mix.len();
+        let turn = match self.plan.keepalive {
+            false => self.mix_pos + len - 1,
+            true => {
+                self.name_turn = self.name_turn.wrapping_add(1);
+                self.name_turn
+            }
+        };
+        let wire = usize::from(self.plan.mix[turn % len]);
+        let tls = self.plan.tls.as_ref().map(|t| (t, wire));
         let result =
             Stream::connect(&self.plan.address, self.plan.keepalive, tls).and_then(|mut s| {
                 self.poll.registry().register(

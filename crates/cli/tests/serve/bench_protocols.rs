@@ -421,3 +421,76 @@ fn http3_against_caddy_counts_what_its_access_log_counts() {
         lines_with(&log, "\"proto\":\"HTTP/3.0\"") == 1 + 2000 + 30 + 300
     });
 }
+
+/// `--connect-to`: URLs of two host names, each with its own certificate, on one server:
+/// each request carries its URL's Host and its connection that name in SNI (checked by
+/// the certificate each name verifies against, and by the host each line of the access
+/// log names), over HTTP/1.1 and HTTP/2. Kept connections would carry requests for
+/// other names than the one they sent, so such a run is refused.
+#[test]
+fn connect_to_spreads_requests_over_host_names_each_with_its_own_certificate() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    let ca = Ca::new(dir, "bench-ca");
+    let mut hosts = String::new();
+    for name in ["a.test", "b.test"] {
+        let (cert, key) = ca.sign(dir, name, &[name]);
+        let root = dir.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("x.txt"), name).unwrap();
+        hosts.push_str(&format!(
+            "\n[[host]]\nnames = [\"{name}\"]\nroot = {root:?}\n[host.tls]\n\
+             certificate = {cert:?}\nkey = {key:?}\n"
+        ));
+    }
+    let log = dir.join("access.log");
+    let (cert, key) = ca.sign(dir, "default", &["127.0.0.1"]);
+    let server = site.serve_with(&format!(
+        "tls_listen = [\"127.0.0.1:0\"]\naccess_log = {log:?}\naccess_log_format = \"%v %s %b\"\n\
+         [tls]\ncertificate = {cert:?}\nkey = {key:?}\n{hosts}"
+    ));
+    let https = printed_addr(&server, "https://");
+    let port = https.port().to_string();
+    let (a, b) = (
+        format!("https://a.test:{port}/x.txt"),
+        format!("https://b.test:{port}/x.txt"),
+    );
+    let to = https.to_string();
+    let ca = ca.pem.to_str().unwrap();
+    let base = ["--connect-to", to.as_str(), "--ca", ca];
+    for extra in [
+        &["-n", "40", "-c", "2", "--no-keepalive"][..],
+        &["-n", "40", "-c", "4", "--no-keepalive"][..],
+        &["-n", "40", "-c", "3", "--no-keepalive", "--http2"][..],
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&a, &b]);
+        let v = bench(&args);
+        assert_eq!(v["errors"]["total"], 0, "{args:?}: {v}");
+        assert_eq!(v["status"]["200"], 40, "{args:?}: {v}");
+    }
+    // Each host answered its own file to requests for it: 6 bytes each, 20 of each name
+    // per run.
+    eventually("the access log to count every request", || {
+        lines_with(&log, "a.test 200 6") == 60 && lines_with(&log, "b.test 200 6") == 60
+    });
+    // Without --connect-to, two hosts are refused, naming the option; with it, kept
+    // connections over TLS are.
+    for (args, want) in [
+        (&["-n", "1", &a, &b][..], "--connect-to"),
+        (
+            &["-n", "1", "--connect-to", &to, &a, &b][..],
+            "need --no-keepalive",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .arg("bench")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{stderr}");
+    }
+}
