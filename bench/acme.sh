@@ -12,7 +12,7 @@
 # and their ratio. Target: tessera no slower than Caddy.
 #
 # Then the second figure, handshakes: NAMES (100) names hN.test get certificates
-# from Pebble (a tessera with a [[host]] per name orders them), and two tesseras pinned
+# from Pebble (tesseras with a [[host]] per name order them, 10 names each), and two tesseras pinned
 # to core 0 serve the same certificates, one as on-demand names (`on_demand`, an `ask`
 # endpoint, one `*.test` host; the certificates found in its state_dir at each name's
 # first handshake, then kept in memory) and one as configured certificates (a [[host]]
