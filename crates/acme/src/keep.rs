@@ -1,11 +1,12 @@
 //! One name's certificate kept for as long as the process runs: ordered when there is
 //! none, renewed when its plan says, an order that failed tried again after a backoff.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use instant_acme::CertificateIdentifier;
 
+use crate::http::RETRY_AFTER;
 use crate::order::{self, Context, Failure};
 use crate::renewal;
 use crate::storage::fresher;
@@ -51,7 +52,19 @@ pub(crate) async fn keep(
                 current.as_ref(),
                 (replaces.take(), failures),
             );
-            match tried.await {
+            // A refused request's Retry-After (a rate limit's 429) comes back here.
+            let refused_until = Arc::new(Mutex::new(None));
+            let tried = RETRY_AFTER.scope(refused_until.clone(), tried).await;
+            let tried = tried.map_err(|mut e| {
+                let refused = refused_until
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                let wait = refused.and_then(|at| at.duration_since(SystemTime::now()).ok());
+                e.retry_after = e.retry_after.max(wait);
+                e
+            });
+            match tried {
                 Ok((stored, ordered)) => {
                     if let Some(ended) = &ended {
                         ended(true);

@@ -24,6 +24,7 @@
 //! restart orders nothing), then runs the orders and renewals on a thread of its own
 //! with a small tokio runtime, so the listeners never wait for the CA.
 
+mod http;
 mod keep;
 mod on_demand;
 mod order;

@@ -174,21 +174,8 @@ struct Asker {
 
 impl Asker {
     fn new(url: String) -> Asker {
-        // The system's roots for an https:// endpoint (as for a public CA); without
-        // them none, and each ask of such an endpoint fails, saying why.
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .try_with_platform_verifier()
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "on demand: no system roots for an https:// ask endpoint");
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let config = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .expect("ring's protocol versions")
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-            });
-        let connector = connector.https_or_http().enable_http1().build();
+        // The system's roots for an https:// endpoint (as for a public CA).
+        let connector = crate::http::connector(None).expect("no file to read");
         Asker {
             url,
             client: Client::builder(TokioExecutor::new()).build(connector),

@@ -10,6 +10,7 @@ use instant_acme::{
     ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
+use crate::http::Http;
 use crate::settings::{Challenge, Deploy, KeyType, Settings};
 use crate::storage::Storage;
 use crate::store::Stored;
@@ -44,10 +45,10 @@ pub(crate) async fn account(settings: &Settings, storage: &Storage) -> Result<Ac
 }
 
 async fn find_or_create(settings: &Settings, storage: &Storage) -> Result<Account, String> {
-    let builder = || match &settings.ca_root {
-        Some(root) => Account::builder_with_root(root)
-            .map_err(|e| format!("acme.ca_root {}: {e}", root.display())),
-        None => Account::builder().map_err(|e| e.to_string()),
+    let builder = || -> Result<_, String> {
+        let http =
+            Http::new(settings.ca_root.as_deref()).map_err(|e| format!("acme.ca_root {e}"))?;
+        Ok(Account::builder_with_http(Box::new(http)))
     };
     if let Some(json) = storage.account().await? {
         let credentials: AccountCredentials =
