@@ -24,6 +24,7 @@
 //! restart orders nothing), then runs the orders and renewals on a thread of its own
 //! with a small tokio runtime, so the listeners never wait for the CA.
 
+mod challenges;
 mod http;
 mod keep;
 mod on_demand;
@@ -170,6 +171,17 @@ async fn run(
     demands: Option<tokio::sync::mpsc::Receiver<(String, tokio::sync::oneshot::Sender<bool>)>>,
     updates: tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
 ) {
+    // The other processes' challenge answers are heard from the start: they may be
+    // ordering while this one waits for the account.
+    let storage = Arc::new(storage);
+    if let Storage::Redis(_) = &*storage {
+        let (storage, deploy) = (storage.clone(), deploy.clone());
+        tokio::spawn(async move {
+            if let Storage::Redis(redis) = &*storage {
+                challenges::follow(redis, deploy).await;
+            }
+        });
+    }
     let mut failures = 0;
     let account = loop {
         match order::account(&settings, &storage).await {

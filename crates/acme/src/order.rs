@@ -10,6 +10,7 @@ use instant_acme::{
     ExternalAccountKey, Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
+use crate::challenges::Answer;
 use crate::http::Http;
 use crate::settings::{Challenge, Deploy, KeyType, Settings};
 use crate::storage::Storage;
@@ -19,7 +20,7 @@ use crate::store::Stored;
 pub(crate) struct Context {
     pub settings: Settings,
     /// Where the account and certificates are kept, and the names locked.
-    pub storage: Storage,
+    pub storage: Arc<Storage>,
     pub deploy: Arc<dyn Deploy>,
     pub account: Account,
 }
@@ -152,8 +153,17 @@ pub(crate) async fn obtain(
     };
     for (challenge, token) in out {
         match challenge {
-            Challenge::Http01 => context.deploy.http_challenge(&token, None),
-            Challenge::TlsAlpn01 => drop(context.deploy.alpn_challenge(name, None)),
+            Challenge::Http01 => {
+                context.deploy.http_challenge(&token, None);
+                context
+                    .storage
+                    .share_challenge(("http", &token), None)
+                    .await;
+            }
+            Challenge::TlsAlpn01 => {
+                drop(context.deploy.alpn_challenge(name, None));
+                context.storage.share_challenge(("alpn", name), None).await;
+            }
             Challenge::Dns01 => {
                 let (record, value) = token.split_once(' ').unwrap_or((&token, ""));
                 if let Err(e) = dns_hook(context, "clear", record, value).await {
@@ -274,14 +284,28 @@ async fn validate(
         let key_authorization = challenge.key_authorization();
         match kind {
             Challenge::Http01 => {
+                let answer = key_authorization.as_str();
                 context
                     .deploy
-                    .http_challenge(&challenge.token, Some(key_authorization.as_str()));
+                    .http_challenge(&challenge.token, Some(answer));
                 out.push((kind, challenge.token.clone()));
+                let shared = Some(Answer::Http(answer));
+                let token = challenge.token.as_str();
+                context
+                    .storage
+                    .share_challenge(("http", token), shared)
+                    .await;
             }
             Challenge::TlsAlpn01 => {
-                let cert = alpn_certificate(&name, key_authorization.digest().as_ref())?;
-                context.deploy.alpn_challenge(&name, Some(cert))?;
+                let (cert, key) = alpn_certificate(&name, key_authorization.digest().as_ref())?;
+                let shared = Some(Answer::Alpn(&cert, &key));
+                context
+                    .storage
+                    .share_challenge(("alpn", &name), shared)
+                    .await;
+                context
+                    .deploy
+                    .alpn_challenge(&name, Some((cert.clone(), key.clone())))?;
                 out.push((kind, name.clone()));
             }
             Challenge::Dns01 => {

@@ -204,6 +204,24 @@ impl RedisStore {
         }))
     }
 
+    /// `PREFIX` `acme:CA:`: what every key of this store starts with.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A connection to the store's server.
+    pub(crate) async fn connection(&self) -> Result<redis::aio::MultiplexedConnection, String> {
+        connect(&self.client).await
+    }
+
+    /// A connection to the store's server for a subscription.
+    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, String> {
+        tokio::time::timeout(TIMEOUT, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| format!("Redis: no connection within {TIMEOUT:?}"))?
+            .map_err(redis_error)
+    }
+
     fn keys(&self, name: &str) -> (String, String) {
         (
             format!("{}{name}.crt", self.prefix),
@@ -212,7 +230,7 @@ impl RedisStore {
     }
 
     /// `nonce || ciphertext || tag`, bound to the Redis key `name`.
-    fn seal(&self, name: &str, plain: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) fn seal(&self, name: &str, plain: &[u8]) -> Result<Vec<u8>, String> {
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()
             .fill(&mut nonce)
@@ -230,7 +248,7 @@ impl RedisStore {
         Ok(sealed)
     }
 
-    fn open(&self, name: &str, sealed: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) fn open(&self, name: &str, sealed: &[u8]) -> Result<Vec<u8>, String> {
         let undecryptable =
             || format!("{name}: does not decrypt with storage_key (another key wrote it?)");
         if sealed.len() < NONCE_LEN {

@@ -76,6 +76,19 @@ impl Storage {
         }
     }
 
+    /// With `storage = "redis"`: tells every process sharing it to answer `kind`'s
+    /// challenge for `key` (token or name) with `answer`, or to stop (`None`);
+    /// returns once they did (see [`crate::challenges`]). Nothing to do in files.
+    pub(crate) async fn share_challenge(
+        &self,
+        kind_key: (&str, &str),
+        answer: Option<crate::challenges::Answer<'_>>,
+    ) {
+        if let Storage::Redis(redis) = self {
+            crate::challenges::share(redis, kind_key, answer).await;
+        }
+    }
+
     /// Waits until this process holds `name`'s lock (`account` for the account's).
     pub(crate) async fn lock(&self, name: &str) -> Result<Lock, String> {
         let mut said = false;

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::acme::{free_port, hosts, start, verified, Pebble};
 use crate::cache::Redis;
-use crate::harness::Server;
+use crate::harness::{stderr_has, Server};
 
 /// Where a test's tessera processes keep their state.
 enum Shared<'a> {
@@ -19,33 +19,49 @@ enum Shared<'a> {
 
 /// A tessera on `(http, https)` for `names`, keeping its state in `shared`, its site
 /// and config in `site`.
-fn serve(
+fn serve(services: (&Pebble, &Shared), ports: (u16, u16), site: &Path, names: &[&str]) -> Server {
+    serve_with(services, ports, site, names, "[\"http-01\"]")
+}
+
+/// [`serve`] with its `challenges`.
+fn serve_with(
     (pebble, shared): (&Pebble, &Shared),
     (http, https): (u16, u16),
     site: &Path,
     names: &[&str],
+    challenges: &str,
 ) -> Server {
     std::fs::create_dir_all(site).unwrap();
+    if let Shared::Redis(_, key) = shared {
+        std::fs::write(site.join("acme.key"), key).unwrap();
+    }
+    let toml = config((pebble, shared), (http, https), site, names, challenges);
+    start(site, &toml)
+}
+
+/// The configuration [`serve_with`] runs.
+fn config(
+    (pebble, shared): (&Pebble, &Shared),
+    (http, https): (u16, u16),
+    site: &Path,
+    names: &[&str],
+    challenges: &str,
+) -> String {
     let storage = match shared {
-        Shared::Redis(redis, key) => {
-            let key_file = site.join("acme.key");
-            std::fs::write(&key_file, key).unwrap();
-            format!(
-                "storage = \"redis\"\nstorage_key = \"{}\"\n\n[cache.redis]\nurl = \"{}\"\n",
-                key_file.display(),
-                redis.url()
-            )
-        }
+        Shared::Redis(redis, _) => format!(
+            "storage = \"redis\"\nstorage_key = \"{}\"\n\n[cache.redis]\nurl = \"{}\"\n",
+            site.join("acme.key").display(),
+            redis.url()
+        ),
         Shared::Files(dir) => format!("state_dir = \"{}\"\n", dir.display()),
     };
-    let toml = format!(
+    format!(
         "listen = [\"127.0.0.1:{http}\"]\ntls_listen = [\"127.0.0.1:{https}\"]\nworkers = 1\n\n\
-         [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nchallenges = [\"http-01\"]\n{storage}{}",
+         [acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nchallenges = {challenges}\n{storage}{}",
         pebble.directory,
         pebble.ca().display(),
         hosts(site, names),
-    );
-    start(site, &toml)
+    )
 }
 
 /// Two processes sharing `shared`: the first on Pebble's ports orders, the second
@@ -162,4 +178,67 @@ fn redis_storage_needs_its_key_and_the_cache_redis_url() {
         stderr.contains("acme.storage_key: is required with storage = \"redis\""),
         "{stderr}"
     );
+}
+
+/// Two processes sharing Redis and the same two ports (one `SO_REUSEPORT` group each:
+/// the kernel hands each of Pebble's validation connections to either, as a balancer
+/// in front of two nodes would). Pebble validates each challenge over 3 connections at
+/// once, so without the answers shared most validations would reach a process that did
+/// not order. Once both run, a reload gives both four new names: each gets its
+/// certificate at its first order (by HTTP-01 from one process, TLS-ALPN-01 from the
+/// other), and both processes serve each one.
+#[test]
+fn processes_sharing_redis_answer_each_others_challenges() {
+    let redis = Redis::start();
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1);
+    let dir = tempfile::tempdir().unwrap();
+    let key = [7u8; 32];
+    let shared = Shared::Redis(&redis, &key);
+    let services = (&pebble, &shared);
+    let challenges = [
+        "[\"http-01\", \"tls-alpn-01\"]",
+        "[\"tls-alpn-01\", \"http-01\"]",
+    ];
+    let sites = [dir.path().join("a"), dir.path().join("b")];
+    let servers =
+        [0, 1].map(|i| serve_with(services, ports, &sites[i], &["s0.test"], challenges[i]));
+    let root = pebble.issuing_root();
+    for server in &servers {
+        crate::harness::eventually("each process to hear the other's answers", || {
+            stderr_has(
+                server,
+                "hearing the challenge answers of the tesseras sharing Redis",
+            )
+        });
+        verified(server, ports.1, &root, "s0.test");
+    }
+    let before = pebble.orders();
+    let names = ["s0.test", "s1.test", "s2.test", "s3.test", "s4.test"];
+    for (i, server) in servers.iter().enumerate() {
+        let toml = config(services, ports, &sites[i], &names, challenges[i]);
+        std::fs::write(sites[i].join("tessera.toml"), toml).unwrap();
+        server.signal(libc::SIGHUP);
+    }
+    for name in &names[1..] {
+        verified(&servers[0], ports.1, &root, name);
+    }
+    let failed = |s: &Server| {
+        let lines = s.stderr.lock().unwrap();
+        let failed: Vec<String> = lines
+            .iter()
+            .filter(|l| l.contains("ACME order failed") && !l.contains("name=s0.test"))
+            .cloned()
+            .collect();
+        failed
+    };
+    assert_eq!(failed(&servers[0]), Vec::<String>::new());
+    assert_eq!(failed(&servers[1]), Vec::<String>::new());
+    assert_eq!(pebble.orders() - before, 4, "one order per new name");
+    // Both serve every name: new connections reach either, as the kernel picks.
+    for _ in 0..8 {
+        for name in names {
+            verified(&servers[1], ports.1, &root, name);
+        }
+    }
 }
