@@ -72,7 +72,7 @@ impl Server {
                 Some(Ok(line)) => line,
                 _ => {
                     let status = child.wait().unwrap();
-                    panic!("tessera exited before listening: {status}");
+                    panic!("tessera exited before listening: {status}: {early:?}");
                 }
             };
             if let Some(rest) = line.rsplit_once("http://").map(|(_, rest)| rest) {
