@@ -16,7 +16,17 @@
 #   tessera-disk / nginx-cache    (target: at most 1.0)
 #   tessera-disk / tessera-static (target: at most 1.1)
 #
-# usage: bench/disk-cache.sh   (env: ROUNDS=5 SECONDS_PER_RUN=5 CONNECTIONS=10 NO_BUILD=1
+# Then the cold disk (the issue's second figure; PART=cold runs it alone): COLD_FILES (256)
+# objects of 1 MiB, each fetched once through nginx-cache and tessera-disk so that both
+# hold all of them on disk; then, in COLD_ROUNDS (5) rounds taking turns, the page cache
+# is dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before `tessera bench -t1 -c16`
+# on core 1 asks the server for each object once, in a shuffled order. Printed: the
+# median requests/s and p99 latency of each, and tessera's over nginx's (no target: the
+# issue asks for the figures). Without the right to drop the page cache it says so and
+# stops.
+#
+# usage: bench/disk-cache.sh   (env: PART=all|warm|cold ROUNDS=5 SECONDS_PER_RUN=5
+#                               CONNECTIONS=10 COLD_FILES=256 COLD_ROUNDS=5 NO_BUILD=1
 #                               TESSERA=another build)
 # Needs: nginx, wrk, curl, taskset, python3 (apt-get when missing; as root).
 set -euo pipefail
@@ -24,6 +34,9 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-10}
+PART=${PART:-all}
+COLD_FILES=${COLD_FILES:-256}
+COLD_ROUNDS=${COLD_ROUNDS:-5}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -115,22 +128,79 @@ done
 [ -n "$(find "$work/tessera-disk" -type f -not -path "$work/tessera-disk/tmp/*" | head -1)" ] || { echo "check: no file in tessera's disk tier" >&2; exit 1; }
 echo "check: every server serves 1m.bin byte-exact; nginx and tessera answer it from their caches, tessera's from its disk tier"
 
-echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); servers on core $SERVER_CPU, the origin and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
-printf '%-15s %12s %12s\n' server "requests/s" "cpu us/req"
-declare -A rps_runs=() cpu_runs=() cpu_med=()
-for round in $(seq "$ROUNDS"); do
-    order=$servers
-    [ $((round % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
-    for s in $order; do
-        read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/1m.bin" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
-        rps_runs[$s]+="$rps "
-        cpu_runs[$s]+="$cpu "
+warm() {
+    echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); servers on core $SERVER_CPU, the origin and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+    printf '%-15s %12s %12s\n' server "requests/s" "cpu us/req"
+    declare -A rps_runs=() cpu_runs=() cpu_med=()
+    for round in $(seq "$ROUNDS"); do
+        order=$servers
+        [ $((round % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for s in $order; do
+            read -r rps cpu < <(measure "${pid_of[$s]}" "http://127.0.0.1:${port_of[$s]}/1m.bin" $LOAD_CPU "$CONNECTIONS" "$SECONDS_PER_RUN")
+            rps_runs[$s]+="$rps "
+            cpu_runs[$s]+="$cpu "
+        done
     done
-done
-for s in $servers; do
-    rps=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
-    cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
-    printf '%-15s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
-done
-awk -v d="${cpu_med[tessera-disk]}" -v n="${cpu_med[nginx-cache]}" -v t="${cpu_med[tessera-static]}" -v ns="${cpu_med[nginx-static]}" 'BEGIN {
-    printf "tessera-disk / nginx-cache x%.2f (target <= 1.0); tessera-disk / tessera-static x%.2f (target <= 1.1); tessera-static / nginx-static x%.2f\n", d / n, d / t, t / ns }'
+    for s in $servers; do
+        rps=$(echo "${rps_runs[$s]}" | tr ' ' '\n' | grep . | median)
+        cpu_med[$s]=$(echo "${cpu_runs[$s]}" | tr ' ' '\n' | grep . | median)
+        printf '%-15s %12.0f %12.2f   (cpu runs: %s)\n' "$s" "$rps" "${cpu_med[$s]}" "${cpu_runs[$s]% }"
+    done
+    awk -v d="${cpu_med[tessera-disk]}" -v n="${cpu_med[nginx-cache]}" -v t="${cpu_med[tessera-static]}" -v ns="${cpu_med[nginx-static]}" 'BEGIN {
+        printf "tessera-disk / nginx-cache x%.2f (target <= 1.0); tessera-disk / tessera-static x%.2f (target <= 1.1); tessera-static / nginx-static x%.2f\n", d / n, d / t, t / ns }'
+}
+
+cold() {
+    if ! (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then
+        echo "cold: cannot drop the page cache here (/proc/sys/vm/drop_caches is not writable); not measured"
+        return 0
+    fi
+    mkdir -p "$site/cold"
+    local i s
+    for i in $(seq "$COLD_FILES"); do head -c 1048576 /dev/urandom > "$site/cold/$i.bin"; done
+    for s in nginx-cache tessera-disk; do
+        : > "$work/cold-$s.txt"
+        for i in $(seq "$COLD_FILES" | shuf --random-source=<(yes)); do
+            echo "http://127.0.0.1:${port_of[$s]}/cold/$i.bin" >> "$work/cold-$s.txt"
+        done
+        # Fill: each object once, then once more to see it answered from the cache.
+        "$TESSERA" bench -q -t 1 -c 8 -n "$COLD_FILES" --request-file "$work/cold-$s.txt" > /dev/null
+        for i in 1 "$COLD_FILES"; do
+            curl -fs -D - -o /dev/null "http://127.0.0.1:${port_of[$s]}/cold/$i.bin" |
+                grep -qi '^x-cache: *hit\|^cache-status: tessera; hit' ||
+                { echo "cold: $s does not answer /cold/$i.bin from its cache" >&2; exit 1; }
+        done
+    done
+    echo "# cold disk: $COLD_FILES objects of 1 MiB, page cache dropped before each run; tessera bench -t1 -c16 on core $LOAD_CPU, each object once per run; median of $COLD_ROUNDS rounds"
+    declare -A cold_rps=() cold_p99=()
+    local round order out
+    for round in $(seq "$COLD_ROUNDS"); do
+        order="nginx-cache tessera-disk"
+        [ $((round % 2)) = 0 ] && order="tessera-disk nginx-cache"
+        for s in $order; do
+            sync; echo 3 > /proc/sys/vm/drop_caches
+            out=$(taskset -c $LOAD_CPU "$TESSERA" bench -q --json -t 1 -c 16 -n "$COLD_FILES" --request-file "$work/cold-$s.txt")
+            read -r rps p99 < <(echo "$out" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+if r['errors']['total']:
+    sys.exit('cold run with errors: ' + json.dumps(r['errors']))
+print(r['requests_per_second'], r['latency_ms']['p99'])")
+            cold_rps[$s]+="$rps "; cold_p99[$s]+="$p99 "
+        done
+    done
+    declare -A rps_med=() p99_med=()
+    for s in nginx-cache tessera-disk; do
+        rps_med[$s]=$(echo "${cold_rps[$s]}" | tr ' ' '\n' | grep . | median)
+        p99_med[$s]=$(echo "${cold_p99[$s]}" | tr ' ' '\n' | grep . | median)
+        printf '%-15s %10.0f req/s  p99 %8.2f ms   (runs: %s / %s)\n' "$s" "${rps_med[$s]}" "${p99_med[$s]}" "${cold_rps[$s]% }" "${cold_p99[$s]% }"
+    done
+    awk -v tr="${rps_med[tessera-disk]}" -v nr="${rps_med[nginx-cache]}" -v tp="${p99_med[tessera-disk]}" -v np="${p99_med[nginx-cache]}" 'BEGIN {
+        printf "cold: tessera-disk / nginx-cache: requests/s x%.2f, p99 x%.2f\n", tr / nr, tp / np }'
+}
+
+case "$PART" in
+    warm) warm ;;
+    cold) cold ;;
+    *) warm; cold ;;
+esac
