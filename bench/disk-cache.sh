@@ -171,7 +171,7 @@ cold() {
                 { echo "cold: $s does not answer /cold/$i.bin from its cache" >&2; exit 1; }
         done
     done
-    echo "# cold disk: $COLD_FILES objects of 1 MiB, page cache dropped before each run; tessera bench -t1 -c16 on core $LOAD_CPU, each object once per run; median of $COLD_ROUNDS rounds"
+    echo "# $(date -u +'%F %H:%M UTC'), cold disk: $COLD_FILES objects of 1 MiB, page cache dropped before each run; tessera bench -t1 -c16 on core $LOAD_CPU, each object once per run; median of $COLD_ROUNDS rounds"
     declare -A cold_rps=() cold_p99=()
     local round order out
     for round in $(seq "$COLD_ROUNDS"); do
