@@ -47,6 +47,68 @@ pub struct Tunnel {
     pub max_duration: Option<std::time::Duration>,
 }
 
+/// A filter on the bytes of one response body, in order (Lua's `body_filter`), made by
+/// the route's filter ([`crate::Attached::body_filter`]) once the head is final.
+pub trait BodyFilter {
+    /// What to send in place of `chunk` (empty: nothing now); `eof` on the last call.
+    /// `Err` cuts the response off: the connection closes (HTTP/1) or the stream is
+    /// reset (HTTP/2), as the head has gone out.
+    fn filter(&mut self, chunk: Bytes, eof: bool) -> Result<Bytes, BodyError>;
+}
+
+/// [`Body::filtered`]'s stream.
+struct Filtered {
+    inner: Body,
+    filter: Box<dyn BodyFilter>,
+    done: bool,
+}
+
+impl Chunks for Filtered {
+    fn poll_chunk(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BodyError>>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let (chunk, eof) = match &mut this.inner {
+                Body::Stream { chunks, .. } => match chunks.as_mut().poll_chunk(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(chunk))) => (chunk, false),
+                    Poll::Ready(None) => (Bytes::new(), true),
+                    Poll::Ready(Some(Err(e))) => {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                },
+                whole => match std::mem::replace(whole, Body::Empty) {
+                    Body::Full(b) => (b, true),
+                    Body::Ready(chunks) => {
+                        let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+                        (all.into(), true)
+                    }
+                    _ => (Bytes::new(), true),
+                },
+            };
+            if eof {
+                this.done = true;
+                this.inner = Body::Empty;
+            }
+            match this.filter.filter(chunk, eof) {
+                // Nothing to send for this piece: on to the next.
+                Ok(out) if out.is_empty() && !eof => {}
+                Ok(out) => return Poll::Ready(Some(Ok(out))),
+                Err(e) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
 /// What follows a response head.
 pub enum Body {
     Empty,
@@ -98,6 +160,22 @@ impl Body {
                 next
             }
         }
+    }
+
+    /// This body passed through `filter` chunk by chunk (a Lua `body_filter`): a stream of
+    /// unknown length, so the connection frames it anew (chunked on HTTP/1.1, DATA frames
+    /// on HTTP/2). The filter sees each piece as it comes, then an empty one with `eof`;
+    /// a whole body ([`Body::Full`], [`Body::Ready`]) is one piece with `eof`. An error
+    /// from the filter (or from the body) ends the stream with that error.
+    pub fn filtered(self, filter: Box<dyn BodyFilter>) -> Body {
+        Body::stream(
+            None,
+            Filtered {
+                inner: self,
+                filter,
+                done: false,
+            },
+        )
     }
 
     /// The whole body, read to its end.

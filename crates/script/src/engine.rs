@@ -21,6 +21,8 @@ pub use crate::scripts::Scripts;
 use crate::shared;
 use crate::tally::{self, Failure, Phase};
 
+mod body_filter;
+
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
 
@@ -30,6 +32,7 @@ struct Phases {
     access: Option<Function>,
     content: Option<Function>,
     header_filter: Option<Function>,
+    body_filter: Option<Function>,
     log: Option<Function>,
 }
 
@@ -225,6 +228,7 @@ impl Engine {
                 access: get("access")?,
                 content: get("content")?,
                 header_filter: get("header_filter")?,
+                body_filter: get("body_filter")?,
                 log: get("log")?,
             };
             if let Some(init) = get("init")? {
@@ -476,10 +480,12 @@ impl Engine {
         self.has(m.0, |p| p.header_filter.is_some())
     }
 
-    /// Whether the script at `m` has a `header_filter` or a `log` phase: something that
-    /// must see the response of a request under it, whoever answers.
+    /// Whether the script at `m` has a `header_filter`, `body_filter` or `log` phase:
+    /// something that must see the response of a request under it, whoever answers.
     pub fn watches_responses(&self, m: MountId) -> bool {
-        self.has(m.0, |p| p.header_filter.is_some() || p.log.is_some())
+        self.has(m.0, |p| {
+            p.header_filter.is_some() || p.body_filter.is_some() || p.log.is_some()
+        })
     }
 
     /// The script handling `call`, as log lines name it.

@@ -4,7 +4,8 @@
 //! endpoints, auth checks) without rebuilding tessera. A script is a Lua module mounted
 //! at a path prefix that returns functions for the phases it handles: `access` (allow,
 //! deny or redirect before any other handler), `content` (produce the response),
-//! `header_filter` (adjust the response headers of anything under the mount), `log`
+//! `header_filter` (adjust the response headers of anything under the mount),
+//! `body_filter` (rewrite the bodies of those responses as they stream), `log`
 //! (after the response, off the request path) and `init` (once per worker and load).
 //! docs/lua.md documents the API the functions see.
 //!

@@ -34,6 +34,7 @@ mod http_semantics;
 mod lifecycle;
 mod limits;
 mod lua;
+mod lua_body_filter;
 mod lua_edits;
 mod lua_helpers;
 mod metrics;
