@@ -390,8 +390,11 @@ impl ServeConfig {
         let mut upstreams: Option<Arc<dyn handler::UpstreamsFactory>> = None;
         let proxy = match self.edge() {
             Some(config) => Some(
-                EdgeModule::replacing(config, previous.and_then(|p| p.proxy.as_deref()))
-                    .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
+                EdgeModule::replacing(
+                    balancer_hooks(config)?,
+                    previous.and_then(|p| p.proxy.as_deref()),
+                )
+                .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
             ),
             None => None,
         };
@@ -419,4 +422,18 @@ impl ServeConfig {
             scripts,
         })
     }
+}
+
+/// Loads each upstream's `balancer_script` (compiled, its module run once to check that
+/// it returns `balance`) into the hook the proxy calls.
+fn balancer_hooks(mut config: edge::EdgeConfig) -> anyhow::Result<edge::EdgeConfig> {
+    for (i, upstream) in config.upstream.iter_mut().enumerate() {
+        if let Some(path) = &upstream.balancer_script {
+            let hook = script::Hook::balancer(path).map_err(|e| {
+                anyhow::anyhow!("invalid configuration: `upstream[{i}].balancer_script`: {e}")
+            })?;
+            upstream.balancer_hook = Some(Arc::new(hook));
+        }
+    }
+    Ok(config)
 }

@@ -21,15 +21,18 @@ pub(crate) enum Phase {
     Log,
     /// A `tessera.timer.at` callback.
     Timer,
+    /// An upstream's `balancer_script`.
+    Balancer,
 }
 
-const PHASES: [&str; 6] = [
+const PHASES: [&str; 7] = [
     "access",
     "content",
     "header_filter",
     "body_filter",
     "log",
     "timer",
+    "balancer",
 ];
 
 /// Why a call failed: the `reason` label.

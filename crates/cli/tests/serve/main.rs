@@ -37,6 +37,7 @@ mod lua;
 mod lua_body_filter;
 mod lua_edits;
 mod lua_helpers;
+mod lua_hooks;
 mod metrics;
 mod paths;
 mod proxy;
