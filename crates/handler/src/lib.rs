@@ -23,6 +23,7 @@
 //! route's filter and handlers through these traits, and encodes what they return.
 
 mod body;
+mod certificate;
 mod fields;
 mod head;
 mod hosts;
@@ -35,6 +36,7 @@ mod service;
 mod upstream;
 
 pub use body::{Body, BodyError, BodyFilter, Chunks, Tunnel};
+pub use certificate::{CertificateHook, ChosenCertificate};
 pub use fields::FieldList;
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};

@@ -1,5 +1,6 @@
 //! Lua hooks outside a request's phases: an upstream's `balancer_script` (`balance(r,
-//! peers)`, [`Hook::balancer`]). A
+//! peers)`, [`Hook::balancer`]) and `[tls] certificate_script` (`certificate(sni)`,
+//! [`Hook::certificate`]). A
 //! hook is one file whose module returns a table with the hook's function. It is shared
 //! by every thread ([`Hook`] is `Send + Sync`, handed to the proxy or the TLS setup
 //! through `handler`'s traits); each thread that calls it has its own Lua state for it,
@@ -133,6 +134,11 @@ impl Hook {
         Hook::load(path, "balance", Phase::Balancer)
     }
 
+    /// `[tls] certificate_script`: a module with `certificate(sni)`.
+    pub fn certificate(path: &Path) -> Result<Hook, Error> {
+        Hook::load(path, "certificate", Phase::Certificate)
+    }
+
     pub fn path(&self) -> &Path {
         &self.shared.path
     }
@@ -183,16 +189,16 @@ impl Hook {
         }
     }
 
-    /// Calls the hook's function with what `args` makes in its state: its result, or
-    /// `None` when it failed (logged and counted).
-    fn call(&self, args: impl FnOnce(&Lua) -> mlua::Result<MultiValue>) -> Option<Value> {
+    /// Calls the hook's function with what `args` makes in its state: what it returned,
+    /// or `None` when it failed (logged and counted).
+    fn call(&self, args: impl FnOnce(&Lua) -> mlua::Result<MultiValue>) -> Option<MultiValue> {
         let state = self.state()?;
         let shared = &self.shared;
         let f = state.function.as_ref()?;
         tally::call(shared.phase);
         let result = {
             let _inside = state.guard.enter(TIME_LIMIT);
-            std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(args(&state.lua)?)))
+            std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<MultiValue>(args(&state.lua)?)))
         };
         let (why, message) = match result {
             Ok(Ok(value)) => return Some(value),
@@ -296,6 +302,7 @@ impl handler::BalancerHook for Hook {
             args.push_back(Value::Table(list));
             Ok(args)
         })?;
+        let value = value.into_iter().next().unwrap_or(Value::Nil);
         let index = match value {
             Value::Nil => return None,
             Value::Integer(i) => Some(i),
@@ -322,5 +329,41 @@ fn describe(value: &Value) -> String {
         Value::Integer(i) => i.to_string(),
         Value::Number(n) => n.to_string(),
         other => other.type_name().to_string(),
+    }
+}
+
+impl handler::CertificateHook for Hook {
+    fn certificate(&self, sni: Option<&str>) -> Option<handler::ChosenCertificate> {
+        let values = self.call(|lua| {
+            let sni = match sni {
+                Some(name) => Value::String(lua.create_string(name)?),
+                None => Value::Nil,
+            };
+            Ok(MultiValue::from_iter([sni]))
+        })?;
+        let mut values = values.into_iter();
+        let bad = |what: &str| {
+            tracing::warn!(script = %self.shared.path.display(), sni, returned = what,
+                "certificate returned neither a name, nor a PEM chain and key, nor nil; \
+                 the usual choice is made");
+            None
+        };
+        match (values.next(), values.next()) {
+            (None | Some(Value::Nil), _) => None,
+            (Some(Value::String(chain)), Some(Value::String(key))) => {
+                Some(handler::ChosenCertificate::Pem {
+                    chain: chain.as_bytes().to_vec(),
+                    key: key.as_bytes().to_vec(),
+                })
+            }
+            (Some(Value::String(name)), None | Some(Value::Nil)) => {
+                let name = name.to_string_lossy();
+                if name.contains("-----BEGIN") {
+                    return bad("a PEM chain without its key");
+                }
+                Some(handler::ChosenCertificate::Named(name))
+            }
+            (first, _) => bad(&first.map_or("nothing".into(), |v| describe(&v))),
+        }
     }
 }

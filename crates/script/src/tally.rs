@@ -23,9 +23,11 @@ pub(crate) enum Phase {
     Timer,
     /// An upstream's `balancer_script`.
     Balancer,
+    /// `[tls] certificate_script`.
+    Certificate,
 }
 
-const PHASES: [&str; 7] = [
+const PHASES: [&str; 8] = [
     "access",
     "content",
     "header_filter",
@@ -33,6 +35,7 @@ const PHASES: [&str; 7] = [
     "log",
     "timer",
     "balancer",
+    "certificate",
 ];
 
 /// Why a call failed: the `reason` label.

@@ -1,5 +1,6 @@
 //! Lua hooks outside a request's phases, through the real binary: an upstream's
-//! `balancer_script` (`balance(r, peers)`), against origins on loopback.
+//! `balancer_script` (`balance(r, peers)`), against origins on loopback, and `[tls]
+//! certificate_script` (`certificate(sni)`), with curl and `openssl s_client`.
 
 use std::collections::HashMap;
 
@@ -167,6 +168,125 @@ fn check_config_names_a_balancer_script_that_is_missing_or_broken() {
         assert_eq!(code, Some(1), "{stderr}");
         let key = "tessera.toml:3: invalid configuration: `upstream[0].balancer_script`: ";
         assert!(stderr.contains(key), "{stderr}");
+        assert!(stderr.contains(want), "{stderr} lacks {want}");
+    }
+}
+
+/// `[tls] certificate_script`: a name no certificate covers gets one loaded from PEM (a
+/// leaf signed by a CA made here); another is answered with a host's certificate by name;
+/// `nil`, an error and a PEM that does not parse leave the choice to the server.
+const CERTIFICATES: &str = r#"
+local chain = [==[CHAIN]==]
+local key = [==[KEY]==]
+local calls = 0
+return {
+  certificate = function(sni)
+    calls = calls + 1
+    if sni == "dynamic.test" then
+      return chain, key
+    elseif sni == "alias.test" then
+      return "Named.test"
+    elseif sni == "broken.test" then
+      error("the certificate hook broke")
+    elseif sni == "badpem.test" then
+      return "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", key
+    end
+    return nil
+  end,
+}
+"#;
+
+#[test]
+fn a_certificate_script_serves_a_certificate_from_pem_for_an_unknown_name() {
+    use crate::tls::{curl, https_addr, make_cert, s_client};
+    let site = Site::new();
+    let dir = site.dir.path();
+    let ca = crate::upstream_tls::Ca::new(dir, "test-ca");
+    let (chain, key) = ca.sign(dir, "dynamic", &["dynamic.test"]);
+    let script = CERTIFICATES
+        .replace("CHAIN", &std::fs::read_to_string(chain).unwrap())
+        .replace("KEY", &std::fs::read_to_string(key).unwrap());
+    std::fs::write(dir.join("certificates.lua"), script).unwrap();
+    let default = make_cert(dir, "localhost", &["localhost"]);
+    let named = make_cert(dir, "named", &["named.test"]);
+    let server = site.serve_with(&format!(
+        "tls_listen = [\"127.0.0.1:0\"]\n[tls]\ncertificate = {:?}\nkey = {:?}\n\
+         certificate_script = {:?}\n\
+         [[host]]\nnames = [\"named.test\"]\n[host.tls]\ncertificate = {:?}\nkey = {:?}\n",
+        default.cert,
+        default.key,
+        dir.join("certificates.lua"),
+        named.cert,
+        named.key,
+    ));
+    let https = https_addr(&server);
+    // Verified against the CA, for the name asked: twice (the second from the cache).
+    for _ in 0..2 {
+        let out = curl(https, &ca.pem, "dynamic.test", "/hello.txt", &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout, b"hello world\n");
+    }
+    let subject = |name: &str| {
+        let (out, err) = s_client(https, &["-servername", name], b"");
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let line = text.lines().find_map(|l| l.strip_prefix("subject="));
+        line.unwrap_or_else(|| panic!("no subject in {text}{err}"))
+            .to_string()
+    };
+    assert!(subject("dynamic.test").contains("dynamic.test"));
+    // By name: the certificate loaded for the host `named.test` (a name is matched as
+    // SNI is, whatever its case).
+    assert!(subject("alias.test").contains("named.test"));
+    // nil, an error, a PEM that does not parse: the default certificate, and the
+    // handshake goes on.
+    for name in ["unknown.test", "broken.test", "badpem.test"] {
+        assert!(subject(name).contains("localhost"), "{name}");
+    }
+    eventually("the failures are logged", || {
+        stderr_has(&server, "certificate failed; the configured choice is made")
+            && stderr_has(&server, "the certificate hook broke")
+            && stderr_has(
+                &server,
+                "certificate_script answered a certificate that cannot be used",
+            )
+    });
+}
+
+#[test]
+fn check_config_names_a_certificate_script_that_is_broken_or_misplaced() {
+    let site = Site::new();
+    let dir = site.dir.path();
+    let config = dir.join("tessera.toml");
+    std::fs::write(dir.join("none.lua"), "return {}\n").unwrap();
+    let script = dir.join("none.lua");
+    for (toml, want) in [
+        (
+            format!("[tls]\ncertificate_script = {script:?}\n"),
+            "tessera.toml:2: invalid configuration: `tls.certificate_script`: cannot load \
+             script",
+        ),
+        (
+            format!(
+                "[tls]\ncertificate_script = {:?}\n",
+                dir.join("missing.lua")
+            ),
+            "tessera.toml:2: invalid configuration: `tls.certificate_script`: cannot read \
+             script",
+        ),
+        (
+            format!(
+                "[[host]]\nnames = [\"a.test\"]\n[host.tls]\ncertificate_script = {script:?}\n"
+            ),
+            "tessera.toml:4: host[0].tls.certificate_script: only `[tls]` has it",
+        ),
+    ] {
+        std::fs::write(&config, toml).unwrap();
+        let (code, stderr) = check_config_output(&config);
+        assert_eq!(code, Some(1), "{stderr}");
         assert!(stderr.contains(want), "{stderr} lacks {want}");
     }
 }
