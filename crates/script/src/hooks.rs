@@ -108,24 +108,50 @@ fn resolve(lua: &Lua, path: &Path, source: &[u8], function: &str) -> Result<Func
     }
 }
 
+/// A state of `shared` on this thread, with the module run in it (within the time and
+/// memory limits): its function, or why there is none (then the state's calls fall back).
+fn new_state(shared: &Shared) -> (State, Result<(), Error>) {
+    let lua = new_lua().unwrap_or_else(|_| base::new_state(LuaOptions::new()));
+    if let Err(e) = lua.set_memory_limit(MEMORY_LIMIT) {
+        tracing::warn!(error = %e, "Lua memory limit not available");
+    }
+    // SAFETY: only reads the state pointer.
+    let mut raw = std::ptr::null_mut();
+    let _ = unsafe { lua.exec_raw::<()>((), |s| raw = s) };
+    let guard = watchdog().guard(raw);
+    let function = {
+        let _inside = guard.enter(TIME_LIMIT);
+        resolve(&lua, &shared.path, &shared.source, shared.function)
+    };
+    let (function, loaded) = match function {
+        Ok(f) => (Some(f), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    let state = State {
+        guard,
+        function,
+        lua,
+    };
+    (state, loaded)
+}
+
 impl Hook {
     /// Reads `path`, compiles it and runs its module once (in a state of its own) to
     /// check that it returns a table with `function`, so that a broken hook stops the
     /// server at start or a reload, and check-config names it.
     fn load(path: &Path, function: &'static str, phase: Phase) -> Result<Hook, Error> {
-        let source = read(path)?;
-        let lua = new_lua().map_err(|e| Error::Load {
+        let shared = Shared {
             path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        resolve(&lua, path, &source, function)?;
+            function,
+            source: read(path)?,
+            phase,
+        };
+        // Within the time limit: a module that never returns stops the start, not hangs it.
+        if let (_, Err(e)) = new_state(&shared) {
+            return Err(e);
+        }
         Ok(Hook {
-            shared: Arc::new(Shared {
-                path: path.to_owned(),
-                function,
-                source,
-                phase,
-            }),
+            shared: Arc::new(shared),
         })
     }
 
@@ -155,38 +181,16 @@ impl Hook {
                 if let Some((_, state)) = states.iter().find(|(h, _)| h.as_ptr() == mine) {
                     return state.clone();
                 }
-                let state = Rc::new(self.new_state());
+                let (state, function) = new_state(&self.shared);
+                if let Err(e) = function {
+                    tracing::error!(script = %self.shared.path.display(), error = %e,
+                        "hook failed to load on this thread; its calls fall back");
+                }
+                let state = Rc::new(state);
                 states.push((Arc::downgrade(&self.shared), state.clone()));
                 state
             })
             .ok()
-    }
-
-    fn new_state(&self) -> State {
-        let shared = &self.shared;
-        let lua = new_lua().unwrap_or_else(|_| base::new_state(LuaOptions::new()));
-        if let Err(e) = lua.set_memory_limit(MEMORY_LIMIT) {
-            tracing::warn!(error = %e, "Lua memory limit not available");
-        }
-        // SAFETY: only reads the state pointer.
-        let mut raw = std::ptr::null_mut();
-        let _ = unsafe { lua.exec_raw::<()>((), |s| raw = s) };
-        let guard = watchdog().guard(raw);
-        let function = {
-            let _inside = guard.enter(TIME_LIMIT);
-            resolve(&lua, &shared.path, &shared.source, shared.function)
-        };
-        let function = function
-            .inspect_err(|e| {
-                tracing::error!(script = %shared.path.display(), error = %e,
-                    "hook failed to load on this thread; its calls fall back")
-            })
-            .ok();
-        State {
-            guard,
-            function,
-            lua,
-        }
     }
 
     /// Calls the hook's function with what `args` makes in its state: what it returned,

@@ -154,10 +154,13 @@ fn check_config_names_a_balancer_script_that_is_missing_or_broken() {
     )
     .unwrap();
     std::fs::write(dir.join("syntax.lua"), "return {\n").unwrap();
+    // A module that never returns is stopped by the time limit, as a call is.
+    std::fs::write(dir.join("loop.lua"), "while true do end\n").unwrap();
     for (script, want) in [
         ("missing.lua", "cannot read script"),
         ("no_balance.lua", "has no `balance` function"),
         ("syntax.lua", "cannot load script"),
+        ("loop.lua", "script ran longer than its time limit"),
     ] {
         let toml = format!(
             "[[upstream]]\naddresses = [\"127.0.0.1:9\"]\nbalancer_script = \"{}\"\n",
