@@ -61,6 +61,8 @@ struct Filtered {
     inner: Body,
     filter: Box<dyn BodyFilter>,
     done: bool,
+    /// The next piece of a [`Body::Ready`].
+    next: usize,
 }
 
 impl Chunks for Filtered {
@@ -83,12 +85,15 @@ impl Chunks for Filtered {
                         return Poll::Ready(Some(Err(e)));
                     }
                 },
+                // A body in stored pieces (a cached page): one call per piece, the last
+                // with `eof`, without copying them together.
+                Body::Ready(chunks) => {
+                    let piece = chunks.get(this.next).cloned().unwrap_or_default();
+                    this.next += 1;
+                    (piece, this.next >= chunks.len())
+                }
                 whole => match std::mem::replace(whole, Body::Empty) {
                     Body::Full(b) => (b, true),
-                    Body::Ready(chunks) => {
-                        let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
-                        (all.into(), true)
-                    }
                     _ => (Bytes::new(), true),
                 },
             };
@@ -165,7 +170,8 @@ impl Body {
     /// This body passed through `filter` chunk by chunk (a Lua `body_filter`): a stream of
     /// unknown length, so the connection frames it anew (chunked on HTTP/1.1, DATA frames
     /// on HTTP/2). The filter sees each piece as it comes, then an empty one with `eof`;
-    /// a whole body ([`Body::Full`], [`Body::Ready`]) is one piece with `eof`. An error
+    /// a whole body ([`Body::Full`]) is one piece with `eof`, one in stored pieces
+    /// ([`Body::Ready`]) its pieces, the last with `eof`. An error
     /// from the filter (or from the body) ends the stream with that error.
     pub fn filtered(self, filter: Box<dyn BodyFilter>) -> Body {
         Body::stream(
@@ -174,6 +180,7 @@ impl Body {
                 inner: self,
                 filter,
                 done: false,
+                next: 0,
             },
         )
     }
@@ -188,5 +195,55 @@ impl Body {
             all.extend_from_slice(&chunk?);
         }
         Ok(all.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each call a filter had: (its piece, eof).
+    type Calls = Vec<(Vec<u8>, bool)>;
+
+    /// Upper-cases, and records each call.
+    struct Recorder(std::rc::Rc<std::cell::RefCell<Calls>>);
+
+    impl BodyFilter for Recorder {
+        fn filter(&mut self, chunk: Bytes, eof: bool) -> Result<Bytes, BodyError> {
+            self.0.borrow_mut().push((chunk.to_vec(), eof));
+            Ok(chunk.to_ascii_uppercase().into())
+        }
+    }
+
+    /// Everything a filtered body yields, and the calls its filter had.
+    fn run(body: Body) -> (Vec<Vec<u8>>, Calls) {
+        let calls = std::rc::Rc::default();
+        let Body::Stream { mut chunks, length } =
+            body.filtered(Box::new(Recorder(std::rc::Rc::clone(&calls))))
+        else {
+            panic!("a filtered body is a stream");
+        };
+        assert_eq!(length, None);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(piece)) = chunks.as_mut().poll_chunk(&mut cx) {
+            out.push(piece.unwrap().to_vec());
+        }
+        let calls = calls.borrow().clone();
+        (out, calls)
+    }
+
+    #[test]
+    fn a_filter_sees_stored_pieces_one_by_one_and_a_whole_body_at_once() {
+        let ready = Body::Ready(vec![Bytes::from("ab"), Bytes::from("cd")].into());
+        let (out, calls) = run(ready);
+        assert_eq!(out, [b"AB".to_vec(), b"CD".to_vec()]);
+        assert_eq!(calls, [(b"ab".to_vec(), false), (b"cd".to_vec(), true)]);
+        let (out, calls) = run(Body::Full(Bytes::from("whole")));
+        assert_eq!(out, [b"WHOLE".to_vec()]);
+        assert_eq!(calls, [(b"whole".to_vec(), true)]);
+        // An empty body still gets its one call with eof (to append, say).
+        let (_, calls) = run(Body::Empty);
+        assert_eq!(calls, [(Vec::new(), true)]);
     }
 }
