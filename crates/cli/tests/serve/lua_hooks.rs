@@ -90,6 +90,22 @@ fn a_balancer_script_pins_a_cookie_to_a_peer() {
 }
 
 #[test]
+fn a_reload_loads_the_balancer_script_anew() {
+    let o = origins(&["a", "b", "c"]);
+    let (site, server) = balanced(&o);
+    let alice = "Cookie: user=alice\r\n";
+    assert_eq!(spread(&server, "/pin", alice, 3), only("b", 3));
+    let script = site.dir.path().join("balancer.lua");
+    let moved = BALANCER.replace("alice = 2", "alice = 1");
+    std::fs::write(&script, moved).unwrap();
+    server.signal(libc::SIGHUP);
+    eventually("the reload", || {
+        stderr_has(&server, "configuration reloaded") && stderr_has(&server, "generation=2")
+    });
+    assert_eq!(spread(&server, "/pin", alice, 3), only("a", 3));
+}
+
+#[test]
 fn a_balancer_script_returning_nil_leaves_the_choice_to_balance() {
     let o = origins(&["a", "b", "c"]);
     let (_site, server) = balanced(&o);
