@@ -104,6 +104,8 @@ fn filtered_site() -> (Site, Server) {
     let d = site.dir.path().display();
     let mut toml = format!(
         r#"
+admin_listen = "127.0.0.1:0"
+
 [[upstream]]
 name = "origin"
 addresses = ["{origin}"]
@@ -236,7 +238,23 @@ fn a_body_filter_may_drop_every_piece_and_append_at_the_end() {
     let r = get(&server, "/up/stream?mode=drop", "");
     assert_eq!(r.status, 200);
     let want = format!("dropped {} bytes of text/plain\n", streamed_body().len());
-    assert_eq!(String::from_utf8(r.body).unwrap(), want);
+    assert_eq!(String::from_utf8(r.body.clone()).unwrap(), want);
+    // The metrics count the bytes in and out, and no body is being filtered now.
+    let admin = crate::metrics::admin_addr(&server);
+    let (status, text) = crate::metrics::admin_get(admin, "/metrics", "");
+    assert_eq!(status, 200);
+    let samples = crate::metrics::samples(&text);
+    let sample = |key: &str| samples.get(key).copied().unwrap_or(-1.0);
+    let into = "tessera_lua_body_filter_bytes_total{direction=\"in\"}";
+    assert_eq!(sample(into), streamed_body().len() as f64, "{text}");
+    let out = "tessera_lua_body_filter_bytes_total{direction=\"out\"}";
+    assert_eq!(sample(out), r.body.len() as f64);
+    assert!(sample("tessera_lua_calls_total{phase=\"body_filter\"}") >= 2.0);
+    // The body's filter is let go once its last piece is written.
+    eventually("no body being filtered", || {
+        let (_, text) = crate::metrics::admin_get(admin, "/metrics", "");
+        crate::metrics::samples(&text).get("tessera_lua_body_filter_streams") == Some(&0.0)
+    });
 }
 
 #[test]
