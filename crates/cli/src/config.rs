@@ -36,6 +36,19 @@ pub struct Modules {
     /// The scripts' shared state (dictionaries), for a reload to keep, and what they
     /// loaded, for a reload to say which changed.
     pub scripts: Option<Arc<script::Scripts>>,
+    /// `[tls] certificate_script` loaded, for the server's certificate resolver
+    /// ([`Modules::server_config`]).
+    pub certificate: Option<Arc<dyn handler::CertificateHook>>,
+}
+
+impl Modules {
+    /// The server's configuration with what the modules loaded for it (the certificate
+    /// hook).
+    pub fn server_config(&self, server: &server::Config) -> server::Config {
+        let mut config = server.clone();
+        config.tls.certificate_hook = self.certificate.clone();
+        config
+    }
 }
 
 /// The `kind` labels of request metrics of every module [`ServeConfig::modules`] may build,
@@ -390,8 +403,11 @@ impl ServeConfig {
         let mut upstreams: Option<Arc<dyn handler::UpstreamsFactory>> = None;
         let proxy = match self.edge() {
             Some(config) => Some(
-                EdgeModule::replacing(config, previous.and_then(|p| p.proxy.as_deref()))
-                    .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
+                EdgeModule::replacing(
+                    balancer_hooks(config)?,
+                    previous.and_then(|p| p.proxy.as_deref()),
+                )
+                .map_err(|e| anyhow::anyhow!("invalid configuration: proxy: {e}"))?,
             ),
             None => None,
         };
@@ -413,10 +429,31 @@ impl ServeConfig {
         if let Some(proxy) = &proxy {
             modules.push(proxy.clone());
         }
+        let certificate = match &self.server.tls.certificate_script {
+            Some(path) => Some(Arc::new(script::Hook::certificate(path).map_err(|e| {
+                anyhow::anyhow!("invalid configuration: `tls.certificate_script`: {e}")
+            })?) as Arc<dyn handler::CertificateHook>),
+            None => None,
+        };
         Ok(Modules {
             all: modules,
             proxy,
             scripts,
+            certificate,
         })
     }
+}
+
+/// Loads each upstream's `balancer_script` (compiled, its module run once to check that
+/// it returns `balance`) into the hook the proxy calls.
+fn balancer_hooks(mut config: edge::EdgeConfig) -> anyhow::Result<edge::EdgeConfig> {
+    for (i, upstream) in config.upstream.iter_mut().enumerate() {
+        if let Some(path) = &upstream.balancer_script {
+            let hook = script::Hook::balancer(path).map_err(|e| {
+                anyhow::anyhow!("invalid configuration: `upstream[{i}].balancer_script`: {e}")
+            })?;
+            upstream.balancer_hook = Some(Arc::new(hook));
+        }
+    }
+    Ok(config)
 }

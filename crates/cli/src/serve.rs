@@ -122,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let exe = upgrade::Exe::at_start();
     let modules = file.modules(None)?;
     let routes = route_table(&file);
-    let config = file.server.clone();
+    let config = modules.server_config(&file.server);
     let root = config.root.clone();
     let workers = config.worker_count();
     let pid_file = config.pid_file.clone();
@@ -374,7 +374,7 @@ impl Live<'_> {
         if let (Some(proxy), Some(&first)) = (&modules.proxy, running.local_addrs().first()) {
             proxy.listening_on(first);
         }
-        match running.reload(file.server.clone(), modules.all.clone()) {
+        match running.reload(modules.server_config(&file.server), modules.all.clone()) {
             Ok(reloaded) => {
                 let changes = crate::reload::changes(
                     (&self.file, &self.modules),

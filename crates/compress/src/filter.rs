@@ -210,6 +210,14 @@ fn decode_refused(
     true
 }
 
+/// Decodes the body of a 2xx `response` an upstream sent in a coding this server knows
+/// (gzip, br, zstd), as it streams, for a filter that must see identity bytes (a Lua
+/// `body_filter`); not one with `Cache-Control: no-transform`. Whether it did.
+pub fn decode_response(response: &mut Response) -> bool {
+    let facts = Facts::of(&response.head, None);
+    decode_refused(Accepted::IDENTITY, false, response, facts)
+}
+
 /// Compresses `response` for a client whose Accept-Encoding is `accepted`, per `policy`.
 /// `head_only`: the request was HEAD, so the head is changed as its GET's would be and
 /// no body is made.

@@ -36,5 +36,7 @@ pub use config::{
     DEFAULT_TYPES,
 };
 pub use encoder::{compress, decode, DecodeError, Encoder};
-pub use filter::{add_vary, compress_response, compressible, mark_encoded, Compressed};
+pub use filter::{
+    add_vary, compress_response, compressible, decode_response, mark_encoded, Compressed,
+};
 pub use head::HeadPolicy;

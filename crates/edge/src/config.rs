@@ -148,6 +148,12 @@ pub struct UpstreamConfig {
     /// The HTTP version spoken to the peers: `"h1"` (the default; only this one is
     /// built), `"h2"` (over TLS, by ALPN) or `"h2c"` (cleartext, prior knowledge).
     pub protocol: Protocol,
+    /// A Lua file whose module's `balance(r, peers)` chooses each request's peer, or
+    /// returns nil for `balance` to choose (docs/lua.md). Default none.
+    pub balancer_script: Option<PathBuf>,
+    /// `balancer_script` loaded (by `cli`, which knows Lua; no TOML key).
+    #[serde(skip)]
+    pub balancer_hook: Option<std::sync::Arc<dyn handler::BalancerHook>>,
 }
 
 /// `protocol`: the HTTP version spoken to an upstream's peers.
@@ -633,6 +639,8 @@ impl Default for UpstreamConfig {
             client_certificate: None,
             client_key: None,
             protocol: Protocol::H1,
+            balancer_script: None,
+            balancer_hook: None,
         }
     }
 }
@@ -867,34 +875,4 @@ pub(crate) fn secs(s: f64) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn proxy_url_becomes_one_upstream_for_every_path() {
-        let c = EdgeConfig::proxy_to_url("http://127.0.0.1:9000").unwrap();
-        assert_eq!(c.upstream[0].addresses, ["127.0.0.1:9000"]);
-        assert_eq!(c.route[0].prefix, "/");
-        assert_eq!(c.route[0].upstream.as_deref(), Some("origin"));
-        c.validate().unwrap();
-        let c = EdgeConfig::proxy_to_url("http://origin.internal/").unwrap();
-        assert_eq!(c.upstream[0].addresses, ["origin.internal:80"]);
-        let c = EdgeConfig::proxy_to_url("http://[::1]:8000").unwrap();
-        assert_eq!(c.upstream[0].addresses, ["[::1]:8000"]);
-        let c = EdgeConfig::proxy_to_url("https://origin.test").unwrap();
-        assert_eq!(c.upstream[0].addresses, ["origin.test:443"]);
-        assert!(c.upstream[0].tls);
-        let c = EdgeConfig::proxy_to_url("unix:/run/app.sock").unwrap();
-        assert_eq!(c.upstream[0].addresses, ["unix:/run/app.sock"]);
-        for bad in [
-            "ftp://x",
-            "unix:",
-            "127.0.0.1:9000",
-            "http://x/app",
-            "http://u@x",
-            "http://",
-        ] {
-            assert!(EdgeConfig::proxy_to_url(bad).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

@@ -47,6 +47,73 @@ pub struct Tunnel {
     pub max_duration: Option<std::time::Duration>,
 }
 
+/// A filter on the bytes of one response body, in order (Lua's `body_filter`), made by
+/// the route's filter ([`crate::Attached::body_filter`]) once the head is final.
+pub trait BodyFilter {
+    /// What to send in place of `chunk` (empty: nothing now); `eof` on the last call.
+    /// `Err` cuts the response off: the connection closes (HTTP/1) or the stream is
+    /// reset (HTTP/2), as the head has gone out.
+    fn filter(&mut self, chunk: Bytes, eof: bool) -> Result<Bytes, BodyError>;
+}
+
+/// [`Body::filtered`]'s stream.
+struct Filtered {
+    inner: Body,
+    filter: Box<dyn BodyFilter>,
+    done: bool,
+    /// The next piece of a [`Body::Ready`].
+    next: usize,
+}
+
+impl Chunks for Filtered {
+    fn poll_chunk(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BodyError>>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let (chunk, eof) = match &mut this.inner {
+                Body::Stream { chunks, .. } => match chunks.as_mut().poll_chunk(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(chunk))) => (chunk, false),
+                    Poll::Ready(None) => (Bytes::new(), true),
+                    Poll::Ready(Some(Err(e))) => {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                },
+                // A body in stored pieces (a cached page): one call per piece, the last
+                // with `eof`, without copying them together.
+                Body::Ready(chunks) => {
+                    let piece = chunks.get(this.next).cloned().unwrap_or_default();
+                    this.next += 1;
+                    (piece, this.next >= chunks.len())
+                }
+                whole => match std::mem::replace(whole, Body::Empty) {
+                    Body::Full(b) => (b, true),
+                    _ => (Bytes::new(), true),
+                },
+            };
+            if eof {
+                this.done = true;
+                this.inner = Body::Empty;
+            }
+            match this.filter.filter(chunk, eof) {
+                // Nothing to send for this piece: on to the next.
+                Ok(out) if out.is_empty() && !eof => {}
+                Ok(out) => return Poll::Ready(Some(Ok(out))),
+                Err(e) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
 /// What follows a response head.
 pub enum Body {
     Empty,
@@ -100,6 +167,24 @@ impl Body {
         }
     }
 
+    /// This body passed through `filter` chunk by chunk (a Lua `body_filter`): a stream of
+    /// unknown length, so the connection frames it anew (chunked on HTTP/1.1, DATA frames
+    /// on HTTP/2). The filter sees each piece as it comes, then an empty one with `eof`;
+    /// a whole body ([`Body::Full`]) is one piece with `eof`, one in stored pieces
+    /// ([`Body::Ready`]) its pieces, the last with `eof`. An error
+    /// from the filter (or from the body) ends the stream with that error.
+    pub fn filtered(self, filter: Box<dyn BodyFilter>) -> Body {
+        Body::stream(
+            None,
+            Filtered {
+                inner: self,
+                filter,
+                done: false,
+                next: 0,
+            },
+        )
+    }
+
     /// The whole body, read to its end.
     pub async fn collect(mut self) -> Result<Bytes, BodyError> {
         if let Body::Full(b) = self {
@@ -110,5 +195,55 @@ impl Body {
             all.extend_from_slice(&chunk?);
         }
         Ok(all.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each call a filter had: (its piece, eof).
+    type Calls = Vec<(Vec<u8>, bool)>;
+
+    /// Upper-cases, and records each call.
+    struct Recorder(std::rc::Rc<std::cell::RefCell<Calls>>);
+
+    impl BodyFilter for Recorder {
+        fn filter(&mut self, chunk: Bytes, eof: bool) -> Result<Bytes, BodyError> {
+            self.0.borrow_mut().push((chunk.to_vec(), eof));
+            Ok(chunk.to_ascii_uppercase().into())
+        }
+    }
+
+    /// Everything a filtered body yields, and the calls its filter had.
+    fn run(body: Body) -> (Vec<Vec<u8>>, Calls) {
+        let calls = std::rc::Rc::default();
+        let Body::Stream { mut chunks, length } =
+            body.filtered(Box::new(Recorder(std::rc::Rc::clone(&calls))))
+        else {
+            panic!("a filtered body is a stream");
+        };
+        assert_eq!(length, None);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(piece)) = chunks.as_mut().poll_chunk(&mut cx) {
+            out.push(piece.unwrap().to_vec());
+        }
+        let calls = calls.borrow().clone();
+        (out, calls)
+    }
+
+    #[test]
+    fn a_filter_sees_stored_pieces_one_by_one_and_a_whole_body_at_once() {
+        let ready = Body::Ready(vec![Bytes::from("ab"), Bytes::from("cd")].into());
+        let (out, calls) = run(ready);
+        assert_eq!(out, [b"AB".to_vec(), b"CD".to_vec()]);
+        assert_eq!(calls, [(b"ab".to_vec(), false), (b"cd".to_vec(), true)]);
+        let (out, calls) = run(Body::Full(Bytes::from("whole")));
+        assert_eq!(out, [b"WHOLE".to_vec()]);
+        assert_eq!(calls, [(b"whole".to_vec(), true)]);
+        // An empty body still gets its one call with eof (to append, say).
+        let (_, calls) = run(Body::Empty);
+        assert_eq!(calls, [(Vec::new(), true)]);
     }
 }

@@ -23,6 +23,7 @@
 //! route's filter and handlers through these traits, and encodes what they return.
 
 mod body;
+mod certificate;
 mod fields;
 mod head;
 mod hosts;
@@ -34,7 +35,8 @@ mod router;
 mod service;
 mod upstream;
 
-pub use body::{Body, BodyError, Chunks, Tunnel};
+pub use body::{Body, BodyError, BodyFilter, Chunks, Tunnel};
+pub use certificate::{CertificateHook, ChosenCertificate};
 pub use fields::FieldList;
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};
@@ -49,4 +51,7 @@ pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, EditedRequest, Filter,
     Filtered, KindLabels, Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
-pub use upstream::{UpstreamReply, UpstreamRequest, Upstreams, UpstreamsFactory};
+pub use upstream::{
+    BalanceRequest, BalancerHook, PeerView, UpstreamReply, UpstreamRequest, Upstreams,
+    UpstreamsFactory,
+};

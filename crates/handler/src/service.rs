@@ -303,6 +303,19 @@ pub trait Attached {
     /// or remove the body (204, 304) must then be refused. `Failed` on a response that is
     /// not framed makes it a 500; on a framed one the response goes out as it was.
     fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter;
+
+    /// Whether it filters the response body ([`Attached::body_filter`]): asked before a
+    /// static file is served, which then comes as a stream the filter can see instead of
+    /// being sent from the file. Default: no.
+    fn filters_body(&self) -> bool {
+        false
+    }
+
+    /// The filter of this response's body, asked once after [`Attached::response`] on a
+    /// response that has a body; `None` (the default): the body goes out as it is.
+    fn body_filter(&mut self) -> Option<Box<dyn crate::BodyFilter>> {
+        None
+    }
 }
 
 /// What a response filter did.

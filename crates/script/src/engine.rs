@@ -10,16 +10,18 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
+use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, Table, Value};
 
-use crate::clock;
+use crate::base::{self, caller};
 use crate::config::ScriptConfig;
 use crate::context::{self, Context, RequestHead};
-use crate::guard::{self, WorkerGuard};
+use crate::guard::WorkerGuard;
 use crate::scripts::compile;
 pub use crate::scripts::Scripts;
 use crate::shared;
 use crate::tally::{self, Failure, Phase};
+
+mod body_filter;
 
 /// Largest response body `tessera.http.request` reads. 8 MiB, like ESI fragments.
 const MAX_HTTP_BODY: usize = 8 << 20;
@@ -30,6 +32,7 @@ struct Phases {
     access: Option<Function>,
     content: Option<Function>,
     header_filter: Option<Function>,
+    body_filter: Option<Function>,
     log: Option<Function>,
 }
 
@@ -107,17 +110,7 @@ impl Engine {
     ) -> Rc<Engine> {
         // Coroutines for `content` calls are recycled (mlua keeps none by default): without
         // a pool every request would create a Lua thread and its stack for the collector.
-        let options = LuaOptions::new().thread_pool_size(64);
-        // No `io` (stdin, pipes and files can block the worker, and `io.popen` runs
-        // programs); what else could stop, block or crash the process goes in SANDBOX.
-        let libs = StdLib::ALL_SAFE ^ StdLib::IO;
-        let lua = match Lua::new_with(libs, options) {
-            Ok(lua) => lua,
-            Err(e) => {
-                tracing::error!(worker, error = %e, "cannot create the Lua state with its libraries");
-                Lua::new_with(StdLib::NONE, LuaOptions::new()).unwrap_or_else(|_| Lua::new())
-            }
-        };
+        let lua = base::new_state(LuaOptions::new().thread_pool_size(64));
         let memory: usize = scripts.configs.iter().map(|c| c.memory_limit).sum();
         if let Err(e) = lua.set_memory_limit(memory) {
             tracing::warn!(worker, error = %e, "Lua memory limit not available");
@@ -225,6 +218,7 @@ impl Engine {
                 access: get("access")?,
                 content: get("content")?,
                 header_filter: get("header_filter")?,
+                body_filter: get("body_filter")?,
                 log: get("log")?,
             };
             if let Some(init) = get("init")? {
@@ -260,52 +254,7 @@ impl Engine {
         upstreams: Option<Rc<dyn handler::Upstreams>>,
     ) -> mlua::Result<()> {
         let lua = &self.lua;
-        lua.load(guard::SANDBOX).set_name("=sandbox").exec()?;
-        // Pattern functions with their cost check.
-        let check =
-            lua.create_function(|_, (s, p, anchored): (mlua::String, mlua::String, bool)| {
-                let cost = guard::pattern_cost(&p.as_bytes(), s.as_bytes().len(), anchored);
-                if cost > guard::PATTERN_BUDGET {
-                    return Err(mlua::Error::runtime(format!(
-                        "pattern too costly for a {}-byte subject (backtracking items make it \
-                         polynomial); use a plain find or a simpler pattern",
-                        s.as_bytes().len()
-                    )));
-                }
-                Ok(())
-            })?;
-        lua.load(guard::PATTERN_GUARD)
-            .set_name("=pattern_guard")
-            .call::<()>(check)?;
-
-        let tessera = lua.create_table()?;
-        tessera.set("worker_id", worker)?;
-        clock::install(lua, &tessera)?;
-        crate::helpers::install(lua, &tessera)?;
-
-        // tessera.log.info(...), .warn, .error, .debug
-        let log = lua.create_table()?;
-        for level in ["debug", "info", "warn", "error"] {
-            let f = lua.create_function(move |lua, values: Variadic<Value>| {
-                let mut message = String::new();
-                for v in values.iter() {
-                    match v {
-                        Value::String(s) => message.push_str(&s.to_string_lossy()),
-                        other => message.push_str(&other.to_string()?),
-                    }
-                }
-                let at = caller(lua);
-                match level {
-                    "debug" => tracing::debug!(worker, at = %at, "lua: {message}"),
-                    "info" => tracing::info!(worker, at = %at, "lua: {message}"),
-                    "warn" => tracing::warn!(worker, at = %at, "lua: {message}"),
-                    _ => tracing::error!(worker, at = %at, "lua: {message}"),
-                }
-                Ok(())
-            })?;
-            log.set(level, f)?;
-        }
-        tessera.set("log", log)?;
+        let tessera = base::install(lua, Some(worker))?;
 
         // tessera.shared.NAME:get/set/incr/delete
         let shared_table = lua.create_table()?;
@@ -476,10 +425,12 @@ impl Engine {
         self.has(m.0, |p| p.header_filter.is_some())
     }
 
-    /// Whether the script at `m` has a `header_filter` or a `log` phase: something that
-    /// must see the response of a request under it, whoever answers.
+    /// Whether the script at `m` has a `header_filter`, `body_filter` or `log` phase:
+    /// something that must see the response of a request under it, whoever answers.
     pub fn watches_responses(&self, m: MountId) -> bool {
-        self.has(m.0, |p| p.header_filter.is_some() || p.log.is_some())
+        self.has(m.0, |p| {
+            p.header_filter.is_some() || p.body_filter.is_some() || p.log.is_some()
+        })
     }
 
     /// The script handling `call`, as log lines name it.
@@ -684,19 +635,6 @@ fn is_exit(e: &mlua::Error) -> bool {
         mlua::Error::ExternalError(e) => e.is::<context::Exit>(),
         _ => false,
     }
-}
-
-/// `file:line` of the Lua code calling into Rust, for log lines.
-fn caller(lua: &Lua) -> String {
-    lua.inspect_stack(1, |d| {
-        let s = d.source();
-        format!(
-            "{}:{}",
-            s.short_src.as_deref().unwrap_or("?"),
-            d.current_line().unwrap_or(0)
-        )
-    })
-    .unwrap_or_else(|| "?".into())
 }
 
 /// A Lua coroutine call that counts as inside Lua (for the time limit) during each poll,

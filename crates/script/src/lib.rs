@@ -4,7 +4,8 @@
 //! endpoints, auth checks) without rebuilding tessera. A script is a Lua module mounted
 //! at a path prefix that returns functions for the phases it handles: `access` (allow,
 //! deny or redirect before any other handler), `content` (produce the response),
-//! `header_filter` (adjust the response headers of anything under the mount), `log`
+//! `header_filter` (adjust the response headers of anything under the mount),
+//! `body_filter` (rewrite the bodies of those responses as they stream), `log`
 //! (after the response, off the request path) and `init` (once per worker and load).
 //! docs/lua.md documents the API the functions see.
 //!
@@ -23,8 +24,11 @@
 //! accessor is called, phase functions are resolved once per load, and the context
 //! userdata is recycled. Errors, time and memory limits and panics end as
 //! [`Outcome::Failed`] (logged with the script and line): the server answers 500 and
-//! goes on.
+//! goes on. `cli` also loads the Lua hooks outside a request's phases, a [`Hook`] each
+//! (an upstream's `balancer_script`), and hands them to the proxy as
+//! `handler::BalancerHook`s; each thread that calls one has its own Lua state for it.
 
+mod base;
 mod clock;
 mod config;
 mod context;
@@ -32,6 +36,7 @@ mod engine;
 mod error;
 mod guard;
 mod helpers;
+mod hooks;
 mod module;
 mod scripts;
 mod shared;
@@ -42,4 +47,5 @@ pub use context::{Context, RequestHead};
 pub use engine::{Call, Content, Engine, MountId, Outcome, PendingContent, Scripts};
 pub use error::Error;
 pub use guard::{pattern_cost, PATTERN_BUDGET, TICK};
+pub use hooks::Hook;
 pub use module::ScriptModule;

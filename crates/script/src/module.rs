@@ -295,7 +295,8 @@ struct Filtering {
 }
 
 impl Filtering {
-    /// The response to an `access` phase that answered.
+    /// The response to an `access` phase that answered (through `body_filter` too: no
+    /// filter of the server's is attached to it).
     fn respond(&mut self, outcome: Outcome) -> Response {
         let mut response = content_response(&self.call, outcome);
         if outcome != Outcome::Failed && self.response(&mut response.head, false) == Filter::Failed
@@ -305,7 +306,41 @@ impl Filtering {
                 .context(self.call.call(), |c| c.set_status(500));
             return Response::status_page(500);
         }
+        if outcome != Outcome::Failed && !wire::bodiless(response.head.status()) {
+            if let Some(filter) = self.body_filter() {
+                let body = std::mem::replace(&mut response.body, Body::Empty);
+                response.body = body.filtered(filter);
+            }
+        }
         response
+    }
+}
+
+/// A script's `body_filter` on one response body; it holds the request's call, so `log`
+/// runs after the body has gone out.
+struct BodyFiltering {
+    call: Rc<ScriptCall>,
+}
+
+impl BodyFiltering {
+    fn new(call: Rc<ScriptCall>) -> BodyFiltering {
+        crate::tally::filter_stream(true);
+        BodyFiltering { call }
+    }
+}
+
+impl handler::BodyFilter for BodyFiltering {
+    fn filter(&mut self, chunk: Bytes, eof: bool) -> Result<Bytes, handler::BodyError> {
+        let call = &self.call;
+        call.engine
+            .body_filter(call.call(), &chunk, eof)
+            .map_err(handler::BodyError)
+    }
+}
+
+impl Drop for BodyFiltering {
+    fn drop(&mut self) {
+        crate::tally::filter_stream(false);
     }
 }
 
@@ -313,7 +348,9 @@ impl Attached for Filtering {
     fn response(&mut self, head: &mut ResponseHead, framed: bool) -> Filter {
         let engine = &self.call.engine;
         let call = self.call.call();
-        if engine.has_header_filter_of(call) {
+        let header_filter = engine.has_header_filter_of(call);
+        if header_filter || engine.has_body_filter_of(call) {
+            // What `r:status()` and `r:resp_header()` read in either filter.
             engine.context(call, |c| {
                 c.set_status(head.status());
                 let out = c.headers_out_mut();
@@ -324,6 +361,8 @@ impl Attached for Filtering {
                     }
                 }
             });
+        }
+        if header_filter {
             if engine.header_filter(call) == Outcome::Failed {
                 return Filter::Failed;
             }
@@ -356,6 +395,16 @@ impl Attached for Filtering {
             head.append(b"Content-Type", b"text/plain");
         }
         Filter::Done
+    }
+
+    fn filters_body(&self) -> bool {
+        self.call.engine.has_body_filter_of(self.call.call())
+    }
+
+    fn body_filter(&mut self) -> Option<Box<dyn handler::BodyFilter>> {
+        self.filters_body().then(|| {
+            Box::new(BodyFiltering::new(self.call.clone())) as Box<dyn handler::BodyFilter>
+        })
     }
 }
 

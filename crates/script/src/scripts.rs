@@ -147,7 +147,7 @@ pub(crate) fn compile(lua: &Lua, path: &Path) -> Result<Function, Error> {
     load(lua, path, &read(path)?)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, Error> {
     std::fs::read(path).map_err(|cause| Error::Read {
         path: path.to_owned(),
         cause,
@@ -162,7 +162,7 @@ fn digest(source: &[u8]) -> u64 {
     hasher.finish()
 }
 
-fn load(lua: &Lua, path: &Path, source: &[u8]) -> Result<Function, Error> {
+pub(crate) fn load(lua: &Lua, path: &Path, source: &[u8]) -> Result<Function, Error> {
     lua.load(source)
         .set_name(format!("@{}", path.display()))
         .into_function()

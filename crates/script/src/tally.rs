@@ -17,12 +17,26 @@ pub(crate) enum Phase {
     Access,
     Content,
     HeaderFilter,
+    BodyFilter,
     Log,
     /// A `tessera.timer.at` callback.
     Timer,
+    /// An upstream's `balancer_script`.
+    Balancer,
+    /// `[tls] certificate_script`.
+    Certificate,
 }
 
-const PHASES: [&str; 5] = ["access", "content", "header_filter", "log", "timer"];
+const PHASES: [&str; 8] = [
+    "access",
+    "content",
+    "header_filter",
+    "body_filter",
+    "log",
+    "timer",
+    "balancer",
+    "certificate",
+];
 
 /// Why a call failed: the `reason` label.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +69,10 @@ struct Tally {
     failures: [[AtomicU64; FAILURES.len()]; PHASES.len()],
     /// Scripts loaded (at a worker's start and at each reload): ok, failed.
     loads: [AtomicU64; 2],
+    /// Bytes into and out of `body_filter` calls.
+    filtered: [AtomicU64; 2],
+    /// Responses whose bodies went through a `body_filter`: begun, ended.
+    filter_streams: [AtomicU64; 2],
 }
 
 static ALL: PerThread<Tally> = PerThread::new();
@@ -83,6 +101,19 @@ pub(crate) fn loaded(ok: bool) {
     mine(|t| bump(&t.loads[usize::from(!ok)], 1));
 }
 
+/// Counts bytes given to a `body_filter` call and bytes it returned.
+pub(crate) fn body_filtered(into: usize, out: usize) {
+    mine(|t| {
+        bump(&t.filtered[0], into as u64);
+        bump(&t.filtered[1], out as u64);
+    });
+}
+
+/// Counts a response body that begins (`true`) or ends going through a `body_filter`.
+pub(crate) fn filter_stream(begins: bool) {
+    mine(|t| bump(&t.filter_streams[usize::from(!begins)], 1));
+}
+
 /// Writes the Lua families, summed over every thread.
 pub(crate) fn write(out: &mut handler::Metrics) {
     let sum = |pick: &dyn Fn(&Tally) -> &AtomicU64| -> u64 { ALL.sum(pick) };
@@ -105,6 +136,23 @@ pub(crate) fn write(out: &mut handler::Metrics) {
             );
         }
     }
+    for (i, direction) in ["in", "out"].iter().enumerate() {
+        out.counter(
+            "tessera_lua_body_filter_bytes_total",
+            "Bytes of response bodies given to body_filter calls (in) and returned by them \
+             (out).",
+            &[("direction", direction)],
+            sum(&|t| &t.filtered[i]),
+        );
+    }
+    let begun = sum(&|t| &t.filter_streams[0]);
+    let ended = sum(&|t| &t.filter_streams[1]);
+    out.gauge(
+        "tessera_lua_body_filter_streams",
+        "Response bodies going through a body_filter now.",
+        &[],
+        begun.saturating_sub(ended) as f64,
+    );
     for (i, result) in ["ok", "failed"].iter().enumerate() {
         out.counter(
             "tessera_lua_script_loads_total",

@@ -649,4 +649,14 @@ impl Attached for EditFilter {
             None => Filter::Done,
         }
     }
+
+    fn filters_body(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.filters_body())
+    }
+
+    fn body_filter(&mut self) -> Option<Box<dyn handler::BodyFilter>> {
+        self.inner.as_mut().and_then(|inner| inner.body_filter())
+    }
 }

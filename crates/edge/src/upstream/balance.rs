@@ -7,7 +7,8 @@ use std::cell::Cell;
 use http::header::{HeaderName, HeaderValue};
 
 use crate::config::Balance;
-use crate::upstream::peers::{hash, PeerSet};
+use crate::upstream::outgoing::{Fields, Outgoing};
+use crate::upstream::peers::{hash, PeerSet, PeerState};
 
 /// What `balance = "hash"` hashes.
 pub(crate) enum HashKey {
@@ -72,6 +73,53 @@ impl HashKey {
                 }),
         }
     }
+}
+
+/// The peer an upstream's `balancer_script` chooses for `req`, when it has one and it
+/// chooses one this request has not tried yet (it is asked again at each attempt, and
+/// told which peers were tried); `None`: the configured balancer chooses.
+pub(crate) fn hooked(
+    hook: Option<&dyn handler::BalancerHook>,
+    (upstream, set): (&str, &PeerSet),
+    req: &Outgoing<'_>,
+    tried: &[usize],
+) -> Option<usize> {
+    let hook = hook?;
+    let peers: Vec<handler::PeerView<'_>> = (0..set.peers.len())
+        .map(|i| handler::PeerView {
+            address: &set.peers[i].address,
+            state: match set.state(i) {
+                PeerState::Up => "up",
+                PeerState::Down => "down",
+                PeerState::Probing => "probing",
+                PeerState::Unhealthy => "unhealthy",
+            },
+            weight: set.peers[i].weight,
+            tried: tried.contains(&i),
+        })
+        .collect();
+    let map = match &req.fields {
+        Fields::Plain(fields) => *fields,
+        Fields::Forwarded(f) => f.client_headers,
+    };
+    let fields: Vec<(&[u8], &[u8])> = map
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+        .collect();
+    let request = handler::BalanceRequest {
+        upstream,
+        method: req.method.as_str(),
+        target: req.target,
+        client: req.client(),
+        fields: &fields,
+    };
+    let chosen = hook.balance(&request, &peers)?;
+    if tried.contains(&chosen) {
+        tracing::debug!(upstream, peer = %set.peers[chosen].address,
+            "balancer_script chose a peer this request tried already; the configured balancer chooses");
+        return None;
+    }
+    Some(chosen)
 }
 
 /// One worker's balancer for one upstream.

@@ -35,7 +35,7 @@ use wire::{Chunk, ChunkedDecoder, ResponseFraming};
 use crate::config::{secs, Balance, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::metrics::{self, UpstreamCounts};
-use crate::upstream::balance::{Balancer, HashKey};
+use crate::upstream::balance::{self, Balancer, HashKey};
 pub(crate) use crate::upstream::outgoing::{Fields, Outgoing};
 use crate::upstream::peers::{PeerSet, PeerState, Ticket};
 use crate::upstream::stream::{OpenError, Stream};
@@ -65,6 +65,8 @@ pub(crate) struct Upstream {
     /// This worker's pool for each peer of `set`, in the same order.
     peers: Box<[PeerPool]>,
     balancer: Balancer,
+    /// `balancer_script`: chooses before `balancer`, which chooses when it does not.
+    hook: Option<Arc<dyn handler::BalancerHook>>,
     /// Whether the balance reads the requests in flight (least_conn, random_two).
     counts_in_flight: bool,
     hash_key: HashKey,
@@ -434,6 +436,7 @@ impl Upstream {
         Upstream {
             name: c.name.clone(),
             balancer: Balancer::new(c.balance, peers.len(), seed),
+            hook: c.balancer_hook.clone(),
             counts_in_flight: matches!(c.balance, Balance::LeastConn | Balance::RandomTwo),
             peers,
             set,
@@ -499,9 +502,12 @@ impl Upstream {
         let mut tried = Vec::new();
         let mut retries = self.retries;
         loop {
-            let pick = self
-                .balancer
-                .pick(&self.set, |i| self.set.in_flight(i), key, &tried);
+            let hooked = self.hook.as_deref();
+            let pick =
+                balance::hooked(hooked, (&self.name, &self.set), req, &tried).or_else(|| {
+                    let in_flight = |i| self.set.in_flight(i);
+                    self.balancer.pick(&self.set, in_flight, key, &tried)
+                });
             let ticket = pick.and_then(|i| self.set.claim(i, self.set.now_ms()));
             let Some(ticket) = ticket else {
                 if pick.is_some() {

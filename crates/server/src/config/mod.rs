@@ -766,6 +766,7 @@ fn tls_problems(config: &Config) -> Vec<String> {
                 ("hsts", tls.hsts.is_some()),
                 ("redirect_https", tls.redirect_https),
                 ("redirect_https_port", tls.redirect_https_port.is_some()),
+                ("certificate_script", tls.certificate_script.is_some()),
             ];
             for (key, _) in set.iter().filter(|(_, set)| *set) {
                 problems.push(format!(
@@ -786,13 +787,14 @@ fn tls_problems(config: &Config) -> Vec<String> {
     if !config.tls_listen.is_empty()
         && config.acme.is_none()
         && config.tls.certificate.is_none()
+        && config.tls.certificate_script.is_none()
         && !config
             .host
             .iter()
             .any(|h| h.tls.as_ref().is_some_and(|t| t.certificate.is_some()))
     {
         problems.push(
-            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key), or `[acme]`"
+            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key), `[acme]`, or `[tls] certificate_script`"
                 .into(),
         );
     }

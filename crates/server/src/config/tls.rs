@@ -29,4 +29,10 @@ pub struct TlsConfig {
     /// for a host without a `certificate` (when there is an `[acme]` table); `false`
     /// leaves the host to the default certificate.
     pub acme: Option<bool>,
+    /// In `[tls]` only: a Lua file whose module's `certificate(sni)` chooses each
+    /// handshake's certificate, by name or as PEM (docs/tls.md). Default none.
+    pub certificate_script: Option<PathBuf>,
+    /// `certificate_script` loaded (by `cli`, which knows Lua; no TOML key).
+    #[serde(skip)]
+    pub certificate_hook: Option<std::sync::Arc<dyn handler::CertificateHook>>,
 }

@@ -193,11 +193,10 @@ fn answer_in(
     let edits_alone = edits.as_ref().is_some_and(routing::EditFilter::alone);
     // Edits a file's head takes as it is written (HTTP/1), not after.
     let as_written = edits.as_ref().and_then(routing::EditFilter::as_written);
-    let filters: Option<&mut dyn Attached> = match (&mut edits, &mut filter) {
-        (Some(edits), _) => Some(edits),
-        (None, Some(filter)) => Some(&mut **filter),
-        (None, None) => None,
-    };
+    let filters = first(&mut edits, &mut filter);
+    let root = gen.sites.serving(site, decided.alias);
+    let asked = (req, normal.then_some(&path[..]));
+    let answer = filter::files_for_body_filter(answer, filters.as_ref(), asked, worker, root);
     let pages = Pages::of(gen, site, decided.rule, conn);
     let fallback = pages.as_ref().filter(|p| p.any_fallback());
     let later = |work, filter| {
@@ -223,10 +222,8 @@ fn answer_in(
         None | Some(Answer::Pass) | Some(Answer::Files) => {
             let mark = out.mark();
             continue_first(req, pending, out);
-            let root = gen.sites.serving(site, decided.alias);
-            let path = normal.then_some(&path[..]);
             out.edits = as_written.map(|rule| (site, rule));
-            files::respond(req, path, worker, conn, root, out, keep_alive);
+            files::respond(req, asked.1, worker, conn, root, out, keep_alive);
             let edited = std::mem::take(&mut out.edited);
             out.edits = None;
             let mut filters = filters;
@@ -274,6 +271,19 @@ fn answer_in(
                 Some(response) => later(Work::Ready(response), boxed(edits, filter)),
             }
         }
+    }
+}
+
+/// The filter that sees a response first: the response edits (which run the route's
+/// filter after them), else the route's filter.
+fn first<'a>(
+    edits: &'a mut Option<routing::EditFilter>,
+    filter: &'a mut Option<Box<dyn Attached>>,
+) -> Option<&'a mut dyn Attached> {
+    match (edits, filter) {
+        (Some(edits), _) => Some(edits),
+        (None, Some(filter)) => Some(&mut **filter),
+        (None, None) => None,
     }
 }
 

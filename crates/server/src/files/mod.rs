@@ -267,6 +267,77 @@ pub(crate) fn page(status: u16, path: &[u8], worker: &Worker, site: &Site) -> Op
     })
 }
 
+/// A file (or a directory's listing) for a route whose filter rewrites bodies (a Lua
+/// `body_filter`): a 200 whose body streams from the file as identity bytes, for the
+/// filter to see and the compression after it to encode, instead of the head and
+/// `sendfile` the files write otherwise. Without validators, ranges or Accept-Ranges
+/// (the filter changes the bytes they would describe). `None` for anything else (not a
+/// GET or HEAD, no such file, a redirect): the files answer it as usual, unfiltered.
+pub(crate) fn filtered(
+    req: &Request<'_, '_>,
+    path: Option<&[u8]>,
+    worker: &Worker,
+    site: &Site,
+) -> Option<Response> {
+    if !matches!(req.method, Method::Get | Method::Head) {
+        return None;
+    }
+    let entry = match lookup(path, worker, site, AcceptEncoding::IDENTITY) {
+        Ok(entry) | Err(Miss::Listing(entry)) => entry,
+        Err(_) => return None,
+    };
+    let mut head = ResponseHead::new(200);
+    head.append(b"Content-Type", entry.content_type.as_bytes());
+    let body = match entry.in_memory {
+        true => Body::Full(bytes::Bytes::copy_from_slice(entry.body())),
+        false => Body::stream(Some(entry.len), FileChunks { entry, offset: 0 }),
+    };
+    Some(Response {
+        head,
+        body,
+        relayed: false,
+    })
+}
+
+/// A file read in pieces of [`FILE_CHUNK`] bytes ([`filtered`]).
+struct FileChunks {
+    entry: Arc<FileEntry>,
+    offset: u64,
+}
+
+/// How much of a filtered file is read at a time.
+const FILE_CHUNK: usize = 16 * 1024;
+
+impl handler::Chunks for FileChunks {
+    fn poll_chunk(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<bytes::Bytes, handler::BodyError>>> {
+        use std::os::unix::fs::FileExt;
+        let this = self.get_mut();
+        let left = this.entry.len.saturating_sub(this.offset);
+        if left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        // A regular file's page-cache read, as sendfile's would be: it does not wait on
+        // the network.
+        let mut piece = vec![0u8; left.min(FILE_CHUNK as u64) as usize];
+        let read = match this.entry.file.read_at(&mut piece, this.offset) {
+            // The file shrank since it was opened: the body ends short, as a cut-off.
+            Ok(0) => Err(handler::BodyError(
+                "the file shrank while it was read".into(),
+            )),
+            Ok(n) => Ok(n),
+            Err(e) => Err(handler::BodyError(format!("cannot read the file: {e}"))),
+        };
+        std::task::Poll::Ready(Some(read.map(|n| {
+            piece.truncate(n);
+            this.offset += n as u64;
+            piece.into()
+        })))
+    }
+}
+
 /// Whether a normalised path names something to serve: a file, a directory's index (the
 /// path ending in `/`), or its listing (`try_files`).
 pub(crate) fn exists(path: &[u8], worker: &Worker, site: &Site) -> bool {

@@ -1,6 +1,8 @@
 //! Certificates: read from PEM files, checked against their keys, and chosen per
-//! handshake by SNI: a `[[host]]`'s own certificate when the name is one of its names
-//! (exact, then wildcard, as requests are routed), else the default certificate.
+//! handshake by SNI: `[acme]`'s answer when it decides, then `[tls] certificate_script`'s
+//! when there is one and it chooses, then a `[[host]]`'s own certificate when the name is
+//! one of its names (exact, then wildcard, as requests are routed), else the default
+//! certificate.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use rustls::sign::CertifiedKey;
 
 use super::acme::AcmeCerts;
 use super::der::not_after;
+use super::scripted::Scripted;
 use crate::config::tls::TlsConfig;
 use crate::config::Config;
 
@@ -33,6 +36,8 @@ pub(crate) struct Resolver {
     acme: Option<Arc<AcmeCerts>>,
     /// With `[acme] on_demand`: which names may get a certificate on demand.
     on_demand: Option<OnDemandScope>,
+    /// `[tls] certificate_script`, asked after `[acme]` and before the hosts.
+    scripted: Option<Scripted>,
 }
 
 /// The names `[acme] on_demand` may order for: not a `[[host]]` name (those are
@@ -89,12 +94,14 @@ impl Resolver {
             .as_ref()
             .filter(|a| a.on_demand)
             .map(|_| OnDemandScope::new(config));
+        let scripted = config.tls.certificate_hook.clone().map(Scripted::new);
         Ok(Resolver {
             hosts,
             keys,
             default,
             acme,
             on_demand,
+            scripted,
         })
     }
 
@@ -178,6 +185,16 @@ impl ResolvesServerCert for Resolver {
         super::stream::note_sni(hello.server_name());
         if let Some(answer) = self.acme(&hello) {
             return answer;
+        }
+        if let Some(scripted) = &self.scripted {
+            let named = |name: &str| {
+                let site = self.hosts.named(name.as_bytes());
+                let own = site.and_then(|s| self.keys[s].clone());
+                own.or_else(|| self.acme.as_ref()?.certificate(name))
+            };
+            if let Some(chosen) = scripted.choose(hello.server_name(), named) {
+                return Some(chosen);
+            }
         }
         hello
             .server_name()

@@ -23,6 +23,7 @@ pub(crate) mod acme;
 mod certs;
 mod der;
 pub(crate) mod on_demand;
+mod scripted;
 pub(crate) mod stream;
 
 use std::sync::Arc;
