@@ -171,6 +171,22 @@ impl Body {
         }
     }
 
+    /// [`Body::poll_chunk`], but a disk object's body gives regions of its file, for a
+    /// connection that sends them with `sendfile(2)` ([`handler::Chunks::poll_piece`]).
+    pub(crate) fn poll_piece(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<handler::Piece, PageError>>> {
+        match &mut self.kind {
+            BodyKind::Disk(stream) => stream
+                .poll_piece(cx)
+                .map(|c| c.map(|r| r.map_err(PageError::Disk))),
+            _ => self
+                .poll_chunk(cx)
+                .map(|c| c.map(|r| r.map(handler::Piece::Bytes))),
+        }
+    }
+
     /// The upgraded connection of a 101 response, once.
     pub fn take_tunnel(&mut self) -> Option<handler::Tunnel> {
         match &mut self.kind {

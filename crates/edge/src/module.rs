@@ -670,6 +670,15 @@ impl Chunks for Body {
     fn take_tunnel(self: Pin<&mut Self>) -> Option<handler::Tunnel> {
         self.get_mut().take_tunnel()
     }
+
+    fn poll_piece(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<handler::Piece, BodyError>>> {
+        self.get_mut()
+            .poll_piece(cx)
+            .map(|c| c.map(|r| r.map_err(|e: PageError| BodyError(e.to_string()))))
+    }
 }
 
 impl Upstreams for Edge {

@@ -34,7 +34,7 @@ mod router;
 mod service;
 mod upstream;
 
-pub use body::{Body, BodyError, Chunks, Tunnel};
+pub use body::{Body, BodyError, Chunks, FileRegion, Piece, Tunnel};
 pub use fields::FieldList;
 pub use head::ResponseHead;
 pub use hosts::{is_valid_name, Hosts};

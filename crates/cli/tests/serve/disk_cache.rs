@@ -16,27 +16,37 @@ use crate::harness::{
 use crate::metrics::{admin_addr, admin_get, json_sum, promtool_check, samples, status_json, sum};
 
 /// The memory tier's per-object limit in these tests; `/big/` objects are above it.
-const MEMORY_LIMIT: usize = 1 << 20;
+pub(super) const MEMORY_LIMIT: usize = 1 << 20;
 /// The size of a `/big/` object.
-const BIG: usize = 2 << 20;
+pub(super) const BIG: usize = 2 << 20;
 
 /// An origin that counts requests per path:
 /// - `/small/X`: 10 000 bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
 /// - `/big/X`: [`BIG`] bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
+/// - `/large/X`: [`LARGE`] bytes, the same
 /// - `/vary/X`: the Accept-Language, `Vary: Accept-Language`, `max-age=3600`
 /// - `/slow/...`: the first half of the body, then the rest once [`Origin::open`] is called
 /// - `/broken/...`: the head and half the body, then the connection closed once
 ///   [`Origin::open`] is called
 #[derive(Clone)]
-struct Origin {
-    addr: SocketAddr,
+pub(super) struct Origin {
+    pub(super) addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, usize>>>,
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
+/// The size of a `/large/` object: several MiB, not a multiple of a page.
+pub(super) const LARGE: usize = (5 << 20) + 4321;
+
 /// The body the origin sends for `path`.
-fn body_of(path: &str) -> Vec<u8> {
-    let size = if path.contains("/big/") { BIG } else { 10_000 };
+pub(super) fn body_of(path: &str) -> Vec<u8> {
+    let size = if path.contains("/big/") {
+        BIG
+    } else if path.contains("/large/") {
+        LARGE
+    } else {
+        10_000
+    };
     let seed = path
         .bytes()
         .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
@@ -46,7 +56,7 @@ fn body_of(path: &str) -> Vec<u8> {
 }
 
 impl Origin {
-    fn start() -> Origin {
+    pub(super) fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = Origin {
             addr: listener.local_addr().unwrap(),
@@ -59,12 +69,12 @@ impl Origin {
     }
 
     /// Lets `/slow/` bodies end.
-    fn open(&self) {
+    pub(super) fn open(&self) {
         *self.gate.0.lock().unwrap() = true;
         self.gate.1.notify_all();
     }
 
-    fn hits(&self, path: &str) -> usize {
+    pub(super) fn hits(&self, path: &str) -> usize {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 
@@ -123,7 +133,7 @@ impl Origin {
 /// The configuration: the memory tier's limit at [`MEMORY_LIMIT`], the disk tier in
 /// `dir` with `disk` (more `[cache.disk]` keys), PURGE from the loopback, the admin
 /// listener on.
-fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
+pub(super) fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
     format!(
         "admin_listen = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
@@ -137,7 +147,7 @@ fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
 }
 
 /// A server with the disk tier in `dir`, once its loader has read every file.
-fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, SocketAddr) {
+pub(super) fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, SocketAddr) {
     let server = site.serve_with(&config(origin, dir, disk));
     let admin = admin_addr(&server);
     eventually("the loader to finish", || {
@@ -146,19 +156,19 @@ fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, Socke
     (server, admin)
 }
 
-fn metric(admin: SocketAddr, name: &str, parts: &[&str]) -> f64 {
+pub(super) fn metric(admin: SocketAddr, name: &str, parts: &[&str]) -> f64 {
     let (_, text) = admin_get(admin, "/metrics", "");
     sum(&samples(&text), name, parts)
 }
 
 /// Waits until the disk tier holds `n` objects.
-fn on_disk(admin: SocketAddr, n: usize) {
+pub(super) fn on_disk(admin: SocketAddr, n: usize) {
     eventually(&format!("{n} objects on disk"), || {
         metric(admin, "tessera_cache_disk_objects", &[]) == n as f64
     });
 }
 
-fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
+pub(super) fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
     let mut stream = server.connect();
     write!(
         stream,
@@ -169,7 +179,7 @@ fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
 }
 
 /// `GET path`, checked byte-exact against what the origin sends.
-fn get_exact(server: &Server, path: &str) {
+pub(super) fn get_exact(server: &Server, path: &str) {
     let r = request(server, "GET", path, "");
     assert_eq!(r.status, 200, "{path}");
     assert!(
@@ -180,7 +190,7 @@ fn get_exact(server: &Server, path: &str) {
 }
 
 /// The object files under `dir` (not those being written).
-fn files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn files(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -197,7 +207,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The file that holds the object of `path` (its header names the key).
-fn file_of(dir: &Path, path: &str) -> PathBuf {
+pub(super) fn file_of(dir: &Path, path: &str) -> PathBuf {
     let key = format!("test{path}");
     files(dir)
         .into_iter()
@@ -664,7 +674,12 @@ fn a_full_disk_stops_writes_without_failing_requests() {
 
 /// Sends `GET path` with `extra` fields and reads until the body holds `want` bytes (or
 /// the connection closes): the stream, the bytes read, and where the body starts.
-fn get_until(server: &Server, path: &str, extra: &str, want: usize) -> (TcpStream, Vec<u8>, usize) {
+pub(super) fn get_until(
+    server: &Server,
+    path: &str,
+    extra: &str,
+    want: usize,
+) -> (TcpStream, Vec<u8>, usize) {
     let mut stream = server.connect();
     write!(
         stream,

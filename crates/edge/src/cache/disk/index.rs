@@ -17,6 +17,9 @@ pub(crate) struct Meta {
     pub(crate) stored_ms: u64,
     pub(crate) useless_ms: u64,
     pub(crate) last_used_ms: u64,
+    /// When its file was last checked whole (loaded) or written: a file modified since
+    /// is not sent without checking its checksum again (`stream`).
+    pub(crate) checked_ms: u64,
     /// Its place in the order of last use.
     tick: u64,
     pub(crate) tags: Box<[Box<str>]>,
@@ -132,11 +135,17 @@ impl Index {
                 stored_ms: header.stored_ms,
                 useless_ms: header.useless_ms,
                 last_used_ms: now,
+                checked_ms: now,
                 tick: self.tick,
                 tags: header.tags.clone().into(),
             },
         );
         true
+    }
+
+    /// When the file of `key` was last checked whole or written.
+    pub(crate) fn checked_at(&self, key: &str) -> Option<u64> {
+        self.objects.get(key).map(|m| m.checked_ms)
     }
 
     /// Takes `key` out; its metadata if it was in.

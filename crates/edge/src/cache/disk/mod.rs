@@ -359,7 +359,8 @@ fn read_on_thread(
             return Err(Refused::Corrupt("another key"));
         }
         if header.record_len > stream_above {
-            let at = (key, header_len, now);
+            let checked_ms = s.index().checked_at(key);
+            let at = (key, header_len, now, checked_ms);
             if let Some(entry) = head_only(queue, &f, &header, at, max) {
                 return Ok(entry);
             }
@@ -389,7 +390,7 @@ fn head_only(
     queue: &Queue,
     file: &std::fs::File,
     header: &Header,
-    (key, header_len, now): (&str, u64, u64),
+    (key, header_len, now, checked_ms): (&str, u64, u64, Option<u64>),
     max: usize,
 ) -> Option<Entry> {
     use std::os::unix::fs::FileExt;
@@ -409,6 +410,16 @@ fn head_only(
     }
     let mut crc = crc32fast::Hasher::new();
     crc.update(&prefix[..head_len]);
+    // A file not modified since it was checked whole (loaded) or written may be sent
+    // without passing through the process (sendfile); one modified since is checked
+    // against its checksum as it is sent.
+    let modified_ms = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64);
+    let trusted = matches!((modified_ms, checked_ms), (Some(m), Some(c)) if m <= c);
     let file = Arc::new(file.try_clone().ok()?);
     let mut entry = head.into_entry(bytes::Bytes::new());
     entry.weight += body_len;
@@ -417,6 +428,7 @@ fn head_only(
         file,
         (header_len + head_len as u64, body_len),
         (crc, header.record_crc),
+        trusted,
     ));
     Some(entry)
 }
