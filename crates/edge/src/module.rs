@@ -760,7 +760,11 @@ fn write_disk(out: &mut handler::Metrics, d: &crate::cache::DiskTierStats) {
         );
     }
     let fills = "Objects written to the disk tier, or not (an I/O error, a full disk or queue).";
-    for (result, n) in [("written", d.fills), ("failed", d.fill_errors)] {
+    for (result, n) in [
+        ("written", d.fills),
+        ("failed", d.fill_errors),
+        ("rejected", d.fill_rejected),
+    ] {
         out.counter(
             "tessera_cache_disk_fills_total",
             fills,

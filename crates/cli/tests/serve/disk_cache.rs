@@ -819,3 +819,47 @@ fn a_range_that_misses_is_answered_from_the_object_as_it_is_written() {
     get_exact(&server, path);
     assert_eq!(origin.hits(path), 1);
 }
+
+#[test]
+fn a_scan_of_cold_objects_does_not_flush_the_objects_asked_for_often() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    // Room for four /big/ objects.
+    let disk = "max_size = \"10m\"\nmax_object_size = \"3m\"";
+    let (server, admin) = serve(&site, &origin, &dir, disk);
+    // The hot set: two objects, each asked for four times.
+    for _ in 0..4 {
+        get_exact(&server, "/big/hot1");
+        get_exact(&server, "/big/hot2");
+    }
+    on_disk(admin, 2);
+    // A scan: ten objects asked for once each. Two fill the room left; the others would
+    // evict an object asked for more often, and are not written.
+    for i in 0..10 {
+        get_exact(&server, &format!("/big/cold{i}"));
+    }
+    eventually("the scan's fills to end", || {
+        metric(admin, "tessera_cache_disk_fills_total", &["written"])
+            + metric(admin, "tessera_cache_disk_fills_total", &["rejected"])
+            == 12.0
+    });
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_evictions_total", &["size"]),
+        0.0
+    );
+    get_exact(&server, "/big/hot1");
+    get_exact(&server, "/big/hot2");
+    assert_eq!((origin.hits("/big/hot1"), origin.hits("/big/hot2")), (1, 1));
+    // An object of the scan asked for again is written then: more often asked for than
+    // the least recently used (an object of the scan asked for once), which it evicts.
+    get_exact(&server, "/big/cold9");
+    eventually("cold9 on disk", || {
+        metric(admin, "tessera_cache_disk_evictions_total", &["size"]) == 1.0
+    });
+    get_exact(&server, "/big/cold9");
+    get_exact(&server, "/big/hot1");
+    assert_eq!(origin.hits("/big/cold9"), 2);
+    assert_eq!((origin.hits("/big/hot1"), origin.hits("/big/hot2")), (1, 1));
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
+}

@@ -15,9 +15,11 @@
 //!   others reading it as it is written (`fill`).
 //! - **Eviction.** The least recently used beyond `max_size`; an object not used for
 //!   `inactive`, or past every window it could be served in; admission after `min_uses`
-//!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
+//!   requests, and of an object that would evict others only when asked for at least as
+//!   often as they were (TinyLFU, `admission`); a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
 //!   a request.
 
+mod admission;
 mod file;
 pub(crate) mod fill;
 mod index;
@@ -59,6 +61,9 @@ pub struct DiskTierStats {
     pub fills: u64,
     /// Writes that failed (an I/O error, a full disk) or were not made (queue full).
     pub fill_errors: u64,
+    /// New objects not written because they were asked for less often than those they
+    /// would have evicted (admission).
+    pub fill_rejected: u64,
     /// Objects removed by reason.
     pub evicted_size: u64,
     pub evicted_inactive: u64,
@@ -89,8 +94,8 @@ impl DiskTier {
             ))
         })?;
         let shared = Arc::new(Shared {
+            index: Mutex::new(index::Index::sized(settings.max_size)),
             settings,
-            index: Mutex::default(),
             counters: Counters::default(),
             loaded: AtomicBool::new(false),
             full_until: AtomicU64::new(0),
@@ -153,6 +158,7 @@ impl DiskTier {
     /// `min_uses`. Its time of storing when it is.
     pub(crate) fn find(&self, object_key: &str, base: &str, now: u64) -> Option<u64> {
         let mut index = self.shared.index();
+        index.count_request(object_key);
         match index.touch(object_key, now) {
             Some(meta) if self.shared.expired(&meta, now) => {
                 index.remove(object_key);
@@ -215,6 +221,10 @@ impl DiskTier {
             if !index.admitted(base, key, s.settings.min_uses) {
                 return;
             }
+            if !index.admits(key, entry.weight, s.settings.max_size) {
+                s.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             index.generation
         };
         let header = Header {
@@ -269,6 +279,10 @@ impl DiskTier {
         let generation = {
             let index = s.index();
             if !index.admitted(base, key, s.settings.min_uses) {
+                return None;
+            }
+            if !index.admits(key, head.weight + body_len, s.settings.max_size) {
+                s.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
             index.generation
@@ -331,6 +345,7 @@ impl DiskTier {
             misses: load(&c.misses),
             fills: load(&c.fills),
             fill_errors: load(&c.fill_errors),
+            fill_rejected: load(&c.rejected),
             evicted_size: load(&c.evicted[0]),
             evicted_inactive: load(&c.evicted[1]),
             evicted_invalidated: load(&c.evicted[2]),
