@@ -641,3 +641,44 @@ fn memory_hits_are_not_delayed_by_disk_misses() {
         "memory hits took {with_load:?} under the disk load, {base:?} without"
     );
 }
+
+/// Over HTTP/2 a disk hit's body is read with pread into the stream's DATA frames (not
+/// sent with sendfile): whole and in a range, byte-exact.
+#[test]
+fn a_large_disk_hit_over_http2_is_byte_exact() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let path = "/large/h2";
+    let whole = body_of(path);
+    let (server, admin) = serve(&site, &origin, &dir, "");
+    get_exact(&server, path);
+    on_disk(admin, 1);
+    let out = site.dir.path().join("h2-body");
+    let url = format!("http://{}{path}", server.addr);
+    for (range, want) in [
+        (None, &whole[..]),
+        (Some("1048000-3145800"), &whole[1_048_000..=3_145_800]),
+    ] {
+        let mut curl = std::process::Command::new("curl");
+        curl.args([
+            "-s",
+            "--max-time",
+            "30",
+            "--http2-prior-knowledge",
+            "-H",
+            "Host: test",
+        ]);
+        curl.args(["-w", "%{http_version} %{http_code}", "-o"])
+            .arg(&out);
+        if let Some(range) = range {
+            curl.args(["-r", range]);
+        }
+        let done = curl.arg(&url).output().expect("curl");
+        let status = String::from_utf8_lossy(&done.stdout).to_string();
+        let code = if range.is_some() { "2 206" } else { "2 200" };
+        assert_eq!(status, code, "{range:?}");
+        let got = std::fs::read(&out).unwrap();
+        assert!(got == want, "{range:?}: {} bytes", got.len());
+    }
+    assert_eq!(origin.hits(path), 1);
+}

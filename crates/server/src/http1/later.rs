@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use handler::{Body, FileRegion, LocalFuture, Piece, Response, Tunnel};
 use std::os::fd::AsRawFd;
+use tokio::io::Interest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
@@ -423,12 +424,33 @@ impl Conn {
         } else {
             0
         };
-        if !before.is_empty() || n > 0 {
-            self.send_parts(&[before, &size[..n]]).await?;
-        }
         let Stream::Plain(tcp) = &self.stream else {
             return Err(io::ErrorKind::Unsupported.into());
         };
+        // The head (or chunk size line) with MSG_MORE, so it leaves in the same packets
+        // as the start of the region (as `Output` does before a static file's).
+        let parts = [before, &size[..n]];
+        let total = before.len() + n;
+        let mut done = 0;
+        while done < total {
+            let mut slices = [io::IoSlice::new(&[]); 2];
+            let k = wire::unsent(&parts, done, &mut slices);
+            let flags = libc::MSG_MORE | libc::MSG_NOSIGNAL;
+            let fd = tcp.as_raw_fd();
+            match tcp.try_io(Interest::WRITABLE, || {
+                crate::sys::sendmsg(fd, &slices[..k], flags)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(sent) => done += sent,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.worker.enter(self.slot, ConnState::Writing) {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                    std::future::poll_fn(|cx| tcp.poll_write_ready(cx)).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let fd = region.file.as_raw_fd();
         let (mut at, end) = (region.offset, region.offset + region.len);
         while at < end {
