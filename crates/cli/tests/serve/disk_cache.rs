@@ -585,7 +585,7 @@ fn check_config_names_the_disk_key() {
             "cache.disk.max_object_size",
             "at most max_size",
         ),
-        ("slice = \"0\"", "cache.disk.slice", "above 0"),
+        ("slice = \"0\"", "cache.disk.slice", "at least 4k"),
     ] {
         let toml = format!(
             "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\

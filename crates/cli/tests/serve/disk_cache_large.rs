@@ -5,7 +5,6 @@
 //! origin ([`PatternOrigin`]) makes bodies of any size cheaply, and the clients compare
 //! them as they arrive, without keeping them.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -151,12 +150,26 @@ fn write_pattern(w: &mut impl Write, name: &str, first: u64, end: u64) -> std::i
 }
 
 /// An origin of bodies made cheaply at any size: `GET /obj/SIZE/NAME` answers SIZE bytes
-/// of a pattern of NAME, cacheable for an hour, with an ETag, and honours one `Range`.
-/// Counts requests per path.
+/// of a pattern of NAME (of `NAME~V` once [`PatternOrigin::change`] made its version V),
+/// cacheable for an hour, with an ETag of NAME and the version, and honours one `Range`;
+/// `/norange/SIZE/NAME` the same, but ignores `Range` (answers 200 whole). Keeps every
+/// request's path and `Range`.
 #[derive(Clone)]
 struct PatternOrigin {
     addr: std::net::SocketAddr,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
+    log: RequestLog,
+    version: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Every request's path and `Range`, in order.
+type RequestLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+/// The pattern of `name` at `version`.
+fn versioned(name: &str, version: usize) -> String {
+    match version {
+        0 => name.to_string(),
+        v => format!("{name}~{v}"),
+    }
 }
 
 impl PatternOrigin {
@@ -164,7 +177,8 @@ impl PatternOrigin {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = PatternOrigin {
             addr: listener.local_addr().unwrap(),
-            hits: Arc::default(),
+            log: Arc::default(),
+            version: Arc::default(),
         };
         let o = origin.clone();
         crate::harness::thread_per_connection(listener, move |stream| o.serve(stream));
@@ -172,7 +186,22 @@ impl PatternOrigin {
     }
 
     fn total_hits(&self) -> usize {
-        self.hits.lock().unwrap().values().sum()
+        self.log.lock().unwrap().len()
+    }
+
+    /// The `Range` of each request for `path` so far.
+    fn ranges_of(&self, path: &str) -> Vec<Option<String>> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Every object changes: another body, another ETag.
+    fn change(&self) {
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn serve(&self, stream: std::net::TcpStream) {
@@ -181,22 +210,23 @@ impl PatternOrigin {
         let mut writer = std::io::BufWriter::with_capacity(256 << 10, stream.try_clone().unwrap());
         let mut reader = std::io::BufReader::new(stream);
         while let Some((path, fields)) = read_request_head(&mut reader) {
-            *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+            let asked = fields.iter().find_map(|f| {
+                let lower = f.to_ascii_lowercase();
+                Some(lower.strip_prefix("range:")?.trim().to_string())
+            });
+            self.log.lock().unwrap().push((path.clone(), asked.clone()));
             let mut parts = path.split('/').skip(2);
             let size: u64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            let name = parts.next().unwrap_or("").to_string();
-            let range = fields.iter().find_map(|f| {
-                let lower = f.to_ascii_lowercase();
-                let spec = lower
-                    .strip_prefix("range:")?
-                    .trim()
-                    .strip_prefix("bytes=")?
-                    .to_string();
-                let (a, b) = spec.split_once('-')?;
-                let first: u64 = a.parse().ok()?;
-                let last: u64 = b.parse::<u64>().unwrap_or(size - 1).min(size - 1);
-                (first <= last).then_some((first, last))
-            });
+            let version = self.version.load(std::sync::atomic::Ordering::SeqCst);
+            let name = versioned(parts.next().unwrap_or(""), version);
+            let range = asked
+                .filter(|_| !path.starts_with("/norange/"))
+                .and_then(|spec| {
+                    let (a, b) = spec.strip_prefix("bytes=")?.split_once('-')?;
+                    let first: u64 = a.parse().ok()?;
+                    let last: u64 = b.parse::<u64>().unwrap_or(size - 1).min(size - 1);
+                    (first <= last).then_some((first, last))
+                });
             let (status, first, end, extra) = match range {
                 Some((first, last)) => (
                     "206 Partial Content",
@@ -229,7 +259,7 @@ fn pattern_config(origin: &PatternOrigin, dir: &Path, cache: &str, disk: &str) -
         "admin_listen = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
          [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n\
-         [cache]\n{cache}\n\
+         [cache]\npurge_allow = [\"127.0.0.1\"]\n{cache}\n\
          [cache.disk]\npath = \"{}\"\n{disk}\n",
         origin.addr,
         dir.display()
@@ -316,23 +346,19 @@ fn read_checked(stream: &mut TcpStream, name: &str, offset: u64) -> Checked {
     }
 }
 
-/// The size of the object of [`a_256_mib_object_is_fetched_once_for_ten_clients_and_kept`].
+/// The size of the object of the 256 MiB tests.
 const HUGE: u64 = 256 << 20;
 
-/// The issue's test: a 256 MiB object from the origin, fetched once while 10 clients
-/// download it at once, each byte-exact; served after a restart without contacting the
-/// origin; ranges inside and across 1 MiB slices.
-#[test]
-fn a_256_mib_object_is_fetched_once_for_ten_clients_and_kept() {
+/// The issue's test, with the disk tier's keys `disk`: a 256 MiB object from the origin,
+/// fetched once (in `requests` requests) while 10 clients download it at once, each
+/// byte-exact, kept as `objects` on disk; served after a restart without contacting the
+/// origin; ranges inside and across 1 MiB (slices).
+fn huge_for_ten_clients(disk: &str, (requests, objects): (usize, usize)) {
     let _heavy = heavy();
     let (site, origin) = (Site::new(), PatternOrigin::start());
     let dir = site.dir.path().join("disk");
-    let toml = pattern_config(
-        &origin,
-        &dir,
-        "max_object_size = 1048576",
-        "max_size = \"1g\"\nmax_object_size = \"512m\"",
-    );
+    let disk = format!("max_size = \"1g\"\nmax_object_size = \"512m\"\n{disk}");
+    let toml = pattern_config(&origin, &dir, "max_object_size = 1048576", &disk);
     let (server, admin) = serve_pattern(&site, &toml);
     let path = format!("/obj/{HUGE}/huge");
     let barrier = Arc::new(std::sync::Barrier::new(10));
@@ -355,8 +381,8 @@ fn a_256_mib_object_is_fetched_once_for_ten_clients_and_kept() {
         assert_eq!(r.body_len, HUGE);
         assert!(r.exact, "a body differs from the origin's");
     }
-    assert_eq!(origin.total_hits(), 1);
-    on_disk(admin, 1);
+    assert_eq!(origin.total_hits(), requests);
+    on_disk(admin, objects);
     drop(server);
 
     let (server, _admin) = serve_pattern(&site, &toml);
@@ -379,7 +405,21 @@ fn a_256_mib_object_is_fetched_once_for_ten_clients_and_kept() {
             r.body_len
         );
     }
-    assert_eq!(origin.total_hits(), 1);
+    assert_eq!(origin.total_hits(), requests);
+}
+
+/// [`huge_for_ten_clients`], the object fetched whole: one request, one file.
+#[test]
+fn a_256_mib_object_is_fetched_once_for_ten_clients_and_kept() {
+    huge_for_ten_clients("", (1, 1));
+}
+
+/// [`huge_for_ten_clients`] with `slice = "1m"`: each of the 256 slices asked for once
+/// (the clients that need a slice being written read it as it is written), kept as 256
+/// files and the head.
+#[test]
+fn a_256_mib_object_in_slices_is_fetched_once_for_ten_clients_and_kept() {
+    huge_for_ten_clients("slice = \"1m\"", (256, 257));
 }
 
 /// The peak resident memory of process `pid` (`VmHWM`), in bytes.
@@ -681,4 +721,195 @@ fn a_large_disk_hit_over_http2_is_byte_exact() {
         assert!(got == want, "{range:?}: {} bytes", got.len());
     }
     assert_eq!(origin.hits(path), 1);
+}
+
+/// The size of the sliced objects of the tests below: five slices of 1 MiB and a short
+/// sixth.
+const SLICED: u64 = (5 << 20) + 1234;
+
+/// A server whose disk tier fetches objects in slices of 1 MiB (memory takes 1 MiB at
+/// most per object).
+fn serve_sliced(site: &Site, origin: &PatternOrigin, dir: &Path) -> (Server, std::net::SocketAddr) {
+    let toml = pattern_config(origin, dir, "max_object_size = 1048576", "slice = \"1m\"");
+    serve_pattern(site, &toml)
+}
+
+/// `GET path` on a new connection, checked against `name`'s pattern from `offset`.
+fn get_sliced(server: &Server, path: &str, extra: &str, name: &str, offset: u64) -> Checked {
+    let mut stream = server.connect();
+    get_checked(
+        &mut stream,
+        path,
+        &format!("{extra}Connection: close\r\n"),
+        name,
+        offset,
+    )
+}
+
+/// The `Range` a slice `n` of a [`SLICED`] object is asked for with.
+fn slice_range(n: u64) -> Option<String> {
+    let first = n << 20;
+    Some(format!(
+        "bytes={first}-{}",
+        (first + (1 << 20)).min(SLICED) - 1
+    ))
+}
+
+#[test]
+fn an_object_larger_than_a_slice_is_fetched_and_kept_in_slices() {
+    let (site, origin) = (Site::new(), PatternOrigin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve_sliced(&site, &origin, &dir);
+    let path = format!("/obj/{SLICED}/s");
+    let r = get_sliced(&server, &path, "", "s", 0);
+    assert!(
+        r.status == 200 && r.body_len == SLICED && r.exact,
+        "{}",
+        r.head
+    );
+    // Asked for in six ranges, each once; kept as six slices and the head.
+    let asked: Vec<_> = (0..6).map(slice_range).collect();
+    assert_eq!(origin.ranges_of(&path), asked);
+    on_disk(admin, 7);
+    let r = get_sliced(&server, &path, "", "s", 0);
+    assert!(r.status == 200 && r.body_len == SLICED && r.exact);
+    // Ranges across slices and inside one, from the slices.
+    for (first, last) in [
+        (1_048_000, 3_145_800),
+        (4_200_000, 4_200_099),
+        (SLICED - 10, SLICED - 1),
+    ] {
+        let range = format!("Range: bytes={first}-{last}\r\n");
+        let r = get_sliced(&server, &path, &range, "s", first);
+        assert_eq!(r.status, 206, "{first}-{last}: {}", r.head);
+        assert!(r.body_len == last - first + 1 && r.exact, "{first}-{last}");
+        assert!(
+            r.head.contains(&format!("bytes {first}-{last}/{SLICED}")),
+            "{}",
+            r.head
+        );
+    }
+    assert_eq!(origin.total_hits(), 6);
+    // A slice lost from disk: only it is fetched again.
+    std::fs::remove_file(file_of(&dir, &format!("{path}#slice=2"))).unwrap();
+    let r = get_sliced(&server, &path, "", "s", 0);
+    assert!(r.status == 200 && r.body_len == SLICED && r.exact);
+    assert_eq!(origin.ranges_of(&path)[6..], [slice_range(2)]);
+    on_disk(admin, 7);
+    drop(server);
+
+    // After a restart, from the slices on disk.
+    let (server, admin) = serve_pattern(
+        &site,
+        &pattern_config(&origin, &dir, "max_object_size = 1048576", "slice = \"1m\""),
+    );
+    let r = get_sliced(&server, &path, "Range: bytes=-1000\r\n", "s", SLICED - 1000);
+    assert!(
+        r.status == 206 && r.body_len == 1000 && r.exact,
+        "{}",
+        r.head
+    );
+    let r = get_sliced(&server, &path, "", "s", 0);
+    assert!(r.status == 200 && r.body_len == SLICED && r.exact);
+    assert_eq!(origin.total_hits(), 7);
+    // A purge removes the head and its slices.
+    let mut stream = server.connect();
+    stream
+        .write_all(
+            format!("PURGE {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(read_response(&mut stream, false).status, 200);
+    on_disk(admin, 0);
+}
+
+#[test]
+fn a_sliced_route_stores_small_objects_and_ones_whose_origin_ignores_range_whole() {
+    let (site, origin) = (Site::new(), PatternOrigin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve_sliced(&site, &origin, &dir);
+    // Smaller than a slice: its 206 is the whole object, stored as its 200 (in memory
+    // and on disk).
+    let small = "/obj/5000/small";
+    for _ in 0..2 {
+        let r = get_sliced(&server, small, "", "small", 0);
+        assert!(
+            r.status == 200 && r.body_len == 5000 && r.exact,
+            "{}",
+            r.head
+        );
+        assert!(
+            !r.head.to_ascii_lowercase().contains("content-range"),
+            "{}",
+            r.head
+        );
+    }
+    assert_eq!(
+        origin.ranges_of(small),
+        [Some("bytes=0-1048575".to_string())]
+    );
+    // An origin that ignores Range: its 200 is the whole object, kept whole.
+    let whole = format!("/norange/{SLICED}/n");
+    for _ in 0..2 {
+        let r = get_sliced(&server, &whole, "", "n", 0);
+        assert!(
+            r.status == 200 && r.body_len == SLICED && r.exact,
+            "{}",
+            r.head
+        );
+    }
+    let r = get_sliced(
+        &server,
+        &whole,
+        "Range: bytes=3000000-3000009\r\n",
+        "n",
+        3_000_000,
+    );
+    assert!(r.status == 206 && r.body_len == 10 && r.exact);
+    assert_eq!(origin.ranges_of(&whole).len(), 1);
+    on_disk(admin, 2);
+}
+
+#[test]
+fn a_changed_etag_between_slices_drops_the_object_and_it_is_fetched_again() {
+    let (site, origin) = (Site::new(), PatternOrigin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve_sliced(&site, &origin, &dir);
+    let path = format!("/obj/{SLICED}/e");
+    let r = get_sliced(&server, &path, "", "e", 0);
+    assert!(r.status == 200 && r.exact);
+    on_disk(admin, 7);
+    // The object changes at the origin, and a slice is lost from disk: the slices
+    // before it are sent, then the one fetched is another object's.
+    origin.change();
+    std::fs::remove_file(file_of(&dir, &format!("{path}#slice=3"))).unwrap();
+    let mut stream = server.connect();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+    let raw = crate::harness::read_to_close(&mut stream);
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let body = &raw[head_end..];
+    assert!(
+        body.len() as u64 <= 3 << 20,
+        "{} bytes: not broken off",
+        body.len()
+    );
+    assert!(
+        pattern_matches("e", 0, body),
+        "the slices before the change"
+    );
+    // Dropped: the head and its slices.
+    on_disk(admin, 0);
+    // Fetched again, whole and the new object's.
+    let r = get_sliced(&server, &path, "", &versioned("e", 1), 0);
+    assert!(
+        r.status == 200 && r.body_len == SLICED && r.exact,
+        "{}",
+        r.head
+    );
+    on_disk(admin, 7);
 }

@@ -12,7 +12,9 @@
 //!   worker's loop. A read or write that finds the queue full (1,024) is a miss, or a
 //!   write not made. An object too large for memory is sent as it is read, a chunk at a
 //!   time (`stream`), and written as it passes to the client that asked for it, the
-//!   others reading it as it is written (`fill`).
+//!   others reading it as it is written (`fill`). With `slice`, an object is kept as
+//!   a head and slices, each an object of its own (`slices`, and `crate::slices` for
+//!   the fetching).
 //! - **Eviction.** The least recently used beyond `max_size`; an object not used for
 //!   `inactive`, or past every window it could be served in; admission after `min_uses`
 //!   requests, and of an object that would evict others only when asked for at least as
@@ -25,6 +27,7 @@ pub(crate) mod fill;
 mod index;
 mod loader;
 mod shared;
+pub(crate) mod slices;
 pub(crate) mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -81,6 +84,8 @@ pub struct DiskTierStats {
 pub(crate) struct DiskTier {
     shared: Arc<Shared>,
     queue: Queue,
+    /// The fills of slices under way (`slices`).
+    filling: slices::Filling,
 }
 
 impl DiskTier {
@@ -126,7 +131,11 @@ impl DiskTier {
             .spawn(move || loader::run(weak, root))
             .map_err(spawn_failed)?;
         let queue = Queue::new(shared.clone(), jobs);
-        Ok(DiskTier { shared, queue })
+        Ok(DiskTier {
+            shared,
+            queue,
+            filling: slices::Filling::default(),
+        })
     }
 
     pub(crate) fn max_object_size(&self) -> u64 {
@@ -354,6 +363,60 @@ impl DiskTier {
             loaded: s.loaded.load(Ordering::Acquire),
             full: s.full_until.load(Ordering::Relaxed) > crate::clock::now_ms(),
         }
+    }
+}
+
+impl DiskTier {
+    /// `slice`: the bytes of a slice, when objects are fetched in slices.
+    pub(crate) fn slice_size(&self) -> Option<u64> {
+        self.shared.settings.slice
+    }
+
+    /// The body of the slice under `key` (of the object of request key `base`), to be
+    /// read: the fill under way, or the file when it holds a fresh slice of the object
+    /// of `etag` (one of another is removed). `None` when there is neither.
+    pub(crate) async fn slice_body(
+        &self,
+        (base, key): (&str, &str),
+        etag: Option<&bytes::Bytes>,
+        now: u64,
+    ) -> Option<stream::OnDisk> {
+        if let Some(reader) = self.filling.get(key) {
+            return Some(reader.body(key.to_string()));
+        }
+        self.find(key, base, now)?;
+        let entry = self.read(key, now, 0).await?;
+        let same = etag.map_or(true, |etag| entry.headers.get(b"etag") == Some(&etag[..]));
+        if !same {
+            self.invalidate(|k, _| k == key);
+            return None;
+        }
+        entry.on_disk
+    }
+
+    /// Starts writing the slice under `key` (of the object of request key `base`, whose
+    /// head is `head`), `len` bytes, as they arrive; its readers meanwhile read it as it
+    /// is written ([`DiskTier::slice_body`]). `None` when the tier does not take it.
+    pub(crate) fn start_slice_fill(
+        &self,
+        (base, key): (&str, &str),
+        (head, len): (&Entry, u64),
+        now: u64,
+    ) -> Option<fill::DiskFill> {
+        let filling = self.filling.clone();
+        let owned = key.to_string();
+        let registered = Arc::new(Mutex::new(None::<fill::FillReader>));
+        let mine = registered.clone();
+        let done: fill::Done = Box::new(move |_| {
+            if let Some(mine) = mine.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                filling.ended(&owned, &mine);
+            }
+        });
+        let fill = self.start_fill((base, key), (&[], 0), (head, len), now, done)?;
+        let reader = fill.reader();
+        *registered.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader.clone());
+        self.filling.insert(key, reader);
+        Some(fill)
     }
 }
 
