@@ -475,7 +475,12 @@ impl Edge {
                 .await;
         }
         let (mut parts, pooled) = sent?;
-        let sliced = slice.and_then(|_| Self::first_slice(&mut parts));
+        let sliced = match slice.map(|_| Self::first_slice(&mut parts)) {
+            Some(Err(())) => {
+                return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await
+            }
+            first => first.and_then(Result::ok).flatten(),
+        };
         if let Some(s) = store.take_if(|s| s.validate.is_some() && parts.status.as_u16() == 304) {
             // The origin confirmed the expired object: refreshed, not fetched again.
             return self.revalidated(req, parts, pooled, s, authority).await;
@@ -484,8 +489,7 @@ impl Edge {
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
         if sliced.is_some() && esi {
             // A template larger than a slice: assembled from the whole, not stored.
-            let whole = self.forward(req, upstream, mode, (authority, expose), None);
-            return Box::pin(whole).await;
+            return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await;
         }
         if req.method == Method::HEAD && is_esi(mode, &parts.headers, token) {
             // The template's length, validators and ranges are not the page's: a HEAD
@@ -564,8 +568,7 @@ impl Edge {
         }
         if sliced.is_some() {
             // Only its first slice came, and it is not to be stored: the whole, as asked.
-            let whole = self.forward(req, upstream, mode, (authority, expose), None);
-            return Box::pin(whole).await;
+            return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await;
         }
         self.answer_exposing(req, parts, pooled, (esi, expose), authority)
             .await

@@ -85,18 +85,25 @@ impl Edge {
     /// The origin's answer to a first slice's request: a 206 that holds the whole object
     /// becomes its 200; a 206 of the first bytes of a larger object becomes the 200 of
     /// the object (its length the whole's) and gives the object's length. Anything else
-    /// is left as it is (a 200: an origin that ignores `Range`).
-    pub(crate) fn first_slice(parts: &mut Head) -> Option<u64> {
-        if parts.status != StatusCode::PARTIAL_CONTENT {
-            return None;
+    /// is left as it is (a 200: an origin that ignores `Range`), but a 206 of other
+    /// bytes or of an unknown length, or a 416 (an empty object), which are no answer to
+    /// the client's request: `Err`, to fetch it again whole.
+    pub(crate) fn first_slice(parts: &mut Head) -> Result<Option<u64>, ()> {
+        if parts.status == StatusCode::RANGE_NOT_SATISFIABLE {
+            return Err(());
         }
-        let (first, last, total) = content_range(&parts.headers).filter(|r| r.0 == 0)?;
+        if parts.status != StatusCode::PARTIAL_CONTENT {
+            return Ok(None);
+        }
+        let (first, last, total) = content_range(&parts.headers).ok_or(())?;
+        if first != 0 || last >= total {
+            return Err(());
+        }
         parts.status = StatusCode::OK;
         parts.headers.remove(b"content-range");
-        parts
-            .headers
-            .insert(b"content-length", total.to_string().as_bytes());
-        (last + 1 < total && first == 0).then_some(total)
+        let length = total.to_string();
+        parts.headers.insert(b"content-length", length.as_bytes());
+        Ok((last + 1 < total).then_some(total))
     }
 
     /// Stores a sliced object's head and its first slice (as it arrives) and answers
