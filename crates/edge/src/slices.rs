@@ -108,7 +108,6 @@ impl Edge {
 
     /// Stores a sliced object's head and its first slice (as it arrives) and answers
     /// from its slices; with a background refresh, answers nothing.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start_sliced(
         &self,
         req: ProxyRequest,
