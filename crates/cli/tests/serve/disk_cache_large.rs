@@ -913,3 +913,28 @@ fn a_changed_etag_between_slices_drops_the_object_and_it_is_fetched_again() {
     );
     on_disk(admin, 7);
 }
+
+#[test]
+fn a_range_of_a_new_sliced_object_fetches_the_first_slice_and_its_own() {
+    let (site, origin) = (Site::new(), PatternOrigin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve_sliced(&site, &origin, &dir);
+    let path = format!("/obj/{SLICED}/r");
+    let (first, last) = (3_200_000, 3_200_999);
+    let range = format!("Range: bytes={first}-{last}\r\n");
+    let r = get_sliced(&server, &path, &range, "r", first);
+    assert!(
+        r.status == 206 && r.body_len == 1000 && r.exact,
+        "{}",
+        r.head
+    );
+    // The first slice (which gives the object's length) and the range's, not the rest.
+    assert_eq!(origin.ranges_of(&path), [slice_range(0), slice_range(3)]);
+    on_disk(admin, 3);
+    // The whole later: the missing slices only.
+    let r = get_sliced(&server, &path, "", "r", 0);
+    assert!(r.status == 200 && r.body_len == SLICED && r.exact);
+    let later: Vec<_> = [1, 2, 4, 5].into_iter().map(slice_range).collect();
+    assert_eq!(origin.ranges_of(&path)[2..], later[..]);
+    on_disk(admin, 7);
+}
