@@ -45,6 +45,20 @@ pub(crate) enum BodyKind {
     /// A body passed through whose chunks are also written to the disk tier (a
     /// streaming fill), put in place when the body ends whole.
     Tee(Box<(Body, DiskFill)>),
+    /// An object fetched in slices, read from its slices as it is sent
+    /// (`crate::slices`).
+    Sliced(Box<dyn Pieces>),
+}
+
+/// A body that gives pieces (bytes, or regions of files when `regions`) in order: an
+/// object read from its slices (`crate::slices`, which knows the proxy this module
+/// does not).
+pub(crate) trait Pieces {
+    fn poll_piece(
+        &mut self,
+        cx: &mut Context<'_>,
+        regions: bool,
+    ) -> Poll<Option<Result<handler::Piece, PageError>>>;
 }
 
 impl Body {
@@ -138,7 +152,10 @@ impl Body {
         std::future::poll_fn(|cx| self.poll_chunk(cx)).await
     }
 
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, PageError>>> {
+    pub(crate) fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, PageError>>> {
         match &mut self.kind {
             BodyKind::Pass(p) => p
                 .poll_next(cx)
@@ -152,6 +169,12 @@ impl Body {
             BodyKind::Disk(stream) => stream
                 .poll_chunk(cx)
                 .map(|c| c.map(|r| r.map_err(PageError::Disk))),
+            BodyKind::Sliced(sliced) => sliced.poll_piece(cx, false).map(|c| {
+                c.map(|r| match r? {
+                    handler::Piece::Bytes(bytes) => Ok(bytes),
+                    handler::Piece::File(_) => Err(PageError::Disk("a region for bytes".into())),
+                })
+            }),
             BodyKind::Tee(tee) => {
                 let (body, fill) = &mut **tee;
                 let chunk = body.poll_chunk(cx);
@@ -168,6 +191,23 @@ impl Body {
                 *next += 1;
                 Poll::Ready(chunk.map(Ok))
             }
+        }
+    }
+
+    /// [`Body::poll_chunk`], but a disk object's body gives regions of its file, for a
+    /// connection that sends them with `sendfile(2)` ([`handler::Chunks::poll_piece`]).
+    pub(crate) fn poll_piece(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<handler::Piece, PageError>>> {
+        match &mut self.kind {
+            BodyKind::Disk(stream) => stream
+                .poll_piece(cx)
+                .map(|c| c.map(|r| r.map_err(PageError::Disk))),
+            BodyKind::Sliced(sliced) => sliced.poll_piece(cx, true),
+            _ => self
+                .poll_chunk(cx)
+                .map(|c| c.map(|r| r.map(handler::Piece::Bytes))),
         }
     }
 

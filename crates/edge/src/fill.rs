@@ -41,7 +41,7 @@ fn plain(req: &ProxyRequest) -> bool {
 }
 
 /// The upstream body of `pooled`, `length` bytes when known.
-fn upstream_body(mut pooled: Pooled, length: Option<u64>) -> Body {
+pub(crate) fn upstream_body(mut pooled: Pooled, length: Option<u64>) -> Body {
     match pooled.take_whole() {
         Some(whole) => Body::whole(whole),
         None => Body {
@@ -111,6 +111,6 @@ impl Edge {
                 body: Body::ready(Vec::new()),
             });
         }
-        self.serve(entry, &req, &authority, now).await
+        self.serve(entry, &req, &authority, now, None).await
     }
 }

@@ -109,6 +109,8 @@ mod proxy;
 mod purge;
 mod revalidation;
 mod route_compression;
+mod serve;
+mod slices;
 mod surrogate_keys;
 mod tunnel;
 mod upstream;

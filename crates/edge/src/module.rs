@@ -670,6 +670,15 @@ impl Chunks for Body {
     fn take_tunnel(self: Pin<&mut Self>) -> Option<handler::Tunnel> {
         self.get_mut().take_tunnel()
     }
+
+    fn poll_piece(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<handler::Piece, BodyError>>> {
+        self.get_mut()
+            .poll_piece(cx)
+            .map(|c| c.map(|r| r.map_err(|e: PageError| BodyError(e.to_string()))))
+    }
 }
 
 impl Upstreams for Edge {
@@ -751,7 +760,11 @@ fn write_disk(out: &mut handler::Metrics, d: &crate::cache::DiskTierStats) {
         );
     }
     let fills = "Objects written to the disk tier, or not (an I/O error, a full disk or queue).";
-    for (result, n) in [("written", d.fills), ("failed", d.fill_errors)] {
+    for (result, n) in [
+        ("written", d.fills),
+        ("failed", d.fill_errors),
+        ("rejected", d.fill_rejected),
+    ] {
         out.counter(
             "tessera_cache_disk_fills_total",
             fills,

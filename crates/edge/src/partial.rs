@@ -48,8 +48,8 @@ pub(crate) fn answer(
     entry: &Arc<Entry>,
     req: &ProxyRequest,
     (lines, date): (&Bytes, bool),
-    token: &str,
-    age: u64,
+    (token, age): (&str, u64),
+    sliced: &dyn Fn(Option<(u64, u64)>) -> Option<Body>,
 ) -> Option<ProxyResponse> {
     let c = conditions(req)?;
     let stored = &entry.headers;
@@ -110,12 +110,13 @@ pub(crate) fn answer(
             );
             match &entry.on_disk {
                 Some(on_disk) => Body::disk(on_disk.stream(Some((first, last)))),
+                None if entry.sliced.is_some() => sliced(Some((first, last)))?,
                 None => Body::whole(body.slice(first as usize..=last as usize)),
             }
         }
-        // Several ranges of a body left on disk: the whole 200 (RFC 9110 14.2 lets a
-        // server ignore Range), as it is read.
-        _ if entry.on_disk.is_some() => return None,
+        // Several ranges of a body left on disk (or in slices): the whole 200 (RFC 9110
+        // 14.2 lets a server ignore Range), as it is read.
+        _ if entry.on_disk.is_some() || entry.sliced.is_some() => return None,
         ranges => {
             let content_type = stored
                 .get(b"content-type")

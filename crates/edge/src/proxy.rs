@@ -296,14 +296,20 @@ impl Edge {
             status.set(CacheStatus::of(e, now_ms()));
         }
         let (stale, passes) = match found {
-            Memory::Fresh(e) => return self.serve(e, &req, &authority, now_ms()).await,
+            Memory::Fresh(e) => {
+                return self
+                    .serve(e, &req, &authority, now_ms(), Some(&upstream))
+                    .await
+            }
             Memory::Stale(e, guard) => {
                 if let Some(guard) = guard {
                     let validate = Some(e.clone()).filter(|e| e.may_revalidate(now));
                     let fill = (key, guard, policy, validate);
                     self.refresh_in_background(&req, &upstream, mode, &authority, fill);
                 }
-                return self.serve(e, &req, &authority, now_ms()).await;
+                return self
+                    .serve(e, &req, &authority, now_ms(), Some(&upstream))
+                    .await;
             }
             Memory::Miss(stale, validate) => ((stale, validate), false),
             Memory::Pass => ((None, None), true),
@@ -349,13 +355,17 @@ impl Edge {
         });
         let (guard, stale, validate) = match flight {
             Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => {
-                return self.serve(e, &req, &authority, now_ms()).await
+                return self
+                    .serve(e, &req, &authority, now_ms(), Some(&upstream))
+                    .await
             }
             Flight::Refresh(e, guard) => {
                 let validate = Some(e.clone()).filter(|e| e.may_revalidate(now_ms()));
                 let fill = (key, guard, policy, validate);
                 self.refresh_in_background(&req, &upstream, mode, &authority, fill);
-                return self.serve(e, &req, &authority, now_ms()).await;
+                return self
+                    .serve(e, &req, &authority, now_ms(), Some(&upstream))
+                    .await;
             }
             // The origin failed the leader: asking it again per waiter would only
             // multiply the load on a failing origin.
@@ -416,82 +426,6 @@ impl Edge {
         });
     }
 
-    /// Answers from a cached object: its headers as stored (with Age), its body shared
-    /// with the writer, or its template assembled.
-    pub(crate) async fn serve(
-        &self,
-        entry: Arc<Entry>,
-        req: &ProxyRequest,
-        authority: &str,
-        now: u64,
-    ) -> Result<ProxyResponse, ProxyError> {
-        let token = self.worker.config.esi.device_token.as_str();
-        let generation = self.worker.cache.generation();
-        let memo = entry
-            .template
-            .as_ref()
-            .and_then(|_| entry.memo(now, generation));
-        let whole = entry.template.is_none() || memo.is_some();
-        let age = entry.age_secs(now);
-        let headers = if self.worker.lean && whole {
-            // Buffers of a head this worker sent: no allocation.
-            let mut headers = FieldList::with_capacity(1, 24);
-            headers.append_with(b"age", |b| wire::write_decimal(b, age));
-            headers
-        } else {
-            let mut headers = entry.response_headers(token).clone();
-            headers.insert(b"age", age.to_string().as_bytes());
-            headers
-        };
-        let mut headers = headers;
-        if req.method == Method::HEAD && entry.template.is_none() {
-            // No body to count: a HEAD says the length its GET would have.
-            let length = entry.body_len();
-            headers.append_with(b"content-length", |b| wire::write_decimal(b, length));
-        }
-        let (lines, date) = entry.response_head_h1(token);
-        match &entry.template {
-            None => Ok(
-                match crate::partial::answer(&entry, req, (&lines, date), token, age) {
-                    // 304, 412, 206 or 416 from the stored object.
-                    Some(answer) => answer,
-                    // A body left on disk is sent as it is read, without compressed forms
-                    // of its own.
-                    None => match &entry.on_disk {
-                        Some(on_disk) => ProxyResponse {
-                            status: entry.status,
-                            head_h1: Some((lines, date, None)),
-                            headers,
-                            body: Body::disk(on_disk.stream(None)),
-                        },
-                        None => ProxyResponse {
-                            status: entry.status,
-                            head_h1: Some((
-                                lines,
-                                date,
-                                Some((entry.variants.clone(), entry.clone())),
-                            )),
-                            headers,
-                            body: Body::whole(entry.body.clone()),
-                        },
-                    },
-                },
-            ),
-            Some(t) => {
-                if let Some(memo) = memo {
-                    return Ok(ProxyResponse {
-                        status: entry.status,
-                        head_h1: Some((lines, date, Some((memo.variants.clone(), entry.clone())))),
-                        headers,
-                        body: Body::ready(memo.chunks.clone()),
-                    });
-                }
-                self.assemble(req, t, entry.status, headers, authority, Some(&entry))
-                    .await
-            }
-        }
-    }
-
     /// Sends the request upstream and answers with the response. With `store`, a
     /// cacheable response is stored (and landed for the waiters), and a failure is
     /// answered with the stale object when `stale-if-error` allows.
@@ -506,11 +440,14 @@ impl Edge {
         let worker = &self.worker;
         let token = worker.config.esi.device_token.as_str();
         let deadline = Instant::now() + upstream.response_timeout;
+        // An object fetched in slices: its first slice asked for (`crate::slices`).
+        let slice = store.as_ref().and_then(|s| self.slice_for(&req, s));
+        let sliced_fields = slice.map(|n| Self::first_slice_fields(&req.headers, n));
         let out = Outgoing {
             method: &req.method,
             target: &req.target,
             fields: Fields::Forwarded(Forwarded {
-                client_headers: &req.headers,
+                client_headers: sliced_fields.as_ref().unwrap_or(&req.headers),
                 client: &req.client,
                 token,
                 // The response may be a template to assemble, which must be text: until
@@ -518,7 +455,7 @@ impl Edge {
                 identity: mode != EsiMode::Off,
                 // The response is to fill the cache for every client: ask for the whole
                 // object, not this client's 304 or 206 (the client gets the full 200).
-                whole: store.is_some(),
+                whole: store.is_some() && slice.is_none(),
                 revalidate: store
                     .as_ref()
                     .and_then(|s| Some(&s.validate.as_ref()?.headers)),
@@ -532,38 +469,28 @@ impl Edge {
             trace: req.trace,
         };
         let sent = upstream.send(&out, deadline).await;
-        let failed = match &sent {
-            Err(_) => true,
-            // An error the route stores (`cache_errors`), when nothing stale may be
-            // served instead, is stored like any response.
-            Ok((head, _)) => {
-                let kept =
-                    |s: &Store<'_>| s.stale.is_none() && RoutePolicy::keeps(&s.policy, head.status);
-                head.status.is_server_error() && !store.as_ref().is_some_and(kept)
-            }
-        };
-        if failed {
-            if let Some(s) = store.take() {
-                if let Some(g) = s.guard {
-                    g.land(Landing::Failed);
-                }
-                if let Some(stale) = s.stale {
-                    if let Some(status) = s.status {
-                        status.set(CacheStatus::of(&stale, now_ms()));
-                    }
-                    worker.cache.count_stale();
-                    tracing::debug!(key = %s.key, "origin failed: serving stale");
-                    return self.serve(stale, &req, &authority, now_ms()).await;
-                }
-            }
+        if let Some(stale) = self.stale_on_failure(&sent, &mut store) {
+            return self
+                .serve(stale, &req, &authority, now_ms(), Some(upstream))
+                .await;
         }
         let (mut parts, pooled) = sent?;
+        let sliced = match slice.map(|_| Self::first_slice(&mut parts)) {
+            Some(Err(())) => {
+                return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await
+            }
+            first => first.and_then(Result::ok).flatten(),
+        };
         if let Some(s) = store.take_if(|s| s.validate.is_some() && parts.status.as_u16() == 304) {
             // The origin confirmed the expired object: refreshed, not fetched again.
             return self.revalidated(req, parts, pooled, s, authority).await;
         }
         let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
         let esi = !bodiless && is_esi(mode, &parts.headers, token);
+        if sliced.is_some() && esi {
+            // A template larger than a slice: assembled from the whole, not stored.
+            return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await;
+        }
         if req.method == Method::HEAD && is_esi(mode, &parts.headers, token) {
             // The template's length, validators and ranges are not the page's: a HEAD
             // gets the fields its GET would (an assembled page's).
@@ -579,6 +506,13 @@ impl Edge {
         let length = content_length(&parts.headers);
         let storable = freshness.is_some();
         if let (Some(f), Some(s)) = (freshness, store.take_if(|_| storable)) {
+            if let Some(total) = sliced {
+                let head = (parts, pooled, f, now);
+                let at = (total, expose);
+                return self
+                    .start_sliced(req, head, s, upstream, authority, at)
+                    .await;
+            }
             let mut stored = parts.headers.clone();
             headers::strip_hop_by_hop(&mut stored);
             let mut entry = if esi {
@@ -621,7 +555,9 @@ impl Edge {
                     body: Body::ready(Vec::new()),
                 });
             }
-            return self.serve(entry, &req, &authority, now).await;
+            return self
+                .serve(entry, &req, &authority, now, Some(upstream))
+                .await;
         }
         // Not stored: waiters fetch their own, now rather than after this response, and
         // the next requests for the key do not wait on one another; unless it was this
@@ -630,8 +566,45 @@ impl Edge {
         if let Some(s) = store.filter(|_| req.method == Method::GET && !authorized) {
             worker.cache.mark_pass(&s.key, now);
         }
+        if sliced.is_some() {
+            // Only its first slice came, and it is not to be stored: the whole, as asked.
+            return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await;
+        }
         self.answer_exposing(req, parts, pooled, (esi, expose), authority)
             .await
+    }
+
+    /// When the origin failed (an error, or a 5xx the route does not store): the flight
+    /// told, and the stale object to serve instead when there is one (`stale-if-error`).
+    fn stale_on_failure(
+        &self,
+        sent: &Result<(Head, Pooled), UpstreamError>,
+        store: &mut Option<Store<'_>>,
+    ) -> Option<Arc<Entry>> {
+        let failed = match sent {
+            Err(_) => true,
+            // An error the route stores (`cache_errors`), when nothing stale may be
+            // served instead, is stored like any response.
+            Ok((head, _)) => {
+                let kept =
+                    |s: &Store<'_>| s.stale.is_none() && RoutePolicy::keeps(&s.policy, head.status);
+                head.status.is_server_error() && !store.as_ref().is_some_and(kept)
+            }
+        };
+        if !failed {
+            return None;
+        }
+        let s = store.take()?;
+        if let Some(g) = s.guard {
+            g.land(Landing::Failed);
+        }
+        let stale = s.stale?;
+        if let Some(status) = s.status {
+            status.set(CacheStatus::of(&stale, now_ms()));
+        }
+        self.worker.cache.count_stale();
+        tracing::debug!(key = %s.key, "origin failed: serving stale");
+        Some(stale)
     }
 
     /// How long a response may be stored for the store `s`, when it may be at all.
@@ -706,7 +679,7 @@ impl Edge {
     /// Assembles a page from its template: at once from the cache when every fragment
     /// is fresh in memory (one ready body, its length known), else by starting every
     /// include and answering when the first bytes are ready.
-    async fn assemble(
+    pub(crate) async fn assemble(
         &self,
         req: &ProxyRequest,
         template: &esi::Template,

@@ -85,6 +85,6 @@ impl Edge {
                 body: Body::ready(Vec::new()),
             });
         }
-        self.serve(entry, &req, &authority, now).await
+        self.serve(entry, &req, &authority, now, None).await
     }
 }

@@ -29,6 +29,33 @@ pub trait Chunks {
     fn take_tunnel(self: Pin<&mut Self>) -> Option<Tunnel> {
         None
     }
+
+    /// The next piece, for a connection that can send a file's bytes itself (cleartext
+    /// HTTP/1, with `sendfile(2)`): a body kept in a file (the cache's disk tier) gives
+    /// regions of it, not its bytes. The default gives [`Chunks::poll_chunk`]'s bytes, so
+    /// a body that wraps another (a compressor) gives bytes.
+    fn poll_piece(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Piece, BodyError>>> {
+        self.poll_chunk(cx).map(|c| c.map(|r| r.map(Piece::Bytes)))
+    }
+}
+
+/// A part of a body: bytes, or a region of a file that the connection sends without
+/// reading it ([`Chunks::poll_piece`]).
+pub enum Piece {
+    Bytes(Bytes),
+    File(FileRegion),
+}
+
+/// `len` bytes of `file` from `offset`. The body that gives one has made sure they are in
+/// the page cache, so that sending them does not wait on the disk.
+#[derive(Debug, Clone)]
+pub struct FileRegion {
+    pub file: Arc<std::fs::File>,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// An upgraded connection (WebSocket and other `Upgrade` protocols) to splice with the
@@ -183,6 +210,17 @@ impl Body {
                 next: 0,
             },
         )
+    }
+
+    /// [`Body::next_chunk`], but a streamed body kept in a file gives regions of it
+    /// ([`Chunks::poll_piece`]): for a connection that sends them with `sendfile(2)`.
+    pub async fn next_piece(&mut self) -> Option<Result<Piece, BodyError>> {
+        match self {
+            Body::Stream { chunks, .. } => {
+                std::future::poll_fn(|cx| chunks.as_mut().poll_piece(cx)).await
+            }
+            _ => self.next_chunk().await.map(|c| c.map(Piece::Bytes)),
+        }
     }
 
     /// The whole body, read to its end.

@@ -35,7 +35,7 @@ mod router;
 mod service;
 mod upstream;
 
-pub use body::{Body, BodyError, BodyFilter, Chunks, Tunnel};
+pub use body::{Body, BodyError, BodyFilter, Chunks, FileRegion, Piece, Tunnel};
 pub use certificate::{CertificateHook, ChosenCertificate};
 pub use fields::FieldList;
 pub use head::ResponseHead;

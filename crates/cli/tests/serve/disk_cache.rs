@@ -16,27 +16,37 @@ use crate::harness::{
 use crate::metrics::{admin_addr, admin_get, json_sum, promtool_check, samples, status_json, sum};
 
 /// The memory tier's per-object limit in these tests; `/big/` objects are above it.
-const MEMORY_LIMIT: usize = 1 << 20;
+pub(super) const MEMORY_LIMIT: usize = 1 << 20;
 /// The size of a `/big/` object.
-const BIG: usize = 2 << 20;
+pub(super) const BIG: usize = 2 << 20;
 
 /// An origin that counts requests per path:
 /// - `/small/X`: 10 000 bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
 /// - `/big/X`: [`BIG`] bytes, `max-age=3600`, `Surrogate-Key: tag-X all`
+/// - `/large/X`: [`LARGE`] bytes, the same
 /// - `/vary/X`: the Accept-Language, `Vary: Accept-Language`, `max-age=3600`
 /// - `/slow/...`: the first half of the body, then the rest once [`Origin::open`] is called
 /// - `/broken/...`: the head and half the body, then the connection closed once
 ///   [`Origin::open`] is called
 #[derive(Clone)]
-struct Origin {
-    addr: SocketAddr,
+pub(super) struct Origin {
+    pub(super) addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, usize>>>,
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
+/// The size of a `/large/` object: several MiB, not a multiple of a page.
+pub(super) const LARGE: usize = (5 << 20) + 4321;
+
 /// The body the origin sends for `path`.
-fn body_of(path: &str) -> Vec<u8> {
-    let size = if path.contains("/big/") { BIG } else { 10_000 };
+pub(super) fn body_of(path: &str) -> Vec<u8> {
+    let size = if path.contains("/big/") {
+        BIG
+    } else if path.contains("/large/") {
+        LARGE
+    } else {
+        10_000
+    };
     let seed = path
         .bytes()
         .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
@@ -46,7 +56,7 @@ fn body_of(path: &str) -> Vec<u8> {
 }
 
 impl Origin {
-    fn start() -> Origin {
+    pub(super) fn start() -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = Origin {
             addr: listener.local_addr().unwrap(),
@@ -59,12 +69,12 @@ impl Origin {
     }
 
     /// Lets `/slow/` bodies end.
-    fn open(&self) {
+    pub(super) fn open(&self) {
         *self.gate.0.lock().unwrap() = true;
         self.gate.1.notify_all();
     }
 
-    fn hits(&self, path: &str) -> usize {
+    pub(super) fn hits(&self, path: &str) -> usize {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 
@@ -123,7 +133,7 @@ impl Origin {
 /// The configuration: the memory tier's limit at [`MEMORY_LIMIT`], the disk tier in
 /// `dir` with `disk` (more `[cache.disk]` keys), PURGE from the loopback, the admin
 /// listener on.
-fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
+pub(super) fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
     format!(
         "admin_listen = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"origin\"\naddresses = [\"{}\"]\n\
@@ -137,7 +147,7 @@ fn config(origin: &Origin, dir: &Path, disk: &str) -> String {
 }
 
 /// A server with the disk tier in `dir`, once its loader has read every file.
-fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, SocketAddr) {
+pub(super) fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, SocketAddr) {
     let server = site.serve_with(&config(origin, dir, disk));
     let admin = admin_addr(&server);
     eventually("the loader to finish", || {
@@ -146,19 +156,19 @@ fn serve(site: &Site, origin: &Origin, dir: &Path, disk: &str) -> (Server, Socke
     (server, admin)
 }
 
-fn metric(admin: SocketAddr, name: &str, parts: &[&str]) -> f64 {
+pub(super) fn metric(admin: SocketAddr, name: &str, parts: &[&str]) -> f64 {
     let (_, text) = admin_get(admin, "/metrics", "");
     sum(&samples(&text), name, parts)
 }
 
 /// Waits until the disk tier holds `n` objects.
-fn on_disk(admin: SocketAddr, n: usize) {
+pub(super) fn on_disk(admin: SocketAddr, n: usize) {
     eventually(&format!("{n} objects on disk"), || {
         metric(admin, "tessera_cache_disk_objects", &[]) == n as f64
     });
 }
 
-fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
+pub(super) fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
     let mut stream = server.connect();
     write!(
         stream,
@@ -169,7 +179,7 @@ fn request(server: &Server, method: &str, path: &str, extra: &str) -> Response {
 }
 
 /// `GET path`, checked byte-exact against what the origin sends.
-fn get_exact(server: &Server, path: &str) {
+pub(super) fn get_exact(server: &Server, path: &str) {
     let r = request(server, "GET", path, "");
     assert_eq!(r.status, 200, "{path}");
     assert!(
@@ -180,7 +190,7 @@ fn get_exact(server: &Server, path: &str) {
 }
 
 /// The object files under `dir` (not those being written).
-fn files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn files(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -197,7 +207,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The file that holds the object of `path` (its header names the key).
-fn file_of(dir: &Path, path: &str) -> PathBuf {
+pub(super) fn file_of(dir: &Path, path: &str) -> PathBuf {
     let key = format!("test{path}");
     files(dir)
         .into_iter()
@@ -575,7 +585,7 @@ fn check_config_names_the_disk_key() {
             "cache.disk.max_object_size",
             "at most max_size",
         ),
-        ("slice = \"0\"", "cache.disk.slice", "above 0"),
+        ("slice = \"0\"", "cache.disk.slice", "at least 4k"),
     ] {
         let toml = format!(
             "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
@@ -664,7 +674,12 @@ fn a_full_disk_stops_writes_without_failing_requests() {
 
 /// Sends `GET path` with `extra` fields and reads until the body holds `want` bytes (or
 /// the connection closes): the stream, the bytes read, and where the body starts.
-fn get_until(server: &Server, path: &str, extra: &str, want: usize) -> (TcpStream, Vec<u8>, usize) {
+pub(super) fn get_until(
+    server: &Server,
+    path: &str,
+    extra: &str,
+    want: usize,
+) -> (TcpStream, Vec<u8>, usize) {
     let mut stream = server.connect();
     write!(
         stream,
@@ -803,4 +818,48 @@ fn a_range_that_misses_is_answered_from_the_object_as_it_is_written() {
     on_disk(admin, 1);
     get_exact(&server, path);
     assert_eq!(origin.hits(path), 1);
+}
+
+#[test]
+fn a_scan_of_cold_objects_does_not_flush_the_objects_asked_for_often() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    // Room for four /big/ objects.
+    let disk = "max_size = \"10m\"\nmax_object_size = \"3m\"";
+    let (server, admin) = serve(&site, &origin, &dir, disk);
+    // The hot set: two objects, each asked for four times.
+    for _ in 0..4 {
+        get_exact(&server, "/big/hot1");
+        get_exact(&server, "/big/hot2");
+    }
+    on_disk(admin, 2);
+    // A scan: ten objects asked for once each. Two fill the room left; the others would
+    // evict an object asked for more often, and are not written.
+    for i in 0..10 {
+        get_exact(&server, &format!("/big/cold{i}"));
+    }
+    eventually("the scan's fills to end", || {
+        metric(admin, "tessera_cache_disk_fills_total", &["written"])
+            + metric(admin, "tessera_cache_disk_fills_total", &["rejected"])
+            == 12.0
+    });
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
+    assert_eq!(
+        metric(admin, "tessera_cache_disk_evictions_total", &["size"]),
+        0.0
+    );
+    get_exact(&server, "/big/hot1");
+    get_exact(&server, "/big/hot2");
+    assert_eq!((origin.hits("/big/hot1"), origin.hits("/big/hot2")), (1, 1));
+    // An object of the scan asked for again is written then: more often asked for than
+    // the least recently used (an object of the scan asked for once), which it evicts.
+    get_exact(&server, "/big/cold9");
+    eventually("cold9 on disk", || {
+        metric(admin, "tessera_cache_disk_evictions_total", &["size"]) == 1.0
+    });
+    get_exact(&server, "/big/cold9");
+    get_exact(&server, "/big/hot1");
+    assert_eq!(origin.hits("/big/cold9"), 2);
+    assert_eq!((origin.hits("/big/hot1"), origin.hits("/big/hot2")), (1, 1));
+    assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
 }

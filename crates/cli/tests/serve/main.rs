@@ -25,6 +25,7 @@ mod compression_cache;
 mod compression_routes;
 mod demo;
 mod disk_cache;
+mod disk_cache_large;
 mod event_loop;
 mod framing;
 mod h2c_listen;

@@ -287,9 +287,11 @@ async fn fetch_cached(
     let field = |n: &str| headers.get(n).cloned();
     let flight = lookup::fly(cache, &key, &field, deadline, (stale, validate)).await;
     let (guard, stale, validate) = match flight {
-        // A body left on disk (a page's object too large for memory, as a fragment):
-        // fetched whole for the page.
-        Flight::Hit(e) | Flight::Joined(e) if e.on_disk.is_some() => (None, None, None),
+        // A body left on disk or in slices (a page's object too large for memory, as a
+        // fragment): fetched whole for the page.
+        Flight::Hit(e) | Flight::Joined(e) if e.on_disk.is_some() || e.sliced.is_some() => {
+            (None, None, None)
+        }
         Flight::Hit(e) | Flight::Joined(e) | Flight::StaleOnError(e) => return Ok(e),
         Flight::Refresh(e, guard) => {
             refresh_in_background(worker, target, guard, e.clone());

@@ -64,8 +64,9 @@ pub struct DiskConfig {
     pub inactive: DurationText,
     /// Requests for a key before its object is written to disk. Default 1.
     pub min_uses: u32,
-    /// The size of the slices a very large object is fetched in (not built yet: checked
-    /// and kept). Default none.
+    /// The size of the slices an object larger than it is fetched from the origin in
+    /// (`Range` requests), each kept on disk as an object of its own. Default none: an
+    /// object is fetched whole.
     pub slice: Option<SizeText>,
     /// Files the loader reads per second at start, while requests are served. Default
     /// 1000.
@@ -156,6 +157,8 @@ pub(crate) struct DiskSettings {
     pub(crate) inactive: Duration,
     pub(crate) min_uses: u32,
     pub(crate) loader_rate: u32,
+    /// `slice`: the bytes of a slice, when objects are fetched in slices.
+    pub(crate) slice: Option<u64>,
 }
 
 /// The largest object the disk tier keeps: its record holds the body's length in 32
@@ -195,9 +198,18 @@ impl DiskConfig {
                 format!("must be at most {MAX_DISK_OBJECT} bytes (4g less 1m)"),
             );
         }
-        if let Some(slice) = &self.slice {
-            if size("slice", slice)? == 0 {
-                return bad("slice", "must be above 0".into());
+        let slice = match &self.slice {
+            Some(slice) => Some(size("slice", slice)?),
+            None => None,
+        };
+        if let Some(slice) = slice {
+            if slice < 4096 || slice > max_object_size {
+                return bad(
+                    "slice",
+                    format!(
+                        "must be at least 4k and at most max_object_size ({max_object_size} bytes)"
+                    ),
+                );
             }
         }
         let inactive = match self.inactive.duration() {
@@ -218,6 +230,7 @@ impl DiskConfig {
             inactive,
             min_uses: self.min_uses,
             loader_rate: self.loader_rate,
+            slice,
         })
     }
 }

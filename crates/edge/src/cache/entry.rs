@@ -61,6 +61,9 @@ pub(crate) struct Entry {
     /// For a fresh disk object too large for memory: its body, left on disk and read as
     /// it is sent (`body` is empty then). Such an object is served, never stored again.
     pub(crate) on_disk: Option<super::disk::stream::OnDisk>,
+    /// For an object fetched in slices: the head read from disk (its body empty), the
+    /// slices served from disk or fetched as they are needed. Never stored in memory.
+    pub(crate) sliced: Option<Arc<super::disk::slices::Sliced>>,
 }
 
 /// The surrogate keys in `fields`' key fields (split at spaces and commas, each once).
@@ -99,9 +102,11 @@ pub(crate) struct Memo {
 impl Entry {
     /// The body's length, in memory or on disk.
     pub(crate) fn body_len(&self) -> u64 {
-        self.on_disk
-            .as_ref()
-            .map_or(self.body.len() as u64, |d| d.len())
+        match (&self.on_disk, &self.sliced) {
+            (Some(d), _) => d.len(),
+            (None, Some(sliced)) => sliced.total,
+            (None, None) => self.body.len() as u64,
+        }
     }
 
     /// Its weight in memory now: its own bytes and its forms'.
@@ -206,6 +211,7 @@ impl Entry {
             expose_keys: false,
             disk: true,
             on_disk: None,
+            sliced: None,
         }
     }
 
@@ -248,7 +254,10 @@ impl Entry {
     /// origin in a conditional request (RFC 9111 4.3.1); usable while it is still held
     /// (in a stale window or its `keep`).
     pub(crate) fn may_revalidate(&self, now: u64) -> bool {
-        !self.is_fresh(now) && super::freshness::has_validators(&self.headers)
+        // A sliced object is fetched again (its first slice), not revalidated whole.
+        !self.is_fresh(now)
+            && super::freshness::has_validators(&self.headers)
+            && self.sliced.is_none()
     }
 
     /// How long after its birth it is of any use: its lifetime, its stale windows and
@@ -322,14 +331,15 @@ impl Entry {
 
     /// This object (its head: status, fields, freshness) with its body on disk.
     pub(super) fn with_body_on_disk(&self, on_disk: super::disk::stream::OnDisk) -> Entry {
-        let mut e = Entry::new(
-            self.status,
-            self.headers.clone(),
-            Bytes::new(),
-            None,
-            None,
-            0,
-        );
+        let mut e = self.head_with(self.headers.clone());
+        e.weight = self.weight + on_disk.len();
+        e.on_disk = Some(on_disk);
+        e
+    }
+
+    /// This object's status and freshness with `headers`, and no body.
+    pub(super) fn head_with(&self, headers: FieldList) -> Entry {
+        let mut e = Entry::new(self.status, headers, Bytes::new(), None, None, 0);
         (e.born_ms, e.fresh_ms, e.swr_ms, e.sie_ms, e.keep_ms) = (
             self.born_ms,
             self.fresh_ms,
@@ -338,8 +348,6 @@ impl Entry {
             self.keep_ms,
         );
         e.expose_keys = self.expose_keys;
-        e.weight = self.weight + on_disk.len();
-        e.on_disk = Some(on_disk);
         e
     }
 

@@ -9,7 +9,9 @@ use std::rc::Rc;
 
 use std::time::Instant;
 
-use handler::{Body, LocalFuture, Response, Tunnel};
+use handler::{Body, FileRegion, LocalFuture, Piece, Response, Tunnel};
+use std::os::fd::AsRawFd;
+use tokio::io::Interest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire::{BodyFraming, Chunk, ChunkedDecoder, Framing, HeaderStorage, Version};
 
@@ -19,6 +21,7 @@ use crate::exchange::finish::{self, BodyRead, Pumped, Sink};
 use crate::exchange::served::Sent;
 use crate::exchange::{self, tunnel, Exchange};
 use crate::facts::ConnFacts;
+use crate::net::transport::Stream;
 use crate::reply::{HeadBuf, Terms};
 use crate::worker::Worker;
 
@@ -340,23 +343,32 @@ impl Conn {
         // chunked framing in one write.
         let mut head_sent = false;
         let mut gone = false;
+        // In cleartext a body kept in a file (the cache's disk tier) gives regions of it,
+        // sent with sendfile(2) as static files are; through TLS it gives bytes.
+        let plain = matches!(self.stream, Stream::Plain(_));
         loop {
             let _ = worker.enter(self.slot, ConnState::Handling);
             // A client that goes away while the body waits (a late fragment)
             // ends it now, not at the next write: what the body holds (its
             // compressor's reservation, its fetches) is given back at once.
-            let chunk = tokio::select! {
+            let piece = tokio::select! {
                 biased;
-                chunk = body.next_chunk() => chunk,
+                piece = next_piece(&mut body, plain) => piece,
                 () = client_gone(self.stream.tcp()) => {
                     (complete, gone) = (false, true);
                     break;
                 }
             };
-            match chunk {
+            match piece {
                 None => break,
-                Some(Ok(bytes)) if bytes.is_empty() => {}
-                Some(Ok(bytes)) => {
+                Some(Ok(Piece::File(region))) => {
+                    let head_part: &[u8] = if head_sent { b"" } else { head };
+                    head_sent = true;
+                    self.send_region(head_part, &region, chunked).await?;
+                    sent += region.len;
+                }
+                Some(Ok(Piece::Bytes(bytes))) if bytes.is_empty() => {}
+                Some(Ok(Piece::Bytes(bytes))) => {
                     let head_part: &[u8] = if head_sent { b"" } else { head };
                     head_sent = true;
                     if chunked {
@@ -395,6 +407,74 @@ impl Conn {
             complete = false;
         }
         Ok((sent, complete))
+    }
+
+    /// Writes `before` (the head, with the first piece) and `region` of a file with
+    /// sendfile(2) on the non-blocking socket (waiting for writability when it is full, as
+    /// [`Conn::flush`] does for static files), in chunked framing when `chunked`.
+    async fn send_region(
+        &mut self,
+        before: &[u8],
+        region: &FileRegion,
+        chunked: bool,
+    ) -> io::Result<()> {
+        let mut size = [0u8; 20];
+        let n = if chunked {
+            wire::chunk_size_line(region.len as usize, &mut size)
+        } else {
+            0
+        };
+        let Stream::Plain(tcp) = &self.stream else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
+        // The head (or chunk size line) with MSG_MORE, so it leaves in the same packets
+        // as the start of the region (as `Output` does before a static file's).
+        let parts = [before, &size[..n]];
+        let total = before.len() + n;
+        let mut done = 0;
+        while done < total {
+            let mut slices = [io::IoSlice::new(&[]); 2];
+            let k = wire::unsent(&parts, done, &mut slices);
+            let flags = libc::MSG_MORE | libc::MSG_NOSIGNAL;
+            let fd = tcp.as_raw_fd();
+            match tcp.try_io(Interest::WRITABLE, || {
+                crate::sys::sendmsg(fd, &slices[..k], flags)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(sent) => done += sent,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.worker.enter(self.slot, ConnState::Writing) {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                    std::future::poll_fn(|cx| tcp.poll_write_ready(cx)).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let fd = region.file.as_raw_fd();
+        let (mut at, end) = (region.offset, region.offset + region.len);
+        while at < end {
+            match crate::net::output::send_file(tcp, fd, at, end - at) {
+                // The file shrank under us: its length is promised already.
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    at += n as u64;
+                    self.worker.touch(self.slot);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.worker.enter(self.slot, ConnState::Writing) {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                    std::future::poll_fn(|cx| tcp.poll_write_ready(cx)).await?;
+                    self.worker.clock.refresh();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if chunked {
+            self.send(b"\r\n").await?;
+        }
+        Ok(())
     }
 
     /// Writes `head` and then `chunks` whole, with as few vectored writes as the socket
@@ -547,6 +627,15 @@ impl Conn {
 /// Ready when the client has closed the connection (a read would find its end, or it
 /// was reset); bytes it sent meanwhile (a pipelined request) are not a close, and then
 /// this is never ready.
+/// The body's next piece: regions of a file only when the connection can send them
+/// (`plain`).
+async fn next_piece(body: &mut Body, plain: bool) -> Option<Result<Piece, handler::BodyError>> {
+    match plain {
+        true => body.next_piece().await,
+        false => body.next_chunk().await.map(|c| c.map(Piece::Bytes)),
+    }
+}
+
 async fn client_gone(tcp: &crate::net::reactor::Socket) {
     let mut byte = [0u8; 1];
     match tcp.peek(&mut byte).await {

@@ -391,9 +391,12 @@ impl Output {
         let mut wrote = false;
         while self.index < self.segments.len() {
             let written = match &self.segments[self.index] {
-                Segment::File { entry, offset, len } => {
-                    send_file(stream, entry, offset + self.skip, len - self.skip)
-                }
+                Segment::File { entry, offset, len } => send_file(
+                    stream,
+                    entry.file.as_raw_fd(),
+                    offset + self.skip,
+                    len - self.skip,
+                ),
                 _ => self.write_memory_segments(stream),
             };
             match written {
@@ -615,10 +618,15 @@ fn write_joined(stream: &Socket, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
 /// the socket buffer is full it returns WouldBlock and the connection waits for
 /// writability, resuming at the saved offset: a slow reader holds only its own
 /// connection, never the worker (nginx's ngx_linux_sendfile_chain, the Yaws sendfile
-/// driver). A return of 0 means the file shrank under us.
-fn send_file(stream: &Socket, entry: &FileEntry, offset: u64, len: u64) -> io::Result<usize> {
+/// driver). A return of 0 means the file shrank under us. Static files (`Segment::File`)
+/// and the cache's disk objects (`http1::later`) go out through it.
+pub(crate) fn send_file(
+    stream: &Socket,
+    file: std::os::fd::RawFd,
+    offset: u64,
+    len: u64,
+) -> io::Result<usize> {
     let socket = stream.as_raw_fd();
-    let file = entry.file.as_raw_fd();
     let mut offset = offset as libc::off_t;
     // Linux moves at most 0x7ffff000 bytes per call.
     let chunk = len.min(0x7fff_f000) as usize;

@@ -57,6 +57,27 @@ struct Work {
     done: Option<Done>,
 }
 
+/// Readers of a fill under way ([`DiskFill::reader`]): each gets the body read from the
+/// file as it is written.
+#[derive(Clone)]
+pub(crate) struct FillReader {
+    queue: Queue,
+    body: (u64, u64, Arc<Progress>),
+}
+
+impl FillReader {
+    /// The body, read from the file as it is written, of the object under `key`.
+    pub(crate) fn body(&self, key: String) -> OnDisk {
+        let (offset, len, progress) = &self.body;
+        OnDisk::filling((self.queue.clone(), key), progress.clone(), (*offset, *len))
+    }
+
+    /// Whether `other` reads the same fill.
+    pub(super) fn same(&self, other: &FillReader) -> bool {
+        Arc::ptr_eq(&self.body.2, &other.body.2)
+    }
+}
+
 /// The worker's side of a fill: chunks go in as they pass through; dropped before
 /// [`DiskFill::finish`], the fill is given up.
 pub(crate) struct DiskFill {
@@ -110,9 +131,15 @@ impl DiskFill {
     /// The body, read from the file as it is written, for the requests that wait for
     /// the object under `key`.
     pub(crate) fn filling_body(&self, key: String) -> OnDisk {
-        let (offset, len, progress) = &self.body;
-        let queue = self.state.queue.clone();
-        OnDisk::filling((queue, key), progress.clone(), (*offset, *len))
+        self.reader().body(key)
+    }
+
+    /// What the fill's readers need, to make more of them while it goes on.
+    pub(crate) fn reader(&self) -> FillReader {
+        FillReader {
+            queue: self.state.queue.clone(),
+            body: self.body.clone(),
+        }
     }
 
     /// The next chunk of the body. Past the tier's budget of bytes waiting to be

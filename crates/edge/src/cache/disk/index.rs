@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::admission::Sketch;
 use super::file::Header;
 
 /// One object on disk.
@@ -17,6 +18,9 @@ pub(crate) struct Meta {
     pub(crate) stored_ms: u64,
     pub(crate) useless_ms: u64,
     pub(crate) last_used_ms: u64,
+    /// When its file was last checked whole (loaded) or written: a file modified since
+    /// is not sent without checking its checksum again (`stream`).
+    pub(crate) checked_ms: u64,
     /// Its place in the order of last use.
     tick: u64,
     pub(crate) tags: Box<[Box<str>]>,
@@ -55,9 +59,51 @@ pub(crate) struct Index {
     uses: HashMap<String, u32>,
     /// Bumped by every invalidation: a write begun before one is not indexed.
     pub(crate) generation: u64,
+    /// How often keys were asked for lately, for admission ([`Index::admits`]).
+    sketch: Sketch,
 }
 
+/// Objects [`Index::admits`] compares a new object with at most (the ones it would
+/// evict first).
+const MAX_COMPARED: usize = 64;
+
 impl Index {
+    /// An empty index whose admission counts suit a tier of `max_bytes` (an object per
+    /// 64 KiB).
+    pub(crate) fn sized(max_bytes: u64) -> Index {
+        Index {
+            sketch: Sketch::new((max_bytes >> 16) as usize),
+            ..Index::default()
+        }
+    }
+
+    /// Counts a request for the object of `key`, toward admission.
+    pub(crate) fn count_request(&mut self, key: &str) {
+        self.sketch.count(key);
+    }
+
+    /// Whether a new object of `size` bytes under `key` may be written (TinyLFU,
+    /// `admission`): when it fits beside what is indexed within `max_bytes`, or was
+    /// asked for at least as often as each of the least recently used objects it would
+    /// evict (the first [`MAX_COMPARED`] of them).
+    pub(crate) fn admits(&self, key: &str, size: u64, max_bytes: u64) -> bool {
+        if self.objects.contains_key(key) || self.bytes + size <= max_bytes {
+            return true;
+        }
+        let wanted = self.sketch.frequency(key);
+        let mut freed = 0;
+        for (_, victim) in self.order.iter().take(MAX_COMPARED) {
+            if self.sketch.frequency(victim) > wanted {
+                return false;
+            }
+            freed += self.objects.get(victim).map_or(0, |m| m.size);
+            if self.bytes - freed + size <= max_bytes {
+                break;
+            }
+        }
+        true
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.objects.len()
     }
@@ -132,11 +178,17 @@ impl Index {
                 stored_ms: header.stored_ms,
                 useless_ms: header.useless_ms,
                 last_used_ms: now,
+                checked_ms: now,
                 tick: self.tick,
                 tags: header.tags.clone().into(),
             },
         );
         true
+    }
+
+    /// When the file of `key` was last checked whole or written.
+    pub(crate) fn checked_at(&self, key: &str) -> Option<u64> {
+        self.objects.get(key).map(|m| m.checked_ms)
     }
 
     /// Takes `key` out; its metadata if it was in.

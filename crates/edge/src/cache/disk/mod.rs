@@ -12,17 +12,22 @@
 //!   worker's loop. A read or write that finds the queue full (1,024) is a miss, or a
 //!   write not made. An object too large for memory is sent as it is read, a chunk at a
 //!   time (`stream`), and written as it passes to the client that asked for it, the
-//!   others reading it as it is written (`fill`).
+//!   others reading it as it is written (`fill`). With `slice`, an object is kept as
+//!   a head and slices, each an object of its own (`slices`, and `crate::slices` for
+//!   the fetching).
 //! - **Eviction.** The least recently used beyond `max_size`; an object not used for
 //!   `inactive`, or past every window it could be served in; admission after `min_uses`
-//!   requests; a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
+//!   requests, and of an object that would evict others only when asked for at least as
+//!   often as they were (TinyLFU, `admission`); a full disk (`ENOSPC`) stops writes for [`FULL_PAUSE`] without failing
 //!   a request.
 
+mod admission;
 mod file;
 pub(crate) mod fill;
 mod index;
 mod loader;
 mod shared;
+pub(crate) mod slices;
 pub(crate) mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -59,6 +64,9 @@ pub struct DiskTierStats {
     pub fills: u64,
     /// Writes that failed (an I/O error, a full disk) or were not made (queue full).
     pub fill_errors: u64,
+    /// New objects not written because they were asked for less often than those they
+    /// would have evicted (admission).
+    pub fill_rejected: u64,
     /// Objects removed by reason.
     pub evicted_size: u64,
     pub evicted_inactive: u64,
@@ -76,6 +84,8 @@ pub struct DiskTierStats {
 pub(crate) struct DiskTier {
     shared: Arc<Shared>,
     queue: Queue,
+    /// The fills of slices under way (`slices`).
+    filling: slices::Filling,
 }
 
 impl DiskTier {
@@ -89,8 +99,8 @@ impl DiskTier {
             ))
         })?;
         let shared = Arc::new(Shared {
+            index: Mutex::new(index::Index::sized(settings.max_size)),
             settings,
-            index: Mutex::default(),
             counters: Counters::default(),
             loaded: AtomicBool::new(false),
             full_until: AtomicU64::new(0),
@@ -121,7 +131,11 @@ impl DiskTier {
             .spawn(move || loader::run(weak, root))
             .map_err(spawn_failed)?;
         let queue = Queue::new(shared.clone(), jobs);
-        Ok(DiskTier { shared, queue })
+        Ok(DiskTier {
+            shared,
+            queue,
+            filling: slices::Filling::default(),
+        })
     }
 
     pub(crate) fn max_object_size(&self) -> u64 {
@@ -153,6 +167,7 @@ impl DiskTier {
     /// `min_uses`. Its time of storing when it is.
     pub(crate) fn find(&self, object_key: &str, base: &str, now: u64) -> Option<u64> {
         let mut index = self.shared.index();
+        index.count_request(object_key);
         match index.touch(object_key, now) {
             Some(meta) if self.shared.expired(&meta, now) => {
                 index.remove(object_key);
@@ -215,6 +230,10 @@ impl DiskTier {
             if !index.admitted(base, key, s.settings.min_uses) {
                 return;
             }
+            if !index.admits(key, entry.weight, s.settings.max_size) {
+                s.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             index.generation
         };
         let header = Header {
@@ -269,6 +288,10 @@ impl DiskTier {
         let generation = {
             let index = s.index();
             if !index.admitted(base, key, s.settings.min_uses) {
+                return None;
+            }
+            if !index.admits(key, head.weight + body_len, s.settings.max_size) {
+                s.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
             index.generation
@@ -331,6 +354,7 @@ impl DiskTier {
             misses: load(&c.misses),
             fills: load(&c.fills),
             fill_errors: load(&c.fill_errors),
+            fill_rejected: load(&c.rejected),
             evicted_size: load(&c.evicted[0]),
             evicted_inactive: load(&c.evicted[1]),
             evicted_invalidated: load(&c.evicted[2]),
@@ -339,6 +363,60 @@ impl DiskTier {
             loaded: s.loaded.load(Ordering::Acquire),
             full: s.full_until.load(Ordering::Relaxed) > crate::clock::now_ms(),
         }
+    }
+}
+
+impl DiskTier {
+    /// `slice`: the bytes of a slice, when objects are fetched in slices.
+    pub(crate) fn slice_size(&self) -> Option<u64> {
+        self.shared.settings.slice
+    }
+
+    /// The body of the slice under `key` (of the object of request key `base`), to be
+    /// read: the fill under way, or the file when it holds a fresh slice of the object
+    /// of `etag` (one of another is removed). `None` when there is neither.
+    pub(crate) async fn slice_body(
+        &self,
+        (base, key): (&str, &str),
+        etag: Option<&bytes::Bytes>,
+        now: u64,
+    ) -> Option<stream::OnDisk> {
+        if let Some(reader) = self.filling.get(key) {
+            return Some(reader.body(key.to_string()));
+        }
+        self.find(key, base, now)?;
+        let entry = self.read(key, now, 0).await?;
+        let same = etag.map_or(true, |etag| entry.headers.get(b"etag") == Some(&etag[..]));
+        if !same {
+            self.invalidate(|k, _| k == key);
+            return None;
+        }
+        entry.on_disk
+    }
+
+    /// Starts writing the slice under `key` (of the object of request key `base`, whose
+    /// head is `head`), `len` bytes, as they arrive; its readers meanwhile read it as it
+    /// is written ([`DiskTier::slice_body`]). `None` when the tier does not take it.
+    pub(crate) fn start_slice_fill(
+        &self,
+        (base, key): (&str, &str),
+        (head, len): (&Entry, u64),
+        now: u64,
+    ) -> Option<fill::DiskFill> {
+        let filling = self.filling.clone();
+        let owned = key.to_string();
+        let registered = Arc::new(Mutex::new(None::<fill::FillReader>));
+        let mine = registered.clone();
+        let done: fill::Done = Box::new(move |_| {
+            if let Some(mine) = mine.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                filling.ended(&owned, &mine);
+            }
+        });
+        let fill = self.start_fill((base, key), (&[], 0), (head, len), now, done)?;
+        let reader = fill.reader();
+        *registered.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader.clone());
+        self.filling.insert(key, reader);
+        Some(fill)
     }
 }
 
@@ -359,7 +437,8 @@ fn read_on_thread(
             return Err(Refused::Corrupt("another key"));
         }
         if header.record_len > stream_above {
-            let at = (key, header_len, now);
+            let checked_ms = s.index().checked_at(key);
+            let at = (key, header_len, now, checked_ms);
             if let Some(entry) = head_only(queue, &f, &header, at, max) {
                 return Ok(entry);
             }
@@ -389,7 +468,7 @@ fn head_only(
     queue: &Queue,
     file: &std::fs::File,
     header: &Header,
-    (key, header_len, now): (&str, u64, u64),
+    (key, header_len, now, checked_ms): (&str, u64, u64, Option<u64>),
     max: usize,
 ) -> Option<Entry> {
     use std::os::unix::fs::FileExt;
@@ -409,6 +488,16 @@ fn head_only(
     }
     let mut crc = crc32fast::Hasher::new();
     crc.update(&prefix[..head_len]);
+    // A file not modified since it was checked whole (loaded) or written may be sent
+    // without passing through the process (sendfile); one modified since is checked
+    // against its checksum as it is sent.
+    let modified_ms = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64);
+    let trusted = matches!((modified_ms, checked_ms), (Some(m), Some(c)) if m <= c);
     let file = Arc::new(file.try_clone().ok()?);
     let mut entry = head.into_entry(bytes::Bytes::new());
     entry.weight += body_len;
@@ -417,6 +506,7 @@ fn head_only(
         file,
         (header_len + head_len as u64, body_len),
         (crc, header.record_crc),
+        trusted,
     ));
     Some(entry)
 }

@@ -16,6 +16,8 @@ pub(super) struct Counters {
     pub(super) misses: AtomicU64,
     pub(super) fills: AtomicU64,
     pub(super) fill_errors: AtomicU64,
+    /// New objects not admitted (`Index::admits`).
+    pub(super) rejected: AtomicU64,
     pub(super) evicted: [AtomicU64; 4],
     pub(super) loader_files: AtomicU64,
 }

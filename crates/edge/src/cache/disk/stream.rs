@@ -1,14 +1,18 @@
 //! A disk object too large for the memory tier, sent as it is read: its head (status,
 //! fields, freshness) is read for the lookup, and its body a chunk at a time with
 //! `pread` on the tier's I/O threads, the next chunk read while the last one is sent, so
-//! a response holds two chunks in memory however large the object. The file stays open
+//! a response holds two chunks in memory however large the object; or, for a cleartext
+//! HTTP/1 connection, as regions of the file that the server sends with `sendfile(2)`
+//! once they are in the page cache ([`DiskStream::poll_piece`]). The file stays open
 //! for the response (a purge or eviction meanwhile removes its name, not what is sent).
 //!
 //! Every file in the index had its checksum checked when it was loaded or written; a
 //! whole body is checked again as it is sent, and when it no longer matches (the file
 //! changed on disk since) the response breaks off before its end, so no client or cache
 //! takes it as whole, and the file is dropped. A range is sent without that check (its
-//! length is checked when the file is opened).
+//! length is checked when the file is opened), and so is a whole body whose file was not
+//! modified since it was checked (which may go out with sendfile, its bytes never read
+//! by the process).
 //!
 //! An object still being filled ([`Progress`]) is read the same way as its bytes are
 //! written: a reader that has caught up waits to be woken by the next write, and one
@@ -24,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
+use handler::{FileRegion, Piece};
 use tokio::sync::oneshot;
 
 use super::index::Gone;
@@ -155,6 +160,9 @@ pub(crate) struct OnDisk {
     len: u64,
     /// The record's checksum over its head, and the one the whole record has.
     crc: (crc32fast::Hasher, u32),
+    /// Whether the file is as it was checked (not modified since it was loaded or
+    /// written): its whole body may then be sent without checking it again.
+    trusted: bool,
 }
 
 impl OnDisk {
@@ -163,6 +171,7 @@ impl OnDisk {
         file: Arc<File>,
         (offset, len): (u64, u64),
         crc: (crc32fast::Hasher, u32),
+        trusted: bool,
     ) -> OnDisk {
         OnDisk {
             queue,
@@ -171,6 +180,7 @@ impl OnDisk {
             offset,
             len,
             crc,
+            trusted,
         }
     }
 
@@ -187,6 +197,7 @@ impl OnDisk {
             offset,
             len,
             crc: (crc32fast::Hasher::new(), 0),
+            trusted: true,
         }
     }
 
@@ -201,6 +212,8 @@ impl OnDisk {
         let (first, end) = range.map_or((0, self.len), |(first, last)| (first, last + 1));
         let whole = range.is_none() && matches!(self.source, Source::File(_));
         DiskStream {
+            sendable: !whole || self.trusted,
+            warming: None,
             queue: self.queue.clone(),
             key: self.key.clone(),
             source: self.source.clone(),
@@ -226,6 +239,11 @@ pub(crate) struct DiskStream {
     verify: Option<(crc32fast::Hasher, u32)>,
     /// The read under way.
     pending: Option<oneshot::Receiver<io::Result<Bytes>>>,
+    /// Whether its bytes may be sent as regions of the file ([`DiskStream::poll_piece`]):
+    /// a range, a body being filled, or a whole body whose file is as it was checked.
+    sendable: bool,
+    /// A region being read into the page cache on the tier's threads, to be sent next.
+    warming: Option<(oneshot::Receiver<io::Result<()>>, FileRegion)>,
 }
 
 impl DiskStream {
@@ -293,6 +311,111 @@ impl DiskStream {
         Poll::Ready(Some(Ok(chunk)))
     }
 
+    /// The next piece for a connection that sends regions of files itself with
+    /// `sendfile(2)` (cleartext HTTP/1): a region of at most [`WINDOW`] bytes, once it is
+    /// in the page cache; bytes ([`DiskStream::poll_chunk`]) for a body that must be
+    /// checked as it is sent.
+    ///
+    /// sendfile from a file whose pages are in the page cache (warm) copies them to the
+    /// socket without a wait; from pages that are not (cold), the call reads them from
+    /// the disk first, and the worker, with every connection it serves, waits for the
+    /// disk. So a region is given only once its pages are known to be cached: asked of
+    /// the kernel with `cachestat(2)` (no I/O, no mapping), and when some are not (or
+    /// the kernel cannot say, before Linux 6.5), read into the page cache on the tier's
+    /// threads first (`pread`, its bytes dropped), the worker serving others meanwhile;
+    /// the next region is then read ahead while this one is sent. Pages evicted between
+    /// that and the send are read by the worker (a narrow window, under memory pressure
+    /// only).
+    pub(crate) fn poll_piece(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Piece, String>>> {
+        let bytes =
+            |p: Poll<Option<Result<Bytes, String>>>| p.map(|c| c.map(|r| r.map(Piece::Bytes)));
+        if !self.sendable {
+            return bytes(self.poll_chunk(cx));
+        }
+        loop {
+            if let Some((rx, region)) = &mut self.warming {
+                let warmed = match Pin::new(rx).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(warmed) => warmed,
+                };
+                let region = region.clone();
+                self.warming = None;
+                return match warmed {
+                    Ok(Ok(())) => {
+                        // Read ahead while this region is sent.
+                        if let Some((file, available)) = self.readable_now() {
+                            let next = self.take_region(file, available);
+                            if !resident(&next) {
+                                self.warm(next);
+                            } else {
+                                self.next = next.offset;
+                            }
+                        }
+                        Poll::Ready(Some(Ok(Piece::File(region))))
+                    }
+                    Ok(Err(e)) => bytes(self.broken(format!("could not be read: {e}"))),
+                    Err(_) => bytes(self.broken("could not be read: the disk tier stopped".into())),
+                };
+            }
+            if self.next >= self.end {
+                return Poll::Ready(None);
+            }
+            let region = match self.readable(cx) {
+                Ok(Some((file, available))) => self.take_region(file, available),
+                Ok(None) => return Poll::Pending,
+                Err(()) => return bytes(self.broken("not filled: the fill failed".into())),
+            };
+            if resident(&region) {
+                return Poll::Ready(Some(Ok(Piece::File(region))));
+            }
+            self.warm(region);
+        }
+    }
+
+    /// The next region from `file`, of at most `available` and [`WINDOW`] bytes, counted
+    /// as sent.
+    fn take_region(&mut self, file: Arc<File>, available: u64) -> FileRegion {
+        let len = (self.end - self.next).min(WINDOW).min(available);
+        let region = FileRegion {
+            file,
+            offset: self.next,
+            len,
+        };
+        self.next += len;
+        region
+    }
+
+    /// Reads `region` into the page cache on the tier's threads; [`DiskStream::poll_piece`]
+    /// gives it once done.
+    fn warm(&mut self, region: FileRegion) {
+        let (tx, rx) = oneshot::channel();
+        let (file, at, len) = (region.file.clone(), region.offset, region.len);
+        // A tier gone drops the sender: the response breaks off.
+        self.queue.always(move |_| {
+            let mut chunk = Chunk {
+                buf: take_buffer(),
+                len: 0,
+            };
+            let mut done = 0;
+            let read = loop {
+                if done >= len {
+                    break Ok(());
+                }
+                let n = (len - done).min(CHUNK as u64) as usize;
+                if let Err(e) = file.read_exact_at(&mut chunk.buf[..n], at + done) {
+                    break Err(e);
+                }
+                done += n as u64;
+            };
+            drop(chunk);
+            let _ = tx.send(read);
+        });
+        self.warming = Some((rx, region));
+    }
+
     /// The file and the bytes that may be read from `next`; `Ok(None)` when a fill
     /// must write more first (`cx` woken then); `Err` when it failed.
     fn readable(&self, cx: &mut Context<'_>) -> Result<Option<(Arc<File>, u64)>, ()> {
@@ -327,6 +450,62 @@ impl DiskStream {
                 .always(move |s: &Shared| drop_file(s, &key, &file));
         }
         Poll::Ready(Some(Err(format!("disk cache file {why}"))))
+    }
+}
+
+/// Bytes given as one region of a file at most ([`DiskStream::poll_piece`]).
+const WINDOW: u64 = 1 << 20;
+
+/// Whether every page of `region` is in the page cache, as `cachestat(2)` (Linux 6.5)
+/// says; `false` when it cannot say.
+fn resident(region: &FileRegion) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Stat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        /// `cachestat`'s number on every Linux architecture (the unified table).
+        const SYS_CACHESTAT: libc::c_long = 451;
+        if region.len == 0 {
+            return true;
+        }
+        let range = Range {
+            off: region.offset,
+            len: region.len,
+        };
+        let mut stat = Stat::default();
+        // SAFETY: `range` and `stat` are live values of the layouts the kernel reads and
+        // writes (struct cachestat_range, struct cachestat); the descriptor is open.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                region.file.as_raw_fd(),
+                &range as *const Range,
+                &mut stat as *mut Stat,
+                0,
+            )
+        };
+        // SAFETY: sysconf reads a constant of the process.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        let pages = (region.offset + region.len - 1) / page - region.offset / page + 1;
+        r == 0 && stat.nr_cache >= pages
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = region;
+        false
     }
 }
 

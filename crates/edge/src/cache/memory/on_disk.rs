@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use super::{variant_key, Cache, Slot};
 use crate::cache::disk::fill::{DiskFill, Done};
+use crate::cache::disk::slices::{Sliced, MARKER};
 use crate::cache::lookup::Field;
 use crate::cache::{Entry, FlightGuard, Landing};
 use crate::clock::now_ms;
+use bytes::Bytes;
 
 impl Cache {
     /// The object on disk for `key` and these request fields, fresh or not (the caller
@@ -36,10 +38,27 @@ impl Cache {
             return None;
         }
         let memory_limit = self.config.max_object_size as u64;
-        let entry = Arc::new(disk.read(&object_key, now, memory_limit).await?);
+        let mut entry = disk.read(&object_key, now, memory_limit).await?;
         if disk.generation() != generation || entry.useless(now) {
             return None;
         }
+        if let Some(slice) = sliced_head(&mut entry) {
+            // The head of an object fetched in slices: served from its slices.
+            let length = entry.headers.get(b"content-length").unwrap_or_default();
+            let total = std::str::from_utf8(length).ok()?.trim().parse().ok()?;
+            let etag = entry.headers.get(b"etag").map(Bytes::copy_from_slice);
+            let (base, object_key) = (key.to_string(), object_key);
+            entry.sliced = Some(Arc::new(Sliced {
+                base,
+                object_key,
+                slice,
+                total,
+                etag,
+            }));
+            entry.stored_ms.store(stored_ms, Ordering::Release);
+            return Some(Arc::new(entry));
+        }
+        let entry = Arc::new(entry);
         if entry.on_disk.is_some() || entry.weight > memory_limit {
             // Served from this copy and let go; `stored_ms` for the bans.
             entry.stored_ms.store(stored_ms, Ordering::Release);
@@ -51,6 +70,11 @@ impl Cache {
         self.store(object_key, entry.clone());
         crate::metrics::stored();
         Some(entry)
+    }
+
+    /// The disk tier, when there is one.
+    pub(crate) fn disk(&self) -> Option<&crate::cache::disk::DiskTier> {
+        self.disk.as_ref()
     }
 
     /// Starts writing to disk, as its body arrives, an object for `key` too large for
@@ -96,6 +120,46 @@ impl Cache {
         Some((fill, entry))
     }
 
+    /// Writes to disk the head of an object for `key` fetched in slices (`head`: the
+    /// stored response but its body; `slice` and `total` bytes), and gives the object as
+    /// it is served, from its slices; the flight's waiters (`guard`) get it too. `None`
+    /// when the disk tier does not take the route's objects.
+    pub(crate) fn start_sliced(
+        &self,
+        key: &str,
+        field: Field<'_>,
+        head: &Entry,
+        (slice, total): (u64, u64),
+        guard: Option<FlightGuard>,
+    ) -> Option<Arc<Entry>> {
+        let disk = self.disk.as_ref().filter(|_| head.disk)?;
+        let now = now_ms();
+        let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
+        let until = now.saturating_add(head.remaining_secs(now).saturating_mul(1000));
+        let object_key = if names.is_empty() {
+            key.to_string()
+        } else {
+            variant_key(key, &names, field)
+        };
+        let mut marked = head.headers.clone();
+        marked.insert(MARKER, slice.to_string().as_bytes());
+        let stored = Arc::new(head.head_with(marked));
+        disk.write((key, &object_key), (&names, until), stored, now);
+        let mut entry = head.head_with(head.headers.clone());
+        entry.sliced = Some(Arc::new(Sliced {
+            base: key.to_string(),
+            object_key,
+            slice,
+            total,
+            etag: head.headers.get(b"etag").map(Bytes::copy_from_slice),
+        }));
+        let entry = Arc::new(entry);
+        if let Some(guard) = guard {
+            guard.land(Landing::Stored(entry.clone()));
+        }
+        Some(entry)
+    }
+
     /// Removes from disk the objects with one of the surrogate `keys`; how many.
     pub(super) fn purge_keys_on_disk(&self, keys: &[&str]) -> usize {
         self.disk.as_ref().map_or(0, |d| {
@@ -114,4 +178,14 @@ impl Cache {
             .as_ref()
             .map_or(0, |d| d.invalidate(|k, m| banned(k, m.stored_ms)))
     }
+}
+
+/// The slice size of a sliced object's head read from disk (its marker taken out).
+fn sliced_head(entry: &mut Entry) -> Option<u64> {
+    let slice = std::str::from_utf8(entry.headers.get(MARKER)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    entry.headers.remove(MARKER);
+    Some(slice)
 }
