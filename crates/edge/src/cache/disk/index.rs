@@ -4,7 +4,10 @@
 //! behind one lock held only for map operations, never for I/O.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use super::admission::Sketch;
 use super::file::Header;
@@ -24,6 +27,36 @@ pub(crate) struct Meta {
     /// Its place in the order of last use.
     tick: u64,
     pub(crate) tags: Box<[Box<str>]>,
+    /// Its open file and head, kept since a hit sent it from its file (hot.rs).
+    hot: Option<Arc<Hot>>,
+}
+
+/// What a hit on an object sent from its file needs, kept between hits (hot.rs).
+pub(crate) struct Hot {
+    pub(super) file: Arc<File>,
+    /// Where the record starts in the file, its length and checksum.
+    pub(super) header_len: u64,
+    pub(super) record_len: u64,
+    pub(super) record_crc: u32,
+    /// The record's head (status, freshness, fields), as in the file.
+    pub(super) head: Bytes,
+    /// When the index last checked the file whole or wrote it.
+    pub(super) checked_ms: Option<u64>,
+}
+
+impl Hot {
+    /// The record's length (head and body).
+    pub(super) fn record_len(&self) -> u64 {
+        self.record_len
+    }
+}
+
+impl std::fmt::Debug for Hot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hot")
+            .field("record_len", &self.record_len)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why an object left the index.
@@ -45,6 +78,10 @@ const MAX_COUNTED: usize = 100_000;
 /// Objects indexed at most (the least recently used go first beyond it).
 pub(crate) const MAX_OBJECTS: usize = 1 << 22;
 
+/// Objects whose open file and head are kept ([`Index::set_hot`]) at most: as many
+/// open files (the first kept is let go first beyond it).
+pub(crate) const MAX_HOT: usize = 1024;
+
 #[derive(Default)]
 pub(crate) struct Index {
     objects: HashMap<String, Meta>,
@@ -61,6 +98,10 @@ pub(crate) struct Index {
     pub(crate) generation: u64,
     /// How often keys were asked for lately, for admission ([`Index::admits`]).
     sketch: Sketch,
+    /// Objects with a kept file and head, and the keys in the order they were kept
+    /// (a key may be there more than once, or no longer kept).
+    hot_count: usize,
+    hot_order: std::collections::VecDeque<String>,
 }
 
 /// Objects [`Index::admits`] compares a new object with at most (the ones it would
@@ -181,9 +222,45 @@ impl Index {
                 checked_ms: now,
                 tick: self.tick,
                 tags: header.tags.clone().into(),
+                hot: None,
             },
         );
         true
+    }
+
+    /// The kept file and head of `key` (hot.rs), when there are.
+    pub(crate) fn hot(&self, key: &str) -> Option<Arc<Hot>> {
+        self.objects.get(key)?.hot.clone()
+    }
+
+    /// Keeps the file and head of the object under `key`, when it is still the one
+    /// stored at `stored_ms`; beyond [`MAX_HOT`], the first kept is let go.
+    pub(crate) fn set_hot(&mut self, key: &str, stored_ms: u64, hot: Arc<Hot>) {
+        let Some(meta) = self.objects.get_mut(key) else {
+            return;
+        };
+        if meta.stored_ms != stored_ms || meta.hot.is_some() {
+            return;
+        }
+        meta.hot = Some(hot);
+        self.hot_count += 1;
+        self.hot_order.push_back(key.to_string());
+        while self.hot_count > MAX_HOT {
+            let Some(first) = self.hot_order.pop_front() else {
+                break;
+            };
+            if let Some(meta) = self.objects.get_mut(&first) {
+                if meta.hot.take().is_some() {
+                    self.hot_count -= 1;
+                }
+            }
+        }
+        if self.hot_order.len() > 4 * MAX_HOT {
+            // Keys no longer kept pile up when objects come and go: keep the live ones.
+            let objects = &self.objects;
+            self.hot_order
+                .retain(|k| objects.get(k).is_some_and(|m| m.hot.is_some()));
+        }
     }
 
     /// When the file of `key` was last checked whole or written.
@@ -202,6 +279,9 @@ impl Index {
     /// Counts out an object taken out of `objects` (its bytes, its variant).
     fn forget(&mut self, key: &str, meta: &Meta) {
         self.bytes -= meta.size;
+        if meta.hot.is_some() {
+            self.hot_count -= 1;
+        }
         if meta.base != key {
             if let Some(marker) = self.vary.get_mut(&meta.base) {
                 marker.2 -= 1;

@@ -24,6 +24,7 @@
 mod admission;
 mod file;
 pub(crate) mod fill;
+mod hot;
 mod index;
 mod loader;
 mod shared;
@@ -35,7 +36,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use super::config::DiskSettings;
-use super::entry::{Entry, RecordHead};
+use super::entry::Entry;
 use crate::error::ConfigError;
 use file::{Header, Refused};
 pub(crate) use index::Gone;
@@ -190,6 +191,15 @@ impl DiskTier {
     /// `stream_above` bytes is read but for its body, which is sent as it is read
     /// ([`Entry::on_disk`]).
     pub(crate) async fn read(&self, key: &str, now: u64, stream_above: u64) -> Option<Entry> {
+        // Hit again: made from what the last hit kept, on this thread (hot.rs).
+        let kept = self.shared.index().hot(key);
+        if let Some(kept) = kept.filter(|k| k.record_len() > stream_above) {
+            let max = self.shared.settings.max_object_size as usize;
+            if let Some(entry) = hot::entry(&self.queue, key, &kept, now, max) {
+                self.shared.counters.hits.fetch_add(1, Ordering::Relaxed);
+                return Some(entry);
+            }
+        }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let owned = key.to_string();
         let queue = self.queue.clone();
@@ -439,7 +449,8 @@ fn read_on_thread(
         if header.record_len > stream_above {
             let checked_ms = s.index().checked_at(key);
             let at = (key, header_len, now, checked_ms);
-            if let Some(entry) = head_only(queue, &f, &header, at, max) {
+            if let Some((entry, kept)) = hot::head_only(queue, &f, &header, at, max) {
+                s.index().set_hot(key, header.stored_ms, kept);
                 return Ok(entry);
             }
         }
@@ -455,73 +466,6 @@ fn read_on_thread(
     s.count_gone(Gone::Corrupt, 1);
     let _ = std::fs::remove_file(&path);
     None
-}
-
-/// The most of a record read to find its head (status, fields, freshness) for an
-/// object sent as it is read; one whose fields are longer is read whole.
-const HEAD_READ: usize = 64 << 10;
-/// What is read first: a head is a few hundred bytes. Reading [`HEAD_READ`] every time
-/// cost a zeroed 64 KiB buffer, its copy and (after jemalloc gave it back) its page
-/// faults per disk hit: bench/disk-cache.sh measured the 1 MiB disk hit at 242 µs with
-/// it, against tessera's static file at 105.
-const HEAD_READ_FIRST: usize = 4 << 10;
-
-/// The object of `file` (its header read) with its body left on disk, to be sent as it
-/// is read ([`stream::OnDisk`]): when it is fresh at `now`, not an ESI page (whose
-/// template is compiled from the whole source), and its head within [`HEAD_READ`].
-fn head_only(
-    queue: &Queue,
-    file: &std::fs::File,
-    header: &Header,
-    (key, header_len, now, checked_ms): (&str, u64, u64, Option<u64>),
-    max: usize,
-) -> Option<Entry> {
-    use std::os::unix::fs::FileExt;
-    let read = |n: usize| {
-        let mut prefix = vec![0u8; n];
-        file.read_exact_at(&mut prefix, header_len).ok()?;
-        let prefix = bytes::Bytes::from(prefix);
-        let mut rest = prefix.clone();
-        let head = RecordHead::decode(&mut rest, max, now)?;
-        Some((prefix, rest, head))
-    };
-    let whole = (header.record_len as usize).min(HEAD_READ);
-    let (n, (prefix, rest, head)) = match read(whole.min(HEAD_READ_FIRST)) {
-        Some(found) => (whole.min(HEAD_READ_FIRST), found),
-        None if whole > HEAD_READ_FIRST => (whole, read(whole)?),
-        None => return None,
-    };
-    if head.is_template() || !head.is_fresh(now) {
-        return None;
-    }
-    let head_len = n - rest.len();
-    let body_len = head.body_len as u64;
-    if head_len as u64 + body_len != header.record_len {
-        return None;
-    }
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&prefix[..head_len]);
-    // A file not modified since it was checked whole (loaded) or written may be sent
-    // without passing through the process (sendfile); one modified since is checked
-    // against its checksum as it is sent.
-    let modified_ms = file
-        .metadata()
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as u64);
-    let trusted = matches!((modified_ms, checked_ms), (Some(m), Some(c)) if m <= c);
-    let file = Arc::new(file.try_clone().ok()?);
-    let mut entry = head.into_entry(bytes::Bytes::new());
-    entry.weight += body_len;
-    entry.on_disk = Some(stream::OnDisk::new(
-        (queue.clone(), key.to_string()),
-        file,
-        (header_len + head_len as u64, body_len),
-        (crc, header.record_crc),
-        trusted,
-    ));
-    Some(entry)
 }
 
 /// A write, on an I/O thread: under `tmp/`, renamed into place, then indexed (unless an
