@@ -36,6 +36,21 @@ impl Store<'_> {
 }
 
 /// A GET without a range or a condition.
+/// The entry to store for the response head `parts` (its hop-by-hop fields left out),
+/// its body to come.
+pub(crate) fn stored_head(parts: &Head, freshness: &Freshness, now: u64) -> Entry {
+    let mut stored = parts.headers.clone();
+    headers::strip_hop_by_hop(&mut stored);
+    Entry::new(
+        parts.status,
+        stored,
+        Bytes::new(),
+        None,
+        Some(freshness),
+        now,
+    )
+}
+
 fn plain(req: &ProxyRequest) -> bool {
     req.method == Method::GET && !NOT_PLAIN.iter().any(|n| req.headers.contains_key(*n))
 }
@@ -66,16 +81,7 @@ impl Edge {
         let length = content_length(&parts.headers);
         let mut fill = None;
         if let Some(length) = length.filter(|_| !esi && req.method == Method::GET && store.disk()) {
-            let mut stored = parts.headers.clone();
-            headers::strip_hop_by_hop(&mut stored);
-            let mut head = Entry::new(
-                parts.status,
-                stored,
-                Bytes::new(),
-                None,
-                Some(&freshness),
-                now,
-            );
+            let mut head = stored_head(&parts, &freshness, now);
             head.expose_keys = expose;
             let field = |n: &str| req.headers.get(n).cloned();
             let object = (head, length);

@@ -119,16 +119,7 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let cache = &self.worker.cache;
         let slice = cache.disk().and_then(|d| d.slice_size()).unwrap_or(total);
-        let mut stored = parts.headers.clone();
-        crate::headers::strip_hop_by_hop(&mut stored);
-        let mut head = Entry::new(
-            parts.status,
-            stored,
-            Bytes::new(),
-            None,
-            Some(&freshness),
-            now,
-        );
+        let mut head = crate::fill::stored_head(&parts, &freshness, now);
         (head.expose_keys, head.disk) = (expose, s.disk());
         let field = |n: &str| req.headers.get(n).cloned();
         let guard = s.guard;

@@ -92,13 +92,7 @@ impl Cache {
     ) -> Option<(DiskFill, Arc<Entry>)> {
         let disk = self.disk.as_ref().filter(|_| head.disk)?;
         let now = now_ms();
-        let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
-        let until = now.saturating_add(head.remaining_secs(now).saturating_mul(1000));
-        let object_key = if names.is_empty() {
-            key.to_string()
-        } else {
-            variant_key(key, &names, field)
-        };
+        let (names, until, object_key) = placed(key, field, &head, now);
         // The flight ends with the fill: until then the requests for the key get the
         // object as it is written; after it, they find it on disk (or fetch it again).
         let guard = Arc::new(std::sync::Mutex::new(guard));
@@ -134,13 +128,7 @@ impl Cache {
     ) -> Option<Arc<Entry>> {
         let disk = self.disk.as_ref().filter(|_| head.disk)?;
         let now = now_ms();
-        let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
-        let until = now.saturating_add(head.remaining_secs(now).saturating_mul(1000));
-        let object_key = if names.is_empty() {
-            key.to_string()
-        } else {
-            variant_key(key, &names, field)
-        };
+        let (names, until, object_key) = placed(key, field, head, now);
         let mut marked = head.headers.clone();
         marked.insert(MARKER, slice.to_string().as_bytes());
         let stored = Arc::new(head.head_with(marked));
@@ -188,4 +176,17 @@ fn sliced_head(entry: &mut Entry) -> Option<u64> {
         .ok()?;
     entry.headers.remove(MARKER);
     Some(slice)
+}
+
+/// Where an object for `key` goes on disk: the Vary names of its `head` and until when
+/// they hold, and the object's own key (its variant's, when it varies).
+fn placed(key: &str, field: Field<'_>, head: &Entry, now: u64) -> (Vec<String>, u64, String) {
+    let names: Vec<String> = crate::cache::freshness::vary_names(&head.headers).collect();
+    let until = now.saturating_add(head.remaining_secs(now).saturating_mul(1000));
+    let object_key = if names.is_empty() {
+        key.to_string()
+    } else {
+        variant_key(key, &names, field)
+    };
+    (names, until, object_key)
 }
