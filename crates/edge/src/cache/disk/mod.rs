@@ -232,30 +232,10 @@ impl DiskTier {
         now: u64,
     ) {
         let s = &self.shared;
-        if entry.weight > s.settings.max_object_size || s.full_until.load(Ordering::Relaxed) > now {
+        let Some((generation, header)) =
+            self.admit((base, key), (vary, vary_until), (&entry, entry.weight), now)
+        else {
             return;
-        }
-        let generation = {
-            let index = s.index();
-            if !index.admitted(base, key, s.settings.min_uses) {
-                return;
-            }
-            if !index.admits(key, entry.weight, s.settings.max_size) {
-                s.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            index.generation
-        };
-        let header = Header {
-            key: key.to_string(),
-            base: base.to_string(),
-            vary: vary.to_vec(),
-            vary_until,
-            stored_ms: now,
-            useless_ms: entry.useless_at(),
-            tags: entry.keys.to_vec(),
-            record_len: 0,
-            record_crc: 0,
         };
         // The objects waiting to be written are held in memory: at most a budget of them.
         let weight = entry.weight;
@@ -289,10 +269,34 @@ impl DiskTier {
         now: u64,
         done: fill::Done,
     ) -> Option<fill::DiskFill> {
+        let weight = head.weight + body_len;
+        let (generation, header) =
+            self.admit((base, key), (vary, vary_until), (head, weight), now)?;
+        let mut record_head = bytes::BytesMut::new();
+        head.encode_head(&mut record_head, body_len);
+        let at = (generation, done);
+        Some(fill::DiskFill::start(
+            &self.queue,
+            header,
+            record_head.freeze(),
+            body_len,
+            at,
+        ))
+    }
+
+    /// Whether an object of `weight` bytes whose head is `entry` may be written under
+    /// `key` (a variant of `base` varying on `vary` until `vary_until`): small enough,
+    /// the disk not full, asked for `min_uses` times, and let in by admission. Then the
+    /// index's generation and the file's header.
+    fn admit(
+        &self,
+        (base, key): (&str, &str),
+        (vary, vary_until): (&[String], u64),
+        (entry, weight): (&Entry, u64),
+        now: u64,
+    ) -> Option<(u64, Header)> {
         let s = &self.shared;
-        if head.weight + body_len > s.settings.max_object_size
-            || s.full_until.load(Ordering::Relaxed) > now
-        {
+        if weight > s.settings.max_object_size || s.full_until.load(Ordering::Relaxed) > now {
             return None;
         }
         let generation = {
@@ -300,7 +304,7 @@ impl DiskTier {
             if !index.admitted(base, key, s.settings.min_uses) {
                 return None;
             }
-            if !index.admits(key, head.weight + body_len, s.settings.max_size) {
+            if !index.admits(key, weight, s.settings.max_size) {
                 s.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
@@ -312,21 +316,12 @@ impl DiskTier {
             vary: vary.to_vec(),
             vary_until,
             stored_ms: now,
-            useless_ms: head.useless_at(),
-            tags: head.keys.to_vec(),
+            useless_ms: entry.useless_at(),
+            tags: entry.keys.to_vec(),
             record_len: 0,
             record_crc: 0,
         };
-        let mut record_head = bytes::BytesMut::new();
-        head.encode_head(&mut record_head, body_len);
-        let at = (generation, done);
-        Some(fill::DiskFill::start(
-            &self.queue,
-            header,
-            record_head.freeze(),
-            body_len,
-            at,
-        ))
+        Some((generation, header))
     }
 
     /// Removes what `gone` says must go, for an invalidation; how many objects.
