@@ -206,6 +206,15 @@ pub(super) fn files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Asserts that the file of `path` ends with its body, which starts on a page (sendfile
+/// from an offset within a page costs more: file.rs).
+fn body_starts_on_a_page(dir: &Path, path: &str) {
+    let file = std::fs::read(file_of(dir, path)).unwrap();
+    let whole = body_of(path);
+    assert!(file.ends_with(&whole));
+    assert_eq!((file.len() - whole.len()) % 4096, 0, "{path}");
+}
+
 /// The file that holds the object of `path` (its header names the key).
 pub(super) fn file_of(dir: &Path, path: &str) -> PathBuf {
     let key = format!("test{path}");
@@ -259,6 +268,7 @@ fn an_object_above_the_memory_limit_is_kept_on_disk_only() {
     let (server, admin) = serve(&site, &origin, &dir, "");
     get_exact(&server, "/big/x");
     on_disk(admin, 1);
+    body_starts_on_a_page(&dir, "/big/x");
     get_exact(&server, "/big/x");
     get_exact(&server, "/big/x");
     assert_eq!(origin.hits("/big/x"), 1);
@@ -728,6 +738,7 @@ fn a_large_object_is_written_to_disk_as_it_passes_to_its_clients() {
     assert!(second_received[second_head..] == whole[..]);
     // Put in place once whole, and served from there.
     on_disk(admin, 1);
+    body_starts_on_a_page(&dir, path);
     get_exact(&server, path);
     assert_eq!(origin.hits(path), 1);
 }

@@ -353,11 +353,7 @@ impl Entry {
 
     /// The shared tier's encoding: a versioned binary record.
     pub(super) fn encode(&self) -> Vec<u8> {
-        let body_len: usize = if self.template.is_some() {
-            self.source.iter().map(Bytes::len).sum()
-        } else {
-            self.body.len()
-        };
+        let body_len = self.record_body_len();
         let mut out = BytesMut::with_capacity(self.weight as usize + 64);
         self.encode_head(&mut out, body_len as u64);
         if self.template.is_some() {
@@ -368,6 +364,14 @@ impl Entry {
             out.put_slice(&self.body);
         }
         out.to_vec()
+    }
+
+    /// The length of the body [`Entry::encode`] writes: the ESI source of a template.
+    pub(super) fn record_body_len(&self) -> usize {
+        match self.template.is_some() {
+            true => self.source.iter().map(Bytes::len).sum(),
+            false => self.body.len(),
+        }
     }
 
     /// The record's head ([`Entry::encode`]): all but the body, which is `body_len`

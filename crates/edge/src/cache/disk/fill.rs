@@ -99,6 +99,7 @@ impl DiskFill {
         (generation, done): (u64, Done),
     ) -> DiskFill {
         header.record_len = head.len() as u64 + body_len;
+        header.align_body(head.len(), body_len);
         let temp = queue.shared.temp_path(&header.key);
         let progress = Arc::<Progress>::default();
         let body_offset = (header.encode().len() + head.len()) as u64;

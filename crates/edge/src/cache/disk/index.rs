@@ -343,6 +343,7 @@ mod tests {
             tags: Vec::new(),
             record_len: 0,
             record_crc: 0,
+            pad: 0,
         }
     }
 

@@ -320,6 +320,7 @@ impl DiskTier {
             tags: entry.keys.to_vec(),
             record_len: 0,
             record_crc: 0,
+            pad: 0,
         };
         Some((generation, header))
     }
@@ -469,6 +470,8 @@ fn write_on_thread(s: &Shared, mut header: Header, entry: &Entry, generation: u6
     let record = entry.encode();
     header.record_len = record.len() as u64;
     header.record_crc = crc32fast::hash(&record);
+    let body_len = entry.record_body_len();
+    header.align_body(record.len() - body_len, body_len as u64);
     let head = header.encode();
     let size = (head.len() + record.len()) as u64;
     let temp = s.temp_path(&header.key);
