@@ -26,7 +26,7 @@ use http::{Method, StatusCode};
 
 use crate::arena::Text;
 use crate::body::{Body, BodyKind, Pieces};
-use crate::cache::disk::slices::Sliced;
+use crate::cache::disk::slices::{SliceFill, Sliced};
 use crate::cache::freshness::Freshness;
 use crate::cache::Entry;
 use crate::error::{PageError, ProxyError};
@@ -132,7 +132,9 @@ impl Edge {
         if let (Some(sliced), Some(disk)) = (&entry.sliced, cache.disk()) {
             let (_, len) = sliced.bounds(0);
             let key = sliced.key_of(0);
-            if let Some(fill) = disk.start_slice_fill((&sliced.base, &key), (&entry, len), now) {
+            // The object's fetch is collapsed: no other fill of its first slice.
+            let started = disk.start_slice_fill((&sliced.base, &key), (&entry, len), now);
+            if let Some(SliceFill::Started(fill)) = started {
                 let body = crate::fill::upstream_body(pooled, Some(len));
                 evloop::spawn_local(crate::body::finish_fill(body, fill));
             }
@@ -284,7 +286,14 @@ async fn open(at: Rc<At>, n: u64, (a, b): (u64, u64)) -> Result<Body, String> {
         return Ok(Body::disk(on_disk.stream(Some((a, b)))));
     }
     let (first, len) = sliced.bounds(n);
-    if let Some(fill) = disk.start_slice_fill((base, &key), (&at.entry, len), now) {
+    let fill = match disk.start_slice_fill((base, &key), (&at.entry, len), now) {
+        Some(SliceFill::Filling(reader)) => {
+            return Ok(Body::disk(reader.body(key).stream(Some((a, b)))));
+        }
+        Some(SliceFill::Started(fill)) => Some(fill),
+        None => None,
+    };
+    if let Some(fill) = fill {
         let reader = fill.reader().body(key);
         let fetching = at.clone();
         evloop::spawn_local(async move {

@@ -938,3 +938,41 @@ fn a_range_of_a_new_sliced_object_fetches_the_first_slice_and_its_own() {
     assert_eq!(origin.ranges_of(&path)[2..], later[..]);
     on_disk(admin, 7);
 }
+
+#[test]
+fn clients_that_find_the_same_slice_missing_at_once_make_one_fetch_of_it() {
+    let (site, origin) = (Site::new(), PatternOrigin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, admin) = serve_sliced(&site, &origin, &dir);
+    let path = format!("/obj/{SLICED}/m");
+    let r = get_sliced(&server, &path, "", "m", 0);
+    assert!(r.status == 200 && r.body_len == SLICED && r.exact);
+    on_disk(admin, 7);
+    // Slice 2's file is lost: the lookups of it go to the tier's threads and find it
+    // gone; the first to come back starts its fetch, and every other reads that one
+    // (the claim of a slice's fill is one step: disk::tests checks it on its own).
+    std::fs::remove_file(file_of(&dir, &format!("{path}#slice=2"))).unwrap();
+    let (first, last) = (2_100_000, 2_300_000);
+    let range = format!("Range: bytes={first}-{last}\r\n");
+    let start = std::sync::Barrier::new(12);
+    std::thread::scope(|s| {
+        let clients: Vec<_> = (0..12)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    get_sliced(&server, &path, &range, "m", first)
+                })
+            })
+            .collect();
+        for c in clients {
+            let r = c.join().unwrap();
+            assert!(
+                r.status == 206 && r.body_len == last - first + 1 && r.exact,
+                "{}",
+                r.head
+            );
+        }
+    });
+    assert_eq!(origin.ranges_of(&path)[6..], [slice_range(2)]);
+    on_disk(admin, 7);
+}

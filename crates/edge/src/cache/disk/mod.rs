@@ -402,27 +402,29 @@ impl DiskTier {
 
     /// Starts writing the slice under `key` (of the object of request key `base`, whose
     /// head is `head`), `len` bytes, as they arrive; its readers meanwhile read it as it
-    /// is written ([`DiskTier::slice_body`]). `None` when the tier does not take it.
+    /// is written ([`DiskTier::slice_body`]). A fill of it already under way (another
+    /// worker's, started since `slice_body` found none) is given instead, to be read.
+    /// `None` when the tier does not take it.
     pub(crate) fn start_slice_fill(
         &self,
         (base, key): (&str, &str),
         (head, len): (&Entry, u64),
         now: u64,
-    ) -> Option<fill::DiskFill> {
+    ) -> Option<slices::SliceFill> {
         let filling = self.filling.clone();
-        let owned = key.to_string();
-        let registered = Arc::new(Mutex::new(None::<fill::FillReader>));
-        let mine = registered.clone();
-        let done: fill::Done = Box::new(move |_| {
-            if let Some(mine) = mine.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                filling.ended(&owned, &mine);
-            }
-        });
-        let fill = self.start_fill((base, key), (&[], 0), (head, len), now, done)?;
-        let reader = fill.reader();
-        *registered.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader.clone());
-        self.filling.insert(key, reader);
-        Some(fill)
+        self.filling.get_or_start(key, || {
+            let owned = key.to_string();
+            let registered = Arc::new(Mutex::new(None::<fill::FillReader>));
+            let mine = registered.clone();
+            let done: fill::Done = Box::new(move |_| {
+                if let Some(mine) = mine.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    filling.ended(&owned, &mine);
+                }
+            });
+            let fill = self.start_fill((base, key), (&[], 0), (head, len), now, done)?;
+            *registered.lock().unwrap_or_else(|e| e.into_inner()) = Some(fill.reader());
+            Some(fill)
+        })
     }
 }
 
@@ -485,5 +487,65 @@ fn write_on_thread(s: &Shared, mut header: Header, entry: &Entry, generation: u6
     })();
     if let Err(e) = written {
         s.write_failed(&temp, &e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::StatusCode;
+
+    use super::slices::SliceFill;
+    use super::*;
+    use crate::cache::freshness::Freshness;
+
+    #[test]
+    fn a_slice_fill_under_way_is_read_not_started_again() {
+        let path = std::env::temp_dir().join(format!("tessera-slice-fill-{}", std::process::id()));
+        let tier = DiskTier::start(DiskSettings {
+            path: path.clone(),
+            max_size: 1 << 30,
+            max_object_size: 1 << 30,
+            inactive: Duration::from_secs(3600),
+            min_uses: 1,
+            loader_rate: 1000,
+            slice: Some(1 << 20),
+        })
+        .unwrap();
+        let now = crate::clock::now_ms();
+        let fresh = Freshness {
+            store: true,
+            fresh: Duration::from_secs(60),
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            keep: Duration::ZERO,
+            age: Duration::ZERO,
+        };
+        let head = Entry::new(
+            StatusCode::OK,
+            handler::FieldList::new(),
+            Bytes::new(),
+            None,
+            Some(&fresh),
+            now,
+        );
+        let start = || tier.start_slice_fill(("k", "k#slice=1"), (&head, 10), now);
+        // Two requests (on any workers) that found the slice missing: one fill.
+        let first = start();
+        assert!(matches!(first, Some(SliceFill::Started(_))));
+        assert!(matches!(start(), Some(SliceFill::Filling(_))));
+        // Given up (on the tier's threads), it is no longer found: a request starts one.
+        drop(first);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !matches!(start(), Some(SliceFill::Started(_))) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the fill given up is still found"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir_all(path);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::fill::FillReader;
+use super::fill::{DiskFill, FillReader};
 
 /// The field that marks a head stored on disk as a sliced object's, with the slice's
 /// size as value. Taken out when the head is read: never sent.
@@ -43,6 +43,13 @@ impl Sliced {
     }
 }
 
+/// A slice's fill: started by this request, which writes it, or one under way, which it
+/// reads.
+pub(crate) enum SliceFill {
+    Started(DiskFill),
+    Filling(FillReader),
+}
+
 /// The fills of slices under way, by key.
 #[derive(Default, Clone)]
 pub(crate) struct Filling(Arc<Mutex<HashMap<String, FillReader>>>);
@@ -56,10 +63,21 @@ impl Filling {
             .cloned()
     }
 
-    /// `reader` reads the fill of `key` from now.
-    pub(super) fn insert(&self, key: &str, reader: FillReader) {
+    /// The fill of `key` under way, or the one `start` starts (found by the next
+    /// lookups from now), in one step: two workers that find a slice missing at the same
+    /// moment make one fill of it, not two.
+    pub(super) fn get_or_start(
+        &self,
+        key: &str,
+        start: impl FnOnce() -> Option<DiskFill>,
+    ) -> Option<SliceFill> {
         let mut fills = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        fills.insert(key.to_string(), reader);
+        if let Some(reader) = fills.get(key) {
+            return Some(SliceFill::Filling(reader.clone()));
+        }
+        let fill = start()?;
+        fills.insert(key.to_string(), fill.reader());
+        Some(SliceFill::Started(fill))
     }
 
     /// The fill `reader` reads has ended: no longer found under `key` (unless a later
