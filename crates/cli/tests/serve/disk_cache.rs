@@ -596,6 +596,16 @@ fn check_config_names_the_disk_key() {
             "at most max_size",
         ),
         ("slice = \"0\"", "cache.disk.slice", "at least 4k"),
+        (
+            "io_threads = 0",
+            "cache.disk.io_threads",
+            "must be 1 to 256",
+        ),
+        (
+            "io_queue = 0",
+            "cache.disk.io_queue",
+            "must be 1 to 1048576",
+        ),
     ] {
         let toml = format!(
             "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
@@ -625,7 +635,8 @@ fn check_config_names_the_disk_key() {
         "[[upstream]]\nname = \"origin\"\naddresses = [\"127.0.0.1:1\"]\n\
          [[route]]\nprefix = \"/\"\nupstream = \"origin\"\n[route.cache]\ndisk = false\n\
          [cache.disk]\npath = \"{}\"\nmax_size = \"10g\"\nmax_object_size = \"1g\"\n\
-         inactive = \"7d\"\nmin_uses = 1\nslice = \"1m\"\nloader_rate = 500\n",
+         inactive = \"7d\"\nmin_uses = 1\nslice = \"1m\"\nloader_rate = 500\n\
+         io_threads = 8\nio_queue = 4096\n",
         dir.display()
     );
     std::fs::write(&path, toml).unwrap();
@@ -873,4 +884,27 @@ fn a_scan_of_cold_objects_does_not_flush_the_objects_asked_for_often() {
     assert_eq!(origin.hits("/big/cold9"), 2);
     assert_eq!((origin.hits("/big/hot1"), origin.hits("/big/hot2")), (1, 1));
     assert_eq!(metric(admin, "tessera_cache_disk_objects", &[]), 4.0);
+}
+
+#[test]
+fn io_threads_sets_the_disk_tiers_threads() {
+    let (site, origin) = (Site::new(), Origin::start());
+    let dir = site.dir.path().join("disk");
+    let (server, _admin) = serve(&site, &origin, &dir, "io_threads = 3\nio_queue = 8");
+    let tasks = format!("/proc/{}/task", server.child.id());
+    let io_threads = std::fs::read_dir(tasks)
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        // `tessera-disk-N`; the loader's name is cut to 15 bytes, `tessera-disk-lo`.
+        .filter(|comm| {
+            let n = comm.trim().strip_prefix("tessera-disk-").unwrap_or("x");
+            n.bytes().all(|b| b.is_ascii_digit())
+        })
+        .count();
+    assert_eq!(io_threads, 3);
+    // Objects are written and read through them.
+    get_exact(&server, "/big/q");
+    get_exact(&server, "/big/q");
+    assert_eq!(origin.hits("/big/q"), 1);
 }

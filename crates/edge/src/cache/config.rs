@@ -71,6 +71,12 @@ pub struct DiskConfig {
     /// Files the loader reads per second at start, while requests are served. Default
     /// 1000.
     pub loader_rate: u32,
+    /// The tier's own I/O threads: how many reads and writes of files are made at once
+    /// (nginx's `thread_pool ... threads=`). Default 4.
+    pub io_threads: usize,
+    /// Reads and writes waiting for an I/O thread at most; beyond, a lookup is a miss and
+    /// a write is not made (nginx's `thread_pool ... max_queue=`). Default 1024.
+    pub io_queue: usize,
 }
 
 /// A size: bytes, or a text such as `"10g"`, `"512k"`.
@@ -144,6 +150,8 @@ impl Default for DiskConfig {
             min_uses: 1,
             slice: None,
             loader_rate: 1000,
+            io_threads: 4,
+            io_queue: 1024,
         }
     }
 }
@@ -159,7 +167,14 @@ pub(crate) struct DiskSettings {
     pub(crate) loader_rate: u32,
     /// `slice`: the bytes of a slice, when objects are fetched in slices.
     pub(crate) slice: Option<u64>,
+    pub(crate) io_threads: usize,
+    pub(crate) io_queue: usize,
 }
+
+/// `io_threads` at most: more threads than this wait on the disk's own queue.
+const MAX_IO_THREADS: usize = 256;
+/// `io_queue` at most (nginx's default `max_queue` is 65536).
+const MAX_IO_QUEUE: usize = 1 << 20;
 
 /// The largest object the disk tier keeps: its record holds the body's length in 32
 /// bits.
@@ -223,7 +238,15 @@ impl DiskConfig {
         if self.loader_rate == 0 {
             return bad("loader_rate", "must be at least 1 (files a second)".into());
         }
+        if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
+            return bad("io_threads", format!("must be 1 to {MAX_IO_THREADS}"));
+        }
+        if !(1..=MAX_IO_QUEUE).contains(&self.io_queue) {
+            return bad("io_queue", format!("must be 1 to {MAX_IO_QUEUE}"));
+        }
         Ok(DiskSettings {
+            io_threads: self.io_threads,
+            io_queue: self.io_queue,
             path: self.path.clone(),
             max_size,
             max_object_size,

@@ -43,8 +43,6 @@ pub(crate) use index::Gone;
 use index::Meta;
 use shared::{Counters, Queue, Shared};
 
-/// Threads doing the tier's file I/O.
-const THREADS: usize = 4;
 /// How long a request waits for a read before it counts as a miss.
 const READ_WAIT: Duration = Duration::from_secs(10);
 
@@ -113,7 +111,7 @@ impl DiskTier {
         let rx = Arc::new(Mutex::new(rx));
         let spawn_failed =
             |e: std::io::Error| ConfigError::Invalid(format!("cache.disk: no thread: {e}"));
-        for i in 0..THREADS {
+        for i in 0..shared.settings.io_threads {
             let (rx, shared) = (rx.clone(), shared.clone());
             std::thread::Builder::new()
                 .name(format!("tessera-disk-{i}"))
@@ -512,6 +510,8 @@ mod tests {
             min_uses: 1,
             loader_rate: 1000,
             slice: Some(1 << 20),
+            io_threads: 2,
+            io_queue: 16,
         })
         .unwrap();
         let now = crate::clock::now_ms();

@@ -140,9 +140,6 @@ impl Shared {
     }
 }
 
-/// Reads and writes queued at most; beyond, a read is a miss and a write is not made.
-const MAX_QUEUED: usize = 1024;
-
 /// Work for an I/O thread.
 pub(super) type Job = Box<dyn FnOnce(&Shared) + Send>;
 
@@ -158,11 +155,11 @@ impl Queue {
         Queue { shared, jobs }
     }
 
-    /// Queues a read or write of a request, unless [`MAX_QUEUED`] are; whether it was
-    /// queued.
+    /// Queues a read or write of a request, unless `io_queue` are (beyond, a read is a
+    /// miss and a write is not made); whether it was queued.
     pub(super) fn bounded(&self, job: impl FnOnce(&Shared) + Send + 'static) -> bool {
         let queued = &self.shared.queued;
-        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED {
+        if queued.fetch_add(1, Ordering::AcqRel) >= self.shared.settings.io_queue {
             queued.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
