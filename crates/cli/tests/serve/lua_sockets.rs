@@ -47,6 +47,13 @@ cases.until_ = function(r)
   return a .. "|" .. b .. "|" .. tostring(rest) .. "/" .. err .. "/" .. partial
 end
 
+-- The server sends 9 MiB without a newline.
+cases.too_much = function(r)
+  local sock = open(r)
+  local data, err, partial = sock:receive("*l")
+  return tostring(data) .. "|" .. err .. "|" .. tostring(partial) .. "|" .. tostring(select(2, sock:send("x")))
+end
+
 cases.refused = function(r)
   local sock = tessera.socket.tcp()
   local ok, err = sock:connect("127.0.0.1", tonumber(r:arg("port")))
@@ -235,6 +242,19 @@ fn receiveuntil_reads_up_to_its_pattern() {
     let (_site, server) = serve_cases();
     let (_, got) = body(&server, &format!("/s/until_?port={}", addr.port()));
     assert_eq!(got, "before|234|nil/closed/5");
+}
+
+#[test]
+fn a_receive_of_more_than_8_mib_is_refused() {
+    let (addr, _) = server(|mut s| {
+        let _ = s.write_all(&vec![b'x'; 9 << 20]);
+    });
+    let (_site, server) = serve_cases();
+    let (_, got) = body(&server, &format!("/s/too_much?port={}", addr.port()));
+    assert_eq!(
+        got,
+        "nil|receive of more than 8 MiB refused (connection closed)|nil|closed"
+    );
 }
 
 #[test]

@@ -33,6 +33,9 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 /// `lua_socket_pool_size`'s default: 30 connections per pool.
 const DEFAULT_POOL_SIZE: usize = 30;
+/// Most bytes one `receive` gathers (outside the Lua state's memory limit, so bounded
+/// here): 8 MiB, as `tessera.http.request`'s bodies.
+const MAX_RECEIVE: usize = 8 << 20;
 
 /// Who the sockets used now belong to: a request or a timer callback (an id), or
 /// nobody (a phase where cosockets are refused, named in the error).
@@ -448,9 +451,9 @@ async fn connect(
     if let Some(size) = pool_size {
         pool::reserve(&name, size);
     }
-    if let Some((conn, reused)) = pool::take(&name) {
+    if let Some((io, reused)) = pool::take(&name) {
         let mut s = state.borrow_mut();
-        s.io = Some(Io::new(conn));
+        s.io = Some(io);
         s.reused = reused + 1;
         tally::connect(tally::Connect::Pooled);
         return one(lua);
@@ -667,15 +670,26 @@ async fn receive(lua: &Lua, state: Rc<RefCell<State>>, want: Want) -> mlua::Resu
     let mut scanned = 0;
     loop {
         if let Some((take, keep)) = ready(&want, io.buffered(), scanned) {
-            let mut data = io.take(take);
-            data.truncate(keep);
-            if matches!(want, Want::Line) {
-                data.retain(|&b| b != b'\r');
-            }
+            let data = &io.buffered()[..keep];
+            let s = if matches!(want, Want::Line) && data.contains(&b'\r') {
+                let line: Vec<u8> = data.iter().copied().filter(|&b| b != b'\r').collect();
+                lua.create_string(&line)?
+            } else {
+                lua.create_string(data)?
+            };
+            io.consume(take);
             held.give_back(io);
-            return lua.create_string(&data)?.into_lua_multi(lua);
+            return s.into_lua_multi(lua);
         }
         scanned = io.buffered().len();
+        if scanned >= MAX_RECEIVE {
+            // The socket is closed: what follows in the stream is lost anyway.
+            let f = Failed {
+                kind: conn::Kind::Other,
+                message: "receive of more than 8 MiB refused (connection closed)".into(),
+            };
+            return fail(lua, f);
+        }
         match io.fill(wait).await {
             Ok(0) => {
                 let rest = io.take(io.buffered().len());
@@ -746,6 +760,11 @@ fn setkeepalive(
     let capacity = size.or(s.pool_size).unwrap_or(DEFAULT_POOL_SIZE);
     let reused = s.reused;
     drop(s);
-    pool::put(name, io.conn, reused, idle, capacity);
+    let mut io = io;
+    if io.buf.capacity() > 64 << 10 {
+        // A large answer's room is not kept for the next user.
+        io.buf = Vec::new();
+    }
+    pool::put(name, io, reused, idle, capacity);
     one(lua)
 }

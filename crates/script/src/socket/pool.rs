@@ -17,14 +17,15 @@ use std::time::Duration;
 
 use evloop::time::Instant;
 
-use super::conn::Conn;
+use super::conn::Io;
 use super::tally;
 
 /// Idle connections a worker keeps over all its pools.
 pub(super) const MAX_IDLE: usize = 1024;
 
 struct Idle {
-    conn: Conn,
+    /// With its (empty) read buffer, kept for the next user.
+    io: Io,
     reused: u32,
     expires: Option<Instant>,
 }
@@ -46,7 +47,7 @@ thread_local! {
 }
 
 /// The newest open idle connection of pool `name` and its reuse count so far.
-pub(super) fn take(name: &str) -> Option<(Conn, u32)> {
+pub(super) fn take(name: &str) -> Option<(Io, u32)> {
     POOLS.with(|p| {
         let mut pools = p.borrow_mut();
         let pools = &mut *pools;
@@ -55,8 +56,8 @@ pub(super) fn take(name: &str) -> Option<(Conn, u32)> {
         while let Some(idle) = pool.idle.pop_front() {
             pools.idle -= 1;
             tally::idle(-1);
-            if idle.expires.is_none_or(|e| e > now) && idle.conn.is_idle_and_open() {
-                return Some((idle.conn, idle.reused));
+            if idle.expires.is_none_or(|e| e > now) && idle.io.conn.is_idle_and_open() {
+                return Some((idle.io, idle.reused));
             }
         }
         None
@@ -76,13 +77,13 @@ pub(super) fn reserve(name: &Rc<str>, capacity: usize) {
     })
 }
 
-/// Puts `conn` in pool `name` (made with `capacity` if new), closed after `idle`
-/// (`None`: kept until the pool needs room).
-pub(super) fn put(name: Rc<str>, conn: Conn, reused: u32, idle: Option<Duration>, capacity: usize) {
+/// Puts `io` (nothing left unread in it) in pool `name` (made with `capacity` if new),
+/// closed after `idle` (`None`: kept until the pool needs room).
+pub(super) fn put(name: Rc<str>, io: Io, reused: u32, idle: Option<Duration>, capacity: usize) {
     let closed = POOLS.with(|p| {
         let mut pools = p.borrow_mut();
         if pools.idle >= MAX_IDLE {
-            return Some(conn);
+            return Some(io);
         }
         let pool = pools.by_name.entry(name).or_insert_with(|| Pool {
             capacity,
@@ -90,10 +91,10 @@ pub(super) fn put(name: Rc<str>, conn: Conn, reused: u32, idle: Option<Duration>
         });
         let mut dropped = None;
         if pool.idle.len() >= pool.capacity {
-            dropped = pool.idle.pop_back().map(|i| i.conn);
+            dropped = pool.idle.pop_back().map(|i| i.io);
         }
         pool.idle.push_front(Idle {
-            conn,
+            io,
             reused,
             expires: idle.map(|d| Instant::now() + d),
         });
@@ -111,7 +112,7 @@ pub(super) fn put(name: Rc<str>, conn: Conn, reused: u32, idle: Option<Duration>
 /// Closes the idle connections whose time is up; whether any connection is left.
 fn sweep() -> bool {
     let now = Instant::now();
-    let expired: Vec<Conn> = POOLS.with(|p| {
+    let expired: Vec<Io> = POOLS.with(|p| {
         let mut pools = p.borrow_mut();
         let mut expired = Vec::new();
         for pool in pools.by_name.values_mut() {
@@ -119,7 +120,7 @@ fn sweep() -> bool {
             let mut kept = VecDeque::with_capacity(before);
             for idle in pool.idle.drain(..) {
                 if idle.expires.is_some_and(|e| e <= now) {
-                    expired.push(idle.conn);
+                    expired.push(idle.io);
                 } else {
                     kept.push_back(idle);
                 }
