@@ -54,6 +54,14 @@ cases.too_much = function(r)
   return tostring(data) .. "|" .. err .. "|" .. tostring(partial) .. "|" .. tostring(select(2, sock:send("x")))
 end
 
+-- 4 MiB: more than the socket takes at once, so the send waits; the server answers the
+-- count it got.
+cases.big_send = function(r)
+  local sock = open(r)
+  local sent, err = sock:send({ string.rep("x", 4 * 1024 * 1024), "\n" })
+  return tostring(sent or err) .. "|" .. tostring(sock:receive())
+end
+
 cases.refused = function(r)
   local sock = tessera.socket.tcp()
   local ok, err = sock:connect("127.0.0.1", tonumber(r:arg("port")))
@@ -255,6 +263,23 @@ fn a_receive_of_more_than_8_mib_is_refused() {
         got,
         "nil|receive of more than 8 MiB refused (connection closed)|nil|closed"
     );
+}
+
+#[test]
+fn a_send_larger_than_the_socket_takes_waits_and_sends_it_all() {
+    let (addr, _) = server(|s| {
+        // Slow to start reading, so that the socket's buffers fill.
+        thread::sleep(Duration::from_millis(200));
+        let mut line = Vec::new();
+        let mut reader = BufReader::new(s.try_clone().unwrap());
+        reader.read_until(b'\n', &mut line).unwrap();
+        let mut out = s;
+        out.write_all(format!("{}\n", line.len()).as_bytes())
+            .unwrap();
+    });
+    let (_site, server) = serve_cases();
+    let (_, got) = body(&server, &format!("/s/big_send?port={}", addr.port()));
+    assert_eq!(got, "4194305|4194305");
 }
 
 #[test]
