@@ -133,6 +133,19 @@ end
 
 cases.timer_read = function() return tostring(shared.got:get("timer")) end
 
+-- TLS kept in the pool: the second request's handshake is the first's.
+cases.tls_pooled = function(r)
+  local sock = tessera.socket.tcp()
+  local ok, err = sock:connect("127.0.0.1", tonumber(r:arg("port")), { pool = "tls" })
+  if not ok then return "connect: " .. err end
+  local reused = sock:getreusedtimes()
+  local shaken, herr = sock:sslhandshake(nil, "tls.test", false)
+  if not shaken then return "handshake: " .. herr end
+  sock:send("echo pooled\n")
+  local line = sock:receive()
+  return reused .. "|" .. tostring(line) .. "|" .. tostring(sock:setkeepalive())
+end
+
 local M = {}
 
 function M.access(r)
@@ -480,5 +493,15 @@ fn sslhandshake_with_verify_refuses_a_self_signed_certificate() {
             got, "handshake: handshake failed: invalid peer certificate: UnknownIssuer",
             "{form}"
         );
+    }
+}
+
+#[test]
+fn a_tls_connection_is_pooled_with_its_handshake() {
+    let addr = tls_server();
+    let (_site, server) = serve_cases();
+    for n in 0..3 {
+        let (_, got) = body(&server, &format!("/s/tls_pooled?port={}", addr.port()));
+        assert_eq!(got, format!("{n}|pooled|1"));
     }
 }
