@@ -24,11 +24,21 @@
 # answers are checked against the page with the word replaced. Target: tessera's filter
 # at least 1.5x cheaper per request than nginx's.
 #
-# usage: [TESSERA_BIN=path] bench/lua.sh [json|gsub] [ROUNDS] [SECONDS]   (defaults: 5 rounds of 5 s per target)
+# `bench/lua.sh redis` is issue 50's cosocket case: per request, a `content` handler GETs an
+# 11-byte value from Redis with lua-resty-redis (the unmodified copy vendored under
+# crates/cli/tests/fixtures, v0.33) over a keep-alive pool: tessera's through
+# `ngx = tessera.ngx_compat` and `package_path`, nginx's Lua module with the same library
+# (its lua_package_path pointed at the same copy), beside both hello handlers.
+# redis-server runs on the load's core. Both answers are checked; after the runs Redis'
+# counts of connections received and commands processed are printed (connections far
+# fewer than the requests show the pools at work). Target: tessera-redis at least as cheap
+# per request as nginx-redis. REDIS_CONNECTIONS sets wrk's connections (default 20).
+#
+# usage: [TESSERA_BIN=path] bench/lua.sh [json|gsub|redis] [ROUNDS] [SECONDS]   (defaults: 5 rounds of 5 s per target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CASE=hello
-case "${1:-}" in json|gsub) CASE=$1; shift ;; esac
+case "${1:-}" in json|gsub|redis) CASE=$1; shift ;; esac
 ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-5}
 CONNECTIONS=100
@@ -43,6 +53,8 @@ modules=/usr/lib/nginx/modules
 [ -f "$modules/ngx_http_lua_module.so" ] || { apt-get update -qq && apt-get install -y -qq libnginx-mod-http-lua >/dev/null; }
 cjson_so=/usr/lib/x86_64-linux-gnu/lua/5.1/cjson.so
 if [ "$CASE" = json ] && [ ! -f "$cjson_so" ]; then apt-get update -qq && apt-get install -y -qq lua-cjson >/dev/null; fi
+[ "$CASE" != redis ] || need redis-server redis-server
+resty_redis=$PWD/crates/cli/tests/fixtures/lua-resty-redis/lib
 
 # TESSERA_BIN: a tessera binary built already (else a release build of this tree).
 if [ -n "${TESSERA_BIN:-}" ]; then
@@ -102,6 +114,38 @@ return { body_filter = function(r, chunk, eof)
   return out
 end }
 LUA
+# The redis case's server (on the load's core), its value, and the handler both servers
+# run (the same lines; ngx is OpenResty's own in nginx, tessera.ngx_compat in tessera).
+redis_port=0
+if [ "$CASE" = redis ]; then
+    redis_port=$(free_port)
+    taskset -c $LOAD_CPU redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do [ "$(redis-cli -p "$redis_port" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+    redis-cli -p "$redis_port" set greeting "Hello World" >/dev/null
+fi
+read -r -d '' redis_handler <<LUA || true
+local red = redis:new()
+  red:set_timeouts(1000, 1000, 1000)
+  local ok, err = red:connect("127.0.0.1", $redis_port)
+  if not ok then return nil, err end
+  local v, gerr = red:get("greeting")
+  if not v then return nil, gerr end
+  red:set_keepalive(60000, 100)
+  return v
+LUA
+cat > "$work/redis.lua" <<LUA
+ngx = tessera.ngx_compat
+local redis = require "resty.redis"
+local function get()
+  $redis_handler
+end
+return { content = function(r)
+  local v, err = get()
+  if not v then r:exit(502, "redis: " .. tostring(err)) end
+  return v
+end }
+LUA
 cat > "$work/tessera.toml" <<TOML
 [[upstream]]
 name = "origin"
@@ -119,6 +163,11 @@ strip_prefix = "/filtered"
 [[script]]
 prefix = "/filtered/"
 path = "$work/gsub.lua"
+
+[[script]]
+prefix = "/redis"
+path = "$work/redis.lua"
+package_path = "$resty_redis/?.lua"
 TOML
 
 # --- nginx: one process (master_process off), the Lua module, no access log.
@@ -138,6 +187,7 @@ $(nginx_keepalive)
     uwsgi_temp_path $work/nginx;
     scgi_temp_path $work/nginx;
     lua_package_cpath "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;;";
+    lua_package_path "$resty_redis/?.lua;;";
     upstream origin { server 127.0.0.1:$origin_port; keepalive 32; }
     init_by_lua_block {
         cjson = require "cjson"
@@ -159,6 +209,17 @@ $(nginx_keepalive)
             header_filter_by_lua_block { ngx.header.content_length = nil }
             body_filter_by_lua_block {
                 ngx.arg[1] = ngx.re.gsub(ngx.arg[1], "widget", "gadget", "jo")
+            }
+        }
+        location = /redis {
+            content_by_lua_block {
+                local redis = require "resty.redis"
+                local function get()
+                  $redis_handler
+                end
+                local v, err = get()
+                if not v then ngx.status = 502 ngx.say("redis: ", err) return end
+                ngx.print(v)
             }
         }
         location = /json {
@@ -213,6 +274,17 @@ PY
     targets="floor tessera-lua tessera-json nginx-lua nginx-json"
 fi
 
+if [ "$CASE" = redis ]; then
+    for port in "$nginx_port" "$tessera_port"; do
+        [ "$(curl -fs "http://127.0.0.1:$port/redis")" = "Hello World" ] || { echo "port $port: /redis is not the value" >&2; exit 1; }
+    done
+    echo "check: both servers answer the value GET from Redis through lua-resty-redis"
+    pid_of[tessera-redis]=$tessera_pid; url_of[tessera-redis]="http://127.0.0.1:$tessera_port/redis"
+    pid_of[nginx-redis]=$nginx_pid; url_of[nginx-redis]="http://127.0.0.1:$nginx_port/redis"
+    targets="tessera-lua tessera-redis nginx-lua nginx-redis"
+    CONNECTIONS=${REDIS_CONNECTIONS:-20}
+fi
+
 if [ "$CASE" = gsub ]; then
     wait_up "$origin_port" page.html
     python3 -c "import sys; p = open(sys.argv[1]).read(); open(sys.argv[2], 'w').write(p.replace('widget', 'gadget'))" \
@@ -264,6 +336,15 @@ if [ "$CASE" = gsub ]; then
     ratio tessera-proxy nginx-proxy
     awk -v tg="${cpu_med[tessera-gsub]}" -v tp="${cpu_med[tessera-proxy]}" -v ng="${cpu_med[nginx-gsub]}" -v np="${cpu_med[nginx-proxy]}" \
         'BEGIN { printf "the filter alone (gsub - proxy): tessera %.2f us, nginx %.2f us (x%.2f); target: tessera-gsub at least 1.5x cheaper than nginx-gsub\n", tg - tp, ng - np, (ng - np) / (tg - tp) }'
+    exit 0
+fi
+if [ "$CASE" = redis ]; then
+    ratio tessera-redis nginx-redis
+    ratio tessera-lua nginx-lua
+    awk -v tr="${cpu_med[tessera-redis]}" -v tl="${cpu_med[tessera-lua]}" -v nr="${cpu_med[nginx-redis]}" -v nl="${cpu_med[nginx-lua]}" \
+        'BEGIN { printf "the Redis GET alone (redis - hello): tessera %.2f us, nginx %.2f us (x%.2f); target: tessera-redis at least as cheap as nginx-redis\n", tr - tl, nr - nl, (nr - nl) / (tr - tl) }'
+    # The pools did their work: Redis saw few connections for all those requests.
+    echo "redis: $(redis-cli -p "$redis_port" info stats | tr -d '\r' | grep '^total_connections_received'), $(redis-cli -p "$redis_port" info stats | tr -d '\r' | grep '^total_commands_processed')"
     exit 0
 fi
 ratio tessera-lua tessera-static

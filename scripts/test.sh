@@ -34,9 +34,10 @@ fi
 
 # The upstream TLS tests run a Python ssl origin (python3, installed below) and check that
 # `--proxy https://` verifies against the system's roots (crates/cli/tests/serve/upstream_tls.rs);
-# tessera refuses to start without any.
+# tessera refuses to start without any. A Lua socket's verified handshake reads them too
+# (crates/cli/tests/serve/lua_sockets.rs expects the refusal of an unknown issuer).
 if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
-    apt_install ca-certificates "the upstream TLS tests"
+    apt_install ca-certificates "the upstream and Lua socket TLS tests"
 fi
 
 # The basic auth tests write their htpasswd files with Apache's htpasswd (bcrypt, and

@@ -19,6 +19,11 @@ pub struct ScriptConfig {
     /// Bytes of Lua memory this script may add to its worker's Lua state; the state's
     /// limit is the sum over scripts. Default 64 MiB.
     pub memory_limit: usize,
+    /// Lua module search templates (`lua/?.lua;lua/?/init.lua`), as nginx's
+    /// `lua_package_path`: put before the default `package.path` of the worker's Lua
+    /// state, for `require`. The state is one for every mount of a worker, so every
+    /// mount's `package_path` goes in, in mount order. Default none.
+    pub package_path: Option<String>,
     /// The site it is mounted on: 0 for top-level `[[script]]`s, `i + 1` for the
     /// `[[host.script]]`s of `[[host]]` number `i` (set by `cli`; no TOML key).
     #[serde(skip)]
@@ -36,6 +41,7 @@ impl Default for ScriptConfig {
             path: PathBuf::new(),
             time_limit: 1.0,
             memory_limit: 64 << 20,
+            package_path: None,
             site: 0,
             rule: None,
         }

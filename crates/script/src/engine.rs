@@ -19,6 +19,7 @@ use crate::guard::WorkerGuard;
 use crate::scripts::compile;
 pub use crate::scripts::Scripts;
 use crate::shared;
+use crate::socket;
 use crate::tally::{self, Failure, Phase};
 
 mod body_filter;
@@ -159,6 +160,9 @@ impl Engine {
         if let Err(e) = engine.install_api(worker, upstreams) {
             tracing::error!(worker, error = %e, "cannot set up the Lua API");
         }
+        if let Err(e) = crate::package_path::install(&engine.lua, &engine.scripts.configs) {
+            tracing::error!(worker, error = %e, "cannot set the Lua package.path");
+        }
         for i in 0..engine.mounts.len() {
             engine.load(i, worker);
         }
@@ -201,6 +205,7 @@ impl Engine {
         let loaded = (|| -> Result<Phases, String> {
             let chunk = compile(&self.lua, &mount.config.path).map_err(|e| e.to_string())?;
             let _inside = self.guard.enter(mount.limit);
+            let _sockets = socket::enter(socket::Scope::Refused("init"));
             let _running = Running::new(
                 &self.running,
                 Version {
@@ -292,15 +297,19 @@ impl Engine {
                         tracing::debug!(worker, timer = %at, "timer of a replaced script version dropped");
                         return;
                     }
+                    let sockets = socket::Scope::timer();
                     let call = Guarded {
                         future: f.call_async::<()>(args),
                         guard,
                         limit: timer_limit,
                         running,
                         version,
+                        sockets,
                     };
                     tally::call(Phase::Timer);
-                    match call.await {
+                    let result = call.await;
+                    socket::release(sockets);
+                    match result {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tally::failed(Phase::Timer, Failure::of(&e));
@@ -383,6 +392,7 @@ impl Engine {
             })?,
         )?;
         tessera.set("http", http_table)?;
+        socket::install(lua, &tessera)?;
 
         lua.globals().set("tessera", tessera)?;
         Ok(())
@@ -498,6 +508,7 @@ impl Engine {
                 limit: self.mounts[call.mount].limit,
                 running: self.running.clone(),
                 version: self.version(call.mount),
+                sockets: socket::Scope::request(&call.ud),
             },
             ud: call.ud.clone(),
             name: self.mounts[call.mount].name.clone(),
@@ -529,6 +540,7 @@ impl Engine {
 
     /// Queues `log` (run later by the background task), then recycles the context.
     pub fn finish(&self, call: Call) {
+        socket::release(socket::Scope::request(&call.ud));
         if context::with(&call.ud, |c| std::mem::take(&mut c.failed)) == Some(true) {
             // A call stopped by the memory limit leaves its garbage behind, and LuaJIT
             // does not collect when an allocation fails: without a full collection now,
@@ -571,6 +583,7 @@ impl Engine {
         let m = &self.mounts[mount];
         let result = {
             let _inside = self.guard.enter(m.limit);
+            let _sockets = socket::enter(socket::Scope::refused(phase));
             let _running = Running::new(&self.running, self.version(mount));
             std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
         };
@@ -645,6 +658,8 @@ struct Guarded<F> {
     limit: Duration,
     running: Rc<Cell<Option<Version>>>,
     version: Version,
+    /// Whose cosockets the call opens (closed when it ends).
+    sockets: socket::Scope,
 }
 
 /// Marks `version` as the running script until dropped (restoring what ran before).
@@ -674,6 +689,7 @@ impl<F: Future + Unpin> Future for Guarded<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let _inside = this.guard.enter(this.limit);
+        let _sockets = socket::enter(this.sockets);
         let _running = Running::new(&this.running, this.version);
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,

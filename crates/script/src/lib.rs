@@ -9,7 +9,8 @@
 //! (after the response, off the request path) and `init` (once per worker and load).
 //! docs/lua.md documents the API the functions see.
 //!
-//! **What it is not for.** HTTP framing, sockets and static files (the `server` crate);
+//! **What it is not for.** HTTP framing, the server's sockets and static files (the
+//! `server` crate);
 //! upstream connections (`tessera.http.request` calls the `handler::Upstreams` it is
 //! given, which the `edge` crate implements; this crate does not depend on it).
 //!
@@ -27,6 +28,8 @@
 //! goes on. `cli` also loads the Lua hooks outside a request's phases, a [`Hook`] each
 //! (an upstream's `balancer_script`), and hands them to the proxy as
 //! `handler::BalancerHook`s; each thread that calls one has its own Lua state for it.
+//! Scripts' own TCP connections (`tessera.socket.tcp`, OpenResty's cosockets) run on the
+//! worker's loop through `evloop::net`, with a keep-alive pool per worker (`socket/`).
 
 mod base;
 mod clock;
@@ -38,8 +41,10 @@ mod guard;
 mod helpers;
 mod hooks;
 mod module;
+mod package_path;
 mod scripts;
 mod shared;
+mod socket;
 mod tally;
 
 pub use config::{ScriptConfig, SharedDictConfig};

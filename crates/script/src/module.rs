@@ -63,6 +63,7 @@ impl Module for ScriptModule {
 
     fn metrics(&self, out: &mut handler::Metrics) {
         crate::tally::write(out);
+        crate::socket::write_metrics(out);
     }
 
     fn start(&self, worker: usize) -> Rc<dyn Service> {

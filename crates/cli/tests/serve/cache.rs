@@ -591,6 +591,10 @@ impl Redis {
         redis
     }
 
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

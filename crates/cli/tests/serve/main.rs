@@ -39,6 +39,8 @@ mod lua_body_filter;
 mod lua_edits;
 mod lua_helpers;
 mod lua_hooks;
+mod lua_redis;
+mod lua_sockets;
 mod metrics;
 mod paths;
 mod proxy;

@@ -31,6 +31,7 @@ impl Engine {
         let mount = &self.mounts[call.mount];
         let result = {
             let _inside = self.guard.enter(mount.limit);
+            let _sockets = crate::socket::enter(crate::socket::Scope::refused(Phase::BodyFilter));
             let _running = Running::new(&self.running, self.version(call.mount));
             std::panic::catch_unwind(AssertUnwindSafe(|| -> mlua::Result<Bytes> {
                 let piece = self.lua.create_string(chunk)?;
