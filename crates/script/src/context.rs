@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use mlua::{
     AnyUserData, Lua, MultiValue, Result as LuaResult, String as LuaString, UserData,
-    UserDataMethods, Value,
+    UserDataFields, UserDataMethods, Value,
 };
+
+use crate::vars;
 
 /// Response body room a recycled context keeps between requests.
 const KEPT_BODY_CAPACITY: usize = 64 * 1024;
@@ -46,6 +48,12 @@ pub struct Context {
     /// `r:set_req_header`...): the server then answers the request as edited.
     target_edited: bool,
     headers_edited: bool,
+    /// Whether the request came over TLS (`$scheme`).
+    secure: bool,
+    /// The request's id (`$request_id`), when the server made one or a script read it.
+    request_id: Option<u128>,
+    /// The variables a script wrote (`r:set_var`), by name.
+    vars: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -108,6 +116,16 @@ impl Context {
         self.no_compress = false;
         self.target_edited = false;
         self.headers_edited = false;
+        self.secure = false;
+        self.request_id = None;
+        self.vars.clear();
+    }
+
+    /// What the connection and the server know of the request beyond its head: whether
+    /// it came over TLS, and its id when the server made one (`$scheme`, `$request_id`).
+    pub fn set_facts(&mut self, secure: bool, request_id: Option<u128>) {
+        self.secure = secure;
+        self.request_id = request_id;
     }
 
     /// The request as a script edited it, if it did (its target, its fields, or both).
@@ -247,6 +265,42 @@ impl Context {
             }
         }
         Ok(())
+    }
+}
+
+impl vars::Source for Context {
+    fn method(&self) -> &[u8] {
+        self.span(self.method)
+    }
+
+    fn path(&self) -> &[u8] {
+        Context::path(self)
+    }
+
+    fn query(&self) -> &[u8] {
+        Context::query(self)
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|&(n, v)| (self.span(n), self.span(v)))
+    }
+
+    fn client(&self) -> Option<SocketAddr> {
+        self.client
+    }
+
+    fn secure(&self) -> bool {
+        self.secure
+    }
+
+    fn request_id(&mut self) -> &mut Option<u128> {
+        &mut self.request_id
+    }
+
+    fn written(&self) -> &[(Vec<u8>, Vec<u8>)] {
+        &self.vars
     }
 }
 
@@ -395,6 +449,10 @@ fn bytes_or_nil(lua: &Lua, b: Option<&[u8]>) -> LuaResult<Value> {
 }
 
 impl UserData for Context {
+    fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
+        f.add_field_function_get("var", |lua, ud| vars::table::<Context>(lua, &ud));
+    }
+
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         // The request.
         m.add_method("method", |lua, c, ()| lua.create_string(c.span(c.method)));
@@ -434,6 +492,9 @@ impl UserData for Context {
             bytes_or_nil(lua, found)
         });
         m.add_method("body", |lua, c, ()| lua.create_string(&c.body[..]));
+        m.add_method_mut("set_var", |_, c, (name, value): (LuaString, Value)| {
+            vars::set(c, &name, value)
+        });
         m.add_method("client", |lua, c, ()| match c.client {
             Some(a) => Ok((
                 Value::String(lua.create_string(a.ip().to_string())?),

@@ -41,6 +41,7 @@ mod module;
 mod scripts;
 mod shared;
 mod tally;
+mod vars;
 
 pub use config::{ScriptConfig, SharedDictConfig};
 pub use context::{Context, RequestHead};

@@ -138,6 +138,7 @@ impl Service for ScriptService {
                 proxy_tlvs: req.proxy_tlvs,
             },
         );
+        engine.context(&call, |c| c.set_facts(req.secure, req.request_id));
         let call = Rc::new(ScriptCall {
             engine: engine.clone(),
             call: Some(call),
