@@ -176,6 +176,11 @@ impl Context {
         self.headers_edited = true;
     }
 
+    /// The socket's peer.
+    pub(crate) fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
     pub fn set_body(&mut self, body: Bytes) {
         self.body = body;
     }
@@ -369,7 +374,7 @@ fn request_field_name(name: &[u8]) -> LuaResult<Vec<u8>> {
 
 /// `{a = "1", b = {"x", "y"}}` as `a=1&b=x&b=y` (keys in the table's order), each part
 /// escaped as `tessera.uri.escape` does; `true` is a name alone.
-fn query_string(t: &mlua::Table) -> LuaResult<Vec<u8>> {
+pub(crate) fn query_string(t: &mlua::Table) -> LuaResult<Vec<u8>> {
     let mut out = Vec::new();
     let pair = |out: &mut Vec<u8>, k: &[u8], v: Option<&[u8]>| {
         if !out.is_empty() {

@@ -11,7 +11,9 @@
 //!
 //! **What it is not for.** HTTP framing, sockets and static files (the `server` crate);
 //! upstream connections (`tessera.http.request` calls the `handler::Upstreams` it is
-//! given, which the `edge` crate implements; this crate does not depend on it).
+//! given, which the `edge` crate implements; this crate does not depend on it); answering
+//! subrequests (`tessera.location.capture` calls the `handler::Subrequests` the server
+//! installs on each worker thread).
 //!
 //! **How it fits.** `cli` builds one [`Scripts`] (shared: configuration, shared
 //! dictionaries, the watchdog) and a [`ScriptModule`] (a `handler::Module`: each mount
@@ -37,6 +39,7 @@ mod error;
 mod guard;
 mod helpers;
 mod hooks;
+mod location;
 mod module;
 mod scripts;
 mod shared;

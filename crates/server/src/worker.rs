@@ -84,7 +84,42 @@ pub(crate) struct Worker {
     pub(crate) tasks: Rc<crate::net::tasks::Tasks>,
 }
 
+/// The worker's path buffer, or, while a request that holds it makes a subrequest
+/// (answered inside it), a buffer of the subrequest's own.
+pub(crate) enum PathBuf<'w> {
+    Shared(std::cell::RefMut<'w, Vec<u8>>),
+    Own(Vec<u8>),
+}
+
+impl std::ops::Deref for PathBuf<'_> {
+    type Target = Vec<u8>;
+
+    fn deref(&self) -> &Vec<u8> {
+        match self {
+            PathBuf::Shared(p) => p,
+            PathBuf::Own(p) => p,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PathBuf<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        match self {
+            PathBuf::Shared(p) => p,
+            PathBuf::Own(p) => p,
+        }
+    }
+}
+
 impl Worker {
+    /// The buffer a request's normalised path is kept in while it is answered.
+    pub(crate) fn path_buf(&self) -> PathBuf<'_> {
+        match self.path.try_borrow_mut() {
+            Ok(path) => PathBuf::Shared(path),
+            Err(_) => PathBuf::Own(Vec::with_capacity(256)),
+        }
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.get()
     }

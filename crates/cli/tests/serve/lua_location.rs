@@ -84,3 +84,234 @@ path = "{d}/vars.lua"
         assert!(got.contains(want), "{want:?} not in:\n{got}");
     }
 }
+
+const CAPTURE: &str = r#"
+local function show(r, name, res)
+  r:say(name, " ", res.status, " ", tostring(res.truncated), " ",
+    tostring(res.headers["content-type"]), " [", res.body, "]")
+end
+
+return {
+  content = function(r)
+    local p = r:path()
+    if p == "/lua/all" then
+      show(r, "file", tessera.location.capture("/hello.txt"))
+      show(r, "proxy", tessera.location.capture("/app/x?a=1", { args = { b = "2 3" } }))
+      show(r, "lua", tessera.location.capture("/lua/inner", { args = "n=7" }))
+      show(r, "missing", tessera.location.capture("/nothing-here.txt"))
+    elseif p == "/lua/inner" then
+      r:set_header("Content-Type", "text/x-inner")
+      r:set_header("X-Inner", "1")
+      r:write("inner n=", r:arg("n"), " ", r:method(), " body=", r:body(),
+        " x-parent=", tostring(r:header("x-parent")),
+        " x-set=", tostring(r:header("x-set")),
+        " ae=", tostring(r:header("accept-encoding")))
+    elseif p == "/lua/post" then
+      local res = tessera.location.capture("/lua/inner", {
+        method = "POST", body = "payload", headers = { ["X-Set"] = "yes", ["X-Parent"] = false },
+      })
+      show(r, "post", res)
+      r:say("x-inner ", tostring(res.headers["x-inner"]))
+      local res = tessera.location.capture("/app/echo", {
+        method = "PUT", body = "up", headers = { ["X-Set"] = "to-origin" } })
+      r:say(res.body)
+    elseif p == "/lua/self" then
+      -- Captures itself: an error after a number of levels, never a hang.
+      local ok, res = pcall(tessera.location.capture, "/lua/self")
+      if not ok then
+        r:say("stopped: ", tostring(res))
+        return
+      end
+      r:say(res.status, " ", res.body)
+    elseif p == "/lua/in-timer" then
+      local done = false
+      tessera.timer.at(0, function()
+        local ok, err = pcall(tessera.location.capture, "/hello.txt")
+        shared_result = tostring(ok) .. " " .. tostring(err)
+        done = true
+      end)
+      while not done do tessera.sleep(0.01) end
+      r:say(shared_result)
+    end
+  end,
+}
+"#;
+
+fn capture_site() -> (Site, Server) {
+    let site = Site::new();
+    std::fs::write(site.dir.path().join("capture.lua"), CAPTURE).unwrap();
+    let d = site.dir.path().display();
+    let server = site.serve_with(&format!(
+        r#"
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/app"
+upstream = "app"
+
+[[script]]
+prefix = "/lua"
+path = "{d}/capture.lua"
+"#,
+        up = crate::harness::echo_origin(),
+    ));
+    (site, server)
+}
+
+#[test]
+fn capture_answers_a_file_a_proxied_route_a_script_and_a_404_through_the_routes() {
+    let (_site, server) = capture_site();
+    let r = ask(
+        &server,
+        "/lua/all",
+        "X-Parent: p1\r\nAccept-Encoding: gzip\r\nIf-None-Match: *\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines[0],
+        "file 200 false text/plain; charset=utf-8 [hello world"
+    );
+    // The proxied route: the origin echoes the target and the fields it got.
+    assert!(
+        lines[2].starts_with("proxy 200 false nil [/app/x?a=1&b=2%203"),
+        "{got}"
+    );
+    assert!(
+        got.contains("X-Parent: p1") || got.contains("x-parent: p1"),
+        "{got}"
+    );
+    // The script's own route, with the parent's fields but not its Accept-Encoding.
+    assert!(
+        got.contains(
+            "lua 200 false text/x-inner [inner n=7 GET body= x-parent=p1 x-set=nil ae=nil]"
+        ),
+        "{got}"
+    );
+    assert!(
+        got.contains("missing 404 false text/html; charset=utf-8 [<html>"),
+        "{got}"
+    );
+}
+
+#[test]
+fn capture_passes_method_body_and_headers() {
+    let (_site, server) = capture_site();
+    let r = ask(&server, "/lua/post", "X-Parent: p1\r\n");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    assert!(
+        got.contains("post 200 false text/x-inner [inner n= POST body=payload x-parent=nil x-set=yes ae=nil]"),
+        "{got}"
+    );
+    assert!(got.contains("x-inner 1\n"), "{got}");
+    // The origin gets the method, the body's length and the fields.
+    let lower = got.to_ascii_lowercase();
+    assert!(lower.contains("/app/echo\n"), "{got}");
+    assert!(lower.contains("content-length: 2"), "{got}");
+    assert!(lower.contains("x-set: to-origin"), "{got}");
+}
+
+#[test]
+fn a_location_that_captures_itself_stops_at_the_depth_limit() {
+    let (_site, server) = capture_site();
+    let r = ask(&server, "/lua/self", "");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    // Each level answers with what the level below it said; the deepest is refused.
+    assert!(got.contains("stopped: "), "{got}");
+    assert!(got.contains("nested more than 16 deep"), "{got}");
+    assert_eq!(got.matches("200 ").count(), 16, "{got}");
+    // The server goes on serving.
+    assert_eq!(server.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn capture_is_refused_outside_a_request() {
+    let (_site, server) = capture_site();
+    let r = ask(&server, "/lua/in-timer", "");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    assert!(got.contains("false "), "{got}");
+    assert!(
+        got.contains("only in a request's access or content phase"),
+        "{got}"
+    );
+}
+
+/// An origin that answers each request after about a second, each connection on a
+/// thread of its own: its body is the target.
+fn slow_origin() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    crate::harness::thread_per_connection(listener, |mut stream| {
+        let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        if let Some((target, _)) = crate::harness::read_request_head(&mut reader) {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let body = target;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+const MULTI: &str = r#"
+return {
+  content = function(r)
+    local started = tessera.now()
+    local a, b, c = tessera.location.capture_multi({
+      { "/slow/a" },
+      { "/slow/b", { args = "x=1" } },
+      { "/slow/c" },
+    })
+    r:say(a.status, " ", a.body, " ", b.status, " ", b.body, " ", c.status, " ", c.body)
+    r:say(string.format("took %.1f", tessera.now() - started))
+  end,
+}
+"#;
+
+#[test]
+fn capture_multi_runs_its_subrequests_side_by_side() {
+    let site = Site::new();
+    std::fs::write(site.dir.path().join("multi.lua"), MULTI).unwrap();
+    let d = site.dir.path().display();
+    let server = site.serve_with(&format!(
+        r#"
+[[upstream]]
+name = "slow"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/slow"
+upstream = "slow"
+
+[[script]]
+prefix = "/multi"
+path = "{d}/multi.lua"
+"#,
+        up = slow_origin(),
+    ));
+    let started = std::time::Instant::now();
+    let r = ask(&server, "/multi", "");
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    assert!(
+        got.starts_with("200 /slow/a 200 /slow/b?x=1 200 /slow/c\n"),
+        "{got}"
+    );
+    // One after another they would take three seconds; side by side, about one (the
+    // order of magnitude is what is checked, not the timing).
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}: {got}");
+    assert!(
+        took >= std::time::Duration::from_millis(900),
+        "{took:?}: {got}"
+    );
+}
