@@ -27,6 +27,10 @@ pub struct ScriptConfig {
     /// (`regex`, `methods`, `header`, ...: docs/config.md; set by `cli`, no TOML key).
     #[serde(skip)]
     pub rule: Option<usize>,
+    /// The variables its phases may write (`r.var.NAME = v`), nginx's `set $NAME "";`:
+    /// empty until written; read back with `r:var`, written to the access log with
+    /// `%{var_NAME}x`. Default none.
+    pub vars: Vec<String>,
 }
 
 impl Default for ScriptConfig {
@@ -38,6 +42,7 @@ impl Default for ScriptConfig {
             memory_limit: 64 << 20,
             site: 0,
             rule: None,
+            vars: Vec::new(),
         }
     }
 }

@@ -52,8 +52,12 @@ pub struct Context {
     secure: bool,
     /// The request's id (`$request_id`), when the server made one or a script read it.
     request_id: Option<u128>,
-    /// The variables a script wrote (`r:set_var`), by name.
+    /// The variables a script wrote (`r.var.NAME = v`), by name.
     vars: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The names its script may write (`vars` of its `[[script]]`).
+    declared: Vec<String>,
+    /// Where written variables go for the access log, when it writes any.
+    notes: Option<handler::LogNotes>,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -119,6 +123,15 @@ impl Context {
         self.secure = false;
         self.request_id = None;
         self.vars.clear();
+        self.declared.clear();
+        self.notes = None;
+    }
+
+    /// The variables the request's script may write, and where the access log reads
+    /// them (`None`: the log writes none).
+    pub fn set_vars(&mut self, declared: &[String], notes: Option<&handler::LogNotes>) {
+        self.declared.extend(declared.iter().cloned());
+        self.notes = notes.cloned();
     }
 
     /// What the connection and the server know of the request beyond its head: whether
@@ -306,6 +319,23 @@ impl vars::Source for Context {
 
     fn written(&self) -> &[(Vec<u8>, Vec<u8>)] {
         &self.vars
+    }
+
+    fn declared(&self) -> &[String] {
+        &self.declared
+    }
+
+    fn write(&mut self, name: &[u8], value: Vec<u8>) {
+        if let Some(notes) = &self.notes {
+            notes.var(&String::from_utf8_lossy(name), &value);
+        }
+        self.vars.retain(|(n, _)| n[..] != *name);
+        self.vars.push((name.to_vec(), value));
+    }
+
+    fn set_query(&mut self, query: &[u8]) {
+        let path = self.path().to_vec();
+        self.set_target(&path, query);
     }
 }
 

@@ -425,6 +425,11 @@ impl Engine {
             .is_none_or(|p| p.content.is_some())
     }
 
+    /// The variables the script at `m` may write (its `vars`).
+    pub fn declared(&self, m: MountId) -> &[String] {
+        &self.mounts[m.0].config.vars
+    }
+
     /// Whether the script at `m` has a `header_filter` phase.
     pub fn has_header_filter(&self, m: MountId) -> bool {
         self.has(m.0, |p| p.header_filter.is_some())

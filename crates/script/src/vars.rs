@@ -21,7 +21,38 @@ pub(crate) trait Source {
     fn request_id(&mut self) -> &mut Option<u128>;
     /// The variables a script wrote, by name.
     fn written(&self) -> &[(Vec<u8>, Vec<u8>)];
+    /// The names a script may write.
+    fn declared(&self) -> &[String];
+    /// Writes a declared variable.
+    fn write(&mut self, name: &[u8], value: Vec<u8>);
+    /// Gives the request another query (`args`), as `r:set_query`.
+    fn set_query(&mut self, query: &[u8]);
 }
+
+/// Whether `name` may be declared in a script's `vars`: letters, digits and `_`, and
+/// none of tessera's own variables.
+pub(crate) fn declarable(name: &str) -> bool {
+    let word = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let prefixed = ["arg_", "http_", "cookie_"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    word && !prefixed && !BUILT_IN.contains(&name)
+}
+
+/// The names of tessera's own variables (besides `arg_`, `http_` and `cookie_` ones).
+const BUILT_IN: [&str; 11] = [
+    "host",
+    "uri",
+    "args",
+    "query_string",
+    "request_method",
+    "remote_addr",
+    "remote_port",
+    "scheme",
+    "server_port",
+    "request_id",
+    "request_uri",
+];
 
 fn header<'c, C: Source>(c: &'c C, name: &[u8]) -> Option<&'c [u8]> {
     c.fields()
@@ -48,6 +79,10 @@ pub(crate) fn read<C: Source>(c: &mut C, name: &[u8]) -> LuaResult<Option<Vec<u8
     }
     if let Some(value) = c.written().iter().find(|(n, _)| n[..] == *name) {
         return Ok(Some(value.1.clone()));
+    }
+    if c.declared().iter().any(|d| d.as_bytes() == name) {
+        // Declared, not written yet: empty, as after nginx's `set $name "";`.
+        return Ok(Some(Vec::new()));
     }
     let value = match name {
         b"host" => host(header(c, b"host").unwrap_or_default()).to_ascii_lowercase(),
@@ -206,10 +241,34 @@ pub(crate) fn table<C: Source + UserData + 'static>(
     Ok(t)
 }
 
-/// `r:set_var(name, value)`, `r.var.NAME = value`: not yet writable.
-pub(crate) fn set<C: Source>(_c: &mut C, name: &LuaString, _value: Value) -> LuaResult<()> {
-    Err(mlua::Error::runtime(format!(
-        "variable `{}` cannot be written",
-        String::from_utf8_lossy(&name.as_bytes())
-    )))
+/// `r.var.NAME = value`: `args` (or `query_string`) gives the request another query, as
+/// `r:set_query`; a name the script's `vars` declares takes the value; another name is
+/// an error.
+pub(crate) fn set<C: Source>(c: &mut C, name: &LuaString, value: Value) -> LuaResult<()> {
+    let name = name.as_bytes();
+    let value = match value {
+        Value::Nil => Vec::new(),
+        Value::String(s) => s.as_bytes().to_vec(),
+        v @ (Value::Integer(_) | Value::Number(_)) => v.to_string()?.into_bytes(),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "variable `{}`: a string or a number, not a {}",
+                String::from_utf8_lossy(&name),
+                other.type_name()
+            )))
+        }
+    };
+    if name[..] == *b"args" || name[..] == *b"query_string" {
+        c.set_query(&value);
+        return Ok(());
+    }
+    if c.declared().iter().any(|d| d.as_bytes() == &name[..]) {
+        c.write(&name, value);
+        return Ok(());
+    }
+    let name = String::from_utf8_lossy(&name);
+    Err(mlua::Error::runtime(match declarable(&name) {
+        true => format!("variable `{name}` is not declared: add it to the script's `vars`"),
+        false => format!("variable `{name}` cannot be written"),
+    }))
 }

@@ -315,3 +315,101 @@ path = "{d}/multi.lua"
         "{took:?}: {got}"
     );
 }
+
+const WRITES: &str = r#"
+return {
+  access = function(r)
+    -- nginx: `set $user ""; access_by_lua_block { ngx.var.user = ... }`, then `$user`
+    -- in the log.
+    r:set_req_header("X-Before", r:var("user") == "" and "empty" or "set")
+    r.var.user = r:header("x-user") or "anonymous"
+    r.var.tries = 3
+    if r:path() == "/app/args" then
+      r.var.args = "rewritten=1&b=%20"
+    end
+    local ok, err = pcall(function() r.var.nope = "x" end)
+    r:set_req_header("X-Nope", (tostring(err):match("variable `nope` is not declared[^\n]*")))
+    ok, err = pcall(function() r.var.host = "x" end)
+    r:set_req_header("X-Host", (tostring(err):match("variable `host` cannot be written")))
+  end,
+  header_filter = function(r)
+    -- What access wrote is there in the later phases.
+    r:set_header("X-User-Seen", r.var.user .. " " .. r:var("tries"))
+  end,
+}
+"#;
+
+#[test]
+fn a_written_variable_is_read_back_later_and_logged_and_args_reach_the_origin() {
+    let site = Site::new();
+    std::fs::write(site.dir.path().join("writes.lua"), WRITES).unwrap();
+    let d = site.dir.path().display();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        r#"
+access_log = {log:?}
+access_log_format = "%U %{{var_user}}x %{{var_tries}}x %{{var_other}}x"
+
+[[upstream]]
+name = "app"
+addresses = ["{up}"]
+
+[[route]]
+prefix = "/app"
+upstream = "app"
+
+[[script]]
+prefix = "/app"
+path = "{d}/writes.lua"
+vars = ["user", "tries"]
+"#,
+        up = crate::harness::echo_origin(),
+    ));
+    let r = ask(&server, "/app/args?old=1", "X-User: ada\r\n");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r).to_ascii_lowercase();
+    // The origin gets the query the script wrote, and what access read and refused.
+    assert!(got.starts_with("/app/args?rewritten=1&b=%20\n"), "{got}");
+    assert!(got.contains("x-before: empty"), "{got}");
+    assert!(
+        got.contains("x-nope: variable `nope` is not declared: add it to the script's `vars`"),
+        "{got}"
+    );
+    assert!(
+        got.contains("x-host: variable `host` cannot be written"),
+        "{got}"
+    );
+    assert_eq!(r.header("x-user-seen"), Some("ada 3"));
+    let r = ask(&server, "/app/plain", "");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(r.header("x-user-seen"), Some("anonymous 3"));
+    // The access log writes them.
+    let started = std::time::Instant::now();
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 2 || started.elapsed() > std::time::Duration::from_secs(10) {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(lines.contains("/app/args ada 3 -\n"), "{lines}");
+    assert!(lines.contains("/app/plain anonymous 3 -\n"), "{lines}");
+}
+
+#[test]
+fn a_vars_entry_that_names_a_variable_of_tesseras_is_refused() {
+    let site = Site::new();
+    std::fs::write(site.dir.path().join("writes.lua"), WRITES).unwrap();
+    let config = site.dir.path().join("tessera.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[script]]\nprefix = \"/app\"\npath = \"{}/writes.lua\"\nvars = [\"host\"]\n",
+            site.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = crate::harness::check_config_output(&config);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("`vars` entry `host`"), "{stderr}");
+}
