@@ -92,9 +92,22 @@ local function show(r, name, res)
 end
 
 return {
+  access = function(r)
+    if r:path() == "/lua/gated" then
+      -- Deciding in access with a subrequest, as an auth_request would.
+      local res = tessera.location.capture("/lua/inner", { args = "n=gate" })
+      if res.status ~= 200 then r:exit(403) end
+      r:set_req_header("X-Gate", res.body)
+    end
+  end,
   content = function(r)
     local p = r:path()
-    if p == "/lua/all" then
+    if p == "/lua/gated" then
+      r:say("gate: ", r:header("x-gate"))
+    elseif p == "/lua/spin" then
+      tessera.location.capture("/lua/inner")
+      while true do end
+    elseif p == "/lua/all" then
       show(r, "file", tessera.location.capture("/hello.txt"))
       show(r, "proxy", tessera.location.capture("/app/x?a=1", { args = { b = "2 3" } }))
       show(r, "lua", tessera.location.capture("/lua/inner", { args = "n=7" }))
@@ -141,8 +154,12 @@ fn capture_site() -> (Site, Server) {
     let site = Site::new();
     std::fs::write(site.dir.path().join("capture.lua"), CAPTURE).unwrap();
     let d = site.dir.path().display();
+    let log = site.dir.path().join("access.log");
     let server = site.serve_with(&format!(
         r#"
+access_log = {log:?}
+access_log_format = "%U %>s"
+
 [[upstream]]
 name = "app"
 addresses = ["{up}"]
@@ -154,10 +171,24 @@ upstream = "app"
 [[script]]
 prefix = "/lua"
 path = "{d}/capture.lua"
+time_limit = 0.5
 "#,
         up = crate::harness::echo_origin(),
     ));
     (site, server)
+}
+
+/// The access log's lines once it has `n` of them (the writer flushes within a second).
+fn logged(site: &Site, n: usize) -> String {
+    let log = site.dir.path().join("access.log");
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= n || started.elapsed() > std::time::Duration::from_secs(10) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -195,6 +226,29 @@ fn capture_answers_a_file_a_proxied_route_a_script_and_a_404_through_the_routes(
         got.contains("missing 404 false text/html; charset=utf-8 [<html>"),
         "{got}"
     );
+    // The subrequests are not in the access log: one line, the request's.
+    assert_eq!(server.get("/hello.txt").status, 200);
+    let lines = logged(&_site, 2);
+    assert_eq!(lines, "/lua/all 200\n/hello.txt 200\n");
+}
+
+#[test]
+fn access_decides_with_a_subrequest() {
+    let (_site, server) = capture_site();
+    let r = ask(&server, "/lua/gated", "X-Parent: p2\r\n");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(
+        body(&r),
+        "gate: inner n=gate GET body= x-parent=p2 x-set=nil ae=nil\n"
+    );
+}
+
+#[test]
+fn a_phase_that_runs_on_after_a_scripts_subrequest_is_still_stopped_by_its_time_limit() {
+    let (_site, server) = capture_site();
+    let r = ask(&server, "/lua/spin", "");
+    assert_eq!(r.status, 500, "{}", body(&r));
+    assert_eq!(server.get("/hello.txt").status, 200);
 }
 
 #[test]
