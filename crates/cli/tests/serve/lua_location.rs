@@ -93,16 +93,31 @@ end
 
 return {
   access = function(r)
-    if r:path() == "/lua/gated" then
+    if r:path() == "/lua/slow-gate" then
+      -- An access phase that waits, in a subrequest.
+      tessera.sleep(0.05)
+      r:set_req_header("X-Slept", "yes")
+    elseif r:path() == "/lua/gated" then
       -- Deciding in access with a subrequest, as an auth_request would.
       local res = tessera.location.capture("/lua/inner", { args = "n=gate" })
       if res.status ~= 200 then r:exit(403) end
       r:set_req_header("X-Gate", res.body)
     end
   end,
+  header_filter = function(r)
+    if r:path() == "/lua/in-filter" then
+      local ok, err = pcall(tessera.location.capture, "/hello.txt")
+      r:set_header("X-Captured", tostring(ok) .. " " ..
+        tostring((tostring(err):match("only in a request's access or content phase"))))
+    end
+  end,
   content = function(r)
     local p = r:path()
-    if p == "/lua/gated" then
+    if p == "/lua/in-filter" then
+      r:say("filtered")
+    elseif p == "/lua/slow-gate" then
+      r:write("slept=", r:header("x-slept"))
+    elseif p == "/lua/gated" then
       r:say("gate: ", r:header("x-gate"))
     elseif p == "/lua/spin" then
       tessera.location.capture("/lua/inner")
@@ -112,6 +127,7 @@ return {
       show(r, "proxy", tessera.location.capture("/app/x?a=1", { args = { b = "2 3" } }))
       show(r, "lua", tessera.location.capture("/lua/inner", { args = "n=7" }))
       show(r, "missing", tessera.location.capture("/nothing-here.txt"))
+      show(r, "waited", tessera.location.capture("/lua/slow-gate"))
     elseif p == "/lua/inner" then
       r:set_header("Content-Type", "text/x-inner")
       r:set_header("X-Inner", "1")
@@ -226,6 +242,10 @@ fn capture_answers_a_file_a_proxied_route_a_script_and_a_404_through_the_routes(
         got.contains("missing 404 false text/html; charset=utf-8 [<html>"),
         "{got}"
     );
+    assert!(
+        got.contains("waited 200 false text/plain [slept=yes]"),
+        "{got}"
+    );
     // The subrequests are not in the access log: one line, the request's.
     assert_eq!(server.get("/hello.txt").status, 200);
     let lines = logged(&_site, 2);
@@ -293,6 +313,13 @@ fn capture_is_refused_outside_a_request() {
     assert!(
         got.contains("only in a request's access or content phase"),
         "{got}"
+    );
+    // Nor in a phase that cannot wait.
+    let r = ask(&server, "/lua/in-filter", "");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(
+        r.header("x-captured"),
+        Some("false only in a request's access or content phase")
     );
 }
 
