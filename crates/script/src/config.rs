@@ -31,6 +31,11 @@ pub struct ScriptConfig {
     /// empty until written; read back with `r:var`, written to the access log with
     /// `%{var_NAME}x`. Default none.
     pub vars: Vec<String>,
+    /// Its `regex` (and whether it ignores case), when the rules choose it by one: its
+    /// captures are variables (`r:var("1")`, `r:var("id")`; set by `cli`, no TOML key
+    /// of its own).
+    #[serde(skip)]
+    pub regex: Option<(String, bool)>,
 }
 
 impl Default for ScriptConfig {
@@ -43,6 +48,7 @@ impl Default for ScriptConfig {
             site: 0,
             rule: None,
             vars: Vec::new(),
+            regex: None,
         }
     }
 }

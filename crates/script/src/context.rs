@@ -58,6 +58,8 @@ pub struct Context {
     declared: Vec<String>,
     /// Where written variables go for the access log, when it writes any.
     notes: Option<handler::LogNotes>,
+    /// The regex the rules chose the script by: its captures are variables.
+    regex: Option<regex::bytes::Regex>,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -125,13 +127,20 @@ impl Context {
         self.vars.clear();
         self.declared.clear();
         self.notes = None;
+        self.regex = None;
     }
 
     /// The variables the request's script may write, and where the access log reads
     /// them (`None`: the log writes none).
-    pub fn set_vars(&mut self, declared: &[String], notes: Option<&handler::LogNotes>) {
+    pub fn set_vars(
+        &mut self,
+        declared: &[String],
+        notes: Option<&handler::LogNotes>,
+        regex: Option<&regex::bytes::Regex>,
+    ) {
         self.declared.extend(declared.iter().cloned());
         self.notes = notes.cloned();
+        self.regex = regex.cloned();
     }
 
     /// What the connection and the server know of the request beyond its head: whether
@@ -323,6 +332,10 @@ impl vars::Source for Context {
 
     fn declared(&self) -> &[String] {
         &self.declared
+    }
+
+    fn regex(&self) -> Option<&regex::bytes::Regex> {
+        self.regex.as_ref()
     }
 
     fn write(&mut self, name: &[u8], value: Vec<u8>) {

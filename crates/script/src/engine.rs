@@ -39,6 +39,8 @@ struct Phases {
 
 struct Mount {
     config: ScriptConfig,
+    /// The regex the rules choose it by, whose captures are variables.
+    regex: Option<regex::bytes::Regex>,
     /// The script's name in log lines.
     name: Rc<str>,
     limit: Duration,
@@ -126,6 +128,13 @@ impl Engine {
             .configs
             .iter()
             .map(|c| Mount {
+                // Compiled as the rules compiled it (a bad one never gets here).
+                regex: c.regex.as_ref().and_then(|(pattern, ci)| {
+                    regex::bytes::RegexBuilder::new(pattern)
+                        .case_insensitive(*ci)
+                        .build()
+                        .ok()
+                }),
                 config: c.clone(),
                 name: c.path.display().to_string().into(),
                 limit: Duration::from_secs_f64(c.time_limit),
@@ -425,9 +434,11 @@ impl Engine {
             .is_none_or(|p| p.content.is_some())
     }
 
-    /// The variables the script at `m` may write (its `vars`).
-    pub fn declared(&self, m: MountId) -> &[String] {
-        &self.mounts[m.0].config.vars
+    /// The variables the script at `m` may write (its `vars`), and the regex whose
+    /// captures are variables.
+    pub fn declared(&self, m: MountId) -> (&[String], Option<&regex::bytes::Regex>) {
+        let mount = &self.mounts[m.0];
+        (&mount.config.vars, mount.regex.as_ref())
     }
 
     /// Whether the script at `m` has a `header_filter` phase.

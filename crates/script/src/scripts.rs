@@ -71,7 +71,7 @@ impl Scripts {
             }
             if let Some(bad) = c.vars.iter().find(|v| !crate::vars::declarable(v)) {
                 return Err(Error::Config(format!(
-                    "script `{}`: `vars` entry `{bad}` must be a name of letters, digits and `_` that is not one of tessera's variables (`host`, `arg_...`)",
+                    "script `{}`: `vars` entry `{bad}` must be a name of letters, digits and `_`, not starting with a digit, that is not one of tessera's variables (`host`, `arg_...`)",
                     c.prefix
                 )));
             }

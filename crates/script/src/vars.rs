@@ -23,16 +23,20 @@ pub(crate) trait Source {
     fn written(&self) -> &[(Vec<u8>, Vec<u8>)];
     /// The names a script may write.
     fn declared(&self) -> &[String];
+    /// The regex the rules chose the script by, whose captures are variables.
+    fn regex(&self) -> Option<&regex::bytes::Regex>;
     /// Writes a declared variable.
     fn write(&mut self, name: &[u8], value: Vec<u8>);
     /// Gives the request another query (`args`), as `r:set_query`.
     fn set_query(&mut self, query: &[u8]);
 }
 
-/// Whether `name` may be declared in a script's `vars`: letters, digits and `_`, and
-/// none of tessera's own variables.
+/// Whether `name` may be declared in a script's `vars`: letters, digits and `_`, not
+/// starting with a digit (those are captures), and none of tessera's own variables.
 pub(crate) fn declarable(name: &str) -> bool {
-    let word = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let word = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     let prefixed = ["arg_", "http_", "cookie_"]
         .iter()
         .any(|p| name.starts_with(p));
@@ -130,13 +134,35 @@ pub(crate) fn read<C: Source>(c: &mut C, name: &[u8]) -> LuaResult<Option<Vec<u8
             format!("{id:032x}").into()
         }
         _ => {
+            if let Some(found) = capture(c, name) {
+                return Ok(Some(found));
+            }
             return Err(mlua::Error::runtime(format!(
                 "unknown variable `{}`",
                 String::from_utf8_lossy(name)
-            )))
+            )));
         }
     };
     Ok(Some(value))
+}
+
+/// A capture group of the script's regex (`1`-`9`, or a group's name) on the normalised
+/// path, as the rules matched it: empty when the group took no part or the path no
+/// longer matches; `None` when the regex has no such group.
+fn capture<C: Source>(c: &C, name: &[u8]) -> Option<Vec<u8>> {
+    let regex = c.regex()?;
+    let name = std::str::from_utf8(name).ok()?;
+    let group = match name.parse::<usize>() {
+        Ok(n) if (1..regex.captures_len()).contains(&n) && name.len() == 1 => n,
+        Ok(_) => return None,
+        Err(_) => regex.capture_names().position(|n| n == Some(name))?,
+    };
+    let mut path = Vec::new();
+    if wire::normalize_path(c.path(), &mut path).is_err() {
+        return Some(Vec::new());
+    }
+    let found = regex.captures(&path).and_then(|caps| caps.get(group));
+    Some(found.map_or_else(Vec::new, |m| m.as_bytes().to_vec()))
 }
 
 /// The host a Host field names, without its port; empty when it is not a host name or

@@ -494,3 +494,33 @@ fn a_vars_entry_that_names_a_variable_of_tesseras_is_refused() {
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("`vars` entry `host`"), "{stderr}");
 }
+
+#[test]
+fn the_captures_of_a_scripts_regex_are_variables() {
+    let site = Site::new();
+    let script = r#"
+return {
+  content = function(r)
+    local ok, err = pcall(r.var, r, "3")
+    r:say(r:var("id"), " ", r.var[1], " ", r:var("2"), " ", tostring(ok),
+      " ", tostring((tostring(err):match("unknown variable `3`"))))
+  end,
+}
+"#;
+    std::fs::write(site.dir.path().join("users.lua"), script).unwrap();
+    let d = site.dir.path().display();
+    let server = site.serve_with(&format!(
+        r#"
+[[host]]
+names = ["example.test"]
+
+[[host.script]]
+regex = "^/USERS/(?<id>[0-9]+)/(.*)$"
+case_insensitive = true
+path = "{d}/users.lua"
+"#
+    ));
+    let r = ask(&server, "/users/42/a%20b", "");
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(body(&r), "42 42 a b false unknown variable `3`\n");
+}
