@@ -213,7 +213,9 @@ impl Worker {
     pub fn take_buffers(&self) -> Box<Buffers> {
         self.spare.borrow_mut().pop().unwrap_or_else(|| {
             // First use of this buffer set: bounded by the slot count, since each
-            // connection holds at most one; recycled forever after.
+            // connection holds at most one (and each subrequest nested inside its
+            // answer one more while it is routed, `exchange::subrequest::MAX_DEPTH`
+            // deep at most); recycled forever after.
             Box::new(Buffers {
                 read: vec![0u8; self.shared.limits.max_head_size].into_boxed_slice(),
                 out: Output::new(self.shared.limits.max_uri_length + 1024),
