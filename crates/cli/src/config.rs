@@ -163,6 +163,13 @@ impl ServeConfig {
                     .map(|(s, (rule, _))| script::ScriptConfig { site, rule, ..s }),
             );
         }
+        // A script the rules choose by a regex reads its captures as variables.
+        for s in m.script.iter_mut() {
+            let site_rules = server.routes.iter().filter(|(site, _, _)| *site == s.site);
+            if let Some((_, rules, _)) = s.rule.and_then(|r| site_rules.clone().nth(r)) {
+                s.regex = rules.regex.clone().map(|re| (re, rules.case_insensitive));
+            }
+        }
         Ok(ServeConfig {
             server,
             upstream: m.upstream,

@@ -11,7 +11,8 @@
 //! [`FieldList`], which a module may fill before it has a head) and a [`Body`]. The
 //! [`Router`] is the one longest-whole-segment-prefix table, one per site; [`Hosts`] says
 //! which site a request's host names. [`Upstreams`] is how a
-//! module other than the proxy reaches upstreams.
+//! module other than the proxy reaches upstreams, and [`Subrequests`] how it reaches the
+//! server's own routes.
 //!
 //! What it is not for: parsing or encoding HTTP/1 (that is `wire`), connections and
 //! static files (`server`), proxying (`edge`), Lua (`script`), compressing bodies
@@ -33,6 +34,7 @@ mod pooled;
 mod request_body;
 mod router;
 mod service;
+mod subrequest;
 mod upstream;
 
 pub use body::{Body, BodyError, BodyFilter, Chunks, FileRegion, Piece, Tunnel};
@@ -51,6 +53,7 @@ pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, EditedRequest, Filter,
     Filtered, KindLabels, Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
+pub use subrequest::{install_subrequests, subrequests, SubReply, Subrequest, Subrequests};
 pub use upstream::{
     BalanceRequest, BalancerHook, PeerView, UpstreamReply, UpstreamRequest, Upstreams,
     UpstreamsFactory,

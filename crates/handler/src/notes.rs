@@ -31,6 +31,9 @@ pub struct Noted {
     /// Why a failed upstream attempt was not tried on another peer that was left:
     /// `body_sent` (a request body streaming to the peer had begun to go out).
     pub not_retried: Option<&'static str>,
+    /// The variables a script wrote (`r.var.NAME = v` of a name its `vars` declares), by
+    /// name: `%{var_NAME}x`.
+    pub vars: Vec<(Box<str>, Vec<u8>)>,
 }
 
 /// One attempt on one upstream peer.
@@ -88,6 +91,13 @@ impl CacheResult {
 }
 
 impl LogNotes {
+    /// Records a variable a script wrote (the last value of a name stands).
+    pub fn var(&self, name: &str, value: &[u8]) {
+        let vars = &mut self.0.borrow_mut().vars;
+        vars.retain(|(n, _)| **n != *name);
+        vars.push((name.into(), value.to_vec()));
+    }
+
     /// Records the cache's result (the last one recorded stands).
     pub fn cache(&self, result: CacheResult) {
         self.0.borrow_mut().cache = Some(result);

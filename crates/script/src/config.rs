@@ -32,6 +32,15 @@ pub struct ScriptConfig {
     /// (`regex`, `methods`, `header`, ...: docs/config.md; set by `cli`, no TOML key).
     #[serde(skip)]
     pub rule: Option<usize>,
+    /// The variables its phases may write (`r.var.NAME = v`), nginx's `set $NAME "";`:
+    /// empty until written; read back with `r:var`, written to the access log with
+    /// `%{var_NAME}x`. Default none.
+    pub vars: Vec<String>,
+    /// Its `regex` (and whether it ignores case), when the rules choose it by one: its
+    /// captures are variables (`r:var("1")`, `r:var("id")`; set by `cli`, no TOML key
+    /// of its own).
+    #[serde(skip)]
+    pub regex: Option<(String, bool)>,
 }
 
 impl Default for ScriptConfig {
@@ -44,6 +53,8 @@ impl Default for ScriptConfig {
             package_path: None,
             site: 0,
             rule: None,
+            vars: Vec::new(),
+            regex: None,
         }
     }
 }

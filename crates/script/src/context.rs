@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use mlua::{
     AnyUserData, Lua, MultiValue, Result as LuaResult, String as LuaString, UserData,
-    UserDataMethods, Value,
+    UserDataFields, UserDataMethods, Value,
 };
+
+use crate::vars;
 
 /// Response body room a recycled context keeps between requests.
 const KEPT_BODY_CAPACITY: usize = 64 * 1024;
@@ -46,6 +48,18 @@ pub struct Context {
     /// `r:set_req_header`...): the server then answers the request as edited.
     target_edited: bool,
     headers_edited: bool,
+    /// Whether the request came over TLS (`$scheme`).
+    secure: bool,
+    /// The request's id (`$request_id`), when the server made one or a script read it.
+    request_id: Option<u128>,
+    /// The variables a script wrote (`r.var.NAME = v`), by name.
+    vars: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The names its script may write (`vars` of its `[[script]]`).
+    declared: Vec<String>,
+    /// Where written variables go for the access log, when it writes any.
+    notes: Option<handler::LogNotes>,
+    /// The regex the rules chose the script by: its captures are variables.
+    regex: Option<regex::bytes::Regex>,
 }
 
 /// Raised by `r:exit()` to unwind the phase function; not an error.
@@ -108,6 +122,32 @@ impl Context {
         self.no_compress = false;
         self.target_edited = false;
         self.headers_edited = false;
+        self.secure = false;
+        self.request_id = None;
+        self.vars.clear();
+        self.declared.clear();
+        self.notes = None;
+        self.regex = None;
+    }
+
+    /// The variables the request's script may write, and where the access log reads
+    /// them (`None`: the log writes none).
+    pub fn set_vars(
+        &mut self,
+        declared: &[String],
+        notes: Option<&handler::LogNotes>,
+        regex: Option<&regex::bytes::Regex>,
+    ) {
+        self.declared.extend(declared.iter().cloned());
+        self.notes = notes.cloned();
+        self.regex = regex.cloned();
+    }
+
+    /// What the connection and the server know of the request beyond its head: whether
+    /// it came over TLS, and its id when the server made one (`$scheme`, `$request_id`).
+    pub fn set_facts(&mut self, secure: bool, request_id: Option<u128>) {
+        self.secure = secure;
+        self.request_id = request_id;
     }
 
     /// The request as a script edited it, if it did (its target, its fields, or both).
@@ -156,6 +196,11 @@ impl Context {
             self.headers.push((n, v));
         }
         self.headers_edited = true;
+    }
+
+    /// The socket's peer.
+    pub(crate) fn peer(&self) -> Option<SocketAddr> {
+        self.peer
     }
 
     pub fn set_body(&mut self, body: Bytes) {
@@ -250,6 +295,63 @@ impl Context {
     }
 }
 
+impl vars::Source for Context {
+    fn method(&self) -> &[u8] {
+        self.span(self.method)
+    }
+
+    fn path(&self) -> &[u8] {
+        Context::path(self)
+    }
+
+    fn query(&self) -> &[u8] {
+        Context::query(self)
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|&(n, v)| (self.span(n), self.span(v)))
+    }
+
+    fn client(&self) -> Option<SocketAddr> {
+        self.client
+    }
+
+    fn secure(&self) -> bool {
+        self.secure
+    }
+
+    fn request_id(&mut self) -> &mut Option<u128> {
+        &mut self.request_id
+    }
+
+    fn written(&self) -> &[(Vec<u8>, Vec<u8>)] {
+        &self.vars
+    }
+
+    fn declared(&self) -> &[String] {
+        &self.declared
+    }
+
+    fn regex(&self) -> Option<&regex::bytes::Regex> {
+        self.regex.as_ref()
+    }
+
+    fn write(&mut self, name: &[u8], value: Vec<u8>) {
+        if let Some(notes) = &self.notes {
+            notes.var(&String::from_utf8_lossy(name), &value);
+        }
+        self.vars.retain(|(n, _)| n[..] != *name);
+        self.vars.push((name.to_vec(), value));
+    }
+
+    fn set_query(&mut self, query: &[u8]) {
+        let path = self.path().to_vec();
+        self.set_target(&path, query);
+    }
+}
+
 /// Appends `bytes` with every byte outside `!`..`~`, and those of `also`, as `%XX`.
 fn encode_into(out: &mut Vec<u8>, bytes: &[u8], also: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -315,7 +417,7 @@ fn request_field_name(name: &[u8]) -> LuaResult<Vec<u8>> {
 
 /// `{a = "1", b = {"x", "y"}}` as `a=1&b=x&b=y` (keys in the table's order), each part
 /// escaped as `tessera.uri.escape` does; `true` is a name alone.
-fn query_string(t: &mlua::Table) -> LuaResult<Vec<u8>> {
+pub(crate) fn query_string(t: &mlua::Table) -> LuaResult<Vec<u8>> {
     let mut out = Vec::new();
     let pair = |out: &mut Vec<u8>, k: &[u8], v: Option<&[u8]>| {
         if !out.is_empty() {
@@ -395,6 +497,10 @@ fn bytes_or_nil(lua: &Lua, b: Option<&[u8]>) -> LuaResult<Value> {
 }
 
 impl UserData for Context {
+    fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
+        f.add_field_function_get("var", |lua, ud| vars::table::<Context>(lua, &ud));
+    }
+
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         // The request.
         m.add_method("method", |lua, c, ()| lua.create_string(c.span(c.method)));
@@ -434,6 +540,9 @@ impl UserData for Context {
             bytes_or_nil(lua, found)
         });
         m.add_method("body", |lua, c, ()| lua.create_string(&c.body[..]));
+        m.add_method_mut("set_var", |_, c, (name, value): (LuaString, Value)| {
+            vars::set(c, &name, value)
+        });
         m.add_method("client", |lua, c, ()| match c.client {
             Some(a) => Ok((
                 Value::String(lua.create_string(a.ip().to_string())?),

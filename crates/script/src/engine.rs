@@ -16,6 +16,7 @@ use crate::base::{self, caller};
 use crate::config::ScriptConfig;
 use crate::context::{self, Context, RequestHead};
 use crate::guard::WorkerGuard;
+use crate::location;
 use crate::scripts::compile;
 pub use crate::scripts::Scripts;
 use crate::shared;
@@ -39,6 +40,8 @@ struct Phases {
 
 struct Mount {
     config: ScriptConfig,
+    /// The regex the rules choose it by, whose captures are variables.
+    regex: Option<regex::bytes::Regex>,
     /// The script's name in log lines.
     name: Rc<str>,
     limit: Duration,
@@ -98,6 +101,8 @@ pub struct Engine {
     /// that the engine of a configuration a reload replaced is freed).
     logs_ready: Rc<tokio::sync::Notify>,
     timer_limit: Duration,
+    /// The request whose phase is running, for `tessera.location.capture`.
+    running_request: location::Running,
 }
 
 impl Engine {
@@ -124,6 +129,13 @@ impl Engine {
             .configs
             .iter()
             .map(|c| Mount {
+                // Compiled as the rules compiled it (a bad one never gets here).
+                regex: c.regex.as_ref().and_then(|(pattern, ci)| {
+                    regex::bytes::RegexBuilder::new(pattern)
+                        .case_insensitive(*ci)
+                        .build()
+                        .ok()
+                }),
                 config: c.clone(),
                 name: c.path.display().to_string().into(),
                 limit: Duration::from_secs_f64(c.time_limit),
@@ -156,6 +168,7 @@ impl Engine {
             logs: RefCell::new(Vec::new()),
             logs_ready: Rc::new(tokio::sync::Notify::new()),
             timer_limit,
+            running_request: Default::default(),
         });
         if let Err(e) = engine.install_api(worker, upstreams) {
             tracing::error!(worker, error = %e, "cannot set up the Lua API");
@@ -393,6 +406,7 @@ impl Engine {
         )?;
         tessera.set("http", http_table)?;
         socket::install(lua, &tessera)?;
+        location::install(lua, &tessera, self.running_request.clone())?;
 
         lua.globals().set("tessera", tessera)?;
         Ok(())
@@ -428,6 +442,13 @@ impl Engine {
             .borrow()
             .as_ref()
             .is_none_or(|p| p.content.is_some())
+    }
+
+    /// The variables the script at `m` may write (its `vars`), and the regex whose
+    /// captures are variables.
+    pub fn declared(&self, m: MountId) -> (&[String], Option<&regex::bytes::Regex>) {
+        let mount = &self.mounts[m.0];
+        (&mount.config.vars, mount.regex.as_ref())
     }
 
     /// Whether the script at `m` has a `header_filter` phase.
@@ -510,9 +531,13 @@ impl Engine {
                 version: self.version(call.mount),
                 sockets: socket::Scope::request(&call.ud),
             },
-            ud: call.ud.clone(),
+            ud: Some(call.ud.clone()),
             name: self.mounts[call.mount].name.clone(),
             phase,
+            request: (
+                self.running_request.clone(),
+                self.mounts[call.mount].config.site,
+            ),
         };
         // A first poll without a waker: what the script awaits registers the real one
         // when the server polls the pending future again (it does so at once).
@@ -585,6 +610,7 @@ impl Engine {
             let _inside = self.guard.enter(m.limit);
             let _sockets = socket::enter(socket::Scope::refused(phase));
             let _running = Running::new(&self.running, self.version(mount));
+            let _no_request = location::NoRequest::new(&self.running_request);
             std::panic::catch_unwind(AssertUnwindSafe(|| f.call::<Value>(call.ud.clone())))
         };
         finish_call(&call.ud, &m.name, result, phase)
@@ -721,9 +747,12 @@ impl Future for PendingContent {
 /// A phase that may await (`access`, `content`), as a future.
 struct ContentCall<F> {
     call: Guarded<F>,
-    ud: AnyUserData,
+    /// The request's context: lent to `request` while the phase is polled.
+    ud: Option<AnyUserData>,
     name: Rc<str>,
     phase: Phase,
+    /// Where the running request is found, and its site (`tessera.location.capture`).
+    request: (location::Running, usize),
 }
 
 impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> {
@@ -731,16 +760,30 @@ impl<F: Future<Output = mlua::Result<Value>> + Unpin> Future for ContentCall<F> 
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcome> {
         let this = self.get_mut();
-        match Pin::new(&mut this.call).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(r)) => Poll::Ready(finish_call(&this.ud, &this.name, Ok(r), this.phase)),
-            Poll::Ready(Err(())) => Poll::Ready(finish_call(
-                &this.ud,
+        let (running, site) = &this.request;
+        let Some(ud) = this.ud.take() else {
+            return Poll::Ready(Outcome::Failed);
+        };
+        // The running request while this phase runs (a subrequest's phase, nested inside,
+        // puts its own and gives this one back).
+        let outer = running.replace(Some((ud, *site)));
+        let polled = Pin::new(&mut this.call).poll(cx);
+        let ud = match running.replace(outer) {
+            Some((ud, _)) => ud,
+            None => unreachable!("the running request is given back"),
+        };
+        let done = match polled {
+            Poll::Pending => None,
+            Poll::Ready(Ok(r)) => Some(finish_call(&ud, &this.name, Ok(r), this.phase)),
+            Poll::Ready(Err(())) => Some(finish_call(
+                &ud,
                 &this.name,
                 Err(Box::new("panic")),
                 this.phase,
             )),
-        }
+        };
+        this.ud = Some(ud);
+        done.map_or(Poll::Pending, Poll::Ready)
     }
 }
 

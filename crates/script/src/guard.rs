@@ -151,6 +151,12 @@ impl WorkerGuard {
     /// worker's thread.
     pub(crate) fn enter(&self, limit: Duration) -> Inside<'_> {
         let ticks = (limit.as_millis() / TICK.as_millis()).max(1) as u64;
+        // A call inside a call (a subrequest's phase, run while its maker's phase is
+        // polled) gives the outer one its start and limit back when it ends.
+        let outer = (
+            self.started.load(Ordering::Acquire),
+            self.limit.load(Ordering::Relaxed),
+        );
         self.limit.store(ticks, Ordering::Relaxed);
         self.started.store(
             self.watchdog.ticks.load(Ordering::Relaxed) + 1,
@@ -164,6 +170,7 @@ impl WorkerGuard {
         Inside {
             guard: self,
             previous,
+            outer,
         }
     }
 
@@ -178,9 +185,11 @@ impl WorkerGuard {
 /// A call into Lua in progress; dropping it ends it (also on unwinding).
 pub(crate) struct Inside<'a> {
     guard: &'a WorkerGuard,
-    /// The thread's call before this one (calls do not nest today; this keeps it right
-    /// if they ever do).
+    /// The thread's call before this one: calls nest when a subrequest's phase runs
+    /// inside its maker's.
     previous: (*mut ffi::lua_State, *const WorkerGuard),
+    /// The start and limit of the call this one runs inside (a start of 0: none).
+    outer: (u64, u64),
 }
 
 impl Drop for Inside<'_> {
@@ -189,7 +198,8 @@ impl Drop for Inside<'_> {
         IN_CALL_STATE.set(self.previous.0);
         IN_CALL_GUARD.set(self.previous.1);
         compiler_fence(Ordering::SeqCst);
-        self.guard.started.store(0, Ordering::Release);
+        self.guard.limit.store(self.outer.1, Ordering::Relaxed);
+        self.guard.started.store(self.outer.0, Ordering::Release);
         // The hook stays armed for the rest of a call that went over its limit (see
         // `on_hook`); the call is over now, so it goes.
         let state = self.guard.state.load(Ordering::Relaxed) as *mut ffi::lua_State;

@@ -12,7 +12,9 @@
 //! **What it is not for.** HTTP framing, the server's sockets and static files (the
 //! `server` crate);
 //! upstream connections (`tessera.http.request` calls the `handler::Upstreams` it is
-//! given, which the `edge` crate implements; this crate does not depend on it).
+//! given, which the `edge` crate implements; this crate does not depend on it); answering
+//! subrequests (`tessera.location.capture` calls the `handler::Subrequests` the server
+//! installs on each worker thread).
 //!
 //! **How it fits.** `cli` builds one [`Scripts`] (shared: configuration, shared
 //! dictionaries, the watchdog) and a [`ScriptModule`] (a `handler::Module`: each mount
@@ -40,12 +42,14 @@ mod error;
 mod guard;
 mod helpers;
 mod hooks;
+mod location;
 mod module;
 mod package_path;
 mod scripts;
 mod shared;
 mod socket;
 mod tally;
+mod vars;
 
 pub use config::{ScriptConfig, SharedDictConfig};
 pub use context::{Context, RequestHead};

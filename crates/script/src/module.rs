@@ -139,6 +139,11 @@ impl Service for ScriptService {
                 proxy_tlvs: req.proxy_tlvs,
             },
         );
+        let (declared, regex) = engine.declared(MountId(req.tag as usize));
+        engine.context(&call, |c| {
+            c.set_facts(req.secure, req.request_id);
+            c.set_vars(declared, req.notes, regex);
+        });
         let call = Rc::new(ScriptCall {
             engine: engine.clone(),
             call: Some(call),

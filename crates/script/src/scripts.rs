@@ -69,6 +69,12 @@ impl Scripts {
                     c.prefix
                 )));
             }
+            if let Some(bad) = c.vars.iter().find(|v| !crate::vars::declarable(v)) {
+                return Err(Error::Config(format!(
+                    "script `{}`: `vars` entry `{bad}` must be a name of letters, digits and `_`, not starting with a digit, that is not one of tessera's variables (`host`, `arg_...`)",
+                    c.prefix
+                )));
+            }
             if c.memory_limit < 1 << 20 {
                 return Err(Error::Config(format!(
                     "script `{}`: memory_limit must be at least 1 MiB",

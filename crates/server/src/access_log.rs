@@ -100,6 +100,8 @@ enum Item {
     /// What the handler noted: `%{upstream_addr}x` and the other upstream fields,
     /// `%{cache}x`, `%{esi_fragments}x`, `%{esi_failed}x` (`noted.rs`).
     Noted(noted::Field),
+    /// `%{var_NAME}x`: the variable `NAME` a script wrote, `-` when none did.
+    Var(Box<str>),
 }
 
 /// Why a log format string was refused.
@@ -217,7 +219,9 @@ impl Format {
 
     /// Whether a line has what a handler notes (upstream attempts, the cache's result).
     pub fn uses_notes(&self) -> bool {
-        self.items.iter().any(|i| matches!(i, Item::Noted(_)))
+        self.items
+            .iter()
+            .any(|i| matches!(i, Item::Noted(_) | Item::Var(_)))
     }
 
     /// Compiles `combined`, `common`, or an Apache-style format string.
@@ -285,6 +289,9 @@ impl Format {
                 }
                 (b'v', None) => Item::Host,
                 (b'x', Some(name)) if name == "peer" => Item::PeerIp,
+                (b'x', Some(name)) if name.len() > 4 && name.starts_with("var_") => {
+                    Item::Var(name[4..].into())
+                }
                 (b'a', Some(name)) if name == "c" => Item::PeerIp,
                 (b'x', Some(name)) if tlv_type(&name).is_some() => {
                     Item::ProxyTlv(tlv_type(&name).unwrap_or_default())
@@ -448,6 +455,13 @@ impl Format {
                     None => style.none(line),
                 },
                 Item::Noted(field) => noted::write(line, style, *field, entry.notes.as_deref()),
+                Item::Var(name) => {
+                    let notes = entry.notes.as_deref();
+                    match notes.and_then(|n| n.vars.iter().find(|(v, _)| v == name)) {
+                        Some((_, value)) => style.string(line, value),
+                        None => style.none(line),
+                    }
+                }
                 Item::ResponseHeader(name) => match response_header(entry.head, name) {
                     Some(value) => style.string(line, value),
                     None => style.none(line),

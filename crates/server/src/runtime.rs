@@ -70,6 +70,9 @@ pub(crate) fn run(
             tasks: parts.rooms.clone(),
             shared,
         });
+        // This worker's subrequests (Lua's `tessera.location.capture`), for the modules.
+        let dispatcher = crate::exchange::subrequest::Dispatcher::new(Rc::downgrade(&worker));
+        handler::install_subrequests(Some(Rc::new(dispatcher)));
         let panicked = {
             let worker = worker.clone();
             move |index| worker.panicked(index)

@@ -84,7 +84,42 @@ pub(crate) struct Worker {
     pub(crate) tasks: Rc<crate::net::tasks::Tasks>,
 }
 
+/// The worker's path buffer, or, while a request that holds it makes a subrequest
+/// (answered inside it), a buffer of the subrequest's own.
+pub(crate) enum PathBuf<'w> {
+    Shared(std::cell::RefMut<'w, Vec<u8>>),
+    Own(Vec<u8>),
+}
+
+impl std::ops::Deref for PathBuf<'_> {
+    type Target = Vec<u8>;
+
+    fn deref(&self) -> &Vec<u8> {
+        match self {
+            PathBuf::Shared(p) => p,
+            PathBuf::Own(p) => p,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PathBuf<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        match self {
+            PathBuf::Shared(p) => p,
+            PathBuf::Own(p) => p,
+        }
+    }
+}
+
 impl Worker {
+    /// The buffer a request's normalised path is kept in while it is answered.
+    pub(crate) fn path_buf(&self) -> PathBuf<'_> {
+        match self.path.try_borrow_mut() {
+            Ok(path) => PathBuf::Shared(path),
+            Err(_) => PathBuf::Own(Vec::with_capacity(256)),
+        }
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.get()
     }
@@ -178,7 +213,9 @@ impl Worker {
     pub fn take_buffers(&self) -> Box<Buffers> {
         self.spare.borrow_mut().pop().unwrap_or_else(|| {
             // First use of this buffer set: bounded by the slot count, since each
-            // connection holds at most one; recycled forever after.
+            // connection holds at most one (and each subrequest nested inside its
+            // answer one more while it is routed, `exchange::subrequest::MAX_DEPTH`
+            // deep at most); recycled forever after.
             Box::new(Buffers {
                 read: vec![0u8; self.shared.limits.max_head_size].into_boxed_slice(),
                 out: Output::new(self.shared.limits.max_uri_length + 1024),

@@ -39,6 +39,7 @@ mod lua_body_filter;
 mod lua_edits;
 mod lua_helpers;
 mod lua_hooks;
+mod lua_location;
 mod lua_redis;
 mod lua_sockets;
 mod metrics;

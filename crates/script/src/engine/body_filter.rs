@@ -33,6 +33,7 @@ impl Engine {
             let _inside = self.guard.enter(mount.limit);
             let _sockets = crate::socket::enter(crate::socket::Scope::refused(Phase::BodyFilter));
             let _running = Running::new(&self.running, self.version(call.mount));
+            let _no_request = crate::location::NoRequest::new(&self.running_request);
             std::panic::catch_unwind(AssertUnwindSafe(|| -> mlua::Result<Bytes> {
                 let piece = self.lua.create_string(chunk)?;
                 match f.call::<Value>((call.ud.clone(), piece, eof))? {

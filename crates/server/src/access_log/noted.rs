@@ -178,6 +178,7 @@ mod tests {
             esi_fragments: 3,
             esi_failed: vec!["http://a.test/x".into(), "http://a.test/\"y\"".into()],
             not_retried: Some("body_sent"),
+            vars: Vec::new(),
         };
         let written = |style, field| {
             let mut line = Vec::new();

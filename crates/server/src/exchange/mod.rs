@@ -16,6 +16,7 @@ mod marks;
 pub(crate) mod modules;
 pub(crate) mod pages;
 pub(crate) mod served;
+pub(crate) mod subrequest;
 pub(crate) mod tunnel;
 
 use compress::HeadPolicy;
@@ -442,8 +443,8 @@ fn named_client(
 /// `/api`), the form files are found by, so no spelling of a path reaches a file or an
 /// upstream past the filter that guards its prefix. A path that does not normalise goes
 /// to the static files, which answer 400.
-fn normalized<'w>(worker: &'w Worker, raw: &[u8]) -> (std::cell::RefMut<'w, Vec<u8>>, bool) {
-    let mut path = worker.path.borrow_mut();
+fn normalized<'w>(worker: &'w Worker, raw: &[u8]) -> (crate::worker::PathBuf<'w>, bool) {
+    let mut path = worker.path_buf();
     let normal = wire::normalize_path(raw, &mut path).is_ok();
     (path, normal)
 }
