@@ -10,7 +10,10 @@
 //! wake-ups). nginx keeps the same things between hits (`open_file_cache`, its keys
 //! zone). With them the same benchmark measured x1.81 (196.72 µs). A kept entry goes
 //! with its index entry (an eviction, purge or new write drops it, and with it the
-//! file), and [`super::index::MAX_HOT`] of them are kept at most.
+//! file), and [`super::index::MAX_HOT`] of them are kept at most. A kept file serves a
+//! hit only while the start of its body is in the page cache: bench/disk-cache.sh
+//! PART=cold measured cold objects served from kept files at x0.76-0.90 nginx's
+//! requests/s, and looked up on the tier's threads at x1.38-1.44 (docs/benchmarks.md).
 
 use std::fs::File;
 use std::sync::Arc;

@@ -454,11 +454,11 @@ impl DiskStream {
 }
 
 /// Bytes given as one region of a file at most ([`DiskStream::poll_piece`]).
-const WINDOW: u64 = 1 << 20;
+pub(super) const WINDOW: u64 = 1 << 20;
 
 /// Whether every page of `region` is in the page cache, as `cachestat(2)` (Linux 6.5)
 /// says; `false` when it cannot say.
-fn resident(region: &FileRegion) -> bool {
+pub(super) fn resident(region: &FileRegion) -> bool {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
