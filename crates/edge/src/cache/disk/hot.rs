@@ -74,6 +74,16 @@ pub(super) fn head_only(
     Some((entry, hot))
 }
 
+/// Whether the start of a kept object's body (its first region) is in the page cache.
+pub(super) fn body_cached(hot: &Hot) -> bool {
+    let head = hot.head.len() as u64;
+    stream::resident(&handler::FileRegion {
+        file: hot.file.clone(),
+        offset: hot.header_len + head,
+        len: (hot.record_len - head).min(stream::WINDOW),
+    })
+}
+
 /// The entry of a kept object, its body to be sent from its file, when it is still
 /// fresh at `now` (else `None`: the caller reads it whole, as for any stale object).
 pub(super) fn entry(queue: &Queue, key: &str, hot: &Hot, now: u64, max: usize) -> Option<Entry> {

@@ -49,16 +49,6 @@ impl Hot {
     pub(super) fn record_len(&self) -> u64 {
         self.record_len
     }
-
-    /// Whether the start of the body (its first region) is in the page cache.
-    pub(super) fn body_cached(&self) -> bool {
-        let head = self.head.len() as u64;
-        super::stream::resident(&handler::FileRegion {
-            file: self.file.clone(),
-            offset: self.header_len + head,
-            len: (self.record_len - head).min(super::stream::WINDOW),
-        })
-    }
 }
 
 impl std::fmt::Debug for Hot {

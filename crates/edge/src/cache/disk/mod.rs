@@ -194,7 +194,7 @@ impl DiskTier {
         // bench/disk-cache.sh PART=cold measured the kept files of cold objects at x0.76-0.90
         // nginx's requests/s, and the same build without them at x1.38.
         let kept = self.shared.index().hot(key);
-        if let Some(kept) = kept.filter(|k| k.record_len() > stream_above && k.body_cached()) {
+        if let Some(kept) = kept.filter(|k| k.record_len() > stream_above && hot::body_cached(k)) {
             let max = self.shared.settings.max_object_size as usize;
             if let Some(entry) = hot::entry(&self.queue, key, &kept, now, max) {
                 self.shared.counters.hits.fetch_add(1, Ordering::Relaxed);
