@@ -53,7 +53,7 @@ pub use service::{
     status_page_len, write_status_page, Answer, Attached, Deferred, EditedRequest, Filter,
     Filtered, KindLabels, Later, Module, Request, Response, Role, Route, Service, STATUS_PAGE_TYPE,
 };
-pub use subrequest::{install_subrequests, subrequests, SubReply, Subrequest, Subrequests};
+pub use subrequest::{install_subrequests, subrequests, Budget, SubReply, Subrequest, Subrequests};
 pub use upstream::{
     BalanceRequest, BalancerHook, PeerView, UpstreamReply, UpstreamRequest, Upstreams,
     UpstreamsFactory,

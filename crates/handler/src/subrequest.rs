@@ -30,6 +30,45 @@ pub struct Subrequest {
     pub secure: bool,
     /// Most body bytes kept: the rest is dropped and the reply marked `truncated`.
     pub max_body: usize,
+    /// What the subrequests made together with this one may still take ([`Budget`]).
+    pub budget: Budget,
+}
+
+/// What a group of subrequests may take together: those of one `capture_multi` (or one
+/// `capture`) and every subrequest made, at any depth, while they are answered. Without
+/// it, a location that captures itself several times would make a tree of subrequests
+/// growing with each level (3 a level, 16 levels: 43 million).
+#[derive(Debug, Clone, Default)]
+pub struct Budget(Rc<BudgetLeft>);
+
+#[derive(Debug, Default)]
+struct BudgetLeft {
+    made: std::cell::Cell<usize>,
+    bytes: std::cell::Cell<usize>,
+}
+
+impl Budget {
+    /// Subrequests one group may make at most.
+    pub const MAX_SUBREQUESTS: usize = 1000;
+    /// Body bytes the replies of one group keep at most, together.
+    pub const MAX_BYTES: usize = 64 << 20;
+
+    /// Counts one more subrequest; `false` when the group made its most already.
+    pub fn take_one(&self) -> bool {
+        let made = self.0.made.get();
+        self.0.made.set(made + 1);
+        made < Self::MAX_SUBREQUESTS
+    }
+
+    /// The body bytes the group may still keep.
+    pub fn bytes_left(&self) -> usize {
+        Self::MAX_BYTES.saturating_sub(self.0.bytes.get())
+    }
+
+    /// Counts `n` body bytes kept.
+    pub fn kept(&self, n: usize) {
+        self.0.bytes.set(self.0.bytes.get().saturating_add(n));
+    }
 }
 
 /// What a subrequest was answered with.

@@ -150,18 +150,22 @@ impl WorkerGuard {
     /// Marks the start of a call into Lua that may run for `limit`. Call it on the
     /// worker's thread.
     pub(crate) fn enter(&self, limit: Duration) -> Inside<'_> {
-        let ticks = (limit.as_millis() / TICK.as_millis()).max(1) as u64;
+        let mut ticks = (limit.as_millis() / TICK.as_millis()).max(1) as u64;
         // A call inside a call (a subrequest's phase, run while its maker's phase is
-        // polled) gives the outer one its start and limit back when it ends.
+        // polled) gives the outer one its start and limit back when it ends, and ends no
+        // later than the outer one must: else subrequests made one inside another would
+        // each start afresh and the maker would never be stopped.
         let outer = (
             self.started.load(Ordering::Acquire),
             self.limit.load(Ordering::Relaxed),
         );
+        let now = self.watchdog.ticks.load(Ordering::Relaxed);
+        if outer.0 != 0 {
+            let outer_end = (outer.0 - 1).saturating_add(outer.1);
+            ticks = ticks.min(outer_end.saturating_sub(now));
+        }
         self.limit.store(ticks, Ordering::Relaxed);
-        self.started.store(
-            self.watchdog.ticks.load(Ordering::Relaxed) + 1,
-            Ordering::Release,
-        );
+        self.started.store(now + 1, Ordering::Release);
         let state = self.state.load(Ordering::Relaxed) as *mut ffi::lua_State;
         let previous = (
             IN_CALL_STATE.replace(state),

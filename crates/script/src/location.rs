@@ -75,7 +75,7 @@ pub(crate) fn install(lua: &Lua, tessera: &Table, running: Running) -> LuaResult
     location.set(
         "capture",
         lua.create_async_function(move |lua, (uri, opts): (LuaString, Option<Table>)| {
-            let made = make(&current, &uri, opts.as_ref());
+            let made = make(&current, &uri, opts.as_ref(), handler::Budget::default());
             async move {
                 let reply = run(made?).await?;
                 reply_table(&lua, reply)
@@ -86,6 +86,8 @@ pub(crate) fn install(lua: &Lua, tessera: &Table, running: Running) -> LuaResult
     location.set(
         "capture_multi",
         lua.create_async_function(move |lua, list: Table| {
+            // The list's subrequests, and all they make, share one budget.
+            let budget = handler::Budget::default();
             let made = list
                 .sequence_values::<Table>()
                 .map(|item| {
@@ -96,7 +98,7 @@ pub(crate) fn install(lua: &Lua, tessera: &Table, running: Running) -> LuaResult
                         mlua::Error::runtime("capture_multi: an item without its uri")
                     })?;
                     let opts: Option<Table> = item.get(2)?;
-                    make(&current, &uri, opts.as_ref())
+                    make(&current, &uri, opts.as_ref(), budget.clone())
                 })
                 .collect::<LuaResult<Vec<_>>>();
             async move {
@@ -152,6 +154,7 @@ fn make(
     running: &Running,
     uri: &LuaString,
     opts: Option<&Table>,
+    budget: handler::Budget,
 ) -> LuaResult<handler::Subrequest> {
     let error = |what: &str| mlua::Error::runtime(format!("tessera.location.capture: {what}"));
     let Some((ud, site)) = running.borrow().clone() else {
@@ -239,6 +242,7 @@ fn make(
             peer: c.peer().unwrap_or_else(unknown),
             secure: c.secure(),
             max_body: MAX_BODY,
+            budget,
         }
     })?;
     Ok(made)

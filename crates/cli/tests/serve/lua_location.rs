@@ -152,6 +152,16 @@ return {
         return
       end
       r:say(res.status, " ", res.body)
+    elseif p == "/lua/fan" then
+      -- Captures itself three times at each level: the group's budget ends it.
+      local t = {}
+      for i = 1, 3 do t[i] = { "/lua/fan" } end
+      local ok, res = pcall(tessera.location.capture_multi, t)
+      if not ok then
+        r:say("stopped: ", tostring(res))
+        return
+      end
+      for _, one in ipairs(res) do r:say(one.status, " ", one.body) end
     elseif p == "/lua/in-timer" then
       local done = false
       tessera.timer.at(0, function()
@@ -301,6 +311,44 @@ fn a_location_that_captures_itself_stops_at_the_depth_limit() {
     assert_eq!(got.matches("200 ").count(), 16, "{got}");
     // The server goes on serving.
     assert_eq!(server.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn a_location_that_captures_itself_several_times_at_each_level_ends_within_its_budget() {
+    let (_site, server) = capture_site();
+    let started = std::time::Instant::now();
+    let r = ask(&server, "/lua/fan", "");
+    // 3 a level, 16 levels, would be 43 million subrequests: one group makes 1000.
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let got = body(&r);
+    assert!(got.contains("more than 1000 subrequests"), "{got}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(server.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn a_subrequest_holds_no_slot_of_its_makers_connection_limit() {
+    let site = Site::new();
+    site.write("hello.txt", b"hello\n");
+    std::fs::write(
+        site.dir.path().join("c.lua"),
+        r#"return { content = function(r)
+          local res = tessera.location.capture("/hello.txt")
+          r:write(res.status, " ", res.body)
+        end }"#,
+    )
+    .unwrap();
+    let server = site.serve_with(&format!(
+        "[[route]]\nprefix = \"/\"\nroot = \"{}\"\n\
+         limit_conn = {{ key = \"$remote_addr\", max = 1 }}\n\
+         [[script]]\nprefix = \"/lua\"\npath = \"{}/c.lua\"\n",
+        site.root().display(),
+        site.dir.path().display()
+    ));
+    // The maker holds the client's one slot; its subrequest is not refused for it.
+    let r = server.get("/lua/c");
+    assert_eq!(r.status, 200);
+    assert_eq!(String::from_utf8_lossy(&r.body), "200 hello\n");
 }
 
 #[test]

@@ -139,11 +139,19 @@ cases.tls_pooled = function(r)
   local ok, err = sock:connect("127.0.0.1", tonumber(r:arg("port")), { pool = "tls" })
   if not ok then return "connect: " .. err end
   local reused = sock:getreusedtimes()
-  local shaken, herr = sock:sslhandshake(nil, "tls.test", false)
+  local shaken, herr = sock:sslhandshake(nil, r:arg("name") or "tls.test", r:arg("verify") == "1")
   if not shaken then return "handshake: " .. herr end
   sock:send("echo pooled\n")
   local line = sock:receive()
   return reused .. "|" .. tostring(line) .. "|" .. tostring(sock:setkeepalive())
+end
+
+-- Timeouts past what the clock can add are refused, never a panic.
+cases.huge_timeout = function()
+  local sock = tessera.socket.tcp()
+  local ok, err = pcall(sock.settimeouts, sock, 1e22, 1000, 1000)
+  local kept, kerr = pcall(sock.setkeepalive, sock, 1e22)
+  return tostring(ok) .. " " .. tostring(err) .. "|" .. tostring(kept) .. " " .. tostring(kerr)
 end
 
 local M = {}
@@ -504,4 +512,37 @@ fn a_tls_connection_is_pooled_with_its_handshake() {
         let (_, got) = body(&server, &format!("/s/tls_pooled?port={}", addr.port()));
         assert_eq!(got, format!("{n}|pooled|1"));
     }
+    // Not given to a handshake that asks for verification, or for another name: the
+    // pooled connection was made without either.
+    for ask in ["verify=1", "name=other.test"] {
+        // One in the pool (the refusal below closes the one it was offered).
+        let (_, got) = body(&server, &format!("/s/tls_pooled?port={}", addr.port()));
+        assert!(got.ends_with("|pooled|1"), "{got}");
+        let (_, got) = body(
+            &server,
+            &format!("/s/tls_pooled?port={}&{ask}", addr.port()),
+        );
+        assert!(
+            got.contains(
+                "pooled connection was made for another server name or without verification"
+            ),
+            "{ask}: {got}"
+        );
+    }
+}
+
+#[test]
+fn a_timeout_too_large_for_the_clock_is_refused() {
+    let (_site, server) = serve_cases();
+    let (_, got) = body(&server, "/s/huge_timeout");
+    assert!(
+        got.starts_with("false ")
+            && got.contains("bad connect timeout: 1")
+            && got.contains("(0 to 2147483647 ms)"),
+        "{got}"
+    );
+    assert!(
+        got.contains("|false ") && got.contains("bad keepalive timeout"),
+        "{got}"
+    );
 }

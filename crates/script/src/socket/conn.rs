@@ -31,6 +31,9 @@ pub(super) struct Io {
     pub(super) conn: Conn,
     pub(super) buf: Vec<u8>,
     pub(super) pos: usize,
+    /// Over TLS: the server name of its handshake, and whether the certificate was
+    /// verified (a pooled connection is given again only to a handshake it satisfies).
+    pub(super) tls: Option<(String, bool)>,
 }
 
 /// Why an operation failed: the message Lua gets (`"timeout"`, `"closed"`,
@@ -128,6 +131,7 @@ impl Io {
             conn,
             buf: Vec::new(),
             pos: 0,
+            tls: None,
         }
     }
 

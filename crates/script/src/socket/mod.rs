@@ -228,10 +228,23 @@ fn millis(v: Option<f64>, what: &str, default: Duration) -> mlua::Result<Option<
     match v {
         None => Ok(None),
         Some(0.0) => Ok(Some(default)),
-        Some(ms) => Duration::try_from_secs_f64(ms / 1000.0)
-            .map(Some)
-            .map_err(|_| mlua::Error::runtime(format!("bad {what} timeout: {ms}"))),
+        Some(ms) => duration_ms(ms, what).map(Some),
     }
+}
+
+/// Timeouts above this are refused (as nginx's timers, about 24.8 days): a deadline
+/// `now + d` must not overflow the clock.
+const MAX_TIMEOUT_MS: f64 = 2_147_483_647.0;
+
+/// `ms` milliseconds as a duration; an error naming `what` when it is negative, not a
+/// number or above [`MAX_TIMEOUT_MS`].
+fn duration_ms(ms: f64, what: &str) -> mlua::Result<Duration> {
+    if !(0.0..=MAX_TIMEOUT_MS).contains(&ms) {
+        return Err(mlua::Error::runtime(format!(
+            "bad {what} timeout: {ms} (0 to {MAX_TIMEOUT_MS} ms)"
+        )));
+    }
+    Ok(Duration::from_secs_f64(ms / 1000.0))
 }
 
 /// Sets `tessera.socket.tcp` and `tessera.ngx_compat`.

@@ -7,15 +7,14 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use mlua::{IntoLua, IntoLuaMulti, Lua, MultiValue, Table, UserData, UserDataMethods, Value};
 use tokio::io::AsyncWrite;
 
 use super::conn::{self, Conn, Failed, Io};
 use super::{
-    busy, fail, fail_partial, millis, one, owner, pool, tally, Held, Socket, State, DEFAULT_IDLE,
-    DEFAULT_POOL_SIZE, DEFAULT_TIMEOUT, MAX_RECEIVE, OPEN,
+    busy, duration_ms, fail, fail_partial, millis, one, owner, pool, tally, Held, Socket, State,
+    DEFAULT_IDLE, DEFAULT_POOL_SIZE, DEFAULT_TIMEOUT, MAX_RECEIVE, OPEN,
 };
 
 impl UserData for Socket {
@@ -310,11 +309,6 @@ async fn sslhandshake(
         Ok(taken) => taken,
         Err(f) => return fail(lua, f),
     };
-    if io.conn.is_tls() {
-        // A connection from the pool that had its handshake already.
-        held.give_back(io);
-        return true.into_lua_multi(lua);
-    }
     let (wait, host) = {
         let s = state.borrow();
         (s.connect_timeout, s.host.clone())
@@ -325,7 +319,29 @@ async fn sslhandshake(
             .unwrap_or(&host)
             .to_string()
     });
-    let Io { conn, buf, pos } = io;
+    if io.conn.is_tls() {
+        // A connection from the pool that had its handshake already: given only to a
+        // handshake of the same name that asks for no more verification than it had.
+        let same = io
+            .tls
+            .as_ref()
+            .is_some_and(|(had, verified)| *had == name && (*verified || !verify));
+        if same {
+            held.give_back(io);
+            return true.into_lua_multi(lua);
+        }
+        drop(io);
+        return fail(
+            lua,
+            Failed {
+                kind: conn::Kind::Tls,
+                message: "handshake failed: the pooled connection was made for another \
+                          server name or without verification (use another pool name)"
+                    .into(),
+            },
+        );
+    }
+    let Io { conn, buf, pos, .. } = io;
     let Conn::Plain(tcp) = conn else {
         unreachable!("is_tls checked above")
     };
@@ -340,7 +356,9 @@ async fn sslhandshake(
     }
     match conn::handshake(tcp, &name, verify, wait).await {
         Ok(conn) => {
-            held.give_back(Io::new(conn));
+            let mut io = Io::new(conn);
+            io.tls = Some((name, verify));
+            held.give_back(io);
             true.into_lua_multi(lua)
         }
         Err(f) => fail(lua, f),
@@ -609,10 +627,7 @@ fn setkeepalive(
     let idle = match idle {
         None => Some(DEFAULT_IDLE),
         Some(0.0) => None,
-        Some(ms) => Some(
-            Duration::try_from_secs_f64(ms / 1000.0)
-                .map_err(|_| mlua::Error::runtime(format!("bad keepalive timeout: {ms}")))?,
-        ),
+        Some(ms) => Some(duration_ms(ms, "keepalive")?),
     };
     let size = match size {
         None => None,

@@ -26,6 +26,9 @@ pub(crate) struct Rerouted {
     /// The request limits counted it already, on a route it came to before (they count
     /// a request once, as nginx's `limit_req` does).
     pub counted: bool,
+    /// It is a subrequest (`tessera.location.capture`): no connection limit holds a slot
+    /// for it (its maker holds one), as nginx's `limit_conn` counts main requests only.
+    pub sub: bool,
 }
 
 impl Edited {
@@ -108,5 +111,6 @@ pub(crate) fn again(
         site,
         times: rerouted.map_or(0, |r| r.times) + 1,
         counted: rerouted.is_some_and(|r| r.counted),
+        sub: rerouted.is_some_and(|r| r.sub),
     })
 }

@@ -46,6 +46,7 @@ pub(super) fn limits(
             site,
             times: 0,
             counted: true,
+            sub: false,
         };
         *rerouted = Some(Rerouted {
             counted: true,
@@ -63,6 +64,9 @@ pub(super) fn limits(
                 return Ok((None, true));
             }
         }
+    }
+    if rerouted.is_some_and(|r| r.sub) {
+        return Ok((None, false));
     }
     match gen.limits.hold(site, decided.rule, &ctx) {
         Ok(held) => Ok((held, false)),

@@ -6,7 +6,7 @@
 //! response in memory instead of writing it. It is not written to the access log (nginx
 //! logs no subrequest by default).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use handler::{LocalFuture, Response, ResponseHead, SubReply, Subrequest, Tunnel};
+use handler::{Budget, LocalFuture, Response, ResponseHead, SubReply, Subrequest, Tunnel};
 use wire::{BodyFraming, Version};
 
 use super::edited::Rerouted;
@@ -37,6 +37,9 @@ pub(crate) struct Dispatcher {
     worker: Weak<Worker>,
     /// How many subrequests are being answered, one inside another, on this thread now.
     depth: Rc<Cell<usize>>,
+    /// The budget of the subrequest being answered now (polled), which the subrequests
+    /// made meanwhile share: a tree of subrequests takes from its root's group's budget.
+    ambient: Rc<RefCell<Option<Budget>>>,
 }
 
 impl Dispatcher {
@@ -44,6 +47,7 @@ impl Dispatcher {
         Dispatcher {
             worker,
             depth: Rc::new(Cell::new(0)),
+            ambient: Rc::default(),
         }
     }
 }
@@ -59,33 +63,54 @@ impl handler::Subrequests for Dispatcher {
                 "subrequests nested more than {MAX_DEPTH} deep (does a location capture itself?)"
             ));
         }
+        let mut request = request;
+        let budget = self.ambient.borrow().clone();
+        let budget = budget.unwrap_or_else(|| request.budget.clone());
+        if !budget.take_one() {
+            return refused(format!(
+                "more than {} subrequests made for one capture (with those they make)",
+                Budget::MAX_SUBREQUESTS
+            ));
+        }
+        request.max_body = request.max_body.min(budget.bytes_left());
         handler::local_future(Nested {
             depth: self.depth.clone(),
+            ambient: self.ambient.clone(),
+            budget,
             inner: Box::pin(run(worker, request)),
         })
     }
 }
 
-/// A subrequest's work, counted as one level deeper while it runs (each poll).
+/// A subrequest's work, counted as one level deeper while it runs (each poll), with its
+/// budget the one the subrequests made meanwhile take from.
 struct Nested<F> {
     depth: Rc<Cell<usize>>,
+    ambient: Rc<RefCell<Option<Budget>>>,
+    budget: Budget,
     inner: Pin<Box<F>>,
 }
 
-impl<F: Future> Future for Nested<F> {
+impl<F: Future<Output = Result<SubReply, String>>> Future for Nested<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        struct Level<'a>(&'a Cell<usize>);
+        struct Level<'a>(&'a Cell<usize>, &'a RefCell<Option<Budget>>, Option<Budget>);
         impl Drop for Level<'_> {
             fn drop(&mut self) {
                 self.0.set(self.0.get() - 1);
+                *self.1.borrow_mut() = self.2.take();
             }
         }
-        let depth = self.depth.clone();
+        let (depth, ambient) = (self.depth.clone(), self.ambient.clone());
         depth.set(depth.get() + 1);
-        let _level = Level(&depth);
-        self.inner.as_mut().poll(cx)
+        let outer = ambient.borrow_mut().replace(self.budget.clone());
+        let _level = Level(&depth, &ambient, outer);
+        let polled = self.inner.as_mut().poll(cx);
+        if let Poll::Ready(Ok(reply)) = &polled {
+            self.budget.kept(reply.body.len());
+        }
+        polled
     }
 }
 
@@ -143,12 +168,14 @@ async fn run(worker: Rc<Worker>, sub: Subrequest) -> Result<SubReply, String> {
         let out = &mut buffers.out;
         // The server's own answers (files, refusals) write their heads as fields.
         out.want_fields(ResponseHead::with_capacity(0, 12, 320));
-        // On the site of the request that makes it, counted by no request limit (nginx's
-        // limit_req counts the main request only).
+        // On the site of the request that makes it, counted by no request limit and
+        // holding no connection limit's slot (nginx's limit_req and limit_conn count the
+        // main request only).
         let site = Rerouted {
             site: sub.site,
             times: 0,
             counted: true,
+            sub: true,
         };
         let at = (&[][..], Some(site), checked.as_ref());
         let dispatched = answer_in(&worker, &facts, &req, true, out, at);
