@@ -64,16 +64,23 @@ pub(super) fn take(name: &str) -> Option<(Io, u32)> {
     })
 }
 
+/// Pools kept by name at most, counting the empty ones whose capacity a `connect` fixed:
+/// past it, the empty ones are let go (a script naming a pool per request, by a header's
+/// value, would grow the table without bound). The pools holding connections are
+/// [`MAX_IDLE`] at most, so room is always made.
+const MAX_POOLS: usize = 4 * MAX_IDLE;
+
 /// Fixes the capacity of pool `name` if it has none yet (`connect`'s `pool_size`).
 pub(super) fn reserve(name: &Rc<str>, capacity: usize) {
     POOLS.with(|p| {
-        p.borrow_mut()
-            .by_name
-            .entry(name.clone())
-            .or_insert_with(|| Pool {
-                capacity,
-                idle: VecDeque::new(),
-            });
+        let mut pools = p.borrow_mut();
+        if pools.by_name.len() >= MAX_POOLS && !pools.by_name.contains_key(name) {
+            pools.by_name.retain(|_, pool| !pool.idle.is_empty());
+        }
+        pools.by_name.entry(name.clone()).or_insert_with(|| Pool {
+            capacity,
+            idle: VecDeque::new(),
+        });
     })
 }
 
@@ -158,4 +165,18 @@ fn sweep_later() {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_named_per_request_do_not_grow_the_table_without_bound() {
+        for n in 0..3 * MAX_POOLS {
+            reserve(&Rc::from(format!("tenant-{n}")), 5);
+        }
+        let kept = POOLS.with(|p| p.borrow().by_name.len());
+        assert!(kept <= MAX_POOLS, "{kept}");
+    }
 }
