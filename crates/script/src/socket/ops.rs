@@ -17,6 +17,12 @@ use super::{
     DEFAULT_IDLE, DEFAULT_POOL_SIZE, DEFAULT_TIMEOUT, MAX_RECEIVE, OPEN,
 };
 
+thread_local! {
+    /// The pool name `host:port` made last on this thread, given again to the next
+    /// socket that connects to the same server.
+    static LAST_POOL: RefCell<Option<Rc<str>>> = const { RefCell::new(None) };
+}
+
 impl UserData for Socket {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_method(
@@ -194,16 +200,24 @@ fn connect_now(
         None => {
             // The same name as last time (a socket reused request after request) costs
             // no allocation.
+            // The same name as this worker's last (a new socket per request, to the same
+            // server) is that name again, not a new one.
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(port);
-            let same = state.borrow().pool.as_ref().is_some_and(|p| {
+            let is = |p: &Rc<str>| {
                 p.strip_prefix(host.as_str())
                     .and_then(|rest| rest.strip_prefix(':'))
                     == Some(digits)
-            });
-            match same {
-                true => state.borrow().pool.clone().expect("checked"),
-                false => format!("{host}:{port}").into(),
+            };
+            let mine = state.borrow().pool.clone().filter(is);
+            let last = || LAST_POOL.with(|l| l.borrow().clone().filter(is));
+            match mine.or_else(last) {
+                Some(name) => name,
+                None => {
+                    let name: Rc<str> = format!("{host}:{port}").into();
+                    LAST_POOL.with(|l| *l.borrow_mut() = Some(name.clone()));
+                    name
+                }
             }
         }
     };

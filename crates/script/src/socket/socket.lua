@@ -14,8 +14,17 @@ function methods:connect(host, port, opts)
   return u:_connect()
 end
 
+local concat, pcall, type = table.concat, pcall, type
+
 function methods:send(data)
   local u = self[1]
+  if type(data) == "table" then
+    -- Most sends are an array of strings and numbers (a Redis command): joined here into
+    -- one string rather than read item by item from Rust; one holding a boolean or a
+    -- nested array goes as it is (`flatten` in ops.rs).
+    local joined, flat = pcall(concat, data)
+    if joined then data = flat end
+  end
   local ok, a, b = u:_send_now(data)
   if ok then return a, b end
   return u:_send()
