@@ -74,14 +74,17 @@ pub(super) fn head_only(
     Some((entry, hot))
 }
 
-/// Whether the start of a kept object's body (its first region) is in the page cache.
-pub(super) fn body_cached(hot: &Hot) -> bool {
+/// How many bytes from the start of a kept object's body (its first region) are in the
+/// page cache: that region's length, or `None` when some of it is not.
+pub(super) fn body_cached(hot: &Hot) -> Option<u64> {
     let head = hot.head.len() as u64;
+    let len = (hot.record_len - head).min(stream::WINDOW);
     stream::resident(&handler::FileRegion {
         file: hot.file.clone(),
         offset: hot.header_len + head,
-        len: (hot.record_len - head).min(stream::WINDOW),
+        len,
     })
+    .then_some(len)
 }
 
 /// The entry of a kept object, its body to be sent from its file, when it is still

@@ -194,9 +194,13 @@ impl DiskTier {
         // bench/disk-cache.sh PART=cold measured the kept files of cold objects at x0.76-0.90
         // nginx's requests/s, and the same build without them at x1.38.
         let kept = self.shared.index().hot(key);
-        if let Some(kept) = kept.filter(|k| k.record_len() > stream_above && hot::body_cached(k)) {
+        let kept = kept.filter(|k| k.record_len() > stream_above);
+        let cached = kept.as_deref().and_then(hot::body_cached);
+        if let (Some(kept), Some(cached)) = (kept, cached) {
             let max = self.shared.settings.max_object_size as usize;
-            if let Some(entry) = hot::entry(&self.queue, key, &kept, now, max) {
+            if let Some(mut entry) = hot::entry(&self.queue, key, &kept, now, max) {
+                // The region just checked is not checked again when it is sent.
+                entry.on_disk = entry.on_disk.map(|d| d.cached_first(cached));
                 self.shared.counters.hits.fetch_add(1, Ordering::Relaxed);
                 return Some(entry);
             }

@@ -163,6 +163,9 @@ pub(crate) struct OnDisk {
     /// Whether the file is as it was checked (not modified since it was loaded or
     /// written): its whole body may then be sent without checking it again.
     trusted: bool,
+    /// The file offset up to which the page cache was just found to hold the body (its
+    /// first region, checked by the lookup of a kept file: hot.rs); 0 when unknown.
+    cached_to: u64,
 }
 
 impl OnDisk {
@@ -181,7 +184,15 @@ impl OnDisk {
             len,
             crc,
             trusted,
+            cached_to: 0,
         }
+    }
+
+    /// The first `len` bytes of the body were just found in the page cache: the first
+    /// region sent from them needs no second look.
+    pub(super) fn cached_first(mut self, len: u64) -> OnDisk {
+        self.cached_to = self.offset + len;
+        self
     }
 
     /// The body of an object being filled, read as it is written.
@@ -198,6 +209,7 @@ impl OnDisk {
             len,
             crc: (crc32fast::Hasher::new(), 0),
             trusted: true,
+            cached_to: 0,
         }
     }
 
@@ -222,6 +234,7 @@ impl OnDisk {
             end: self.offset + end.min(self.len),
             verify: whole.then(|| self.crc.clone()),
             pending: None,
+            cached_to: self.cached_to,
         }
     }
 }
@@ -244,6 +257,8 @@ pub(crate) struct DiskStream {
     sendable: bool,
     /// A region being read into the page cache on the tier's threads, to be sent next.
     warming: Option<(oneshot::Receiver<io::Result<()>>, FileRegion)>,
+    /// [`OnDisk`]'s `cached_to`, used by the first region only.
+    cached_to: u64,
 }
 
 impl DiskStream {
@@ -368,7 +383,8 @@ impl DiskStream {
                 Ok(None) => return Poll::Pending,
                 Err(()) => return bytes(self.broken("not filled: the fill failed".into())),
             };
-            if resident(&region) {
+            let known = region.offset + region.len <= std::mem::take(&mut self.cached_to);
+            if known || resident(&region) {
                 return Poll::Ready(Some(Ok(Piece::File(region))));
             }
             self.warm(region);
