@@ -405,7 +405,7 @@ impl Engine {
             })?,
         )?;
         tessera.set("http", http_table)?;
-        socket::install(lua, &tessera)?;
+        socket::setup::install(lua, &tessera)?;
         location::install(lua, &tessera, self.running_request.clone())?;
 
         lua.globals().set("tessera", tessera)?;

@@ -95,6 +95,18 @@ cases.keepalive = function(r)
   return line .. "|" .. reused .. "|" .. tostring(ok) .. tostring(err and "|" .. err or "")
 end
 
+-- The same through the methods of ops.rs alone: a socket whose number (the fast C
+-- functions' way to it) the script changed to one that names no socket, or to a string.
+cases.renumbered = function(r)
+  local sock = open(r)
+  sock[2] = r:arg("as") == "string" and "x" or 1e9
+  local reused = sock:getreusedtimes()
+  sock:send("echo " .. r:arg("n") .. "\n")
+  local line = sock:receive()
+  local ok, err = sock:setkeepalive(10000, 2)
+  return line .. "|" .. reused .. "|" .. tostring(ok) .. tostring(err and "|" .. err or "")
+end
+
 -- Connects and returns without closing: the request's end closes the socket.
 cases.left_open = function(r)
   local sock = open(r)
@@ -423,6 +435,26 @@ fn setkeepalive_reuses_connections_from_the_pool() {
         19.0
     );
     assert_eq!(m["tessera_lua_socket_pool_idle"], 1.0);
+}
+
+#[test]
+fn a_socket_renumbered_by_its_script_still_works_through_the_slow_path() {
+    let (addr, accepted) = server(|s| echo(s, None));
+    let (_site, server) = serve_cases();
+    for (n, case) in ["keepalive", "renumbered", "renumbered", "keepalive"]
+        .iter()
+        .enumerate()
+    {
+        let as_ = if n == 2 { "string" } else { "number" };
+        let (_, got) = body(
+            &server,
+            &format!("/s/{case}?port={}&n={n}&as={as_}", addr.port()),
+        );
+        // Both paths share the pool: one connection, reused by each request after the
+        // first.
+        assert_eq!(got, format!("{n}|{n}|1"), "{case}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
 
 #[test]

@@ -14,15 +14,17 @@
 
 mod compat;
 mod conn;
+mod fast;
 mod ops;
 mod pool;
+pub(crate) mod setup;
 mod tally;
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use mlua::{AnyUserData, Function, IntoLuaMulti, Lua, MultiValue, Table, Value};
+use mlua::{AnyUserData, IntoLuaMulti, Lua, MultiValue, Value};
 
 use crate::tally::Phase;
 use conn::{Failed, Io};
@@ -163,8 +165,61 @@ struct State {
     unsent: Option<(Vec<u8>, usize)>,
 }
 
-/// A socket as Lua sees it (`tessera.socket.tcp()`).
-struct Socket(Rc<RefCell<State>>);
+/// A socket as Lua sees it (`tessera.socket.tcp()`), and its number for [`fast`].
+struct Socket(Rc<RefCell<State>>, u32);
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        unregister(self.1);
+    }
+}
+
+/// The sockets of this thread by number: how [`fast`]'s C functions, given a socket's
+/// number, reach it.
+#[derive(Default)]
+struct Numbers {
+    rows: Vec<Option<Rc<RefCell<State>>>>,
+    free: Vec<u32>,
+}
+
+thread_local! {
+    static NUMBERS: RefCell<Numbers> = RefCell::new(Numbers::default());
+}
+
+/// Gives `state` a number (until [`unregister`]).
+fn register(state: &Rc<RefCell<State>>) -> u32 {
+    NUMBERS.with(|t| {
+        let mut t = t.borrow_mut();
+        match t.free.pop() {
+            Some(id) => {
+                t.rows[id as usize] = Some(state.clone());
+                id
+            }
+            None => {
+                t.rows.push(Some(state.clone()));
+                (t.rows.len() - 1) as u32
+            }
+        }
+    })
+}
+
+/// Frees number `id` (its socket was collected).
+fn unregister(id: u32) {
+    // At the thread's end the table may be gone before the Lua state.
+    let _ = NUMBERS.try_with(|t| {
+        let mut t = t.borrow_mut();
+        if let Some(row) = t.rows.get_mut(id as usize) {
+            if row.take().is_some() {
+                t.free.push(id);
+            }
+        }
+    });
+}
+
+/// The socket numbered `id`.
+fn numbered(id: u32) -> Option<Rc<RefCell<State>>> {
+    NUMBERS.with(|t| t.borrow().rows.get(id as usize).cloned().flatten())
+}
 
 /// A call's hold on a socket's connection: gives it back (or not) when done, and
 /// clears `busy` even if the call is dropped (its request ended).
@@ -245,34 +300,4 @@ fn duration_ms(ms: f64, what: &str) -> mlua::Result<Duration> {
         )));
     }
     Ok(Duration::from_secs_f64(ms / 1000.0))
-}
-
-/// Sets `tessera.socket.tcp` and `tessera.ngx_compat`.
-pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
-    let new = lua.create_function(|_, ()| {
-        let owner = owner()?;
-        Ok(Socket(Rc::new(RefCell::new(State {
-            io: None,
-            busy: false,
-            owner,
-            registered: None,
-            connect_timeout: DEFAULT_TIMEOUT,
-            send_timeout: DEFAULT_TIMEOUT,
-            read_timeout: DEFAULT_TIMEOUT,
-            pool: None,
-            pool_size: None,
-            reused: 0,
-            host: String::new(),
-            port: 0,
-            unsent: None,
-        }))))
-    })?;
-    let tcp: Function = lua
-        .load(include_str!("socket.lua"))
-        .set_name("=tessera.socket")
-        .call(new)?;
-    let socket = lua.create_table()?;
-    socket.set("tcp", tcp)?;
-    tessera.set("socket", socket)?;
-    compat::install(lua, tessera)
 }

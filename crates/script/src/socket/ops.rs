@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use mlua::{IntoLua, IntoLuaMulti, Lua, MultiValue, Table, UserData, UserDataMethods, Value};
 use tokio::io::AsyncWrite;
@@ -27,8 +28,8 @@ impl UserData for Socket {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_method(
             "_connect_now",
-            |lua, this, (host, port, opts): (String, Value, Option<Table>)| {
-                connect_now(lua, &this.0, host, port, opts)
+            |lua, this, (host, port, opts): (mlua::String, Value, Option<Table>)| {
+                connect_now(lua, &this.0, &host.to_str()?, port, opts)
             },
         );
         methods.add_async_method("_connect", |lua, this, ()| {
@@ -153,7 +154,7 @@ impl UserData for Socket {
 fn connect_now(
     lua: &Lua,
     state: &Rc<RefCell<State>>,
-    host: String,
+    host: &str,
     port: Value,
     opts: Option<Table>,
 ) -> mlua::Result<MultiValue> {
@@ -195,19 +196,44 @@ fn connect_now(
         }
         None => None,
     };
+    let pool: Option<Rc<str>> = pool.map(Into::into);
+    match attach(state, owner, host, port, pool, pool_size) {
+        Attach::Busy => done(lua, fail(lua, busy())?),
+        Attach::Pooled => done(lua, one(lua)?),
+        Attach::New => false.into_lua_multi(lua),
+    }
+}
+
+/// What [`attach`] did.
+pub(super) enum Attach {
+    /// A call on the socket is in progress: nothing done.
+    Busy,
+    /// A connection was taken from the pool.
+    Pooled,
+    /// Host and port are recorded; a new connection must be made ([`connect`]).
+    New,
+}
+
+/// `connect`'s part that never waits, its arguments checked: closes what the socket
+/// held, records host, port and pool, and takes a connection from the pool.
+pub(super) fn attach(
+    state: &Rc<RefCell<State>>,
+    owner: u64,
+    host: &str,
+    port: u16,
+    pool: Option<Rc<str>>,
+    pool_size: Option<usize>,
+) -> Attach {
     let name: Rc<str> = match pool {
-        Some(name) => name.into(),
+        Some(name) => name,
         None => {
             // The same name as last time (a socket reused request after request) costs
-            // no allocation.
-            // The same name as this worker's last (a new socket per request, to the same
-            // server) is that name again, not a new one.
+            // no allocation; nor does the same name as this worker's last (a new socket
+            // per request, to the same server).
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(port);
             let is = |p: &Rc<str>| {
-                p.strip_prefix(host.as_str())
-                    .and_then(|rest| rest.strip_prefix(':'))
-                    == Some(digits)
+                p.strip_prefix(host).and_then(|rest| rest.strip_prefix(':')) == Some(digits)
             };
             let mine = state.borrow().pool.clone().filter(is);
             let last = || LAST_POOL.with(|l| l.borrow().clone().filter(is));
@@ -224,8 +250,7 @@ fn connect_now(
     let previous = {
         let mut s = state.borrow_mut();
         if s.busy {
-            drop(s);
-            return done(lua, fail(lua, busy())?);
+            return Attach::Busy;
         }
         s.owner = owner;
         s.pool = Some(name.clone());
@@ -233,7 +258,7 @@ fn connect_now(
         s.reused = 0;
         s.port = port;
         if s.host != host {
-            s.host = host;
+            host.clone_into(&mut s.host);
         }
         if s.registered != Some(owner) {
             s.registered = Some(owner);
@@ -251,9 +276,9 @@ fn connect_now(
         s.io = Some(io);
         s.reused = reused + 1;
         tally::connect(tally::Connect::Pooled);
-        return done(lua, one(lua)?);
+        return Attach::Pooled;
     }
-    false.into_lua_multi(lua)
+    Attach::New
 }
 
 /// `true` and what a `_*_now` call finished with.
@@ -462,7 +487,7 @@ async fn send(lua: &Lua, state: Rc<RefCell<State>>) -> mlua::Result<MultiValue> 
 }
 
 /// What a `receive` waits for.
-enum Want {
+pub(super) enum Want {
     Size(usize),
     /// `*l`: a line, its LF and every CR dropped.
     Line,
@@ -519,7 +544,7 @@ impl Want {
 
 /// Where `want` is met in `buffered` (searched from `scanned` on): how many bytes to
 /// take and how many of those to return.
-fn ready(want: &Want, buffered: &[u8], scanned: usize) -> Option<(usize, usize)> {
+pub(super) fn ready(want: &Want, buffered: &[u8], scanned: usize) -> Option<(usize, usize)> {
     match want {
         Want::Size(n) => (buffered.len() >= *n).then_some((*n, *n)),
         Want::Line => buffered[scanned..]
@@ -648,26 +673,33 @@ fn setkeepalive(
         Some(n) if n >= 1.0 && n.fract() == 0.0 => Some(n as usize),
         Some(n) => return Err(mlua::Error::runtime(format!("bad pool size: {n}"))),
     };
+    match keep(state, idle, size) {
+        Ok(()) => one(lua),
+        Err(f) => fail(lua, f),
+    }
+}
+
+/// `setkeepalive`'s work, its arguments checked: the connection put in its pool (idle
+/// at most `idle`; the pool holding at most `size`, else the `connect`'s or the
+/// default), or why not (it is closed then, unless a call holds it).
+pub(super) fn keep(
+    state: &Rc<RefCell<State>>,
+    idle: Option<Duration>,
+    size: Option<usize>,
+) -> Result<(), Failed> {
     let mut s = state.borrow_mut();
     if s.busy {
-        drop(s);
-        return fail(lua, busy());
+        return Err(busy());
     }
     let Some(io) = s.io.take() else {
-        drop(s);
-        return fail(lua, Failed::closed());
+        return Err(Failed::closed());
     };
     if !io.buffered().is_empty() {
         // What the script did not read would be the next user's first answer.
-        drop(io);
-        drop(s);
-        return fail(
-            lua,
-            Failed {
-                kind: conn::Kind::Other,
-                message: "unread data in buffer (connection closed)".into(),
-            },
-        );
+        return Err(Failed {
+            kind: conn::Kind::Other,
+            message: "unread data in buffer (connection closed)".into(),
+        });
     }
     let name = s.pool.clone().expect("a connected socket has a pool name");
     let capacity = size.or(s.pool_size).unwrap_or(DEFAULT_POOL_SIZE);
@@ -679,5 +711,5 @@ fn setkeepalive(
         io.buf = Vec::new();
     }
     pool::put(name, io, reused, idle, capacity);
-    one(lua)
+    Ok(())
 }

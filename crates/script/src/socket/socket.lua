@@ -1,15 +1,22 @@
--- The methods of tessera.socket.tcp()'s sockets. Each that may wait first tries the
--- part that finishes at once (a plain call into Rust: `_receive_now` when the data is
+-- The methods of tessera.socket.tcp()'s sockets. A socket is { userdata, number }.
+-- The methods a client library calls on every request first call a C function of
+-- fast.rs with the socket's number (`quick.*`): it answers `true, ...` when done, `false`
+-- when the call must wait, and `nil` when it leaves the call to the userdata's methods
+-- (ops.rs, through mlua), which give the same answers and every error. Each method that
+-- may wait then tries the part that finishes at once (`_receive_now` when the data is
 -- buffered, `_send_now` when the write fits in the socket, `_connect_now` when the pool
 -- has a connection) and calls the part that yields (`_receive`, ...) only when it must
--- wait, so the common case creates no future. crates/script/src/socket/ops.rs has both.
-local new = ...
+-- wait, so the common case creates no future.
+local new, quick = ...
+local q_connect, q_send, q_receive = quick.connect, quick.send, quick.receive
+local q_setkeepalive, q_settimeouts = quick.setkeepalive, quick.settimeouts
 local methods = {}
 local mt = { __index = methods }
 
 function methods:connect(host, port, opts)
+  local ok, a, b = q_connect(self[2], host, port, opts)
   local u = self[1]
-  local ok, a, b = u:_connect_now(host, port, opts)
+  if ok == nil then ok, a, b = u:_connect_now(host, port, opts) end
   if ok then return a, b end
   return u:_connect()
 end
@@ -17,7 +24,6 @@ end
 local concat, pcall, type = table.concat, pcall, type
 
 function methods:send(data)
-  local u = self[1]
   if type(data) == "table" then
     -- Most sends are an array of strings and numbers (a Redis command): joined here into
     -- one string rather than read item by item from Rust; one holding a boolean or a
@@ -25,14 +31,17 @@ function methods:send(data)
     local joined, flat = pcall(concat, data)
     if joined then data = flat end
   end
-  local ok, a, b = u:_send_now(data)
+  local ok, a, b = q_send(self[2], data)
+  local u = self[1]
+  if ok == nil then ok, a, b = u:_send_now(data) end
   if ok then return a, b end
   return u:_send()
 end
 
 function methods:receive(pattern)
+  local ok, a, b, c = q_receive(self[2], pattern)
   local u = self[1]
-  local ok, a, b, c = u:_receive_now(pattern)
+  if ok == nil then ok, a, b, c = u:_receive_now(pattern) end
   if ok then return a, b, c end
   return u:_receive(pattern)
 end
@@ -44,8 +53,21 @@ function methods:receiveany(max)
   return u:_receiveany(max)
 end
 
-for _, name in ipairs{ "sslhandshake", "receiveuntil", "settimeout", "settimeouts",
-                       "setkeepalive", "getreusedtimes", "close" } do
+function methods:setkeepalive(idle, size)
+  local ok, a, b = q_setkeepalive(self[2], idle, size)
+  if ok then return a, b end
+  local u = self[1]
+  return u:setkeepalive(idle, size)
+end
+
+function methods:settimeouts(c, s, r)
+  if q_settimeouts(self[2], c, s, r) then return end
+  local u = self[1]
+  return u:settimeouts(c, s, r)
+end
+
+for _, name in ipairs{ "sslhandshake", "receiveuntil", "settimeout", "getreusedtimes",
+                       "close" } do
   methods[name] = function(self, ...)
     local u = self[1]
     return u[name](u, ...)
@@ -53,5 +75,6 @@ for _, name in ipairs{ "sslhandshake", "receiveuntil", "settimeout", "settimeout
 end
 
 return function()
-  return setmetatable({ new() }, mt)
+  local u, id = new()
+  return setmetatable({ u, id }, mt)
 end

@@ -1,0 +1,306 @@
+//! The socket methods a client library calls several times per request (lua-resty-redis:
+//! `settimeouts`, `connect`, `send`, three `receive`s, `setkeepalive`), in their common
+//! case, as plain Lua C functions; `socket.lua` calls them first and the methods of
+//! `ops.rs` (through mlua) only when one answers `nil`: an argument it does not take (a
+//! table of options, a pattern other than a size or `*l`, a TLS connection's write), a
+//! socket busy or closed, a phase where cosockets are refused. Those methods then give
+//! the answer or the error, so a script sees the same results either way.
+//!
+//! Written by hand because the hot path needs it: an mlua method call reads its
+//! arguments into `Value`s (a registry reference each for strings), checks the
+//! userdata's type, and returns a `MultiValue` (a `VecDeque`); a C function reads the
+//! stack and pushes its results. Measured with `bench/lua.sh redis` (docs/benchmarks.md,
+//! issue 50, "Socket methods as C functions"): a lua-resty-redis GET cost 17.05 µs of CPU
+//! through mlua alone and 15.54 µs with these.
+//!
+//! A Lua error raised inside Rust frames would unwind through them, and a panic must not
+//! unwind into Lua's: each function does its Rust part inside `catch_unwind`, holding no
+//! borrow while it calls the Lua API, and calls only API functions that cannot raise
+//! there (reading the stack, pushing booleans, numbers and nil) except for the one
+//! string it pushes last, after every borrow is released. Sockets are named by a number
+//! (their row in a per-thread table) rather than by the userdata's address: a script can
+//! change the number in its socket table, but can then reach only sockets that exist.
+
+use std::cell::RefCell;
+use std::os::raw::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use mlua::ffi::{self, lua_State};
+use tokio::io::AsyncWrite;
+
+use super::conn::{Conn, Failed};
+use super::ops::{attach, keep, ready, Attach, Want};
+use super::{
+    duration_ms, millis, numbered, tally, Scope, State, DEFAULT_IDLE, DEFAULT_TIMEOUT, SCOPE,
+};
+
+/// The socket named by argument `idx`.
+unsafe fn socket_at(l: *mut lua_State, idx: c_int) -> Option<Rc<RefCell<State>>> {
+    let n = number_at(l, idx)?;
+    if !(0.0..u32::MAX as f64).contains(&n) || n.fract() != 0.0 {
+        return None;
+    }
+    numbered(n as u32)
+}
+
+/// Argument `idx` when it is a number (not a string that converts).
+unsafe fn number_at(l: *mut lua_State, idx: c_int) -> Option<f64> {
+    (ffi::lua_type(l, idx) == ffi::LUA_TNUMBER).then(|| ffi::lua_tonumber(l, idx))
+}
+
+/// Whether argument `idx` is absent or nil.
+unsafe fn absent(l: *mut lua_State, idx: c_int) -> bool {
+    ffi::lua_type(l, idx) <= ffi::LUA_TNIL
+}
+
+/// Argument `idx`'s bytes when it is a string (valid while it is on the stack).
+unsafe fn bytes_at<'a>(l: *mut lua_State, idx: c_int) -> Option<&'a [u8]> {
+    if ffi::lua_type(l, idx) != ffi::LUA_TSTRING {
+        return None;
+    }
+    let mut len = 0;
+    let p = ffi::lua_tolstring(l, idx, &mut len);
+    Some(std::slice::from_raw_parts(p as *const u8, len))
+}
+
+/// The request or timer running now, when cosockets are allowed.
+fn running() -> Option<u64> {
+    match SCOPE.with(|s| s.get()) {
+        Scope::Owner(id) => Some(id),
+        Scope::Refused(_) => None,
+    }
+}
+
+/// What a function pushes once its Rust part is done.
+enum Out {
+    /// Not handled here: `nil`, and `socket.lua` calls the method of `ops.rs`.
+    Pass,
+    /// Must wait: `false`, and `socket.lua` calls the method's waiting part.
+    Wait,
+    /// Done: `true, n`.
+    Count(usize),
+    /// Done: `true, nil, message`.
+    Failed(String),
+}
+
+/// Runs `work` (no Lua API calls inside), a panic counting as [`Out::Pass`], and pushes
+/// its outcome.
+unsafe fn finish(l: *mut lua_State, work: impl FnOnce() -> Out) -> c_int {
+    match catch_unwind(AssertUnwindSafe(work)).unwrap_or(Out::Pass) {
+        Out::Pass => {
+            ffi::lua_pushnil(l);
+            1
+        }
+        Out::Wait => {
+            ffi::lua_pushboolean(l, 0);
+            1
+        }
+        Out::Count(n) => {
+            ffi::lua_pushboolean(l, 1);
+            ffi::lua_pushinteger(l, n as ffi::lua_Integer);
+            2
+        }
+        Out::Failed(message) => {
+            ffi::lua_pushboolean(l, 1);
+            ffi::lua_pushnil(l);
+            ffi::lua_pushlstring(l, message.as_ptr() as *const c_char, message.len());
+            3
+        }
+    }
+}
+
+/// `(id, host, port)`: `connect` without options.
+pub(super) unsafe extern "C-unwind" fn connect(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let host = bytes_at(l, 2);
+    let port = number_at(l, 3);
+    let plain = absent(l, 4);
+    finish(l, || {
+        let (Some(state), Some(host), Some(port), true) = (state, host, port, plain) else {
+            return Out::Pass;
+        };
+        let (Some(owner), Ok(host)) = (running(), std::str::from_utf8(host)) else {
+            return Out::Pass;
+        };
+        if host.starts_with("unix:") || !(1.0..=65535.0).contains(&port) || port.fract() != 0.0 {
+            return Out::Pass;
+        }
+        match attach(&state, owner, host, port as u16, None, None) {
+            Attach::Busy => Out::Pass,
+            Attach::Pooled => Out::Count(1),
+            Attach::New => Out::Wait,
+        }
+    })
+}
+
+/// `(id, data)`: `send` of a string over a plain connection, when it all fits in the
+/// socket now (`true, bytes`), or else with what is left kept for the waiting part.
+pub(super) unsafe extern "C-unwind" fn send(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let data = bytes_at(l, 2);
+    finish(l, || {
+        let (Some(state), Some(data), Some(_)) = (state, data, running()) else {
+            return Out::Pass;
+        };
+        let Ok(mut s) = state.try_borrow_mut() else {
+            return Out::Pass;
+        };
+        let s = &mut *s;
+        if s.busy {
+            return Out::Pass;
+        }
+        let Some(Conn::Plain(tcp)) = s.io.as_mut().map(|io| &mut io.conn) else {
+            return Out::Pass;
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut sent = 0;
+        while sent < data.len() {
+            match std::pin::Pin::new(&mut *tcp).poll_write(&mut cx, &data[sent..]) {
+                Poll::Ready(Ok(n)) if n > 0 => sent += n,
+                Poll::Ready(Ok(_)) | Poll::Pending => break,
+                // The method of ops.rs meets the error again and reports it.
+                Poll::Ready(Err(_)) if sent == 0 => return Out::Pass,
+                Poll::Ready(Err(_)) => break,
+            }
+        }
+        if sent == data.len() {
+            return Out::Count(sent);
+        }
+        s.unsent = Some((data[sent..].to_vec(), data.len()));
+        Out::Wait
+    })
+}
+
+/// `(id, pattern)`: `receive` of a size or a line (`*l`, or none) that is buffered
+/// already (`true, data`), or `false` when it must wait.
+pub(super) unsafe extern "C-unwind" fn receive(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let want = match ffi::lua_type(l, 2) {
+        ffi::LUA_TNONE | ffi::LUA_TNIL => Some(Want::Line),
+        ffi::LUA_TNUMBER => {
+            let n = ffi::lua_tonumber(l, 2);
+            (n >= 0.0 && n.fract() == 0.0).then_some(Want::Size(n as usize))
+        }
+        _ => (bytes_at(l, 2) == Some(b"*l")).then_some(Want::Line),
+    };
+    // The data's place in the socket's buffer (pushed once the borrow has ended), the
+    // bytes to push and the bytes to consume.
+    let found = catch_unwind(AssertUnwindSafe(|| {
+        let (Some(state), Some(want), Some(_)) = (&state, want, running()) else {
+            return Err(Out::Pass);
+        };
+        let s = state.try_borrow().map_err(|_| Out::Pass)?;
+        let Some(io) = s.io.as_ref().filter(|_| !s.busy) else {
+            return Err(Out::Pass);
+        };
+        let buffered = io.buffered();
+        let (take, mut keep) = ready(&want, buffered, 0).ok_or(Out::Wait)?;
+        if matches!(want, Want::Line) {
+            // A line's CR is dropped; one with a CR elsewhere is left to ops.rs.
+            keep -= usize::from(keep > 0 && buffered[keep - 1] == b'\r');
+            if buffered[..keep].contains(&b'\r') {
+                return Err(Out::Pass);
+            }
+        }
+        Ok((buffered.as_ptr(), keep, take))
+    }))
+    .unwrap_or(Err(Out::Pass));
+    match (found, state) {
+        (Ok((data, keep, take)), Some(state)) => {
+            ffi::lua_pushboolean(l, 1);
+            // The buffer is the socket's, which `state` keeps alive, and nothing touches
+            // it until it is consumed below (a collection this allocation may run
+            // finalizes other sockets, never this one, which the script holds).
+            ffi::lua_pushlstring(l, data as *const c_char, keep);
+            if let Ok(mut s) = state.try_borrow_mut() {
+                if let Some(io) = s.io.as_mut() {
+                    io.consume(take);
+                }
+            }
+            2
+        }
+        (Err(out), _) => finish(l, || out),
+        (Ok(_), None) => finish(l, || Out::Pass),
+    }
+}
+
+/// `(id, idle, size)`: `setkeepalive` with numbers or nothing: `true, 1`, or `true, nil,
+/// message` when the connection could not be kept.
+pub(super) unsafe extern "C-unwind" fn setkeepalive(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let idle = if absent(l, 2) {
+        Some(None)
+    } else {
+        number_at(l, 2).map(Some)
+    };
+    let size = if absent(l, 3) {
+        Some(None)
+    } else {
+        number_at(l, 3).map(Some)
+    };
+    finish(l, || {
+        let (Some(state), Some(idle), Some(size)) = (state, idle, size) else {
+            return Out::Pass;
+        };
+        let idle = match idle {
+            None => Some(DEFAULT_IDLE),
+            Some(0.0) => None,
+            Some(ms) => match duration_ms(ms, "keepalive") {
+                Ok(d) => Some(d),
+                Err(_) => return Out::Pass,
+            },
+        };
+        let size = match size {
+            None => None,
+            Some(n) if n >= 1.0 && n.fract() == 0.0 => Some(n as usize),
+            Some(_) => return Out::Pass,
+        };
+        match keep(&state, idle, size) {
+            Ok(()) => Out::Count(1),
+            Err(Failed { kind, message }) => {
+                tally::error(kind);
+                Out::Failed(message)
+            }
+        }
+    })
+}
+
+/// `(id, connect, send, read)`: `settimeouts` with numbers or nothing: `true` when they
+/// are set, `nil` to leave them to ops.rs (which names a bad value).
+pub(super) unsafe extern "C-unwind" fn settimeouts(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let arg = |i| -> Option<Option<f64>> {
+        if absent(l, i) {
+            Some(None)
+        } else {
+            number_at(l, i).map(Some)
+        }
+    };
+    let (c, w, r) = (arg(2), arg(3), arg(4));
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        let (Some(state), Some(c), Some(w), Some(r)) = (state, c, w, r) else {
+            return false;
+        };
+        let ms = |v| millis(v, "", DEFAULT_TIMEOUT);
+        let (Ok(c), Ok(w), Ok(r)) = (ms(c), ms(w), ms(r)) else {
+            return false;
+        };
+        let Ok(mut s) = state.try_borrow_mut() else {
+            return false;
+        };
+        let keep = |now: Duration, new: Option<Duration>| new.unwrap_or(now);
+        s.connect_timeout = keep(s.connect_timeout, c);
+        s.send_timeout = keep(s.send_timeout, w);
+        s.read_timeout = keep(s.read_timeout, r);
+        true
+    }))
+    .unwrap_or(false);
+    match out {
+        true => ffi::lua_pushboolean(l, 1),
+        false => ffi::lua_pushnil(l),
+    }
+    1
+}
