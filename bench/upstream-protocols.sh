@@ -13,6 +13,12 @@
 #           with the Lua module, on the load core): proxy CPU per GiB proxied. nginx: `proxy_request_buffering
 #           off`, `client_max_body_size 0`, pooled HTTP/1.1; tessera: its defaults with
 #           `max_body_size` raised. Target: tessera at least 1.2x cheaper.
+#   grpc:   unary gRPC calls (helloworld.Greeter/SayHello) from ghz (-c GRPC_CONCURRENCY over
+#           GRPC_CONNECTIONS connections, on the load core) through each proxy, over h2c on
+#           both sides, to a Go gRPC origin (bench/grpc-origin.go, GOMAXPROCS=1, on the load
+#           core). nginx: `grpc_pass` to an upstream with `keepalive 32`; tessera: an
+#           [[upstream]] with `protocol = "h2c"` behind an `h2c_listen` address. Proxy CPU
+#           per call answered OK. Target: tessera at least 1.5x cheaper.
 #
 # Each proxy runs one worker pinned to core 0; they take turns in every round. Printed:
 # the median requests/s and the median proxy CPU time per request (utime+stime of the
@@ -22,8 +28,11 @@
 #
 # usage: bench/upstream-protocols.sh   (env: PARTS="https upload" ROUNDS=5 SECONDS_PER_RUN=5
 #                                       CONNECTIONS=50 UPLOAD_MIB=8 UPLOAD_CONNECTIONS=4
+#                                       GRPC_CONCURRENCY=50 GRPC_CONNECTIONS=5
 #                                       NO_BUILD=1 to skip cargo, TESSERA=another build)
-# Needs: nginx (and libnginx-mod-http-lua), wrk, curl, openssl, cc, taskset, python3 (apt-get when missing; as root).
+# Needs: nginx (and libnginx-mod-http-lua), wrk, curl, openssl, cc, taskset, python3 (apt-get when missing; as root);
+# for grpc, Go (ghz is installed with `go install` when missing, the origin built with the
+# grpc module from the Go proxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -32,6 +41,8 @@ CONNECTIONS=${CONNECTIONS:-50}
 PARTS=${PARTS:-https upload}
 UPLOAD_MIB=${UPLOAD_MIB:-8}
 UPLOAD_CONNECTIONS=${UPLOAD_CONNECTIONS:-4}
+GRPC_CONCURRENCY=${GRPC_CONCURRENCY:-50}
+GRPC_CONNECTIONS=${GRPC_CONNECTIONS:-5}
 PROXY_CPU=0
 LOAD_CPU=1
 
@@ -247,4 +258,100 @@ for p in nginx tessera; do
 done
 awk -v n="$(echo "${up_runs[nginx]}" | tr ' ' '\n' | grep . | median)" -v t="$(echo "${up_runs[tessera]}" | tr ' ' '\n' | grep . | median)" 'BEGIN {
     printf "upload   nginx/tessera cpu per GiB x%.2f (target >= 1.2)\n", n / t }'
+fi
+
+# --- grpc: unary calls through each proxy over h2c, proxy CPU per call.
+if [[ " $PARTS " == *" grpc "* ]]; then
+export PATH=$PATH:$(go env GOPATH)/bin
+command -v ghz >/dev/null || go install github.com/bojand/ghz/cmd/ghz@latest
+mkdir -p "$work/grpc-origin"
+cp bench/grpc-origin.go "$work/grpc-origin/main.go"
+(cd "$work/grpc-origin" && go mod init grpcorigin >/dev/null 2>&1 &&
+    go get google.golang.org/grpc@v1.85.0 google.golang.org/protobuf >/dev/null 2>&1 &&
+    go build -o grpc-origin .)
+cat > "$work/helloworld.proto" <<'PROTO'
+syntax = "proto3";
+package helloworld;
+service Greeter { rpc SayHello (HelloRequest) returns (HelloReply) {} }
+message HelloRequest { string name = 1; }
+message HelloReply { string message = 1; }
+PROTO
+grpc_origin_port=$(free_port)
+GOMAXPROCS=1 taskset -c $LOAD_CPU "$work/grpc-origin/grpc-origin" "127.0.0.1:$grpc_origin_port" 2>"$work/grpc-origin.log" &
+pids+=($!)
+nginx_grpc_port=$(free_port)
+nginx_http_conf nginx-grpc "upstream grpc_origin { server 127.0.0.1:$grpc_origin_port; keepalive 32; keepalive_requests 1000000; }
+    server {
+        listen 127.0.0.1:$nginx_grpc_port http2 reuseport;
+        keepalive_requests 1000000;
+        location / { grpc_pass grpc://grpc_origin; }
+    }"
+taskset -c $PROXY_CPU nginx -c "$work/nginx-grpc/nginx.conf" -e "$work/nginx-grpc/error.log" &
+pids+=($!); nginx_grpc_pid=$!
+cat > "$work/tessera-grpc.toml" <<CONF
+[[upstream]]
+name = "grpc"
+addresses = ["127.0.0.1:$grpc_origin_port"]
+protocol = "h2c"
+
+[[route]]
+prefix = "/"
+upstream = "grpc"
+CONF
+tessera_grpc_port=$(free_port)
+taskset -c $PROXY_CPU "$TESSERA" serve --config "$work/tessera-grpc.toml" --listen "127.0.0.1:$(free_port)" \
+    --h2c-listen "127.0.0.1:$tessera_grpc_port" --workers 1 2>"$work/tessera-grpc.log" &
+pids+=($!); tessera_grpc_pid=$!
+sleep 1
+
+# ghz_calls PID PORT [GHZ ARGS...]: one ghz run pinned to the load core; prints "calls/s
+# cpu-us-per-call" for the proxy PID (calls answered OK; others are reported).
+ghz_calls() {
+    local pid=$1 port=$2 before after
+    shift 2
+    before=$(cpu_ticks "$pid")
+    taskset -c $LOAD_CPU ghz --insecure --proto "$work/helloworld.proto" --call helloworld.Greeter.SayHello \
+        -d '{"name":"bench"}' -O json "$@" "127.0.0.1:$port" >"$work/ghz.json" || true
+    after=$(cpu_ticks "$pid")
+    python3 - "$work/ghz.json" $((after - before)) "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = d.get("statusCodeDistribution") or {}
+ok = codes.get("OK", 0)
+# ghz ends a timed run by closing its connections under the calls in flight: those end
+# Unavailable ("transport is closing"), at most one per worker; more is a failure.
+others = {k: v for k, v in codes.items() if k != "OK"}
+if sum(others.values()) > int(d["options"]["concurrency"]) or not ok:
+    print(f"ghz: calls not OK: {others} {d.get('errorDistribution')}", file=sys.stderr)
+print(f"{ok / (d['total'] / 1e9):.0f} {int(sys.argv[2]) * 1e6 / int(sys.argv[3]) / max(ok, 1):.2f}")
+PY
+}
+for p in nginx tessera; do
+    port=$nginx_grpc_port; [ $p = tessera ] && port=$tessera_grpc_port
+    for _ in $(seq 50); do
+        ghz --insecure --proto "$work/helloworld.proto" --call helloworld.Greeter.SayHello \
+            -d '{"name":"check"}' -c 1 -n 1 -O json "127.0.0.1:$port" >"$work/ghz-check.json" 2>&1 &&
+            grep -q '"OK":1' "$work/ghz-check.json" && break
+        sleep 0.2
+    done
+    grep -q '"OK":1' "$work/ghz-check.json" || { echo "check: $p does not pass a gRPC call: $(cat "$work/ghz-check.json")" >&2; exit 1; }
+done
+echo "check: both proxies pass a unary gRPC call to the origin (OK)"
+printf '%-8s %-10s %12s %12s\n' part server "calls/s" "cpu us/call"
+declare -A grpc_runs=() grpc_rps=()
+for round in $(seq "$ROUNDS"); do
+    order="nginx tessera"; [ $((round % 2)) = 0 ] && order="tessera nginx"
+    for p in $order; do
+        port=$nginx_grpc_port pid=$nginx_grpc_pid
+        [ $p = tessera ] && port=$tessera_grpc_port pid=$tessera_grpc_pid
+        read -r rps cpu < <(ghz_calls "$pid" "$port" -c "$GRPC_CONCURRENCY" --connections "$GRPC_CONNECTIONS" -z "${SECONDS_PER_RUN}s")
+        grpc_runs[$p]+="$cpu "; grpc_rps[$p]+="$rps "
+    done
+done
+for p in nginx tessera; do
+    printf '%-8s %-10s %12.0f %12.2f   (runs: %s)\n' grpc "$p" "$(echo "${grpc_rps[$p]}" | tr ' ' '\n' | grep . | median)" \
+        "$(echo "${grpc_runs[$p]}" | tr ' ' '\n' | grep . | median)" "${grpc_runs[$p]% }"
+done
+awk -v n="$(echo "${grpc_runs[nginx]}" | tr ' ' '\n' | grep . | median)" -v t="$(echo "${grpc_runs[tessera]}" | tr ' ' '\n' | grep . | median)" 'BEGIN {
+    printf "grpc     nginx/tessera cpu per call x%.2f (target >= 1.5)\n", n / t }'
 fi
