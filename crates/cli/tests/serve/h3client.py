@@ -4,11 +4,19 @@ Usage: python3 h3client.py SPEC.json   (prints a JSON report on stdout)
 
 SPEC: {"port": N, "server_name": "localhost", "ca": PATH or null (no verification),
        "connections": 1, "requests": [{"method", "path", "authority", "headers": [[k, v]],
-       "body": TEXT}], "overrun_streams": false, "timeout": 30}
-Every connection sends every request, all at once (concurrent streams). With
-`overrun_streams` the client ignores the server's stream limit (a misbehaving client).
+       "body": TEXT}], "overrun_streams": false, "timeout": 30, "hold": 0,
+       "zero_rtt": false}
+or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BODY}
+for S seconds, two tasks with a new connection per request and two on kept connections
+(a new one after GOAWAY, and a request the server rejected unprocessed, H3_REQUEST_REJECTED,
+sent again, as RFC 9114 section 4.1.1 lets a client): {"ok", "failed", "errors"}.
+Every connection sends every request, all at once (concurrent streams), then stays open
+`hold` seconds more. With `overrun_streams` the client ignores the server's stream limit
+(a misbehaving client). With `zero_rtt` a first connection gets a session ticket, and
+each connection then resumes with it, sending its requests in 0-RTT data.
 The report: {"connections": [{"responses": [{"status", "headers", "length", "sha256",
-"body" (latin-1 text, when at most 1 MiB), "reset"}], "error", "retried"}]}.
+"body" (latin-1 text, when at most 1 MiB), "reset"}], "error", "terminated",
+"early_data_accepted"}]}.
 """
 
 import asyncio
@@ -18,6 +26,7 @@ import ssl
 import sys
 
 from aioquic.asyncio import connect
+from aioquic.buffer import Buffer
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
@@ -44,6 +53,17 @@ class Client(QuicConnectionProtocol):
                 check(stream)
 
         self.h3._check_content_length = check_unless_head
+        # aioquic reads GOAWAY and drops it: noted here, so that a load loop opens a new
+        # connection after it.
+        self.goaway = None
+        control = self.h3._handle_control_frame
+
+        def note_goaway(frame_type, frame_data):
+            if frame_type == 0x7:
+                self.goaway = Buffer(data=frame_data).pull_uint_var()
+            return control(frame_type, frame_data)
+
+        self.h3._handle_control_frame = note_goaway
 
     def request(self, req, port):
         stream_id = self._quic.get_next_available_stream_id()
@@ -69,6 +89,7 @@ class Client(QuicConnectionProtocol):
             "body": bytearray(),
             "done": done,
             "reset": False,
+            "reset_code": None,
         }
         self.transmit()
         return done
@@ -82,6 +103,7 @@ class Client(QuicConnectionProtocol):
         if isinstance(event, StreamReset) and event.stream_id in self.streams:
             s = self.streams[event.stream_id]
             s["reset"] = True
+            s["reset_code"] = event.error_code
             if not s["done"].done():
                 s["done"].set_result(None)
         for h3_event in self.h3.handle_event(event):
@@ -114,8 +136,9 @@ def report(s):
     return out
 
 
-async def one(spec):
+async def one(spec, ticket=None, tickets=None):
     config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+    config.session_ticket = ticket
     config.server_name = spec.get("server_name", "localhost")
     if spec.get("ca"):
         config.load_verify_locations(spec["ca"])
@@ -130,7 +153,8 @@ async def one(spec):
             spec["port"],
             configuration=config,
             create_protocol=Client,
-            wait_connected=True,
+            session_ticket_handler=tickets.append if tickets is not None else None,
+            wait_connected=ticket is None,
         ) as client:
             if spec.get("overrun_streams"):
                 # Pretend the server gave credit for many more streams than it did.
@@ -138,16 +162,79 @@ async def one(spec):
             waits = [client.request(r, spec["port"]) for r in spec["requests"]]
             await asyncio.wait_for(asyncio.gather(*waits), spec.get("timeout", 30))
             result["responses"] = [report(s) for s in client.streams.values()]
+            result["early_data_accepted"] = client._quic.tls.early_data_accepted
+            await asyncio.sleep(spec.get("hold", 0))
             result["terminated"] = client.terminated
     except Exception as e:  # the report says what failed
         result["error"] = f"{type(e).__name__}: {e}"
     return result
 
 
+H3_REQUEST_REJECTED = 0x10B
+
+
+async def load_task(spec, keep, deadline, count):
+    loop = asyncio.get_running_loop()
+    held = None
+    while loop.time() < deadline:
+        try:
+            if held is None or held[1].goaway is not None or held[1].terminated:
+                if held is not None:
+                    await held[0].__aexit__(None, None, None)
+                config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+                config.server_name = spec.get("server_name", "localhost")
+                config.verify_mode = ssl.CERT_NONE
+                manager = connect("127.0.0.1", spec["port"], configuration=config,
+                                  create_protocol=Client)
+                held = (manager, await asyncio.wait_for(manager.__aenter__(), 10))
+            client = held[1]
+            await asyncio.wait_for(client.request({"path": spec["path"]}, spec["port"]), 10)
+            stream_id, s = list(client.streams.items())[-1]
+            # Not processed, says the server (a reset, or a GOAWAY below its id): sent
+            # again on a new connection.
+            rejected = s["reset_code"] == H3_REQUEST_REJECTED
+            beyond = s["status"] is None and client.goaway is not None and stream_id >= client.goaway
+            if rejected or beyond:
+                client.terminated = client.terminated or {"code": "goaway"}
+                continue
+            if s["status"] != 200 or bytes(s["body"]) != spec["expect"].encode():
+                raise RuntimeError(f"status {s['status']} body {bytes(s['body'])[:40]!r} "
+                                   f"reset {s['reset_code']} closed {client.terminated}")
+            count["ok"] += 1
+        except Exception as e:
+            count["failed"] += 1
+            if len(count["errors"]) < 5:
+                count["errors"].append(f"{type(e).__name__}: {e}")
+            if held is not None:
+                held[1].terminated = held[1].terminated or {"code": -1}
+        if not keep and held is not None:
+            await held[0].__aexit__(None, None, None)
+            held = None
+    if held is not None:
+        await held[0].__aexit__(None, None, None)
+
+
+async def load(spec):
+    count = {"ok": 0, "failed": 0, "errors": []}
+    deadline = asyncio.get_running_loop().time() + spec["load_seconds"]
+    await asyncio.gather(*(load_task(spec, keep, deadline, count)
+                           for keep in [False, True, False, True]))
+    print(json.dumps(count))
+
+
 async def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
-    runs = [one(spec) for _ in range(spec.get("connections", 1))]
+    if "load_seconds" in spec:
+        await load(spec)
+        return
+    ticket = None
+    if spec.get("zero_rtt"):
+        tickets = []
+        await one({**spec, "requests": [{"path": "/"}]}, tickets=tickets)
+        await asyncio.sleep(0.2)
+        ticket = tickets[-1] if tickets else None
+    runs = [one(spec, ticket) for _ in range(spec.get("connections", 1))]
     print(json.dumps({"connections": await asyncio.gather(*runs)}))
 
 

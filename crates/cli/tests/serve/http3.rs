@@ -339,3 +339,222 @@ fn the_sni_and_the_authority_choose_the_virtual_host() {
     let other = ask("localhost", "a.test");
     assert_eq!(other["status"], 421, "{other}");
 }
+
+/// `h3client.py` against this site with `spec` (the port added): its connections.
+fn connections(quic: &QuicSite, mut spec: Value) -> Vec<Value> {
+    spec["port"] = json!(quic.quic.port());
+    let report = h3(quic.site.dir.path(), spec);
+    report["connections"].as_array().unwrap().clone()
+}
+
+/// A client that behaves, served.
+fn assert_served(quic: &QuicSite) {
+    let got = quic.get(json!({"path": "/hello.txt"}));
+    assert_eq!(got["status"], 200, "{got}");
+}
+
+/// The `tessera_connections{state="handling"}` gauge: QUIC connections open.
+fn handling(admin: SocketAddr) -> String {
+    let (_, text) = crate::metrics::admin_get(admin, "/metrics", "");
+    text.lines()
+        .find(|l| l.starts_with("tessera_connections{state=\"handling\"}"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_client_that_opens_streams_beyond_max_streams_is_closed_and_others_are_served() {
+    let quic = QuicSite::start("[http3]\nmax_streams = 10", &[]);
+    let requests: Vec<Value> = (0..30).map(|_| json!({"path": "/hello.txt"})).collect();
+    // Within the limit, more requests than streams at once wait for credit: all served.
+    let polite = connections(&quic, json!({"requests": requests.clone()}));
+    let served = polite[0]["responses"].as_array().unwrap();
+    assert!(served.iter().all(|r| r["status"] == 200), "{polite:?}");
+    assert_eq!(served.len(), 30);
+    // Past it: STREAM_LIMIT_ERROR (0x4) closes the connection.
+    let rude = connections(
+        &quic,
+        json!({"requests": requests, "overrun_streams": true, "timeout": 10}),
+    );
+    assert_eq!(rude[0]["terminated"]["code"], 4, "{rude:?}");
+    assert_served(&quic);
+}
+
+#[test]
+fn an_oversized_field_section_is_431_and_the_connection_goes_on() {
+    let quic = QuicSite::start("[limits]\nmax_head_size = 12000", &[]);
+    let fields: Vec<Value> = (0..20)
+        .map(|i| json!([format!("x-field-{i}"), "v".repeat(1000)]))
+        .collect();
+    let got = quic.get_all(json!([
+        {"path": "/hello.txt", "headers": fields},
+        {"path": "/hello.txt"},
+    ]));
+    assert_eq!(got[0]["status"], 431, "{got:?}");
+    assert_eq!(got[1]["status"], 200, "{got:?}");
+    // Just under the budget: served.
+    let fields: Vec<Value> = (0..8)
+        .map(|i| json!([format!("x-field-{i}"), "v".repeat(1000)]))
+        .collect();
+    assert_eq!(
+        quic.get(json!({"path": "/hello.txt", "headers": fields}))["status"],
+        200
+    );
+}
+
+#[test]
+fn a_flood_of_new_connections_is_asked_to_retry_and_served() {
+    let quic = QuicSite::start(
+        "admin_listen = \"127.0.0.1:0\"\n[http3]\nretry_threshold = 1",
+        &[],
+    );
+    let flood = connections(
+        &quic,
+        json!({"connections": 40, "requests": [{"path": "/hello.txt"}]}),
+    );
+    for conn in &flood {
+        assert!(conn["error"].is_null(), "{conn}");
+        assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+    }
+    let admin = crate::metrics::admin_addr(&quic.server);
+    let (_, metrics) = crate::metrics::admin_get(admin, "/metrics", "");
+    let samples = crate::metrics::samples(&metrics);
+    let retried = samples["tessera_quic_retries_total"];
+    // Each second's first one comes in without one (the flood takes a few seconds at
+    // most, even on a busy machine).
+    assert!(retried >= 20.0, "{retried} of 40 retried");
+    assert_eq!(samples["tessera_http3_connections_total"], 40.0);
+}
+
+#[test]
+fn quic_connections_take_slots_of_the_budget_and_idle_out() {
+    let quic = QuicSite::start(
+        "max_connections = 3\nadmin_listen = \"127.0.0.1:0\"\n[http3]\nidle_timeout = \"1s\"",
+        &[],
+    );
+    let admin = crate::metrics::admin_addr(&quic.server);
+    // Three held open take every slot: a fourth is refused (CONNECTION_REFUSED) while
+    // they last.
+    let site = quic.site.dir.path().to_path_buf();
+    let port = quic.quic.port();
+    let holders = std::thread::spawn(move || {
+        let spec = json!({"port": port, "connections": 3, "hold": 3,
+                          "requests": [{"path": "/hello.txt"}]});
+        h3(&site, spec)
+    });
+    eventually("three QUIC connections counted", || {
+        handling(admin).ends_with(" 3")
+    });
+    let fourth = connections(
+        &quic,
+        json!({"requests": [{"path": "/hello.txt"}], "timeout": 5}),
+    );
+    assert!(
+        fourth[0]["responses"].as_array().unwrap().is_empty()
+            || fourth[0]["responses"][0]["status"].is_null(),
+        "{fourth:?}"
+    );
+    // The server closes them after a second of silence (idle_timeout), freeing the slots.
+    let held = holders.join().unwrap();
+    for conn in held["connections"].as_array().unwrap() {
+        assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+        assert!(
+            !conn["terminated"].is_null(),
+            "not closed while idle: {conn}"
+        );
+    }
+    eventually("the slots freed", || handling(admin).ends_with(" 0"));
+    assert_served(&quic);
+}
+
+#[test]
+fn zero_rtt_is_off_unless_asked_and_then_answers_safe_requests() {
+    let spec = json!({"zero_rtt": true, "requests": [
+        {"path": "/hello.txt"},
+        {"method": "POST", "path": "/hello.txt", "body": "x"},
+    ]});
+    let off = QuicSite::start("", &[]);
+    let conn = connections(&off, spec.clone()).remove(0);
+    assert_eq!(conn["early_data_accepted"], false, "{conn}");
+    assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+    let on = QuicSite::start("[http3]\nzero_rtt = true", &[]);
+    let conn = connections(&on, spec).remove(0);
+    assert_eq!(conn["early_data_accepted"], true, "{conn}");
+    assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+    // The POST, held until the handshake finished, then answered (405: a file).
+    assert_eq!(conn["responses"][1]["status"], 405, "{conn}");
+}
+
+/// An HTTP/3 load loop against `quic` for `seconds`, on a thread: its count.
+fn load(quic: &QuicSite, seconds: f64) -> std::thread::JoinHandle<Value> {
+    let dir = quic.site.dir.path().to_path_buf();
+    let spec = json!({"port": quic.quic.port(), "load_seconds": seconds,
+                      "path": "/hello.txt", "expect": "hello world\n"});
+    std::thread::spawn(move || h3(&dir, spec))
+}
+
+fn assert_no_failure(count: &Value) {
+    assert_eq!(count["failed"], 0, "{count}");
+    assert!(count["ok"].as_u64().unwrap() > 50, "{count}");
+}
+
+#[test]
+fn reloads_under_an_http3_load_loop_fail_no_request() {
+    let quic = QuicSite::start("", &[]);
+    let loop_ = load(&quic, 4.0);
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        quic.server.signal(libc::SIGHUP);
+    }
+    assert_no_failure(&loop_.join().unwrap());
+    assert!(crate::harness::stderr_has(&quic.server, "reloaded"));
+}
+
+#[test]
+fn shutdown_sends_goaway_and_finishes_the_requests_in_flight() {
+    let origin = crate::cache::Origin::start();
+    let quic = QuicSite::start(
+        &format!(
+            "[[upstream]]\nname = \"o\"\naddresses = [\"{}\"]\n[[route]]\nprefix = \"/slow\"\nupstream = \"o\"\n",
+            origin.addr
+        ),
+        &[],
+    );
+    let dir = quic.site.dir.path().to_path_buf();
+    // /slow/X answers after 500 ms.
+    let spec = json!({"port": quic.quic.port(), "requests": [{"path": "/slow/a"}]});
+    let client = std::thread::spawn(move || h3(&dir, spec));
+    eventually("the request at the origin", || origin.hits("/slow/a") == 1);
+    quic.server.signal(libc::SIGTERM);
+    let report = client.join().unwrap();
+    let conn = &report["connections"][0];
+    assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+    assert_eq!(body(&conn["responses"][0]), b"slow a");
+    let mut server = quic.server;
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn binary_upgrades_hand_the_udp_sockets_over_under_an_http3_load_loop() {
+    use crate::upgrade::{alive, read_pid, upgrade, Successors};
+    let logs = tempfile::tempdir().unwrap();
+    let pid_file = logs.path().join("tessera.pid");
+    let quic = QuicSite::start("", &["--pid-file", pid_file.to_str().unwrap()]);
+    let first = quic.server.child.id() as i32;
+    eventually("the pid file", || read_pid(&pid_file) == Some(first));
+    let mut successors = Successors(Vec::new());
+    let loop_ = load(&quic, 4.0);
+    let mut pids = vec![first];
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        pids.push(upgrade(&pid_file, &mut successors));
+    }
+    assert_no_failure(&loop_.join().unwrap());
+    assert!(alive(*pids.last().unwrap()));
+    // The very same UDP socket serves: the last process answers on the first's port.
+    assert_served(&quic);
+    for &pid in &pids[..3] {
+        eventually("a replaced process to exit", || !alive(pid));
+    }
+}

@@ -67,15 +67,32 @@ pub(crate) async fn serve(socket: std::net::UdpSocket, worker: Rc<Worker>, stop:
     };
     let mut rate = Rate::default();
     loop {
-        if stop.stopped.get() {
+        // A socket a reload removed closes once its connections end. A shutdown (or a
+        // binary upgrade, whose successor reads the same socket) keeps reading it only
+        // while connections are open, and ignores new ones: a client's next Initial may
+        // reach the successor, and one that does not tries again, where a refusal would
+        // have failed it. Once none is open it stops reading, and every packet goes to
+        // the successor.
+        let stopping = stop.stopped.get();
+        if stopping && !worker.is_shutting_down() {
             break;
         }
         let incoming = tokio::select! {
             biased;
             incoming = endpoint.accept() => incoming,
-            _ = stop.stopped() => break,
+            _ = stop.stopped(), if !stopping => continue,
+            _ = evloop::time::sleep(Duration::from_millis(50)), if stopping => {
+                if endpoint.open_connections() == 0 {
+                    break;
+                }
+                continue;
+            }
         };
         let Some(incoming) = incoming else { break };
+        if stopping {
+            incoming.ignore();
+            continue;
+        }
         let current = worker.current();
         let threshold = current.gen.config.http3.retry_threshold;
         drop(current);
@@ -256,7 +273,19 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
             Ok(None) | Err(_) => break,
         }
     }
+    if going_away {
+        // A request the client sent before the GOAWAY reached it may still be on its
+        // way: the connection stays open a few round trips, so that the GOAWAY arrives
+        // (closing would drop it unsent) and tells the client which requests to send
+        // again elsewhere.
+        let linger = (quic.rtt() * 3 + Duration::from_millis(20)).min(Duration::from_secs(1));
+        evloop::time::sleep(linger).await;
+    }
     quic.close(0u32.into(), b"");
+    // The connection's driver (another task) sends the CONNECTION_CLOSE: let it run
+    // before the slot is freed, which may end the worker's shutdown.
+    evloop::yield_now().await;
+    evloop::yield_now().await;
 }
 
 /// The facts the connection's requests are answered with: its peer, and the site its

@@ -139,7 +139,12 @@ fn build(
         .with_no_client_auth()
         .with_cert_resolver(resolver.clone());
     quic.alpn_protocols = vec![b"h3".to_vec()];
-    quic.ticketer = tickets.clone();
+    // With 0-RTT, sessions resume from the shared session cache, not from tickets: each
+    // ticket then names a cache entry taken at its first use, so a recorded first flight
+    // replayed to this server is not resumed (rustls allows 0-RTT only so).
+    if !config.http3.zero_rtt {
+        quic.ticketer = tickets.clone();
+    }
     quic.session_storage = sessions.clone();
     // QUIC takes early data all or nothing (quinn asks for u32::MAX or 0).
     quic.max_early_data_size = if config.http3.zero_rtt { u32::MAX } else { 0 };
