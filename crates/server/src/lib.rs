@@ -368,6 +368,9 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
+        if shared.tls.is_none() && !config.quic_listen.is_empty() {
+            not_applied.push("quic_listen");
+        }
         // The ACME client and its store are those of the start; its names follow the
         // hosts (the caller tells the client, `Reloaded::acme_names`).
         let acme_names = match (&shared.acme, &config.acme, &old.config.acme) {
@@ -395,9 +398,10 @@ impl Running {
             Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),
             None => None,
         };
-        // A TLS address without the certificates that start-up loaded is not applied.
+        // A TLS or QUIC address without the certificates that start-up loaded is not
+        // applied.
         let wanted = |requested: SocketAddr, kind: Kind| {
-            (kind != Kind::Tls || shared.tls.is_some())
+            (!matches!(kind, Kind::Tls | Kind::Quic) || shared.tls.is_some())
                 && gen.config.listening().any(|l| l == (requested, kind))
         };
         let known: Vec<(SocketAddr, Kind)> = {

@@ -558,3 +558,27 @@ fn binary_upgrades_hand_the_udp_sockets_over_under_an_http3_load_loop() {
         eventually("a replaced process to exit", || !alive(pid));
     }
 }
+
+#[test]
+fn a_reload_applies_new_http3_limits_to_the_connections_after_it() {
+    let quic = QuicSite::start("[http3]\nmax_streams = 10", &[]);
+    let requests: Vec<Value> = (0..30).map(|_| json!({"path": "/hello.txt"})).collect();
+    let spec = json!({"requests": requests, "overrun_streams": true, "timeout": 10});
+    let before = connections(&quic, spec.clone());
+    assert_eq!(before[0]["terminated"]["code"], 4, "{before:?}");
+    let config = quic.site.dir.path().join("tessera.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        toml.replace("max_streams = 10", "max_streams = 40"),
+    )
+    .unwrap();
+    quic.server.signal(libc::SIGHUP);
+    eventually("the reload", || {
+        crate::harness::stderr_has(&quic.server, "reloaded")
+    });
+    let after = connections(&quic, spec);
+    assert!(after[0]["terminated"].is_null(), "{after:?}");
+    let served = after[0]["responses"].as_array().unwrap();
+    assert!(served.iter().all(|r| r["status"] == 200), "{after:?}");
+}
