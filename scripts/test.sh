@@ -119,7 +119,8 @@ fi
 # Python packages from PyPI (pip itself from apt when missing): DuckDB reads the
 # Parquet export back (crates/cli/tests/logs.rs); the OTLP receiver of the tracing tests
 # decodes spans with the official protobuf types, `opentelemetry-proto`
-# (crates/cli/tests/serve/trace_context.rs).
+# (crates/cli/tests/serve/trace_context.rs); aioquic is the HTTP/3 client of
+# crates/cli/tests/serve/http3.rs.
 pip_install() {
     if ! python3 -m pip --version >/dev/null 2>&1; then
         apt_install python3-pip "pip"
@@ -134,6 +135,10 @@ fi
 if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2" >/dev/null 2>&1; then
     echo "scripts/test.sh: installing opentelemetry-proto (pip) for the tracing tests" >&2
     pip_install opentelemetry-proto
+fi
+if ! python3 -c "import aioquic" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing aioquic (pip), the HTTP/3 client of the HTTP/3 tests" >&2
+    pip_install aioquic
 fi
 
 python3 scripts/layering.py

@@ -161,6 +161,7 @@ fn levels() -> Vec<(&'static str, Vec<&'static str>)> {
         ("tls", fields::<server::TlsConfig>()),
         ("acme", fields::<server::AcmeConfig>()),
         ("http2", fields::<server::Http2Config>()),
+        ("http3", fields::<server::Http3Config>()),
         ("compression", fields_like(&server.compression)),
         ("cache_control", fields::<server::CacheControlRule>()),
         (

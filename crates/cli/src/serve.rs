@@ -35,6 +35,10 @@ pub struct ConfigArgs {
     /// repeatable (docs/http2.md)
     #[arg(long, value_name = "ADDR")]
     h2c_listen: Vec<SocketAddr>,
+    /// UDP address that speaks HTTP/3 over QUIC, usually a --tls-listen address (the
+    /// same certificates); repeatable (docs/http3.md)
+    #[arg(long, value_name = "ADDR")]
+    quic_listen: Vec<SocketAddr>,
     /// PEM file with the default TLS certificate and its chain, leaf first
     #[arg(long, value_name = "FILE", requires = "key")]
     cert: Option<PathBuf>,
@@ -156,6 +160,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .h2c_addrs()
                 .iter()
                 .map(|a| ("http", a, ", HTTP/2 with prior knowledge only")),
+        )
+        .chain(
+            server
+                .quic_addrs()
+                .iter()
+                .map(|a| ("https", a, ", HTTP/3 over QUIC (UDP)")),
         );
     for (scheme, addr, only) in listening {
         eprintln!(
@@ -287,6 +297,9 @@ fn load(args: &Args) -> anyhow::Result<ServeConfig> {
     }
     if !args.h2c_listen.is_empty() {
         config.h2c_listen = args.h2c_listen.clone();
+    }
+    if !args.quic_listen.is_empty() {
+        config.quic_listen = args.quic_listen.clone();
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         config.tls.certificate = Some(cert.clone());

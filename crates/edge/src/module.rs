@@ -479,6 +479,7 @@ fn proxy_request(req: &Request<'_>) -> Option<ProxyRequest> {
                 wire::Version::Http10 => http::Version::HTTP_10,
                 wire::Version::Http11 => http::Version::HTTP_11,
                 wire::Version::Http2 => http::Version::HTTP_2,
+                wire::Version::Http3 => http::Version::HTTP_3,
             },
         },
         notes: req.notes.cloned(),

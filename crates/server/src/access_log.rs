@@ -480,7 +480,7 @@ fn received(request: Option<&Request<'_, '_>>, raw_line: &[u8]) -> u64 {
         return raw_line.len() as u64;
     };
     let head = match r.version {
-        wire::Version::Http2 => {
+        wire::Version::Http2 | wire::Version::Http3 => {
             let line = r.method_token.len() + 1 + r.target.len() + b" HTTP/2.0\r\n".len();
             let fields: usize = r
                 .headers
@@ -503,6 +503,7 @@ fn protocol(version: wire::Version) -> &'static [u8] {
         wire::Version::Http10 => b"HTTP/1.0",
         wire::Version::Http11 => b"HTTP/1.1",
         wire::Version::Http2 => b"HTTP/2.0",
+        wire::Version::Http3 => b"HTTP/3.0",
     }
 }
 

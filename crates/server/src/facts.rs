@@ -21,6 +21,8 @@ pub(crate) struct TlsFacts {
     pub cipher: &'static str,
     /// ALPN chose `h2`: the connection speaks HTTP/2.
     pub h2: bool,
+    /// The connection is QUIC's (HTTP/3), not TLS over TCP.
+    pub quic: bool,
 }
 
 /// A request id sent by a trusted proxy: 32 hex digits, or a UUID (`8-4-4-4-12` hex

@@ -42,6 +42,7 @@ mod files;
 mod generation;
 mod http1;
 mod http2;
+mod http3;
 mod limit;
 mod metrics;
 mod net;
@@ -82,6 +83,7 @@ pub use access_log::FormatError;
 pub use client::RealIpFrom;
 pub use config::acme::AcmeConfig;
 pub use config::http2::Http2Config;
+pub use config::http3::Http3Config;
 pub use config::tls::TlsConfig;
 pub use config::tracing::TracingConfig;
 pub use config::{CacheControlRule, Config, HostConfig, LimitsConfig, TimeoutsConfig};
@@ -98,6 +100,7 @@ pub struct Server {
     admin: Option<std::net::TcpListener>,
     tls_addrs: Vec<SocketAddr>,
     h2c_addrs: Vec<SocketAddr>,
+    quic_addrs: Vec<SocketAddr>,
 }
 
 impl Server {
@@ -151,6 +154,7 @@ impl Server {
         };
         let (addrs, tls_addrs, h2c_addrs) =
             (bound(Kind::Plain), bound(Kind::Tls), bound(Kind::H2c));
+        let quic_addrs = bound(Kind::Quic);
         listeners.replace(set);
         Ok(Server {
             shared: Arc::new(Shared {
@@ -169,6 +173,11 @@ impl Server {
                 tls,
                 acme,
                 https_port: tls_addrs.first().map(|a| a.port()),
+                alt_svc: quic_addrs.first().map(|a| {
+                    format!("h3=\":{}\"; ma=86400", a.port())
+                        .into_bytes()
+                        .into()
+                }),
                 epoch: std::time::Instant::now(),
                 listeners,
                 metrics_on: admin.is_some(),
@@ -189,6 +198,7 @@ impl Server {
             admin,
             tls_addrs,
             h2c_addrs,
+            quic_addrs,
         })
     }
 
@@ -216,6 +226,11 @@ impl Server {
     /// The `h2c_listen` addresses actually bound (port 0 resolved).
     pub fn h2c_addrs(&self) -> &[SocketAddr] {
         &self.h2c_addrs
+    }
+
+    /// The `quic_listen` addresses actually bound (UDP; port 0 resolved).
+    pub fn quic_addrs(&self) -> &[SocketAddr] {
+        &self.quic_addrs
     }
 
     /// Starts one thread per worker.
@@ -353,6 +368,9 @@ impl Running {
         if shared.tls.is_none() && !config.tls_listen.is_empty() {
             not_applied.push("tls_listen");
         }
+        if shared.tls.is_none() && !config.quic_listen.is_empty() {
+            not_applied.push("quic_listen");
+        }
         // The ACME client and its store are those of the start; its names follow the
         // hosts (the caller tells the client, `Reloaded::acme_names`).
         let acme_names = match (&shared.acme, &config.acme, &old.config.acme) {
@@ -380,9 +398,10 @@ impl Running {
             Some(tls) => Some(tls.prepare(&gen.config).map_err(Error::Tls)?),
             None => None,
         };
-        // A TLS address without the certificates that start-up loaded is not applied.
+        // A TLS or QUIC address without the certificates that start-up loaded is not
+        // applied.
         let wanted = |requested: SocketAddr, kind: Kind| {
-            (kind != Kind::Tls || shared.tls.is_some())
+            (!matches!(kind, Kind::Tls | Kind::Quic) || shared.tls.is_some())
                 && gen.config.listening().any(|l| l == (requested, kind))
         };
         let known: Vec<(SocketAddr, Kind)> = {

@@ -195,6 +195,10 @@ pub(crate) struct WorkerMetrics {
     /// `limit_conn_per_client` and `limit_conn`.
     limit_conn_refused: Box<[AtomicU64]>,
     http2_connections: AtomicU64,
+    /// HTTP/3 connections whose handshake finished, and new QUIC connections sent a
+    /// Retry (`[http3] retry_threshold`).
+    http3_connections: AtomicU64,
+    quic_retries: AtomicU64,
     /// HTTP/2 streams by how they ended: finished, cancelled by the client.
     http2_streams: [AtomicU64; 2],
     /// GOAWAYs sent, by [`GOAWAY_REASONS`].
@@ -255,6 +259,8 @@ impl WorkerMetrics {
             denied: zeros(MAX_HOSTS * DENIED.len()),
             limit_conn_refused: zeros(MAX_HOSTS + 1),
             http2_connections: AtomicU64::new(0),
+            http3_connections: AtomicU64::new(0),
+            quic_retries: AtomicU64::new(0),
             http2_streams: Default::default(),
             http2_goaways: Default::default(),
         }
@@ -328,6 +334,14 @@ impl WorkerMetrics {
 
     pub fn http2_connection(&self) {
         bump(&self.http2_connections, 1);
+    }
+
+    pub fn http3_connection(&self) {
+        bump(&self.http3_connections, 1);
+    }
+
+    pub fn quic_retry(&self) {
+        bump(&self.quic_retries, 1);
     }
 
     /// Counts an HTTP/2 stream ended (`cancelled` by the client before its response was
@@ -584,6 +598,18 @@ fn write_connections(out: &mut handler::Metrics, workers: &[&WorkerMetrics], lab
         "Client connections that spoke HTTP/2: their preface and SETTINGS arrived (over ALPN h2, or in cleartext).",
         &[],
         sum(&|w| &w.http2_connections),
+    );
+    out.counter(
+        "tessera_http3_connections_total",
+        "Client connections that spoke HTTP/3: their QUIC handshake finished.",
+        &[],
+        sum(&|w| &w.http3_connections),
+    );
+    out.counter(
+        "tessera_quic_retries_total",
+        "New QUIC connections asked to prove their address with a Retry ([http3] retry_threshold).",
+        &[],
+        sum(&|w| &w.quic_retries),
     );
     for (i, result) in ["finished", "cancelled"].iter().enumerate() {
         out.counter(

@@ -20,6 +20,7 @@ pub(crate) fn start_head(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>, s
     buf.extend_from_slice(b"Server: tessera\r\n");
     worker.clock.write_date(buf);
     hsts(worker, conn, buf);
+    write_alt_svc(worker, conn, buf);
 }
 
 /// Strict-Transport-Security, on a TLS connection when `[tls] hsts` is set.
@@ -32,7 +33,21 @@ pub(crate) fn hsts(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>) {
     }
 }
 
+/// Alt-Svc, on a TLS connection over TCP when `quic_listen` is on (docs/http3.md).
+pub(crate) fn write_alt_svc(worker: &Worker, conn: &ConnFacts, buf: &mut Vec<u8>) {
+    if let Some(value) = conn.tls.as_ref().and_then(|tls| alt_svc(worker, tls)) {
+        wire::write_field(buf, ALT_SVC, value);
+    }
+}
+
+/// The Alt-Svc value a response on this TLS connection carries: none over QUIC itself,
+/// or without `quic_listen`.
+pub(crate) fn alt_svc<'w>(worker: &'w Worker, tls: &crate::facts::TlsFacts) -> Option<&'w [u8]> {
+    worker.shared.alt_svc.as_deref().filter(|_| !tls.quic)
+}
+
 const HSTS: &[u8] = b"Strict-Transport-Security";
+const ALT_SVC: &[u8] = b"Alt-Svc";
 
 /// What a request decides of how its response is framed.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +96,9 @@ impl<'o> HeadWriter<'o> {
                 if keep_hsts {
                     hsts(worker, conn, buf);
                 }
+                if writer.plan().is_none_or(|p| p.keeps(ALT_SVC)) {
+                    write_alt_svc(worker, conn, writer.out.buf());
+                }
                 return writer;
             }
             None => start_head(worker, conn, out.buf(), status),
@@ -88,10 +106,13 @@ impl<'o> HeadWriter<'o> {
                 head.reset(status);
                 head.append(b"Server", b"tessera");
                 head.append(b"Date", &worker.clock.date_value());
-                if conn.secure() {
+                if let Some(tls) = &conn.tls {
                     let current = worker.current.borrow();
                     if let Some(value) = &current.gen.config.tls.hsts {
                         head.append(b"Strict-Transport-Security", value.as_bytes());
+                    }
+                    if let Some(value) = alt_svc(worker, tls) {
+                        head.append(b"Alt-Svc", value);
                     }
                 }
             }

@@ -217,6 +217,22 @@ fn sync_listeners(worker: &Rc<Worker>) {
         if accepting.iter().any(|(id, _)| *id == socket.id) {
             continue;
         }
+        if kind.0 == Kind::Quic {
+            // A UDP socket: this worker's QUIC endpoint on it, in place of an accept loop.
+            match socket.fd.try_clone() {
+                Ok(fd) => {
+                    let stop = Rc::new(Stop::default());
+                    let socket_udp = std::net::UdpSocket::from(fd);
+                    let serving = crate::http3::serve(socket_udp, worker.clone(), stop.clone());
+                    drop(evloop::spawn_local(serving));
+                    accepting.push((socket.id, stop));
+                }
+                Err(e) => {
+                    tracing::error!(worker = worker.id, error = %e, "cannot use a QUIC socket")
+                }
+            }
+            continue;
+        }
         let listener = socket
             .fd
             .try_clone()

@@ -79,6 +79,8 @@ pub(crate) fn start(
             let http2 = http2_boxed(stream, Bytes::new(), origin, worker, slot, None);
             tasks.start(slot.index(), http2);
         }
+        // A UDP socket has no accept loop (`http3`).
+        Kind::Quic => worker.free(slot),
     }
 }
 
@@ -136,6 +138,7 @@ async fn proxy_header(
             let stream = Stream::Plain(socket);
             http2_boxed(stream, Bytes::new(), origin, worker, slot, None).await;
         }
+        Kind::Quic => worker.free(slot),
     }
 }
 

@@ -47,6 +47,9 @@ pub(crate) struct Shared {
     pub acme: Option<Arc<tls::AcmeCerts>>,
     /// The port of the first `tls_listen` as bound at start, for `redirect_https`.
     pub https_port: Option<u16>,
+    /// `h3=":PORT"; ma=86400` with the port of the first `quic_listen` as bound at start:
+    /// the Alt-Svc field that responses on TLS connections carry when QUIC is on.
+    pub alt_svc: Option<Box<[u8]>>,
     /// The origin of every worker's millisecond clock, so that a time one worker
     /// records in the shared file cache means the same to the others.
     pub epoch: std::time::Instant,

@@ -63,6 +63,9 @@ pub enum Version {
     /// A request that came over HTTP/2 (parsed by the `h2` crate, not here): handlers
     /// answer it as they answer HTTP/1.1; the connection frames the response.
     Http2,
+    /// A request that came over HTTP/3 (QUIC streams, decoded by the `h3` crate): answered
+    /// as HTTP/2's are.
+    Http3,
 }
 
 /// How the request's body is delimited (RFC 9112 section 6.3).

@@ -178,7 +178,7 @@ pub fn write_framing(buf: &mut Vec<u8>, framing: Framing, version: Version, keep
         Framing::Chunked => buf.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
     }
     match (version, keep_alive) {
-        (Version::Http11 | Version::Http2, true) => {}
+        (Version::Http11 | Version::Http2 | Version::Http3, true) => {}
         (Version::Http10, true) => buf.extend_from_slice(b"Connection: keep-alive\r\n"),
         (_, false) => buf.extend_from_slice(b"Connection: close\r\n"),
     }

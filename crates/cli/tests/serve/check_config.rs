@@ -70,6 +70,13 @@ fn each_broken_file_fails_naming_file_line_and_key() {
         ("pid_file = \"/nonexistent/dir/t.pid\"\n".into(), "check.toml:1: pid_file:"),
         ("[[host]]\nnames = [\"a.test\"]\n[host.tls]\nredirect_https = true\n".into(),
             "check.toml:4: host[0].tls.redirect_https: only `[tls]` has it, for every host"),
+        ("[http3]\nmax_streams = 0\n".into(), "check.toml:2: http3.max_streams:"),
+        ("[http3]\nidle_timeout = \"30\"\n".into(), "check.toml:2: http3.idle_timeout:"),
+        ("[http3]\nstream_window = 10\n".into(), "check.toml:2: http3.stream_window:"),
+        ("[http3]\nmax_stream = 10\n".into(), "max_streams"),
+        ("quic_listen = [\"127.0.0.1:0\"]\n".into(), "check.toml:1: quic_listen:"),
+        ("listen = [\"127.0.0.1:8443\"]\nh2c_listen = [\"127.0.0.1:8443\"]\nquic_listen = [\"127.0.0.1:8443\"]\n".into(),
+            "h2c_listen"),
     ];
     for (toml, expected) in &cases {
         let (code, stdout, stderr) = check(&site, &["check-config"], toml);

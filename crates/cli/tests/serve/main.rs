@@ -31,6 +31,7 @@ mod framing;
 mod h2c_listen;
 mod hosts;
 mod http2;
+mod http3;
 mod http_semantics;
 mod lifecycle;
 mod limits;

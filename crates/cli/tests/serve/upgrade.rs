@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-fn read_pid(path: &Path) -> Option<i32> {
+pub(crate) fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Whether `pid` runs (exists and is not a zombie waiting to be reaped).
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
@@ -23,7 +23,7 @@ fn alive(pid: i32) -> bool {
 
 /// Kills the processes an upgrade started (not children of the test) when the test
 /// ends, whatever happened.
-struct Successors(Vec<i32>);
+pub(crate) struct Successors(pub(crate) Vec<i32>);
 
 impl Drop for Successors {
     fn drop(&mut self) {
@@ -34,7 +34,7 @@ impl Drop for Successors {
     }
 }
 
-fn upgrade(pid_file: &Path, successors: &mut Successors) -> i32 {
+pub(crate) fn upgrade(pid_file: &Path, successors: &mut Successors) -> i32 {
     let old = read_pid(pid_file).unwrap();
     // SAFETY: kill(2) on the server process.
     unsafe { libc::kill(old, libc::SIGUSR2) };

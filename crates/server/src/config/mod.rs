@@ -4,6 +4,8 @@
 
 pub(crate) mod acme;
 pub(crate) mod http2;
+pub(crate) mod http3;
+mod kind;
 pub(crate) mod tls;
 pub(crate) mod tracing;
 
@@ -11,6 +13,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+
+pub(crate) use kind::Kind;
 
 /// Everything `tessera serve` can be told, from the config file and the command line.
 /// Every key is optional; docs/config.md lists them with their defaults.
@@ -27,6 +31,9 @@ pub struct Config {
     /// nginx's `listen ... http2` without `ssl` before 1.25: for a load balancer or
     /// another proxy that talks h2c to its origins (docs/http2.md). Default none.
     pub h2c_listen: Vec<SocketAddr>,
+    /// UDP addresses that speak HTTP/3 over QUIC, usually the `tls_listen` ones' (the
+    /// same certificates; docs/http3.md). Default none.
+    pub quic_listen: Vec<SocketAddr>,
     /// Listening addresses (of `listen`, `tls_listen` or `h2c_listen`) whose connections
     /// begin with a PROXY protocol header, v1 or v2 (docs/security.md, "Client
     /// identity"): HAProxy's `send-proxy`, an AWS NLB, nginx's `proxy_protocol on`. A
@@ -141,6 +148,8 @@ pub struct Config {
     /// TLS (ALPN) and in cleartext with prior knowledge. Default on.
     #[serde(deserialize_with = "http2::bool_or_table")]
     pub http2: http2::Http2Config,
+    /// `[http3]`: the limits of `quic_listen`'s connections (docs/http3.md).
+    pub http3: http3::Http3Config,
     /// `[tracing]`: W3C trace context and OTLP span export (docs/observability.md,
     /// "Tracing"). Default none: off.
     pub tracing: Option<tracing::TracingConfig>,
@@ -280,6 +289,7 @@ impl Default for Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             tls_listen: Vec::new(),
             h2c_listen: Vec::new(),
+            quic_listen: Vec::new(),
             proxy_protocol: Vec::new(),
             trusted_proxies: Vec::new(),
             real_ip_from: None,
@@ -313,6 +323,7 @@ impl Default for Config {
             compression: Default::default(),
             compression_memory: compress::DEFAULT_STREAM_MEMORY,
             http2: Default::default(),
+            http3: Default::default(),
             tracing: None,
             host: Vec::new(),
             response_headers: None,
@@ -374,7 +385,7 @@ impl Config {
     }
 
     /// Every address to listen on with what it speaks, in the order `listen`,
-    /// `tls_listen`, `h2c_listen`.
+    /// `tls_listen`, `h2c_listen`, `quic_listen` (UDP).
     pub(crate) fn listening(&self) -> impl Iterator<Item = (SocketAddr, Kind)> + '_ {
         fn tagged(
             list: &[SocketAddr],
@@ -385,6 +396,7 @@ impl Config {
         tagged(&self.listen, Kind::Plain)
             .chain(tagged(&self.tls_listen, Kind::Tls))
             .chain(tagged(&self.h2c_listen, Kind::H2c))
+            .chain(tagged(&self.quic_listen, Kind::Quic))
     }
 
     /// Who each site's client is behind proxies, the top-level site first.
@@ -546,7 +558,11 @@ impl Config {
         // gives a connection to the socket bound to its address.)
         let all: Vec<_> = self.listening().filter(|(a, _)| a.port() != 0).collect();
         for (i, (addr, kind)) in all.iter().enumerate() {
-            if let Some((_, first)) = all[..i].iter().find(|(a, k)| a == addr && k != kind) {
+            // A UDP port (QUIC) and a TCP one of the same number are two sockets.
+            let same = |(a, k): &&(SocketAddr, Kind)| {
+                a == addr && k != kind && (*k == Kind::Quic) == (*kind == Kind::Quic)
+            };
+            if let Some((_, first)) = all[..i].iter().find(same) {
                 problems.push(format!(
                     "`{}` lists {addr}, which `{}` lists already: an address speaks one protocol",
                     kind.key(),
@@ -555,7 +571,7 @@ impl Config {
             }
         }
         for addr in &self.proxy_protocol {
-            if !self.listening().any(|(a, _)| a == *addr) {
+            if !self.listening().any(|(a, k)| a == *addr && k != Kind::Quic) {
                 problems.push(format!(
                     "`proxy_protocol` lists {addr}, which no `listen`, `tls_listen` or `h2c_listen` lists"
                 ));
@@ -577,6 +593,7 @@ impl Config {
             problems.extend(acme.problems(&self.acme_names(), (listen, tls_listen), redis));
         }
         problems.extend(self.http2.problems());
+        problems.extend(self.http3.problems());
         problems.extend(self.tracing.iter().flat_map(|t| t.problems()));
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_head_size) {
@@ -784,7 +801,7 @@ fn tls_problems(config: &Config) -> Vec<String> {
             }
         }
     }
-    if !config.tls_listen.is_empty()
+    if !(config.tls_listen.is_empty() && config.quic_listen.is_empty())
         && config.acme.is_none()
         && config.tls.certificate.is_none()
         && config.tls.certificate_script.is_none()
@@ -793,35 +810,13 @@ fn tls_problems(config: &Config) -> Vec<String> {
             .iter()
             .any(|h| h.tls.as_ref().is_some_and(|t| t.certificate.is_some()))
     {
-        problems.push(
-            "`tls_listen` needs a certificate: `[tls] certificate` and `key` (or --cert and --key), `[acme]`, or `[tls] certificate_script`"
-                .into(),
-        );
+        let key = match config.tls_listen.is_empty() {
+            true => "quic_listen",
+            false => "tls_listen",
+        };
+        problems.push(format!("`{key}` needs a certificate: `[tls] certificate` and `key` (or --cert and --key), `[acme]`, or `[tls] certificate_script`"));
     }
     problems
-}
-
-/// What a listening address speaks: the first bytes of its connections.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Kind {
-    /// `listen`: HTTP/1.1, or HTTP/2 when a connection starts with its preface (and
-    /// `http2` is on).
-    Plain,
-    /// `tls_listen`: a TLS handshake, then the protocol ALPN chose.
-    Tls,
-    /// `h2c_listen`: HTTP/2 with prior knowledge, nothing else.
-    H2c,
-}
-
-impl Kind {
-    /// The configuration key that lists addresses of this kind.
-    pub fn key(self) -> &'static str {
-        match self {
-            Kind::Plain => "listen",
-            Kind::Tls => "tls_listen",
-            Kind::H2c => "h2c_listen",
-        }
-    }
 }
 
 #[cfg(test)]

@@ -678,6 +678,9 @@ pub(crate) fn write_head(
         if head.get(b"strict-transport-security").is_none() {
             reply::hsts(worker, conn, buf);
         }
+        if head.get(b"alt-svc").is_none() {
+            reply::write_alt_svc(worker, conn, buf);
+        }
     } else {
         reply::start_head(worker, conn, buf, status);
         head.write_fields_h1(buf);

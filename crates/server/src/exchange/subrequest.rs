@@ -125,6 +125,7 @@ async fn run(worker: Rc<Worker>, sub: Subrequest) -> Result<SubReply, String> {
             version: "",
             cipher: "",
             h2: false,
+            quic: false,
         }),
         proxied: None,
     };

@@ -1,7 +1,8 @@
 //! A response head as HTTP/2 frames it, HPACK-encoded straight from fields: a handler's
 //! head as data ([`Made`]) with the fields the server adds, or a head the server wrote
 //! as fields itself ([`Head::Fields`]: a file, a refusal). No HTTP/1 line is written and
-//! read back (RFC 9113 section 8.3.2 for what is left out).
+//! read back (RFC 9113 section 8.3.2 for what is left out). HTTP/3 takes a handler's head
+//! the same way ([`Made`]: the same fields, QPACK-encoded by h3).
 
 use h2codec::conn::{Conn, StreamGone};
 use handler::{Response, ResponseHead};
@@ -46,7 +47,7 @@ impl Head {
 
 /// A handler's response head, framed from its fields: nothing is written as HTTP/1
 /// bytes and read back.
-pub(super) struct Made {
+pub(crate) struct Made {
     status: u16,
     /// Relayed from an upstream (its Date kept; no Server added), or made here.
     relayed: bool,
@@ -57,7 +58,7 @@ pub(super) struct Made {
 
 impl Made {
     /// Takes the head out of `response` (its body stays); whether content follows.
-    pub(super) fn take(response: &mut Response, head_only: bool) -> (Made, bool) {
+    pub(crate) fn take(response: &mut Response, head_only: bool) -> (Made, bool) {
         let (framing, content) = exchange::framing(response, head_only);
         let made = Made {
             status: response.head.status(),
@@ -71,7 +72,7 @@ impl Made {
         (made, content)
     }
 
-    pub(super) fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         self.status
     }
 
@@ -81,7 +82,7 @@ impl Made {
     fn fields<'a>(
         &'a self,
         date: &'a [u8],
-        hsts: Option<&'a [u8]>,
+        (hsts, alt_svc): (Option<&'a [u8]>, Option<&'a [u8]>),
         length: Option<&'a [u8]>,
     ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
         const STS: &[u8] = b"strict-transport-security";
@@ -100,6 +101,9 @@ impl Made {
             (relayed && !self.head.has_date()).then_some((&b"date"[..], date)),
             hsts.filter(|_| relayed && self.head.get(STS).is_none())
                 .map(|v| (STS, v)),
+            alt_svc
+                .filter(|_| self.head.get(b"alt-svc").is_none())
+                .map(|v| (&b"alt-svc"[..], v)),
             length.map(|v| (&b"content-length"[..], v)),
         ];
         lead.into_iter()
@@ -124,7 +128,7 @@ impl Made {
     /// The size the head would have as HTTP/1 lines: what `tessera_sent_bytes_total`
     /// counts for a head, whatever the protocol (HPACK's size depends on what the
     /// connection sent before).
-    pub(super) fn lines_len(&self, worker: &Worker, facts: &ConnFacts) -> u64 {
+    pub(crate) fn lines_len(&self, worker: &Worker, facts: &ConnFacts) -> u64 {
         let status_line = "HTTP/1.1 200 \r\n".len() + wire::reason(self.status).len();
         let fields: usize = self.with_fields(worker, facts, |fields| {
             fields
@@ -136,7 +140,7 @@ impl Made {
 
     /// Calls `use_fields` with [`Made::fields`], given this second's Date and the HSTS
     /// value on TLS.
-    fn with_fields<R>(
+    pub(crate) fn with_fields<R>(
         &self,
         worker: &Worker,
         facts: &ConnFacts,
@@ -144,20 +148,23 @@ impl Made {
     ) -> R {
         let date = worker.clock.date_value();
         let current = worker.current.borrow();
-        let hsts = match facts.secure() {
-            true => current.gen.config.tls.hsts.as_deref().map(str::as_bytes),
-            false => None,
+        let (hsts, alt_svc) = match &facts.tls {
+            Some(tls) => (
+                current.gen.config.tls.hsts.as_deref().map(str::as_bytes),
+                crate::reply::alt_svc(worker, tls),
+            ),
+            None => (None, None),
         };
         let mut digits = itoa::Buffer::new();
         let length = self.length.map(|n| digits.format(n).as_bytes());
-        let mut fields = self.fields(&date, hsts, length);
+        let mut fields = self.fields(&date, (hsts, alt_svc), length);
         use_fields(&mut fields)
     }
 }
 
 /// Fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2); the length stays (it is
 /// allowed, and tells the client the size in advance).
-pub(super) fn is_connection_specific(name: &[u8]) -> bool {
+pub(crate) fn is_connection_specific(name: &[u8]) -> bool {
     [
         &b"connection"[..],
         b"keep-alive",

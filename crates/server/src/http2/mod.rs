@@ -16,7 +16,7 @@
 //! answered, `Writing` while a response waits for the client's flow-control window or
 //! socket (so `timeouts.write` closes a client that stops reading).
 
-mod head;
+pub(crate) mod head;
 mod link;
 mod request;
 mod send;

@@ -43,6 +43,29 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
     Ok(socket.into())
 }
 
+/// The socket buffers a QUIC socket asks for: what quinn's documentation and other QUIC
+/// servers suggest for `net.core.rmem_max`.
+const UDP_BUFFER: usize = 7_500_000;
+
+/// Binds one UDP socket for QUIC with SO_REUSEPORT, one per worker like the TCP
+/// listeners: the kernel hashes each client's 4-tuple to one of them, so a connection's
+/// packets keep reaching the worker that holds it.
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    // Room for a burst of packets between two reads (docs/http3.md, "UDP buffers"); the
+    // kernel gives at most `net.core.rmem_max` / `wmem_max`, whatever is asked.
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
 /// One listening socket, with a number no other socket of this process gets (a worker
 /// knows by it which sockets it accepts on already).
 pub(crate) struct Listener {
@@ -93,7 +116,7 @@ impl Listeners {
         inherited: &mut Inherited,
     ) -> Result<Listening, Error> {
         let err = |addr, source| Error::Listen { addr, source };
-        let mut fds = inherited.take(requested);
+        let mut fds = inherited.take(requested, kind == Kind::Quic);
         let mut local = match fds.first() {
             Some(fd) => local_addr(fd.as_raw_fd()).map_err(|e| err(requested, e))?,
             None => requested,
@@ -107,7 +130,11 @@ impl Listeners {
         }
         while fds.len() < workers {
             // With port 0 the first bind picks a port; the other workers join that one.
-            let fd = bind(local, backlog).map_err(|e| err(local, e))?;
+            let fd = match kind {
+                Kind::Quic => bind_udp(local),
+                _ => bind(local, backlog),
+            };
+            let fd = fd.map_err(|e| err(local, e))?;
             if local.port() == 0 {
                 local = local_addr(fd.as_raw_fd()).map_err(|e| err(local, e))?;
             }
@@ -154,7 +181,7 @@ pub struct Inherited {
 impl Inherited {
     /// Reads the hand-over description `ADDR=FD,FD;ADDR=FD` (what
     /// [`crate::Running::hand_over`] gives). Each descriptor must be an open listening
-    /// TCP socket; this process owns them from now on.
+    /// TCP socket or a UDP one (`quic_listen`); this process owns them from now on.
     pub fn parse(spec: &str) -> Result<Inherited, String> {
         let mut sockets = Vec::new();
         for part in spec.split(';').filter(|p| !p.is_empty()) {
@@ -169,8 +196,10 @@ impl Inherited {
                 let fd: RawFd = fd
                     .parse()
                     .map_err(|_| format!("`{fd}` is not a file descriptor"))?;
-                if !is_listening_tcp(fd) {
-                    return Err(format!("descriptor {fd} is not a listening TCP socket"));
+                if !is_listening_tcp(fd) && !is_udp(fd) {
+                    return Err(format!(
+                        "descriptor {fd} is neither a listening TCP socket nor a UDP one"
+                    ));
                 }
                 // SAFETY: the previous process left it open for this one, which is its
                 // only owner (checked above to be an open socket).
@@ -183,11 +212,18 @@ impl Inherited {
         Ok(Inherited { sockets })
     }
 
-    fn take(&mut self, requested: SocketAddr) -> Vec<OwnedFd> {
+    fn take(&mut self, requested: SocketAddr, udp: bool) -> Vec<OwnedFd> {
         // `remove`, not `swap_remove`: the same address (port 0) may be configured more
         // than once, in lists of different kinds, and each takes the sockets handed over
         // in the order the previous process listed them, which is the configured order.
-        match self.sockets.iter().position(|(a, _)| *a == requested) {
+        // A `quic_listen` address takes UDP sockets only, a TCP one TCP sockets only (a
+        // TLS port and its QUIC port share a number).
+        let fits = |fds: &[OwnedFd]| fds.first().is_some_and(|f| is_udp(f.as_raw_fd()) == udp);
+        match self
+            .sockets
+            .iter()
+            .position(|(a, fds)| *a == requested && fits(fds))
+        {
             Some(i) => self.sockets.remove(i).1,
             None => Vec::new(),
         }
@@ -211,6 +247,10 @@ fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
 fn is_listening_tcp(fd: RawFd) -> bool {
     let option = |name| sys::socket_option(fd, name).ok();
     option(libc::SO_TYPE) == Some(libc::SOCK_STREAM) && option(libc::SO_ACCEPTCONN) == Some(1)
+}
+
+fn is_udp(fd: RawFd) -> bool {
+    sys::socket_option(fd, libc::SO_TYPE).ok() == Some(libc::SOCK_DGRAM)
 }
 
 fn set_cloexec(fd: &OwnedFd) -> Result<(), String> {

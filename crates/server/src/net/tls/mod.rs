@@ -18,6 +18,10 @@
 //! (rotated every 6 hours, a ticket accepted for at most 12) and the TLS 1.2 session
 //! cache. Certificates are swapped whole ([`Tls::reload`]): a handshake reads the
 //! current configuration once, lock-free; connections already open keep theirs.
+//!
+//! QUIC (`quic_listen`) has a configuration of its own beside it, with the same
+//! certificates, resolver and resumption state: TLS 1.3 only (QUIC has no other), ALPN
+//! `h3`, and early data (0-RTT) only when `[http3] zero_rtt` is on.
 
 pub(crate) mod acme;
 mod certs;
@@ -45,6 +49,8 @@ const SESSION_CACHE_ENTRIES: usize = 20_000;
 /// outlives reloads.
 pub struct Tls {
     current: ArcSwap<ServerConfig>,
+    /// The configuration of QUIC handshakes (`quic_listen`).
+    quic: ArcSwap<ServerConfig>,
     /// The resolver inside `current`, for what a handshake decides before rustls runs
     /// (an on-demand certificate, `on_demand`).
     resolver: ArcSwap<certs::Resolver>,
@@ -64,7 +70,7 @@ impl Tls {
     /// Reads every certificate and key the configuration names, and serves `acme`'s
     /// (`[acme]`, when configured). `Ok(None)` when it has no `tls_listen`.
     pub fn new(config: &Config, acme: Option<Arc<AcmeCerts>>) -> Result<Option<Tls>, String> {
-        if config.tls_listen.is_empty() {
+        if config.tls_listen.is_empty() && config.quic_listen.is_empty() {
             return Ok(None);
         }
         let tickets = rustls::crypto::ring::Ticketer::new()
@@ -73,6 +79,7 @@ impl Tls {
         let prepared = build(config, tickets.clone(), sessions.clone(), acme.clone())?;
         Ok(Some(Tls {
             current: ArcSwap::new(prepared.config),
+            quic: ArcSwap::new(prepared.quic),
             resolver: ArcSwap::new(prepared.resolver),
             tickets,
             sessions,
@@ -92,6 +99,7 @@ impl Tls {
     pub(crate) fn install(&self, prepared: Prepared) {
         self.resolver.store(prepared.resolver);
         self.current.store(prepared.config);
+        self.quic.store(prepared.quic);
     }
 
     /// The certificate resolver of the current configuration.
@@ -103,11 +111,17 @@ impl Tls {
     pub(crate) fn current(&self) -> Arc<ServerConfig> {
         self.current.load_full()
     }
+
+    /// The configuration for a new QUIC handshake.
+    pub(crate) fn quic(&self) -> Arc<ServerConfig> {
+        self.quic.load_full()
+    }
 }
 
 /// A rustls configuration and its certificate resolver, built for a configuration.
 pub(crate) struct Prepared {
     config: Arc<ServerConfig>,
+    quic: Arc<ServerConfig>,
     resolver: Arc<certs::Resolver>,
 }
 
@@ -119,6 +133,21 @@ fn build(
 ) -> Result<Prepared, String> {
     let resolver = Arc::new(certs::Resolver::load(config, acme)?);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut quic = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver.clone());
+    quic.alpn_protocols = vec![b"h3".to_vec()];
+    // With 0-RTT, sessions resume from the shared session cache, not from tickets: each
+    // ticket then names a cache entry taken at its first use, so a recorded first flight
+    // replayed to this server is not resumed (rustls allows 0-RTT only so).
+    if !config.http3.zero_rtt {
+        quic.ticketer = tickets.clone();
+    }
+    quic.session_storage = sessions.clone();
+    // QUIC takes early data all or nothing (quinn asks for u32::MAX or 0).
+    quic.max_early_data_size = if config.http3.zero_rtt { u32::MAX } else { 0 };
     let mut server_config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS settings: {e}"))?
@@ -144,6 +173,7 @@ fn build(
     server_config.max_early_data_size = 0;
     Ok(Prepared {
         config: Arc::new(server_config),
+        quic: Arc::new(quic),
         resolver,
     })
 }

@@ -195,6 +195,7 @@ impl TlsStream {
             version: "-",
             cipher: "-",
             h2: false,
+            quic: false,
         };
         // Boxed from the start: the connection's task holds a pointer across the
         // handshake's waits, not rustls' state.

@@ -1,0 +1,241 @@
+"""An HTTP/3 client for the tests (aioquic, installed by scripts/test.sh).
+
+Usage: python3 h3client.py SPEC.json   (prints a JSON report on stdout)
+
+SPEC: {"port": N, "server_name": "localhost", "ca": PATH or null (no verification),
+       "connections": 1, "requests": [{"method", "path", "authority", "headers": [[k, v]],
+       "body": TEXT}], "overrun_streams": false, "timeout": 30, "hold": 0,
+       "zero_rtt": false}
+or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BODY}
+for S seconds, two tasks with a new connection per request and two on kept connections
+(a new one after GOAWAY, and a request the server rejected unprocessed, H3_REQUEST_REJECTED,
+sent again, as RFC 9114 section 4.1.1 lets a client): {"ok", "failed", "errors"}.
+Every connection sends every request, all at once (concurrent streams), then stays open
+`hold` seconds more. With `overrun_streams` the client ignores the server's stream limit
+(a misbehaving client). With `zero_rtt` a first connection gets a session ticket, and
+each connection then resumes with it, sending its requests in 0-RTT data.
+The report: {"connections": [{"responses": [{"status", "headers", "length", "sha256",
+"body" (latin-1 text, when at most 1 MiB), "reset"}], "error", "terminated",
+"early_data_accepted"}]}.
+"""
+
+import asyncio
+import hashlib
+import json
+import ssl
+import sys
+
+from aioquic.asyncio import connect
+from aioquic.buffer import Buffer
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    StreamReset,
+)
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.streams = {}
+        self.terminated = None
+        # aioquic holds a response to HEAD to its Content-Length as if it had content
+        # (RFC 9110 section 9.3.2 says it has none): not checked for HEAD's streams.
+        self.head_streams = set()
+        check = self.h3._check_content_length
+
+        def check_unless_head(stream):
+            if stream.stream_id not in self.head_streams:
+                check(stream)
+
+        self.h3._check_content_length = check_unless_head
+        # aioquic reads GOAWAY and drops it: noted here, so that a load loop opens a new
+        # connection after it.
+        self.goaway = None
+        control = self.h3._handle_control_frame
+
+        def note_goaway(frame_type, frame_data):
+            if frame_type == 0x7:
+                self.goaway = Buffer(data=frame_data).pull_uint_var()
+            return control(frame_type, frame_data)
+
+        self.h3._handle_control_frame = note_goaway
+
+    def request(self, req, port):
+        stream_id = self._quic.get_next_available_stream_id()
+        authority = req.get("authority") or f"localhost:{port}"
+        body = req.get("body")
+        headers = [
+            (b":method", req.get("method", "GET").encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", req.get("path", "/").encode()),
+        ] + [(k.encode(), v.encode()) for k, v in req.get("headers", [])]
+        if req.get("method") == "HEAD":
+            self.head_streams.add(stream_id)
+        if body is not None:
+            headers.append((b"content-length", str(len(body.encode("latin-1"))).encode()))
+        self.h3.send_headers(stream_id, headers, end_stream=body is None)
+        if body is not None:
+            self.h3.send_data(stream_id, body.encode("latin-1"), end_stream=True)
+        done = self._loop.create_future()
+        self.streams[stream_id] = {
+            "headers": [],
+            "status": None,
+            "body": bytearray(),
+            "done": done,
+            "reset": False,
+            "reset_code": None,
+        }
+        self.transmit()
+        return done
+
+    def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.terminated = {"code": event.error_code, "reason": event.reason_phrase}
+            for s in self.streams.values():
+                if not s["done"].done():
+                    s["done"].set_result(None)
+        if isinstance(event, StreamReset) and event.stream_id in self.streams:
+            s = self.streams[event.stream_id]
+            s["reset"] = True
+            s["reset_code"] = event.error_code
+            if not s["done"].done():
+                s["done"].set_result(None)
+        for h3_event in self.h3.handle_event(event):
+            s = self.streams.get(getattr(h3_event, "stream_id", None))
+            if s is None:
+                continue
+            if isinstance(h3_event, HeadersReceived):
+                for k, v in h3_event.headers:
+                    if k == b":status":
+                        s["status"] = int(v)
+                    else:
+                        s["headers"].append([k.decode(), v.decode("latin-1")])
+            elif isinstance(h3_event, DataReceived):
+                s["body"] += h3_event.data
+            if getattr(h3_event, "stream_ended", False) and not s["done"].done():
+                s["done"].set_result(None)
+
+
+def report(s):
+    body = bytes(s["body"])
+    out = {
+        "status": s["status"],
+        "headers": s["headers"],
+        "length": len(body),
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "reset": s["reset"],
+    }
+    if len(body) <= 1 << 20:
+        out["body"] = body.decode("latin-1")
+    return out
+
+
+async def one(spec, ticket=None, tickets=None):
+    config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+    config.session_ticket = ticket
+    config.server_name = spec.get("server_name", "localhost")
+    if spec.get("ca"):
+        config.load_verify_locations(spec["ca"])
+    else:
+        config.verify_mode = ssl.CERT_NONE
+    config.max_stream_data = 1 << 24
+    config.max_data = 1 << 26
+    result = {"responses": [], "error": None}
+    try:
+        async with connect(
+            "127.0.0.1",
+            spec["port"],
+            configuration=config,
+            create_protocol=Client,
+            session_ticket_handler=tickets.append if tickets is not None else None,
+            wait_connected=ticket is None,
+        ) as client:
+            if spec.get("overrun_streams"):
+                # Pretend the server gave credit for many more streams than it did.
+                client._quic._remote_max_streams_bidi = 1 << 20
+            waits = [client.request(r, spec["port"]) for r in spec["requests"]]
+            await asyncio.wait_for(asyncio.gather(*waits), spec.get("timeout", 30))
+            result["responses"] = [report(s) for s in client.streams.values()]
+            result["early_data_accepted"] = client._quic.tls.early_data_accepted
+            await asyncio.sleep(spec.get("hold", 0))
+            result["terminated"] = client.terminated
+    except Exception as e:  # the report says what failed
+        result["error"] = f"{type(e).__name__}: {e}"
+    return result
+
+
+H3_REQUEST_REJECTED = 0x10B
+
+
+async def load_task(spec, keep, deadline, count):
+    loop = asyncio.get_running_loop()
+    held = None
+    while loop.time() < deadline:
+        try:
+            if held is None or held[1].goaway is not None or held[1].terminated:
+                if held is not None:
+                    await held[0].__aexit__(None, None, None)
+                config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+                config.server_name = spec.get("server_name", "localhost")
+                config.verify_mode = ssl.CERT_NONE
+                manager = connect("127.0.0.1", spec["port"], configuration=config,
+                                  create_protocol=Client)
+                held = (manager, await asyncio.wait_for(manager.__aenter__(), 10))
+            client = held[1]
+            await asyncio.wait_for(client.request({"path": spec["path"]}, spec["port"]), 10)
+            stream_id, s = list(client.streams.items())[-1]
+            # Not processed, says the server (a reset, or a GOAWAY below its id): sent
+            # again on a new connection.
+            rejected = s["reset_code"] == H3_REQUEST_REJECTED
+            beyond = s["status"] is None and client.goaway is not None and stream_id >= client.goaway
+            if rejected or beyond:
+                client.terminated = client.terminated or {"code": "goaway"}
+                continue
+            if s["status"] != 200 or bytes(s["body"]) != spec["expect"].encode():
+                raise RuntimeError(f"status {s['status']} body {bytes(s['body'])[:40]!r} "
+                                   f"reset {s['reset_code']} closed {client.terminated}")
+            count["ok"] += 1
+        except Exception as e:
+            count["failed"] += 1
+            if len(count["errors"]) < 5:
+                count["errors"].append(f"{type(e).__name__}: {e}")
+            if held is not None:
+                held[1].terminated = held[1].terminated or {"code": -1}
+        if not keep and held is not None:
+            await held[0].__aexit__(None, None, None)
+            held = None
+    if held is not None:
+        await held[0].__aexit__(None, None, None)
+
+
+async def load(spec):
+    count = {"ok": 0, "failed": 0, "errors": []}
+    deadline = asyncio.get_running_loop().time() + spec["load_seconds"]
+    await asyncio.gather(*(load_task(spec, keep, deadline, count)
+                           for keep in [False, True, False, True]))
+    print(json.dumps(count))
+
+
+async def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    if "load_seconds" in spec:
+        await load(spec)
+        return
+    ticket = None
+    if spec.get("zero_rtt"):
+        tickets = []
+        await one({**spec, "requests": [{"path": "/"}]}, tickets=tickets)
+        await asyncio.sleep(0.2)
+        ticket = tickets[-1] if tickets else None
+    runs = [one(spec, ticket) for _ in range(spec.get("connections", 1))]
+    print(json.dumps({"connections": await asyncio.gather(*runs)}))
+
+
+asyncio.run(main())
