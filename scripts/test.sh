@@ -66,6 +66,12 @@ if ! command -v h2o >/dev/null 2>&1; then
     apt_install h2o "the bench tests"
 fi
 
+# The HTTP/2 upstream tests proxy to nginx listening with `http2`, whose access log
+# names each request's connection (crates/cli/tests/serve/upstream_h2.rs).
+if ! command -v nginx >/dev/null 2>&1; then
+    apt_install nginx "the HTTP/2 upstream tests"
+fi
+
 # `tessera bench --http3` is checked against Caddy's access log (HTTP/3 is on by default
 # in Caddy 2.6, Debian's).
 if ! command -v caddy >/dev/null 2>&1; then

@@ -57,6 +57,7 @@ mod tls_records;
 mod trace_context;
 mod tunnel;
 mod upgrade;
+mod upstream_h2;
 mod upstream_heads;
 mod upstream_log;
 mod upstream_state;

@@ -37,7 +37,7 @@ impl PassBody {
         match self.pooled.poll_chunk(cx) {
             Poll::Pending => {
                 if self.idle.as_mut().poll(cx).is_ready() {
-                    self.pooled.conn = None;
+                    self.pooled.abandon();
                     return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
                         upstream: self.pooled.busy.upstream.name.clone(),
                     })));
@@ -46,7 +46,7 @@ impl PassBody {
             }
             Poll::Ready(Ok(None)) => Poll::Ready(None),
             Poll::Ready(Err(e)) => {
-                self.pooled.conn = None;
+                self.pooled.abandon();
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(Ok(Some(data))) => {
