@@ -141,6 +141,12 @@ if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2
     echo "scripts/test.sh: installing opentelemetry-proto (pip) for the tracing tests" >&2
     pip_install opentelemetry-proto
 fi
+# The gRPC tests run a grpcio server and client through tessera
+# (crates/cli/tests/serve/grpc.rs).
+if ! python3 -c "import grpc" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing grpcio (pip) for the gRPC tests" >&2
+    pip_install grpcio
+fi
 
 python3 scripts/layering.py
 

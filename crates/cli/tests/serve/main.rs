@@ -28,6 +28,7 @@ mod disk_cache;
 mod disk_cache_large;
 mod event_loop;
 mod framing;
+mod grpc;
 mod h2c_listen;
 mod hosts;
 mod http2;

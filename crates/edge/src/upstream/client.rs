@@ -353,6 +353,11 @@ impl Upstream {
         }
     }
 
+    /// Whether the peers are spoken to in HTTP/2.
+    pub(crate) fn speaks_h2(&self) -> bool {
+        self.protocol != Protocol::H1
+    }
+
     /// Whether every peer is out now (a request would fail at once).
     pub(crate) fn all_down(&self) -> bool {
         self.set.healthy() == 0

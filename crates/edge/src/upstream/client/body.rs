@@ -61,11 +61,8 @@ impl Pooled {
         };
         if let BodyState::H2(stream) = &self.body {
             return match ready!(stream.poll_data(cx)) {
-                Ok(Some(data)) => Poll::Ready(Ok(Some(data))),
-                Ok(None) => {
-                    self.body = BodyState::Done;
-                    Poll::Ready(Ok(None))
-                }
+                // The stream stays until the response is dropped: its trailers follow.
+                Ok(data) => Poll::Ready(Ok(data)),
                 Err(e) => Poll::Ready(Err(protocol(format!("{e:?}")))),
             };
         }
@@ -149,6 +146,14 @@ impl Pooled {
 }
 
 impl Pooled {
+    /// The trailers that ended an HTTP/2 response's body, taken once.
+    pub(crate) fn take_trailers(&mut self) -> Option<handler::FieldList> {
+        match &self.body {
+            BodyState::H2(stream) => stream.take_trailers(),
+            _ => None,
+        }
+    }
+
     /// Gives the response up half way (a timeout, an error): the HTTP/1.1 connection is
     /// closed, the HTTP/2 stream reset.
     pub(crate) fn abandon(&mut self) {

@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{Busy, Failure, Head, Outgoing, Pooled, Upstream};
 use crate::config::Protocol;
 use crate::error::UpstreamError;
-use crate::upstream::h2::{request_fields, Failed, H2Stream};
+use crate::upstream::h2::{request_fields, Failed, H2Sender, H2Stream};
 
 /// How many times a request the peer did not process is sent again on another
 /// connection of the same peer before the attempt fails (and another peer may be tried):
@@ -55,19 +55,34 @@ impl Upstream {
                 self.peers[peer].h2.open(max, opening)
             });
             let stream = H2Stream::open(conn, fields.iter().copied(), !has_body);
+            let mut pump = None;
             let result = match req.streamed {
-                // The response timeout does not run while a streamed body is sent (as
-                // for HTTP/1.1: a slow client's upload takes as long as it does).
-                Some(_) => match self.send_streamed_h2(&stream, req).await {
-                    Ok(()) => {
-                        timeout_at(
-                            deadline.max(Instant::now() + self.response_timeout),
-                            self.head_h2(&stream),
-                        )
-                        .await
+                // The body goes out on a task of its own while the response comes back,
+                // both ways at once (gRPC's streams). As for HTTP/1.1, the response
+                // timeout does not run while it is sent (a slow client's upload takes as
+                // long as it does), only from its end.
+                Some(body) => {
+                    let sending = evloop::spawn_local(pump_body(
+                        stream.sender(),
+                        body.share(),
+                        self.response_timeout,
+                    ));
+                    pump = Some(sending.abort_handle());
+                    let head = tokio::select! {
+                        head = self.head_h2(&stream) => Some(head),
+                        _ = sending => None,
+                    };
+                    match head {
+                        Some(head) => Ok(head),
+                        None => {
+                            timeout_at(
+                                deadline.max(Instant::now() + self.response_timeout),
+                                self.head_h2(&stream),
+                            )
+                            .await
+                        }
                     }
-                    Err(e) => Ok(Err(e)),
-                },
+                }
                 None => {
                     timeout_at(deadline, async {
                         if has_body {
@@ -81,6 +96,12 @@ impl Upstream {
                     .await
                 }
             };
+            if result.as_ref().map_or(true, |r| r.is_err()) {
+                // No response: the body's task must not take more of the body.
+                if let Some(pump) = pump {
+                    pump.abort();
+                }
+            }
             let resendable = req.streamed.map_or(true, |b| b.taken() == 0);
             match result {
                 Err(_) => {
@@ -133,27 +154,24 @@ impl Upstream {
             headers,
         })
     }
+}
 
-    /// Sends the client's body as it arrives; a write the peer takes nothing of for the
-    /// response timeout fails the attempt.
-    async fn send_streamed_h2(&self, stream: &H2Stream, req: &Outgoing<'_>) -> Result<(), Failed> {
-        let Some(body) = req.streamed else {
-            return Ok(());
+/// Sends the client's body as it arrives on the stream of `sender`; a piece the peer
+/// takes nothing of for `stall` (the response timeout), or a body that broke off on the
+/// client's side, resets the stream.
+async fn pump_body(sender: H2Sender, body: handler::RequestBody, stall: Duration) {
+    loop {
+        let next = std::future::poll_fn(|cx| body.poll_chunk(cx)).await;
+        let (chunk, end) = match next {
+            None => (bytes::Bytes::new(), true),
+            Some(Err(e)) => return sender.fail(e.0),
+            Some(Ok(chunk)) => (chunk, false),
         };
-        let stall: Duration = self.response_timeout;
-        loop {
-            let next = std::future::poll_fn(|cx| body.poll_chunk(cx)).await;
-            let (chunk, end) = match next {
-                None => (bytes::Bytes::new(), true),
-                Some(Err(e)) => return Err(Failed::Broken(format!("client body: {}", e.0))),
-                Some(Ok(chunk)) => (chunk, false),
-            };
-            match evloop::time::timeout(stall, stream.send(chunk, end)).await {
-                Err(_) => return Err(Failed::Broken("the peer took no body byte in time".into())),
-                Ok(Err(e)) => return Err(e),
-                Ok(Ok(())) if end => return Ok(()),
-                Ok(Ok(())) => {}
-            }
+        match evloop::time::timeout(stall, sender.send(chunk, end)).await {
+            Err(_) => return sender.fail("the peer took no body byte in time".into()),
+            Ok(Err(_)) => return,
+            Ok(Ok(())) if end => return,
+            Ok(Ok(())) => {}
         }
     }
 }

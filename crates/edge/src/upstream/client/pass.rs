@@ -30,6 +30,11 @@ impl PassBody {
         }
     }
 
+    /// The trailers that ended the body (HTTP/2 upstreams only).
+    pub(crate) fn take_trailers(&mut self) -> Option<handler::FieldList> {
+        self.pooled.take_trailers()
+    }
+
     pub(crate) fn poll_next(
         &mut self,
         cx: &mut Context<'_>,

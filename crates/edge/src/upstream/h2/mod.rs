@@ -126,11 +126,17 @@ impl H2Stream {
         Poll::Pending
     }
 
+    /// The trailers, once the body ended with them.
+    pub(crate) fn take_trailers(&self) -> Option<handler::FieldList> {
+        self.conn.borrow_mut().slot(self.id)?.trailers.take()
+    }
+
     /// The whole body, when it has all arrived in one piece (or none).
     pub(crate) fn take_whole(&self) -> Option<Bytes> {
         let mut s = self.conn.borrow_mut();
         let slot = s.slot(self.id)?;
-        if !slot.ended || slot.failed.is_some() || slot.data.len() > 1 {
+        // A body with trailers is streamed, so that they follow it.
+        if !slot.ended || slot.failed.is_some() || slot.data.len() > 1 || slot.trailers.is_some() {
             return None;
         }
         Some(slot.data.pop_front().unwrap_or_default())
@@ -138,64 +144,107 @@ impl H2Stream {
 
     /// Sends `data` as DATA frames as the windows allow, END_STREAM on the last when
     /// `end`. Fails when the stream or the connection did.
-    pub(crate) async fn send(&self, mut data: Bytes, end: bool) -> Result<(), Failed> {
-        poll_fn(|cx| self.poll_send(cx, &mut data, end)).await
+    pub(crate) async fn send(&self, data: Bytes, end: bool) -> Result<(), Failed> {
+        send(&self.conn, self.id, data, end).await
     }
 
-    fn poll_send(
-        &self,
-        cx: &mut Context<'_>,
-        data: &mut Bytes,
-        end: bool,
-    ) -> Poll<Result<(), Failed>> {
-        let mut guard = self.conn.borrow_mut();
-        let s = &mut *guard;
-        loop {
-            if let Some(why) = &s.closed {
-                return Poll::Ready(Err(why.clone()));
-            }
-            let conn_window = s.send_window;
-            let max_frame = s.peer_max_frame as i64;
-            let full = s.out.len() >= OUT_FULL;
-            let Some(slot) = s.streams.iter_mut().find(|x| x.id == self.id) else {
-                return Poll::Ready(Err(Failed::Broken("stream forgotten".into())));
-            };
-            if let Some(why) = &slot.failed {
-                return Poll::Ready(Err(why.clone()));
-            }
-            if slot.local_done {
-                return Poll::Ready(Err(Failed::Broken("the peer ended the stream".into())));
-            }
-            if data.is_empty() {
-                if end {
-                    slot.local_done = true;
-                    frame::write_data(&mut s.out, self.id, b"", true);
-                    s.wake_driver();
-                }
-                return Poll::Ready(Ok(()));
-            }
-            let n = (data.len() as i64)
-                .min(conn_window)
-                .min(slot.send_window)
-                .min(max_frame);
-            if n <= 0 || full {
-                s.senders.push(cx.waker().clone());
-                s.wake_driver();
-                return Poll::Pending;
-            }
-            let n = n as usize;
-            slot.send_window -= n as i64;
-            s.send_window -= n as i64;
-            let last = end && n == data.len();
-            if last {
+    /// A handle that sends the request body while this one reads the response (both
+    /// ways at once); it does not reset the stream when dropped.
+    pub(crate) fn sender(&self) -> H2Sender {
+        H2Sender {
+            conn: self.conn.clone(),
+            id: self.id,
+        }
+    }
+}
+
+/// The request body's end of a stream ([`H2Stream::sender`]).
+pub(crate) struct H2Sender {
+    conn: Rc<RefCell<Shared>>,
+    id: u32,
+}
+
+impl H2Sender {
+    pub(crate) async fn send(&self, data: Bytes, end: bool) -> Result<(), Failed> {
+        send(&self.conn, self.id, data, end).await
+    }
+
+    /// The client's body broke off: the stream is reset (CANCEL), and the request fails
+    /// with `why` (the response already passed on is cut short).
+    pub(crate) fn fail(&self, why: String) {
+        let mut s = self.conn.borrow_mut();
+        let Some(slot) = s.slot(self.id) else { return };
+        if slot.failed.is_none() {
+            slot.failed = Some(Failed::Broken(format!("client body: {why}")));
+        }
+        slot.local_done = true;
+        slot.ended = true;
+        if let Some(w) = slot.waker.take() {
+            w.wake();
+        }
+        frame::write_rst_stream(&mut s.out, self.id, frame::Reason::CANCEL);
+        s.wake_driver();
+    }
+}
+
+async fn send(conn: &RefCell<Shared>, id: u32, mut data: Bytes, end: bool) -> Result<(), Failed> {
+    poll_fn(|cx| poll_send(conn, id, cx, &mut data, end)).await
+}
+
+fn poll_send(
+    conn: &RefCell<Shared>,
+    id: u32,
+    cx: &mut Context<'_>,
+    data: &mut Bytes,
+    end: bool,
+) -> Poll<Result<(), Failed>> {
+    let mut guard = conn.borrow_mut();
+    let s = &mut *guard;
+    loop {
+        if let Some(why) = &s.closed {
+            return Poll::Ready(Err(why.clone()));
+        }
+        let conn_window = s.send_window;
+        let max_frame = s.peer_max_frame as i64;
+        let full = s.out.len() >= OUT_FULL;
+        let Some(slot) = s.streams.iter_mut().find(|x| x.id == id) else {
+            return Poll::Ready(Err(Failed::Broken("stream forgotten".into())));
+        };
+        if let Some(why) = &slot.failed {
+            return Poll::Ready(Err(why.clone()));
+        }
+        if slot.local_done {
+            return Poll::Ready(Err(Failed::Broken("the peer ended the stream".into())));
+        }
+        if data.is_empty() {
+            if end {
                 slot.local_done = true;
+                frame::write_data(&mut s.out, id, b"", true);
+                s.wake_driver();
             }
-            let piece = data.split_to(n);
-            frame::write_data(&mut s.out, self.id, &piece, last);
+            return Poll::Ready(Ok(()));
+        }
+        let n = (data.len() as i64)
+            .min(conn_window)
+            .min(slot.send_window)
+            .min(max_frame);
+        if n <= 0 || full {
+            s.senders.push(cx.waker().clone());
             s.wake_driver();
-            if last {
-                return Poll::Ready(Ok(()));
-            }
+            return Poll::Pending;
+        }
+        let n = n as usize;
+        slot.send_window -= n as i64;
+        s.send_window -= n as i64;
+        let last = end && n == data.len();
+        if last {
+            slot.local_done = true;
+        }
+        let piece = data.split_to(n);
+        frame::write_data(&mut s.out, id, &piece, last);
+        s.wake_driver();
+        if last {
+            return Poll::Ready(Ok(()));
         }
     }
 }
@@ -204,7 +253,7 @@ impl H2Stream {
 /// so that what is forwarded, added and dropped is decided in one place for both
 /// protocols) as an HTTP/2 field list: the request line and `host` as pseudo-fields,
 /// the connection-specific fields dropped (RFC 9113 section 8.2.2), `te` only as
-/// `trailers`.
+/// `trailers` (and added so for gRPC).
 pub(crate) fn request_fields(h1: &[u8], https: bool) -> Vec<(&[u8], &[u8])> {
     let mut lines = h1
         .split(|&b| b == b'\n')
@@ -238,6 +287,14 @@ pub(crate) fn request_fields(h1: &[u8], https: bool) -> Vec<(&[u8], &[u8])> {
         } else {
             out.push((name, value));
         }
+    }
+    // gRPC servers want `te: trailers` (the client's was dropped with the hop-by-hop
+    // fields), as nginx's grpc_pass sends it.
+    let grpc = out.iter().any(|(n, v)| {
+        n.eq_ignore_ascii_case(b"content-type") && v.starts_with(b"application/grpc")
+    });
+    if grpc && !out.iter().any(|(n, _)| n.eq_ignore_ascii_case(b"te")) {
+        out.push((b"te", b"trailers"));
     }
     out
 }
