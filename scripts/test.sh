@@ -66,6 +66,12 @@ if ! command -v h2o >/dev/null 2>&1; then
     apt_install h2o "the bench tests"
 fi
 
+# The HTTP/2 upstream tests proxy to nginx listening with `http2`, whose access log
+# names each request's connection (crates/cli/tests/serve/upstream_h2.rs).
+if ! command -v nginx >/dev/null 2>&1; then
+    apt_install nginx "the HTTP/2 upstream tests"
+fi
+
 # `tessera bench --http3` is checked against Caddy's access log (HTTP/3 is on by default
 # in Caddy 2.6, Debian's).
 if ! command -v caddy >/dev/null 2>&1; then
@@ -139,6 +145,12 @@ fi
 if ! python3 -c "import aioquic" >/dev/null 2>&1; then
     echo "scripts/test.sh: installing aioquic (pip), the HTTP/3 client of the HTTP/3 tests" >&2
     pip_install aioquic
+fi
+# The gRPC tests run a grpcio server and client through tessera
+# (crates/cli/tests/serve/grpc.rs).
+if ! python3 -c "import grpc" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing grpcio (pip) for the gRPC tests" >&2
+    pip_install grpcio
 fi
 
 python3 scripts/layering.py

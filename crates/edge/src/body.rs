@@ -212,6 +212,19 @@ impl Body {
     }
 
     /// The upgraded connection of a 101 response, once.
+    /// The trailers of a body passed through from an HTTP/2 upstream, after its end.
+    pub fn take_trailers(&mut self) -> Option<handler::FieldList> {
+        match &mut self.kind {
+            BodyKind::Pass(pass) => {
+                let trailers = pass.take_trailers()?;
+                crate::grpc::count(&trailers);
+                Some(trailers)
+            }
+            BodyKind::Tee(tee) => tee.0.take_trailers(),
+            _ => None,
+        }
+    }
+
     pub fn take_tunnel(&mut self) -> Option<handler::Tunnel> {
         match &mut self.kind {
             BodyKind::Tunnel(tunnel) => tunnel.take(),

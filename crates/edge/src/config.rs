@@ -145,9 +145,15 @@ pub struct UpstreamConfig {
     pub client_certificate: Option<PathBuf>,
     /// PEM private key of `client_certificate`. Default none.
     pub client_key: Option<PathBuf>,
-    /// The HTTP version spoken to the peers: `"h1"` (the default; only this one is
-    /// built), `"h2"` (over TLS, by ALPN) or `"h2c"` (cleartext, prior knowledge).
+    /// The HTTP version spoken to the peers: `"h1"` (the default), `"h2"` (over TLS,
+    /// by ALPN) or `"h2c"` (cleartext, prior knowledge). See docs/upstreams.md, "HTTP/2
+    /// upstreams".
     pub protocol: Protocol,
+    /// With `protocol = "h2"`/`"h2c"`: the most requests (streams) one connection carries
+    /// at once, fewer when the peer's SETTINGS_MAX_CONCURRENT_STREAMS says so; beyond,
+    /// another connection is opened. Default 100, the floor RFC 9113 recommends that
+    /// servers allow: one connection carries a busy worker's requests to a peer.
+    pub max_streams_per_connection: u32,
     /// A Lua file whose module's `balance(r, peers)` chooses each request's peer, or
     /// returns nil for `balance` to choose (docs/lua.md). Default none.
     pub balancer_script: Option<PathBuf>,
@@ -163,9 +169,9 @@ pub enum Protocol {
     /// HTTP/1.1.
     #[default]
     H1,
-    /// HTTP/2 over TLS (not built yet).
+    /// HTTP/2 over TLS, agreed by ALPN.
     H2,
-    /// HTTP/2 over cleartext, prior knowledge (not built yet).
+    /// HTTP/2 over cleartext, prior knowledge (RFC 9113 section 3.3).
     H2c,
 }
 
@@ -527,18 +533,33 @@ fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
             u.name
         )))
     };
+    let peers = u.peer_list();
     match u.protocol {
         Protocol::H1 => {}
-        Protocol::H2 | Protocol::H2c => {
-            let p = if u.protocol == Protocol::H2 {
-                "h2"
-            } else {
-                "h2c"
-            };
-            return bad(format!(
-                "protocol = \"{p}\" is not built yet: upstreams speak HTTP/1.1 (\"h1\") only"
-            ));
+        Protocol::H2 if peers.iter().any(|p| !p.tls) => {
+            return bad(
+                "protocol = \"h2\" is HTTP/2 over TLS (ALPN h2): set tls = true or give \
+                 https:// addresses; HTTP/2 in clear text is protocol = \"h2c\""
+                    .into(),
+            )
         }
+        Protocol::H2c if peers.iter().any(|p| p.tls) => {
+            return bad(
+                "protocol = \"h2c\" is HTTP/2 in clear text: over TLS it is protocol = \"h2\""
+                    .into(),
+            )
+        }
+        Protocol::H2 | Protocol::H2c if u.send_proxy.is_some() => {
+            return bad(
+                "send_proxy applies to protocol = \"h1\": an HTTP/2 connection carries \
+                 many clients' requests"
+                    .into(),
+            )
+        }
+        Protocol::H2 | Protocol::H2c if u.max_streams_per_connection == 0 => {
+            return bad("max_streams_per_connection must be at least 1".into())
+        }
+        Protocol::H2 | Protocol::H2c => {}
     }
     let written = (u.addresses.iter().map(|a| (a, u.tls)))
         .chain(u.peer.iter().map(|p| (&p.address, u.tls || p.tls)));
@@ -569,7 +590,6 @@ fn validate_tls(u: &UpstreamConfig) -> Result<(), ConfigError> {
     if u.client_certificate.is_some() != u.client_key.is_some() {
         return bad("client_certificate and client_key go together".into());
     }
-    let peers = u.peer_list();
     if !peers.iter().any(|p| p.tls) {
         let set = [
             ("ca", u.ca.is_some()),
@@ -639,6 +659,7 @@ impl Default for UpstreamConfig {
             client_certificate: None,
             client_key: None,
             protocol: Protocol::H1,
+            max_streams_per_connection: 100,
             balancer_script: None,
             balancer_hook: None,
         }

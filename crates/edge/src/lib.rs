@@ -101,6 +101,7 @@ mod config;
 mod error;
 mod exchange;
 mod fill;
+mod grpc;
 pub mod headers;
 mod metrics;
 mod module;

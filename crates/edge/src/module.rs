@@ -265,6 +265,7 @@ impl Module for EdgeModule {
         self.figures.write(out, &names, &self.earlier);
         if let Some(sets) = self.sets.get() {
             crate::upstream::health::metrics(out, sets);
+            crate::grpc::metrics(out);
         }
         for (name, opened) in self.upstream_connections() {
             out.counter(
@@ -539,9 +540,23 @@ impl Proxied {
             } = self;
             let status = std::cell::Cell::default();
             let notes = request.notes.clone();
-            let answered = edge
-                .proxy_to(upstream, mode, policy, &status, request)
-                .await;
+            // gRPC to an HTTP/2 upstream: its deadline, and its errors as gRPC statuses.
+            let grpc = upstream.speaks_h2() && crate::grpc::is_grpc(&request.headers);
+            let deadline = grpc
+                .then(|| crate::grpc::timeout(&request.headers))
+                .flatten();
+            let proxying = edge.proxy_to(upstream, mode, policy, &status, request);
+            let answered = match deadline {
+                Some(d) => match evloop::time::timeout(d, proxying).await {
+                    Ok(answered) => answered,
+                    Err(_) => {
+                        let message = "grpc-timeout passed before the upstream answered";
+                        let code = crate::grpc::DEADLINE_EXCEEDED;
+                        return Ok(crate::grpc::error_response(code, message));
+                    }
+                },
+                None => proxying.await,
+            };
             // The log's cache result is what the proxy decided for `Cache-Status`; no
             // result where the site has no cache.
             let result = status.get().log_result();
@@ -552,6 +567,10 @@ impl Proxied {
             }
             match answered {
                 Ok(response) => {
+                    if grpc {
+                        // A trailers-only answer: its status is in its head.
+                        crate::grpc::count(&response.headers);
+                    }
                     let compression = edge.compression.compression(&edge.worker.config, route);
                     let assembled = response.body.is_page();
                     let mut response = response_of(&edge, response, compression, accepted);
@@ -571,6 +590,10 @@ impl Proxied {
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "proxy error before the response head");
+                    if grpc {
+                        let code = crate::grpc::status_of(&e);
+                        return Ok(crate::grpc::error_response(code, &e.to_string()));
+                    }
                     Err(e.status())
                 }
             }
@@ -670,6 +693,10 @@ impl Chunks for Body {
 
     fn take_tunnel(self: Pin<&mut Self>) -> Option<handler::Tunnel> {
         self.get_mut().take_tunnel()
+    }
+
+    fn take_trailers(self: Pin<&mut Self>) -> Option<handler::FieldList> {
+        self.get_mut().take_trailers()
     }
 
     fn poll_piece(

@@ -30,6 +30,13 @@ pub trait Chunks {
         None
     }
 
+    /// After the last chunk: the trailers that end the body (an HTTP/2 upstream's, gRPC's
+    /// `grpc-status`), taken once. `None` (the default) for a body without them. An
+    /// HTTP/2 client gets them as a trailing header block; HTTP/1.1 clients do not.
+    fn take_trailers(self: Pin<&mut Self>) -> Option<crate::FieldList> {
+        None
+    }
+
     /// The next piece, for a connection that can send a file's bytes itself (cleartext
     /// HTTP/1, with `sendfile(2)`): a body kept in a file (the cache's disk tier) gives
     /// regions of it, not its bytes. The default gives [`Chunks::poll_chunk`]'s bytes, so
@@ -164,6 +171,14 @@ impl Body {
         let chunks =
             unsafe { Pin::new_unchecked(Pooled::new(chunks).unsize(|p| p as *mut dyn Chunks)) };
         Body::Stream { length, chunks }
+    }
+
+    /// A streamed body's trailers, after its last chunk ([`Chunks::take_trailers`]).
+    pub fn take_trailers(&mut self) -> Option<crate::FieldList> {
+        match self {
+            Body::Stream { chunks, .. } => chunks.as_mut().take_trailers(),
+            _ => None,
+        }
     }
 
     /// The length, when known before the body is sent.

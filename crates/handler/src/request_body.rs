@@ -56,6 +56,12 @@ struct Pipe {
     /// Set by the writer: `Ok` at the end of the body, `Err` when it stopped short.
     end: Option<Result<(), BodyFailure>>,
     reader_gone: bool,
+    /// Handles on the reader's end ([`RequestBody::share`]): the reader is gone when the
+    /// last is dropped.
+    readers: u32,
+    /// Handles on the writer's end ([`BodyWriter::share`]): the body ends short (the
+    /// client gone) when the last is dropped before it ended.
+    writers: u32,
     reader: Option<Waker>,
     writer: Option<Waker>,
 }
@@ -90,6 +96,8 @@ pub fn body_pipe(length: Option<u64>, capacity: usize) -> (BodyWriter, RequestBo
         taken: 0,
         end: None,
         reader_gone: false,
+        readers: 1,
+        writers: 1,
         reader: None,
         writer: None,
     }));
@@ -157,9 +165,23 @@ impl RequestBody {
     }
 }
 
+impl RequestBody {
+    /// Another handle on the reader's end, for a task that goes on reading the body after
+    /// the handler returned its response (a request streamed to an HTTP/2 upstream in
+    /// both directions at once, gRPC's). The reader is gone once every handle is.
+    pub fn share(&self) -> RequestBody {
+        self.0.borrow_mut().readers += 1;
+        RequestBody(self.0.clone())
+    }
+}
+
 impl Drop for RequestBody {
     fn drop(&mut self) {
         let mut pipe = self.0.borrow_mut();
+        pipe.readers -= 1;
+        if pipe.readers > 0 {
+            return;
+        }
         pipe.reader_gone = true;
         pipe.chunks.clear();
         pipe.buffered = 0;
@@ -239,10 +261,28 @@ impl BodyWriter {
     }
 }
 
+impl BodyWriter {
+    /// Another handle on the writer's end: for a connection that hands the body's
+    /// writing from one task to another (HTTP/2 reading the request body on while the
+    /// response is sent, both ways at once).
+    pub fn share(&self) -> BodyWriter {
+        self.0.borrow_mut().writers += 1;
+        BodyWriter(self.0.clone())
+    }
+}
+
 impl Drop for BodyWriter {
-    /// A writer dropped before the end (its connection's task ended) is a client gone.
+    /// The last writer dropped before the end (its connection's task ended) is a client
+    /// gone.
     fn drop(&mut self) {
-        self.end(Err(BodyFailure::ClientGone));
+        let last = {
+            let mut pipe = self.0.borrow_mut();
+            pipe.writers -= 1;
+            pipe.writers == 0
+        };
+        if last {
+            self.end(Err(BodyFailure::ClientGone));
+        }
     }
 }
 

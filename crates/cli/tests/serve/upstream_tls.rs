@@ -495,9 +495,8 @@ fn check_config_names_the_tls_keys_it_refuses() {
     for (keys, says) in [
         (
             "protocol = \"h2\"",
-            "upstream `secure`: protocol = \"h2\" is not built yet",
+            "upstream `secure`: protocol = \"h2\" is HTTP/2 over TLS",
         ),
-        ("protocol = \"h2c\"", "protocol = \"h2c\" is not built yet"),
         ("ca = \"/x.pem\"", "`ca` applies to TLS"),
         (
             "tls = true\nclient_key = \"/k\"",

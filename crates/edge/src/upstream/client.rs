@@ -30,9 +30,9 @@ use evloop::time::{timeout_at, Instant};
 use handler::FieldList;
 use http::{Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wire::{Chunk, ChunkedDecoder, ResponseFraming};
+use wire::{ChunkedDecoder, ResponseFraming};
 
-use crate::config::{secs, Balance, UpstreamConfig};
+use crate::config::{secs, Balance, Protocol, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::metrics::{self, UpstreamCounts};
 use crate::upstream::balance::{self, Balancer, HashKey};
@@ -67,7 +67,8 @@ pub(crate) struct Upstream {
     balancer: Balancer,
     /// `balancer_script`: chooses before `balancer`, which chooses when it does not.
     hook: Option<Arc<dyn handler::BalancerHook>>,
-    /// Whether the balance reads the requests in flight (least_conn, random_two).
+    /// Whether the requests in flight are counted: the balance reads them (least_conn,
+    /// random_two), or the metrics (an HTTP/2 upstream's streams).
     counts_in_flight: bool,
     hash_key: HashKey,
     send_proxy: Option<crate::config::SendProxy>,
@@ -77,6 +78,9 @@ pub(crate) struct Upstream {
     path_prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// `protocol`, and with HTTP/2 `max_streams_per_connection`.
+    protocol: Protocol,
+    max_streams_per_connection: u32,
     /// Connections opened by every worker, for the operator.
     opened_total: Arc<AtomicU64>,
     /// This worker's figures for every upstream; this one's at `figures_index`.
@@ -94,6 +98,8 @@ struct PeerPool {
     max_idle: usize,
     /// Connections opened by this worker (for tests: reuse shows as a low count).
     opened: Cell<u64>,
+    /// With `protocol = "h2"`/`"h2c"`: the connections and their streams.
+    h2: crate::upstream::h2::H2Pool,
 }
 
 /// A request in flight to a peer, from sending to the end of its response body: counted
@@ -169,128 +175,8 @@ enum BodyState {
     /// Until the upstream closes.
     Close,
     Done,
-}
-
-impl Pooled {
-    /// The connection of a `101 Switching Protocols`, for the server to splice with the
-    /// client's, with the bytes that came after the head. The pool never sees it again.
-    pub(crate) fn into_tunnel(mut self) -> Option<(std::net::TcpStream, Bytes)> {
-        let conn = self.conn.take()?;
-        let Conn {
-            stream, mut read, ..
-        } = *conn;
-        let early = read.split().freeze();
-        stream.into_tcp()?.into_std().ok().map(|s| (s, early))
-    }
-
-    pub(crate) fn response_timeout(&self) -> Duration {
-        self.busy.upstream.response_timeout
-    }
-
-    /// The whole body when it is already buffered (a small response arrives with its
-    /// head): the connection goes back to the pool at once, and the response can be
-    /// written with its head in one go. `None` when more is to be read.
-    pub(crate) fn take_whole(&mut self) -> Option<Bytes> {
-        let conn = self.conn.as_mut()?;
-        let whole = match self.body {
-            BodyState::Done => Bytes::new(),
-            BodyState::Length(n) if conn.read.len() as u64 >= n => {
-                conn.read.split_to(n as usize).freeze()
-            }
-            _ => return None,
-        };
-        self.body = BodyState::Done;
-        self.release();
-        Some(whole)
-    }
-
-    /// The next piece of the body (`None` at its end, when the connection goes back to
-    /// the pool if it may carry another request).
-    pub(crate) fn poll_chunk(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
-        let protocol = |message: String| UpstreamError::Protocol {
-            upstream: self.busy.upstream.name.clone(),
-            message,
-        };
-        loop {
-            let Some(conn) = self.conn.as_mut() else {
-                return Poll::Ready(Ok(None));
-            };
-            let buffered = conn.read.len();
-            let want = match self.body {
-                BodyState::Length(n) => n.min(MAX_READ as u64) as usize,
-                _ => MAX_READ,
-            };
-            match &mut self.body {
-                BodyState::Done => {
-                    self.release();
-                    return Poll::Ready(Ok(None));
-                }
-                BodyState::Length(0) => self.body = BodyState::Done,
-                BodyState::Length(left) if buffered > 0 => {
-                    let take = (*left).min(buffered as u64);
-                    *left -= take;
-                    return Poll::Ready(Ok(Some(conn.read.split_to(take as usize).freeze())));
-                }
-                BodyState::Close if buffered > 0 => {
-                    return Poll::Ready(Ok(Some(conn.read.split().freeze())));
-                }
-                BodyState::Chunked(decoder) if buffered > 0 => match decoder.decode(&conn.read) {
-                    Err(e) => return Poll::Ready(Err(protocol(format!("chunked body: {e}")))),
-                    Ok((used, Chunk::Data(data))) => {
-                        let len = data.len();
-                        let start = used - len;
-                        conn.read.advance(start);
-                        return Poll::Ready(Ok(Some(conn.read.split_to(len).freeze())));
-                    }
-                    Ok((used, Chunk::Done)) => {
-                        conn.read.advance(used);
-                        self.body = BodyState::Done;
-                    }
-                    Ok((used, Chunk::NeedMore)) => {
-                        conn.read.advance(used);
-                        if let Err(e) = ready!(conn.poll_fill(cx, MAX_READ)) {
-                            return Poll::Ready(Err(protocol(e.to_string())));
-                        }
-                    }
-                },
-                _ => match ready!(conn.poll_fill(cx, want)) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        if matches!(self.body, BodyState::Close) {
-                            self.keep_alive = false;
-                            self.body = BodyState::Done;
-                        } else {
-                            return Poll::Ready(Err(protocol(
-                                "connection closed before the body ended".into(),
-                            )));
-                        }
-                    }
-                    Err(e) => return Poll::Ready(Err(protocol(e.to_string()))),
-                },
-            }
-        }
-    }
-
-    /// Back to the pool, when the connection may carry another request and nothing is
-    /// left over in its buffer (bytes beyond the response would be a broken upstream).
-    fn release(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        if !self.keep_alive || !conn.read.is_empty() {
-            return;
-        }
-        let pool = &self.busy.upstream.peers[self.busy.peer as usize];
-        let mut idle = pool.idle.borrow_mut();
-        if idle.len() < pool.max_idle {
-            // Reclaims the buffer's room once the pieces handed on are gone.
-            conn.read.clear();
-            idle.push(conn);
-        }
-    }
+    /// An HTTP/2 stream's DATA, until its end.
+    H2(crate::upstream::h2::H2Stream),
 }
 
 impl Conn {
@@ -431,13 +317,15 @@ impl Upstream {
                 idle: RefCell::new(Vec::new()),
                 max_idle: p.max_idle,
                 opened: Cell::new(0),
+                h2: Default::default(),
             })
             .collect::<Box<[_]>>();
         Upstream {
             name: c.name.clone(),
             balancer: Balancer::new(c.balance, peers.len(), seed),
             hook: c.balancer_hook.clone(),
-            counts_in_flight: matches!(c.balance, Balance::LeastConn | Balance::RandomTwo),
+            counts_in_flight: matches!(c.balance, Balance::LeastConn | Balance::RandomTwo)
+                || c.protocol != Protocol::H1,
             peers,
             set,
             hash_key: HashKey::parse(&c.hash_key),
@@ -447,6 +335,8 @@ impl Upstream {
             path_prefix: c.path_prefix.clone(),
             connect_timeout: secs(c.connect_timeout),
             response_timeout: secs(c.response_timeout),
+            protocol: c.protocol,
+            max_streams_per_connection: c.max_streams_per_connection,
             opened_total,
             figures,
             figures_index: index,
@@ -461,6 +351,11 @@ impl Upstream {
                 .map(|i| (self.set.peers[i].address.to_string(), self.set.state(i)))
                 .collect(),
         }
+    }
+
+    /// Whether the peers are spoken to in HTTP/2.
+    pub(crate) fn speaks_h2(&self) -> bool {
+        self.protocol != Protocol::H1
     }
 
     /// Whether every peer is out now (a request would fail at once).
@@ -644,6 +539,12 @@ impl Upstream {
             .await
             .map_err(|_| timed_out(false))?
             .expect("the pool's semaphore is never closed");
+        if self.protocol != Protocol::H1 {
+            let at = (peer, hop);
+            return self
+                .attempt_h2(at, req, (deadline, callers), (permit, busy))
+                .await;
+        }
         let idempotent = req.idempotent();
         // A pooled connection may have been closed by the upstream a moment ago; an
         // idempotent request that fails on one before any response byte is retried on
@@ -843,6 +744,31 @@ impl Upstream {
         deadline: Instant,
         client: Option<SocketAddr>,
     ) -> Result<Box<Conn>, UpstreamError> {
+        let stream = self.connect_stream(peer, deadline, client).await?;
+        self.opened_connection(peer);
+        Ok(Box::new(Conn {
+            stream,
+            read: BytesMut::with_capacity(READ_ROOM),
+            write: Vec::with_capacity(1024),
+            client,
+        }))
+    }
+
+    /// Counts a connection opened to `peer`.
+    fn opened_connection(&self, peer: usize) {
+        let opened = &self.peers[peer].opened;
+        opened.set(opened.get() + 1);
+        self.opened_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Opens a connection to `peer` within the connect timeout: TCP, the PROXY header,
+    /// TLS (with ALPN h2 for `protocol = "h2"`, which the peer must choose).
+    async fn connect_stream(
+        &self,
+        peer: usize,
+        deadline: Instant,
+        client: Option<SocketAddr>,
+    ) -> Result<Stream, UpstreamError> {
         let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
         let address = &self.set.peers[peer].address;
         let send_proxy = self.send_proxy.map(|v| (v, client));
@@ -863,17 +789,15 @@ impl Upstream {
                     message: format!("{address}: {e}"),
                 })
             }
-            Ok(Ok(stream)) => {
-                let opened = &self.peers[peer].opened;
-                opened.set(opened.get() + 1);
-                self.opened_total.fetch_add(1, Ordering::Relaxed);
-                Ok(Box::new(Conn {
-                    stream,
-                    read: BytesMut::with_capacity(READ_ROOM),
-                    write: Vec::with_capacity(1024),
-                    client,
-                }))
+            Ok(Ok(stream)) if self.protocol == Protocol::H2 && !stream.speaks_h2() => {
+                tracing::warn!(upstream = %self.name, peer = %address,
+                    "protocol = \"h2\" but the peer did not choose h2 by ALPN");
+                Err(UpstreamError::Connect {
+                    upstream: self.name.clone(),
+                    message: format!("{address}: the peer did not choose h2 by ALPN"),
+                })
             }
+            Ok(Ok(stream)) => Ok(stream),
         }
     }
 }
@@ -885,6 +809,8 @@ impl Pooled {
     }
 }
 
+mod body;
+mod h2;
 pub(crate) mod pass;
 #[cfg(test)]
 mod tests;

@@ -162,7 +162,7 @@ fn passes(health: &HealthConfig, status: u16) -> bool {
 }
 
 /// `GET path` on a connection of its own to peer `peer` of `set` (over TLS for a TLS
-/// peer; with `send_proxy`, after a v1 `UNKNOWN` or v2 `LOCAL` header: the check is the
+/// peer; in HTTP/2 for an upstream that speaks it; with `send_proxy`, after a v1 `UNKNOWN` or v2 `LOCAL` header: the check is the
 /// proxy's own); the response's status.
 async fn check(
     set: &PeerSet,
@@ -179,6 +179,13 @@ async fn check(
     let mut stream = crate::upstream::stream::open(set, peer, send_proxy.map(|v| (v, None)))
         .await
         .map_err(std::io::Error::other)?;
+    if set.h2 {
+        let https = matches!(
+            set.peers[peer].transport,
+            crate::upstream::peers::Transport::Tls(_)
+        );
+        return crate::upstream::h2::check(stream, address, path, https).await;
+    }
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: tessera-health-check\r\n\
          Connection: close\r\n\r\n"
@@ -208,8 +215,8 @@ async fn check(
     }
 }
 
-/// `tessera_upstream_peer_state`, `tessera_upstream_healthy_peers` and
-/// `tessera_upstream_tls_handshakes_total`.
+/// `tessera_upstream_peer_state`, `tessera_upstream_healthy_peers`,
+/// `tessera_upstream_h2_streams` and `tessera_upstream_tls_handshakes_total`.
 pub(crate) fn metrics(out: &mut handler::Metrics, sets: &[Arc<PeerSet>]) {
     const STATES: [(PeerState, &str); 4] = [
         (PeerState::Up, "up"),
@@ -228,6 +235,15 @@ pub(crate) fn metrics(out: &mut handler::Metrics, sets: &[Arc<PeerSet>]) {
             set.healthy() as f64,
         );
         for (i, p) in set.peers.iter().enumerate() {
+            if set.h2 {
+                out.gauge(
+                    "tessera_upstream_h2_streams",
+                    "Requests in flight to each peer of an HTTP/2 upstream: its open streams \
+                     (every worker's).",
+                    &[("upstream", &set.name), ("peer", &p.address)],
+                    set.in_flight(i) as f64,
+                );
+            }
             let now = set.state(i);
             for (state, label) in STATES {
                 out.gauge(

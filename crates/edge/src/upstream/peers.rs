@@ -144,6 +144,9 @@ pub(crate) struct PeerSet {
     pub(crate) budget: RetryBudget,
     /// The upstream's TLS, when a peer speaks it: its session store is every worker's.
     pub(crate) tls: Option<Arc<UpstreamTls>>,
+    /// The peers speak HTTP/2 (`protocol = "h2"`/`"h2c"`): health checks do too, and the
+    /// requests in flight are counted (they are the streams of the metrics).
+    pub(crate) h2: bool,
 }
 
 /// Permission to send one request to a peer; report how it went with
@@ -305,6 +308,7 @@ impl PeerSet {
             epoch,
             budget: RetryBudget::new(c.retry_budget),
             tls,
+            h2: c.protocol != crate::config::Protocol::H1,
         }
     }
 

@@ -87,6 +87,14 @@ impl Stream {
         matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
+    /// Whether the peer chose HTTP/2 by ALPN (a TLS connection only).
+    pub(crate) fn speaks_h2(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+            Stream::Tcp(_) | Stream::Unix(_) => false,
+        }
+    }
+
     /// The TCP connection, for a tunnel: only a cleartext TCP one can be spliced.
     pub(crate) fn into_tcp(self) -> Option<TcpStream> {
         match self {

@@ -5,7 +5,8 @@
 //!
 //! The roots are the system's (`tlsclient::roots` says how they are read and why);
 //! `ca = FILE` replaces them. The crypto provider is *ring*, as for the listeners
-//! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`.
+//! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`, or `h2` for
+//! `protocol = "h2"`.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,7 +74,10 @@ impl UpstreamTls {
             }
             _ => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = match u.protocol {
+            crate::config::Protocol::H2 => vec![b"h2".to_vec()],
+            _ => vec![b"http/1.1".to_vec()],
+        };
         // Room for the 8 TLS 1.3 tickets rustls keeps per server name, for every peer's
         // name (rustls' default, 256, holds 32 names).
         let sessions = (tls_peers * 8).max(256);

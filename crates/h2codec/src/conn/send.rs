@@ -32,6 +32,28 @@ impl Conn {
         Ok(())
     }
 
+    /// Frames trailers after a response's body: a header block of `fields` (names in
+    /// lower case) with END_STREAM, which ends the stream (RFC 9113 section 8.1).
+    pub fn send_trailers<'f>(
+        &mut self,
+        stream: u32,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    ) -> Result<(), StreamGone> {
+        match self.streams.get_mut(&stream) {
+            Some(s) if s.send_open && s.headers_sent => s.send_open = false,
+            _ => return Err(StreamGone),
+        }
+        let at = frame::begin_headers(&mut self.out);
+        let mut block = self.encoder.block(&mut self.out);
+        for (name, value) in fields {
+            block.field_any_case(name, value);
+        }
+        block.finish();
+        frame::finish_headers(&mut self.out, at, stream, true, self.peer_max_frame);
+        self.sent_end(stream);
+        Ok(())
+    }
+
     /// What `stream` may send now: the smaller of its window and the connection's.
     pub fn capacity(&self, stream: u32) -> usize {
         match self.streams.get(&stream) {

@@ -92,6 +92,21 @@ pub(crate) trait Sink {
         response: Response,
         terms: Terms,
     ) -> Result<Sent<Self::Head>, Self::Gone>;
+    /// Whether the protocol reads a request body on while it sends the response, when the
+    /// handler answered before the body's end (HTTP/2: gRPC's streams both ways).
+    const DUPLEX: bool = false;
+    /// [`Sink::send`] while the request body goes on streaming to the handler through
+    /// `writer` (only when [`Sink::DUPLEX`]).
+    async fn send_duplex(
+        &mut self,
+        response: Response,
+        terms: Terms,
+        writer: handler::BodyWriter,
+    ) -> Result<Sent<Self::Head>, Self::Gone> {
+        drop(writer);
+        self.abandon_body();
+        self.send(response, terms).await
+    }
     /// Answers a `101` (only when [`Sink::SWITCHES`]): its head, and the tunnel to splice
     /// once it is logged (none when the handler handed over none: then it was a 502).
     async fn switch(
@@ -142,6 +157,9 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         held: _in_flight,
         notes,
     } = exchange;
+    // The request body's writer, when the handler answered before its end and the
+    // protocol reads it on while the response is sent.
+    let mut duplex = None;
     let mut response = match work {
         Work::Ready(response) => {
             sink.skip_body(framing).await;
@@ -150,8 +168,9 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
         Work::Deferred(deferred) => {
             let answer = if deferred.streams_body() && framing != BodyFraming::None {
                 match streamed(sink, deferred, framing, expect_continue).await? {
-                    Some((answer, whole)) => {
+                    Some((answer, whole, writer)) => {
                         keep_alive &= whole;
+                        duplex = writer;
                         answer
                     }
                     None => return Ok(false),
@@ -172,6 +191,9 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
             let upstreams = worker.current().upstreams.clone();
             let (answer, fell_back) = match (again, upstream, upstreams) {
                 (Some(again), Some(upstream), Some(upstreams)) => {
+                    if duplex.take().is_some() {
+                        sink.abandon_body();
+                    }
                     let sent = again.send(upstreams, upstream.to_string());
                     (sink.respond(handler::local_future(sent)).await?, true)
                 }
@@ -200,7 +222,10 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
                 version,
                 keep_alive,
             };
-            (sink.send(response, terms).await?, None)
+            match duplex.take() {
+                Some(writer) => (sink.send_duplex(response, terms, writer).await?, None),
+                None => (sink.send(response, terms).await?, None),
+            }
         }
     };
     worker.clock.refresh();
@@ -224,38 +249,44 @@ pub(crate) async fn finish<S: Sink>(sink: &mut S, exchange: Exchange) -> Result<
 /// A handler's answer to a request whose body streams to it (`request_buffering = false`):
 /// the body is pumped from the client while the handler's future runs, so that the
 /// handler (the proxy) sends each piece on as it comes. Returns the answer and whether the
-/// body was read to its end (else the connection closes after the response); `None`: the
-/// connection ends without an answer.
+/// body was read to its end (else the connection closes after the response), and, for a
+/// [`Sink::DUPLEX`] protocol whose handler answered first, the body's writer to go on
+/// with; `None`: the connection ends without an answer.
 async fn streamed<S: Sink>(
     sink: &mut S,
     deferred: handler::Later,
     framing: BodyFraming,
     expect_continue: bool,
-) -> Result<Option<(Result<Response, u16>, bool)>, S::Gone> {
+) -> Result<Option<(Result<Response, u16>, bool, Option<handler::BodyWriter>)>, S::Gone> {
     let length = match framing {
         BodyFraming::Length(n) => Some(n),
         _ => None,
     };
     let (writer, reader) = handler::body_pipe(length, handler::PIPE_CAPACITY);
     let mut responding = deferred.respond_streamed(reader);
+    let spare = S::DUPLEX.then(|| writer.share());
     let pumped = tokio::select! {
         biased;
         pumped = sink.pump_body(framing, expect_continue, writer) => pumped?,
         // The handler answered first (an origin that answers before reading the whole
-        // body, or an upstream that failed before a byte was sent).
+        // body, or an upstream that failed before a byte was sent; a gRPC stream).
         answer = &mut responding => {
-            sink.abandon_body();
-            return Ok(Some((answer, false)));
+            let duplex = spare.filter(|_| answer.is_ok());
+            if duplex.is_none() {
+                sink.abandon_body();
+            }
+            return Ok(Some((answer, false, duplex)));
         }
     };
+    drop(spare);
     Ok(match pumped {
-        Pumped::Done => Some((sink.respond(responding).await?, true)),
+        Pumped::Done => Some((sink.respond(responding).await?, true, None)),
         Pumped::Stopped => {
             sink.abandon_body();
-            Some((sink.respond(responding).await?, false))
+            Some((sink.respond(responding).await?, false, None))
         }
         // Dropping the handler's future aborts its upstream request.
-        Pumped::Refused(status) => Some((Err(status), false)),
+        Pumped::Refused(status) => Some((Err(status), false, None)),
         Pumped::Close => None,
     })
 }

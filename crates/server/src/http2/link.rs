@@ -139,6 +139,23 @@ impl Link<'_> {
         Ok(())
     }
 
+    /// Queues the trailers that end the body (after the bytes queued before).
+    pub(super) fn trailers(&self, fields: handler::FieldList) -> Result<(), Cancelled> {
+        let queued = self.with(|s| {
+            if s.cancelled {
+                return false;
+            }
+            s.trailers = Some(fields);
+            s.end = true;
+            true
+        });
+        self.streams.poke();
+        match queued {
+            Some(true) => Ok(()),
+            _ => Err(Cancelled),
+        }
+    }
+
     /// Hands over a static file's body whole: the connection reads its file ranges as
     /// it sends them.
     pub(super) fn pieces(&self, pieces: Vec<Piece>) -> Result<(), Cancelled> {
@@ -167,7 +184,7 @@ impl Link<'_> {
                     // Reset by the server (its body broke off): not the client's doing.
                     return if s.reset_by_us { Some(false) } else { None };
                 }
-                if s.head.is_some() || !s.data.is_empty() || s.reset.is_some() {
+                if !s.drained() || s.reset.is_some() {
                     s.waker = Some(cx.waker().clone());
                     s.want = true;
                     return Some(true);
@@ -244,7 +261,7 @@ impl Drop for Link<'_> {
             slot.waker = None;
             let given = self.streams.give_back.get() + slot.unread();
             self.streams.give_back.set(given);
-            let done = slot.data.is_empty() && slot.head.is_none() && slot.reset.is_none();
+            let done = slot.drained() && slot.reset.is_none();
             if slot.cancelled || done {
                 slots.remove(&self.id);
             }

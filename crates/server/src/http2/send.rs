@@ -82,8 +82,11 @@ pub(super) fn frame_pieces(conn: &mut Conn, id: u32, slot: &mut Slot) -> Result<
         if conn.output().len() >= OUTPUT_HIGH {
             return Ok(Some(Stop::Output));
         }
-        let last = slot.end && slot.data.len() == 1;
+        let last = slot.end && slot.data.len() == 1 && slot.trailers.is_none();
         let Some(front) = slot.data.front_mut() else {
+            if let Some(trailers) = slot.trailers.take() {
+                conn.send_trailers(id, trailers.iter()).map_err(|_| ())?;
+            }
             return Ok(None);
         };
         match front {
@@ -235,7 +238,7 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
             slot.queued = 0;
             conn.release(id, slot.unread());
         }
-        let drained = slot.head.is_none() && slot.data.is_empty();
+        let drained = slot.drained();
         if slot.cancelled || (slot.want && (slot.queued < max_queued || drained)) {
             slot.want = false;
             slot.wake();
@@ -243,7 +246,7 @@ pub(super) fn pump(streams: &Streams, conn: &mut Conn) {
         if !drained {
             sending += 1;
         }
-        slot.tasked || !slot.data.is_empty()
+        slot.tasked || !slot.drained()
     });
     drop(slots);
     if conn.output().len() > before {

@@ -24,6 +24,8 @@ pub(super) struct Slot {
     /// `[http2] max_send_buffer`).
     pub(super) queued: usize,
     pub(super) end: bool,
+    /// Trailers to frame after `data` (they end the stream: `end` is set with them).
+    pub(super) trailers: Option<handler::FieldList>,
     /// The task wants the stream reset (its body broke off).
     pub(super) reset: Option<Reason>,
     /// A task answers the stream (else the slot only holds what the window did not
@@ -56,6 +58,7 @@ impl Slot {
             data: VecDeque::new(),
             queued: 0,
             end: false,
+            trailers: None,
             reset: None,
             tasked,
             cancelled: false,
@@ -67,6 +70,11 @@ impl Slot {
             released: 0,
             waker: None,
         }
+    }
+
+    /// Whether nothing is left to frame: head, body and trailers.
+    pub(super) fn drained(&self) -> bool {
+        self.head.is_none() && self.data.is_empty() && self.trailers.is_none()
     }
 
     pub(super) fn wake(&mut self) {

@@ -456,7 +456,13 @@ impl Sink for Task<'_> {
         let head_len = lines_len(self.streams, &head, &lines);
         let link = self.link;
         let mut sent = 0u64;
-        let empty = matches!(body, Body::Empty);
+        // No content: END_STREAM on the HEADERS, no empty DATA after (a gRPC client
+        // reads such a head as the call's trailers).
+        let empty = match &body {
+            Body::Empty => true,
+            Body::Full(bytes) => bytes.is_empty(),
+            _ => false,
+        };
         let result = match link.head(Head::Made(head), empty) {
             Ok(()) if empty => Ok(()),
             Ok(()) => send_body(link, body, &mut sent).await,
@@ -470,6 +476,34 @@ impl Sink for Task<'_> {
             body: sent,
             complete: result.is_ok(),
         })
+    }
+
+    const DUPLEX: bool = true;
+
+    /// The response goes out while the request body is read on (gRPC streams both ways);
+    /// once the response has ended, the rest of the body is not read.
+    async fn send_duplex(
+        &mut self,
+        response: Response,
+        terms: Terms,
+        writer: handler::BodyWriter,
+    ) -> Result<Sent<Bytes>, Cancelled> {
+        let (streams, link, end_stream) = (self.streams, self.link, self.end_stream);
+        let pump = super::upload::pump_body(&streams.worker, link, end_stream, writer);
+        let mut pump = std::pin::pin!(pump);
+        let mut pumping = true;
+        let mut send = std::pin::pin!(self.send(response, terms));
+        loop {
+            tokio::select! {
+                sent = &mut send => {
+                    if pumping {
+                        link.stop_reading();
+                    }
+                    return sent;
+                }
+                _ = &mut pump, if pumping => pumping = false,
+            }
+        }
     }
 
     async fn switch(&mut self, _: Response) -> Result<(Sent<Bytes>, Option<Tunnel>), Cancelled> {
@@ -602,7 +636,10 @@ async fn send_body(link: &Link<'_>, body: Body, sent: &mut u64) -> Result<(), Ca
                 link.reset(Reason::INTERNAL_ERROR);
                 return Ok(());
             }
-            link.data(Bytes::new(), true).await
+            match body.take_trailers() {
+                Some(trailers) => link.trailers(trailers),
+                None => link.data(Bytes::new(), true).await,
+            }
         }
     }
 }

@@ -30,6 +30,11 @@ impl PassBody {
         }
     }
 
+    /// The trailers that ended the body (HTTP/2 upstreams only).
+    pub(crate) fn take_trailers(&mut self) -> Option<handler::FieldList> {
+        self.pooled.take_trailers()
+    }
+
     pub(crate) fn poll_next(
         &mut self,
         cx: &mut Context<'_>,
@@ -37,7 +42,7 @@ impl PassBody {
         match self.pooled.poll_chunk(cx) {
             Poll::Pending => {
                 if self.idle.as_mut().poll(cx).is_ready() {
-                    self.pooled.conn = None;
+                    self.pooled.abandon();
                     return Poll::Ready(Some(Err(UpstreamError::ResponseTimeout {
                         upstream: self.pooled.busy.upstream.name.clone(),
                     })));
@@ -46,7 +51,7 @@ impl PassBody {
             }
             Poll::Ready(Ok(None)) => Poll::Ready(None),
             Poll::Ready(Err(e)) => {
-                self.pooled.conn = None;
+                self.pooled.abandon();
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(Ok(Some(data))) => {
