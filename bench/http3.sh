@@ -18,8 +18,9 @@
 #           bench/esi-origin.py) over HTTP/3, against Varnish's cached ESI page over
 #           HTTP/1.1 (wrk -c CONNECTIONS; Varnish has no HTTP/3): target 10x cheaper;
 #   memory  IDLE (default 10,000) HTTP/3 connections opened by `tessera bench --http3 --rate
-#           1` and held idle: each server's resident memory grown, in bytes per
-#           connection (the highest RSS seen while they are open, less the RSS before).
+#           1` and held idle, on a new tessera and a new Caddy that have served nothing
+#           else: each one's resident memory grown, in bytes per connection opened (the
+#           highest RSS seen while they are open, less the RSS after one request).
 #
 # The generator's own comparison with h2load is bench/loadgen-h2.sh.
 #
@@ -66,7 +67,6 @@ wait_up "$origin_port" cached/frag/1
 
 # --- tessera: one worker; HTTP/2 and HTTP/3 on the same port (TCP and UDP); static files,
 # and /cached/ proxied to the origin.
-tessera_port=$(free_port)
 cat > "$work/tessera.toml" <<CONF
 root = "$site"
 [[upstream]]
@@ -76,36 +76,49 @@ addresses = ["127.0.0.1:$origin_port"]
 prefix = "/cached"
 upstream = "origin"
 CONF
-taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/tessera.toml" \
-    --listen "127.0.0.1:$(free_port)" --tls-listen "127.0.0.1:$tessera_port" \
-    --quic-listen "127.0.0.1:$tessera_port" \
-    --cert "$work/cert.pem" --key "$work/key.pem" --workers 1 --backlog 16384 \
-    2>"$work/tessera.log" &
-pids+=($!); tessera_pid=$!
+# start_tessera NAME: a tessera (one worker, core 0) on a new port; sets port and pid.
+start_tessera() {
+    port=$(free_port)
+    taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/tessera.toml" \
+        --listen "127.0.0.1:$(free_port)" --tls-listen "127.0.0.1:$port" \
+        --quic-listen "127.0.0.1:$port" \
+        --cert "$work/cert.pem" --key "$work/key.pem" --workers 1 --backlog 16384 \
+        2>"$work/$1.log" &
+    pid=$!
+    pids+=("$pid")
+}
+start_tessera tessera
+tessera_port=$port tessera_pid=$pid
 
 # --- Caddy 2.6: one Go thread, the same files; HTTP/3 on its TLS port.
-caddy_port=$(free_port)
-mkdir -p "$work/caddy"
-cat > "$work/caddy/Caddyfile" <<CADDY
+# start_caddy NAME: a Caddy (GOMAXPROCS=1, core 0) on a new port; sets port and pid.
+start_caddy() {
+    port=$(free_port)
+    mkdir -p "$work/$1"
+    cat > "$work/$1/Caddyfile" <<CADDY
 {
 	admin off
 	auto_https disable_redirects
-	storage file_system $work/caddy/state
+	storage file_system $work/$1/state
 	servers {
 		protocols h1 h2 h3
 	}
 }
-https://127.0.0.1:$caddy_port {
+https://127.0.0.1:$port {
 	bind 127.0.0.1
 	tls $work/cert.pem $work/key.pem
 	root * $site
 	file_server
 }
 CADDY
-HOME="$work/caddy" XDG_DATA_HOME="$work/caddy/data" XDG_CONFIG_HOME="$work/caddy/config" \
-    GOMAXPROCS=1 taskset -c $SERVER_CPU caddy run --config "$work/caddy/Caddyfile" \
-    --adapter caddyfile >"$work/caddy/log" 2>&1 &
-pids+=($!); caddy_pid=$!
+    HOME="$work/$1" XDG_DATA_HOME="$work/$1/data" XDG_CONFIG_HOME="$work/$1/config" \
+        GOMAXPROCS=1 taskset -c $SERVER_CPU caddy run --config "$work/$1/Caddyfile" \
+        --adapter caddyfile >"$work/$1/log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+}
+start_caddy caddy
+caddy_port=$port caddy_pid=$pid
 
 # --- Varnish: the cached ESI page over HTTP/1.1.
 varnish_port=$(free_port)
@@ -132,14 +145,18 @@ h3_get() {
     "$TESSERA" bench -q --json --insecure --http3 -t1 -c1 -n1 "https://127.0.0.1:$1$2" >"$3" 2>&1 &&
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['requests'] == 1 and d['errors']['total'] == 0 else 1)" "$3"
 }
-for name in tessera caddy; do
-    port=$([ $name = tessera ] && echo "$tessera_port" || echo "$caddy_port")
+# wait_h3 NAME PORT: waits (at most 10 s) until the server answers over HTTP/3.
+wait_h3() {
     for i in $(seq 100); do
-        h3_get "$port" /12b.txt "$work/up.json" && break
-        [ "$i" -lt 100 ] || { echo "$name did not answer over HTTP/3:" >&2; cat "$work/up.json" "$work/$name.log" "$work/caddy/log" >&2 2>/dev/null; exit 1; }
+        h3_get "$2" /12b.txt "$work/up.json" && return 0
         sleep 0.1
     done
-done
+    echo "$1 did not answer over HTTP/3:" >&2
+    cat "$work/up.json" >&2
+    exit 1
+}
+wait_h3 tessera "$tessera_port"
+wait_h3 caddy "$caddy_port"
 alt_svc=$(curl -sk -D - -o /dev/null "https://127.0.0.1:$tessera_port/12b.txt" | tr -d '\r' | awk -F': ' 'tolower($1) == "alt-svc" {print $2}')
 [ -n "$alt_svc" ] || { echo "check failed: no Alt-Svc on tessera's TLS listener" >&2; exit 1; }
 for _ in 1 2; do
@@ -223,34 +240,47 @@ if [[ " $CASES " == *" esi "* ]]; then
 fi
 
 # idle_bytes PID PORT: IDLE connections opened and held by `tessera bench --http3 --rate 1`
-# for long enough to open them all; prints "connections bytes-per-connection" for PID.
+# for long enough to open them all; prints "connections bytes-per-connection
+# peak-bytes-per-connection" for PID: its RSS 4 s before the load ends (every connection
+# open and idle), and the highest RSS seen (the handshakes' own memory included), each
+# less its RSS before, per connection opened.
 idle_bytes() {
-    local pid=$1 port=$2 before peak rss bench
+    local pid=$1 port=$2 before peak rss steady bench seconds start
     sleep 2
     before=$(rss_kib "$pid")
-    peak=$before
+    peak=$before steady=$before
+    seconds=$((IDLE / 250 + 15))
     taskset -c $LOAD_CPU "$TESSERA" bench -q --json --insecure --http3 -t1 -c"$IDLE" --rate 1 \
-        -d"$((IDLE / 250 + 15))s" "https://127.0.0.1:$port/12b.txt" >"$work/idle.json" &
+        -d"${seconds}s" "https://127.0.0.1:$port/12b.txt" >"$work/idle.json" &
     bench=$!
+    start=$SECONDS
     while kill -0 "$bench" 2>/dev/null; do
         rss=$(rss_kib "$pid")
         [ "$rss" -le "$peak" ] || peak=$rss
+        [ $((SECONDS - start)) -gt $((seconds - 4)) ] || steady=$rss
         sleep 0.5
     done
     wait "$bench" || true
-    python3 - "$work/idle.json" "$before" "$peak" <<'PY'
+    python3 - "$work/idle.json" "$before" "$steady" "$peak" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-c = d["connects"]
-opened = c["count"]
+# connects.count counts the attempts; those that failed to connect hold no memory.
+opened = d["connects"]["count"] - d["errors"]["connect"]
 if d["errors"]["total"]:
     print(f"tessera bench reported errors: {d['errors']}", file=sys.stderr)
-print(opened, round((int(sys.argv[3]) - int(sys.argv[2])) * 1024 / max(opened, 1)))
+before, steady, peak = (int(x) for x in sys.argv[2:5])
+print(opened, round((steady - before) * 1024 / max(opened, 1)), round((peak - before) * 1024 / max(opened, 1)))
 PY
 }
 
 if [[ " $CASES " == *" memory "* ]]; then
-    read -r t_conns t_bytes < <(idle_bytes "$tessera_pid" "$tessera_port")
-    read -r c_conns c_bytes < <(idle_bytes "$caddy_pid" "$caddy_port")
-    echo "idle-h3    tessera: $t_bytes bytes per connection ($t_conns connections); caddy: $c_bytes bytes per connection ($c_conns connections); caddy/tessera x$(awk -v c="$c_bytes" -v t="$t_bytes" 'BEGIN {printf "%.2f", c / t}')"
+    start_tessera tessera-idle
+    idle_tessera_port=$port idle_tessera_pid=$pid
+    start_caddy caddy-idle
+    idle_caddy_port=$port idle_caddy_pid=$pid
+    wait_h3 tessera-idle "$idle_tessera_port"
+    wait_h3 caddy-idle "$idle_caddy_port"
+    read -r t_conns t_bytes t_peak < <(idle_bytes "$idle_tessera_pid" "$idle_tessera_port")
+    read -r c_conns c_bytes c_peak < <(idle_bytes "$idle_caddy_pid" "$idle_caddy_port")
+    echo "idle-h3    tessera: $t_bytes bytes per idle connection (peak $t_peak; $t_conns connections); caddy: $c_bytes (peak $c_peak; $c_conns connections); caddy/tessera x$(awk -v c="$c_bytes" -v t="$t_bytes" 'BEGIN {printf "%.2f", c / t}')"
 fi
