@@ -26,7 +26,7 @@
 # nginx/tessera. The floor (bench/floor.c, one recv and one send per request, a fixed
 # 1 KB response) is measured on core 0 the same way, for scale.
 #
-# usage: bench/upstream-protocols.sh   (env: PARTS="https upload" ROUNDS=5 SECONDS_PER_RUN=5
+# usage: bench/upstream-protocols.sh   (env: PARTS="https upload grpc" ROUNDS=5 SECONDS_PER_RUN=5
 #                                       CONNECTIONS=50 UPLOAD_MIB=8 UPLOAD_CONNECTIONS=4
 #                                       GRPC_CONCURRENCY=50 GRPC_CONNECTIONS=5
 #                                       NO_BUILD=1 to skip cargo, TESSERA=another build)
@@ -38,7 +38,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-50}
-PARTS=${PARTS:-https upload}
+PARTS=${PARTS:-https upload grpc}
 UPLOAD_MIB=${UPLOAD_MIB:-8}
 UPLOAD_CONNECTIONS=${UPLOAD_CONNECTIONS:-4}
 GRPC_CONCURRENCY=${GRPC_CONCURRENCY:-50}
