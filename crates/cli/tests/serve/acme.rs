@@ -235,12 +235,25 @@ impl Pebble {
 
     /// Pebble's issuing root, from its management interface (`/roots/0`), in a file.
     pub(crate) fn issuing_root(&self) -> PathBuf {
-        let out = Command::new("curl")
-            .args(["-sS", "--fail", "--cacert"])
-            .arg(self.ca())
-            .arg(format!("https://{}/roots/0", self.management))
-            .output()
-            .expect("curl");
+        // Pebble logs "ACME directory available" before its management listener is up
+        // (a refused connection was seen under the full suite's load): asked again for
+        // up to 10 s.
+        let fetch = || {
+            Command::new("curl")
+                .args(["-sS", "--fail", "--cacert"])
+                .arg(self.ca())
+                .arg(format!("https://{}/roots/0", self.management))
+                .output()
+                .expect("curl")
+        };
+        let mut out = fetch();
+        for _ in 0..100 {
+            if out.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            out = fetch();
+        }
         assert!(
             out.status.success(),
             "{}",
