@@ -26,13 +26,14 @@ import ssl
 import sys
 
 from aioquic.asyncio import connect
-from aioquic.buffer import Buffer
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import (
     ConnectionTerminated,
+    StreamDataReceived,
     StreamReset,
 )
 
@@ -53,17 +54,11 @@ class Client(QuicConnectionProtocol):
                 check(stream)
 
         self.h3._check_content_length = check_unless_head
-        # aioquic reads GOAWAY and drops it: noted here, so that a load loop opens a new
-        # connection after it.
+        # aioquic reads GOAWAY and drops it: the server's control stream is read here
+        # too, for the GOAWAY's stream id, so that a load loop knows which requests the
+        # server did not process.
         self.goaway = None
-        control = self.h3._handle_control_frame
-
-        def note_goaway(frame_type, frame_data):
-            if frame_type == 0x7:
-                self.goaway = Buffer(data=frame_data).pull_uint_var()
-            return control(frame_type, frame_data)
-
-        self.h3._handle_control_frame = note_goaway
+        self.uni = {}
 
     def request(self, req, port):
         stream_id = self._quic.get_next_available_stream_id()
@@ -94,7 +89,24 @@ class Client(QuicConnectionProtocol):
         self.transmit()
         return done
 
+    def read_control(self, stream_id, data):
+        buf = self.uni.setdefault(stream_id, bytearray())
+        buf += data
+        b = Buffer(data=bytes(buf))
+        try:
+            if b.pull_uint_var() != 0:  # not the control stream
+                return
+            while True:
+                frame_type = b.pull_uint_var()
+                payload = b.pull_bytes(b.pull_uint_var())
+                if frame_type == 0x7:
+                    self.goaway = Buffer(data=payload).pull_uint_var()
+        except BufferReadError:
+            pass
+
     def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
+            self.read_control(event.stream_id, event.data)
         if isinstance(event, ConnectionTerminated):
             self.terminated = {"code": event.error_code, "reason": event.reason_phrase}
             for s in self.streams.values():
@@ -173,6 +185,13 @@ async def one(spec, ticket=None, tickets=None):
 H3_REQUEST_REJECTED = 0x10B
 
 
+async def close(held):
+    try:
+        await asyncio.wait_for(held[0].__aexit__(None, None, None), 5)
+    except Exception:  # a connection the server already dropped: nothing to close
+        pass
+
+
 async def load_task(spec, keep, deadline, count):
     loop = asyncio.get_running_loop()
     held = None
@@ -180,7 +199,7 @@ async def load_task(spec, keep, deadline, count):
         try:
             if held is None or held[1].goaway is not None or held[1].terminated:
                 if held is not None:
-                    await held[0].__aexit__(None, None, None)
+                    await close(held)
                 config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
                 config.server_name = spec.get("server_name", "localhost")
                 config.verify_mode = ssl.CERT_NONE
@@ -199,7 +218,8 @@ async def load_task(spec, keep, deadline, count):
                 continue
             if s["status"] != 200 or bytes(s["body"]) != spec["expect"].encode():
                 raise RuntimeError(f"status {s['status']} body {bytes(s['body'])[:40]!r} "
-                                   f"reset {s['reset_code']} closed {client.terminated}")
+                                   f"reset {s['reset_code']} closed {client.terminated} "
+                                   f"stream {stream_id} goaway {client.goaway} keep {keep}")
             count["ok"] += 1
         except Exception as e:
             count["failed"] += 1
@@ -208,10 +228,10 @@ async def load_task(spec, keep, deadline, count):
             if held is not None:
                 held[1].terminated = held[1].terminated or {"code": -1}
         if not keep and held is not None:
-            await held[0].__aexit__(None, None, None)
+            await close(held)
             held = None
     if held is not None:
-        await held[0].__aexit__(None, None, None)
+        await close(held)
 
 
 async def load(spec):
