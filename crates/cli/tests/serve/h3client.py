@@ -10,6 +10,8 @@ or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BOD
 for S seconds, two tasks with a new connection per request and two on kept connections
 (a new one after GOAWAY, and a request the server rejected unprocessed, H3_REQUEST_REJECTED,
 sent again, as RFC 9114 section 4.1.1 lets a client): {"ok", "failed", "errors"}.
+or {"port", "amplification": true, "seconds": S}: a client's first datagram alone, then
+what the server sends back in S seconds: {"sent", "received", "sizes"}.
 Every connection sends every request, all at once (concurrent streams), then stays open
 `hold` seconds more. With `overrun_streams` the client ignores the server's stream limit
 (a misbehaving client). With `zero_rtt` a first connection gets a session ticket, and
@@ -242,9 +244,43 @@ async def load(spec):
     print(json.dumps(count))
 
 
+def amplification(spec):
+    """Sends a client's first Initial datagram alone, acknowledges nothing, and counts
+    what the server sends back to the unproven address within `seconds`."""
+    import socket
+    import time
+
+    from aioquic.quic.connection import QuicConnection
+
+    config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+    config.server_name = "localhost"
+    config.verify_mode = ssl.CERT_NONE
+    quic = QuicConnection(configuration=config)
+    addr = ("127.0.0.1", spec["port"])
+    quic.connect(addr, now=time.time())
+    first = quic.datagrams_to_send(now=time.time())[0][0]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.sendto(first, addr)
+    sock.settimeout(0.2)
+    received = 0
+    sizes = []
+    deadline = time.time() + spec["seconds"]
+    while time.time() < deadline:
+        try:
+            got = sock.recv(65536)
+            received += len(got)
+            sizes.append(len(got))
+        except socket.timeout:
+            pass
+    print(json.dumps({"sent": len(first), "received": received, "sizes": sizes}))
+
+
 async def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
+    if "amplification" in spec:
+        amplification(spec)
+        return
     if "load_seconds" in spec:
         await load(spec)
         return

@@ -582,3 +582,30 @@ fn a_reload_applies_new_http3_limits_to_the_connections_after_it() {
     let served = after[0]["responses"].as_array().unwrap();
     assert!(served.iter().all(|r| r["status"] == 200), "{after:?}");
 }
+
+#[test]
+fn an_unproven_address_is_sent_about_three_times_what_it_sent_at_most() {
+    let quic = QuicSite::start("", &[]);
+    // A client's first flight from an address that then says nothing more (a spoofed
+    // source): the server's answers and their retransmissions, for three seconds.
+    let spec = json!({"port": quic.quic.port(), "amplification": true, "seconds": 3});
+    let count = h3(quic.site.dir.path(), spec);
+    let (sent, received) = (
+        count["sent"].as_u64().unwrap(),
+        count["received"].as_u64().unwrap(),
+    );
+    assert!(sent >= 1200, "{count}");
+    assert!(received > 0, "the server answered nothing: {count}");
+    // quinn sends a datagram while what it sent is under three times what it received,
+    // so the last one may pass that by less than its own size (docs/http3.md).
+    let last = count["sizes"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    assert!(received - last < 3 * sent, "amplified past 3x: {count}");
+    assert!(received < 4 * sent, "{count}");
+    assert_served(&quic);
+}
