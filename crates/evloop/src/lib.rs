@@ -1,6 +1,7 @@
 //! What every crate on the request path needs from the worker's event loop: timers
 //! ([`time`]), tasks spawned beside the connections ([`spawn_local`]), TCP connections
-//! on the loop's epoll ([`net`]: the proxy's upstream connections), the wake-up that
+//! and UDP sockets on the loop's epoll ([`net`]: the proxy's upstream connections, QUIC's
+//! sockets), the wake-up that
 //! reaches a loop parked in its `epoll_wait` from any thread ([`Notifier`]), and the
 //! per-poll budget that keeps one busy connection from holding the loop ([`budget`]).
 //!

@@ -1,6 +1,7 @@
 //! TCP connections on the loop's epoll: the proxy's upstream connections, so that an
 //! upstream socket's event wakes the loop from its one `epoll_wait` like a client
-//! socket's, instead of going through tokio's epoll and a second wait (issue 49).
+//! socket's, instead of going through tokio's epoll and a second wait (issue 49). UDP
+//! sockets too ([`UdpSocket`]: QUIC's, whose packets the server's HTTP/3 reads).
 //!
 //! The server attaches its epoll to the loop ([`crate::Loop::attach_epoll`]) and hands
 //! every event marked [`TAG`] to [`dispatch`]. A connection holds a row of a table of
@@ -129,15 +130,15 @@ pub fn dispatch(data: u64, events: u32) {
 }
 
 /// A socket registered on the loop's epoll.
-struct Registered {
-    socket: std::net::TcpStream,
+struct Registered<S: AsRawFd = std::net::TcpStream> {
+    socket: S,
     entry: Rc<Readiness>,
     row: u32,
     io: Rc<Io>,
 }
 
-impl Registered {
-    fn new(io: Rc<Io>, socket: std::net::TcpStream) -> io::Result<Registered> {
+impl<S: AsRawFd> Registered<S> {
+    fn new(io: Rc<Io>, socket: S) -> io::Result<Registered<S>> {
         let entry = Rc::new(Readiness::default());
         let (row, generation) = {
             let mut rows = io.rows.borrow_mut();
@@ -204,7 +205,7 @@ impl Registered {
         &self,
         cx: &mut Context<'_>,
         bit: u8,
-        mut op: impl FnMut(&std::net::TcpStream) -> io::Result<R>,
+        mut op: impl FnMut(&S) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
         loop {
             std::task::ready!(self.poll_ready(cx, bit));
@@ -224,10 +225,79 @@ impl Registered {
     }
 }
 
-impl Drop for Registered {
+impl<S: AsRawFd> Drop for Registered<S> {
     fn drop(&mut self) {
         // The descriptor closes after this, which takes it out of epoll.
         self.release();
+    }
+}
+
+/// Whether this thread's loop has an epoll attached ([`UdpSocket::register`] needs one).
+pub fn attached() -> bool {
+    current().is_some()
+}
+
+/// A UDP socket on the loop's epoll, edge-triggered, with tokio's semantics: readiness
+/// is cleared when an operation says `WouldBlock` ([`UdpSocket::try_io`]). Datagram
+/// sockets have no end, so an error event is cleared like readiness (where a TCP
+/// connection's is kept).
+pub struct UdpSocket(Registered<std::net::UdpSocket>);
+
+impl UdpSocket {
+    /// Registers `socket` (non-blocking) on this thread's loop's epoll; an error on a
+    /// thread without one ([`attached`]).
+    pub fn register(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        let io = current().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::Unsupported, "no event loop on this thread")
+        })?;
+        socket.set_nonblocking(true)?;
+        Registered::new(io, socket).map(UdpSocket)
+    }
+
+    pub fn socket(&self) -> &std::net::UdpSocket {
+        &self.0.socket
+    }
+
+    /// Ready when the socket may have a datagram to read.
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.poll_ready(cx, READ)
+    }
+
+    /// Ready when the socket may take a datagram to send.
+    pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.poll_ready(cx, WRITE)
+    }
+
+    /// Runs `op` on the socket; a `WouldBlock` clears the readiness of `direction`
+    /// ([`READ`] or [`WRITE`]), so the next poll waits for epoll.
+    pub fn try_io<R>(
+        &self,
+        direction: u8,
+        op: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let result = op(&self.0.socket);
+        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.0.clear(direction | direction << 2);
+        }
+        result
+    }
+}
+
+impl Drop for UdpSocket {
+    fn drop(&mut self) {
+        // Taken out of epoll here: the process may hold another descriptor of the same
+        // socket (a listening socket's, kept for an upgrade), which would keep it
+        // registered after this one closes.
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as in `Registered::new`; the socket is registered there.
+        unsafe {
+            libc::epoll_ctl(
+                self.0.io.epoll,
+                libc::EPOLL_CTL_DEL,
+                self.0.socket.as_raw_fd(),
+                &mut event,
+            )
+        };
     }
 }
 
@@ -335,7 +405,7 @@ async fn connect_one(io: &Rc<Io>, addr: SocketAddr) -> io::Result<TcpStream> {
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return Err(e),
     }
-    let registered = Registered::new(io.clone(), socket.into())?;
+    let registered: Registered = Registered::new(io.clone(), socket.into())?;
     std::future::poll_fn(|cx| registered.poll_ready(cx, WRITE)).await;
     if let Some(e) = registered.socket.take_error()? {
         return Err(e);

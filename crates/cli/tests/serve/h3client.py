@@ -10,6 +10,8 @@ or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BOD
 for S seconds, two tasks with a new connection per request and two on kept connections
 (a new one after GOAWAY, and a request the server rejected unprocessed, H3_REQUEST_REJECTED,
 sent again, as RFC 9114 section 4.1.1 lets a client): {"ok", "failed", "errors"}.
+or {"port", "amplification": true, "seconds": S}: a client's first datagram alone, then
+what the server sends back in S seconds: {"sent", "received", "sizes"}.
 Every connection sends every request, all at once (concurrent streams), then stays open
 `hold` seconds more. With `overrun_streams` the client ignores the server's stream limit
 (a misbehaving client). With `zero_rtt` a first connection gets a session ticket, and
@@ -26,13 +28,14 @@ import ssl
 import sys
 
 from aioquic.asyncio import connect
-from aioquic.buffer import Buffer
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import (
     ConnectionTerminated,
+    StreamDataReceived,
     StreamReset,
 )
 
@@ -53,17 +56,11 @@ class Client(QuicConnectionProtocol):
                 check(stream)
 
         self.h3._check_content_length = check_unless_head
-        # aioquic reads GOAWAY and drops it: noted here, so that a load loop opens a new
-        # connection after it.
+        # aioquic reads GOAWAY and drops it: the server's control stream is read here
+        # too, for the GOAWAY's stream id, so that a load loop knows which requests the
+        # server did not process.
         self.goaway = None
-        control = self.h3._handle_control_frame
-
-        def note_goaway(frame_type, frame_data):
-            if frame_type == 0x7:
-                self.goaway = Buffer(data=frame_data).pull_uint_var()
-            return control(frame_type, frame_data)
-
-        self.h3._handle_control_frame = note_goaway
+        self.uni = {}
 
     def request(self, req, port):
         stream_id = self._quic.get_next_available_stream_id()
@@ -94,7 +91,24 @@ class Client(QuicConnectionProtocol):
         self.transmit()
         return done
 
+    def read_control(self, stream_id, data):
+        buf = self.uni.setdefault(stream_id, bytearray())
+        buf += data
+        b = Buffer(data=bytes(buf))
+        try:
+            if b.pull_uint_var() != 0:  # not the control stream
+                return
+            while True:
+                frame_type = b.pull_uint_var()
+                payload = b.pull_bytes(b.pull_uint_var())
+                if frame_type == 0x7:
+                    self.goaway = Buffer(data=payload).pull_uint_var()
+        except BufferReadError:
+            pass
+
     def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
+            self.read_control(event.stream_id, event.data)
         if isinstance(event, ConnectionTerminated):
             self.terminated = {"code": event.error_code, "reason": event.reason_phrase}
             for s in self.streams.values():
@@ -173,6 +187,13 @@ async def one(spec, ticket=None, tickets=None):
 H3_REQUEST_REJECTED = 0x10B
 
 
+async def close(held):
+    try:
+        await asyncio.wait_for(held[0].__aexit__(None, None, None), 5)
+    except Exception:  # a connection the server already dropped: nothing to close
+        pass
+
+
 async def load_task(spec, keep, deadline, count):
     loop = asyncio.get_running_loop()
     held = None
@@ -180,7 +201,7 @@ async def load_task(spec, keep, deadline, count):
         try:
             if held is None or held[1].goaway is not None or held[1].terminated:
                 if held is not None:
-                    await held[0].__aexit__(None, None, None)
+                    await close(held)
                 config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
                 config.server_name = spec.get("server_name", "localhost")
                 config.verify_mode = ssl.CERT_NONE
@@ -199,7 +220,8 @@ async def load_task(spec, keep, deadline, count):
                 continue
             if s["status"] != 200 or bytes(s["body"]) != spec["expect"].encode():
                 raise RuntimeError(f"status {s['status']} body {bytes(s['body'])[:40]!r} "
-                                   f"reset {s['reset_code']} closed {client.terminated}")
+                                   f"reset {s['reset_code']} closed {client.terminated} "
+                                   f"stream {stream_id} goaway {client.goaway} keep {keep}")
             count["ok"] += 1
         except Exception as e:
             count["failed"] += 1
@@ -208,10 +230,10 @@ async def load_task(spec, keep, deadline, count):
             if held is not None:
                 held[1].terminated = held[1].terminated or {"code": -1}
         if not keep and held is not None:
-            await held[0].__aexit__(None, None, None)
+            await close(held)
             held = None
     if held is not None:
-        await held[0].__aexit__(None, None, None)
+        await close(held)
 
 
 async def load(spec):
@@ -222,9 +244,43 @@ async def load(spec):
     print(json.dumps(count))
 
 
+def amplification(spec):
+    """Sends a client's first Initial datagram alone, acknowledges nothing, and counts
+    what the server sends back to the unproven address within `seconds`."""
+    import socket
+    import time
+
+    from aioquic.quic.connection import QuicConnection
+
+    config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
+    config.server_name = "localhost"
+    config.verify_mode = ssl.CERT_NONE
+    quic = QuicConnection(configuration=config)
+    addr = ("127.0.0.1", spec["port"])
+    quic.connect(addr, now=time.time())
+    first = quic.datagrams_to_send(now=time.time())[0][0]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.sendto(first, addr)
+    sock.settimeout(0.2)
+    received = 0
+    sizes = []
+    deadline = time.time() + spec["seconds"]
+    while time.time() < deadline:
+        try:
+            got = sock.recv(65536)
+            received += len(got)
+            sizes.append(len(got))
+        except socket.timeout:
+            pass
+    print(json.dumps({"sent": len(first), "received": received, "sizes": sizes}))
+
+
 async def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
+    if "amplification" in spec:
+        amplification(spec)
+        return
     if "load_seconds" in spec:
         await load(spec)
         return

@@ -14,9 +14,33 @@ pub(crate) struct Conn {
     /// The handshake is done (always, unless the connection began with 0-RTT data).
     pub(crate) confirmed: Cell<bool>,
     pub(crate) handshake: tokio::sync::Notify,
+    /// Requests accepted and not yet answered, and what wakes the connection when the
+    /// last is (`Answered`).
+    pub(crate) requests: Cell<usize>,
+    pub(crate) answered: tokio::sync::Notify,
+}
+
+/// Counts a request answered when dropped, however its task ends.
+pub(crate) struct Answered<'c>(pub(crate) &'c Conn);
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        let left = self.0.requests.get().saturating_sub(1);
+        self.0.requests.set(left);
+        if left == 0 {
+            self.0.answered.notify_waiters();
+        }
+    }
 }
 
 impl Conn {
+    /// Waits until no accepted request is left unanswered.
+    pub(crate) async fn all_answered(&self) {
+        while self.requests.get() > 0 {
+            self.answered.notified().await;
+        }
+    }
+
     /// Waits until the handshake is done (a request that must not be replayed, sent in
     /// 0-RTT data).
     pub(crate) async fn confirmed(&self) {

@@ -230,6 +230,8 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
         facts: facts(worker, &quic),
         confirmed: Cell::new(early.is_none()),
         handshake: tokio::sync::Notify::new(),
+        requests: Cell::new(0),
+        answered: tokio::sync::Notify::new(),
     });
     if let Some(accepted) = early {
         let conn = conn.clone();
@@ -261,13 +263,18 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
                 break;
             }
         }
+        // After the GOAWAY, the connection ends once its requests are answered: h3's
+        // `accept` would wait for the client to close it too, and a client's close
+        // that the successor of a binary upgrade reads would never come.
         let accepted = tokio::select! {
             biased;
+            _ = conn.all_answered(), if going_away => break,
             _ = worker.shutdown.notified(), if !going_away => continue,
             accepted = h3.accept() => accepted,
         };
         match accepted {
             Ok(Some(resolver)) => {
+                conn.requests.set(conn.requests.get() + 1);
                 drop(evloop::spawn_local(stream::serve(resolver, conn.clone())));
             }
             Ok(None) | Err(_) => break,

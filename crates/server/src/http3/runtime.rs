@@ -11,11 +11,11 @@
 //! it, on the same thread. The one `unsafe` below ([`OnThread`]) states that, and checks
 //! it at every use, so that a misuse panics instead of racing.
 //!
-//! The UDP socket is quinn's tokio socket (quinn-udp underneath: GSO and GRO where the
-//! kernel has them, ECN, the packet's local address), registered with the tokio runtime
-//! that every worker runs for its upstream sockets, whose epoll is itself watched by the
-//! worker's epoll (`net/event_loop.rs`): a datagram's arrival costs that second
-//! `epoll_wait`, as an upstream socket's event does.
+//! The UDP socket is on the worker's own epoll (`evloop::net::UdpSocket`), so that a
+//! datagram's arrival wakes the loop from its one `epoll_wait` like a TCP client's
+//! bytes; it is read and written with quinn-udp (GSO and GRO where the kernel has them,
+//! ECN, the packet's local address). Its readiness lives on the worker's thread, as the
+//! timers do ([`OnThread`]).
 
 use std::fmt;
 use std::future::Future;
@@ -27,7 +27,8 @@ use std::task::{Context, Poll};
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use quinn::{AsyncTimer, AsyncUdpSocket, Runtime};
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller};
 
 /// The runtime of the worker whose thread creates the endpoint.
 #[derive(Debug)]
@@ -46,7 +47,12 @@ impl Runtime for OnLoop {
     }
 
     fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
-        quinn::TokioRuntime.wrap_udp_socket(socket)
+        let state = UdpSocketState::new((&socket).into())?;
+        let io = evloop::net::UdpSocket::register(socket)?;
+        Ok(Arc::new(Udp {
+            io: OnThread::new(io),
+            state,
+        }))
     }
 }
 
@@ -57,10 +63,12 @@ struct OnThread<T> {
     thread: ThreadId,
 }
 
-// SAFETY: `T` is only ever reached (`get`) and dropped on the thread that made it:
-// `get` panics on any other, and `drop` leaks it there. Moving the wrapper to another
-// thread moves no access to `T` with it.
+// SAFETY: `T` is only ever reached (`get`, `get_ref`) and dropped on the thread that
+// made it: both panic on any other, and `drop` leaks it there. Moving the wrapper to
+// another thread, or sharing a reference to it, gives no access to `T` there.
 unsafe impl<T> Send for OnThread<T> {}
+// SAFETY: as above: through `&OnThread<T>` only `get_ref` reaches `T`, on its thread.
+unsafe impl<T> Sync for OnThread<T> {}
 
 impl<T> OnThread<T> {
     fn new(value: T) -> OnThread<T> {
@@ -71,12 +79,21 @@ impl<T> OnThread<T> {
     }
 
     fn get(&mut self) -> &mut T {
+        self.check();
+        &mut self.value
+    }
+
+    fn get_ref(&self) -> &T {
+        self.check();
+        &self.value
+    }
+
+    fn check(&self) {
         assert_eq!(
             std::thread::current().id(),
             self.thread,
-            "a QUIC timer used off its worker's thread"
+            "a QUIC timer or socket used off its worker's thread"
         );
-        &mut self.value
     }
 }
 
@@ -106,5 +123,79 @@ impl AsyncTimer for Timer {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context) -> Poll<()> {
         self.0.get().as_mut().poll(cx)
+    }
+}
+
+/// The endpoint's UDP socket on the worker's epoll.
+struct Udp {
+    io: OnThread<evloop::net::UdpSocket>,
+    state: UdpSocketState,
+}
+
+impl fmt::Debug for Udp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Udp")
+    }
+}
+
+impl AsyncUdpSocket for Udp {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable(self))
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        let io = self.io.get_ref();
+        io.try_io(evloop::net::WRITE, |socket| {
+            self.state.send(socket.into(), transmit)
+        })
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let io = self.io.get_ref();
+        loop {
+            std::task::ready!(io.poll_readable(cx));
+            match io.try_io(evloop::net::READ, |socket| {
+                self.state.recv(socket.into(), bufs, meta)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.io.get_ref().socket().local_addr()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+}
+
+/// Waits for the socket to take more datagrams.
+struct Writable(Arc<Udp>);
+
+impl fmt::Debug for Writable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Writable")
+    }
+}
+
+impl UdpPoller for Writable {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        self.0.io.get_ref().poll_writable(cx).map(Ok)
     }
 }

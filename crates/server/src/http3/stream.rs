@@ -41,6 +41,7 @@ enum Step {
 
 /// Answers one request stream.
 pub(super) async fn serve(resolver: Resolver, conn: Rc<Conn>) {
+    let _answered = conn::Answered(&conn);
     // An oversized field section (past `limits.max_head_size`) is answered 431 by h3.
     let Ok((request, mut stream)) = resolver.resolve_request().await else {
         return;
