@@ -125,12 +125,11 @@ impl Upstream {
                     tracing::debug!(upstream = %self.name, "stream not processed (GOAWAY or refused); sending it on another connection");
                 }
                 Ok(Err(Failed::Unprocessed)) => {
-                    let error = protocol("the peer did not process the request".into());
+                    let error = protocol(Failed::Unprocessed.to_string());
                     return Err(Failure::of(error, resendable, true));
                 }
                 Ok(Err(Failed::Connect(error))) => return Err(Failure::of(error, true, true)),
-                Ok(Err(Failed::Broken(message))) if message.starts_with("client body: ") => {
-                    let message = message["client body: ".len()..].to_string();
+                Ok(Err(Failed::ClientBody(message))) => {
                     let upstream = self.name.clone();
                     let error = UpstreamError::RequestBody { upstream, message };
                     return Err(Failure::of(error, false, false));
@@ -164,11 +163,14 @@ async fn pump_body(sender: H2Sender, body: handler::RequestBody, stall: Duration
         let next = std::future::poll_fn(|cx| body.poll_chunk(cx)).await;
         let (chunk, end) = match next {
             None => (bytes::Bytes::new(), true),
-            Some(Err(e)) => return sender.fail(e.0),
+            Some(Err(e)) => return sender.fail(Failed::ClientBody(e.0)),
             Some(Ok(chunk)) => (chunk, false),
         };
         match evloop::time::timeout(stall, sender.send(chunk, end)).await {
-            Err(_) => return sender.fail("the peer took no body byte in time".into()),
+            Err(_) => {
+                let why = "the peer took no request body byte in time".into();
+                return sender.fail(Failed::Broken(why));
+            }
             Ok(Err(_)) => return,
             Ok(Ok(())) if end => return,
             Ok(Ok(())) => {}

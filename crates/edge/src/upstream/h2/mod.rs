@@ -169,13 +169,14 @@ impl H2Sender {
         send(&self.conn, self.id, data, end).await
     }
 
-    /// The client's body broke off: the stream is reset (CANCEL), and the request fails
-    /// with `why` (the response already passed on is cut short).
-    pub(crate) fn fail(&self, why: String) {
+    /// The body cannot go on (the client's broke off, or the peer took none of it in
+    /// time): the stream is reset (CANCEL), and the request fails with `why` (a response
+    /// already passed on is cut short).
+    pub(crate) fn fail(&self, why: Failed) {
         let mut s = self.conn.borrow_mut();
         let Some(slot) = s.slot(self.id) else { return };
         if slot.failed.is_none() {
-            slot.failed = Some(Failed::Broken(format!("client body: {why}")));
+            slot.failed = Some(why);
         }
         slot.local_done = true;
         slot.ended = true;
@@ -332,7 +333,7 @@ pub(crate) async fn check(
                 return Ok(status);
             }
             if let Some(why) = &slot.failed {
-                return Err(bad(format!("{why:?}")));
+                return Err(bad(why.to_string()));
             }
         }
         let n = stream.read_buf(&mut read).await?;
