@@ -45,6 +45,10 @@ impl Upstream {
         req.encode(&mut h1, &self.path_prefix, hop);
         let fields = request_fields(&h1, self.protocol == Protocol::H2);
         let has_body = req.streamed.is_some() || !req.body.is_empty();
+        let grpc = match &req.fields {
+            super::Fields::Plain(fields) => crate::grpc::is_grpc(fields),
+            super::Fields::Forwarded(f) => crate::grpc::is_grpc(f.client_headers),
+        };
         let mut resends = RESENDS;
         loop {
             let conn = self.peers[peer].h2.with_room().unwrap_or_else(|| {
@@ -62,7 +66,7 @@ impl Upstream {
                 // timeout does not run while it is sent (a slow client's upload takes as
                 // long as it does), only from its end.
                 Some(body) => {
-                    let sending = evloop::spawn_local(pump_body(
+                    let mut sending = evloop::spawn_local(pump_body(
                         stream.sender(),
                         body.share(),
                         self.response_timeout,
@@ -70,9 +74,18 @@ impl Upstream {
                     pump = Some(sending.abort_handle());
                     let head = tokio::select! {
                         head = self.head_h2(&stream) => Some(head),
-                        _ = sending => None,
+                        _ = &mut sending => None,
                     };
                     match head {
+                        // A head before the body's end is passed on at once for gRPC
+                        // (its streams go both ways) and for an error (the origin's
+                        // refusal); any other waits for the body's end, as over HTTP/1.1,
+                        // so that a client that cannot send and receive at once (an
+                        // HTTP/1.1 one) gets the whole of both.
+                        Some(Ok(head)) if !grpc && head.status.as_u16() < 400 => {
+                            let _ = (&mut sending).await;
+                            Ok(Ok(head))
+                        }
                         Some(head) => Ok(head),
                         None => {
                             timeout_at(

@@ -175,7 +175,8 @@ impl H2Sender {
     pub(crate) fn fail(&self, why: Failed) {
         let mut s = self.conn.borrow_mut();
         let Some(slot) = s.slot(self.id) else { return };
-        if slot.failed.is_none() {
+        // A response that has ended whole stays whole.
+        if slot.failed.is_none() && !slot.ended {
             slot.failed = Some(why);
         }
         slot.local_done = true;
