@@ -229,19 +229,44 @@ fn h2_to_a_peer_that_does_not_choose_h2_by_alpn_is_a_502() {
 
 #[test]
 fn goaway_from_the_origin_mid_load_loses_no_request() {
-    let site = Site::new();
-    // nginx ends a connection with GOAWAY after 150 requests, while up to 100 more are
-    // in flight on it: those above its last stream are sent again on a new connection.
-    let nginx = Nginx::start(
-        site.dir.path(),
-        "http2",
-        "keepalive_requests 150;",
-        "location / { return 200 \"ok\\n\"; }",
-    );
-    let server = serve(&site, nginx.port, "protocol = \"h2c\"");
-    h2load(2000, &["-c", "100", "-m", "1", &url(&server, "/load")]);
-    assert_all_h2(&nginx, 2000);
-    assert!(nginx.connections() >= 14, "{}", nginx.connections());
+    for tls in [false, true] {
+        let site = Site::new();
+        let dir = site.dir.path();
+        let ca = Ca::new(dir, "test-ca");
+        let (cert, key) = ca.sign(dir, "origin", &["origin.test"]);
+        let (listen, certificate, keys) = match tls {
+            false => ("http2", String::new(), "protocol = \"h2c\"".to_string()),
+            true => (
+                "ssl http2",
+                format!(
+                    "ssl_certificate {};\n    ssl_certificate_key {};",
+                    cert.display(),
+                    key.display()
+                ),
+                format!(
+                    "tls = true\nca = {:?}\nsni = \"origin.test\"\nprotocol = \"h2\"",
+                    ca.pem.display().to_string()
+                ),
+            ),
+        };
+        // nginx ends a connection with GOAWAY after 150 requests, while up to 100 more
+        // are in flight on it: those above its last stream are sent again on a new
+        // connection.
+        let nginx = Nginx::start(
+            dir,
+            listen,
+            "keepalive_requests 150;",
+            &format!("{certificate}\n    location / {{ return 200 \"ok\\n\"; }}"),
+        );
+        let server = serve(&site, nginx.port, &keys);
+        h2load(2000, &["-c", "100", "-m", "1", &url(&server, "/load")]);
+        assert_all_h2(&nginx, 2000);
+        assert!(
+            nginx.connections() >= 14,
+            "tls {tls}: {}",
+            nginx.connections()
+        );
+    }
 }
 
 /// An origin behind nginx that answers `BYTES SUM` of the body it read.

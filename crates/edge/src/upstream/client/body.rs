@@ -63,7 +63,7 @@ impl Pooled {
             return match ready!(stream.poll_data(cx)) {
                 // The stream stays until the response is dropped: its trailers follow.
                 Ok(data) => Poll::Ready(Ok(data)),
-                Err(e) => Poll::Ready(Err(protocol(format!("{e:?}")))),
+                Err(e) => Poll::Ready(Err(protocol(e.to_string()))),
             };
         }
         loop {

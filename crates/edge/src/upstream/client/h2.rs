@@ -45,6 +45,10 @@ impl Upstream {
         req.encode(&mut h1, &self.path_prefix, hop);
         let fields = request_fields(&h1, self.protocol == Protocol::H2);
         let has_body = req.streamed.is_some() || !req.body.is_empty();
+        let grpc = match &req.fields {
+            super::Fields::Plain(fields) => crate::grpc::is_grpc(fields),
+            super::Fields::Forwarded(f) => crate::grpc::is_grpc(f.client_headers),
+        };
         let mut resends = RESENDS;
         loop {
             let conn = self.peers[peer].h2.with_room().unwrap_or_else(|| {
@@ -62,7 +66,7 @@ impl Upstream {
                 // timeout does not run while it is sent (a slow client's upload takes as
                 // long as it does), only from its end.
                 Some(body) => {
-                    let sending = evloop::spawn_local(pump_body(
+                    let mut sending = evloop::spawn_local(pump_body(
                         stream.sender(),
                         body.share(),
                         self.response_timeout,
@@ -70,9 +74,18 @@ impl Upstream {
                     pump = Some(sending.abort_handle());
                     let head = tokio::select! {
                         head = self.head_h2(&stream) => Some(head),
-                        _ = sending => None,
+                        _ = &mut sending => None,
                     };
                     match head {
+                        // A head before the body's end is passed on at once for gRPC
+                        // (its streams go both ways) and for an error (the origin's
+                        // refusal); any other waits for the body's end, as over HTTP/1.1,
+                        // so that a client that cannot send and receive at once (an
+                        // HTTP/1.1 one) gets the whole of both.
+                        Some(Ok(head)) if !grpc && head.status.as_u16() < 400 => {
+                            let _ = (&mut sending).await;
+                            Ok(Ok(head))
+                        }
                         Some(head) => Ok(head),
                         None => {
                             timeout_at(
@@ -125,12 +138,11 @@ impl Upstream {
                     tracing::debug!(upstream = %self.name, "stream not processed (GOAWAY or refused); sending it on another connection");
                 }
                 Ok(Err(Failed::Unprocessed)) => {
-                    let error = protocol("the peer did not process the request".into());
+                    let error = protocol(Failed::Unprocessed.to_string());
                     return Err(Failure::of(error, resendable, true));
                 }
                 Ok(Err(Failed::Connect(error))) => return Err(Failure::of(error, true, true)),
-                Ok(Err(Failed::Broken(message))) if message.starts_with("client body: ") => {
-                    let message = message["client body: ".len()..].to_string();
+                Ok(Err(Failed::ClientBody(message))) => {
                     let upstream = self.name.clone();
                     let error = UpstreamError::RequestBody { upstream, message };
                     return Err(Failure::of(error, false, false));
@@ -164,11 +176,14 @@ async fn pump_body(sender: H2Sender, body: handler::RequestBody, stall: Duration
         let next = std::future::poll_fn(|cx| body.poll_chunk(cx)).await;
         let (chunk, end) = match next {
             None => (bytes::Bytes::new(), true),
-            Some(Err(e)) => return sender.fail(e.0),
+            Some(Err(e)) => return sender.fail(Failed::ClientBody(e.0)),
             Some(Ok(chunk)) => (chunk, false),
         };
         match evloop::time::timeout(stall, sender.send(chunk, end)).await {
-            Err(_) => return sender.fail("the peer took no body byte in time".into()),
+            Err(_) => {
+                let why = "the peer took no request body byte in time".into();
+                return sender.fail(Failed::Broken(why));
+            }
             Ok(Err(_)) => return,
             Ok(Ok(())) if end => return,
             Ok(Ok(())) => {}

@@ -169,13 +169,15 @@ impl H2Sender {
         send(&self.conn, self.id, data, end).await
     }
 
-    /// The client's body broke off: the stream is reset (CANCEL), and the request fails
-    /// with `why` (the response already passed on is cut short).
-    pub(crate) fn fail(&self, why: String) {
+    /// The body cannot go on (the client's broke off, or the peer took none of it in
+    /// time): the stream is reset (CANCEL), and the request fails with `why` (a response
+    /// already passed on is cut short).
+    pub(crate) fn fail(&self, why: Failed) {
         let mut s = self.conn.borrow_mut();
         let Some(slot) = s.slot(self.id) else { return };
-        if slot.failed.is_none() {
-            slot.failed = Some(Failed::Broken(format!("client body: {why}")));
+        // A response that has ended whole stays whole.
+        if slot.failed.is_none() && !slot.ended {
+            slot.failed = Some(why);
         }
         slot.local_done = true;
         slot.ended = true;
@@ -332,7 +334,7 @@ pub(crate) async fn check(
                 return Ok(status);
             }
             if let Some(why) = &slot.failed {
-                return Err(bad(format!("{why:?}")));
+                return Err(bad(why.to_string()));
             }
         }
         let n = stream.read_buf(&mut read).await?;
@@ -341,5 +343,62 @@ pub(crate) async fn check(
             return Err(bad("no HTTP/2 response head".into()));
         }
         s.feed(&mut read).map_err(bad)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http1_head_becomes_http2_fields() {
+        let h1 = b"POST /api?x=1 HTTP/1.1\r\nhost: app.test\r\nconnection: keep-alive\r\n\
+            transfer-encoding: chunked\r\nte: gzip\r\ncontent-type: application/grpc\r\n\
+            x-forwarded-for: 10.0.0.1\r\n\r\n";
+        let fields: Vec<(String, String)> = request_fields(h1, false)
+            .into_iter()
+            .map(|(n, v)| {
+                let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                (s(n), s(v))
+            })
+            .collect();
+        let want = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", "app.test"),
+            (":path", "/api?x=1"),
+            ("content-type", "application/grpc"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("te", "trailers"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(fields, want);
+    }
+
+    #[test]
+    fn goaway_fails_the_streams_above_its_last_as_unprocessed() {
+        let mut s = Shared::new(100);
+        let head: [(&[u8], &[u8]); 4] = [
+            (b":method", b"GET"),
+            (b":scheme", b"http"),
+            (b":authority", b"a"),
+            (b":path", b"/"),
+        ];
+        let one = s.open(head.into_iter(), true);
+        let three = s.open(head.into_iter(), true);
+        let mut peer = Vec::new();
+        frame::write_goaway(&mut peer, one, frame::Reason::NO_ERROR, b"");
+        let mut read = bytes::BytesMut::from(&peer[..]);
+        s.feed(&mut read).unwrap();
+        assert!(read.is_empty());
+        assert_eq!(s.room(), 0);
+        assert!(s.slot(one).unwrap().failed.is_none());
+        assert!(matches!(
+            s.slot(three).unwrap().failed,
+            Some(Failed::Unprocessed)
+        ));
     }
 }

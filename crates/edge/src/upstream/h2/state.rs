@@ -42,6 +42,19 @@ pub(crate) enum Failed {
     Connect(crate::error::UpstreamError),
     /// The connection broke, or the peer reset the stream.
     Broken(String),
+    /// The client's request body broke off (it went away, or passed a limit).
+    ClientBody(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Unprocessed => f.write_str("the peer did not process the request"),
+            Failed::Connect(e) => write!(f, "{e}"),
+            Failed::Broken(why) => f.write_str(why),
+            Failed::ClientBody(why) => write!(f, "the client's body: {why}"),
+        }
+    }
 }
 
 pub(super) struct Slot {
