@@ -4,7 +4,7 @@ Usage: python3 h3client.py SPEC.json   (prints a JSON report on stdout)
 
 SPEC: {"port": N, "server_name": "localhost", "ca": PATH or null (no verification),
        "connections": 1, "requests": [{"method", "path", "authority", "headers": [[k, v]],
-       "body": TEXT}], "overrun_streams": false, "timeout": 30, "hold": 0,
+       "body": TEXT, "content_length": TEXT (instead of the body's)}], "overrun_streams": false, "timeout": 30, "hold": 0,
        "zero_rtt": false}
 or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BODY}
 for S seconds, two tasks with a new connection per request and two on kept connections
@@ -75,7 +75,9 @@ class Client(QuicConnectionProtocol):
         if req.get("method") == "HEAD":
             self.head_streams.add(stream_id)
         if body is not None:
-            headers.append((b"content-length", str(len(body.encode("latin-1"))).encode()))
+            # "content_length" sends another length than the body's (a malformed request).
+            length = req.get("content_length", str(len(body.encode("latin-1"))))
+            headers.append((b"content-length", length.encode()))
         self.h3.send_headers(stream_id, headers, end_stream=body is None)
         if body is not None:
             self.h3.send_data(stream_id, body.encode("latin-1"), end_stream=True)

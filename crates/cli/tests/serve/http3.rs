@@ -624,3 +624,78 @@ fn an_unproven_address_is_sent_about_three_times_what_it_sent_at_most() {
     assert!(received < 4 * sent, "{count}");
     assert_served(&quic);
 }
+
+/// An origin that answers each request once its body (by its Content-Length) has come,
+/// keeps the connection, and records every byte it receives.
+fn recording_origin() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let all = seen.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                stream
+                    .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    all.lock().unwrap().extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let length: usize = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if got.len() >= end + 4 + length {
+                        got.drain(..end + 4 + length);
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn a_body_longer_or_shorter_than_its_content_length_never_reaches_the_origin() {
+    // RFC 9114 section 4.1.2: DATA past the content-length (or short of it) makes the
+    // request malformed. Passed on, the rest would be read by an HTTP/1.1 origin as
+    // another request that tessera never routed (request smuggling). A short body is
+    // streamed as it comes, then cut off, as a client gone mid-body is: the origin's
+    // connection closes, and the client is refused.
+    let (origin, seen) = recording_origin();
+    let proxy = format!("http://{origin}");
+    let quic = QuicSite::start("", &["--proxy", &proxy]);
+    let smuggled = "helloGET /admin HTTP/1.1\r\nHost: internal\r\n\r\n";
+    let got = quic.get_all(json!([
+        {"method": "POST", "path": "/upload", "body": smuggled, "content_length": "5"},
+        {"method": "POST", "path": "/short", "body": "abc", "content_length": "10"},
+        {"method": "POST", "path": "/fine", "body": "hello", "content_length": "5"},
+    ]));
+    for (i, response) in got.iter().take(2).enumerate() {
+        assert!(
+            response["status"] == 400 || response["reset"] == true,
+            "request {i}: {response}"
+        );
+    }
+    assert_eq!(got[2]["status"], 200, "{}", got[2]);
+    assert_eq!(body(&got[2]), b"ok");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seen = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(
+        !seen.contains("/admin"),
+        "the origin read a smuggled request: {seen}"
+    );
+    assert!(seen.contains("POST /fine"), "{seen}");
+}

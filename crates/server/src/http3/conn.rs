@@ -13,6 +13,9 @@ pub(crate) struct Conn {
     pub(crate) facts: ConnFacts,
     /// The handshake is done (always, unless the connection began with 0-RTT data).
     pub(crate) confirmed: Cell<bool>,
+    /// The connection was lost before its handshake was done (a replayed 0-RTT flight
+    /// ends so): what waited for the handshake is never answered.
+    pub(crate) lost: Cell<bool>,
     pub(crate) handshake: tokio::sync::Notify,
     /// Requests accepted and not yet answered, and what wakes the connection when the
     /// last is (`Answered`).
@@ -42,11 +45,12 @@ impl Conn {
     }
 
     /// Waits until the handshake is done (a request that must not be replayed, sent in
-    /// 0-RTT data).
-    pub(crate) async fn confirmed(&self) {
-        while !self.confirmed.get() {
+    /// 0-RTT data): `true`, or `false` when the connection was lost before it was.
+    pub(crate) async fn confirmed(&self) -> bool {
+        while !self.confirmed.get() && !self.lost.get() {
             self.handshake.notified().await;
         }
+        self.confirmed.get()
     }
 }
 

@@ -229,15 +229,23 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
         worker: worker.clone(),
         facts: facts(worker, &quic),
         confirmed: Cell::new(early.is_none()),
+        lost: Cell::new(false),
         handshake: tokio::sync::Notify::new(),
         requests: Cell::new(0),
         answered: tokio::sync::Notify::new(),
     });
     if let Some(accepted) = early {
         let conn = conn.clone();
+        let quic = quic.clone();
         drop(evloop::spawn_local(async move {
+            // It resolves when the handshake is done, or when the connection is lost
+            // before (its value means nothing on a server, quinn says): told apart by
+            // whether the connection is still open.
             accepted.await;
-            conn.confirmed.set(true);
+            match quic.close_reason() {
+                None => conn.confirmed.set(true),
+                Some(_) => conn.lost.set(true),
+            }
             conn.handshake.notify_waiters();
         }));
     }
@@ -255,13 +263,21 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
         return;
     };
     let mut going_away = false;
+    // The highest request stream id accepted, and the GOAWAY's once it is sent: the
+    // first id not processed (RFC 9114 section 5.2), one past the last accepted.
+    let mut last_id: Option<u64> = None;
+    let mut goaway_id: Option<u64> = None;
     loop {
         if worker.is_shutting_down() && !going_away {
             going_away = true;
             // GOAWAY: no stream after those accepted; `accept` ends once they finish.
-            if h3.shutdown(0).await.is_err() {
+            // `shutdown(1)` names the stream after the last accepted (`shutdown(0)`
+            // would name the last accepted itself, which the client would then take for
+            // unprocessed and send again elsewhere).
+            if h3.shutdown(1).await.is_err() {
                 break;
             }
+            goaway_id = Some(last_id.map_or(0, |id| id + 4));
         }
         // After the GOAWAY, the connection ends once its requests are answered: h3's
         // `accept` would wait for the client to close it too, and a client's close
@@ -274,6 +290,15 @@ async fn connection(connecting: quinn::Connecting, worker: &Rc<Worker>) {
         };
         match accepted {
             Ok(Some(resolver)) => {
+                // `frame_stream` is public in h3 0.0.8 (hidden from its docs); its id is
+                // the request stream's.
+                let id = resolver.frame_stream.id().into_inner();
+                if goaway_id.is_some_and(|first_unprocessed| id >= first_unprocessed) {
+                    // h3 lets in a stream with the GOAWAY's own id, which the client
+                    // will send again elsewhere: not processed here.
+                    continue;
+                }
+                last_id = Some(last_id.map_or(id, |last| last.max(id)));
                 conn.requests.set(conn.requests.get() + 1);
                 drop(evloop::spawn_local(stream::serve(resolver, conn.clone())));
             }

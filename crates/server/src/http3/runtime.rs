@@ -52,6 +52,7 @@ impl Runtime for OnLoop {
         Ok(Arc::new(Udp {
             io: OnThread::new(io),
             state,
+            writers: Arc::default(),
         }))
     }
 }
@@ -130,6 +131,28 @@ impl AsyncTimer for Timer {
 struct Udp {
     io: OnThread<evloop::net::UdpSocket>,
     state: UdpSocketState,
+    /// Every connection waiting for the socket to take datagrams again: the socket's
+    /// readiness keeps one waker, and quinn gives each connection a poller of its own
+    /// that must be woken.
+    writers: Arc<Writers>,
+}
+
+/// The wakers of the connections waiting to write, woken together by the one waker
+/// the socket's readiness keeps.
+#[derive(Default)]
+struct Writers(std::sync::Mutex<Vec<std::task::Waker>>);
+
+impl std::task::Wake for Writers {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waiting = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for waker in waiting {
+            waker.wake();
+        }
+    }
 }
 
 impl fmt::Debug for Udp {
@@ -196,6 +219,23 @@ impl fmt::Debug for Writable {
 
 impl UdpPoller for Writable {
     fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
-        self.0.io.get_ref().poll_writable(cx).map(Ok)
+        let udp = &self.0;
+        {
+            let mut waiting = udp.writers.0.lock().unwrap_or_else(|e| e.into_inner());
+            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                waiting.push(cx.waker().clone());
+            }
+        }
+        let all = std::task::Waker::from(udp.writers.clone());
+        let ready = udp
+            .io
+            .get_ref()
+            .poll_writable(&mut Context::from_waker(&all));
+        if ready.is_ready() {
+            // Not waiting any more (a later wake of it would be spurious, not wrong).
+            let mut waiting = udp.writers.0.lock().unwrap_or_else(|e| e.into_inner());
+            waiting.retain(|w| !w.will_wake(cx.waker()));
+        }
+        ready.map(Ok)
     }
 }

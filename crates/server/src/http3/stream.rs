@@ -23,6 +23,24 @@ use crate::reply::Terms;
 use crate::worker::Worker;
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+/// Awaits one write to `$stream` (`$send`), bounded by `$wait` (`timeouts.write`): a
+/// client that takes nothing (gives no flow-control credit) for that long has the
+/// stream reset, as a TCP client that reads nothing is closed. `Err(Gone)` when the
+/// stream broke or was reset.
+macro_rules! written {
+    ($stream:expr, $wait:expr, $send:expr) => {{
+        let done = evloop::time::timeout($wait, $send).await;
+        match done {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_)) => Err(Gone),
+            Err(_) => {
+                $stream.stop_stream(Code::H3_REQUEST_CANCELLED);
+                Err(Gone)
+            }
+        }
+    }};
+}
 type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
 
 /// Bytes of a file read and handed to QUIC at a time: QUIC's flow control then holds
@@ -42,15 +60,24 @@ enum Step {
 /// Answers one request stream.
 pub(super) async fn serve(resolver: Resolver, conn: Rc<Conn>) {
     let _answered = conn::Answered(&conn);
-    // An oversized field section (past `limits.max_head_size`) is answered 431 by h3.
-    let Ok((request, mut stream)) = resolver.resolve_request().await else {
+    // An oversized field section (past `limits.max_head_size`) is answered 431 by h3; a
+    // stream whose head does not come within `timeouts.head` is dropped.
+    let timeouts = conn.worker.current().gen.config.timeouts.clone();
+    let head_wait = Duration::from_secs_f64(timeouts.head);
+    let write_wait = Duration::from_secs_f64(timeouts.write);
+    let Ok(Ok((request, mut stream))) =
+        evloop::time::timeout(head_wait, resolver.resolve_request()).await
+    else {
         return;
     };
     let read_at = conn::now();
     if !conn.confirmed.get() && !is_safe(request.method()) {
         // Sent in 0-RTT data, which could be a replay: answered once the handshake
-        // proves the client is live (docs/http3.md).
-        conn.confirmed().await;
+        // proves the client is live (docs/http3.md), never if the connection is lost
+        // first.
+        if !conn.confirmed().await {
+            return;
+        }
     }
     conn.worker.clock.refresh();
     let mut checked = None;
@@ -58,7 +85,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Conn>) {
         match start(&conn, &request, read_at, checked.as_ref()) {
             Step::Ready(head, pieces) => {
                 let head_only = request.method() == http::Method::HEAD;
-                let _ = send_fields(&mut stream, head, pieces, head_only).await;
+                let _ = send_fields(&mut stream, head, pieces, (head_only, write_wait)).await;
                 return;
             }
             Step::Wait(check) => checked = Some(check.await),
@@ -253,21 +280,25 @@ async fn send_fields(
     stream: &mut Stream,
     head: FieldsHead,
     pieces: Vec<Piece>,
-    head_only: bool,
-) -> Result<(), h3::error::StreamError> {
+    (head_only, wait): (bool, Duration),
+) -> Result<(), Gone> {
     let Some(response) = response(head.status(), head.iter()) else {
         stream.stop_stream(Code::H3_INTERNAL_ERROR);
         return Ok(());
     };
-    stream.send_response(response).await?;
+    written!(stream, wait, stream.send_response(response))?;
     if !wire::no_body(head_only, head.status()) {
         for piece in pieces {
             match piece {
-                Piece::Bytes(bytes) => stream.send_data(bytes).await?,
+                Piece::Bytes(bytes) => written!(stream, wait, stream.send_data(bytes))?,
                 Piece::Memory { entry, start, end } => {
                     let body = &entry.body()[start..end];
                     for chunk in body.chunks(FILE_CHUNK) {
-                        stream.send_data(Bytes::copy_from_slice(chunk)).await?;
+                        written!(
+                            stream,
+                            wait,
+                            stream.send_data(Bytes::copy_from_slice(chunk))
+                        )?;
                     }
                 }
                 Piece::File {
@@ -284,7 +315,7 @@ async fn send_fields(
                             stream.stop_stream(Code::H3_INTERNAL_ERROR);
                             return Ok(());
                         }
-                        stream.send_data(Bytes::from(chunk)).await?;
+                        written!(stream, wait, stream.send_data(Bytes::from(chunk)))?;
                         offset += n as u64;
                         len -= n as u64;
                     }
@@ -292,7 +323,7 @@ async fn send_fields(
             }
         }
     }
-    stream.finish().await
+    written!(stream, wait, stream.finish())
 }
 
 /// HTTP/3's side of a request answered by a handler (`exchange::finish`).
@@ -347,10 +378,16 @@ impl Sink for Task<'_> {
         let mut all = BytesMut::new();
         let read = async {
             while let Some(chunk) = self.chunk().await? {
+                if !within(framing, all.len() as u64 + chunk.len() as u64) {
+                    return Ok(Err(400));
+                }
                 if all.len() as u64 + chunk.len() as u64 > max {
                     return Ok(Err(413));
                 }
                 all.extend_from_slice(&chunk);
+            }
+            if !complete(framing, all.len() as u64) {
+                return Ok(Err(400));
             }
             Ok(Ok(()))
         };
@@ -388,12 +425,23 @@ impl Sink for Task<'_> {
                     writer.fail(handler::BodyFailure::ClientGone);
                     return Err(gone);
                 }
+                Ok(Ok(None)) if !complete(framing, seen) => {
+                    writer.fail(handler::BodyFailure::Malformed);
+                    return Ok(Pumped::Refused(400));
+                }
                 Ok(Ok(None)) => {
                     writer.finish();
                     return Ok(Pumped::Done);
                 }
                 Ok(Ok(Some(chunk))) => {
                     seen += chunk.len() as u64;
+                    if !within(framing, seen) {
+                        // More than its content-length: nothing of it goes on (an HTTP/1.1
+                        // origin would read the rest as another request).
+                        writer.fail(handler::BodyFailure::Malformed);
+                        self.stream.stop_sending(Code::H3_MESSAGE_ERROR);
+                        return Ok(Pumped::Refused(400));
+                    }
                     if seen > max {
                         writer.fail(handler::BodyFailure::TooLarge);
                         return Ok(Pumped::Refused(413));
@@ -452,11 +500,16 @@ impl Sink for Task<'_> {
         let head = made.with_fields(worker, facts, |fields| response_of(status, fields));
         let mut sent = 0u64;
         let result = match head {
-            Some(head) => match self.stream.send_response(head).await {
-                Ok(()) if content => send_body(self.stream, response.body, &mut sent).await,
-                Ok(()) => self.stream.finish().await.map_err(|_| Gone),
-                Err(_) => Err(Gone),
-            },
+            Some(head) => {
+                let wait = Duration::from_secs_f64(worker.current().gen.config.timeouts.write);
+                match written!(self.stream, wait, self.stream.send_response(head)) {
+                    Ok(()) if content => {
+                        send_body(self.stream, response.body, &mut sent, wait).await
+                    }
+                    Ok(()) => written!(self.stream, wait, self.stream.finish()),
+                    Err(gone) => Err(gone),
+                }
+            }
             None => {
                 self.stream.stop_stream(Code::H3_INTERNAL_ERROR);
                 Err(Gone)
@@ -496,18 +549,23 @@ fn response_of<'a>(
 }
 
 /// A handler's body, sent as it arrives (an ESI page as its fragments come).
-async fn send_body(stream: &mut Stream, body: Body, sent: &mut u64) -> Result<(), Gone> {
+async fn send_body(
+    stream: &mut Stream,
+    body: Body,
+    sent: &mut u64,
+    wait: Duration,
+) -> Result<(), Gone> {
     let length = body.length();
     match body {
         Body::Empty => {}
         Body::Full(bytes) => {
             *sent += bytes.len() as u64;
-            stream.send_data(bytes).await.map_err(|_| Gone)?;
+            written!(stream, wait, stream.send_data(bytes))?;
         }
         Body::Ready(chunks) => {
             for chunk in chunks.iter().filter(|c| !c.is_empty()) {
                 *sent += chunk.len() as u64;
-                stream.send_data(chunk.clone()).await.map_err(|_| Gone)?;
+                written!(stream, wait, stream.send_data(chunk.clone()))?;
             }
         }
         mut body @ Body::Stream { .. } => {
@@ -516,7 +574,7 @@ async fn send_body(stream: &mut Stream, body: Body, sent: &mut u64) -> Result<()
                     Ok(chunk) if chunk.is_empty() => {}
                     Ok(chunk) => {
                         *sent += chunk.len() as u64;
-                        stream.send_data(chunk).await.map_err(|_| Gone)?;
+                        written!(stream, wait, stream.send_data(chunk))?;
                     }
                     Err(e) => {
                         // Broken off after the head went out: a reset tells the client
@@ -533,5 +591,23 @@ async fn send_body(stream: &mut Stream, body: Body, sent: &mut u64) -> Result<()
             }
         }
     }
-    stream.finish().await.map_err(|_| Gone)
+    written!(stream, wait, stream.finish())
+}
+
+/// Whether `seen` body bytes fit the request's declared length (RFC 9114 section 4.1.2:
+/// DATA past `content-length` makes the request malformed).
+fn within(framing: BodyFraming, seen: u64) -> bool {
+    match framing {
+        BodyFraming::Length(n) => seen <= n,
+        _ => true,
+    }
+}
+
+/// Whether a body that ended after `seen` bytes is as long as it said (one that ends
+/// short is malformed too).
+fn complete(framing: BodyFraming, seen: u64) -> bool {
+    match framing {
+        BodyFraming::Length(n) => seen == n,
+        _ => true,
+    }
 }

@@ -40,7 +40,7 @@ impl H2Pool {
         let mut conns = self.conns.borrow_mut();
         conns.retain(|c| {
             let c = c.borrow();
-            c.closed.is_none() && !c.going_away
+            c.closed.is_none() && !c.going_away && !c.useless()
         });
         conns.iter().find(|c| c.borrow().room() > 0).cloned()
     }

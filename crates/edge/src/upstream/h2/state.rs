@@ -148,6 +148,12 @@ impl Shared {
     }
 
     /// How many more streams may be opened now.
+    /// The peer allows no stream on this connection at all (SETTINGS_MAX_CONCURRENT_STREAMS
+    /// 0) and none is open: it is of no use, and kept it would only hold a socket.
+    pub(super) fn useless(&self) -> bool {
+        self.peer_max_streams == 0 && self.streams.is_empty()
+    }
+
     pub(super) fn room(&self) -> u32 {
         if self.going_away || self.closed.is_some() || self.next_stream > (1 << 31) - 2 {
             return 0;
