@@ -4,7 +4,9 @@ Usage: python3 h3client.py SPEC.json   (prints a JSON report on stdout)
 
 SPEC: {"port": N, "server_name": "localhost", "ca": PATH or null (no verification),
        "connections": 1, "requests": [{"method", "path", "authority", "headers": [[k, v]],
-       "body": TEXT, "content_length": TEXT (instead of the body's)}], "overrun_streams": false, "timeout": 30, "hold": 0,
+       "body": TEXT, "content_length": TEXT (instead of the body's)}],
+       "partial_heads": N (streams whose head never comes whole; the report's
+       "partial_closed" counts those the server closed), "overrun_streams": false, "timeout": 30, "hold": 0,
        "zero_rtt": false}
 or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BODY}
 for S seconds, two tasks with a new connection per request and two on kept connections
@@ -35,6 +37,7 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import (
     ConnectionTerminated,
+    StopSendingReceived,
     StreamDataReceived,
     StreamReset,
 )
@@ -61,6 +64,18 @@ class Client(QuicConnectionProtocol):
         # server did not process.
         self.goaway = None
         self.uni = {}
+        # Streams opened with a head that never ends ("partial_head"), and those of them
+        # the server closed (STOP_SENDING, a reset or its end of the stream).
+        self.partial = set()
+        self.partial_closed = set()
+
+    def partial_head(self):
+        """Opens a request stream and sends the start of a HEADERS frame that claims 100
+        bytes and brings 5: a head that never comes whole."""
+        stream_id = self._quic.get_next_available_stream_id()
+        self.partial.add(stream_id)
+        self._quic.send_stream_data(stream_id, b"\x01\x40\x64abcde", end_stream=False)
+        self.transmit()
 
     def request(self, req, port):
         stream_id = self._quic.get_next_available_stream_id()
@@ -109,6 +124,12 @@ class Client(QuicConnectionProtocol):
             pass
 
     def quic_event_received(self, event):
+        stream_id = getattr(event, "stream_id", None)
+        if stream_id in self.partial:
+            ended = isinstance(event, StreamDataReceived) and event.end_stream
+            if ended or isinstance(event, (StopSendingReceived, StreamReset)):
+                self.partial_closed.add(stream_id)
+            return
         if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
             self.read_control(event.stream_id, event.data)
         if isinstance(event, ConnectionTerminated):
@@ -175,12 +196,15 @@ async def one(spec, ticket=None, tickets=None):
             if spec.get("overrun_streams"):
                 # Pretend the server gave credit for many more streams than it did.
                 client._quic._remote_max_streams_bidi = 1 << 20
+            for _ in range(spec.get("partial_heads", 0)):
+                client.partial_head()
             waits = [client.request(r, spec["port"]) for r in spec["requests"]]
             await asyncio.wait_for(asyncio.gather(*waits), spec.get("timeout", 30))
             result["responses"] = [report(s) for s in client.streams.values()]
             result["early_data_accepted"] = client._quic.tls.early_data_accepted
             await asyncio.sleep(spec.get("hold", 0))
             result["terminated"] = client.terminated
+            result["partial_closed"] = len(client.partial_closed)
     except Exception as e:  # the report says what failed
         result["error"] = f"{type(e).__name__}: {e}"
     return result

@@ -699,3 +699,21 @@ fn a_body_longer_or_shorter_than_its_content_length_never_reaches_the_origin() {
     );
     assert!(seen.contains("POST /fine"), "{seen}");
 }
+
+#[test]
+fn a_request_stream_whose_head_never_comes_is_closed_after_timeouts_head() {
+    // Three streams whose HEADERS frame never comes whole would hold their tasks (and the
+    // connection, its slot of the budget) for as long as the client likes; after
+    // `timeouts.head` the server closes them, and serves the same connection's requests.
+    let spec = json!({"partial_heads": 3, "hold": 3, "requests": [{"path": "/hello.txt"}]});
+    let quick = QuicSite::start("[timeouts]\nhead = 1", &[]);
+    let conn = connections(&quick, spec.clone()).remove(0);
+    assert!(conn["error"].is_null(), "{conn}");
+    assert_eq!(conn["responses"][0]["status"], 200, "{conn}");
+    assert_eq!(conn["partial_closed"], 3, "{conn}");
+    // With the default 10 s, the same 3 s leave them open: the closing above is the
+    // timeout's.
+    let patient = QuicSite::start("", &[]);
+    let conn = connections(&patient, spec).remove(0);
+    assert_eq!(conn["partial_closed"], 0, "{conn}");
+}
