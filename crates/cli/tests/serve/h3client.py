@@ -6,7 +6,8 @@ SPEC: {"port": N, "server_name": "localhost", "ca": PATH or null (no verificatio
        "connections": 1, "requests": [{"method", "path", "authority", "headers": [[k, v]],
        "body": TEXT, "content_length": TEXT (instead of the body's)}],
        "partial_heads": N (streams whose head never comes whole; the report's
-       "partial_closed" counts those the server closed), "overrun_streams": false, "timeout": 30, "hold": 0,
+       "partial_closed" counts those the server closed), "stall": false (take 16 KiB of
+       each response and no more: a client that stopped reading), "overrun_streams": false, "timeout": 30, "hold": 0,
        "zero_rtt": false}
 or a load loop: {"port", "server_name", "load_seconds": S, "path", "expect": BODY}
 for S seconds, two tasks with a new connection per request and two on kept connections
@@ -181,7 +182,7 @@ async def one(spec, ticket=None, tickets=None):
         config.load_verify_locations(spec["ca"])
     else:
         config.verify_mode = ssl.CERT_NONE
-    config.max_stream_data = 1 << 24
+    config.max_stream_data = 16384 if spec.get("stall") else 1 << 24
     config.max_data = 1 << 26
     result = {"responses": [], "error": None}
     try:
@@ -193,6 +194,10 @@ async def one(spec, ticket=None, tickets=None):
             session_ticket_handler=tickets.append if tickets is not None else None,
             wait_connected=ticket is None,
         ) as client:
+            if spec.get("stall"):
+                # Take nothing more than the first window: no MAX_STREAM_DATA is sent, as
+                # a client that stopped reading sends none.
+                client._quic._write_stream_limits = lambda *args, **kwargs: None
             if spec.get("overrun_streams"):
                 # Pretend the server gave credit for many more streams than it did.
                 client._quic._remote_max_streams_bidi = 1 << 20

@@ -717,3 +717,33 @@ fn a_request_stream_whose_head_never_comes_is_closed_after_timeouts_head() {
     let conn = connections(&patient, spec).remove(0);
     assert_eq!(conn["partial_closed"], 0, "{conn}");
 }
+
+#[test]
+fn a_client_that_takes_nothing_more_has_its_stream_reset_after_timeouts_write() {
+    // A client that stops reading (gives no more flow-control credit) would hold the
+    // response's task, and the connection its slot, for good: after `timeouts.write`
+    // without progress its stream is reset, and the connection serves on.
+    let quick = QuicSite::start("[timeouts]\nwrite = 1", &[]);
+    std::fs::write(quick.site.root().join("big.bin"), vec![b'x'; 1 << 20]).unwrap();
+    let spec = json!({"stall": true, "timeout": 8, "requests": [{"path": "/big.bin"}]});
+    let conn = connections(&quick, spec.clone()).remove(0);
+    assert!(conn["error"].is_null(), "{conn}");
+    assert_eq!(conn["responses"][0]["reset"], true, "{conn}");
+    assert!(
+        conn["responses"][0]["length"].as_u64().unwrap() < 1 << 20,
+        "{conn}"
+    );
+    assert_served(&quick);
+    // With the default 60 s, the same client is still waiting when it gives up.
+    let patient = QuicSite::start("", &[]);
+    std::fs::write(patient.site.root().join("big.bin"), vec![b'x'; 1 << 20]).unwrap();
+    let mut spec = spec;
+    spec["timeout"] = json!(3);
+    let conn = connections(&patient, spec).remove(0);
+    assert!(
+        conn["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Timeout")),
+        "{conn}"
+    );
+}
