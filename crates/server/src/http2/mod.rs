@@ -18,7 +18,7 @@
 
 pub(crate) mod head;
 mod link;
-mod request;
+pub(crate) mod request;
 mod send;
 mod slot;
 mod stream;

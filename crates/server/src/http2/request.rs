@@ -32,49 +32,12 @@ pub(super) fn view<'a>(
     if !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
         refusal = Some(wire::Error::BadTarget);
     }
-    if let Some(authority) = authority {
-        fields.push(wire::Header {
-            name: "host",
-            value: authority,
-        });
-    }
-    let mut length = None;
-    for (name, value) in request.fields() {
+    let named = request
+        .fields()
         // Names are lower-case tokens (checked by the codec), so ASCII.
-        let name = std::str::from_utf8(name).unwrap_or("");
-        match name {
-            "host" => {
-                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value)) {
-                    refusal = Some(wire::Error::BadHost);
-                }
-                if authority.is_none() {
-                    fields.push(wire::Header {
-                        name: "host",
-                        value,
-                    });
-                }
-            }
-            "cookie" => {
-                if !cookie.is_empty() {
-                    cookie.extend_from_slice(b"; ");
-                }
-                cookie.extend_from_slice(value);
-            }
-            _ => {
-                if name == "content-length" {
-                    length = Some(value);
-                }
-                fields.push(wire::Header { name, value });
-            }
-        }
-    }
-    let cookie: &'a [u8] = cookie;
-    if !cookie.is_empty() {
-        fields.push(wire::Header {
-            name: "cookie",
-            value: cookie,
-        });
-    }
+        .map(|(name, value)| (std::str::from_utf8(name).unwrap_or(""), value));
+    let (length, bad_host) = gather(authority, named, cookie, fields);
+    refusal = bad_host.or(refusal);
     let framing = if end_stream {
         BodyFraming::None
     } else {
@@ -115,4 +78,58 @@ pub(super) fn view<'a>(
         expect_continue: false,
     };
     (req, refusal)
+}
+
+/// A request's fields as the handlers see them, from HTTP/2's or HTTP/3's (lower-case
+/// names): the `:authority` first, as Host (a Host field that names another host
+/// refuses the request, RFC 9113 section 8.3.1 and RFC 9114 section 4.3.1; one that
+/// agrees is dropped); cookies split over several fields joined as one (RFC 9113
+/// section 8.2.3, RFC 9114 section 4.2.1). Returns the declared content-length, and
+/// `BadHost` for a Host that disagrees.
+pub(crate) fn gather<'a>(
+    authority: Option<&'a [u8]>,
+    named: impl Iterator<Item = (&'a str, &'a [u8])>,
+    cookie: &'a mut Vec<u8>,
+    fields: &mut Vec<wire::Header<'a>>,
+) -> (Option<&'a [u8]>, Option<wire::Error>) {
+    let mut refusal = None;
+    if let Some(authority) = authority {
+        fields.push(wire::Header {
+            name: "host",
+            value: authority,
+        });
+    }
+    let mut length = None;
+    for (name, value) in named {
+        match name {
+            "host" => {
+                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value)) {
+                    refusal = Some(wire::Error::BadHost);
+                }
+                if authority.is_none() {
+                    fields.push(wire::Header { name, value });
+                }
+            }
+            "cookie" => {
+                if !cookie.is_empty() {
+                    cookie.extend_from_slice(b"; ");
+                }
+                cookie.extend_from_slice(value);
+            }
+            _ => {
+                if name == "content-length" {
+                    length = Some(value);
+                }
+                fields.push(wire::Header { name, value });
+            }
+        }
+    }
+    let cookie: &'a [u8] = cookie;
+    if !cookie.is_empty() {
+        fields.push(wire::Header {
+            name: "cookie",
+            value: cookie,
+        });
+    }
+    (length, refusal)
 }

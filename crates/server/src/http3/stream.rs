@@ -173,46 +173,11 @@ fn view<'a>(
         (_, Some(path)) => path.as_str().as_bytes(),
         (_, None) => b"/",
     };
-    let mut refusal = None;
-    if let Some(authority) = authority {
-        fields.push(wire::Header {
-            name: "host",
-            value: authority,
-        });
-    }
-    let mut length = None;
-    for (name, value) in request.headers() {
-        let (name, value) = (name.as_str(), value.as_bytes());
-        match name {
-            "host" => {
-                if authority.is_some_and(|a| !a.eq_ignore_ascii_case(value)) {
-                    refusal = Some(wire::Error::BadHost);
-                }
-                if authority.is_none() {
-                    fields.push(wire::Header { name, value });
-                }
-            }
-            "cookie" => {
-                if !cookie.is_empty() {
-                    cookie.extend_from_slice(b"; ");
-                }
-                cookie.extend_from_slice(value);
-            }
-            _ => {
-                if name == "content-length" {
-                    length = Some(value);
-                }
-                fields.push(wire::Header { name, value });
-            }
-        }
-    }
-    let cookie: &'a [u8] = cookie;
-    if !cookie.is_empty() {
-        fields.push(wire::Header {
-            name: "cookie",
-            value: cookie,
-        });
-    }
+    let named = request
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+    let (length, mut refusal) = crate::http2::request::gather(authority, named, cookie, fields);
     let method_kind = wire::Method::from_token(method);
     // HTTP/3 says whether a body follows only when the stream ends: a declared length
     // says so, and the methods that carry none in practice are taken to have none.
