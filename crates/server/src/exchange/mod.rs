@@ -104,6 +104,33 @@ pub(crate) enum Dispatched {
 /// buffer is sized for heads and small bodies and would otherwise grow for good.
 pub(crate) const MAX_BATCHED_BODY: usize = 16 * 1024;
 
+/// A request of an HTTP/2 or HTTP/3 stream, whose head the stream's view checked:
+/// refused with `refusal`'s status (counted, answered with the server's own page) when
+/// it broke a rule, else [`answer`]ed.
+pub(crate) fn answer_stream(
+    worker: &Worker,
+    conn: &ConnFacts,
+    (req, refusal): (&wire::Request<'_, '_>, Option<wire::Error>),
+    checked: Option<&Checked>,
+    out: &mut Output,
+) -> Dispatched {
+    let Some(e) = refusal else {
+        return answer(worker, conn, req, (true, checked), out, &[]);
+    };
+    worker.refused(conn.peer, e);
+    crate::reply::simple(worker, conn, out, req, true, e.status(), &[]);
+    let current = worker.current();
+    let site = current.gen.sites.hosts.select(req);
+    Dispatched::Done(crate::metrics::Answered {
+        host: current.gen.host_labels[site],
+        kind: crate::metrics::kind_index("static"),
+        method: crate::metrics::method_index(req.method),
+        request_id: None,
+        route: None,
+        trace: None,
+    })
+}
+
 /// Answers one parsed request: route, checks, filter, handlers, static files. `pending`
 /// is the read buffer from the request's first byte (its head is copied for the access
 /// log of a response that comes later). `checked`: what the checks that waited found,

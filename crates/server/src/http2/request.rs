@@ -57,12 +57,8 @@ pub(super) fn view<'a>(
     };
     if request.oversize() {
         refusal = Some(wire::Error::HeadTooLarge);
-    } else if target.len() > limits.max_uri_length {
-        refusal = Some(wire::Error::UriTooLong);
-    } else if fields.len() > limits.max_headers {
-        refusal = Some(wire::Error::TooManyHeaders);
-    } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
-        refusal = Some(wire::Error::BodyTooLarge);
+    } else if let Some(e) = over_limits(limits, target, fields, framing) {
+        refusal = Some(e);
     }
     let fields: &'a [wire::Header<'a>] = fields;
     let req = wire::Request {
@@ -132,4 +128,23 @@ pub(crate) fn gather<'a>(
         });
     }
     (length, refusal)
+}
+
+/// The request limits an HTTP/2 or HTTP/3 request head breaks, the first of them: its
+/// target's length, its fields' count, its declared body's size.
+pub(crate) fn over_limits(
+    limits: &wire::Limits,
+    target: &[u8],
+    fields: &[wire::Header<'_>],
+    framing: BodyFraming,
+) -> Option<wire::Error> {
+    if target.len() > limits.max_uri_length {
+        Some(wire::Error::UriTooLong)
+    } else if fields.len() > limits.max_headers {
+        Some(wire::Error::TooManyHeaders)
+    } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
+        Some(wire::Error::BodyTooLarge)
+    } else {
+        None
+    }
 }

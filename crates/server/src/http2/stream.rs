@@ -99,23 +99,7 @@ pub(super) fn start(
     // The server's own answers (files, refusals) write their heads as fields.
     out.want_fields(ResponseHead::with_capacity(0, 12, 320));
     let mark = out.mark();
-    let dispatched = match refusal {
-        Some(e) => {
-            worker.refused(streams.facts.peer, e);
-            crate::reply::simple(worker, &streams.facts, out, &req, true, e.status(), &[]);
-            let current = worker.current();
-            let site = current.gen.sites.hosts.select(&req);
-            Dispatched::Done(crate::metrics::Answered {
-                host: current.gen.host_labels[site],
-                kind: crate::metrics::kind_index("static"),
-                method: crate::metrics::method_index(req.method),
-                request_id: None,
-                route: None,
-                trace: None,
-            })
-        }
-        None => exchange::answer(worker, &streams.facts, &req, (true, checked), out, &[]),
-    };
+    let dispatched = exchange::answer_stream(worker, &streams.facts, (&req, refusal), checked, out);
     let exchange = match dispatched {
         Dispatched::Done(answered) => {
             served::log(

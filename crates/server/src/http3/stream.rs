@@ -124,23 +124,7 @@ fn start(
     let out = &mut buffers.out;
     out.want_fields(ResponseHead::with_capacity(0, 12, 320));
     let mark = out.mark();
-    let dispatched = match refusal {
-        Some(e) => {
-            worker.refused(conn.facts.peer, e);
-            crate::reply::simple(worker, &conn.facts, out, &req, true, e.status(), &[]);
-            let current = worker.current();
-            let site = current.gen.sites.hosts.select(&req);
-            Dispatched::Done(crate::metrics::Answered {
-                host: current.gen.host_labels[site],
-                kind: crate::metrics::kind_index("static"),
-                method: crate::metrics::method_index(req.method),
-                request_id: None,
-                route: None,
-                trace: None,
-            })
-        }
-        None => exchange::answer(worker, &conn.facts, &req, (true, checked), out, &[]),
-    };
+    let dispatched = exchange::answer_stream(worker, &conn.facts, (&req, refusal), checked, out);
     let step = match dispatched {
         Dispatched::Done(answered) => {
             let request = Some((&req, answered));
@@ -196,12 +180,8 @@ fn view<'a>(
         None if is_safe(request.method()) || method == "DELETE" => BodyFraming::None,
         None => BodyFraming::Chunked,
     };
-    if target.len() > limits.max_uri_length {
-        refusal = Some(wire::Error::UriTooLong);
-    } else if fields.len() > limits.max_headers {
-        refusal = Some(wire::Error::TooManyHeaders);
-    } else if matches!(framing, BodyFraming::Length(n) if n > limits.max_body_size) {
-        refusal = Some(wire::Error::BodyTooLarge);
+    if let Some(e) = crate::http2::request::over_limits(limits, target, fields, framing) {
+        refusal = Some(e);
     }
     let fields: &'a [wire::Header<'a>] = fields;
     let req = wire::Request {
