@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use crate::config::http3::duration;
+
 /// Most allowing answers a worker keeps per process; past that the expired ones go, and
 /// when none has, all of them.
 const CACHED: usize = 4096;
@@ -267,21 +269,6 @@ fn remember(key: u128, until: Instant, copied: Copied) {
         }
         all.insert(key, (until, copied));
     });
-}
-
-/// `10s`, `2m`, `500ms`, `1h`.
-fn duration(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().ok()?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n.checked_mul(1000)?,
-        "m" => n.checked_mul(60_000)?,
-        "h" => n.checked_mul(3_600_000)?,
-        _ => return None,
-    };
-    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 #[cfg(test)]

@@ -81,8 +81,8 @@ impl Http3Config {
     }
 }
 
-/// `10s`, `2m`, `500ms`, `1h`.
-fn duration(text: &str) -> Option<Duration> {
+/// `10s`, `2m`, `500ms`, `1h` (also `forward_auth`'s cache durations).
+pub(crate) fn duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = text.split_at(split);
     let n: u64 = number.parse().ok()?;
