@@ -81,27 +81,8 @@ pids+=($!); origin_pid=$!
 wait_up "$origin_port" cached/frag/1
 
 # --- Varnish: ESI on for Surrogate-Control ESI/1.0, /uncached/ never cached.
-varnish_port=$(free_port)
-cat > "$work/esi.vcl" <<VCL
-vcl 4.1;
-backend origin { .host = "127.0.0.1"; .port = "$origin_port"; }
-sub vcl_backend_response {
-    if (beresp.http.Surrogate-Control ~ "ESI/1.0") {
-        unset beresp.http.Surrogate-Control;
-        set beresp.do_esi = true;
-    }
-    if (bereq.url ~ "^/uncached/") {
-        set beresp.uncacheable = true;
-        set beresp.ttl = 0s;
-    } else {
-        set beresp.ttl = 1h;
-    }
-    return (deliver);
-}
-VCL
-taskset -c $PROXY_CPU varnishd -F -n "$work/varnish" -a "127.0.0.1:$varnish_port" \
-    -f "$work/esi.vcl" -s malloc,64m >"$work/varnish.log" 2>&1 &
-pids+=($!); varnish_pid=$!
+start_varnish_esi $PROXY_CPU "$origin_port" \
+    'if (bereq.url ~ "^/uncached/") { set beresp.uncacheable = true; set beresp.ttl = 0s; } else { set beresp.ttl = 1h; }'
 wait_up "$varnish_port" cached/frag/1
 varnish_version=$(varnishd -V 2>&1 | head -1)
 

@@ -121,22 +121,7 @@ start_caddy caddy
 caddy_port=$port caddy_pid=$pid
 
 # --- Varnish: the cached ESI page over HTTP/1.1.
-varnish_port=$(free_port)
-cat > "$work/esi.vcl" <<VCL
-vcl 4.1;
-backend origin { .host = "127.0.0.1"; .port = "$origin_port"; }
-sub vcl_backend_response {
-    if (beresp.http.Surrogate-Control ~ "ESI/1.0") {
-        unset beresp.http.Surrogate-Control;
-        set beresp.do_esi = true;
-    }
-    set beresp.ttl = 1h;
-    return (deliver);
-}
-VCL
-taskset -c $SERVER_CPU varnishd -F -n "$work/varnish" -a "127.0.0.1:$varnish_port" \
-    -f "$work/esi.vcl" -s malloc,64m >"$work/varnish.log" 2>&1 &
-pids+=($!); varnish_pid=$!
+start_varnish_esi $SERVER_CPU "$origin_port" "set beresp.ttl = 1h;"
 wait_up "$varnish_port" cached/page
 
 # h3_get PORT PATH OUT: one HTTP/3 request with `tessera bench` (-n 1); the body is not

@@ -261,3 +261,27 @@ run_wrk() {
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
+
+# start_varnish_esi CPU ORIGIN_PORT CACHING: Varnish pinned to CPU in front of the origin
+# on ORIGIN_PORT, with ESI on for responses that say `Surrogate-Control: ESI/1.0`, and
+# CACHING (VCL lines of vcl_backend_response, e.g. `set beresp.ttl = 1h;`) for every
+# response. Sets varnish_port and varnish_pid; the process joins `pids`.
+start_varnish_esi() {
+    varnish_port=$(free_port)
+    cat > "$work/esi.vcl" <<VCL
+vcl 4.1;
+backend origin { .host = "127.0.0.1"; .port = "$2"; }
+sub vcl_backend_response {
+    if (beresp.http.Surrogate-Control ~ "ESI/1.0") {
+        unset beresp.http.Surrogate-Control;
+        set beresp.do_esi = true;
+    }
+    $3
+    return (deliver);
+}
+VCL
+    taskset -c "$1" varnishd -F -n "$work/varnish" -a "127.0.0.1:$varnish_port" \
+        -f "$work/esi.vcl" -s malloc,64m >"$work/varnish.log" 2>&1 &
+    varnish_pid=$!
+    pids+=("$varnish_pid")
+}

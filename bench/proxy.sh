@@ -180,23 +180,7 @@ esi_origin_port=$(free_port)
 taskset -c $LOAD_CPU python3 bench/esi-origin.py "$esi_origin_port" "$ESI_FRAGMENTS" 0 &
 pids+=($!)
 wait_up "$esi_origin_port" uncached/frag/1
-varnish_port=$(free_port)
-cat > "$work/esi.vcl" <<VCL
-vcl 4.1;
-backend origin { .host = "127.0.0.1"; .port = "$esi_origin_port"; }
-sub vcl_backend_response {
-    if (beresp.http.Surrogate-Control ~ "ESI/1.0") {
-        unset beresp.http.Surrogate-Control;
-        set beresp.do_esi = true;
-    }
-    set beresp.uncacheable = true;
-    set beresp.ttl = 0s;
-    return (deliver);
-}
-VCL
-taskset -c $PROXY_CPU varnishd -F -n "$work/varnish" -a "127.0.0.1:$varnish_port" \
-    -f "$work/esi.vcl" -s malloc,64m >"$work/varnish.log" 2>&1 &
-pids+=($!); varnish_pid=$!
+start_varnish_esi $PROXY_CPU "$esi_origin_port" "set beresp.uncacheable = true; set beresp.ttl = 0s;"
 esi_tessera_port=$(free_port)
 taskset -c $PROXY_CPU "$TESSERA" serve --proxy "http://127.0.0.1:$esi_origin_port" --listen "127.0.0.1:$esi_tessera_port" --workers 1 2>"$work/tessera-esi.log" &
 pids+=($!); esi_tessera_pid=$!
