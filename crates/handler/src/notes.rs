@@ -13,9 +13,64 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// A request's notes, shared by the server and the handler that fills them (cloning is
-/// cheap and shares them).
-#[derive(Debug, Clone, Default)]
+/// cheap and shares them). The last of a request's handles to go gives the notes, emptied,
+/// to the next request on the same thread: their allocations (the notes and the list of
+/// attempts) are made once per thread, not per request.
+#[derive(Debug, Clone)]
 pub struct LogNotes(Rc<RefCell<Noted>>);
+
+/// Emptied notes kept for the next requests of this thread, at most [`SPARE_NOTES`].
+const SPARE_NOTES: usize = 256;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Rc<RefCell<Noted>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Default for LogNotes {
+    fn default() -> LogNotes {
+        let spare = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+        LogNotes(spare.unwrap_or_default())
+    }
+}
+
+impl Drop for LogNotes {
+    fn drop(&mut self) {
+        if Rc::strong_count(&self.0) != 1 {
+            return;
+        }
+        let Ok(mut noted) = self.0.try_borrow_mut() else {
+            return;
+        };
+        noted.clear();
+        drop(noted);
+        let _ = SPARE.try_with(|s| {
+            let mut spare = s.borrow_mut();
+            if spare.len() < SPARE_NOTES {
+                spare.push(self.0.clone());
+            }
+        });
+    }
+}
+
+impl Noted {
+    /// Empties the notes, keeping their lists' room.
+    fn clear(&mut self) {
+        let Noted {
+            attempts,
+            cache,
+            esi_fragments,
+            esi_failed,
+            not_retried,
+            vars,
+        } = self;
+        attempts.clear();
+        *cache = None;
+        *esi_fragments = 0;
+        esi_failed.clear();
+        *not_retried = None;
+        vars.clear();
+    }
+}
 
 /// What [`LogNotes`] holds.
 #[derive(Debug, Default)]

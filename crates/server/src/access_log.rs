@@ -21,10 +21,13 @@ use std::time::Duration;
 
 use wire::Request;
 
+mod item;
 mod noted;
 mod style;
 
-use style::{escape, Style};
+use item::{steps, Item, Step};
+
+use style::{escape, number, Style};
 
 /// A buffer is handed to the writer when it holds this much.
 const BUFFER_SIZE: usize = 64 * 1024;
@@ -37,72 +40,6 @@ const BUFFERS_PER_WORKER: usize = 8;
 /// JSON log of every field (`bench/observability.sh`; 5,300 context switches of the
 /// writer and 5,500 preemptions of the worker per 279,000 requests).
 const WRITER_PERIOD: Duration = Duration::from_millis(10);
-
-/// One item of a compiled log format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Item {
-    Literal(Vec<u8>),
-    ClientIp,
-    Dash,
-    Time,
-    RequestLine,
-    Method,
-    Path,
-    Query,
-    Protocol,
-    Status,
-    /// Body bytes, `-` for none (`%b`).
-    BytesClf,
-    /// Body bytes, `0` for none (`%B`).
-    Bytes,
-    /// Microseconds from the request's arrival to its response being queued (`%D`).
-    Micros,
-    /// The same in whole seconds (`%T`).
-    Seconds,
-    RequestHeader(String),
-    ResponseHeader(String),
-    /// `%{tls_version}x`: `TLSv1.3`, `TLSv1.2`, `-` in cleartext.
-    TlsVersion,
-    /// `%{tls_cipher}x`: the suite's IANA name, `-` in cleartext.
-    TlsCipher,
-    /// `%{tls_sni}x`: the server name the client sent in SNI, `-` without one.
-    TlsSni,
-    /// `%I`: bytes received, the request head as received (HTTP/2: as HTTP/1 lines) and
-    /// its body's Content-Length: JSON's `bytes_received`.
-    BytesReceived,
-    /// `%{request_id}x`: the request's id, as `$request_id` (`-` for a request refused
-    /// before it was routed).
-    RequestId,
-    /// `%{traceparent}x`: the request's own span in its trace, as a W3C `traceparent`
-    /// (`-` without `[tracing]`).
-    TraceParent,
-    /// `%v`: the name of the `[[host]]` that served it (its first), or, for the top-level
-    /// site, the request's Host without its port.
-    Host,
-    /// `%{route}x`: the routing rule that chose the request's handling (`route[3]`,
-    /// `host[0].route[1]`, `script[0]`), `-` when none did.
-    Route,
-    /// The time as ISO 8601 in UTC (`2026-11-28T08:30:00Z`): JSON's `time`.
-    TimeIso,
-    /// The request target's path and query as sent: JSON's `uri`.
-    Target,
-    /// Head and body bytes sent: JSON's `bytes_sent`, as nginx's `$bytes_sent`.
-    BytesSent,
-    /// Seconds from the request's arrival to its response being queued, to the
-    /// microsecond: JSON's `duration`, as nginx's `$request_time`.
-    Duration,
-    /// `%{peer}x` (or Apache's `%{c}a`): the socket's peer, where `%a` is the client a
-    /// trusted proxy named.
-    PeerIp,
-    /// `%{proxy_tlv_0xNN}x`: the value of the connection's PROXY v2 TLV of type NN
-    /// (hex), its bytes escaped as a field's are; `-` without one.
-    ProxyTlv(u8),
-    /// What the handler noted: `%{upstream_addr}x` and the other upstream fields,
-    /// `%{cache}x`, `%{esi_fragments}x`, `%{esi_failed}x` (`noted.rs`).
-    Noted(noted::Field),
-    /// `%{var_NAME}x`: the variable `NAME` a script wrote, `-` when none did.
-    Var(Box<str>),
-}
 
 /// Why a log format string was refused.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +59,7 @@ pub enum FormatError {
 /// A compiled log format.
 #[derive(Debug, Clone)]
 pub struct Format {
-    items: Vec<Item>,
+    steps: Vec<Step>,
     style: Style,
 }
 
@@ -207,21 +144,24 @@ impl Format {
             false => b"}".to_vec(),
         }));
         Ok(Format {
-            items,
+            steps: steps(items),
             style: Style::Json,
         })
     }
 
     /// Whether a line has the request's id.
     pub fn uses_request_id(&self) -> bool {
-        self.items.contains(&Item::RequestId)
+        self.items().any(|i| *i == Item::RequestId)
     }
 
     /// Whether a line has what a handler notes (upstream attempts, the cache's result).
     pub fn uses_notes(&self) -> bool {
-        self.items
-            .iter()
+        self.items()
             .any(|i| matches!(i, Item::Noted(_) | Item::Var(_)))
+    }
+
+    fn items(&self) -> impl Iterator<Item = &Item> {
+        self.steps.iter().map(|s| &s.item)
     }
 
     /// Compiles `combined`, `common`, or an Apache-style format string.
@@ -312,7 +252,7 @@ impl Format {
             items.push(Item::Literal(literal));
         }
         Ok(Format {
-            items,
+            steps: steps(items),
             style: Style::Text,
         })
     }
@@ -337,6 +277,8 @@ pub(crate) struct Entry<'a> {
     pub head: &'a [u8],
     pub body_bytes: u64,
     pub micros: u64,
+    /// When the line is written: the end of the last upstream attempt's time.
+    pub now: std::time::Instant,
     /// The request's id, when its site uses one (`%{request_id}x`).
     pub request_id: Option<u128>,
     /// The host that served it (`%v`).
@@ -356,11 +298,12 @@ impl Format {
     pub(crate) fn write(&self, line: &mut Vec<u8>, entry: &Entry<'_>, time: &[u8]) {
         let request = entry.request;
         let style = self.style;
-        let number = |line: &mut Vec<u8>, n: u64| {
-            line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes())
-        };
-        for item in &self.items {
+        for Step { prefix, len, item } in &self.steps {
+            let end = line.len() + usize::from(*len);
+            line.extend_from_slice(prefix);
+            line.truncate(end);
             match item {
+                Item::Nothing => {}
                 Item::Literal(bytes) => line.extend_from_slice(bytes),
                 Item::ClientIp if style == Style::Json => {
                     line.push(b'"');
@@ -375,7 +318,7 @@ impl Format {
                 },
                 Item::Dash => line.push(b'-'),
                 Item::Time => line.extend_from_slice(time),
-                Item::TimeIso => style.string(line, &entry.iso_time),
+                Item::TimeIso => style.plain(line, &entry.iso_time),
                 Item::RequestLine => match request {
                     Some(r) => {
                         escape(line, r.method_token.as_bytes());
@@ -387,8 +330,9 @@ impl Format {
                     None if !entry.raw_line.is_empty() => escape(line, entry.raw_line),
                     None => line.push(b'-'),
                 },
+                // A method is a token (RFC 9110): nothing in it to escape.
                 Item::Method => match request {
-                    Some(r) => style.string(line, r.method_token.as_bytes()),
+                    Some(r) => style.plain(line, r.method_token.as_bytes()),
                     None => style.none(line),
                 },
                 Item::Path => match request {
@@ -406,7 +350,7 @@ impl Format {
                     }
                 }
                 Item::Protocol => match request {
-                    Some(r) => style.string(line, protocol(r.version)),
+                    Some(r) => style.plain(line, protocol(r.version)),
                     None => style.none(line),
                 },
                 Item::Status => number(line, entry.status.into()),
@@ -418,20 +362,19 @@ impl Format {
                 Item::Seconds => number(line, entry.micros / 1_000_000),
                 Item::Duration => {
                     number(line, entry.micros / 1_000_000);
-                    let fraction = entry.micros % 1_000_000 + 1_000_000;
                     line.push(b'.');
-                    line.extend_from_slice(&itoa::Buffer::new().format(fraction).as_bytes()[1..]);
+                    style::digits::<6>(line, entry.micros % 1_000_000);
                 }
                 Item::RequestHeader(name) => match request.and_then(|r| r.header(name)) {
                     Some(value) => style.string(line, value),
                     None => style.none(line),
                 },
                 Item::TlsVersion => match entry.tls {
-                    Some(t) => style.string(line, t.version.as_bytes()),
+                    Some(t) => style.plain(line, t.version.as_bytes()),
                     None => style.none(line),
                 },
                 Item::TlsCipher => match entry.tls {
-                    Some(t) => style.string(line, t.cipher.as_bytes()),
+                    Some(t) => style.plain(line, t.cipher.as_bytes()),
                     None => style.none(line),
                 },
                 Item::TlsSni => match entry.tls.and_then(|t| t.sni.as_deref()) {
@@ -439,11 +382,11 @@ impl Format {
                     None => style.none(line),
                 },
                 Item::RequestId => match entry.request_id {
-                    Some(id) => style.string(line, &crate::facts::request_id_hex(id)),
+                    Some(id) => style.plain(line, &crate::facts::request_id_hex(id)),
                     None => style.none(line),
                 },
                 Item::TraceParent => match entry.trace {
-                    Some(t) => style.string(line, &t.traceparent()),
+                    Some(t) => style.plain(line, &t.traceparent()),
                     None => style.none(line),
                 },
                 Item::Host => match entry.host {
@@ -454,7 +397,9 @@ impl Format {
                     Some(route) => style.string(line, route.as_bytes()),
                     None => style.none(line),
                 },
-                Item::Noted(field) => noted::write(line, style, *field, entry.notes.as_deref()),
+                Item::Noted(field) => {
+                    noted::write(line, style, *field, (entry.notes.as_deref(), entry.now))
+                }
                 Item::Var(name) => {
                     let notes = entry.notes.as_deref();
                     match notes.and_then(|n| n.vars.iter().find(|(v, _)| v == name)) {
@@ -546,7 +491,7 @@ fn write_ip(line: &mut Vec<u8>, ip: std::net::IpAddr) {
                 if i > 0 {
                     line.push(b'.');
                 }
-                line.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+                number(line, octet.into());
             }
         }
         std::net::IpAddr::V6(v6) => {
@@ -573,7 +518,12 @@ pub(crate) struct WorkerLog {
     lines: u64,
     /// Full buffers and their line counts.
     to_writer: SyncSender<(Vec<u8>, u64)>,
+    /// Empty buffers the writer gives back.
     spare: Receiver<Vec<u8>>,
+    /// Those taken from `spare`, the last given back on top: filled next, so that the
+    /// worker and the writer go through two or three buffers that stay in the core's
+    /// cache rather than through all of them in turn.
+    spares: Vec<Vec<u8>>,
     writer: Writer,
     shared: Arc<Shared>,
 }
@@ -604,8 +554,9 @@ impl WorkerLog {
         if self.current.is_empty() {
             return;
         }
-        match self.spare.try_recv() {
-            Ok(empty) => {
+        self.spares.extend(self.spare.try_iter());
+        match self.spares.pop() {
+            Some(empty) => {
                 let full = std::mem::replace(&mut self.current, empty);
                 let lines = std::mem::take(&mut self.lines);
                 // Never fails while the writer runs: the channel has room for every
@@ -619,7 +570,7 @@ impl WorkerLog {
                     writer.thread.unpark();
                 }
             }
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+            None => {
                 self.writer.thread.unpark();
                 self.shared.dropped.fetch_add(self.lines, Ordering::Relaxed);
                 self.current.clear();
@@ -710,6 +661,7 @@ pub(crate) fn start(
             lines: 0,
             to_writer: to_writer.clone(),
             spare,
+            spares: Vec::with_capacity(BUFFERS_PER_WORKER),
             writer: writer.clone(),
             shared: shared.clone(),
         })
@@ -797,8 +749,8 @@ mod tests {
     #[test]
     fn parses_formats_and_refuses_unknown_directives() {
         assert_eq!(
-            Format::parse("combined").unwrap().items.len(),
-            Format::parse(COMBINED).unwrap().items.len()
+            Format::parse("combined").unwrap().steps,
+            Format::parse(COMBINED).unwrap().steps
         );
         assert!(matches!(Format::parse("%h %Z"), Err(FormatError::Unknown(d)) if d == "Z"));
         assert!(matches!(
@@ -806,7 +758,23 @@ mod tests {
             Err(FormatError::Unterminated)
         ));
         let f = Format::parse("100%% %D %{X-A}o").unwrap();
-        assert_eq!(f.items[0], Item::Literal(b"100% ".to_vec()));
+        assert_eq!(&f.steps[0].prefix[..5], b"100% ");
+        assert_eq!(f.steps[0].item, Item::Micros);
+        assert_eq!(f.steps[1].item, Item::ResponseHeader("X-A".into()));
+        assert_eq!(f.steps.len(), 2);
+        let json = Format::json(&["status".to_string()]).unwrap();
+        assert_eq!(&json.steps[0].prefix[..10], b"{\"status\":");
+        assert_eq!(
+            (json.steps[1].len, &json.steps[1].item),
+            (1, &Item::Nothing)
+        );
+        let long = "%h a literal longer than thirty-two bytes %s";
+        let f = Format::parse(long).unwrap();
+        let items: Vec<&Item> = f.items().collect();
+        assert!(matches!(
+            items[..],
+            [Item::ClientIp, Item::Literal(_), Item::Status]
+        ));
     }
 
     #[test]

@@ -237,14 +237,27 @@ thread_local! {
     static SPARE_HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The buffer a deferred response's head is written to: one of the worker's spares,
-/// given back when dropped, so that the steady state allocates none for it.
+/// The buffer a deferred response's head is written to (and, for the access log, the
+/// head of the request it answers): one of the worker's spares, given back when
+/// dropped, so that the steady state allocates none for it.
 pub(crate) struct HeadBuf(Vec<u8>);
 
 impl HeadBuf {
     pub(crate) fn take() -> HeadBuf {
         let spare = SPARE_HEADS.with_borrow_mut(Vec::pop);
         HeadBuf(spare.unwrap_or_else(|| Vec::with_capacity(512)))
+    }
+
+    /// A spare holding a copy of `bytes`.
+    pub(crate) fn copy(bytes: &[u8]) -> HeadBuf {
+        let mut buf = HeadBuf::take();
+        buf.extend_from_slice(bytes);
+        buf
+    }
+
+    /// A buffer that holds nothing and allocates nothing (where no head is kept).
+    pub(crate) const fn none() -> HeadBuf {
+        HeadBuf(Vec::new())
     }
 }
 
@@ -270,7 +283,7 @@ impl std::ops::DerefMut for HeadBuf {
 impl Drop for HeadBuf {
     fn drop(&mut self) {
         // As many as the worker has responses in flight, each no larger than a big head.
-        if self.0.capacity() > 16 * 1024 {
+        if self.0.capacity() > 16 * 1024 || self.0.capacity() == 0 {
             return;
         }
         let mut buf = std::mem::take(&mut self.0);

@@ -433,9 +433,11 @@ impl Upstream {
                     status,
                 );
             }
-            let micros = started.elapsed().as_micros() as u64;
+            let elapsed = started.elapsed();
+            let micros = elapsed.as_micros() as u64;
             if let Some(notes) = req.notes {
-                self.note(notes, ticket.peer, &result, (started, connected.get()));
+                let times = (started, elapsed, connected.get());
+                self.note(notes, ticket.peer, &result, times);
             }
             match result {
                 Ok((head, pooled)) => {
@@ -476,16 +478,16 @@ impl Upstream {
         }
     }
 
-    /// Notes an attempt on `peer` for the access log: begun at `started`, connected
-    /// after `connect` (zero on a pooled connection).
+    /// Notes an attempt on `peer` for the access log: begun at `started`, ended (its
+    /// response head read, or failed) after `elapsed`, connected after `connect` (zero on
+    /// a pooled connection).
     fn note(
         &self,
         notes: &handler::LogNotes,
         peer: usize,
         result: &Result<(Head, Pooled), Failure>,
-        (started, connect): (Instant, Option<Duration>),
+        (started, elapsed, connect): (Instant, Duration, Option<Duration>),
     ) {
-        let elapsed = started.elapsed();
         let (status, timed_out) = match result {
             Ok((head, _)) => (Some(head.status.as_u16()), false),
             Err(f) => {

@@ -4,11 +4,11 @@
 //! `$upstream_cache_status`, so that what reads nginx's logs (`tessera logs`, GoAccess)
 //! reads these.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use handler::{Noted, UpstreamAttempt};
 
-use super::style::{escape, json_escape, Style};
+use super::style::{digits, escape, json_escape, number, Style};
 
 /// One noted field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +55,14 @@ impl Field {
     }
 }
 
-/// Writes `field` from `noted` (`-`, or JSON's `null`, when there is nothing).
-pub(super) fn write(line: &mut Vec<u8>, style: Style, field: Field, noted: Option<&Noted>) {
+/// Writes `field` from `noted` (`-`, or JSON's `null`, when there is nothing); `now`
+/// ends the time of an attempt whose response is being sent.
+pub(super) fn write(
+    line: &mut Vec<u8>,
+    style: Style,
+    field: Field,
+    (noted, now): (Option<&Noted>, Instant),
+) {
     let Some(noted) = noted else {
         return style.none(line);
     };
@@ -64,13 +70,12 @@ pub(super) fn write(line: &mut Vec<u8>, style: Style, field: Field, noted: Optio
     match field {
         Field::Cache => {
             return match noted.cache {
-                Some(result) => style.string(line, result.as_str().as_bytes()),
+                Some(result) => style.plain(line, result.as_str().as_bytes()),
                 None => style.none(line),
             }
         }
         Field::EsiFragments if noted.esi_fragments > 0 => {
-            let mut count = itoa::Buffer::new();
-            return line.extend_from_slice(count.format(noted.esi_fragments).as_bytes());
+            return number(line, noted.esi_fragments as u64);
         }
         Field::EsiFailed if !noted.esi_failed.is_empty() => {
             if quoted {
@@ -107,14 +112,19 @@ pub(super) fn write(line: &mut Vec<u8>, style: Style, field: Field, noted: Optio
         if i > 0 {
             line.extend_from_slice(b", ");
         }
-        item(line, quoted, field, attempt);
+        item(line, quoted, field, (attempt, now));
     }
     if quoted {
         line.push(b'"');
     }
 }
 
-fn item(line: &mut Vec<u8>, quoted: bool, field: Field, attempt: &UpstreamAttempt) {
+fn item(
+    line: &mut Vec<u8>,
+    quoted: bool,
+    field: Field,
+    (attempt, now): (&UpstreamAttempt, Instant),
+) {
     match field {
         Field::Addr if quoted => json_escape(line, attempt.peer.as_bytes()),
         Field::Addr => escape(line, attempt.peer.as_bytes()),
@@ -122,13 +132,17 @@ fn item(line: &mut Vec<u8>, quoted: bool, field: Field, attempt: &UpstreamAttemp
             let status = attempt
                 .status
                 .unwrap_or(if attempt.timed_out { 504 } else { 502 });
-            line.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+            number(line, status.into());
         }
         Field::ConnectTime => seconds(line, attempt.connect),
         Field::HeaderTime => seconds(line, attempt.header),
         Field::ResponseTime => seconds(
             line,
-            Some(attempt.total.unwrap_or_else(|| attempt.started.elapsed())),
+            Some(
+                attempt
+                    .total
+                    .unwrap_or_else(|| now.saturating_duration_since(attempt.started)),
+            ),
         ),
         Field::Cache | Field::EsiFragments | Field::EsiFailed | Field::NotRetried => {}
     }
@@ -140,16 +154,14 @@ fn seconds(line: &mut Vec<u8>, time: Option<Duration>) {
         return line.push(b'-');
     };
     let millis = time.as_millis() as u64;
-    line.extend_from_slice(itoa::Buffer::new().format(millis / 1000).as_bytes());
+    number(line, millis / 1000);
     line.push(b'.');
-    let fraction = millis % 1000 + 1000;
-    line.extend_from_slice(&itoa::Buffer::new().format(fraction).as_bytes()[1..]);
+    digits::<3>(line, millis % 1000);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn writes_each_attempt_as_nginx_lists_them() {
@@ -182,7 +194,7 @@ mod tests {
         };
         let written = |style, field| {
             let mut line = Vec::new();
-            write(&mut line, style, field, Some(&noted));
+            write(&mut line, style, field, (Some(&noted), Instant::now()));
             String::from_utf8(line).unwrap()
         };
         assert_eq!(
@@ -209,7 +221,7 @@ mod tests {
             r#""http://a.test/x, http://a.test/\"y\"""#
         );
         let mut line = Vec::new();
-        write(&mut line, Style::Json, Field::Addr, None);
+        write(&mut line, Style::Json, Field::Addr, (None, Instant::now()));
         assert_eq!(line, b"null");
     }
 }

@@ -21,6 +21,22 @@ impl Style {
         }
     }
 
+    /// A value that never holds a byte to escape (a token, hex digits, a time, a name of
+    /// this server's own): written without looking.
+    pub(super) fn plain(self, line: &mut Vec<u8>, value: &[u8]) {
+        debug_assert!(value
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\'));
+        match self {
+            Style::Text => push(line, value),
+            Style::Json => {
+                line.push(b'"');
+                push(line, value);
+                line.push(b'"');
+            }
+        }
+    }
+
     pub(super) fn none(self, line: &mut Vec<u8>) {
         match self {
             Style::Text => line.push(b'-'),
@@ -43,7 +59,7 @@ pub(super) fn json_escape(line: &mut Vec<u8>, value: &[u8]) {
         plain & (0x20..0x7f).contains(&b) & (b != b'"') & (b != b'\\')
     });
     if plain {
-        return line.extend_from_slice(value);
+        return push(line, value);
     }
     for chunk in value.utf8_chunks() {
         let mut valid = chunk.valid().as_bytes();
@@ -98,5 +114,46 @@ pub(super) fn escape(line: &mut Vec<u8>, mut value: &[u8]) {
         }
         value = &value[i + 1..];
     }
-    line.extend_from_slice(value);
+    push(line, value);
+}
+
+/// Appends `value`, short as a log line's values are, without a call to `memcpy`: one
+/// or two copies of a size known when compiled, the second overlapping the first where
+/// the length lies between two sizes. The literals and values of a JSON line of 27
+/// fields went through 40-odd `memcpy` calls, 13% of its formatting time (`perf` of
+/// 2 million lines formatted in a loop).
+#[inline]
+pub(super) fn push(line: &mut Vec<u8>, value: &[u8]) {
+    fn two<const N: usize>(line: &mut Vec<u8>, value: &[u8]) {
+        let end = line.len() + value.len();
+        let (first, last) = (&value[..N], &value[value.len() - N..]);
+        line.extend_from_slice(<&[u8; N]>::try_from(first).unwrap_or(&[0; N]));
+        line.truncate(end - N);
+        line.extend_from_slice(<&[u8; N]>::try_from(last).unwrap_or(&[0; N]));
+    }
+    match value.len() {
+        0..4 => value.iter().for_each(|&b| line.push(b)),
+        4..8 => two::<4>(line, value),
+        8..16 => two::<8>(line, value),
+        16..=32 => two::<16>(line, value),
+        _ => line.extend_from_slice(value),
+    }
+}
+
+/// `n` (below 10^W) as exactly `W` digits, zeros first: the fraction of a time.
+pub(super) fn digits<const W: usize>(line: &mut Vec<u8>, mut n: u64) {
+    let mut out = [b'0'; W];
+    for digit in out.iter_mut().rev() {
+        *digit = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    line.extend_from_slice(&out);
+}
+
+/// `n` in decimal.
+pub(super) fn number(line: &mut Vec<u8>, n: u64) {
+    match n {
+        0..10 => line.push(b'0' + n as u8),
+        _ => push(line, itoa::Buffer::new().format(n).as_bytes()),
+    }
 }

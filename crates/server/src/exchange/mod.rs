@@ -52,7 +52,7 @@ pub(crate) struct Exchange {
     pub head_only: bool,
     pub version: Version,
     /// The request head as received, for the access log (empty without one).
-    pub raw_head: Vec<u8>,
+    pub raw_head: crate::reply::HeadBuf,
     /// Who answered, for metrics.
     pub answered: Answered,
     /// The route's error pages (`error_page`), when it or its host has any.
@@ -317,10 +317,10 @@ fn first<'a>(
 
 /// The request head as received, for the access log of a response that comes later:
 /// only the access log reads it, so no copy without one.
-fn raw_head(worker: &Worker, pending: &[u8], len: usize) -> Vec<u8> {
+fn raw_head(worker: &Worker, pending: &[u8], len: usize) -> crate::reply::HeadBuf {
     match worker.log.borrow().is_some() {
-        true => pending[..len].to_vec(),
-        false => Vec::new(),
+        true => crate::reply::HeadBuf::copy(&pending[..len]),
+        false => crate::reply::HeadBuf::none(),
     }
 }
 

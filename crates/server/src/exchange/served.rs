@@ -173,6 +173,8 @@ pub(crate) fn record(
         (Some(req), true) => current.gen.identity[site].of_request(conn, req),
         _ => None,
     };
+    // One reading of the clock for the request's time and its last upstream attempt's.
+    let now = Instant::now();
     let entry = Entry {
         host,
         route,
@@ -186,7 +188,8 @@ pub(crate) fn record(
         status,
         head,
         body_bytes,
-        micros: read_at.map_or(0, |t| t.elapsed().as_micros() as u64),
+        micros: read_at.map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64),
+        now,
         request_id,
         trace,
         notes: notes.map(|n| n.noted()),
