@@ -724,6 +724,7 @@ impl<F: Future + Unpin> Future for Guarded<F> {
         let this = self.get_mut();
         let _inside = this.guard.enter(this.limit);
         let _sockets = socket::enter(this.sockets);
+        let _waker = socket::polled(cx.waker());
         let _running = Running::new(&this.running, this.version);
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,

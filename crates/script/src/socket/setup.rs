@@ -26,6 +26,7 @@ pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
             host: String::new(),
             port: 0,
             unsent: None,
+            waiting: None,
         }));
         let id = register(&state);
         Ok((Socket(state, id), id))
@@ -39,11 +40,13 @@ pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
         quick.set("receive", lua.create_c_function(fast::receive)?)?;
         quick.set("setkeepalive", lua.create_c_function(fast::setkeepalive)?)?;
         quick.set("settimeouts", lua.create_c_function(fast::settimeouts)?)?;
+        quick.set("wait_receive", lua.create_c_function(fast::wait_receive)?)?;
+        quick.set("give_up", lua.create_c_function(fast::give_up)?)?;
     }
     let tcp: Function = lua
         .load(include_str!("socket.lua"))
         .set_name("=tessera.socket")
-        .call((new, quick))?;
+        .call((new, quick, Lua::poll_pending()))?;
     let socket = lua.create_table()?;
     socket.set("tcp", tcp)?;
     tessera.set("socket", socket)?;

@@ -7,9 +7,18 @@
 -- buffered, `_send_now` when the write fits in the socket, `_connect_now` when the pool
 -- has a connection) and calls the part that yields (`_receive`, ...) only when it must
 -- wait, so the common case creates no future.
-local new, quick = ...
+--
+-- A receive that must wait on a plain connection waits here rather than in a future:
+-- `quick.wait_receive` reads what has arrived and answers `false` while it must wait,
+-- having registered the script call's waker, and the method yields the coroutine with
+-- mlua's pending marker (`pending`), as mlua's async calls do, until the call is polled
+-- again. A yield that returns a value is mlua dropping the call (its request ended):
+-- the wait is given up and the coroutine stays suspended, as mlua's own calls do.
+local new, quick, pending = ...
 local q_connect, q_send, q_receive = quick.connect, quick.send, quick.receive
 local q_setkeepalive, q_settimeouts = quick.setkeepalive, quick.settimeouts
+local q_wait_receive, q_give_up = quick.wait_receive, quick.give_up
+local yield = coroutine.yield
 local methods = {}
 local mt = { __index = methods }
 
@@ -39,9 +48,19 @@ function methods:send(data)
 end
 
 function methods:receive(pattern)
-  local ok, a, b, c = q_receive(self[2], pattern)
+  local id = self[2]
+  local ok, a, b, c = q_receive(id, pattern)
   local u = self[1]
   if ok == nil then ok, a, b, c = u:_receive_now(pattern) end
+  if ok then return a, b, c end
+  ok, a, b, c = q_wait_receive(id, pattern)
+  while ok == false do
+    if yield(pending) ~= nil then
+      q_give_up(id)
+      yield()
+    end
+    ok, a, b, c = q_wait_receive(id, pattern)
+  end
   if ok then return a, b, c end
   return u:_receive(pattern)
 end
