@@ -384,6 +384,67 @@ pub(super) unsafe extern "C-unwind" fn give_up(l: *mut lua_State) -> c_int {
     0
 }
 
+/// `(mt)`: a new socket, not connected: its handle, a userdata holding its number with
+/// metatable `mt` (whose `__gc` is [`collect`]), and its number; `nil` where cosockets
+/// are refused (`socket.lua` then raises the phase's error). Made here rather than as an
+/// mlua userdata, which costs a callback and a typed userdata per request: the methods
+/// of ops.rs get one only when `socket.lua` first needs them.
+pub(super) unsafe extern "C-unwind" fn new_socket(l: *mut lua_State) -> c_int {
+    let Some(owner) = running().filter(|_| ffi::lua_type(l, 1) == ffi::LUA_TTABLE) else {
+        ffi::lua_pushnil(l);
+        return 1;
+    };
+    // Made first, while nothing of Rust's is to be dropped: it may raise (out of memory).
+    let handle = ffi::lua_newuserdata(l, std::mem::size_of::<u32>()).cast::<u32>();
+    handle.write_unaligned(u32::MAX);
+    ffi::lua_pushvalue(l, 1);
+    ffi::lua_setmetatable(l, -2);
+    let id = catch_unwind(|| super::register(&Rc::new(RefCell::new(State::new(owner)))));
+    match id {
+        Ok(id) => {
+            handle.write_unaligned(id);
+            ffi::lua_pushnumber(l, id as ffi::lua_Number);
+            2
+        }
+        Err(_) => {
+            ffi::lua_pop(l, 1);
+            ffi::lua_pushnil(l);
+            1
+        }
+    }
+}
+
+/// `(handle)`: a handle's `__gc`: frees its socket's number.
+pub(super) unsafe extern "C-unwind" fn collect(l: *mut lua_State) -> c_int {
+    let handle = ffi::lua_touserdata(l, 1).cast::<u32>();
+    if !handle.is_null() {
+        let id = handle.read_unaligned();
+        if id != u32::MAX {
+            let _ = catch_unwind(|| super::unregister(id));
+        }
+    }
+    0
+}
+
+/// `(handle, mt)`: the number a handle holds, when it is one (its metatable is `mt`);
+/// else `nil`.
+pub(super) unsafe extern "C-unwind" fn handle_number(l: *mut lua_State) -> c_int {
+    let top = ffi::lua_gettop(l);
+    let id = (ffi::lua_type(l, 1) == ffi::LUA_TUSERDATA && ffi::lua_getmetatable(l, 1) != 0)
+        .then(|| {
+            let same = ffi::lua_rawequal(l, -1, 2) != 0;
+            same.then(|| ffi::lua_touserdata(l, 1).cast::<u32>().read_unaligned())
+        })
+        .flatten()
+        .filter(|&id| id != u32::MAX);
+    ffi::lua_settop(l, top);
+    match id {
+        Some(id) => ffi::lua_pushnumber(l, id as ffi::lua_Number),
+        None => ffi::lua_pushnil(l),
+    }
+    1
+}
+
 /// `(id, idle, size)`: `setkeepalive` with numbers or nothing: `true, 1`, or `true, nil,
 /// message` when the connection could not be kept.
 pub(super) unsafe extern "C-unwind" fn setkeepalive(l: *mut lua_State) -> c_int {

@@ -206,14 +206,32 @@ struct State {
     waiting: Option<Pin<Box<evloop::time::Sleep>>>,
 }
 
-/// A socket as Lua sees it (`tessera.socket.tcp()`), and its number for [`fast`].
-struct Socket(Rc<RefCell<State>>, u32);
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        unregister(self.1);
+impl State {
+    /// A socket of `owner`, not connected.
+    fn new(owner: u64) -> State {
+        State {
+            io: None,
+            busy: false,
+            owner,
+            registered: None,
+            connect_timeout: DEFAULT_TIMEOUT,
+            send_timeout: DEFAULT_TIMEOUT,
+            read_timeout: DEFAULT_TIMEOUT,
+            pool: None,
+            pool_size: None,
+            reused: 0,
+            host: String::new(),
+            port: 0,
+            unsent: None,
+            waiting: None,
+        }
     }
 }
+
+/// A socket's methods of ops.rs (through mlua): made for a socket when `socket.lua`
+/// first needs one of them. A socket's number is freed when its handle
+/// ([`fast::new_socket`]) is collected.
+struct Socket(Rc<RefCell<State>>);
 
 /// The sockets of this thread by number: how [`fast`]'s C functions, given a socket's
 /// number, reach it.
