@@ -52,7 +52,8 @@ need taskset util-linux
 modules=/usr/lib/nginx/modules
 [ -f "$modules/ngx_http_lua_module.so" ] || { apt-get update -qq && apt-get install -y -qq libnginx-mod-http-lua >/dev/null; }
 cjson_so=/usr/lib/x86_64-linux-gnu/lua/5.1/cjson.so
-if [ "$CASE" = json ] && [ ! -f "$cjson_so" ]; then apt-get update -qq && apt-get install -y -qq lua-cjson >/dev/null; fi
+# nginx.conf requires cjson in init_by_lua whatever the case.
+if [ ! -f "$cjson_so" ]; then apt-get update -qq && apt-get install -y -qq lua-cjson >/dev/null; fi
 [ "$CASE" != redis ] || need redis-server redis-server
 resty_redis=$PWD/crates/cli/tests/fixtures/lua-resty-redis/lib
 

@@ -3,7 +3,8 @@
 //! and UDP sockets on the loop's epoll ([`net`]: the proxy's upstream connections, QUIC's
 //! sockets), the wake-up that
 //! reaches a loop parked in its `epoll_wait` from any thread ([`Notifier`]), and the
-//! per-poll budget that keeps one busy connection from holding the loop ([`budget`]).
+//! per-poll budget that keeps one busy connection from holding the loop ([`budget`]), and
+//! the waker of the task being polled ([`current`]).
 //!
 //! The loop itself (its epoll, the connections' rooms, the order of a turn) is the
 //! server's (`server/src/net/event_loop.rs`); it installs a [`Loop`] on the worker
@@ -24,6 +25,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub mod budget;
+pub mod current;
 pub mod net;
 mod notify;
 mod tasks;

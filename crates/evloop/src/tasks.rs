@@ -174,6 +174,7 @@ impl Tasks {
                 }
             };
             crate::budget::reset();
+            let _polling = crate::current::enter(&waker);
             let mut cx = Context::from_waker(&waker);
             let done = match std::panic::catch_unwind(AssertUnwindSafe(|| {
                 future.as_mut().poll(&mut cx)

@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, Table, Value};
@@ -539,12 +539,20 @@ impl Engine {
                 self.mounts[call.mount].config.site,
             ),
         };
-        // A first poll without a waker: what the script awaits registers the real one
-        // when the server polls the pending future again (it does so at once).
-        let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+        // The first poll, here, with the waker of the task the loop is polling (the
+        // connection's, or a spawned task's), which is the one that will poll the
+        // pending future again: what the script awaits is then registered once, and
+        // that task's next poll does not resume the script only to find it still
+        // waiting. Off the loop (no task known) the first poll has no waker, and the
+        // server's poll, which follows at once, registers the real one.
+        let task = evloop::current::waker();
+        let mut cx = TaskContext::from_waker(task.as_ref().unwrap_or(Waker::noop()));
         match Pin::new(&mut running).poll(&mut cx) {
             Poll::Ready(outcome) => Content::Done(outcome),
-            Poll::Pending => Content::Pending(PendingContent(Box::pin(running))),
+            Poll::Pending => Content::Pending(PendingContent {
+                future: Box::pin(running),
+                polled_with: task,
+            }),
         }
     }
 
@@ -716,6 +724,7 @@ impl<F: Future + Unpin> Future for Guarded<F> {
         let this = self.get_mut();
         let _inside = this.guard.enter(this.limit);
         let _sockets = socket::enter(this.sockets);
+        let _waker = socket::polled(cx.waker());
         let _running = Running::new(&this.running, this.version);
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut this.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
@@ -734,13 +743,25 @@ pub enum Content {
 }
 
 /// An `access` or `content` phase waiting in the event loop.
-pub struct PendingContent(Pin<Box<dyn Future<Output = Outcome>>>);
+pub struct PendingContent {
+    future: Pin<Box<dyn Future<Output = Outcome>>>,
+    /// The waker of its first poll (in [`Engine::content`]), until it is polled again.
+    polled_with: Option<Waker>,
+}
 
 impl Future for PendingContent {
     type Output = Outcome;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcome> {
-        self.0.as_mut().poll(cx)
+        if let Some(first) = self.polled_with.take() {
+            // Polled by the task whose waker the first poll registered: what the script
+            // waits for wakes this task, and nothing it waits for can have happened
+            // without waking it, so resuming the script now would find it waiting.
+            if first.will_wake(cx.waker()) {
+                return Poll::Pending;
+            }
+        }
+        self.future.as_mut().poll(cx)
     }
 }
 

@@ -425,3 +425,76 @@ fn scripts_cannot_stop_block_or_crash_the_process() {
         );
     });
 }
+
+#[test]
+fn a_receive_dropped_while_it_waits_closes_its_connection_and_frees_the_socket() {
+    // A server that reads one line and answers nothing: the script's receive waits.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Read};
+        let (stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        // What follows is the end of the stream, once the waiting call is dropped.
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        (line, rest.len())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let s = scripts(
+        &dir,
+        &format!(
+            r#"
+        return {{ content = function(r)
+          if r:arg("again") then
+            local data, err = held:receive()
+            return tostring(data) .. "|" .. tostring(err)
+          end
+          held = tessera.socket.tcp()
+          held:settimeouts(5000, 5000, 5000)
+          assert(held:connect("127.0.0.1", {port}))
+          held:send("hello\n")
+          return held:receive()
+        end }}
+        "#
+        ),
+        1.0,
+    );
+    run(async {
+        let engine = Engine::new(s, 0, None);
+        let m = engine.mount(b"/s").unwrap();
+        let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let call = engine.begin(
+            m,
+            RequestHead {
+                method: b"GET",
+                target: b"/s",
+                headers: std::iter::empty(),
+                client,
+                peer: client,
+                proxy_tlvs: &[],
+            },
+        );
+        let Content::Pending(waiting) = engine.content(&call) else {
+            panic!("the receive should wait");
+        };
+        // The request ends while the receive waits: its call is dropped.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), waiting)
+                .await
+                .is_err(),
+            "the receive should still wait"
+        );
+        engine.finish(call);
+        // The socket is neither busy nor connected: the next call on it says so.
+        let (_, _, body) = content(&engine, "/s?again=1").await;
+        assert_eq!(String::from_utf8(body).unwrap(), "nil|closed");
+    });
+    let (line, rest) = server.join().unwrap();
+    assert_eq!((line.as_str(), rest), ("hello\n", 0));
+}

@@ -5,7 +5,9 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use evloop::time::Instant;
@@ -13,7 +15,7 @@ use evloop::time::Instant;
 use evloop::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -159,17 +161,7 @@ impl Io {
     /// Reads more into the buffer, waiting at most `wait` for something to arrive:
     /// the bytes read, 0 at the end of the stream.
     pub(super) async fn fill(&mut self, wait: Duration) -> Result<usize, Failed> {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
-        if self.buf.capacity() - self.buf.len() < READ_ROOM / 4 {
-            if self.pos > 0 {
-                self.buf.drain(..self.pos);
-                self.pos = 0;
-            }
-            self.buf.reserve(READ_ROOM);
-        }
+        self.make_room();
         let buf = &mut self.buf;
         let read = async {
             match &mut self.conn {
@@ -182,6 +174,47 @@ impl Io {
             Ok(Err(e)) => Err(Failed::io(&e)),
             Ok(Ok(n)) => Ok(n),
         }
+    }
+
+    /// Room for a read at the end of the buffer (what was consumed dropped first).
+    fn make_room(&mut self) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        if self.buf.capacity() - self.buf.len() < READ_ROOM / 4 {
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            self.buf.reserve(READ_ROOM);
+        }
+    }
+
+    /// [`Io::fill`]'s read without its timer, polled by hand (`fast::wait_receive`,
+    /// which keeps the timer): `None` on a TLS connection, which it leaves to `fill`.
+    pub(super) fn poll_fill(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Result<usize, Failed>>> {
+        if !matches!(self.conn, Conn::Plain(_)) {
+            return None;
+        }
+        self.make_room();
+        let Conn::Plain(tcp) = &mut self.conn else {
+            return None;
+        };
+        let mut read = ReadBuf::uninit(self.buf.spare_capacity_mut());
+        Some(match Pin::new(tcp).poll_read(cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(Failed::io(&e))),
+            Poll::Ready(Ok(())) => {
+                let n = read.filled().len();
+                // SAFETY: the read initialised the first n bytes of the spare capacity.
+                unsafe { self.buf.set_len(self.buf.len() + n) };
+                Poll::Ready(Ok(n))
+            }
+        })
     }
 
     /// Sends `data` whole, waiting at most `wait` each time the socket is full.

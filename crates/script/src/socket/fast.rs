@@ -22,6 +22,7 @@
 //! change the number in its socket table, but can then reach only sockets that exist.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
@@ -34,7 +35,8 @@ use tokio::io::AsyncWrite;
 use super::conn::{Conn, Failed};
 use super::ops::{attach, keep, ready, Attach, Want};
 use super::{
-    duration_ms, millis, numbered, tally, Scope, State, DEFAULT_IDLE, DEFAULT_TIMEOUT, SCOPE,
+    duration_ms, millis, numbered, tally, Scope, State, DEFAULT_IDLE, DEFAULT_TIMEOUT, MAX_RECEIVE,
+    SCOPE,
 };
 
 /// The socket named by argument `idx`.
@@ -84,6 +86,8 @@ enum Out {
     Count(usize),
     /// Done: `true, nil, message`.
     Failed(String),
+    /// Done: `true, nil, message, partial` (pushed by [`wait_receive`]).
+    FailedWith(String, Vec<u8>),
 }
 
 /// Runs `work` (no Lua API calls inside), a panic counting as [`Out::Pass`], and pushes
@@ -108,6 +112,13 @@ unsafe fn finish(l: *mut lua_State, work: impl FnOnce() -> Out) -> c_int {
             ffi::lua_pushnil(l);
             ffi::lua_pushlstring(l, message.as_ptr() as *const c_char, message.len());
             3
+        }
+        Out::FailedWith(message, partial) => {
+            ffi::lua_pushboolean(l, 1);
+            ffi::lua_pushnil(l);
+            ffi::lua_pushlstring(l, message.as_ptr() as *const c_char, message.len());
+            ffi::lua_pushlstring(l, partial.as_ptr() as *const c_char, partial.len());
+            4
         }
     }
 }
@@ -178,17 +189,10 @@ pub(super) unsafe extern "C-unwind" fn send(l: *mut lua_State) -> c_int {
 /// already (`true, data`), or `false` when it must wait.
 pub(super) unsafe extern "C-unwind" fn receive(l: *mut lua_State) -> c_int {
     let state = socket_at(l, 1);
-    let want = match ffi::lua_type(l, 2) {
-        ffi::LUA_TNONE | ffi::LUA_TNIL => Some(Want::Line),
-        ffi::LUA_TNUMBER => {
-            let n = ffi::lua_tonumber(l, 2);
-            (n >= 0.0 && n.fract() == 0.0).then_some(Want::Size(n as usize))
-        }
-        _ => (bytes_at(l, 2) == Some(b"*l")).then_some(Want::Line),
-    };
+    let want = want_at(l, 2);
     // The data's place in the socket's buffer (pushed once the borrow has ended), the
     // bytes to push and the bytes to consume.
-    let found = catch_unwind(AssertUnwindSafe(|| {
+    let located = catch_unwind(AssertUnwindSafe(|| {
         let (Some(state), Some(want), Some(_)) = (&state, want, running()) else {
             return Err(Out::Pass);
         };
@@ -196,35 +200,249 @@ pub(super) unsafe extern "C-unwind" fn receive(l: *mut lua_State) -> c_int {
         let Some(io) = s.io.as_ref().filter(|_| !s.busy) else {
             return Err(Out::Pass);
         };
-        let buffered = io.buffered();
-        let (take, mut keep) = ready(&want, buffered, 0).ok_or(Out::Wait)?;
-        if matches!(want, Want::Line) {
-            // A line's CR is dropped; one with a CR elsewhere is left to ops.rs.
-            keep -= usize::from(keep > 0 && buffered[keep - 1] == b'\r');
-            if buffered[..keep].contains(&b'\r') {
-                return Err(Out::Pass);
-            }
-        }
-        Ok((buffered.as_ptr(), keep, take))
+        found(&want, io.buffered()).unwrap_or(Err(Out::Wait))
     }))
     .unwrap_or(Err(Out::Pass));
-    match (found, state) {
-        (Ok((data, keep, take)), Some(state)) => {
+    match (located, state) {
+        (Ok((data, keep, take)), Some(state)) => deliver(l, &state, data, keep, take),
+        (Err(out), _) => finish(l, || out),
+        (Ok(_), None) => finish(l, || Out::Pass),
+    }
+}
+
+/// Argument `idx` when it is a pattern the C functions take: a size or a line.
+unsafe fn want_at(l: *mut lua_State, idx: c_int) -> Option<Want> {
+    match ffi::lua_type(l, idx) {
+        ffi::LUA_TNONE | ffi::LUA_TNIL => Some(Want::Line),
+        ffi::LUA_TNUMBER => {
+            let n = ffi::lua_tonumber(l, idx);
+            (n >= 0.0 && n.fract() == 0.0).then_some(Want::Size(n as usize))
+        }
+        _ => (bytes_at(l, idx) == Some(b"*l")).then_some(Want::Line),
+    }
+}
+
+/// Where the data `want` takes is in a buffer: its start, the bytes to return and the
+/// bytes to consume; `None` when it is not all there, `Some(Err(Out::Pass))` for a line
+/// with a CR inside (left to ops.rs).
+fn found(want: &Want, buffered: &[u8]) -> Option<Result<(*const u8, usize, usize), Out>> {
+    let (take, mut keep) = ready(want, buffered, 0)?;
+    if matches!(want, Want::Line) {
+        // A line's CR is dropped; one with a CR elsewhere is left to ops.rs.
+        keep -= usize::from(keep > 0 && buffered[keep - 1] == b'\r');
+        if buffered[..keep].contains(&b'\r') {
+            return Some(Err(Out::Pass));
+        }
+    }
+    Some(Ok((buffered.as_ptr(), keep, take)))
+}
+
+/// Pushes `true` and the `keep` bytes at `data`, then consumes `take` bytes of the
+/// socket's buffer (where `data` points).
+unsafe fn deliver(
+    l: *mut lua_State,
+    state: &Rc<RefCell<State>>,
+    data: *const u8,
+    keep: usize,
+    take: usize,
+) -> c_int {
+    ffi::lua_pushboolean(l, 1);
+    // The buffer is the socket's, which `state` keeps alive, and nothing touches it until
+    // it is consumed below (a collection this allocation may run finalizes other
+    // sockets, never this one, which the script holds).
+    ffi::lua_pushlstring(l, data as *const c_char, keep);
+    if let Ok(mut s) = state.try_borrow_mut() {
+        if let Some(io) = s.io.as_mut() {
+            io.consume(take);
+        }
+    }
+    2
+}
+
+/// `(id, pattern)`: the waiting part of `receive` (a size or a line, none buffered yet)
+/// on a plain connection, without a future: each call reads what has arrived and
+/// answers `true, data` when it is all there, `true, nil, message, partial` when the
+/// read failed or timed out (as ops.rs's `receive` answers), and `false` when it must
+/// wait: the socket's readiness and the read timeout's timer then wake the script call
+/// being polled, and `socket.lua` yields its coroutine as mlua's async calls do (with
+/// mlua's pending marker) and calls again when resumed. `nil` leaves the call to ops.rs
+/// (TLS, another call holding the socket, the peer closed, a line with a CR inside, no
+/// script call polled), which finds what this one left buffered. The connection stays
+/// in place while it waits, with `busy` set; [`give_up`] or the end of the request
+/// ([`super::release`]) ends a wait whose coroutine is dropped.
+pub(super) unsafe extern "C-unwind" fn wait_receive(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let want = want_at(l, 2);
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        let (Some(state), Some(want), Some(_)) = (&state, want, running()) else {
+            return Err(Out::Pass);
+        };
+        super::with_waker(|waker| wait(state, &want, &mut Context::from_waker(waker)))
+            .unwrap_or(Err(Out::Pass))
+    }))
+    .unwrap_or(Err(Out::Pass));
+    match (polled, state) {
+        (Ok((data, keep, take)), Some(state)) => deliver(l, &state, data, keep, take),
+        (Err(Out::FailedWith(message, partial)), _) => {
             ffi::lua_pushboolean(l, 1);
-            // The buffer is the socket's, which `state` keeps alive, and nothing touches
-            // it until it is consumed below (a collection this allocation may run
-            // finalizes other sockets, never this one, which the script holds).
-            ffi::lua_pushlstring(l, data as *const c_char, keep);
-            if let Ok(mut s) = state.try_borrow_mut() {
-                if let Some(io) = s.io.as_mut() {
-                    io.consume(take);
-                }
-            }
-            2
+            ffi::lua_pushnil(l);
+            ffi::lua_pushlstring(l, message.as_ptr() as *const c_char, message.len());
+            ffi::lua_pushlstring(l, partial.as_ptr() as *const c_char, partial.len());
+            4
         }
         (Err(out), _) => finish(l, || out),
         (Ok(_), None) => finish(l, || Out::Pass),
     }
+}
+
+/// [`wait_receive`]'s Rust part.
+fn wait(
+    state: &Rc<RefCell<State>>,
+    want: &Want,
+    cx: &mut Context<'_>,
+) -> Result<(*const u8, usize, usize), Out> {
+    let mut s = state.try_borrow_mut().map_err(|_| Out::Pass)?;
+    let s = &mut *s;
+    if s.waiting.is_none() {
+        // The wait begins: the connection is held, the read timeout starts.
+        if s.busy || s.io.as_ref().is_none_or(|io| io.conn.is_tls()) {
+            return Err(Out::Pass);
+        }
+        s.busy = true;
+        let deadline = evloop::time::Instant::now() + s.read_timeout;
+        s.waiting = Some(Box::pin(evloop::time::sleep_until(deadline)));
+    }
+    let end = |s: &mut State| {
+        s.waiting = None;
+        s.busy = false;
+    };
+    loop {
+        let Some(io) = s.io.as_mut() else {
+            end(s);
+            return Err(Out::Pass);
+        };
+        let buffered = io.buffered();
+        if let Some(found) = found(want, buffered) {
+            end(s);
+            return found;
+        }
+        if buffered.len() >= MAX_RECEIVE {
+            end(s);
+            return Err(Out::Pass);
+        }
+        match io.poll_fill(cx) {
+            Some(Poll::Ready(Ok(0))) | None => {
+                // The peer closed (ops.rs reads the end again and answers with what
+                // came before it), or TLS.
+                end(s);
+                return Err(Out::Pass);
+            }
+            Some(Poll::Ready(Ok(_))) => {}
+            Some(Poll::Ready(Err(f))) => {
+                // As ops.rs: the connection is closed, what had arrived goes back.
+                let rest = io.take(io.buffered().len());
+                s.io = None;
+                end(s);
+                tally::error(f.kind);
+                return Err(Out::FailedWith(f.message, rest));
+            }
+            Some(Poll::Pending) => {
+                let timer = s.waiting.as_mut().expect("set while waiting");
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Err(Out::Wait);
+                }
+                // As ops.rs: a read timeout leaves the connection open; what had
+                // arrived goes back.
+                let rest = io.take(io.buffered().len());
+                end(s);
+                let f = Failed::timeout();
+                tally::error(f.kind);
+                return Err(Out::FailedWith(f.message, rest));
+            }
+        }
+    }
+}
+
+/// `(id)`: ends a wait of [`wait_receive`] whose coroutine mlua dropped (its request
+/// ended first): the connection is closed, as a dropped async receive closes it.
+pub(super) unsafe extern "C-unwind" fn give_up(l: *mut lua_State) -> c_int {
+    let state = socket_at(l, 1);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(state) = state else {
+            return;
+        };
+        let Ok(mut s) = state.try_borrow_mut() else {
+            return;
+        };
+        if s.waiting.take().is_some() {
+            s.busy = false;
+            let io = s.io.take();
+            drop(s);
+            drop(io);
+        }
+    }));
+    0
+}
+
+/// `(mt)`: a new socket, not connected: its handle, a userdata holding its number with
+/// metatable `mt` (whose `__gc` is [`collect`]), and its number; `nil` where cosockets
+/// are refused (`socket.lua` then raises the phase's error). Made here rather than as an
+/// mlua userdata, which costs a callback and a typed userdata per request: the methods
+/// of ops.rs get one only when `socket.lua` first needs them.
+pub(super) unsafe extern "C-unwind" fn new_socket(l: *mut lua_State) -> c_int {
+    let Some(owner) = running().filter(|_| ffi::lua_type(l, 1) == ffi::LUA_TTABLE) else {
+        ffi::lua_pushnil(l);
+        return 1;
+    };
+    // Made first, while nothing of Rust's is to be dropped: it may raise (out of memory).
+    let handle = ffi::lua_newuserdata(l, std::mem::size_of::<u32>()).cast::<u32>();
+    handle.write_unaligned(u32::MAX);
+    ffi::lua_pushvalue(l, 1);
+    ffi::lua_setmetatable(l, -2);
+    let id = catch_unwind(|| super::register(&Rc::new(RefCell::new(State::new(owner)))));
+    match id {
+        Ok(id) => {
+            handle.write_unaligned(id);
+            ffi::lua_pushnumber(l, id as ffi::lua_Number);
+            2
+        }
+        Err(_) => {
+            ffi::lua_pop(l, 1);
+            ffi::lua_pushnil(l);
+            1
+        }
+    }
+}
+
+/// `(handle)`: a handle's `__gc`: frees its socket's number.
+pub(super) unsafe extern "C-unwind" fn collect(l: *mut lua_State) -> c_int {
+    let handle = ffi::lua_touserdata(l, 1).cast::<u32>();
+    if !handle.is_null() {
+        let id = handle.read_unaligned();
+        if id != u32::MAX {
+            let _ = catch_unwind(|| super::unregister(id));
+        }
+    }
+    0
+}
+
+/// `(handle, mt)`: the number a handle holds, when it is one (its metatable is `mt`);
+/// else `nil`.
+pub(super) unsafe extern "C-unwind" fn handle_number(l: *mut lua_State) -> c_int {
+    let top = ffi::lua_gettop(l);
+    let id = (ffi::lua_type(l, 1) == ffi::LUA_TUSERDATA && ffi::lua_getmetatable(l, 1) != 0)
+        .then(|| {
+            let same = ffi::lua_rawequal(l, -1, 2) != 0;
+            same.then(|| ffi::lua_touserdata(l, 1).cast::<u32>().read_unaligned())
+        })
+        .flatten()
+        .filter(|&id| id != u32::MAX);
+    ffi::lua_settop(l, top);
+    match id {
+        Some(id) => ffi::lua_pushnumber(l, id as ffi::lua_Number),
+        None => ffi::lua_pushnil(l),
+    }
+    1
 }
 
 /// `(id, idle, size)`: `setkeepalive` with numbers or nothing: `true, 1`, or `true, nil,

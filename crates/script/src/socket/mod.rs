@@ -21,7 +21,9 @@ pub(crate) mod setup;
 mod tally;
 
 use std::cell::{Cell, RefCell};
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::task::Waker;
 use std::time::Duration;
 
 use mlua::{AnyUserData, IntoLuaMulti, Lua, MultiValue, Value};
@@ -128,16 +130,52 @@ pub(crate) fn release(scope: Scope) {
         mine
     });
     for socket in mine {
-        let io = {
+        let (io, waiting) = {
             let mut s = socket.borrow_mut();
             s.registered = None;
             match s.owner == owner {
-                true => s.io.take(),
-                false => None,
+                true => {
+                    // A receive waiting in `fast` holds the connection in place: it
+                    // ends with it, as an async call's hold ends with its future.
+                    let waiting = s.waiting.take();
+                    if waiting.is_some() {
+                        s.busy = false;
+                    }
+                    (s.io.take(), waiting)
+                }
+                false => (None, None),
             }
         };
-        drop(io);
+        drop((io, waiting));
     }
+}
+
+thread_local! {
+    /// The waker of the script call being polled ([`polled`]): what a receive that
+    /// waits in [`fast`] registers.
+    static WAKER: Cell<*const Waker> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Marks `waker` as the one of the script call being polled until dropped (restoring
+/// what was before).
+pub(crate) struct Polled(*const Waker);
+
+pub(crate) fn polled(waker: &Waker) -> Polled {
+    Polled(WAKER.with(|w| w.replace(waker)))
+}
+
+impl Drop for Polled {
+    fn drop(&mut self) {
+        WAKER.with(|w| w.set(self.0));
+    }
+}
+
+/// Runs `f` with the waker of the script call being polled, if one is.
+fn with_waker<R>(f: impl FnOnce(&Waker) -> R) -> Option<R> {
+    let waker = WAKER.with(Cell::get);
+    // SAFETY: set by `polled` from a live `&Waker` whose guard, which restores the
+    // previous value, lives in the poll that lent it; this runs inside that poll.
+    (!waker.is_null()).then(|| f(unsafe { &*waker }))
 }
 
 /// One socket's state, shared by its userdata and the calls in progress on it.
@@ -163,16 +201,37 @@ struct State {
     port: u16,
     /// What a `send` left to the waiting part, and the bytes of the whole send.
     unsent: Option<(Vec<u8>, usize)>,
+    /// The read timeout's timer of a `receive` waiting in [`fast::wait_receive`] (which
+    /// keeps `io` in place and sets `busy` meanwhile).
+    waiting: Option<Pin<Box<evloop::time::Sleep>>>,
 }
 
-/// A socket as Lua sees it (`tessera.socket.tcp()`), and its number for [`fast`].
-struct Socket(Rc<RefCell<State>>, u32);
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        unregister(self.1);
+impl State {
+    /// A socket of `owner`, not connected.
+    fn new(owner: u64) -> State {
+        State {
+            io: None,
+            busy: false,
+            owner,
+            registered: None,
+            connect_timeout: DEFAULT_TIMEOUT,
+            send_timeout: DEFAULT_TIMEOUT,
+            read_timeout: DEFAULT_TIMEOUT,
+            pool: None,
+            pool_size: None,
+            reused: 0,
+            host: String::new(),
+            port: 0,
+            unsent: None,
+            waiting: None,
+        }
     }
 }
+
+/// A socket's methods of ops.rs (through mlua): made for a socket when `socket.lua`
+/// first needs one of them. A socket's number is freed when its handle
+/// ([`fast::new_socket`]) is collected.
+struct Socket(Rc<RefCell<State>>);
 
 /// The sockets of this thread by number: how [`fast`]'s C functions, given a socket's
 /// number, reach it.

@@ -1,34 +1,25 @@
 //! `tessera.socket.tcp` made for a Lua state: the constructor, the C functions of
 //! [`super::fast`] and the methods of `socket.lua` over them.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use mlua::{Function, Lua, Table};
 
-use super::{compat, fast, owner, register, Socket, State, DEFAULT_TIMEOUT};
+use super::{compat, fast, numbered, owner, Socket};
 
 /// Sets `tessera.socket.tcp` and `tessera.ngx_compat`.
 pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
-    let new = lua.create_function(|_, ()| {
-        let owner = owner()?;
-        let state = Rc::new(RefCell::new(State {
-            io: None,
-            busy: false,
-            owner,
-            registered: None,
-            connect_timeout: DEFAULT_TIMEOUT,
-            send_timeout: DEFAULT_TIMEOUT,
-            read_timeout: DEFAULT_TIMEOUT,
-            pool: None,
-            pool_size: None,
-            reused: 0,
-            host: String::new(),
-            port: 0,
-            unsent: None,
-        }));
-        let id = register(&state);
-        Ok((Socket(state, id), id))
+    // The methods of ops.rs for the socket of a handle's number (`socket.lua` gives
+    // only a handle's), or, with none, the error of a phase that refuses cosockets.
+    let methods = lua.create_function(|_, id: Option<f64>| {
+        let state = id
+            .filter(|n| (0.0..u32::MAX as f64).contains(n) && n.fract() == 0.0)
+            .and_then(|n| numbered(n as u32));
+        match state {
+            Some(state) => Ok(Socket(state)),
+            None => {
+                owner()?;
+                Err(mlua::Error::runtime("tessera.socket: not a socket"))
+            }
+        }
     })?;
     let quick = lua.create_table()?;
     // SAFETY: each is a lua_CFunction that reads its arguments and pushes its results as
@@ -39,11 +30,16 @@ pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
         quick.set("receive", lua.create_c_function(fast::receive)?)?;
         quick.set("setkeepalive", lua.create_c_function(fast::setkeepalive)?)?;
         quick.set("settimeouts", lua.create_c_function(fast::settimeouts)?)?;
+        quick.set("wait_receive", lua.create_c_function(fast::wait_receive)?)?;
+        quick.set("give_up", lua.create_c_function(fast::give_up)?)?;
+        quick.set("new", lua.create_c_function(fast::new_socket)?)?;
+        quick.set("collect", lua.create_c_function(fast::collect)?)?;
+        quick.set("number", lua.create_c_function(fast::handle_number)?)?;
     }
     let tcp: Function = lua
         .load(include_str!("socket.lua"))
         .set_name("=tessera.socket")
-        .call((new, quick))?;
+        .call((methods, quick, Lua::poll_pending()))?;
     let socket = lua.create_table()?;
     socket.set("tcp", tcp)?;
     tessera.set("socket", socket)?;

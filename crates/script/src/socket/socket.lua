@@ -1,4 +1,6 @@
--- The methods of tessera.socket.tcp()'s sockets. A socket is { userdata, number }.
+-- The methods of tessera.socket.tcp()'s sockets. A socket is { handle, number } (the
+-- handle a userdata of fast.rs's holding the number, whose collection frees it), and
+-- { handle, number, userdata } once a method has needed the userdata of ops.rs.
 -- The methods a client library calls on every request first call a C function of
 -- fast.rs with the socket's number (`quick.*`): it answers `true, ...` when done, `false`
 -- when the call must wait, and `nil` when it leaves the call to the userdata's methods
@@ -7,18 +9,38 @@
 -- buffered, `_send_now` when the write fits in the socket, `_connect_now` when the pool
 -- has a connection) and calls the part that yields (`_receive`, ...) only when it must
 -- wait, so the common case creates no future.
-local new, quick = ...
+--
+-- A receive that must wait on a plain connection waits here rather than in a future:
+-- `quick.wait_receive` reads what has arrived and answers `false` while it must wait,
+-- having registered the script call's waker, and the method yields the coroutine with
+-- mlua's pending marker (`pending`), as mlua's async calls do, until the call is polled
+-- again. A yield that returns a value is mlua dropping the call (its request ended):
+-- the wait is given up and the coroutine stays suspended, as mlua's own calls do.
+local userdata_of, quick, pending = ...
 local q_connect, q_send, q_receive = quick.connect, quick.send, quick.receive
 local q_setkeepalive, q_settimeouts = quick.setkeepalive, quick.settimeouts
+local q_wait_receive, q_give_up = quick.wait_receive, quick.give_up
+local q_new, q_number = quick.new, quick.number
+local yield = coroutine.yield
 local methods = {}
 local mt = { __index = methods }
+local handle_mt = { __gc = quick.collect, __metatable = "tessera.socket" }
+
+-- The socket's userdata of ops.rs, made the first time it is needed.
+local function slow(self)
+  local u = self[3]
+  if u == nil then
+    u = userdata_of(q_number(self[1], handle_mt))
+    self[3] = u
+  end
+  return u
+end
 
 function methods:connect(host, port, opts)
   local ok, a, b = q_connect(self[2], host, port, opts)
-  local u = self[1]
-  if ok == nil then ok, a, b = u:_connect_now(host, port, opts) end
+  if ok == nil then ok, a, b = slow(self):_connect_now(host, port, opts) end
   if ok then return a, b end
-  return u:_connect()
+  return slow(self):_connect()
 end
 
 local concat, pcall, type = table.concat, pcall, type
@@ -32,22 +54,30 @@ function methods:send(data)
     if joined then data = flat end
   end
   local ok, a, b = q_send(self[2], data)
-  local u = self[1]
-  if ok == nil then ok, a, b = u:_send_now(data) end
+  if ok == nil then ok, a, b = slow(self):_send_now(data) end
   if ok then return a, b end
-  return u:_send()
+  return slow(self):_send()
 end
 
 function methods:receive(pattern)
-  local ok, a, b, c = q_receive(self[2], pattern)
-  local u = self[1]
-  if ok == nil then ok, a, b, c = u:_receive_now(pattern) end
+  local id = self[2]
+  local ok, a, b, c = q_receive(id, pattern)
+  if ok == nil then ok, a, b, c = slow(self):_receive_now(pattern) end
   if ok then return a, b, c end
-  return u:_receive(pattern)
+  ok, a, b, c = q_wait_receive(id, pattern)
+  while ok == false do
+    if yield(pending) ~= nil then
+      q_give_up(id)
+      yield()
+    end
+    ok, a, b, c = q_wait_receive(id, pattern)
+  end
+  if ok then return a, b, c end
+  return slow(self):_receive(pattern)
 end
 
 function methods:receiveany(max)
-  local u = self[1]
+  local u = slow(self)
   local ok, a, b, c = u:_receiveany_now(max)
   if ok then return a, b, c end
   return u:_receiveany(max)
@@ -56,25 +86,27 @@ end
 function methods:setkeepalive(idle, size)
   local ok, a, b = q_setkeepalive(self[2], idle, size)
   if ok then return a, b end
-  local u = self[1]
+  local u = slow(self)
   return u:setkeepalive(idle, size)
 end
 
 function methods:settimeouts(c, s, r)
   if q_settimeouts(self[2], c, s, r) then return end
-  local u = self[1]
+  local u = slow(self)
   return u:settimeouts(c, s, r)
 end
 
 for _, name in ipairs{ "sslhandshake", "receiveuntil", "settimeout", "getreusedtimes",
                        "close" } do
   methods[name] = function(self, ...)
-    local u = self[1]
+    local u = slow(self)
     return u[name](u, ...)
   end
 end
 
 return function()
-  local u, id = new()
-  return setmetatable({ u, id }, mt)
+  local handle, id = q_new(handle_mt)
+  -- nil: a phase that refuses cosockets, whose error this raises.
+  if handle == nil then userdata_of() end
+  return setmetatable({ handle, id }, mt)
 end

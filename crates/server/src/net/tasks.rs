@@ -204,6 +204,7 @@ impl Tasks {
             let waker = self.waker(index);
             let mut task_cx = Context::from_waker(&waker);
             evloop::budget::reset();
+            let _polling = evloop::current::enter(&waker);
             // SAFETY: the room holds a live future of the type vtable erases, pinned
             // (see `start`); a task is polled here only, never from inside itself.
             let polled = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe {
