@@ -545,8 +545,9 @@ impl Engine {
         // that task's next poll does not resume the script only to find it still
         // waiting. Off the loop (no task known) the first poll has no waker, and the
         // server's poll, which follows at once, registers the real one.
-        let task = evloop::current::waker();
-        let mut cx = TaskContext::from_waker(task.as_ref().unwrap_or(Waker::noop()));
+        let task = evloop::current::waker().map(|w| (w, evloop::current::poll()));
+        let waker = task.as_ref().map(|(w, _)| w);
+        let mut cx = TaskContext::from_waker(waker.unwrap_or(Waker::noop()));
         match Pin::new(&mut running).poll(&mut cx) {
             Poll::Ready(outcome) => Content::Done(outcome),
             Poll::Pending => Content::Pending(PendingContent {
@@ -745,19 +746,24 @@ pub enum Content {
 /// An `access` or `content` phase waiting in the event loop.
 pub struct PendingContent {
     future: Pin<Box<dyn Future<Output = Outcome>>>,
-    /// The waker of its first poll (in [`Engine::content`]), until it is polled again.
-    polled_with: Option<Waker>,
+    /// The waker of its first poll (in [`Engine::content`]) and the number of the task
+    /// poll it happened in (`evloop::current::poll`), until it is polled again.
+    polled_with: Option<(Waker, u64)>,
 }
 
 impl Future for PendingContent {
     type Output = Outcome;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcome> {
-        if let Some(first) = self.polled_with.take() {
-            // Polled by the task whose waker the first poll registered: what the script
-            // waits for wakes this task, and nothing it waits for can have happened
-            // without waking it, so resuming the script now would find it waiting.
-            if first.will_wake(cx.waker()) {
+        if let Some((first, number)) = self.polled_with.take() {
+            // Polled by the task whose waker the first poll registered, within the same
+            // poll of that task: what the script waits for wakes this task, and a wake
+            // since the first poll has not been spent (the task will be polled again),
+            // so resuming the script now would find it waiting. A later poll of the
+            // task (the connection waited on something else in between, a flush to a
+            // slow client, and its poll then may have spent the script's wake) resumes
+            // it.
+            if first.will_wake(cx.waker()) && number == evloop::current::poll() {
                 return Poll::Pending;
             }
         }

@@ -330,9 +330,13 @@ impl Format {
                     None if !entry.raw_line.is_empty() => escape(line, entry.raw_line),
                     None => line.push(b'-'),
                 },
-                // A method is a token (RFC 9110): nothing in it to escape.
+                // A method the server knows is a token: nothing in it to escape. Another
+                // may be one an HTTP/2 request was refused for.
                 Item::Method => match request {
-                    Some(r) => style.plain(line, r.method_token.as_bytes()),
+                    Some(r) if r.method != wire::Method::Other => {
+                        style.plain(line, r.method_token.as_bytes())
+                    }
+                    Some(r) => style.string(line, r.method_token.as_bytes()),
                     None => style.none(line),
                 },
                 Item::Path => match request {

@@ -316,6 +316,9 @@ fn wait(
         s.waiting = None;
         s.busy = false;
     };
+    // Whether bytes came in this call: the read timeout then starts again (it bounds
+    // the time between two reads, as ops.rs's and lua-nginx-module's do).
+    let mut progressed = false;
     loop {
         let Some(io) = s.io.as_mut() else {
             end(s);
@@ -337,7 +340,7 @@ fn wait(
                 end(s);
                 return Err(Out::Pass);
             }
-            Some(Poll::Ready(Ok(_))) => {}
+            Some(Poll::Ready(Ok(_))) => progressed = true,
             Some(Poll::Ready(Err(f))) => {
                 // As ops.rs: the connection is closed, what had arrived goes back.
                 let rest = io.take(io.buffered().len());
@@ -348,6 +351,10 @@ fn wait(
             }
             Some(Poll::Pending) => {
                 let timer = s.waiting.as_mut().expect("set while waiting");
+                if progressed {
+                    let deadline = evloop::time::Instant::now() + s.read_timeout;
+                    timer.as_mut().reset(deadline);
+                }
                 if timer.as_mut().poll(cx).is_pending() {
                     return Err(Out::Wait);
                 }
@@ -361,6 +368,16 @@ fn wait(
             }
         }
     }
+}
+
+/// `(v)`: whether `v` is a light userdata: what mlua resumes a waiting coroutine with
+/// when it drops the call (a script's own `coroutine.resume` can pass none).
+pub(super) unsafe extern "C-unwind" fn is_light(l: *mut lua_State) -> c_int {
+    ffi::lua_pushboolean(
+        l,
+        c_int::from(ffi::lua_type(l, 1) == ffi::LUA_TLIGHTUSERDATA),
+    );
+    1
 }
 
 /// `(id)`: ends a wait of [`wait_receive`] whose coroutine mlua dropped (its request

@@ -32,6 +32,7 @@ pub(crate) fn install(lua: &Lua, tessera: &Table) -> mlua::Result<()> {
         quick.set("settimeouts", lua.create_c_function(fast::settimeouts)?)?;
         quick.set("wait_receive", lua.create_c_function(fast::wait_receive)?)?;
         quick.set("give_up", lua.create_c_function(fast::give_up)?)?;
+        quick.set("is_light", lua.create_c_function(fast::is_light)?)?;
         quick.set("new", lua.create_c_function(fast::new_socket)?)?;
         quick.set("collect", lua.create_c_function(fast::collect)?)?;
         quick.set("number", lua.create_c_function(fast::handle_number)?)?;

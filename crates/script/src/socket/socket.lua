@@ -19,7 +19,7 @@
 local userdata_of, quick, pending = ...
 local q_connect, q_send, q_receive = quick.connect, quick.send, quick.receive
 local q_setkeepalive, q_settimeouts = quick.setkeepalive, quick.settimeouts
-local q_wait_receive, q_give_up = quick.wait_receive, quick.give_up
+local q_wait_receive, q_give_up, q_is_light = quick.wait_receive, quick.give_up, quick.is_light
 local q_new, q_number = quick.new, quick.number
 local yield = coroutine.yield
 local methods = {}
@@ -66,7 +66,11 @@ function methods:receive(pattern)
   if ok then return a, b, c end
   ok, a, b, c = q_wait_receive(id, pattern)
   while ok == false do
-    if yield(pending) ~= nil then
+    -- mlua resumes with nothing to poll again, with a light userdata when it drops the
+    -- call (its request ended); a script's own coroutine.resume may pass anything else,
+    -- and the wait goes on.
+    local resumed = yield(pending)
+    if resumed ~= nil and q_is_light(resumed) then
       q_give_up(id)
       yield()
     end
