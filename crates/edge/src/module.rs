@@ -545,17 +545,24 @@ impl Proxied {
             let deadline = grpc
                 .then(|| crate::grpc::timeout(&request.headers))
                 .flatten();
-            let proxying = edge.proxy_to(upstream, mode, policy, &status, request);
+            // Each arm awaits the proxy's future where it is made: held in a local first,
+            // its 8 KB were copied once more per request (a `memmove` perf showed).
             let answered = match deadline {
-                Some(d) => match evloop::time::timeout(d, proxying).await {
-                    Ok(answered) => answered,
-                    Err(_) => {
-                        let message = "grpc-timeout passed before the upstream answered";
-                        let code = crate::grpc::DEADLINE_EXCEEDED;
-                        return Ok(crate::grpc::error_response(code, message));
+                Some(d) => {
+                    let proxying = edge.proxy_to(upstream, mode, policy, &status, request);
+                    match evloop::time::timeout(d, proxying).await {
+                        Ok(answered) => answered,
+                        Err(_) => {
+                            let message = "grpc-timeout passed before the upstream answered";
+                            let code = crate::grpc::DEADLINE_EXCEEDED;
+                            return Ok(crate::grpc::error_response(code, message));
+                        }
                     }
-                },
-                None => proxying.await,
+                }
+                None => {
+                    edge.proxy_to(upstream, mode, policy, &status, request)
+                        .await
+                }
             };
             // The log's cache result is what the proxy decided for `Cache-Status`; no
             // result where the site has no cache.

@@ -570,6 +570,9 @@ impl Edge {
             // Only its first slice came, and it is not to be stored: the whole, as asked.
             return Box::pin(self.forward(req, upstream, mode, (authority, expose), None)).await;
         }
+        if !esi && !expose {
+            return Ok(self.answer_passed(req, parts, pooled));
+        }
         self.answer_exposing(req, parts, pooled, (esi, expose), authority)
             .await
     }
@@ -630,39 +633,18 @@ impl Edge {
         &self,
         req: ProxyRequest,
         parts: Head,
-        mut pooled: Pooled,
+        pooled: Pooled,
         esi: bool,
         authority: Text,
     ) -> Result<ProxyResponse, ProxyError> {
+        if !esi {
+            return Ok(self.answer_passed(req, parts, pooled));
+        }
         let worker = &self.worker;
         let token = worker.config.esi.device_token.as_str();
         let upstream_timeout = pooled.response_timeout();
-        let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
-        let length = if bodiless {
-            Some(0)
-        } else {
-            content_length(&parts.headers)
-        };
         let coding = crate::assembly::decode::coding(&parts.headers);
         let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
-        if !esi {
-            // A small body came with its head: the connection is free at once, and the
-            // response goes out in one write.
-            let body = match pooled.take_whole() {
-                Some(whole) => Body::whole(whole),
-                None => Body {
-                    kind: BodyKind::Pass(PassBody::new(pooled)),
-                    length,
-                },
-            };
-            headers::give_map(req.headers);
-            return Ok(ProxyResponse {
-                status: parts.status,
-                head_h1: None,
-                headers: out_headers,
-                body,
-            });
-        }
         // An ESI page (in a coding the proxy reads): read and compile it, then assemble it.
         let template = crate::assembly::decode::read_template(
             pooled,
@@ -674,6 +656,41 @@ impl Edge {
         let out_headers = page_headers(out_headers);
         self.assemble(&req, &template, parts.status, out_headers, &authority, None)
             .await
+    }
+
+    /// [`Edge::answer`] for a response passed on as it is (not an ESI page): nothing to
+    /// wait for, so not a future, which callers on the common path call directly rather
+    /// than make and move `answer`'s (3.5 KB copied per request, perf's `memmove`).
+    pub(crate) fn answer_passed(
+        &self,
+        req: ProxyRequest,
+        parts: Head,
+        mut pooled: Pooled,
+    ) -> ProxyResponse {
+        let token = self.worker.config.esi.device_token.as_str();
+        let bodiless = wire::no_body(req.method == Method::HEAD, parts.status.as_u16());
+        let length = if bodiless {
+            Some(0)
+        } else {
+            content_length(&parts.headers)
+        };
+        let out_headers = headers::forward_response_owned(parts.headers, parts.version, token);
+        // A small body came with its head: the connection is free at once, and the
+        // response goes out in one write.
+        let body = match pooled.take_whole() {
+            Some(whole) => Body::whole(whole),
+            None => Body {
+                kind: BodyKind::Pass(PassBody::new(pooled)),
+                length,
+            },
+        };
+        headers::give_map(req.headers);
+        ProxyResponse {
+            status: parts.status,
+            head_h1: None,
+            headers: out_headers,
+            body,
+        }
     }
 
     /// Assembles a page from its template: at once from the cache when every fragment

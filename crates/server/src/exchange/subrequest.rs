@@ -204,7 +204,7 @@ async fn run(worker: Rc<Worker>, sub: Subrequest) -> Result<SubReply, String> {
             reply: None,
         };
         // `Capture` never fails: nothing is written to a peer.
-        let _ = finish::finish(&mut capture, exchange.into_inner()).await;
+        let _ = finish::finish(&mut capture, exchange).await;
         return Ok(capture.reply.unwrap_or(SubReply {
             status: 500,
             ..SubReply::default()

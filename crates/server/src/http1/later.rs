@@ -43,7 +43,7 @@ impl Conn {
         join: bool,
     ) -> io::Result<bool> {
         let mut sink = Later { conn: self, join };
-        match finish::finish(&mut sink, exchange.into_inner()).await {
+        match finish::finish(&mut sink, exchange).await {
             Ok(go_on) => Ok(go_on),
             Err(Gone::Closed) => Ok(false),
             Err(Gone::Failed(e)) => Err(e),

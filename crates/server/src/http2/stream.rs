@@ -306,7 +306,7 @@ pub(super) async fn finish(streams: Rc<Streams>, id: u32, mut pending: Box<Pendi
                 read_at,
                 cancelled: false,
             };
-            match finish::finish(&mut task, exchange.into_inner()).await {
+            match finish::finish(&mut task, exchange).await {
                 Ok(_) if task.cancelled => Err(Cancelled),
                 Ok(_) => Ok(()),
                 Err(c) => Err(c),

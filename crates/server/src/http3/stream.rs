@@ -96,7 +96,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Conn>) {
                     stream: &mut stream,
                     read_at,
                 };
-                let _ = finish::finish(&mut task, exchange.into_inner()).await;
+                let _ = finish::finish(&mut task, exchange).await;
                 return;
             }
         }
