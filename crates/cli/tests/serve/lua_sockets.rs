@@ -166,6 +166,17 @@ cases.huge_timeout = function()
   return tostring(ok) .. " " .. tostring(err) .. "|" .. tostring(kept) .. " " .. tostring(kerr)
 end
 
+-- A receive of `size` bytes (or a line, without `size`) from a server that sends a few
+-- bytes at a time, with a read timeout of `timeout` ms; through the methods of ops.rs
+-- with `via=ops`.
+cases.trickle = function(r)
+  local sock = open(r)
+  if r:arg("via") == "ops" then sock[2] = 1e9 end
+  sock:settimeouts(nil, nil, tonumber(r:arg("timeout")))
+  local data, err, partial = sock:receive(tonumber(r:arg("size")))
+  return tostring(data) .. "|" .. tostring(err) .. "|" .. tostring(partial)
+end
+
 local M = {}
 
 function M.access(r)
@@ -581,4 +592,65 @@ fn a_timeout_too_large_for_the_clock_is_refused() {
         got.contains("|false ") && got.contains("bad keepalive timeout"),
         "{got}"
     );
+}
+
+/// A server that sends `chunks` with `gap` between them, then keeps the connection
+/// open, silent, for `silence`.
+fn trickle(chunks: &'static [&'static str], gap: Duration, silence: Duration) -> SocketAddr {
+    server(move |mut s| {
+        for (n, chunk) in chunks.iter().enumerate() {
+            if n > 0 {
+                thread::sleep(gap);
+            }
+            if s.write_all(chunk.as_bytes()).is_err() {
+                return;
+            }
+        }
+        thread::sleep(silence);
+    })
+    .0
+}
+
+#[test]
+fn a_read_timeout_bounds_the_silence_between_reads_not_the_whole_receive() {
+    // Eight pieces 80 ms apart: 560 ms from the first to the last, nearly twice the
+    // 300 ms read timeout, and no gap longer than a third of it.
+    const PIECES: &[&str] = &["01", "23", "45", "67", "89", "ab", "cd", "ef\n"];
+    let addr = trickle(PIECES, Duration::from_millis(80), Duration::ZERO);
+    let (_site, server) = serve_cases();
+    for via in ["fast", "ops"] {
+        for size in ["&size=16", ""] {
+            let (_, got) = body(
+                &server,
+                &format!(
+                    "/s/trickle?port={}&timeout=300&via={via}{size}",
+                    addr.port()
+                ),
+            );
+            assert_eq!(got, "0123456789abcdef|nil|nil", "{via} {size}");
+        }
+    }
+}
+
+#[test]
+fn a_read_timeout_after_some_bytes_gives_them_back_with_the_error() {
+    // Two pieces 100 ms apart, then silence longer than the 300 ms read timeout.
+    let addr = trickle(
+        &["ab", "c"],
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    );
+    let (_site, server) = serve_cases();
+    for via in ["fast", "ops"] {
+        for size in ["&size=16", ""] {
+            let (_, got) = body(
+                &server,
+                &format!(
+                    "/s/trickle?port={}&timeout=300&via={via}{size}",
+                    addr.port()
+                ),
+            );
+            assert_eq!(got, "nil|timeout|abc", "{via} {size}");
+        }
+    }
 }
