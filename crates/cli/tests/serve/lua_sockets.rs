@@ -198,6 +198,29 @@ end
 
 cases.sleep_in_access = function() return "slept in access" end
 
+-- A socket's handle kept as a weak key outlives its collection (LuaJIT keeps a
+-- finalized userdata's key until the next cycle): put with the methods again, it must
+-- not reach the socket that took its freed number.
+local function forget(weak)
+  local sock = tessera.socket.tcp()
+  weak[sock[1]] = true
+  return getmetatable(sock), sock[2]
+end
+
+cases.resurrected = function(r)
+  local weak = setmetatable({}, { __mode = "k" })
+  local methods, number = forget(weak)
+  collectgarbage()
+  local handle = next(weak)
+  local sock = open(r)
+  local ghost = setmetatable({ handle, 1e9 }, methods)
+  local ok, err = pcall(ghost.close, ghost)
+  sock:send("echo still open\n")
+  return tostring(handle ~= nil) .. "|" .. tostring(sock[2] == number) .. "|" ..
+    tostring(ok) .. "|" .. tostring(tostring(err):find("not a socket", 1, true) ~= nil) ..
+    "|" .. tostring(sock:receive())
+end
+
 local M = {}
 
 function M.access(r)
@@ -749,4 +772,17 @@ fn a_script_waiting_while_its_connection_flushes_to_a_slow_client_is_resumed() {
         );
         assert!(took < Duration::from_millis(2500), "{path}: {took:?}");
     }
+}
+
+#[test]
+fn a_socket_handle_used_after_its_collection_reaches_no_socket() {
+    let (addr, _) = server(|s| echo(s, None));
+    let (_site, server) = serve_cases();
+    let (status, got) = body(&server, &format!("/s/resurrected?port={}", addr.port()));
+    // The handle came back, the new socket has its number, the handle's `close` is
+    // refused, and the new socket still works.
+    assert_eq!(
+        (status, got.as_str()),
+        (200, "true|true|false|true|still open")
+    );
 }
