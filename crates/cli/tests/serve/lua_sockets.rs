@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use crate::harness::{eventually, stderr_has, Server, Site};
+use crate::harness::{eventually, read_response, stderr_has, Server, Site};
 
 const CASES: &str = r#"
 local cases = {}
@@ -166,6 +166,61 @@ cases.huge_timeout = function()
   return tostring(ok) .. " " .. tostring(err) .. "|" .. tostring(kept) .. " " .. tostring(kerr)
 end
 
+-- A receive of `size` bytes (or a line, without `size`) from a server that sends a few
+-- bytes at a time, with a read timeout of `timeout` ms; through the methods of ops.rs
+-- with `via=ops`.
+cases.trickle = function(r)
+  local sock = open(r)
+  if r:arg("via") == "ops" then sock[2] = 1e9 end
+  sock:settimeouts(nil, nil, tonumber(r:arg("timeout")))
+  local data, err, partial = sock:receive(tonumber(r:arg("size")))
+  return tostring(data) .. "|" .. tostring(err) .. "|" .. tostring(partial)
+end
+
+-- Waits 200 ms: in a sleep, or for a server that answers `late` after that long
+-- (timeouts of 5 s), on a new connection or on one the pool kept from an earlier
+-- request (its connect does not wait: the receive is the first wait).
+cases.sleep = function()
+  tessera.sleep(0.2)
+  return "slept"
+end
+
+cases.late_answer = function(r)
+  local sock = tessera.socket.tcp()
+  sock:settimeouts(5000, 5000, 5000)
+  assert(sock:connect("127.0.0.1", tonumber(r:arg("port"))))
+  local reused = sock:getreusedtimes()
+  sock:send("echo late\n")
+  local line, err = sock:receive()
+  sock:setkeepalive()
+  return tostring(line or err) .. "|" .. reused
+end
+
+cases.sleep_in_access = function() return "slept in access" end
+
+-- A socket's handle kept as a weak key outlives its collection (LuaJIT keeps a
+-- finalized userdata's key until the next cycle): put with the methods again, it must
+-- not reach the socket that took its freed number.
+local function forget(weak)
+  local sock = tessera.socket.tcp()
+  weak[sock[1]] = true
+  return getmetatable(sock), sock[2]
+end
+
+cases.resurrected = function(r)
+  local weak = setmetatable({}, { __mode = "k" })
+  local methods, number = forget(weak)
+  collectgarbage()
+  local handle = next(weak)
+  local sock = open(r)
+  local ghost = setmetatable({ handle, 1e9 }, methods)
+  local ok, err = pcall(ghost.close, ghost)
+  sock:send("echo still open\n")
+  return tostring(handle ~= nil) .. "|" .. tostring(sock[2] == number) .. "|" ..
+    tostring(ok) .. "|" .. tostring(tostring(err):find("not a socket", 1, true) ~= nil) ..
+    "|" .. tostring(sock:receive())
+end
+
 local M = {}
 
 function M.access(r)
@@ -173,6 +228,8 @@ function M.access(r)
     local sock = open(r)
     sock:send("echo from access\n")
     r:exit(200, sock:receive())
+  elseif r:path() == "/s/sleep_in_access" then
+    tessera.sleep(0.2)
   end
 end
 
@@ -580,5 +637,152 @@ fn a_timeout_too_large_for_the_clock_is_refused() {
     assert!(
         got.contains("|false ") && got.contains("bad keepalive timeout"),
         "{got}"
+    );
+}
+
+/// A server that sends `chunks` with `gap` between them, then keeps the connection
+/// open, silent, for `silence`.
+fn trickle(chunks: &'static [&'static str], gap: Duration, silence: Duration) -> SocketAddr {
+    server(move |mut s| {
+        for (n, chunk) in chunks.iter().enumerate() {
+            if n > 0 {
+                thread::sleep(gap);
+            }
+            if s.write_all(chunk.as_bytes()).is_err() {
+                return;
+            }
+        }
+        thread::sleep(silence);
+    })
+    .0
+}
+
+#[test]
+fn a_read_timeout_bounds_the_silence_between_reads_not_the_whole_receive() {
+    // Eight pieces 80 ms apart: 560 ms from the first to the last, nearly twice the
+    // 300 ms read timeout, and no gap longer than a third of it.
+    const PIECES: &[&str] = &["01", "23", "45", "67", "89", "ab", "cd", "ef\n"];
+    let addr = trickle(PIECES, Duration::from_millis(80), Duration::ZERO);
+    let (_site, server) = serve_cases();
+    for via in ["fast", "ops"] {
+        for size in ["&size=16", ""] {
+            let (_, got) = body(
+                &server,
+                &format!(
+                    "/s/trickle?port={}&timeout=300&via={via}{size}",
+                    addr.port()
+                ),
+            );
+            assert_eq!(got, "0123456789abcdef|nil|nil", "{via} {size}");
+        }
+    }
+}
+
+#[test]
+fn a_read_timeout_after_some_bytes_gives_them_back_with_the_error() {
+    // Two pieces 100 ms apart, then silence longer than the 300 ms read timeout.
+    let addr = trickle(
+        &["ab", "c"],
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    );
+    let (_site, server) = serve_cases();
+    for via in ["fast", "ops"] {
+        for size in ["&size=16", ""] {
+            let (_, got) = body(
+                &server,
+                &format!(
+                    "/s/trickle?port={}&timeout=300&via={via}{size}",
+                    addr.port()
+                ),
+            );
+            assert_eq!(got, "nil|timeout|abc", "{via} {size}");
+        }
+    }
+}
+
+/// Sends `GET /big.bin` (8 MiB) and then `script` pipelined on a connection with a small
+/// receive window, and reads nothing for 600 ms. The server runs the script's first poll
+/// as it answers the requests (the script then waits 200 ms), then awaits the flush of
+/// the large response to this client before it polls the script again, and the script's
+/// wake comes while that flush waits. Returns the script's response and how long it took
+/// from the requests.
+fn behind_a_slow_flush(server: &Server, script: &str) -> (crate::harness::Response, Duration) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    socket
+        .connect_timeout(&server.addr.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut client: TcpStream = socket.into();
+    // Well before the cosocket's 5 s timeouts: a lost wake fails here.
+    client
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let asked = std::time::Instant::now();
+    write!(client, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n{script}").unwrap();
+    thread::sleep(Duration::from_millis(600));
+    let big = read_response(&mut client, false);
+    assert_eq!((big.status, big.body.len()), (200, BIG));
+    let answer = read_response(&mut client, false);
+    (answer, asked.elapsed())
+}
+
+const BIG: usize = 8 << 20;
+
+#[test]
+fn a_script_waiting_while_its_connection_flushes_to_a_slow_client_is_resumed() {
+    // Answers each line after 200 ms.
+    let (addr, _) = server(|s| {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reader = BufReader::new(s.try_clone().unwrap());
+        let mut out = s;
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            thread::sleep(Duration::from_millis(200));
+            if out.write_all(b"late\r\n").is_err() {
+                return;
+            }
+            line.clear();
+        }
+    });
+    let (site, server) = serve_cases();
+    site.write("big.bin", &vec![b'x'; BIG]);
+    let late = format!("/s/late_answer?port={}", addr.port());
+    // A connection for the pool, so that below the script's first wait is its receive.
+    assert_eq!(body(&server, &late), (200, "late|0".to_string()));
+    // `content` of a request with `Connection: close` (which does not join the batch:
+    // the connection flushes the responses before it first), and `access` (whose wait
+    // follows that flush, keep-alive or not).
+    for (path, close, want) in [
+        ("/s/sleep", true, "slept"),
+        (late.as_str(), true, "late|1"),
+        ("/s/sleep_in_access", false, "slept in access"),
+        ("/s/sleep_in_access", true, "slept in access"),
+    ] {
+        let connection = if close { "Connection: close\r\n" } else { "" };
+        let script = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{connection}\r\n");
+        let (answer, took) = behind_a_slow_flush(&server, &script);
+        assert_eq!(
+            (
+                answer.status,
+                String::from_utf8_lossy(&answer.body).as_ref()
+            ),
+            (200, want),
+            "{path}"
+        );
+        assert!(took < Duration::from_millis(2500), "{path}: {took:?}");
+    }
+}
+
+#[test]
+fn a_socket_handle_used_after_its_collection_reaches_no_socket() {
+    let (addr, _) = server(|s| echo(s, None));
+    let (_site, server) = serve_cases();
+    let (status, got) = body(&server, &format!("/s/resurrected?port={}", addr.port()));
+    // The handle came back, the new socket has its number, the handle's `close` is
+    // refused, and the new socket still works.
+    assert_eq!(
+        (status, got.as_str()),
+        (200, "true|true|false|true|still open")
     );
 }

@@ -431,11 +431,15 @@ pub(super) unsafe extern "C-unwind" fn new_socket(l: *mut lua_State) -> c_int {
     }
 }
 
-/// `(handle)`: a handle's `__gc`: frees its socket's number.
+/// `(handle)`: a handle's `__gc`: frees its socket's number, and leaves the handle
+/// holding none. A script can still reach a handle after its `__gc` (LuaJIT keeps a
+/// finalized userdata as a weak table's key until the next collection), and by then its
+/// number may be another socket's.
 pub(super) unsafe extern "C-unwind" fn collect(l: *mut lua_State) -> c_int {
     let handle = ffi::lua_touserdata(l, 1).cast::<u32>();
     if !handle.is_null() {
         let id = handle.read_unaligned();
+        handle.write_unaligned(u32::MAX);
         if id != u32::MAX {
             let _ = catch_unwind(|| super::unregister(id));
         }
