@@ -203,7 +203,14 @@ pub fn read_response(stream: &mut TcpStream, head_only: bool) -> Response {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        let n = stream.read(&mut byte).expect("read head");
+        // A read with a timeout is not restarted after a signal (a stopped and continued
+        // test process sees EINTR): read again.
+        let n = loop {
+            match stream.read(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                read => break read.expect("read head"),
+            }
+        };
         assert!(
             n == 1,
             "connection closed inside a head: {:?}",
