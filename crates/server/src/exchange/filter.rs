@@ -33,21 +33,19 @@ pub(crate) fn filter_response(filter: &mut dyn Attached, response: &mut Response
 
 /// What the static files answer for a route whose filter rewrites bodies: a file's
 /// response made for the filter ([`files::filtered`]) in place of the files' own
-/// answer, when there is one. Everything else is kept.
+/// answer, when there is one. Everything else is kept. In place: the answer (152 bytes)
+/// taken and given back by value was two `memmove` calls on every request.
 pub(crate) fn files_for_body_filter(
-    answer: Option<Answer>,
+    answer: &mut Option<Answer>,
     filter: Option<&&mut dyn Attached>,
     (req, path): (&wire::Request<'_, '_>, Option<&[u8]>),
     worker: &Worker,
     site: &Site,
-) -> Option<Answer> {
-    match answer {
-        None | Some(Answer::Pass | Answer::Files) if filter.is_some_and(|f| f.filters_body()) => {
-            match files::filtered(req, path, worker, site) {
-                Some(response) => Some(Answer::Now(response)),
-                None => answer,
-            }
+) {
+    let by_files = matches!(answer, None | Some(Answer::Pass | Answer::Files));
+    if by_files && filter.is_some_and(|f| f.filters_body()) {
+        if let Some(response) = files::filtered(req, path, worker, site) {
+            *answer = Some(Answer::Now(response));
         }
-        answer => answer,
     }
 }
