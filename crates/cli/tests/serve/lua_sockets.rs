@@ -657,12 +657,15 @@ fn trickle(chunks: &'static [&'static str], gap: Duration, silence: Duration) ->
     .0
 }
 
-#[test]
-fn a_read_timeout_bounds_the_silence_between_reads_not_the_whole_receive() {
-    // Eight pieces 80 ms apart: 560 ms from the first to the last, nearly twice the
-    // 300 ms read timeout, and no gap longer than a third of it.
-    const PIECES: &[&str] = &["01", "23", "45", "67", "89", "ab", "cd", "ef\n"];
-    let addr = trickle(PIECES, Duration::from_millis(80), Duration::ZERO);
+/// The trickle script's answer, through fast.rs and ops.rs, by size and by line, from a
+/// peer sending `chunks` `gap` apart and then silent for `silence`, with a read timeout
+/// of 300 ms: `want` every time.
+fn assert_trickled(
+    chunks: &'static [&'static str],
+    (gap, silence): (Duration, Duration),
+    want: &str,
+) {
+    let addr = trickle(chunks, gap, silence);
     let (_site, server) = serve_cases();
     for via in ["fast", "ops"] {
         for size in ["&size=16", ""] {
@@ -673,32 +676,25 @@ fn a_read_timeout_bounds_the_silence_between_reads_not_the_whole_receive() {
                     addr.port()
                 ),
             );
-            assert_eq!(got, "0123456789abcdef|nil|nil", "{via} {size}");
+            assert_eq!(got, want, "{via} {size}");
         }
     }
 }
 
 #[test]
+fn a_read_timeout_bounds_the_silence_between_reads_not_the_whole_receive() {
+    // Eight pieces 80 ms apart: 560 ms from the first to the last, nearly twice the
+    // 300 ms read timeout, and no gap longer than a third of it.
+    const PIECES: &[&str] = &["01", "23", "45", "67", "89", "ab", "cd", "ef\n"];
+    let times = (Duration::from_millis(80), Duration::ZERO);
+    assert_trickled(PIECES, times, "0123456789abcdef|nil|nil");
+}
+
+#[test]
 fn a_read_timeout_after_some_bytes_gives_them_back_with_the_error() {
     // Two pieces 100 ms apart, then silence longer than the 300 ms read timeout.
-    let addr = trickle(
-        &["ab", "c"],
-        Duration::from_millis(100),
-        Duration::from_secs(2),
-    );
-    let (_site, server) = serve_cases();
-    for via in ["fast", "ops"] {
-        for size in ["&size=16", ""] {
-            let (_, got) = body(
-                &server,
-                &format!(
-                    "/s/trickle?port={}&timeout=300&via={via}{size}",
-                    addr.port()
-                ),
-            );
-            assert_eq!(got, "nil|timeout|abc", "{via} {size}");
-        }
-    }
+    let times = (Duration::from_millis(100), Duration::from_secs(2));
+    assert_trickled(&["ab", "c"], times, "nil|timeout|abc");
 }
 
 /// Sends `GET /big.bin` (8 MiB) and then `script` pipelined on a connection with a small
