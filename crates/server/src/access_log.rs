@@ -10,22 +10,23 @@
 //! through [`crate::Running::access_log_dropped`]. Nothing on the request path ever
 //! blocks on the log. SIGUSR1 makes the writer reopen the file (logrotate's convention).
 
-use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
-use std::time::Duration;
 
 use wire::Request;
 
 mod item;
 mod noted;
 mod style;
+mod writer;
 
 use item::{steps, Item, Step};
+pub(crate) use writer::Shared;
+use writer::{open, writer};
 
 use style::{escape, number, Style};
 
@@ -34,12 +35,6 @@ const BUFFER_SIZE: usize = 64 * 1024;
 /// Buffers per worker: one being filled, the others in flight or spare. Eight hold
 /// 10 ms of a worker's lines at 50,000 JSON lines of 600 bytes a second.
 const BUFFERS_PER_WORKER: usize = 8;
-/// How long the writer sleeps between looks at its channel when no worker is running
-/// short of buffers. Waking it for every buffer instead (a futex wake, and the writer
-/// preempting the worker on its core) cost 1.8% of a proxied request's CPU time with a
-/// JSON log of every field (`bench/observability.sh`; 5,300 context switches of the
-/// writer and 5,500 preemptions of the worker per 279,000 requests).
-const WRITER_PERIOD: Duration = Duration::from_millis(10);
 
 /// Why a log format string was refused.
 #[derive(Debug, thiserror::Error)]
@@ -504,16 +499,6 @@ fn write_ip(line: &mut Vec<u8>, ip: std::net::IpAddr) {
     }
 }
 
-/// Shared between the workers and the writer thread.
-pub(crate) struct Shared {
-    /// Lines written to the files (counted by the writer threads).
-    pub written: AtomicU64,
-    pub dropped: AtomicU64,
-    /// Incremented by each SIGUSR1; every writer (one per log file) reopens its file
-    /// when it sees a number it has not seen.
-    pub reopen: AtomicU64,
-}
-
 /// A worker's end: the buffer being filled and the way to the writer.
 pub(crate) struct WorkerLog {
     pub format: Format,
@@ -671,71 +656,6 @@ pub(crate) fn start(
         })
         .collect();
     Ok((logs, thread))
-}
-
-fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// The writer thread: writes each buffer whole, returns it to a worker that needs one,
-/// and reopens the file when asked. Ends when every worker has dropped its end.
-fn writer(
-    mut file: File,
-    path: PathBuf,
-    (from_workers, waiting): (Receiver<(Vec<u8>, u64)>, &AtomicUsize),
-    returns: Vec<SyncSender<Vec<u8>>>,
-    shared: Arc<Shared>,
-) {
-    let mut next_return = 0;
-    let seen = std::cell::Cell::new(shared.reopen.load(Ordering::Relaxed));
-    let reopen_if_asked = |file: &mut File| {
-        let asked = shared.reopen.load(Ordering::Relaxed);
-        if asked != seen.replace(asked) {
-            match open(&path) {
-                Ok(new) => *file = new,
-                Err(e) => {
-                    tracing::error!(path = %path.display(), error = %e, "cannot reopen access log")
-                }
-            }
-        }
-    };
-    loop {
-        // Checked while idle too, so a rotated file is released promptly.
-        reopen_if_asked(&mut file);
-        let (mut buffer, lines) = match from_workers.try_recv() {
-            Ok(full) => full,
-            Err(TryRecvError::Empty) => {
-                std::thread::park_timeout(WRITER_PERIOD);
-                continue;
-            }
-            Err(TryRecvError::Disconnected) => break,
-        };
-        waiting.fetch_sub(1, Ordering::Relaxed);
-        // And right before writing: lines that arrive after SIGUSR1 go to the new file.
-        reopen_if_asked(&mut file);
-        if let Err(e) = file.write_all(&buffer) {
-            shared.dropped.fetch_add(lines, Ordering::Relaxed);
-            tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");
-        } else {
-            shared.written.fetch_add(lines, Ordering::Relaxed);
-        }
-        buffer.clear();
-        // Give it back to whichever worker has room for it (round robin).
-        for i in 0..returns.len() {
-            let target = (next_return + i) % returns.len();
-            match returns[target].try_send(buffer) {
-                Ok(()) => {
-                    next_return = target + 1;
-                    break;
-                }
-                Err(
-                    std::sync::mpsc::TrySendError::Full(b)
-                    | std::sync::mpsc::TrySendError::Disconnected(b),
-                ) => buffer = b,
-            }
-        }
-    }
-    let _ = file.flush();
 }
 
 #[cfg(test)]
