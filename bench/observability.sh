@@ -14,7 +14,8 @@
 # serve: proxied 1 KB requests (an origin tessera on core 1 serving a file without freshness
 # information, so nothing is cached), each proxy one worker on core 0, wrk -t1 -c$CONNECTIONS
 # on core 1; the server's CPU time per request (utime+stime of its process tree from /proc,
-# bench/lib.sh `measure`), every case once per round in an order that rotates:
+# bench/lib.sh `measure`), every case once per round in an order that rotates, each
+# round with every server started afresh (and warmed for a second):
 #   off          tessera proxying, no access log, no [tracing]
 #   json         the same with access_log_format = "json" and every JSON field it has
 #                (target: at most 1.08x off)
@@ -204,9 +205,7 @@ for c in off json trace1 trace100; do
         printf '\n[[route]]\nprefix = "/"\nupstream = "origin"\n'
     } > "$work/$c.toml"
     "$TESSERA" check-config --config "$work/$c.toml" >/dev/null
-    port=$(free_port)
-    taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/$c.toml" --listen "127.0.0.1:$port" --workers 1 2>"$work/$c.err" &
-    pids+=($!); pid_of[$c]=$!; port_of[$c]=$port
+    port_of[$c]=$(free_port)
 done
 
 # nginx, log off and JSON: the same proxy (a keepalive pool to the origin).
@@ -238,11 +237,30 @@ http {
 }
 CONF
     nginx -t -q -c "$work/$c/nginx.conf" -e "$work/$c/error.log"
-    taskset -c $SERVER_CPU nginx -c "$work/$c/nginx.conf" -e "$work/$c/error.log" &
-    pids+=($!); pid_of[$c]=$!; port_of[$c]=$port
+    port_of[$c]=$port
 done
 cases="off json nginx-off nginx-json trace1 trace100"
-for c in $cases; do wait_up "${port_of[$c]}" 1k.txt; done
+
+# Every round starts each case's server afresh: two processes of one build with one
+# configuration differed by up to 4.6% in CPU per request over seven rounds (an A/A
+# check, docs/benchmarks.md, issue 48), a bias one process per case would carry whole
+# into a run's ratios.
+start_cases() {
+    for c in $cases; do
+        case $c in
+            nginx-*) taskset -c $SERVER_CPU nginx -c "$work/$c/nginx.conf" -e "$work/$c/error.log" & ;;
+            *) taskset -c $SERVER_CPU "$TESSERA" serve --config "$work/$c.toml" \
+                   --listen "127.0.0.1:${port_of[$c]}" --workers 1 2>>"$work/$c.err" & ;;
+        esac
+        pids+=($!); pid_of[$c]=$!
+    done
+    for c in $cases; do wait_up "${port_of[$c]}" 1k.txt; done
+}
+stop_cases() {
+    for c in $cases; do kill "${pid_of[$c]}" 2>/dev/null || true; done
+    for c in $cases; do wait "${pid_of[$c]}" 2>/dev/null || true; done
+}
+start_cases
 
 # Checks before measuring: every proxy relays the file byte-exact; both JSON logs parse
 # with Python's json module; the traced cases' spans reach the receiver.
@@ -269,6 +287,13 @@ read -ra order <<< "$cases"
 declare -A rps_runs=() cpu_runs=() requests_of=()
 json_runs="" nginx_runs="" trace1_runs="" trace100_runs=""
 for round in $(seq "$ROUNDS"); do
+    if [ "$round" -gt 1 ]; then
+        stop_cases; start_cases
+        for c in $cases; do
+            read -r rps _ < <(measure "${pid_of[$c]}" "http://127.0.0.1:${port_of[$c]}/1k.txt" $LOAD_CPU "$CONNECTIONS" 1)
+            requests_of[$c]=$(awk -v a="${requests_of[$c]:-0}" -v r="$rps" 'BEGIN { printf "%.0f", a + r }')
+        done
+    fi
     declare -A cpu_now=()
     n=${#order[@]}
     for i in $(seq 0 $((n - 1))); do
@@ -299,7 +324,7 @@ ratio_line "json / off" json off "$json_runs" "target <= 1.08"
 ratio_line "nginx-json / nginx-off" nginx-json nginx-off "$nginx_runs" "(nginx, for comparison)"
 ratio_line "trace1 / off" trace1 off "$trace1_runs" "target <= 1.03"
 ratio_line "trace100 / off" trace100 off "$trace100_runs" "(reported)"
-echo "spans received during the rounds: $spans, for about ${requests_of[trace1]} trace1 and ${requests_of[trace100]} trace100 requests (each a server and a client span when sampled)"
+echo "spans received during the rounds (their warm-ups included): $spans, for about ${requests_of[trace1]} trace1 and ${requests_of[trace100]} trace100 requests (each a server and a client span when sampled)"
 }
 
 case $PART in
