@@ -11,6 +11,7 @@ pub(crate) mod checks;
 pub(crate) mod edited;
 pub(crate) mod filter;
 pub(crate) mod finish;
+pub(crate) mod kept_head;
 mod limited;
 mod marks;
 pub(crate) mod modules;
@@ -236,7 +237,7 @@ fn answer_in(
             keep_alive,
             head_only: req.method == wire::Method::Head,
             version: req.version,
-            raw_head: raw_head(worker, pending, req.head_len),
+            raw_head: raw_head(worker, pending, req),
             answered,
             again: fallback.map(|_| Again::of(req)),
             pages: pages.clone(),
@@ -317,9 +318,9 @@ fn first<'a>(
 
 /// The request head as received, for the access log of a response that comes later:
 /// only the access log reads it, so no copy without one.
-fn raw_head(worker: &Worker, pending: &[u8], len: usize) -> crate::reply::HeadBuf {
+fn raw_head(worker: &Worker, pending: &[u8], req: &wire::Request<'_, '_>) -> crate::reply::HeadBuf {
     match worker.log.borrow().is_some() {
-        true => crate::reply::HeadBuf::copy(&pending[..len]),
+        true => kept_head::keep(req, pending),
         false => crate::reply::HeadBuf::none(),
     }
 }

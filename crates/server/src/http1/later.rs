@@ -194,7 +194,11 @@ impl Sink for Later<'_> {
         raw_head: &[u8],
         record: &mut dyn FnMut(Option<&wire::Request<'_, '_>>),
     ) {
-        // The head was copied as received (only when a log is on): parsed again here.
+        // The head was kept with where its parts are (only when a log is on); one
+        // kept without is parsed again here.
+        if crate::exchange::kept_head::read(raw_head, record) {
+            return;
+        }
         let mut storage = HeaderStorage::new();
         let limits = &self.conn.worker.shared.limits;
         let request = wire::parse_request(raw_head, &mut storage, limits)
