@@ -2,8 +2,6 @@
 //! subrequest): straight to the named upstream through its balancer, pools and retries,
 //! without the proxy's routing, forwarding fields, cache or ESI.
 
-use evloop::time::Instant;
-
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, StatusCode};
 
@@ -47,12 +45,12 @@ impl Edge {
             notes: None,
             trace: None,
         };
-        let deadline = Instant::now() + upstream.response_timeout;
+        let deadline = evloop::time::now() + upstream.response_timeout;
         let (parts, pooled) = upstream.send(&out, deadline).await?;
         let bytes = crate::upstream::read::read_bytes(
             pooled,
             max_body,
-            Instant::now() + upstream.response_timeout,
+            evloop::time::now() + upstream.response_timeout,
         )
         .await?;
         Ok((parts.status, parts.headers, bytes))

@@ -1,11 +1,14 @@
 //! Wall-clock time as the cache stores it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 /// Milliseconds since the Unix epoch: entries carry wall-clock times so that another
-/// process reading one from Redis can age it.
+/// process reading one from Redis can age it. On a worker, as of its loop's turn
+/// (`evloop::time::system_now`): an object's age is then at most the turn's length
+/// short, against lifetimes given in seconds; a request asks this several times
+/// (lookup, store, its cache status) and the clock is read once.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
+    evloop::time::system_now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

@@ -9,7 +9,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use evloop::time::Instant;
 use handler::FieldList;
 use http::header;
 use http::{Method, StatusCode};
@@ -344,7 +343,7 @@ impl Edge {
                 .forward(req, &upstream, mode, (authority, expose), Some(store))
                 .await;
         }
-        let deadline = Instant::now() + upstream.response_timeout;
+        let deadline = evloop::time::now() + upstream.response_timeout;
         let flight = lookup::fly(cache, &key, &field, deadline, stale).await;
         status.set(match &flight {
             Flight::Hit(e) | Flight::StaleOnError(e) | Flight::Refresh(e, _) => {
@@ -439,7 +438,7 @@ impl Edge {
     ) -> Result<ProxyResponse, ProxyError> {
         let worker = &self.worker;
         let token = worker.config.esi.device_token.as_str();
-        let deadline = Instant::now() + upstream.response_timeout;
+        let deadline = evloop::time::now() + upstream.response_timeout;
         // An object fetched in slices: its first slice asked for (`crate::slices`).
         let slice = store.as_ref().and_then(|s| self.slice_for(&req, s));
         let sliced_fields = slice.map(|n| Self::first_slice_fields(&req.headers, n));
@@ -520,13 +519,13 @@ impl Edge {
                     pooled,
                     crate::assembly::decode::coding(&parts.headers),
                     worker.config.esi.max_fragment_size,
-                    Instant::now() + upstream.response_timeout,
+                    evloop::time::now() + upstream.response_timeout,
                 )
                 .await?;
                 let template = Some((template, source));
                 Entry::new(parts.status, stored, Bytes::new(), template, Some(&f), now)
             } else if length.is_some_and(|l| l <= limit as u64) {
-                let deadline = Instant::now() + upstream.response_timeout;
+                let deadline = evloop::time::now() + upstream.response_timeout;
                 let bytes = crate::upstream::read::read_bytes(pooled, limit, deadline).await?;
                 Entry::new(parts.status, stored, bytes, None, Some(&f), now)
             } else {
@@ -622,7 +621,7 @@ impl Edge {
             route: s.policy.as_deref(),
             ..self.worker.cache.rules(token)
         };
-        let now = std::time::SystemTime::now();
+        let now = evloop::time::system_now();
         let f = freshness::decide(parts.status, &parts.headers, &rules, None, authorized, now);
         f.store.then_some(f)
     }
@@ -650,7 +649,7 @@ impl Edge {
             pooled,
             Some(coding.unwrap_or(compress::Coding::Identity)),
             worker.config.esi.max_fragment_size,
-            Instant::now() + upstream_timeout,
+            evloop::time::now() + upstream_timeout,
         )
         .await?;
         let out_headers = page_headers(out_headers);

@@ -54,7 +54,7 @@ impl Edge {
             &rules,
             None,
             authorized,
-            std::time::SystemTime::now(),
+            evloop::time::system_now(),
         );
         crate::metrics::revalidated();
         let entry = if decided.store {

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use evloop::time::Instant;
 use handler::Piece;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
@@ -340,7 +339,7 @@ async fn fetch(at: &At, (first, last): (u64, u64)) -> Result<Pooled, String> {
         notes: None,
         trace: None,
     };
-    let deadline = Instant::now() + at.upstream.response_timeout;
+    let deadline = evloop::time::now() + at.upstream.response_timeout;
     let (parts, pooled) = at
         .upstream
         .send(&out, deadline)

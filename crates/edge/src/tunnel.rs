@@ -7,7 +7,6 @@
 
 use std::rc::Rc;
 
-use evloop::time::Instant;
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
@@ -67,7 +66,7 @@ pub(crate) async fn upgrade(
         notes: req.notes.as_ref(),
         trace: req.trace,
     };
-    let deadline = Instant::now() + upstream.response_timeout;
+    let deadline = evloop::time::now() + upstream.response_timeout;
     let (mut parts, pooled) = upstream.send(&out, deadline).await?;
     if parts.status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Upgrade::Refused(parts, pooled));

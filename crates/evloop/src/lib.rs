@@ -1,5 +1,5 @@
 //! What every crate on the request path needs from the worker's event loop: timers
-//! ([`time`]), tasks spawned beside the connections ([`spawn_local`]), TCP connections
+//! and the clocks read once per turn ([`time`]), tasks spawned beside the connections ([`spawn_local`]), TCP connections
 //! and UDP sockets on the loop's epoll ([`net`]: the proxy's upstream connections, QUIC's
 //! sockets), the wake-up that
 //! reaches a loop parked in its `epoll_wait` from any thread ([`Notifier`]), and the
@@ -19,7 +19,7 @@
 //! [`time::sleep`] there is tokio's sleep, [`spawn_local`] tokio's (inside a LocalSet),
 //! a [`net::TcpStream`] tokio's.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -34,11 +34,6 @@ pub mod time;
 pub use notify::Notifier;
 pub use tasks::{spawn_local, AbortHandle, JoinError, JoinHandle};
 
-thread_local! {
-    /// The number of this thread's loop's current turn (0: no loop, or none taken yet).
-    static TURN: Cell<u64> = const { Cell::new(0) };
-}
-
 /// Whether this thread has a loop installed: what [`spawn_local`] spawns then runs on
 /// it (without one, [`spawn_local`] is tokio's, which needs a LocalSet).
 pub fn has_loop() -> bool {
@@ -49,7 +44,7 @@ pub fn has_loop() -> bool {
 /// under one number, so that work done once per turn (reading the clocks) can tell it
 /// has been done. 0 on a thread without a loop.
 pub fn turn() -> u64 {
-    TURN.with(Cell::get)
+    time::turn()
 }
 
 /// A worker loop's timers and spawned tasks, installed on its thread for as long as
@@ -101,7 +96,7 @@ impl Loop {
 
     /// Begins a turn: the loop's wait has returned ([`turn`]).
     pub fn next_turn(&self) {
-        TURN.with(|t| t.set(t.get() + 1));
+        time::next_turn();
     }
 
     /// Wakes what waits on every timer due by now.
@@ -120,7 +115,7 @@ impl Drop for Loop {
         // The tasks' futures go first, while the loop is still installed: dropping
         // them drops their timers, which find it.
         self.tasks.drop_all();
-        TURN.with(|t| t.set(0));
+        time::end_turns();
         tasks::uninstall();
         time::uninstall();
         net::detach();
@@ -140,4 +135,39 @@ pub async fn yield_now() {
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use time::{now, system_now};
+
+    #[test]
+    fn the_clocks_are_read_once_a_turn_and_every_time_without_a_loop() {
+        let pause = || std::thread::sleep(Duration::from_millis(2));
+        let (mono, wall) = (now(), system_now());
+        pause();
+        assert!(now() > mono && system_now() > wall, "no loop: the clocks");
+        let evloop = Loop::install().unwrap();
+        evloop.next_turn();
+        let (mono, wall) = (now(), system_now());
+        pause();
+        assert_eq!((now(), system_now()), (mono, wall), "one reading a turn");
+        drop(evloop);
+        assert!(now() > mono && system_now() > wall, "the loop gone");
+        // Another loop counts its turns from 1 again: not the first loop's readings.
+        let evloop = Loop::install().unwrap();
+        evloop.next_turn();
+        assert_eq!(turn(), 1);
+        let (later, later_wall) = (now(), system_now());
+        assert!(later > mono && later_wall > wall, "a new loop's turn 1");
+        pause();
+        assert_eq!((now(), system_now()), (later, later_wall));
+        evloop.next_turn();
+        assert!(
+            now() > later && system_now() > later_wall,
+            "the next turn's"
+        );
+    }
 }

@@ -1,6 +1,23 @@
 //! Timers: tokio's `sleep`, `sleep_until`, `timeout` and `timeout_at`, kept on the
 //! worker loop's own timer list on a loop's thread and tokio's elsewhere (see the
-//! crate's doc).
+//! crate's doc); and the loop's clocks, [`now`] and [`system_now`], read at most once
+//! per turn.
+//!
+//! **The clocks of a turn.** A proxied request read the clock about ten times (its
+//! deadlines, its peer's health times, its cache dates, its metrics and log line), each
+//! a vDSO `clock_gettime`, 1.3% of its CPU time. On a loop's thread [`now`] and
+//! [`system_now`] read their clock the first time they are asked in a turn and answer
+//! with that reading for the rest of it, as nginx's cached time does (`ngx_time_update`
+//! once per `epoll_wait`, `ngx_current_msec` for every timer and log time). A reading is
+//! as old as the work done in the turn before it is asked: a deadline made from it is
+//! that much early, a time measured with it (a log line's duration, a histogram's
+//! sample) that much off, which is the turn's length at most. A turn polls each woken
+//! connection and task a few rounds (`server/src/net/event_loop.rs`), a millisecond or
+//! so under load; the deadlines are seconds and the times are logged to the
+//! millisecond as nginx's (`$request_time`, `$upstream_header_time`). What must be
+//! exact to the microsecond reads the clock itself (`std::time::Instant::now`). On a
+//! thread with no loop (tests, helper threads) there are no turns and each call reads
+//! the clock (tokio's `Instant::now`, so a test's paused clock is the one read).
 //!
 //! The list is a binary heap of deadlines over a table of timers that a sleep holds a
 //! key to. A sleep dropped before its deadline (most are: a request's upstream
@@ -12,7 +29,7 @@
 //! tokio's) would make setting one O(1) instead of O(log n); with the few hundred
 //! timers a worker holds the heap's few comparisons are not what a request costs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
@@ -20,7 +37,7 @@ use std::marker::PhantomPinned;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 pub use tokio::time::Instant;
 
@@ -142,6 +159,68 @@ impl Timers {
 }
 
 thread_local! {
+    /// The number of this thread's loop's current turn (0: no loop, or none taken yet).
+    static TURN: Cell<u64> = const { Cell::new(0) };
+    /// The clocks as read in a turn of this thread's loop: (turn, reading); turn 0 is
+    /// never one (no loop), so it never matches.
+    static NOW: Cell<(u64, Option<std::time::Instant>)> = const { Cell::new((0, None)) };
+    static SYSTEM_NOW: Cell<(u64, Option<SystemTime>)> = const { Cell::new((0, None)) };
+}
+
+/// The monotonic clock as of this turn of the thread's loop: read the first time it is
+/// asked in a turn, the same reading for the rest of it (see the module's doc for why a
+/// reading that old is right for deadlines and logged times). Without a loop, the clock
+/// now.
+pub fn now() -> Instant {
+    let turn = turn();
+    if turn == 0 {
+        return Instant::now();
+    }
+    NOW.with(|cached| match cached.get() {
+        (t, Some(at)) if t == turn => Instant::from_std(at),
+        _ => {
+            let at = Instant::now();
+            cached.set((turn, Some(at.into_std())));
+            at
+        }
+    })
+}
+
+/// The wall clock as of this turn of the thread's loop, as [`now`] is the monotonic
+/// one: for dates (a cached object's age, the time a log line gives), not for durations.
+pub fn system_now() -> SystemTime {
+    let turn = turn();
+    if turn == 0 {
+        return SystemTime::now();
+    }
+    SYSTEM_NOW.with(|cached| match cached.get() {
+        (t, Some(at)) if t == turn => at,
+        _ => {
+            let at = SystemTime::now();
+            cached.set((turn, Some(at)));
+            at
+        }
+    })
+}
+
+/// The number of this thread's loop's turn (`crate::turn`).
+pub(crate) fn turn() -> u64 {
+    TURN.with(Cell::get)
+}
+
+pub(crate) fn next_turn() {
+    TURN.with(|t| t.set(t.get() + 1));
+}
+
+/// This thread's loop is going: no turn, and its readings forgotten (the next loop
+/// counts its turns from 1 again).
+pub(crate) fn end_turns() {
+    TURN.with(|t| t.set(0));
+    NOW.with(|c| c.set((0, None)));
+    SYSTEM_NOW.with(|c| c.set((0, None)));
+}
+
+thread_local! {
     /// The timers of the loop installed on this thread, if one is.
     static TIMERS: RefCell<Option<Rc<RefCell<Timers>>>> = const { RefCell::new(None) };
 }
@@ -169,10 +248,11 @@ fn with_timers<R>(f: impl FnOnce(Option<&RefCell<Timers>>) -> R) -> R {
 pub(crate) fn fire(timers: &RefCell<Timers>) {
     let mut due = {
         let mut t = timers.borrow_mut();
-        let now = std::time::Instant::now();
+        // The turn's reading, which its requests' deadlines and times then share.
+        let due_by = now().into_std();
         let mut due = std::mem::take(&mut t.due);
         while let Some(Reverse((deadline, row, g))) = t.heap.peek().copied() {
-            if deadline > now {
+            if deadline > due_by {
                 break;
             }
             t.heap.pop();
@@ -192,9 +272,10 @@ pub(crate) fn fire(timers: &RefCell<Timers>) {
     }
 }
 
-/// Waits until `duration` has passed.
+/// Waits until `duration` has passed (from the turn's [`now`]: on a loop, as much
+/// earlier as the turn has run).
 pub fn sleep(duration: Duration) -> Sleep {
-    sleep_until(Instant::now() + duration)
+    sleep_until(now() + duration)
 }
 
 /// Waits until `deadline`.
@@ -213,9 +294,10 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
     }
 }
 
-/// `future`, or [`Elapsed`] if it is not ready within `duration`.
+/// `future`, or [`Elapsed`] if it is not ready within `duration` (from the turn's
+/// [`now`], as [`sleep`]).
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
-    timeout_at(Instant::now() + duration, future)
+    timeout_at(now() + duration, future)
 }
 
 /// `future`, or [`Elapsed`] if it is not ready by `deadline`.
@@ -281,7 +363,10 @@ impl Future for Sleep {
         match &mut this.kind {
             Kind::Loop { deadline, key } => {
                 let deadline = deadline.into_std();
-                if std::time::Instant::now() >= deadline {
+                // Due by the turn's reading. One due only by the clock read since goes
+                // on the list, and the loop's wait for it (timed by the clock itself)
+                // is 0: it fires in the next turn.
+                if now().into_std() >= deadline {
                     if let Some(key) = key.take() {
                         release(key);
                     }

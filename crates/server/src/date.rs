@@ -1,6 +1,6 @@
 use std::cell::{Cell, RefCell};
 use std::io::Write;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 /// The worker's clock: the `Date:` header line, formatted at most once per second, and
 /// a monotonic millisecond count for connection timeouts. Both are read once per batch
@@ -47,14 +47,19 @@ impl Clock {
     /// allocates: the date is formatted straight into a fixed array. Once per turn of the
     /// worker's loop: the requests a turn's events bring (about ten per turn with 100
     /// keep-alive clients) share one reading, as nginx's cached time does; the two vDSO
-    /// calls per request were 0.8% of a static keep-alive request's CPU time.
+    /// calls per request were 0.8% of a static keep-alive request's CPU time. The
+    /// readings are the loop's own (`evloop::time`), which the turn's timers, deadlines
+    /// and logged times share.
     pub fn refresh(&self) {
         let turn = evloop::turn();
         if turn != 0 && turn == self.turn.replace(turn) {
             return;
         }
-        self.millis.set(self.started.elapsed().as_millis() as u64);
-        let now = SystemTime::now();
+        let millis = evloop::time::now()
+            .into_std()
+            .saturating_duration_since(self.started);
+        self.millis.set(millis.as_millis() as u64);
+        let now = evloop::time::system_now();
         let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
         self.unix_millis.set(since.as_millis() as u64);
         let second = since.as_secs();

@@ -340,7 +340,7 @@ fn refresh_in_background(
         };
         let headers = target.headers.clone();
         let validate = Some(stale).filter(|e| e.may_revalidate(now_ms()));
-        let deadline = Instant::now() + timeout;
+        let deadline = evloop::time::now() + timeout;
         match fetch_now(&worker, target, deadline, validate.as_ref()).await {
             Ok(e) if e.storable() => {
                 let field = |n: &str| headers.get(n).cloned();
@@ -439,7 +439,7 @@ async fn fetch_now(
                 &worker.cache.rules(&worker.config.esi.device_token),
                 target.ttl,
                 authorized,
-                std::time::SystemTime::now(),
+                evloop::time::system_now(),
             )
         })
         .filter(|f| f.store);
@@ -482,7 +482,7 @@ fn refreshed(
         &worker.cache.rules(&worker.config.esi.device_token),
         ttl,
         authorized,
-        std::time::SystemTime::now(),
+        evloop::time::system_now(),
     );
     crate::metrics::revalidated();
     stored.refreshed(fields, &freshness, now_ms())

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use esi::{Evaluation, FragmentFailed, IncludeFailed, IncludeRequest, Item, Template};
-use evloop::time::{timeout_at, Instant};
+use evloop::time::timeout_at;
 use evloop::{AbortHandle, JoinHandle};
 use http::header::{HeaderMap, HeaderValue};
 use tokio::sync::{mpsc, Semaphore};
@@ -227,14 +227,16 @@ async fn resolve(
         }
     };
     for (i, (url, target)) in targets.into_iter().enumerate() {
-        let started = Instant::now();
+        let started = evloop::time::now();
         let deadline = started + timeout;
         let fetched = timeout_at(deadline, async {
             let _permit = ctx.concurrency.acquire().await;
             fetch::fragment(&ctx.worker, target, deadline).await
         })
         .await;
-        let micros = started.elapsed().as_micros() as u64;
+        let micros = evloop::time::now()
+            .saturating_duration_since(started)
+            .as_micros() as u64;
         metrics::fragment(
             match &fetched {
                 Ok(Ok(_)) => metrics::Fragment::Ok,

@@ -317,9 +317,12 @@ impl PeerSet {
         !self.ring.is_empty()
     }
 
-    /// Milliseconds since this set was made, from 1.
+    /// Milliseconds since this set was made, from 1: on a worker, as of its loop's turn
+    /// (`evloop::time::now`), which is at most the turn's length behind; a peer's
+    /// `fail_timeout` (seconds) and retry budget (per millisecond) do not see that.
     pub(crate) fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
+        let now = evloop::time::now();
+        now.saturating_duration_since(self.epoch).as_millis() as u64 + 1
     }
 
     pub(crate) fn state(&self, i: usize) -> PeerState {

@@ -119,7 +119,9 @@ pub(crate) fn count(
     read_at: Option<Instant>,
 ) {
     if let Some(metrics) = worker.metrics() {
-        let micros = read_at.map_or(0, |t| t.elapsed().as_micros() as u64);
+        // The turn's clock, as `read_at` (`evloop::time`).
+        let now = evloop::time::now().into_std();
+        let micros = read_at.map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64);
         metrics.record(answered, status, micros, head_len + body_bytes);
     }
 }
@@ -173,8 +175,10 @@ pub(crate) fn record(
         (Some(req), true) => current.gen.identity[site].of_request(conn, req),
         _ => None,
     };
-    // One reading of the clock for the request's time and its last upstream attempt's.
-    let now = Instant::now();
+    // The turn's reading of the clock (`evloop::time`), for the request's time and its
+    // last upstream attempt's: as old as the turn's work before it, as nginx's
+    // `$request_time` and `$upstream_response_time`, which are as of its loop's turn.
+    let now = evloop::time::now().into_std();
     let entry = Entry {
         host,
         route,

@@ -232,7 +232,10 @@ impl Conn {
                 }
             }
             if self.read_at.is_some() || worker.shared.metrics_on || worker.log.borrow().is_some() {
-                self.read_at = Some(Instant::now());
+                // The turn's clock: the bytes came before the turn began, and the time
+                // is logged to the microsecond but meant to the millisecond, as nginx's
+                // `$request_time` (`evloop::time`).
+                self.read_at = Some(evloop::time::now().into_std());
             }
             // Bytes arrived: from idle, a new request head starts its timer now.
             let state = if matches!(self.discard, Discard::None) {

@@ -354,7 +354,8 @@ fn read_frames(
                 let read_at = *read_at.get_or_insert_with(|| {
                     worker.clock.refresh();
                     let timed = worker.shared.metrics_on || worker.log.borrow().is_some();
-                    timed.then(Instant::now)
+                    // The turn's clock, as HTTP/1's `read_at`.
+                    timed.then(|| evloop::time::now().into_std())
                 });
                 let ids = (id, end_stream);
                 match stream::start(streams, conn.request(), ids, read_at, None) {

@@ -54,7 +54,8 @@ impl Conn {
     }
 }
 
-/// When a request began, for the access log's `%D` and the latency histograms.
+/// When a request began, for the access log's `%D` and the latency histograms: the
+/// loop turn's clock, as HTTP/1's and HTTP/2's (`evloop::time`).
 pub(crate) fn now() -> Option<Instant> {
-    Some(Instant::now())
+    Some(evloop::time::now().into_std())
 }

@@ -89,7 +89,7 @@ impl Upstream {
                         Some(head) => Ok(head),
                         None => {
                             timeout_at(
-                                deadline.max(Instant::now() + self.response_timeout),
+                                deadline.max(evloop::time::now() + self.response_timeout),
                                 self.head_h2(&stream),
                             )
                             .await

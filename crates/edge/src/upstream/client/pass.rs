@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use evloop::time::{Instant, Sleep};
+use evloop::time::Sleep;
 
 use super::Pooled;
 use crate::error::UpstreamError;
@@ -55,7 +55,7 @@ impl PassBody {
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(Ok(Some(data))) => {
-                let deadline = Instant::now() + self.idle_timeout;
+                let deadline = evloop::time::now() + self.idle_timeout;
                 self.idle.as_mut().reset(deadline);
                 Poll::Ready(Some(Ok(data)))
             }

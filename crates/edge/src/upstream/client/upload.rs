@@ -20,7 +20,7 @@ use std::io;
 use std::task::Poll;
 use std::time::Duration;
 
-use evloop::time::{timeout, timeout_at, Instant};
+use evloop::time::{timeout, timeout_at};
 use handler::RequestBody;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -54,7 +54,7 @@ impl Upstream {
             Err(Sending::Answered) => {
                 // Its answer, on a connection that cannot carry another request (the
                 // body it was promised was cut short).
-                let deadline = Instant::now() + self.response_timeout;
+                let deadline = evloop::time::now() + self.response_timeout;
                 let read = timeout_at(deadline, self.read_head(conn, head_request, false));
                 return match read.await {
                     Ok(Ok((head, state, _))) => Ok((head, state, false)),
@@ -73,7 +73,7 @@ impl Upstream {
                 return Err(Attempt::Broken(e));
             }
         }
-        let deadline = Instant::now() + self.response_timeout;
+        let deadline = evloop::time::now() + self.response_timeout;
         match timeout_at(deadline, self.read_head(conn, head_request, false)).await {
             Ok(read) => read,
             Err(_) => Err(self.timed_out()),

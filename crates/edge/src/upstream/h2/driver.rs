@@ -13,7 +13,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use evloop::time::{sleep, Instant};
+use evloop::time::sleep;
 use tokio::io::AsyncWrite;
 
 use super::state::{Failed, Shared};
@@ -113,7 +113,7 @@ async fn run(shared: &Rc<RefCell<Shared>>, mut stream: Stream) -> Failed {
         }
         if std::mem::take(&mut s.heard) {
             pinged = false;
-            ping.as_mut().reset(Instant::now() + PING_IDLE);
+            ping.as_mut().reset(evloop::time::now() + PING_IDLE);
         }
         if progress {
             continue;
@@ -129,10 +129,10 @@ async fn run(shared: &Rc<RefCell<Shared>>, mut stream: Stream) -> Failed {
             if s.streams.is_empty() {
                 h2codec::frame::write_ping(&mut s.out, *b"tessera!");
                 pinged = true;
-                ping.as_mut().reset(Instant::now() + PING_TIMEOUT);
+                ping.as_mut().reset(evloop::time::now() + PING_TIMEOUT);
             } else {
                 // Busy streams have their own response timeout.
-                ping.as_mut().reset(Instant::now() + PING_IDLE);
+                ping.as_mut().reset(evloop::time::now() + PING_IDLE);
             }
             continue;
         }
