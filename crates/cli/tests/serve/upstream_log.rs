@@ -448,3 +448,38 @@ fn the_report_lists_failing_esi_fragments() {
         assert!(html.contains("http://test/broken"), "{format}");
     }
 }
+
+/// A proxied request's line shows its header fields as the client sent them, not as the
+/// route's `request_headers` edited them for the origin (the head kept for the log is
+/// the one parsed, not the edited view).
+#[test]
+fn a_proxied_line_logs_the_request_as_received() {
+    let origin = echo_origin();
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        r#"
+        access_log = {log:?}
+        access_log_format = "%U|%{{Cookie}}i"
+
+        [[upstream]]
+        name = "app"
+        addresses = ["{origin}"]
+
+        [[route]]
+        prefix = "/api"
+        upstream = "app"
+        request_headers = {{ remove = ["Cookie"] }}
+        "#,
+        log = log.display().to_string(),
+    ));
+    let raw = b"GET /api/x HTTP/1.1\r\nHost: test\r\nCookie: a=1\r\nConnection: close\r\n\r\n";
+    let answer = String::from_utf8_lossy(&server.exchange(raw)).to_string();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        !answer.to_ascii_lowercase().contains("cookie: a=1"),
+        "{answer}"
+    );
+    let lines = wait_for_lines(&log, 1);
+    assert_eq!(lines, ["/api/x|a=1"]);
+}

@@ -143,16 +143,19 @@ impl Blocks {
     /// Writes what is held up to the last multiple of `block` in the file
     /// (`usize::MAX`: all of it). A write that fails drops every line held (counted).
     fn write(&mut self, block: usize, shared: &Shared, path: &Path) {
-        let held: usize = self.held.iter().map(|(b, _)| b.len()).sum::<usize>() - self.done;
-        let mut left = match block {
-            usize::MAX => held,
-            block => {
-                // Nothing when no boundary lies within what is held.
-                let end = self.end + held as u64;
-                held.saturating_sub((end % block as u64) as usize)
+        loop {
+            let held = self.held.iter().map(|(b, _)| b.len()).sum::<usize>() - self.done;
+            let left = match block {
+                usize::MAX => held,
+                block => {
+                    // Nothing when no boundary lies within what is held.
+                    let end = self.end + held as u64;
+                    held.saturating_sub((end % block as u64) as usize)
+                }
+            };
+            if left == 0 {
+                return;
             }
-        };
-        while left > 0 {
             let mut slices = [io::IoSlice::new(&[]); MAX_SLICES];
             let mut count = 0;
             let mut want = left;
@@ -167,21 +170,13 @@ impl Blocks {
                 }
             }
             match self.file.write_vectored(&slices[..count]) {
-                Ok(0) => {
-                    let e = io::Error::from(io::ErrorKind::WriteZero);
-                    self.failed(shared, path, e);
-                    return;
-                }
+                Ok(0) => self.failed(shared, path, io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.end += n as u64;
-                    left -= n;
                     self.advance(n, shared);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.failed(shared, path, e);
-                    return;
-                }
+                Err(e) => self.failed(shared, path, e),
             }
         }
     }
@@ -203,11 +198,12 @@ impl Blocks {
         }
     }
 
+    /// A write failed: the first buffer held is dropped (its lines counted, as the old
+    /// writer dropped the buffer whose write failed) and the others are tried again.
     fn failed(&mut self, shared: &Shared, path: &Path, e: io::Error) {
-        let lines: u64 = self.held.iter().map(|(_, l)| l).sum();
-        shared.dropped.fetch_add(lines, Ordering::Relaxed);
-        tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");
-        while let Some((buffer, _)) = self.held.pop_front() {
+        if let Some((buffer, lines)) = self.held.pop_front() {
+            shared.dropped.fetch_add(lines, Ordering::Relaxed);
+            tracing::error!(path = %path.display(), error = %e, lines, "access log write failed; lines dropped");
             self.give_back(buffer);
         }
         self.done = 0;
@@ -267,5 +263,24 @@ mod tests {
         assert!(bytes[100..60_100].iter().all(|&b| b == b'a'));
         assert!(bytes[60_100..].iter().all(|&b| b == b'b'));
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_drops_one_buffer_and_tries_the_others() {
+        let shared = Shared {
+            written: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            reopen: AtomicU64::new(0),
+        };
+        let (give, spare) = std::sync::mpsc::sync_channel(8);
+        let full = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let mut out = Blocks::new(full, vec![give]);
+        out.held.push_back((vec![b'a'; 100], 3));
+        out.held.push_back((vec![b'b'; 100], 4));
+        out.write(usize::MAX, &shared, Path::new("/dev/full"));
+        assert_eq!(shared.dropped.load(Ordering::Relaxed), 7);
+        assert_eq!(shared.written.load(Ordering::Relaxed), 0);
+        assert!(out.held.is_empty());
+        assert_eq!(spare.try_iter().count(), 2);
     }
 }

@@ -22,6 +22,8 @@ const MAGIC: u32 = 0x7e55_e7a1;
 
 /// A copy of `head` (the bytes `req` was parsed from) and its layout.
 pub(crate) fn keep(req: &Request<'_, '_>, head: &[u8]) -> HeadBuf {
+    // HTTP/2, HTTP/3 and subrequests keep nothing: an empty head of length 0.
+    debug_assert!(head.len() >= req.head_len);
     let mut buf = HeadBuf::copy(&head[..req.head_len]);
     let head = &head[..req.head_len];
     let base = head.as_ptr() as usize;

@@ -165,6 +165,8 @@ fn answer_in(
     (pending, mut rerouted, checked): (&[u8], Option<Rerouted>, Option<&Checked>),
 ) -> Dispatched {
     let raw = memchr::memchr(b'?', req.path).map_or(req.path, |q| &req.path[..q]);
+    // As parsed from `pending`, for the log (`req` is shadowed below by edited views).
+    let parsed = req;
     let (current, received) = (worker.current(), conn);
     let gen = &current.gen;
     let chosen = || choose_site(worker, conn, gen, req, keep_alive, out);
@@ -237,7 +239,7 @@ fn answer_in(
             keep_alive,
             head_only: req.method == wire::Method::Head,
             version: req.version,
-            raw_head: raw_head(worker, pending, req),
+            raw_head: raw_head(worker, pending, parsed),
             answered,
             again: fallback.map(|_| Again::of(req)),
             pages: pages.clone(),
