@@ -12,3 +12,11 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// Milliseconds since the Unix epoch, read now: for a purge's time, which a Redis record
+/// made after it must not predate (the turn's reading may be a turn early).
+pub(crate) fn now_ms_exact() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

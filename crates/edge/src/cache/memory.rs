@@ -39,7 +39,7 @@ use super::entry::Entry;
 use super::flight::{FlightGuard, Flights, Join};
 use super::freshness::{Rules, MAX_LIFETIME};
 use super::shared_tier::{SharedTier, SharedTierStats};
-use crate::clock::now_ms;
+use crate::clock::{now_ms, now_ms_exact};
 use crate::config::CacheConfig;
 use crate::error::ConfigError;
 
@@ -576,7 +576,7 @@ impl Cache {
             self.purges
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .record(Purged::Key(key.to_string()), now_ms());
+                .record(Purged::Key(key.to_string()), now_ms_exact());
         }
         removed as usize
     }
@@ -597,7 +597,7 @@ impl Cache {
             self.purges
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .record(Purged::Prefix(prefix.to_string()), now_ms());
+                .record(Purged::Prefix(prefix.to_string()), now_ms_exact());
         }
         crate::metrics::evicted(
             crate::metrics::Evicted::Ban,

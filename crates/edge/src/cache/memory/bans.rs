@@ -17,7 +17,7 @@ use quick_cache::sync::EntryAction;
 use super::{Cache, Slot, PLACEHOLDER_WAIT};
 use crate::cache::ban_rule::{banned_by, BanRule};
 use crate::cache::Entry;
-use crate::clock::now_ms;
+use crate::clock::{now_ms, now_ms_exact};
 
 /// The lurker's pause before each pass. Also its margin: a ban is retired by a pass
 /// that started this long after it, so that an object stored as the ban came (its time
@@ -31,7 +31,7 @@ impl Cache {
     pub(crate) fn ban_matching(self: &Arc<Self>, rule: BanRule) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let rule = Arc::new(rule);
-        let now = now_ms();
+        let now = now_ms_exact();
         self.bans.add(now, rule.clone());
         if self.shared.is_some() {
             self.purges

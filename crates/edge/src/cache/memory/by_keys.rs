@@ -12,14 +12,14 @@ use quick_cache::sync::EntryAction;
 
 use super::{Cache, Purged, Slot, PLACEHOLDER_WAIT};
 use crate::cache::Entry;
-use crate::clock::now_ms;
+use crate::clock::now_ms_exact;
 
 impl Cache {
     /// Removes every object with one of the surrogate `keys`, or with `soft` marks it
     /// stale; how many objects memory held.
     pub(crate) fn purge_keys(&self, keys: &[&str], soft: bool) -> usize {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let now = now_ms();
+        let now = now_ms_exact();
         let tagged = |slot: &Slot| match slot {
             Slot::Object(e, _) => e.keys.iter().any(|k| keys.contains(&&**k)),
             _ => false,
@@ -66,7 +66,7 @@ impl Cache {
     /// against Redis records; how many objects memory held.
     pub(crate) fn soft_purge(&self, key: &str) -> usize {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let now = now_ms();
+        let now = now_ms_exact();
         let marked = match self.mem.peek(key) {
             Some(Slot::Vary(..)) => {
                 let prefix = format!("{key}\0");
