@@ -550,13 +550,18 @@ impl Proxied {
             let answered = match deadline {
                 Some(d) => {
                     let proxying = edge.proxy_to(upstream, mode, policy, &status, request);
-                    match evloop::time::timeout(d, proxying).await {
-                        Ok(answered) => answered,
-                        Err(_) => {
+                    // The deadline is looked at first: once it has passed, the client's
+                    // has, whatever the origin answers in the same turn (an origin that
+                    // keeps the grpc-timeout sent on to it answers DEADLINE_EXCEEDED
+                    // itself a moment after tessera's passed).
+                    tokio::select! {
+                        biased;
+                        () = evloop::time::sleep(d) => {
                             let message = "grpc-timeout passed before the upstream answered";
                             let code = crate::grpc::DEADLINE_EXCEEDED;
                             return Ok(crate::grpc::error_response(code, message));
                         }
+                        answered = proxying => answered,
                     }
                 }
                 None => {
