@@ -104,6 +104,24 @@ fn a_retried_request_logs_both_attempts() {
     );
 }
 
+/// A server whose access log (`format`) is at the path returned, with a route (its
+/// `[[route]]` lines but the upstream's) to one upstream at `origin`.
+fn logged_proxy(
+    origin: SocketAddr,
+    format: &str,
+    route: &str,
+) -> (Site, Server, std::path::PathBuf) {
+    let site = Site::new();
+    let log = site.dir.path().join("access.log");
+    let server = site.serve_with(&format!(
+        "access_log = {log:?}\naccess_log_format = {format:?}\n\n\
+         [[upstream]]\nname = \"app\"\naddresses = [\"{origin}\"]\n\n\
+         [[route]]\n{route}\nupstream = \"app\"\n",
+        log = log.display().to_string(),
+    ));
+    (site, server, log)
+}
+
 /// `n` GETs of `path` on connections of their own, sent at once.
 fn concurrent_gets(server: &Arc<Server>, path: &str, n: usize) -> Vec<u16> {
     let barrier = Arc::new(Barrier::new(n));
@@ -356,24 +374,8 @@ fn esi_origin() -> SocketAddr {
 /// had and which failed; a response that is no page logs `-`.
 #[test]
 fn an_esi_page_logs_its_fragments_and_the_failed_one() {
-    let origin = esi_origin();
-    let site = Site::new();
-    let log = site.dir.path().join("access.log");
-    let server = site.serve_with(&format!(
-        r#"
-        access_log = {log:?}
-        access_log_format = "%U %{{esi_fragments}}x %{{esi_failed}}x"
-
-        [[upstream]]
-        name = "origin"
-        addresses = ["{origin}"]
-
-        [[route]]
-        prefix = "/"
-        upstream = "origin"
-        "#,
-        log = log.display().to_string(),
-    ));
+    let format = "%U %{esi_fragments}x %{esi_failed}x";
+    let (_site, server, log) = logged_proxy(esi_origin(), format, "prefix = \"/\"");
     let page = server.get("/esi");
     assert_eq!(page.status, 200);
     assert_eq!(String::from_utf8_lossy(&page.body), "<p>ok</p>");
@@ -454,25 +456,8 @@ fn the_report_lists_failing_esi_fragments() {
 /// the one parsed, not the edited view).
 #[test]
 fn a_proxied_line_logs_the_request_as_received() {
-    let origin = echo_origin();
-    let site = Site::new();
-    let log = site.dir.path().join("access.log");
-    let server = site.serve_with(&format!(
-        r#"
-        access_log = {log:?}
-        access_log_format = "%U|%{{Cookie}}i"
-
-        [[upstream]]
-        name = "app"
-        addresses = ["{origin}"]
-
-        [[route]]
-        prefix = "/api"
-        upstream = "app"
-        request_headers = {{ remove = ["Cookie"] }}
-        "#,
-        log = log.display().to_string(),
-    ));
+    let route = "prefix = \"/api\"\nrequest_headers = { remove = [\"Cookie\"] }";
+    let (_site, server, log) = logged_proxy(echo_origin(), "%U|%{Cookie}i", route);
     let raw = b"GET /api/x HTTP/1.1\r\nHost: test\r\nCookie: a=1\r\nConnection: close\r\n\r\n";
     let answer = String::from_utf8_lossy(&server.exchange(raw)).to_string();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
