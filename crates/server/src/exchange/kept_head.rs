@@ -24,30 +24,27 @@ const MAGIC: u32 = 0x7e55_e7a1;
 pub(crate) fn keep(req: &Request<'_, '_>, head: &[u8]) -> HeadBuf {
     // HTTP/2, HTTP/3 and subrequests keep nothing: an empty head of length 0.
     debug_assert!(head.len() >= req.head_len);
-    let mut buf = HeadBuf::copy(&head[..req.head_len]);
     let head = &head[..req.head_len];
-    let base = head.as_ptr() as usize;
-    let span = |part: &[u8]| -> Option<[u32; 2]> {
-        let start = (part.as_ptr() as usize).checked_sub(base)?;
-        (start + part.len() <= head.len()).then_some([start as u32, part.len() as u32])
-    };
-    let mut spans = [[0u32; 2]; 3 + 2 * INLINE];
-    let parts = [req.method_token.as_bytes(), req.target, req.path];
-    let names = req.headers.iter().map(|h| h.name.as_bytes());
-    let values = req.headers.iter().map(|h| h.value);
-    let all = parts
-        .into_iter()
-        .chain(names.zip(values).flat_map(|(n, v)| [n, v]));
+    let mut buf = HeadBuf::copy(head);
     if req.headers.len() > INLINE {
         return buf;
     }
-    let mut count = 0;
-    for (slot, part) in spans.iter_mut().zip(all) {
-        match span(part) {
-            Some(s) => *slot = s,
-            None => return buf,
+    let base = head.as_ptr() as usize;
+    let push = |buf: &mut HeadBuf, n: u32| buf.extend_from_slice(&n.to_ne_bytes());
+    let parts = [req.method_token.as_bytes(), req.target, req.path];
+    let fields = req
+        .headers
+        .iter()
+        .flat_map(|h| [h.name.as_bytes(), h.value]);
+    for part in parts.into_iter().chain(fields) {
+        let start = (part.as_ptr() as usize).wrapping_sub(base);
+        if start > head.len() || part.len() > head.len() - start {
+            // Not in the head (a path the parser made up): no layout.
+            buf.truncate(head.len());
+            return buf;
         }
-        count += 1;
+        push(&mut buf, start as u32);
+        push(&mut buf, part.len() as u32);
     }
     let (kind, length) = match req.body {
         BodyFraming::None => (0, 0),
@@ -58,17 +55,12 @@ pub(crate) fn keep(req: &Request<'_, '_>, head: &[u8]) -> HeadBuf {
         Version::Http10 => 0,
         _ => 1,
     };
-    let mut push = |n: u32| buf.extend_from_slice(&n.to_ne_bytes());
-    spans[..count].iter().flatten().for_each(|&n| push(n));
-    push(version);
-    push(kind);
-    push(length as u32);
-    push((length >> 32) as u32);
-    push(u32::from(req.keep_alive));
-    push(u32::from(req.expect_continue));
-    push(req.headers.len() as u32);
-    push(req.head_len as u32);
-    push(MAGIC);
+    let flags = [u32::from(req.keep_alive), u32::from(req.expect_continue)];
+    let framing = [version, kind, length as u32, (length >> 32) as u32];
+    let counts = [req.headers.len() as u32, req.head_len as u32, MAGIC];
+    for n in framing.into_iter().chain(flags).chain(counts) {
+        push(&mut buf, n);
+    }
     buf
 }
 
