@@ -264,6 +264,42 @@ fn a_large_upload_streams_to_the_origin_whole_and_the_server_stays_small() {
     drop(seen);
 }
 
+/// A body of declared length is read from the client straight into the pipe, up to its
+/// last byte and not past it: the request sent right behind it, in the same write as the
+/// body's end, is the connection's next.
+#[test]
+fn the_request_right_behind_a_streamed_body_is_answered_next() {
+    let (events, seen) = mpsc::channel();
+    let origin = upload_origin(events, Arc::default());
+    let site = Site::new();
+    let server = site.serve_with(&config(origin, ""));
+    // 100,000 bytes: the first half, then (once the server has read it and waits for
+    // more) the second half and the next request in one write.
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let mut stream = server.connect();
+    stream.write_all(post_head(100_000).as_bytes()).unwrap();
+    stream.write_all(&body[..50_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut last = body[50_000..].to_vec();
+    last.extend_from_slice(b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n");
+    stream.write_all(&last).unwrap();
+    let first = read_response(&mut stream, false);
+    assert_eq!(first.status, 200);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    hasher.write(&body);
+    let expected = format!("100000 {:016x}", hasher.finish());
+    assert_eq!(String::from_utf8_lossy(&first.body), expected);
+    let next = read_response(&mut stream, false);
+    assert_eq!(next.status, 200);
+    assert_eq!(next.header("x-framing"), Some("none"));
+    assert!(
+        String::from_utf8_lossy(&next.body).starts_with("0 "),
+        "{:?}",
+        String::from_utf8_lossy(&next.body)
+    );
+    drop(seen);
+}
+
 #[test]
 fn the_origin_sees_the_first_bytes_before_the_client_sends_the_last() {
     let (events, seen) = mpsc::channel();

@@ -7,6 +7,7 @@
 use std::io;
 use std::rc::Rc;
 
+use bytes::BufMut;
 use handler::{BodyFailure, BodyWriter};
 use tokio::io::AsyncReadExt;
 use wire::{BodyFraming, Chunk, ChunkedDecoder};
@@ -15,6 +16,31 @@ use super::Conn;
 use crate::conn_state::ConnState;
 use crate::exchange::finish::Pumped;
 use crate::worker::Worker;
+
+/// The most one read of a body of declared length takes from the client: the pipe's
+/// capacity. Such a body is read straight into pieces of the pipe, not through the
+/// connection's read buffer: no copy of it in user space, and reads of up to this, not
+/// of the read buffer's size (`limits.max_head_size`). Measured with
+/// bench/upstream-protocols.sh's upload part (8 MiB POSTs): docs/benchmarks.md, "Upload
+/// bodies read straight into the pipe".
+const PIECE: usize = handler::PIPE_CAPACITY;
+
+/// A piece's buffer with less room than this left is replaced by a new one (a read into
+/// a sliver would cost a system call for a few bytes).
+const MIN_PIECE: usize = 16 * 1024;
+
+/// `read`, unless the handler drops its end of the pipe first (it answered and wants no
+/// more of the body): then `None`, and the client is not read.
+async fn unless_gone<F: std::future::Future<Output = io::Result<usize>>>(
+    writer: &BodyWriter,
+    read: F,
+) -> Option<io::Result<usize>> {
+    tokio::select! {
+        biased;
+        () = std::future::poll_fn(|cx| writer.poll_reader_gone(cx)) => None,
+        n = read => Some(n),
+    }
+}
 
 impl Conn {
     /// Streams the request body into `writer` (see the module's comment), within
@@ -48,6 +74,7 @@ impl Conn {
             self.send(wire::CONTINUE).await?;
         }
         let mut seen = 0u64;
+        let mut piece = bytes::BytesMut::new();
         loop {
             // Hand over what the buffer holds, as the pipe has room.
             while self.start < self.end {
@@ -98,42 +125,54 @@ impl Conn {
                     }
                 }
             }
-            // Need more bytes: keep what is left unread (the decoder keeps its own state,
-            // so this is at most a piece it could not use yet) at the front.
-            if let Some(buffers) = self.buffers.as_mut() {
-                buffers.read.copy_within(self.start..self.end, 0);
+            // A body of declared length: what the buffer held went over above, and the
+            // rest is read straight into pieces of the pipe (see `PIECE`) once it has
+            // room. A chunked one goes through the read buffer, for its decoder.
+            let direct = decoder.is_none();
+            if direct && !self.wait_room(&writer).await {
+                return Ok(Pumped::Stopped);
             }
-            self.end -= self.start;
-            self.start = 0;
+            if !direct {
+                // Need more bytes: keep what is left unread (the decoder keeps its own
+                // state, so this is at most a piece it could not use yet) at the front.
+                if let Some(buffers) = self.buffers.as_mut() {
+                    buffers.read.copy_within(self.start..self.end, 0);
+                }
+                self.end -= self.start;
+                self.start = 0;
+            }
             if !worker.enter(self.slot, ConnState::ReadingBody) {
                 writer.fail(BodyFailure::TimedOut);
                 return Ok(Pumped::Close);
             }
-            let Some(buffers) = self.buffers.as_mut() else {
-                return Ok(Pumped::Close);
-            };
-            if self.end == buffers.read.len() {
-                // A chunk's size line longer than the buffer: the decoder refuses it
-                // first; this only keeps a broken decoder from spinning.
-                writer.fail(BodyFailure::Malformed);
-                return Ok(Pumped::Close);
-            }
-            let read = self.stream.read(&mut buffers.read[self.end..]);
-            let n = tokio::select! {
-                biased;
-                // The handler answered and wants no more: stop reading the client.
-                () = std::future::poll_fn(|cx| writer.poll_reader_gone(cx)) => {
-                    return Ok(Pumped::Stopped);
+            let n = if direct {
+                let want = left.min(PIECE as u64) as usize;
+                if piece.capacity() < want.min(MIN_PIECE) {
+                    piece = bytes::BytesMut::with_capacity(PIECE);
                 }
-                n = read => n,
+                let mut room = (&mut piece).limit(want);
+                unless_gone(&writer, self.stream.read_buf(&mut room)).await
+            } else {
+                let Some(buffers) = self.buffers.as_mut() else {
+                    return Ok(Pumped::Close);
+                };
+                if self.end == buffers.read.len() {
+                    // A chunk's size line longer than the buffer: the decoder refuses it
+                    // first; this only keeps a broken decoder from spinning.
+                    writer.fail(BodyFailure::Malformed);
+                    return Ok(Pumped::Close);
+                }
+                let read = self.stream.read(&mut buffers.read[self.end..]);
+                unless_gone(&writer, read).await
             };
             let n = match n {
-                Ok(0) => {
+                None => return Ok(Pumped::Stopped),
+                Some(Ok(0)) => {
                     writer.fail(BodyFailure::ClientGone);
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                Ok(n) => n,
-                Err(e) => {
+                Some(Ok(n)) => n,
+                Some(Err(e)) => {
                     writer.fail(BodyFailure::ClientGone);
                     return Err(e);
                 }
@@ -143,7 +182,16 @@ impl Conn {
             if let Some(metrics) = worker.metrics() {
                 metrics.received(n);
             }
-            self.end += n;
+            if !direct {
+                self.end += n;
+                continue;
+            }
+            writer.push(piece.split().freeze());
+            left -= n as u64;
+            if left == 0 {
+                writer.finish();
+                return Ok(Pumped::Done);
+            }
         }
     }
 
