@@ -7,7 +7,9 @@
 #           `proxy_pass https://`, `proxy_ssl_session_reuse on`, `keepalive 32` with
 #           HTTP/1.1; tessera: an [[upstream]] with `tls = true` and `max_idle = 32`.
 #           Both verify the origin's certificate against the test CA. Target: tessera
-#           at least 1.3x cheaper per request than nginx.
+#           at least 1.3x cheaper per request than nginx. Also printed: each proxy's TLS
+#           connections to the origin by protocol, cipher and resumption (the origin has
+#           a server block per proxy that logs each connection's first request).
 #   upload: POSTs of UPLOAD_MIB MiB (wrk with a Lua script, -c UPLOAD_CONNECTIONS) through
 #           each proxy to an origin that reads every body to its end, then answers (nginx
 #           with the Lua module, on the load core): proxy CPU per GiB proxied. nginx: `proxy_request_buffering
@@ -77,15 +79,25 @@ openssl x509 -req -in "$work/origin.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key
 
 
 # --- the origin: nginx with TLS, one worker, on the load core.
+# Each proxy has a server block (a port) of its own, whose log has a line per TLS
+# connection (its first request): the protocol and whether the session was resumed.
 origin_port=$(free_port)
+origin_port_tessera=$(free_port)
 upload_origin_port=$(free_port)
-nginx_http_conf origin "server {
-        listen 127.0.0.1:$origin_port ssl;
+origin_server() { # PORT LOG
+    echo "server {
+        listen 127.0.0.1:$1 ssl;
         ssl_certificate $work/origin.pem;
         ssl_certificate_key $work/origin.key;
         ssl_session_cache shared:origin:1m;
+        access_log $2 handshake buffer=64k flush=1s if=\$new_connection;
         root $site;
-    }
+    }"
+}
+nginx_http_conf origin "map \$connection_requests \$new_connection { 1 1; default 0; }
+    log_format handshake '\$ssl_protocol \$ssl_cipher \$ssl_session_reused';
+    $(origin_server "$origin_port" "$work/origin/handshakes-nginx.log")
+    $(origin_server "$origin_port_tessera" "$work/origin/handshakes-tessera.log")
 "
 taskset -c $LOAD_CPU nginx -c "$work/origin/nginx.conf" -e "$work/origin/error.log" &
 pids+=($!)
@@ -164,7 +176,7 @@ pids+=($!); nginx_pid=$!
 cat > "$work/tessera.toml" <<CONF
 [[upstream]]
 name = "origin"
-addresses = ["127.0.0.1:$origin_port"]
+addresses = ["127.0.0.1:$origin_port_tessera"]
 tls = true
 ca = "$work/ca.pem"
 max_idle = 32
@@ -227,6 +239,14 @@ ratios=$(paste -d' ' <(echo "${cpu_runs[nginx]}" | tr ' ' '\n' | grep .) <(echo 
     awk '{printf "%.2f\n", $1 / $2}')
 awk -v n="${cpu_med[nginx]}" -v t="${cpu_med[tessera]}" -v f="${cpu_med[floor]}" -v r="$(echo "$ratios" | tr '\n' ' ')" 'BEGIN {
     printf "https    nginx/tessera cpu per request x%.2f (target >= 1.3; per round: %s); in floors: nginx %.2f, tessera %.2f\n", n / t, r, n / f, t / f }'
+# What each proxy's connections to the origin were (its log is flushed every second).
+sleep 1.5
+for p in nginx tessera; do
+    log=$work/origin/handshakes-$p.log
+    [ -s "$log" ] || continue
+    printf 'https    %-10s TLS connections to the origin: ' "$p"
+    sort "$log" | uniq -c | sort -rn | awk '{ printf "%s%d %s %s%s", (NR > 1 ? ", " : ""), $1, $2, $3, ($4 == "r" ? " resumed" : " full") } END { print "" }'
+done
 fi
 
 # --- upload: POSTs of UPLOAD_MIB MiB, proxy CPU per GiB.

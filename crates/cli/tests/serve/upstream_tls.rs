@@ -1,8 +1,8 @@
 //! Upstreams over TLS (docs/upstreams.md, "HTTPS upstreams"): the real binary in front of
 //! a Python `ssl` HTTP server started here, with a test CA and certificates made here
 //! (rcgen). The origin answers each request with what it saw of the connection: the SNI
-//! name, whether the session was resumed, the client certificate's name, the TLS version
-//! and the ALPN protocol.
+//! name, whether the session was resumed, the client certificate's name, the TLS version,
+//! the ALPN protocol and whether the connection's ClientHello offered TLS 1.3.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use crate::metrics::{admin_addr, admin_get, samples};
 /// file `down` (beside the script) exists; `/page` is an ESI page including
 /// `https://frag.test/frag`.
 const ORIGIN: &str = r#"
-import http.server, os, ssl, sys
+import http.server, os, socket, ssl, sys
 
 cert, key, client_ca, here, max_version = sys.argv[1:6]
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -26,6 +26,31 @@ ctx.set_alpn_protocols(["http/1.1"])
 if client_ca != "-":
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(client_ca)
+
+def offers_13(sock):
+    """Whether the ClientHello waiting on `sock` (peeked, not taken) lists TLS 1.3 in its
+    supported_versions extension."""
+    while True:
+        data = sock.recv(16384, socket.MSG_PEEK)
+        if not data:
+            return None
+        if len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[3:5], "big"):
+            break
+    hello = data[5:]
+    i = 4 + 2 + 32
+    i += 1 + hello[i]
+    i += 2 + int.from_bytes(hello[i:i + 2], "big")
+    i += 1 + hello[i]
+    end = i + 2 + int.from_bytes(hello[i:i + 2], "big")
+    i += 2
+    while i < end:
+        kind = int.from_bytes(hello[i:i + 2], "big")
+        size = int.from_bytes(hello[i + 2:i + 4], "big")
+        if kind == 43:
+            versions = hello[i + 5:i + 4 + size]
+            return any(versions[j:j + 2] == b"\x03\x04" for j in range(0, len(versions), 2))
+        i += 4 + size
+    return False
 
 def sni(sock, name, _ctx):
     sock.sni_name = name
@@ -48,9 +73,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             extra.append(("Surrogate-Control", 'content="ESI/1.0"'))
             extra.append(("Content-Type", "text/html"))
         else:
-            body = ("path=%s sni=%s reused=%s client=%s version=%s alpn=%s\n" % (
+            body = ("path=%s sni=%s reused=%s client=%s version=%s alpn=%s offered13=%s\n" % (
                 self.path, getattr(c, "sni_name", None), c.session_reused, client,
-                c.version(), c.selected_alpn_protocol())).encode()
+                c.version(), c.selected_alpn_protocol(), c.offered13)).encode()
         self.send_response(status)
         for name, value in extra:
             self.send_header(name, value)
@@ -66,7 +91,10 @@ class Server(http.server.ThreadingHTTPServer):
 
     def get_request(self):
         sock, addr = self.socket.accept()
-        return ctx.wrap_socket(sock, server_side=True), addr
+        offered13 = offers_13(sock)
+        tls = ctx.wrap_socket(sock, server_side=True)
+        tls.offered13 = offered13
+        return tls, addr
 
 server = Server(("127.0.0.1", 0), Handler)
 print(server.server_address[1], flush=True)
@@ -400,6 +428,31 @@ fn tls_1_2_is_spoken_and_resumed_with_an_origin_that_stops_there() {
     let (_, second) = body(&server, "/2");
     assert!(second.contains(" reused=True "), "{second}");
     assert_eq!(handshakes(&server, "resumed"), 1.0);
+}
+
+/// A peer whose handshake ended at TLS 1.2 is offered TLS 1.2 only after that (a
+/// ClientHello without TLS 1.3, so without a key share made for nothing), and resumes;
+/// a peer that speaks TLS 1.3 is offered it on every connection.
+#[test]
+fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshake() {
+    let s = Setup::with(false, "1.2");
+    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let (_, first) = body(&server, "/1");
+    assert!(first.contains(" offered13=True"), "{first}");
+    for path in ["/2", "/3"] {
+        let (status, next) = body(&server, path);
+        assert_eq!(status, 200, "{next}");
+        assert!(next.contains(" version=TLSv1.2 "), "{next}");
+        assert!(next.contains(" reused=True "), "{next}");
+        assert!(next.contains(" offered13=False"), "{next}");
+    }
+    let s = Setup::new(false);
+    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    for path in ["/1", "/2"] {
+        let (_, page) = body(&server, path);
+        assert!(page.contains(" version=TLSv1.3 "), "{page}");
+        assert!(page.contains(" offered13=True"), "{page}");
+    }
 }
 
 #[test]

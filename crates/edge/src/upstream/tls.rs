@@ -7,15 +7,28 @@
 //! `ca = FILE` replaces them. The crypto provider is *ring*, as for the listeners
 //! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`, or `h2` for
 //! `protocol = "h2"`.
+//!
+//! A peer whose handshake ended at TLS 1.2 (it speaks no TLS 1.3: rustls checks the
+//! downgrade sentinel of RFC 8446 section 4.1.3, so a peer that speaks 1.3 cannot be
+//! talked down to 1.2 on the path) is then offered TLS 1.2 only, for `TLS12_LEARNED`,
+//! from a second configuration sharing the same session store: a ClientHello that offers
+//! TLS 1.3 carries an X25519 key share, made for each connection and thrown away by such
+//! a peer, and a resumed TLS 1.2 handshake needs none. That key share was 8-9% of the
+//! worker's CPU time (`perf record`) proxying to a TLS 1.2 origin with a pool that churns
+//! (bench/upstream-protocols.sh's https part; docs/benchmarks.md, "Offering TLS 1.2 only
+//! to a peer that stops there"). When `TLS12_LEARNED` has passed, the next connection
+//! offers TLS 1.3 again (a peer upgraded in between is found).
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use evloop::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, HandshakeKind, RootCertStore};
+use rustls::{ClientConfig, HandshakeKind, ProtocolVersion, RootCertStore};
 use tlsclient::{read_certs, Unverified};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -26,10 +39,19 @@ use crate::error::ConfigError;
 /// One upstream's TLS: the client configuration with its session store, and the
 /// handshakes counted by how they went (every worker's and the health checker's).
 pub(crate) struct UpstreamTls {
+    /// TLS 1.3 and 1.2.
     connector: TlsConnector,
+    /// TLS 1.2 only, with `connector`'s session store: for the names in `stops_at_12`.
+    tls12: TlsConnector,
+    /// Server names whose last handshake that offered TLS 1.3 ended at TLS 1.2, and when.
+    stops_at_12: Mutex<HashMap<ServerName<'static>, Instant>>,
     /// Full handshakes, resumed ones, failed ones.
     handshakes: [AtomicU64; 3],
 }
+
+/// How long a peer found to stop at TLS 1.2 is offered TLS 1.2 only (see the module's
+/// comment).
+const TLS12_LEARNED: Duration = Duration::from_secs(600);
 
 const FULL: usize = 0;
 const RESUMED: usize = 1;
@@ -51,39 +73,55 @@ impl UpstreamTls {
         }
         let bad = |msg: String| ConfigError::Invalid(format!("upstream `{}`: {msg}", u.name));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| bad(format!("TLS: {e}")))?;
-        let builder = if u.verify {
-            builder.with_root_certificates(roots(u).map_err(bad)?)
+        // One verifier and one client certificate for both configurations: rustls resumes
+        // a session only with the verifier and certificate resolver that made it.
+        let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if u.verify {
+            let roots = Arc::new(roots(u).map_err(&bad)?);
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                .build()
+                .map_err(|e| bad(format!("TLS: {e}")))?
         } else {
             tracing::warn!(upstream = %u.name,
                 "verify = false: the peers' certificates are not verified; anyone on the path can pose as them");
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+            Arc::new(Unverified(provider.clone()))
         };
-        let mut config = match (&u.client_certificate, &u.client_key) {
+        // The builder up to the client certificate, for the versions given.
+        let builder = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+            Ok::<_, ConfigError>(
+                ClientConfig::builder_with_provider(provider.clone())
+                    .with_protocol_versions(versions)
+                    .map_err(|e| bad(format!("TLS: {e}")))?
+                    .dangerous()
+                    .with_custom_certificate_verifier(verifier.clone()),
+            )
+        };
+        let both = builder(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let mut both = match (&u.client_certificate, &u.client_key) {
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert).map_err(&bad)?;
                 let key = PrivateKeyDer::from_pem_file(key)
                     .map_err(|e| bad(format!("client_key {}: {e}", key.display())))?;
-                builder
-                    .with_client_auth_cert(chain, key)
+                both.with_client_auth_cert(chain, key)
                     .map_err(|e| bad(format!("client_certificate and client_key: {e}")))?
             }
-            _ => builder.with_no_client_auth(),
+            _ => both.with_no_client_auth(),
         };
-        config.alpn_protocols = match u.protocol {
+        both.alpn_protocols = match u.protocol {
             crate::config::Protocol::H2 => vec![b"h2".to_vec()],
             _ => vec![b"http/1.1".to_vec()],
         };
         // Room for the 8 TLS 1.3 tickets rustls keeps per server name, for every peer's
         // name (rustls' default, 256, holds 32 names).
         let sessions = (tls_peers * 8).max(256);
-        config.resumption = rustls::client::Resumption::in_memory_sessions(sessions);
+        both.resumption = rustls::client::Resumption::in_memory_sessions(sessions);
+        let mut tls12 = builder(&[&rustls::version::TLS12])?.with_no_client_auth();
+        tls12.client_auth_cert_resolver = both.client_auth_cert_resolver.clone();
+        tls12.alpn_protocols = both.alpn_protocols.clone();
+        tls12.resumption = both.resumption.clone();
         Ok(Some(Arc::new(UpstreamTls {
-            connector: TlsConnector::from(Arc::new(config)),
+            connector: TlsConnector::from(Arc::new(both)),
+            tls12: TlsConnector::from(Arc::new(tls12)),
+            stops_at_12: Mutex::default(),
             handshakes: Default::default(),
         })))
     }
@@ -94,7 +132,23 @@ impl UpstreamTls {
         name: ServerName<'static>,
         tcp: TcpStream,
     ) -> io::Result<TlsStream<TcpStream>> {
-        let result = self.connector.connect(name, tcp).await;
+        let learned = self.stops_at_12.lock().unwrap().get(&name).copied();
+        let only_12 = learned.is_some_and(|at| at.elapsed() < TLS12_LEARNED);
+        let connector = if only_12 {
+            &self.tls12
+        } else {
+            &self.connector
+        };
+        let result = connector.connect(name.clone(), tcp).await;
+        if let (false, Ok(s)) = (only_12, &result) {
+            // What a handshake that offered TLS 1.3 found.
+            let mut stops = self.stops_at_12.lock().unwrap();
+            if s.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_2) {
+                stops.insert(name, Instant::now());
+            } else if learned.is_some() {
+                stops.remove(&name);
+            }
+        }
         let kind = match &result {
             Ok(s) if s.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) => RESUMED,
             Ok(_) => FULL,
