@@ -5,7 +5,9 @@
 #   https:  1 KB responses from an HTTPS origin (nginx with TLS, one worker, on the load
 #           core), keep-alive clients (wrk -t1 -cCONNECTIONS, on the load core). nginx:
 #           `proxy_pass https://`, `proxy_ssl_session_reuse on`, `keepalive 32` with
-#           HTTP/1.1; tessera: an [[upstream]] with `tls = true` and `max_idle = 32`.
+#           HTTP/1.1; tessera: an [[upstream]] with `tls = true` and `max_idle = 32`
+#           (HTTPS_POOL=N gives both N instead: with N at least CONNECTIONS, no
+#           connection is closed and opened again under the load).
 #           Both verify the origin's certificate against the test CA. Target: tessera
 #           at least 1.3x cheaper per request than nginx. Also printed: each proxy's TLS
 #           connections to the origin by protocol, cipher and resumption (the origin has
@@ -29,7 +31,7 @@
 # 1 KB response) is measured on core 0 the same way, for scale.
 #
 # usage: bench/upstream-protocols.sh   (env: PARTS="https upload grpc" ROUNDS=5 SECONDS_PER_RUN=5
-#                                       CONNECTIONS=50 UPLOAD_MIB=8 UPLOAD_CONNECTIONS=4
+#                                       CONNECTIONS=50 HTTPS_POOL=32 UPLOAD_MIB=8 UPLOAD_CONNECTIONS=4
 #                                       GRPC_CONCURRENCY=50 GRPC_CONNECTIONS=5
 #                                       NO_BUILD=1 to skip cargo, TESSERA=another build)
 # Needs: nginx (and libnginx-mod-http-lua), wrk, curl, openssl, cc, taskset, python3 (apt-get when missing; as root);
@@ -40,6 +42,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-50}
+HTTPS_POOL=${HTTPS_POOL:-32}
 PARTS=${PARTS:-https upload grpc}
 UPLOAD_MIB=${UPLOAD_MIB:-8}
 UPLOAD_CONNECTIONS=${UPLOAD_CONNECTIONS:-4}
@@ -145,7 +148,7 @@ pids+=($!); floor_pid=$!
 # --- nginx as the proxy.
 nginx_port=$(free_port)
 nginx_upload_port=$(free_port)
-nginx_http_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive 32; keepalive_requests 1000000; }
+nginx_http_conf nginx "upstream origin { server 127.0.0.1:$origin_port; keepalive $HTTPS_POOL; keepalive_requests 1000000; }
     server {
         listen 127.0.0.1:$nginx_port reuseport;
         location / {
@@ -179,7 +182,7 @@ name = "origin"
 addresses = ["127.0.0.1:$origin_port_tessera"]
 tls = true
 ca = "$work/ca.pem"
-max_idle = 32
+max_idle = $HTTPS_POOL
 
 [[route]]
 prefix = "/"
@@ -213,7 +216,7 @@ for p in nginx tessera; do
 done
 echo "check: both proxies relay 1k.txt from the HTTPS origin byte-exact"
 
-echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, the origins (nginx) and wrk -t1 -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
+echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, the origins (nginx) and wrk -t1 -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds; https pools of $HTTPS_POOL idle connections"
 if [[ " $PARTS " == *" https "* ]]; then
 printf '%-8s %-10s %12s %12s\n' part server "requests/s" "cpu us/req"
 declare -A pid_of=([floor]=$floor_pid [nginx]=$nginx_pid [tessera]=$tessera_pid)
