@@ -1,7 +1,8 @@
 //! A request body handed to a handler as it arrives (`request_buffering = false`, the
 //! proxy's default): the connection writes what it reads from the client into a small
-//! pipe, the handler (the proxy, sending it to an origin) takes it out. The pipe holds a
-//! few tens of KiB at most, so a body never sits in memory whole: when the handler stops
+//! pipe, the handler (the proxy, sending it to an origin) takes it out. The pipe holds
+//! its capacity and one piece more at most (the writer asks for room before each piece),
+//! so a body never sits in memory whole: when the handler stops
 //! taking (an origin that reads slowly), the connection stops reading the client (TCP's
 //! window, or HTTP/2's, closes), and when the client is slow the handler waits.
 //!

@@ -22,6 +22,8 @@ ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 if max_version == "1.2":
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+if max_version == "1.3-only":
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.set_alpn_protocols(["http/1.1"])
 if client_ca != "-":
     ctx.verify_mode = ssl.CERT_REQUIRED
@@ -91,7 +93,16 @@ class Server(http.server.ThreadingHTTPServer):
 
     def get_request(self):
         sock, addr = self.socket.accept()
-        offered13 = offers_13(sock)
+        sock.settimeout(5)
+        try:
+            offered13 = offers_13(sock)
+        except (OSError, IndexError):
+            offered13 = None
+        sock.settimeout(None)
+        if os.path.exists(os.path.join(here, "only13")):
+            # From now on TLS 1.3 only (an origin upgraded in place).
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         tls = ctx.wrap_socket(sock, server_side=True)
         tls.offered13 = offered13
         return tls, addr
@@ -154,7 +165,7 @@ struct Origin {
 
 impl Origin {
     /// Serves with `cert` and `key`; with `client_ca`, requires a client certificate
-    /// that it signed; `max_version` "1.2" or "1.3".
+    /// that it signed; `max_version` "1.2", "1.3" or "1.3-only".
     fn start(
         dir: &Path,
         cert: &Path,
@@ -453,6 +464,68 @@ fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshak
         assert!(page.contains(" version=TLSv1.3 "), "{page}");
         assert!(page.contains(" offered13=True"), "{page}");
     }
+}
+
+/// A peer found to stop at TLS 1.2 that refuses the TLS 1.2 offer later (upgraded to
+/// TLS 1.3 only meanwhile) is offered TLS 1.3 at once on a new connection: the request
+/// is served, the refused handshake counted `failed`, and the next connection offers
+/// TLS 1.3 too.
+#[test]
+fn a_peer_that_refuses_the_tls_1_2_offer_is_offered_tls_1_3_at_once() {
+    let s = Setup::with(false, "1.2");
+    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let (_, first) = body(&server, "/1");
+    assert!(first.contains(" version=TLSv1.2 "), "{first}");
+    std::fs::write(s.site.dir.path().join("only13"), b"").unwrap();
+    let (status, second) = body(&server, "/2");
+    assert_eq!(status, 200, "{second}");
+    assert!(second.contains(" version=TLSv1.3 "), "{second}");
+    assert_eq!(handshakes(&server, "failed"), 1.0);
+    let (_, third) = body(&server, "/3");
+    assert!(third.contains(" offered13=True"), "{third}");
+    assert!(third.contains(" version=TLSv1.3 "), "{third}");
+}
+
+/// What is learned of TLS 1.2 is a peer's, not its name's: behind one `sni`, a peer that
+/// stops at TLS 1.2 and one that speaks only TLS 1.3 are both served, in turns, and no
+/// handshake fails.
+#[test]
+fn peers_behind_one_name_that_speak_different_tls_versions_are_each_served() {
+    let s = Setup::with(false, "1.2");
+    let dir = s.site.dir.path();
+    std::fs::create_dir_all(dir.join("13")).unwrap();
+    let only_13 = Origin::start(
+        &dir.join("13"),
+        &dir.join("origin.pem"),
+        &dir.join("origin.key"),
+        None,
+        "1.3-only",
+    );
+    let server = s.site.serve_with(&format!(
+        "admin_listen = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"secure\"\naddresses = [\"{}\", \"{}\"]\n\
+         tls = true\nsni = \"origin.test\"\n{}\nmax_idle = 0\n\n\
+         [[route]]\nupstream = \"secure\"\n",
+        s.origin.addr(),
+        only_13.addr(),
+        s.ca()
+    ));
+    let mut versions = Vec::new();
+    for i in 0..6 {
+        let (status, page) = body(&server, &format!("/{i}"));
+        assert_eq!(status, 200, "{page}");
+        versions.push(if page.contains(" version=TLSv1.3 ") {
+            13
+        } else {
+            12
+        });
+    }
+    assert_eq!(
+        versions.iter().filter(|v| **v == 13).count(),
+        3,
+        "{versions:?}"
+    );
+    assert_eq!(handshakes(&server, "failed"), 0.0);
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub(crate) struct PeerShared {
     pub(crate) max_idle: usize,
     /// How it is reached.
     pub(crate) transport: Transport,
+    /// Whether it stops at TLS 1.2 (a TLS peer; [`crate::upstream::tls`]).
+    pub(crate) tls_learned: crate::upstream::tls::Learned,
     /// What is known of it: kept by a reload that keeps the peer ([`Inherited`]).
     health: Arc<PeerHealth>,
 }
@@ -271,6 +273,7 @@ impl PeerSet {
                 };
                 PeerShared {
                     transport,
+                    tls_learned: Default::default(),
                     address: p.address.into(),
                     weight: p.weight.max(1),
                     max_connections: p.max_connections,

@@ -15,7 +15,7 @@ use tokio::net::UnixStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::SendProxy;
-use crate::upstream::peers::{PeerSet, Transport};
+use crate::upstream::peers::{PeerSet, PeerShared, Transport};
 
 pub(crate) enum Stream {
     Tcp(TcpStream),
@@ -51,6 +51,35 @@ pub(crate) async fn open(
         let unix = UnixStream::connect(path).await;
         return unix.map(Stream::Unix).map_err(OpenError::Connect);
     }
+    let tcp = tcp_to(p, send_proxy).await?;
+    match (&p.transport, &set.tls) {
+        (Transport::Tcp, _) => Ok(Stream::Tcp(tcp)),
+        (Transport::Tls(name), Some(tls)) => {
+            let learned = &p.tls_learned;
+            let only_12 = tls.offers_12_only(learned);
+            let stream = match tls.handshake(name.clone(), tcp, learned, only_12).await {
+                // Offered TLS 1.2 only and refused: once more on a new connection,
+                // offering TLS 1.3 (crate::upstream::tls says when 1.2 only is offered).
+                Err(_) if only_12 => {
+                    let tcp = tcp_to(p, send_proxy).await?;
+                    tls.handshake(name.clone(), tcp, learned, false).await
+                }
+                done => done,
+            };
+            Ok(Stream::Tls(Box::new(stream.map_err(OpenError::Tls)?)))
+        }
+        (Transport::Tls(_), None) => Err(OpenError::Tls(io::Error::other(
+            "the upstream has no TLS configuration",
+        ))),
+        (Transport::Unix(_), _) => unreachable!("connected above"),
+    }
+}
+
+/// A TCP connection to peer `p`, with the PROXY header when one is sent.
+async fn tcp_to(
+    p: &PeerShared,
+    send_proxy: Option<(SendProxy, Option<SocketAddr>)>,
+) -> Result<TcpStream, OpenError> {
     let mut tcp = TcpStream::connect(&p.address)
         .await
         .map_err(OpenError::Connect)?;
@@ -60,17 +89,7 @@ pub(crate) async fn open(
             .await
             .map_err(OpenError::Proxy)?;
     }
-    match (&p.transport, &set.tls) {
-        (Transport::Tcp, _) => Ok(Stream::Tcp(tcp)),
-        (Transport::Tls(name), Some(tls)) => {
-            let stream = tls.handshake(name.clone(), tcp).await;
-            Ok(Stream::Tls(Box::new(stream.map_err(OpenError::Tls)?)))
-        }
-        (Transport::Tls(_), None) => Err(OpenError::Tls(io::Error::other(
-            "the upstream has no TLS configuration",
-        ))),
-        (Transport::Unix(_), _) => unreachable!("connected above"),
-    }
+    Ok(tcp)
 }
 
 impl Stream {

@@ -8,21 +8,23 @@
 //! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`, or `h2` for
 //! `protocol = "h2"`.
 //!
-//! A peer whose handshake ended at TLS 1.2 (it speaks no TLS 1.3: rustls checks the
-//! downgrade sentinel of RFC 8446 section 4.1.3, so a peer that speaks 1.3 cannot be
-//! talked down to 1.2 on the path) is then offered TLS 1.2 only, for `TLS12_LEARNED`,
-//! from a second configuration sharing the same session store: a ClientHello that offers
-//! TLS 1.3 carries an X25519 key share, made for each connection and thrown away by such
-//! a peer, and a resumed TLS 1.2 handshake needs none. That key share was 8-9% of the
-//! worker's CPU time (`perf record`) proxying to a TLS 1.2 origin with a pool that churns
+//! A peer whose handshake ended at TLS 1.2 (with `verify` on, rustls checks the
+//! downgrade sentinel of RFC 8446 section 4.1.3, so someone on the path cannot make a peer
+//! that speaks TLS 1.3 end there) is then offered TLS 1.2 only, for `TLS12_LEARNED`, from
+//! a second configuration sharing the session store: a ClientHello that offers TLS 1.3
+//! carries an X25519 key share, made for each connection and thrown away by such a peer,
+//! and a resumed TLS 1.2 handshake needs none. That key share was 8-9% of the worker's
+//! samples (`perf record`) proxying to a TLS 1.2 origin with a pool that churns
 //! (bench/upstream-protocols.sh's https part; docs/benchmarks.md, "Offering TLS 1.2 only
-//! to a peer that stops there"). When `TLS12_LEARNED` has passed, the next connection
-//! offers TLS 1.3 again (a peer upgraded in between is found).
+//! to a peer that stops there"). What is learned is the peer's own (its address and name,
+//! [`Learned`]), not its name's: peers behind one name may differ. When `TLS12_LEARNED`
+//! has passed, the next connection offers TLS 1.3 again (a peer upgraded in between is
+//! found); a peer that refuses a TLS 1.2 offer meanwhile (it speaks only 1.3 now) is at
+//! once offered 1.3 on a new connection (`stream::open`), and what was learned is dropped.
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use evloop::net::TcpStream;
@@ -41,12 +43,23 @@ use crate::error::ConfigError;
 pub(crate) struct UpstreamTls {
     /// TLS 1.3 and 1.2.
     connector: TlsConnector,
-    /// TLS 1.2 only, with `connector`'s session store: for the names in `stops_at_12`.
+    /// TLS 1.2 only, with `connector`'s session store, verifier and client certificate:
+    /// for the peers that stop at TLS 1.2 ([`Learned`]).
     tls12: TlsConnector,
-    /// Server names whose last handshake that offered TLS 1.3 ended at TLS 1.2, and when.
-    stops_at_12: Mutex<HashMap<ServerName<'static>, Instant>>,
     /// Full handshakes, resumed ones, failed ones.
     handshakes: [AtomicU64; 3],
+}
+
+/// What one peer's handshakes found: when the last one that offered TLS 1.3 ended at
+/// TLS 1.2 (milliseconds after the process's first look, plus one), or 0. Every
+/// worker's connections and the health checker's share it; a reload starts it anew.
+#[derive(Debug, Default)]
+pub(crate) struct Learned(AtomicU64);
+
+/// Milliseconds since the first call in this process, plus one (never 0).
+fn stamp() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 /// How long a peer found to stop at TLS 1.2 is offered TLS 1.2 only (see the module's
@@ -121,33 +134,42 @@ impl UpstreamTls {
         Ok(Some(Arc::new(UpstreamTls {
             connector: TlsConnector::from(Arc::new(both)),
             tls12: TlsConnector::from(Arc::new(tls12)),
-            stops_at_12: Mutex::default(),
             handshakes: Default::default(),
         })))
     }
 
-    /// The TLS handshake on `tcp` for the server name `name`, counted.
+    /// Whether the next handshake with the peer that `learned` is of offers TLS 1.2 only.
+    pub(crate) fn offers_12_only(&self, learned: &Learned) -> bool {
+        let at = learned.0.load(Ordering::Relaxed);
+        at != 0 && stamp().saturating_sub(at) < TLS12_LEARNED.as_millis() as u64
+    }
+
+    /// The TLS handshake on `tcp` for the server name `name`, offering TLS 1.2 only when
+    /// `only_12` ([`UpstreamTls::offers_12_only`]), counted; `learned` is the peer's.
     pub(crate) async fn handshake(
         &self,
         name: ServerName<'static>,
         tcp: TcpStream,
+        learned: &Learned,
+        only_12: bool,
     ) -> io::Result<TlsStream<TcpStream>> {
-        let learned = self.stops_at_12.lock().unwrap().get(&name).copied();
-        let only_12 = learned.is_some_and(|at| at.elapsed() < TLS12_LEARNED);
         let connector = if only_12 {
             &self.tls12
         } else {
             &self.connector
         };
-        let result = connector.connect(name.clone(), tcp).await;
-        if let (false, Ok(s)) = (only_12, &result) {
+        let result = connector.connect(name, tcp).await;
+        match (&result, only_12) {
             // What a handshake that offered TLS 1.3 found.
-            let mut stops = self.stops_at_12.lock().unwrap();
-            if s.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_2) {
-                stops.insert(name, Instant::now());
-            } else if learned.is_some() {
-                stops.remove(&name);
+            (Ok(s), false) => {
+                let stops = s.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_2);
+                learned
+                    .0
+                    .store(if stops { stamp() } else { 0 }, Ordering::Relaxed);
             }
+            // Refused (the peer may speak only TLS 1.3 now): the next offers it again.
+            (Err(_), true) => learned.0.store(0, Ordering::Relaxed),
+            _ => {}
         }
         let kind = match &result {
             Ok(s) if s.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) => RESUMED,

@@ -1,8 +1,10 @@
 //! A request body streamed to its handler as it arrives (`request_buffering = false`):
 //! what the read buffer holds goes into the handler's pipe as the pipe has room, then the
-//! next read, so at most the pipe and one read buffer of the body are in memory. While
-//! the pipe is full the connection reads nothing, and TCP's window tells the client to
-//! wait: the origin's pace is the client's.
+//! next read: for a body of declared length straight into a piece of the pipe (`PIECE`),
+//! for a chunked one into the read buffer, for its decoder. So the pipe, a read past its
+//! capacity and the piece the handler is sending are in memory, not the body. While the
+//! pipe is full the connection reads nothing, and TCP's window tells the client to wait:
+//! the origin's pace is the client's.
 
 use std::io;
 use std::rc::Rc;
@@ -148,7 +150,8 @@ impl Conn {
             let n = if direct {
                 let want = left.min(PIECE as u64) as usize;
                 if piece.capacity() < want.min(MIN_PIECE) {
-                    piece = bytes::BytesMut::with_capacity(PIECE);
+                    // The rest of a small body takes no more room than it needs.
+                    piece = bytes::BytesMut::with_capacity(want.max(MIN_PIECE));
                 }
                 let mut room = (&mut piece).limit(want);
                 unless_gone(&writer, self.stream.read_buf(&mut room)).await
