@@ -251,15 +251,21 @@ PY
 # run_wrk PID URL [WRK ARGS...]: one wrk run (-t1 -c$CONNECTIONS -d$SECONDS_PER_RUN) pinned
 # to $LOAD_CPU; prints "requests requests/s cpu-us-per-request" for the server PID.
 run_wrk() {
-    local pid=$1 url=$2 before after out requests rps
+    local pid=$1 url=$2 before after out requests rps u0 s0 u1 s1 hz
     shift 2
-    before=$(cpu_ticks "$pid")
+    read -r u0 s0 < <(user_sys_ticks "$pid")
     out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$@" "$url")
-    after=$(cpu_ticks "$pid")
+    read -r u1 s1 < <(user_sys_ticks "$pid")
     if echo "$out" | grep -q "Non-2xx\|Socket errors"; then echo "wrk reported errors for $url: $out" >&2; fi
     requests=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-    echo "$requests $rps $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
+    hz=$(getconf CLK_TCK)
+    # With SPLIT_LOG set, "PID URL USER SYS" (microseconds per request) is appended to it.
+    if [ -n "${SPLIT_LOG:-}" ]; then
+        awk -v p="$pid" -v url="$url" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v n="$requests" \
+            'BEGIN { printf "%s %s %.2f %.2f\n", p, url, u * 1e6 / hz / n, s * 1e6 / hz / n }' >> "$SPLIT_LOG"
+    fi
+    echo "$requests $rps $(awk -v t=$((u1 + s1 - u0 - s0)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')"
 }
 
 # start_varnish_esi CPU ORIGIN_PORT CACHING: Varnish pinned to CPU in front of the origin

@@ -23,7 +23,8 @@
 # per request, a fixed 1 KB response: the cheapest single hop) and bench/proxy-floor.c
 # (a byte pipe in front of the same origin, one upstream connection per client
 # connection: one recv and one send on each side, no parsing; the cheapest proxy any
-# user-space program can be). Proxies are printed as multiples of the proxy floor.
+# user-space program can be). Proxies are printed as multiples of the proxy floor, and
+# every server's user and system time per request (medians of the rounds) apart.
 #
 # usage: bench/proxy.sh      (env: ROUNDS=5 SECONDS_PER_RUN=5 CONNECTIONS=50
 #                             ESI_FRAGMENTS=9 NO_BUILD=1 to skip cargo, TESSERA=path of
@@ -136,6 +137,7 @@ echo "check: both proxies relay 1k.txt and 64k.txt byte-exact"
 
 echo "# $(date -u +'%F %H:%M UTC'), $(nproc) cores, $(uname -r); $(nginx -v 2>&1 | sed 's/.*: //'); proxies on core $PROXY_CPU, origin and wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on core $LOAD_CPU; median of $ROUNDS rounds"
 printf '%-8s %-16s %12s %12s\n' file server "requests/s" "cpu us/req"
+export SPLIT_LOG=$work/split.log
 declare -A total_requests=()
 for file in 1k.txt 64k.txt; do
     servers="proxy-floor nginx-tuned tessera-tuned nginx-default tessera-default"
@@ -162,6 +164,12 @@ for file in 1k.txt 64k.txt; do
         printf "%-8s tuned: nginx/tessera cpu per request x%.2f (target >= 1.2); defaults: nginx/tessera x%.2f (target >= 2)\n", f, nt / tt, nd / td
     }'
     in_proxy_floors "$(printf '%-8s' "$file")" 1.2 "${cpu_med[proxy-floor]}" "nginx tuned" "${cpu_med[nginx-tuned]}" "tessera tuned" "${cpu_med[tessera-tuned]}"
+    # Where each one's time goes: user and system time per request, medians of the rounds.
+    for s in $servers; do
+        split=$(awk -v p="${pid_of[$s]}" -v f="/$file" '$1 == p && index($2, f) { print $3, $4 }' "$SPLIT_LOG")
+        printf '%-8s %-16s user %.2f, system %.2f us per request (medians)\n' "$file" "$s" \
+            "$(echo "$split" | awk '{print $1}' | median)" "$(echo "$split" | awk '{print $2}' | median)"
+    done
     unset rps_runs cpu_runs rps_med cpu_med
 done
 
