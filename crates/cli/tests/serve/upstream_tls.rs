@@ -2,7 +2,8 @@
 //! a Python `ssl` HTTP server started here, with a test CA and certificates made here
 //! (rcgen). The origin answers each request with what it saw of the connection: the SNI
 //! name, whether the session was resumed, the client certificate's name, the TLS version,
-//! the ALPN protocol and whether the connection's ClientHello offered TLS 1.3.
+//! the ALPN protocol, whether the connection's ClientHello offered TLS 1.3 and the cipher
+//! suite.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,8 @@ if max_version == "1.2":
 if max_version == "1.3-only":
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.set_alpn_protocols(["http/1.1"])
+# The client's order of cipher suites, as nginx's default (`ssl_prefer_server_ciphers off`).
+ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
 if client_ca != "-":
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(client_ca)
@@ -75,9 +78,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             extra.append(("Surrogate-Control", 'content="ESI/1.0"'))
             extra.append(("Content-Type", "text/html"))
         else:
-            body = ("path=%s sni=%s reused=%s client=%s version=%s alpn=%s offered13=%s\n" % (
+            body = ("path=%s sni=%s reused=%s client=%s version=%s alpn=%s offered13=%s cipher=%s\n" % (
                 self.path, getattr(c, "sni_name", None), c.session_reused, client,
-                c.version(), c.selected_alpn_protocol(), c.offered13)).encode()
+                c.version(), c.selected_alpn_protocol(), c.offered13, c.cipher()[0])).encode()
         self.send_response(status)
         for name, value in extra:
             self.send_header(name, value)
@@ -450,6 +453,12 @@ fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshak
     let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
     let (_, first) = body(&server, "/1");
     assert!(first.contains(" offered13=True"), "{first}");
+    // AES-128-GCM is offered first, and the origin (which takes the client's order, as
+    // nginx does by default) takes it.
+    assert!(
+        first.contains(" cipher=ECDHE-ECDSA-AES128-GCM-SHA256"),
+        "{first}"
+    );
     for path in ["/2", "/3"] {
         let (status, next) = body(&server, path);
         assert_eq!(status, 200, "{next}");
@@ -463,6 +472,7 @@ fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshak
         let (_, page) = body(&server, path);
         assert!(page.contains(" version=TLSv1.3 "), "{page}");
         assert!(page.contains(" offered13=True"), "{page}");
+        assert!(page.contains(" cipher=TLS_AES_128_GCM_SHA256"), "{page}");
     }
 }
 

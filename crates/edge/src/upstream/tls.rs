@@ -8,6 +8,13 @@
 //! (crates/server/src/net/tls/mod.rs says why); TLS 1.3 and 1.2; ALPN `http/1.1`, or `h2` for
 //! `protocol = "h2"`.
 //!
+//! The AES-128-GCM suites are offered first (rustls' default list puts AES-256-GCM
+//! first), as browsers and Go's client do: their SHA-256 runs on the CPU's SHA
+//! instructions where *ring* has them, where SHA-384 (SHA-512 blocks) has no such path in
+//! *ring* on AMD CPUs. The handshake's hashing was the largest user-space cost of a new
+//! connection to a TLS 1.2 origin (`sha512_block_data_order_nohw`, about a tenth of the
+//! worker's user time with the pool churning; docs/benchmarks.md, "AES-128 first").
+//!
 //! A peer whose handshake ended at TLS 1.2 (with `verify` on, rustls checks the
 //! downgrade sentinel of RFC 8446 section 4.1.3, so someone on the path cannot make a peer
 //! that speaks TLS 1.3 end there) is then offered TLS 1.2 only, for `TLS12_LEARNED`, from
@@ -85,7 +92,17 @@ impl UpstreamTls {
             return Ok(None);
         }
         let bad = |msg: String| ConfigError::Invalid(format!("upstream `{}`: {msg}", u.name));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites.sort_by_key(|suite| {
+            use rustls::CipherSuite as C;
+            !matches!(
+                suite.suite(),
+                C::TLS13_AES_128_GCM_SHA256
+                    | C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                    | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+            )
+        });
+        let provider = Arc::new(provider);
         // One verifier and one client certificate for both configurations: rustls resumes
         // a session only with the verifier and certificate resolver that made it.
         let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if u.verify {
