@@ -6,8 +6,8 @@
 #           core), keep-alive clients (wrk -t1 -cCONNECTIONS, on the load core). nginx:
 #           `proxy_pass https://`, `proxy_ssl_session_reuse on`, `keepalive 32` with
 #           HTTP/1.1; tessera: an [[upstream]] with `tls = true` and `max_idle = 32`
-#           (HTTPS_POOL=N gives both N instead: with N at least CONNECTIONS, no
-#           connection is closed and opened again under the load).
+#           (HTTPS_POOL=N gives both N instead: with N above CONNECTIONS, few
+#           connections are opened after the first ones).
 #           Both verify the origin's certificate against the test CA. Target: tessera
 #           at least 1.3x cheaper per request than nginx. Also printed: each proxy's TLS
 #           connections to the origin by protocol, cipher and resumption (the origin has

@@ -60,7 +60,7 @@ pub(crate) async fn open(
             let stream = match tls.handshake(name.clone(), tcp, learned, only_12).await {
                 // Offered TLS 1.2 only and refused: once more on a new connection,
                 // offering TLS 1.3 (crate::upstream::tls says when 1.2 only is offered).
-                Err(_) if only_12 => {
+                Err(e) if only_12 && crate::upstream::tls::may_refuse_versions(&e) => {
                     let tcp = tcp_to(p, send_proxy).await?;
                     tls.handshake(name.clone(), tcp, learned, false).await
                 }

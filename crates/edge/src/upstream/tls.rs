@@ -12,8 +12,8 @@
 //! first), as browsers and Go's client do: their SHA-256 runs on the CPU's SHA
 //! instructions where *ring* has them, where SHA-384 (SHA-512 blocks) has no such path in
 //! *ring* on AMD CPUs. The handshake's hashing was the largest user-space cost of a new
-//! connection to a TLS 1.2 origin (`sha512_block_data_order_nohw`, about a tenth of the
-//! worker's user time with the pool churning; docs/benchmarks.md, "AES-128 first").
+//! connection to a TLS 1.2 origin (`sha512_block_data_order_nohw`, 3% of the worker's
+//! samples with the pool churning; docs/benchmarks.md, "AES-128 first").
 //!
 //! A peer whose handshake ended at TLS 1.2 (with `verify` on, rustls checks the
 //! downgrade sentinel of RFC 8446 section 4.1.3, so someone on the path cannot make a peer
@@ -27,7 +27,9 @@
 //! [`Learned`]), not its name's: peers behind one name may differ. When `TLS12_LEARNED`
 //! has passed, the next connection offers TLS 1.3 again (a peer upgraded in between is
 //! found); a peer that refuses a TLS 1.2 offer meanwhile (it speaks only 1.3 now) is at
-//! once offered 1.3 on a new connection (`stream::open`), and what was learned is dropped.
+//! once offered 1.3 on a new connection (`stream::open`, when the failure may be such a
+//! refusal: [`may_refuse_versions`]), and what was learned is dropped, as it is when such
+//! a handshake does not complete at all (a peer that ignores the offer).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +64,45 @@ pub(crate) struct UpstreamTls {
 /// worker's connections and the health checker's share it; a reload starts it anew.
 #[derive(Debug, Default)]
 pub(crate) struct Learned(AtomicU64);
+
+/// Drops what a peer's [`Learned`] holds when it goes, unless told not to.
+struct Forget<'a>(Option<&'a Learned>);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Some(learned) = self.0 {
+            learned.0.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether a failed handshake may be the peer refusing the TLS versions offered (its
+/// alert, an incompatibility, or the connection dropped) rather than, say, a certificate
+/// that did not verify: only then is a second connection offering TLS 1.3 worth it.
+pub(crate) fn may_refuse_versions(e: &io::Error) -> bool {
+    use rustls::AlertDescription as A;
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::AlertReceived(alert)) => matches!(
+            alert,
+            A::ProtocolVersion
+                | A::HandshakeFailure
+                | A::InsufficientSecurity
+                | A::IllegalParameter
+        ),
+        Some(rustls::Error::PeerIncompatible(_)) => true,
+        Some(_) => false,
+        None => matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+        ),
+    }
+}
 
 /// Milliseconds since the first call in this process, plus one (never 0).
 fn stamp() -> u64 {
@@ -175,6 +216,10 @@ impl UpstreamTls {
         } else {
             &self.connector
         };
+        // Offered TLS 1.2 only: unless this handshake completes, the next offers TLS 1.3
+        // again (the peer may speak only 1.3 now, and refuse this offer, or ignore it
+        // until the connect timeout drops this future).
+        let mut forget = Forget(only_12.then_some(learned));
         let result = connector.connect(name, tcp).await;
         match (&result, only_12) {
             // What a handshake that offered TLS 1.3 found.
@@ -184,9 +229,8 @@ impl UpstreamTls {
                     .0
                     .store(if stops { stamp() } else { 0 }, Ordering::Relaxed);
             }
-            // Refused (the peer may speak only TLS 1.3 now): the next offers it again.
-            (Err(_), true) => learned.0.store(0, Ordering::Relaxed),
-            _ => {}
+            (Ok(_), true) => forget.0 = None,
+            (Err(_), _) => {}
         }
         let kind = match &result {
             Ok(s) if s.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) => RESUMED,

@@ -150,7 +150,7 @@ impl Conn {
             let n = if direct {
                 let want = left.min(PIECE as u64) as usize;
                 if piece.capacity() < want.min(MIN_PIECE) {
-                    // The rest of a small body takes no more room than it needs.
+                    // The rest of a small body takes its own size (at least MIN_PIECE).
                     piece = bytes::BytesMut::with_capacity(want.max(MIN_PIECE));
                 }
                 let mut room = (&mut piece).limit(want);
