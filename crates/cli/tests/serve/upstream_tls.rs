@@ -257,6 +257,12 @@ impl Setup {
         ))
     }
 
+    /// Serves the origin over TLS, verified with the test CA, keeping no idle connection:
+    /// each request opens one (and so makes a handshake).
+    fn serve_unpooled(&self) -> Server {
+        self.serve("", &format!("tls = true\n{}\nmax_idle = 0", self.ca()))
+    }
+
     fn ca(&self) -> String {
         format!("ca = {:?}", self.ca.pem)
     }
@@ -421,7 +427,7 @@ fn an_origin_that_requires_a_client_certificate_gets_the_configured_one() {
 fn a_second_connection_resumes_the_session_of_the_first() {
     let s = Setup::new(false);
     // No idle connection kept: each request opens one.
-    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let server = s.serve_unpooled();
     let (_, first) = body(&server, "/1");
     assert!(first.contains(" reused=False "), "{first}");
     let (status, second) = body(&server, "/2");
@@ -434,7 +440,7 @@ fn a_second_connection_resumes_the_session_of_the_first() {
 #[test]
 fn tls_1_2_is_spoken_and_resumed_with_an_origin_that_stops_there() {
     let s = Setup::with(false, "1.2");
-    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let server = s.serve_unpooled();
     let (status, first) = body(&server, "/1");
     assert_eq!(status, 200, "{first}");
     assert!(first.contains(" reused=False "), "{first}");
@@ -450,7 +456,7 @@ fn tls_1_2_is_spoken_and_resumed_with_an_origin_that_stops_there() {
 #[test]
 fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshake() {
     let s = Setup::with(false, "1.2");
-    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let server = s.serve_unpooled();
     let (_, first) = body(&server, "/1");
     assert!(first.contains(" offered13=True"), "{first}");
     // AES-128-GCM is offered first, and the origin (which takes the client's order, as
@@ -467,7 +473,7 @@ fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshak
         assert!(next.contains(" offered13=False"), "{next}");
     }
     let s = Setup::new(false);
-    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let server = s.serve_unpooled();
     for path in ["/1", "/2"] {
         let (_, page) = body(&server, path);
         assert!(page.contains(" version=TLSv1.3 "), "{page}");
@@ -483,7 +489,7 @@ fn a_peer_that_stops_at_tls_1_2_is_offered_tls_1_2_only_after_its_first_handshak
 #[test]
 fn a_peer_that_refuses_the_tls_1_2_offer_is_offered_tls_1_3_at_once() {
     let s = Setup::with(false, "1.2");
-    let server = s.serve("", &format!("tls = true\n{}\nmax_idle = 0", s.ca()));
+    let server = s.serve_unpooled();
     let (_, first) = body(&server, "/1");
     assert!(first.contains(" version=TLSv1.2 "), "{first}");
     std::fs::write(s.site.dir.path().join("only13"), b"").unwrap();
